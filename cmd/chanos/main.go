@@ -1,0 +1,61 @@
+// Command chanos is the chanos command line: the monitor, inspection
+// commands and the benchmark suites.
+//
+// Usage:
+//
+//	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
+//	chanos version               print the version
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const version = "0.1.0-dev"
+
+// errUsage marks a command-line mistake; main prints usage and exits 2.
+var errUsage = errors.New("usage")
+
+const usage = `usage: chanos COMMAND [ARGS]
+
+commands:
+  bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
+  version               print the version
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:])
+	stop()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, errUsage) {
+		fmt.Fprintf(os.Stderr, "chanos: %v\n%s", err, usage)
+		os.Exit(2)
+	}
+	fmt.Fprintf(os.Stderr, "chanos: %v\n", err)
+	os.Exit(1)
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command given", errUsage)
+	}
+	switch args[0] {
+	case "bench":
+		return runBench(ctx, args[1:])
+	case "version":
+		fmt.Println("chanos", version)
+		return nil
+	case "help", "-h", "--help":
+		fmt.Print(usage)
+		return nil
+	}
+	return fmt.Errorf("%w: unknown command %q", errUsage, args[0])
+}

@@ -1,0 +1,3 @@
+module github.com/chanos/chanos
+
+go 1.26.8
