@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs the tools chanos builds and tests with, when they are missing:
+# Go (>= 1.26), a C11 compiler with AddressSanitizer and UBSan (gcc),
+# CMake (>= 3.20), make and pkg-config. Go modules (staticcheck, ...) are
+# fetched by the go command itself. Safe to run repeatedly.
+set -euo pipefail
+
+need=()
+command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v cmake >/dev/null || need+=(cmake)
+command -v make >/dev/null || need+=(make)
+command -v pkg-config >/dev/null || need+=(pkg-config)
+command -v python3 >/dev/null || need+=(python3)
+command -v ip >/dev/null || need+=(iproute2)
+if ! echo 'int main(void){return 0;}' | cc -x c -fsanitize=address,undefined -o /dev/null - 2>/dev/null; then
+  need+=(libasan8 libubsan1)
+fi
+
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing ${need[*]}; run this script as root or install them" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${need[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}"
+fi
+
+if ! command -v go >/dev/null; then
+  echo "install-deps: Go 1.26 or later is required (https://go.dev/dl/)" >&2
+  exit 1
+fi
+go_minor=$(go env GOVERSION | sed -E 's/^go1\.([0-9]+).*/\1/')
+if [ "${go_minor:-0}" -lt 26 ]; then
+  echo "install-deps: Go 1.26 or later is required, found $(go env GOVERSION)" >&2
+  exit 1
+fi
