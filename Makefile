@@ -6,7 +6,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@2026.2.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go c test test-go test-c lint generate check-generated demo install clean FORCE
+.PHONY: all go c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE
 
 all: go c
 
@@ -31,6 +31,11 @@ generate: bin/chanosc
 check-generated: generate
 	@git diff --exit-code --stat -- '*.go' || { echo "generated Go code is stale: run 'make generate' and commit" >&2; exit 1; }
 
+# The wire vectors are written by an independent Python encoder; they must
+# match it (testdata/wire/README.md).
+check-vectors:
+	python3 testdata/wire/mkvectors.py -check
+
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet ./...
@@ -45,7 +50,7 @@ test-c: bin/chanosc
 	$(CMAKE) --build $(BUILD)/c-san -j $(JOBS)
 	ctest --test-dir $(BUILD)/c-san --output-on-failure
 
-test: all lint check-generated test-go test-c
+test: all lint check-generated check-vectors test-go test-c
 
 demo: all
 	./scripts/demo.sh
