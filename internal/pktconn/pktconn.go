@@ -1,0 +1,279 @@
+// Package pktconn carries wire frames, with file descriptors beside them,
+// over Unix SOCK_SEQPACKET sockets: the control path between a domain and
+// its monitor. A seqpacket socket keeps message boundaries, so one frame is
+// one packet, and SCM_RIGHTS attaches the frame's capabilities to it.
+//
+// Reads and writes go through the Go runtime's netpoller (net.UnixConn), so
+// a goroutine waiting for a packet parks without holding an OS thread.
+package pktconn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// MaxCaps is the most descriptors one packet carries: the kernel's
+// SCM_MAX_FD.
+const MaxCaps = 253
+
+// Errors, matchable with errors.Is.
+var (
+	// ErrTooLarge: a packet was larger than the receive buffer, or a frame
+	// to send is larger than the connection allows.
+	ErrTooLarge = errors.New("packet too large")
+	// ErrTooManyCaps: more descriptors than MaxCaps, or than the
+	// receiver had room for.
+	ErrTooManyCaps = errors.New("too many descriptors")
+	// ErrNotFD: a capability to send has no file descriptor.
+	ErrNotFD = errors.New("capability has no file descriptor")
+)
+
+// Conn is one end of a seqpacket connection. Send may be called from
+// several goroutines; Receive from one at a time.
+type Conn struct {
+	uc      *net.UnixConn
+	maxSize int
+	wmu     sync.Mutex
+	rbuf    []byte
+	oob     []byte
+}
+
+// New wraps a connected seqpacket socket. maxSize bounds the frames it
+// receives and sends.
+func New(uc *net.UnixConn, maxSize int) *Conn {
+	return &Conn{
+		uc:      uc,
+		maxSize: maxSize,
+		rbuf:    make([]byte, maxSize+1), // one spare byte detects oversize packets
+		oob:     make([]byte, syscall.CmsgSpace(MaxCaps*4)),
+	}
+}
+
+// Dial connects to the seqpacket socket at path.
+func Dial(ctx context.Context, path string, maxSize int) (*Conn, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unixpacket", path)
+	if err != nil {
+		return nil, err
+	}
+	return New(c.(*net.UnixConn), maxSize), nil
+}
+
+// Pair returns two connected ends of a new seqpacket socket pair, as
+// files: one to keep, one to hand to another process.
+func Pair() (a, b *os.File, err error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("socketpair: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "seqpacket"), os.NewFile(uintptr(fds[1]), "seqpacket"), nil
+}
+
+// FromFile turns a seqpacket socket file into a Conn. The file is not
+// consumed: the caller still closes it.
+func FromFile(f *os.File, maxSize int) (*Conn, error) {
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%s is not a Unix socket", f.Name())
+	}
+	return New(uc, maxSize), nil
+}
+
+// UnixConn returns the underlying socket.
+func (c *Conn) UnixConn() *net.UnixConn { return c.uc }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.uc.Close() }
+
+// Send sends one frame with caps attached. The caps stay the caller's: the
+// kernel duplicates the descriptors into the packet.
+func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
+	if len(frame) > c.maxSize {
+		return fmt.Errorf("send %d bytes: %w (limit %d)", len(frame), ErrTooLarge, c.maxSize)
+	}
+	if len(caps) > MaxCaps {
+		return fmt.Errorf("send %d descriptors: %w (limit %d)", len(caps), ErrTooManyCaps, MaxCaps)
+	}
+	var oob []byte
+	if len(caps) > 0 {
+		fds := make([]int, len(caps))
+		for i, cp := range caps {
+			fd, err := capFD(cp)
+			if err != nil {
+				return err
+			}
+			fds[i] = fd
+		}
+		oob = syscall.UnixRights(fds...)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, _, err := c.uc.WriteMsgUnix(frame, oob, nil)
+	if err != nil {
+		return err
+	}
+	if n != len(frame) {
+		return fmt.Errorf("short write: %d of %d bytes", n, len(frame))
+	}
+	return nil
+}
+
+// capFD returns the descriptor of a capability: anything with Fd() uintptr
+// (such as *os.File) or a syscall.Conn.
+func capFD(c wire.Cap) (int, error) {
+	switch v := c.(type) {
+	case interface{ Fd() uintptr }:
+		return int(v.Fd()), nil
+	case syscall.Conn:
+		rc, err := v.SyscallConn()
+		if err != nil {
+			return -1, err
+		}
+		fd := -1
+		if err := rc.Control(func(f uintptr) { fd = int(f) }); err != nil {
+			return -1, err
+		}
+		return fd, nil
+	}
+	return -1, fmt.Errorf("%w: %T", ErrNotFD, c)
+}
+
+// Receive reads one packet. The frame is valid until the next Receive; the
+// caps are new files the caller owns. At the peer's orderly close or death
+// it returns io.EOF.
+func (c *Conn) Receive() (frame []byte, caps []wire.Cap, err error) {
+	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.rbuf, c.oob)
+	if err != nil {
+		// The peer's close and its death look the same to a socket.
+		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, nil, io.EOF
+		}
+		return nil, nil, err
+	}
+	files, perr := parseRights(c.oob[:oobn])
+	if perr == nil && flags&syscall.MSG_CTRUNC != 0 {
+		perr = fmt.Errorf("received descriptors were cut short: %w", ErrTooManyCaps)
+	}
+	if perr == nil && (n > c.maxSize || flags&syscall.MSG_TRUNC != 0) {
+		perr = fmt.Errorf("received packet of more than %d bytes: %w", c.maxSize, ErrTooLarge)
+	}
+	if perr != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, nil, perr
+	}
+	if n == 0 && oobn == 0 {
+		return nil, nil, io.EOF
+	}
+	caps = make([]wire.Cap, len(files))
+	for i, f := range files {
+		caps[i] = f
+	}
+	return c.rbuf[:n], caps, nil
+}
+
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("control message: %w", err)
+	}
+	var files []*os.File
+	for _, m := range msgs {
+		if m.Header.Level != syscall.SOL_SOCKET || m.Header.Type != syscall.SCM_RIGHTS {
+			continue
+		}
+		fds, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			for _, f := range files {
+				f.Close()
+			}
+			return nil, fmt.Errorf("control message: %w", err)
+		}
+		for _, fd := range fds {
+			syscall.CloseOnExec(fd)
+			files = append(files, os.NewFile(uintptr(fd), "cap"))
+		}
+	}
+	return files, nil
+}
+
+// PeerCred returns the credentials the kernel recorded for the peer when
+// the connection was made (SO_PEERCRED): they cannot be forged by the peer.
+func (c *Conn) PeerCred() (*syscall.Ucred, error) {
+	rc, err := c.uc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, serr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, serr
+}
+
+// Listener accepts seqpacket connections on a socket file.
+type Listener struct {
+	ul      *net.UnixListener
+	maxSize int
+}
+
+// Listen creates a seqpacket socket at path, readable and writable by its
+// owner only (mode 0600). The directory holding it should be 0700 too:
+// the mode of the socket is set after it exists, and the directory closes
+// that gap. A stale socket file left by a dead process is replaced.
+func Listen(path string, maxSize int) (*Listener, error) {
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unixpacket", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen %s: %w", path, ErrInUse)
+		}
+		os.Remove(path)
+	}
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		ul.Close()
+		return nil, err
+	}
+	return &Listener{ul: ul, maxSize: maxSize}, nil
+}
+
+// ErrInUse: another live process listens on the socket path.
+var ErrInUse = errors.New("socket in use by a running process")
+
+// Accept waits for the next connection.
+func (l *Listener) Accept() (*Conn, error) {
+	uc, err := l.ul.AcceptUnix()
+	if err != nil {
+		return nil, err
+	}
+	return New(uc, l.maxSize), nil
+}
+
+// Close stops listening and removes the socket file.
+func (l *Listener) Close() error { return l.ul.Close() }
+
+// Addr returns the socket path.
+func (l *Listener) Addr() string { return l.ul.Addr().String() }

@@ -1,0 +1,125 @@
+package pktconn
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/chanos/chanos/wire"
+)
+
+func pair(t *testing.T, max int) (*Conn, *Conn) {
+	t.Helper()
+	fa, fb, err := Pair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	defer fb.Close()
+	a, err := FromFile(fa, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := FromFile(fb, max)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func TestFramesAndCaps(t *testing.T) {
+	a, b := pair(t, 1024)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if err := a.Send([]byte("hello"), []wire.Cap{w}); err != nil {
+		t.Fatal(err)
+	}
+	frame, caps, err := b.Receive()
+	if err != nil || string(frame) != "hello" || len(caps) != 1 {
+		t.Fatalf("got %q %v %v", frame, caps, err)
+	}
+	// The received descriptor is a working duplicate of the pipe's end.
+	got := caps[0].(*os.File)
+	if _, err := got.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	got.Close()
+	buf := make([]byte, 1)
+	if _, err := r.Read(buf); err != nil || buf[0] != 'x' {
+		t.Fatalf("pipe read %q %v", buf, err)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	a, b := pair(t, 8)
+	if err := a.Send(bytes.Repeat([]byte{1}, 9), nil); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversize send: %v", err)
+	}
+	// A peer with a larger limit sends a packet too big for b.
+	fa, fb, _ := Pair()
+	defer fa.Close()
+	defer fb.Close()
+	big, _ := FromFile(fa, 64)
+	small, _ := FromFile(fb, 8)
+	defer big.Close()
+	defer small.Close()
+	big.Send(bytes.Repeat([]byte{1}, 20), nil)
+	if _, _, err := small.Receive(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("oversize receive: %v", err)
+	}
+	a.Close()
+	if _, _, err := b.Receive(); err != io.EOF {
+		t.Fatalf("after close: %v", err)
+	}
+	if err := a.Send([]byte("x"), []wire.Cap{notFD{}}); err == nil {
+		t.Fatal("cap without fd accepted")
+	}
+}
+
+type notFD struct{}
+
+func (notFD) Close() error { return nil }
+
+func TestListenDialPeerCred(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.sock")
+	l, err := Listen(path, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if fi, _ := os.Stat(path); fi.Mode().Perm() != 0o600 {
+		t.Errorf("socket mode %v", fi.Mode().Perm())
+	}
+	if _, err := Listen(path, 64); !errors.Is(err, ErrInUse) {
+		t.Errorf("second listen: %v", err)
+	}
+	done := make(chan *Conn)
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			t.Error(err)
+		}
+		done <- c
+	}()
+	c, err := Dial(context.Background(), path, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := <-done
+	defer s.Close()
+	cred, err := s.PeerCred()
+	if err != nil || int(cred.Uid) != os.Getuid() || int(cred.Pid) != os.Getpid() {
+		t.Fatalf("cred %+v %v", cred, err)
+	}
+}
