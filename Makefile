@@ -2,7 +2,7 @@
 # `make test` runs every test; `make demo` runs the main job.
 GO          ?= go
 BUILD       ?= build
-STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@2026.2.2
+STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 

@@ -17,6 +17,708 @@ extern "C" {
 
 /* ==== wire format: see docs/wire.md ==== */
 
+#include <string.h> /* memcpy in the inline helpers below */
+
+/*
+ * Results. libchanos functions return 0 (CHANOS_OK) on success and a
+ * negative value on failure: one of the CHANOS_ERR_* codes below or, from
+ * functions that make system calls, -errno. The wire codes lie below -4096,
+ * outside the range of -errno, so the two never clash.
+ *
+ * The first ten are the decode errors of docs/wire.md, in its table order;
+ * encoders also fail with BOUND, NUL, ENUM and CAP on a value that cannot be
+ * encoded, and with NOSPACE when the caller's buffer is too small.
+ */
+#define CHANOS_OK                  0
+#define CHANOS_ERR_TRUNCATED       (-4101) /* the frame ends inside a field */
+#define CHANOS_ERR_SIZE            (-4102) /* size is not the length */
+#define CHANOS_ERR_TRAILING        (-4103) /* bytes after the last argument */
+#define CHANOS_ERR_UNKNOWN_MESSAGE (-4104) /* msg unknown or unexpected */
+#define CHANOS_ERR_HEADER          (-4105) /* flags, call_id, timeout_us */
+#define CHANOS_ERR_BOUND           (-4106) /* string or array over its bound */
+#define CHANOS_ERR_ENUM            (-4107) /* enum value out of range */
+#define CHANOS_ERR_BOOL            (-4108) /* bool byte neither 0 nor 1 */
+#define CHANOS_ERR_CAP             (-4109) /* capability index or count wrong */
+#define CHANOS_ERR_NUL             (-4110) /* NUL byte in a string */
+#define CHANOS_ERR_NOSPACE         (-4111) /* encode buffer too small */
+
+/*
+ * chanos_strerror returns a description of err: a CHANOS_ERR_* code, a
+ * -errno value, or 0. The string is static; never free it.
+ */
+const char *chanos_strerror(int err);
+
+/* The frame header: 16 bytes, little-endian (docs/wire.md, "Frame header"). */
+#define CHANOS_HEADER_SIZE 16
+/* The most capabilities one frame can carry (ncaps is one byte). */
+#define CHANOS_MAX_CAPS 255
+
+/* Header flag bits. */
+#define CHANOS_FLAG_CALL   0x01
+#define CHANOS_FLAG_REPLY  0x02
+#define CHANOS_FLAG_ERROR  0x04
+#define CHANOS_FLAG_CANCEL 0x08
+
+/* Frame kinds: the flags byte of each valid combination. */
+#define CHANOS_KIND_MESSAGE 0x00
+#define CHANOS_KIND_CALL    CHANOS_FLAG_CALL
+#define CHANOS_KIND_REPLY   CHANOS_FLAG_REPLY
+#define CHANOS_KIND_ERROR   (CHANOS_FLAG_REPLY | CHANOS_FLAG_ERROR)
+#define CHANOS_KIND_CANCEL  CHANOS_FLAG_CANCEL
+
+struct chanos_hdr {
+    uint32_t size;       /* total frame length, header included */
+    uint16_t msg;        /* message number, from 1 */
+    uint8_t flags;       /* CHANOS_KIND_* */
+    uint8_t ncaps;       /* capabilities passed beside the frame */
+    uint32_t call_id;    /* rpc correlation id; 0 on plain messages */
+    uint32_t timeout_us; /* rpc call deadline; 0 = none */
+};
+
+/*
+ * Little-endian loads and stores of unaligned bytes; correct on any host.
+ * Signed values are two's complement (int*_t is, by definition).
+ */
+static inline uint16_t chanos_load_u16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (unsigned)p[1] << 8);
+}
+
+static inline uint32_t chanos_load_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+           (uint32_t)p[3] << 24;
+}
+
+static inline uint64_t chanos_load_u64(const uint8_t *p)
+{
+    return (uint64_t)chanos_load_u32(p) |
+           (uint64_t)chanos_load_u32(p + 4) << 32;
+}
+
+static inline void chanos_store_u16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
+
+static inline void chanos_store_u32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static inline void chanos_store_u64(uint8_t *p, uint64_t v)
+{
+    chanos_store_u32(p, (uint32_t)v);
+    chanos_store_u32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* chanos_hdr_load reads the 16 header bytes at p, without any check. */
+static inline void chanos_hdr_load(struct chanos_hdr *h, const uint8_t *p)
+{
+    h->size = chanos_load_u32(p);
+    h->msg = chanos_load_u16(p + 4);
+    h->flags = p[6];
+    h->ncaps = p[7];
+    h->call_id = chanos_load_u32(p + 8);
+    h->timeout_us = chanos_load_u32(p + 12);
+}
+
+/* chanos_hdr_put writes h as the 16 header bytes at p. */
+static inline void chanos_hdr_put(uint8_t *p, const struct chanos_hdr *h)
+{
+    chanos_store_u32(p, h->size);
+    chanos_store_u16(p + 4, h->msg);
+    p[6] = h->flags;
+    p[7] = h->ncaps;
+    chanos_store_u32(p + 8, h->call_id);
+    chanos_store_u32(p + 12, h->timeout_us);
+}
+
+/*
+ * chanos_hdr_set_call patches call_id and timeout_us into an encoded frame
+ * (generated encoders write them as 0; the connection layer fills them in).
+ */
+static inline void chanos_hdr_set_call(uint8_t *frame, uint32_t call_id,
+                                       uint32_t timeout_us)
+{
+    chanos_store_u32(frame + 8, call_id);
+    chanos_store_u32(frame + 12, timeout_us);
+}
+
+/*
+ * chanos_hdr_parse reads the header of the frame in frame[0..len), which
+ * must hold exactly one frame. Fails with TRUNCATED if len < 16 and with
+ * SIZE if the header's size differs from len. Does not look at the flags.
+ */
+static inline int chanos_hdr_parse(struct chanos_hdr *h, const uint8_t *frame,
+                                   size_t len)
+{
+    if (len < CHANOS_HEADER_SIZE)
+        return CHANOS_ERR_TRUNCATED;
+    chanos_hdr_load(h, frame);
+    if (h->size != len)
+        return CHANOS_ERR_SIZE;
+    return CHANOS_OK;
+}
+
+/*
+ * chanos_hdr_kind returns the kind of frame h describes (CHANOS_KIND_*, a
+ * value >= 0), or CHANOS_ERR_HEADER if its flags, call_id and timeout_us
+ * form no valid combination (docs/wire.md, "Flags").
+ */
+static inline int chanos_hdr_kind(const struct chanos_hdr *h)
+{
+    switch (h->flags) {
+    case CHANOS_KIND_MESSAGE:
+        if (h->call_id != 0 || h->timeout_us != 0)
+            return CHANOS_ERR_HEADER;
+        return CHANOS_KIND_MESSAGE;
+    case CHANOS_KIND_CALL:
+        return CHANOS_KIND_CALL;
+    case CHANOS_KIND_REPLY:
+    case CHANOS_KIND_ERROR:
+    case CHANOS_KIND_CANCEL:
+        if (h->timeout_us != 0)
+            return CHANOS_ERR_HEADER;
+        return h->flags;
+    }
+    return CHANOS_ERR_HEADER;
+}
+
+/*
+ * chanos_hdr_check returns 0 if h is a valid frame of the given kind,
+ * else CHANOS_ERR_HEADER.
+ */
+static inline int chanos_hdr_check(const struct chanos_hdr *h, unsigned kind)
+{
+    int k = chanos_hdr_kind(h);
+
+    if (k < 0 || (unsigned)k != kind)
+        return CHANOS_ERR_HEADER;
+    return CHANOS_OK;
+}
+
+/*
+ * An iref names an export: 32 bytes on the wire. All zero is the null iref.
+ */
+struct chanos_iref {
+    uint64_t machine;
+    uint64_t export_id;
+    uint8_t token[16];
+};
+
+/*
+ * A string view: len bytes at ptr, not NUL-terminated. Decoders point ptr
+ * into the frame, so a decoded view lives as long as the frame's buffer.
+ * Encoders read len bytes at ptr (ptr may be NULL when len is 0).
+ */
+struct chanos_str {
+    const char *ptr;
+    uint32_t len;
+};
+
+/* A byte view, as chanos_str, for dynamic arrays of 1-byte elements. */
+struct chanos_bytes {
+    const uint8_t *ptr;
+    uint32_t len;
+};
+
+/* chanos_cstr returns a view of the NUL-terminated string s. */
+static inline struct chanos_str chanos_cstr(const char *s)
+{
+    struct chanos_str v;
+    size_t n = 0;
+
+    while (s[n] != '\0')
+        n++;
+    v.ptr = s;
+    v.len = (uint32_t)n;
+    return v;
+}
+
+/* CHANOS_STR("literal") is a view of a string literal. */
+#define CHANOS_STR(lit) \
+    ((struct chanos_str){ (lit), (uint32_t)(sizeof(lit) - 1) })
+
+/*
+ * An encode buffer, all caller-owned memory: encoders append whole frames
+ * to data[len..cap) and the capabilities (fds) they carry to
+ * fds[nfds..fds_cap). They never allocate: a frame that does not fit fails
+ * with CHANOS_ERR_NOSPACE. On any failure the buffer is unchanged (bytes
+ * past len and fds past nfds may have been overwritten). The fds are
+ * copied, not duplicated: the buffer does not own them.
+ */
+struct chanos_buf {
+    uint8_t *data;
+    size_t cap;
+    size_t len;
+    int *fds;
+    uint32_t fds_cap;
+    uint32_t nfds;
+};
+
+/* chanos_buf_init makes b an empty buffer over the given memory. */
+static inline void chanos_buf_init(struct chanos_buf *b, void *data, size_t cap,
+                                   int *fds, uint32_t fds_cap)
+{
+    b->data = (uint8_t *)data;
+    b->cap = cap;
+    b->len = 0;
+    b->fds = fds;
+    b->fds_cap = fds_cap;
+    b->nfds = 0;
+}
+
+/* chanos_buf_reset empties b, keeping its memory. */
+static inline void chanos_buf_reset(struct chanos_buf *b)
+{
+    b->len = 0;
+    b->nfds = 0;
+}
+
+/*
+ * Encoding and decoding state used by generated code. Errors are sticky:
+ * after the first one every call is a no-op that returns a zero value, and
+ * chanos_enc_end / chanos_dec_end report it. Applications normally call
+ * the generated functions instead.
+ */
+struct chanos_enc {
+    struct chanos_buf *buf;
+    size_t start;    /* offset of the frame's header in buf->data */
+    size_t pos;      /* offset of the next byte; may run past buf->cap */
+    uint32_t ncaps;  /* capabilities appended so far */
+    int err;         /* first value error (BOUND, NUL, ENUM, CAP) */
+};
+
+struct chanos_dec {
+    const uint8_t *frame;
+    size_t len;      /* frame length */
+    size_t pos;      /* offset of the next byte, <= len */
+    const int *fds;  /* the fds received with the frame */
+    uint32_t nfds;
+    uint32_t ncaps;  /* the header's ncaps */
+    uint32_t caps;   /* capability values decoded so far */
+    int err;         /* first error */
+};
+
+
+
+/*
+ * chanos_enc_room_ advances the frame by n bytes and returns where to write
+ * them, or NULL if they fall outside the buffer.
+ */
+static inline uint8_t *chanos_enc_room_(struct chanos_enc *e, size_t n)
+{
+    size_t pos = e->pos;
+    size_t cap = e->buf->cap;
+
+    e->pos = pos + n;
+    if (pos > cap || n > cap - pos)
+        return NULL;
+    return e->buf->data + pos;
+}
+
+static inline void chanos_enc_fail_(struct chanos_enc *e, int err)
+{
+    if (e->err == 0)
+        e->err = err;
+}
+
+/* chanos_enc_begin starts a frame of msg and flags at out->len. */
+static inline void chanos_enc_begin(struct chanos_enc *e,
+                                    struct chanos_buf *out, uint16_t msg,
+                                    unsigned flags)
+{
+    struct chanos_hdr h = { 0, msg, (uint8_t)flags, 0, 0, 0 };
+    uint8_t *p;
+
+    e->buf = out;
+    e->start = out->len;
+    e->pos = out->len;
+    e->ncaps = 0;
+    e->err = 0;
+    p = chanos_enc_room_(e, CHANOS_HEADER_SIZE);
+    if (p != NULL)
+        chanos_hdr_put(p, &h); /* size and ncaps are patched at the end */
+}
+
+/*
+ * chanos_enc_end finishes the frame: on success it patches size and ncaps
+ * and commits the frame and its fds to the buffer; on failure it returns
+ * the first error (value errors before NOSPACE) and leaves the buffer as
+ * it was.
+ */
+static inline int chanos_enc_end(struct chanos_enc *e)
+{
+    struct chanos_buf *b = e->buf;
+    size_t size = e->pos - e->start;
+    uint8_t *p;
+
+    if (e->err != 0)
+        return e->err;
+    if (e->pos > b->cap || e->ncaps > b->fds_cap - b->nfds)
+        return CHANOS_ERR_NOSPACE;
+    if (size > UINT32_MAX)
+        return CHANOS_ERR_SIZE;
+    p = b->data + e->start;
+    chanos_store_u32(p, (uint32_t)size);
+    p[7] = (uint8_t)e->ncaps;
+    b->len = e->pos;
+    b->nfds += e->ncaps;
+    return CHANOS_OK;
+}
+
+static inline void chanos_enc_u8(struct chanos_enc *e, uint8_t v)
+{
+    uint8_t *p = chanos_enc_room_(e, 1);
+
+    if (p != NULL)
+        p[0] = v;
+}
+
+static inline void chanos_enc_u16(struct chanos_enc *e, uint16_t v)
+{
+    uint8_t *p = chanos_enc_room_(e, 2);
+
+    if (p != NULL)
+        chanos_store_u16(p, v);
+}
+
+static inline void chanos_enc_u32(struct chanos_enc *e, uint32_t v)
+{
+    uint8_t *p = chanos_enc_room_(e, 4);
+
+    if (p != NULL)
+        chanos_store_u32(p, v);
+}
+
+static inline void chanos_enc_u64(struct chanos_enc *e, uint64_t v)
+{
+    uint8_t *p = chanos_enc_room_(e, 8);
+
+    if (p != NULL)
+        chanos_store_u64(p, v);
+}
+
+static inline void chanos_enc_i8(struct chanos_enc *e, int8_t v)
+{
+    uint8_t u;
+
+    memcpy(&u, &v, 1);
+    chanos_enc_u8(e, u);
+}
+
+static inline void chanos_enc_i16(struct chanos_enc *e, int16_t v)
+{
+    uint16_t u;
+
+    memcpy(&u, &v, 2);
+    chanos_enc_u16(e, u);
+}
+
+static inline void chanos_enc_i32(struct chanos_enc *e, int32_t v)
+{
+    uint32_t u;
+
+    memcpy(&u, &v, 4);
+    chanos_enc_u32(e, u);
+}
+
+static inline void chanos_enc_i64(struct chanos_enc *e, int64_t v)
+{
+    uint64_t u;
+
+    memcpy(&u, &v, 8);
+    chanos_enc_u64(e, u);
+}
+
+static inline void chanos_enc_char(struct chanos_enc *e, char v)
+{
+    uint8_t u;
+
+    memcpy(&u, &v, 1);
+    chanos_enc_u8(e, u);
+}
+
+static inline void chanos_enc_bool(struct chanos_enc *e, bool v)
+{
+    chanos_enc_u8(e, v ? 1 : 0);
+}
+
+/* chanos_enc_enum writes v, failing with ENUM unless v < n. */
+static inline void chanos_enc_enum(struct chanos_enc *e, uint32_t v, uint32_t n)
+{
+    if (v >= n)
+        chanos_enc_fail_(e, CHANOS_ERR_ENUM);
+    chanos_enc_u32(e, v);
+}
+
+/* chanos_enc_raw writes n bytes at p (a fixed array of 1-byte elements). */
+static inline void chanos_enc_raw(struct chanos_enc *e, const void *p, size_t n)
+{
+    uint8_t *q = chanos_enc_room_(e, n);
+
+    if (q != NULL && n > 0)
+        memcpy(q, p, n);
+}
+
+/*
+ * chanos_enc_count writes a dynamic array's element count n. It returns n,
+ * or 0 (after failing with BOUND) if n > max, so that a loop over the
+ * returned count never reads past the array.
+ */
+static inline uint32_t chanos_enc_count(struct chanos_enc *e, uint32_t n,
+                                        uint32_t max)
+{
+    if (n > max) {
+        chanos_enc_fail_(e, CHANOS_ERR_BOUND);
+        n = 0;
+    }
+    chanos_enc_u32(e, n);
+    return n;
+}
+
+/* chanos_enc_str writes s, failing with BOUND if longer than max bytes and
+ * with NUL if it holds a NUL byte. */
+void chanos_enc_str(struct chanos_enc *e, struct chanos_str s, uint32_t max);
+
+/* chanos_enc_bytes writes b, failing with BOUND if longer than max. */
+void chanos_enc_bytes(struct chanos_enc *e, struct chanos_bytes b,
+                      uint32_t max);
+
+void chanos_enc_iref(struct chanos_enc *e, const struct chanos_iref *r);
+
+/*
+ * chanos_enc_cap appends fd to the buffer's fds and writes its index,
+ * failing with CAP past CHANOS_MAX_CAPS capabilities in one frame.
+ */
+void chanos_enc_cap(struct chanos_enc *e, int fd);
+
+
+
+
+/* chanos_dec_take_ consumes n bytes and returns them, or NULL (sticky
+ * TRUNCATED) if the frame ends first. */
+static inline const uint8_t *chanos_dec_take_(struct chanos_dec *d, size_t n)
+{
+    const uint8_t *p;
+
+    if (d->err != 0)
+        return NULL;
+    if (d->len - d->pos < n) {
+        d->err = CHANOS_ERR_TRUNCATED;
+        return NULL;
+    }
+    p = d->frame + d->pos;
+    d->pos += n;
+    return p;
+}
+
+static inline void chanos_dec_fail_(struct chanos_dec *d, int err)
+{
+    if (d->err == 0)
+        d->err = err;
+}
+
+/*
+ * chanos_dec_begin starts decoding the frame in frame[0..len) with the fds
+ * received beside it: it parses the header into h (TRUNCATED, SIZE) and
+ * positions d at the body.
+ */
+static inline int chanos_dec_begin(struct chanos_dec *d, struct chanos_hdr *h,
+                                   const uint8_t *frame, size_t len,
+                                   const int *fds, uint32_t nfds)
+{
+    int rc = chanos_hdr_parse(h, frame, len);
+
+    if (rc != 0)
+        return rc;
+    d->frame = frame;
+    d->len = len;
+    d->pos = CHANOS_HEADER_SIZE;
+    d->fds = fds;
+    d->nfds = nfds;
+    d->ncaps = h->ncaps;
+    d->caps = 0;
+    d->err = 0;
+    return CHANOS_OK;
+}
+
+/*
+ * chanos_dec_begin_msg is chanos_dec_begin for a decoder of one frame kind
+ * of one message: it also fails with UNKNOWN_MESSAGE if the header's msg is
+ * not msg and with HEADER if the frame is not a valid one of kind.
+ */
+static inline int chanos_dec_begin_msg(struct chanos_dec *d,
+                                       const uint8_t *frame, size_t len,
+                                       const int *fds, uint32_t nfds,
+                                       uint16_t msg, unsigned kind)
+{
+    struct chanos_hdr h;
+    int rc = chanos_dec_begin(d, &h, frame, len, fds, nfds);
+
+    if (rc != 0)
+        return rc;
+    if (h.msg != msg)
+        return CHANOS_ERR_UNKNOWN_MESSAGE;
+    return chanos_hdr_check(&h, kind);
+}
+
+/*
+ * chanos_dec_end returns the first error met, else TRAILING if bytes
+ * remain, else CAP if the header's ncaps differs from the number of
+ * capability values decoded, else 0.
+ */
+static inline int chanos_dec_end(struct chanos_dec *d)
+{
+    if (d->err != 0)
+        return d->err;
+    if (d->pos != d->len)
+        return CHANOS_ERR_TRAILING;
+    if (d->caps != d->ncaps)
+        return CHANOS_ERR_CAP;
+    return CHANOS_OK;
+}
+
+static inline uint8_t chanos_dec_u8(struct chanos_dec *d)
+{
+    const uint8_t *p = chanos_dec_take_(d, 1);
+
+    return p != NULL ? p[0] : 0;
+}
+
+static inline uint16_t chanos_dec_u16(struct chanos_dec *d)
+{
+    const uint8_t *p = chanos_dec_take_(d, 2);
+
+    return p != NULL ? chanos_load_u16(p) : 0;
+}
+
+static inline uint32_t chanos_dec_u32(struct chanos_dec *d)
+{
+    const uint8_t *p = chanos_dec_take_(d, 4);
+
+    return p != NULL ? chanos_load_u32(p) : 0;
+}
+
+static inline uint64_t chanos_dec_u64(struct chanos_dec *d)
+{
+    const uint8_t *p = chanos_dec_take_(d, 8);
+
+    return p != NULL ? chanos_load_u64(p) : 0;
+}
+
+static inline int8_t chanos_dec_i8(struct chanos_dec *d)
+{
+    uint8_t u = chanos_dec_u8(d);
+    int8_t v;
+
+    memcpy(&v, &u, 1);
+    return v;
+}
+
+static inline int16_t chanos_dec_i16(struct chanos_dec *d)
+{
+    uint16_t u = chanos_dec_u16(d);
+    int16_t v;
+
+    memcpy(&v, &u, 2);
+    return v;
+}
+
+static inline int32_t chanos_dec_i32(struct chanos_dec *d)
+{
+    uint32_t u = chanos_dec_u32(d);
+    int32_t v;
+
+    memcpy(&v, &u, 4);
+    return v;
+}
+
+static inline int64_t chanos_dec_i64(struct chanos_dec *d)
+{
+    uint64_t u = chanos_dec_u64(d);
+    int64_t v;
+
+    memcpy(&v, &u, 8);
+    return v;
+}
+
+static inline char chanos_dec_char(struct chanos_dec *d)
+{
+    uint8_t u = chanos_dec_u8(d);
+    char v;
+
+    memcpy(&v, &u, 1);
+    return v;
+}
+
+/* chanos_dec_bool reads a bool, failing with BOOL unless the byte is 0 or 1. */
+static inline bool chanos_dec_bool(struct chanos_dec *d)
+{
+    uint8_t u = chanos_dec_u8(d);
+
+    if (u > 1)
+        chanos_dec_fail_(d, CHANOS_ERR_BOOL);
+    return u == 1;
+}
+
+/* chanos_dec_enum reads an enum of n enumerators, failing with ENUM (and
+ * returning 0) if the value is n or more. */
+static inline uint32_t chanos_dec_enum(struct chanos_dec *d, uint32_t n)
+{
+    uint32_t v = chanos_dec_u32(d);
+
+    if (v >= n) {
+        chanos_dec_fail_(d, CHANOS_ERR_ENUM);
+        return 0;
+    }
+    return v;
+}
+
+/* chanos_dec_raw copies n bytes to dst (a fixed array of 1-byte elements). */
+static inline void chanos_dec_raw(struct chanos_dec *d, void *dst, size_t n)
+{
+    const uint8_t *p = chanos_dec_take_(d, n);
+
+    if (p != NULL && n > 0)
+        memcpy(dst, p, n);
+}
+
+/* chanos_dec_count reads a dynamic array's element count, failing with BOUND
+ * (and returning 0) if it exceeds max. */
+static inline uint32_t chanos_dec_count(struct chanos_dec *d, uint32_t max)
+{
+    uint32_t n = chanos_dec_u32(d);
+
+    if (n > max) {
+        chanos_dec_fail_(d, CHANOS_ERR_BOUND);
+        return 0;
+    }
+    return n;
+}
+
+/* chanos_dec_str reads a string of at most max bytes (BOUND, TRUNCATED,
+ * NUL) and returns a view into the frame. */
+struct chanos_str chanos_dec_str(struct chanos_dec *d, uint32_t max);
+
+/* chanos_dec_bytes reads a byte array of at most max bytes (BOUND,
+ * TRUNCATED) and returns a view into the frame. */
+struct chanos_bytes chanos_dec_bytes(struct chanos_dec *d, uint32_t max);
+
+void chanos_dec_iref(struct chanos_dec *d, struct chanos_iref *r);
+
+/*
+ * chanos_dec_cap reads a capability index, which must be the number of
+ * capabilities read before it, below both the header's ncaps and nfds
+ * (else CAP), and returns that received fd; -1 on error.
+ */
+int chanos_dec_cap(struct chanos_dec *d);
+
 /* ==== end wire format ==== */
 
 /* ==== ump: shared-memory channels, see docs/ump.md ==== */

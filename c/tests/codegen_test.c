@@ -1,0 +1,740 @@
+/*
+ * codegen_test.c: tests the C that chanosc generates, on c/tests/ctest.if.
+ *
+ * Every frame is encoded and compared byte for byte where the bytes are
+ * spelled out, decoded back, and put through every error path of the
+ * encoder and the decoder. Frames are decoded from heap buffers of exactly
+ * their length, so that AddressSanitizer catches any read past the end.
+ */
+#include "ctest.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+static int checks;
+
+#define CHECK(cond)                                                         \
+    do {                                                                    \
+        checks++;                                                           \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,          \
+                    __LINE__, #cond);                                       \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                \
+    do {                                                                    \
+        int got_ = (expr);                                                  \
+        int want_ = (want);                                                 \
+        checks++;                                                           \
+        if (got_ != want_) {                                                \
+            fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s)\n",          \
+                    __FILE__, __LINE__, #expr, got_, chanos_strerror(got_), \
+                    want_, chanos_strerror(want_));                         \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+/* A frame being built or decoded: exactly len bytes on the heap. */
+struct frame {
+    uint8_t *p;
+    size_t len;
+};
+
+/* frame_alloc returns len zero bytes on the heap. */
+static struct frame frame_alloc(size_t len)
+{
+    struct frame f;
+
+    f.p = calloc(len > 0 ? len : 1, 1);
+    if (f.p == NULL)
+        abort();
+    f.len = len;
+    return f;
+}
+
+static struct frame frame_dup(const uint8_t *p, size_t len)
+{
+    struct frame f = frame_alloc(len);
+
+    if (len > 0)
+        memcpy(f.p, p, len);
+    return f;
+}
+
+/* frame_make builds a frame from a header and a body. */
+static struct frame frame_make(uint16_t msg, uint8_t flags, uint8_t ncaps,
+                               uint32_t call_id, uint32_t timeout_us,
+                               const uint8_t *body, size_t n)
+{
+    struct chanos_hdr h;
+    struct frame f = frame_alloc(CHANOS_HEADER_SIZE + n);
+
+    h.size = (uint32_t)(CHANOS_HEADER_SIZE + n);
+    h.msg = msg;
+    h.flags = flags;
+    h.ncaps = ncaps;
+    h.call_id = call_id;
+    h.timeout_us = timeout_us;
+    chanos_hdr_put(f.p, &h);
+    if (n > 0)
+        memcpy(f.p + CHANOS_HEADER_SIZE, body, n);
+    return f;
+}
+
+/* frame_resize returns a copy of f cut or extended (with zeros) to len
+ * bytes, with the header's size patched to match. */
+static struct frame frame_resize(struct frame f, size_t len)
+{
+    struct frame g = frame_alloc(len);
+
+    memcpy(g.p, f.p, len < f.len ? len : f.len);
+    if (len >= 4)
+        chanos_store_u32(g.p, (uint32_t)len);
+    return g;
+}
+
+static void frame_free(struct frame f) { free(f.p); }
+
+/* Encoding into a caller-owned buffer; newbuf resets it. */
+static uint8_t bufmem[4096];
+static int buffds[16];
+
+static struct chanos_buf newbuf(void)
+{
+    struct chanos_buf b;
+
+    memset(bufmem, 0xAA, sizeof bufmem);
+    chanos_buf_init(&b, bufmem, sizeof bufmem, buffds, 16);
+    return b;
+}
+
+static const uint8_t scalars_body[] = {
+    0x01,                                           /* u8 */
+    0x02, 0x03,                                     /* u16 */
+    0x04, 0x05, 0x06, 0x07,                         /* u32 */
+    0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f, /* u64 */
+    0xff,                                           /* i8 -1 */
+    0xfe, 0xff,                                     /* i16 -2 */
+    0xfd, 0xff, 0xff, 0xff,                         /* i32 -3 */
+    0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x80, /* i64 min */
+    0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* uintptr max */
+    0xfb, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, /* intptr -5 */
+    0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* size 6 */
+    0x41,                                           /* char 'A' */
+    0x01,                                           /* bool true */
+    0x34, 0x12, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* errval */
+    0x01, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* iref machine */
+    0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, /* iref export */
+    0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, /* iref token */
+    0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+    0xef, 0xbe, 0xad, 0xde,                         /* handle */
+    0x02, 0x00, 0x00, 0x00,                         /* shade blue */
+};
+#define SCALARS_FLAG_OFF (16 + 1 + 2 + 4 + 8 + 1 + 2 + 4 + 8 + 8 + 8 + 8 + 1)
+#define SCALARS_ENUM_OFF (16 + 104 - 4)
+
+static void fill_scalars(struct ctest_scalars *m)
+{
+    int i;
+
+    memset(m, 0, sizeof *m);
+    m->u8 = 0x01;
+    m->u16 = 0x0302;
+    m->u32 = 0x07060504;
+    m->u64 = UINT64_C(0x0f0e0d0c0b0a0908);
+    m->i8 = -1;
+    m->i16 = -2;
+    m->i32 = -3;
+    m->i64 = INT64_MIN;
+    m->up = UINT64_MAX;
+    m->ip = -5;
+    m->sz = 6;
+    m->ch = 'A';
+    m->flag = true;
+    m->err = 0x1234;
+    m->ref.machine = 1;
+    m->ref.export_id = 2;
+    for (i = 0; i < 16; i++)
+        m->ref.token[i] = (uint8_t)i;
+    m->h = 0xdeadbeef;
+    m->s = CTEST_COLOR_BLUE;
+}
+
+static void test_scalars(void)
+{
+    struct ctest_scalars m, d;
+    struct chanos_buf b = newbuf();
+    struct frame want = frame_make(CTEST_MSG_SCALARS, 0, 0, 0, 0, scalars_body,
+                                   sizeof scalars_body);
+    struct frame f, g;
+    size_t n;
+
+    CHECK(sizeof scalars_body == 104);
+    CHECK(want.len == CTEST_SCALARS_MAX_FRAME_SIZE);
+    fill_scalars(&m);
+    CHECK_RC(ctest_scalars_encode(&m, &b), 0);
+    CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
+    CHECK(b.nfds == 0);
+
+    f = frame_dup(b.data, b.len);
+    memset(&d, 0x55, sizeof d);
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK(d.u8 == m.u8 && d.u16 == m.u16 && d.u32 == m.u32 && d.u64 == m.u64);
+    CHECK(d.i8 == -1 && d.i16 == -2 && d.i32 == -3 && d.i64 == INT64_MIN);
+    CHECK(d.up == UINT64_MAX && d.ip == -5 && d.sz == 6 && d.ch == 'A');
+    CHECK(d.flag == true && d.err == 0x1234 && d.h == 0xdeadbeef);
+    CHECK(d.s == CTEST_COLOR_BLUE);
+    CHECK(memcmp(&d.ref, &m.ref, sizeof d.ref) == 0);
+
+    /* Every cut inside the body, size patched: truncated. */
+    for (n = 16; n < f.len; n++) {
+        g = frame_resize(f, n);
+        CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        frame_free(g);
+    }
+    /* Cuts inside the header: truncated; size unpatched: size. */
+    for (n = 0; n < 16; n++)
+        CHECK_RC(ctest_scalars_decode(&d, f.p, n, NULL, 0), CHANOS_ERR_TRUNCATED);
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+    /* One byte more: trailing. */
+    g = frame_resize(f, f.len + 1);
+    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+    frame_free(g);
+
+    /* Field values. */
+    f.p[SCALARS_FLAG_OFF] = 2;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
+    f.p[SCALARS_FLAG_OFF] = 0;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK(d.flag == false);
+    f.p[SCALARS_ENUM_OFF] = 3;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    f.p[SCALARS_ENUM_OFF] = 2;
+    f.p[SCALARS_ENUM_OFF + 3] = 0x80;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    f.p[SCALARS_ENUM_OFF + 3] = 0;
+
+    /* The first error wins: a bad bool before a cut is reported as such. */
+    g = frame_resize(f, SCALARS_FLAG_OFF + 3);
+    g.p[SCALARS_FLAG_OFF] = 7;
+    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_BOOL);
+    frame_free(g);
+
+    /* Header. */
+    f.p[4] = CTEST_MSG_EMPTY;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+    f.p[4] = 0;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+    f.p[4] = CTEST_MSG_SCALARS;
+    f.p[6] = CHANOS_FLAG_CALL;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[6] = 0x10;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[6] = 0;
+    f.p[8] = 1; /* call_id on a message */
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[8] = 0;
+    f.p[15] = 1; /* timeout_us on a message */
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[15] = 0;
+    f.p[7] = 1; /* ncaps, but no capability in the body */
+    {
+        int fd = 3;
+
+        CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, &fd, 1), CHANOS_ERR_CAP);
+    }
+    f.p[7] = 0;
+    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+
+    /* Too small a buffer, at every size: NOSPACE, buffer unchanged. */
+    for (n = 0; n < want.len; n++) {
+        struct chanos_buf s = newbuf();
+
+        s.cap = n;
+        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_NOSPACE);
+        CHECK(s.len == 0 && s.nfds == 0);
+    }
+    /* Value errors come before NOSPACE. */
+    {
+        struct chanos_buf s = newbuf();
+
+        s.cap = 10;
+        m.s = (enum ctest_color)3;
+        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        s.cap = sizeof bufmem;
+        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        m.s = (enum ctest_color)-1;
+        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        CHECK(s.len == 0);
+    }
+    frame_free(f);
+    frame_free(want);
+}
+
+static void test_empty(void)
+{
+    static const uint8_t want[] = { 16, 0, 0, 0, CTEST_MSG_EMPTY, 0, 0, 0,
+                                    0, 0, 0, 0, 0, 0, 0, 0 };
+    struct ctest_empty m = { 0 }, d;
+    struct chanos_buf b = newbuf();
+    struct frame f, g;
+
+    CHECK_RC(ctest_empty_encode(&m, &b), 0);
+    CHECK(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0);
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_empty_decode(&d, f.p, f.len, NULL, 0), 0);
+    g = frame_resize(f, 17);
+    CHECK_RC(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    frame_free(g);
+    g = frame_resize(f, 15);
+    CHECK_RC(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+    frame_free(g);
+    frame_free(f);
+}
+
+static void test_texts(void)
+{
+    static const uint8_t body[] = {
+        5, 0, 0, 0, 'h', 'e', 'l', 'l', 'o',
+        3, 0, 0, 0, 0x00, 0xff, 0x80,
+        0, 0, 0, 0,
+    };
+    static const uint8_t data[] = { 0x00, 0xff, 0x80 };
+    struct ctest_texts m, d;
+    struct chanos_buf b = newbuf();
+    struct frame want = frame_make(CTEST_MSG_TEXTS, 0, 0, 0, 0, body, sizeof body);
+    struct frame f, g;
+    char longname[CTEST_TEXTS_NAME_MAX + 1];
+    uint8_t body2[4 + CTEST_TEXTS_NAME_MAX + 1 + 8];
+
+    memset(&m, 0, sizeof m);
+    m.name = CHANOS_STR("hello");
+    m.data.ptr = data;
+    m.data.len = 3;
+    m.chars.ptr = NULL; /* an empty view may be NULL */
+    m.chars.len = 0;
+    CHECK_RC(ctest_texts_encode(&m, &b), 0);
+    CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
+
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+    /* Views point into the frame. */
+    CHECK(d.name.len == 5 && d.name.ptr == (const char *)f.p + 20);
+    CHECK(memcmp(d.name.ptr, "hello", 5) == 0);
+    CHECK(d.data.len == 3 && memcmp(d.data.ptr, data, 3) == 0);
+    CHECK(d.chars.len == 0 && d.chars.ptr != NULL);
+
+    /* Every cut: truncated. */
+    for (size_t n = 16; n < f.len; n++) {
+        g = frame_resize(f, n);
+        CHECK_RC(ctest_texts_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        frame_free(g);
+    }
+    /* NUL inside the string. */
+    f.p[22] = 0;
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_NUL);
+    f.p[22] = 'l';
+    /* A NUL in a byte array is fine. */
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+    /* Bounds: checked before the bytes, so a short frame says BOUND. */
+    f.p[16] = CTEST_TEXTS_NAME_MAX + 1;
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    f.p[16] = 0xff;
+    f.p[19] = 0xff;
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    f.p[16] = 5;
+    f.p[19] = 0;
+    f.p[25] = CTEST_TEXTS_DATA_MAX + 1;
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    f.p[25] = 6; /* within the bound, past the end */
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+    f.p[25] = 3;
+    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+
+    /* A string at its bound is fine; one byte more is not, both ways. */
+    memset(longname, 'x', sizeof longname);
+    memset(body2, 0, sizeof body2);
+    body2[0] = CTEST_TEXTS_NAME_MAX;
+    memset(body2 + 4, 'x', CTEST_TEXTS_NAME_MAX);
+    g = frame_make(CTEST_MSG_TEXTS, 0, 0, 0, 0, body2, 4 + CTEST_TEXTS_NAME_MAX + 8);
+    CHECK_RC(ctest_texts_decode(&d, g.p, g.len, NULL, 0), 0);
+    CHECK(d.name.len == CTEST_TEXTS_NAME_MAX);
+    frame_free(g);
+    b = newbuf();
+    m.name.ptr = longname;
+    m.name.len = CTEST_TEXTS_NAME_MAX;
+    CHECK_RC(ctest_texts_encode(&m, &b), 0);
+    b = newbuf();
+    m.name.len = CTEST_TEXTS_NAME_MAX + 1;
+    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK(b.len == 0);
+    m.name = CHANOS_STR("a\0b");
+    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_NUL);
+    m.name = CHANOS_STR("ok");
+    m.data.len = CTEST_TEXTS_DATA_MAX + 1;
+    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    m.data.len = 3;
+    m.chars = (struct chanos_bytes){ (const uint8_t *)"abcde", 5 };
+    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK(b.len == 0);
+    frame_free(f);
+    frame_free(want);
+}
+
+static void fill_arrays(struct ctest_arrays *m)
+{
+    memset(m, 0, sizeof *m);
+    m->nvals = 2;
+    m->vals[0] = 1;
+    m->vals[1] = 0xffffffff;
+    m->nbits = 3;
+    m->bits[0] = true;
+    m->bits[2] = true;
+    m->ncolors = 1;
+    m->colors[0] = CTEST_COLOR_GREEN;
+    m->npairs = 1;
+    m->pairs[0].a = 9;
+    m->pairs[0].b = 10;
+    m->nvecs = 1;
+    m->vecs[0][0] = -1;
+    m->vecs[0][2] = 3;
+    m->m[1][2] = 7;
+    memcpy(m->addr, "\x01\x02\x03\x04\x05\x06", 6);
+}
+
+static void test_arrays(void)
+{
+    static const uint8_t body[] = {
+        2, 0, 0, 0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff,     /* vals */
+        3, 0, 0, 0, 1, 0, 1,                                /* bits */
+        1, 0, 0, 0, 1, 0, 0, 0,                             /* colors */
+        1, 0, 0, 0, 9, 10, 0, 0, 0, 0, 0, 0, 0,             /* pairs */
+        1, 0, 0, 0, 0xff, 0xff, 0, 0, 3, 0,                 /* vecs */
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 7, 0,                 /* m */
+        1, 2, 3, 4, 5, 6,                                   /* addr */
+    };
+    struct ctest_arrays m, d;
+    struct chanos_buf b = newbuf();
+    struct frame want = frame_make(CTEST_MSG_ARRAYS, 0, 0, 0, 0, body, sizeof body);
+    struct frame f, g;
+
+    fill_arrays(&m);
+    CHECK_RC(ctest_arrays_encode(&m, &b), 0);
+    CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
+    f = frame_dup(b.data, b.len);
+    memset(&d, 0x55, sizeof d);
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK(d.nvals == 2 && d.vals[0] == 1 && d.vals[1] == 0xffffffff);
+    CHECK(d.nbits == 3 && d.bits[0] && !d.bits[1] && d.bits[2]);
+    CHECK(d.ncolors == 1 && d.colors[0] == CTEST_COLOR_GREEN);
+    CHECK(d.npairs == 1 && d.pairs[0].a == 9 && d.pairs[0].b == 10);
+    CHECK(d.nvecs == 1 && d.vecs[0][0] == -1 && d.vecs[0][1] == 0 && d.vecs[0][2] == 3);
+    CHECK(d.m[1][2] == 7 && d.m[0][0] == 0);
+    CHECK(memcmp(d.addr, "\x01\x02\x03\x04\x05\x06", 6) == 0);
+
+    for (size_t n = 16; n < f.len; n++) {
+        g = frame_resize(f, n);
+        CHECK_RC(ctest_arrays_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        frame_free(g);
+    }
+    /* Counts past their bound, even huge ones. */
+    f.p[16] = CTEST_ARRAYS_VALS_MAX + 1;
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    memset(f.p + 16, 0xff, 4);
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    memcpy(f.p + 16, "\x02\x00\x00\x00", 4);
+    f.p[16 + 12 + 4 + 1] = 2; /* bits[1] */
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
+    f.p[16 + 12 + 4 + 1] = 0;
+    f.p[16 + 12 + 7 + 4] = 3; /* colors[0] */
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    f.p[16 + 12 + 7 + 4] = 1;
+    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
+
+    m.nvals = CTEST_ARRAYS_VALS_MAX + 1;
+    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    m.nvals = UINT32_MAX; /* must not read past vals[] */
+    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    m.nvals = 2;
+    m.colors[0] = (enum ctest_color)7;
+    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_ENUM);
+    m.colors[0] = CTEST_COLOR_RED;
+    m.npairs = 3;
+    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK(b.len == want.len); /* only the first frame */
+    frame_free(f);
+    frame_free(want);
+}
+
+static void fill_caps(struct ctest_caps *m)
+{
+    memset(m, 0, sizeof *m);
+    m->a = 10;
+    m->nmore = 2;
+    m->more[0] = 11;
+    m->more[1] = 12;
+    m->r.p.x = -7;
+    m->r.p.c = CTEST_COLOR_BLUE;
+    memcpy(m->r.addr, "abcdef", 6);
+    m->r.m[0][1] = 300;
+    m->r.f[1] = true;
+    m->r.fd = 13;
+}
+
+static void test_caps(void)
+{
+    static const int fds[] = { 110, 111, 112, 113, 114 };
+    struct ctest_caps m, d;
+    struct chanos_buf b = newbuf();
+    struct frame f, g;
+    int rc;
+
+    fill_caps(&m);
+    CHECK_RC(ctest_caps_encode(&m, &b), 0);
+    CHECK(b.nfds == 4);
+    CHECK(buffds[0] == 10 && buffds[1] == 11 && buffds[2] == 12 && buffds[3] == 13);
+    CHECK(b.data[7] == 4); /* ncaps */
+    /* Indices in encoding order: a, more[0], more[1], r.fd. */
+    CHECK(chanos_load_u32(b.data + 16) == 0);
+    CHECK(chanos_load_u32(b.data + 20) == 2); /* nmore */
+    CHECK(chanos_load_u32(b.data + 24) == 1);
+    CHECK(chanos_load_u32(b.data + 28) == 2);
+    CHECK(chanos_load_u32(b.data + b.len - 4) == 3);
+
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
+    CHECK(d.a == 110 && d.nmore == 2 && d.more[0] == 111 && d.more[1] == 112);
+    CHECK(d.r.fd == 113);
+    CHECK(d.r.p.x == -7);
+    CHECK(d.r.p.c == CTEST_COLOR_BLUE && memcmp(d.r.addr, "abcdef", 6) == 0);
+    CHECK(d.r.m[0][1] == 300 && !d.r.f[0] && d.r.f[1]);
+    /* Extra fds beyond ncaps are ignored. */
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), 0);
+    /* Too few fds came with the frame. */
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_CAP);
+    /* ncaps differs from the body's count. */
+    f.p[7] = 5;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    f.p[7] = 3;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    f.p[7] = 4;
+    /* An index out of canonical order. */
+    f.p[24] = 2;
+    f.p[28] = 1;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
+    f.p[24] = 1;
+    f.p[28] = 2;
+    f.p[16] = 0xff;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
+    f.p[16] = 0;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
+    /* A bool inside the struct. */
+    f.p[f.len - 5] = 9;
+    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_BOOL);
+    f.p[f.len - 5] = 1;
+    /* Cuts: truncated. */
+    for (size_t n = 16; n < f.len; n++) {
+        g = frame_resize(f, n);
+        rc = ctest_caps_decode(&d, g.p, g.len, fds, 4);
+        CHECK_RC(rc, CHANOS_ERR_TRUNCATED);
+        frame_free(g);
+    }
+
+    /* Room for too few fds: NOSPACE, buffer unchanged. */
+    for (uint32_t n = 0; n < 4; n++) {
+        uint8_t mem[256];
+        int few[4];
+        struct chanos_buf s;
+
+        chanos_buf_init(&s, mem, sizeof mem, few, n);
+        CHECK_RC(ctest_caps_encode(&m, &s), CHANOS_ERR_NOSPACE);
+        CHECK(s.len == 0 && s.nfds == 0);
+    }
+    /* Appending a second frame: its indices restart at 0, its fds follow. */
+    CHECK_RC(ctest_caps_encode(&m, &b), 0);
+    CHECK(b.len == 2 * f.len && b.nfds == 8);
+    CHECK(memcmp(b.data, b.data + f.len, f.len) == 0);
+    CHECK(buffds[4] == 10 && buffds[7] == 13);
+    m.nmore = 4;
+    CHECK_RC(ctest_caps_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK(b.len == 2 * f.len && b.nfds == 8);
+    frame_free(f);
+}
+
+static void test_keywords(void)
+{
+    struct ctest_keywords m, d;
+    struct chanos_buf b = newbuf();
+    struct frame f;
+
+    memset(&m, 0, sizeof m);
+    m.register_ = -42;
+    m.long_ = 2;
+    m.default_[0] = 1;
+    m.default_[1] = 0xffff;
+    m.errno_ = 5;
+    CHECK_RC(ctest_keywords_encode(&m, &b), 0);
+    CHECK(b.len == CTEST_KEYWORDS_MAX_FRAME_SIZE);
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_keywords_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK(d.register_ == -42 && d.long_ == 2 && d.default_[0] == 1);
+    CHECK(d.default_[1] == 0xffff && d.errno_ == 5);
+    frame_free(f);
+}
+
+static void test_rpc(void)
+{
+    static const int fds[] = { 200 };
+    struct ctest_lookup_call c, dc;
+    struct ctest_lookup_reply r, dr;
+    struct ctest_sync_call sc = { 0 }, dsc;
+    struct ctest_sync_reply dsr;
+    struct ctest_msg any;
+    struct chanos_buf b = newbuf();
+    struct frame f, g;
+
+    memset(&c, 0, sizeof c);
+    c.key = CHANOS_STR("k");
+    CHECK_RC(ctest_lookup_call_encode(&c, &b), 0);
+    CHECK(b.data[6] == CHANOS_FLAG_CALL);
+    CHECK(chanos_load_u32(b.data + 8) == 0 && chanos_load_u32(b.data + 12) == 0);
+    chanos_hdr_set_call(b.data, 77, 5000);
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_lookup_call_decode(&dc, f.p, f.len, NULL, 0), 0);
+    CHECK(dc.key.len == 1 && dc.key.ptr[0] == 'k');
+    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), 0);
+    CHECK(any.msg == CTEST_MSG_LOOKUP && any.kind == CHANOS_KIND_CALL);
+    CHECK(any.call_id == 77 && any.timeout_us == 5000);
+    CHECK(any.u.lookup_call.key.len == 1);
+    /* The interface-wide encoder writes call_id and timeout back. */
+    b = newbuf();
+    CHECK_RC(ctest_encode(&any, &b), 0);
+    CHECK(b.len == f.len && memcmp(b.data, f.p, f.len) == 0);
+    /* Error replies and cancels belong to the connection layer. */
+    f.p[6] = CHANOS_KIND_ERROR;
+    f.p[12] = f.p[13] = f.p[14] = f.p[15] = 0;
+    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[6] = CHANOS_KIND_CANCEL;
+    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    f.p[6] = 0;
+    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    frame_free(f);
+
+    memset(&r, 0, sizeof r);
+    r.found = true;
+    r.value.machine = 3;
+    r.value.token[15] = 0xee;
+    r.fd = 9;
+    b = newbuf();
+    CHECK_RC(ctest_lookup_reply_encode(&r, &b), 0);
+    CHECK(b.data[6] == CHANOS_FLAG_REPLY && b.data[7] == 1 && b.nfds == 1);
+    chanos_hdr_set_call(b.data, 78, 0);
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), 0);
+    CHECK(dr.found && dr.value.machine == 3 && dr.value.token[15] == 0xee && dr.fd == 200);
+    CHECK_RC(ctest_lookup_call_decode(&dc, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 1), 0);
+    CHECK(any.kind == CHANOS_KIND_REPLY && any.call_id == 78 && any.u.lookup_reply.fd == 200);
+    b = newbuf();
+    CHECK_RC(ctest_encode(&any, &b), 0);
+    CHECK(b.len == f.len && memcmp(b.data, f.p, f.len) == 0);
+    f.p[12] = 1; /* a reply carries no timeout */
+    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    frame_free(f);
+
+    /* An rpc without arguments. */
+    b = newbuf();
+    CHECK_RC(ctest_sync_call_encode(&sc, &b), 0);
+    CHECK(b.len == 16);
+    f = frame_dup(b.data, b.len);
+    CHECK_RC(ctest_sync_call_decode(&dsc, f.p, f.len, NULL, 0), 0);
+    CHECK_RC(ctest_sync_reply_decode(&dsr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    g = frame_resize(f, 20);
+    CHECK_RC(ctest_sync_call_decode(&dsc, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_RC(ctest_decode(&any, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    frame_free(g);
+    frame_free(f);
+
+    /* The interface-wide encoder rejects a tag it does not know. */
+    memset(&any, 0, sizeof any);
+    any.msg = 99;
+    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_UNKNOWN_MESSAGE);
+    any.msg = CTEST_MSG_EMPTY;
+    any.kind = CHANOS_KIND_CALL;
+    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
+    any.msg = CTEST_MSG_SYNC;
+    any.kind = CHANOS_KIND_MESSAGE;
+    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
+}
+
+/* test_any decodes each kind of frame with ctest_decode and encodes it
+ * back with ctest_encode. */
+static void test_any(void)
+{
+    struct ctest_scalars s;
+    struct ctest_arrays a;
+    struct ctest_caps c;
+    struct ctest_msg any;
+    struct chanos_buf b = newbuf();
+    static const int fds[] = { 1, 2, 3, 4 };
+    size_t ends[3];
+    size_t start = 0;
+
+    fill_scalars(&s);
+    fill_arrays(&a);
+    fill_caps(&c);
+    CHECK_RC(ctest_scalars_encode(&s, &b), 0);
+    ends[0] = b.len;
+    CHECK_RC(ctest_arrays_encode(&a, &b), 0);
+    ends[1] = b.len;
+    CHECK_RC(ctest_caps_encode(&c, &b), 0);
+    ends[2] = b.len;
+    for (int i = 0; i < 3; i++) {
+        struct frame f = frame_dup(b.data + start, ends[i] - start);
+        uint8_t out[512];
+        int outfds[8];
+        struct chanos_buf o;
+
+        chanos_buf_init(&o, out, sizeof out, outfds, 8);
+        CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 4), 0);
+        CHECK(any.kind == CHANOS_KIND_MESSAGE && any.call_id == 0);
+        CHECK_RC(ctest_encode(&any, &o), 0);
+        CHECK(o.len == f.len && memcmp(out, f.p, f.len) == 0);
+        start = ends[i];
+        frame_free(f);
+    }
+    CHECK(any.msg == CTEST_MSG_CAPS && any.u.caps.r.fd == 4);
+    /* Unknown numbers. */
+    {
+        struct frame f = frame_make(11, 0, 0, 0, 0, NULL, 0);
+
+        CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+        chanos_store_u16(f.p + 4, 0);
+        CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+        CHECK_RC(ctest_decode(&any, f.p, 15, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_RC(ctest_decode(&any, NULL, 0, NULL, 0), CHANOS_ERR_TRUNCATED);
+        frame_free(f);
+    }
+}
+
+int main(void)
+{
+    test_scalars();
+    test_empty();
+    test_texts();
+    test_arrays();
+    test_caps();
+    test_keywords();
+    test_rpc();
+    test_any();
+    printf("codegen_test: %d checks, %d failed\n", checks, failures);
+    return failures == 0 ? 0 : 1;
+}

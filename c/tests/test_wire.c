@@ -1,0 +1,418 @@
+/*
+ * test_wire.c: the wire-format runtime of libchanos (the wire section of
+ * chanos.h and src/wire.c), tested without generated code.
+ */
+#include <chanos.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int failures;
+static int checks;
+
+#define CHECK(cond)                                                         \
+    do {                                                                    \
+        checks++;                                                           \
+        if (!(cond)) {                                                      \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,          \
+                    __LINE__, #cond);                                       \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+#define CHECK_RC(expr, want)                                                \
+    do {                                                                    \
+        int got_ = (expr);                                                  \
+        int want_ = (want);                                                 \
+        checks++;                                                           \
+        if (got_ != want_) {                                                \
+            fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s)\n",          \
+                    __FILE__, __LINE__, #expr, got_, chanos_strerror(got_), \
+                    want_, chanos_strerror(want_));                         \
+            failures++;                                                     \
+        }                                                                   \
+    } while (0)
+
+static void test_strerror(void)
+{
+    static const int codes[] = {
+        CHANOS_ERR_TRUNCATED, CHANOS_ERR_SIZE, CHANOS_ERR_TRAILING,
+        CHANOS_ERR_UNKNOWN_MESSAGE, CHANOS_ERR_HEADER, CHANOS_ERR_BOUND,
+        CHANOS_ERR_ENUM, CHANOS_ERR_BOOL, CHANOS_ERR_CAP, CHANOS_ERR_NUL,
+        CHANOS_ERR_NOSPACE,
+    };
+    size_t i, j;
+
+    for (i = 0; i < sizeof codes / sizeof codes[0]; i++) {
+        const char *s = chanos_strerror(codes[i]);
+
+        CHECK(codes[i] < -4096);
+        CHECK(s != NULL && strcmp(s, "unknown chanos error") != 0);
+        for (j = 0; j < i; j++)
+            CHECK(codes[j] != codes[i] && strcmp(chanos_strerror(codes[j]), s) != 0);
+    }
+    CHECK(strcmp(chanos_strerror(0), "success") == 0);
+    CHECK(strcmp(chanos_strerror(-ENOMEM), strerror(ENOMEM)) == 0);
+    CHECK(strcmp(chanos_strerror(-4200), "unknown chanos error") == 0);
+    CHECK(strcmp(chanos_strerror(7), "unknown chanos error") == 0);
+}
+
+static void test_load_store(void)
+{
+    uint8_t b[17];
+
+    memset(b, 0xee, sizeof b);
+    chanos_store_u16(b + 1, 0x0102);
+    CHECK(b[0] == 0xee && b[1] == 0x02 && b[2] == 0x01 && b[3] == 0xee);
+    CHECK(chanos_load_u16(b + 1) == 0x0102);
+    chanos_store_u32(b + 3, 0x01020304);
+    CHECK(b[3] == 4 && b[4] == 3 && b[5] == 2 && b[6] == 1 && b[7] == 0xee);
+    CHECK(chanos_load_u32(b + 3) == 0x01020304);
+    chanos_store_u64(b + 7, UINT64_C(0x0102030405060708));
+    CHECK(b[7] == 8 && b[14] == 1 && b[15] == 0xee);
+    CHECK(chanos_load_u64(b + 7) == UINT64_C(0x0102030405060708));
+    chanos_store_u64(b + 9, UINT64_MAX);
+    CHECK(chanos_load_u64(b + 9) == UINT64_MAX);
+}
+
+static void test_header(void)
+{
+    struct chanos_hdr h = { 24, 0x0201, CHANOS_KIND_CALL, 3, 0x0a0b0c0d, 0xffffffff };
+    struct chanos_hdr g;
+    uint8_t f[24];
+    size_t n;
+
+    memset(f, 0, sizeof f);
+    chanos_hdr_put(f, &h);
+    CHECK(f[0] == 24 && f[1] == 0 && f[4] == 0x01 && f[5] == 0x02);
+    CHECK(f[6] == CHANOS_KIND_CALL && f[7] == 3 && f[8] == 0x0d && f[15] == 0xff);
+    CHECK_RC(chanos_hdr_parse(&g, f, sizeof f), 0);
+    CHECK(g.size == h.size && g.msg == h.msg && g.flags == h.flags);
+    CHECK(g.ncaps == h.ncaps && g.call_id == h.call_id && g.timeout_us == h.timeout_us);
+    for (n = 0; n < CHANOS_HEADER_SIZE; n++)
+        CHECK_RC(chanos_hdr_parse(&g, f, n), CHANOS_ERR_TRUNCATED);
+    CHECK_RC(chanos_hdr_parse(&g, f, 23), CHANOS_ERR_SIZE);
+    chanos_hdr_set_call(f, 9, 10);
+    CHECK(chanos_load_u32(f + 8) == 9 && chanos_load_u32(f + 12) == 10);
+}
+
+static void test_kinds(void)
+{
+    struct chanos_hdr h = { 16, 1, 0, 0, 0, 0 };
+    unsigned flags;
+
+    /* Every flags byte: only the five combinations of docs/wire.md. */
+    for (flags = 0; flags < 256; flags++) {
+        int want;
+
+        h.flags = (uint8_t)flags;
+        h.call_id = 0;
+        h.timeout_us = 0;
+        switch (flags) {
+        case CHANOS_KIND_MESSAGE:
+        case CHANOS_KIND_CALL:
+        case CHANOS_KIND_REPLY:
+        case CHANOS_KIND_ERROR:
+        case CHANOS_KIND_CANCEL:
+            want = (int)flags;
+            break;
+        default:
+            want = CHANOS_ERR_HEADER;
+        }
+        CHECK_RC(chanos_hdr_kind(&h), want);
+        CHECK_RC(chanos_hdr_check(&h, flags), want < 0 ? want : 0);
+    }
+    /* call_id: any on rpc frames, 0 on messages. */
+    h.call_id = 5;
+    h.flags = CHANOS_KIND_MESSAGE;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    h.flags = CHANOS_KIND_CALL;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_KIND_CALL);
+    h.flags = CHANOS_KIND_CANCEL;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_KIND_CANCEL);
+    /* timeout_us: only on calls. */
+    h.timeout_us = 1;
+    h.flags = CHANOS_KIND_CALL;
+    CHECK_RC(chanos_hdr_check(&h, CHANOS_KIND_CALL), 0);
+    h.flags = CHANOS_KIND_REPLY;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    h.flags = CHANOS_KIND_ERROR;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    h.flags = CHANOS_KIND_CANCEL;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    h.call_id = 0;
+    h.flags = CHANOS_KIND_MESSAGE;
+    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    /* A valid frame of another kind. */
+    h.timeout_us = 0;
+    h.flags = CHANOS_KIND_REPLY;
+    CHECK_RC(chanos_hdr_check(&h, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+}
+
+static void test_views(void)
+{
+    struct chanos_str s = chanos_cstr("hello");
+    struct chanos_str t = CHANOS_STR("a\0b");
+    struct chanos_str e = chanos_cstr("");
+
+    CHECK(s.len == 5 && memcmp(s.ptr, "hello", 5) == 0);
+    CHECK(t.len == 3);
+    CHECK(e.len == 0 && e.ptr != NULL);
+}
+
+/* An encoder round trip of every primitive, by hand. */
+static void test_encode_decode(void)
+{
+    uint8_t mem[128];
+    int fds[2];
+    struct chanos_buf b;
+    struct chanos_enc e;
+    struct chanos_dec d;
+    struct chanos_hdr h;
+    struct chanos_iref r = { 1, 2, { 0 } };
+    struct chanos_iref r2;
+    uint8_t raw[3];
+    struct chanos_str s;
+    struct chanos_bytes by;
+    static const int in[] = { 40, 41 };
+    int i;
+
+    for (i = 0; i < 16; i++)
+        r.token[i] = (uint8_t)(0xf0 + i);
+    chanos_buf_init(&b, mem, sizeof mem, fds, 2);
+    chanos_enc_begin(&e, &b, 7, CHANOS_KIND_REPLY);
+    chanos_enc_u8(&e, 0xab);
+    chanos_enc_i8(&e, -2);
+    chanos_enc_u16(&e, 0xbeef);
+    chanos_enc_i16(&e, -3);
+    chanos_enc_u32(&e, 0xdeadbeef);
+    chanos_enc_i32(&e, INT32_MIN);
+    chanos_enc_u64(&e, UINT64_MAX);
+    chanos_enc_i64(&e, INT64_MIN);
+    chanos_enc_char(&e, 'z');
+    chanos_enc_bool(&e, true);
+    chanos_enc_enum(&e, 2, 3);
+    chanos_enc_raw(&e, "xyz", 3);
+    CHECK(chanos_enc_count(&e, 2, 2) == 2);
+    chanos_enc_str(&e, CHANOS_STR("hi"), 2);
+    chanos_enc_bytes(&e, (struct chanos_bytes){ (const uint8_t *)"\0\1", 2 }, 4);
+    chanos_enc_iref(&e, &r);
+    chanos_enc_cap(&e, 30);
+    chanos_enc_cap(&e, 31);
+    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK(b.len == 16 + 1 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 1 + 4 + 3 + 4 + 6 + 6 + 32 + 8);
+    CHECK(b.nfds == 2 && fds[0] == 30 && fds[1] == 31);
+    CHECK(chanos_load_u32(mem) == b.len && mem[6] == CHANOS_KIND_REPLY && mem[7] == 2);
+
+    CHECK_RC(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
+    CHECK(h.msg == 7 && h.ncaps == 2);
+    CHECK(chanos_dec_u8(&d) == 0xab);
+    CHECK(chanos_dec_i8(&d) == -2);
+    CHECK(chanos_dec_u16(&d) == 0xbeef);
+    CHECK(chanos_dec_i16(&d) == -3);
+    CHECK(chanos_dec_u32(&d) == 0xdeadbeef);
+    CHECK(chanos_dec_i32(&d) == INT32_MIN);
+    CHECK(chanos_dec_u64(&d) == UINT64_MAX);
+    CHECK(chanos_dec_i64(&d) == INT64_MIN);
+    CHECK(chanos_dec_char(&d) == 'z');
+    CHECK(chanos_dec_bool(&d) == true);
+    CHECK(chanos_dec_enum(&d, 3) == 2);
+    chanos_dec_raw(&d, raw, 3);
+    CHECK(memcmp(raw, "xyz", 3) == 0);
+    CHECK(chanos_dec_count(&d, 2) == 2);
+    s = chanos_dec_str(&d, 2);
+    CHECK(s.len == 2 && memcmp(s.ptr, "hi", 2) == 0);
+    by = chanos_dec_bytes(&d, 4);
+    CHECK(by.len == 2 && by.ptr[0] == 0 && by.ptr[1] == 1);
+    chanos_dec_iref(&d, &r2);
+    CHECK(memcmp(&r, &r2, sizeof r) == 0);
+    CHECK(chanos_dec_cap(&d) == 40);
+    CHECK(chanos_dec_cap(&d) == 41);
+    CHECK_RC(chanos_dec_end(&d), 0);
+
+    /* Sticky errors: after the first, reads return zero values. */
+    CHECK_RC(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
+    d.len = 18; /* pretend the frame ends after two bytes of body */
+    CHECK(chanos_dec_u16(&d) == 0xfeab);
+    CHECK(chanos_dec_u32(&d) == 0);
+    CHECK(chanos_dec_u8(&d) == 0); /* even though one byte would fit */
+    CHECK(chanos_dec_cap(&d) == -1);
+    s = chanos_dec_str(&d, 10);
+    CHECK(s.ptr == NULL && s.len == 0);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+}
+
+static void test_encode_errors(void)
+{
+    uint8_t mem[2048];
+    int fds[300];
+    struct chanos_buf b;
+    struct chanos_enc e;
+    int i;
+
+    chanos_buf_init(&b, mem, sizeof mem, fds, 300);
+    /* 255 capabilities fit in a frame, 256 do not. */
+    chanos_enc_begin(&e, &b, 1, 0);
+    for (i = 0; i < CHANOS_MAX_CAPS; i++)
+        chanos_enc_cap(&e, i);
+    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK(b.nfds == 255 && mem[7] == 255);
+    chanos_buf_reset(&b);
+    chanos_enc_begin(&e, &b, 1, 0);
+    for (i = 0; i <= CHANOS_MAX_CAPS; i++)
+        chanos_enc_cap(&e, i);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_CAP);
+    CHECK(b.len == 0 && b.nfds == 0);
+
+    /* Bounds, NUL and enums. */
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_str(&e, CHANOS_STR("abc"), 2);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_str(&e, CHANOS_STR("a\0"), 2);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NUL);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_str(&e, (struct chanos_str){ NULL, 0 }, 2);
+    chanos_enc_bytes(&e, (struct chanos_bytes){ NULL, 0 }, 0);
+    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK(b.len == 24);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_bytes(&e, (struct chanos_bytes){ mem, 3 }, 2);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    chanos_enc_begin(&e, &b, 1, 0);
+    CHECK(chanos_enc_count(&e, 5, 4) == 0);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_enum(&e, 3, 3);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    /* The first value error is the one reported. */
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_enum(&e, 9, 3);
+    chanos_enc_str(&e, CHANOS_STR("abc"), 1);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    CHECK(b.len == 24 && b.nfds == 0);
+
+    /* NOSPACE: in the header, in the body, in fds; value errors first. */
+    chanos_buf_init(&b, mem, 10, fds, 0);
+    chanos_enc_begin(&e, &b, 1, 0);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    chanos_buf_init(&b, mem, 20, fds, 0);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_u64(&e, 1);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_u64(&e, 1);
+    chanos_enc_str(&e, CHANOS_STR("toolong"), 3);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_cap(&e, 5);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    CHECK(b.len == 0 && b.nfds == 0);
+    chanos_buf_init(&b, mem, 20, NULL, 0);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_cap(&e, 5);
+    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    chanos_buf_init(&b, mem, 20, fds, 1);
+    chanos_enc_begin(&e, &b, 1, 0);
+    chanos_enc_cap(&e, 5);
+    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK(b.len == 20 && b.nfds == 1 && fds[0] == 5);
+}
+
+static void test_decode_errors(void)
+{
+    uint8_t f[64];
+    struct chanos_dec d;
+    struct chanos_hdr h = { 0, 3, 0, 0, 0, 0 };
+    static const int fds[] = { 7, 8 };
+
+    memset(f, 0, sizeof f);
+    h.size = 16 + 8;
+    chanos_hdr_put(f, &h);
+    /* begin_msg: truncated, size, unknown message, header. */
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 15, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_TRUNCATED);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 25, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_SIZE);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 4, CHANOS_KIND_MESSAGE), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_MESSAGE), 0);
+
+    /* Strings: bound before bytes, then truncation, then NUL. */
+    chanos_store_u32(f + 16, 3);
+    memcpy(f + 20, "ab\0c", 4);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_str(&d, 2);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    chanos_store_u32(f + 16, 5);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_str(&d, 8);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    chanos_store_u32(f + 16, 4);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_str(&d, 8);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_NUL);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_bytes(&d, 8); /* a NUL is fine in bytes */
+    CHECK_RC(chanos_dec_end(&d), 0);
+    chanos_store_u32(f + 16, 0xffffffff);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_bytes(&d, 8);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK(chanos_dec_count(&d, 0xfffffffe) == 0);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+
+    /* Bool and enum values. */
+    f[16] = 2;
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    (void)chanos_dec_bool(&d);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOOL);
+    chanos_store_u32(f + 16, 1);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK(chanos_dec_enum(&d, 1) == 0);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_ENUM);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK(chanos_dec_enum(&d, 2) == 1);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRAILING);
+
+    /* Capabilities: index, ncaps and nfds. */
+    chanos_store_u32(f + 16, 0);
+    chanos_store_u32(f + 20, 1);
+    f[7] = 2;
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
+    CHECK_RC(chanos_dec_end(&d), 0);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
+    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == -1);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    f[7] = 1;
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    (void)chanos_dec_cap(&d);
+    (void)chanos_dec_cap(&d);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    f[7] = 3;
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    (void)chanos_dec_cap(&d);
+    (void)chanos_dec_cap(&d);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    f[7] = 2;
+    chanos_store_u32(f + 16, 1);
+    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    (void)chanos_dec_cap(&d);
+    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+}
+
+int main(void)
+{
+    test_strerror();
+    test_load_store();
+    test_header();
+    test_kinds();
+    test_views();
+    test_encode_decode();
+    test_encode_errors();
+    test_decode_errors();
+    printf("test_wire: %d passed, %d failed\n", checks - failures, failures);
+    return failures == 0 ? 0 : 1;
+}

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"math/big"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	cgen "github.com/chanos/chanos/gen/c"
+	"github.com/chanos/chanos/idl"
+)
+
+func TestIntLiteral(t *testing.T) {
+	for in, want := range map[string]string{
+		"0": "0", "-5": "-5", "2147483647": "2147483647", "-2147483647": "-2147483647",
+		"-2147483648":          "INT64_C(-2147483648)",
+		"2147483648":           "UINT64_C(2147483648)",
+		"18446744073709551615": "UINT64_C(18446744073709551615)",
+		"-9223372036854775808": "INT64_MIN",
+		"-9223372036854775807": "INT64_C(-9223372036854775807)",
+	} {
+		n, _ := new(big.Int).SetString(in, 10)
+		if got := intLiteral(n); got != want {
+			t.Errorf("intLiteral(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+func TestCString(t *testing.T) {
+	if got, want := cString([]byte("a b_Z9\x00\"?\\\xff")), `"a b_Z9\000\042\077\134\377"`; got != want {
+		t.Errorf("cString = %s, want %s", got, want)
+	}
+}
+
+func TestBadVectors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, s string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("v.if", `interface v { message m(uint8 a); };`)
+	for _, c := range []struct{ json, want string }{
+		{`{"interface": "v.if", "vectors": [{"name": "x", "message": "m", "kind": "message", "fields": {}, "hex": ""}]}`, "no value for argument a"},
+		{`{"interface": "v.if", "vectors": [{"name": "x", "message": "m", "kind": "message", "fields": {"a": 1, "b": 2}, "hex": ""}]}`, "b is not an argument"},
+		{`{"interface": "v.if", "vectors": [{"name": "x", "message": "n", "kind": "message", "fields": {}, "hex": ""}]}`, "no message \"n\""},
+		{`{"interface": "v.if", "vectors": [{"name": "x", "message": "m", "kind": "call", "fields": {}, "hex": ""}]}`, "no frame of kind"},
+		{`{"interface": "v.if", "vectors": [{"name": "x", "message": "m", "kind": "message", "fields": {"a": 256}, "hex": ""}]}`, "out of range"},
+		{`{"interface": "v.if", "malformed": [{"name": "x", "hex": "zz", "error": "size"}]}`, "bad hex"},
+		{`{"interface": "v.if", "malformed": [{"name": "x", "hex": "", "error": "oops"}]}`, "unknown error"},
+	} {
+		_, err := generateFile(write("v.json", c.json))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: got error %v, want one containing %q", c.json, err, c.want)
+		}
+	}
+}
+
+// TestAlltypes generates the C test of the shared vectors and, if gcc is
+// installed, builds it with the generated interface under the sanitizers
+// and runs it, as the C build does.
+func TestAlltypes(t *testing.T) {
+	const vectors = "../../testdata/wire/alltypes.json"
+	if _, err := os.Stat(vectors); err != nil {
+		t.Skip("no shared vectors")
+	}
+	src, err := generateFile(vectors)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc, err := exec.LookPath("gcc")
+	if err != nil {
+		t.Skip("gcc not found")
+	}
+	iface, err := idl.Load("../../testdata/wire/alltypes.if", []string{"../../testdata/wire/types.if"}, idl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := cgen.New().Generate(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		if err := os.WriteFile(filepath.Join(dir, f.Name), f.Data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	test := filepath.Join(dir, "vectors.c")
+	if err := os.WriteFile(test, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "vectors")
+	args := []string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g",
+		"-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+		"-I../../c/include", "-I" + dir, "-o", exe,
+		test, filepath.Join(dir, "alltypes.c"), "../../c/src/wire.c"}
+	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
+		t.Fatalf("compiling: %v\n%s", err, out)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), "CHANOS_MUTATIONS=500")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("vector test failed: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
