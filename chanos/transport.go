@@ -1,0 +1,56 @@
+package chanos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// Sender sends messages on one connection.
+type Sender interface {
+	// Send encodes m as a frame and sends it. It returns an error if m
+	// cannot be encoded (see wire.Encoder), if the connection has ended,
+	// or if ctx ends before there is room to send. A give_away_cap in m is
+	// closed once the frame is sent, also when Send fails after encoding.
+	Send(ctx context.Context, m wire.Message) error
+}
+
+// Transport sends messages and makes rpc calls on one connection.
+type Transport interface {
+	Sender
+	// Call sends call, which must be of kind wire.KindCall, as an rpc call
+	// frame with a fresh call id and ctx's deadline as its timeout, waits
+	// for the reply with the same call id, and decodes it into reply
+	// (which must be the reply type of the same rpc). An error reply from
+	// the peer is returned as a *RemoteError. If ctx ends first, Call sends
+	// a cancel for the call and returns ctx's error. On error, reply is
+	// left zero.
+	Call(ctx context.Context, call, reply wire.Message) error
+}
+
+// ErrProtocol is matched by the errors of frames that are well formed but
+// not acceptable where they arrive: a reply to no outstanding call, an rpc
+// call sent to the side that does not serve, and the like. A connection
+// that meets one ends.
+var ErrProtocol = errors.New("chanos: protocol violation")
+
+// RemoteError is an rpc's failure as reported by the server in an error
+// reply: the code and detail of the reply's status (docs/wire.md).
+type RemoteError struct {
+	// Msg is the rpc, like "kv.get".
+	Msg string
+	// Code is the failure's code; never 0.
+	Code wire.Errval
+	// Detail is the server's description of the failure.
+	Detail string
+}
+
+// Error formats e as, for example, "kv.get: remote error 0x2: no such key".
+func (e *RemoteError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("%s: remote error 0x%x", e.Msg, uint64(e.Code))
+	}
+	return fmt.Sprintf("%s: remote error 0x%x: %s", e.Msg, uint64(e.Code), e.Detail)
+}

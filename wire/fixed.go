@@ -1,0 +1,86 @@
+package wire
+
+import (
+	"encoding/binary"
+	"slices"
+)
+
+// The functions of this file are the fast path of generated code for
+// messages whose body has one fixed size and needs no checks beyond the
+// header: integers, chars, errvals, irefs and fixed arrays of bytes. Such a
+// message is encoded by writing into the body AppendFixed returns and
+// decoded by reading from the body FixedBody returns, at constant offsets.
+
+// AppendFixed appends the header of a frame of message number msg and kind
+// kind, with a body of exactly size bytes, to buf, and returns the body for
+// the caller to fill in. The frame carries no capabilities.
+func AppendFixed(buf *Buffer, msg uint16, kind Kind, size int) []byte {
+	n := len(buf.B)
+	b := slices.Grow(buf.B, HeaderSize+size)[:n+HeaderSize+size]
+	f := b[n:]
+	binary.LittleEndian.PutUint64(f, uint64(HeaderSize+size)|uint64(msg)<<32|uint64(kind.Flags())<<48)
+	binary.LittleEndian.PutUint64(f[8:], 0)
+	buf.B = b
+	return f[HeaderSize:]
+}
+
+// FixedBody returns the body of frame, and true, if frame is a well-formed
+// frame of message number msg and kind kind, with a body of exactly size
+// bytes and no capabilities. If it returns false, the caller decodes the
+// frame the slow way, with a Decoder, to learn what is wrong.
+func FixedBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byte, bool) {
+	// Size, message number, flags and ncaps make up the first eight bytes;
+	// call_id and timeout_us the next eight, of which the bits in
+	// kindZeros must be 0. Table lookups rather than Kind methods keep
+	// FixedBody small enough to be inlined.
+	n := HeaderSize + size
+	if len(frame) != n || len(caps) != 0 ||
+		binary.LittleEndian.Uint64(frame)^(uint64(n)|uint64(msg)<<32|uint64(kindFlags[kind&7])<<48)|
+			binary.LittleEndian.Uint64(frame[8:])&kindZeros[kind&7] != 0 {
+		return nil, false
+	}
+	return frame[HeaderSize:], true
+}
+
+// kindFlags and kindZeros give, for each Kind, the header flags and the
+// bits of call_id (low half) and timeout_us (high half) that must be 0.
+var (
+	kindFlags = [8]uint8{KindCall: FlagCall, KindReply: FlagReply,
+		KindErrorReply: FlagReply | FlagError, KindCancel: FlagCancel}
+	kindZeros = [8]uint64{KindMessage: ^uint64(0), KindReply: 0xFFFFFFFF << 32,
+		KindErrorReply: 0xFFFFFFFF << 32, KindCancel: 0xFFFFFFFF << 32}
+)
+
+// Uint16 returns the little-endian uint16 at the start of b.
+func Uint16(b []byte) uint16 { return binary.LittleEndian.Uint16(b) }
+
+// Uint32 returns the little-endian uint32 at the start of b.
+func Uint32(b []byte) uint32 { return binary.LittleEndian.Uint32(b) }
+
+// Uint64 returns the little-endian uint64 at the start of b.
+func Uint64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// PutUint16 writes v little-endian at the start of b.
+func PutUint16(b []byte, v uint16) { binary.LittleEndian.PutUint16(b, v) }
+
+// PutUint32 writes v little-endian at the start of b.
+func PutUint32(b []byte, v uint32) { binary.LittleEndian.PutUint32(b, v) }
+
+// PutUint64 writes v little-endian at the start of b.
+func PutUint64(b []byte, v uint64) { binary.LittleEndian.PutUint64(b, v) }
+
+// GetIref returns the iref encoded at the start of b.
+func GetIref(b []byte) Iref {
+	b = b[:IrefSize]
+	r := Iref{Machine: binary.LittleEndian.Uint64(b), Export: binary.LittleEndian.Uint64(b[8:])}
+	copy(r.Token[:], b[16:])
+	return r
+}
+
+// PutIref encodes r at the start of b.
+func PutIref(b []byte, r Iref) {
+	b = b[:IrefSize]
+	binary.LittleEndian.PutUint64(b, r.Machine)
+	binary.LittleEndian.PutUint64(b[8:], r.Export)
+	copy(b[16:], r.Token[:])
+}
