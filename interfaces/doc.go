@@ -7,4 +7,4 @@ package interfaces
 //go:generate go run ../cmd/chanosc -lang go -o pingpong pingpong.if
 //go:generate go run ../cmd/chanosc -lang go -o kv kv.if
 //go:generate go run ../cmd/chanosc -lang go -o nameservice nameservice.if
-//go:generate go run ../cmd/chanosc -lang go -o monitor monitor.if
+//go:generate go run ../cmd/chanosc -lang go -messages-only -o monitor monitor.if

@@ -57,6 +57,7 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	lang := fs.String("lang", "", "target language: go or c")
 	out := fs.String("o", "", "output `DIR` (for Go, the package directory)")
 	noNameCheck := fs.Bool("no-name-check", false, "allow an interface name that differs from the file's base name")
+	messagesOnly := fs.Bool("messages-only", false, "Go: generate messages and codecs only, without client, server and connection plumbing")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: chanosc [-i FILE]... -lang go|c -o OUTDIR FILE.if\n")
 		fs.PrintDefaults()
@@ -74,7 +75,7 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	var backend gen.Backend
 	switch *lang {
 	case "go":
-		backend = golang.New()
+		backend = &golang.Backend{MessagesOnly: *messagesOnly}
 	case "c":
 		backend = cgen.New()
 	default:

@@ -23,10 +23,12 @@ func (g *generator) file() {
 	}
 	g.newFunc()
 	g.decodeFunc()
-	g.client()
-	g.server()
-	g.dispatch()
-	g.unimplemented()
+	if !g.messagesOnly {
+		g.client()
+		g.server()
+		g.dispatch()
+		g.unimplemented()
+	}
 	body := bytes.Clone(g.out.Bytes())
 	g.out.Reset()
 
@@ -37,16 +39,20 @@ func (g *generator) file() {
 	g.p("package %s", g.pkg)
 	g.p("")
 	g.p("import (")
-	g.p(`"context"`)
-	if len(g.msgs) > 0 {
-		g.p(`"errors"`)
+	if !g.messagesOnly {
+		g.p(`"context"`)
+		if len(g.msgs) > 0 {
+			g.p(`"errors"`)
+		}
+		g.p(`"fmt"`)
 	}
-	g.p(`"fmt"`)
 	if g.hasEnum() {
 		g.p(`"strconv"`)
 	}
 	g.p("")
-	g.p(`"github.com/chanos/chanos/chanos"`)
+	if !g.messagesOnly {
+		g.p(`"github.com/chanos/chanos/chanos"`)
+	}
 	g.p(`"github.com/chanos/chanos/wire"`)
 	g.p(")")
 	g.p("")

@@ -18,7 +18,13 @@ import (
 )
 
 // Backend is the Go back end. The zero Backend is ready to use.
-type Backend struct{}
+type Backend struct {
+	// MessagesOnly leaves out the client stub, the server interface and
+	// the connection plumbing, so the package imports only wire. It is for
+	// protocols that package chanos itself speaks (the monitor protocol),
+	// which could not import chanos without an import cycle.
+	MessagesOnly bool
+}
 
 // New returns the Go back end.
 func New() *Backend { return &Backend{} }
@@ -26,11 +32,11 @@ func New() *Backend { return &Backend{} }
 // Generate returns the Go package of iface as a single file named after the
 // package. Names that collide once converted to Go are reported as an
 // idl.ErrorList, one FILE:LINE:COL error per collision.
-func (*Backend) Generate(iface *idl.Interface) ([]gen.File, error) {
+func (b *Backend) Generate(iface *idl.Interface) ([]gen.File, error) {
 	if iface == nil {
 		return nil, fmt.Errorf("golang: nil interface")
 	}
-	g := &generator{iface: iface, types: map[*idl.TypeDecl]*typeInfo{}}
+	g := &generator{iface: iface, types: map[*idl.TypeDecl]*typeInfo{}, messagesOnly: b.MessagesOnly}
 	g.name()
 	if len(g.errs) > 0 {
 		return nil, g.errs
@@ -50,7 +56,8 @@ func (*Backend) Generate(iface *idl.Interface) ([]gen.File, error) {
 
 // generator holds the state of one Generate call.
 type generator struct {
-	iface *idl.Interface
+	iface        *idl.Interface
+	messagesOnly bool
 	pkg   string
 	errs  idl.ErrorList
 	types map[*idl.TypeDecl]*typeInfo

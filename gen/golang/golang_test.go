@@ -160,3 +160,19 @@ func TestNoMessages(t *testing.T) {
 		vet(t, files[0].Name, files[0].Data)
 	}
 }
+
+func TestMessagesOnly(t *testing.T) {
+	files, err := (&Backend{MessagesOnly: true}).Generate(compile(t, edge))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := files[0].Data
+	for _, absent := range []string{`"github.com/chanos/chanos/chanos"`, "type Client struct", "type Server interface", "func Dispatch("} {
+		if bytes.Contains(src, []byte(absent)) {
+			t.Errorf("messages-only output contains %q", absent)
+		}
+	}
+	if !testing.Short() {
+		vet(t, files[0].Name, src)
+	}
+}

@@ -12,12 +12,8 @@
 package monitor
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"strconv"
 
-	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -48,8 +44,8 @@ const (
 	MaxWithdrawNameLen = 256     // withdraw: in String name[256]
 	MaxBindNameLen     = 256     // bind: in String name[256]
 	MaxBindIfaceLen    = 128     // bind: in String iface[128]
-	MaxBindFdsLen      = 4       // bind: out give_away_cap fds[nfds, 4]
-	MaxIncomingFdsLen  = 4       // incoming: give_away_cap fds[nfds, 4]
+	MaxBindFdsLen      = 8       // bind: out give_away_cap fds[nfds, 8]
+	MaxIncomingFdsLen  = 8       // incoming: give_away_cap fds[nfds, 8]
 	MaxPsJSONLen       = 1048576 // ps: out uint8 json[json_len, 1048576]
 )
 
@@ -73,6 +69,49 @@ func (v Interconnect) String() string {
 		return "ump"
 	}
 	return "Interconnect(" + strconv.FormatUint(uint64(v), 10) + ")"
+}
+
+// Status is the IDL enum status:
+//
+//	typedef enum { ok, invalid, exists, not_found, mismatch, limit, denied, no_session, internal } status;
+type Status uint32
+
+// The values of Status.
+const (
+	StatusOk        Status = 0 // ok
+	StatusInvalid   Status = 1 // invalid
+	StatusExists    Status = 2 // exists
+	StatusNotFound  Status = 3 // not_found
+	StatusMismatch  Status = 4 // mismatch
+	StatusLimit     Status = 5 // limit
+	StatusDenied    Status = 6 // denied
+	StatusNoSession Status = 7 // no_session
+	StatusInternal  Status = 8 // internal
+)
+
+// String returns the IDL name of v, or Status(N) for a value out of range.
+func (v Status) String() string {
+	switch v {
+	case StatusOk:
+		return "ok"
+	case StatusInvalid:
+		return "invalid"
+	case StatusExists:
+		return "exists"
+	case StatusNotFound:
+		return "not_found"
+	case StatusMismatch:
+		return "mismatch"
+	case StatusLimit:
+		return "limit"
+	case StatusDenied:
+		return "denied"
+	case StatusNoSession:
+		return "no_session"
+	case StatusInternal:
+		return "internal"
+	}
+	return "Status(" + strconv.FormatUint(uint64(v), 10) + ")"
 }
 
 // Msg is a message, rpc call or rpc reply of monitor. Only the types of this
@@ -373,7 +412,7 @@ func (*WithdrawReply) Decode(frame []byte, caps []wire.Cap) error {
 //		out iref ref,
 //		out uint64 conn_id,
 //		out uint32 max_frame,
-//		out give_away_cap fds[nfds, 4]);
+//		out give_away_cap fds[nfds, 8]);
 type BindCall struct {
 	// Name is the in argument name: at most MaxBindNameLen bytes, without NUL.
 	Name string
@@ -429,7 +468,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		out iref ref,
 //		out uint64 conn_id,
 //		out uint32 max_frame,
-//		out give_away_cap fds[nfds, 4]);
+//		out give_away_cap fds[nfds, 8]);
 type BindReply struct {
 	// Via is the out argument via (interconnect).
 	Via Interconnect
@@ -505,7 +544,7 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 //		uint64 client,
 //		interconnect via,
 //		uint32 max_frame,
-//		give_away_cap fds[nfds, 4]);
+//		give_away_cap fds[nfds, 8]);
 type Incoming struct {
 	// Ref is the argument ref (iref).
 	Ref wire.Iref
@@ -731,169 +770,4 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 		return nil, err
 	}
 	return m, nil
-}
-
-// Client is the client side of monitor: a method per rpc that calls it over a
-// chanos.Transport, and Send for messages.
-type Client struct {
-	t chanos.Transport
-}
-
-// NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
-
-// Send sends the message m.
-func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
-
-// Hello calls the rpc hello and returns its out arguments. An error reply
-// from the server comes back as a *chanos.RemoteError.
-func (c *Client) Hello(ctx context.Context, version uint32, program string) (monitorVersion uint32, domainID uint64, machineID uint64, err error) {
-	call := HelloCall{Version: version, Program: program}
-	var reply HelloReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, 0, 0, err
-	}
-	return reply.MonitorVersion, reply.DomainID, reply.MachineID, nil
-}
-
-// Export calls the rpc export and returns its out arguments. An error reply
-// from the server comes back as a *chanos.RemoteError.
-func (c *Client) Export(ctx context.Context, name string, iface string, maxFrame uint32) (ref wire.Iref, err error) {
-	call := ExportCall{Name: name, Iface: iface, MaxFrame: maxFrame}
-	var reply ExportReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return wire.Iref{}, err
-	}
-	return reply.Ref, nil
-}
-
-// Withdraw calls the rpc withdraw and returns its out arguments. An error reply
-// from the server comes back as a *chanos.RemoteError.
-func (c *Client) Withdraw(ctx context.Context, name string) error {
-	call := WithdrawCall{Name: name}
-	var reply WithdrawReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return err
-	}
-	return nil
-}
-
-// Bind calls the rpc bind and returns its out arguments. An error reply
-// from the server comes back as a *chanos.RemoteError.
-func (c *Client) Bind(ctx context.Context, name string, iface string, wait bool) (via Interconnect, ref wire.Iref, connID uint64, maxFrame uint32, fds []wire.Cap, err error) {
-	call := BindCall{Name: name, Iface: iface, Wait: wait}
-	var reply BindReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, wire.Iref{}, 0, 0, nil, err
-	}
-	return reply.Via, reply.Ref, reply.ConnID, reply.MaxFrame, reply.Fds, nil
-}
-
-// Ps calls the rpc ps and returns its out arguments. An error reply
-// from the server comes back as a *chanos.RemoteError.
-func (c *Client) Ps(ctx context.Context) (json []byte, err error) {
-	call := PsCall{}
-	var reply PsReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return nil, err
-	}
-	return reply.JSON, nil
-}
-
-// Server is the server side of monitor: a method per message, called for each
-// message received from the peer from, and a method per rpc, whose results
-// (or error) are the reply. Embed UnimplementedServer to keep compiling
-// when the interface grows.
-type Server interface {
-	// Hello handles the rpc hello.
-	Hello(ctx context.Context, version uint32, program string) (monitorVersion uint32, domainID uint64, machineID uint64, err error)
-	// Export handles the rpc export.
-	Export(ctx context.Context, name string, iface string, maxFrame uint32) (ref wire.Iref, err error)
-	// Withdraw handles the rpc withdraw.
-	Withdraw(ctx context.Context, name string) error
-	// Bind handles the rpc bind.
-	Bind(ctx context.Context, name string, iface string, wait bool) (via Interconnect, ref wire.Iref, connID uint64, maxFrame uint32, fds []wire.Cap, err error)
-	// Incoming handles the message incoming.
-	Incoming(ctx context.Context, from chanos.Sender, m *Incoming) error
-	// Ps handles the rpc ps.
-	Ps(ctx context.Context) (json []byte, err error)
-}
-
-// Dispatch calls the method of srv that handles m, which came from the peer
-// from. For a message it returns the handler's error and no reply; for an
-// rpc call, the reply built from the method's results, or its error. A
-// reply (or nil) is not for a server: Dispatch fails with an error
-// matching chanos.ErrProtocol.
-func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {
-	switch m := m.(type) {
-	case *HelloCall:
-		monitorVersion, domainID, machineID, err := srv.Hello(ctx, m.Version, m.Program)
-		if err != nil {
-			return nil, err
-		}
-		return &HelloReply{MonitorVersion: monitorVersion, DomainID: domainID, MachineID: machineID}, nil
-	case *ExportCall:
-		ref, err := srv.Export(ctx, m.Name, m.Iface, m.MaxFrame)
-		if err != nil {
-			return nil, err
-		}
-		return &ExportReply{Ref: ref}, nil
-	case *WithdrawCall:
-		if err := srv.Withdraw(ctx, m.Name); err != nil {
-			return nil, err
-		}
-		return &WithdrawReply{}, nil
-	case *BindCall:
-		via, ref, connID, maxFrame, fds, err := srv.Bind(ctx, m.Name, m.Iface, m.Wait)
-		if err != nil {
-			return nil, err
-		}
-		return &BindReply{Via: via, Ref: ref, ConnID: connID, MaxFrame: maxFrame, Fds: fds}, nil
-	case *Incoming:
-		return nil, srv.Incoming(ctx, from, m)
-	case *PsCall:
-		json, err := srv.Ps(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return &PsReply{JSON: json}, nil
-	case nil:
-		return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
-	}
-	return nil, fmt.Errorf("%s: a server cannot handle a %s %s: %w", InterfaceName, m.MsgName(), m.MsgKind(), chanos.ErrProtocol)
-}
-
-// UnimplementedServer implements Server with methods that fail with an
-// error matching errors.ErrUnsupported. Embed it in a Server to handle only
-// some messages and rpcs.
-type UnimplementedServer struct{}
-
-// Hello fails with errors.ErrUnsupported.
-func (UnimplementedServer) Hello(context.Context, uint32, string) (uint32, uint64, uint64, error) {
-	return 0, 0, 0, fmt.Errorf("%s.hello: %w", InterfaceName, errors.ErrUnsupported)
-}
-
-// Export fails with errors.ErrUnsupported.
-func (UnimplementedServer) Export(context.Context, string, string, uint32) (wire.Iref, error) {
-	return wire.Iref{}, fmt.Errorf("%s.export: %w", InterfaceName, errors.ErrUnsupported)
-}
-
-// Withdraw fails with errors.ErrUnsupported.
-func (UnimplementedServer) Withdraw(context.Context, string) error {
-	return fmt.Errorf("%s.withdraw: %w", InterfaceName, errors.ErrUnsupported)
-}
-
-// Bind fails with errors.ErrUnsupported.
-func (UnimplementedServer) Bind(context.Context, string, string, bool) (Interconnect, wire.Iref, uint64, uint32, []wire.Cap, error) {
-	return 0, wire.Iref{}, 0, 0, nil, fmt.Errorf("%s.bind: %w", InterfaceName, errors.ErrUnsupported)
-}
-
-// Incoming fails with errors.ErrUnsupported.
-func (UnimplementedServer) Incoming(context.Context, chanos.Sender, *Incoming) error {
-	return fmt.Errorf("%s.incoming: %w", InterfaceName, errors.ErrUnsupported)
-}
-
-// Ps fails with errors.ErrUnsupported.
-func (UnimplementedServer) Ps(context.Context) ([]byte, error) {
-	return nil, fmt.Errorf("%s.ps: %w", InterfaceName, errors.ErrUnsupported)
 }
