@@ -85,7 +85,8 @@ type Error struct {
 	// "lines[1].from.x"; "" for the header and for the frame as a whole.
 	Field string
 	// Offset is the byte offset, from the start of the frame, of the field
-	// or header field at fault.
+	// or header field at fault; -1 when a value was checked without being
+	// encoded (see CheckString).
 	Offset int
 	// Detail describes the problem, like "string length 300 exceeds bound
 	// 256".
@@ -112,8 +113,10 @@ func (e *Error) Error() string {
 		detail = strings.TrimPrefix(e.Err.Error(), "wire: ")
 	}
 	b.WriteString(detail)
-	b.WriteString(" at offset ")
-	b.WriteString(strconv.Itoa(e.Offset))
+	if e.Offset >= 0 {
+		b.WriteString(" at offset ")
+		b.WriteString(strconv.Itoa(e.Offset))
+	}
 	return b.String()
 }
 

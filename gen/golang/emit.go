@@ -28,6 +28,7 @@ func (g *generator) file() {
 		g.server()
 		g.dispatch()
 		g.unimplemented()
+		g.connection()
 	}
 	body := bytes.Clone(g.out.Bytes())
 	g.out.Reset()
@@ -48,6 +49,9 @@ func (g *generator) file() {
 	}
 	if g.hasEnum() {
 		g.p(`"strconv"`)
+	}
+	if !g.messagesOnly {
+		g.p(`"sync"`)
 	}
 	g.p("")
 	if !g.messagesOnly {
@@ -474,6 +478,9 @@ func (g *generator) frame(f *frameInfo) {
 	}
 	g.p("}")
 	g.p("")
+	if !g.messagesOnly {
+		g.cloneMethods(f)
+	}
 }
 
 func (g *generator) fieldDoc(a *argInfo) string {

@@ -55,17 +55,21 @@ var packageNames = map[string]bool{
 	"InterfaceName": true, "MaxFrameSize": true, "Msg": true,
 	"Decode": true, "New": true, "Client": true, "NewClient": true, "Server": true,
 	"Dispatch": true, "UnimplementedServer": true,
+	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
+	"Listener": true, "Export": true, "Serve": true, "ServeConn": true,
+	"decodeIncoming": true,
 }
 
 // messageMethods are the methods of generated message, call and reply
 // types, which a field of theirs must not be named.
 var messageMethods = map[string]bool{
 	"MsgNumber": true, "MsgKind": true, "MsgName": true,
-	"Encode": true, "Decode": true,
+	"Encode": true, "Decode": true, "MsgClone": true, "MsgSet": true, "MsgValidate": true,
 }
 
 // clientMethods are the methods of Client besides the rpc stubs.
-var clientMethods = map[string]bool{"Send": true}
+// (Conn embeds Client, so Conn's own methods count too.)
+var clientMethods = map[string]bool{"Send": true, "Receive": true, "Recv": true, "Err": true, "Close": true, "Raw": true}
 
 // words splits an IDL name at underscores, dropping empty parts.
 func words(name string) []string {

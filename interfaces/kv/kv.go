@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
@@ -129,6 +130,37 @@ func (m *PutCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *PutCall) MsgClone() wire.Message {
+	c := *m
+	c.Value = append([]byte(nil), m.Value...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *PutCall.
+func (m *PutCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*PutCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *PutCall) MsgValidate() error {
+	if err := wire.CheckString("kv.put call", "key", m.Key, MaxPutKeyLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("kv.put call", "value", len(m.Value), MaxPutValueLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // PutReply holds the out arguments of the rpc put, number 1:
 //
 //	rpc put(
@@ -176,6 +208,30 @@ func (m *PutReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *PutReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *PutReply.
+func (m *PutReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*PutReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*PutReply) MsgValidate() error {
+	return nil
+}
+
 // GetCall holds the in arguments of the rpc get, number 2:
 //
 //	rpc get(
@@ -214,6 +270,33 @@ func (m *GetCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Key = d.String("key", MaxGetKeyLen)
 	if err := d.Finish(); err != nil {
 		*m = GetCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetCall.
+func (m *GetCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetCall) MsgValidate() error {
+	if err := wire.CheckString("kv.get call", "key", m.Key, MaxGetKeyLen); err != nil {
 		return err
 	}
 	return nil
@@ -267,6 +350,37 @@ func (m *GetReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetReply) MsgClone() wire.Message {
+	c := *m
+	c.Value = append([]byte(nil), m.Value...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetReply.
+func (m *GetReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetReply) MsgValidate() error {
+	if err := wire.CheckEnum("kv.get reply", "st", uint32(m.St), 3); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("kv.get reply", "value", len(m.Value), MaxGetValueLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // DeleteCall holds the in arguments of the rpc delete, number 3:
 //
 //	rpc delete(in String key[256], out bool existed);
@@ -302,6 +416,33 @@ func (m *DeleteCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Key = d.String("key", MaxDeleteKeyLen)
 	if err := d.Finish(); err != nil {
 		*m = DeleteCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *DeleteCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *DeleteCall.
+func (m *DeleteCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*DeleteCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *DeleteCall) MsgValidate() error {
+	if err := wire.CheckString("kv.delete call", "key", m.Key, MaxDeleteKeyLen); err != nil {
 		return err
 	}
 	return nil
@@ -347,6 +488,30 @@ func (m *DeleteReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *DeleteReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *DeleteReply.
+func (m *DeleteReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*DeleteReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*DeleteReply) MsgValidate() error {
+	return nil
+}
+
 // Watch is the message watch, number 4:
 //
 //	message watch(String prefix[256]);
@@ -382,6 +547,33 @@ func (m *Watch) Decode(frame []byte, caps []wire.Cap) error {
 	m.Prefix = d.String("prefix", MaxWatchPrefixLen)
 	if err := d.Finish(); err != nil {
 		*m = Watch{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Watch) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Watch.
+func (m *Watch) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Watch)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Watch) MsgValidate() error {
+	if err := wire.CheckString("kv.watch", "prefix", m.Prefix, MaxWatchPrefixLen); err != nil {
 		return err
 	}
 	return nil
@@ -430,6 +622,33 @@ func (m *Changed) Decode(frame []byte, caps []wire.Cap) error {
 	m.Deleted = d.Bool("deleted")
 	if err := d.Finish(); err != nil {
 		*m = Changed{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Changed) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Changed.
+func (m *Changed) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Changed)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Changed) MsgValidate() error {
+	if err := wire.CheckString("kv.changed", "key", m.Key, MaxChangedKeyLen); err != nil {
 		return err
 	}
 	return nil
@@ -626,4 +845,147 @@ func (UnimplementedServer) Watch(context.Context, chanos.Sender, *Watch) error {
 // Changed fails with errors.ErrUnsupported.
 func (UnimplementedServer) Changed(context.Context, chanos.Sender, *Changed) error {
 	return fmt.Errorf("%s.changed: %w", InterfaceName, errors.ErrUnsupported)
+}
+
+// Interface describes kv to the connection layer.
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+
+// Conn is a connection that speaks kv: the rpc stubs and Send of Client,
+// and Receive and Recv for what the peer sends.
+type Conn struct {
+	*Client
+	c    *chanos.Conn
+	once sync.Once
+	recv chan Msg
+}
+
+// NewConn returns the typed view of c, a connection that speaks kv.
+func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }
+
+// Connect binds to the kv service exported under name on d's machine,
+// waiting for the name to appear until ctx ends.
+func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {
+	c, err := chanos.Connect(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// decodeIncoming turns what a connection received into a Msg.
+func decodeIncoming(in *chanos.Incoming) (Msg, error) {
+	if in.Msg != nil {
+		if m, ok := in.Msg.(Msg); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
+	}
+	return Decode(in.Frame, in.Caps)
+}
+
+// Receive waits for the next message or rpc call from the peer, reading
+// the connection in the calling goroutine. A frame that does not decode
+// ends the connection with an error matching chanos.ErrProtocol; at the
+// connection's end, Receive returns why (see chanos.Conn.Err).
+func (c *Conn) Receive(ctx context.Context) (Msg, error) {
+	var m Msg
+	err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		var err error
+		if m, err = decodeIncoming(in); err != nil {
+			return c.c.Violation(err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// Recv returns a channel of what the peer sends, for select. It is closed
+// when the connection ends, and Err then says why. The first call starts
+// a goroutine that receives on the channel's behalf (one hop per message
+// compared with Receive); do not mix Recv and Receive on one connection.
+func (c *Conn) Recv() <-chan Msg {
+	c.once.Do(func() {
+		c.recv = make(chan Msg, 64)
+		go func() {
+			defer close(c.recv)
+			ctx := c.c.Context()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case c.recv <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return c.recv
+}
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error { return c.c.Err() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Raw returns the untyped connection.
+func (c *Conn) Raw() *chanos.Conn { return c.c }
+
+// Listener accepts the connections bound to an export of kv.
+type Listener struct {
+	l *chanos.Listener
+}
+
+// Export registers name for a kv service on d's machine and returns
+// its listener. The name is removed when the listener closes or the
+// domain ends.
+func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
+	l, err := chanos.Export(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// Close withdraws the export.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Raw returns the untyped listener.
+func (l *Listener) Raw() *chanos.Listener { return l.l }
+
+// Serve accepts connections on l until ctx ends or l closes, and serves
+// each with ServeConn in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server) error {
+	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return ServeConn(ctx, NewConn(c), srv)
+	})
+}
+
+// ServeConn calls srv's method for each message and rpc call that arrives
+// on c, in the calling goroutine, and sends each rpc's reply, until the
+// connection or ctx ends. It returns nil when the peer closes.
+func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		m, err := decodeIncoming(in)
+		if err != nil {
+			return nil, c.c.Violation(err)
+		}
+		reply, err := Dispatch(ctx, srv, c.c, m)
+		if reply == nil {
+			return nil, err
+		}
+		return reply, err
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
@@ -106,6 +107,33 @@ func (m *SetCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *SetCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *SetCall.
+func (m *SetCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*SetCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *SetCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.set call", "name", m.Name, MaxSetNameLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // SetReply holds the out arguments of the rpc set, number 1:
 //
 //	rpc set(in String name[256], in iref ref, out errval err);
@@ -150,6 +178,30 @@ func (m *SetReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *SetReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *SetReply.
+func (m *SetReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*SetReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*SetReply) MsgValidate() error {
+	return nil
+}
+
 // GetCall holds the in arguments of the rpc get, number 2:
 //
 //	rpc get(in String name[256], out iref ref, out errval err);
@@ -185,6 +237,33 @@ func (m *GetCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Name = d.String("name", MaxGetNameLen)
 	if err := d.Finish(); err != nil {
 		*m = GetCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetCall.
+func (m *GetCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.get call", "name", m.Name, MaxGetNameLen); err != nil {
 		return err
 	}
 	return nil
@@ -239,6 +318,30 @@ func (m *GetReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetReply.
+func (m *GetReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*GetReply) MsgValidate() error {
+	return nil
+}
+
 // WaitForCall holds the in arguments of the rpc wait_for, number 3:
 //
 //	rpc wait_for(in String name[256], out iref ref, out errval err);
@@ -274,6 +377,33 @@ func (m *WaitForCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Name = d.String("name", MaxWaitForNameLen)
 	if err := d.Finish(); err != nil {
 		*m = WaitForCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *WaitForCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *WaitForCall.
+func (m *WaitForCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*WaitForCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *WaitForCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.wait_for call", "name", m.Name, MaxWaitForNameLen); err != nil {
 		return err
 	}
 	return nil
@@ -328,6 +458,30 @@ func (m *WaitForReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *WaitForReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *WaitForReply.
+func (m *WaitForReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*WaitForReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*WaitForReply) MsgValidate() error {
+	return nil
+}
+
 // GetCountCall holds the in arguments of the rpc get_count, number 4:
 //
 //	rpc get_count(in String class[256], out uint64 count);
@@ -363,6 +517,33 @@ func (m *GetCountCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Class = d.String("class", MaxGetCountClassLen)
 	if err := d.Finish(); err != nil {
 		*m = GetCountCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetCountCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetCountCall.
+func (m *GetCountCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetCountCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetCountCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.get_count call", "class", m.Class, MaxGetCountClassLen); err != nil {
 		return err
 	}
 	return nil
@@ -412,6 +593,30 @@ func (m *GetCountReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetCountReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetCountReply.
+func (m *GetCountReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetCountReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*GetCountReply) MsgValidate() error {
+	return nil
+}
+
 // RemoveCall holds the in arguments of the rpc remove, number 5:
 //
 //	rpc remove(in String name[256], out errval err);
@@ -447,6 +652,33 @@ func (m *RemoveCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Name = d.String("name", MaxRemoveNameLen)
 	if err := d.Finish(); err != nil {
 		*m = RemoveCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *RemoveCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *RemoveCall.
+func (m *RemoveCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*RemoveCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *RemoveCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.remove call", "name", m.Name, MaxRemoveNameLen); err != nil {
 		return err
 	}
 	return nil
@@ -496,6 +728,30 @@ func (m *RemoveReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *RemoveReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *RemoveReply.
+func (m *RemoveReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*RemoveReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*RemoveReply) MsgValidate() error {
+	return nil
+}
+
 // ListCall holds the in arguments of the rpc list, number 6:
 //
 //	rpc list(
@@ -539,6 +795,36 @@ func (m *ListCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.After = d.String("after", MaxListAfterLen)
 	if err := d.Finish(); err != nil {
 		*m = ListCall{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *ListCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *ListCall.
+func (m *ListCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*ListCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *ListCall) MsgValidate() error {
+	if err := wire.CheckString("nameservice.list call", "prefix", m.Prefix, MaxListPrefixLen); err != nil {
+		return err
+	}
+	if err := wire.CheckString("nameservice.list call", "after", m.After, MaxListAfterLen); err != nil {
 		return err
 	}
 	return nil
@@ -593,6 +879,34 @@ func (m *ListReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *ListReply) MsgClone() wire.Message {
+	c := *m
+	c.Names = append([]byte(nil), m.Names...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *ListReply.
+func (m *ListReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*ListReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *ListReply) MsgValidate() error {
+	if err := wire.CheckCount("nameservice.list reply", "names", len(m.Names), MaxListNamesLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // Watch is the message watch, number 7:
 //
 //	message watch(String prefix[256]);
@@ -628,6 +942,33 @@ func (m *Watch) Decode(frame []byte, caps []wire.Cap) error {
 	m.Prefix = d.String("prefix", MaxWatchPrefixLen)
 	if err := d.Finish(); err != nil {
 		*m = Watch{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Watch) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Watch.
+func (m *Watch) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Watch)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Watch) MsgValidate() error {
+	if err := wire.CheckString("nameservice.watch", "prefix", m.Prefix, MaxWatchPrefixLen); err != nil {
 		return err
 	}
 	return nil
@@ -676,6 +1017,33 @@ func (m *Changed) Decode(frame []byte, caps []wire.Cap) error {
 	m.Removed = d.Bool("removed")
 	if err := d.Finish(); err != nil {
 		*m = Changed{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Changed) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Changed.
+func (m *Changed) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Changed)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Changed) MsgValidate() error {
+	if err := wire.CheckString("nameservice.changed", "name", m.Name, MaxChangedNameLen); err != nil {
 		return err
 	}
 	return nil
@@ -974,4 +1342,147 @@ func (UnimplementedServer) Watch(context.Context, chanos.Sender, *Watch) error {
 // Changed fails with errors.ErrUnsupported.
 func (UnimplementedServer) Changed(context.Context, chanos.Sender, *Changed) error {
 	return fmt.Errorf("%s.changed: %w", InterfaceName, errors.ErrUnsupported)
+}
+
+// Interface describes nameservice to the connection layer.
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+
+// Conn is a connection that speaks nameservice: the rpc stubs and Send of Client,
+// and Receive and Recv for what the peer sends.
+type Conn struct {
+	*Client
+	c    *chanos.Conn
+	once sync.Once
+	recv chan Msg
+}
+
+// NewConn returns the typed view of c, a connection that speaks nameservice.
+func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }
+
+// Connect binds to the nameservice service exported under name on d's machine,
+// waiting for the name to appear until ctx ends.
+func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {
+	c, err := chanos.Connect(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// decodeIncoming turns what a connection received into a Msg.
+func decodeIncoming(in *chanos.Incoming) (Msg, error) {
+	if in.Msg != nil {
+		if m, ok := in.Msg.(Msg); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
+	}
+	return Decode(in.Frame, in.Caps)
+}
+
+// Receive waits for the next message or rpc call from the peer, reading
+// the connection in the calling goroutine. A frame that does not decode
+// ends the connection with an error matching chanos.ErrProtocol; at the
+// connection's end, Receive returns why (see chanos.Conn.Err).
+func (c *Conn) Receive(ctx context.Context) (Msg, error) {
+	var m Msg
+	err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		var err error
+		if m, err = decodeIncoming(in); err != nil {
+			return c.c.Violation(err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// Recv returns a channel of what the peer sends, for select. It is closed
+// when the connection ends, and Err then says why. The first call starts
+// a goroutine that receives on the channel's behalf (one hop per message
+// compared with Receive); do not mix Recv and Receive on one connection.
+func (c *Conn) Recv() <-chan Msg {
+	c.once.Do(func() {
+		c.recv = make(chan Msg, 64)
+		go func() {
+			defer close(c.recv)
+			ctx := c.c.Context()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case c.recv <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return c.recv
+}
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error { return c.c.Err() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Raw returns the untyped connection.
+func (c *Conn) Raw() *chanos.Conn { return c.c }
+
+// Listener accepts the connections bound to an export of nameservice.
+type Listener struct {
+	l *chanos.Listener
+}
+
+// Export registers name for a nameservice service on d's machine and returns
+// its listener. The name is removed when the listener closes or the
+// domain ends.
+func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
+	l, err := chanos.Export(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// Close withdraws the export.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Raw returns the untyped listener.
+func (l *Listener) Raw() *chanos.Listener { return l.l }
+
+// Serve accepts connections on l until ctx ends or l closes, and serves
+// each with ServeConn in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server) error {
+	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return ServeConn(ctx, NewConn(c), srv)
+	})
+}
+
+// ServeConn calls srv's method for each message and rpc call that arrives
+// on c, in the calling goroutine, and sends each rpc's reply, until the
+// connection or ctx ends. It returns nil when the peer closes.
+func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		m, err := decodeIncoming(in)
+		if err != nil {
+			return nil, c.c.Violation(err)
+		}
+		reply, err := Dispatch(ctx, srv, c.c, m)
+		if reply == nil {
+			return nil, err
+		}
+		return reply, err
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
@@ -101,6 +102,30 @@ func (m *Ping) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Ping) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Ping.
+func (m *Ping) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Ping)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Ping) MsgValidate() error {
+	return nil
+}
+
 // Pong is the message pong, number 2:
 //
 //	message pong(uint32 client_id, uint32 msg_id);
@@ -150,6 +175,30 @@ func (m *Pong) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Pong) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Pong.
+func (m *Pong) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Pong)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Pong) MsgValidate() error {
+	return nil
+}
+
 // Data is the message data, number 3:
 //
 //	message data(uint64 seq, uint8 payload[payload_len, 1048576]);
@@ -190,6 +239,34 @@ func (m *Data) Decode(frame []byte, caps []wire.Cap) error {
 	m.Payload = d.Bytes("payload", MaxDataPayloadLen)
 	if err := d.Finish(); err != nil {
 		*m = Data{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Data) MsgClone() wire.Message {
+	c := *m
+	c.Payload = append([]byte(nil), m.Payload...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Data.
+func (m *Data) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Data)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Data) MsgValidate() error {
+	if err := wire.CheckCount("pingpong.data", "payload", len(m.Payload), MaxDataPayloadLen); err != nil {
 		return err
 	}
 	return nil
@@ -239,6 +316,30 @@ func (m *EchoCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *EchoCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *EchoCall.
+func (m *EchoCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*EchoCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*EchoCall) MsgValidate() error {
+	return nil
+}
+
 // EchoReply holds the out arguments of the rpc echo, number 4:
 //
 //	rpc echo(in uint64 val, out uint64 result);
@@ -280,6 +381,30 @@ func (m *EchoReply) Decode(frame []byte, caps []wire.Cap) error {
 		*m = EchoReply{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *EchoReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *EchoReply.
+func (m *EchoReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*EchoReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*EchoReply) MsgValidate() error {
 	return nil
 }
 
@@ -326,6 +451,34 @@ func (m *BounceCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *BounceCall) MsgClone() wire.Message {
+	c := *m
+	c.Payload = append([]byte(nil), m.Payload...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *BounceCall.
+func (m *BounceCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*BounceCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *BounceCall) MsgValidate() error {
+	if err := wire.CheckCount("pingpong.bounce call", "payload", len(m.Payload), MaxBouncePayloadLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // BounceReply holds the out arguments of the rpc bounce, number 5:
 //
 //	rpc bounce(
@@ -364,6 +517,34 @@ func (m *BounceReply) Decode(frame []byte, caps []wire.Cap) error {
 	m.Reply = d.Bytes("reply", MaxBounceReplyLen)
 	if err := d.Finish(); err != nil {
 		*m = BounceReply{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *BounceReply) MsgClone() wire.Message {
+	c := *m
+	c.Reply = append([]byte(nil), m.Reply...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *BounceReply.
+func (m *BounceReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*BounceReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *BounceReply) MsgValidate() error {
+	if err := wire.CheckCount("pingpong.bounce reply", "reply", len(m.Reply), MaxBounceReplyLen); err != nil {
 		return err
 	}
 	return nil
@@ -539,4 +720,147 @@ func (UnimplementedServer) Echo(context.Context, uint64) (uint64, error) {
 // Bounce fails with errors.ErrUnsupported.
 func (UnimplementedServer) Bounce(context.Context, []byte) ([]byte, error) {
 	return nil, fmt.Errorf("%s.bounce: %w", InterfaceName, errors.ErrUnsupported)
+}
+
+// Interface describes pingpong to the connection layer.
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+
+// Conn is a connection that speaks pingpong: the rpc stubs and Send of Client,
+// and Receive and Recv for what the peer sends.
+type Conn struct {
+	*Client
+	c    *chanos.Conn
+	once sync.Once
+	recv chan Msg
+}
+
+// NewConn returns the typed view of c, a connection that speaks pingpong.
+func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }
+
+// Connect binds to the pingpong service exported under name on d's machine,
+// waiting for the name to appear until ctx ends.
+func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {
+	c, err := chanos.Connect(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// decodeIncoming turns what a connection received into a Msg.
+func decodeIncoming(in *chanos.Incoming) (Msg, error) {
+	if in.Msg != nil {
+		if m, ok := in.Msg.(Msg); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
+	}
+	return Decode(in.Frame, in.Caps)
+}
+
+// Receive waits for the next message or rpc call from the peer, reading
+// the connection in the calling goroutine. A frame that does not decode
+// ends the connection with an error matching chanos.ErrProtocol; at the
+// connection's end, Receive returns why (see chanos.Conn.Err).
+func (c *Conn) Receive(ctx context.Context) (Msg, error) {
+	var m Msg
+	err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		var err error
+		if m, err = decodeIncoming(in); err != nil {
+			return c.c.Violation(err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// Recv returns a channel of what the peer sends, for select. It is closed
+// when the connection ends, and Err then says why. The first call starts
+// a goroutine that receives on the channel's behalf (one hop per message
+// compared with Receive); do not mix Recv and Receive on one connection.
+func (c *Conn) Recv() <-chan Msg {
+	c.once.Do(func() {
+		c.recv = make(chan Msg, 64)
+		go func() {
+			defer close(c.recv)
+			ctx := c.c.Context()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case c.recv <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return c.recv
+}
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error { return c.c.Err() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Raw returns the untyped connection.
+func (c *Conn) Raw() *chanos.Conn { return c.c }
+
+// Listener accepts the connections bound to an export of pingpong.
+type Listener struct {
+	l *chanos.Listener
+}
+
+// Export registers name for a pingpong service on d's machine and returns
+// its listener. The name is removed when the listener closes or the
+// domain ends.
+func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
+	l, err := chanos.Export(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// Close withdraws the export.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Raw returns the untyped listener.
+func (l *Listener) Raw() *chanos.Listener { return l.l }
+
+// Serve accepts connections on l until ctx ends or l closes, and serves
+// each with ServeConn in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server) error {
+	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return ServeConn(ctx, NewConn(c), srv)
+	})
+}
+
+// ServeConn calls srv's method for each message and rpc call that arrives
+// on c, in the calling goroutine, and sends each rpc's reply, until the
+// connection or ctx ends. It returns nil when the peer closes.
+func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		m, err := decodeIncoming(in)
+		if err != nil {
+			return nil, c.c.Violation(err)
+		}
+		reply, err := Dispatch(ctx, srv, c.c, m)
+		if reply == nil {
+			return nil, err
+		}
+		return reply, err
+	})
 }

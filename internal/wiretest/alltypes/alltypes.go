@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
@@ -499,6 +500,30 @@ func (*Empty) Decode(frame []byte, caps []wire.Cap) error {
 	return d.Finish()
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Empty) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Empty.
+func (m *Empty) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Empty)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Empty) MsgValidate() error {
+	return nil
+}
+
 // PingCall holds the in arguments of the rpc ping, number 2:
 //
 //	rpc ping();
@@ -532,6 +557,30 @@ func (*PingCall) Decode(frame []byte, caps []wire.Cap) error {
 	return d.Finish()
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *PingCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *PingCall.
+func (m *PingCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*PingCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*PingCall) MsgValidate() error {
+	return nil
+}
+
 // PingReply holds the out arguments of the rpc ping, number 2:
 //
 //	rpc ping();
@@ -563,6 +612,30 @@ func (*PingReply) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "alltypes.ping reply", MsgPing, wire.KindReply)
 	return d.Finish()
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *PingReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *PingReply.
+func (m *PingReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*PingReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*PingReply) MsgValidate() error {
+	return nil
 }
 
 // Uints is the message uints, number 3:
@@ -637,6 +710,30 @@ func (m *Uints) Decode(frame []byte, caps []wire.Cap) error {
 		*m = Uints{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Uints) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Uints.
+func (m *Uints) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Uints)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Uints) MsgValidate() error {
 	return nil
 }
 
@@ -715,6 +812,30 @@ func (m *Sints) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Sints) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Sints.
+func (m *Sints) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Sints)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Sints) MsgValidate() error {
+	return nil
+}
+
 // Misc is the message misc, number 5:
 //
 //	message misc(bool flag, char ch, errval err, bool last);
@@ -764,6 +885,30 @@ func (m *Misc) Decode(frame []byte, caps []wire.Cap) error {
 		*m = Misc{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Misc) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Misc.
+func (m *Misc) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Misc)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Misc) MsgValidate() error {
 	return nil
 }
 
@@ -821,6 +966,30 @@ func (m *Irefs) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Irefs) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Irefs.
+func (m *Irefs) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Irefs)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Irefs) MsgValidate() error {
+	return nil
+}
+
 // Strings is the message strings, number 7:
 //
 //	message strings(String short[4], uint8 sep, String long[300]);
@@ -864,6 +1033,36 @@ func (m *Strings) Decode(frame []byte, caps []wire.Cap) error {
 	m.Long = d.String("long", MaxStringsLongLen)
 	if err := d.Finish(); err != nil {
 		*m = Strings{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Strings) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Strings.
+func (m *Strings) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Strings)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Strings) MsgValidate() error {
+	if err := wire.CheckString("alltypes.strings", "short", m.Short, MaxStringsShortLen); err != nil {
+		return err
+	}
+	if err := wire.CheckString("alltypes.strings", "long", m.Long, MaxStringsLongLen); err != nil {
 		return err
 	}
 	return nil
@@ -929,6 +1128,30 @@ func (m *Typedefs) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Typedefs) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Typedefs.
+func (m *Typedefs) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Typedefs)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Typedefs) MsgValidate() error {
+	return nil
+}
+
 // Enums is the message enums, number 9:
 //
 //	message enums(color c, power pw, single s);
@@ -972,6 +1195,39 @@ func (m *Enums) Decode(frame []byte, caps []wire.Cap) error {
 	m.S = Single(d.Enum("s", 1))
 	if err := d.Finish(); err != nil {
 		*m = Enums{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Enums) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Enums.
+func (m *Enums) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Enums)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Enums) MsgValidate() error {
+	if err := wire.CheckEnum("alltypes.enums", "c", uint32(m.C), 3); err != nil {
+		return err
+	}
+	if err := wire.CheckEnum("alltypes.enums", "pw", uint32(m.Pw), 3); err != nil {
+		return err
+	}
+	if err := wire.CheckEnum("alltypes.enums", "s", uint32(m.S), 1); err != nil {
 		return err
 	}
 	return nil
@@ -1045,6 +1301,30 @@ func (m *FixedArrays) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *FixedArrays) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *FixedArrays.
+func (m *FixedArrays) MsgSet(src wire.Message) bool {
+	s, ok := src.(*FixedArrays)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*FixedArrays) MsgValidate() error {
+	return nil
+}
+
 // Structs is the message structs, number 11:
 //
 //	message structs(point pt, line ln, record rec, binding b);
@@ -1110,6 +1390,30 @@ func (m *Structs) Decode(frame []byte, caps []wire.Cap) error {
 		*m = Structs{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Structs) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Structs.
+func (m *Structs) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Structs)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Structs) MsgValidate() error {
 	return nil
 }
 
@@ -1201,6 +1505,51 @@ func (m *Arrays) Decode(frame []byte, caps []wire.Cap) error {
 	if err := d.Finish(); err != nil {
 		*m = Arrays{}
 		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Arrays) MsgClone() wire.Message {
+	c := *m
+	c.Bytes = append([]byte(nil), m.Bytes...)
+	c.Words = append([]uint32(nil), m.Words...)
+	c.Pts = append([]Point(nil), m.Pts...)
+	c.Colors = append([]Color(nil), m.Colors...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Arrays.
+func (m *Arrays) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Arrays)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Arrays) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.arrays", "bytes", len(m.Bytes), MaxArraysBytesLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.arrays", "words", len(m.Words), MaxArraysWordsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.arrays", "pts", len(m.Pts), MaxArraysPtsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.arrays", "colors", len(m.Colors), MaxArraysColorsLen); err != nil {
+		return err
+	}
+	for i, v := range m.Colors {
+		if err := wire.CheckEnum("alltypes.arrays", fmt.Sprintf("colors[%%d]", i), uint32(v), 3); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -1313,6 +1662,50 @@ func (m *MoreArrays) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *MoreArrays) MsgClone() wire.Message {
+	c := *m
+	c.Bits = append([]bool(nil), m.Bits...)
+	c.Chars = append([]byte(nil), m.Chars...)
+	c.Wide = append([]int64(nil), m.Wide...)
+	c.Sums = append([]Digest(nil), m.Sums...)
+	c.Lines = append([]Line(nil), m.Lines...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *MoreArrays.
+func (m *MoreArrays) MsgSet(src wire.Message) bool {
+	s, ok := src.(*MoreArrays)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *MoreArrays) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.more_arrays", "bits", len(m.Bits), MaxMoreArraysBitsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.more_arrays", "chars", len(m.Chars), MaxMoreArraysCharsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.more_arrays", "wide", len(m.Wide), MaxMoreArraysWideLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.more_arrays", "sums", len(m.Sums), MaxMoreArraysSumsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.more_arrays", "lines", len(m.Lines), MaxMoreArraysLinesLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // Caps is the message caps, number 14:
 //
 //	message caps(
@@ -1375,6 +1768,30 @@ func (m *Caps) Decode(frame []byte, caps []wire.Cap) error {
 		*m = Caps{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Caps) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Caps.
+func (m *Caps) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Caps)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Caps) MsgValidate() error {
 	return nil
 }
 
@@ -1453,6 +1870,38 @@ func (m *CapArrays) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *CapArrays) MsgClone() wire.Message {
+	c := *m
+	c.Fds = append([]wire.Cap(nil), m.Fds...)
+	c.Hs = append([]Handle(nil), m.Hs...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *CapArrays.
+func (m *CapArrays) MsgSet(src wire.Message) bool {
+	s, ok := src.(*CapArrays)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *CapArrays) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.cap_arrays", "fds", len(m.Fds), MaxCapArraysFdsLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.cap_arrays", "hs", len(m.Hs), MaxCapArraysHsLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // EchoCall holds the in arguments of the rpc echo, number 16:
 //
 //	rpc echo(
@@ -1501,6 +1950,33 @@ func (m *EchoCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *EchoCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *EchoCall.
+func (m *EchoCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*EchoCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *EchoCall) MsgValidate() error {
+	if err := wire.CheckString("alltypes.echo call", "text", m.Text, MaxEchoTextLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // EchoReply holds the out arguments of the rpc echo, number 16:
 //
 //	rpc echo(
@@ -1544,6 +2020,33 @@ func (m *EchoReply) Decode(frame []byte, caps []wire.Cap) error {
 	m.Reply = d.String("reply", MaxEchoReplyLen)
 	if err := d.Finish(); err != nil {
 		*m = EchoReply{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *EchoReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *EchoReply.
+func (m *EchoReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*EchoReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *EchoReply) MsgValidate() error {
+	if err := wire.CheckString("alltypes.echo reply", "reply", m.Reply, MaxEchoReplyLen); err != nil {
 		return err
 	}
 	return nil
@@ -1619,6 +2122,34 @@ func (m *MixedCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *MixedCall) MsgClone() wire.Message {
+	c := *m
+	c.Pts = append([]Point(nil), m.Pts...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *MixedCall.
+func (m *MixedCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*MixedCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *MixedCall) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.mixed call", "pts", len(m.Pts), MaxMixedPtsLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // MixedReply holds the out arguments of the rpc mixed, number 17:
 //
 //	@vector(weight=0x1F, tag=rpc)
@@ -1676,6 +2207,37 @@ func (m *MixedReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *MixedReply) MsgClone() wire.Message {
+	c := *m
+	c.Data = append([]byte(nil), m.Data...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *MixedReply.
+func (m *MixedReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*MixedReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *MixedReply) MsgValidate() error {
+	if err := wire.CheckEnum("alltypes.mixed reply", "d", uint32(m.D), 3); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.mixed reply", "data", len(m.Data), MaxMixedDataLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // NotifyCall holds the in arguments of the rpc notify, number 18:
 //
 //	rpc notify(in uint32 event, in give_away_cap fd, in cap watch);
@@ -1724,6 +2286,30 @@ func (m *NotifyCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *NotifyCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *NotifyCall.
+func (m *NotifyCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*NotifyCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*NotifyCall) MsgValidate() error {
+	return nil
+}
+
 // NotifyReply holds the out arguments of the rpc notify, number 18:
 //
 //	rpc notify(in uint32 event, in give_away_cap fd, in cap watch);
@@ -1755,6 +2341,30 @@ func (*NotifyReply) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "alltypes.notify reply", MsgNotify, wire.KindReply)
 	return d.Finish()
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *NotifyReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *NotifyReply.
+func (m *NotifyReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*NotifyReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*NotifyReply) MsgValidate() error {
+	return nil
 }
 
 // QueryCall holds the in arguments of the rpc query, number 19:
@@ -1792,6 +2402,30 @@ func (*QueryCall) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "alltypes.query call", MsgQuery, wire.KindCall)
 	return d.Finish()
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *QueryCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *QueryCall.
+func (m *QueryCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*QueryCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*QueryCall) MsgValidate() error {
+	return nil
 }
 
 // QueryReply holds the out arguments of the rpc query, number 19:
@@ -1845,6 +2479,33 @@ func (m *QueryReply) Decode(frame []byte, caps []wire.Cap) error {
 	m.Err = wire.Errval(d.Uint64("err"))
 	if err := d.Finish(); err != nil {
 		*m = QueryReply{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *QueryReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *QueryReply.
+func (m *QueryReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*QueryReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *QueryReply) MsgValidate() error {
+	if err := wire.CheckString("alltypes.query reply", "status_text", m.StatusText, MaxQueryStatusTextLen); err != nil {
 		return err
 	}
 	return nil
@@ -1922,6 +2583,37 @@ func (m *Keywords) Decode(frame []byte, caps []wire.Cap) error {
 	m.Range = d.Bytes("range", MaxKeywordsRangeLen)
 	if err := d.Finish(); err != nil {
 		*m = Keywords{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Keywords) MsgClone() wire.Message {
+	c := *m
+	c.Range = append([]byte(nil), m.Range...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Keywords.
+func (m *Keywords) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Keywords)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Keywords) MsgValidate() error {
+	if err := wire.CheckString("alltypes.keywords", "switch", m.Switch, MaxKeywordsSwitchLen); err != nil {
+		return err
+	}
+	if err := wire.CheckCount("alltypes.keywords", "range", len(m.Range), MaxKeywordsRangeLen); err != nil {
 		return err
 	}
 	return nil
@@ -2034,6 +2726,37 @@ func (m *Shadows) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Shadows) MsgClone() wire.Message {
+	c := *m
+	c.Buf = append([]byte(nil), m.Buf...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Shadows.
+func (m *Shadows) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Shadows)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Shadows) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.shadows", "buf", len(m.Buf), MaxShadowsBufLen); err != nil {
+		return err
+	}
+	if err := wire.CheckString("alltypes.shadows", "msg", m.Msg, MaxShadowsMsgLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // Goto is the message goto, number 22:
 //
 //	message goto(uint32 case, uint8 break, uint8 continue, uint8 return);
@@ -2090,6 +2813,30 @@ func (m *Goto) Decode(frame []byte, caps []wire.Cap) error {
 		*m = Goto{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Goto) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Goto.
+func (m *Goto) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Goto)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Goto) MsgValidate() error {
 	return nil
 }
 
@@ -2545,4 +3292,147 @@ func (UnimplementedServer) Shadows(context.Context, chanos.Sender, *Shadows) err
 // Goto fails with errors.ErrUnsupported.
 func (UnimplementedServer) Goto(context.Context, chanos.Sender, *Goto) error {
 	return fmt.Errorf("%s.goto: %w", InterfaceName, errors.ErrUnsupported)
+}
+
+// Interface describes alltypes to the connection layer.
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+
+// Conn is a connection that speaks alltypes: the rpc stubs and Send of Client,
+// and Receive and Recv for what the peer sends.
+type Conn struct {
+	*Client
+	c    *chanos.Conn
+	once sync.Once
+	recv chan Msg
+}
+
+// NewConn returns the typed view of c, a connection that speaks alltypes.
+func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }
+
+// Connect binds to the alltypes service exported under name on d's machine,
+// waiting for the name to appear until ctx ends.
+func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {
+	c, err := chanos.Connect(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// decodeIncoming turns what a connection received into a Msg.
+func decodeIncoming(in *chanos.Incoming) (Msg, error) {
+	if in.Msg != nil {
+		if m, ok := in.Msg.(Msg); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
+	}
+	return Decode(in.Frame, in.Caps)
+}
+
+// Receive waits for the next message or rpc call from the peer, reading
+// the connection in the calling goroutine. A frame that does not decode
+// ends the connection with an error matching chanos.ErrProtocol; at the
+// connection's end, Receive returns why (see chanos.Conn.Err).
+func (c *Conn) Receive(ctx context.Context) (Msg, error) {
+	var m Msg
+	err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		var err error
+		if m, err = decodeIncoming(in); err != nil {
+			return c.c.Violation(err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// Recv returns a channel of what the peer sends, for select. It is closed
+// when the connection ends, and Err then says why. The first call starts
+// a goroutine that receives on the channel's behalf (one hop per message
+// compared with Receive); do not mix Recv and Receive on one connection.
+func (c *Conn) Recv() <-chan Msg {
+	c.once.Do(func() {
+		c.recv = make(chan Msg, 64)
+		go func() {
+			defer close(c.recv)
+			ctx := c.c.Context()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case c.recv <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return c.recv
+}
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error { return c.c.Err() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Raw returns the untyped connection.
+func (c *Conn) Raw() *chanos.Conn { return c.c }
+
+// Listener accepts the connections bound to an export of alltypes.
+type Listener struct {
+	l *chanos.Listener
+}
+
+// Export registers name for a alltypes service on d's machine and returns
+// its listener. The name is removed when the listener closes or the
+// domain ends.
+func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
+	l, err := chanos.Export(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// Close withdraws the export.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Raw returns the untyped listener.
+func (l *Listener) Raw() *chanos.Listener { return l.l }
+
+// Serve accepts connections on l until ctx ends or l closes, and serves
+// each with ServeConn in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server) error {
+	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return ServeConn(ctx, NewConn(c), srv)
+	})
+}
+
+// ServeConn calls srv's method for each message and rpc call that arrives
+// on c, in the calling goroutine, and sends each rpc's reply, until the
+// connection or ctx ends. It returns nil when the peer closes.
+func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		m, err := decodeIncoming(in)
+		if err != nil {
+			return nil, c.c.Violation(err)
+		}
+		reply, err := Dispatch(ctx, srv, c.c, m)
+		if reply == nil {
+			return nil, err
+		}
+		return reply, err
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/wire"
@@ -101,6 +102,30 @@ func (m *Ping) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Ping) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Ping.
+func (m *Ping) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Ping)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*Ping) MsgValidate() error {
+	return nil
+}
+
 // Text is the message text, number 2:
 //
 //	message text(uint32 seq, String body[256]);
@@ -140,6 +165,33 @@ func (m *Text) Decode(frame []byte, caps []wire.Cap) error {
 	m.Body = d.String("body", MaxTextBodyLen)
 	if err := d.Finish(); err != nil {
 		*m = Text{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Text) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Text.
+func (m *Text) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Text)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Text) MsgValidate() error {
+	if err := wire.CheckString("pingpong.text", "body", m.Body, MaxTextBodyLen); err != nil {
 		return err
 	}
 	return nil
@@ -185,6 +237,33 @@ func (m *GetCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetCall.
+func (m *GetCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetCall) MsgValidate() error {
+	if err := wire.CheckString("pingpong.get call", "key", m.Key, MaxGetKeyLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // GetReply holds the out arguments of the rpc get, number 3:
 //
 //	rpc get(in String key[64], out String value[256], out bool found);
@@ -224,6 +303,33 @@ func (m *GetReply) Decode(frame []byte, caps []wire.Cap) error {
 	m.Found = d.Bool("found")
 	if err := d.Finish(); err != nil {
 		*m = GetReply{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *GetReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *GetReply.
+func (m *GetReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*GetReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *GetReply) MsgValidate() error {
+	if err := wire.CheckString("pingpong.get reply", "value", m.Value, MaxGetValueLen); err != nil {
 		return err
 	}
 	return nil
@@ -278,6 +384,30 @@ func (m *AddCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *AddCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *AddCall.
+func (m *AddCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*AddCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*AddCall) MsgValidate() error {
+	return nil
+}
+
 // AddReply holds the out arguments of the rpc add, number 4:
 //
 //	rpc add(in int32 a, in int32 b, out int32 sum);
@@ -319,6 +449,30 @@ func (m *AddReply) Decode(frame []byte, caps []wire.Cap) error {
 		*m = AddReply{}
 		return err
 	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *AddReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *AddReply.
+func (m *AddReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*AddReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*AddReply) MsgValidate() error {
 	return nil
 }
 
@@ -366,6 +520,30 @@ func (m *FailCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *FailCall) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *FailCall.
+func (m *FailCall) MsgSet(src wire.Message) bool {
+	s, ok := src.(*FailCall)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*FailCall) MsgValidate() error {
+	return nil
+}
+
 // FailReply holds the out arguments of the rpc fail, number 5:
 //
 //	rpc fail(in uint64 code);
@@ -397,6 +575,30 @@ func (*FailReply) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "pingpong.fail reply", MsgFail, wire.KindReply)
 	return d.Finish()
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *FailReply) MsgClone() wire.Message {
+	c := *m
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *FailReply.
+func (m *FailReply) MsgSet(src wire.Message) bool {
+	s, ok := src.(*FailReply)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (*FailReply) MsgValidate() error {
+	return nil
 }
 
 // New returns a new zero message, call or reply of number msg and kind
@@ -589,4 +791,147 @@ func (UnimplementedServer) Add(context.Context, int32, int32) (int32, error) {
 // Fail fails with errors.ErrUnsupported.
 func (UnimplementedServer) Fail(context.Context, uint64) error {
 	return fmt.Errorf("%s.fail: %w", InterfaceName, errors.ErrUnsupported)
+}
+
+// Interface describes pingpong to the connection layer.
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+
+// Conn is a connection that speaks pingpong: the rpc stubs and Send of Client,
+// and Receive and Recv for what the peer sends.
+type Conn struct {
+	*Client
+	c    *chanos.Conn
+	once sync.Once
+	recv chan Msg
+}
+
+// NewConn returns the typed view of c, a connection that speaks pingpong.
+func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }
+
+// Connect binds to the pingpong service exported under name on d's machine,
+// waiting for the name to appear until ctx ends.
+func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {
+	c, err := chanos.Connect(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// decodeIncoming turns what a connection received into a Msg.
+func decodeIncoming(in *chanos.Incoming) (Msg, error) {
+	if in.Msg != nil {
+		if m, ok := in.Msg.(Msg); ok {
+			return m, nil
+		}
+		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
+	}
+	return Decode(in.Frame, in.Caps)
+}
+
+// Receive waits for the next message or rpc call from the peer, reading
+// the connection in the calling goroutine. A frame that does not decode
+// ends the connection with an error matching chanos.ErrProtocol; at the
+// connection's end, Receive returns why (see chanos.Conn.Err).
+func (c *Conn) Receive(ctx context.Context) (Msg, error) {
+	var m Msg
+	err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		var err error
+		if m, err = decodeIncoming(in); err != nil {
+			return c.c.Violation(err)
+		}
+		return nil
+	})
+	return m, err
+}
+
+// Recv returns a channel of what the peer sends, for select. It is closed
+// when the connection ends, and Err then says why. The first call starts
+// a goroutine that receives on the channel's behalf (one hop per message
+// compared with Receive); do not mix Recv and Receive on one connection.
+func (c *Conn) Recv() <-chan Msg {
+	c.once.Do(func() {
+		c.recv = make(chan Msg, 64)
+		go func() {
+			defer close(c.recv)
+			ctx := c.c.Context()
+			for {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case c.recv <- m:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	})
+	return c.recv
+}
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Conn) Err() error { return c.c.Err() }
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }
+
+// Raw returns the untyped connection.
+func (c *Conn) Raw() *chanos.Conn { return c.c }
+
+// Listener accepts the connections bound to an export of pingpong.
+type Listener struct {
+	l *chanos.Listener
+}
+
+// Export registers name for a pingpong service on d's machine and returns
+// its listener. The name is removed when the listener closes or the
+// domain ends.
+func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
+	l, err := chanos.Export(ctx, d, name, Interface)
+	if err != nil {
+		return nil, err
+	}
+	return &Listener{l: l}, nil
+}
+
+// Accept waits for the next connection.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	c, err := l.l.Accept(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return NewConn(c), nil
+}
+
+// Close withdraws the export.
+func (l *Listener) Close() error { return l.l.Close() }
+
+// Raw returns the untyped listener.
+func (l *Listener) Raw() *chanos.Listener { return l.l }
+
+// Serve accepts connections on l until ctx ends or l closes, and serves
+// each with ServeConn in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server) error {
+	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return ServeConn(ctx, NewConn(c), srv)
+	})
+}
+
+// ServeConn calls srv's method for each message and rpc call that arrives
+// on c, in the calling goroutine, and sends each rpc's reply, until the
+// connection or ctx ends. It returns nil when the peer closes.
+func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		m, err := decodeIncoming(in)
+		if err != nil {
+			return nil, c.c.Violation(err)
+		}
+		reply, err := Dispatch(ctx, srv, c.c, m)
+		if reply == nil {
+			return nil, err
+		}
+		return reply, err
+	})
 }

@@ -1,0 +1,665 @@
+package chanos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// Errors that end a connection; Conn.Err returns one of them (wrapped with
+// detail), and errors.Is matches them.
+var (
+	// ErrClosed: the connection was closed, by this side or the peer.
+	ErrClosed = errors.New("chanos: connection closed")
+	// ErrPeerDied: the peer's process ended without closing.
+	ErrPeerDied = errors.New("chanos: peer died")
+	// ErrCapsUnsupported: the message carries capabilities, which this
+	// interconnect cannot pass yet.
+	ErrCapsUnsupported = errors.New("chanos: this interconnect cannot carry capabilities yet")
+)
+
+// Interface describes an interface to the connection layer. Generated
+// packages define one as their variable Interface.
+type Interface struct {
+	// Name is the interface's name in the IDL; binding checks that both
+	// ends use the same.
+	Name string
+	// MaxFrameSize is the largest frame of the interface, header included.
+	MaxFrameSize int
+}
+
+// Incoming is a message or rpc call that arrived on a connection.
+type Incoming struct {
+	// Kind is the frame's kind; what reaches a handler or Receive is
+	// always wire.KindMessage or wire.KindCall, as the connection layer
+	// consumes replies and cancels itself.
+	Kind wire.Kind
+	// Header is the frame's header; on the local interconnect, the header
+	// the frame would have had.
+	Header wire.Header
+	// Frame is the encoded frame, header included. It is nil for a message
+	// that came as a value on the local interconnect (see Msg).
+	Frame []byte
+	// Caps are the capabilities that came with Frame.
+	Caps []wire.Cap
+	// Msg is the message itself, when it came as a value on the local
+	// interconnect; it is the receiver's to keep.
+	Msg wire.Message
+}
+
+// Decode decodes in into m, which must be the message's type: it calls
+// m.Decode on the frame, or copies the value of a local message.
+func (in *Incoming) Decode(m wire.Message) error {
+	if in.Msg != nil {
+		if !copyMsg(m, in.Msg) {
+			return fmt.Errorf("chanos: decode %s into %s: %w", in.Msg.MsgName(), m.MsgName(), wire.ErrUnknownMessage)
+		}
+		return nil
+	}
+	return m.Decode(in.Frame, in.Caps)
+}
+
+// copyMsg copies src into dst when both are of the same generated type.
+func copyMsg(dst, src wire.Message) bool {
+	c, ok := dst.(interface{ MsgSet(wire.Message) bool })
+	return ok && c.MsgSet(src)
+}
+
+// link is an interconnect as Conn uses it: frames (or, locally, message
+// values) in both directions. receive is called by one goroutine at a time
+// and its result is valid until the next receive; send may be called
+// concurrently with receive.
+type link interface {
+	sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error
+	sendValue(ctx context.Context, m wire.Message) error // local only
+	receive(ctx context.Context) (Incoming, error)
+	close() error
+	kind() string // "ump" or "local"
+}
+
+// inboxLimit bounds how many messages a connection holds for Receive while
+// a Call reads past them to its reply. When it is full, the reader stops
+// reading, so the peer's sends block: memory stays bounded.
+const inboxLimit = 1024
+
+// Conn is a bound connection: typed messages in both directions and rpc
+// calls, over the local or ump interconnect. Generated packages wrap it in
+// a typed Conn; most programs use that.
+//
+// Send, Call and Receive may be called from several goroutines. The ring
+// is read by whichever goroutine needs the next frame (a Receive, or a Call
+// waiting for its reply), in that goroutine: there is no reader goroutine
+// and no hop on the fast path. Frames that goroutine does not want are
+// handed over: replies to their callers, messages to the next Receive.
+type Conn struct {
+	l     link
+	iface Interface
+	log   *slog.Logger
+
+	sendMu sync.Mutex
+	sbuf   wire.Buffer
+
+	nextID atomic.Uint32
+
+	mu      sync.Mutex
+	reading bool          // a goroutine is reading the link
+	wake    chan struct{} // closed when reading ends or the inbox gains a message
+	pending map[uint32]*pendingCall
+	inbox   []Incoming // copied out of the link's buffers
+	endErr  error      // why the connection ended; nil while open
+
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+}
+
+type pendingCall struct {
+	reply wire.Message
+	name  string
+	done  chan struct{} // receives one token when err is set
+	err   error
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
+
+func newConn(l link, iface Interface, log *slog.Logger) *Conn {
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Conn{
+		l:       l,
+		iface:   iface,
+		log:     log,
+		wake:    make(chan struct{}),
+		pending: map[uint32]*pendingCall{},
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+}
+
+// Interconnect returns "local" or "ump".
+func (c *Conn) Interconnect() string { return c.l.kind() }
+
+// Interface returns the interface the connection speaks.
+func (c *Conn) Interface() Interface { return c.iface }
+
+// Err returns why the connection ended, or nil while it is open. The error
+// matches ErrClosed, ErrPeerDied or ErrProtocol.
+func (c *Conn) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.endErr
+}
+
+// Close closes the connection. The peer's Receive reports ErrClosed once
+// it has received everything sent before. Close is safe to call more than
+// once and concurrently with other methods.
+func (c *Conn) Close() error {
+	c.end(ErrClosed)
+	err := c.l.close()
+	c.cancel()
+	return err
+}
+
+// end records why the connection ended (the first reason wins), fails
+// outstanding calls and wakes every waiter.
+func (c *Conn) end(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.endErr != nil {
+		return
+	}
+	c.endErr = err
+	for id, p := range c.pending {
+		p.err = err
+		p.done <- struct{}{}
+		delete(c.pending, id)
+	}
+	c.wakeLocked()
+}
+
+func (c *Conn) wakeLocked() {
+	close(c.wake)
+	c.wake = make(chan struct{})
+}
+
+// Send encodes m and sends it as a one-way message. It blocks while the
+// peer's buffer is full, until there is room, ctx ends or the connection
+// ends. m may be reused as soon as Send returns: on the local
+// interconnect the receiver gets a copy (slices included), never m itself.
+func (c *Conn) Send(ctx context.Context, m wire.Message) error {
+	if m.MsgKind() != wire.KindMessage {
+		return fmt.Errorf("chanos: Send of %s %s: use Call for rpcs", m.MsgName(), m.MsgKind())
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	if c.l.kind() == "local" {
+		if v, ok := m.(interface{ MsgValidate() error }); ok {
+			if err := v.MsgValidate(); err != nil {
+				return err
+			}
+		}
+		clone, ok := m.(interface{ MsgClone() wire.Message })
+		if !ok {
+			return fmt.Errorf("chanos: %s cannot be copied for the local interconnect (regenerate it with this chanosc)", m.MsgName())
+		}
+		return c.wrap(c.l.sendValue(ctx, clone.MsgClone()))
+	}
+	return c.sendEncoded(ctx, m, 0, 0)
+}
+
+// sendEncoded encodes m, patches in the call id and timeout, and sends it.
+func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutUS uint32) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.sbuf.Reset()
+	if err := m.Encode(&c.sbuf); err != nil {
+		return err
+	}
+	if callID != 0 {
+		wire.SetCallID(c.sbuf.B, callID)
+		if m.MsgKind() == wire.KindCall {
+			wire.SetTimeout(c.sbuf.B, timeoutUS)
+		}
+	}
+	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	if c.l.kind() != "local" { // locally the receiver now holds them
+		c.closeGiveAway()
+	}
+	return c.wrap(err)
+}
+
+// sendRaw sends a frame the connection layer built itself (error replies,
+// cancels).
+func (c *Conn) sendRaw(ctx context.Context, frame []byte) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.wrap(c.l.sendFrame(ctx, frame, nil))
+}
+
+// closeGiveAway closes the give_away_caps of the frame just sent: their
+// ownership went with it.
+func (c *Conn) closeGiveAway() {
+	for i, cp := range c.sbuf.Caps {
+		if i < len(c.sbuf.GiveAway) && c.sbuf.GiveAway[i] && cp != nil {
+			cp.Close()
+		}
+	}
+}
+
+// wrap turns an interconnect's error into the connection's: if the
+// connection ended, it records why.
+func (c *Conn) wrap(err error) error {
+	if err == nil {
+		return nil
+	}
+	if isEnd(err) {
+		c.end(err)
+	}
+	return err
+}
+
+// timeoutOf returns ctx's remaining time in microseconds for a call
+// frame's timeout_us (docs/wire.md): 0 without a deadline.
+func timeoutOf(ctx context.Context) uint32 {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return 0
+	}
+	return wire.TimeoutUS(time.Until(dl))
+}
+
+// Call makes an rpc call: it sends call with a fresh call id and ctx's
+// deadline, and waits for the reply, which it decodes into reply. An
+// error reply comes back as a *RemoteError. If ctx ends first, Call tells
+// the peer that the call is abandoned and returns ctx's error.
+func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
+	if call.MsgKind() != wire.KindCall || reply.MsgKind() != wire.KindReply || call.MsgNumber() != reply.MsgNumber() {
+		return fmt.Errorf("chanos: Call with %s %s and %s %s", call.MsgName(), call.MsgKind(), reply.MsgName(), reply.MsgKind())
+	}
+	id := c.nextID.Add(1)
+	if id == 0 { // 0 is reserved for plain messages
+		id = c.nextID.Add(1)
+	}
+	p := pendingPool.Get().(*pendingCall)
+	p.reply, p.name, p.err = reply, call.MsgName(), nil
+
+	c.mu.Lock()
+	if c.endErr != nil {
+		err := c.endErr
+		c.mu.Unlock()
+		c.recycle(p)
+		return err
+	}
+	c.pending[id] = p
+	c.mu.Unlock()
+
+	var err error
+	if c.l.kind() == "local" {
+		err = c.sendLocalCall(ctx, call, id)
+	} else {
+		err = c.sendEncoded(ctx, call, id, timeoutOf(ctx))
+	}
+	if err != nil {
+		c.forget(id, p)
+		return err
+	}
+	return c.await(ctx, id, p)
+}
+
+// sendLocalCall sends an rpc call on the local interconnect. Calls are
+// encoded even there: the reply must be decoded into the caller's value,
+// and a frame makes the call id and timeout travel as they do elsewhere.
+func (c *Conn) sendLocalCall(ctx context.Context, call wire.Message, id uint32) error {
+	var buf wire.Buffer
+	if err := call.Encode(&buf); err != nil {
+		return err
+	}
+	wire.SetCallID(buf.B, id)
+	wire.SetTimeout(buf.B, timeoutOf(ctx))
+	return c.wrap(c.l.sendFrame(ctx, buf.B, buf.Caps))
+}
+
+func (c *Conn) recycle(p *pendingCall) {
+	p.reply, p.err = nil, nil
+	select { // drain a token that raced with forget
+	case <-p.done:
+	default:
+	}
+	pendingPool.Put(p)
+}
+
+// forget removes a call that will not be waited for.
+func (c *Conn) forget(id uint32, p *pendingCall) {
+	c.mu.Lock()
+	if c.pending[id] == p {
+		delete(c.pending, id)
+	}
+	c.mu.Unlock()
+	c.recycle(p)
+}
+
+// await waits for call id's reply, reading the link itself when nobody
+// else is.
+func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
+	for {
+		select {
+		case <-p.done:
+			err := p.err
+			c.recycle(p)
+			return err
+		default:
+		}
+		c.mu.Lock()
+		if !c.reading && c.endErr == nil && len(c.inbox) < inboxLimit {
+			c.reading = true
+			c.mu.Unlock()
+			err := c.readFor(ctx, p)
+			c.release()
+			if err != nil && !isEnd(err) {
+				// ctx ended while we were reading.
+				c.abandon(id, p)
+				return err
+			}
+			continue
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-p.done:
+			err := p.err
+			c.recycle(p)
+			return err
+		case <-wake:
+		case <-ctx.Done():
+			c.abandon(id, p)
+			return ctx.Err()
+		}
+	}
+}
+
+// abandon gives up on a call whose context ended: unless the reply
+// arrived meanwhile, it drops the call and tells the peer.
+func (c *Conn) abandon(id uint32, p *pendingCall) {
+	c.mu.Lock()
+	_, still := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if still && c.l.kind() != "local" {
+		var b wire.Buffer
+		wire.AppendCancel(&b, p.reply.MsgNumber(), id)
+		// Best effort and brief: the caller has already given up.
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+		c.sendRaw(ctx, b.B)
+		cancel()
+	}
+	c.recycle(p)
+}
+
+// release ends this goroutine's turn at reading the link.
+func (c *Conn) release() {
+	c.mu.Lock()
+	c.reading = false
+	c.wakeLocked()
+	c.mu.Unlock()
+}
+
+// readFor reads frames until p completes, the inbox is full, or the link
+// or ctx ends. The caller holds the reading turn.
+func (c *Conn) readFor(ctx context.Context, p *pendingCall) error {
+	for {
+		c.mu.Lock()
+		full := len(c.inbox) >= inboxLimit
+		c.mu.Unlock()
+		if full {
+			// Let a Receive drain it; we will be woken.
+			return nil
+		}
+		in, err := c.l.receive(ctx)
+		if err != nil {
+			return c.linkEnded(ctx, err)
+		}
+		if err := c.route(&in, true); err != nil {
+			return err
+		}
+		select {
+		case <-p.done:
+			p.done <- struct{}{} // put the token back for await
+			return nil
+		default:
+		}
+	}
+}
+
+// linkEnded handles an error from the link's receive: the end of the
+// connection, or of ctx. The interconnect's own deadline may fire a moment
+// before ctx reports it, so a deadline or cancellation never ends the
+// connection.
+func (c *Conn) linkEnded(ctx context.Context, err error) error {
+	if !isEnd(err) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+		return err
+	}
+	c.end(err)
+	return err
+}
+
+// route delivers a frame the reader does not keep: a reply to its caller,
+// and (when keep) a message or call to the inbox, copied out of the
+// link's buffer. It returns an error when the frame breaks the protocol.
+func (c *Conn) route(in *Incoming, keep bool) error {
+	switch in.Kind {
+	case wire.KindReply, wire.KindErrorReply:
+		c.deliver(in)
+		return nil
+	case wire.KindCancel:
+		// The call it names is not queued here: it has been answered or
+		// is being served (a running handler sees its deadline instead).
+		return nil
+	}
+	if !keep {
+		return nil
+	}
+	cp := *in
+	if in.Frame != nil {
+		cp.Frame = append([]byte(nil), in.Frame...)
+	}
+	c.mu.Lock()
+	c.inbox = append(c.inbox, cp)
+	c.wakeLocked()
+	c.mu.Unlock()
+	return nil
+}
+
+// deliver completes the call a reply answers. A reply to no outstanding
+// call is dropped: it answers a call that was abandoned.
+func (c *Conn) deliver(in *Incoming) {
+	id := in.Header.CallID
+	c.mu.Lock()
+	p := c.pending[id]
+	if p != nil && p.reply.MsgNumber() != in.Header.Msg {
+		p = nil // a peer bug; let the caller time out rather than mis-decode
+	}
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if p == nil {
+		return
+	}
+	if in.Kind == wire.KindErrorReply {
+		_, st, err := wire.ParseErrorReply(in.Frame)
+		if err != nil {
+			p.err = fmt.Errorf("%s: malformed error reply: %w", p.name, err)
+		} else {
+			p.err = &RemoteError{Msg: p.name, Code: st.Code, Detail: st.Detail}
+		}
+	} else {
+		p.err = in.Decode(p.reply)
+	}
+	p.done <- struct{}{}
+}
+
+// ReceiveFunc waits for the next message or rpc call from the peer and
+// calls fn with it, in the calling goroutine. in.Frame is valid only until
+// fn returns: fn decodes it (in.Decode) or copies it. While fn runs, other
+// goroutines' Receive and Call wait, so fn should not block for long; a
+// server that wants concurrency hands the decoded message to a goroutine.
+//
+// ReceiveFunc returns fn's error, ctx's error, or the connection's end
+// (matching ErrClosed, ErrPeerDied or ErrProtocol) once every message sent
+// before the end has been received.
+func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
+	for {
+		c.mu.Lock()
+		if len(c.inbox) > 0 {
+			in := c.inbox[0]
+			c.inbox[0] = Incoming{}
+			c.inbox = c.inbox[1:]
+			if len(c.inbox) == 0 {
+				c.inbox = nil
+			}
+			c.wakeLocked() // a Call may be waiting for room in the inbox
+			c.mu.Unlock()
+			return fn(&in)
+		}
+		if !c.reading {
+			if c.endErr != nil {
+				err := c.endErr
+				c.mu.Unlock()
+				return err
+			}
+			c.reading = true
+			c.mu.Unlock()
+			done, err := c.readOne(ctx, fn)
+			c.release()
+			if done || err != nil {
+				return err
+			}
+			continue
+		}
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// readOne reads frames, routing replies, until a message or call arrives,
+// which it hands to fn while still holding the reading turn.
+func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, error) {
+	for {
+		in, err := c.l.receive(ctx)
+		if err != nil {
+			return false, c.linkEnded(ctx, err)
+		}
+		switch in.Kind {
+		case wire.KindMessage, wire.KindCall:
+			return true, fn(&in)
+		}
+		if err := c.route(&in, false); err != nil {
+			return false, err
+		}
+	}
+}
+
+// Context returns a context that is canceled when the connection is
+// closed on this side; goroutines that serve the connection can stop on it.
+func (c *Conn) Context() context.Context { return c.ctx }
+
+// Violation ends the connection because the peer broke the protocol (for
+// example, sent a frame that does not decode), closing it so that the peer
+// learns, and returns err wrapped so that it matches ErrProtocol.
+func (c *Conn) Violation(err error) error {
+	err = &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
+	c.end(err)
+	c.l.close()
+	c.cancel()
+	return err
+}
+
+// Reply answers the rpc call in with reply, or with err when err is not
+// nil: a *RemoteError keeps its code, any other error is sent with code
+// CodeUnknown and its text as the detail.
+func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
+	if in.Kind != wire.KindCall {
+		return fmt.Errorf("chanos: Reply to a %s", in.Kind)
+	}
+	id := in.Header.CallID
+	if err == nil {
+		if reply == nil {
+			err = errors.New("handler returned no reply")
+		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || isEnd(err) {
+			return err
+		}
+		// The reply could not be encoded: the caller still gets an answer.
+	}
+	st := wire.Status{Code: CodeUnknown, Detail: err.Error()}
+	var re *RemoteError
+	if errors.As(err, &re) {
+		st = wire.Status{Code: re.Code, Detail: re.Detail}
+	}
+	if len(st.Detail) > wire.MaxStatusDetail {
+		st.Detail = st.Detail[:wire.MaxStatusDetail]
+	}
+	var b wire.Buffer
+	if wire.AppendErrorReply(&b, in.Header.Msg, st) != nil {
+		b.Reset()
+		st.Detail = "error detail not encodable"
+		wire.AppendErrorReply(&b, in.Header.Msg, st)
+	}
+	wire.SetCallID(b.B, id)
+	return c.sendRaw(ctx, b.B)
+}
+
+// CodeUnknown is the error code of an rpc error reply made from an error
+// that is not a *RemoteError.
+const CodeUnknown wire.Errval = 1
+
+// Serve receives messages and rpc calls until the connection or ctx ends,
+// calling handle for each in the receiving goroutine (no hop). For a call,
+// handle's context carries the caller's deadline, and its result is sent
+// as the reply. An error from handle for a one-way message is logged and
+// serving goes on. Serve returns nil when the peer closes the connection,
+// and otherwise why it stopped.
+func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+	for {
+		err := c.ReceiveFunc(ctx, func(in *Incoming) error {
+			if in.Kind != wire.KindCall {
+				if _, err := handle(ctx, in); errors.Is(err, ErrProtocol) {
+					return err
+				} else if err != nil {
+					c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
+				}
+				return nil
+			}
+			hctx, cancel := ctx, context.CancelFunc(func() {})
+			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+				hctx, cancel = context.WithTimeout(ctx, d)
+			}
+			reply, herr := handle(hctx, in)
+			cancel()
+			if errors.Is(herr, ErrProtocol) {
+				return herr
+			}
+			if err := c.Reply(ctx, in, reply, herr); err != nil && isEnd(err) {
+				return err
+			}
+			return nil
+		})
+		switch {
+		case err == nil:
+		case errors.Is(err, ErrClosed):
+			return nil
+		default:
+			return err
+		}
+	}
+}

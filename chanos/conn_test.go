@@ -1,0 +1,315 @@
+package chanos_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
+)
+
+// pairs are the interconnects every test runs over.
+var pairs = map[string]func(t *testing.T) (client, server *pingpong.Conn){
+	"local": func(t *testing.T) (*pingpong.Conn, *pingpong.Conn) {
+		a, b := chanos.LocalPair(pingpong.Interface)
+		return pingpong.NewConn(a), pingpong.NewConn(b)
+	},
+	"ump": func(t *testing.T) (*pingpong.Conn, *pingpong.Conn) {
+		a, b, err := chanos.UMPPair(pingpong.Interface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pingpong.NewConn(a), pingpong.NewConn(b)
+	},
+}
+
+func forEach(t *testing.T, fn func(t *testing.T, c, s *pingpong.Conn)) {
+	for name, mk := range pairs {
+		t.Run(name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			c, s := mk(t)
+			fn(t, c, s)
+			c.Close()
+			s.Close()
+			waitGoroutines(t, before)
+		})
+	}
+}
+
+func waitGoroutines(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("goroutines leaked: %d before, %d after\n%s", before, n, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// server answers pings with pongs, echoes, and fails bounce on request.
+type server struct {
+	pingpong.UnimplementedServer
+	deadline chan time.Duration
+}
+
+func (s *server) Ping(ctx context.Context, from chanos.Sender, m *pingpong.Ping) error {
+	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
+}
+
+func (s *server) Echo(ctx context.Context, val uint64) (uint64, error) {
+	if s.deadline != nil {
+		dl, ok := ctx.Deadline()
+		if !ok {
+			s.deadline <- -1
+		} else {
+			s.deadline <- time.Until(dl)
+		}
+	}
+	if val == 1<<40+13 {
+		return 0, &chanos.RemoteError{Code: 0x13, Detail: "unlucky"}
+	}
+	if val == 1<<40+14 {
+		return 0, errors.New("plain failure")
+	}
+	if val == 1<<40+99 {
+		time.Sleep(50 * time.Millisecond)
+	}
+	return val + 1, nil
+}
+
+func (s *server) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
+
+func serve(t *testing.T, s *pingpong.Conn, srv pingpong.Server) (wait func() error) {
+	errc := make(chan error, 1)
+	go func() { errc <- pingpong.ServeConn(context.Background(), s, srv) }()
+	return func() error { return <-errc }
+}
+
+func TestMessagesAndCalls(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		wait := serve(t, s, &server{})
+		for i := uint32(0); i < 100; i++ {
+			if err := c.Send(ctx, &pingpong.Ping{ClientID: 7, MsgID: i}); err != nil {
+				t.Fatal(err)
+			}
+			m, err := c.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p, ok := m.(*pingpong.Pong); !ok || p.MsgID != i || p.ClientID != 7 {
+				t.Fatalf("got %#v", m)
+			}
+			got, err := c.Echo(ctx, uint64(i))
+			if err != nil || got != uint64(i)+1 {
+				t.Fatalf("echo %d = %d, %v", i, got, err)
+			}
+		}
+		payload := bytes.Repeat([]byte("0123456789abcdef"), 4096)
+		out, err := c.Bounce(ctx, payload)
+		if err != nil || !bytes.Equal(out, payload) {
+			t.Fatalf("bounce: %d bytes, %v", len(out), err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Fatalf("ServeConn after client close = %v, want nil", err)
+		}
+	})
+}
+
+func TestRemoteErrors(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		serve(t, s, &server{})
+		_, err := c.Echo(ctx, 1<<40+13)
+		var re *chanos.RemoteError
+		if !errors.As(err, &re) || re.Code != 0x13 || re.Detail != "unlucky" || re.Msg != "pingpong.echo" {
+			t.Fatalf("err = %#v", err)
+		}
+		_, err = c.Echo(ctx, 1<<40+14)
+		if !errors.As(err, &re) || re.Code != chanos.CodeUnknown || re.Detail != "plain failure" {
+			t.Fatalf("err = %#v", err)
+		}
+		// The connection is still fine.
+		if v, err := c.Echo(ctx, 1); err != nil || v != 2 {
+			t.Fatalf("echo after errors = %d, %v", v, err)
+		}
+	})
+}
+
+func TestDeadlineReachesServer(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &server{deadline: make(chan time.Duration, 2)}
+		serve(t, s, srv)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		if _, err := c.Echo(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		if d := <-srv.deadline; d <= 59*time.Minute || d > time.Hour {
+			t.Fatalf("server saw deadline in %v, want about 1h", d)
+		}
+		if _, err := c.Echo(context.Background(), 1); err != nil {
+			t.Fatal(err)
+		}
+		if d := <-srv.deadline; d != -1 {
+			t.Fatalf("server saw a deadline (%v) for a call without one", d)
+		}
+	})
+}
+
+func TestCallCanceled(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		serve(t, s, &server{})
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+		defer cancel()
+		if _, err := c.Echo(ctx, 1<<40+99); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("slow echo = %v", err)
+		}
+		// The late reply is dropped; later calls get their own replies.
+		for i := uint64(0); i < 10; i++ {
+			if v, err := c.Echo(context.Background(), i); err != nil || v != i+1 {
+				t.Fatalf("echo %d after cancel = %d, %v", i, v, err)
+			}
+		}
+	})
+}
+
+func TestConcurrentCalls(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		serve(t, s, &server{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := 0; g < 8; g++ {
+			wg.Add(1)
+			go func(g int) {
+				defer wg.Done()
+				for i := 0; i < 200; i++ {
+					v := uint64(g*1000 + i)
+					got, err := c.Echo(context.Background(), v)
+					if err != nil || got != v+1 {
+						errs <- fmt.Errorf("echo %d = %d, %v", v, got, err)
+						return
+					}
+				}
+			}(g)
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+	})
+}
+
+// Messages that arrive while a Call reads for its reply wait for Receive.
+func TestMessagesDuringCall(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		go func() {
+			for {
+				m, err := s.Receive(ctx)
+				if err != nil {
+					return
+				}
+				call, ok := m.(*pingpong.EchoCall)
+				if !ok {
+					continue
+				}
+				// Three messages, then the reply.
+				for i := uint32(0); i < 3; i++ {
+					s.Send(ctx, &pingpong.Pong{MsgID: i})
+				}
+				_ = call
+				s.Raw().Close()
+				return
+			}
+		}()
+		_, err := c.Echo(ctx, 5)
+		if !errors.Is(err, chanos.ErrClosed) {
+			t.Fatalf("echo = %v, want ErrClosed", err)
+		}
+		for i := uint32(0); i < 3; i++ {
+			m, err := c.Receive(ctx)
+			if err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+			if p := m.(*pingpong.Pong); p.MsgID != i {
+				t.Fatalf("message %d = %d", i, p.MsgID)
+			}
+		}
+		if _, err := c.Receive(ctx); !errors.Is(err, chanos.ErrClosed) {
+			t.Fatalf("after drain: %v", err)
+		}
+	})
+}
+
+func TestRecvChannel(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		for i := uint32(0); i < 5; i++ {
+			s.Send(ctx, &pingpong.Pong{MsgID: i})
+		}
+		s.Close()
+		var got []uint32
+		for m := range c.Recv() {
+			got = append(got, m.(*pingpong.Pong).MsgID)
+		}
+		if fmt.Sprint(got) != "[0 1 2 3 4]" || !errors.Is(c.Err(), chanos.ErrClosed) {
+			t.Fatalf("got %v, err %v", got, c.Err())
+		}
+	})
+}
+
+func TestLocalCopiesSlices(t *testing.T) {
+	a, b := chanos.LocalPair(pingpong.Interface)
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	buf := []byte("original")
+	if err := c.Send(context.Background(), &pingpong.Data{Seq: 1, Payload: buf}); err != nil {
+		t.Fatal(err)
+	}
+	copy(buf, "mutated!")
+	m, err := s.Receive(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(m.(*pingpong.Data).Payload); got != "original" {
+		t.Fatalf("receiver saw %q: the sender's slice leaked through", got)
+	}
+}
+
+func TestSendErrors(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		big := make([]byte, pingpong.MaxDataPayloadLen+1)
+		if err := c.Send(ctx, &pingpong.Data{Payload: big}); !errors.Is(err, wire.ErrBound) {
+			t.Fatalf("oversized payload: %v", err)
+		}
+		if err := c.Raw().Send(ctx, &pingpong.EchoCall{}); err == nil {
+			t.Fatal("Send of a call accepted")
+		}
+		s.Close()
+		deadline, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		for {
+			err := c.Send(deadline, &pingpong.Ping{})
+			if errors.Is(err, chanos.ErrClosed) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("send after peer close: %v", err)
+			}
+		}
+	})
+}

@@ -1,0 +1,602 @@
+package chanos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chanos/chanos/interconnect/ump"
+	"github.com/chanos/chanos/interfaces/monitor"
+	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/internal/rundir"
+	"github.com/chanos/chanos/wire"
+)
+
+// ProtocolVersion is the monitor protocol version this package speaks.
+const ProtocolVersion = 1
+
+// Errors of the domain layer, matchable with errors.Is.
+var (
+	// ErrNoMonitor: no monitor is listening in the directory. Join does
+	// not start one: a monitor outlives the programs that use it, so it
+	// is started on purpose, with `chanos monitor`.
+	ErrNoMonitor = errors.New("chanos: no monitor running")
+	// ErrMonitorLost: the session with the monitor ended (the monitor
+	// stopped or restarted). Bound connections keep working; exporting
+	// and connecting need a new Join.
+	ErrMonitorLost = errors.New("chanos: lost the monitor")
+	// ErrNameTaken: Export was given a name that is registered already.
+	ErrNameTaken = errors.New("chanos: name already registered")
+	// ErrNotFound: Connect's name is not registered (and the context ended
+	// before it was).
+	ErrNotFound = errors.New("chanos: name not found")
+	// ErrInterfaceMismatch: the name is exported with another interface.
+	ErrInterfaceMismatch = errors.New("chanos: interface mismatch")
+	// ErrInvalidName: the monitor rejected the name (see the nameservice's
+	// rules: 1 to 256 printable ASCII bytes without spaces).
+	ErrInvalidName = errors.New("chanos: invalid name")
+)
+
+// Option configures Join.
+type Option func(*options)
+
+type options struct {
+	dir     string
+	program string
+	log     *slog.Logger
+}
+
+// WithDir joins the monitor in dir instead of the default ($CHANOS_DIR,
+// else $XDG_RUNTIME_DIR/chanos, else chanos-UID in the temporary
+// directory).
+func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
+
+// WithProgram sets the name the domain gives the monitor (shown by
+// `chanos ps`); the default is the executable's base name.
+func WithProgram(name string) Option { return func(o *options) { o.program = name } }
+
+// WithLogger sets the logger for the domain's diagnostics.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// Domain is a process's membership of its machine's monitor: through it
+// the process exports services and connects to them by name.
+type Domain struct {
+	pc      *pktconn.Conn
+	id      uint64
+	machine uint64
+	dir     string
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	nextID  uint32
+	calls   map[uint32]*monCall
+	exports map[uint64]*Listener // by export id
+	early   map[uint64][]*monitor.Incoming
+	err     error // why the session ended
+	done    chan struct{}
+}
+
+type monCall struct {
+	reply wire.Message
+	done  chan error
+}
+
+// Join connects this process to its machine's monitor and returns the
+// domain. If no monitor runs, it fails with an error matching ErrNoMonitor
+// that says how to start one.
+func Join(ctx context.Context, opts ...Option) (*Domain, error) {
+	o := options{program: filepath.Base(os.Args[0]), log: slog.Default()}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	dir, err := rundir.Resolve(o.dir)
+	if err != nil {
+		return nil, fmt.Errorf("chanos: join: %w", err)
+	}
+	sock := rundir.Socket(dir)
+	if err := rundir.Check(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("chanos: join: %w", err)
+	}
+	pc, err := pktconn.Dial(ctx, sock, monitor.MaxFrameSize)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w at %s: start one with `chanos monitor --dir %s` (or set %s)", ErrNoMonitor, sock, dir, rundir.EnvVar)
+		}
+		return nil, fmt.Errorf("chanos: join: %w", err)
+	}
+	d := &Domain{
+		pc:      pc,
+		dir:     dir,
+		log:     o.log,
+		calls:   map[uint32]*monCall{},
+		exports: map[uint64]*Listener{},
+		early:   map[uint64][]*monitor.Incoming{},
+		done:    make(chan struct{}),
+	}
+	go d.readLoop()
+	var reply monitor.HelloReply
+	if err := d.call(ctx, &monitor.HelloCall{Version: ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("chanos: join: %w", err)
+	}
+	d.id, d.machine = reply.DomainID, reply.MachineID
+	return d, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+// ID returns the domain's id, unique among the monitor's domains.
+func (d *Domain) ID() uint64 { return d.id }
+
+// Machine returns the monitor's machine id.
+func (d *Domain) Machine() uint64 { return d.machine }
+
+// Dir returns the monitor directory the domain joined.
+func (d *Domain) Dir() string { return d.dir }
+
+// Err returns why the session with the monitor ended (matching
+// ErrMonitorLost or ErrClosed), or nil while it lasts.
+func (d *Domain) Err() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.err
+}
+
+// Done is closed when the session with the monitor ends.
+func (d *Domain) Done() <-chan struct{} { return d.done }
+
+// Close leaves the monitor: the domain's names are removed and its
+// listeners stop accepting. Connections already bound stay open until
+// closed.
+func (d *Domain) Close() error {
+	d.endSession(ErrClosed)
+	err := d.pc.Close()
+	<-d.done
+	return err
+}
+
+// endSession records why the session ended and fails what waits on it.
+func (d *Domain) endSession(err error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.err != nil {
+		return
+	}
+	d.err = err
+	for id, c := range d.calls {
+		c.done <- err
+		delete(d.calls, id)
+	}
+	for _, l := range d.exports {
+		l.stop(err)
+	}
+	for _, list := range d.early {
+		for _, in := range list {
+			closeCaps(in.Fds)
+		}
+	}
+	d.early = nil
+}
+
+// call makes an rpc to the monitor.
+func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
+	var buf wire.Buffer
+	if err := call.Encode(&buf); err != nil {
+		return err
+	}
+	c := &monCall{reply: reply, done: make(chan error, 1)}
+	d.mu.Lock()
+	if d.err != nil {
+		err := d.err
+		d.mu.Unlock()
+		return err
+	}
+	d.nextID++
+	if d.nextID == 0 {
+		d.nextID++
+	}
+	id := d.nextID
+	d.calls[id] = c
+	d.mu.Unlock()
+	wire.SetCallID(buf.B, id)
+	wire.SetTimeout(buf.B, timeoutOf(ctx))
+	if err := d.pc.Send(buf.B, nil); err != nil {
+		d.forget(id)
+		return fmt.Errorf("%w: %w", ErrMonitorLost, err)
+	}
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+		d.forget(id)
+		return ctx.Err()
+	}
+}
+
+func (d *Domain) forget(id uint32) {
+	d.mu.Lock()
+	delete(d.calls, id)
+	d.mu.Unlock()
+}
+
+// readLoop reads the monitor's replies and messages until the session
+// ends. It is the control path, so a goroutine of its own costs nothing
+// that matters.
+func (d *Domain) readLoop() {
+	defer close(d.done)
+	for {
+		frame, caps, err := d.pc.Receive()
+		if err != nil {
+			if err == io.EOF {
+				err = ErrMonitorLost
+			} else {
+				err = fmt.Errorf("%w: %w", ErrMonitorLost, err)
+			}
+			d.endSession(err)
+			return
+		}
+		if err := d.handle(frame, caps); err != nil {
+			closeCaps(caps)
+			d.log.Error("chanos: bad frame from the monitor; leaving", "err", err)
+			d.endSession(fmt.Errorf("%w: %w", ErrMonitorLost, err))
+			d.pc.Close()
+			return
+		}
+	}
+}
+
+func closeCaps(caps []wire.Cap) {
+	for _, c := range caps {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
+func (d *Domain) handle(frame []byte, caps []wire.Cap) error {
+	h, err := wire.ParseHeader(frame)
+	if err != nil {
+		return err
+	}
+	k, err := h.Kind()
+	if err != nil {
+		return err
+	}
+	switch k {
+	case wire.KindReply, wire.KindErrorReply:
+		d.mu.Lock()
+		c := d.calls[h.CallID]
+		delete(d.calls, h.CallID)
+		d.mu.Unlock()
+		if c == nil {
+			closeCaps(caps)
+			return nil // the caller gave up
+		}
+		if k == wire.KindErrorReply {
+			_, st, err := wire.ParseErrorReply(frame)
+			if err != nil {
+				c.done <- err
+				return nil
+			}
+			c.done <- monitorError(c.reply.MsgName(), st)
+			return nil
+		}
+		err := c.reply.Decode(frame, caps)
+		if err != nil {
+			closeCaps(caps)
+		}
+		c.done <- err
+		return nil
+	case wire.KindMessage:
+		var in monitor.Incoming
+		if err := in.Decode(frame, caps); err != nil {
+			return err
+		}
+		d.incoming(&in)
+		return nil
+	}
+	return fmt.Errorf("unexpected %s from the monitor", k)
+}
+
+// monitorError maps the monitor's status codes onto this package's errors.
+func monitorError(rpc string, st wire.Status) error {
+	re := &RemoteError{Msg: rpc, Code: st.Code, Detail: st.Detail}
+	var kind error
+	switch monitor.Status(st.Code) {
+	case monitor.StatusExists:
+		kind = ErrNameTaken
+	case monitor.StatusNotFound:
+		kind = ErrNotFound
+	case monitor.StatusMismatch:
+		kind = ErrInterfaceMismatch
+	case monitor.StatusInvalid:
+		kind = ErrInvalidName
+	default:
+		return re
+	}
+	return fmt.Errorf("%w: %w", kind, re)
+}
+
+// earlyLimit bounds the connections held for an export whose reply has
+// not been seen yet.
+const earlyLimit = 64
+
+// incoming hands a new server-side connection to its listener.
+func (d *Domain) incoming(in *monitor.Incoming) {
+	d.mu.Lock()
+	l := d.exports[in.Ref.Export]
+	if l == nil {
+		// The monitor may announce a connection before its reply to the
+		// export that made it has been read: hold it for Export.
+		if d.early != nil && len(d.early[in.Ref.Export]) < earlyLimit {
+			d.early[in.Ref.Export] = append(d.early[in.Ref.Export], in)
+			d.mu.Unlock()
+			return
+		}
+		d.mu.Unlock()
+		closeCaps(in.Fds)
+		return
+	}
+	d.mu.Unlock()
+	l.accept(in)
+}
+
+// openUMP opens one side of a ring pair from the monitor's descriptors:
+// the memfd, four eventfds and the liveness socket. It takes the caps.
+func openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Conn, error) {
+	if len(caps) != 6 {
+		closeCaps(caps)
+		return nil, fmt.Errorf("%w: ump binding came with %d descriptors, want 6", ErrProtocol, len(caps))
+	}
+	fds := make([]int, len(caps))
+	for i, c := range caps {
+		f, ok := c.(*os.File)
+		if !ok {
+			closeCaps(caps)
+			return nil, fmt.Errorf("%w: descriptor %d is a %T", ErrProtocol, i, c)
+		}
+		fd, err := syscall.Dup(int(f.Fd()))
+		if err != nil {
+			for _, prev := range fds[:i] {
+				syscall.Close(prev)
+			}
+			closeCaps(caps)
+			return nil, fmt.Errorf("chanos: dup: %w", err)
+		}
+		syscall.CloseOnExec(fd)
+		fds[i] = fd
+	}
+	closeCaps(caps)
+	files := &ump.Files{Mem: fds[0], Events: [4]int{fds[1], fds[2], fds[3], fds[4]}}
+	sock, err := ump.FileConn(os.NewFile(uintptr(fds[5]), "ump-liveness"))
+	if err != nil {
+		files.Close()
+		return nil, err
+	}
+	return ump.Open(side, files, sock, &ump.Options{MaxMessageSize: maxFrame})
+}
+
+// Listener is an export: it accepts the connections clients bind to it.
+type Listener struct {
+	d     *Domain
+	name  string
+	ref   wire.Iref
+	iface Interface
+	conns chan *Conn
+	mu    sync.Mutex
+	err   error
+	stopC chan struct{}
+}
+
+// withdrawTimeout bounds Listener.Close's wait for the monitor.
+const withdrawTimeout = 5 * time.Second
+
+// acceptQueue is how many bound connections wait for Accept before new
+// ones are refused (closed, which the client sees as ErrClosed).
+const acceptQueue = 128
+
+// Export registers name for a service of interface iface and returns the
+// listener of its connections. The name is a lease: it is removed when
+// the listener closes or the domain ends, even by kill -9.
+func Export(ctx context.Context, d *Domain, name string, iface Interface) (*Listener, error) {
+	var reply monitor.ExportReply
+	if len(name) > monitor.MaxExportNameLen {
+		return nil, fmt.Errorf("chanos: export %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxExportNameLen)
+	}
+	err := d.call(ctx, &monitor.ExportCall{Name: name, Iface: iface.Name, MaxFrame: uint32(iface.MaxFrameSize)}, &reply)
+	if err != nil {
+		return nil, fmt.Errorf("chanos: export %q: %w", name, err)
+	}
+	l := &Listener{d: d, name: name, ref: reply.Ref, iface: iface, conns: make(chan *Conn, acceptQueue), stopC: make(chan struct{})}
+	d.mu.Lock()
+	if d.err != nil {
+		err := d.err
+		d.mu.Unlock()
+		return nil, err
+	}
+	d.exports[reply.Ref.Export] = l
+	early := d.early[reply.Ref.Export]
+	delete(d.early, reply.Ref.Export)
+	d.mu.Unlock()
+	for _, in := range early {
+		l.accept(in)
+	}
+	return l, nil
+}
+
+// Name returns the exported name.
+func (l *Listener) Name() string { return l.name }
+
+// Ref returns the export's iref.
+func (l *Listener) Ref() wire.Iref { return l.ref }
+
+func (l *Listener) accept(in *monitor.Incoming) {
+	if in.Ref != l.ref {
+		closeCaps(in.Fds)
+		l.d.log.Warn("chanos: connection for an export with another token; refused", "name", l.name)
+		return
+	}
+	u, err := openUMP(ump.Creator, in.Fds, l.iface.MaxFrameSize)
+	if err != nil {
+		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
+		return
+	}
+	l.enqueue(NewConn(u, l.iface))
+}
+
+func (l *Listener) enqueue(c *Conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		c.Close()
+		return
+	}
+	select {
+	case l.conns <- c:
+	default:
+		l.d.log.Warn("chanos: accept queue full; connection refused", "name", l.name, "queue", acceptQueue)
+		c.Close()
+	}
+}
+
+// Accept waits for the next connection bound to the export.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	default:
+	}
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.stopC:
+		select {
+		case c := <-l.conns:
+			return c, nil
+		default:
+		}
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return nil, l.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (l *Listener) stop(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+		close(l.stopC)
+	}
+}
+
+// Close withdraws the export (its name is removed) and closes the
+// connections that were not accepted yet.
+func (l *Listener) Close() error {
+	l.d.mu.Lock()
+	if l.d.exports[l.ref.Export] == l {
+		delete(l.d.exports, l.ref.Export)
+	}
+	l.d.mu.Unlock()
+	l.stop(ErrClosed)
+	for {
+		select {
+		case c := <-l.conns:
+			c.Close()
+			continue
+		default:
+		}
+		break
+	}
+	if l.d.Err() != nil {
+		return nil // the monitor removed the name with the session
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
+	defer cancel()
+	var reply monitor.WithdrawReply
+	if err := l.d.call(ctx, &monitor.WithdrawCall{Name: l.name}, &reply); err != nil {
+		return fmt.Errorf("chanos: withdraw %q: %w", l.name, err)
+	}
+	return nil
+}
+
+// Connect binds to the service exported under name, waiting for the name
+// to appear until ctx ends, and returns the connection. The monitor
+// checks that the export speaks iface.
+func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Conn, error) {
+	var reply monitor.BindReply
+	if len(name) > monitor.MaxBindNameLen {
+		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
+	}
+	if err := d.call(ctx, &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, &reply); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
+			err = fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
+		}
+		return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
+	}
+	switch reply.Via {
+	case monitor.InterconnectLocal:
+		closeCaps(reply.Fds)
+		d.mu.Lock()
+		l := d.exports[reply.Ref.Export]
+		d.mu.Unlock()
+		if l == nil || l.ref != reply.Ref {
+			return nil, fmt.Errorf("chanos: connect %q: %w: the local export is gone", name, ErrNotFound)
+		}
+		a, b := localPair()
+		l.enqueue(newConn(b, l.iface, d.log))
+		return newConn(a, iface, d.log), nil
+	case monitor.InterconnectUMP:
+		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {
+			closeCaps(reply.Fds)
+			return nil, fmt.Errorf("chanos: connect %q: %w: the export's frames are up to %d bytes, ours %d", name, ErrInterfaceMismatch, reply.MaxFrame, iface.MaxFrameSize)
+		}
+		u, err := openUMP(ump.Attacher, reply.Fds, int(reply.MaxFrame))
+		if err != nil {
+			return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
+		}
+		return NewConn(u, iface), nil
+	}
+	closeCaps(reply.Fds)
+	return nil, fmt.Errorf("chanos: connect %q: unknown interconnect %v", name, reply.Via)
+}
+
+// Serve accepts connections until ctx ends or the listener closes, and
+// runs handle for each in a goroutine of its own. It returns nil after a
+// close or ctx's end, once every handler has returned; a handler's error is
+// logged, as it concerns one connection only.
+func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c *Conn) error) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		c, err := l.Accept(ctx)
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return nil
+			}
+			return err
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer c.Close()
+			if err := handle(ctx, c); err != nil && !errors.Is(err, context.Canceled) {
+				l.d.log.Debug("chanos: connection ended", "name", l.name, "err", err)
+			}
+		}()
+	}
+}

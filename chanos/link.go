@@ -1,0 +1,187 @@
+package chanos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/chanos/chanos/interconnect/ump"
+	"github.com/chanos/chanos/wire"
+)
+
+// endError is an interconnect's error, classified as one of ErrClosed,
+// ErrPeerDied or ErrProtocol while keeping the interconnect's text.
+type endError struct {
+	kind  error
+	cause error
+}
+
+func (e *endError) Error() string {
+	if e.cause == nil {
+		return e.kind.Error()
+	}
+	return e.cause.Error()
+}
+
+func (e *endError) Is(target error) bool { return target == e.kind }
+func (e *endError) Unwrap() error        { return e.cause }
+
+// isEnd reports whether err means the connection has ended.
+func isEnd(err error) bool {
+	return errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerDied) || errors.Is(err, ErrProtocol)
+}
+
+// umpLink carries frames over a shared-memory ring pair.
+type umpLink struct {
+	u *ump.Conn
+}
+
+// NewConn returns a Conn speaking iface over u, which it takes over.
+// Domains get their connections from Connect and Listener.Accept; NewConn
+// is for programs that set up ring pairs themselves, like the monitor.
+func NewConn(u *ump.Conn, iface Interface) *Conn {
+	return newConn(&umpLink{u: u}, iface, nil)
+}
+
+func (l *umpLink) kind() string { return "ump" }
+
+func (l *umpLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
+	if len(caps) > 0 {
+		return ErrCapsUnsupported
+	}
+	return umpErr(l.u.Send(ctx, frame))
+}
+
+func (l *umpLink) sendValue(context.Context, wire.Message) error {
+	return errors.New("chanos: values only travel on the local interconnect")
+}
+
+func (l *umpLink) receive(ctx context.Context) (Incoming, error) {
+	frame, err := l.u.Receive(ctx)
+	if err != nil {
+		return Incoming{}, umpErr(err)
+	}
+	h, err := wire.ParseHeader(frame)
+	if err == nil {
+		var k wire.Kind
+		if k, err = h.Kind(); err == nil {
+			if h.NCaps != 0 {
+				err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", h.NCaps)
+			} else {
+				return Incoming{Kind: k, Header: h, Frame: frame}, nil
+			}
+		}
+	}
+	// A malformed frame ends the connection: close it so the peer learns.
+	l.u.Close()
+	return Incoming{}, &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
+}
+
+func (l *umpLink) close() error { return l.u.Close() }
+
+// umpErr classifies the ring's errors.
+func umpErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ump.ErrClosed):
+		return &endError{kind: ErrClosed, cause: err}
+	case errors.Is(err, ump.ErrPeerDied):
+		return &endError{kind: ErrPeerDied, cause: err}
+	case errors.Is(err, ump.ErrProtocol):
+		return &endError{kind: ErrProtocol, cause: err}
+	}
+	return err
+}
+
+// localBuffer is how many messages a local connection holds per direction
+// before Send blocks.
+const localBuffer = 64
+
+// pipe is one direction of a local connection.
+type pipe struct {
+	ch     chan Incoming
+	closed chan struct{}
+	once   sync.Once
+}
+
+func newPipe() *pipe { return &pipe{ch: make(chan Incoming, localBuffer), closed: make(chan struct{})} }
+
+func (p *pipe) close() { p.once.Do(func() { close(p.closed) }) }
+
+// localLink is one end of a connection within one process. One-way
+// messages travel as values (copies made by the generated MsgClone, so the
+// sender may reuse its slices); rpc calls and replies travel as frames.
+type localLink struct {
+	in, out *pipe
+}
+
+// localPair returns the two ends of a local connection.
+func localPair() (a, b *localLink) {
+	ab, ba := newPipe(), newPipe()
+	return &localLink{in: ba, out: ab}, &localLink{in: ab, out: ba}
+}
+
+func (l *localLink) kind() string { return "local" }
+
+func (l *localLink) put(ctx context.Context, in Incoming) error {
+	select {
+	case <-l.out.closed:
+		return &endError{kind: ErrClosed}
+	case <-l.in.closed:
+		return &endError{kind: ErrClosed}
+	default:
+	}
+	select {
+	case l.out.ch <- in:
+		return nil
+	case <-l.out.closed:
+		return &endError{kind: ErrClosed}
+	case <-l.in.closed:
+		return &endError{kind: ErrClosed}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
+	return l.put(ctx, Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m})
+}
+
+func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
+	h, err := wire.ParseHeader(frame)
+	if err != nil {
+		return err
+	}
+	k, err := h.Kind()
+	if err != nil {
+		return err
+	}
+	// The caller reuses its buffer; the capabilities are handed over as
+	// they are, since both ends share one descriptor table.
+	return l.put(ctx, Incoming{Kind: k, Header: h, Frame: append([]byte(nil), frame...), Caps: append([]wire.Cap(nil), caps...)})
+}
+
+func (l *localLink) receive(ctx context.Context) (Incoming, error) {
+	select {
+	case in := <-l.in.ch:
+		return in, nil
+	case <-ctx.Done():
+		return Incoming{}, ctx.Err()
+	case <-l.in.closed:
+		// Deliver what was sent before the close first.
+		select {
+		case in := <-l.in.ch:
+			return in, nil
+		default:
+			return Incoming{}, &endError{kind: ErrClosed}
+		}
+	}
+}
+
+func (l *localLink) close() error {
+	l.out.close()
+	l.in.close()
+	return nil
+}

@@ -1,0 +1,225 @@
+package golang
+
+import (
+	"fmt"
+
+	"github.com/chanos/chanos/idl"
+)
+
+// cloneMethods writes MsgClone and MsgSet for a message, call or reply:
+// the local interconnect passes copies of values instead of frames.
+func (g *generator) cloneMethods(f *frameInfo) {
+	g.p("// MsgClone returns a copy of m that shares no memory with it: its slices")
+	g.p("// are copied. The local interconnect sends the copy, so the sender may")
+	g.p("// reuse m.")
+	g.p("func (m *%s) MsgClone() wire.Message {", f.typ)
+	g.p("c := *m")
+	for _, a := range f.args {
+		if a.arg.Shape == idl.ShapeDynArray {
+			g.p("c.%s = append(%s(nil), m.%s...)", a.field, g.argType(a.arg), a.field)
+		}
+	}
+	g.p("return &c")
+	g.p("}")
+	g.p("")
+	g.p("// MsgSet sets m to the value of src and reports true if src is a *%s.", f.typ)
+	g.p("func (m *%s) MsgSet(src wire.Message) bool {", f.typ)
+	g.p("s, ok := src.(*%s)", f.typ)
+	g.p("if ok {")
+	g.p("*m = *s")
+	g.p("}")
+	g.p("return ok")
+	g.p("}")
+	g.p("")
+	g.validateMethod(f)
+}
+
+// validateMethod writes MsgValidate: the encoder's checks of the
+// top-level strings, arrays and enums, without encoding.
+func (g *generator) validateMethod(f *frameInfo) {
+	g.p("// MsgValidate reports what Encode would refuse in m's strings, dynamic")
+	g.p("// arrays and enum arguments, without encoding it; the local interconnect")
+	g.p("// calls it, as it passes messages as values.")
+	recv := "m "
+	var body []string
+	for _, a := range f.args {
+		field := a.arg.Name
+		_, decl := a.arg.Type.Underlying()
+		enumN := 0
+		if decl != nil && decl.Kind == idl.DeclEnum {
+			enumN = len(decl.Enumerators)
+		}
+		switch a.arg.Shape {
+		case idl.ShapeString:
+			body = append(body, fmt.Sprintf("if err := wire.CheckString(%q, %q, m.%s, %s); err != nil {\nreturn err\n}", f.errName, field, a.field, a.bound))
+		case idl.ShapeDynArray:
+			body = append(body, fmt.Sprintf("if err := wire.CheckCount(%q, %q, len(m.%s), %s); err != nil {\nreturn err\n}", f.errName, field, a.field, a.bound))
+			if enumN > 0 {
+				body = append(body, fmt.Sprintf("for i, v := range m.%s {\nif err := wire.CheckEnum(%q, fmt.Sprintf(\"%s[%%%%d]\", i), uint32(v), %d); err != nil {\nreturn err\n}\n}", a.field, f.errName, field, enumN))
+			}
+		default:
+			if enumN > 0 {
+				body = append(body, fmt.Sprintf("if err := wire.CheckEnum(%q, %q, uint32(m.%s), %d); err != nil {\nreturn err\n}", f.errName, field, a.field, enumN))
+			}
+		}
+	}
+	if len(body) == 0 {
+		recv = ""
+	}
+	g.p("func (%s*%s) MsgValidate() error {", recv, f.typ)
+	for _, b := range body {
+		g.p("%s", b)
+	}
+	g.p("return nil")
+	g.p("}")
+	g.p("")
+}
+
+// connection writes the typed connection plumbing over package chanos:
+// Interface, Conn, Connect, Listener, Export, Serve and ServeConn.
+func (g *generator) connection() {
+	name := g.iface.Name
+	g.p("// Interface describes %s to the connection layer.", name)
+	g.p("var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}")
+	g.p("")
+	g.p("// Conn is a connection that speaks %s: the rpc stubs and Send of Client,", name)
+	g.p("// and Receive and Recv for what the peer sends.")
+	g.p("type Conn struct {")
+	g.p("*Client")
+	g.p("c *chanos.Conn")
+	g.p("once sync.Once")
+	g.p("recv chan Msg")
+	g.p("}")
+	g.p("")
+	g.p("// NewConn returns the typed view of c, a connection that speaks %s.", name)
+	g.p("func NewConn(c *chanos.Conn) *Conn { return &Conn{Client: NewClient(c), c: c} }")
+	g.p("")
+	g.p("// Connect binds to the %s service exported under name on d's machine,", name)
+	g.p("// waiting for the name to appear until ctx ends.")
+	g.p("func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) {")
+	g.p("c, err := chanos.Connect(ctx, d, name, Interface)")
+	g.p("if err != nil {")
+	g.p("return nil, err")
+	g.p("}")
+	g.p("return NewConn(c), nil")
+	g.p("}")
+	g.p("")
+	g.p("// decodeIncoming turns what a connection received into a Msg.")
+	g.p("func decodeIncoming(in *chanos.Incoming) (Msg, error) {")
+	g.p("if in.Msg != nil {")
+	g.p("if m, ok := in.Msg.(Msg); ok {")
+	g.p("return m, nil")
+	g.p("}")
+	g.p(`return nil, fmt.Errorf("%%s: received a %%s: %%w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)`)
+	g.p("}")
+	g.p("return Decode(in.Frame, in.Caps)")
+	g.p("}")
+	g.p("")
+	g.p("// Receive waits for the next message or rpc call from the peer, reading")
+	g.p("// the connection in the calling goroutine. A frame that does not decode")
+	g.p("// ends the connection with an error matching chanos.ErrProtocol; at the")
+	g.p("// connection's end, Receive returns why (see chanos.Conn.Err).")
+	g.p("func (c *Conn) Receive(ctx context.Context) (Msg, error) {")
+	g.p("var m Msg")
+	g.p("err := c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {")
+	g.p("var err error")
+	g.p("if m, err = decodeIncoming(in); err != nil {")
+	g.p("return c.c.Violation(err)")
+	g.p("}")
+	g.p("return nil")
+	g.p("})")
+	g.p("return m, err")
+	g.p("}")
+	g.p("")
+	g.p("// Recv returns a channel of what the peer sends, for select. It is closed")
+	g.p("// when the connection ends, and Err then says why. The first call starts")
+	g.p("// a goroutine that receives on the channel's behalf (one hop per message")
+	g.p("// compared with Receive); do not mix Recv and Receive on one connection.")
+	g.p("func (c *Conn) Recv() <-chan Msg {")
+	g.p("c.once.Do(func() {")
+	g.p("c.recv = make(chan Msg, 64)")
+	g.p("go func() {")
+	g.p("defer close(c.recv)")
+	g.p("ctx := c.c.Context()")
+	g.p("for {")
+	g.p("m, err := c.Receive(ctx)")
+	g.p("if err != nil {")
+	g.p("return")
+	g.p("}")
+	g.p("select {")
+	g.p("case c.recv <- m:")
+	g.p("case <-ctx.Done():")
+	g.p("return")
+	g.p("}")
+	g.p("}")
+	g.p("}()")
+	g.p("})")
+	g.p("return c.recv")
+	g.p("}")
+	g.p("")
+	g.p("// Err returns why the connection ended, or nil while it is open.")
+	g.p("func (c *Conn) Err() error { return c.c.Err() }")
+	g.p("")
+	g.p("// Close closes the connection.")
+	g.p("func (c *Conn) Close() error { return c.c.Close() }")
+	g.p("")
+	g.p("// Raw returns the untyped connection.")
+	g.p("func (c *Conn) Raw() *chanos.Conn { return c.c }")
+	g.p("")
+	g.p("// Listener accepts the connections bound to an export of %s.", name)
+	g.p("type Listener struct {")
+	g.p("l *chanos.Listener")
+	g.p("}")
+	g.p("")
+	g.p("// Export registers name for a %s service on d's machine and returns", name)
+	g.p("// its listener. The name is removed when the listener closes or the")
+	g.p("// domain ends.")
+	g.p("func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {")
+	g.p("l, err := chanos.Export(ctx, d, name, Interface)")
+	g.p("if err != nil {")
+	g.p("return nil, err")
+	g.p("}")
+	g.p("return &Listener{l: l}, nil")
+	g.p("}")
+	g.p("")
+	g.p("// Accept waits for the next connection.")
+	g.p("func (l *Listener) Accept(ctx context.Context) (*Conn, error) {")
+	g.p("c, err := l.l.Accept(ctx)")
+	g.p("if err != nil {")
+	g.p("return nil, err")
+	g.p("}")
+	g.p("return NewConn(c), nil")
+	g.p("}")
+	g.p("")
+	g.p("// Close withdraws the export.")
+	g.p("func (l *Listener) Close() error { return l.l.Close() }")
+	g.p("")
+	g.p("// Raw returns the untyped listener.")
+	g.p("func (l *Listener) Raw() *chanos.Listener { return l.l }")
+	g.p("")
+	g.p("// Serve accepts connections on l until ctx ends or l closes, and serves")
+	g.p("// each with ServeConn in a goroutine of its own.")
+	g.p("func Serve(ctx context.Context, l *Listener, srv Server) error {")
+	g.p("return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {")
+	g.p("return ServeConn(ctx, NewConn(c), srv)")
+	g.p("})")
+	g.p("}")
+	g.p("")
+	g.p("// ServeConn calls srv's method for each message and rpc call that arrives")
+	g.p("// on c, in the calling goroutine, and sends each rpc's reply, until the")
+	g.p("// connection or ctx ends. It returns nil when the peer closes.")
+	g.p("func ServeConn(ctx context.Context, c *Conn, srv Server) error {")
+	g.p("return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
+	g.p("m, err := decodeIncoming(in)")
+	g.p("if err != nil {")
+	g.p("return nil, c.c.Violation(err)")
+	g.p("}")
+	g.p("reply, err := Dispatch(ctx, srv, c.c, m)")
+	g.p("if reply == nil {")
+	g.p("return nil, err")
+	g.p("}")
+	g.p("return reply, err")
+	g.p("})")
+	g.p("}")
+	g.p("")
+}
