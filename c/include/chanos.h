@@ -723,6 +723,154 @@ int chanos_dec_cap(struct chanos_dec *d);
 
 /* ==== ump: shared-memory channels, see docs/ump.md ==== */
 
+/*
+ * A ump connection is two single-producer single-consumer rings of 64-byte
+ * slots in a memfd shared by two processes, one ring per direction, plus
+ * eventfds to wake a side that sleeps and a connected Unix socket whose end
+ * of file tells that the peer closed or died. The ring format is the one
+ * the Go package interconnect/ump uses: a C process and a Go process can be
+ * the two sides.
+ *
+ * Threads: one thread may send while another receives; concurrent sends
+ * (or concurrent receives) must be serialized by the caller.
+ * chanos_ump_close must not race with any other call on the connection.
+ *
+ * Results: 0 on success, else a negative code: one of the CHANOS_ERR_*
+ * below, -EINVAL for a bad argument, or -errno from a failed system call.
+ * chanos_ump_strerror describes all of them.
+ */
+#define CHANOS_ERR_AGAIN     (-4201) /* try variant: would block; poll the fd */
+#define CHANOS_ERR_TIMEDOUT  (-4202) /* the timeout expired */
+#define CHANOS_ERR_CLOSED    (-4203) /* closed by this side or by the peer */
+#define CHANOS_ERR_PEER_DIED (-4204) /* the peer went away without closing */
+#define CHANOS_ERR_PROTOCOL  (-4205) /* the peer broke the ring protocol */
+#define CHANOS_ERR_TOO_LARGE (-4206) /* message over the maximum size */
+
+/* The ring layout version; the slot size and the payload of one slot. */
+#define CHANOS_UMP_VERSION      1
+#define CHANOS_UMP_SLOT_SIZE    64
+#define CHANOS_UMP_SLOT_PAYLOAD 56
+#define CHANOS_UMP_DEFAULT_MAX_MSG 65536u
+#define CHANOS_UMP_MAX_MSG_LIMIT   0x3fffffffu
+#define CHANOS_UMP_MAX_SLOTS       (1u << 24)
+/* The default spin window before sleeping, in nanoseconds. */
+#define CHANOS_UMP_DEFAULT_SPIN_NS 20000
+
+/* The sides of a ring pair: the creator writes ring 0, the attacher ring 1. */
+#define CHANOS_UMP_CREATOR  0
+#define CHANOS_UMP_ATTACHER 1
+
+/* Options; a zeroed struct (or NULL) gives the defaults. */
+struct chanos_ump_options {
+    /* Largest message (the interface's MaxFrameSize). Creator: 0 means
+     * CHANOS_UMP_DEFAULT_MAX_MSG. Attacher: 0 accepts the creator's value,
+     * otherwise a larger value is refused. */
+    uint32_t max_msg;
+    /* Slots per direction, a power of two; 0: room for two maximum
+     * messages, at least 1024. */
+    uint32_t ring_slots;
+    /* Spin window before sleeping: 0 means CHANOS_UMP_DEFAULT_SPIN_NS, a
+     * negative value sleeps at once. */
+    int64_t spin_ns;
+};
+
+/* The descriptors of one ring pair (see chanos_ump_files_create). */
+struct chanos_ump_files {
+    int mem;   /* the sealed memfd with both rings */
+    int ev[4]; /* eventfds: ev[2r] "ring r has data", ev[2r+1] "ring r has space" */
+};
+
+typedef struct chanos_ump chanos_ump; /* one side of a connection; opaque */
+
+/*
+ * chanos_ump_files_create creates the memfd and eventfds of a ring pair,
+ * header written and memfd sealed, for a third party (the monitor) to hand
+ * to both sides. The caller owns the descriptors in *out: give them to
+ * chanos_ump_open or release them with chanos_ump_files_close.
+ */
+int chanos_ump_files_create(const struct chanos_ump_options *opts,
+                            struct chanos_ump_files *out);
+
+/* chanos_ump_files_close closes every descriptor in f that is >= 0 and
+ * sets it to -1. */
+void chanos_ump_files_close(struct chanos_ump_files *f);
+
+/*
+ * chanos_ump_open maps a ring pair and returns side's connection in *out.
+ * It takes ownership of the descriptors in f (set to -1) and of sock, a
+ * connected Unix socket to the peer kept open for the connection's life,
+ * on success and on failure alike. Everything received from the peer is
+ * checked (seals, header, eventfds). Free *out with chanos_ump_close.
+ */
+int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
+                    const struct chanos_ump_options *opts, chanos_ump **out);
+
+/*
+ * chanos_ump_create creates a ring pair, sends its descriptors to the peer
+ * over sock (SCM_RIGHTS) and waits up to timeout_ms (-1: forever) for the
+ * peer's acknowledgement. chanos_ump_attach is the peer's half: it receives
+ * the descriptors, checks and maps them, and acknowledges. Both take
+ * ownership of sock, on success and on failure. Free *out with
+ * chanos_ump_close.
+ */
+int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
+                      int timeout_ms, chanos_ump **out);
+int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
+                      int timeout_ms, chanos_ump **out);
+
+/*
+ * chanos_ump_send copies len bytes from msg into the ring as one message
+ * (CHANOS_ERR_TOO_LARGE over the maximum). It spins, then sleeps, while the
+ * ring lacks room for the whole message, at most timeout_ms (-1: forever;
+ * 0: do not wait). On CHANOS_ERR_TIMEDOUT nothing was written. The caller
+ * keeps ownership of msg.
+ *
+ * chanos_ump_try_send never waits: CHANOS_ERR_AGAIN when the ring is full,
+ * after which chanos_ump_fd becomes readable once there may be room.
+ */
+int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms);
+int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len);
+
+/*
+ * chanos_ump_recv waits at most timeout_ms (-1: forever; 0: do not wait)
+ * for the next message and sets *msg and *len to it. The bytes belong to
+ * the connection and stay valid until the next receive or close; the
+ * caller must not free them. After the peer closed or died, the messages it
+ * had completely sent are returned first, then CHANOS_ERR_CLOSED or
+ * CHANOS_ERR_PEER_DIED.
+ *
+ * chanos_ump_try_recv never waits: CHANOS_ERR_AGAIN when no message is
+ * there, after which chanos_ump_fd becomes readable once one may be.
+ */
+int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len,
+                    int timeout_ms);
+int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len);
+
+/*
+ * chanos_ump_fd returns a descriptor (an epoll set) that polls readable when
+ * a try variant that returned CHANOS_ERR_AGAIN may now succeed, or the
+ * connection ended. It belongs to the connection: do not close it.
+ */
+int chanos_ump_fd(const chanos_ump *c);
+
+/* chanos_ump_err returns why the connection ended (CHANOS_ERR_CLOSED,
+ * CHANOS_ERR_PEER_DIED, CHANOS_ERR_PROTOCOL), or 0 while it is open. */
+int chanos_ump_err(const chanos_ump *c);
+
+/* chanos_ump_max_msg returns the connection's maximum message size. */
+size_t chanos_ump_max_msg(const chanos_ump *c);
+
+/*
+ * chanos_ump_close closes the connection: the peer receives what was sent
+ * before, then CHANOS_ERR_CLOSED. It unmaps the rings, closes every
+ * descriptor and frees c. NULL is allowed.
+ */
+void chanos_ump_close(chanos_ump *c);
+
+/* chanos_ump_strerror describes a ump result, or defers to
+ * chanos_strerror. The string is static. */
+const char *chanos_ump_strerror(int err);
+
 /* ==== end ump ==== */
 
 #ifdef __cplusplus

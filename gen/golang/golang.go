@@ -58,11 +58,11 @@ func (b *Backend) Generate(iface *idl.Interface) ([]gen.File, error) {
 type generator struct {
 	iface        *idl.Interface
 	messagesOnly bool
-	pkg   string
-	errs  idl.ErrorList
-	types map[*idl.TypeDecl]*typeInfo
-	msgs  []*msgInfo
-	out   bytes.Buffer
+	pkg          string
+	errs         idl.ErrorList
+	types        map[*idl.TypeDecl]*typeInfo
+	msgs         []*msgInfo
+	out          bytes.Buffer
 }
 
 // typeInfo is the Go side of a type declaration.
