@@ -6,11 +6,21 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE
+.PHONY: all go examples c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE
 
-all: go c
+all: go c bin/chanos-peers
 
-go: bin/chanos bin/chanosc
+go: bin/chanos bin/chanosc examples
+
+# The benchmark peers live in their own module (bench/peers), so that the
+# core module never depends on gRPC or shmipc-go.
+bin/chanos-peers: FORCE
+	cd bench/peers && $(GO) build -o ../../bin/chanos-peers ./cmd/chanos-peers
+
+# The example programs; `chanos demo` runs them from beside itself.
+examples: FORCE
+	$(GO) build -o bin/pingpong-server ./examples/pingpong/server
+	$(GO) build -o bin/pingpong-client ./examples/pingpong/client
 
 bin/chanos: FORCE
 	$(GO) build -o $@ ./cmd/chanos
@@ -40,9 +50,11 @@ lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:" $$out >&2; exit 1; fi
 	$(GO) vet ./...
 	$(STATICCHECK) ./...
+	cd bench/peers && $(GO) vet ./... && $(STATICCHECK) ./...
 
-test-go: go
-	$(GO) test -race -count=1 -timeout 300s ./...
+test-go: go c
+	CHANOS_C_BUILD=$(abspath $(BUILD)/c) $(GO) test -race -count=1 -timeout 300s ./...
+	cd bench/peers && $(GO) test -race -count=1 -timeout 300s ./...
 
 # C tests run under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-c: bin/chanosc
@@ -53,7 +65,7 @@ test-c: bin/chanosc
 test: all lint check-generated check-vectors test-go test-c
 
 demo: all
-	./scripts/demo.sh
+	./bin/chanos demo
 
 # Installing libchanos, its headers, chanosc and chanos.pc arrives with the
 # C-domains work (issue 5); the target name is reserved for it.

@@ -257,13 +257,7 @@ func (d *Domain) readLoop() {
 	}
 }
 
-func closeCaps(caps []wire.Cap) {
-	for _, c := range caps {
-		if c != nil {
-			c.Close()
-		}
-	}
-}
+func closeCaps(caps []wire.Cap) { wire.CloseCaps(caps) }
 
 func (d *Domain) handle(frame []byte, caps []wire.Cap) error {
 	h, err := wire.ParseHeader(frame)
@@ -353,39 +347,9 @@ func (d *Domain) incoming(in *monitor.Incoming) {
 	l.accept(in)
 }
 
-// openUMP opens one side of a ring pair from the monitor's descriptors:
-// the memfd, four eventfds and the liveness socket. It takes the caps.
+// openUMP opens one side of a ring pair from the monitor's descriptors.
 func openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Conn, error) {
-	if len(caps) != 6 {
-		closeCaps(caps)
-		return nil, fmt.Errorf("%w: ump binding came with %d descriptors, want 6", ErrProtocol, len(caps))
-	}
-	fds := make([]int, len(caps))
-	for i, c := range caps {
-		f, ok := c.(*os.File)
-		if !ok {
-			closeCaps(caps)
-			return nil, fmt.Errorf("%w: descriptor %d is a %T", ErrProtocol, i, c)
-		}
-		fd, err := syscall.Dup(int(f.Fd()))
-		if err != nil {
-			for _, prev := range fds[:i] {
-				syscall.Close(prev)
-			}
-			closeCaps(caps)
-			return nil, fmt.Errorf("chanos: dup: %w", err)
-		}
-		syscall.CloseOnExec(fd)
-		fds[i] = fd
-	}
-	closeCaps(caps)
-	files := &ump.Files{Mem: fds[0], Events: [4]int{fds[1], fds[2], fds[3], fds[4]}}
-	sock, err := ump.FileConn(os.NewFile(uintptr(fds[5]), "ump-liveness"))
-	if err != nil {
-		files.Close()
-		return nil, err
-	}
-	return ump.Open(side, files, sock, &ump.Options{MaxMessageSize: maxFrame})
+	return ump.OpenCaps(side, caps, &ump.Options{MaxMessageSize: maxFrame})
 }
 
 // Listener is an export: it accepts the connections clients bind to it.

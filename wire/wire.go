@@ -107,3 +107,13 @@ type Message interface {
 	// storing them in the message, and never retains frame.
 	Decode(frame []byte, caps []Cap) error
 }
+
+// CloseCaps closes every capability in caps, skipping nils: the usual
+// clean-up of capabilities received with a frame nobody will use.
+func CloseCaps(caps []Cap) {
+	for _, c := range caps {
+		if c != nil {
+			c.Close()
+		}
+	}
+}

@@ -3,6 +3,10 @@
 //
 // Usage:
 //
+//	chanos monitor [--dir DIR]   run this machine's monitor
+//	chanos names [PREFIX]        list names (--json)
+//	chanos ps                    list domains, exports, connections (--json)
+//	chanos demo                  monitor, server and client as separate processes
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
 //	chanos version               print the version
 package main
@@ -24,6 +28,10 @@ var errUsage = errors.New("usage")
 const usage = `usage: chanos COMMAND [ARGS]
 
 commands:
+  monitor [--dir DIR]   run this machine's monitor (one per user by default)
+  names [PREFIX]        list the nameservice's names (--json for JSON)
+  ps                    list domains with their exports and connections (--json)
+  demo                  run a monitor, a server and a client as separate processes
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
   version               print the version
 `
@@ -50,6 +58,14 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "bench":
 		return runBench(ctx, args[1:])
+	case "demo":
+		return runDemo(ctx, args[1:])
+	case "monitor":
+		return runMonitor(ctx, args[1:])
+	case "names":
+		return runNames(ctx, args[1:])
+	case "ps":
+		return runPs(ctx, args[1:])
 	case "version":
 		fmt.Println("chanos", version)
 		return nil

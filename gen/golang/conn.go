@@ -55,7 +55,7 @@ func (g *generator) validateMethod(f *frameInfo) {
 		case idl.ShapeDynArray:
 			body = append(body, fmt.Sprintf("if err := wire.CheckCount(%q, %q, len(m.%s), %s); err != nil {\nreturn err\n}", f.errName, field, a.field, a.bound))
 			if enumN > 0 {
-				body = append(body, fmt.Sprintf("for i, v := range m.%s {\nif err := wire.CheckEnum(%q, fmt.Sprintf(\"%s[%%%%d]\", i), uint32(v), %d); err != nil {\nreturn err\n}\n}", a.field, f.errName, field, enumN))
+				body = append(body, fmt.Sprintf("for i, v := range m.%s {\nif err := wire.CheckEnum(%q, fmt.Sprintf(\"%s[%%d]\", i), uint32(v), %d); err != nil {\nreturn err\n}\n}", a.field, f.errName, field, enumN))
 			}
 		default:
 			if enumN > 0 {

@@ -131,12 +131,11 @@ func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
-// capFD returns the descriptor of a capability: anything with Fd() uintptr
-// (such as *os.File) or a syscall.Conn.
+// capFD returns the descriptor of a capability: through SyscallConn for
+// files and sockets ((*os.File).Fd would switch the open file description,
+// which the peer shares, to blocking mode), else through Fd() uintptr.
 func capFD(c wire.Cap) (int, error) {
 	switch v := c.(type) {
-	case interface{ Fd() uintptr }:
-		return int(v.Fd()), nil
 	case syscall.Conn:
 		rc, err := v.SyscallConn()
 		if err != nil {
@@ -147,6 +146,8 @@ func capFD(c wire.Cap) (int, error) {
 			return -1, err
 		}
 		return fd, nil
+	case interface{ Fd() uintptr }:
+		return int(v.Fd()), nil
 	}
 	return -1, fmt.Errorf("%w: %T", ErrNotFD, c)
 }

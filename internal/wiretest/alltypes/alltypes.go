@@ -1547,7 +1547,7 @@ func (m *Arrays) MsgValidate() error {
 		return err
 	}
 	for i, v := range m.Colors {
-		if err := wire.CheckEnum("alltypes.arrays", fmt.Sprintf("colors[%%d]", i), uint32(v), 3); err != nil {
+		if err := wire.CheckEnum("alltypes.arrays", fmt.Sprintf("colors[%d]", i), uint32(v), 3); err != nil {
 			return err
 		}
 	}

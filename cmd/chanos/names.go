@@ -1,0 +1,122 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"text/tabwriter"
+
+	"github.com/chanos/chanos/monitor"
+)
+
+const namesUsage = `usage: chanos names [PREFIX] [--json] [--dir DIR]
+
+Lists the names registered in this user's nameservice that start with
+PREFIX (all of them by default), with the interface and domain of the
+export each names. --json prints a JSON array of
+{"name", "machine_id", "export_id", "iface", "domain", "program"}.
+`
+
+// nameEntry is one line of 'chanos names'.
+type nameEntry struct {
+	Name      string `json:"name"`
+	MachineID string `json:"machine_id"`
+	ExportID  uint64 `json:"export_id"`
+	Iface     string `json:"iface,omitempty"`
+	Domain    uint64 `json:"domain,omitempty"`
+	Program   string `json:"program,omitempty"`
+}
+
+// runNames runs 'chanos names'.
+func runNames(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("names", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", "", "")
+	asJSON := fs.Bool("json", false, "")
+	var prefix []string
+	// Flags may come before or after the prefix.
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fmt.Print(namesUsage)
+				return nil
+			}
+			return fmt.Errorf("%w: names: %v", errUsage, err)
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		prefix = append(prefix, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(prefix) > 1 {
+		return fmt.Errorf("%w: names: one prefix at most, got %q", errUsage, prefix)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	c, err := dialMonitor(ctx, *dir, "chanos names")
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ns, err := c.Nameservice(ctx)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	list, err := ns.Names(ctx, append(prefix, "")[0])
+	if err != nil {
+		return fmt.Errorf("names: %w", err)
+	}
+	snap, err := c.Ps(ctx)
+	if err != nil {
+		return fmt.Errorf("names: %w", err)
+	}
+	type owner struct {
+		iface   string
+		domain  uint64
+		program string
+	}
+	exports := map[uint64]owner{}
+	for _, d := range snap.Domains {
+		for _, e := range d.Exports {
+			exports[e.ExportID] = owner{e.Iface, d.ID, d.Program}
+		}
+	}
+	entries := []nameEntry{}
+	for _, name := range list {
+		ref, code, err := ns.Get(ctx, name)
+		if err != nil {
+			return fmt.Errorf("names: get %q: %w", name, err)
+		}
+		if code != monitor.NSOK {
+			continue // removed since the list
+		}
+		e := nameEntry{Name: name, MachineID: fmt.Sprintf("%016x", ref.Machine), ExportID: ref.Export}
+		if fmt.Sprintf("%016x", c.MachineID()) == e.MachineID {
+			if o, ok := exports[ref.Export]; ok {
+				e.Iface, e.Domain, e.Program = o.iface, o.domain, o.program
+			}
+		}
+		entries = append(entries, e)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(entries)
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tIFACE\tDOMAIN\tPROGRAM\tEXPORT")
+	for _, e := range entries {
+		domain := "-"
+		if e.Domain != 0 {
+			domain = fmt.Sprint(e.Domain)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s/%d\n", e.Name, orDash(e.Iface), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID)
+	}
+	return tw.Flush()
+}

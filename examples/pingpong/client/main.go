@@ -1,0 +1,105 @@
+// Command pingpong-client connects to a pingpong service by name,
+// exchanges messages and rpcs with it, and prints what happened and the
+// round-trip latency.
+//
+//	pingpong-client -name pingsvc -n 100000
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+)
+
+func main() {
+	name := flag.String("name", "pingsvc", "name of the service")
+	n := flag.Int("n", 100000, "number of ping-pongs and of echo calls")
+	wait := flag.Duration("wait", 10*time.Second, "how long to wait for the service to appear")
+	flag.Parse()
+	if err := run(*name, *n, *wait); err != nil {
+		fmt.Fprintln(os.Stderr, "pingpong-client:", err)
+		os.Exit(1)
+	}
+}
+
+func run(name string, n int, wait time.Duration) error {
+	if n < 1 {
+		return errors.New("-n must be at least 1")
+	}
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithProgram("pingpong-client"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+
+	cctx, cancel := context.WithTimeout(ctx, wait)
+	c, err := pingpong.Connect(cctx, d, name)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Printf("connected to %q over %s (domain %d)\n", name, c.Raw().Interconnect(), d.ID())
+
+	// Messages: each ping is answered by a pong with the same numbers.
+	rtts := make([]time.Duration, n)
+	start := time.Now()
+	for i := range n {
+		t0 := time.Now()
+		if err := c.Send(ctx, &pingpong.Ping{ClientID: uint32(d.ID()), MsgID: uint32(i)}); err != nil {
+			return fmt.Errorf("send ping %d: %w", i, err)
+		}
+		m, err := c.Receive(ctx)
+		if err != nil {
+			return fmt.Errorf("receive pong %d: %w", i, err)
+		}
+		rtts[i] = time.Since(t0)
+		if p, ok := m.(*pingpong.Pong); !ok || p.MsgID != uint32(i) {
+			return fmt.Errorf("ping %d answered by %#v", i, m)
+		}
+	}
+	report("ping/pong messages", n, time.Since(start), rtts)
+
+	// rpcs: echo returns its argument.
+	start = time.Now()
+	for i := range n {
+		t0 := time.Now()
+		v, err := c.Echo(ctx, uint64(i))
+		if err != nil {
+			return fmt.Errorf("echo %d: %w", i, err)
+		}
+		rtts[i] = time.Since(t0)
+		if v != uint64(i) {
+			return fmt.Errorf("echo %d returned %d", i, v)
+		}
+	}
+	report("echo rpcs", n, time.Since(start), rtts)
+
+	payload := make([]byte, 64<<10)
+	for i := range payload {
+		payload[i] = byte(i)
+	}
+	out, err := c.Bounce(ctx, payload)
+	if err != nil {
+		return fmt.Errorf("bounce: %w", err)
+	}
+	if !slices.Equal(out, payload) {
+		return errors.New("bounce returned a different payload")
+	}
+	fmt.Printf("bounce: 64 KiB payload returned intact\n")
+	return nil
+}
+
+func report(what string, n int, total time.Duration, rtts []time.Duration) {
+	slices.Sort(rtts)
+	fmt.Printf("%s: %d round trips in %v; round trip p50 %v, p99 %v\n",
+		what, n, total.Round(time.Millisecond), rtts[n/2], rtts[n*99/100])
+}

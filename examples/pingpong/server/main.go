@@ -1,0 +1,76 @@
+// Command pingpong-server exports the bundled pingpong interface under a
+// name and serves it: it answers each ping with a pong, echo with its
+// argument, and bounce with its payload.
+//
+// Run a monitor first (chanos monitor), then:
+//
+//	pingpong-server -name pingsvc
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+)
+
+// server implements pingpong.Server. Its methods run in the goroutine that
+// reads the connection, so a reply costs no goroutine hop.
+type server struct {
+	pingpong.UnimplementedServer
+}
+
+func (server) Ping(ctx context.Context, from chanos.Sender, m *pingpong.Ping) error {
+	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
+}
+
+func (server) Data(ctx context.Context, from chanos.Sender, m *pingpong.Data) error {
+	return nil // a sink for streaming
+}
+
+func (server) Echo(ctx context.Context, val uint64) (uint64, error) { return val, nil }
+
+func (server) Bounce(ctx context.Context, payload []byte) ([]byte, error) { return payload, nil }
+
+func main() {
+	name := flag.String("name", "pingsvc", "name to export the service under")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *name); err != nil {
+		fmt.Fprintln(os.Stderr, "pingpong-server:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, name string) error {
+	d, err := chanos.Join(ctx, chanos.WithProgram("pingpong-server"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, name)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	slog.Info("pingpong-server: serving", "name", name, "domain", d.ID())
+	// Serve returns when ctx ends (SIGINT, SIGTERM) or the monitor goes.
+	go func() {
+		select {
+		case <-d.Done():
+			slog.Warn("pingpong-server: lost the monitor", "err", d.Err())
+			stop(l)
+		case <-ctx.Done():
+		}
+	}()
+	return pingpong.Serve(ctx, l, server{})
+}
+
+func stop(l *pingpong.Listener) { l.Close() }

@@ -1,0 +1,130 @@
+package ump
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"syscall"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// This file turns a ring pair into capabilities that travel in a message
+// (the monitor's bind reply and incoming message), and back.
+
+// CapCount is the number of descriptors that describe a ump connection in a
+// bind reply or an incoming message: the ring pair's memfd, its four
+// eventfds and the liveness socket, in that order.
+const CapCount = 6
+
+// fdCap is a raw descriptor as a wire.Cap. Its Fd method lets pktconn send
+// it without the side effect of (*os.File).Fd, which would switch the
+// shared open file description (an eventfd both peers poll) to blocking.
+type fdCap struct{ fd int }
+
+func (c *fdCap) Fd() uintptr { return uintptr(c.fd) }
+
+func (c *fdCap) Close() error {
+	if c.fd < 0 {
+		return nil
+	}
+	err := syscall.Close(c.fd)
+	c.fd = -1
+	return err
+}
+
+// dupFD duplicates fd, close-on-exec.
+func dupFD(fd int) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return -1, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
+	}
+	return int(r), nil
+}
+
+// Caps returns the capabilities for one side of a ump connection:
+// duplicates of the ring pair's descriptors in f (f keeps its own), then
+// sock, which the capabilities take over.
+func Caps(f *Files, sock *net.UnixConn) ([]wire.Cap, error) {
+	caps := make([]wire.Cap, 0, CapCount)
+	for _, fd := range append([]int{f.Mem}, f.Events[:]...) {
+		d, err := dupFD(fd)
+		if err != nil {
+			wire.CloseCaps(caps)
+			sock.Close()
+			return nil, err
+		}
+		caps = append(caps, &fdCap{d})
+	}
+	return append(caps, sock), nil
+}
+
+// takeFD returns a descriptor of its own for a received capability and
+// closes the capability. It reads the descriptor through SyscallConn
+// rather than Fd, which would make it (and the peer's copy) blocking.
+func takeFD(c wire.Cap) (int, error) {
+	defer c.Close()
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return -1, fmt.Errorf("capability %T has no descriptor", c)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(u uintptr) { fd, derr = dupFD(int(u)) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// OpenCaps opens side's end of a ump connection from the six descriptors of
+// a bind reply (side Attacher) or an incoming message (side
+// Creator): memfd, four eventfds and liveness socket. It takes
+// ownership of fds, closing them on failure too. o should set
+// MaxMessageSize to the interface's MaxFrameSize, so that a ring pair
+// larger than the interface needs is refused.
+func OpenCaps(side Side, fds []wire.Cap, o *Options) (*Conn, error) {
+	if len(fds) != CapCount {
+		wire.CloseCaps(fds)
+		return nil, fmt.Errorf("ump: a ump connection needs %d descriptors, got %d", CapCount, len(fds))
+	}
+	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
+	var errs []error
+	for i, c := range fds[:CapCount-1] {
+		fd, err := takeFD(c)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("descriptor %d: %w", i, err))
+			continue
+		}
+		if i == 0 {
+			f.Mem = fd
+		} else {
+			f.Events[i-1] = fd
+		}
+	}
+	sf, ok := fds[CapCount-1].(*os.File)
+	if !ok {
+		fds[CapCount-1].Close()
+		errs = append(errs, fmt.Errorf("liveness socket is a %T, not a file", fds[CapCount-1]))
+	}
+	if len(errs) > 0 {
+		f.Close()
+		if ok {
+			sf.Close()
+		}
+		return nil, fmt.Errorf("ump: open ump connection: %w", errors.Join(errs...))
+	}
+	sock, err := FileConn(sf)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("ump: open ump connection: liveness socket: %w", err)
+	}
+	c, err := Open(side, f, sock, o)
+	if err != nil {
+		return nil, fmt.Errorf("ump: open ump connection: %w", err)
+	}
+	return c, nil
+}

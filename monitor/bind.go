@@ -1,0 +1,269 @@
+package monitor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/chanos/chanos/interconnect/ump"
+	proto "github.com/chanos/chanos/interfaces/monitor"
+	"github.com/chanos/chanos/interfaces/nameservice"
+	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/wire"
+)
+
+// errCancelled: the caller cancelled the call, or its session ended; no
+// reply is sent.
+var errCancelled = errors.New("call cancelled")
+
+// startBind runs a bind call in its own goroutine, so that a bind that
+// waits for its name does not hold up the session's other calls.
+func (s *session) startBind(h wire.Header, c *proto.BindCall) error {
+	s.pmu.Lock()
+	if _, dup := s.pending[h.CallID]; dup {
+		s.pmu.Unlock()
+		return protocolErr("call id %d reused while its bind is in progress", h.CallID)
+	}
+	if len(s.pending) >= s.m.cfg.MaxPendingBinds {
+		s.pmu.Unlock()
+		return s.reply(s.ctx, proto.MsgBind, h.CallID, nil,
+			fail(proto.StatusLimit, "bind %q: this domain has %d binds in progress, the limit", c.Name, s.m.cfg.MaxPendingBinds))
+	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	if d, ok := wire.Timeout(h.TimeoutUS); ok {
+		ctx, cancel = context.WithTimeout(s.ctx, d)
+	}
+	p := &pendingCall{cancel: cancel}
+	s.pending[h.CallID] = p
+	s.pmu.Unlock()
+
+	s.binds.Add(1)
+	go func() {
+		defer s.binds.Done()
+		defer cancel()
+		r, err := s.bind(ctx, p, c)
+		s.pmu.Lock()
+		delete(s.pending, h.CallID)
+		cancelled := p.cancelled
+		s.pmu.Unlock()
+		if cancelled || errors.Is(err, errCancelled) {
+			if r != nil {
+				closeCaps(r.Fds)
+			}
+			s.log.Debug("bind cancelled", "name", c.Name)
+			return
+		}
+		if err != nil {
+			s.log.Debug("bind failed", "name", c.Name, "err", err)
+			s.reply(s.ctx, proto.MsgBind, h.CallID, nil, err)
+			return
+		}
+		s.reply(s.ctx, proto.MsgBind, h.CallID, r, nil)
+	}()
+	return nil
+}
+
+// isCancelled reports whether the caller has cancelled p.
+func (s *session) isCancelled(p *pendingCall) bool {
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	return p.cancelled
+}
+
+// bind resolves c.Name and connects the caller to its export. ctx ends at
+// the call's deadline, at its cancel, or with the session.
+func (s *session) bind(ctx context.Context, p *pendingCall, c *proto.BindCall) (*proto.BindReply, error) {
+	m := s.m
+	if err := names.ValidName(c.Name); err != nil {
+		return nil, fail(proto.StatusInvalid, "bind: %v", err)
+	}
+	if err := validIface(c.Iface); err != nil {
+		return nil, fail(proto.StatusInvalid, "bind %q: %v", c.Name, err)
+	}
+	ref, err := m.store.Get(ctx, c.Name)
+	if errors.Is(err, names.ErrNotFound) && c.Wait {
+		ref, err = m.store.WaitFor(ctx, c.Name)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, names.ErrNotFound):
+		return nil, fail(proto.StatusNotFound, "bind %q: no such name", c.Name)
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, fail(proto.StatusNotFound, "bind %q: the name did not appear before the call's deadline", c.Name)
+	case errors.Is(err, context.Canceled), s.isCancelled(p):
+		return nil, errCancelled
+	case errors.Is(err, names.ErrClosed):
+		return nil, fail(proto.StatusInternal, "bind %q: the monitor is shutting down", c.Name)
+	default:
+		return nil, fail(proto.StatusInternal, "bind %q: nameservice: %v", c.Name, err)
+	}
+	if ref.Machine != m.machineID {
+		return nil, fail(proto.StatusNotFound, "bind %q: it names an export of machine %016x; binding across machines is not supported yet", c.Name, ref.Machine)
+	}
+
+	m.mu.Lock()
+	e := m.exports[ref.Export]
+	m.mu.Unlock()
+	switch {
+	case e == nil:
+		return nil, fail(proto.StatusNotFound, "bind %q: its export %d has been withdrawn", c.Name, ref.Export)
+	case e.ref.Token != ref.Token:
+		return nil, fail(proto.StatusDenied, "bind %q: the iref registered under the name has a wrong token for export %d", c.Name, ref.Export)
+	case e.iface != c.Iface:
+		return nil, fail(proto.StatusMismatch, "bind %q: it exports interface %q, not %q", c.Name, e.iface, c.Iface)
+	}
+	if ctx.Err() != nil || s.isCancelled(p) {
+		return nil, errCancelled
+	}
+
+	rec := &connRec{id: m.nextConn.Add(1), name: c.Name, client: s.id, export: e.id}
+	reply := &proto.BindReply{Ref: e.ref, ConnID: rec.id, MaxFrame: e.maxFrame}
+	switch {
+	case e.domain == nil:
+		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
+		fds, err := m.bindNameservice(s, rec)
+		if err != nil {
+			return nil, err
+		}
+		reply.Fds = fds
+	case e.domain == s:
+		// The domain exports it itself: it connects in its own process.
+		rec.server, rec.via, reply.Via = s.id, proto.InterconnectLocal, proto.InterconnectLocal
+		if !m.addConn(rec, s) {
+			return nil, errCancelled
+		}
+	default:
+		rec.server, rec.via, reply.Via = e.domain.id, proto.InterconnectUMP, proto.InterconnectUMP
+		fds, err := m.bindUMP(ctx, s, e, rec)
+		if err != nil {
+			return nil, err
+		}
+		reply.Fds = fds
+	}
+	s.log.Info("bind", "name", c.Name, "iface", c.Iface, "conn", rec.id, "server", rec.server, "via", rec.via.String())
+	return reply, nil
+}
+
+// addConn records rec unless server (or the monitor) has gone meanwhile:
+// a record must not outlive the cleanup that would remove it.
+func (m *Monitor) addConn(rec *connRec, server *session) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed || (server != nil && m.domains[server.id] != server) {
+		return false
+	}
+	m.conns[rec.id] = rec
+	return true
+}
+
+// ringPair creates a ring pair for frames of up to maxFrame bytes and a
+// liveness socket pair, and returns the descriptors for each side: the
+// creator's (the server's) and the attacher's (the client's).
+func ringPair(maxFrame uint32) (creator, attacher []wire.Cap, err error) {
+	files, err := ump.NewFiles(&ump.Options{MaxMessageSize: int(maxFrame)})
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the ring pair: %w", err)
+	}
+	defer files.Close()
+	a, b, err := ump.SocketPair()
+	if err != nil {
+		return nil, nil, fmt.Errorf("create the liveness socket: %w", err)
+	}
+	if creator, err = ump.Caps(files, a); err != nil {
+		b.Close()
+		return nil, nil, fmt.Errorf("duplicate the ring descriptors: %w", err)
+	}
+	if attacher, err = ump.Caps(files, b); err != nil {
+		closeCaps(creator)
+		return nil, nil, fmt.Errorf("duplicate the ring descriptors: %w", err)
+	}
+	return creator, attacher, nil
+}
+
+// bindUMP connects s to e, exported by another domain: it sends that
+// domain an incoming message with the creator's descriptors and returns
+// the attacher's for the reply.
+func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connRec) ([]wire.Cap, error) {
+	server := e.domain
+	creator, attacher, err := ringPair(e.maxFrame)
+	if err != nil {
+		return nil, fail(proto.StatusInternal, "bind %q: %v", rec.name, err)
+	}
+	in := &proto.Incoming{
+		Ref:      e.ref,
+		ConnID:   rec.id,
+		Client:   s.id,
+		Via:      proto.InterconnectUMP,
+		MaxFrame: e.maxFrame,
+		Fds:      creator,
+	}
+	var buf wire.Buffer
+	if err := in.Encode(&buf); err != nil {
+		closeCaps(creator)
+		closeCaps(attacher)
+		return nil, fail(proto.StatusInternal, "bind %q: encode incoming: %v", rec.name, err)
+	}
+	// The record goes in first: once the server has the descriptors, ps
+	// should show the connection.
+	if !m.addConn(rec, server) {
+		closeCaps(creator)
+		closeCaps(attacher)
+		return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
+	}
+	if err := server.enqueue(ctx, packet{frame: buf.B, caps: buf.Caps}); err != nil {
+		closeCaps(attacher)
+		m.mu.Lock()
+		delete(m.conns, rec.id)
+		m.mu.Unlock()
+		if errors.Is(err, errSessionEnded) {
+			return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, fail(proto.StatusLimit, "bind %q: the exporting domain %d did not take the connection before the call's deadline", rec.name, server.id)
+		}
+		return nil, errCancelled
+	}
+	return attacher, nil
+}
+
+// bindNameservice connects s to the monitor's own nameservice: the
+// monitor opens the creator's side and serves it.
+func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) {
+	opts := &ump.Options{MaxMessageSize: nameservice.MaxFrameSize, Logger: m.log}
+	files, err := ump.NewFiles(opts)
+	if err != nil {
+		return nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
+	}
+	a, b, err := ump.SocketPair()
+	if err != nil {
+		files.Close()
+		return nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
+	}
+	attacher, err := ump.Caps(files, b)
+	if err != nil {
+		files.Close()
+		a.Close()
+		return nil, fail(proto.StatusInternal, "bind %q: duplicate the ring descriptors: %v", rec.name, err)
+	}
+	u, err := ump.Open(ump.Creator, files, a, opts) // takes files and a
+	if err != nil {
+		closeCaps(attacher)
+		return nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
+	}
+	c := newNSConn(m, u, rec.id, s.id, s.log)
+	m.mu.Lock()
+	if m.closed || m.domains[s.id] != s {
+		m.mu.Unlock()
+		u.Close()
+		closeCaps(attacher)
+		return nil, errCancelled
+	}
+	m.conns[rec.id] = rec
+	m.nsConns[rec.id] = c
+	// s's session goroutine is counted in m.wg until this bind returns, so
+	// the count is above zero here, as Add requires.
+	m.wg.Add(1)
+	m.mu.Unlock()
+	go c.serve()
+	return attacher, nil
+}
