@@ -220,15 +220,23 @@ func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
 	case err := <-c.done:
 		return err
 	case <-ctx.Done():
-		d.forget(id)
+		if d.forget(id) {
+			// Tell the monitor, so that a waiting bind does not linger.
+			var cancel wire.Buffer
+			wire.AppendCancel(&cancel, call.MsgNumber(), id)
+			d.pc.Send(cancel.B, nil)
+		}
 		return ctx.Err()
 	}
 }
 
-func (d *Domain) forget(id uint32) {
+// forget drops call id and reports whether it was still outstanding.
+func (d *Domain) forget(id uint32) bool {
 	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, ok := d.calls[id]
 	delete(d.calls, id)
-	d.mu.Unlock()
+	return ok
 }
 
 // readLoop reads the monitor's replies and messages until the session
