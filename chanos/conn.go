@@ -110,9 +110,12 @@ type Conn struct {
 	mu      sync.Mutex
 	reading bool          // a goroutine is reading the link
 	wake    chan struct{} // closed when reading ends or the inbox gains a message
+	waiting int           // goroutines that took wake since it was last closed
 	pending map[uint32]*pendingCall
-	inbox   []Incoming // copied out of the link's buffers
-	endErr  error      // why the connection ended; nil while open
+	inbox   []Incoming  // copied out of the link's buffers
+	cur     Incoming    // the frame being read; owned by the reading goroutine
+	endErr  error       // why the connection ended; nil while open
+	ended   atomic.Bool // endErr != nil, readable without the lock
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -176,6 +179,7 @@ func (c *Conn) end(err error) {
 		return
 	}
 	c.endErr = err
+	c.ended.Store(true)
 	for id, p := range c.pending {
 		p.err = err
 		p.done <- struct{}{}
@@ -184,7 +188,13 @@ func (c *Conn) end(err error) {
 	c.wakeLocked()
 }
 
+// wakeLocked wakes the goroutines waiting on c.wake. Without waiters it
+// does nothing, so the uncontended path allocates no channel.
 func (c *Conn) wakeLocked() {
+	if c.waiting == 0 {
+		return
+	}
+	c.waiting = 0
 	close(c.wake)
 	c.wake = make(chan struct{})
 }
@@ -197,8 +207,8 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 	if m.MsgKind() != wire.KindMessage {
 		return fmt.Errorf("chanos: Send of %s %s: use Call for rpcs", m.MsgName(), m.MsgKind())
 	}
-	if err := c.Err(); err != nil {
-		return err
+	if c.ended.Load() {
+		return c.Err()
 	}
 	if c.l.kind() == "local" {
 		if v, ok := m.(interface{ MsgValidate() error }); ok {
@@ -370,6 +380,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			}
 			continue
 		}
+		c.waiting++
 		wake := c.wake
 		c.mu.Unlock()
 		select {
@@ -414,6 +425,8 @@ func (c *Conn) release() {
 // readFor reads frames until p completes, the inbox is full, or the link
 // or ctx ends. The caller holds the reading turn.
 func (c *Conn) readFor(ctx context.Context, p *pendingCall) error {
+	in := &c.cur // only the reading goroutine touches it: no allocation
+	defer func() { *in = Incoming{} }()
 	for {
 		c.mu.Lock()
 		full := len(c.inbox) >= inboxLimit
@@ -422,11 +435,11 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) error {
 			// Let a Receive drain it; we will be woken.
 			return nil
 		}
-		in, err := c.l.receive(ctx)
-		if err != nil {
+		var err error
+		if *in, err = c.l.receive(ctx); err != nil {
 			return c.linkEnded(ctx, err)
 		}
-		if err := c.route(&in, true); err != nil {
+		if err := c.route(in, true); err != nil {
 			return err
 		}
 		select {
@@ -542,6 +555,7 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 			}
 			continue
 		}
+		c.waiting++
 		wake := c.wake
 		c.mu.Unlock()
 		select {
@@ -555,16 +569,18 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 // readOne reads frames, routing replies, until a message or call arrives,
 // which it hands to fn while still holding the reading turn.
 func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, error) {
+	in := &c.cur // only the reading goroutine touches it: no allocation
+	defer func() { *in = Incoming{} }()
 	for {
-		in, err := c.l.receive(ctx)
-		if err != nil {
+		var err error
+		if *in, err = c.l.receive(ctx); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		switch in.Kind {
 		case wire.KindMessage, wire.KindCall:
-			return true, fn(&in)
+			return true, fn(in)
 		}
-		if err := c.route(&in, false); err != nil {
+		if err := c.route(in, false); err != nil {
 			return false, err
 		}
 	}
