@@ -1,0 +1,120 @@
+// Package bench holds the benchmark suites of `chanos bench`. A suite runs
+// its cases, each in fresh processes where the case involves more than one,
+// and reports one Result per case. Results are printed as a table for
+// people or, with --json, one JSON object per line for machines.
+//
+// The machines are shared and noisy: a suite measures its baselines in the
+// same run as its subjects, and claims are ratios against them.
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strings"
+	"text/tabwriter"
+)
+
+// Result is one measured case. Fields that do not apply are left unset and
+// omitted from the JSON.
+type Result struct {
+	Suite     string `json:"suite"`
+	Case      string `json:"case"`
+	Transport string `json:"transport"`
+	Peers     string `json:"peers"`
+	Size      int    `json:"size"`
+	Iters     int    `json:"iters"`
+	// Runs is how many times the case ran; the figures are those of the
+	// median run.
+	Runs       int      `json:"runs,omitempty"`
+	RTTp50     *float64 `json:"rtt_ns_p50,omitempty"`
+	RTTp99     *float64 `json:"rtt_ns_p99,omitempty"`
+	RTTMean    *float64 `json:"rtt_ns_mean,omitempty"`
+	MsgsPerS   *float64 `json:"msgs_per_s,omitempty"`
+	BytesPerS  *float64 `json:"bytes_per_s,omitempty"`
+	CPUPercent *float64 `json:"cpu_percent,omitempty"`
+}
+
+// Key names the case of a result: case/transport/peers/size.
+func (r *Result) Key() string {
+	return fmt.Sprintf("%s/%s/%s/%d", r.Case, r.Transport, r.Peers, r.Size)
+}
+
+// primary returns the figure by which runs of a case are ordered.
+func (r *Result) primary() float64 {
+	for _, p := range []*float64{r.RTTp50, r.CPUPercent, r.BytesPerS, r.MsgsPerS} {
+		if p != nil {
+			return *p
+		}
+	}
+	return 0
+}
+
+// Median returns the run whose primary figure is the median of runs,
+// marked with the number of runs.
+func Median(runs []Result) Result {
+	s := append([]Result(nil), runs...)
+	sort.SliceStable(s, func(i, j int) bool { return s[i].primary() < s[j].primary() })
+	m := s[(len(s)-1)/2]
+	m.Runs = len(runs)
+	return m
+}
+
+// WriteJSON writes r as one line of JSON.
+func WriteJSON(w io.Writer, r Result) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// WriteTable writes results as an aligned table.
+func WriteTable(w io.Writer, results []Result) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "case\ttransport\tpeers\tsize\titers\trtt p50\trtt p99\trtt mean\tmsgs/s\tbytes/s\tcpu\t")
+	for _, r := range results {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n",
+			r.Case, r.Transport, r.Peers, r.Size, r.Iters,
+			ns(r.RTTp50), ns(r.RTTp99), ns(r.RTTMean), si(r.MsgsPerS, ""), si(r.BytesPerS, "B"), pct(r.CPUPercent))
+	}
+	return tw.Flush()
+}
+
+func ns(p *float64) string {
+	switch {
+	case p == nil:
+		return "-"
+	case *p >= 1e6:
+		return fmt.Sprintf("%.2f ms", *p/1e6)
+	case *p >= 1e4:
+		return fmt.Sprintf("%.1f µs", *p/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", *p)
+}
+
+func si(p *float64, unit string) string {
+	if p == nil {
+		return "-"
+	}
+	v, prefix := *p, ""
+	for _, u := range []string{"k", "M", "G", "T"} {
+		if math.Abs(v) < 1000 {
+			break
+		}
+		v, prefix = v/1000, u
+	}
+	return strings.TrimSpace(fmt.Sprintf("%.2f %s%s", v, prefix, unit))
+}
+
+func pct(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f%%", *p)
+}
+
+func f64(v float64) *float64 { return &v }

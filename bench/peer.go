@@ -1,0 +1,247 @@
+package bench
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/chanos/chanos/interconnect/ump"
+)
+
+// PeerCommand is the hidden `chanos bench` suite name under which the
+// chanos binary runs the Go side of a ump benchmark case.
+const PeerCommand = "__ump-peer"
+
+// peerSocketFD is the descriptor on which a peer finds its socket.
+const peerSocketFD = 3
+
+// peerArgs are the flags shared by the Go peer and the C peer
+// (c/tools/ump_bench.c).
+type peerArgs struct {
+	role, kase, transport string
+	size, iters, warmup   int
+	spinNS                int64
+	maxMsg                int
+	idleMS                int
+}
+
+func (a *peerArgs) flags() []string {
+	return []string{"--case", a.kase, "--transport", a.transport,
+		"--size", fmt.Sprint(a.size), "--iters", fmt.Sprint(a.iters), "--warmup", fmt.Sprint(a.warmup),
+		"--spin-ns", fmt.Sprint(a.spinNS), "--max-msg", fmt.Sprint(a.maxMsg)}
+}
+
+func parsePeerArgs(args []string) (*peerArgs, error) {
+	var a peerArgs
+	fs := flag.NewFlagSet(PeerCommand, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.StringVar(&a.role, "role", "", "client or server")
+	fs.StringVar(&a.kase, "case", "rtt", "rtt, stream or idle")
+	fs.StringVar(&a.transport, "transport", "ump", "ump")
+	fs.IntVar(&a.size, "size", 8, "message size")
+	fs.IntVar(&a.iters, "iters", 100000, "measured iterations")
+	fs.IntVar(&a.warmup, "warmup", 1000, "warm-up iterations")
+	fs.Int64Var(&a.spinNS, "spin-ns", 0, "spin window in ns; 0 default, <0 none")
+	fs.IntVar(&a.maxMsg, "max-msg", 0, "maximum message size")
+	fs.IntVar(&a.idleMS, "idle-ms", 5000, "idle case: how long the receiver stays parked")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if a.role != "client" && a.role != "server" || a.transport != "ump" || a.iters <= 0 {
+		return nil, fmt.Errorf("bad peer arguments %q", args)
+	}
+	return &a, nil
+}
+
+// Peer runs the Go side of one ump benchmark case, as started by RunUMP:
+// its socket is descriptor 3, and a client writes its result as one JSON
+// object on out.
+func Peer(ctx context.Context, args []string, out io.Writer) error {
+	a, err := parsePeerArgs(args)
+	if err != nil {
+		return err
+	}
+	sock, err := ump.FileConn(os.NewFile(peerSocketFD, "bench-socket"))
+	if err != nil {
+		return err
+	}
+	o := &ump.Options{MaxMessageSize: a.maxMsg, SpinWindow: time.Duration(a.spinNS)}
+	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	var c *ump.Conn
+	if a.role == "client" {
+		c, err = ump.Create(hctx, sock, o)
+	} else {
+		c, err = ump.Attach(hctx, sock, o)
+	}
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if a.role == "server" {
+		return serve(ctx, a, c)
+	}
+	var r Result
+	switch a.kase {
+	case "rtt":
+		r, err = rttClient(ctx, a, c)
+	case "stream":
+		r, err = streamClient(ctx, a, c)
+	case "idle":
+		r, err = idleClient(ctx, a, c)
+	default:
+		err = fmt.Errorf("unknown case %q", a.kase)
+	}
+	if err != nil {
+		return err
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(out, "%s\n", b)
+	return err
+}
+
+func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
+	msg := make([]byte, a.size)
+	for range a.warmup {
+		if err := c.Send(ctx, msg); err != nil {
+			return Result{}, err
+		}
+		if _, err := c.Receive(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	samples := make([]int64, a.iters)
+	t0 := nanotime()
+	prev := t0
+	for i := range samples {
+		if len(msg) >= 8 {
+			binary.LittleEndian.PutUint64(msg, uint64(i))
+		}
+		if err := c.Send(ctx, msg); err != nil {
+			return Result{}, err
+		}
+		m, err := c.Receive(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if len(m) != len(msg) || len(m) >= 8 && binary.LittleEndian.Uint64(m) != uint64(i) {
+			return Result{}, fmt.Errorf("round trip %d: the echo differs", i)
+		}
+		t := nanotime()
+		samples[i] = t - prev
+		prev = t
+	}
+	return rttResult(samples, prev-t0), nil
+}
+
+// rttResult summarizes round-trip samples in ns.
+func rttResult(samples []int64, total int64) Result {
+	slices.Sort(samples)
+	n := len(samples)
+	return Result{
+		Iters:   n,
+		RTTp50:  f64(float64(samples[n/2])),
+		RTTp99:  f64(float64(samples[n*99/100])),
+		RTTMean: f64(float64(total) / float64(n)),
+	}
+}
+
+func streamClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
+	msg := make([]byte, a.size)
+	var t0 int64
+	for _, count := range []int{a.warmup, a.iters} {
+		t0 = nanotime()
+		for range count {
+			if err := c.Send(ctx, msg); err != nil {
+				return Result{}, err
+			}
+		}
+		if _, err := c.Receive(ctx); err != nil { // the acknowledgement
+			return Result{}, err
+		}
+	}
+	secs := float64(nanotime()-t0) / 1e9
+	return Result{
+		Iters:     a.iters,
+		MsgsPerS:  f64(float64(a.iters) / secs),
+		BytesPerS: f64(float64(a.iters) * float64(a.size) / secs),
+	}, nil
+}
+
+func idleClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
+	select {
+	case <-time.After(time.Duration(a.idleMS) * time.Millisecond):
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+	if err := c.Send(ctx, []byte("report")); err != nil {
+		return Result{}, err
+	}
+	m, err := c.Receive(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(m) != 8 {
+		return Result{}, fmt.Errorf("idle report of %d bytes", len(m))
+	}
+	return Result{Iters: 1, CPUPercent: f64(math.Float64frombits(binary.LittleEndian.Uint64(m)))}, nil
+}
+
+// cpuTime returns the CPU time this process has used, all threads.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// serve is the server side of every case: for stream it counts and
+// acknowledges, for idle it measures the CPU it uses while parked, and
+// then it echoes until the client closes.
+func serve(ctx context.Context, a *peerArgs, c *ump.Conn) error {
+	switch a.kase {
+	case "stream":
+		for _, count := range []int{a.warmup, a.iters} {
+			for range count {
+				if _, err := c.Receive(ctx); err != nil {
+					return err
+				}
+			}
+			if err := c.Send(ctx, []byte("ack")); err != nil {
+				return err
+			}
+		}
+	case "idle":
+		cpu0, t0 := cpuTime(), nanotime()
+		if _, err := c.Receive(ctx); err != nil {
+			return err
+		}
+		pct := 100 * float64(cpuTime()-cpu0) / float64(nanotime()-t0)
+		if err := c.Send(ctx, binary.LittleEndian.AppendUint64(nil, math.Float64bits(pct))); err != nil {
+			return err
+		}
+	}
+	for {
+		m, err := c.Receive(ctx)
+		if errors.Is(err, ump.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := c.Send(ctx, m); err != nil {
+			return err
+		}
+	}
+}

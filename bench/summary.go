@@ -1,0 +1,75 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"text/tabwriter"
+)
+
+// UMPSummary prints the ratios that the ump suite's goals are stated in
+// (docs/ump.md), computed from results of the same run.
+func UMPSummary(w io.Writer, results []Result) {
+	find := func(kase, transport, peers string, size int) *Result {
+		for i := range results {
+			r := &results[i]
+			if r.Case == kase && r.Transport == transport && r.Peers == peers && r.Size == size {
+				return r
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ratio\tvalue\tgoal\t")
+	line := func(name string, v float64, ok bool, goal string, cmp func(float64) bool) {
+		if !ok {
+			return
+		}
+		verdict := "met"
+		if !cmp(v) {
+			verdict = "NOT met"
+		}
+		fmt.Fprintf(tw, "%s\t%.2f\t%s (%s)\t\n", name, v, goal, verdict)
+	}
+	ratio := func(a, b *Result, get func(*Result) *float64) (float64, bool) {
+		if a == nil || b == nil || get(a) == nil || get(b) == nil || *get(b) == 0 {
+			return 0, false
+		}
+		return *get(a) / *get(b), true
+	}
+	p50 := func(r *Result) *float64 { return r.RTTp50 }
+	mean := func(r *Result) *float64 { return r.RTTMean }
+	bps := func(r *Result) *float64 { return r.BytesPerS }
+	le := func(x float64) func(float64) bool { return func(v float64) bool { return v <= x } }
+	ge := func(x float64) func(float64) bool { return func(v float64) bool { return v >= x } }
+
+	raw := find("rtt-spin", "raw-spin", "c-c", 8)
+	for _, p := range []struct {
+		peers string
+		goal  float64
+	}{{"go-go", 2.5}, {"c-c", 1.5}, {"go-c", 2.5}, {"c-go", 2.5}} {
+		v, ok := ratio(find("rtt-spin", "ump", p.peers, 8), raw, p50)
+		line("rtt-spin ump "+p.peers+" / raw-spin c-c, p50", v, ok, fmt.Sprintf("<= %.1f", p.goal), le(p.goal))
+	}
+	uds := find("rtt-parked", "uds", "c-c", 8)
+	for _, peers := range []string{"go-go", "c-c"} {
+		parked := find("rtt-parked", "ump", peers, 8)
+		v, ok := ratio(parked, uds, p50)
+		line("rtt-parked ump "+peers+" / uds c-c, p50", v, ok, "<= 1.5", le(1.5))
+		v, ok = ratio(parked, uds, mean)
+		line("rtt-parked ump "+peers+" / uds c-c, mean", v, ok, "<= 1.5", le(1.5))
+	}
+	if r := find("stream", "ump", "go-go", 64); r != nil && r.MsgsPerS != nil {
+		line("stream ump go-go 64 B, million msgs/s", *r.MsgsPerS/1e6, true, ">= 10", ge(10))
+	}
+	for _, size := range []int{65536, 1 << 20} {
+		g := find("stream", "ump", "go-go", size)
+		v, ok := ratio(g, find("stream", "memcpy", "go", size), bps)
+		line(fmt.Sprintf("stream ump go-go %d B / memcpy", size), v, ok, ">= 0.40", ge(0.4))
+		v, ok = ratio(g, find("stream", "shm-memcpy", "c-c", size), bps)
+		line(fmt.Sprintf("stream ump go-go %d B / shm-memcpy c-c", size), v, ok, "(ceiling, no goal)", ge(0))
+	}
+	if r := find("idle-cpu", "ump", "go-go", 0); r != nil && r.CPUPercent != nil {
+		line("idle-cpu ump go-go, percent", *r.CPUPercent, true, "~ 0 (< 0.5)", le(0.5))
+	}
+	tw.Flush()
+}

@@ -1,0 +1,308 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// UMPConfig configures RunUMP.
+type UMPConfig struct {
+	// Quick runs fewer iterations (the whole suite in well under 40 s).
+	Quick bool
+	// Repeat runs every case this many times, round-robin over the cases
+	// so that subjects and baselines see the same machine, and reports the
+	// median run. Zero means 1 with Quick, else 3.
+	Repeat int
+	// Cases, if not empty, selects cases whose key (case/transport/peers/
+	// size, see Result.Key) contains one of these strings.
+	Cases []string
+	// GoPeer is the command that runs the Go peer, followed by the peer
+	// flags. Empty means this executable with `bench __ump-peer`.
+	GoPeer []string
+	// CBench is the C peer program (c/tools/ump_bench.c). Empty means
+	// FindCTool("chanos-ump-bench").
+	CBench string
+	// Scale multiplies the iteration counts (zero means 1): below 1 for
+	// smoke tests, above for steadier figures.
+	Scale float64
+	// Progress, if not nil, receives a line per case as it starts.
+	Progress io.Writer
+}
+
+// umpCase is one case of the ump suite.
+type umpCase struct {
+	kase, transport, peers string // peers: client-server, "c" or "go"
+	size, iters, warmup    int
+	spinNS                 int64
+	maxMsg                 int
+}
+
+func (c *umpCase) key() string {
+	return fmt.Sprintf("%s/%s/%s/%d", c.kase, c.transport, c.peers, c.size)
+}
+
+func (c *umpCase) needsC() bool { return strings.Contains(c.peers, "c") }
+
+// umpCases lists the suite. Spinning round trips use 8-byte messages.
+func umpCases(quick bool) []umpCase {
+	q := func(full, quick_ int) int {
+		if quick {
+			return quick_
+		}
+		return full
+	}
+	var cs []umpCase
+	rtt := q(1000000, 100000)
+	for _, p := range []string{"go-go", "c-c", "go-c", "c-go"} {
+		cs = append(cs, umpCase{kase: "rtt-spin", transport: "ump", peers: p, size: 8, iters: rtt, warmup: rtt / 10})
+	}
+	cs = append(cs,
+		umpCase{kase: "rtt-spin", transport: "raw-spin", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
+		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 10000), warmup: 1000, spinNS: -1},
+		umpCase{kase: "rtt-parked", transport: "ump", peers: "c-c", size: 8, iters: q(50000, 10000), warmup: 1000, spinNS: -1},
+		umpCase{kase: "rtt-parked", transport: "uds", peers: "c-c", size: 8, iters: q(50000, 10000), warmup: 1000},
+	)
+	for _, s := range []struct{ size, iters int }{{64, q(10000000, 2000000)}, {65536, q(50000, 10000)}, {1 << 20, q(3000, 600)}} {
+		w := max(s.iters/20, 10)
+		cs = append(cs,
+			umpCase{kase: "stream", transport: "ump", peers: "go-go", size: s.size, iters: s.iters, warmup: w, maxMsg: max(s.size, 65536)},
+			umpCase{kase: "stream", transport: "ump", peers: "c-c", size: s.size, iters: s.iters, warmup: w, maxMsg: max(s.size, 65536)},
+			umpCase{kase: "stream", transport: "shm-memcpy", peers: "c-c", size: s.size, iters: s.iters, warmup: w},
+			umpCase{kase: "stream", transport: "memcpy", peers: "go", size: s.size},
+		)
+	}
+	cs = append(cs, umpCase{kase: "idle-cpu", transport: "ump", peers: "go-go", iters: 1})
+	return cs
+}
+
+// RunUMP runs the ump suite and calls emit with each case's result, in
+// the order of the suite, once all its runs are done.
+func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
+	cases := umpCases(cfg.Quick)
+	if cfg.Scale > 0 {
+		for i := range cases {
+			c := &cases[i]
+			if c.iters > 1 {
+				c.iters = max(1, int(float64(c.iters)*cfg.Scale))
+				c.warmup = max(1, int(float64(c.warmup)*cfg.Scale))
+			}
+		}
+	}
+	if len(cfg.Cases) > 0 {
+		var sel []umpCase
+		for _, c := range cases {
+			for _, want := range cfg.Cases {
+				if strings.Contains(c.key(), want) {
+					sel = append(sel, c)
+					break
+				}
+			}
+		}
+		if len(sel) == 0 {
+			return fmt.Errorf("no ump case matches %q", cfg.Cases)
+		}
+		cases = sel
+	}
+	goPeer := cfg.GoPeer
+	if len(goPeer) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		goPeer = []string{exe, "bench", PeerCommand}
+	}
+	cBench := cfg.CBench
+	for _, c := range cases {
+		if c.needsC() && cBench == "" {
+			p, err := FindCTool("chanos-ump-bench")
+			if err != nil {
+				return fmt.Errorf("case %s needs the C peer: %w (or select Go-only cases with --cases)", c.key(), err)
+			}
+			cBench = p
+		}
+	}
+	repeat := cfg.Repeat
+	if repeat <= 0 {
+		repeat = 3
+		if cfg.Quick {
+			repeat = 1
+		}
+	}
+	runs := make([][]Result, len(cases))
+	for round := range repeat {
+		for i, c := range cases {
+			if cfg.Progress != nil {
+				fmt.Fprintf(cfg.Progress, "ump: run %d/%d case %d/%d: %s\n", round+1, repeat, i+1, len(cases), c.key())
+			}
+			r, err := runUMPCase(ctx, &c, goPeer, cBench)
+			if err != nil {
+				return fmt.Errorf("ump case %s: %w", c.key(), err)
+			}
+			runs[i] = append(runs[i], r)
+			if round == repeat-1 {
+				if err := emit(Median(runs[i])); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string) (Result, error) {
+	var r Result
+	var err error
+	switch {
+	case c.transport == "memcpy":
+		r = memcpyRate(c.size)
+	default:
+		r, err = runPeers(ctx, c, goPeer, cBench)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	r.Suite, r.Case, r.Transport, r.Peers, r.Size = "ump", c.kase, c.transport, c.peers, c.size
+	return r, nil
+}
+
+// runPeers runs a case's client and server processes on the two ends of
+// a socket pair and returns what the client reported.
+func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return Result{}, os.NewSyscallError("socketpair", err)
+	}
+	clientSock, serverSock := os.NewFile(uintptr(fds[0]), "client"), os.NewFile(uintptr(fds[1]), "server")
+	defer clientSock.Close()
+	defer serverSock.Close()
+
+	a := peerArgs{kase: c.kase, transport: c.transport, size: c.size, iters: c.iters, warmup: c.warmup,
+		spinNS: c.spinNS, maxMsg: c.maxMsg}
+	switch c.kase {
+	case "rtt-spin", "rtt-parked":
+		a.kase = "rtt"
+	case "idle-cpu":
+		a.kase = "idle"
+	}
+	clientLang, serverLang, _ := strings.Cut(c.peers, "-")
+	command := func(lang, role string, sock *os.File) *exec.Cmd {
+		args := append([]string{"--role", role}, a.flags()...)
+		var cmd *exec.Cmd
+		if lang == "c" {
+			cmd = exec.CommandContext(ctx, cBench, args...)
+		} else {
+			cmd = exec.CommandContext(ctx, goPeer[0], append(append([]string{}, goPeer[1:]...), args...)...)
+		}
+		cmd.ExtraFiles = []*os.File{sock}
+		cmd.Stderr = os.Stderr
+		return cmd
+	}
+	server := command(serverLang, "server", serverSock)
+	client := command(clientLang, "client", clientSock)
+	var out bytes.Buffer
+	client.Stdout = &out
+	if err := server.Start(); err != nil {
+		return Result{}, err
+	}
+	if err := client.Start(); err != nil {
+		server.Process.Kill()
+		server.Wait()
+		return Result{}, err
+	}
+	clientSock.Close()
+	serverSock.Close()
+	cerr := client.Wait()
+	if cerr != nil {
+		server.Process.Kill()
+	}
+	serr := server.Wait()
+	if cerr != nil {
+		return Result{}, fmt.Errorf("client: %w", cerr)
+	}
+	if serr != nil {
+		return Result{}, fmt.Errorf("server: %w", serr)
+	}
+	var r Result
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &r); err != nil {
+		return Result{}, fmt.Errorf("client output %q: %w", out.String(), err)
+	}
+	return r, nil
+}
+
+// memcpyRate measures copying size bytes between two buffers in this
+// process for about 200 ms: the bandwidth baseline of the stream cases.
+func memcpyRate(size int) Result {
+	// Buffers of whole pages: some CPUs copy far slower when source and
+	// destination differ by a few bytes modulo the page size.
+	src := make([]byte, size+8192)
+	dst := make([]byte, size+8192)
+	s, d := src[pageOffset(src):][:size], dst[pageOffset(dst):][:size]
+	for i := range s {
+		s[i] = byte(i)
+	}
+	n := 0
+	t0 := nanotime()
+	var el int64
+	for el < 200e6 {
+		for range 64 {
+			copy(d, s)
+		}
+		n += 64
+		el = nanotime() - t0
+	}
+	secs := float64(el) / 1e9
+	return Result{Iters: n, MsgsPerS: f64(float64(n) / secs), BytesPerS: f64(float64(n) * float64(size) / secs)}
+}
+
+// FindCTool returns the path of a helper program of the C build: in
+// $CHANOS_C_BUILD/tools, else in build/c/tools of the repository that
+// holds this executable or the working directory.
+func FindCTool(name string) (string, error) {
+	var dirs []string
+	if d := os.Getenv("CHANOS_C_BUILD"); d != "" {
+		dirs = append(dirs, d)
+	} else {
+		var starts []string
+		if exe, err := os.Executable(); err == nil {
+			starts = append(starts, filepath.Dir(exe))
+		}
+		if wd, err := os.Getwd(); err == nil {
+			starts = append(starts, wd)
+		}
+		for _, s := range starts {
+			for d := s; ; d = filepath.Dir(d) {
+				if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+					dirs = append(dirs, filepath.Join(d, "build", "c"))
+					break
+				}
+				if filepath.Dir(d) == d {
+					break
+				}
+			}
+		}
+	}
+	var tried []string
+	for _, d := range dirs {
+		p := filepath.Join(d, "tools", name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p, nil
+		}
+		tried = append(tried, p)
+	}
+	if len(tried) == 0 {
+		return "", errors.New("no C build directory found: set CHANOS_C_BUILD")
+	}
+	return "", fmt.Errorf("%s not found (tried %s): run 'make c' or set CHANOS_C_BUILD", name, strings.Join(tried, ", "))
+}

@@ -1,0 +1,86 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The test binary doubles as the Go peer: RunUMP starts it with
+// BENCH_TEST_PEER set.
+func TestMain(m *testing.M) {
+	if os.Getenv("BENCH_TEST_PEER") != "" {
+		args := os.Args[1:]
+		for i, a := range args {
+			if a == "--" {
+				args = args[i+1:]
+				break
+			}
+		}
+		if err := Peer(context.Background(), args, os.Stdout); err != nil {
+			os.Stderr.WriteString("peer: " + err.Error() + "\n")
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRunUMP runs a few cases with few iterations and checks the shape of
+// the results (figures are benchmarks, not pass conditions).
+func TestRunUMP(t *testing.T) {
+	os.Setenv("BENCH_TEST_PEER", "1")
+	defer os.Unsetenv("BENCH_TEST_PEER")
+	cases := []string{"rtt-spin/ump/go-go", "rtt-parked/ump/go-go", "stream/ump/go-go/65536", "stream/memcpy/go/64"}
+	if _, err := FindCTool("chanos-ump-bench"); err == nil {
+		cases = append(cases, "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
+	} else if os.Getenv("CI") != "" {
+		t.Fatalf("C bench peer missing (CI is set): %v", err)
+	} else {
+		t.Logf("C cases skipped: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var results []Result
+	err := RunUMP(ctx, UMPConfig{
+		Quick:  true,
+		Scale:  0.01,
+		Cases:  cases,
+		GoPeer: []string{os.Args[0], "-test.run=^$", "--"},
+	}, func(r Result) error {
+		results = append(results, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != len(cases) {
+		t.Fatalf("%d results for %d cases", len(results), len(cases))
+	}
+	for _, r := range results {
+		if r.Suite != "ump" || r.Iters <= 0 || r.Runs != 1 {
+			t.Errorf("bad result %+v", r)
+		}
+		switch {
+		case strings.HasPrefix(r.Case, "rtt"):
+			if r.RTTp50 == nil || r.RTTp99 == nil || *r.RTTp50 <= 0 || *r.RTTp99 < *r.RTTp50 {
+				t.Errorf("%s: bad round-trip figures", r.Key())
+			}
+		case r.Case == "stream":
+			if r.MsgsPerS == nil || r.BytesPerS == nil || *r.MsgsPerS <= 0 {
+				t.Errorf("%s: bad stream figures", r.Key())
+			}
+		}
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	UMPSummary(&b, results)
+	if err := WriteJSON(&b, results[0]); err != nil {
+		t.Fatal(err)
+	}
+	t.Log("\n" + b.String())
+}

@@ -1,0 +1,1091 @@
+/*
+ * ump.c: shared-memory connections between processes (docs/ump.md).
+ *
+ * The layout and protocol are those of the Go package interconnect/ump;
+ * the two must change together. The reader trusts nothing in shared memory:
+ * it loads each word once into a local, validates the local, and bounds
+ * every length and index before using it.
+ */
+#include "chanos.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the ump ring layout is little-endian; this host is not supported"
+#endif
+
+/* Layout: see docs/ump.md, "Ring format". */
+#define MAGIC        0x4d55534f4e414843ull /* "CHANOSUM" */
+#define SLOT         CHANOS_UMP_SLOT_SIZE
+#define PAYLOAD      CHANOS_UMP_SLOT_PAYLOAD
+#define CTRL_OFF     56
+#define HEADER_SIZE  4096
+#define BLOCK        128
+#define OFF_MAGIC    0
+#define OFF_VERSION  8
+#define OFF_SLOTSIZE 12
+#define OFF_SLOTS    16
+#define OFF_MAXMSG   20
+#define OFF_HDRSIZE  24
+#define OFF_TOTAL    32
+#define OFF_CLOSED0  (1 * BLOCK)
+#define OFF_RING0    (4 * BLOCK)
+#define RING_CTL     (4 * BLOCK)
+#define OFF_PRODWAIT (0 * BLOCK)
+#define OFF_HEAD     (1 * BLOCK)
+#define OFF_CONSWAIT (2 * BLOCK)
+#define INFO_FIRST   0x80000000u
+#define INFO_CAPS    0x40000000u
+#define INFO_LEN     0x3fffffffu
+#define CLOSED_BIT   (1ull << 63)
+#define MIN_SLOTS    2u
+
+#define HELLO_MAGIC 0x314f4c4c45484d55ull /* "UMHELLO1" */
+#define ACK_MAGIC   0x314b4341504d55ull   /* "UMPACK1\0" */
+#define HELLO_SIZE  16
+#define NFDS        5
+
+typedef _Atomic uint64_t aword;
+
+struct chanos_ump {
+    uint8_t *mem;
+    size_t mem_size;
+    uint64_t n, mask; /* slots per ring */
+    uint32_t max_msg;
+    int64_t spin_ns;
+    int sock, epfd;
+    aword *my_closed, *peer_closed;
+    _Atomic int err;      /* why the connection ended, 0 while open */
+    _Atomic int peer_end; /* set once the peer's socket reached EOF */
+
+    /* sending side */
+    uint8_t *tx_slots;
+    uint64_t tx_tail, tx_head;
+    aword *tx_headp, *tx_waitp, *tx_peer_waitp;
+    int tx_wake, tx_park; /* peer's data eventfd; our space eventfd */
+    int tx_announced;
+
+    /* receiving side */
+    uint8_t *rx_slots;
+    uint64_t rx_pos, rx_pub, rx_batch;
+    aword *rx_headp, *rx_waitp, *rx_peer_waitp;
+    int rx_wake, rx_park; /* peer's space eventfd; our data eventfd */
+    int rx_announced;
+    uint8_t *buf;
+    size_t buf_cap;
+    int64_t msg_len; /* message in progress, -1 if none */
+    size_t got;
+    uint32_t frag;
+    int rx_gone_polled;
+    uint64_t rx_retry;
+};
+
+/* ---- small helpers ---- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static inline aword *word(uint8_t *mem, size_t off)
+{
+    return (aword *)(void *)(mem + off);
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* deadline_of turns a timeout in ms into an absolute time; -1: none. */
+static int64_t deadline_of(int timeout_ms)
+{
+    if (timeout_ms < 0)
+        return -1;
+    return now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+/* poll_timeout returns the poll(2) timeout left until deadline. */
+static int poll_timeout(int64_t deadline)
+{
+    if (deadline < 0)
+        return -1;
+    int64_t left = deadline - now_ns();
+    if (left <= 0)
+        return 0;
+    int64_t ms = (left + 999999) / 1000000;
+    return ms > 1000000 ? 1000000 : (int)ms;
+}
+
+static void ev_signal(int fd)
+{
+    uint64_t one = 1;
+    ssize_t r = write(fd, &one, sizeof one);
+    (void)r; /* only EAGAIN (counter saturated: already signalled) */
+}
+
+static void ev_drain(int fd)
+{
+    uint64_t v;
+    ssize_t r = read(fd, &v, sizeof v);
+    (void)r;
+}
+
+static size_t slots_for(size_t n)
+{
+    return n <= PAYLOAD ? 1 : (n + PAYLOAD - 1) / PAYLOAD;
+}
+
+static size_t total_size(uint32_t slots)
+{
+    return HEADER_SIZE + 2 * (size_t)slots * SLOT;
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0) {
+        close(*fd);
+        *fd = -1;
+    }
+}
+
+static int fail(chanos_ump *c, int err)
+{
+    int zero = 0;
+    atomic_compare_exchange_strong(&c->err, &zero, err);
+    return atomic_load(&c->err);
+}
+
+/* ---- options and files ---- */
+
+static uint32_t opt_max_msg(const struct chanos_ump_options *o)
+{
+    return o && o->max_msg ? o->max_msg : CHANOS_UMP_DEFAULT_MAX_MSG;
+}
+
+static int64_t opt_spin(const struct chanos_ump_options *o)
+{
+    if (!o || o->spin_ns == 0)
+        return CHANOS_UMP_DEFAULT_SPIN_NS;
+    return o->spin_ns < 0 ? 0 : o->spin_ns;
+}
+
+static uint32_t default_slots(uint32_t max_msg)
+{
+    uint64_t want = 2 * (uint64_t)slots_for(max_msg);
+    uint32_t n = 1024;
+    while (n < want && n < CHANOS_UMP_MAX_SLOTS)
+        n <<= 1;
+    return n;
+}
+
+void chanos_ump_files_close(struct chanos_ump_files *f)
+{
+    if (!f)
+        return;
+    close_fd(&f->mem);
+    for (int i = 0; i < 4; i++)
+        close_fd(&f->ev[i]);
+}
+
+int chanos_ump_files_create(const struct chanos_ump_options *opts,
+                            struct chanos_ump_files *out)
+{
+    if (!out)
+        return -EINVAL;
+    out->mem = -1;
+    for (int i = 0; i < 4; i++)
+        out->ev[i] = -1;
+    uint32_t max_msg = opt_max_msg(opts);
+    uint32_t slots = opts && opts->ring_slots ? opts->ring_slots
+                                              : default_slots(max_msg);
+    if (max_msg > CHANOS_UMP_MAX_MSG_LIMIT || slots < MIN_SLOTS ||
+        slots > CHANOS_UMP_MAX_SLOTS || (slots & (slots - 1)) != 0 ||
+        slots_for(max_msg) > slots)
+        return -EINVAL;
+
+    int err;
+    out->mem = memfd_create("chanos-ump", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (out->mem < 0)
+        return -errno;
+    size_t size = total_size(slots);
+    if (ftruncate(out->mem, (off_t)size) < 0 ||
+        fcntl(out->mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
+        goto fail_errno;
+    uint8_t *h = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
+                      out->mem, 0);
+    if (h == MAP_FAILED)
+        goto fail_errno;
+    chanos_store_u64(h + OFF_MAGIC, MAGIC);
+    chanos_store_u32(h + OFF_VERSION, CHANOS_UMP_VERSION);
+    chanos_store_u32(h + OFF_SLOTSIZE, SLOT);
+    chanos_store_u32(h + OFF_SLOTS, slots);
+    chanos_store_u32(h + OFF_MAXMSG, max_msg);
+    chanos_store_u32(h + OFF_HDRSIZE, HEADER_SIZE);
+    chanos_store_u64(h + OFF_TOTAL, size);
+    munmap(h, HEADER_SIZE);
+    for (int i = 0; i < 4; i++) {
+        out->ev[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        if (out->ev[i] < 0)
+            goto fail_errno;
+    }
+    return 0;
+fail_errno:
+    err = -errno;
+    chanos_ump_files_close(out);
+    return err;
+}
+
+/* check_eventfd makes sure a descriptor from the peer is an eventfd (a
+ * blocking pipe in its place could hang our writes) and non-blocking. */
+static int check_eventfd(int fd)
+{
+    char path[64], link[64];
+    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(path, link, sizeof link - 1);
+    if (n < 0)
+        return -errno;
+    link[n] = 0;
+    if (strcmp(link, "anon_inode:[eventfd]") != 0)
+        return CHANOS_ERR_PROTOCOL;
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    return 0;
+}
+
+/* check_memfd returns the size of the peer's memfd after checking that it
+ * is sealed against shrinking (which would turn our reads into SIGBUS). */
+static int check_memfd(int fd, size_t *size)
+{
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        return -errno;
+    if (!S_ISREG(st.st_mode))
+        return CHANOS_ERR_PROTOCOL;
+    int seals = fcntl(fd, F_GET_SEALS);
+    if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))
+        return CHANOS_ERR_PROTOCOL;
+    if (st.st_size < HEADER_SIZE || (uint64_t)st.st_size > total_size(CHANOS_UMP_MAX_SLOTS))
+        return CHANOS_ERR_PROTOCOL;
+    *size = (size_t)st.st_size;
+    return 0;
+}
+
+/* read_header copies the static header out and validates it. */
+static int read_header(const uint8_t *mem, size_t size, uint32_t *slots,
+                       uint32_t *max_msg)
+{
+    uint8_t h[64];
+    memcpy(h, mem, sizeof h);
+    uint32_t s = chanos_load_u32(h + OFF_SLOTS), m = chanos_load_u32(h + OFF_MAXMSG);
+    if (chanos_load_u64(h + OFF_MAGIC) != MAGIC ||
+        chanos_load_u32(h + OFF_VERSION) != CHANOS_UMP_VERSION ||
+        chanos_load_u32(h + OFF_SLOTSIZE) != SLOT ||
+        chanos_load_u32(h + OFF_HDRSIZE) != HEADER_SIZE)
+        return CHANOS_ERR_PROTOCOL;
+    if (s < MIN_SLOTS || s > CHANOS_UMP_MAX_SLOTS || (s & (s - 1)) != 0)
+        return CHANOS_ERR_PROTOCOL;
+    if (m == 0 || m > CHANOS_UMP_MAX_MSG_LIMIT || slots_for(m) > s)
+        return CHANOS_ERR_PROTOCOL;
+    if (chanos_load_u64(h + OFF_TOTAL) != total_size(s) || size < total_size(s))
+        return CHANOS_ERR_PROTOCOL;
+    *slots = s;
+    *max_msg = m;
+    return 0;
+}
+
+int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
+                    const struct chanos_ump_options *opts, chanos_ump **out)
+{
+    int err = 0;
+    chanos_ump *c = NULL;
+    uint8_t *mem = MAP_FAILED;
+    size_t size = 0;
+    uint32_t slots, max_msg;
+
+    if (!f || !out || (side != CHANOS_UMP_CREATOR && side != CHANOS_UMP_ATTACHER)) {
+        err = -EINVAL;
+        goto fail;
+    }
+    *out = NULL;
+    if ((err = check_memfd(f->mem, &size)) < 0)
+        goto fail;
+    for (int i = 0; i < 4; i++)
+        if ((err = check_eventfd(f->ev[i])) < 0)
+            goto fail;
+    mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f->mem, 0);
+    if (mem == MAP_FAILED) {
+        err = -errno;
+        goto fail;
+    }
+    close_fd(&f->mem);
+    if ((err = read_header(mem, size, &slots, &max_msg)) < 0)
+        goto fail;
+    if (opts && opts->max_msg && max_msg > opts->max_msg) {
+        err = CHANOS_ERR_TOO_LARGE;
+        goto fail;
+    }
+    c = calloc(1, sizeof *c);
+    if (!c) {
+        err = -ENOMEM;
+        goto fail;
+    }
+    c->epfd = -1;
+    int s = side, peer = 1 - side;
+    c->mem = mem;
+    c->mem_size = size;
+    c->n = slots;
+    c->mask = slots - 1;
+    c->max_msg = max_msg;
+    c->spin_ns = opt_spin(opts);
+    c->sock = sock;
+    c->my_closed = word(mem, OFF_CLOSED0 + (size_t)s * BLOCK);
+    c->peer_closed = word(mem, OFF_CLOSED0 + (size_t)peer * BLOCK);
+
+    size_t ring_bytes = (size_t)slots * SLOT;
+    c->tx_slots = mem + HEADER_SIZE + (size_t)s * ring_bytes;
+    c->tx_headp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_HEAD);
+    c->tx_waitp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_PRODWAIT);
+    c->tx_peer_waitp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_CONSWAIT);
+    c->tx_wake = f->ev[2 * s];
+    c->tx_park = f->ev[2 * s + 1];
+
+    c->rx_slots = mem + HEADER_SIZE + (size_t)peer * ring_bytes;
+    c->rx_headp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_HEAD);
+    c->rx_waitp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_CONSWAIT);
+    c->rx_peer_waitp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_PRODWAIT);
+    c->rx_wake = f->ev[2 * peer + 1];
+    c->rx_park = f->ev[2 * peer];
+    c->rx_batch = slots / 8 ? slots / 8 : 1;
+    c->msg_len = -1;
+    for (int i = 0; i < 4; i++)
+        f->ev[i] = -1;
+    mem = MAP_FAILED;
+    sock = -1;
+
+    c->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (c->epfd < 0) {
+        err = -errno;
+        goto fail;
+    }
+    struct epoll_event ev = {.events = EPOLLIN};
+    int fds[3] = {c->rx_park, c->tx_park, c->sock};
+    for (int i = 0; i < 3; i++) {
+        ev.data.fd = fds[i];
+        if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
+            err = -errno;
+            goto fail;
+        }
+    }
+    *out = c;
+    return 0;
+
+fail:
+    if (c)
+        chanos_ump_close(c); /* the peer, if any, sees an orderly close */
+    if (mem != MAP_FAILED)
+        munmap(mem, size);
+    chanos_ump_files_close(f);
+    if (sock >= 0)
+        close(sock);
+    return err;
+}
+
+/* ---- handshake ---- */
+
+/* sock_wait waits until sock is ready for events, up to deadline. */
+static int sock_wait(int sock, short events, int64_t deadline)
+{
+    struct pollfd p = {.fd = sock, .events = events};
+    for (;;) {
+        int r = poll(&p, 1, poll_timeout(deadline));
+        if (r > 0)
+            return 0;
+        if (r == 0)
+            return CHANOS_ERR_TIMEDOUT;
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+static int read_full(int sock, uint8_t *b, size_t n, int64_t deadline)
+{
+    size_t got = 0;
+    while (got < n) {
+        int err = sock_wait(sock, POLLIN, deadline);
+        if (err < 0)
+            return err;
+        ssize_t r = recv(sock, b + got, n - got, MSG_DONTWAIT);
+        if (r == 0)
+            return CHANOS_ERR_PEER_DIED;
+        if (r < 0) {
+            if (errno == EAGAIN || errno == EINTR)
+                continue;
+            return -errno;
+        }
+        got += (size_t)r;
+    }
+    return 0;
+}
+
+static int send_ack(int sock, uint32_t status)
+{
+    uint8_t ack[HELLO_SIZE] = {0};
+    chanos_store_u64(ack, ACK_MAGIC);
+    chanos_store_u32(ack + 8, status);
+    ssize_t r = send(sock, ack, sizeof ack, MSG_NOSIGNAL);
+    return r == (ssize_t)sizeof ack ? 0 : (r < 0 ? -errno : -EIO);
+}
+
+int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
+                      int timeout_ms, chanos_ump **out)
+{
+    struct chanos_ump_files f;
+    int64_t deadline = deadline_of(timeout_ms);
+    int fds[NFDS] = {-1, -1, -1, -1, -1};
+    if (!out) {
+        close(sock);
+        return -EINVAL;
+    }
+    *out = NULL;
+    int err = chanos_ump_files_create(opts, &f);
+    if (err < 0) {
+        close(sock);
+        return err;
+    }
+    /* Map and check our side before the peer can touch the memory; the
+     * hello carries duplicates, as chanos_ump_open takes f. */
+    int src[NFDS] = {f.mem, f.ev[0], f.ev[1], f.ev[2], f.ev[3]};
+    for (int i = 0; i < NFDS; i++) {
+        if ((fds[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 0)) < 0) {
+            err = -errno;
+            chanos_ump_files_close(&f);
+            close(sock);
+            goto done;
+        }
+    }
+    chanos_ump *c;
+    if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sock, opts, &c)) < 0)
+        goto done;
+    uint8_t hello[HELLO_SIZE];
+    chanos_store_u64(hello, HELLO_MAGIC);
+    chanos_store_u32(hello + 8, CHANOS_UMP_VERSION);
+    chanos_store_u32(hello + 12, NFDS);
+    union {
+        char buf[CMSG_SPACE(sizeof fds)];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    uint8_t ack[HELLO_SIZE];
+    if ((err = sock_wait(sock, POLLOUT, deadline)) < 0)
+        goto fail;
+    if (sendmsg(sock, &m, MSG_NOSIGNAL) != (ssize_t)sizeof hello) {
+        err = -errno;
+        goto fail;
+    }
+    if ((err = read_full(sock, ack, sizeof ack, deadline)) < 0)
+        goto fail;
+    if (chanos_load_u64(ack) != ACK_MAGIC || chanos_load_u32(ack + 8) != 0) {
+        err = CHANOS_ERR_PROTOCOL;
+        goto fail;
+    }
+    *out = c;
+    goto done;
+fail:
+    chanos_ump_close(c); /* closes sock */
+done:
+    for (int i = 0; i < NFDS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    return err;
+}
+
+int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
+                      int timeout_ms, chanos_ump **out)
+{
+    int64_t deadline = deadline_of(timeout_ms);
+    struct chanos_ump_files f = {.mem = -1, .ev = {-1, -1, -1, -1}};
+    uint8_t hello[HELLO_SIZE];
+    union {
+        char buf[CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    int err = sock_wait(sock, POLLIN, deadline);
+    if (err < 0)
+        goto fail;
+    ssize_t n = recvmsg(sock, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0) {
+        err = -errno;
+        goto fail;
+    }
+    int got[16], ngot = 0;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k && ngot < 16; i++)
+            memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+    }
+    if (ngot == NFDS) {
+        f.mem = got[0];
+        for (int i = 0; i < 4; i++)
+            f.ev[i] = got[i + 1];
+    } else {
+        for (int i = 0; i < ngot; i++)
+            close(got[i]);
+    }
+    if (n == 0) {
+        err = CHANOS_ERR_PEER_DIED;
+        goto fail;
+    }
+    if ((m.msg_flags & MSG_CTRUNC) || ngot != NFDS) {
+        err = CHANOS_ERR_PROTOCOL;
+        goto refuse;
+    }
+    if ((size_t)n < sizeof hello &&
+        (err = read_full(sock, hello + n, sizeof hello - (size_t)n, deadline)) < 0)
+        goto fail;
+    if (chanos_load_u64(hello) != HELLO_MAGIC ||
+        chanos_load_u32(hello + 8) != CHANOS_UMP_VERSION ||
+        chanos_load_u32(hello + 12) != NFDS) {
+        err = CHANOS_ERR_PROTOCOL;
+        goto refuse;
+    }
+    /* Open before acknowledging, on a duplicate of the socket so that a
+     * refusal can still be sent if it fails. */
+    int dup_sock = fcntl(sock, F_DUPFD_CLOEXEC, 0);
+    if (dup_sock < 0) {
+        err = -errno;
+        goto fail;
+    }
+    err = chanos_ump_open(CHANOS_UMP_ATTACHER, &f, dup_sock, opts, out);
+    if (err < 0)
+        goto refuse;
+    err = send_ack(sock, 0);
+    close(sock);
+    if (err < 0) {
+        chanos_ump_close(*out);
+        *out = NULL;
+    }
+    return err;
+refuse:
+    send_ack(sock, 1);
+fail:
+    chanos_ump_files_close(&f);
+    close(sock);
+    return err;
+}
+
+/* ---- sending ---- */
+
+static int tx_refresh(chanos_ump *c)
+{
+    uint64_t h = atomic_load_explicit(c->tx_headp, memory_order_acquire);
+    if (h < c->tx_head || h > c->tx_tail)
+        return fail(c, CHANOS_ERR_PROTOCOL);
+    c->tx_head = h;
+    return 0;
+}
+
+static int tx_free(const chanos_ump *c, uint64_t need)
+{
+    return c->tx_tail - c->tx_head + need <= c->n;
+}
+
+/* check_socket looks, without blocking, whether the peer's end of the
+ * socket closed, and records how the peer ended. */
+static void check_socket(chanos_ump *c)
+{
+    if (atomic_load_explicit(&c->peer_end, memory_order_relaxed))
+        return;
+    char b;
+    ssize_t r = recv(c->sock, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (r > 0) {
+        fail(c, CHANOS_ERR_PROTOCOL); /* nothing travels on it yet */
+        return;
+    }
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    /* The close word is written before the socket is closed. */
+    int end = atomic_load_explicit(c->peer_closed, memory_order_acquire)
+                  ? CHANOS_ERR_CLOSED : CHANOS_ERR_PEER_DIED;
+    atomic_store(&c->peer_end, end);
+}
+
+/* tx_ended returns why sending is pointless now, or 0. */
+static int tx_ended(chanos_ump *c)
+{
+    int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+    if (e)
+        return e;
+    if (atomic_load_explicit(c->peer_closed, memory_order_acquire))
+        return CHANOS_ERR_CLOSED;
+    return atomic_load_explicit(&c->peer_end, memory_order_relaxed);
+}
+
+static void tx_write(chanos_ump *c, const uint8_t *msg, size_t len)
+{
+    uint64_t p = c->tx_tail;
+    uint32_t info = INFO_FIRST | (uint32_t)len;
+    for (size_t k = 0;; k++) {
+        uint8_t *slot = c->tx_slots + (p & c->mask) * SLOT;
+        size_t lo = k * PAYLOAD, hi = lo + PAYLOAD < len ? lo + PAYLOAD : len;
+        if (lo < hi)
+            memcpy(slot, msg + lo, hi - lo);
+        uint64_t w = (uint64_t)(uint32_t)(p + 1) | (uint64_t)info << 32;
+        p++;
+        if (hi >= len) {
+            /* Sequentially consistent: orders the store before our load
+             * of the consumer's wait flag (docs/ump.md, "Waiting"). */
+            atomic_store_explicit(word(slot, CTRL_OFF), w, memory_order_seq_cst);
+            break;
+        }
+        atomic_store_explicit(word(slot, CTRL_OFF), w, memory_order_release);
+        info = (uint32_t)(k + 1);
+    }
+    c->tx_tail = p;
+    if (atomic_load_explicit(c->tx_peer_waitp, memory_order_relaxed))
+        ev_signal(c->tx_wake);
+}
+
+static int tx_prepare(chanos_ump *c, const void *msg, size_t len)
+{
+    if (!c || (!msg && len))
+        return -EINVAL;
+    if (len > c->max_msg)
+        return CHANOS_ERR_TOO_LARGE;
+    return tx_ended(c);
+}
+
+/* tx_announce says we sleep waiting for space, then looks again. Returns
+ * 1 if there is room now, 0 if the caller may sleep, or an error. */
+static int tx_announce(chanos_ump *c, uint64_t need)
+{
+    ev_drain(c->tx_park);
+    atomic_store_explicit(c->tx_waitp, 1, memory_order_seq_cst);
+    c->tx_announced = 1;
+    int err = tx_refresh(c);
+    if (err < 0)
+        return err;
+    if (tx_free(c, need))
+        return 1;
+    check_socket(c);
+    err = tx_ended(c);
+    return err < 0 ? err : 0;
+}
+
+static void tx_unannounce(chanos_ump *c)
+{
+    if (c->tx_announced) {
+        atomic_store_explicit(c->tx_waitp, 0, memory_order_release);
+        c->tx_announced = 0;
+    }
+}
+
+int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len)
+{
+    int err = tx_prepare(c, msg, len);
+    if (err < 0)
+        return err;
+    uint64_t need = slots_for(len);
+    if (!tx_free(c, need)) {
+        if ((err = tx_refresh(c)) < 0)
+            return err;
+        if (!tx_free(c, need)) {
+            err = tx_announce(c, need);
+            if (err <= 0)
+                return err < 0 ? err : CHANOS_ERR_AGAIN;
+        }
+    }
+    tx_unannounce(c);
+    tx_write(c, msg, len);
+    return 0;
+}
+
+int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
+{
+    int err = tx_prepare(c, msg, len);
+    if (err < 0)
+        return err;
+    uint64_t need = slots_for(len);
+    if (tx_free(c, need))
+        goto write;
+    if ((err = tx_refresh(c)) < 0)
+        return err;
+    if (tx_free(c, need))
+        goto write;
+    int64_t deadline = deadline_of(timeout_ms);
+    if (c->spin_ns > 0 && timeout_ms != 0) {
+        int64_t start = 0;
+        for (unsigned i = 1;; i++) {
+            cpu_relax();
+            if ((err = tx_refresh(c)) < 0)
+                return err;
+            if (tx_free(c, need))
+                goto write;
+            if (i % 64)
+                continue;
+            if ((err = tx_ended(c)) < 0)
+                return err;
+            int64_t t = now_ns();
+            if (!start)
+                start = t;
+            else if (t - start > c->spin_ns || (deadline >= 0 && t >= deadline))
+                break;
+        }
+    }
+    for (;;) {
+        err = tx_announce(c, need);
+        if (err < 0) {
+            tx_unannounce(c);
+            return err;
+        }
+        if (err == 1)
+            break;
+        int left = poll_timeout(deadline);
+        if (left == 0) {
+            tx_unannounce(c);
+            return CHANOS_ERR_TIMEDOUT;
+        }
+        struct pollfd p[2] = {{.fd = c->tx_park, .events = POLLIN},
+                              {.fd = c->sock, .events = POLLIN}};
+        if (poll(p, 2, left) < 0 && errno != EINTR) {
+            err = -errno;
+            tx_unannounce(c);
+            return err;
+        }
+    }
+    tx_unannounce(c);
+write:
+    tx_write(c, msg, len);
+    return 0;
+}
+
+/* ---- receiving ---- */
+
+static uint32_t rx_stale(const chanos_ump *c, uint64_t pos)
+{
+    return pos < c->n ? 0 : (uint32_t)(pos + 1 - c->n);
+}
+
+/* rx_changed reports whether the next slot holds anything but its stale
+ * sequence number: a new fragment, or garbage that rx_poll rejects. */
+static int rx_changed(chanos_ump *c)
+{
+    uint8_t *slot = c->rx_slots + (c->rx_pos & c->mask) * SLOT;
+    uint64_t w = atomic_load_explicit(word(slot, CTRL_OFF), memory_order_acquire);
+    return (uint32_t)w != rx_stale(c, c->rx_pos);
+}
+
+/* rx_poll reads every available fragment: 1 when a message is complete, 0
+ * when the next slot is not written yet, or an error. This is the ring
+ * reader: each control word is loaded once, then validated. */
+static int rx_poll(chanos_ump *c)
+{
+    for (;;) {
+        uint64_t p = c->rx_pos;
+        uint8_t *slot = c->rx_slots + (p & c->mask) * SLOT;
+        uint64_t w = atomic_load_explicit(word(slot, CTRL_OFF), memory_order_acquire);
+        uint32_t seq = (uint32_t)w, info = (uint32_t)(w >> 32);
+        if (seq != (uint32_t)(p + 1))
+            return seq == rx_stale(c, p) ? 0 : fail(c, CHANOS_ERR_PROTOCOL);
+        if (c->msg_len < 0) {
+            if (!(info & INFO_FIRST) || (info & INFO_CAPS))
+                return fail(c, CHANOS_ERR_PROTOCOL);
+            uint32_t n = info & INFO_LEN;
+            if (n > c->max_msg)
+                return fail(c, CHANOS_ERR_PROTOCOL);
+            if (c->buf_cap < n || !c->buf) {
+                size_t want = c->buf_cap * 2 > n ? c->buf_cap * 2 : n;
+                if (want > c->max_msg)
+                    want = c->max_msg;
+                if (want < n || want == 0)
+                    want = n ? n : 1;
+                uint8_t *b = realloc(c->buf, want);
+                if (!b)
+                    return -ENOMEM;
+                c->buf = b;
+                c->buf_cap = want;
+            }
+            c->msg_len = n;
+            c->got = 0;
+            c->frag = 0;
+        } else if (info != c->frag) {
+            return fail(c, CHANOS_ERR_PROTOCOL);
+        }
+        size_t k = (size_t)c->msg_len - c->got;
+        if (k > PAYLOAD)
+            k = PAYLOAD;
+        memcpy(c->buf + c->got, slot, k);
+        c->got += k;
+        c->frag++;
+        c->rx_pos = p + 1;
+        if (c->got == (size_t)c->msg_len) {
+            c->msg_len = -1;
+            return 1;
+        }
+    }
+}
+
+/* rx_publish tells the producer how far we read, and wakes it if it sleeps
+ * waiting for space. Only a fenced publication is sure to see a fresh
+ * announcement; the fenced one before sleeping catches what others miss. */
+static void rx_publish(chanos_ump *c, int fenced)
+{
+    if (c->rx_pos != c->rx_pub) {
+        c->rx_pub = c->rx_pos;
+        atomic_store_explicit(c->rx_headp, c->rx_pos,
+                              fenced ? memory_order_seq_cst : memory_order_release);
+    }
+    if (atomic_load_explicit(c->rx_peer_waitp, memory_order_relaxed))
+        ev_signal(c->rx_wake);
+}
+
+/* rx_ended decides, when no fragment is ready, whether the connection
+ * ended: 1 means poll again first (the peer wrote more before it closed or
+ * died), 0 not ended, or the error. */
+static int rx_ended(chanos_ump *c)
+{
+    int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+    if (e)
+        return e;
+    uint64_t w = atomic_load_explicit(c->peer_closed, memory_order_acquire);
+    if (w) {
+        uint64_t cp = w & ~CLOSED_BIT;
+        if (!(w & CLOSED_BIT) || cp < c->rx_pos || cp - c->rx_pos > c->n)
+            return fail(c, CHANOS_ERR_PROTOCOL);
+        if (cp > c->rx_pos) {
+            if (c->rx_retry == c->rx_pos + 1)
+                return fail(c, CHANOS_ERR_PROTOCOL); /* promised data is not there */
+            c->rx_retry = c->rx_pos + 1;
+            return 1;
+        }
+        if (c->msg_len >= 0)
+            return fail(c, CHANOS_ERR_PROTOCOL);
+        return fail(c, CHANOS_ERR_CLOSED);
+    }
+    e = atomic_load_explicit(&c->peer_end, memory_order_relaxed);
+    if (e) {
+        if (!c->rx_gone_polled) {
+            c->rx_gone_polled = 1;
+            return 1;
+        }
+        return fail(c, e);
+    }
+    return 0;
+}
+
+static void rx_unannounce(chanos_ump *c)
+{
+    if (c->rx_announced) {
+        atomic_store_explicit(c->rx_waitp, 0, memory_order_release);
+        c->rx_announced = 0;
+    }
+}
+
+static int rx_done(chanos_ump *c, const void **msg, size_t *len)
+{
+    rx_unannounce(c);
+    if (c->rx_pos - c->rx_pub >= c->rx_batch)
+        rx_publish(c, 1);
+    *msg = c->buf;
+    *len = c->buf ? (size_t)c->got : 0;
+    return 0;
+}
+
+/* rx_announce says we sleep waiting for data, then looks again: 1 if the
+ * caller should poll the ring, 0 if it may sleep, or an error. */
+static int rx_announce(chanos_ump *c)
+{
+    ev_drain(c->rx_park);
+    atomic_store_explicit(c->rx_waitp, 1, memory_order_seq_cst);
+    c->rx_announced = 1;
+    rx_publish(c, 0); /* after the fence above: sees a sleeping producer */
+    if (rx_changed(c))
+        return 1;
+    check_socket(c);
+    return rx_ended(c);
+}
+
+int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len)
+{
+    if (!c || !msg || !len)
+        return -EINVAL;
+    for (;;) {
+        int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+        if (e)
+            return e;
+        int r = rx_poll(c);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            return rx_done(c, msg, len);
+        rx_publish(c, 0);
+        r = rx_ended(c);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            continue;
+        r = rx_announce(c);
+        if (r < 0)
+            return r;
+        if (r == 0)
+            return CHANOS_ERR_AGAIN; /* stays announced until a message comes */
+    }
+}
+
+int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms)
+{
+    if (!c || !msg || !len)
+        return -EINVAL;
+    int64_t deadline = deadline_of(timeout_ms);
+    for (;;) {
+        int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+        if (e)
+            return e;
+        int r = rx_poll(c);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            return rx_done(c, msg, len);
+        rx_publish(c, 0);
+        if ((r = rx_ended(c)) < 0)
+            return r;
+        if (r == 1)
+            continue;
+        if (c->spin_ns > 0 && timeout_ms != 0 && !c->rx_announced) {
+            int64_t start = 0;
+            for (unsigned i = 1;; i++) {
+                cpu_relax();
+                if (rx_changed(c))
+                    break;
+                if (i % 64)
+                    continue;
+                if ((r = rx_ended(c)) != 0)
+                    break;
+                int64_t t = now_ns();
+                if (!start)
+                    start = t;
+                else if (t - start > c->spin_ns || (deadline >= 0 && t >= deadline))
+                    break;
+            }
+            if (r < 0)
+                return r;
+            if (rx_changed(c) || r == 1)
+                continue;
+        }
+        r = rx_announce(c);
+        if (r < 0) {
+            rx_unannounce(c);
+            return r;
+        }
+        if (r == 1)
+            continue;
+        int left = poll_timeout(deadline);
+        if (left == 0) {
+            rx_unannounce(c);
+            return CHANOS_ERR_TIMEDOUT;
+        }
+        struct pollfd p[2] = {{.fd = c->rx_park, .events = POLLIN},
+                              {.fd = c->sock, .events = POLLIN}};
+        if (poll(p, 2, left) < 0 && errno != EINTR) {
+            r = -errno;
+            rx_unannounce(c);
+            return r;
+        }
+        if (p[1].revents)
+            check_socket(c);
+    }
+}
+
+/* ---- the rest ---- */
+
+int chanos_ump_fd(const chanos_ump *c)
+{
+    return c ? c->epfd : -EINVAL;
+}
+
+int chanos_ump_err(const chanos_ump *c)
+{
+    if (!c)
+        return -EINVAL;
+    int e = atomic_load_explicit(&((chanos_ump *)c)->err, memory_order_relaxed);
+    return e ? e : atomic_load_explicit(&((chanos_ump *)c)->peer_end, memory_order_relaxed);
+}
+
+size_t chanos_ump_max_msg(const chanos_ump *c)
+{
+    return c ? c->max_msg : 0;
+}
+
+void chanos_ump_close(chanos_ump *c)
+{
+    if (!c)
+        return;
+    if (c->mem) {
+        atomic_store_explicit(c->my_closed, CLOSED_BIT | c->tx_tail, memory_order_seq_cst);
+        if (c->tx_wake >= 0)
+            ev_signal(c->tx_wake);
+        if (c->rx_wake >= 0)
+            ev_signal(c->rx_wake);
+        munmap(c->mem, c->mem_size);
+    }
+    close_fd(&c->sock);
+    close_fd(&c->epfd);
+    close_fd(&c->tx_wake);
+    close_fd(&c->tx_park);
+    close_fd(&c->rx_wake);
+    close_fd(&c->rx_park);
+    free(c->buf);
+    free(c);
+}
+
+const char *chanos_ump_strerror(int err)
+{
+    switch (err) {
+    case CHANOS_ERR_AGAIN:
+        return "ump: would block";
+    case CHANOS_ERR_TIMEDOUT:
+        return "ump: timed out";
+    case CHANOS_ERR_CLOSED:
+        return "ump: connection closed";
+    case CHANOS_ERR_PEER_DIED:
+        return "ump: peer died";
+    case CHANOS_ERR_PROTOCOL:
+        return "ump: protocol violation";
+    case CHANOS_ERR_TOO_LARGE:
+        return "ump: message too large";
+    }
+    return chanos_strerror(err);
+}

@@ -1,0 +1,222 @@
+/*
+ * test_ump_faults.c: a peer that dies (SIGKILL in the middle of writing a
+ * message, or while streaming) and a peer that scribbles random bytes over
+ * the whole shared memory. The reader must deliver only whole messages,
+ * report CHANOS_ERR_PEER_DIED or CHANOS_ERR_PROTOCOL, and never read out of
+ * bounds (this test runs under ASan and UBSan).
+ */
+#include "ump_testutil.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define SLOTS 64
+#define MAXMSG 1000
+
+/* child_pair makes a ring pair whose attacher side runs fn in a child
+ * process; the parent gets the creator side. The child also gets a mapping
+ * of the shared memory, to misbehave with. ready is a pipe the child
+ * writes a byte to when it wants to be killed. */
+static pid_t child_pair(void (*fn)(chanos_ump *, uint8_t *, size_t, int), chanos_ump **parent, int *ready)
+{
+    struct chanos_ump_options o = {.max_msg = MAXMSG, .ring_slots = SLOTS};
+    struct chanos_ump_files f, g;
+    int sv[2], pp[2];
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    CHECK(pipe(pp) == 0);
+    CHECK_EQ(chanos_ump_files_create(&o, &f), 0);
+    CHECK(dup_files(&f, &g) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(pp[0]);
+        close(sv[0]);
+        chanos_ump_files_close(&f);
+        size_t size = 4096 + 2 * SLOTS * 64;
+        uint8_t *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, g.mem, 0);
+        chanos_ump *c;
+        if (mem == MAP_FAILED || chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], &o, &c) < 0)
+            _exit(10);
+        fn(c, mem, size, pp[1]);
+        _exit(0);
+    }
+    close(pp[1]);
+    close(sv[1]);
+    chanos_ump_files_close(&g);
+    CHECK_EQ(chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], &o, parent), 0);
+    *ready = pp[0];
+    return pid;
+}
+
+static void wait_ready(int fd)
+{
+    char b;
+    CHECK(read(fd, &b, 1) == 1);
+    close(fd);
+}
+
+static void kill_child(pid_t pid)
+{
+    kill(pid, SIGKILL);
+    int status;
+    CHECK(waitpid(pid, &status, 0) == pid);
+}
+
+/* mid_write sends 3 messages of 100 bytes (2 slots each),
+ * then writes 2 of the 5 slots of a 250-byte message by hand, as a
+ * producer killed inside chanos_ump_send would leave them. */
+static void mid_write(chanos_ump *c, uint8_t *mem, size_t size, int ready)
+{
+    (void)size;
+    uint8_t buf[250];
+    for (int i = 0; i < 3; i++) {
+        pattern(buf, 100, (uint64_t)i);
+        if (chanos_ump_send(c, buf, 100, 1000) < 0)
+            _exit(11);
+    }
+    pattern(buf, 250, 3);
+    uint8_t *ring1 = mem + 4096 + SLOTS * 64; /* the attacher writes ring 1 */
+    uint64_t pos = 3 * 2;                     /* 100 bytes: 2 slots each */
+    for (uint64_t k = 0; k < 2; k++, pos++) {
+        uint8_t *slot = ring1 + (pos % SLOTS) * 64;
+        memcpy(slot, buf + k * CHANOS_UMP_SLOT_PAYLOAD, CHANOS_UMP_SLOT_PAYLOAD);
+        uint32_t info = k == 0 ? 0x80000000u | 250u : (uint32_t)k;
+        uint64_t w = (uint64_t)(uint32_t)(pos + 1) | (uint64_t)info << 32;
+        atomic_store((_Atomic uint64_t *)(void *)(slot + 56), w);
+    }
+    if (write(ready, "r", 1) != 1)
+        _exit(12);
+    pause();
+}
+
+static void test_kill_mid_write(void)
+{
+    chanos_ump *c;
+    int ready;
+    pid_t pid = child_pair(mid_write, &c, &ready);
+    wait_ready(ready);
+    kill_child(pid);
+    for (int i = 0; i < 3; i++) {
+        const void *m;
+        size_t n;
+        CHECK_EQ(chanos_ump_recv(c, &m, &n, 5000), 0);
+        CHECK_EQ(n, 100);
+        CHECK(pattern_ok(m, n, (uint64_t)i));
+    }
+    const void *m;
+    size_t n;
+    CHECK_EQ(chanos_ump_recv(c, &m, &n, 5000), CHANOS_ERR_PEER_DIED);
+    CHECK_EQ(chanos_ump_err(c), CHANOS_ERR_PEER_DIED);
+    chanos_ump_close(c);
+}
+
+static void stream_forever(chanos_ump *c, uint8_t *mem, size_t size, int ready)
+{
+    (void)mem;
+    (void)size;
+    uint8_t buf[MAXMSG];
+    if (write(ready, "r", 1) != 1)
+        _exit(12);
+    for (uint64_t i = 0;; i++) {
+        size_t n = (size_t)(i * 7919) % (MAXMSG + 1);
+        pattern(buf, n, i);
+        if (chanos_ump_send(c, buf, n, -1) < 0)
+            _exit(11);
+    }
+}
+
+static void test_kill_streaming(void)
+{
+    chanos_ump *c;
+    int ready;
+    pid_t pid = child_pair(stream_forever, &c, &ready);
+    wait_ready(ready);
+    for (uint64_t i = 0;; i++) {
+        if (i == 200)
+            kill_child(pid);
+        const void *m;
+        size_t n;
+        int err = chanos_ump_recv(c, &m, &n, 5000);
+        if (err < 0) {
+            CHECK_EQ(err, CHANOS_ERR_PEER_DIED);
+            CHECK(i >= 200);
+            break;
+        }
+        CHECK_EQ(n, (size_t)(i * 7919) % (MAXMSG + 1));
+        CHECK(pattern_ok(m, n, i));
+    }
+    chanos_ump_close(c);
+}
+
+static uint64_t rng_state = 88172645463325252ull;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+/* scribble writes random words and bytes all over the shared memory and
+ * signals every eventfd now and then, through its own connection. */
+static void scribble(chanos_ump *c, uint8_t *mem, size_t size, int ready)
+{
+    if (write(ready, "r", 1) != 1)
+        _exit(12);
+    for (unsigned i = 0;; i++) {
+        size_t off = (size_t)(rnd() % (size / 8)) * 8;
+        atomic_store_explicit((_Atomic uint64_t *)(void *)(mem + off), rnd(), memory_order_relaxed);
+        if (i % 1024 == 0) {
+            size_t o2 = (size_t)(rnd() % (size - 64));
+            for (int j = 0; j < 64; j++)
+                mem[o2 + (size_t)j] = (uint8_t)rnd();
+            chanos_ump_try_send(c, "x", 1); /* wakes the parent now and then */
+        }
+    }
+}
+
+static void test_scribbler(void)
+{
+    for (int run = 0; run < 3; run++) {
+        chanos_ump *c;
+        int ready;
+        pid_t pid = child_pair(scribble, &c, &ready);
+        wait_ready(ready);
+        int err = 0;
+        uint8_t buf[MAXMSG] = {0};
+        for (int tries = 0; tries < 1000 && err >= 0; tries++) {
+            chanos_ump_try_send(c, buf, (size_t)run * 300);
+            const void *m;
+            size_t n;
+            err = chanos_ump_recv(c, &m, &n, 10);
+            if (err == CHANOS_ERR_TIMEDOUT)
+                err = 0;
+            else if (err == 0)
+                CHECK(n <= MAXMSG);
+        }
+        CHECK_EQ(err, CHANOS_ERR_PROTOCOL);
+        CHECK_EQ(chanos_ump_err(c), CHANOS_ERR_PROTOCOL);
+        CHECK_EQ(chanos_ump_send(c, buf, 10, 0), CHANOS_ERR_PROTOCOL);
+        kill_child(pid);
+        chanos_ump_close(c);
+    }
+}
+
+int main(void)
+{
+    signal(SIGPIPE, SIG_IGN);
+    int fds = count_fds();
+    test_kill_mid_write();
+    test_kill_streaming();
+    test_scribbler();
+    CHECK_EQ(count_fds(), fds);
+    if (failures) {
+        fprintf(stderr, "test_ump_faults: %d failures\n", failures);
+        return 1;
+    }
+    printf("test_ump_faults: ok\n");
+    return 0;
+}

@@ -1,0 +1,87 @@
+/* ump_testutil.h: helpers shared by the ump tests. */
+#ifndef CHANOS_UMP_TESTUTIL_H
+#define CHANOS_UMP_TESTUTIL_H
+
+#include "chanos.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static int failures;
+
+#define CHECK(cond)                                                          \
+    do {                                                                     \
+        if (!(cond)) {                                                       \
+            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                  \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_EQ(got, want)                                                  \
+    do {                                                                     \
+        long long g_ = (long long)(got), w_ = (long long)(want);             \
+        if (g_ != w_) {                                                      \
+            fprintf(stderr, "%s:%d: %s = %lld (%s), want %lld (%s)\n",       \
+                    __FILE__, __LINE__, #got, g_,                            \
+                    chanos_ump_strerror((int)g_), w_,                        \
+                    chanos_ump_strerror((int)w_));                           \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
+/* pattern fills b with the content of message i of a test stream. */
+static inline void pattern(uint8_t *b, size_t n, uint64_t i)
+{
+    for (size_t j = 0; j < n; j++)
+        b[j] = (uint8_t)(i * 31 + j * 7 + (j >> 8));
+}
+
+static inline int pattern_ok(const void *m, size_t n, uint64_t i)
+{
+    const uint8_t *b = m;
+    for (size_t j = 0; j < n; j++)
+        if (b[j] != (uint8_t)(i * 31 + j * 7 + (j >> 8)))
+            return 0;
+    return 1;
+}
+
+static inline int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+static inline int dup_files(const struct chanos_ump_files *f, struct chanos_ump_files *g)
+{
+    g->mem = fcntl(f->mem, F_DUPFD_CLOEXEC, 0);
+    for (int i = 0; i < 4; i++)
+        g->ev[i] = fcntl(f->ev[i], F_DUPFD_CLOEXEC, 0);
+    return g->mem >= 0 && g->ev[0] >= 0 && g->ev[1] >= 0 && g->ev[2] >= 0 && g->ev[3] >= 0 ? 0 : -1;
+}
+
+/* pair opens both sides of a new ring pair in this process. */
+static inline void pair(const struct chanos_ump_options *o, chanos_ump **a, chanos_ump **b)
+{
+    struct chanos_ump_files f, g;
+    int sv[2];
+    *a = *b = NULL;
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    CHECK_EQ(chanos_ump_files_create(o, &f), 0);
+    CHECK(dup_files(&f, &g) == 0);
+    CHECK_EQ(chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], o, a), 0);
+    CHECK_EQ(chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, b), 0);
+}
+
+#endif

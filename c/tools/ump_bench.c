@@ -1,0 +1,420 @@
+/*
+ * chanos-ump-bench: the C peer of `chanos bench ump` (bench/ump.go).
+ *
+ *   chanos-ump-bench --role client|server --case rtt|stream
+ *                    --transport ump|raw-spin|uds|shm-memcpy --size N --iters N
+ *                    --warmup N [--spin-ns N] [--max-msg N]
+ *
+ * The connected Unix socket is descriptor 3. The client creates the
+ * connection, measures, and prints one JSON object on standard output
+ * (iters, rtt_ns_p50, rtt_ns_p99, rtt_ns_mean for rtt; msgs_per_s and
+ * bytes_per_s for stream); the server attaches and answers. Both sides
+ * must be given the same arguments but --role.
+ *
+ *   rtt/ump       ping-pong of size-byte messages over a ump connection
+ *   rtt/raw-spin  ping-pong of a counter on one shared cache line (the floor)
+ *   rtt/uds       ping-pong of size bytes over the Unix socket itself
+ *   stream/ump    the client sends iters messages, the server acknowledges
+ *   stream/shm-memcpy  the client copies into shared buffers, the server
+ *                 out of them: the bandwidth ceiling of any copying transport
+ */
+#include "chanos.h"
+
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SOCK_FD 3
+
+struct args {
+    const char *role, *kase, *transport;
+    size_t size;
+    long iters, warmup;
+    int64_t spin_ns;
+    uint32_t max_msg;
+};
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
+
+static void fatal(const char *what, int err)
+{
+    fprintf(stderr, "chanos-ump-bench: %s: %s\n", what, chanos_ump_strerror(err));
+    exit(1);
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* report_rtt prints the round-trip statistics of samples. */
+static void report_rtt(int64_t *s, long n, int64_t total)
+{
+    qsort(s, (size_t)n, sizeof *s, cmp_i64);
+    printf("{\"iters\":%ld,\"rtt_ns_p50\":%lld,\"rtt_ns_p99\":%lld,\"rtt_ns_mean\":%.1f}\n",
+           n, (long long)s[n / 2], (long long)s[(n * 99) / 100], (double)total / (double)n);
+}
+
+/* ---- ump ---- */
+
+static void ump_rtt_client(const struct args *a, chanos_ump *c, int64_t *s)
+{
+    uint8_t *msg = calloc(1, a->size ? a->size : 1);
+    if (!msg)
+        fatal("calloc", -ENOMEM);
+    for (long i = 0; i < a->warmup; i++) {
+        const void *m;
+        size_t n;
+        int err = chanos_ump_send(c, msg, a->size, -1);
+        if (err == 0)
+            err = chanos_ump_recv(c, &m, &n, -1);
+        if (err < 0)
+            fatal("warmup", err);
+    }
+    int64_t t0 = now_ns(), prev = t0;
+    for (long i = 0; i < a->iters; i++) {
+        const void *m;
+        size_t n;
+        memcpy(msg, &i, a->size < sizeof i ? a->size : sizeof i);
+        int err = chanos_ump_send(c, msg, a->size, -1);
+        if (err == 0)
+            err = chanos_ump_recv(c, &m, &n, -1);
+        if (err < 0)
+            fatal("round trip", err);
+        if (n != a->size || memcmp(m, msg, n) != 0)
+            fatal("round trip: the echo differs", -EPROTO);
+        int64_t t = now_ns();
+        s[i] = t - prev;
+        prev = t;
+    }
+    report_rtt(s, a->iters, prev - t0);
+    free(msg);
+}
+
+static void ump_stream_client(const struct args *a, chanos_ump *c)
+{
+    uint8_t *msg = calloc(1, a->size ? a->size : 1);
+    if (!msg)
+        fatal("calloc", -ENOMEM);
+    const void *m;
+    size_t n;
+    int64_t t0 = 0;
+    for (int round = 0; round < 2; round++) {
+        long count = round ? a->iters : a->warmup;
+        t0 = now_ns();
+        for (long i = 0; i < count; i++) {
+            int err = chanos_ump_send(c, msg, a->size, -1);
+            if (err < 0)
+                fatal("send", err);
+        }
+        int err = chanos_ump_recv(c, &m, &n, -1);
+        if (err < 0)
+            fatal("acknowledgement", err);
+    }
+    double secs = (double)(now_ns() - t0) / 1e9;
+    printf("{\"iters\":%ld,\"msgs_per_s\":%.0f,\"bytes_per_s\":%.0f}\n", a->iters,
+           (double)a->iters / secs, (double)a->iters * (double)a->size / secs);
+    free(msg);
+}
+
+static void ump_server(const struct args *a, chanos_ump *c)
+{
+    int stream = strcmp(a->kase, "stream") == 0;
+    for (int round = 0; stream && round < 2; round++) {
+        long count = round ? a->iters : a->warmup;
+        for (long i = 0; i < count; i++) {
+            const void *m;
+            size_t n;
+            int err = chanos_ump_recv(c, &m, &n, -1);
+            if (err < 0)
+                fatal("receive", err);
+        }
+        int err = chanos_ump_send(c, "ack", 3, -1);
+        if (err < 0)
+            fatal("send", err);
+    }
+    for (;;) {
+        const void *m;
+        size_t n;
+        int err = chanos_ump_recv(c, &m, &n, -1);
+        if (err == CHANOS_ERR_CLOSED)
+            return;
+        if (err < 0)
+            fatal("receive", err);
+        if ((err = chanos_ump_send(c, m, n, -1)) < 0)
+            fatal("send", err);
+    }
+}
+
+static void run_ump(const struct args *a, int client)
+{
+    struct chanos_ump_options o = {.max_msg = a->max_msg, .spin_ns = a->spin_ns};
+    chanos_ump *c;
+    int err = client ? chanos_ump_create(SOCK_FD, &o, 10000, &c)
+                     : chanos_ump_attach(SOCK_FD, &o, 10000, &c);
+    if (err < 0)
+        fatal("connect", err);
+    if (!client)
+        ump_server(a, c);
+    else if (strcmp(a->kase, "stream") == 0)
+        ump_stream_client(a, c);
+    else {
+        int64_t *s = malloc((size_t)a->iters * sizeof *s);
+        if (!s)
+            fatal("malloc", -ENOMEM);
+        ump_rtt_client(a, c, s);
+        free(s);
+    }
+    chanos_ump_close(c);
+}
+
+/* ---- raw spin on one cache line ---- */
+
+/* share_memfd gives the server a memfd of size bytes made by the client
+ * and returns the mapping. */
+static void *share_memfd(int client, size_t size)
+{
+    int fd = -1;
+    if (client) {
+        fd = memfd_create("chanos-bench-shm", MFD_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, (off_t)size) < 0)
+            fatal("memfd", -errno);
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        memset(&u, 0, sizeof u);
+        char b = 'x';
+        struct iovec iov = {.iov_base = &b, .iov_len = 1};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                           .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+        if (sendmsg(SOCK_FD, &m, 0) != 1)
+            fatal("sendmsg", -errno);
+    } else {
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        char b;
+        struct iovec iov = {.iov_base = &b, .iov_len = 1};
+        struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                           .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+        if (recvmsg(SOCK_FD, &m, MSG_CMSG_CLOEXEC) != 1)
+            fatal("recvmsg", -errno);
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+        if (!cm || cm->cmsg_type != SCM_RIGHTS)
+            fatal("recvmsg", -EPROTO);
+        memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    }
+    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED)
+        fatal("mmap", -errno);
+    close(fd);
+    return p;
+}
+
+static void run_raw(const struct args *a, int client)
+{
+    _Atomic uint64_t *line = share_memfd(client, 4096);
+    long total = a->warmup + a->iters;
+    if (client) {
+        int64_t *s = malloc((size_t)a->iters * sizeof *s);
+        if (!s)
+            fatal("malloc", -ENOMEM);
+        int64_t t0 = 0, prev = 0;
+        for (long i = 0; i < total; i++) {
+            if (i == a->warmup)
+                t0 = prev = now_ns();
+            atomic_store_explicit(line, (uint64_t)(2 * i + 1), memory_order_release);
+            while (atomic_load_explicit(line, memory_order_acquire) != (uint64_t)(2 * i + 2))
+                cpu_relax();
+            if (i >= a->warmup) {
+                int64_t t = now_ns();
+                s[i - a->warmup] = t - prev;
+                prev = t;
+            }
+        }
+        report_rtt(s, a->iters, prev - t0);
+        free(s);
+    } else {
+        for (long i = 0; i < total; i++) {
+            while (atomic_load_explicit(line, memory_order_acquire) != (uint64_t)(2 * i + 1))
+                cpu_relax();
+            atomic_store_explicit(line, (uint64_t)(2 * i + 2), memory_order_release);
+        }
+    }
+    munmap((void *)line, 4096);
+}
+
+/* ---- the bandwidth ceiling: two memcpys through shared memory ---- */
+
+/*
+ * The client copies each message into one of a few shared buffers and
+ * raises the buffer's flag; the server copies it out and lowers the flag.
+ * No framing, no validation: what any shared-memory transport that copies
+ * in and out could at best achieve between these two processes.
+ */
+static void run_shm_memcpy(const struct args *a, int client)
+{
+    size_t n = a->size ? a->size : 1, nb = n <= (256u << 10) ? 4 : 2;
+    uint8_t *shm = share_memfd(client, 4096 + nb * n);
+    uint8_t *local = calloc(1, n);
+    if (!local)
+        fatal("calloc", -ENOMEM);
+    long total = a->warmup + a->iters;
+    int64_t t0 = 0;
+    for (long i = 0; i < total; i++) {
+        size_t k = (size_t)i % nb;
+        _Atomic uint64_t *flag = (_Atomic uint64_t *)(void *)(shm + k * 128);
+        uint8_t *buf = shm + 4096 + k * n;
+        if (client) {
+            if (i == a->warmup)
+                t0 = now_ns();
+            while (atomic_load_explicit(flag, memory_order_acquire) != 0)
+                cpu_relax();
+            memcpy(buf, local, n);
+            atomic_store_explicit(flag, (uint64_t)i + 1, memory_order_release);
+        } else {
+            while (atomic_load_explicit(flag, memory_order_acquire) != (uint64_t)i + 1)
+                cpu_relax();
+            memcpy(local, buf, n);
+            atomic_store_explicit(flag, 0, memory_order_release);
+        }
+    }
+    if (client) {
+        for (size_t k = 0; k < nb; k++)
+            while (atomic_load_explicit((_Atomic uint64_t *)(void *)(shm + k * 128), memory_order_acquire))
+                cpu_relax();
+        double secs = (double)(now_ns() - t0) / 1e9;
+        printf("{\"iters\":%ld,\"msgs_per_s\":%.0f,\"bytes_per_s\":%.0f}\n", a->iters,
+               (double)a->iters / secs, (double)a->iters * (double)n / secs);
+    }
+    munmap(shm, 4096 + nb * n);
+    free(local);
+}
+
+/* ---- Unix socket ping-pong ---- */
+
+static void xfer(int write_side, uint8_t *buf, size_t n)
+{
+    size_t done = 0;
+    while (done < n) {
+        ssize_t r = write_side ? write(SOCK_FD, buf + done, n - done)
+                               : read(SOCK_FD, buf + done, n - done);
+        if (r <= 0) {
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r == 0 && !write_side)
+                exit(0); /* the client finished */
+            fatal(write_side ? "write" : "read", r < 0 ? -errno : -EPIPE);
+        }
+        done += (size_t)r;
+    }
+}
+
+static void run_uds(const struct args *a, int client)
+{
+    size_t n = a->size ? a->size : 1;
+    uint8_t *buf = calloc(1, n);
+    if (!buf)
+        fatal("calloc", -ENOMEM);
+    if (!client) {
+        for (;;) {
+            xfer(0, buf, n);
+            xfer(1, buf, n);
+        }
+    }
+    int64_t *s = malloc((size_t)a->iters * sizeof *s);
+    if (!s)
+        fatal("malloc", -ENOMEM);
+    int64_t t0 = 0, prev = 0;
+    for (long i = 0; i < a->warmup + a->iters; i++) {
+        if (i == a->warmup)
+            t0 = prev = now_ns();
+        xfer(1, buf, n);
+        xfer(0, buf, n);
+        if (i >= a->warmup) {
+            int64_t t = now_ns();
+            s[i - a->warmup] = t - prev;
+            prev = t;
+        }
+    }
+    report_rtt(s, a->iters, prev - t0);
+    free(s);
+    free(buf);
+}
+
+int main(int argc, char **argv)
+{
+    struct args a = {.role = "", .kase = "rtt", .transport = "ump", .size = 8,
+                     .iters = 100000, .warmup = 1000};
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+        if (!strcmp(k, "--role"))
+            a.role = v;
+        else if (!strcmp(k, "--case"))
+            a.kase = v;
+        else if (!strcmp(k, "--transport"))
+            a.transport = v;
+        else if (!strcmp(k, "--size"))
+            a.size = strtoull(v, NULL, 0);
+        else if (!strcmp(k, "--iters"))
+            a.iters = strtol(v, NULL, 0);
+        else if (!strcmp(k, "--warmup"))
+            a.warmup = strtol(v, NULL, 0);
+        else if (!strcmp(k, "--spin-ns"))
+            a.spin_ns = strtoll(v, NULL, 0);
+        else if (!strcmp(k, "--max-msg"))
+            a.max_msg = (uint32_t)strtoul(v, NULL, 0);
+        else {
+            fprintf(stderr, "chanos-ump-bench: unknown flag %s\n", k);
+            return 2;
+        }
+    }
+    int client = !strcmp(a.role, "client");
+    if ((!client && strcmp(a.role, "server")) || a.iters <= 0 || a.warmup < 0) {
+        fprintf(stderr, "usage: chanos-ump-bench --role client|server [--case rtt|stream] "
+                        "[--transport ump|raw-spin|uds] [--size N] [--iters N] [--warmup N] "
+                        "[--spin-ns N] [--max-msg N]\n");
+        return 2;
+    }
+    if (!strcmp(a.transport, "ump"))
+        run_ump(&a, client);
+    else if (!strcmp(a.transport, "raw-spin"))
+        run_raw(&a, client);
+    else if (!strcmp(a.transport, "uds"))
+        run_uds(&a, client);
+    else if (!strcmp(a.transport, "shm-memcpy"))
+        run_shm_memcpy(&a, client);
+    else {
+        fprintf(stderr, "chanos-ump-bench: unknown transport %s\n", a.transport);
+        return 2;
+    }
+    return 0;
+}

@@ -1,0 +1,560 @@
+package ump
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// DefaultSpinWindow is how long a sender or receiver spins on shared memory
+// before it announces that it sleeps and parks, when Options leaves
+// SpinWindow zero.
+const DefaultSpinWindow = 20 * time.Microsecond
+
+// Options configure a ring pair. The zero value (or a nil *Options) gives
+// the defaults.
+type Options struct {
+	// MaxMessageSize is the largest message, in bytes, that the connection
+	// carries: the interface's MaxFrameSize. The creator writes it into the
+	// shared header; an attacher that sets it refuses a ring pair whose
+	// maximum is larger. Zero means DefaultMaxMessageSize for a creator and
+	// "whatever the creator chose" for an attacher.
+	MaxMessageSize int
+	// RingSlots is the number of 64-byte slots per direction, a power of
+	// two. Zero chooses room for two maximum-size messages, at least 1024.
+	RingSlots int
+	// SpinWindow is how long to spin before parking. Zero means
+	// DefaultSpinWindow; a negative value parks at once.
+	SpinWindow time.Duration
+	// Logger receives a debug record when a connection ends with an error.
+	// Nil means slog.Default().
+	Logger *slog.Logger
+}
+
+func (o *Options) maxMessageSize() int {
+	if o == nil || o.MaxMessageSize == 0 {
+		return DefaultMaxMessageSize
+	}
+	return o.MaxMessageSize
+}
+
+func (o *Options) spinWindow() time.Duration {
+	switch {
+	case o == nil || o.SpinWindow == 0:
+		return DefaultSpinWindow
+	case o.SpinWindow < 0:
+		return 0
+	}
+	return o.SpinWindow
+}
+
+func (o *Options) logger() *slog.Logger {
+	if o == nil || o.Logger == nil {
+		return slog.Default()
+	}
+	return o.Logger
+}
+
+// Side says which half of a ring pair a Conn is. The creator writes ring 0
+// and reads ring 1; the attacher the reverse.
+type Side int
+
+// The two sides of a ring pair.
+const (
+	Creator  Side = 0
+	Attacher Side = 1
+)
+
+// Conn is one end of a ump connection: two single-producer single-consumer
+// rings in shared memory, one per direction.
+//
+// Send and Receive run entirely in the calling goroutine: they copy between
+// the caller's memory and the ring, spin for the spin window when they must
+// wait, and then park the goroutine (not the thread) on an eventfd through
+// the runtime's netpoller. Send and Receive may be called concurrently with
+// each other; concurrent calls of the same one are serialized. Close may be
+// called at any time, from any goroutine.
+type Conn struct {
+	cfg  config
+	mem  []byte
+	spin time.Duration
+	sock *net.UnixConn
+	log  *slog.Logger
+
+	myClosedp   *uint64 // our close word
+	peerClosedp *uint64 // the peer's close word
+
+	smu    sync.Mutex
+	tx     producer
+	txWake int // the peer's data eventfd
+	txPark parker
+	txFn   func(uintptr) bool
+
+	rmu     sync.Mutex
+	rx      consumer
+	rxWake  int // the peer's space eventfd
+	rxPark  parker
+	rxFn    func(uintptr) bool
+	rxGone  bool   // a poll ran after the peer's socket was seen closed
+	rxRetry uint64 // 1 + the position polled again after seeing the close word
+
+	err       atomic.Pointer[connError] // why the connection ended
+	peerEnd   atomic.Pointer[connError] // set when the peer's socket closed
+	closing   atomic.Bool
+	closed    chan struct{}
+	watching  bool // the socket watcher was started
+	watchDone chan struct{}
+}
+
+// start starts the socket watcher, once the handshake no longer uses the
+// socket.
+func (c *Conn) start() {
+	c.watching = true
+	go c.watch()
+}
+
+// MaxMessageSize returns the largest message the connection carries.
+func (c *Conn) MaxMessageSize() int { return int(c.cfg.maxMsg) }
+
+// Err returns why the connection ended: an error matching ErrClosed,
+// ErrPeerDied or ErrProtocol. It returns nil while the connection is open.
+// After the peer went away, Receive still returns the messages it had
+// completely sent before reporting the same error.
+func (c *Conn) Err() error {
+	if e := c.err.Load(); e != nil {
+		return e
+	}
+	if e := c.peerEnd.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// fail ends the connection with err unless it had already ended.
+func (c *Conn) fail(err error) error {
+	ce, ok := err.(*connError)
+	if !ok {
+		ce = &connError{ErrProtocol, err.Error()}
+	}
+	if c.err.CompareAndSwap(nil, ce) && ce.err != ErrClosed {
+		c.log.Debug("ump connection ended", "err", ce)
+	}
+	return c.err.Load()
+}
+
+// Send copies msg into the ring as one message. It blocks while the ring
+// lacks room for the whole message, until the peer makes room, the context
+// ends (nothing of msg is then written) or the connection ends. msg may be
+// reused as soon as Send returns.
+func (c *Conn) Send(ctx context.Context, msg []byte) error {
+	if len(msg) > int(c.cfg.maxMsg) {
+		return fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
+	}
+	need := uint64(slotsFor(len(msg)))
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	if e := c.err.Load(); e != nil {
+		return e
+	}
+	if err := c.txPeerEnded(); err != nil {
+		return err
+	}
+	t := &c.tx
+	if !t.free(need) {
+		if err := c.waitSpace(ctx, need); err != nil {
+			return err
+		}
+	}
+	t.write(msg)
+	if atomic.LoadUint64(t.peerWaitp) != 0 {
+		eventfdSignal(c.txWake)
+	}
+	return nil
+}
+
+// txPeerEnded reports whether the peer closed or went away, so that what
+// we send would never be read.
+func (c *Conn) txPeerEnded() error {
+	if atomic.LoadUint64(c.peerClosedp) != 0 {
+		return errClosedPeer
+	}
+	if e := c.peerEnd.Load(); e != nil {
+		return e
+	}
+	return nil
+}
+
+// waitSpace waits until need slots are free in the outgoing ring.
+func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
+	t := &c.tx
+	if err := t.refresh(); err != nil {
+		return c.fail(err)
+	}
+	if t.free(need) {
+		return nil
+	}
+	done := ctx.Done()
+	if c.spin > 0 {
+		var start time.Time
+		for i := 1; ; i++ {
+			cpuRelax()
+			if err := t.refresh(); err != nil {
+				return c.fail(err)
+			}
+			if t.free(need) {
+				return nil
+			}
+			if i&63 != 0 {
+				continue
+			}
+			if err := c.txEnded(ctx, done); err != nil {
+				return err
+			}
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > c.spin {
+				break
+			}
+		}
+	}
+	for {
+		atomic.StoreUint64(t.waitp, 1)
+		if err := t.refresh(); err != nil {
+			storeRelease(t.waitp, 0)
+			return c.fail(err)
+		}
+		if t.free(need) {
+			storeRelease(t.waitp, 0)
+			return nil
+		}
+		if err := c.txEnded(ctx, done); err != nil {
+			storeRelease(t.waitp, 0)
+			return err
+		}
+		err := c.txPark.wait(ctx, c.txFn)
+		storeRelease(t.waitp, 0)
+		if err != nil {
+			return err
+		}
+		if err := t.refresh(); err != nil {
+			return c.fail(err)
+		}
+		if t.free(need) {
+			return nil
+		}
+	}
+}
+
+// txEnded reports a reason to stop waiting for space.
+func (c *Conn) txEnded(ctx context.Context, done <-chan struct{}) error {
+	if e := c.err.Load(); e != nil {
+		return e
+	}
+	if err := c.txPeerEnded(); err != nil {
+		return err
+	}
+	if done != nil {
+		select {
+		case <-done:
+			return fmt.Errorf("ump: send: %w", ctx.Err())
+		default:
+		}
+	}
+	return nil
+}
+
+// txReady is the parked sender's wake-up check.
+func (c *Conn) txReady(uintptr) bool {
+	return atomic.LoadUint64(c.tx.headp) != c.tx.head || c.closing.Load() ||
+		c.peerEnd.Load() != nil || atomic.LoadUint64(c.peerClosedp) != 0
+}
+
+// Receive returns the next message. The returned slice is owned by the
+// connection and valid until the next call of Receive (or Close); copy it
+// to keep it. Receive blocks until a message arrives, the context ends or
+// the connection ends; it reports the end (ErrClosed, ErrPeerDied,
+// ErrProtocol) only after every message completely sent before it.
+func (c *Conn) Receive(ctx context.Context) ([]byte, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	r := &c.rx
+	for {
+		if e := c.err.Load(); e != nil {
+			return nil, e
+		}
+		done, err := r.poll()
+		if err != nil {
+			return nil, c.fail(err)
+		}
+		if done {
+			if r.pos-r.pub >= r.batch {
+				c.rxPublish(true)
+			}
+			return r.buf, nil
+		}
+		if err := c.waitData(ctx); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// rxPublish publishes our position to the producer and wakes it if it
+// announced that it sleeps waiting for space. Only a fenced publication
+// (a sequentially consistent store) is guaranteed to see a fresh
+// announcement; unfenced ones are cheap and the fenced one before parking
+// or at the batch boundary catches what they miss.
+func (c *Conn) rxPublish(fenced bool) {
+	r := &c.rx
+	if r.pos != r.pub {
+		r.pub = r.pos
+		if fenced {
+			atomic.StoreUint64(r.headp, r.pos)
+		} else {
+			storeRelease(r.headp, r.pos)
+		}
+	}
+	if atomic.LoadUint64(r.peerWaitp) != 0 {
+		eventfdSignal(c.rxWake)
+	}
+}
+
+// rxEnded decides, when no fragment is ready, whether the connection has
+// ended. retry means the caller must poll again first: the peer closed or
+// died after writing more.
+func (c *Conn) rxEnded(ctx context.Context, done <-chan struct{}) (retry bool, err error) {
+	if e := c.err.Load(); e != nil {
+		return false, e
+	}
+	r := &c.rx
+	if w := atomic.LoadUint64(c.peerClosedp); w != 0 {
+		cp := w &^ closedBit
+		switch {
+		case w&closedBit == 0 || cp < r.pos || cp-r.pos > r.n:
+			return false, c.fail(protoErr(fmt.Sprintf("peer close word %#x at position %d", w, r.pos)))
+		case cp > r.pos && c.rxRetry != r.pos+1:
+			c.rxRetry = r.pos + 1 // poll once more: the close word was written after the data
+			return true, nil
+		case cp > r.pos:
+			return false, c.fail(protoErr(fmt.Sprintf("peer closed at position %d but slot %d is empty", cp, r.pos)))
+		case r.msgLen >= 0:
+			return false, c.fail(protoErr(fmt.Sprintf("peer closed in the middle of a message at position %d", r.pos)))
+		}
+		return false, c.fail(errClosedPeer)
+	}
+	if e := c.peerEnd.Load(); e != nil {
+		if !c.rxGone {
+			c.rxGone = true // poll once more: what it wrote before dying is visible now
+			return true, nil
+		}
+		return false, c.fail(e)
+	}
+	if done != nil {
+		select {
+		case <-done:
+			return false, fmt.Errorf("ump: receive: %w", ctx.Err())
+		default:
+		}
+	}
+	return false, nil
+}
+
+// waitData waits until the next slot may hold a fragment or the connection
+// ended.
+func (c *Conn) waitData(ctx context.Context) error {
+	r := &c.rx
+	c.rxPublish(false)
+	done := ctx.Done()
+	if retry, err := c.rxEnded(ctx, done); retry || err != nil {
+		return err
+	}
+	if c.spin > 0 {
+		var start time.Time
+		for i := 1; ; i++ {
+			cpuRelax()
+			if r.changed() {
+				return nil
+			}
+			if i&63 != 0 {
+				continue
+			}
+			if retry, err := c.rxEnded(ctx, done); retry || err != nil {
+				return err
+			}
+			if start.IsZero() {
+				start = time.Now()
+			} else if time.Since(start) > c.spin {
+				break
+			}
+		}
+	}
+	// Announce that we sleep, then check again: the producer reads the
+	// announcement after writing, so either it sees it and signals the
+	// eventfd, or we see its write here.
+	atomic.StoreUint64(r.waitp, 1)
+	c.rxPublish(false) // after the fence above: sees a sleeping producer
+	var err error
+	if !r.changed() {
+		var retry bool
+		if retry, err = c.rxEnded(ctx, done); !retry && err == nil {
+			err = c.rxPark.wait(ctx, c.rxFn)
+		}
+	}
+	storeRelease(r.waitp, 0)
+	return err
+}
+
+// rxReady is the parked receiver's wake-up check.
+func (c *Conn) rxReady(uintptr) bool {
+	return c.rx.changed() || c.closing.Load() || c.peerEnd.Load() != nil ||
+		atomic.LoadUint64(c.peerClosedp) != 0
+}
+
+// Close ends the connection. The peer receives everything sent before,
+// then ErrClosed; its senders get ErrClosed. Blocked calls on this side
+// return ErrClosed. Close releases the shared memory, the eventfds and the
+// socket, and waits for the connection's socket watcher to exit. Calling
+// Close again does nothing.
+func (c *Conn) Close() error {
+	if !c.closing.CompareAndSwap(false, true) {
+		<-c.closed
+		return nil
+	}
+	c.err.CompareAndSwap(nil, errClosedLocal)
+	eventfdSignal(c.txPark.fd) // wake our own parked callers
+	eventfdSignal(c.rxPark.fd)
+	c.smu.Lock()
+	atomic.StoreUint64(c.myClosedp, closedBit|c.tx.tail)
+	eventfdSignal(c.txWake) // and the peer's
+	eventfdSignal(c.rxWake)
+	c.rmu.Lock()
+	err := c.sock.Close()
+	if c.watching {
+		<-c.watchDone
+	}
+	if e := syscall.Munmap(c.mem); e != nil && err == nil {
+		err = os.NewSyscallError("munmap", e)
+	}
+	c.mem = nil
+	for _, f := range []*os.File{c.txPark.f, c.rxPark.f} {
+		if e := f.Close(); e != nil && err == nil {
+			err = e
+		}
+	}
+	closeFDs(c.txWake, c.rxWake)
+	c.rmu.Unlock()
+	c.smu.Unlock()
+	close(c.closed)
+	if err != nil {
+		return fmt.Errorf("ump: close: %w", err)
+	}
+	return nil
+}
+
+// watch waits for the peer's end of the socket to close: the peer closed
+// the connection or died. Nothing else travels on the socket yet (it is
+// reserved for descriptors); bytes on it are a protocol violation.
+func (c *Conn) watch() {
+	defer close(c.watchDone)
+	var b [64]byte
+	for {
+		n, err := c.sock.Read(b[:])
+		if n > 0 && !c.closing.Load() {
+			c.fail(protoErr(fmt.Sprintf("%d unexpected bytes on the connection's socket", n)))
+			c.wakeSelf()
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) && !c.closing.Load() {
+			c.sock.SetReadDeadline(time.Time{}) // left over from the handshake
+			continue
+		}
+		if err != nil {
+			break
+		}
+	}
+	if c.closing.Load() {
+		return
+	}
+	// The close word is written before the socket is closed, so it is
+	// visible now if the peer closed in order.
+	if atomic.LoadUint64(c.peerClosedp) != 0 {
+		c.peerEnd.Store(errClosedPeer)
+	} else {
+		c.peerEnd.Store(errPeerDied)
+	}
+	c.wakeSelf()
+}
+
+func (c *Conn) wakeSelf() {
+	eventfdSignal(c.txPark.fd)
+	eventfdSignal(c.rxPark.fd)
+}
+
+// parker parks a goroutine on an eventfd through the runtime's netpoller.
+type parker struct {
+	f  *os.File
+	rc syscall.RawConn
+	fd int
+	dl time.Time // the read deadline currently set on f
+}
+
+var longAgo = time.Unix(1, 0)
+
+func newParker(fd int, name string) (parker, error) {
+	f := os.NewFile(uintptr(fd), name) // fd is non-blocking: f is pollable
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return parker{}, err
+	}
+	return parker{f: f, rc: rc, fd: fd}, nil
+}
+
+// wait parks the calling goroutine until the eventfd is signalled and
+// ready returns true, or the context ends. ready runs first, after the
+// netpoller's readiness was reset, so a signal sent after it looked is
+// never lost. The eventfd's counter is never read: the netpoller is edge
+// triggered and every write is a new edge.
+func (p *parker) wait(ctx context.Context, ready func(uintptr) bool) error {
+	var stop func() bool
+	var fired chan struct{}
+	if done := ctx.Done(); done != nil {
+		dl, _ := ctx.Deadline()
+		if !dl.Equal(p.dl) {
+			if err := p.f.SetReadDeadline(dl); err != nil {
+				return err
+			}
+			p.dl = dl
+		}
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			p.f.SetReadDeadline(longAgo)
+			close(fired)
+		})
+	} else if !p.dl.IsZero() {
+		if err := p.f.SetReadDeadline(time.Time{}); err != nil {
+			return err
+		}
+		p.dl = time.Time{}
+	}
+	err := p.rc.Read(ready)
+	if stop != nil && !stop() {
+		<-fired
+		p.dl = longAgo
+	}
+	if err == nil {
+		return nil
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("ump: %w", ctxErr)
+	}
+	if os.IsTimeout(err) {
+		return fmt.Errorf("ump: %w", context.DeadlineExceeded)
+	}
+	return fmt.Errorf("ump: wait: %w", err)
+}

@@ -1,0 +1,13 @@
+#include "textflag.h"
+
+// func cpuRelax()
+TEXT ·cpuRelax(SB), NOSPLIT|NOFRAME, $0-0
+	YIELD
+	RET
+
+// func storeRelease(p *uint64, v uint64)
+TEXT ·storeRelease(SB), NOSPLIT, $0-16
+	MOVD p+0(FP), R0
+	MOVD v+8(FP), R1
+	STLR R1, (R0)
+	RET

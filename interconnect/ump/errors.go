@@ -1,0 +1,46 @@
+package ump
+
+import "errors"
+
+// Sentinel errors. The errors returned by this package wrap one of them (or
+// a context error) with details; match them with errors.Is.
+var (
+	// ErrClosed reports that the connection was closed, by this side or by
+	// the peer. A receiver sees it only after every message sent before the
+	// peer's Close has been delivered.
+	ErrClosed = errors.New("ump: connection closed")
+	// ErrPeerDied reports that the peer process went away without closing
+	// the connection (it exited or was killed). Messages it had completely
+	// written before are still delivered first.
+	ErrPeerDied = errors.New("ump: peer died")
+	// ErrProtocol reports that the peer broke the ring protocol: a bad
+	// header, sequence word, length or index in shared memory, or bad
+	// descriptors at setup. It ends the connection.
+	ErrProtocol = errors.New("ump: protocol violation")
+	// ErrTooLarge reports a message longer than the connection's maximum
+	// message size. The connection remains usable.
+	ErrTooLarge = errors.New("ump: message too large")
+)
+
+// connError is the reason a connection ended, with its context.
+type connError struct {
+	err  error  // one of the sentinels
+	what string // detail
+}
+
+func (e *connError) Error() string {
+	if e.what == "" {
+		return e.err.Error()
+	}
+	return e.err.Error() + ": " + e.what
+}
+
+func (e *connError) Unwrap() error { return e.err }
+
+var (
+	errClosedLocal = &connError{ErrClosed, "closed by this side"}
+	errClosedPeer  = &connError{ErrClosed, "closed by the peer"}
+	errPeerDied    = &connError{ErrPeerDied, "the peer's socket reached end of file without an orderly close"}
+)
+
+func protoErr(what string) error { return &connError{ErrProtocol, what} }

@@ -1,0 +1,269 @@
+package ump
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Multi-process tests re-execute the test binary with UMP_TEST_CHILD set to
+// a role; the child finds its end of the socket on descriptor 3.
+const childEnv = "UMP_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(childEnv); role != "" {
+		if err := runChild(role, os.Args[len(os.Args)-1]); err != nil {
+			fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// child is a process started by startChild.
+type child struct {
+	cmd    *exec.Cmd
+	sock   *net.UnixConn // the parent's end
+	stdout *bufio.Reader
+}
+
+// startChild starts the test binary (or, with prog, another program) with
+// one end of a new socket pair as descriptor 3.
+func startChild(t *testing.T, role, arg string, prog ...string) *child {
+	t.Helper()
+	a, b, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bf, err := b.File()
+	b.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bf.Close()
+	var cmd *exec.Cmd
+	if len(prog) > 0 {
+		cmd = exec.Command(prog[0], prog[1:]...)
+	} else {
+		cmd = exec.Command(os.Args[0], "-test.run=^$", arg)
+		cmd.Env = append(os.Environ(), childEnv+"="+role, "GORACE=atexit_sleep_ms=0")
+	}
+	cmd.ExtraFiles = []*os.File{bf}
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return &child{cmd: cmd, sock: a, stdout: bufio.NewReader(out)}
+}
+
+// wait waits for the child to exit and fails the test if it failed.
+func (c *child) wait(t *testing.T) {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- c.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("child: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		c.cmd.Process.Kill()
+		t.Errorf("child did not exit: %v", <-done)
+	}
+}
+
+// kill kills the child with SIGKILL and reaps it.
+func (c *child) kill() {
+	c.cmd.Process.Kill()
+	c.cmd.Wait()
+}
+
+func childConn() (*net.UnixConn, error) {
+	return FileConn(os.NewFile(3, "ump-test-socket"))
+}
+
+// pattern fills b with the content of message i of a test stream.
+func pattern(b []byte, i int) []byte {
+	for j := range b {
+		b[j] = byte(i*31 + j*7 + j>>8)
+	}
+	if len(b) >= 8 {
+		binary.LittleEndian.PutUint64(b, uint64(i))
+	}
+	return b
+}
+
+func checkPattern(b []byte, i int) error {
+	want := pattern(make([]byte, len(b)), i)
+	for j := range b {
+		if b[j] != want[j] {
+			return fmt.Errorf("message %d (%d bytes): byte %d is %#x, want %#x", i, len(b), j, b[j], want[j])
+		}
+	}
+	return nil
+}
+
+func runChild(role, arg string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	sock, err := childConn()
+	if err != nil {
+		return err
+	}
+	c, err := Attach(ctx, sock, nil)
+	if err != nil {
+		return err
+	}
+	switch role {
+	case "echo": // return every message until the peer closes
+		defer c.Close()
+		for {
+			m, err := c.Receive(ctx)
+			if err != nil {
+				if errors.Is(err, ErrClosed) {
+					return nil
+				}
+				return err
+			}
+			if err := c.Send(ctx, m); err != nil {
+				return err
+			}
+		}
+	case "send-close": // send arg messages, close, exit
+		n, _ := strconv.Atoi(arg)
+		buf := make([]byte, 300)
+		for i := range n {
+			if err := c.Send(ctx, pattern(buf[:i%300], i)); err != nil {
+				return err
+			}
+		}
+		return c.Close()
+	case "die-mid-write": // 3 messages, then 2 of the 5 slots of a 4th; wait for SIGKILL
+		buf := make([]byte, 250)
+		for i := range 3 {
+			if err := c.Send(ctx, pattern(buf[:100], i)); err != nil {
+				return err
+			}
+		}
+		c.smu.Lock()
+		c.tx.writePartial(pattern(buf, 3), 2)
+		fmt.Println("ready")
+		time.Sleep(time.Minute)
+		return fmt.Errorf("not killed")
+	case "stream-forever": // large messages until killed
+		buf := make([]byte, c.MaxMessageSize())
+		fmt.Println("ready")
+		for i := 0; ; i++ {
+			if err := c.Send(ctx, pattern(buf[:(i*7919)%len(buf)], i)); err != nil {
+				return err
+			}
+		}
+	case "scribble": // write garbage everywhere in shared memory, and signal
+		fmt.Println("ready")
+		rng := rand.New(rand.NewPCG(1, 2))
+		mem := c.mem
+		for i := 0; ; i++ {
+			off := rng.IntN(len(mem)/8) * 8
+			atomic.StoreUint64(word(mem, off), rng.Uint64())
+			if i%1024 == 0 {
+				off := rng.IntN(len(mem) - 64)
+				for j := range 64 {
+					mem[off+j] = byte(rng.Uint32())
+				}
+				eventfdSignal(c.txWake)
+				eventfdSignal(c.rxWake)
+			}
+		}
+	}
+	return fmt.Errorf("unknown role %q", role)
+}
+
+// writePartial writes the first frags fragments of msg, as a producer
+// killed in the middle of write would leave them.
+func (t *producer) writePartial(msg []byte, frags int) {
+	p := t.tail
+	for k := range frags {
+		off := int(p&t.mask) * SlotSize
+		lo, hi := k*SlotPayload, min((k+1)*SlotPayload, len(msg))
+		copy(t.slots[off:], msg[lo:hi])
+		info := uint32(k)
+		if k == 0 {
+			info = infoFirst | uint32(len(msg))
+		}
+		atomic.StoreUint64(word(t.slots, off+ctrlOff), uint64(uint32(p+1))|uint64(info)<<32)
+		p++
+	}
+}
+
+// resources counts what a connection could leak.
+type resources struct {
+	fds, maps, goroutines int
+}
+
+func countResources(t *testing.T) resources {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Only the rings' mappings: the runtime maps memory of its own.
+	return resources{len(fds), strings.Count(string(maps), "memfd:chanos-ump"), runtime.NumGoroutine()}
+}
+
+// checkNoLeaks compares the resources now with before, giving goroutines
+// a moment to exit.
+func checkNoLeaks(t *testing.T, before resources) {
+	t.Helper()
+	var now resources
+	for range 100 {
+		now = countResources(t)
+		if now.fds <= before.fds && now.goroutines <= before.goroutines && now.maps <= before.maps {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Errorf("leak: before %+v, after %+v", before, now)
+}
+
+// cPeer returns the path of the C peer program, or skips the test.
+func cPeer(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CHANOS_C_BUILD")
+	if dir == "" {
+		root, err := filepath.Abs("../..")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir = filepath.Join(root, "build", "c")
+	}
+	p := filepath.Join(dir, "tools", "chanos-ump-peer")
+	if _, err := os.Stat(p); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("C peer %s missing (CI is set): %v", p, err)
+		}
+		t.Skipf("C peer %s not built: run 'make c' (or set CHANOS_C_BUILD)", p)
+	}
+	return p
+}

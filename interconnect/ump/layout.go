@@ -1,0 +1,164 @@
+package ump
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// The shared-memory layout, documented byte for byte in docs/ump.md and
+// mirrored in c/src/ump.c. Every multi-byte field is little-endian.
+const (
+	// Magic is the first word of a ring pair's memory: "CHANOSUM".
+	magic uint64 = 0x4d55534f4e414843
+	// Version is the layout version written in the header and the handshake.
+	Version = 1
+
+	// SlotSize is the size of one ring slot: one cache line.
+	SlotSize = 64
+	// SlotPayload is the number of message bytes a slot carries; the last 8
+	// bytes of a slot are its control word.
+	SlotPayload = 56
+	ctrlOff     = 56
+
+	headerSize = 4096 // the header page; the slots of ring 0 follow it
+	blockSize  = 128  // each shared control word sits alone in a 128-byte block
+
+	// Offsets in the header page.
+	offMagic    = 0
+	offVersion  = 8
+	offSlotSize = 12
+	offSlots    = 16
+	offMaxMsg   = 20
+	offHdrSize  = 24
+	offTotal    = 32
+
+	// Side s's close word: 1<<63 | the position of ring s at close.
+	offClosed0 = 1 * blockSize
+	// Ring r's control words start at offRing0 + r*ringCtlSize.
+	offRing0    = 4 * blockSize
+	ringCtlSize = 4 * blockSize
+	offProdWait = 0 * blockSize // producer: "I sleep until there is space"
+	offHead     = 1 * blockSize // consumer: position consumed so far
+	offConsWait = 2 * blockSize // consumer: "I sleep until there is data"
+
+	// Control word: bits 0..31 the sequence number, bits 32..63 the info.
+	infoFirst  uint32 = 1 << 31 // first slot of a message; low bits: its length
+	infoCaps   uint32 = 1 << 30 // reserved: descriptors travel on the socket
+	infoLenMax uint32 = 1<<30 - 1
+	closedBit  uint64 = 1 << 63
+
+	// MaxMessageLimit is the largest maximum message size a ring pair may
+	// declare.
+	MaxMessageLimit = 1<<30 - 1
+	// MaxRingSlots is the largest number of slots per direction.
+	MaxRingSlots = 1 << 24
+	minRingSlots = 2
+
+	// DefaultMaxMessageSize is the maximum message size when Options leaves
+	// it zero.
+	DefaultMaxMessageSize = 64 << 10
+)
+
+// config is the static part of the header, copied out and validated once
+// by each side; neither side reads it from shared memory again.
+type config struct {
+	slots  uint32 // slots per direction, a power of two
+	maxMsg uint32 // maximum message length in bytes
+}
+
+// slotsFor returns how many slots a message of n bytes occupies.
+func slotsFor(n int) int {
+	if n <= SlotPayload {
+		return 1
+	}
+	return (n + SlotPayload - 1) / SlotPayload
+}
+
+// totalSize returns the size of the shared memory of a ring pair.
+func (c config) totalSize() int {
+	return headerSize + 2*int(c.slots)*SlotSize
+}
+
+// ringOffset returns the offset of ring r's first slot.
+func (c config) ringOffset(r int) int {
+	return headerSize + r*int(c.slots)*SlotSize
+}
+
+// defaultSlots returns the number of slots per direction chosen for a
+// maximum message size: room for two maximum messages, at least 1024 slots.
+func defaultSlots(maxMsg int) int {
+	want := 2 * slotsFor(maxMsg)
+	n := 1024
+	for n < want && n < MaxRingSlots {
+		n <<= 1
+	}
+	return n
+}
+
+// newConfig checks the options and derives the ring pair's configuration.
+func newConfig(o *Options) (config, error) {
+	maxMsg := o.maxMessageSize()
+	if maxMsg <= 0 || maxMsg > MaxMessageLimit {
+		return config{}, fmt.Errorf("ump: maximum message size %d out of range [1, %d]", maxMsg, MaxMessageLimit)
+	}
+	slots := 0
+	if o != nil {
+		slots = o.RingSlots
+	}
+	if slots == 0 {
+		slots = defaultSlots(maxMsg)
+	}
+	if slots < minRingSlots || slots > MaxRingSlots || slots&(slots-1) != 0 {
+		return config{}, fmt.Errorf("ump: ring slots %d must be a power of two in [%d, %d]", slots, minRingSlots, MaxRingSlots)
+	}
+	if slotsFor(maxMsg) > slots {
+		return config{}, fmt.Errorf("ump: %d ring slots cannot hold a %d-byte message (%d slots)", slots, maxMsg, slotsFor(maxMsg))
+	}
+	return config{slots: uint32(slots), maxMsg: uint32(maxMsg)}, nil
+}
+
+// writeHeader writes the static header into mem, a fresh ring pair.
+func (c config) writeHeader(mem []byte) {
+	le := binary.LittleEndian
+	le.PutUint64(mem[offMagic:], magic)
+	le.PutUint32(mem[offVersion:], Version)
+	le.PutUint32(mem[offSlotSize:], SlotSize)
+	le.PutUint32(mem[offSlots:], c.slots)
+	le.PutUint32(mem[offMaxMsg:], c.maxMsg)
+	le.PutUint32(mem[offHdrSize:], headerSize)
+	le.PutUint64(mem[offTotal:], uint64(c.totalSize()))
+}
+
+// readHeader copies the static header out of mem and validates it against
+// the size of the memory the reader actually has.
+func readHeader(mem []byte, size int) (config, error) {
+	if len(mem) < headerSize || size < headerSize {
+		return config{}, fmt.Errorf("%w: shared memory of %d bytes is smaller than the header", ErrProtocol, size)
+	}
+	var h [64]byte
+	copy(h[:], mem[:64]) // copy first: the peer may change it under us
+	le := binary.LittleEndian
+	if m := le.Uint64(h[offMagic:]); m != magic {
+		return config{}, fmt.Errorf("%w: bad magic %#x in shared memory", ErrProtocol, m)
+	}
+	if v := le.Uint32(h[offVersion:]); v != Version {
+		return config{}, fmt.Errorf("%w: ring version %d, want %d", ErrProtocol, v, Version)
+	}
+	if s := le.Uint32(h[offSlotSize:]); s != SlotSize {
+		return config{}, fmt.Errorf("%w: slot size %d, want %d", ErrProtocol, s, SlotSize)
+	}
+	if hs := le.Uint32(h[offHdrSize:]); hs != headerSize {
+		return config{}, fmt.Errorf("%w: header size %d, want %d", ErrProtocol, hs, headerSize)
+	}
+	c := config{slots: le.Uint32(h[offSlots:]), maxMsg: le.Uint32(h[offMaxMsg:])}
+	if c.slots < minRingSlots || c.slots > MaxRingSlots || c.slots&(c.slots-1) != 0 {
+		return config{}, fmt.Errorf("%w: bad ring slot count %d", ErrProtocol, c.slots)
+	}
+	if c.maxMsg == 0 || c.maxMsg > MaxMessageLimit || slotsFor(int(c.maxMsg)) > int(c.slots) {
+		return config{}, fmt.Errorf("%w: bad maximum message size %d for %d slots", ErrProtocol, c.maxMsg, c.slots)
+	}
+	if t := le.Uint64(h[offTotal:]); t != uint64(c.totalSize()) || size < c.totalSize() {
+		return config{}, fmt.Errorf("%w: shared memory is %d bytes, header says %d, layout needs %d", ErrProtocol, size, t, c.totalSize())
+	}
+	return c, nil
+}

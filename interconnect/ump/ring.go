@@ -1,0 +1,156 @@
+package ump
+
+import (
+	"fmt"
+	"sync/atomic"
+	"unsafe"
+)
+
+// word returns a pointer to the 8-byte-aligned little-endian word at off.
+func word(mem []byte, off int) *uint64 {
+	return (*uint64)(unsafe.Pointer(&mem[off]))
+}
+
+// producer is the writing end of one ring. It is used under Conn.smu.
+type producer struct {
+	slots []byte // the ring's slots, in shared memory
+	n     uint64 // slot count, a power of two
+	mask  uint64
+	tail  uint64 // next position to write
+	head  uint64 // the consumer's position, as last read and validated
+
+	headp     *uint64 // consumer-written: its position
+	waitp     *uint64 // ours: we sleep waiting for space
+	peerWaitp *uint64 // consumer-written: it sleeps waiting for data
+}
+
+// free reports whether need slots are free according to the cached head.
+func (t *producer) free(need uint64) bool {
+	return t.tail-t.head+need <= t.n
+}
+
+// refresh re-reads the consumer's position. A position that moves
+// backwards or past what was written is a protocol violation.
+func (t *producer) refresh() error {
+	h := atomic.LoadUint64(t.headp)
+	if h < t.head || h > t.tail {
+		return protoErr(fmt.Sprintf("consumer position %d outside [%d, %d]", h, t.head, t.tail))
+	}
+	t.head = h
+	return nil
+}
+
+// write copies msg into the ring at tail, which must have room for it. The
+// sequence word of every slot is written after its payload; the last one
+// with a sequentially consistent store, so that the caller's following load
+// of the consumer's wait flag cannot be reordered before it.
+func (t *producer) write(msg []byte) {
+	n := len(msg)
+	p := t.tail
+	info := infoFirst | uint32(n)
+	for k := 0; ; k++ {
+		off := int(p&t.mask) * SlotSize
+		lo := k * SlotPayload
+		hi := min(lo+SlotPayload, n)
+		if lo < hi {
+			copy(t.slots[off:off+SlotPayload], msg[lo:hi])
+		}
+		w := uint64(uint32(p+1)) | uint64(info)<<32
+		ctrl := word(t.slots, off+ctrlOff)
+		p++
+		if hi >= n {
+			atomic.StoreUint64(ctrl, w)
+			break
+		}
+		storeRelease(ctrl, w)
+		info = uint32(k + 1)
+	}
+	t.tail = p
+}
+
+// consumer is the reading end of one ring. It is used under Conn.rmu. Its
+// poll method is the ring reader proper: it trusts nothing in shared
+// memory, copies every word out before looking at it and bounds every
+// length and index.
+type consumer struct {
+	slots  []byte
+	n      uint64
+	mask   uint64
+	maxMsg uint32
+	pos    uint64 // next position to read
+	pub    uint64 // position last published to headp
+	batch  uint64 // publish at least every batch slots
+
+	headp     *uint64 // ours: our position, for the producer's flow control
+	waitp     *uint64 // ours: we sleep waiting for data
+	peerWaitp *uint64 // producer-written: it sleeps waiting for space
+
+	buf    []byte // the message being reassembled / last returned
+	msgLen int    // length of the message in progress, -1 if none
+	got    int    // bytes of it copied so far
+	frag   uint32 // index of the next fragment
+}
+
+// stale returns the sequence number the slot at pos holds before the
+// producer writes position pos: that of position pos-n, or 0 on the first
+// lap.
+func (r *consumer) stale(pos uint64) uint32 {
+	if pos < r.n {
+		return 0
+	}
+	return uint32(pos + 1 - r.n)
+}
+
+// changed reports whether the slot at pos holds anything but its stale
+// sequence number: a new fragment, or garbage that poll will reject.
+func (r *consumer) changed() bool {
+	off := int(r.pos&r.mask)*SlotSize + ctrlOff
+	return uint32(atomic.LoadUint64(word(r.slots, off))) != r.stale(r.pos)
+}
+
+// poll reads every fragment available, until a message is complete (true,
+// the message in buf) or the next slot is not written yet (false). A
+// message in progress survives between calls.
+func (r *consumer) poll() (bool, error) {
+	for {
+		p := r.pos
+		off := int(p&r.mask) * SlotSize
+		w := atomic.LoadUint64(word(r.slots, off+ctrlOff))
+		if seq := uint32(w); seq != uint32(p+1) {
+			if seq == r.stale(p) {
+				return false, nil
+			}
+			return false, protoErr(fmt.Sprintf("slot %d: sequence number %#x, want %#x or %#x",
+				p, seq, uint32(p+1), r.stale(p)))
+		}
+		info := uint32(w >> 32)
+		if r.msgLen < 0 {
+			if info&infoFirst == 0 {
+				return false, protoErr(fmt.Sprintf("slot %d: continuation (info %#x) where a message starts", p, info))
+			}
+			if info&infoCaps != 0 {
+				return false, protoErr(fmt.Sprintf("slot %d: descriptor passing is not supported yet", p))
+			}
+			n := info & infoLenMax
+			if n > r.maxMsg {
+				return false, protoErr(fmt.Sprintf("slot %d: message length %d exceeds the maximum %d", p, n, r.maxMsg))
+			}
+			if cap(r.buf) < int(n) {
+				r.buf = make([]byte, n, max(int(n), min(2*cap(r.buf), int(r.maxMsg))))
+			}
+			r.buf = r.buf[:n]
+			r.msgLen, r.got, r.frag = int(n), 0, 0
+		} else if info != r.frag {
+			return false, protoErr(fmt.Sprintf("slot %d: info %#x, want continuation %d", p, info, r.frag))
+		}
+		k := min(SlotPayload, r.msgLen-r.got)
+		copy(r.buf[r.got:r.got+k], r.slots[off:off+k])
+		r.got += k
+		r.frag++
+		r.pos = p + 1
+		if r.got == r.msgLen {
+			r.msgLen = -1
+			return true, nil
+		}
+	}
+}

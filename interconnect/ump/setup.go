@@ -1,0 +1,455 @@
+package ump
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+)
+
+// Files are the descriptors of one ring pair: the sealed memfd holding both
+// rings and four non-blocking eventfds. Events[2*r] signals "ring r has
+// data" (its consumer sleeps on it), Events[2*r+1] "ring r has space" (its
+// producer sleeps on it). Ring 0 is written by the Creator side.
+//
+// Whoever holds a Files owns its descriptors: pass it to Open, which takes
+// them over, or call Close.
+type Files struct {
+	Mem    int
+	Events [4]int
+}
+
+// NewFiles creates the shared memory and eventfds of a ring pair
+// configured by o, with the header written and the memfd sealed against
+// resizing. The monitor (or Create) hands them to both sides.
+func NewFiles(o *Options) (*Files, error) {
+	cfg, err := newConfig(o)
+	if err != nil {
+		return nil, err
+	}
+	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
+	if f.Mem, err = memfdCreate("chanos-ump"); err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Files, error) {
+		f.Close()
+		return nil, err
+	}
+	size := cfg.totalSize()
+	if err := syscall.Ftruncate(f.Mem, int64(size)); err != nil {
+		return fail(os.NewSyscallError("ftruncate", err))
+	}
+	if _, err := fcntl(f.Mem, fAddSeals, sealShrink|sealGrow|sealSeal); err != nil {
+		return fail(os.NewSyscallError("fcntl(F_ADD_SEALS)", err))
+	}
+	hdr, err := syscall.Mmap(f.Mem, 0, headerSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return fail(os.NewSyscallError("mmap", err))
+	}
+	cfg.writeHeader(hdr)
+	if err := syscall.Munmap(hdr); err != nil {
+		return fail(os.NewSyscallError("munmap", err))
+	}
+	for i := range f.Events {
+		if f.Events[i], err = eventfdCreate(); err != nil {
+			return fail(err)
+		}
+	}
+	return f, nil
+}
+
+// Close closes the descriptors that are still open.
+func (f *Files) Close() error {
+	closeFDs(f.Mem)
+	closeFDs(f.Events[:]...)
+	f.Mem = -1
+	f.Events = [4]int{-1, -1, -1, -1}
+	return nil
+}
+
+func (f *Files) fds() []int { return append([]int{f.Mem}, f.Events[:]...) }
+
+// Open maps a ring pair and returns side's connection. It takes ownership
+// of the descriptors in f and of sock, a connected Unix socket to the peer
+// that is kept open for the life of the connection: its end of file tells
+// that the peer closed or died. Both are closed if Open fails.
+//
+// Open checks everything it is given, as the descriptors may come from an
+// untrusted peer: the memfd must be sealed against shrinking, its header
+// valid and consistent with its size, the events eventfds.
+func Open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
+	c, err := open(side, f, sock, o)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	c.start()
+	return c, nil
+}
+
+// open is Open without closing sock on failure and without starting the
+// socket watcher (the handshake still uses the socket); it always takes f.
+func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
+	defer f.Close()
+	if side != Creator && side != Attacher {
+		return nil, fmt.Errorf("ump: bad side %d", side)
+	}
+	size, err := checkMemfd(f.Mem)
+	if err != nil {
+		return nil, err
+	}
+	for _, fd := range f.Events {
+		if err := checkEventfd(fd); err != nil {
+			return nil, err
+		}
+	}
+	mem, err := syscall.Mmap(f.Mem, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	if err != nil {
+		return nil, os.NewSyscallError("mmap", err)
+	}
+	cfg, err := readHeader(mem, size)
+	if err == nil && o != nil && o.MaxMessageSize != 0 && int(cfg.maxMsg) > o.MaxMessageSize {
+		err = fmt.Errorf("ump: the ring pair's maximum message size %d exceeds ours, %d", cfg.maxMsg, o.MaxMessageSize)
+	}
+	if err != nil {
+		syscall.Munmap(mem)
+		return nil, err
+	}
+
+	s, peer := int(side), 1-int(side)
+	ring := func(r int) []byte {
+		off := cfg.ringOffset(r)
+		return mem[off : off+int(cfg.slots)*SlotSize : off+int(cfg.slots)*SlotSize]
+	}
+	ctl := func(r, off int) *uint64 { return word(mem, offRing0+r*ringCtlSize+off) }
+	n := uint64(cfg.slots)
+	c := &Conn{
+		cfg:         cfg,
+		mem:         mem,
+		spin:        o.spinWindow(),
+		sock:        sock,
+		log:         o.logger(),
+		myClosedp:   word(mem, offClosed0+s*blockSize),
+		peerClosedp: word(mem, offClosed0+peer*blockSize),
+		closed:      make(chan struct{}),
+		watchDone:   make(chan struct{}),
+		tx: producer{
+			slots: ring(s), n: n, mask: n - 1,
+			headp: ctl(s, offHead), waitp: ctl(s, offProdWait), peerWaitp: ctl(s, offConsWait),
+		},
+		rx: consumer{
+			slots: ring(peer), n: n, mask: n - 1, maxMsg: cfg.maxMsg,
+			batch: max(1, n/8),
+			headp: ctl(peer, offHead), waitp: ctl(peer, offConsWait), peerWaitp: ctl(peer, offProdWait),
+			msgLen: -1,
+		},
+	}
+	// Our eventfds: we park on "our outgoing ring has space" and "our
+	// incoming ring has data", and signal the other two.
+	c.txWake, c.rxWake = f.Events[2*s], f.Events[2*peer+1]
+	if c.txPark, err = newParker(f.Events[2*s+1], "ump-space"); err != nil {
+		syscall.Munmap(mem)
+		return nil, err
+	}
+	f.Events[2*s+1] = -1
+	if c.rxPark, err = newParker(f.Events[2*peer], "ump-data"); err != nil {
+		c.txPark.f.Close()
+		syscall.Munmap(mem)
+		return nil, err
+	}
+	f.Events[2*peer] = -1
+	f.Events[2*s], f.Events[2*peer+1] = -1, -1 // now c.txWake and c.rxWake
+	c.txFn, c.rxFn = c.txReady, c.rxReady
+	return c, nil
+}
+
+// The setup handshake on the socket: the creator sends hello with the
+// descriptors (SCM_RIGHTS, in the order of Files.fds), the attacher answers
+// with an ack once it has mapped the rings.
+const (
+	helloMagic = 0x314f4c4c45484d55 // "UMHELLO1"
+	ackMagic   = 0x314b4341504d55   // "UMPACK1\0"
+	helloSize  = 16
+	ackOK      = 0
+	ackRefused = 1
+)
+
+// Create creates a ring pair configured by o, hands its descriptors to the
+// peer over sock (a connected Unix socket, which the connection takes over:
+// it is closed on failure too) and returns the Creator side once the peer
+// has attached. ctx bounds the handshake.
+func Create(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) {
+	f, err := NewFiles(o)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	c, err := create(ctx, sock, f, o)
+	if err != nil {
+		f.Close()
+		sock.Close()
+		return nil, fmt.Errorf("ump: create: %w", err)
+	}
+	return c, nil
+}
+
+func create(ctx context.Context, sock *net.UnixConn, f *Files, o *Options) (*Conn, error) {
+	// Map and check our side before the peer can touch the memory.
+	hello := make([]byte, helloSize)
+	binary.LittleEndian.PutUint64(hello[0:], helloMagic)
+	binary.LittleEndian.PutUint32(hello[8:], Version)
+	binary.LittleEndian.PutUint32(hello[12:], uint32(len(f.fds())))
+	var send []int // open takes f: the hello carries duplicates
+	defer func() { closeFDs(send...) }()
+	for _, fd := range f.fds() {
+		d, err := dupFD(fd)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		send = append(send, d)
+	}
+	c, err := open(Creator, f, sock, o)
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (*Conn, error) {
+		c.Close() // closes sock too; Create closing it again is harmless
+		return nil, err
+	}
+	release := deadline(ctx, sock)
+	defer release()
+	if _, _, err := sock.WriteMsgUnix(hello, syscall.UnixRights(send...), nil); err != nil {
+		return fail(ctxErr(ctx, err))
+	}
+	var ack [helloSize]byte
+	if _, err := io.ReadFull(sock, ack[:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fail(fmt.Errorf("%w: the peer closed the socket during the handshake", ErrPeerDied))
+		}
+		return fail(ctxErr(ctx, err))
+	}
+	if m := binary.LittleEndian.Uint64(ack[0:]); m != ackMagic {
+		return fail(fmt.Errorf("%w: bad handshake answer %#x", ErrProtocol, m))
+	}
+	if st := binary.LittleEndian.Uint32(ack[8:]); st != ackOK {
+		return fail(fmt.Errorf("%w: the peer refused the ring pair (status %d)", ErrProtocol, st))
+	}
+	if err := release(); err != nil {
+		return fail(err)
+	}
+	c.start()
+	return c, nil
+}
+
+// Attach receives a ring pair's descriptors from the creator over sock (a
+// connected Unix socket, which the connection takes over: it is closed on
+// failure too), checks and maps them, and returns the Attacher side. ctx
+// bounds the handshake.
+func Attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) {
+	c, err := attach(ctx, sock, o)
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("ump: attach: %w", err)
+	}
+	return c, nil
+}
+
+func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) {
+	release := deadline(ctx, sock)
+	defer release()
+	var hello [helloSize]byte
+	oob := make([]byte, syscall.CmsgSpace(16*4))
+	n, oobn, flags, _, err := sock.ReadMsgUnix(hello[:], oob)
+	if err != nil {
+		return nil, ctxErr(ctx, err)
+	}
+	fds, perr := parseRights(oob[:oobn])
+	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
+	if len(fds) == 5 {
+		f.Mem, f.Events = fds[0], [4]int{fds[1], fds[2], fds[3], fds[4]}
+	} else {
+		closeFDs(fds...)
+	}
+	defer f.Close()
+	switch {
+	case perr != nil:
+		return nil, perr
+	case flags&syscall.MSG_CTRUNC != 0:
+		return nil, fmt.Errorf("%w: too many descriptors in the handshake", ErrProtocol)
+	case n == 0:
+		return nil, fmt.Errorf("%w: the peer closed the socket during the handshake", ErrPeerDied)
+	}
+	if n < helloSize {
+		if _, err := io.ReadFull(sock, hello[n:]); err != nil {
+			return nil, ctxErr(ctx, err)
+		}
+	}
+	le := binary.LittleEndian
+	if m, v := le.Uint64(hello[0:]), le.Uint32(hello[8:]); m != helloMagic || v != Version {
+		refuse(sock)
+		return nil, fmt.Errorf("%w: bad handshake (magic %#x, version %d)", ErrProtocol, m, v)
+	}
+	if nfd := le.Uint32(hello[12:]); nfd != 5 || len(fds) != 5 {
+		refuse(sock)
+		return nil, fmt.Errorf("%w: handshake announces %d descriptors and carries %d, want 5", ErrProtocol, nfd, len(fds))
+	}
+	c, err := open(Attacher, f, sock, o)
+	if err != nil {
+		refuse(sock)
+		return nil, err
+	}
+	var ack [helloSize]byte
+	le.PutUint64(ack[0:], ackMagic)
+	le.PutUint32(ack[8:], ackOK)
+	if _, err := sock.Write(ack[:]); err != nil {
+		c.Close()
+		return nil, ctxErr(ctx, err)
+	}
+	if err := release(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.start()
+	return c, nil
+}
+
+func refuse(sock *net.UnixConn) {
+	var ack [helloSize]byte
+	binary.LittleEndian.PutUint64(ack[0:], ackMagic)
+	binary.LittleEndian.PutUint32(ack[8:], ackRefused)
+	sock.Write(ack[:])
+}
+
+// parseRights returns every descriptor carried by the control messages,
+// close-on-exec.
+func parseRights(oob []byte) ([]int, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("%w: bad control message: %v", ErrProtocol, err)
+	}
+	var fds []int
+	for i := range msgs {
+		if msgs[i].Header.Level != syscall.SOL_SOCKET || msgs[i].Header.Type != syscall.SCM_RIGHTS {
+			continue
+		}
+		got, err := syscall.ParseUnixRights(&msgs[i])
+		if err != nil {
+			closeFDs(fds...)
+			return nil, fmt.Errorf("%w: bad descriptors: %v", ErrProtocol, err)
+		}
+		fds = append(fds, got...)
+	}
+	for _, fd := range fds {
+		syscall.CloseOnExec(fd)
+	}
+	return fds, nil
+}
+
+// deadline applies ctx's deadline and cancellation to sock until the
+// returned function is called. That function may be called more than once;
+// it clears the deadline and reports the context's error if the context
+// ended.
+func deadline(ctx context.Context, sock *net.UnixConn) func() error {
+	if dl, ok := ctx.Deadline(); ok {
+		sock.SetDeadline(dl)
+	}
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		sock.SetDeadline(longAgo)
+		close(fired)
+	})
+	released := false
+	return func() error {
+		if !released {
+			released = true
+			if !stop() {
+				<-fired
+			}
+			sock.SetDeadline(time.Time{})
+		}
+		return ctx.Err()
+	}
+}
+
+// ctxErr prefers the context's error to the timeout it caused.
+func ctxErr(ctx context.Context, err error) error {
+	if e := ctx.Err(); e != nil {
+		return e
+	}
+	return err
+}
+
+// Pipe returns the two sides of a new ring pair, connected by a socket
+// pair, in this process. It is meant for tests and examples: between
+// goroutines of one process the local interconnect is cheaper.
+func Pipe(o *Options) (*Conn, *Conn, error) {
+	a, b, err := SocketPair()
+	if err != nil {
+		return nil, nil, err
+	}
+	type result struct {
+		c   *Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		c, err := Attach(context.Background(), b, o)
+		ch <- result{c, err}
+	}()
+	ca, errA := Create(context.Background(), a, o)
+	rb := <-ch
+	if errA != nil || rb.err != nil {
+		if ca != nil {
+			ca.Close()
+		}
+		if rb.c != nil {
+			rb.c.Close()
+		}
+		return nil, nil, errors.Join(errA, rb.err)
+	}
+	return ca, rb.c, nil
+}
+
+// SocketPair returns a connected pair of Unix stream sockets, suitable for
+// Create and Attach (one end may be handed to a child process with
+// os/exec's ExtraFiles, after (*net.UnixConn).File).
+func SocketPair() (*net.UnixConn, *net.UnixConn, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	a, err := FileConn(os.NewFile(uintptr(fds[0]), "ump-socket"))
+	if err != nil {
+		syscall.Close(fds[1])
+		return nil, nil, err
+	}
+	b, err := FileConn(os.NewFile(uintptr(fds[1]), "ump-socket"))
+	if err != nil {
+		a.Close()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
+
+// FileConn turns f, a connected Unix socket (for instance a descriptor
+// inherited from a parent process), into a *net.UnixConn. It takes
+// ownership of f.
+func FileConn(f *os.File) (*net.UnixConn, error) {
+	defer f.Close()
+	nc, err := net.FileConn(f)
+	if err != nil {
+		return nil, err
+	}
+	uc, ok := nc.(*net.UnixConn)
+	if !ok {
+		nc.Close()
+		return nil, fmt.Errorf("ump: %s is not a Unix socket", f.Name())
+	}
+	return uc, nil
+}

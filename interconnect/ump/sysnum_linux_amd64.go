@@ -1,0 +1,6 @@
+package ump
+
+const (
+	sysMemfdCreate = 319
+	sysEventfd2    = 290
+)

@@ -1,0 +1,6 @@
+package ump
+
+const (
+	sysMemfdCreate = 279
+	sysEventfd2    = 19
+)

@@ -1,0 +1,322 @@
+package ump
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func pipe(t *testing.T, o *Options) (*Conn, *Conn) {
+	t.Helper()
+	a, b, err := Pipe(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestSizes sends every size around the slot boundaries and up to the
+// maximum, both ways, and checks content and order.
+func TestSizes(t *testing.T) {
+	const max = 4096
+	a, b := pipe(t, &Options{MaxMessageSize: max, RingSlots: 256})
+	ctx := ctxT(t)
+	var sizes []int
+	for n := 0; n <= 4*SlotPayload+1; n++ {
+		sizes = append(sizes, n)
+	}
+	sizes = append(sizes, 1000, max-SlotPayload-1, max-1, max)
+	for _, dir := range [][2]*Conn{{a, b}, {b, a}} {
+		// Several messages in flight, to cross the ring's wrap-around.
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for round := range 20 {
+				for i, n := range sizes {
+					if err := dir[0].Send(ctx, pattern(make([]byte, n), round*1000+i)); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			}
+		}()
+		for round := range 20 {
+			for i, n := range sizes {
+				m, err := dir[1].Receive(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(m) != n {
+					t.Fatalf("round %d message %d: %d bytes, want %d", round, i, len(m), n)
+				}
+				if err := checkPattern(m, round*1000+i); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		wg.Wait()
+	}
+}
+
+func TestTooLarge(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 1000})
+	ctx := ctxT(t)
+	if err := a.Send(ctx, make([]byte, 1001)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("Send(1001 bytes) = %v, want ErrTooLarge", err)
+	}
+	if err := a.Send(ctx, make([]byte, 1000)); err != nil {
+		t.Fatalf("the connection must stay usable: %v", err)
+	}
+	if m, err := b.Receive(ctx); err != nil || len(m) != 1000 {
+		t.Fatalf("Receive = %d bytes, %v", len(m), err)
+	}
+	if a.MaxMessageSize() != 1000 || b.MaxMessageSize() != 1000 {
+		t.Fatalf("MaxMessageSize = %d, %d", a.MaxMessageSize(), b.MaxMessageSize())
+	}
+	// An attacher refuses a ring pair with a larger maximum than its own.
+	x, y, err := SocketPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		c, err := Create(ctx, x, &Options{MaxMessageSize: 2000})
+		if err == nil {
+			c.Close()
+		}
+	}()
+	if c, err := Attach(ctx, y, &Options{MaxMessageSize: 1000}); err == nil {
+		c.Close()
+		t.Fatal("Attach accepted a ring pair over its maximum")
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, o := range []*Options{
+		{MaxMessageSize: -1},
+		{MaxMessageSize: MaxMessageLimit + 1},
+		{RingSlots: 1000},
+		{RingSlots: 1},
+		{MaxMessageSize: 1000, RingSlots: 8},
+	} {
+		if f, err := NewFiles(o); err == nil {
+			f.Close()
+			t.Errorf("NewFiles(%+v) succeeded", *o)
+		}
+	}
+}
+
+// TestFullRing fills a small ring: Send blocks until the context expires,
+// writing nothing, and a blocked Send proceeds once the receiver reads.
+func TestFullRing(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 200, RingSlots: 16, SpinWindow: time.Microsecond})
+	ctx := ctxT(t)
+	n := 0
+	for ; ; n++ {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := a.Send(sctx, pattern(make([]byte, 100), n))
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 16/2 { // 100 bytes take 2 slots
+		t.Fatalf("%d messages fit in 16 slots, want 8", n)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, pattern(make([]byte, 100), n)) }()
+	select {
+	case err := <-sent:
+		t.Fatalf("Send into a full ring returned %v", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	for i := 0; i <= n; i++ {
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	// A cancelled context ends a blocked Send too.
+	for i := 0; i < n; i++ {
+		if err := a.Send(ctx, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+	if err := a.Send(cctx, make([]byte, 100)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Send = %v, want context.Canceled", err)
+	}
+}
+
+func TestReceiveContext(t *testing.T) {
+	a, b := pipe(t, nil)
+	ctx := ctxT(t)
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+	defer cancel()
+	if _, err := b.Receive(dctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Receive = %v, want DeadlineExceeded", err)
+	}
+	cctx, cancel2 := context.WithCancel(ctx)
+	go func() { time.Sleep(10 * time.Millisecond); cancel2() }()
+	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive = %v, want Canceled", err)
+	}
+	// The deadline left on the eventfd must not affect later calls.
+	go func() { time.Sleep(20 * time.Millisecond); a.Send(ctx, []byte("late")) }()
+	if m, err := b.Receive(ctx); err != nil || string(m) != "late" {
+		t.Fatalf("Receive = %q, %v", m, err)
+	}
+	if b.Err() != nil {
+		t.Fatalf("Err = %v after context errors, want nil", b.Err())
+	}
+}
+
+// TestParkedPingPong runs both sides with no spinning, so every message
+// goes through the eventfd wake-up path.
+func TestParkedPingPong(t *testing.T) {
+	a, b := pipe(t, &Options{SpinWindow: -1})
+	ctx := ctxT(t)
+	go func() {
+		for {
+			m, err := b.Receive(ctx)
+			if err != nil {
+				return
+			}
+			if b.Send(ctx, m) != nil {
+				return
+			}
+		}
+	}()
+	for i := range 2000 {
+		msg := pattern(make([]byte, i%200), i)
+		if err := a.Send(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+		m, err := a.Receive(ctx)
+		if err != nil || !bytes.Equal(m, msg) {
+			t.Fatalf("round trip %d: %v", i, err)
+		}
+	}
+}
+
+// TestClose checks the orderly close: everything sent before is delivered,
+// then ErrClosed, on both sides and for blocked callers.
+func TestClose(t *testing.T) {
+	a, b := pipe(t, nil)
+	ctx := ctxT(t)
+	for i := range 100 {
+		if err := a.Send(ctx, pattern(make([]byte, i), i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A receiver parked on a's side ends when a closes.
+	parked := make(chan error, 1)
+	go func() { _, err := a.Receive(ctx); parked <- err }()
+	time.Sleep(5 * time.Millisecond)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-parked; !errors.Is(err, ErrClosed) {
+		t.Fatalf("parked Receive = %v, want ErrClosed", err)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	if err := a.Send(ctx, nil); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close = %v", err)
+	}
+	for i := range 100 {
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := b.Receive(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Receive after the peer's close = %v, want ErrClosed", err)
+	}
+	if err := b.Send(ctx, []byte("x")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after the peer's close = %v, want ErrClosed", err)
+	}
+	if err := b.Err(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Err = %v", err)
+	}
+}
+
+// TestCloseWakesSender: a sender blocked on a full ring ends when the peer
+// closes.
+func TestCloseWakesSender(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 56, RingSlots: 4})
+	ctx := ctxT(t)
+	for range 4 {
+		if err := a.Send(ctx, []byte("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- a.Send(ctx, []byte("blocked")) }()
+	time.Sleep(5 * time.Millisecond)
+	b.Close()
+	if err := <-sent; !errors.Is(err, ErrClosed) {
+		t.Fatalf("blocked Send = %v, want ErrClosed", err)
+	}
+}
+
+// TestNoLeaks opens, uses and closes connections and checks that the
+// descriptors, mappings and goroutines are all released.
+func TestNoLeaks(t *testing.T) {
+	ctx := ctxT(t)
+	// Warm up whatever the runtime allocates once (netpoller, timers).
+	a, b, err := Pipe(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b.Close()
+	before := countResources(t)
+	for i := range 20 {
+		a, b, err := Pipe(&Options{MaxMessageSize: 1 << 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now := countResources(t); now.maps != before.maps+2 {
+			t.Fatalf("%d ring mappings with two connections open, want %d", now.maps, before.maps+2)
+		}
+		if err := a.Send(ctx, make([]byte, i*1000)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			a.Close()
+			b.Close()
+		} else {
+			b.Close()
+			a.Close()
+		}
+	}
+	checkNoLeaks(t, before)
+}
