@@ -1,0 +1,45 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestDemo builds chanos and the pingpong examples, as `make` does, and
+// runs `chanos demo`: a monitor, a server and a client as separate
+// processes, which must all end cleanly.
+func TestDemo(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs four programs")
+	}
+	bin := t.TempDir()
+	for pkg, name := range map[string]string{
+		".":                              "chanos",
+		"../../examples/pingpong/server": "pingpong-server",
+		"../../examples/pingpong/client": "pingpong-client",
+	} {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bin, name), pkg).CombinedOutput(); err != nil {
+			t.Fatalf("go build %s: %v\n%s", pkg, err, out)
+		}
+	}
+	cmd := exec.Command(filepath.Join(bin, "chanos"), "demo", "-n", "500")
+	cmd.Env = append(cmd.Environ(), "CHANOS_DIR=") // a private directory
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("chanos demo: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`connected to "demo.pingpong" over ump`,
+		"ping/pong messages: 500 round trips",
+		"echo rpcs: 500 round trips",
+		"bounce: 64 KiB payload returned intact",
+		"demo.pingpong  pingpong",
+		"demo: everything stopped cleanly",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("demo output lacks %q:\n%s", want, out)
+		}
+	}
+}
