@@ -107,15 +107,16 @@ type Conn struct {
 
 	nextID atomic.Uint32
 
-	mu      sync.Mutex
-	reading bool          // a goroutine is reading the link
-	wake    chan struct{} // closed when reading ends or the inbox gains a message
-	waiting int           // goroutines that took wake since it was last closed
-	pending map[uint32]*pendingCall
-	inbox   []Incoming  // copied out of the link's buffers
-	cur     Incoming    // the frame being read; owned by the reading goroutine
-	endErr  error       // why the connection ended; nil while open
-	ended   atomic.Bool // endErr != nil, readable without the lock
+	mu       sync.Mutex
+	reading  bool          // a goroutine is reading the link
+	wake     chan struct{} // closed when reading ends or the inbox gains a message
+	waiting  int           // goroutines that took wake since it was last closed
+	pending  map[uint32]*pendingCall
+	inbox    []Incoming                    // copied out of the link's buffers
+	cur      Incoming                      // the frame being read; owned by the reading goroutine
+	inflight map[uint32]context.CancelFunc // calls served concurrently, by call id
+	endErr   error                         // why the connection ended; nil while open
+	ended    atomic.Bool                   // endErr != nil, readable without the lock
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -136,13 +137,14 @@ func newConn(l link, iface Interface, log *slog.Logger) *Conn {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Conn{
-		l:       l,
-		iface:   iface,
-		log:     log,
-		wake:    make(chan struct{}),
-		pending: map[uint32]*pendingCall{},
-		ctx:     ctx,
-		cancel:  cancel,
+		l:        l,
+		iface:    iface,
+		log:      log,
+		wake:     make(chan struct{}),
+		pending:  map[uint32]*pendingCall{},
+		inflight: map[uint32]context.CancelFunc{},
+		ctx:      ctx,
+		cancel:   cancel,
 	}
 }
 
@@ -403,7 +405,7 @@ func (c *Conn) abandon(id uint32, p *pendingCall) {
 	_, still := c.pending[id]
 	delete(c.pending, id)
 	c.mu.Unlock()
-	if still && c.l.kind() != "local" {
+	if still {
 		var b wire.Buffer
 		wire.AppendCancel(&b, p.reply.MsgNumber(), id)
 		// Best effort and brief: the caller has already given up.
@@ -472,8 +474,14 @@ func (c *Conn) route(in *Incoming, keep bool) error {
 		c.deliver(in)
 		return nil
 	case wire.KindCancel:
-		// The call it names is not queued here: it has been answered or
-		// is being served (a running handler sees its deadline instead).
+		// A call running under Serve's Concurrent option is canceled;
+		// otherwise the call has been answered already.
+		c.mu.Lock()
+		cancel := c.inflight[in.Header.CallID]
+		c.mu.Unlock()
+		if cancel != nil {
+			cancel()
+		}
 		return nil
 	}
 	if !keep {
@@ -639,13 +647,43 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 // that is not a *RemoteError.
 const CodeUnknown wire.Errval = 1
 
+// ServeOption adjusts Serve.
+type ServeOption func(*serveConfig)
+
+type serveConfig struct {
+	concurrent int
+}
+
+// Concurrent makes Serve run up to n rpc calls at a time, each in a
+// goroutine of its own, while it goes on reading: a call that blocks
+// (waiting for a name, say) no longer holds up the connection, and a
+// caller that gives up cancels the handler's context. When n calls are
+// running, Serve stops reading until one ends, so the peer is slowed
+// rather than memory growing. One-way messages are still handled in
+// order in the reading goroutine. The price is one goroutine hop per call.
+func Concurrent(n int) ServeOption { return func(c *serveConfig) { c.concurrent = n } }
+
 // Serve receives messages and rpc calls until the connection or ctx ends,
-// calling handle for each in the receiving goroutine (no hop). For a call,
-// handle's context carries the caller's deadline, and its result is sent
-// as the reply. An error from handle for a one-way message is logged and
-// serving goes on. Serve returns nil when the peer closes the connection,
-// and otherwise why it stopped.
-func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+// calling handle for each. By default handle runs in the receiving
+// goroutine (no hop), so a call's context carries the caller's deadline
+// but a caller's cancel is not seen until the next frame is read; see
+// Concurrent. A call's result is sent as the reply. An error from handle
+// for a one-way message is logged and serving goes on; one matching
+// ErrProtocol ends the connection. Serve returns nil when the peer closes
+// the connection, and otherwise why it stopped.
+func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error), opts ...ServeOption) error {
+	var cfg serveConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	var (
+		wg  sync.WaitGroup
+		sem chan struct{}
+	)
+	if cfg.concurrent > 0 {
+		sem = make(chan struct{}, cfg.concurrent)
+	}
+	defer wg.Wait()
 	for {
 		err := c.ReceiveFunc(ctx, func(in *Incoming) error {
 			if in.Kind != wire.KindCall {
@@ -656,18 +694,33 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 				}
 				return nil
 			}
-			hctx, cancel := ctx, context.CancelFunc(func() {})
+			hctx, cancel := context.WithCancel(ctx)
 			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
 				hctx, cancel = context.WithTimeout(ctx, d)
 			}
-			reply, herr := handle(hctx, in)
-			cancel()
-			if errors.Is(herr, ErrProtocol) {
-				return herr
+			if sem == nil {
+				return c.serveCall(ctx, hctx, cancel, in, handle)
 			}
-			if err := c.Reply(ctx, in, reply, herr); err != nil && isEnd(err) {
-				return err
+			// The frame is only valid during this function: copy it.
+			call := *in
+			call.Frame = append([]byte(nil), in.Frame...)
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				cancel()
+				return ctx.Err()
 			}
+			c.mu.Lock()
+			c.inflight[call.Header.CallID] = cancel
+			c.mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !isEnd(err) {
+					c.Violation(err)
+				}
+			}()
 			return nil
 		})
 		switch {
@@ -678,4 +731,24 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return err
 		}
 	}
+}
+
+// serveCall runs handle for one call and sends its reply.
+func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+	reply, herr := handle(hctx, in)
+	canceled := hctx.Err() == context.Canceled && ctx.Err() == nil
+	cancel()
+	c.mu.Lock()
+	delete(c.inflight, in.Header.CallID)
+	c.mu.Unlock()
+	if errors.Is(herr, ErrProtocol) {
+		return herr
+	}
+	if canceled {
+		return nil // the caller gave up; nobody waits for the reply
+	}
+	if err := c.Reply(ctx, in, reply, herr); err != nil && isEnd(err) {
+		return err
+	}
+	return nil
 }

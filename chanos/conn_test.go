@@ -313,3 +313,47 @@ func TestSendErrors(t *testing.T) {
 		}
 	})
 }
+
+// blockingServer's echo waits for its context: only a cancel or deadline
+// ends it.
+type blockingServer struct {
+	pingpong.UnimplementedServer
+	ended chan error
+}
+
+func (s *blockingServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if v == 0 {
+		<-ctx.Done()
+		s.ended <- ctx.Err()
+		return 0, ctx.Err()
+	}
+	return v, nil
+}
+
+func TestConcurrentServeCancel(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &blockingServer{ended: make(chan error, 1)}
+		go pingpong.ServeConn(context.Background(), s, srv, chanos.Concurrent(4))
+		ctx, cancel := context.WithCancel(context.Background())
+		errc := make(chan error, 1)
+		go func() { _, err := c.Echo(ctx, 0); errc <- err }()
+		// Other calls proceed while the first blocks.
+		for i := uint64(1); i < 20; i++ {
+			if v, err := c.Echo(context.Background(), i); err != nil || v != i {
+				t.Fatalf("echo %d = %d, %v", i, v, err)
+			}
+		}
+		cancel()
+		if err := <-errc; !errors.Is(err, context.Canceled) {
+			t.Fatalf("canceled call = %v", err)
+		}
+		select {
+		case err := <-srv.ended:
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("server handler ended with %v, want context.Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the caller's cancel did not reach the server's handler")
+		}
+	})
+}

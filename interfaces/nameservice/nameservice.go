@@ -1463,17 +1463,19 @@ func (l *Listener) Close() error { return l.l.Close() }
 func (l *Listener) Raw() *chanos.Listener { return l.l }
 
 // Serve accepts connections on l until ctx ends or l closes, and serves
-// each with ServeConn in a goroutine of its own.
-func Serve(ctx context.Context, l *Listener, srv Server) error {
+// each with ServeConn, with opts, in a goroutine of its own.
+func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOption) error {
 	return l.l.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
-		return ServeConn(ctx, NewConn(c), srv)
+		return ServeConn(ctx, NewConn(c), srv, opts...)
 	})
 }
 
 // ServeConn calls srv's method for each message and rpc call that arrives
 // on c, in the calling goroutine, and sends each rpc's reply, until the
-// connection or ctx ends. It returns nil when the peer closes.
-func ServeConn(ctx context.Context, c *Conn, srv Server) error {
+// connection or ctx ends. It returns nil when the peer closes. With
+// chanos.Concurrent, rpc calls run in goroutines of their own and see
+// their callers' cancels.
+func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
 		m, err := decodeIncoming(in)
 		if err != nil {
@@ -1484,5 +1486,5 @@ func ServeConn(ctx context.Context, c *Conn, srv Server) error {
 			return nil, err
 		}
 		return reply, err
-	})
+	}, opts...)
 }
