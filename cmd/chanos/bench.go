@@ -36,6 +36,19 @@ var benchSuites = map[string]benchSuite{
 		},
 		summary: bench.UMPSummary,
 	},
+	"rpc": {
+		help: "rpcs through generated stubs over ump and local, beside the raw ring; local messages vs a Go channel",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunRPC(ctx, bench.DomainConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+		},
+		summary: bench.DomainSummary,
+	},
+	"bind": {
+		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunBind(ctx, bench.DomainConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+		},
+	},
 }
 
 const benchUsage = `usage: chanos bench SUITE [flags]
@@ -60,6 +73,9 @@ suites:
 func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == bench.PeerCommand {
 		return bench.Peer(ctx, args[1:], os.Stdout)
+	}
+	if len(args) > 0 && args[0] == bench.RPCServerCommand {
+		return bench.RPCServer(ctx, args[1:])
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)

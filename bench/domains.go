@@ -1,0 +1,472 @@
+package bench
+
+// The suites that measure chanos above the ring: rpcs through generated
+// stubs, the local interconnect, binding by name and the nameservice. They
+// run a private monitor in this process and the server in another process
+// (the chanos binary, re-executed under RPCServerCommand).
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/nameservice"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/monitor"
+)
+
+// RPCServerCommand is the hidden `chanos bench` suite name under which the
+// chanos binary serves pingpong for the rpc and bind suites.
+const RPCServerCommand = "__rpc-server"
+
+// DomainConfig configures the rpc and bind suites.
+type DomainConfig struct {
+	Quick    bool
+	Repeat   int       // runs per case; the median is reported
+	Progress io.Writer // progress lines, or nil
+	// Server is the command that serves pingpong; nil means this
+	// executable with RPCServerCommand.
+	Server []string
+}
+
+func (cfg *DomainConfig) repeat() int {
+	switch {
+	case cfg.Repeat > 0:
+		return cfg.Repeat
+	case cfg.Quick:
+		return 1
+	}
+	return 3
+}
+
+func (cfg *DomainConfig) progress(format string, args ...any) {
+	if cfg.Progress != nil {
+		fmt.Fprintf(cfg.Progress, format+"\n", args...)
+	}
+}
+
+// RPCServer serves pingpong under --name, joining the monitor in --dir,
+// until its standard input closes (the bench process ended) or ctx ends.
+// It prints "ready" once exported.
+func RPCServer(ctx context.Context, args []string) error {
+	var dir, name string
+	for i := 0; i+1 < len(args); i += 2 {
+		switch args[i] {
+		case "--dir":
+			dir = args[i+1]
+		case "--name":
+			name = args[i+1]
+		}
+	}
+	if dir == "" || name == "" {
+		return fmt.Errorf("%s needs --dir and --name", RPCServerCommand)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("bench-rpc-server"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, name)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	fmt.Println("ready")
+	return pingpong.Serve(ctx, l, echoServer{})
+}
+
+type echoServer struct{ pingpong.UnimplementedServer }
+
+func (echoServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v, nil }
+
+func (echoServer) Ping(ctx context.Context, from chanos.Sender, m *pingpong.Ping) error {
+	return nil
+}
+
+// world is a private monitor in this process, a joined domain, and a
+// pingpong server process.
+type world struct {
+	dir    string
+	d      *chanos.Domain
+	server *exec.Cmd
+	stdin  io.Closer
+	stop   func()
+}
+
+const benchName = "bench.pingpong"
+
+func newWorld(ctx context.Context, cfg *DomainConfig) (*world, error) {
+	dir, err := os.MkdirTemp("", "chanos-bench-")
+	if err != nil {
+		return nil, err
+	}
+	w := &world{dir: dir, stop: func() {}}
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Serve(mctx); close(done) }()
+	w.stop = func() { cancel(); <-done; os.RemoveAll(dir) }
+
+	argv := cfg.Server
+	if len(argv) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		argv = []string{exe, "bench", RPCServerCommand}
+	}
+	cmd := exec.Command(argv[0], append(argv[1:], "--dir", dir, "--name", benchName)...)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		w.close()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		w.close()
+		return nil, err
+	}
+	w.server, w.stdin = cmd, stdin
+	if line, err := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "ready" {
+		w.close()
+		return nil, fmt.Errorf("bench server did not start: %q %v", line, err)
+	}
+	if w.d, err = chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("bench")); err != nil {
+		w.close()
+		return nil, err
+	}
+	return w, nil
+}
+
+func (w *world) close() {
+	if w.d != nil {
+		w.d.Close()
+	}
+	if w.server != nil {
+		w.stdin.Close()
+		done := make(chan struct{})
+		go func() { w.server.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			w.server.Process.Kill()
+			<-done
+		}
+	}
+	w.stop()
+}
+
+// timeRTT runs op warmup times, then iters times, timing each.
+func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
+	for i := range warmup {
+		if err := op(i); err != nil {
+			return Result{}, err
+		}
+	}
+	samples := make([]int64, iters)
+	t0 := nanotime()
+	prev := t0
+	for i := range samples {
+		if err := op(i); err != nil {
+			return Result{}, err
+		}
+		t := nanotime()
+		samples[i] = t - prev
+		prev = t
+	}
+	return rttResult(samples, prev-t0), nil
+}
+
+// RunRPC runs the rpc suite: an rpc round trip through the generated stubs
+// over ump between processes, beside the raw ring's round trip of the
+// same run (the ump suite's rtt-spin go-go case); the same rpc on the local
+// interconnect; and one-way messages on the local interconnect against a
+// plain Go channel.
+func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) error {
+	iters, warmup := 200000, 20000
+	if cfg.Quick {
+		iters, warmup = 20000, 2000
+	}
+	// The baseline first, from the ump suite, with the same repeat count.
+	cfg.progress("rpc: raw ring baseline (ump rtt-spin go-go)")
+	err := RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: []string{"rtt-spin/ump/go-go/8"}}, func(r Result) error {
+		r.Suite = "rpc"
+		return emit(r)
+	})
+	if err != nil {
+		return err
+	}
+	w, err := newWorld(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+
+	type rcase struct {
+		name string
+		run  func() (Result, error)
+	}
+	cases := []rcase{
+		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters) }},
+		{"rpc/local/go", func() (Result, error) { return rpcLocal(ctx, w.d, warmup, iters) }},
+		{"send-receive/local/go", func() (Result, error) { return localStream(ctx, iters*5, false) }},
+		{"send-receive/go-chan/go", func() (Result, error) { return localStream(ctx, iters*5, true) }},
+	}
+	runs := make([][]Result, len(cases))
+	for round := range cfg.repeat() {
+		for i, c := range cases {
+			cfg.progress("rpc: run %d/%d: %s", round+1, cfg.repeat(), c.name)
+			r, err := c.run()
+			if err != nil {
+				return fmt.Errorf("rpc case %s: %w", c.name, err)
+			}
+			parts := strings.Split(c.name, "/")
+			r.Suite, r.Case, r.Transport, r.Peers, r.Size = "rpc", parts[0], parts[1], parts[2], 8
+			runs[i] = append(runs[i], r)
+		}
+	}
+	for i := range cases {
+		if err := emit(Median(runs[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters int) (Result, error) {
+	c, err := pingpong.Connect(ctx, d, name)
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	if got := c.Raw().Interconnect(); got != "ump" {
+		return Result{}, fmt.Errorf("bound over %s, want ump", got)
+	}
+	return timeRTT(warmup, iters, func(i int) error {
+		v, err := c.Echo(ctx, uint64(i))
+		if err == nil && v != uint64(i) {
+			err = fmt.Errorf("echo %d returned %d", i, v)
+		}
+		return err
+	})
+}
+
+func rpcLocal(ctx context.Context, d *chanos.Domain, warmup, iters int) (Result, error) {
+	l, err := pingpong.Export(ctx, d, "bench.local")
+	if err != nil {
+		return Result{}, err
+	}
+	defer l.Close()
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go pingpong.Serve(sctx, l, echoServer{})
+	c, err := pingpong.Connect(ctx, d, "bench.local")
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	if got := c.Raw().Interconnect(); got != "local" {
+		return Result{}, fmt.Errorf("bound over %s, want local", got)
+	}
+	return timeRTT(warmup, iters, func(i int) error {
+		_, err := c.Echo(ctx, uint64(i))
+		return err
+	})
+}
+
+// localStream sends n pings one way within this process, on a local chanos
+// connection or (goChan) on a plain Go channel of the same capacity, and
+// reports messages per second.
+func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
+	start := nanotime()
+	if goChan {
+		ch := make(chan *pingpong.Ping, 64)
+		done := make(chan struct{})
+		go func() {
+			for range n {
+				<-ch
+			}
+			close(done)
+		}()
+		for i := range n {
+			ch <- &pingpong.Ping{MsgID: uint32(i)}
+		}
+		<-done
+	} else {
+		a, b, err := localConnPair(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		defer a.Close()
+		defer b.Close()
+		errc := make(chan error, 1)
+		go func() {
+			for range n {
+				if _, err := b.Receive(ctx); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+		m := &pingpong.Ping{}
+		for i := range n {
+			m.MsgID = uint32(i)
+			if err := a.Send(ctx, m); err != nil {
+				return Result{}, err
+			}
+		}
+		if err := <-errc; err != nil {
+			return Result{}, err
+		}
+	}
+	elapsed := float64(nanotime()-start) / 1e9
+	return Result{Iters: n, MsgsPerS: f64(float64(n) / elapsed)}, nil
+}
+
+// localConnPair returns the two ends of a local connection, bound as a
+// program would bind one: an export and a connect in one domain, on a
+// private monitor that is gone again once they are bound.
+func localConnPair(ctx context.Context) (*pingpong.Conn, *pingpong.Conn, error) {
+	dir, err := os.MkdirTemp("", "chanos-bench-local-")
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
+	mctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { m.Serve(mctx); close(done) }()
+	defer func() { cancel(); <-done; os.RemoveAll(dir) }()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		return nil, nil, err
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "local")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer l.Close()
+	c, err := pingpong.Connect(ctx, d, "local")
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := l.Accept(ctx)
+	if err != nil {
+		c.Close()
+		return nil, nil, err
+	}
+	return c, s, nil
+}
+
+// RunBind runs the bind suite: connect-by-name latency (nameservice
+// lookup, bind, ring setup and the close) and the nameservice's get.
+func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) error {
+	iters, warmup := 2000, 200
+	if cfg.Quick {
+		iters, warmup = 300, 30
+	}
+	w, err := newWorld(ctx, &cfg)
+	if err != nil {
+		return err
+	}
+	defer w.close()
+	ns, err := nameservice.Connect(ctx, w.d, monitor.NameserviceName)
+	if err != nil {
+		return err
+	}
+	defer ns.Close()
+	cases := []struct {
+		name string
+		run  func() (Result, error)
+	}{
+		{"connect/ump/go-go", func() (Result, error) {
+			return timeRTT(warmup, iters, func(int) error {
+				c, err := pingpong.Connect(ctx, w.d, benchName)
+				if err != nil {
+					return err
+				}
+				return c.Close()
+			})
+		}},
+		{"ns-get/ump/go-go", func() (Result, error) {
+			return timeRTT(warmup*10, iters*10, func(int) error {
+				_, code, err := ns.Get(ctx, benchName)
+				if err == nil && code != 0 {
+					err = fmt.Errorf("get: code %d", code)
+				}
+				return err
+			})
+		}},
+	}
+	runs := make([][]Result, len(cases))
+	for round := range cfg.repeat() {
+		for i, c := range cases {
+			cfg.progress("bind: run %d/%d: %s", round+1, cfg.repeat(), c.name)
+			r, err := c.run()
+			if err != nil {
+				return fmt.Errorf("bind case %s: %w", c.name, err)
+			}
+			parts := strings.Split(c.name, "/")
+			r.Suite, r.Case, r.Transport, r.Peers = "bind", parts[0], parts[1], parts[2]
+			runs[i] = append(runs[i], r)
+		}
+	}
+	for i := range cases {
+		if err := emit(Median(runs[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DomainSummary prints the ratios the rpc suite's goals are stated in.
+func DomainSummary(w io.Writer, results []Result) {
+	find := func(kase, transport string) *Result {
+		for i := range results {
+			if results[i].Case == kase && results[i].Transport == transport {
+				return &results[i]
+			}
+		}
+		return nil
+	}
+	if rpc, raw := find("rpc", "ump"), find("rtt-spin", "ump"); rpc != nil && raw != nil && rpc.RTTp50 != nil && raw.RTTp50 != nil {
+		r := *rpc.RTTp50 / *raw.RTTp50
+		fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (p50): %.2f (goal <= 1.3: %s)\n", r, verdict(r <= 1.3))
+	}
+	if loc, ch := find("send-receive", "local"), find("send-receive", "go-chan"); loc != nil && ch != nil && loc.MsgsPerS != nil && ch.MsgsPerS != nil {
+		r := *ch.MsgsPerS / *loc.MsgsPerS
+		fmt.Fprintf(w, "local send+receive time / Go channel: %.2f (goal <= 2: %s)\n", r, verdict(r <= 2))
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "NOT met"
+}
