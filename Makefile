@@ -67,10 +67,14 @@ test: all lint check-generated check-vectors test-go test-c
 demo: all
 	./bin/chanos demo
 
-# Installing libchanos, its headers, chanosc and chanos.pc arrives with the
-# C-domains work (issue 5); the target name is reserved for it.
-install:
-	@echo "make install PREFIX=DIR is not implemented yet (see issue 5)" >&2; exit 2
+# Installs libchanos (static), chanos.h, DIR/lib/pkgconfig/chanos.pc, the
+# bundled interfaces (DIR/share/chanos/interfaces) and chanosc under PREFIX
+# (docs/c-domains.md).
+PREFIX ?= /usr/local
+install: c
+	$(CMAKE) --install $(BUILD)/c --prefix $(abspath $(PREFIX))
+	install -d $(PREFIX)/bin
+	install -m 0755 bin/chanosc $(PREFIX)/bin/chanosc
 
 clean:
 	rm -rf bin $(BUILD)

@@ -2,7 +2,8 @@
  * chanos.h: the one public header of libchanos.
  *
  * Sections: wire format (encoding helpers used by generated code), ump
- * (shared-memory rings). Ownership is stated beside each function.
+ * (shared-memory rings), domains (the monitor, exports, connections, rpc).
+ * Ownership is stated beside each function.
  */
 #ifndef CHANOS_H
 #define CHANOS_H
@@ -872,6 +873,232 @@ void chanos_ump_close(chanos_ump *c);
 const char *chanos_ump_strerror(int err);
 
 /* ==== end ump ==== */
+
+/* ==== domains: the monitor, exports, connections and rpc (docs/c-domains.md) ==== */
+
+/*
+ * A domain is a process's session with its machine's monitor
+ * (docs/monitor-protocol.md). Through it the process exports services by
+ * name (chanos_export, chanos_accept) and connects to them
+ * (chanos_connect). Connections are ump ring pairs wrapped in a
+ * chanos_conn, which adds rpc call ids, error replies and cancels.
+ *
+ * Threads. libchanos starts no thread. A domain's monitor socket is read by
+ * whichever call needs it (chanos_accept, chanos_connect, chanos_export,
+ * chanos_domain_poll), so one thread at a time may call into a domain and
+ * its listeners; a second concurrent call fails with CHANOS_ERR_BUSY
+ * instead of racing. A chanos_conn allows one sending thread and one
+ * receiving thread at a time (chanos_conn_call counts as both); a
+ * concurrent second sender or receiver fails with CHANOS_ERR_BUSY.
+ *
+ * Errors: besides -errno, the wire codes and the ump codes above, the
+ * following codes (all in -4399..-4301); chanos_strerror describes them.
+ * The monitor's error replies map to INVALID..MONITOR.
+ */
+#define CHANOS_ERR_NO_MONITOR   (-4301) /* no monitor listens in the directory */
+#define CHANOS_ERR_MONITOR_LOST (-4302) /* the monitor session ended */
+#define CHANOS_ERR_INVALID      (-4303) /* monitor: invalid name, iface or size */
+#define CHANOS_ERR_EXISTS       (-4304) /* monitor: the name is taken */
+#define CHANOS_ERR_NOT_FOUND    (-4305) /* monitor: no such name (in time) */
+#define CHANOS_ERR_MISMATCH     (-4306) /* monitor: the export's iface differs */
+#define CHANOS_ERR_LIMIT        (-4307) /* monitor: a limit was reached */
+#define CHANOS_ERR_DENIED       (-4308) /* monitor: the iref's token is wrong */
+#define CHANOS_ERR_MONITOR      (-4309) /* monitor: internal or unknown failure */
+#define CHANOS_ERR_UNSAFE_DIR   (-4310) /* the directory is not private */
+#define CHANOS_ERR_BUSY         (-4311) /* concurrent use against the rules */
+#define CHANOS_ERR_REMOTE       (-4312) /* the peer answered with an error reply */
+
+typedef struct chanos_domain chanos_domain;     /* opaque */
+typedef struct chanos_listener chanos_listener; /* opaque */
+typedef struct chanos_conn chanos_conn;         /* opaque */
+
+/* Options of chanos_join; NULL or a zeroed struct gives the defaults. */
+struct chanos_join_opts {
+    /* The monitor's directory. NULL: $CHANOS_DIR, else
+     * $XDG_RUNTIME_DIR/chanos, else ${TMPDIR:-/tmp}/chanos-UID. */
+    const char *dir;
+    /* The program name shown by `chanos ps` (at most 256 bytes used).
+     * NULL: the executable's name. */
+    const char *program;
+    /* How long to wait for the monitor's hello reply; 0: 10 s. */
+    int timeout_ms;
+};
+
+/*
+ * chanos_join connects to the monitor, says hello (protocol version 1) and
+ * returns the domain in *out, which the caller owns: free it with
+ * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
+ * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user.
+ */
+int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts);
+
+/*
+ * chanos_domain_close leaves the monitor: the monitor withdraws the
+ * domain's exports and releases its names. Listeners still open are freed
+ * (their pending connections closed); connections already returned by
+ * chanos_accept or chanos_connect stay open and remain the caller's. NULL
+ * is allowed.
+ */
+void chanos_domain_close(chanos_domain *d);
+
+/* The domain's id and the monitor's machine id, from hello. */
+uint64_t chanos_domain_id(const chanos_domain *d);
+uint64_t chanos_domain_machine(const chanos_domain *d);
+
+/*
+ * chanos_domain_fd returns the monitor socket, for poll: when it is
+ * readable, call chanos_domain_poll(d, 0) or chanos_accept(l, 0, ...).
+ * It belongs to the domain; do not close it or read from it.
+ */
+int chanos_domain_fd(const chanos_domain *d);
+
+/*
+ * chanos_domain_poll reads what the monitor sent (incoming connections,
+ * which it queues for chanos_accept) for at most timeout_ms (-1: until a
+ * frame arrives; 0: only what is there). 0, or CHANOS_ERR_MONITOR_LOST
+ * once the session ended.
+ */
+int chanos_domain_poll(chanos_domain *d, int timeout_ms);
+
+/*
+ * chanos_export registers name for a service of interface iface whose
+ * largest frame is max_frame bytes (the generated IFACE_MAX_FRAME_SIZE)
+ * and returns its listener in *out. The listener belongs to the caller
+ * until chanos_listener_close, or chanos_domain_close, frees it.
+ */
+int chanos_export(chanos_domain *d, const char *name, const char *iface,
+                  uint32_t max_frame, chanos_listener **out);
+
+/*
+ * chanos_accept waits at most timeout_ms (-1: forever; 0: do not wait) for
+ * a client to connect to the export, reading the monitor's socket
+ * meanwhile, and returns the server side of the connection in *out, which
+ * the caller owns (chanos_conn_close). CHANOS_ERR_TIMEDOUT when none came.
+ */
+int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out);
+
+/* chanos_listener_name returns the exported name (owned by l). */
+const char *chanos_listener_name(const chanos_listener *l);
+
+/*
+ * chanos_listener_close withdraws the export (the name disappears), closes
+ * the connections not yet accepted and frees l. NULL is allowed. Returns
+ * the withdraw's result (0 as well when the session already ended).
+ */
+int chanos_listener_close(chanos_listener *l);
+
+/*
+ * chanos_connect binds to the export registered under name, which must be
+ * of interface iface, waiting up to timeout_ms (-1: forever) for the name
+ * to appear, and returns the client side in *out, which the caller owns
+ * (chanos_conn_close). max_frame is the interface's largest frame; a ring
+ * pair sized beyond it is refused (0 accepts the export's). Errors:
+ * CHANOS_ERR_NOT_FOUND (also when the name did not appear in time),
+ * CHANOS_ERR_MISMATCH, CHANOS_ERR_DENIED, CHANOS_ERR_LIMIT, ...
+ */
+int chanos_connect(chanos_domain *d, const char *name, const char *iface,
+                   uint32_t max_frame, int timeout_ms, chanos_conn **out);
+
+/* ---- connections: frames and rpc over a ump ring pair ---- */
+
+/*
+ * A received frame. data points into the connection's ring and stays valid
+ * until the next receive on the connection, or its close; never free it.
+ */
+struct chanos_frame {
+    const uint8_t *data;
+    size_t len;
+    struct chanos_hdr hdr;
+    int kind; /* CHANOS_KIND_* */
+};
+
+/* The status body of an error reply (docs/wire.md, "rpc status body"). */
+struct chanos_status {
+    uint64_t code;           /* nonzero */
+    struct chanos_str detail; /* at most 1024 bytes; a view into the frame */
+};
+#define CHANOS_STATUS_DETAIL_MAX 1024
+
+/*
+ * chanos_conn_new wraps a ump connection, taking ownership of u (closed on
+ * failure too). chanos_accept and chanos_connect use it; it is public for
+ * connections set up by other means (chanos_ump_create/attach).
+ */
+int chanos_conn_new(chanos_ump *u, chanos_conn **out);
+
+/* chanos_conn_close closes the connection (the peer sees
+ * CHANOS_ERR_CLOSED) and frees it. NULL is allowed. */
+void chanos_conn_close(chanos_conn *c);
+
+/* chanos_conn_ump returns the underlying ump connection (for
+ * chanos_ump_fd, chanos_ump_err, ...), owned by c. */
+chanos_ump *chanos_conn_ump(chanos_conn *c);
+
+/*
+ * chanos_conn_send sends one encoded frame (a message, or a reply already
+ * patched) as is, waiting at most timeout_ms for ring space (-1: forever;
+ * 0: do not wait: CHANOS_ERR_AGAIN if full, and chanos_ump_fd of
+ * chanos_conn_ump(c) polls readable once there may be room). The ump interconnect
+ * carries no capabilities: a frame with ncaps != 0 fails with
+ * CHANOS_ERR_CAP. The caller keeps frame.
+ */
+int chanos_conn_send(chanos_conn *c, const void *frame, size_t len,
+                     int timeout_ms);
+
+/*
+ * chanos_conn_send_call patches a fresh call id and timeout_us (from
+ * timeout_ms; -1 and 0 give "no deadline") into the encoded rpc call in
+ * frame[0..len), sends it, and sets *call_id. The caller matches the reply
+ * (chanos_conn_recv) by hdr.call_id, or gives up with chanos_conn_cancel.
+ */
+int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
+                          int timeout_ms, uint32_t *call_id);
+
+/* chanos_conn_cancel tells the peer that call call_id of rpc msg is
+ * abandoned (a CANCEL frame). */
+int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
+
+/*
+ * chanos_conn_recv waits at most timeout_ms (-1: forever; 0: do not wait:
+ * CHANOS_ERR_AGAIN if none, and chanos_ump_fd of chanos_conn_ump(c) polls
+ * readable once one may be there) for the next frame and fills *f. The frame's
+ * header is checked (a bad one is returned as its wire error, and the
+ * frame is dropped); the body is the generated decoder's job. After the
+ * peer closed or died: CHANOS_ERR_CLOSED or CHANOS_ERR_PEER_DIED.
+ */
+int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f);
+
+/*
+ * chanos_conn_call sends the encoded call in frame[0..len) and waits at
+ * most timeout_ms (-1: forever) for its reply, which it returns in *reply
+ * (valid until the next receive). Frames that are not this reply are
+ * passed to other(arg, frame) if other is not NULL, else dropped; stale
+ * replies to abandoned calls are dropped. On CHANOS_ERR_TIMEDOUT the call
+ * is cancelled. If the peer answered with an error reply, the result is
+ * CHANOS_ERR_REMOTE and *reply is that frame (chanos_frame_status reads
+ * it). Uses both the send and the receive side.
+ */
+int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
+                     int timeout_ms, struct chanos_frame *reply,
+                     void (*other)(void *arg, const struct chanos_frame *f),
+                     void *arg);
+
+/*
+ * chanos_conn_reply sends the encoded reply in frame[0..len) to call,
+ * patching in the call's id. chanos_conn_reply_error sends an error reply
+ * (code nonzero; detail a C string of at most 1024 bytes, or NULL).
+ */
+int chanos_conn_reply(chanos_conn *c, const struct chanos_frame *call,
+                      uint8_t *frame, size_t len, int timeout_ms);
+int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
+                            uint64_t code, const char *detail,
+                            int timeout_ms);
+
+/* chanos_frame_status decodes the status of an error reply frame; the
+ * detail is a view into the frame. */
+int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
+
+/* ==== end domains ==== */
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 
 #include <string.h>
 
+const char *chanos_strerror_more_(int err);
+
 const char *chanos_strerror(int err)
 {
     switch (err) {
@@ -38,7 +40,7 @@ const char *chanos_strerror(int err)
     }
     if (err < 0 && err > -4096)
         return strerror(-err);
-    return "unknown chanos error";
+    return chanos_strerror_more_(err); /* ump and domain codes: errors.c */
 }
 
 

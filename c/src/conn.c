@@ -1,0 +1,262 @@
+/*
+ * conn.c: rpc over a ump connection (docs/c-domains.md): call ids and
+ * deadlines patched into encoded calls, replies matched by call id, error
+ * replies and cancels (docs/wire.md). The generated code encodes and
+ * decodes the bodies.
+ *
+ * Threads: one sender and one receiver at a time, enforced with two atomic
+ * flags; a second concurrent sender (or receiver) gets CHANOS_ERR_BUSY.
+ */
+#include <chanos.h>
+
+#include <errno.h>
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct chanos_conn {
+    chanos_ump *u;
+    atomic_flag sending;
+    atomic_flag receiving;
+    uint32_t next_call; /* touched by the sender only */
+};
+
+/* An error reply: header, code (u64), detail (u32 length and bytes). */
+#define STATUS_FRAME_MAX (CHANOS_HEADER_SIZE + 12 + CHANOS_STATUS_DETAIL_MAX)
+
+int chanos_conn_new(chanos_ump *u, chanos_conn **out)
+{
+    struct chanos_conn *c;
+
+    *out = NULL;
+    c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        chanos_ump_close(u);
+        return -ENOMEM;
+    }
+    c->u = u;
+    atomic_flag_clear(&c->sending);
+    atomic_flag_clear(&c->receiving);
+    *out = c;
+    return 0;
+}
+
+void chanos_conn_close(chanos_conn *c)
+{
+    if (c == NULL)
+        return;
+    chanos_ump_close(c->u);
+    free(c);
+}
+
+chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
+
+static int send_locked(chanos_conn *c, const void *frame, size_t len,
+                       int timeout_ms)
+{
+    struct chanos_hdr h;
+    int rc = chanos_hdr_parse(&h, frame, len);
+
+    if (rc != 0)
+        return rc;
+    if (chanos_hdr_kind(&h) < 0)
+        return CHANOS_ERR_HEADER;
+    if (h.ncaps != 0)
+        return CHANOS_ERR_CAP; /* ump carries no descriptors */
+    if (timeout_ms == 0)
+        return chanos_ump_try_send(c->u, frame, len);
+    return chanos_ump_send(c->u, frame, len, timeout_ms);
+}
+
+int chanos_conn_send(chanos_conn *c, const void *frame, size_t len,
+                     int timeout_ms)
+{
+    int rc;
+
+    if (atomic_flag_test_and_set(&c->sending))
+        return CHANOS_ERR_BUSY;
+    rc = send_locked(c, frame, len, timeout_ms);
+    atomic_flag_clear(&c->sending);
+    return rc;
+}
+
+static uint32_t timeout_us_of(int timeout_ms)
+{
+    if (timeout_ms <= 0)
+        return 0;
+    if ((uint64_t)timeout_ms * 1000 >= UINT32_MAX)
+        return UINT32_MAX;
+    return (uint32_t)timeout_ms * 1000;
+}
+
+int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
+                          int timeout_ms, uint32_t *call_id)
+{
+    uint32_t id;
+    int rc;
+
+    if (len < CHANOS_HEADER_SIZE || frame[6] != CHANOS_KIND_CALL)
+        return CHANOS_ERR_HEADER;
+    if (atomic_flag_test_and_set(&c->sending))
+        return CHANOS_ERR_BUSY;
+    id = ++c->next_call;
+    if (id == 0)
+        id = ++c->next_call;
+    chanos_hdr_set_call(frame, id, timeout_us_of(timeout_ms));
+    /* a call waits for ring space within its own deadline */
+    rc = send_locked(c, frame, len, timeout_ms);
+    atomic_flag_clear(&c->sending);
+    if (rc == 0 && call_id != NULL)
+        *call_id = id;
+    return rc;
+}
+
+int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id)
+{
+    uint8_t f[CHANOS_HEADER_SIZE];
+    struct chanos_hdr h = { CHANOS_HEADER_SIZE, msg, CHANOS_KIND_CANCEL, 0,
+                            call_id, 0 };
+
+    chanos_hdr_put(f, &h);
+    return chanos_conn_send(c, f, sizeof f, 0);
+}
+
+static int recv_locked(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
+{
+    const void *p;
+    size_t len;
+    int rc = timeout_ms == 0 ? chanos_ump_try_recv(c->u, &p, &len)
+                             : chanos_ump_recv(c->u, &p, &len, timeout_ms);
+
+    if (rc != 0)
+        return rc;
+    f->data = p;
+    f->len = len;
+    rc = chanos_hdr_parse(&f->hdr, f->data, len);
+    if (rc != 0)
+        return rc;
+    f->kind = chanos_hdr_kind(&f->hdr);
+    if (f->kind < 0)
+        return f->kind;
+    if (f->hdr.ncaps != 0)
+        return CHANOS_ERR_CAP;
+    return 0;
+}
+
+int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
+{
+    int rc;
+
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    rc = recv_locked(c, timeout_ms, f);
+    atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
+                     int timeout_ms, struct chanos_frame *reply,
+                     void (*other)(void *arg, const struct chanos_frame *f),
+                     void *arg)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    uint16_t msg;
+    uint32_t id;
+    int rc;
+
+    if (len < CHANOS_HEADER_SIZE)
+        return CHANOS_ERR_TRUNCATED;
+    msg = chanos_load_u16(frame + 4);
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    rc = chanos_conn_send_call(c, frame, len, timeout_ms, &id);
+    while (rc == 0) {
+        int wait = -1;
+
+        if (deadline >= 0) {
+            int64_t left = deadline - now_ms();
+
+            wait = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+        }
+        rc = recv_locked(c, wait, reply);
+        if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN) {
+            rc = CHANOS_ERR_TIMEDOUT;
+            atomic_flag_clear(&c->receiving);
+            (void)chanos_conn_cancel(c, msg, id);
+            return CHANOS_ERR_TIMEDOUT;
+        }
+        if (rc != 0)
+            break;
+        if (reply->kind == CHANOS_KIND_REPLY ||
+            reply->kind == CHANOS_KIND_ERROR) {
+            if (reply->hdr.call_id != id || reply->hdr.msg != msg)
+                continue; /* a reply to an abandoned call */
+            if (reply->kind == CHANOS_KIND_ERROR)
+                rc = CHANOS_ERR_REMOTE;
+            break;
+        }
+        if (other != NULL)
+            other(arg, reply);
+    }
+    atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+int chanos_conn_reply(chanos_conn *c, const struct chanos_frame *call,
+                      uint8_t *frame, size_t len, int timeout_ms)
+{
+    if (len < CHANOS_HEADER_SIZE || frame[6] != CHANOS_KIND_REPLY)
+        return CHANOS_ERR_HEADER;
+    chanos_hdr_set_call(frame, call->hdr.call_id, 0);
+    return chanos_conn_send(c, frame, len, timeout_ms);
+}
+
+int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
+                            uint64_t code, const char *detail, int timeout_ms)
+{
+    uint8_t f[STATUS_FRAME_MAX];
+    struct chanos_buf b;
+    struct chanos_enc e;
+    struct chanos_str ds;
+    int rc;
+
+    if (code == 0)
+        return CHANOS_ERR_HEADER;
+    chanos_buf_init(&b, f, sizeof f, NULL, 0);
+    chanos_enc_begin(&e, &b, call->hdr.msg, CHANOS_KIND_ERROR);
+    chanos_enc_u64(&e, code);
+    ds = detail != NULL ? chanos_cstr(detail) : CHANOS_STR("");
+    if (ds.len > CHANOS_STATUS_DETAIL_MAX)
+        ds.len = CHANOS_STATUS_DETAIL_MAX; /* cut, as the bound demands */
+    chanos_enc_str(&e, ds, CHANOS_STATUS_DETAIL_MAX);
+    rc = chanos_enc_end(&e);
+    if (rc != 0)
+        return rc;
+    chanos_hdr_set_call(f, call->hdr.call_id, 0);
+    return chanos_conn_send(c, f, b.len, timeout_ms);
+}
+
+int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st)
+{
+    struct chanos_dec d;
+    int rc = chanos_dec_begin_msg(&d, f->data, f->len, NULL, 0, f->hdr.msg,
+                                  CHANOS_KIND_ERROR);
+
+    if (rc != 0)
+        return rc;
+    st->code = chanos_dec_u64(&d);
+    if (st->code == 0 && d.err == 0)
+        d.err = CHANOS_ERR_HEADER;
+    st->detail = chanos_dec_str(&d, CHANOS_STATUS_DETAIL_MAX);
+    return chanos_dec_end(&d);
+}

@@ -1,0 +1,783 @@
+/*
+ * domain.c: a C domain's session with its monitor (docs/c-domains.md,
+ * docs/monitor-protocol.md). The monitor's frames are those of
+ * interfaces/monitor.if, encoded and decoded by the C code chanosc
+ * generates for it (built into libchanos as monitor.h / monitor.c).
+ *
+ * libchanos starts no thread: the monitor socket is read by whichever call
+ * needs a frame from it. Frames that concern someone else (an incoming
+ * connection while a call waits for its reply) are queued.
+ */
+#include <chanos.h>
+
+#include "monitor.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROTOCOL_VERSION 1
+#define DEFAULT_HELLO_TIMEOUT_MS 10000
+/* Incoming connections held for chanos_accept (all exports together). */
+#define INCOMING_LIMIT 128
+/* Calls to the monitor are small: the largest, export, is 412 bytes. */
+#define CALL_BUF 512
+/* How much longer than a bind's deadline to wait for the monitor's answer. */
+#define BIND_GRACE_MS 1000
+
+struct pending_in {
+    uint64_t export_id;
+    uint8_t token[16];
+    uint32_t max_frame;
+    int fds[6];
+};
+
+struct chanos_domain {
+    int sock;
+    uint64_t id, machine;
+    uint32_t next_call;
+    int err; /* why the session ended, or 0 */
+    atomic_flag busy;
+    uint8_t *rbuf; /* MONITOR_MAX_FRAME_SIZE bytes */
+    struct pending_in in[INCOMING_LIMIT];
+    size_t nin;
+    struct chanos_listener *listeners; /* list of open listeners */
+};
+
+struct chanos_listener {
+    struct chanos_domain *d;
+    struct chanos_listener *next;
+    struct chanos_iref ref;
+    uint32_t max_frame;
+    char *name;
+};
+
+/* A frame received from the monitor, in d->rbuf. */
+struct mframe {
+    size_t len;
+    int fds[CHANOS_MAX_CAPS];
+    uint32_t nfds;
+};
+
+static void close_fds(int *fds, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++) {
+        if (fds[i] >= 0)
+            close(fds[i]);
+        fds[i] = -1;
+    }
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* remaining returns the milliseconds left until deadline (-1: none). */
+static int remaining(int64_t deadline)
+{
+    int64_t left;
+
+    if (deadline < 0)
+        return -1;
+    left = deadline - now_ms();
+    if (left < 0)
+        return 0;
+    return left > INT_MAX ? INT_MAX : (int)left;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+}
+
+static int enter(struct chanos_domain *d)
+{
+    if (atomic_flag_test_and_set(&d->busy))
+        return CHANOS_ERR_BUSY;
+    return 0;
+}
+
+static void leave(struct chanos_domain *d)
+{
+    atomic_flag_clear(&d->busy);
+}
+
+/* ---- the directory (internal/rundir) ---- */
+
+static int resolve_dir(char *out, size_t n, const char *dir)
+{
+    const char *x;
+    int w;
+
+    if (dir == NULL || dir[0] == '\0')
+        dir = getenv("CHANOS_DIR");
+    if (dir != NULL && dir[0] != '\0') {
+        w = snprintf(out, n, "%s", dir);
+    } else if ((x = getenv("XDG_RUNTIME_DIR")) != NULL && x[0] != '\0') {
+        w = snprintf(out, n, "%s/chanos", x);
+    } else {
+        x = getenv("TMPDIR");
+        if (x == NULL || x[0] == '\0')
+            x = "/tmp";
+        w = snprintf(out, n, "%s/chanos-%u", x, (unsigned)getuid());
+    }
+    if (w < 0 || (size_t)w >= n)
+        return -ENAMETOOLONG;
+    return 0;
+}
+
+/* check_dir applies the monitor's rule: a real directory of this user that
+ * no one else may enter. A missing directory means no monitor. */
+static int check_dir(const char *dir)
+{
+    struct stat st;
+
+    if (lstat(dir, &st) != 0)
+        return errno == ENOENT ? CHANOS_ERR_NO_MONITOR : -errno;
+    if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() ||
+        (st.st_mode & 0077) != 0)
+        return CHANOS_ERR_UNSAFE_DIR;
+    return 0;
+}
+
+/* ---- frames on the monitor socket ---- */
+
+/* fail_session ends the session: later calls fail with err. */
+static int fail_session(struct chanos_domain *d, int err)
+{
+    if (d->err == 0)
+        d->err = err;
+    return d->err;
+}
+
+static int mon_send(struct chanos_domain *d, const uint8_t *frame, size_t len)
+{
+    ssize_t n;
+
+    do
+        n = send(d->sock, frame, len, MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n < 0) {
+        if (errno == EPIPE || errno == ECONNRESET)
+            return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+        return -errno;
+    }
+    if ((size_t)n != len)
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    return 0;
+}
+
+/*
+ * mon_recv waits until deadline for one packet and reads it into d->rbuf
+ * with its descriptors. 0, CHANOS_ERR_TIMEDOUT, or the session's end.
+ */
+static int mon_recv(struct chanos_domain *d, int64_t deadline,
+                    struct mframe *f)
+{
+    union {
+        struct cmsghdr h;
+        char b[CMSG_SPACE(sizeof(int) * CHANOS_MAX_CAPS)];
+    } cbuf;
+    struct iovec iov = { d->rbuf, MONITOR_MAX_FRAME_SIZE };
+    struct msghdr mh;
+    struct pollfd p = { d->sock, POLLIN, 0 };
+    ssize_t n;
+    int rc;
+
+    if (d->err != 0)
+        return d->err;
+    for (;;) {
+        rc = poll(&p, 1, remaining(deadline));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return -errno;
+        if (rc == 0)
+            return CHANOS_ERR_TIMEDOUT;
+        memset(&mh, 0, sizeof mh);
+        mh.msg_iov = &iov;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cbuf.b;
+        mh.msg_controllen = sizeof cbuf.b;
+        n = recvmsg(d->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN))
+            continue;
+        break;
+    }
+    if (n < 0)
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    f->len = (size_t)n;
+    f->nfds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c != NULL;
+         c = CMSG_NXTHDR(&mh, c)) {
+        size_t k;
+
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+            if (f->nfds < CHANOS_MAX_CAPS)
+                f->fds[f->nfds++] = fd;
+            else
+                close(fd);
+        }
+    }
+    if (n == 0) {
+        close_fds(f->fds, f->nfds);
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    }
+    if (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) {
+        /* a frame over the protocol's bound, or descriptors lost */
+        close_fds(f->fds, f->nfds);
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    }
+    return 0;
+}
+
+/* queue_incoming decodes an incoming message and holds it for accept. */
+static int queue_incoming(struct chanos_domain *d, struct mframe *f)
+{
+    struct monitor_incoming in;
+    struct pending_in *p;
+    int rc = monitor_incoming_decode(&in, d->rbuf, f->len, f->fds, f->nfds);
+
+    if (rc != 0)
+        return rc;
+    /* the descriptors beyond those decoded are not the message's */
+    for (uint32_t i = in.nfds; i < f->nfds; i++)
+        close(f->fds[i]);
+    if (in.via != MONITOR_INTERCONNECT_UMP || in.nfds != 6 ||
+        d->nin == INCOMING_LIMIT) {
+        /* the client sees the connection close */
+        close_fds(in.fds, in.nfds);
+        return 0;
+    }
+    p = &d->in[d->nin++];
+    p->export_id = in.ref.export_id;
+    memcpy(p->token, in.ref.token, sizeof p->token);
+    p->max_frame = in.max_frame;
+    memcpy(p->fds, in.fds, sizeof p->fds);
+    return 0;
+}
+
+/*
+ * dispatch handles one frame from the monitor. If it is the reply to call
+ * id want, it returns 1 and leaves the frame and its fds in f; anything
+ * else is consumed (0) or breaks the protocol (the session ends).
+ */
+static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
+{
+    struct chanos_hdr h;
+    int kind, rc = chanos_hdr_parse(&h, d->rbuf, f->len);
+
+    if (rc == 0) {
+        kind = chanos_hdr_kind(&h);
+        if (kind < 0) {
+            rc = kind;
+        } else if (kind == CHANOS_KIND_REPLY || kind == CHANOS_KIND_ERROR) {
+            if (want != 0 && h.call_id == want)
+                return 1;
+            close_fds(f->fds, f->nfds); /* a call given up */
+            return 0;
+        } else if (kind == CHANOS_KIND_MESSAGE &&
+                   h.msg == MONITOR_MSG_INCOMING) {
+            rc = queue_incoming(d, f);
+            if (rc == 0)
+                return 0;
+        } else {
+            rc = CHANOS_ERR_HEADER;
+        }
+    }
+    close_fds(f->fds, f->nfds);
+    (void)rc;
+    return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+}
+
+static int status_error(uint64_t code)
+{
+    switch (code) {
+    case MONITOR_STATUS_INVALID:
+        return CHANOS_ERR_INVALID;
+    case MONITOR_STATUS_EXISTS:
+        return CHANOS_ERR_EXISTS;
+    case MONITOR_STATUS_NOT_FOUND:
+        return CHANOS_ERR_NOT_FOUND;
+    case MONITOR_STATUS_MISMATCH:
+        return CHANOS_ERR_MISMATCH;
+    case MONITOR_STATUS_LIMIT:
+        return CHANOS_ERR_LIMIT;
+    case MONITOR_STATUS_DENIED:
+        return CHANOS_ERR_DENIED;
+    }
+    return CHANOS_ERR_MONITOR;
+}
+
+/*
+ * mon_call sends the call encoded in b (fresh call id; timeout_us from
+ * timeout_ms) and waits for its reply for wait_ms (-1: forever). On
+ * success the reply is in d->rbuf and f (the caller owns f's fds). An
+ * error reply becomes its CHANOS_ERR_* code. A call that times out is
+ * cancelled.
+ */
+static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
+                    uint16_t msg, int timeout_ms, int wait_ms,
+                    struct mframe *f)
+{
+    int64_t deadline = deadline_of(wait_ms);
+    uint32_t id, tus = 0;
+    int rc;
+
+    if (d->err != 0)
+        return d->err;
+    id = ++d->next_call;
+    if (id == 0)
+        id = ++d->next_call;
+    if (timeout_ms > 0)
+        tus = (uint64_t)timeout_ms * 1000 >= UINT32_MAX
+                  ? UINT32_MAX
+                  : (uint32_t)timeout_ms * 1000;
+    chanos_hdr_set_call(b->data, id, tus);
+    rc = mon_send(d, b->data, b->len);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        rc = mon_recv(d, deadline, f);
+        if (rc == CHANOS_ERR_TIMEDOUT) {
+            uint8_t cancel[CHANOS_HEADER_SIZE];
+            struct chanos_hdr h = { CHANOS_HEADER_SIZE, msg,
+                                    CHANOS_KIND_CANCEL, 0, id, 0 };
+
+            chanos_hdr_put(cancel, &h);
+            (void)mon_send(d, cancel, sizeof cancel);
+            return CHANOS_ERR_TIMEDOUT;
+        }
+        if (rc != 0)
+            return rc;
+        rc = dispatch(d, f, id);
+        if (rc < 0)
+            return rc;
+        if (rc == 1)
+            break;
+    }
+    if (d->rbuf[6] == CHANOS_KIND_ERROR) {
+        struct chanos_frame fr;
+        struct chanos_status st;
+
+        close_fds(f->fds, f->nfds);
+        fr.data = d->rbuf;
+        fr.len = f->len;
+        chanos_hdr_load(&fr.hdr, d->rbuf);
+        fr.kind = CHANOS_KIND_ERROR;
+        if (chanos_frame_status(&fr, &st) != 0)
+            return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+        return status_error(st.code);
+    }
+    return 0;
+}
+
+/* ---- the session ---- */
+
+static const char *program_name(void)
+{
+    static char buf[257];
+    ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+    const char *slash;
+
+    if (n <= 0)
+        return "c-domain";
+    buf[n] = '\0';
+    slash = strrchr(buf, '/');
+    return slash != NULL ? slash + 1 : buf;
+}
+
+int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
+{
+    struct chanos_join_opts o = { 0 };
+    struct sockaddr_un sa = { 0 };
+    char dir[sizeof sa.sun_path];
+    struct chanos_domain *d;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct monitor_hello_call call;
+    struct monitor_hello_reply reply;
+    struct mframe f;
+    size_t plen;
+    int rc;
+
+    *out = NULL;
+    if (opts != NULL)
+        o = *opts;
+    if (o.timeout_ms == 0)
+        o.timeout_ms = DEFAULT_HELLO_TIMEOUT_MS;
+    if (o.program == NULL)
+        o.program = program_name();
+    rc = resolve_dir(dir, sizeof dir - sizeof "/monitor.sock", o.dir);
+    if (rc != 0)
+        return rc;
+    rc = check_dir(dir);
+    if (rc != 0)
+        return rc;
+    sa.sun_family = AF_UNIX;
+    if ((size_t)snprintf(sa.sun_path, sizeof sa.sun_path, "%s/monitor.sock",
+                         dir) >= sizeof sa.sun_path)
+        return -ENAMETOOLONG;
+
+    d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return -ENOMEM;
+    atomic_flag_clear(&d->busy);
+    d->rbuf = malloc(MONITOR_MAX_FRAME_SIZE);
+    if (d->rbuf == NULL) {
+        free(d);
+        return -ENOMEM;
+    }
+    d->sock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (d->sock < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    if (connect(d->sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        rc = (errno == ENOENT || errno == ECONNREFUSED) ? CHANOS_ERR_NO_MONITOR
+                                                        : -errno;
+        goto fail;
+    }
+
+    plen = strlen(o.program);
+    if (plen > MONITOR_HELLO_PROGRAM_MAX)
+        plen = MONITOR_HELLO_PROGRAM_MAX;
+    call.version = PROTOCOL_VERSION;
+    call.program.ptr = o.program;
+    call.program.len = (uint32_t)plen;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_hello_call_encode(&call, &b);
+    if (rc != 0)
+        goto fail;
+    rc = mon_call(d, &b, MONITOR_MSG_HELLO, o.timeout_ms, o.timeout_ms, &f);
+    if (rc != 0)
+        goto fail;
+    rc = monitor_hello_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
+    close_fds(f.fds, f.nfds);
+    if (rc != 0 || reply.monitor_version != PROTOCOL_VERSION) {
+        rc = CHANOS_ERR_MONITOR_LOST;
+        goto fail;
+    }
+    d->id = reply.domain_id;
+    d->machine = reply.machine_id;
+    *out = d;
+    return 0;
+fail:
+    if (d->sock >= 0)
+        close(d->sock);
+    free(d->rbuf);
+    free(d);
+    return rc;
+}
+
+static void free_listener(struct chanos_listener *l)
+{
+    struct chanos_domain *d = l->d;
+    size_t j = 0;
+
+    /* unlink it, and close the connections it did not accept */
+    for (struct chanos_listener **p = &d->listeners; *p != NULL;
+         p = &(*p)->next) {
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    }
+    for (size_t i = 0; i < d->nin; i++) {
+        if (d->in[i].export_id == l->ref.export_id)
+            close_fds(d->in[i].fds, 6);
+        else
+            d->in[j++] = d->in[i];
+    }
+    d->nin = j;
+    free(l->name);
+    free(l);
+}
+
+void chanos_domain_close(chanos_domain *d)
+{
+    if (d == NULL)
+        return;
+    while (d->listeners != NULL)
+        free_listener(d->listeners);
+    for (size_t i = 0; i < d->nin; i++)
+        close_fds(d->in[i].fds, 6);
+    close(d->sock);
+    free(d->rbuf);
+    free(d);
+}
+
+uint64_t chanos_domain_id(const chanos_domain *d) { return d->id; }
+
+uint64_t chanos_domain_machine(const chanos_domain *d) { return d->machine; }
+
+int chanos_domain_fd(const chanos_domain *d) { return d->sock; }
+
+/* pump reads frames until deadline or the first frame (any). */
+static int pump(struct chanos_domain *d, int64_t deadline)
+{
+    struct mframe f;
+    int rc = mon_recv(d, deadline, &f);
+
+    if (rc != 0)
+        return rc;
+    rc = dispatch(d, &f, 0);
+    return rc < 0 ? rc : 0;
+}
+
+int chanos_domain_poll(chanos_domain *d, int timeout_ms)
+{
+    int64_t deadline = deadline_of(timeout_ms);
+    int rc = enter(d);
+
+    if (rc != 0)
+        return rc;
+    do {
+        rc = pump(d, deadline);
+        /* after the first frame, take only what is there already */
+        deadline = now_ms();
+    } while (rc == 0);
+    leave(d);
+    return rc == CHANOS_ERR_TIMEDOUT ? 0 : rc;
+}
+
+int chanos_export(chanos_domain *d, const char *name, const char *iface,
+                  uint32_t max_frame, chanos_listener **out)
+{
+    struct monitor_export_call call;
+    struct monitor_export_reply reply;
+    struct chanos_listener *l;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct mframe f;
+    int rc;
+
+    *out = NULL;
+    if (name == NULL || iface == NULL)
+        return -EINVAL;
+    call.name = chanos_cstr(name);
+    call.iface = chanos_cstr(iface);
+    call.max_frame = max_frame;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_export_call_encode(&call, &b);
+    if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
+        return CHANOS_ERR_INVALID;
+    if (rc != 0)
+        return rc;
+    l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return -ENOMEM;
+    l->name = strdup(name);
+    if (l->name == NULL) {
+        free(l);
+        return -ENOMEM;
+    }
+    rc = enter(d);
+    if (rc != 0)
+        goto fail;
+    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, DEFAULT_HELLO_TIMEOUT_MS,
+                  DEFAULT_HELLO_TIMEOUT_MS, &f);
+    if (rc == 0) {
+        rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds,
+                                         f.nfds);
+        close_fds(f.fds, f.nfds);
+        if (rc != 0)
+            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    }
+    if (rc == 0) {
+        l->d = d;
+        l->ref = reply.ref;
+        l->max_frame = max_frame;
+        l->next = d->listeners;
+        d->listeners = l;
+    }
+    leave(d);
+    if (rc != 0)
+        goto fail;
+    *out = l;
+    return 0;
+fail:
+    free(l->name);
+    free(l);
+    return rc;
+}
+
+const char *chanos_listener_name(const chanos_listener *l) { return l->name; }
+
+/* take_incoming opens the first queued connection for l, if any: 1 and
+ * *out on success, 0 if none is queued, or an error. A connection that
+ * fails to open is dropped (the client sees it close) and the next is
+ * tried. */
+static int take_incoming(struct chanos_listener *l, chanos_conn **out)
+{
+    struct chanos_domain *d = l->d;
+
+    for (size_t i = 0; i < d->nin;) {
+        struct pending_in p = d->in[i];
+        struct chanos_ump_options uo = { 0 };
+        struct chanos_ump_files files;
+        chanos_ump *u;
+        int rc;
+
+        if (p.export_id != l->ref.export_id) {
+            i++;
+            continue;
+        }
+        memmove(&d->in[i], &d->in[i + 1], (d->nin - i - 1) * sizeof d->in[0]);
+        d->nin--;
+        if (memcmp(p.token, l->ref.token, sizeof p.token) != 0) {
+            close_fds(p.fds, 6);
+            continue;
+        }
+        files.mem = p.fds[0];
+        memcpy(files.ev, &p.fds[1], sizeof files.ev);
+        uo.max_msg = l->max_frame;
+        rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[5], &uo, &u);
+        if (rc != 0)
+            continue;
+        rc = chanos_conn_new(u, out);
+        if (rc != 0)
+            return rc;
+        return 1;
+    }
+    return 0;
+}
+
+int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out)
+{
+    struct chanos_domain *d = l->d;
+    int64_t deadline = deadline_of(timeout_ms);
+    int rc;
+
+    *out = NULL;
+    rc = enter(d);
+    if (rc != 0)
+        return rc;
+    for (;;) {
+        rc = take_incoming(l, out);
+        if (rc != 0)
+            break;
+        rc = pump(d, deadline);
+        if (rc != 0)
+            break;
+    }
+    leave(d);
+    return rc == 1 ? 0 : rc;
+}
+
+int chanos_listener_close(chanos_listener *l)
+{
+    struct chanos_domain *d;
+    struct monitor_withdraw_call call;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct mframe f;
+    int rc;
+
+    if (l == NULL)
+        return 0;
+    d = l->d;
+    rc = enter(d);
+    if (rc != 0)
+        return rc;
+    call.name = chanos_cstr(l->name);
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_withdraw_call_encode(&call, &b);
+    if (rc == 0 && d->err == 0) {
+        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, DEFAULT_HELLO_TIMEOUT_MS,
+                      DEFAULT_HELLO_TIMEOUT_MS, &f);
+        if (rc == 0)
+            close_fds(f.fds, f.nfds);
+    }
+    if (rc == CHANOS_ERR_MONITOR_LOST)
+        rc = 0; /* the monitor withdrew it with the session */
+    free_listener(l);
+    leave(d);
+    return rc;
+}
+
+int chanos_connect(chanos_domain *d, const char *name, const char *iface,
+                   uint32_t max_frame, int timeout_ms, chanos_conn **out)
+{
+    struct monitor_bind_call call;
+    struct monitor_bind_reply reply;
+    struct chanos_ump_options uo = { 0 };
+    struct chanos_ump_files files;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct mframe f;
+    chanos_ump *u;
+    int rc;
+
+    *out = NULL;
+    if (name == NULL || iface == NULL)
+        return -EINVAL;
+    call.name = chanos_cstr(name);
+    call.iface = chanos_cstr(iface);
+    call.wait = true;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_bind_call_encode(&call, &b);
+    if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
+        return CHANOS_ERR_INVALID;
+    if (rc != 0)
+        return rc;
+    rc = enter(d);
+    if (rc != 0)
+        return rc;
+    /* the monitor answers not_found at the deadline; wait a little longer
+     * for that answer before cancelling the bind ourselves */
+    rc = mon_call(d, &b, MONITOR_MSG_BIND, timeout_ms,
+                  timeout_ms < 0 ? -1 : timeout_ms + BIND_GRACE_MS, &f);
+    if (rc == 0) {
+        rc = monitor_bind_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
+        if (rc != 0) {
+            close_fds(f.fds, f.nfds);
+            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
+        } else {
+            for (uint32_t i = reply.nfds; i < f.nfds; i++)
+                close(f.fds[i]);
+        }
+    }
+    leave(d);
+    if (rc == CHANOS_ERR_TIMEDOUT)
+        return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
+    if (rc != 0)
+        return rc;
+    if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != 6) {
+        /* via local: the export is this domain's own; a C domain would
+         * have to pair the two ends in-process, which is not supported */
+        close_fds(reply.fds, reply.nfds);
+        return CHANOS_ERR_MISMATCH;
+    }
+    if (max_frame != 0 && reply.max_frame > max_frame) {
+        close_fds(reply.fds, reply.nfds);
+        return CHANOS_ERR_MISMATCH;
+    }
+    files.mem = reply.fds[0];
+    memcpy(files.ev, &reply.fds[1], sizeof files.ev);
+    uo.max_msg = max_frame;
+    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[5], &uo, &u);
+    if (rc != 0)
+        return rc;
+    return chanos_conn_new(u, out);
+}

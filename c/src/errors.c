@@ -1,0 +1,53 @@
+/*
+ * errors.c: the descriptions of the ump and domain result codes, for
+ * chanos_strerror (src/wire.c), which covers the wire codes and -errno.
+ */
+#include <chanos.h>
+
+const char *chanos_strerror_more_(int err);
+
+const char *chanos_strerror_more_(int err)
+{
+    switch (err) {
+    case CHANOS_ERR_AGAIN:
+        return "would block: poll the connection's fd";
+    case CHANOS_ERR_TIMEDOUT:
+        return "timed out";
+    case CHANOS_ERR_CLOSED:
+        return "connection closed";
+    case CHANOS_ERR_PEER_DIED:
+        return "peer died";
+    case CHANOS_ERR_PROTOCOL:
+        return "the peer broke the ring protocol";
+    case CHANOS_ERR_TOO_LARGE:
+        return "message over the connection's maximum size";
+    case CHANOS_ERR_NO_MONITOR:
+        return "no monitor running: start one with `chanos monitor` "
+               "(or set CHANOS_DIR)";
+    case CHANOS_ERR_MONITOR_LOST:
+        return "lost the monitor: the session ended";
+    case CHANOS_ERR_INVALID:
+        return "monitor: invalid name, interface name or frame size";
+    case CHANOS_ERR_EXISTS:
+        return "monitor: name already registered";
+    case CHANOS_ERR_NOT_FOUND:
+        return "monitor: name not found";
+    case CHANOS_ERR_MISMATCH:
+        return "monitor: interface mismatch";
+    case CHANOS_ERR_LIMIT:
+        return "monitor: a limit was reached";
+    case CHANOS_ERR_DENIED:
+        return "monitor: access denied (the iref's token does not match)";
+    case CHANOS_ERR_MONITOR:
+        return "monitor: internal failure";
+    case CHANOS_ERR_UNSAFE_DIR:
+        return "the monitor directory is not private to this user "
+               "(want a directory of ours with mode 0700)";
+    case CHANOS_ERR_BUSY:
+        return "concurrent use: one thread per domain, one sender and one "
+               "receiver per connection";
+    case CHANOS_ERR_REMOTE:
+        return "the peer answered with an error reply";
+    }
+    return "unknown chanos error";
+}

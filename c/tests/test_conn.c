@@ -1,0 +1,172 @@
+/*
+ * test_conn.c: the rpc layer of libchanos domains (src/conn.c) over a ring
+ * pair opened in this process, and the errors of chanos_join that need no
+ * monitor. The monitor paths are tested end to end, with real processes,
+ * by the Go test in examples/c/interop.
+ */
+#include "ump_testutil.h"
+
+#include <errno.h>
+#include <sys/stat.h>
+
+#define MSG_ECHO 4
+
+/* call_frame encodes an rpc call of MSG_ECHO carrying v. */
+static size_t call_frame(uint8_t *buf, size_t cap, unsigned kind, uint64_t v)
+{
+    struct chanos_buf b;
+    struct chanos_enc e;
+
+    chanos_buf_init(&b, buf, cap, NULL, 0);
+    chanos_enc_begin(&e, &b, MSG_ECHO, kind);
+    chanos_enc_u64(&e, v);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    return b.len;
+}
+
+static int others;
+static chanos_conn *busy_conn;
+
+static void on_other(void *arg, const struct chanos_frame *f)
+{
+    struct chanos_frame g;
+
+    (void)arg;
+    CHECK_EQ(f->kind, CHANOS_KIND_MESSAGE);
+    /* the call holds the receive side: a second receiver is refused */
+    CHECK_EQ(chanos_conn_recv(busy_conn, 0, &g), CHANOS_ERR_BUSY);
+    others++;
+}
+
+static void test_rpc(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_status st;
+    uint8_t buf[256];
+    size_t n;
+    uint32_t id = 0;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+
+    /* asynchronous: send_call, the server sees the id and deadline */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 7);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 2000, &id), 0);
+    CHECK_EQ(id, 1);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    CHECK_EQ(f.hdr.call_id, 1);
+    CHECK_EQ(f.hdr.timeout_us, 2000000);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_REPLY, 8);
+    CHECK_EQ(chanos_conn_reply(srv, &f, buf, n, 1000), 0);
+    CHECK_EQ(chanos_conn_recv(cli, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+    CHECK_EQ(f.hdr.call_id, 1);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 8);
+
+    /* synchronous: a message and a stale reply come first */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_REPLY, 99);
+    chanos_hdr_set_call(buf, 77, 0);
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    chanos_hdr_set_call(buf, 2, 0); /* the next call's id */
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 9);
+    busy_conn = cli;
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, on_other, NULL), 0);
+    CHECK_EQ(others, 1);
+    CHECK_EQ(f.hdr.call_id, 2);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 99);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0); /* the call itself */
+    CHECK_EQ(f.hdr.call_id, 2);
+
+    /* an error reply */
+    CHECK_EQ(chanos_conn_reply_error(srv, &(struct chanos_frame){
+                                              .hdr = { .msg = MSG_ECHO,
+                                                       .call_id = 3 } },
+                                     5, "nope", 0),
+             0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 10);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL),
+             CHANOS_ERR_REMOTE);
+    CHECK_EQ(chanos_frame_status(&f, &st), 0);
+    CHECK_EQ(st.code, 5);
+    CHECK(st.detail.len == 4 && memcmp(st.detail.ptr, "nope", 4) == 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+
+    /* no answer: the call times out and is cancelled */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 11);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 50, &f, NULL, NULL),
+             CHANOS_ERR_TIMEDOUT);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    CHECK_EQ(f.hdr.call_id, 4);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CANCEL);
+    CHECK_EQ(f.hdr.call_id, 4);
+    CHECK_EQ(chanos_conn_recv(srv, 0, &f), CHANOS_ERR_AGAIN);
+
+    /* what ump cannot carry, and frames that are not frames */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+    buf[7] = 1; /* ncaps */
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_conn_send(cli, buf, 3, 0), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_conn_reply_error(srv, &f, 0, "zero", 0),
+             CHANOS_ERR_HEADER);
+
+    /* the peer closes */
+    chanos_conn_close(srv);
+    CHECK_EQ(chanos_conn_recv(cli, 1000, &f), CHANOS_ERR_CLOSED);
+    chanos_conn_close(cli);
+}
+
+static void test_join_errors(void)
+{
+    char tmpl[] = "/tmp/chanos-test-conn-XXXXXX";
+    char path[256];
+    struct chanos_join_opts o = { 0 };
+    chanos_domain *d = NULL;
+    const int codes[] = { CHANOS_ERR_NO_MONITOR, CHANOS_ERR_MONITOR_LOST,
+                          CHANOS_ERR_INVALID,    CHANOS_ERR_EXISTS,
+                          CHANOS_ERR_NOT_FOUND,  CHANOS_ERR_MISMATCH,
+                          CHANOS_ERR_LIMIT,      CHANOS_ERR_DENIED,
+                          CHANOS_ERR_MONITOR,    CHANOS_ERR_UNSAFE_DIR,
+                          CHANOS_ERR_BUSY,       CHANOS_ERR_REMOTE,
+                          CHANOS_ERR_TIMEDOUT,   CHANOS_ERR_PEER_DIED };
+
+    CHECK(mkdtemp(tmpl) != NULL);
+    /* a missing directory: no monitor */
+    snprintf(path, sizeof path, "%s/none", tmpl);
+    o.dir = path;
+    CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_NO_MONITOR);
+    CHECK(d == NULL);
+    /* a private directory without a socket: no monitor */
+    o.dir = tmpl;
+    CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_NO_MONITOR);
+    /* a directory others may enter is refused */
+    CHECK(chmod(tmpl, 0755) == 0);
+    CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_UNSAFE_DIR);
+    rmdir(tmpl);
+
+    for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+        CHECK(strcmp(chanos_strerror(codes[i]), "unknown chanos error") != 0);
+    CHECK(strcmp(chanos_strerror(-4399), "unknown chanos error") == 0);
+}
+
+int main(void)
+{
+    test_rpc();
+    test_join_errors();
+    if (failures) {
+        fprintf(stderr, "test_conn: %d failures\n", failures);
+        return 1;
+    }
+    printf("test_conn: ok\n");
+    return 0;
+}

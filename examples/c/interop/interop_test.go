@@ -1,0 +1,422 @@
+// Package cexamples tests the C pingpong examples (examples/c, one
+// directory up: Go refuses .c files beside a package without cgo) against
+// each other and against the Go examples, over a real monitor
+// (`chanos monitor --dir DIR`), with real processes and sockets; it also
+// kills C domains with -9 and installs libchanos with its pkg-config file.
+//
+// The C programs come from the C build directory named by CHANOS_C_BUILD
+// (the Makefile sets it to build/c). Without it the tests skip, unless CI
+// is set, in which case they fail.
+package cexamples
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+)
+
+// cBuild returns the C build directory, skipping (or, under CI, failing)
+// the test if the C examples are not built.
+func cBuild(t *testing.T) string {
+	t.Helper()
+	dir := os.Getenv("CHANOS_C_BUILD")
+	why := ""
+	if dir == "" {
+		why = "CHANOS_C_BUILD is not set"
+	} else if _, err := os.Stat(filepath.Join(dir, "examples", "pingpong_server")); err != nil {
+		why = fmt.Sprintf("the C examples are not built in %s (%v)", dir, err)
+	}
+	if why != "" {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("%s: run 'make c' and set CHANOS_C_BUILD=build/c", why)
+		}
+		t.Skipf("%s: run 'make c' and set CHANOS_C_BUILD=build/c", why)
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return abs
+}
+
+func cProg(t *testing.T, name string) string {
+	return filepath.Join(cBuild(t), "examples", name)
+}
+
+var (
+	goBinOnce sync.Once
+	goBinDir  string
+	goBinErr  error
+)
+
+// goBin builds bin/chanos and the Go pingpong examples once per test run
+// and returns the path of the named program.
+func goBin(t *testing.T, name string) string {
+	t.Helper()
+	goBinOnce.Do(func() {
+		goBinDir, goBinErr = os.MkdirTemp("", "cexamples-bin")
+		if goBinErr != nil {
+			return
+		}
+		for _, p := range []struct{ out, pkg string }{
+			{"chanos", "github.com/chanos/chanos/cmd/chanos"},
+			{"chanosc", "github.com/chanos/chanos/cmd/chanosc"},
+			{"pingpong-server", "github.com/chanos/chanos/examples/pingpong/server"},
+			{"pingpong-client", "github.com/chanos/chanos/examples/pingpong/client"},
+		} {
+			out, err := exec.Command("go", "build", "-o", filepath.Join(goBinDir, p.out), p.pkg).CombinedOutput()
+			if err != nil {
+				goBinErr = fmt.Errorf("go build %s: %v\n%s", p.pkg, err, out)
+				return
+			}
+		}
+	})
+	if goBinErr != nil {
+		t.Fatal(goBinErr)
+	}
+	return filepath.Join(goBinDir, name)
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if goBinDir != "" {
+		os.RemoveAll(goBinDir)
+	}
+	os.Exit(code)
+}
+
+// startMonitor runs `chanos monitor --dir DIR` in a short private directory
+// (socket paths are limited to 108 bytes) and returns DIR once the socket
+// is there.
+func startMonitor(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	cmd := exec.Command(goBin(t, "chanos"), "monitor", "--dir", dir)
+	log := &strings.Builder{}
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("monitor log:\n%s", log)
+		}
+	})
+	sock := filepath.Join(dir, "monitor.sock")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			return dir
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the monitor did not create %s", sock)
+		}
+	}
+}
+
+// start runs a program as a domain of the monitor in dir and waits until
+// it prints a line beginning with want. The process is killed at cleanup.
+func start(t *testing.T, dir, want string, prog string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil {
+			line += fmt.Sprintf(" (%v)", err)
+		}
+		lines <- line
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case line := <-lines:
+		if !strings.HasPrefix(line, want) {
+			t.Fatalf("%s printed %q, want %q...", filepath.Base(prog), line, want)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s printed nothing within 20s", filepath.Base(prog))
+	}
+	return cmd
+}
+
+// run runs a client program to its end and checks that it succeeded.
+func run(t *testing.T, dir string, prog string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %v: %v\n%s", filepath.Base(prog), args, err, out)
+	}
+	t.Logf("%s:\n%s", filepath.Base(prog), out)
+	return string(out)
+}
+
+func checkClientOutput(t *testing.T, out string) {
+	t.Helper()
+	for _, want := range []string{"ping/pong messages: 1000 ", "echo rpcs: 1000 ", "bounce: 64 KiB payload returned intact"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("client output lacks %q", want)
+		}
+	}
+}
+
+func TestCClientCServer(t *testing.T) {
+	srv, cli := cProg(t, "pingpong_server"), cProg(t, "pingpong_client")
+	dir := startMonitor(t)
+	start(t, dir, "serving", srv, "-name", "csvc")
+	checkClientOutput(t, run(t, dir, cli, "-name", "csvc", "-n", "1000"))
+	// A second client is served by the same server.
+	checkClientOutput(t, run(t, dir, cli, "-name", "csvc", "-n", "1000"))
+}
+
+func TestCClientGoServer(t *testing.T) {
+	cli := cProg(t, "pingpong_client")
+	dir := startMonitor(t)
+	// the Go server logs "serving" on stderr; wait for the name instead
+	srv := exec.Command(goBin(t, "pingpong-server"), "-name", "gosvc")
+	srv.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	srv.Stderr = os.Stderr
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	// the C client waits for the name to appear (-wait)
+	checkClientOutput(t, run(t, dir, cli, "-name", "gosvc", "-n", "1000", "-wait", "20000"))
+}
+
+func TestGoClientCServer(t *testing.T) {
+	srv := cProg(t, "pingpong_server")
+	dir := startMonitor(t)
+	start(t, dir, "serving", srv, "-name", "csvc")
+	out := run(t, dir, goBin(t, "pingpong-client"), "-name", "csvc", "-n", "1000")
+	for _, want := range []string{`connected to "csvc" over ump`, "ping/pong messages: 1000 round trips", "echo rpcs: 1000 round trips", "bounce: 64 KiB payload returned intact"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("Go client output lacks %q", want)
+		}
+	}
+}
+
+func TestCNameErrors(t *testing.T) {
+	srv, cli := cProg(t, "pingpong_server"), cProg(t, "pingpong_client")
+	dir := startMonitor(t)
+	start(t, dir, "serving", srv, "-name", "taken")
+	// A second export of the name is refused with the monitor's "exists".
+	out, err := exec.Command("env", "CHANOS_DIR="+dir, srv, "-name", "taken").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "name already registered") {
+		t.Errorf("second export: %v\n%s", err, out)
+	}
+	// A missing name: not found once the wait is over.
+	out, err = exec.Command("env", "CHANOS_DIR="+dir, cli, "-name", "missing", "-wait", "200").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "name not found") {
+		t.Errorf("connect to a missing name: %v\n%s", err, out)
+	}
+	// No monitor at all.
+	empty := t.TempDir()
+	out, err = exec.Command("env", "CHANOS_DIR="+filepath.Join(empty, "none"), cli).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "no monitor running") {
+		t.Errorf("join without a monitor: %v\n%s", err, out)
+	}
+}
+
+// within fails the test if fn does not return within d.
+func within(t *testing.T, d time.Duration, what string, fn func() error) error {
+	t.Helper()
+	errc := make(chan error, 1)
+	go func() { errc <- fn() }()
+	select {
+	case err := <-errc:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s: no result within %v", what, d)
+		return nil
+	}
+}
+
+// slowServer signals each echo call, then takes its time to answer.
+type slowServer struct {
+	pingpong.UnimplementedServer
+	called chan struct{}
+}
+
+func (s slowServer) Ping(ctx context.Context, from chanos.Sender, m *pingpong.Ping) error {
+	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
+}
+
+func (s slowServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	select {
+	case s.called <- struct{}{}:
+	default:
+	}
+	time.Sleep(200 * time.Millisecond)
+	return v, nil
+}
+
+// A C client killed with -9 in the middle of an rpc: the Go server's
+// connection ends with ErrPeerDied.
+func TestCClientKilledMidCall(t *testing.T) {
+	cli := cProg(t, "pingpong_client")
+	dir := startMonitor(t)
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "patient")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	proc := start(t, dir, "connected", cli, "-name", "patient", "-n", "1")
+	c, err := l.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := slowServer{called: make(chan struct{}, 1)}
+	served := make(chan error, 1)
+	go func() { served <- pingpong.ServeConn(ctx, c, srv) }()
+	within(t, 10*time.Second, "the C client's echo call", func() error { <-srv.called; return nil })
+	proc.Process.Signal(syscall.SIGKILL)
+	err = within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })
+	if !errors.Is(err, chanos.ErrPeerDied) {
+		t.Fatalf("ServeConn = %v, want ErrPeerDied", err)
+	}
+}
+
+// blockForever is an echo argument the C server is told never to answer.
+const blockForever = 1<<40 + 7
+
+// A C server killed with -9 while a Go client's call is pending: the call
+// fails with ErrPeerDied and the server's name disappears.
+func TestCServerKilled(t *testing.T) {
+	srvProg := cProg(t, "pingpong_server")
+	dir := startMonitor(t)
+	srv := start(t, dir, "serving", srvProg, "-name", "victim", "-no-reply-to", fmt.Sprint(uint64(blockForever)))
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := pingpong.Connect(ctx, d, "victim")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if v, err := c.Echo(ctx, 41); err != nil || v != 41 {
+		t.Fatalf("echo = %d, %v", v, err)
+	}
+	pending := make(chan error, 1)
+	go func() { _, err := c.Echo(ctx, blockForever); pending <- err }()
+	time.Sleep(20 * time.Millisecond) // let the call reach the server; not a pass condition
+	srv.Process.Signal(syscall.SIGKILL)
+	err = within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
+	if !errors.Is(err, chanos.ErrPeerDied) {
+		t.Fatalf("pending call = %v, want ErrPeerDied", err)
+	}
+	within(t, 10*time.Second, "name removal", func() error {
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			_, err := pingpong.Connect(cctx, d, "victim")
+			cancel()
+			if errors.Is(err, chanos.ErrNotFound) {
+				return nil
+			}
+		}
+	})
+}
+
+// TestInstall installs libchanos (cmake --install of the C build) and
+// chanosc into a temporary prefix, then builds an out-of-tree program with
+// nothing but the installed files and pkg-config, and runs it against the
+// C server.
+func TestInstall(t *testing.T) {
+	build := cBuild(t)
+	for _, tool := range []string{"cmake", "pkg-config", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s not found", tool)
+			}
+			t.Skipf("%s not found", tool)
+		}
+	}
+	prefix := t.TempDir()
+	sh := func(dir string, env []string, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), env...)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		}
+		return string(out)
+	}
+	sh("", nil, "cmake", "--install", build, "--prefix", prefix)
+	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(goBin(t, "chanosc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(prefix, "bin", "chanosc"), data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"include/chanos.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
+		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
+			t.Fatalf("not installed: %v", err)
+		}
+	}
+
+	// The out-of-tree project: the example client, its interface compiled
+	// by the installed chanosc, built with the flags pkg-config gives.
+	proj := t.TempDir()
+	src, err := os.ReadFile(filepath.Join("..", "pingpong_client.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "client.c"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sh(proj, nil, filepath.Join(prefix, "bin", "chanosc"), "-lang", "c", "-o", proj, filepath.Join(prefix, "share", "chanos", "interfaces", "pingpong.if"))
+	pc := []string{"PKG_CONFIG_PATH=" + filepath.Join(prefix, "lib", "pkgconfig")}
+	flags := strings.Fields(sh(proj, pc, "pkg-config", "--cflags", "--libs", "chanos"))
+	args := append([]string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-D_GNU_SOURCE", "-o", "client", "client.c", "pingpong.c", "-I."}, flags...)
+	sh(proj, nil, "cc", args...)
+
+	dir := startMonitor(t)
+	start(t, dir, "serving", cProg(t, "pingpong_server"), "-name", "installed")
+	checkClientOutput(t, run(t, dir, filepath.Join(proj, "client"), "-name", "installed", "-n", "1000"))
+}

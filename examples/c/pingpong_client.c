@@ -1,0 +1,179 @@
+/*
+ * pingpong_client: a C domain that connects to a pingpong service by name
+ * and exchanges messages and rpcs with it, as the Go
+ * examples/pingpong/client does: n pings (each answered by a pong), n echo
+ * calls, then a 64 KiB bounce.
+ *
+ *   pingpong_client [-name NAME] [-n N] [-wait MS]
+ *
+ * The monitor directory comes from $CHANOS_DIR as usual. It prints
+ * "connected" once bound, and a line per phase; it exits 0 if every answer
+ * was right.
+ */
+#include <chanos.h>
+
+#include "pingpong.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CALL_TIMEOUT_MS 10000
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static uint8_t buf[PINGPONG_BOUNCE_CALL_MAX_FRAME_SIZE];
+static uint8_t payload[PINGPONG_BOUNCE_PAYLOAD_MAX];
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "pingpong_client: %s: %s\n", what, chanos_strerror(rc));
+    return 1;
+}
+
+static int run(chanos_conn *c, uint32_t me, long n)
+{
+    struct chanos_buf b;
+    struct chanos_frame f;
+    double t0;
+    int rc;
+
+    /* messages: each ping is answered by a pong with the same numbers */
+    t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        struct pingpong_ping p = { me, (uint32_t)i };
+        struct pingpong_pong q;
+
+        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
+        if ((rc = pingpong_ping_encode(&p, &b)) != 0 ||
+            (rc = chanos_conn_send(c, b.data, b.len, CALL_TIMEOUT_MS)) != 0)
+            return fail("send ping", rc);
+        if ((rc = chanos_conn_recv(c, CALL_TIMEOUT_MS, &f)) != 0)
+            return fail("receive pong", rc);
+        if ((rc = pingpong_pong_decode(&q, f.data, f.len, NULL, 0)) != 0)
+            return fail("decode pong", rc);
+        if (q.client_id != me || q.msg_id != (uint32_t)i) {
+            fprintf(stderr, "pingpong_client: ping %ld answered by %u/%u\n",
+                    i, q.client_id, q.msg_id);
+            return 1;
+        }
+    }
+    printf("ping/pong messages: %ld round trips in %.3f s\n", n, now_s() - t0);
+
+    /* rpcs: echo returns its argument */
+    t0 = now_s();
+    for (long i = 0; i < n; i++) {
+        struct pingpong_echo_call call = { (uint64_t)i };
+        struct pingpong_echo_reply r;
+
+        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
+        if ((rc = pingpong_echo_call_encode(&call, &b)) != 0)
+            return fail("encode echo", rc);
+        rc = chanos_conn_call(c, b.data, b.len, CALL_TIMEOUT_MS, &f, NULL,
+                              NULL);
+        if (rc == CHANOS_ERR_REMOTE) {
+            struct chanos_status st;
+
+            if (chanos_frame_status(&f, &st) == 0)
+                fprintf(stderr, "pingpong_client: echo: error %" PRIu64
+                                ": %.*s\n",
+                        st.code, (int)st.detail.len, st.detail.ptr);
+            return 1;
+        }
+        if (rc != 0)
+            return fail("echo", rc);
+        if ((rc = pingpong_echo_reply_decode(&r, f.data, f.len, NULL, 0)) != 0)
+            return fail("decode echo reply", rc);
+        if (r.result != (uint64_t)i) {
+            fprintf(stderr, "pingpong_client: echo %ld returned %" PRIu64 "\n",
+                    i, r.result);
+            return 1;
+        }
+    }
+    printf("echo rpcs: %ld calls in %.3f s\n", n, now_s() - t0);
+
+    /* bounce: a 64 KiB payload comes back intact */
+    {
+        struct pingpong_bounce_call call;
+        struct pingpong_bounce_reply r;
+
+        for (size_t i = 0; i < sizeof payload; i++)
+            payload[i] = (uint8_t)i;
+        call.payload.ptr = payload;
+        call.payload.len = sizeof payload;
+        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
+        if ((rc = pingpong_bounce_call_encode(&call, &b)) != 0)
+            return fail("encode bounce", rc);
+        rc = chanos_conn_call(c, b.data, b.len, CALL_TIMEOUT_MS, &f, NULL,
+                              NULL);
+        if (rc != 0)
+            return fail("bounce", rc);
+        if ((rc = pingpong_bounce_reply_decode(&r, f.data, f.len, NULL, 0)) !=
+            0)
+            return fail("decode bounce reply", rc);
+        if (r.reply.len != sizeof payload ||
+            memcmp(r.reply.ptr, payload, sizeof payload) != 0) {
+            fprintf(stderr, "pingpong_client: bounce returned a different "
+                            "payload\n");
+            return 1;
+        }
+        printf("bounce: 64 KiB payload returned intact\n");
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *name = "pingsvc";
+    long n = 1000;
+    int wait_ms = 10000;
+    struct chanos_join_opts jo = { 0 };
+    chanos_domain *d;
+    chanos_conn *c;
+    int rc;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-name") == 0 && i + 1 < argc) {
+            name = argv[++i];
+        } else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc) {
+            n = strtol(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "-wait") == 0 && i + 1 < argc) {
+            wait_ms = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [-name NAME] [-n N] [-wait MS]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (n < 1) {
+        fprintf(stderr, "pingpong_client: -n must be at least 1\n");
+        return 2;
+    }
+    jo.program = "pingpong_client (C)";
+    rc = chanos_join(&d, &jo);
+    if (rc != 0)
+        return fail("join", rc);
+    rc = chanos_connect(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, wait_ms,
+                        &c);
+    if (rc != 0) {
+        fprintf(stderr, "pingpong_client: connect %s: %s\n", name,
+                chanos_strerror(rc));
+        chanos_domain_close(d);
+        return 1;
+    }
+    printf("connected to %s (domain %" PRIu64 ")\n", name,
+           chanos_domain_id(d));
+    fflush(stdout);
+    rc = run(c, (uint32_t)chanos_domain_id(d), n);
+    chanos_conn_close(c);
+    chanos_domain_close(d);
+    return rc;
+}
