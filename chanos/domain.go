@@ -268,11 +268,7 @@ func (d *Domain) readLoop() {
 func closeCaps(caps []wire.Cap) { wire.CloseCaps(caps) }
 
 func (d *Domain) handle(frame []byte, caps []wire.Cap) error {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return err
-	}
-	k, err := h.Kind()
+	h, k, err := wire.ParseFrame(frame)
 	if err != nil {
 		return err
 	}

@@ -63,16 +63,12 @@ func (l *umpLink) receive(ctx context.Context) (Incoming, error) {
 	if err != nil {
 		return Incoming{}, umpErr(err)
 	}
-	h, err := wire.ParseHeader(frame)
+	h, k, err := wire.ParseFrame(frame)
 	if err == nil {
-		var k wire.Kind
-		if k, err = h.Kind(); err == nil {
-			if h.NCaps != 0 {
-				err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", h.NCaps)
-			} else {
-				return Incoming{Kind: k, Header: h, Frame: frame}, nil
-			}
+		if h.NCaps == 0 {
+			return Incoming{Kind: k, Header: h, Frame: frame}, nil
 		}
+		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", h.NCaps)
 	}
 	// A malformed frame ends the connection: close it so the peer learns.
 	l.u.Close()
@@ -160,11 +156,7 @@ func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
 }
 
 func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return err
-	}
-	k, err := h.Kind()
+	h, k, err := wire.ParseFrame(frame)
 	if err != nil {
 		return err
 	}

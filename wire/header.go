@@ -206,3 +206,14 @@ func Timeout(us uint32) (d time.Duration, ok bool) {
 	}
 	return time.Duration(us) * time.Microsecond, true
 }
+
+// ParseFrame parses frame's header and returns it with the frame's kind:
+// ParseHeader followed by Header.Kind, the check every receiver makes first.
+func ParseFrame(frame []byte) (Header, Kind, error) {
+	h, err := ParseHeader(frame)
+	if err != nil {
+		return h, 0, err
+	}
+	k, err := h.Kind()
+	return h, k, err
+}
