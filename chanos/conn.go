@@ -105,7 +105,8 @@ type Conn struct {
 	sendMu sync.Mutex
 	sbuf   wire.Buffer
 
-	nextID atomic.Uint32
+	nextID  atomic.Uint32
+	wrapped atomic.Bool // nextID has wrapped around: any id may be outstanding
 
 	mu       sync.Mutex
 	reading  bool          // a goroutine is reading the link
@@ -298,6 +299,7 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	}
 	id := c.nextID.Add(1)
 	if id == 0 { // 0 is reserved for plain messages
+		c.wrapped.Store(true)
 		id = c.nextID.Add(1)
 	}
 	p := pendingPool.Get().(*pendingCall)
@@ -471,6 +473,11 @@ func (c *Conn) linkEnded(ctx context.Context, err error) error {
 func (c *Conn) route(in *Incoming, keep bool) error {
 	switch in.Kind {
 	case wire.KindReply, wire.KindErrorReply:
+		// Call ids are issued in order from 1: until they wrap around, a
+		// reply above the last one issued answers no call ever made.
+		if id := in.Header.CallID; id == 0 || (!c.wrapped.Load() && id > c.nextID.Load()) {
+			return c.Violation(fmt.Errorf("%s to call %d, which was never made", in.Kind, id))
+		}
 		c.deliver(in)
 		return nil
 	case wire.KindCancel:
@@ -683,7 +690,11 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	if cfg.concurrent > 0 {
 		sem = make(chan struct{}, cfg.concurrent)
 	}
+	// Calls in progress end when serving does, also when the connection
+	// ends (the peer closes or dies) rather than ctx: Serve waits for them.
+	ctx, stop := context.WithCancel(ctx)
 	defer wg.Wait()
+	defer stop()
 	for {
 		err := c.ReceiveFunc(ctx, func(in *Incoming) error {
 			if in.Kind != wire.KindCall {

@@ -82,6 +82,11 @@ const (
 	// nsMaxWaits caps the wait_for calls in progress on a connection; one
 	// more is answered with NSLimit.
 	nsMaxWaits = 64
+	// nsMaxCalls caps the rpc calls in progress on a connection
+	// (chanos.Concurrent): wait_for calls hold at most nsMaxWaits of them,
+	// so the other calls always have room and are never held up by waits.
+	// With all of them taken, the connection is not read until one ends.
+	nsMaxCalls = nsMaxWaits + 16
 	// nsMaxWatches caps the watches of a connection; one more is a
 	// protocol violation that ends the connection, as a message has no
 	// reply to carry an error.
@@ -91,246 +96,185 @@ const (
 	nsListPage = nameservice.MaxListNamesLen / (names.MaxNameLen + 1)
 )
 
-// nsError is a nameservice failure sent as an error reply, for the rpcs
-// without an errval out argument.
-type nsError struct {
-	code   wire.Errval
-	detail string
-}
-
-func (e *nsError) Error() string { return e.detail }
-
 // nsConn is one nameservice connection, served by the monitor over the
-// creator's side of a ring pair. The serve loop handles frames in order;
-// wait_for calls run in goroutines of their own, and each watch has a
-// goroutine that forwards its events.
+// creator's side of a ring pair with nameservice.ServeConn: rpc calls run
+// concurrently (chanos.Concurrent), messages in order, and each watch has
+// a goroutine that forwards its events. It implements nameservice.Server
+// for its client: what it sets and removes, it does as the binding domain.
 type nsConn struct {
 	m      *Monitor
-	u      *ump.Conn
+	conn   *chanos.Conn
 	id     uint64 // connection id
 	client uint64 // the binding domain, owner of what it sets
 	log    *slog.Logger
-	srv    *nsServer
+	store  names.Store
 
-	ctx     context.Context
-	cancel  context.CancelFunc
 	endOnce sync.Once
 	reason  error
 
 	mu      sync.Mutex
-	pending map[uint32]*pendingCall
-	watches int
-	wg      sync.WaitGroup // wait_for calls and watches
+	waits   int            // wait_for calls in progress
+	watches int            // watches started
+	wg      sync.WaitGroup // watches
 }
+
+var _ nameservice.Server = (*nsConn)(nil)
 
 func newNSConn(m *Monitor, u *ump.Conn, id, client uint64, log *slog.Logger) *nsConn {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := &nsConn{
-		m:       m,
-		u:       u,
-		id:      id,
-		client:  client,
-		log:     log.With("conn", id, "service", NameserviceName),
-		ctx:     ctx,
-		cancel:  cancel,
-		pending: map[uint32]*pendingCall{},
+	return &nsConn{
+		m:      m,
+		conn:   chanos.NewConn(u, nameservice.Interface),
+		id:     id,
+		client: client,
+		log:    log.With("conn", id, "service", NameserviceName),
+		store:  m.store,
 	}
-	c.srv = &nsServer{c: c, store: m.store, owner: names.Owner(client)}
-	return c
 }
 
-// end ends the connection for reason; the serve loop then cleans up.
+// end ends the connection for reason (the first reason is the one
+// logged); the serve goroutine then cleans up.
 func (c *nsConn) end(reason error) {
-	c.endOnce.Do(func() {
-		c.reason = reason
-		c.cancel()
-		c.u.Close()
-	})
+	c.endOnce.Do(func() { c.reason = reason })
+	c.conn.Close()
 }
 
 // serve runs the connection until it ends.
 func (c *nsConn) serve() {
 	defer c.m.wg.Done()
-	c.end(c.loop())
+	// The connection's context ends with Close and with a protocol
+	// violation; the calls in progress and the watches end with it.
+	err := nameservice.ServeConn(c.conn.Context(), nameservice.NewConn(c.conn), c, chanos.Concurrent(nsMaxCalls))
+	if cerr := c.conn.Err(); cerr != nil {
+		err = cerr // why the connection ended, rather than how Serve saw it
+	}
+	c.end(err)
 	c.wg.Wait()
 	c.m.mu.Lock()
 	delete(c.m.nsConns, c.id)
 	delete(c.m.conns, c.id)
 	c.m.mu.Unlock()
 	switch {
-	case errors.Is(c.reason, ump.ErrClosed), errors.Is(c.reason, ump.ErrPeerDied), errors.Is(c.reason, errShutdown), errors.Is(c.reason, errClientLeft):
+	case errors.Is(c.reason, chanos.ErrClosed), errors.Is(c.reason, chanos.ErrPeerDied), errors.Is(c.reason, errShutdown), errors.Is(c.reason, errClientLeft):
 		c.log.Debug("nameservice connection ended", "reason", c.reason)
 	default:
 		c.log.Warn("nameservice connection dropped", "err", c.reason)
 	}
 }
 
-func (c *nsConn) loop() error {
-	for {
-		frame, err := c.u.Receive(c.ctx)
-		if err != nil {
-			if c.ctx.Err() != nil && c.reason != nil {
-				return c.reason
-			}
-			return err
-		}
-		if err := c.handle(frame); err != nil {
-			return err
-		}
-	}
+// nsErr is a failure of an rpc without an errval out argument, sent as an
+// error reply with a nameservice code.
+func nsErr(rpc string, code wire.Errval, format string, args ...any) error {
+	return &chanos.RemoteError{Msg: rpc, Code: code, Detail: cleanDetail(fmt.Sprintf(format, args...))}
 }
 
-// Send implements chanos.Sender for the nameservice's messages (changed).
-func (c *nsConn) Send(ctx context.Context, m wire.Message) error {
-	var buf wire.Buffer
-	if err := m.Encode(&buf); err != nil {
-		return err
+// Set implements nameservice.Server.
+func (c *nsConn) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errval, error) {
+	if names.ValidName(name) != nil {
+		return NSInvalidName, nil
 	}
-	return c.u.Send(ctx, buf.B)
+	if ref.IsZero() {
+		return NSInvalidRef, nil
+	}
+	return nsCode(c.store.Set(ctx, name, ref, names.Owner(c.client))), nil
 }
 
-// handle handles one frame from the client.
-func (c *nsConn) handle(frame []byte) error {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return fmt.Errorf("%w: bad frame: %v", errProtocol, err)
+// Get implements nameservice.Server.
+func (c *nsConn) Get(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
+	if names.ValidName(name) != nil {
+		return wire.Iref{}, NSInvalidName, nil
 	}
-	k, err := h.Kind()
-	if err != nil {
-		return fmt.Errorf("%w: bad frame: %v", errProtocol, err)
-	}
-	switch k {
-	case wire.KindCancel:
-		if _, err := wire.ParseCancel(frame); err != nil {
-			return fmt.Errorf("%w: bad cancel: %v", errProtocol, err)
-		}
-		c.mu.Lock()
-		if p := c.pending[h.CallID]; p != nil {
-			p.cancelled = true
-			p.cancel()
-		}
-		c.mu.Unlock()
-		return nil
-	case wire.KindCall, wire.KindMessage:
-	default:
-		return protocolErr("a client of the nameservice sends calls, cancels and watch messages, not a %s", k)
-	}
-	// Descriptors do not travel on a ring: ncaps must be 0.
-	msg, err := nameservice.Decode(frame, nil)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errProtocol, err)
-	}
-	if k == wire.KindMessage {
-		_, err := nameservice.Dispatch(c.ctx, c.srv, c, msg)
-		return err
-	}
-	if _, ok := msg.(*nameservice.WaitForCall); ok {
-		return c.startWait(h, msg)
-	}
-	ctx, cancel := callContext(c.ctx, h)
-	defer cancel()
-	r, err := nameservice.Dispatch(ctx, c.srv, c, msg)
-	return c.reply(h, r, err)
+	ref, err := c.store.Get(ctx, name)
+	return ref, nsCode(err), nil
 }
 
-// callContext returns the context of a call: ending with parent and at
-// the call's deadline, if it has one.
-func callContext(parent context.Context, h wire.Header) (context.Context, context.CancelFunc) {
-	if d, ok := wire.Timeout(h.TimeoutUS); ok {
-		return context.WithTimeout(parent, d)
-	}
-	return context.WithCancel(parent)
-}
-
-// startWait runs a wait_for call in a goroutine of its own.
-func (c *nsConn) startWait(h wire.Header, msg nameservice.Msg) error {
+// WaitFor implements nameservice.Server. ctx ends at the call's deadline,
+// when the caller cancels (then chanos sends no reply) and when the
+// connection ends.
+func (c *nsConn) WaitFor(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
 	c.mu.Lock()
-	if _, dup := c.pending[h.CallID]; dup {
+	if c.waits >= nsMaxWaits {
 		c.mu.Unlock()
-		return protocolErr("call id %d reused while its wait_for is in progress", h.CallID)
+		return wire.Iref{}, NSLimit, nil
 	}
-	if len(c.pending) >= nsMaxWaits {
-		c.mu.Unlock()
-		return c.reply(h, &nameservice.WaitForReply{Err: NSLimit}, nil)
-	}
-	ctx, cancel := callContext(c.ctx, h)
-	p := &pendingCall{cancel: cancel}
-	c.pending[h.CallID] = p
-	c.wg.Add(1)
+	c.waits++
 	c.mu.Unlock()
-	go func() {
-		defer c.wg.Done()
-		defer cancel()
-		r, err := nameservice.Dispatch(ctx, c.srv, c, msg)
+	defer func() {
 		c.mu.Lock()
-		delete(c.pending, h.CallID)
-		cancelled := p.cancelled
+		c.waits--
 		c.mu.Unlock()
-		if cancelled || errors.Is(err, errCancelled) {
-			return
-		}
-		if err := c.reply(h, r, err); err != nil {
-			c.end(err)
-		}
 	}()
-	return nil
+	if names.ValidName(name) != nil {
+		return wire.Iref{}, NSInvalidName, nil
+	}
+	ref, err := c.store.WaitFor(ctx, name)
+	return ref, nsCode(err), nil
 }
 
-// reply sends the reply to call h: r, or an error reply for err. An error
-// it returns ends the connection.
-func (c *nsConn) reply(h wire.Header, r wire.Message, err error) error {
-	var ne *nsError
-	if err != nil && !errors.As(err, &ne) {
-		if errors.Is(err, errProtocol) || errors.Is(err, chanos.ErrProtocol) {
-			return err
-		}
-		ne = &nsError{code: NSUnavailable, detail: err.Error()}
+// GetCount implements nameservice.Server.
+func (c *nsConn) GetCount(ctx context.Context, class string) (uint64, error) {
+	n, err := c.store.Count(ctx, class)
+	if err != nil {
+		return 0, nsErr("nameservice.get_count", nsCode(err), "get_count %q: %v", class, err)
 	}
-	var buf wire.Buffer
-	if ne == nil {
-		if eerr := r.Encode(&buf); eerr != nil {
-			buf = wire.Buffer{}
-			ne = &nsError{code: NSUnavailable, detail: "encode the reply: " + eerr.Error()}
-		}
-	}
-	if ne != nil {
-		if eerr := wire.AppendErrorReply(&buf, h.Msg, wire.Status{Code: ne.code, Detail: cleanDetail(ne.detail)}); eerr != nil {
-			return fmt.Errorf("encode an error reply: %w", eerr)
-		}
-	}
-	wire.SetCallID(buf.B, h.CallID)
-	if err := c.u.Send(c.ctx, buf.B); err != nil {
-		return fmt.Errorf("send a reply: %w", err)
-	}
-	return nil
+	return n, nil
 }
 
-// startWatch registers a watch of prefix and forwards its events as
-// changed messages until the connection ends.
-func (c *nsConn) startWatch(prefix string) error {
+// Remove implements nameservice.Server.
+func (c *nsConn) Remove(ctx context.Context, name string) (wire.Errval, error) {
+	if names.ValidName(name) != nil {
+		return NSInvalidName, nil
+	}
+	return nsCode(c.store.Remove(ctx, name, names.Owner(c.client))), nil
+}
+
+// List implements nameservice.Server.
+func (c *nsConn) List(ctx context.Context, prefix, after string) ([]byte, bool, error) {
+	list, more, err := c.store.List(ctx, prefix, after, nsListPage)
+	if err != nil {
+		return nil, false, nsErr("nameservice.list", nsCode(err), "list %q: %v", prefix, err)
+	}
+	out := []byte(strings.Join(list, "\n"))
+	if len(out) > nameservice.MaxListNamesLen {
+		// Only a store with names longer than names.MaxNameLen gets here.
+		i := bytes.LastIndexByte(out[:nameservice.MaxListNamesLen+1], '\n')
+		if i <= 0 {
+			return nil, false, nsErr("nameservice.list", NSUnavailable, "list: a name longer than a page")
+		}
+		out, more = out[:i], true
+	}
+	return out, more, nil
+}
+
+// Watch implements nameservice.Server: it registers a watch of m.Prefix
+// and forwards its events to from as changed messages until the
+// connection ends. Messages are handled in order, before the frames after
+// them are read, so the watch is in place for every later call.
+func (c *nsConn) Watch(ctx context.Context, from chanos.Sender, m *nameservice.Watch) error {
 	c.mu.Lock()
 	if c.watches >= nsMaxWatches {
 		c.mu.Unlock()
-		return protocolErr("more than %d watches on one nameservice connection", nsMaxWatches)
+		return c.conn.Violation(fmt.Errorf("more than %d watches on one nameservice connection", nsMaxWatches))
 	}
 	c.watches++
 	c.mu.Unlock()
-	w, err := c.srv.store.Watch(c.ctx, prefix)
+	prefix := m.Prefix
+	w, err := c.store.Watch(ctx, prefix)
 	if err != nil {
-		return fmt.Errorf("watch %q: %w", prefix, err)
+		// A message has no reply to carry the failure: end the connection.
+		c.end(fmt.Errorf("watch %q: %w", prefix, err))
+		return nil
 	}
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		for ev := range w.C {
-			m := &nameservice.Changed{Name: ev.Name, Ref: ev.Ref, Removed: ev.Removed}
-			if err := c.Send(c.ctx, m); err != nil {
+			if err := from.Send(ctx, &nameservice.Changed{Name: ev.Name, Ref: ev.Ref, Removed: ev.Removed}); err != nil {
 				w.Stop()
 				c.end(fmt.Errorf("watch %q: send changed: %w", prefix, err))
 				return
 			}
 		}
-		// A watch ends with the connection (the store stops it when c.ctx
+		// A watch ends with the connection (the store stops it when ctx
 		// ends), or when the client falls behind: then the client has
 		// missed changes, and ending the connection is how it learns.
 		if err := w.Err(); err != nil {
@@ -340,91 +284,8 @@ func (c *nsConn) startWatch(prefix string) error {
 	return nil
 }
 
-// nsServer implements the nameservice over a names.Store for one
-// connection: what it sets and removes, it does as the binding domain.
-type nsServer struct {
-	c     *nsConn
-	store names.Store
-	owner names.Owner
-}
-
-var _ nameservice.Server = (*nsServer)(nil)
-
-// Set implements nameservice.Server.
-func (s *nsServer) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errval, error) {
-	if names.ValidName(name) != nil {
-		return NSInvalidName, nil
-	}
-	if ref.IsZero() {
-		return NSInvalidRef, nil
-	}
-	return nsCode(s.store.Set(ctx, name, ref, s.owner)), nil
-}
-
-// Get implements nameservice.Server.
-func (s *nsServer) Get(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
-	if names.ValidName(name) != nil {
-		return wire.Iref{}, NSInvalidName, nil
-	}
-	ref, err := s.store.Get(ctx, name)
-	return ref, nsCode(err), nil
-}
-
-// WaitFor implements nameservice.Server. A call cancelled by its caller,
-// or by the end of the connection, gets no reply.
-func (s *nsServer) WaitFor(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
-	if names.ValidName(name) != nil {
-		return wire.Iref{}, NSInvalidName, nil
-	}
-	ref, err := s.store.WaitFor(ctx, name)
-	if errors.Is(err, context.Canceled) {
-		return wire.Iref{}, 0, errCancelled
-	}
-	return ref, nsCode(err), nil
-}
-
-// GetCount implements nameservice.Server.
-func (s *nsServer) GetCount(ctx context.Context, class string) (uint64, error) {
-	n, err := s.store.Count(ctx, class)
-	if err != nil {
-		return 0, &nsError{code: nsCode(err), detail: fmt.Sprintf("get_count %q: %v", class, err)}
-	}
-	return n, nil
-}
-
-// Remove implements nameservice.Server.
-func (s *nsServer) Remove(ctx context.Context, name string) (wire.Errval, error) {
-	if names.ValidName(name) != nil {
-		return NSInvalidName, nil
-	}
-	return nsCode(s.store.Remove(ctx, name, s.owner)), nil
-}
-
-// List implements nameservice.Server.
-func (s *nsServer) List(ctx context.Context, prefix, after string) ([]byte, bool, error) {
-	list, more, err := s.store.List(ctx, prefix, after, nsListPage)
-	if err != nil {
-		return nil, false, &nsError{code: nsCode(err), detail: fmt.Sprintf("list %q: %v", prefix, err)}
-	}
-	out := []byte(strings.Join(list, "\n"))
-	if len(out) > nameservice.MaxListNamesLen {
-		// Only a store with names longer than names.MaxNameLen gets here.
-		i := bytes.LastIndexByte(out[:nameservice.MaxListNamesLen+1], '\n')
-		if i <= 0 {
-			return nil, false, &nsError{code: NSUnavailable, detail: "list: a name longer than a page"}
-		}
-		out, more = out[:i], true
-	}
-	return out, more, nil
-}
-
-// Watch implements nameservice.Server.
-func (s *nsServer) Watch(ctx context.Context, from chanos.Sender, m *nameservice.Watch) error {
-	return s.c.startWatch(m.Prefix)
-}
-
 // Changed implements nameservice.Server: the nameservice sends changed,
 // it does not receive it.
-func (s *nsServer) Changed(ctx context.Context, from chanos.Sender, m *nameservice.Changed) error {
-	return protocolErr("changed is sent by the nameservice, not to it")
+func (c *nsConn) Changed(ctx context.Context, from chanos.Sender, m *nameservice.Changed) error {
+	return c.conn.Violation(errors.New("changed is sent by the nameservice, not to it"))
 }

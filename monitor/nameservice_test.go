@@ -214,7 +214,7 @@ func TestNameservice(t *testing.T) {
 	tm.checkNoLeaks(t, base)
 }
 
-// nsPending returns the calls in progress on the nameservice
+// nsPending returns the wait_for calls in progress on the nameservice
 // connections of domain.
 func nsPending(m *Monitor, domain uint64) int {
 	m.mu.Lock()
@@ -223,7 +223,7 @@ func nsPending(m *Monitor, domain uint64) int {
 	for _, c := range m.nsConns {
 		if c.client == domain {
 			c.mu.Lock()
-			n += len(c.pending)
+			n += c.waits
 			c.mu.Unlock()
 		}
 	}
@@ -253,10 +253,9 @@ func TestNameserviceGarbage(t *testing.T) {
 			frame []byte
 			want  string
 		}{
-			{"random", randomBytes(500), "bad frame"},
+			{"random", randomBytes(500), "protocol violation"},
 			{"short", []byte{1, 2, 3}, "shorter than the 16-byte header"},
 			{"ncaps", func() []byte { f := setCall("x"); f[7] = 1; return f }(), "capabilities"},
-			{"reply", encode(t, &nameservice.SetReply{}, 1), "not a reply"},
 			{"changed", encode(t, &nameservice.Changed{Name: "x"}, 0), "changed is sent by the nameservice"},
 			{"unknown", func() []byte { f := setCall("x"); f[4] = 77; return f }(), "names no message"},
 		} {
@@ -277,6 +276,40 @@ func TestNameserviceGarbage(t *testing.T) {
 					t.Fatalf("after %s: %v; want the monitor to close", c.name, err)
 				}
 				tm.logs.waitLog(t, "nameservice connection dropped", c.want)
+				if _, code, err := good.Get(ctx, NameserviceName); err != nil || code != NSOK {
+					t.Fatalf("the good connection: %d, %v", code, err)
+				}
+			})
+		}
+		// A reply or error reply sent to the nameservice answers no call it
+		// ever made: a protocol violation, which ends that connection only.
+		for _, stray := range []string{"reply", "error reply"} {
+			t.Run(stray, func(t *testing.T) {
+				r, err := cli.Bind(ctx, NameserviceName, nameservice.InterfaceName, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				u, err := OpenUMP(ump.Attacher, r.Fds, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer u.Close()
+				frame := encode(t, &nameservice.SetReply{}, 1)
+				if stray == "error reply" {
+					var er wire.Buffer
+					if err := wire.AppendErrorReply(&er, nameservice.MsgGet, wire.Status{Code: 1}); err != nil {
+						t.Fatal(err)
+					}
+					wire.SetCallID(er.B, 7)
+					frame = er.B
+				}
+				if err := u.Send(ctx, frame); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := u.Receive(ctx); !errors.Is(err, ump.ErrClosed) {
+					t.Fatalf("after a stray %s: %v; want the monitor to close", stray, err)
+				}
+				tm.logs.waitLog(t, "nameservice connection dropped", "never made")
 				if _, code, err := good.Get(ctx, NameserviceName); err != nil || code != NSOK {
 					t.Fatalf("the good connection: %d, %v", code, err)
 				}
@@ -326,4 +359,76 @@ func TestNameserviceErrorReply(t *testing.T) {
 	if !errors.Is(NSError(NSUnavailable), names.ErrClosed) || NSError(NSOK) != nil || !errors.Is(NSError(NSNotOwner), names.ErrNotOwner) {
 		t.Fatal("NSError")
 	}
+}
+
+// At most nsMaxWaits wait_for calls wait at a time on a connection; one
+// more is answered with NSLimit at once, and other calls are still served.
+func TestNameserviceWaitLimit(t *testing.T) {
+	tm := startMonitor(t, Config{})
+	base := snapshotResources(t)
+	ctx := ctxT(t)
+	func() {
+		cli, _ := Dial(ctx, tm.dir, "client")
+		defer cli.Close()
+		ns, err := cli.Nameservice(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ns.Close()
+		wctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, nsMaxWaits)
+		for range nsMaxWaits {
+			go func() {
+				_, _, err := ns.WaitFor(wctx, "never")
+				done <- err
+			}()
+		}
+		eventually(t, "the waits to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == nsMaxWaits })
+		if _, c, err := ns.WaitFor(ctx, "never"); err != nil || c != NSLimit {
+			t.Fatalf("wait_for beyond the limit: %d, %v", c, err)
+		}
+		if _, c, err := ns.Get(ctx, NameserviceName); err != nil || c != NSOK {
+			t.Fatalf("get while the waits wait: %d, %v", c, err)
+		}
+		if c, err := ns.Set(ctx, "late", iref(1)); err != nil || c != NSOK {
+			t.Fatalf("set while the waits wait: %d, %v", c, err)
+		}
+		cancel()
+		for range nsMaxWaits {
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("cancelled wait_for: %v", err)
+			}
+		}
+		eventually(t, "the waits to end", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 0 })
+		if _, c, err := ns.WaitFor(ctx, "late"); err != nil || c != NSOK {
+			t.Fatalf("wait_for after the waits: %d, %v", c, err)
+		}
+	}()
+	tm.checkNoLeaks(t, base)
+}
+
+// A client that closes its connection while a wait_for without a deadline
+// waits ends the connection at once, though its session goes on.
+func TestNameserviceCloseDuringWait(t *testing.T) {
+	tm := startMonitor(t, Config{})
+	ctx := ctxT(t)
+	cli := tm.dial(t, "client")
+	ns, err := cli.Nameservice(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		ns.WaitFor(ctx, "never")
+	}()
+	eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 1 })
+	ns.Close()
+	<-done
+	eventually(t, "the connection to end", func() bool {
+		tm.mu.Lock()
+		defer tm.mu.Unlock()
+		return len(tm.nsConns) == 0
+	})
 }
