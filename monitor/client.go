@@ -166,11 +166,7 @@ func (c *Client) readLoop() {
 }
 
 func (c *Client) deliver(frame []byte, caps []wire.Cap) error {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return fmt.Errorf("bad frame from the monitor: %w", err)
-	}
-	k, err := h.Kind()
+	h, k, err := wire.ParseFrame(frame)
 	if err != nil {
 		return fmt.Errorf("bad frame from the monitor: %w", err)
 	}

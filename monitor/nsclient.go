@@ -139,11 +139,7 @@ func (t *umpTransport) readLoop() {
 }
 
 func (t *umpTransport) deliver(frame []byte) error {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return err
-	}
-	k, err := h.Kind()
+	h, k, err := wire.ParseFrame(frame)
 	if err != nil {
 		return err
 	}
