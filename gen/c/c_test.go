@@ -296,7 +296,7 @@ func TestCompileAndRun(t *testing.T) {
 }
 
 // compileC writes the code of ifaces to a temporary directory and compiles
-// it, with libchanos's wire.c and, if main is not "", runs main linked
+// it, with libchanos's wire.c and errors.c and, if main is not "", runs main linked
 // with it.
 func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 	cc, err := exec.LookPath("gcc")
@@ -304,7 +304,7 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 		t.Skip("gcc not found")
 	}
 	dir := t.TempDir()
-	srcs := []string{"../../c/src/wire.c"}
+	srcs := []string{"../../c/src/wire.c", "../../c/src/errors.c"}
 	for _, iface := range ifaces {
 		for _, f := range generate(t, iface) {
 			p := filepath.Join(dir, f.Name)
