@@ -25,7 +25,9 @@ type Result struct {
 	Transport string `json:"transport"`
 	Peers     string `json:"peers"`
 	Size      int    `json:"size"`
+	Clients   int    `json:"clients,omitempty"` // client processes sharing Iters (suite clients)
 	Iters     int    `json:"iters"`
+	TotalNS   int64  `json:"total_ns,omitempty"` // wall time of the whole measured run
 	// Runs is how many times the case ran; the figures are those of the
 	// median run.
 	Runs       int      `json:"runs,omitempty"`

@@ -21,7 +21,7 @@ type UMPConfig struct {
 	Quick bool
 	// Repeat runs every case this many times, round-robin over the cases
 	// so that subjects and baselines see the same machine, and reports the
-	// median run. Zero means 1 with Quick, else 3.
+	// median run. Zero means 3. The idle case runs once.
 	Repeat int
 	// Cases, if not empty, selects cases whose key (case/transport/peers/
 	// size, see Result.Key) contains one of these strings.
@@ -45,6 +45,7 @@ type umpCase struct {
 	size, iters, warmup    int
 	spinNS                 int64
 	maxMsg                 int
+	once                   bool // run in the last round only (it takes seconds)
 }
 
 func (c *umpCase) key() string {
@@ -81,7 +82,7 @@ func umpCases(quick bool) []umpCase {
 			umpCase{kase: "stream", transport: "memcpy", peers: "go", size: s.size},
 		)
 	}
-	cs = append(cs, umpCase{kase: "idle-cpu", transport: "ump", peers: "go-go", iters: 1})
+	cs = append(cs, umpCase{kase: "idle-cpu", transport: "ump", peers: "go-go", iters: 1, once: true})
 	return cs
 }
 
@@ -134,13 +135,13 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 	repeat := cfg.Repeat
 	if repeat <= 0 {
 		repeat = 3
-		if cfg.Quick {
-			repeat = 1
-		}
 	}
 	runs := make([][]Result, len(cases))
 	for round := range repeat {
 		for i, c := range cases {
+			if c.once && round < repeat-1 {
+				continue
+			}
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "ump: run %d/%d case %d/%d: %s\n", round+1, repeat, i+1, len(cases), c.key())
 			}

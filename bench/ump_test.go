@@ -46,6 +46,7 @@ func TestRunUMP(t *testing.T) {
 	var results []Result
 	err := RunUMP(ctx, UMPConfig{
 		Quick:  true,
+		Repeat: 1,
 		Scale:  0.01,
 		Cases:  cases,
 		GoPeer: []string{os.Args[0], "-test.run=^$", "--"},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 
@@ -19,6 +20,8 @@ type benchSuite struct {
 	run  func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error
 	// summary, if set, prints the suite's ratios under the table.
 	summary func(w io.Writer, results []bench.Result)
+	// table, if set, prints the results instead of the table and summary.
+	table func(w io.Writer, results []bench.Result)
 }
 
 type benchOptions struct {
@@ -37,11 +40,32 @@ var benchSuites = map[string]benchSuite{
 		summary: bench.UMPSummary,
 	},
 	"rpc": {
-		help: "rpcs through generated stubs over ump and local, beside the raw ring; local messages vs a Go channel",
+		help: "rpcs through generated stubs over ump and local, beside the raw ring; local messages vs a Go channel; the peers' rpc (gRPC, net/rpc, ...)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunRPC(ctx, bench.DomainConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+			return bench.RunRPCCompare(ctx, o.compare(), emit)
 		},
-		summary: bench.DomainSummary,
+		summary: bench.RPCCompareSummary,
+	},
+	"pingpong": {
+		help: "round trip by payload size (8 B to 64 KiB): chanos's bounce rpc over ump and local vs the peers (docs/bench-compare.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunPingpong(ctx, o.compare(), emit)
+		},
+		summary: bench.CompareSummary,
+	},
+	"stream": {
+		help: "one-way msgs/s and bytes/s by size (64 B to 1 MiB): chanos's data messages over ump and local vs the peers",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunStream(ctx, o.compare(), emit)
+		},
+		summary: bench.CompareSummary,
+	},
+	"clients": {
+		help: "seed 000's Figure 4.18: Go/C server and 1-4 Go/C client processes share 1,000,000 ping-pongs (docs/benchmarks.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunClients(ctx, bench.ClientsConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
+		},
+		summary: bench.ClientsSummary,
 	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
@@ -49,6 +73,78 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunBind(ctx, bench.DomainConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
 		},
 	},
+}
+
+// compare returns the options of the comparison suites.
+func (o benchOptions) compare() bench.CompareConfig {
+	return bench.CompareConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}
+}
+
+// allOrder is the order in which `chanos bench all` runs the suites; any
+// other registered suite runs after these, by name.
+var allOrder = []string{"pingpong", "stream", "rpc", "ump", "bind", "clients"}
+
+// The suite all runs every other suite: registered here, as its run
+// refers to benchSuites.
+func init() {
+	benchSuites["all"] = benchSuite{
+		help: "every suite, one after another, a table and ratios per suite",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			var errs []error
+			for _, name := range allSuiteNames() {
+				if o.progress != nil {
+					fmt.Fprintf(o.progress, "all: suite %s\n", name)
+				}
+				if err := benchSuites[name].run(ctx, o, emit); err != nil {
+					if ctx.Err() != nil {
+						return err
+					}
+					errs = append(errs, fmt.Errorf("suite %s: %w", name, err))
+				}
+			}
+			return errors.Join(errs...)
+		},
+		table: func(w io.Writer, results []bench.Result) {
+			for i, name := range allSuiteNames() {
+				var rs []bench.Result
+				for _, r := range results {
+					if r.Suite == name {
+						rs = append(rs, r)
+					}
+				}
+				if len(rs) == 0 {
+					continue
+				}
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
+				fmt.Fprintf(w, "== %s\n", name)
+				bench.WriteTable(w, rs)
+				if s := benchSuites[name].summary; s != nil {
+					fmt.Fprintln(w)
+					s(w, rs)
+				}
+			}
+		},
+	}
+}
+
+// allSuiteNames returns the suites that all runs, in order.
+func allSuiteNames() []string {
+	var names []string
+	for _, n := range allOrder {
+		if _, ok := benchSuites[n]; ok {
+			names = append(names, n)
+		}
+	}
+	var rest []string
+	for n := range benchSuites {
+		if n != "all" && !slices.Contains(allOrder, n) {
+			rest = append(rest, n)
+		}
+	}
+	sort.Strings(rest)
+	return append(names, rest...)
 }
 
 const benchUsage = `usage: chanos bench SUITE [flags]
@@ -62,9 +158,15 @@ baselines of the same run, not across runs.
 flags:
   --json         one JSON object per result line
   --quick        fewer iterations (seconds rather than minutes)
-  --repeat N     runs per case, interleaved (default 3, 1 with --quick)
+  --repeat N     runs per case, interleaved round-robin (default 3)
   --cases LIST   comma-separated substrings of case keys
                  (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go
+  --plot FILE    also write a chart of round trips and stream throughput,
+                 PNG or SVG by FILE's extension (needs bin/chanos-peers)
+
+The suites pingpong, stream, rpc and all run the peers (gRPC, shmipc-go,
+Unix sockets, ...) with bin/chanos-peers, found beside this executable
+(build it with make bin/chanos-peers); see docs/bench-compare.md.
 
 suites:
 `
@@ -77,12 +179,16 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == bench.RPCServerCommand {
 		return bench.RPCServer(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == bench.CompareServerCommand {
+		return bench.CompareServer(ctx, args[1:])
+	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	jsonOut := fs.Bool("json", false, "")
 	quick := fs.Bool("quick", false, "")
 	repeat := fs.Int("repeat", 0, "")
 	cases := fs.String("cases", "", "")
+	plotFile := fs.String("plot", "", "")
 	// Accept the suite before or after the flags.
 	var suiteName string
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -129,10 +235,21 @@ func runBench(ctx context.Context, args []string) error {
 		return nil
 	})
 	if !*jsonOut && len(results) > 0 {
-		bench.WriteTable(os.Stdout, results)
-		if suite.summary != nil {
-			fmt.Println()
-			suite.summary(os.Stdout, results)
+		if suite.table != nil {
+			suite.table(os.Stdout, results)
+		} else {
+			bench.WriteTable(os.Stdout, results)
+			if suite.summary != nil {
+				fmt.Println()
+				suite.summary(os.Stdout, results)
+			}
+		}
+	}
+	if *plotFile != "" && len(results) > 0 {
+		if perr := bench.Plot(ctx, "", results, *plotFile); perr != nil {
+			err = errors.Join(err, perr)
+		} else if o.progress != nil {
+			fmt.Fprintf(o.progress, "bench: wrote %s\n", *plotFile)
 		}
 	}
 	return err

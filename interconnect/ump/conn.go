@@ -94,14 +94,12 @@ type Conn struct {
 	smu    sync.Mutex
 	tx     producer
 	txWake int // the peer's data eventfd
-	txPark parker
-	txFn   func(uintptr) bool
+	txPark *parker
 
 	rmu     sync.Mutex
 	rx      consumer
 	rxWake  int // the peer's space eventfd
-	rxPark  parker
-	rxFn    func(uintptr) bool
+	rxPark  *parker
 	rxGone  bool   // a poll ran after the peer's socket was seen closed
 	rxRetry uint64 // 1 + the position polled again after seeing the close word
 
@@ -173,7 +171,7 @@ func (c *Conn) Send(ctx context.Context, msg []byte) error {
 		}
 	}
 	t.write(msg)
-	if atomic.LoadUint64(t.peerWaitp) != 0 {
+	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
 		eventfdSignal(c.txWake)
 	}
 	return nil
@@ -204,7 +202,7 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 	if c.spin > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
-			cpuRelax()
+			spinPause()
 			if err := t.refresh(); err != nil {
 				return c.fail(err)
 			}
@@ -225,7 +223,7 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 		}
 	}
 	for {
-		atomic.StoreUint64(t.waitp, 1)
+		atomic.StoreUint64(t.waitp, nextEpoch(&t.epoch))
 		if err := t.refresh(); err != nil {
 			storeRelease(t.waitp, 0)
 			return c.fail(err)
@@ -238,7 +236,7 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 			storeRelease(t.waitp, 0)
 			return err
 		}
-		err := c.txPark.wait(ctx, c.txFn)
+		err := c.txPark.wait(ctx)
 		storeRelease(t.waitp, 0)
 		if err != nil {
 			return err
@@ -320,7 +318,7 @@ func (c *Conn) rxPublish(fenced bool) {
 			storeRelease(r.headp, r.pos)
 		}
 	}
-	if atomic.LoadUint64(r.peerWaitp) != 0 {
+	if shouldSignal(atomic.LoadUint64(r.peerWaitp), &r.signaled) {
 		eventfdSignal(c.rxWake)
 	}
 }
@@ -377,7 +375,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 	if c.spin > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
-			cpuRelax()
+			spinPause()
 			if r.changed() {
 				return nil
 			}
@@ -397,13 +395,13 @@ func (c *Conn) waitData(ctx context.Context) error {
 	// Announce that we sleep, then check again: the producer reads the
 	// announcement after writing, so either it sees it and signals the
 	// eventfd, or we see its write here.
-	atomic.StoreUint64(r.waitp, 1)
+	atomic.StoreUint64(r.waitp, nextEpoch(&r.epoch))
 	c.rxPublish(false) // after the fence above: sees a sleeping producer
 	var err error
 	if !r.changed() {
 		var retry bool
 		if retry, err = c.rxEnded(ctx, done); !retry && err == nil {
-			err = c.rxPark.wait(ctx, c.rxFn)
+			err = c.rxPark.wait(ctx)
 		}
 	}
 	storeRelease(r.waitp, 0)
@@ -497,30 +495,49 @@ func (c *Conn) wakeSelf() {
 
 // parker parks a goroutine on an eventfd through the runtime's netpoller.
 type parker struct {
-	f  *os.File
-	rc syscall.RawConn
-	fd int
-	dl time.Time // the read deadline currently set on f
+	f     *os.File
+	rc    syscall.RawConn
+	fd    int
+	dl    time.Time          // the read deadline currently set on f
+	ready func(uintptr) bool // the condition waited for
+	armed bool               // the next call of once checks ready
+	once  func(uintptr) bool // p.check, bound once
 }
 
 var longAgo = time.Unix(1, 0)
 
-func newParker(fd int, name string) (parker, error) {
+func newParker(fd int, name string, ready func(uintptr) bool) (*parker, error) {
 	f := os.NewFile(uintptr(fd), name) // fd is non-blocking: f is pollable
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
-		return parker{}, err
+		return nil, err
 	}
-	return parker{f: f, rc: rc, fd: fd}, nil
+	p := &parker{f: f, rc: rc, fd: fd, ready: ready}
+	p.once = p.check
+	return p, nil
 }
 
-// wait parks the calling goroutine until the eventfd is signalled and
-// ready returns true, or the context ends. ready runs first, after the
-// netpoller's readiness was reset, so a signal sent after it looked is
-// never lost. The eventfd's counter is never read: the netpoller is edge
-// triggered and every write is a new edge.
-func (p *parker) wait(ctx context.Context, ready func(uintptr) bool) error {
+// check is the function RawConn.Read calls: before parking it tests the
+// condition; after any wake-up it ends the wait, so that the caller looks
+// at the ring and announces again with a new number before it sleeps. A
+// peer signals each announcement once: sleeping again under an
+// announcement it has already signalled could sleep forever.
+func (p *parker) check(fd uintptr) bool {
+	if !p.armed {
+		return true
+	}
+	p.armed = false
+	return p.ready(fd)
+}
+
+// wait parks the calling goroutine until the eventfd is signalled, unless
+// the condition already holds, or the context ends. The condition is
+// tested after the netpoller's readiness was reset, so a signal sent after
+// the test is never lost. The eventfd's counter is never read: the
+// netpoller is edge triggered and every write is a new edge. The caller
+// must test its condition again after wait returns.
+func (p *parker) wait(ctx context.Context) error {
 	var stop func() bool
 	var fired chan struct{}
 	if done := ctx.Done(); done != nil {
@@ -542,7 +559,8 @@ func (p *parker) wait(ctx context.Context, ready func(uintptr) bool) error {
 		}
 		p.dl = time.Time{}
 	}
-	err := p.rc.Read(ready)
+	p.armed = true
+	err := p.rc.Read(p.once)
 	if stop != nil && !stop() {
 		<-fired
 		p.dl = longAgo

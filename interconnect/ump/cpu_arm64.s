@@ -1,7 +1,7 @@
 #include "textflag.h"
 
-// func cpuRelax()
-TEXT ·cpuRelax(SB), NOSPLIT|NOFRAME, $0-0
+// func spinPause()
+TEXT ·spinPause(SB), NOSPLIT|NOFRAME, $0-0
 	YIELD
 	RET
 

@@ -22,6 +22,8 @@ type producer struct {
 	headp     *uint64 // consumer-written: its position
 	waitp     *uint64 // ours: we sleep waiting for space
 	peerWaitp *uint64 // consumer-written: it sleeps waiting for data
+	epoch     uint64  // number of our last sleep announcement
+	signaled  uint64  // the consumer's announcement we last signalled
 }
 
 // free reports whether need slots are free according to the cached head.
@@ -84,11 +86,34 @@ type consumer struct {
 	headp     *uint64 // ours: our position, for the producer's flow control
 	waitp     *uint64 // ours: we sleep waiting for data
 	peerWaitp *uint64 // producer-written: it sleeps waiting for space
+	epoch     uint64  // number of our last sleep announcement
+	signaled  uint64  // the producer's announcement we last signalled
 
 	buf    []byte // the message being reassembled / last returned
 	msgLen int    // length of the message in progress, -1 if none
 	got    int    // bytes of it copied so far
 	frag   uint32 // index of the next fragment
+}
+
+// nextEpoch returns the number of a new sleep announcement: never 0,
+// which means awake.
+func nextEpoch(e *uint64) uint64 {
+	*e++
+	if *e == 0 {
+		*e = 1
+	}
+	return *e
+}
+
+// shouldSignal reports whether the peer's wait word w asks for a signal we
+// have not sent yet: a peer that announced sleep is signalled once per
+// announcement, however many messages (or slots) follow.
+func shouldSignal(w uint64, signaled *uint64) bool {
+	if w == 0 || w == *signaled {
+		return false
+	}
+	*signaled = w
+	return true
 }
 
 // stale returns the sequence number the slot at pos holds before the
