@@ -69,17 +69,17 @@ func umpCases(quick bool) []umpCase {
 	}
 	cs = append(cs,
 		umpCase{kase: "rtt-spin", transport: "raw-spin", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
-		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 10000), warmup: 1000, spinNS: -1},
-		umpCase{kase: "rtt-parked", transport: "ump", peers: "c-c", size: 8, iters: q(50000, 10000), warmup: 1000, spinNS: -1},
-		umpCase{kase: "rtt-parked", transport: "uds", peers: "c-c", size: 8, iters: q(50000, 10000), warmup: 1000},
+		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
+		umpCase{kase: "rtt-parked", transport: "ump", peers: "c-c", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
+		umpCase{kase: "rtt-parked", transport: "uds", peers: "c-c", size: 8, iters: q(50000, 5000), warmup: q(1000, 500)},
 	)
-	for _, s := range []struct{ size, iters int }{{64, q(10000000, 2000000)}, {65536, q(50000, 10000)}, {1 << 20, q(3000, 600)}} {
+	for _, s := range []struct{ size, iters int }{{64, q(10000000, 1000000)}, {65536, q(50000, 5000)}, {1 << 20, q(3000, 300)}} {
 		w := max(s.iters/20, 10)
 		cs = append(cs,
 			umpCase{kase: "stream", transport: "ump", peers: "go-go", size: s.size, iters: s.iters, warmup: w, maxMsg: max(s.size, 65536)},
 			umpCase{kase: "stream", transport: "ump", peers: "c-c", size: s.size, iters: s.iters, warmup: w, maxMsg: max(s.size, 65536)},
 			umpCase{kase: "stream", transport: "shm-memcpy", peers: "c-c", size: s.size, iters: s.iters, warmup: w},
-			umpCase{kase: "stream", transport: "memcpy", peers: "go", size: s.size},
+			umpCase{kase: "stream", transport: "memcpy", peers: "go", size: s.size, iters: q(200, 50)}, // ms
 		)
 	}
 	cs = append(cs, umpCase{kase: "idle-cpu", transport: "ump", peers: "go-go", iters: 1, once: true})
@@ -165,7 +165,7 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 	var err error
 	switch {
 	case c.transport == "memcpy":
-		r = memcpyRate(c.size)
+		r = memcpyRate(c.size, time.Duration(c.iters)*time.Millisecond)
 	default:
 		r, err = runPeers(ctx, c, goPeer, cBench)
 	}
@@ -243,8 +243,8 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 }
 
 // memcpyRate measures copying size bytes between two buffers in this
-// process for about 200 ms: the bandwidth baseline of the stream cases.
-func memcpyRate(size int) Result {
+// process for about dur: the bandwidth baseline of the stream cases.
+func memcpyRate(size int, dur time.Duration) Result {
 	// Buffers of whole pages: some CPUs copy far slower when source and
 	// destination differ by a few bytes modulo the page size.
 	src := make([]byte, size+8192)
@@ -256,7 +256,7 @@ func memcpyRate(size int) Result {
 	n := 0
 	t0 := nanotime()
 	var el int64
-	for el < 200e6 {
+	for el < int64(dur) {
 		for range 64 {
 			copy(d, s)
 		}
