@@ -341,22 +341,32 @@ func (c *Conn) sendLocalCall(ctx context.Context, call wire.Message, id uint32) 
 	return c.wrap(c.l.sendFrame(ctx, buf.B, buf.Caps))
 }
 
+// recycle returns p to the pool. p must hold no token: a call taken out
+// of pending by deliver or end is always signalled, so whoever gives up a
+// call that is no longer pending first waits for its token (settle).
 func (c *Conn) recycle(p *pendingCall) {
 	p.reply, p.err = nil, nil
-	select { // drain a token that raced with forget
-	case <-p.done:
-	default:
-	}
 	pendingPool.Put(p)
 }
 
-// forget removes a call that will not be waited for.
-func (c *Conn) forget(id uint32, p *pendingCall) {
+// settle takes call id out of pending and reports whether it was still
+// there; if it was not, it waits for the token deliver or end sends.
+func (c *Conn) settle(id uint32, p *pendingCall) bool {
 	c.mu.Lock()
-	if c.pending[id] == p {
+	still := c.pending[id] == p
+	if still {
 		delete(c.pending, id)
 	}
 	c.mu.Unlock()
+	if !still {
+		<-p.done
+	}
+	return still
+}
+
+// forget drops a call that will not be waited for.
+func (c *Conn) forget(id uint32, p *pendingCall) {
+	c.settle(id, p)
 	c.recycle(p)
 }
 
@@ -364,19 +374,27 @@ func (c *Conn) forget(id uint32, p *pendingCall) {
 // else is.
 func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 	for {
-		select {
-		case <-p.done:
+		c.mu.Lock()
+		if c.pending[id] != p {
+			// The reply was delivered (or the connection ended): deliver
+			// and end take the call out of pending under the lock, then
+			// signal it, so the token is there or on its way.
+			c.mu.Unlock()
+			<-p.done
 			err := p.err
 			c.recycle(p)
 			return err
-		default:
 		}
-		c.mu.Lock()
 		if !c.reading && c.endErr == nil && len(c.inbox) < inboxLimit {
 			c.reading = true
 			c.mu.Unlock()
-			err := c.readFor(ctx, p)
+			mine, err := c.readFor(ctx, p)
 			c.release()
+			if mine {
+				err := p.err
+				c.recycle(p)
+				return err
+			}
 			if err != nil && !isEnd(err) {
 				// ctx ended while we were reading.
 				c.abandon(id, p)
@@ -403,11 +421,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 // abandon gives up on a call whose context ended: unless the reply
 // arrived meanwhile, it drops the call and tells the peer.
 func (c *Conn) abandon(id uint32, p *pendingCall) {
-	c.mu.Lock()
-	_, still := c.pending[id]
-	delete(c.pending, id)
-	c.mu.Unlock()
-	if still {
+	if c.settle(id, p) {
 		var b wire.Buffer
 		wire.AppendCancel(&b, p.reply.MsgNumber(), id)
 		// Best effort and brief: the caller has already given up.
@@ -426,9 +440,10 @@ func (c *Conn) release() {
 	c.mu.Unlock()
 }
 
-// readFor reads frames until p completes, the inbox is full, or the link
-// or ctx ends. The caller holds the reading turn.
-func (c *Conn) readFor(ctx context.Context, p *pendingCall) error {
+// readFor reads frames until p's reply arrives (it returns true, with
+// p.err set), the inbox is full, or the link or ctx ends. The caller holds
+// the reading turn.
+func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
 	defer func() { *in = Incoming{} }()
 	for {
@@ -437,20 +452,15 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) error {
 		c.mu.Unlock()
 		if full {
 			// Let a Receive drain it; we will be woken.
-			return nil
+			return false, nil
 		}
 		var err error
 		if *in, err = c.l.receive(ctx); err != nil {
-			return c.linkEnded(ctx, err)
+			return false, c.linkEnded(ctx, err)
 		}
-		if err := c.route(in, true); err != nil {
-			return err
-		}
-		select {
-		case <-p.done:
-			p.done <- struct{}{} // put the token back for await
-			return nil
-		default:
+		mine, err := c.route(in, true, p)
+		if err != nil || mine {
+			return mine, err
 		}
 	}
 }
@@ -470,16 +480,15 @@ func (c *Conn) linkEnded(ctx context.Context, err error) error {
 // route delivers a frame the reader does not keep: a reply to its caller,
 // and (when keep) a message or call to the inbox, copied out of the
 // link's buffer. It returns an error when the frame breaks the protocol.
-func (c *Conn) route(in *Incoming, keep bool) error {
+func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 	switch in.Kind {
 	case wire.KindReply, wire.KindErrorReply:
 		// Call ids are issued in order from 1: until they wrap around, a
 		// reply above the last one issued answers no call ever made.
 		if id := in.Header.CallID; id == 0 || (!c.wrapped.Load() && id > c.nextID.Load()) {
-			return c.Violation(fmt.Errorf("%s to call %d, which was never made", in.Kind, id))
+			return false, c.Violation(fmt.Errorf("%s to call %d, which was never made", in.Kind, id))
 		}
-		c.deliver(in)
-		return nil
+		return c.deliver(in, self), nil
 	case wire.KindCancel:
 		// A call running under Serve's Concurrent option is canceled;
 		// otherwise the call has been answered already.
@@ -489,10 +498,10 @@ func (c *Conn) route(in *Incoming, keep bool) error {
 		if cancel != nil {
 			cancel()
 		}
-		return nil
+		return false, nil
 	}
 	if !keep {
-		return nil
+		return false, nil
 	}
 	cp := *in
 	if in.Frame != nil {
@@ -502,12 +511,14 @@ func (c *Conn) route(in *Incoming, keep bool) error {
 	c.inbox = append(c.inbox, cp)
 	c.wakeLocked()
 	c.mu.Unlock()
-	return nil
+	return false, nil
 }
 
-// deliver completes the call a reply answers. A reply to no outstanding
-// call is dropped: it answers a call that was abandoned.
-func (c *Conn) deliver(in *Incoming) {
+// deliver completes the call a reply answers, and reports whether that
+// call is self, the reader's own, which it then does not signal: the
+// reader returns straight away. A reply to no outstanding call is dropped:
+// it answers a call that was abandoned.
+func (c *Conn) deliver(in *Incoming, self *pendingCall) bool {
 	id := in.Header.CallID
 	c.mu.Lock()
 	p := c.pending[id]
@@ -517,7 +528,7 @@ func (c *Conn) deliver(in *Incoming) {
 	delete(c.pending, id)
 	c.mu.Unlock()
 	if p == nil {
-		return
+		return false
 	}
 	if in.Kind == wire.KindErrorReply {
 		_, st, err := wire.ParseErrorReply(in.Frame)
@@ -529,7 +540,11 @@ func (c *Conn) deliver(in *Incoming) {
 	} else {
 		p.err = in.Decode(p.reply)
 	}
+	if p == self {
+		return true
+	}
 	p.done <- struct{}{}
+	return false
 }
 
 // ReceiveFunc waits for the next message or rpc call from the peer and
@@ -595,7 +610,7 @@ func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, 
 		case wire.KindMessage, wire.KindCall:
 			return true, fn(in)
 		}
-		if err := c.route(in, false); err != nil {
+		if _, err := c.route(in, false, nil); err != nil {
 			return false, err
 		}
 	}
@@ -705,12 +720,18 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 				}
 				return nil
 			}
+			if sem == nil {
+				// Inline: no context of its own unless the caller has a
+				// deadline; the peer's cancel cannot be read meanwhile.
+				hctx, cancel := ctx, context.CancelFunc(nil)
+				if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+					hctx, cancel = context.WithTimeout(ctx, d)
+				}
+				return c.serveCall(ctx, hctx, cancel, in, handle)
+			}
 			hctx, cancel := context.WithCancel(ctx)
 			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
 				hctx, cancel = context.WithTimeout(ctx, d)
-			}
-			if sem == nil {
-				return c.serveCall(ctx, hctx, cancel, in, handle)
 			}
 			// The frame is only valid during this function: copy it.
 			call := *in
@@ -747,11 +768,14 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 // serveCall runs handle for one call and sends its reply.
 func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
 	reply, herr := handle(hctx, in)
-	canceled := hctx.Err() == context.Canceled && ctx.Err() == nil
-	cancel()
-	c.mu.Lock()
-	delete(c.inflight, in.Header.CallID)
-	c.mu.Unlock()
+	canceled := false
+	if cancel != nil { // a context of its own: see whether the caller gave up
+		canceled = hctx.Err() == context.Canceled && ctx.Err() == nil
+		cancel()
+		c.mu.Lock()
+		delete(c.inflight, in.Header.CallID)
+		c.mu.Unlock()
+	}
 	if errors.Is(herr, ErrProtocol) {
 		return herr
 	}
