@@ -674,6 +674,7 @@ type ServeOption func(*serveConfig)
 
 type serveConfig struct {
 	concurrent int
+	only       map[uint16]bool // if set, the rpcs that run concurrently
 }
 
 // Concurrent makes Serve run up to n rpc calls at a time, each in a
@@ -684,6 +685,18 @@ type serveConfig struct {
 // rather than memory growing. One-way messages are still handled in
 // order in the reading goroutine. The price is one goroutine hop per call.
 func Concurrent(n int) ServeOption { return func(c *serveConfig) { c.concurrent = n } }
+
+// ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
+// may block, such as a wait); the others run inline, without the hop.
+func ConcurrentFor(n int, msgs ...uint16) ServeOption {
+	return func(c *serveConfig) {
+		c.concurrent = n
+		c.only = map[uint16]bool{}
+		for _, m := range msgs {
+			c.only[m] = true
+		}
+	}
+}
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
 // calling handle for each. By default handle runs in the receiving
@@ -720,7 +733,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 				}
 				return nil
 			}
-			if sem == nil {
+			if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
 				// Inline: no context of its own unless the caller has a
 				// deadline; the peer's cancel cannot be read meanwhile.
 				hctx, cancel := ctx, context.CancelFunc(nil)

@@ -82,11 +82,11 @@ const (
 	// nsMaxWaits caps the wait_for calls in progress on a connection; one
 	// more is answered with NSLimit.
 	nsMaxWaits = 64
-	// nsMaxCalls caps the rpc calls in progress on a connection
-	// (chanos.Concurrent): wait_for calls hold at most nsMaxWaits of them,
-	// so the other calls always have room and are never held up by waits.
-	// With all of them taken, the connection is not read until one ends.
-	nsMaxCalls = nsMaxWaits + 16
+	// nsMaxCalls caps the wait_for calls running concurrently on a
+	// connection (chanos.ConcurrentFor); the other rpcs never block, so
+	// they run inline, without a goroutine hop. One slot above nsMaxWaits
+	// lets the call that is answered with NSLimit run too.
+	nsMaxCalls = nsMaxWaits + 1
 	// nsMaxWatches caps the watches of a connection; one more is a
 	// protocol violation that ends the connection, as a message has no
 	// reply to carry an error.
@@ -98,7 +98,7 @@ const (
 
 // nsConn is one nameservice connection, served by the monitor over the
 // creator's side of a ring pair with nameservice.ServeConn: rpc calls run
-// concurrently (chanos.Concurrent), messages in order, and each watch has
+// concurrently (chanos.ConcurrentFor: wait_for only), messages in order, and each watch has
 // a goroutine that forwards its events. It implements nameservice.Server
 // for its client: what it sets and removes, it does as the binding domain.
 type nsConn struct {
@@ -143,7 +143,7 @@ func (c *nsConn) serve() {
 	defer c.m.wg.Done()
 	// The connection's context ends with Close and with a protocol
 	// violation; the calls in progress and the watches end with it.
-	err := nameservice.ServeConn(c.conn.Context(), nameservice.NewConn(c.conn), c, chanos.Concurrent(nsMaxCalls))
+	err := nameservice.ServeConn(c.conn.Context(), nameservice.NewConn(c.conn), c, chanos.ConcurrentFor(nsMaxCalls, nameservice.MsgWaitFor))
 	if cerr := c.conn.Err(); cerr != nil {
 		err = cerr // why the connection ended, rather than how Serve saw it
 	}
