@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"sort"
 	"strings"
@@ -159,6 +160,7 @@ flags:
   --json         one JSON object per result line
   --quick        fewer iterations (seconds rather than minutes)
   --repeat N     runs per case, interleaved round-robin (default 3)
+  --cpuprofile F write a CPU profile of this process (the measuring side) to F
   --cases LIST   comma-separated substrings of case keys
                  (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go
   --plot FILE    also write a chart of round trips and stream throughput,
@@ -188,6 +190,7 @@ func runBench(ctx context.Context, args []string) error {
 	quick := fs.Bool("quick", false, "")
 	repeat := fs.Int("repeat", 0, "")
 	cases := fs.String("cases", "", "")
+	cpuProfile := fs.String("cpuprofile", "", "")
 	plotFile := fs.String("plot", "", "")
 	// Accept the suite before or after the flags.
 	var suiteName string
@@ -218,6 +221,18 @@ func runBench(ctx context.Context, args []string) error {
 	if !ok {
 		printBenchUsage(os.Stderr)
 		return fmt.Errorf("%w: bench: unknown suite %q", errUsage, suiteName)
+	}
+	if *cpuProfile != "" {
+		// Profiles this process: the measuring side of each case.
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	o := benchOptions{quick: *quick, repeat: *repeat}
 	if *cases != "" {
