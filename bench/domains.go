@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -71,6 +72,19 @@ func RPCServer(ctx context.Context, args []string) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() { io.Copy(io.Discard, os.Stdin); cancel() }()
+	if path := os.Getenv("CHANOS_SERVER_CPUPROFILE"); path != "" {
+		// The serving side of the rpc suite, for `chanos bench rpc
+		// --cpuprofile`'s other half.
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("bench-rpc-server"))
 	if err != nil {
 		return err
