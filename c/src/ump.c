@@ -165,10 +165,6 @@ static void ev_drain(int fd)
     (void)r;
 }
 
-/* RECHECK_MS bounds each sleep of a blocking send or receive; see the
- * comment where it is used. */
-#define RECHECK_MS 50
-
 /* next_epoch numbers a new sleep announcement; never 0, which means awake. */
 static uint64_t next_epoch(uint64_t *e)
 {
@@ -816,12 +812,6 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
             tx_unannounce(c);
             return CHANOS_ERR_TIMEDOUT;
         }
-        /* A safety net: a ping-pong between C peers once stalled here
-         * for its whole timeout under heavy load, a lost wake-up whose
-         * cause is not found yet. Looking at the ring again every
-         * RECHECK_MS bounds what such a loss can cost. */
-        if (left < 0 || left > RECHECK_MS)
-            left = RECHECK_MS;
         struct pollfd p[2] = {{.fd = c->tx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
         if (poll(p, 2, left) < 0 && errno != EINTR) {
@@ -1061,12 +1051,6 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
             rx_unannounce(c);
             return CHANOS_ERR_TIMEDOUT;
         }
-        /* A safety net: a ping-pong between C peers once stalled here
-         * for its whole timeout under heavy load, a lost wake-up whose
-         * cause is not found yet. Looking at the ring again every
-         * RECHECK_MS bounds what such a loss can cost. */
-        if (left < 0 || left > RECHECK_MS)
-            left = RECHECK_MS;
         struct pollfd p[2] = {{.fd = c->rx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
         if (poll(p, 2, left) < 0 && errno != EINTR) {

@@ -138,9 +138,7 @@ int main(int argc, char **argv)
             pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(conns[i]));
             pfd[i + 1].events = POLLIN;
         }
-        /* A bounded wait, as the library's own blocking calls use: see
-         * RECHECK_MS in c/src/ump.c. */
-        if (poll(pfd, nconns + 1, 100) < 0 && errno != EINTR) {
+        if (poll(pfd, nconns + 1, -1) < 0 && errno != EINTR) {
             perror("pingpong_server: poll");
             break;
         }
