@@ -2,7 +2,7 @@
  * pingpong_server: a C domain that exports the pingpong interface under a
  * name and serves it, as the Go examples/pingpong/server does: it answers
  * each ping with a pong, echo with its argument and bounce with its
- * payload. One thread serves every connection with poll(2).
+ * payload. One thread serves every connection with ppoll(2).
  *
  *   pingpong_server [-name NAME] [-no-reply-to V]
  *
@@ -11,6 +11,10 @@
  * $CHANOS_DIR as usual. It prints "serving NAME" once exported, and stops
  * on SIGINT or SIGTERM.
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* ppoll */
+#endif
+
 #include <chanos.h>
 
 #include "pingpong.h"
@@ -114,6 +118,14 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    /* The signals are blocked except while ppoll waits, so one that comes
+     * while a connection is being served still ends the wait that
+     * follows, rather than being missed until the next message. */
+    sigset_t block, waitmask;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigprocmask(SIG_BLOCK, &block, &waitmask);
 
     jo.program = "pingpong_server (C)";
     rc = chanos_join(&d, &jo);
@@ -132,34 +144,22 @@ int main(int argc, char **argv)
     fflush(stdout);
 
     while (!stopping) {
-        pfd[0].fd = chanos_domain_fd(d);
-        pfd[0].events = POLLIN;
-        for (size_t i = 0; i < nconns; i++) {
-            pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(conns[i]));
-            pfd[i + 1].events = POLLIN;
-        }
-        if (poll(pfd, nconns + 1, -1) < 0 && errno != EINTR) {
-            perror("pingpong_server: poll");
-            break;
-        }
-        if (stopping)
-            break;
-        /* new connections */
-        if (pfd[0].revents != 0) {
-            chanos_conn *c;
+        /* New connections first, whether or not the monitor's socket is
+         * readable: one may have arrived while export waited for its
+         * reply, and libchanos holds it for chanos_accept. */
+        chanos_conn *nc;
 
-            while ((rc = chanos_accept(l, 0, &c)) == 0) {
-                if (nconns == MAX_CONNS) {
-                    chanos_conn_close(c);
-                    continue;
-                }
-                conns[nconns++] = c;
+        while ((rc = chanos_accept(l, 0, &nc)) == 0) {
+            if (nconns == MAX_CONNS) {
+                chanos_conn_close(nc);
+                continue;
             }
-            if (rc != CHANOS_ERR_TIMEDOUT) {
-                fprintf(stderr, "pingpong_server: accept: %s\n",
-                        chanos_strerror(rc));
-                break;
-            }
+            conns[nconns++] = nc;
+        }
+        if (rc != CHANOS_ERR_TIMEDOUT) {
+            fprintf(stderr, "pingpong_server: accept: %s\n",
+                    chanos_strerror(rc));
+            break;
         }
         /* every connection, drained without waiting */
         for (size_t i = 0; i < nconns;) {
@@ -179,6 +179,18 @@ int main(int argc, char **argv)
                         chanos_strerror(rc));
             chanos_conn_close(conns[i]);
             conns[i] = conns[--nconns];
+        }
+        /* Every connection is now announced as sleeping (its receive
+         * returned AGAIN), so its fd wakes us for the next message. */
+        pfd[0].fd = chanos_domain_fd(d);
+        pfd[0].events = POLLIN;
+        for (size_t i = 0; i < nconns; i++) {
+            pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(conns[i]));
+            pfd[i + 1].events = POLLIN;
+        }
+        if (ppoll(pfd, nconns + 1, NULL, &waitmask) < 0 && errno != EINTR) {
+            perror("pingpong_server: ppoll");
+            break;
         }
     }
     for (size_t i = 0; i < nconns; i++)
