@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"fmt"
 	"net"
 	"syscall"
 
@@ -42,54 +41,4 @@ func preparePacketSize(uc *net.UnixConn, want int) int {
 		return want
 	}
 	return max(size-sockSlack, wire.HeaderSize)
-}
-
-// sendPacket sends frame with the descriptors of caps attached. The caps
-// stay the caller's.
-func sendPacket(uc *net.UnixConn, frame []byte, caps []wire.Cap) error {
-	var oob []byte
-	if len(caps) > 0 {
-		fds := make([]int, len(caps))
-		for i, c := range caps {
-			fd, err := capFD(c)
-			if err != nil {
-				return err
-			}
-			fds[i] = fd
-		}
-		oob = syscall.UnixRights(fds...)
-	}
-	n, _, err := uc.WriteMsgUnix(frame, oob, nil)
-	if err != nil {
-		return err
-	}
-	if n != len(frame) {
-		return fmt.Errorf("short write: %d of %d bytes", n, len(frame))
-	}
-	return nil
-}
-
-// capFD returns the descriptor of a capability the monitor sends: a file
-// or socket (through SyscallConn, which leaves its mode alone), or a raw
-// descriptor from ump.Caps.
-func capFD(c wire.Cap) (int, error) {
-	switch v := c.(type) {
-	case interface{ Fd() uintptr }:
-		if _, isConn := c.(syscall.Conn); !isConn {
-			return int(v.Fd()), nil
-		}
-	}
-	switch v := c.(type) {
-	case syscall.Conn:
-		rc, err := v.SyscallConn()
-		if err != nil {
-			return -1, err
-		}
-		fd := -1
-		if err := rc.Control(func(u uintptr) { fd = int(u) }); err != nil {
-			return -1, err
-		}
-		return fd, nil
-	}
-	return -1, fmt.Errorf("capability %T has no descriptor", c)
 }

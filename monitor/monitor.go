@@ -385,6 +385,7 @@ func (m *Monitor) admit(pc *pktconn.Conn) {
 	if m.testMaxPacket > 0 {
 		maxPacket = min(maxPacket, m.testMaxPacket)
 	}
+	pc.SetSendLimit(maxPacket)
 	s := newSession(m, pc, cred, maxPacket)
 	m.sessions[s] = struct{}{}
 	m.wg.Add(1)

@@ -69,7 +69,7 @@ type pendingCall struct {
 // session is one domain's connection to the monitor.
 type session struct {
 	m         *Monitor
-	pc        *pktconn.Conn // for receiving; frames are sent with sendPacket
+	pc        *pktconn.Conn // its send limit is the session's largest packet
 	maxPacket int           // the largest frame the socket can carry
 	pid       int32
 	uid       uint32
@@ -146,7 +146,7 @@ func (s *session) writer() {
 	for {
 		select {
 		case p := <-s.out:
-			err := sendPacket(s.pc.UnixConn(), p.frame, p.caps)
+			err := s.pc.Send(p.frame, p.caps)
 			closeCaps(p.caps)
 			if err != nil {
 				s.end(fmt.Errorf("send to the domain: %w", err))
@@ -324,7 +324,7 @@ func (s *session) hello(frame []byte, caps []wire.Cap) error {
 		// Say why before hanging up: the domain may be newer than us.
 		b, _, _ := encodeReply(proto.MsgHello, h.CallID, nil,
 			fail(proto.StatusInvalid, "protocol version %d is not supported; this monitor speaks version %d", c.Version, ProtocolVersion))
-		sendPacket(s.pc.UnixConn(), b, nil)
+		s.pc.Send(b, nil)
 		return protocolErr("hello with unsupported protocol version %d", c.Version)
 	}
 	m := s.m

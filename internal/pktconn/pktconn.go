@@ -40,7 +40,8 @@ var (
 // several goroutines; Receive from one at a time.
 type Conn struct {
 	uc      *net.UnixConn
-	maxSize int
+	maxSize int // largest frame received
+	maxSend int // largest frame sent; maxSize unless SetSendLimit
 	wmu     sync.Mutex
 	rbuf    []byte
 	oob     []byte
@@ -52,6 +53,7 @@ func New(uc *net.UnixConn, maxSize int) *Conn {
 	return &Conn{
 		uc:      uc,
 		maxSize: maxSize,
+		maxSend: maxSize,
 		rbuf:    make([]byte, maxSize+1), // one spare byte detects oversize packets
 		oob:     make([]byte, syscall.CmsgSpace(MaxCaps*4)),
 	}
@@ -92,6 +94,16 @@ func FromFile(f *os.File, maxSize int) (*Conn, error) {
 	return New(uc, maxSize), nil
 }
 
+// SetSendLimit sets the largest frame Send accepts, which by default is
+// the receive limit given to New. A server that receives small requests
+// but sends large replies (the monitor) sets them apart, so that it does
+// not keep a receive buffer as large as its largest reply.
+func (c *Conn) SetSendLimit(n int) {
+	c.wmu.Lock()
+	c.maxSend = n
+	c.wmu.Unlock()
+}
+
 // UnixConn returns the underlying socket.
 func (c *Conn) UnixConn() *net.UnixConn { return c.uc }
 
@@ -101,9 +113,6 @@ func (c *Conn) Close() error { return c.uc.Close() }
 // Send sends one frame with caps attached. The caps stay the caller's: the
 // kernel duplicates the descriptors into the packet.
 func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
-	if len(frame) > c.maxSize {
-		return fmt.Errorf("send %d bytes: %w (limit %d)", len(frame), ErrTooLarge, c.maxSize)
-	}
 	if len(caps) > MaxCaps {
 		return fmt.Errorf("send %d descriptors: %w (limit %d)", len(caps), ErrTooManyCaps, MaxCaps)
 	}
@@ -121,6 +130,9 @@ func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
+	if len(frame) > c.maxSend {
+		return fmt.Errorf("send %d bytes: %w (limit %d)", len(frame), ErrTooLarge, c.maxSend)
+	}
 	n, _, err := c.uc.WriteMsgUnix(frame, oob, nil)
 	if err != nil {
 		return err

@@ -123,3 +123,18 @@ func TestListenDialPeerCred(t *testing.T) {
 		t.Fatalf("cred %+v %v", cred, err)
 	}
 }
+
+func TestSendLimitApart(t *testing.T) {
+	a, b := pair(t, 8)
+	a.SetSendLimit(64)
+	if err := a.Send(bytes.Repeat([]byte{1}, 64), nil); err != nil {
+		t.Fatalf("send within the send limit: %v", err)
+	}
+	if err := a.Send(bytes.Repeat([]byte{1}, 65), nil); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("send over the send limit: %v", err)
+	}
+	// b still receives with its own, smaller limit.
+	if _, _, err := b.Receive(); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("receive over the receive limit: %v", err)
+	}
+}
