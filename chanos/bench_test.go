@@ -2,11 +2,13 @@ package chanos_test
 
 import (
 	"context"
+	"encoding/binary"
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
 )
 
 // BenchmarkLocalSendReceive measures a one-way message on the local
@@ -117,4 +119,43 @@ func BenchmarkRawUMPRoundTrip(b *testing.B) {
 	}
 	b.StopTimer()
 	y.Close()
+}
+
+// BenchmarkServeOverhead is the serving side's work per rpc with no
+// interconnect: receive a call frame, decode, dispatch, encode the reply.
+func BenchmarkServeOverhead(b *testing.B) {
+	var call wire.Buffer
+	(&pingpong.EchoCall{Val: 7}).Encode(&call)
+	wire.SetCallID(call.B, 1)
+	n := 0
+	c := chanos.LoopConn(pingpong.Interface, call.B, func([]byte) []byte {
+		if n++; n >= b.N {
+			return nil
+		}
+		return call.B
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), benchServer{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkCallOverhead is the calling side's work per rpc with no
+// interconnect: encode the call, receive and decode the reply.
+func BenchmarkCallOverhead(b *testing.B) {
+	var reply wire.Buffer
+	(&pingpong.EchoReply{Result: 7}).Encode(&reply)
+	c := pingpong.NewConn(chanos.LoopConn(pingpong.Interface, nil, func(sent []byte) []byte {
+		wire.SetCallID(reply.B, binary.LittleEndian.Uint32(sent[8:]))
+		return reply.B
+	}))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Echo(ctx, 7); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

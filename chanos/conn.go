@@ -51,6 +51,10 @@ type Incoming struct {
 	// Msg is the message itself, when it came as a value on the local
 	// interconnect; it is the receiver's to keep.
 	Msg wire.Message
+	// Inline is set for an rpc call that Serve handles in the goroutine
+	// reading the connection: the reply is encoded before the next frame
+	// is read, so a handler may return the same reply value every time.
+	Inline bool
 }
 
 // Decode decodes in into m, which must be the message's type: it calls
@@ -77,8 +81,9 @@ func copyMsg(dst, src wire.Message) bool {
 // concurrently with receive.
 type link interface {
 	sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error
-	sendValue(ctx context.Context, m wire.Message) error // local only
-	receive(ctx context.Context) (Incoming, error)
+	trySendFrame(frame []byte, caps []wire.Cap) (bool, error) // sendFrame without the wait
+	sendValue(ctx context.Context, m wire.Message) error      // local only
+	receive(ctx context.Context, in *Incoming) error          // sets all of *in
 	close() error
 	kind() string // "ump" or "local"
 }
@@ -97,10 +102,15 @@ const inboxLimit = 1024
 // waiting for its reply), in that goroutine: there is no reader goroutine
 // and no hop on the fast path. Frames that goroutine does not want are
 // handed over: replies to their callers, messages to the next Receive.
+//
+// The right to read, the reading turn, is an atomic flag, so that a
+// goroutine alone on the connection takes it without a lock; the mutex
+// guards what is handed over (pending calls, the inbox) and the waiting.
 type Conn struct {
 	l     link
 	iface Interface
 	log   *slog.Logger
+	local bool // l is the local interconnect
 
 	sendMu sync.Mutex
 	sbuf   wire.Buffer
@@ -108,10 +118,12 @@ type Conn struct {
 	nextID  atomic.Uint32
 	wrapped atomic.Bool // nextID has wrapped around: any id may be outstanding
 
+	turn    atomic.Bool  // a goroutine holds the reading turn
+	waiting atomic.Int32 // goroutines that took wake since it was last closed; changed under mu
+	ninbox  atomic.Int32 // len(inbox); changed under mu
+
 	mu       sync.Mutex
-	reading  bool          // a goroutine is reading the link
-	wake     chan struct{} // closed when reading ends or the inbox gains a message
-	waiting  int           // goroutines that took wake since it was last closed
+	wake     chan struct{} // closed when the turn is released or the inbox changes
 	pending  map[uint32]*pendingCall
 	inbox    []Incoming                    // copied out of the link's buffers
 	cur      Incoming                      // the frame being read; owned by the reading goroutine
@@ -141,6 +153,7 @@ func newConn(l link, iface Interface, log *slog.Logger) *Conn {
 		l:        l,
 		iface:    iface,
 		log:      log,
+		local:    l.kind() == "local",
 		wake:     make(chan struct{}),
 		pending:  map[uint32]*pendingCall{},
 		inflight: map[uint32]context.CancelFunc{},
@@ -194,10 +207,10 @@ func (c *Conn) end(err error) {
 // wakeLocked wakes the goroutines waiting on c.wake. Without waiters it
 // does nothing, so the uncontended path allocates no channel.
 func (c *Conn) wakeLocked() {
-	if c.waiting == 0 {
+	if c.waiting.Load() == 0 {
 		return
 	}
-	c.waiting = 0
+	c.waiting.Store(0)
 	close(c.wake)
 	c.wake = make(chan struct{})
 }
@@ -213,7 +226,7 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 	if c.ended.Load() {
 		return c.Err()
 	}
-	if c.l.kind() == "local" {
+	if c.local {
 		if v, ok := m.(interface{ MsgValidate() error }); ok {
 			if err := v.MsgValidate(); err != nil {
 				return err
@@ -232,6 +245,31 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutUS uint32) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
+	if err := c.encodeLocked(m, callID, timeoutUS); err != nil {
+		return err
+	}
+	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	c.sentLocked()
+	return c.wrap(err)
+}
+
+// trySendEncoded is sendEncoded without the wait: it reports false, having
+// sent nothing, when the peer's buffer lacks room.
+func (c *Conn) trySendEncoded(m wire.Message, callID, timeoutUS uint32) (bool, error) {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	if err := c.encodeLocked(m, callID, timeoutUS); err != nil {
+		return false, err
+	}
+	sent, err := c.l.trySendFrame(c.sbuf.B, c.sbuf.Caps)
+	if sent || err != nil {
+		c.sentLocked()
+	}
+	return sent, c.wrap(err)
+}
+
+// encodeLocked encodes m into sbuf with its call id and timeout.
+func (c *Conn) encodeLocked(m wire.Message, callID, timeoutUS uint32) error {
 	c.sbuf.Reset()
 	if err := m.Encode(&c.sbuf); err != nil {
 		return err
@@ -242,11 +280,15 @@ func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutU
 			wire.SetTimeout(c.sbuf.B, timeoutUS)
 		}
 	}
-	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
-	if c.l.kind() != "local" { // locally the receiver now holds them
+	return nil
+}
+
+// sentLocked finishes a send of sbuf, done or failed: the give_away_caps
+// went with the frame, except locally, where the receiver now holds them.
+func (c *Conn) sentLocked() {
+	if !c.local && len(c.sbuf.Caps) > 0 {
 		c.closeGiveAway()
 	}
-	return c.wrap(err)
 }
 
 // sendRaw sends a frame the connection layer built itself (error replies,
@@ -302,9 +344,29 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 		c.wrapped.Store(true)
 		id = c.nextID.Add(1)
 	}
+	// Calls are encoded even on the local interconnect: the reply must be
+	// decoded into the caller's value, and a frame makes the call id and
+	// timeout travel as they do elsewhere.
+	if c.ninbox.Load() < inboxLimit && c.turn.CompareAndSwap(false, true) {
+		if done, err := c.callDirect(ctx, call, reply, id); done {
+			return err
+		}
+	}
 	p := pendingPool.Get().(*pendingCall)
 	p.reply, p.name, p.err = reply, call.MsgName(), nil
+	if err := c.register(id, p); err != nil {
+		return err
+	}
+	if err := c.sendEncoded(ctx, call, id, timeoutOf(ctx)); err != nil {
+		c.forget(id, p)
+		return err
+	}
+	return c.await(ctx, id, p)
+}
 
+// register adds p to the pending calls as call id, unless the connection
+// has ended; then it recycles p and returns why.
+func (c *Conn) register(id uint32, p *pendingCall) error {
 	c.mu.Lock()
 	if c.endErr != nil {
 		err := c.endErr
@@ -314,31 +376,75 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	}
 	c.pending[id] = p
 	c.mu.Unlock()
-
-	var err error
-	if c.l.kind() == "local" {
-		err = c.sendLocalCall(ctx, call, id)
-	} else {
-		err = c.sendEncoded(ctx, call, id, timeoutOf(ctx))
-	}
-	if err != nil {
-		c.forget(id, p)
-		return err
-	}
-	return c.await(ctx, id, p)
+	return nil
 }
 
-// sendLocalCall sends an rpc call on the local interconnect. Calls are
-// encoded even there: the reply must be decoded into the caller's value,
-// and a frame makes the call id and timeout travel as they do elsewhere.
-func (c *Conn) sendLocalCall(ctx context.Context, call wire.Message, id uint32) error {
-	var buf wire.Buffer
-	if err := call.Encode(&buf); err != nil {
-		return err
+// callDirect makes call id while holding the reading turn, which it
+// releases, and reports done unless the peer's buffer had no room for the
+// call, which it then has not sent. While this goroutine holds the turn
+// nobody else reads the link, so its reply can only come here: the call
+// is not registered as pending, unless the goroutine must give up the
+// turn before the reply comes.
+func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint32) (bool, error) {
+	if c.ended.Load() {
+		c.release()
+		return true, c.Err()
 	}
-	wire.SetCallID(buf.B, id)
-	wire.SetTimeout(buf.B, timeoutOf(ctx))
-	return c.wrap(c.l.sendFrame(ctx, buf.B, buf.Caps))
+	// Sending without waiting: a goroutine that holds the turn while it
+	// waits for room could deadlock with a peer that waits for room too.
+	sent, err := c.trySendEncoded(call, id, timeoutOf(ctx))
+	if !sent || err != nil {
+		c.release()
+		return err != nil, err
+	}
+	in := &c.cur // only the reading goroutine touches it: no allocation
+	for {
+		if c.ninbox.Load() >= inboxLimit {
+			// Let a Receive drain the inbox; wait as a pending call.
+			p := pendingPool.Get().(*pendingCall)
+			p.reply, p.name, p.err = reply, call.MsgName(), nil
+			err := c.register(id, p)
+			c.releaseCur()
+			if err != nil {
+				return true, err
+			}
+			return true, c.await(ctx, id, p)
+		}
+		if err = c.l.receive(ctx, in); err != nil {
+			err = c.linkEnded(ctx, err)
+			c.releaseCur()
+			if !isEnd(err) { // ctx ended: the reply will be dropped
+				c.sendCancel(reply.MsgNumber(), id)
+			}
+			return true, err
+		}
+		if (in.Kind == wire.KindReply || in.Kind == wire.KindErrorReply) && in.Header.CallID == id {
+			if in.Header.Msg != reply.MsgNumber() {
+				err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, call.MsgName(), in.Header.Msg))
+			} else {
+				err = replyResult(in, reply, call.MsgName())
+			}
+			c.releaseCur()
+			return true, err
+		}
+		if _, err := c.route(in, true, nil); err != nil {
+			c.releaseCur()
+			return true, err
+		}
+	}
+}
+
+// replyResult decodes reply from in, or returns the error an error reply
+// carries.
+func replyResult(in *Incoming, reply wire.Message, name string) error {
+	if in.Kind == wire.KindErrorReply {
+		_, st, err := wire.ParseErrorReply(in.Frame)
+		if err != nil {
+			return fmt.Errorf("%s: malformed error reply: %w", name, err)
+		}
+		return &RemoteError{Msg: name, Code: st.Code, Detail: st.Detail}
+	}
+	return in.Decode(reply)
 }
 
 // recycle returns p to the pool. p must hold no token: a call taken out
@@ -385,8 +491,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			c.recycle(p)
 			return err
 		}
-		if !c.reading && c.endErr == nil && len(c.inbox) < inboxLimit {
-			c.reading = true
+		if c.endErr == nil && len(c.inbox) < inboxLimit && c.turn.CompareAndSwap(false, true) {
 			c.mu.Unlock()
 			mine, err := c.readFor(ctx, p)
 			c.release()
@@ -402,7 +507,9 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			}
 			continue
 		}
-		c.waiting++
+		if !c.waitLocked() {
+			continue
+		}
 		wake := c.wake
 		c.mu.Unlock()
 		select {
@@ -422,22 +529,49 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 // arrived meanwhile, it drops the call and tells the peer.
 func (c *Conn) abandon(id uint32, p *pendingCall) {
 	if c.settle(id, p) {
-		var b wire.Buffer
-		wire.AppendCancel(&b, p.reply.MsgNumber(), id)
-		// Best effort and brief: the caller has already given up.
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-		c.sendRaw(ctx, b.B)
-		cancel()
+		c.sendCancel(p.reply.MsgNumber(), id)
 	}
 	c.recycle(p)
 }
 
-// release ends this goroutine's turn at reading the link.
+// sendCancel tells the peer that call id, of rpc msg, is abandoned.
+func (c *Conn) sendCancel(msg uint16, id uint32) {
+	var b wire.Buffer
+	wire.AppendCancel(&b, msg, id)
+	// Best effort and brief: the caller has already given up.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
+	c.sendRaw(ctx, b.B)
+	cancel()
+}
+
+// waitLocked registers the calling goroutine, which holds mu, as waiting
+// on c.wake, and reports whether it may wait: false means the turn was
+// released meanwhile, so the caller must look again (release reads
+// waiting without the lock, after freeing the turn).
+func (c *Conn) waitLocked() bool {
+	c.waiting.Add(1)
+	if !c.turn.Load() {
+		c.mu.Unlock()
+		return false
+	}
+	return true
+}
+
+// releaseCur clears the frame being read and releases the turn.
+func (c *Conn) releaseCur() {
+	c.cur = Incoming{}
+	c.release()
+}
+
+// release ends this goroutine's turn at reading the link, and wakes the
+// goroutines waiting, if any.
 func (c *Conn) release() {
-	c.mu.Lock()
-	c.reading = false
-	c.wakeLocked()
-	c.mu.Unlock()
+	c.turn.Store(false)
+	if c.waiting.Load() != 0 {
+		c.mu.Lock()
+		c.wakeLocked()
+		c.mu.Unlock()
+	}
 }
 
 // readFor reads frames until p's reply arrives (it returns true, with
@@ -447,15 +581,12 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
 	defer func() { *in = Incoming{} }()
 	for {
-		c.mu.Lock()
-		full := len(c.inbox) >= inboxLimit
-		c.mu.Unlock()
-		if full {
+		if c.ninbox.Load() >= inboxLimit {
 			// Let a Receive drain it; we will be woken.
 			return false, nil
 		}
 		var err error
-		if *in, err = c.l.receive(ctx); err != nil {
+		if err = c.l.receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		mine, err := c.route(in, true, p)
@@ -509,6 +640,7 @@ func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 	}
 	c.mu.Lock()
 	c.inbox = append(c.inbox, cp)
+	c.ninbox.Store(int32(len(c.inbox)))
 	c.wakeLocked()
 	c.mu.Unlock()
 	return false, nil
@@ -530,16 +662,7 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) bool {
 	if p == nil {
 		return false
 	}
-	if in.Kind == wire.KindErrorReply {
-		_, st, err := wire.ParseErrorReply(in.Frame)
-		if err != nil {
-			p.err = fmt.Errorf("%s: malformed error reply: %w", p.name, err)
-		} else {
-			p.err = &RemoteError{Msg: p.name, Code: st.Code, Detail: st.Detail}
-		}
-	} else {
-		p.err = in.Decode(p.reply)
-	}
+	p.err = replyResult(in, p.reply, p.name)
 	if p == self {
 		return true
 	}
@@ -557,6 +680,19 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) bool {
 // (matching ErrClosed, ErrPeerDied or ErrProtocol) once every message sent
 // before the end has been received.
 func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
+	// Alone on the connection, with nothing handed over: no lock.
+	if c.ninbox.Load() == 0 && c.turn.CompareAndSwap(false, true) {
+		// Only the turn's holder adds to the inbox: it stays empty.
+		if c.ninbox.Load() == 0 && !c.ended.Load() {
+			done, err := c.readOne(ctx, fn)
+			c.release()
+			if done || err != nil {
+				return err
+			}
+		} else {
+			c.release()
+		}
+	}
 	for {
 		c.mu.Lock()
 		if len(c.inbox) > 0 {
@@ -566,17 +702,21 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 			if len(c.inbox) == 0 {
 				c.inbox = nil
 			}
+			c.ninbox.Store(int32(len(c.inbox)))
 			c.wakeLocked() // a Call may be waiting for room in the inbox
 			c.mu.Unlock()
 			return fn(&in)
 		}
-		if !c.reading {
+		if !c.turn.Load() {
 			if c.endErr != nil {
 				err := c.endErr
 				c.mu.Unlock()
 				return err
 			}
-			c.reading = true
+			if !c.turn.CompareAndSwap(false, true) {
+				c.mu.Unlock()
+				continue
+			}
 			c.mu.Unlock()
 			done, err := c.readOne(ctx, fn)
 			c.release()
@@ -585,7 +725,9 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 			}
 			continue
 		}
-		c.waiting++
+		if !c.waitLocked() {
+			continue
+		}
 		wake := c.wake
 		c.mu.Unlock()
 		select {
@@ -603,7 +745,7 @@ func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, 
 	defer func() { *in = Incoming{} }()
 	for {
 		var err error
-		if *in, err = c.l.receive(ctx); err != nil {
+		if err = c.l.receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		switch in.Kind {
@@ -740,6 +882,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 				if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
 					hctx, cancel = context.WithTimeout(ctx, d)
 				}
+				in.Inline = true
 				return c.serveCall(ctx, hctx, cancel, in, handle)
 			}
 			hctx, cancel := context.WithCancel(ctx)

@@ -1,6 +1,11 @@
 package chanos
 
-import "github.com/chanos/chanos/interconnect/ump"
+import (
+	"context"
+
+	"github.com/chanos/chanos/interconnect/ump"
+	"github.com/chanos/chanos/wire"
+)
 
 // LocalPair returns both ends of a local connection, for tests.
 func LocalPair(iface Interface) (*Conn, *Conn) {
@@ -15,4 +20,39 @@ func UMPPair(iface Interface) (*Conn, *Conn, error) {
 		return nil, nil, err
 	}
 	return NewConn(a, iface), NewConn(b, iface), nil
+}
+
+// loopLink is a link whose peer is a function: each frame sent is answered
+// by next's result, which the following receive returns; nil ends the
+// connection. It measures the connection layer without an interconnect.
+type loopLink struct {
+	next  func(sent []byte) []byte
+	frame []byte
+}
+
+func (l *loopLink) kind() string { return "ump" }
+func (l *loopLink) sendFrame(_ context.Context, frame []byte, _ []wire.Cap) error {
+	l.frame = l.next(frame)
+	return nil
+}
+func (l *loopLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
+	return true, l.sendFrame(context.Background(), frame, caps)
+}
+func (l *loopLink) sendValue(context.Context, wire.Message) error { return nil }
+func (l *loopLink) receive(_ context.Context, in *Incoming) error {
+	f := l.frame
+	if f == nil {
+		*in = Incoming{}
+		return &endError{kind: ErrClosed}
+	}
+	h, k, err := wire.ParseFrame(f)
+	*in = Incoming{Kind: k, Header: h, Frame: f}
+	return err
+}
+func (l *loopLink) close() error { return nil }
+
+// LoopConn returns a connection whose peer is next: see loopLink. first is
+// the first frame to receive, or nil.
+func LoopConn(iface Interface, first []byte, next func(sent []byte) []byte) *Conn {
+	return newConn(&loopLink{next: next, frame: first}, iface, nil)
 }

@@ -54,25 +54,36 @@ func (l *umpLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) 
 	return umpErr(l.u.Send(ctx, frame))
 }
 
+func (l *umpLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
+	if len(caps) > 0 {
+		return false, ErrCapsUnsupported
+	}
+	ok, err := l.u.TrySend(frame)
+	return ok, umpErr(err)
+}
+
 func (l *umpLink) sendValue(context.Context, wire.Message) error {
 	return errors.New("chanos: values only travel on the local interconnect")
 }
 
-func (l *umpLink) receive(ctx context.Context) (Incoming, error) {
+func (l *umpLink) receive(ctx context.Context, in *Incoming) error {
 	frame, err := l.u.Receive(ctx)
 	if err != nil {
-		return Incoming{}, umpErr(err)
+		*in = Incoming{}
+		return umpErr(err)
 	}
 	h, k, err := wire.ParseFrame(frame)
+	if err == nil && h.NCaps == 0 {
+		*in = Incoming{Kind: k, Header: h, Frame: frame}
+		return nil
+	}
+	*in = Incoming{}
 	if err == nil {
-		if h.NCaps == 0 {
-			return Incoming{Kind: k, Header: h, Frame: frame}, nil
-		}
 		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", h.NCaps)
 	}
 	// A malformed frame ends the connection: close it so the peer learns.
 	l.u.Close()
-	return Incoming{}, &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
+	return &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
 }
 
 func (l *umpLink) close() error { return l.u.Close() }
@@ -151,6 +162,19 @@ func (l *localLink) put(ctx context.Context, in Incoming) error {
 	}
 }
 
+// tryPut is put without the wait.
+func (l *localLink) tryPut(in Incoming) (bool, error) {
+	if l.out.shut.Load() || l.in.shut.Load() {
+		return false, &endError{kind: ErrClosed}
+	}
+	select {
+	case l.out.ch <- in:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
 func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
 	return l.put(ctx, Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m})
 }
@@ -165,24 +189,34 @@ func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap
 	return l.put(ctx, Incoming{Kind: k, Header: h, Frame: append([]byte(nil), frame...), Caps: append([]wire.Cap(nil), caps...)})
 }
 
-func (l *localLink) receive(ctx context.Context) (Incoming, error) {
+func (l *localLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
+	h, k, err := wire.ParseFrame(frame)
+	if err != nil {
+		return false, err
+	}
+	return l.tryPut(Incoming{Kind: k, Header: h, Frame: append([]byte(nil), frame...), Caps: append([]wire.Cap(nil), caps...)})
+}
+
+func (l *localLink) receive(ctx context.Context, in *Incoming) error {
 	select {
-	case in := <-l.in.ch:
-		return in, nil
+	case *in = <-l.in.ch:
+		return nil
 	default:
 	}
 	select {
-	case in := <-l.in.ch:
-		return in, nil
+	case *in = <-l.in.ch:
+		return nil
 	case <-ctx.Done():
-		return Incoming{}, ctx.Err()
+		*in = Incoming{}
+		return ctx.Err()
 	case <-l.in.closed:
 		// Deliver what was sent before the close first.
 		select {
-		case in := <-l.in.ch:
-			return in, nil
+		case *in = <-l.in.ch:
+			return nil
 		default:
-			return Incoming{}, &endError{kind: ErrClosed}
+			*in = Incoming{}
+			return &endError{kind: ErrClosed}
 		}
 	}
 }

@@ -211,7 +211,17 @@ func (g *generator) connection() {
 	g.p("// chanos.Concurrent, rpc calls run in goroutines of their own and see")
 	g.p("// their callers' cancels.")
 	g.p("func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {")
+	if g.hasRPC() {
+		g.p("var replies replyValues")
+	}
 	g.p("return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
+	if g.hasRPC() {
+		g.p("if in.Kind == wire.KindCall && in.Frame != nil {")
+		g.p("if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {")
+		g.p("return reply, err")
+		g.p("}")
+		g.p("}")
+	}
 	g.p("m, err := decodeIncoming(in)")
 	g.p("if err != nil {")
 	g.p("return nil, c.c.Violation(err)")
@@ -222,6 +232,63 @@ func (g *generator) connection() {
 	g.p("}")
 	g.p("return reply, err")
 	g.p("}, opts...)")
+	g.p("}")
+	g.p("")
+	if g.hasRPC() {
+		g.serveCall()
+	}
+}
+
+// hasRPC reports whether the interface declares an rpc.
+func (g *generator) hasRPC() bool {
+	for _, mi := range g.msgs {
+		if mi.msg.RPC {
+			return true
+		}
+	}
+	return false
+}
+
+// serveCall emits ServeConn's path for rpc calls: Dispatch without its
+// allocations. The call is decoded into a local value, and a call handled
+// inline answers with a reply value kept for the connection.
+func (g *generator) serveCall() {
+	g.p("// replyValues holds a reply value per rpc for the calls ServeConn handles")
+	g.p("// inline: each reply is encoded before the next call is read.")
+	g.p("type replyValues struct {")
+	for _, mi := range g.msgs {
+		if mi.msg.RPC {
+			g.p("%s %s", mi.name, mi.frames[1].typ)
+		}
+	}
+	g.p("}")
+	g.p("")
+	g.p("// serveCall handles an rpc call as Dispatch does, and reports whether it")
+	g.p("// is one of this interface's; reply holds the replies of inline calls.")
+	g.p("// If the call does not decode, it ends the connection and returns an")
+	g.p("// error matching chanos.ErrProtocol. Its locals are reserved names, as")
+	g.p("// the Server's results are declared beside them.")
+	g.p("func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {")
+	g.p("switch call.Header.Msg {")
+	for _, mi := range g.msgs {
+		if !mi.msg.RPC {
+			continue
+		}
+		call, reply := mi.frames[0], mi.frames[1]
+		g.p("case %s:", mi.number)
+		g.p("var m %s", call.typ)
+		g.p("if err := m.Decode(call.Frame, call.Caps); err != nil {")
+		g.p("return nil, true, c.Violation(err)")
+		g.p("}")
+		inits := g.callMethod(mi, "m", "return nil, true, err")
+		g.p("if call.Inline {")
+		g.p("reply.%s = %s{%s}", mi.name, reply.typ, inits)
+		g.p("return &reply.%s, true, nil", mi.name)
+		g.p("}")
+		g.p("return &%s{%s}, true, nil", reply.typ, inits)
+	}
+	g.p("}")
+	g.p("return nil, false, nil")
 	g.p("}")
 	g.p("")
 }

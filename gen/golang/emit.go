@@ -794,26 +794,9 @@ func (g *generator) dispatch() {
 			g.p("return nil, srv.%s(ctx, from, m)", mi.name)
 			continue
 		}
-		call, reply := mi.frames[0], mi.frames[1]
-		g.p("case *%s:", call.typ)
-		args := []string{"ctx"}
-		for _, a := range call.args {
-			args = append(args, "m."+a.field)
-		}
-		var outs, inits []string
-		for _, a := range reply.args {
-			outs = append(outs, a.param)
-			inits = append(inits, a.field+": "+a.param)
-		}
-		if len(outs) == 0 {
-			g.p("if err := srv.%s(%s); err != nil {", mi.name, strings.Join(args, ", "))
-		} else {
-			g.p("%s := srv.%s(%s)", strings.Join(append(outs, "err"), ", "), mi.name, strings.Join(args, ", "))
-			g.p("if err != nil {")
-		}
-		g.p("return nil, err")
-		g.p("}")
-		g.p("return &%s{%s}, nil", reply.typ, strings.Join(inits, ", "))
+		g.p("case *%s:", mi.frames[0].typ)
+		inits := g.callMethod(mi, "m", "return nil, err")
+		g.p("return &%s{%s}, nil", mi.frames[1].typ, inits)
 	}
 	g.p("case nil:")
 	g.p(`return nil, fmt.Errorf("%%s: Dispatch of a nil message: %%w", InterfaceName, chanos.ErrProtocol)`)
@@ -821,6 +804,32 @@ func (g *generator) dispatch() {
 	g.p(`return nil, fmt.Errorf("%%s: a server cannot handle a %%s %%s: %%w", InterfaceName, m.MsgName(), m.MsgKind(), chanos.ErrProtocol)`)
 	g.p("}")
 	g.p("")
+}
+
+// callMethod emits the call of srv's method for rpc mi with the in
+// arguments of the call value m, and ret, a return statement of err, for
+// its failure; it returns the fields of the reply literal made from the
+// method's results.
+func (g *generator) callMethod(mi *msgInfo, m, ret string) string {
+	call, reply := mi.frames[0], mi.frames[1]
+	args := []string{"ctx"}
+	for _, a := range call.args {
+		args = append(args, m+"."+a.field)
+	}
+	var outs, inits []string
+	for _, a := range reply.args {
+		outs = append(outs, a.param)
+		inits = append(inits, a.field+": "+a.param)
+	}
+	if len(outs) == 0 {
+		g.p("if err := srv.%s(%s); err != nil {", mi.name, strings.Join(args, ", "))
+	} else {
+		g.p("%s := srv.%s(%s)", strings.Join(append(outs, "err"), ", "), mi.name, strings.Join(args, ", "))
+		g.p("if err != nil {")
+	}
+	g.p("%s", ret)
+	g.p("}")
+	return strings.Join(inits, ", ")
 }
 
 func (g *generator) unimplemented() {

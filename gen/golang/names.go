@@ -57,7 +57,7 @@ var packageNames = map[string]bool{
 	"Dispatch": true, "UnimplementedServer": true,
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
 	"Listener": true, "Export": true, "Serve": true, "ServeConn": true,
-	"decodeIncoming": true,
+	"decodeIncoming": true, "serveCall": true, "replyValues": true,
 }
 
 // messageMethods are the methods of generated message, call and reply

@@ -155,26 +155,49 @@ func (c *Conn) Send(ctx context.Context, msg []byte) error {
 	if len(msg) > int(c.cfg.maxMsg) {
 		return fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
 	}
+	_, err := c.send(ctx, msg, true)
+	return err
+}
+
+// TrySend is Send without the wait: when the ring lacks room for the
+// whole of msg, it returns false at once and writes nothing.
+func (c *Conn) TrySend(msg []byte) (bool, error) {
+	if len(msg) > int(c.cfg.maxMsg) {
+		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
+	}
+	return c.send(context.Background(), msg, false)
+}
+
+// send writes msg, which fits the connection's maximum, waiting for room
+// if wait is set.
+func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 	need := uint64(slotsFor(len(msg)))
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	if e := c.err.Load(); e != nil {
-		return e
+		return false, e
 	}
 	if err := c.txPeerEnded(); err != nil {
-		return err
+		return false, err
 	}
 	t := &c.tx
 	if !t.free(need) {
-		if err := c.waitSpace(ctx, need); err != nil {
-			return err
+		if !wait {
+			if err := t.refresh(); err != nil {
+				return false, c.fail(err)
+			}
+			if !t.free(need) {
+				return false, nil
+			}
+		} else if err := c.waitSpace(ctx, need); err != nil {
+			return false, err
 		}
 	}
 	t.write(msg)
 	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
 		eventfdSignal(c.txWake)
 	}
-	return nil
+	return true, nil
 }
 
 // txPeerEnded reports whether the peer closed or went away, so that what

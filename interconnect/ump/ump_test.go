@@ -168,6 +168,60 @@ func TestFullRing(t *testing.T) {
 	}
 }
 
+// TestTrySend fills a ring with TrySend, which refuses the message that
+// does not fit without writing any of it, and succeeds again once the
+// consumer makes room.
+func TestTrySend(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 200, RingSlots: 16})
+	ctx := ctxT(t)
+	n := 0
+	for ; ; n++ {
+		ok, err := a.TrySend(pattern(make([]byte, 100), n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+	}
+	if n != 16/2 { // 100 bytes take 2 slots
+		t.Fatalf("%d messages fit in 16 slots, want 8", n)
+	}
+	if ok, err := a.TrySend(make([]byte, 201)); ok || !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("TrySend of 201 bytes = %v, %v; want ErrTooLarge", ok, err)
+	}
+	m, err := b.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := checkPattern(m, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The consumer publishes its position when it next waits or reads.
+	if _, err := b.Receive(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.rmu.Lock()
+	b.rxPublish(true)
+	b.rmu.Unlock()
+	if ok, err := a.TrySend(pattern(make([]byte, 100), n)); !ok || err != nil {
+		t.Fatalf("TrySend after the consumer made room = %v, %v", ok, err)
+	}
+	for i := 2; i <= n; i++ {
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.Close()
+	if ok, err := a.TrySend([]byte("x")); ok || !errors.Is(err, ErrClosed) {
+		t.Fatalf("TrySend to a closed peer = %v, %v; want ErrClosed", ok, err)
+	}
+}
+
 func TestReceiveContext(t *testing.T) {
 	a, b := pipe(t, nil)
 	ctx := ctxT(t)

@@ -979,7 +979,13 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
+	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindCall && in.Frame != nil {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+				return reply, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -990,4 +996,65 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		}
 		return reply, err
 	}, opts...)
+}
+
+// replyValues holds a reply value per rpc for the calls ServeConn handles
+// inline: each reply is encoded before the next call is read.
+type replyValues struct {
+	Put    PutReply
+	Get    GetReply
+	Delete DeleteReply
+}
+
+// serveCall handles an rpc call as Dispatch does, and reports whether it
+// is one of this interface's; reply holds the replies of inline calls.
+// If the call does not decode, it ends the connection and returns an
+// error matching chanos.ErrProtocol. Its locals are reserved names, as
+// the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+	switch call.Header.Msg {
+	case MsgPut:
+		var m PutCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		version, err := srv.Put(ctx, m.Key, m.Value)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Put = PutReply{Version: version}
+			return &reply.Put, true, nil
+		}
+		return &PutReply{Version: version}, true, nil
+	case MsgGet:
+		var m GetCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		st, value, err := srv.Get(ctx, m.Key)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Get = GetReply{St: st, Value: value}
+			return &reply.Get, true, nil
+		}
+		return &GetReply{St: st, Value: value}, true, nil
+	case MsgDelete:
+		var m DeleteCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		existed, err := srv.Delete(ctx, m.Key)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Delete = DeleteReply{Existed: existed}
+			return &reply.Delete, true, nil
+		}
+		return &DeleteReply{Existed: existed}, true, nil
+	}
+	return nil, false, nil
 }

@@ -1476,7 +1476,13 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
+	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindCall && in.Frame != nil {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+				return reply, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -1487,4 +1493,110 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		}
 		return reply, err
 	}, opts...)
+}
+
+// replyValues holds a reply value per rpc for the calls ServeConn handles
+// inline: each reply is encoded before the next call is read.
+type replyValues struct {
+	Set      SetReply
+	Get      GetReply
+	WaitFor  WaitForReply
+	GetCount GetCountReply
+	Remove   RemoveReply
+	List     ListReply
+}
+
+// serveCall handles an rpc call as Dispatch does, and reports whether it
+// is one of this interface's; reply holds the replies of inline calls.
+// If the call does not decode, it ends the connection and returns an
+// error matching chanos.ErrProtocol. Its locals are reserved names, as
+// the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+	switch call.Header.Msg {
+	case MsgSet:
+		var m SetCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		err_, err := srv.Set(ctx, m.Name, m.Ref)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Set = SetReply{Err: err_}
+			return &reply.Set, true, nil
+		}
+		return &SetReply{Err: err_}, true, nil
+	case MsgGet:
+		var m GetCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		ref, err_, err := srv.Get(ctx, m.Name)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Get = GetReply{Ref: ref, Err: err_}
+			return &reply.Get, true, nil
+		}
+		return &GetReply{Ref: ref, Err: err_}, true, nil
+	case MsgWaitFor:
+		var m WaitForCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		ref, err_, err := srv.WaitFor(ctx, m.Name)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.WaitFor = WaitForReply{Ref: ref, Err: err_}
+			return &reply.WaitFor, true, nil
+		}
+		return &WaitForReply{Ref: ref, Err: err_}, true, nil
+	case MsgGetCount:
+		var m GetCountCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		count, err := srv.GetCount(ctx, m.Class)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.GetCount = GetCountReply{Count: count}
+			return &reply.GetCount, true, nil
+		}
+		return &GetCountReply{Count: count}, true, nil
+	case MsgRemove:
+		var m RemoveCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		err_, err := srv.Remove(ctx, m.Name)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Remove = RemoveReply{Err: err_}
+			return &reply.Remove, true, nil
+		}
+		return &RemoveReply{Err: err_}, true, nil
+	case MsgList:
+		var m ListCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		names, more, err := srv.List(ctx, m.Prefix, m.After)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.List = ListReply{Names: names, More: more}
+			return &reply.List, true, nil
+		}
+		return &ListReply{Names: names, More: more}, true, nil
+	}
+	return nil, false, nil
 }

@@ -854,7 +854,13 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
+	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindCall && in.Frame != nil {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+				return reply, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -865,4 +871,50 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		}
 		return reply, err
 	}, opts...)
+}
+
+// replyValues holds a reply value per rpc for the calls ServeConn handles
+// inline: each reply is encoded before the next call is read.
+type replyValues struct {
+	Echo   EchoReply
+	Bounce BounceReply
+}
+
+// serveCall handles an rpc call as Dispatch does, and reports whether it
+// is one of this interface's; reply holds the replies of inline calls.
+// If the call does not decode, it ends the connection and returns an
+// error matching chanos.ErrProtocol. Its locals are reserved names, as
+// the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+	switch call.Header.Msg {
+	case MsgEcho:
+		var m EchoCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		result, err := srv.Echo(ctx, m.Val)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Echo = EchoReply{Result: result}
+			return &reply.Echo, true, nil
+		}
+		return &EchoReply{Result: result}, true, nil
+	case MsgBounce:
+		var m BounceCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		reply_, err := srv.Bounce(ctx, m.Payload)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Bounce = BounceReply{Reply: reply_}
+			return &reply.Bounce, true, nil
+		}
+		return &BounceReply{Reply: reply_}, true, nil
+	}
+	return nil, false, nil
 }

@@ -3426,7 +3426,13 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
+	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindCall && in.Frame != nil {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+				return reply, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -3437,4 +3443,93 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		}
 		return reply, err
 	}, opts...)
+}
+
+// replyValues holds a reply value per rpc for the calls ServeConn handles
+// inline: each reply is encoded before the next call is read.
+type replyValues struct {
+	Ping   PingReply
+	Echo   EchoReply
+	Mixed  MixedReply
+	Notify NotifyReply
+	Query  QueryReply
+}
+
+// serveCall handles an rpc call as Dispatch does, and reports whether it
+// is one of this interface's; reply holds the replies of inline calls.
+// If the call does not decode, it ends the connection and returns an
+// error matching chanos.ErrProtocol. Its locals are reserved names, as
+// the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+	switch call.Header.Msg {
+	case MsgPing:
+		var m PingCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		if err := srv.Ping(ctx); err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Ping = PingReply{}
+			return &reply.Ping, true, nil
+		}
+		return &PingReply{}, true, nil
+	case MsgEcho:
+		var m EchoCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		ack, reply_, err := srv.Echo(ctx, m.Seq, m.Text)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Echo = EchoReply{Ack: ack, Reply: reply_}
+			return &reply.Echo, true, nil
+		}
+		return &EchoReply{Ack: ack, Reply: reply_}, true, nil
+	case MsgMixed:
+		var m MixedCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		b, d, data, err := srv.Mixed(ctx, m.A, m.C, m.Pts)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Mixed = MixedReply{B: b, D: d, Data: data}
+			return &reply.Mixed, true, nil
+		}
+		return &MixedReply{B: b, D: d, Data: data}, true, nil
+	case MsgNotify:
+		var m NotifyCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		if err := srv.Notify(ctx, m.Event, m.FD, m.Watch); err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Notify = NotifyReply{}
+			return &reply.Notify, true, nil
+		}
+		return &NotifyReply{}, true, nil
+	case MsgQuery:
+		var m QueryCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		counter, statusText, h, err_, err := srv.Query(ctx)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Query = QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}
+			return &reply.Query, true, nil
+		}
+		return &QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}, true, nil
+	}
+	return nil, false, nil
 }

@@ -925,7 +925,13 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
+	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindCall && in.Frame != nil {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+				return reply, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -936,4 +942,64 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		}
 		return reply, err
 	}, opts...)
+}
+
+// replyValues holds a reply value per rpc for the calls ServeConn handles
+// inline: each reply is encoded before the next call is read.
+type replyValues struct {
+	Get  GetReply
+	Add  AddReply
+	Fail FailReply
+}
+
+// serveCall handles an rpc call as Dispatch does, and reports whether it
+// is one of this interface's; reply holds the replies of inline calls.
+// If the call does not decode, it ends the connection and returns an
+// error matching chanos.ErrProtocol. Its locals are reserved names, as
+// the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+	switch call.Header.Msg {
+	case MsgGet:
+		var m GetCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		value, found, err := srv.Get(ctx, m.Key)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Get = GetReply{Value: value, Found: found}
+			return &reply.Get, true, nil
+		}
+		return &GetReply{Value: value, Found: found}, true, nil
+	case MsgAdd:
+		var m AddCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		sum, err := srv.Add(ctx, m.A, m.B)
+		if err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Add = AddReply{Sum: sum}
+			return &reply.Add, true, nil
+		}
+		return &AddReply{Sum: sum}, true, nil
+	case MsgFail:
+		var m FailCall
+		if err := m.Decode(call.Frame, call.Caps); err != nil {
+			return nil, true, c.Violation(err)
+		}
+		if err := srv.Fail(ctx, m.Code); err != nil {
+			return nil, true, err
+		}
+		if call.Inline {
+			reply.Fail = FailReply{}
+			return &reply.Fail, true, nil
+		}
+		return &FailReply{}, true, nil
+	}
+	return nil, false, nil
 }
