@@ -227,18 +227,26 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 		return c.Err()
 	}
 	if c.local {
-		if v, ok := m.(interface{ MsgValidate() error }); ok {
-			if err := v.MsgValidate(); err != nil {
-				return err
-			}
-		}
-		clone, ok := m.(interface{ MsgClone() wire.Message })
+		v, ok := m.(localMessage)
 		if !ok {
 			return fmt.Errorf("chanos: %s cannot be copied for the local interconnect (regenerate it with this chanosc)", m.MsgName())
 		}
-		return c.wrap(c.l.sendValue(ctx, clone.MsgClone()))
+		if err := v.MsgValidate(); err != nil {
+			return err
+		}
+		return c.wrap(c.l.sendValue(ctx, v.MsgClone()))
 	}
 	return c.sendEncoded(ctx, m, 0, 0)
+}
+
+// localMessage is a message the local interconnect can pass as a value:
+// what chanosc generates for every message.
+type localMessage interface {
+	wire.Message
+	// MsgValidate reports what Encode would refuse.
+	MsgValidate() error
+	// MsgClone returns a copy that shares no memory with the original.
+	MsgClone() wire.Message
 }
 
 // sendEncoded encodes m, patches in the call id and timeout, and sends it.

@@ -107,15 +107,31 @@ func umpErr(err error) error {
 // before Send blocks.
 const localBuffer = 64
 
+// A localItem is what travels on a local connection: a message value, or a
+// *localFrame. An interface keeps the channel's element as small as the
+// pointer a plain Go channel would carry.
+type localItem = any
+
+// localFrame is an encoded frame (an rpc call or reply, an error reply, a
+// cancel) on a local connection.
+type localFrame struct {
+	h     wire.Header
+	k     wire.Kind
+	frame []byte
+	caps  []wire.Cap
+}
+
 // pipe is one direction of a local connection.
 type pipe struct {
-	ch     chan Incoming
+	ch     chan localItem
 	closed chan struct{}
 	shut   atomic.Bool // closed, for the fast paths that avoid a select
 	once   sync.Once
 }
 
-func newPipe() *pipe { return &pipe{ch: make(chan Incoming, localBuffer), closed: make(chan struct{})} }
+func newPipe() *pipe {
+	return &pipe{ch: make(chan localItem, localBuffer), closed: make(chan struct{})}
+}
 
 func (p *pipe) close() {
 	p.once.Do(func() {
@@ -139,19 +155,19 @@ func localPair() (a, b *localLink) {
 
 func (l *localLink) kind() string { return "local" }
 
-func (l *localLink) put(ctx context.Context, in Incoming) error {
+func (l *localLink) put(ctx context.Context, it localItem) error {
 	if l.out.shut.Load() || l.in.shut.Load() {
 		return &endError{kind: ErrClosed}
 	}
 	// A multi-way select costs several times a plain channel operation:
 	// try the plain one first.
 	select {
-	case l.out.ch <- in:
+	case l.out.ch <- it:
 		return nil
 	default:
 	}
 	select {
-	case l.out.ch <- in:
+	case l.out.ch <- it:
 		return nil
 	case <-l.out.closed:
 		return &endError{kind: ErrClosed}
@@ -163,12 +179,12 @@ func (l *localLink) put(ctx context.Context, in Incoming) error {
 }
 
 // tryPut is put without the wait.
-func (l *localLink) tryPut(in Incoming) (bool, error) {
+func (l *localLink) tryPut(it localItem) (bool, error) {
 	if l.out.shut.Load() || l.in.shut.Load() {
 		return false, &endError{kind: ErrClosed}
 	}
 	select {
-	case l.out.ch <- in:
+	case l.out.ch <- it:
 		return true, nil
 	default:
 		return false, nil
@@ -176,49 +192,63 @@ func (l *localLink) tryPut(in Incoming) (bool, error) {
 }
 
 func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
-	return l.put(ctx, Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m})
+	return l.put(ctx, m)
+}
+
+// copyFrame parses frame and copies it, with caps: the caller reuses its
+// buffer, and the capabilities are handed over as they are, since both
+// ends share one descriptor table.
+func copyFrame(frame []byte, caps []wire.Cap) (*localFrame, error) {
+	h, k, err := wire.ParseFrame(frame)
+	if err != nil {
+		return nil, err
+	}
+	return &localFrame{h: h, k: k, frame: append([]byte(nil), frame...), caps: append([]wire.Cap(nil), caps...)}, nil
 }
 
 func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
-	h, k, err := wire.ParseFrame(frame)
+	f, err := copyFrame(frame, caps)
 	if err != nil {
 		return err
 	}
-	// The caller reuses its buffer; the capabilities are handed over as
-	// they are, since both ends share one descriptor table.
-	return l.put(ctx, Incoming{Kind: k, Header: h, Frame: append([]byte(nil), frame...), Caps: append([]wire.Cap(nil), caps...)})
+	return l.put(ctx, f)
 }
 
 func (l *localLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
-	h, k, err := wire.ParseFrame(frame)
+	f, err := copyFrame(frame, caps)
 	if err != nil {
 		return false, err
 	}
-	return l.tryPut(Incoming{Kind: k, Header: h, Frame: append([]byte(nil), frame...), Caps: append([]wire.Cap(nil), caps...)})
+	return l.tryPut(f)
 }
 
 func (l *localLink) receive(ctx context.Context, in *Incoming) error {
+	var it localItem
 	select {
-	case *in = <-l.in.ch:
-		return nil
+	case it = <-l.in.ch:
 	default:
-	}
-	select {
-	case *in = <-l.in.ch:
-		return nil
-	case <-ctx.Done():
-		*in = Incoming{}
-		return ctx.Err()
-	case <-l.in.closed:
-		// Deliver what was sent before the close first.
 		select {
-		case *in = <-l.in.ch:
-			return nil
-		default:
+		case it = <-l.in.ch:
+		case <-ctx.Done():
 			*in = Incoming{}
-			return &endError{kind: ErrClosed}
+			return ctx.Err()
+		case <-l.in.closed:
+			// Deliver what was sent before the close first.
+			select {
+			case it = <-l.in.ch:
+			default:
+				*in = Incoming{}
+				return &endError{kind: ErrClosed}
+			}
 		}
 	}
+	if f, ok := it.(*localFrame); ok {
+		*in = Incoming{Kind: f.k, Header: f.h, Frame: f.frame, Caps: f.caps}
+	} else {
+		m := it.(wire.Message)
+		*in = Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m}
+	}
+	return nil
 }
 
 func (l *localLink) close() error {
