@@ -26,6 +26,7 @@ type Result struct {
 	Peers     string `json:"peers"`
 	Size      int    `json:"size"`
 	Clients   int    `json:"clients,omitempty"` // client processes sharing Iters (suite clients)
+	Stages    int    `json:"stages,omitempty"`  // stages of the ring, stage 0 included (suite ring)
 	Iters     int    `json:"iters"`
 	TotalNS   int64  `json:"total_ns,omitempty"` // wall time of the whole measured run
 	// Runs is how many times the case ran; the figures are those of the

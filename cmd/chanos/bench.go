@@ -23,6 +23,10 @@ type benchSuite struct {
 	summary func(w io.Writer, results []bench.Result)
 	// table, if set, prints the results instead of the table and summary.
 	table func(w io.Writer, results []bench.Result)
+	// noPlot, if set, says why --plot cannot draw the suite's results:
+	// chanos-peers plot draws by payload size, and running a suite for a
+	// minute to fail at the chart would waste the run.
+	noPlot string
 }
 
 type benchOptions struct {
@@ -68,6 +72,14 @@ var benchSuites = map[string]benchSuite{
 		},
 		summary: bench.ClientsSummary,
 	},
+	"ring": {
+		help: "seed 000's goroutine ring (§4.2) across processes: 2, 4, 8 stages over ump, local, Go channels and pipes (docs/benchmarks.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunRing(ctx, bench.RingConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
+		},
+		summary: bench.RingSummary,
+		noPlot:  "the ring suite has no chart (chanos-peers plot draws by payload size; ring sizes vary instead): use --json",
+	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
@@ -83,7 +95,7 @@ func (o benchOptions) compare() bench.CompareConfig {
 
 // allOrder is the order in which `chanos bench all` runs the suites; any
 // other registered suite runs after these, by name.
-var allOrder = []string{"pingpong", "stream", "rpc", "ump", "bind", "clients"}
+var allOrder = []string{"pingpong", "stream", "rpc", "ump", "bind", "clients", "ring"}
 
 // The suite all runs every other suite: registered here, as its run
 // refers to benchSuites.
@@ -151,10 +163,11 @@ func allSuiteNames() []string {
 const benchUsage = `usage: chanos bench SUITE [flags]
 
 Runs a benchmark suite and prints a table, or with --json one JSON object
-per line (fields suite, case, transport, peers, size, iters, rtt_ns_p50,
-rtt_ns_p99, rtt_ns_mean, msgs_per_s, bytes_per_s, cpu_percent, runs, as
-they apply). Figures are medians over --repeat runs; compare them with the
-baselines of the same run, not across runs.
+per line (fields suite, case, transport, peers, size, clients, stages,
+iters, total_ns, rtt_ns_p50, rtt_ns_p99, rtt_ns_mean, msgs_per_s,
+bytes_per_s, cpu_percent, runs, as they apply). Figures are medians over
+--repeat runs; compare them with the baselines of the same run, not across
+runs.
 
 flags:
   --json         one JSON object per result line
@@ -183,6 +196,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 && args[0] == bench.CompareServerCommand {
 		return bench.CompareServer(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == bench.RingStageCommand {
+		return bench.RingStage(ctx, args[1:])
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -221,6 +237,9 @@ func runBench(ctx context.Context, args []string) error {
 	if !ok {
 		printBenchUsage(os.Stderr)
 		return fmt.Errorf("%w: bench: unknown suite %q", errUsage, suiteName)
+	}
+	if *plotFile != "" && suite.noPlot != "" {
+		return fmt.Errorf("%w: bench: --plot: %s", errUsage, suite.noPlot)
 	}
 	if *cpuProfile != "" {
 		// Profiles this process: the measuring side of each case.

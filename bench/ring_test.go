@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/monitor"
+)
+
+// ringStageArg, after "--" in the test binary's arguments, makes it run
+// RingStage: the ring tests start it as their stage processes. It is
+// dispatched in init, before TestMain.
+const ringStageArg = "ring-stage"
+
+func init() {
+	i := slices.Index(os.Args, "--")
+	if i < 0 || i+1 >= len(os.Args) || os.Args[i+1] != ringStageArg {
+		return
+	}
+	if err := RingStage(context.Background(), os.Args[i+2:]); err != nil {
+		os.Stderr.WriteString("ring stage: " + err.Error() + "\n")
+		os.Exit(1)
+	}
+	os.Exit(0)
+}
+
+// ringStageCommand is this test binary as a ring stage.
+func ringStageCommand() []string {
+	return []string{os.Args[0], "-test.run=^$", "--", ringStageArg}
+}
+
+// children returns the processes whose parent is this one, zombies
+// included: what a run that cleaned up after itself leaves none of.
+func children(t *testing.T) []string {
+	t.Helper()
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		t.Fatal(err)
+	}
+	me := strconv.Itoa(os.Getpid())
+	var out []string
+	for _, path := range stats {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		// pid (comm) state ppid ...; comm may hold spaces and parentheses.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) > 1 && f[1] == me {
+			out = append(out, strings.TrimSpace(s[:strings.LastIndexByte(s, ')')+1])+" "+f[0])
+		}
+	}
+	return out
+}
+
+// runRing runs the ring suite with cfg and returns its results, checking
+// those every case must satisfy.
+func runRing(t *testing.T, cfg RingConfig) []Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var results []Result
+	err := RunRing(ctx, cfg, func(r Result) error {
+		results = append(results, r)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := len(cfg.Sizes) * len(cfg.Transports)
+	if len(results) != want {
+		t.Fatalf("%d results, want %d: %+v", len(results), want, results)
+	}
+	seen := map[string]bool{}
+	for _, r := range results {
+		k := r.Transport + "/" + strconv.Itoa(r.Stages)
+		if seen[k] {
+			t.Errorf("%s reported twice", k)
+		}
+		seen[k] = true
+		if r.Suite != "ring" || r.Case != "ring" || r.Peers != "go" || r.Size != 8 ||
+			!slices.Contains(cfg.Transports, r.Transport) || !slices.Contains(cfg.Sizes, r.Stages) {
+			t.Errorf("bad result %+v", r)
+		}
+		if r.Iters < cfg.MinTrips || r.Runs != max(cfg.Repeat, 1) || r.TotalNS <= 0 {
+			t.Errorf("%s: iters %d (want >= %d), runs %d (want %d), total %d ns", k, r.Iters, cfg.MinTrips, r.Runs, max(cfg.Repeat, 1), r.TotalNS)
+		}
+		if r.RTTp50 == nil || r.RTTp99 == nil || r.RTTMean == nil || *r.RTTp50 <= 0 || *r.RTTp99 < *r.RTTp50 {
+			t.Errorf("%s: bad figures %+v", k, r)
+		}
+	}
+	var b strings.Builder
+	if err := WriteTable(&b, results); err != nil {
+		t.Fatal(err)
+	}
+	b.WriteString("\n")
+	RingSummary(&b, results)
+	if !strings.Contains(b.String(), "per hop p50") {
+		t.Errorf("summary lacks per-hop times:\n%s", b.String())
+	}
+	if err := WriteJSON(&b, results[0]); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"stages":`) {
+		t.Errorf("JSON lacks stages:\n%s", b.String())
+	}
+	t.Log("\n" + b.String())
+	return results
+}
+
+// TestRunRingProcesses runs the quick ring with 3 stages, two of them
+// processes (this test binary), over ump and over pipes, and checks the
+// results' shape (figures are benchmarks, not pass conditions) and that
+// no stage process outlives the suite.
+func TestRunRingProcesses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	before := children(t) // not ours to check
+	runRing(t, RingConfig{
+		Quick:      true,
+		Sizes:      []int{3},
+		Transports: []string{"ump", "pipe"},
+		Warmup:     5 * time.Millisecond,
+		Duration:   20 * time.Millisecond,
+		MinTrips:   20,
+		Stage:      ringStageCommand(),
+	})
+	if left := slices.DeleteFunc(children(t), func(c string) bool { return slices.Contains(before, c) }); len(left) > 0 {
+		t.Errorf("stage processes left after the run: %v", left)
+	}
+}
+
+// TestRunRingInProcess runs the rings within this process, local
+// connections and Go channels, twice each, and checks their shape.
+func TestRunRingInProcess(t *testing.T) {
+	runRing(t, RingConfig{
+		Sizes:      []int{2, 3, 5},
+		Transports: []string{"go-chan", "local"},
+		Repeat:     2,
+		Warmup:     2 * time.Millisecond,
+		Duration:   10 * time.Millisecond,
+		MinTrips:   50,
+	})
+}
+
+func TestRunRingBadConfig(t *testing.T) {
+	for _, cfg := range []RingConfig{
+		{Sizes: []int{1}},
+		{Sizes: []int{ringMaxStages + 1}},
+		{Transports: []string{"carrier-pigeon"}},
+		{Cases: []string{"no-such-case"}},
+	} {
+		if err := RunRing(context.Background(), cfg, func(Result) error { return nil }); err == nil {
+			t.Errorf("RunRing(%+v) succeeded", cfg)
+		}
+	}
+}
+
+// TestMeasureRingChecksPayload checks that a trip whose payload does not
+// come back as the ring size fails the case.
+func TestMeasureRingChecksPayload(t *testing.T) {
+	timing := ringTiming{warmup: time.Millisecond, dur: time.Millisecond, minTrips: 5}
+	_, err := measureRing(context.Background(), 4, timing, func(k uint32) (uint64, error) {
+		if k == 15 {
+			return 3, nil // a stage that did not increment
+		}
+		return 4, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "want the ring size 4") {
+		t.Errorf("measureRing with a wrong payload: %v", err)
+	}
+	r, err := measureRing(context.Background(), 4, timing, func(uint32) (uint64, error) { return 4, nil })
+	if err != nil || r.Iters < 5 {
+		t.Errorf("measureRing: %+v, %v", r, err)
+	}
+}
+
+// TestRingStageExitsOnStdinClose checks that a stage, in either mode,
+// ends when its standard input closes even though its ring never forms
+// (the next stage never appears, the pipe never ends): what keeps stages
+// from outliving a bench process that died.
+func TestRingStageExitsOnStdinClose(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	dir := t.TempDir()
+	if err := os.Chmod(dir, 0o700); err != nil { // the monitor wants a private directory
+		t.Fatal(err)
+	}
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan struct{})
+	go func() { m.Serve(ctx); close(served) }()
+	defer func() { cancel(); <-served }()
+
+	var fd [2]int
+	if err := syscall.Pipe2(fd[:], syscall.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(fd[0]), "r"), os.NewFile(uintptr(fd[1]), "w")
+	defer r.Close()
+	defer w.Close() // held open: the stage's input never ends
+
+	for _, tc := range []struct {
+		mode  string
+		args  []string
+		files []*os.File
+	}{
+		{"ump", []string{"--mode", "ump", "--dir", dir, "--name", "ring.t.1", "--next", "ring.t.never"}, nil},
+		{"pipe", []string{"--mode", "pipe"}, []*os.File{r, w}},
+	} {
+		t.Run(tc.mode, func(t *testing.T) {
+			argv := slices.Concat(ringStageCommand(), tc.args)
+			cmd := exec.Command(argv[0], argv[1:]...)
+			cmd.Stderr = os.Stderr
+			cmd.ExtraFiles = tc.files
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			ready, done := make(chan error, 1), make(chan error, 1)
+			go func() {
+				line, err := bufio.NewReader(stdout).ReadString('\n')
+				if strings.TrimSpace(line) != "ready" {
+					ready <- fmt.Errorf("no ready line: %q %v", line, err)
+				} else {
+					ready <- nil
+				}
+				done <- cmd.Wait()
+			}()
+			select {
+			case err := <-ready:
+				if err != nil {
+					t.Error(err)
+				}
+			case <-time.After(30 * time.Second):
+				t.Error("stage not ready within 30 s")
+			}
+			time.Sleep(50 * time.Millisecond) // into its wait for the next stage or its input
+			stdin.Close()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("stage: %v", err)
+				}
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				<-done
+				t.Error("stage did not exit within 10 s of its stdin closing")
+			}
+		})
+	}
+}
