@@ -28,8 +28,14 @@ type Options struct {
 	// "whatever the creator chose" for an attacher.
 	MaxMessageSize int
 	// RingSlots is the number of 64-byte slots per direction, a power of
-	// two. Zero chooses room for two maximum-size messages, at least 1024.
+	// two. Zero chooses room for two maximum-size messages, at least 1024,
+	// or 1024 with a bulk region.
 	RingSlots int
+	// BulkSize is the size of the bulk region per direction, in bytes: a
+	// power of two at least MaxMessageSize, through which messages longer
+	// than BulkMin travel. Zero chooses room for two maximum-size messages
+	// (none if MaxMessageSize <= BulkMin); negative means no bulk region.
+	BulkSize int
 	// SpinWindow is how long to spin before parking. Zero means
 	// DefaultSpinWindow; a negative value parks at once.
 	SpinWindow time.Duration
@@ -62,6 +68,27 @@ func (o *Options) logger() *slog.Logger {
 	return o.Logger
 }
 
+// minSpin is the least a waiter spins once its waits have been ending in
+// sleep: about a round trip of a busy peer, so that a peer that becomes
+// busy again is noticed without a wake-up, and the full window returns.
+const minSpin = 2 * time.Microsecond
+
+// spinBudget is how long a waiter spins before it parks, adapted to how
+// its waits end, as adaptive mutexes do: a wait that the spinning served
+// restores the full window; one that had to sleep anyway halves it, down
+// to minSpin. On a machine with more busy processes than cores (a ring of
+// domains, say), spinning for the whole window only keeps the process
+// that would have answered off the CPU.
+type spinBudget struct {
+	max, cur time.Duration
+}
+
+func newSpinBudget(window time.Duration) spinBudget { return spinBudget{max: window, cur: window} }
+
+func (b *spinBudget) won() { b.cur = b.max }
+
+func (b *spinBudget) lost() { b.cur = max(b.cur/2, min(b.max, minSpin)) }
+
 // Side says which half of a ring pair a Conn is. The creator writes ring 0
 // and reads ring 1; the attacher the reverse.
 type Side int
@@ -84,7 +111,6 @@ const (
 type Conn struct {
 	cfg  config
 	mem  []byte
-	spin time.Duration
 	sock *net.UnixConn
 	log  *slog.Logger
 
@@ -93,11 +119,13 @@ type Conn struct {
 
 	smu    sync.Mutex
 	tx     producer
+	txSpin spinBudget
 	txWake int // the peer's data eventfd
 	txPark *parker
 
 	rmu     sync.Mutex
 	rx      consumer
+	rxSpin  spinBudget
 	rxWake  int // the peer's space eventfd
 	rxPark  *parker
 	rxGone  bool   // a poll ran after the peer's socket was seen closed
@@ -171,7 +199,11 @@ func (c *Conn) TrySend(msg []byte) (bool, error) {
 // send writes msg, which fits the connection's maximum, waiting for room
 // if wait is set.
 func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
-	need := uint64(slotsFor(len(msg)))
+	need, nbulk := uint64(slotsFor(len(msg))), uint64(0)
+	bulk := c.cfg.usesBulk(len(msg))
+	if bulk {
+		need, nbulk = 1, uint64(len(msg))
+	}
 	c.smu.Lock()
 	defer c.smu.Unlock()
 	if e := c.err.Load(); e != nil {
@@ -181,19 +213,23 @@ func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 		return false, err
 	}
 	t := &c.tx
-	if !t.free(need) {
+	if !t.free(need, nbulk) {
 		if !wait {
 			if err := t.refresh(); err != nil {
 				return false, c.fail(err)
 			}
-			if !t.free(need) {
+			if !t.free(need, nbulk) {
 				return false, nil
 			}
-		} else if err := c.waitSpace(ctx, need); err != nil {
+		} else if err := c.waitSpace(ctx, need, nbulk); err != nil {
 			return false, err
 		}
 	}
-	t.write(msg)
+	if bulk {
+		t.writeBulk(msg)
+	} else {
+		t.write(msg)
+	}
 	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
 		eventfdSignal(c.txWake)
 	}
@@ -212,24 +248,26 @@ func (c *Conn) txPeerEnded() error {
 	return nil
 }
 
-// waitSpace waits until need slots are free in the outgoing ring.
-func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
+// waitSpace waits until need slots, and nbulk bytes of the bulk region,
+// are free in the outgoing ring.
+func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 	t := &c.tx
 	if err := t.refresh(); err != nil {
 		return c.fail(err)
 	}
-	if t.free(need) {
+	if t.free(need, nbulk) {
 		return nil
 	}
 	done := ctx.Done()
-	if c.spin > 0 {
+	if b := &c.txSpin; b.cur > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
 			spinPause()
 			if err := t.refresh(); err != nil {
 				return c.fail(err)
 			}
-			if t.free(need) {
+			if t.free(need, nbulk) {
+				b.won()
 				return nil
 			}
 			if i&63 != 0 {
@@ -240,7 +278,8 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 			}
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > c.spin {
+			} else if time.Since(start) > b.cur {
+				b.lost()
 				break
 			}
 		}
@@ -251,7 +290,7 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 			storeRelease(t.waitp, 0)
 			return c.fail(err)
 		}
-		if t.free(need) {
+		if t.free(need, nbulk) {
 			storeRelease(t.waitp, 0)
 			return nil
 		}
@@ -267,7 +306,7 @@ func (c *Conn) waitSpace(ctx context.Context, need uint64) error {
 		if err := t.refresh(); err != nil {
 			return c.fail(err)
 		}
-		if t.free(need) {
+		if t.free(need, nbulk) {
 			return nil
 		}
 	}
@@ -293,7 +332,8 @@ func (c *Conn) txEnded(ctx context.Context, done <-chan struct{}) error {
 
 // txReady is the parked sender's wake-up check.
 func (c *Conn) txReady(uintptr) bool {
-	return atomic.LoadUint64(c.tx.headp) != c.tx.head || c.closing.Load() ||
+	return atomic.LoadUint64(c.tx.headp) != c.tx.head ||
+		c.tx.bulk != nil && atomic.LoadUint64(c.tx.bheadp) != c.tx.bhead || c.closing.Load() ||
 		c.peerEnd.Load() != nil || atomic.LoadUint64(c.peerClosedp) != 0
 }
 
@@ -315,7 +355,7 @@ func (c *Conn) Receive(ctx context.Context) ([]byte, error) {
 			return nil, c.fail(err)
 		}
 		if done {
-			if r.pos-r.pub >= r.batch {
+			if r.pos-r.pub >= r.batch || r.bpos-r.bpub >= r.bbatch {
 				c.rxPublish(true)
 			}
 			return r.buf, nil
@@ -333,7 +373,11 @@ func (c *Conn) Receive(ctx context.Context) ([]byte, error) {
 // or at the batch boundary catches what they miss.
 func (c *Conn) rxPublish(fenced bool) {
 	r := &c.rx
-	if r.pos != r.pub {
+	if r.bpos != r.bpub { // before head: the producer reads head first
+		r.bpub = r.bpos
+		storeRelease(r.bheadp, r.bpos)
+	}
+	if r.pos != r.pub || fenced {
 		r.pub = r.pos
 		if fenced {
 			atomic.StoreUint64(r.headp, r.pos)
@@ -395,11 +439,12 @@ func (c *Conn) waitData(ctx context.Context) error {
 	if retry, err := c.rxEnded(ctx, done); retry || err != nil {
 		return err
 	}
-	if c.spin > 0 {
+	if b := &c.rxSpin; b.cur > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
 			spinPause()
 			if r.changed() {
+				b.won()
 				return nil
 			}
 			if i&63 != 0 {
@@ -410,7 +455,8 @@ func (c *Conn) waitData(ctx context.Context) error {
 			}
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > c.spin {
+			} else if time.Since(start) > b.cur {
+				b.lost()
 				break
 			}
 		}

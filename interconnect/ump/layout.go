@@ -30,6 +30,7 @@ const (
 	offSlots    = 16
 	offMaxMsg   = 20
 	offHdrSize  = 24
+	offBulk     = 28
 	offTotal    = 32
 
 	// Side s's close word: 1<<63 | the position of ring s at close.
@@ -39,17 +40,28 @@ const (
 	ringCtlSize = 4 * blockSize
 	offProdWait = 0 * blockSize // producer: "I sleep until there is space"
 	offHead     = 1 * blockSize // consumer: position consumed so far
+	offBulkHead = offHead + 8   // consumer: bulk bytes consumed so far
 	offConsWait = 2 * blockSize // consumer: "I sleep until there is data"
 
 	// Control word: bits 0..31 the sequence number, bits 32..63 the info.
 	infoFirst  uint32 = 1 << 31 // first slot of a message; low bits: its length
 	infoCaps   uint32 = 1 << 30 // reserved: descriptors travel on the socket
-	infoLenMax uint32 = 1<<30 - 1
+	infoBulk   uint32 = 1 << 29 // the message's bytes are in the bulk region
+	infoLenMax uint32 = 1<<29 - 1
 	closedBit  uint64 = 1 << 63
 
 	// MaxMessageLimit is the largest maximum message size a ring pair may
 	// declare.
-	MaxMessageLimit = 1<<30 - 1
+	MaxMessageLimit = 1<<29 - 1
+
+	// BulkMin is the length above which a message travels through the
+	// bulk region of a ring that has one: a copy into a contiguous region
+	// and out again beats a copy per 56-byte slot. Shorter messages take
+	// at most 8 slots.
+	BulkMin = 8 * SlotPayload
+	// MaxBulkSize is the largest bulk region per direction.
+	MaxBulkSize = 1 << 30
+	minBulkSize = 4096
 	// MaxRingSlots is the largest number of slots per direction.
 	MaxRingSlots = 1 << 24
 	minRingSlots = 2
@@ -64,6 +76,7 @@ const (
 type config struct {
 	slots  uint32 // slots per direction, a power of two
 	maxMsg uint32 // maximum message length in bytes
+	bulk   uint32 // bulk region bytes per direction: 0 (none) or a power of two >= maxMsg
 }
 
 // slotsFor returns how many slots a message of n bytes occupies.
@@ -76,7 +89,27 @@ func slotsFor(n int) int {
 
 // totalSize returns the size of the shared memory of a ring pair.
 func (c config) totalSize() int {
-	return headerSize + 2*int(c.slots)*SlotSize
+	return headerSize + 2*int(c.slots)*SlotSize + 2*int(c.bulk)
+}
+
+// bulkOffset returns the offset of ring r's bulk region.
+func (c config) bulkOffset(r int) int {
+	return headerSize + 2*int(c.slots)*SlotSize + r*int(c.bulk)
+}
+
+// usesBulk reports whether a message of n bytes travels in the bulk
+// region: the rule of docs/ump.md, which both sides' producers follow.
+func (c config) usesBulk(n int) bool {
+	return c.bulk != 0 && n > BulkMin
+}
+
+// slotsOf returns how many slots a message of n bytes occupies in this
+// ring pair: one for a bulk message's descriptor.
+func (c config) slotsOf(n int) int {
+	if c.usesBulk(n) {
+		return 1
+	}
+	return slotsFor(n)
 }
 
 // ringOffset returns the offset of ring r's first slot.
@@ -85,14 +118,57 @@ func (c config) ringOffset(r int) int {
 }
 
 // defaultSlots returns the number of slots per direction chosen for a
-// maximum message size: room for two maximum messages, at least 1024 slots.
-func defaultSlots(maxMsg int) int {
+// maximum message size: room for two maximum messages, at least 1024
+// slots; with a bulk region, where messages longer than BulkMin take one
+// slot, 4096: room for thousands of small messages in flight.
+func defaultSlots(maxMsg int, bulk bool) int {
 	want := 2 * slotsFor(maxMsg)
+	if bulk {
+		want = 4096
+	}
 	n := 1024
 	for n < want && n < MaxRingSlots {
 		n <<= 1
 	}
 	return n
+}
+
+// defaultBulk returns the bulk region size chosen for a maximum message
+// size: room for two maximum messages, so that the sender fills one while
+// the receiver copies the other out; none if no message exceeds BulkMin.
+func defaultBulk(maxMsg int) int {
+	if maxMsg <= BulkMin {
+		return 0
+	}
+	n := minBulkSize
+	for n < 2*maxMsg && n < MaxBulkSize {
+		n <<= 1
+	}
+	return n
+}
+
+// check reports what is wrong with a configuration, from Options or from
+// a peer's header: every message up to the maximum must fit.
+func (c config) check() error {
+	switch {
+	case c.maxMsg == 0 || c.maxMsg > MaxMessageLimit:
+		return fmt.Errorf("maximum message size %d out of range [1, %d]", c.maxMsg, MaxMessageLimit)
+	case c.slots < minRingSlots || c.slots > MaxRingSlots || c.slots&(c.slots-1) != 0:
+		return fmt.Errorf("ring slots %d must be a power of two in [%d, %d]", c.slots, minRingSlots, MaxRingSlots)
+	case c.bulk != 0 && (c.bulk < minBulkSize || c.bulk > MaxBulkSize || c.bulk&(c.bulk-1) != 0):
+		return fmt.Errorf("bulk region of %d bytes must be 0 or a power of two in [%d, %d]", c.bulk, minBulkSize, MaxBulkSize)
+	case c.bulk != 0 && c.bulk < c.maxMsg:
+		return fmt.Errorf("bulk region of %d bytes cannot hold a %d-byte message", c.bulk, c.maxMsg)
+	}
+	// The longest message that takes slots.
+	longest := int(c.maxMsg)
+	if c.bulk != 0 {
+		longest = min(longest, BulkMin)
+	}
+	if slotsFor(longest) > int(c.slots) {
+		return fmt.Errorf("%d ring slots cannot hold a %d-byte message (%d slots)", c.slots, longest, slotsFor(longest))
+	}
+	return nil
 }
 
 // newConfig checks the options and derives the ring pair's configuration.
@@ -101,20 +177,29 @@ func newConfig(o *Options) (config, error) {
 	if maxMsg <= 0 || maxMsg > MaxMessageLimit {
 		return config{}, fmt.Errorf("ump: maximum message size %d out of range [1, %d]", maxMsg, MaxMessageLimit)
 	}
-	slots := 0
+	slots, bulk := 0, 0
 	if o != nil {
-		slots = o.RingSlots
+		slots, bulk = o.RingSlots, o.BulkSize
+	}
+	switch {
+	case bulk == 0:
+		bulk = defaultBulk(maxMsg)
+	case bulk < 0:
+		bulk = 0
+	case bulk > MaxBulkSize:
+		return config{}, fmt.Errorf("ump: bulk region of %d bytes exceeds %d", bulk, MaxBulkSize)
 	}
 	if slots == 0 {
-		slots = defaultSlots(maxMsg)
+		slots = defaultSlots(maxMsg, bulk != 0)
 	}
-	if slots < minRingSlots || slots > MaxRingSlots || slots&(slots-1) != 0 {
+	if slots > MaxRingSlots {
 		return config{}, fmt.Errorf("ump: ring slots %d must be a power of two in [%d, %d]", slots, minRingSlots, MaxRingSlots)
 	}
-	if slotsFor(maxMsg) > slots {
-		return config{}, fmt.Errorf("ump: %d ring slots cannot hold a %d-byte message (%d slots)", slots, maxMsg, slotsFor(maxMsg))
+	c := config{slots: uint32(slots), maxMsg: uint32(maxMsg), bulk: uint32(bulk)}
+	if err := c.check(); err != nil {
+		return config{}, fmt.Errorf("ump: %w", err)
 	}
-	return config{slots: uint32(slots), maxMsg: uint32(maxMsg)}, nil
+	return c, nil
 }
 
 // writeHeader writes the static header into mem, a fresh ring pair.
@@ -126,6 +211,7 @@ func (c config) writeHeader(mem []byte) {
 	le.PutUint32(mem[offSlots:], c.slots)
 	le.PutUint32(mem[offMaxMsg:], c.maxMsg)
 	le.PutUint32(mem[offHdrSize:], headerSize)
+	le.PutUint32(mem[offBulk:], c.bulk)
 	le.PutUint64(mem[offTotal:], uint64(c.totalSize()))
 }
 
@@ -150,12 +236,9 @@ func readHeader(mem []byte, size int) (config, error) {
 	if hs := le.Uint32(h[offHdrSize:]); hs != headerSize {
 		return config{}, fmt.Errorf("%w: header size %d, want %d", ErrProtocol, hs, headerSize)
 	}
-	c := config{slots: le.Uint32(h[offSlots:]), maxMsg: le.Uint32(h[offMaxMsg:])}
-	if c.slots < minRingSlots || c.slots > MaxRingSlots || c.slots&(c.slots-1) != 0 {
-		return config{}, fmt.Errorf("%w: bad ring slot count %d", ErrProtocol, c.slots)
-	}
-	if c.maxMsg == 0 || c.maxMsg > MaxMessageLimit || slotsFor(int(c.maxMsg)) > int(c.slots) {
-		return config{}, fmt.Errorf("%w: bad maximum message size %d for %d slots", ErrProtocol, c.maxMsg, c.slots)
+	c := config{slots: le.Uint32(h[offSlots:]), maxMsg: le.Uint32(h[offMaxMsg:]), bulk: le.Uint32(h[offBulk:])}
+	if err := c.check(); err != nil {
+		return config{}, fmt.Errorf("%w: header: %v", ErrProtocol, err)
 	}
 	if t := le.Uint64(h[offTotal:]); t != uint64(c.totalSize()) || size < c.totalSize() {
 		return config{}, fmt.Errorf("%w: shared memory is %d bytes, header says %d, layout needs %d", ErrProtocol, size, t, c.totalSize())

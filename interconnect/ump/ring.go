@@ -1,6 +1,7 @@
 package ump
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -24,11 +25,18 @@ type producer struct {
 	peerWaitp *uint64 // consumer-written: it sleeps waiting for data
 	epoch     uint64  // number of our last sleep announcement
 	signaled  uint64  // the consumer's announcement we last signalled
+
+	bulk   []byte  // the bulk region, in shared memory; nil if none
+	bmask  uint64  // len(bulk) - 1
+	btail  uint64  // bulk bytes written so far
+	bhead  uint64  // bulk bytes the consumer has copied out, as last read and validated
+	bheadp *uint64 // consumer-written: its bulk position
 }
 
-// free reports whether need slots are free according to the cached head.
-func (t *producer) free(need uint64) bool {
-	return t.tail-t.head+need <= t.n
+// free reports whether need slots, and nbulk bytes of the bulk region, are
+// free according to the cached positions.
+func (t *producer) free(need, nbulk uint64) bool {
+	return t.tail-t.head+need <= t.n && t.btail-t.bhead+nbulk <= uint64(len(t.bulk))
 }
 
 // refresh re-reads the consumer's position. A position that moves
@@ -39,7 +47,33 @@ func (t *producer) refresh() error {
 		return protoErr(fmt.Sprintf("consumer position %d outside [%d, %d]", h, t.head, t.tail))
 	}
 	t.head = h
+	if t.bulk != nil {
+		b := atomic.LoadUint64(t.bheadp)
+		if b < t.bhead || b > t.btail {
+			return protoErr(fmt.Sprintf("consumer bulk position %d outside [%d, %d]", b, t.bhead, t.btail))
+		}
+		t.bhead = b
+	}
 	return nil
+}
+
+// writeBulk copies msg into the bulk region at btail, which must have room
+// for it, and writes its descriptor, one slot holding the bulk position,
+// after it.
+func (t *producer) writeBulk(msg []byte) {
+	n := len(msg)
+	at := t.btail & t.bmask
+	k := copy(t.bulk[at:], msg)
+	copy(t.bulk, msg[k:]) // the part that wraps around
+	p := t.tail
+	off := int(p&t.mask) * SlotSize
+	binary.LittleEndian.PutUint64(t.slots[off:], t.btail)
+	// Sequentially consistent: orders the bytes above before the
+	// descriptor, and the descriptor before the caller's load of the
+	// consumer's wait word.
+	atomic.StoreUint64(word(t.slots, off+ctrlOff), uint64(uint32(p+1))|uint64(infoFirst|infoBulk|uint32(n))<<32)
+	t.btail += uint64(n)
+	t.tail = p + 1
 }
 
 // write copies msg into the ring at tail, which must have room for it. The
@@ -89,6 +123,13 @@ type consumer struct {
 	epoch     uint64  // number of our last sleep announcement
 	signaled  uint64  // the producer's announcement we last signalled
 
+	bulk   []byte  // the bulk region, in shared memory; nil if none
+	bmask  uint64  // len(bulk) - 1
+	bpos   uint64  // bulk bytes copied out so far
+	bpub   uint64  // bpos as last published to bheadp
+	bbatch uint64  // publish at least every bbatch bulk bytes
+	bheadp *uint64 // ours: our bulk position
+
 	buf    []byte // the message being reassembled / last returned
 	msgLen int    // length of the message in progress, -1 if none
 	got    int    // bytes of it copied so far
@@ -133,6 +174,32 @@ func (r *consumer) changed() bool {
 	return uint32(atomic.LoadUint64(word(r.slots, off))) != r.stale(r.pos)
 }
 
+// takeBulk copies out the bulk message of n bytes whose descriptor is the
+// slot at position p, offset off.
+func (r *consumer) takeBulk(p uint64, off, n int) (bool, error) {
+	// Read once: the producer may change the slot under us.
+	at := binary.LittleEndian.Uint64(r.slots[off:])
+	switch {
+	case r.bulk == nil:
+		return false, protoErr(fmt.Sprintf("slot %d: a bulk message, but the ring pair has no bulk region", p))
+	case n <= BulkMin:
+		return false, protoErr(fmt.Sprintf("slot %d: a %d-byte message in the bulk region", p, n))
+	case at != r.bpos:
+		return false, protoErr(fmt.Sprintf("slot %d: bulk message at %d, want %d", p, at, r.bpos))
+	}
+	// n <= maxMsg <= len(bulk), checked by the header's validation.
+	if cap(r.buf) < n {
+		r.buf = make([]byte, n, max(n, min(2*cap(r.buf), int(r.maxMsg))))
+	}
+	r.buf = r.buf[:n]
+	start := int(at & r.bmask)
+	k := copy(r.buf, r.bulk[start:])
+	copy(r.buf[k:], r.bulk[:n-k])
+	r.bpos += uint64(n)
+	r.pos = p + 1
+	return true, nil
+}
+
 // poll reads every fragment available, until a message is complete (true,
 // the message in buf) or the next slot is not written yet (false). A
 // message in progress survives between calls.
@@ -159,6 +226,12 @@ func (r *consumer) poll() (bool, error) {
 			n := info & infoLenMax
 			if n > r.maxMsg {
 				return false, protoErr(fmt.Sprintf("slot %d: message length %d exceeds the maximum %d", p, n, r.maxMsg))
+			}
+			if info&infoBulk != 0 {
+				return r.takeBulk(p, off, int(n))
+			}
+			if r.bulk != nil && n > BulkMin {
+				return false, protoErr(fmt.Sprintf("slot %d: a %d-byte message outside the bulk region", p, n))
 			}
 			if cap(r.buf) < int(n) {
 				r.buf = make([]byte, n, max(int(n), min(2*cap(r.buf), int(r.maxMsg))))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -127,11 +128,23 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 		return mem[off : off+int(cfg.slots)*SlotSize : off+int(cfg.slots)*SlotSize]
 	}
 	ctl := func(r, off int) *uint64 { return word(mem, offRing0+r*ringCtlSize+off) }
-	n := uint64(cfg.slots)
+	bulk := func(r int) []byte {
+		if cfg.bulk == 0 {
+			return nil
+		}
+		off := cfg.bulkOffset(r)
+		return mem[off : off+int(cfg.bulk) : off+int(cfg.bulk)]
+	}
+	n, nb := uint64(cfg.slots), uint64(cfg.bulk)
+	bbatch := uint64(math.MaxUint64) // no bulk region: nothing to publish
+	if nb != 0 {
+		bbatch = nb / 8
+	}
 	c := &Conn{
 		cfg:         cfg,
 		mem:         mem,
-		spin:        o.spinWindow(),
+		txSpin:      newSpinBudget(o.spinWindow()),
+		rxSpin:      newSpinBudget(o.spinWindow()),
 		sock:        sock,
 		log:         o.logger(),
 		myClosedp:   word(mem, offClosed0+s*blockSize),
@@ -141,11 +154,13 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 		tx: producer{
 			slots: ring(s), n: n, mask: n - 1,
 			headp: ctl(s, offHead), waitp: ctl(s, offProdWait), peerWaitp: ctl(s, offConsWait),
+			bulk: bulk(s), bmask: nb - 1, bheadp: ctl(s, offBulkHead),
 		},
 		rx: consumer{
 			slots: ring(peer), n: n, mask: n - 1, maxMsg: cfg.maxMsg,
 			batch: max(1, n/8),
 			headp: ctl(peer, offHead), waitp: ctl(peer, offConsWait), peerWaitp: ctl(peer, offProdWait),
+			bulk: bulk(peer), bmask: nb - 1, bbatch: bbatch, bheadp: ctl(peer, offBulkHead),
 			msgLen: -1,
 		},
 	}

@@ -107,7 +107,12 @@ func TestBadOptions(t *testing.T) {
 		{MaxMessageSize: MaxMessageLimit + 1},
 		{RingSlots: 1000},
 		{RingSlots: 1},
-		{MaxMessageSize: 1000, RingSlots: 8},
+		{MaxMessageSize: 1000, RingSlots: 8, BulkSize: -1},
+		{MaxMessageSize: 1000, RingSlots: 4},              // a 448-byte message takes 8 slots
+		{MaxMessageSize: 1000, BulkSize: 512},             // below the minimum
+		{MaxMessageSize: 10000, BulkSize: 8192},           // smaller than a message
+		{MaxMessageSize: 1000, BulkSize: 5000},            // not a power of two
+		{MaxMessageSize: 1000, BulkSize: MaxBulkSize * 2}, // too large
 	} {
 		if f, err := NewFiles(o); err == nil {
 			f.Close()
