@@ -29,7 +29,7 @@ type Options struct {
 	MaxMessageSize int
 	// RingSlots is the number of 64-byte slots per direction, a power of
 	// two. Zero chooses room for two maximum-size messages, at least 1024,
-	// or 1024 with a bulk region.
+	// or 4096 with a bulk region.
 	RingSlots int
 	// BulkSize is the size of the bulk region per direction, in bytes: a
 	// power of two at least MaxMessageSize, through which messages longer

@@ -92,7 +92,7 @@ func checkMemfd(fd int) (int, error) {
 	if seals&(sealShrink|sealSeal) != sealShrink|sealSeal {
 		return 0, fmt.Errorf("%w: shared memory is not sealed against shrinking (seals %#x)", ErrProtocol, seals)
 	}
-	if st.Size < 0 || st.Size > int64(headerSize+2*MaxRingSlots*SlotSize) {
+	if st.Size < 0 || st.Size > int64(headerSize+2*MaxRingSlots*SlotSize+2*MaxBulkSize) {
 		return 0, fmt.Errorf("%w: shared memory size %d out of range", ErrProtocol, st.Size)
 	}
 	return int(st.Size), nil
