@@ -134,14 +134,17 @@ func defaultSlots(maxMsg int, bulk bool) int {
 }
 
 // defaultBulk returns the bulk region size chosen for a maximum message
-// size: room for two maximum messages, so that the sender fills one while
-// the receiver copies the other out; none if no message exceeds BulkMin.
+// size: room for two maximum messages and at least 1 MiB, so that the
+// sender runs ahead while the receiver copies out (with room for only two
+// 64 KiB messages, a stream stalled whenever either side was descheduled);
+// none if no message exceeds BulkMin. The pages are touched only as bulk
+// messages pass.
 func defaultBulk(maxMsg int) int {
 	if maxMsg <= BulkMin {
 		return 0
 	}
 	n := minBulkSize
-	for n < 2*maxMsg && n < MaxBulkSize {
+	for n < max(2*maxMsg, 1<<20) && n < MaxBulkSize {
 		n <<= 1
 	}
 	return n

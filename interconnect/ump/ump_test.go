@@ -379,3 +379,30 @@ func TestNoLeaks(t *testing.T) {
 	}
 	checkNoLeaks(t, before)
 }
+
+// TestDefaults checks the configurations the options default to; C's
+// test_ump_bulk checks the same table against chanos_ump_files_create.
+func TestDefaults(t *testing.T) {
+	for _, c := range []struct {
+		o           Options
+		slots, bulk uint32
+	}{
+		{Options{}, 4096, 1 << 20},
+		{Options{MaxMessageSize: 448}, 1024, 0},
+		{Options{MaxMessageSize: 449}, 4096, 1 << 20},
+		{Options{MaxMessageSize: 4096}, 4096, 1 << 20},
+		{Options{MaxMessageSize: 600000}, 4096, 2 << 20},
+		{Options{MaxMessageSize: 65536, BulkSize: -1}, 4096, 0},
+		{Options{MaxMessageSize: 1000, BulkSize: -1}, 1024, 0},
+		{Options{MaxMessageSize: 1000, RingSlots: 8}, 8, 1 << 20},
+		{Options{MaxMessageSize: 4096, BulkSize: 4096}, 4096, 4096},
+	} {
+		cfg, err := newConfig(&c.o)
+		if err != nil {
+			t.Fatalf("%+v: %v", c.o, err)
+		}
+		if cfg.slots != c.slots || cfg.bulk != c.bulk {
+			t.Errorf("%+v: %d slots, bulk %d; want %d, %d", c.o, cfg.slots, cfg.bulk, c.slots, c.bulk)
+		}
+	}
+}
