@@ -23,10 +23,6 @@ type benchSuite struct {
 	summary func(w io.Writer, results []bench.Result)
 	// table, if set, prints the results instead of the table and summary.
 	table func(w io.Writer, results []bench.Result)
-	// noPlot, if set, says why --plot cannot draw the suite's results:
-	// chanos-peers plot draws by payload size, and running a suite for a
-	// minute to fail at the chart would waste the run.
-	noPlot string
 }
 
 type benchOptions struct {
@@ -78,7 +74,6 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunRing(ctx, bench.RingConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		summary: bench.RingSummary,
-		noPlot:  "the ring suite has no chart (chanos-peers plot draws by payload size; ring sizes vary instead): use --json",
 	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
@@ -176,8 +171,9 @@ flags:
   --cpuprofile F write a CPU profile of this process (the measuring side) to F
   --cases LIST   comma-separated substrings of case keys
                  (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go
-  --plot FILE    also write a chart of round trips and stream throughput,
-                 PNG or SVG by FILE's extension (needs bin/chanos-peers)
+  --plot FILE    also write a chart of the results, PNG or SVG by FILE's
+                 extension, one panel per kind of figure (needs
+                 bin/chanos-peers; see docs/benchmarks.md)
 
 The suites pingpong, stream, rpc and all run the peers (gRPC, shmipc-go,
 Unix sockets, ...) with bin/chanos-peers, found beside this executable
@@ -237,9 +233,6 @@ func runBench(ctx context.Context, args []string) error {
 	if !ok {
 		printBenchUsage(os.Stderr)
 		return fmt.Errorf("%w: bench: unknown suite %q", errUsage, suiteName)
-	}
-	if *plotFile != "" && suite.noPlot != "" {
-		return fmt.Errorf("%w: bench: --plot: %s", errUsage, suite.noPlot)
 	}
 	if *cpuProfile != "" {
 		// Profiles this process: the measuring side of each case.
