@@ -752,8 +752,14 @@ int chanos_dec_cap(struct chanos_dec *d);
 #define CHANOS_UMP_SLOT_SIZE    64
 #define CHANOS_UMP_SLOT_PAYLOAD 56
 #define CHANOS_UMP_DEFAULT_MAX_MSG 65536u
-#define CHANOS_UMP_MAX_MSG_LIMIT   0x3fffffffu
+#define CHANOS_UMP_MAX_MSG_LIMIT   0x1fffffffu
 #define CHANOS_UMP_MAX_SLOTS       (1u << 24)
+/* Messages longer than CHANOS_UMP_BULK_MIN bytes (8 slots' payload) travel
+ * through the bulk region of a ring pair that has one; a bulk region is a
+ * power of two from CHANOS_UMP_MIN_BULK to CHANOS_UMP_MAX_BULK bytes. */
+#define CHANOS_UMP_BULK_MIN        448u
+#define CHANOS_UMP_MIN_BULK        4096u
+#define CHANOS_UMP_MAX_BULK        (1u << 30)
 /* The default spin window before sleeping, in nanoseconds. */
 #define CHANOS_UMP_DEFAULT_SPIN_NS 20000
 
@@ -768,8 +774,15 @@ struct chanos_ump_options {
      * otherwise a larger value is refused. */
     uint32_t max_msg;
     /* Slots per direction, a power of two; 0: room for two maximum
-     * messages, at least 1024. */
+     * messages, at least 1024, or 4096 with a bulk region. */
     uint32_t ring_slots;
+    /* Creator: bytes of the bulk region per direction, a power of two in
+     * [CHANOS_UMP_MIN_BULK, CHANOS_UMP_MAX_BULK] and at least max_msg,
+     * through which messages longer than CHANOS_UMP_BULK_MIN travel. 0:
+     * room for two maximum messages and at least 1 MiB (none if max_msg <=
+     * CHANOS_UMP_BULK_MIN);
+     * negative: no bulk region. Attacher: ignored (the creator's). */
+    int32_t bulk_size;
     /* Spin window before sleeping: 0 means CHANOS_UMP_DEFAULT_SPIN_NS, a
      * negative value sleeps at once. */
     int64_t spin_ns;
@@ -848,6 +861,18 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len,
 int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len);
 
 /*
+ * chanos_ump_spin_recv is one look of the caller's own spin loop, for a
+ * thread that serves several connections: it returns the next message as
+ * chanos_ump_try_recv does, and never waits, but on CHANOS_ERR_AGAIN it
+ * does not announce a sleep (and withdraws one a try_recv left), so the
+ * peer's sends make no system call to wake us and chanos_ump_fd is not
+ * armed. Before sleeping on chanos_ump_fd, call chanos_ump_try_recv, which
+ * arms it (and may still return a message). Costs no system call. A peer
+ * that died without closing is noticed by try_recv and recv, not here.
+ */
+int chanos_ump_spin_recv(chanos_ump *c, const void **msg, size_t *len);
+
+/*
  * chanos_ump_fd returns a descriptor (an epoll set) that polls readable when
  * a try variant that returned CHANOS_ERR_AGAIN may now succeed, or the
  * connection ended. It belongs to the connection: do not close it.
@@ -884,12 +909,13 @@ const char *chanos_ump_strerror(int err);
  * chanos_conn, which adds rpc call ids, error replies and cancels.
  *
  * Threads. libchanos starts no thread. A domain's monitor socket is read by
- * whichever call needs it (chanos_accept, chanos_connect, chanos_export,
- * chanos_domain_poll), so one thread at a time may call into a domain and
- * its listeners; a second concurrent call fails with CHANOS_ERR_BUSY
- * instead of racing. A chanos_conn allows one sending thread and one
- * receiving thread at a time (chanos_conn_call counts as both); a
- * concurrent second sender or receiver fails with CHANOS_ERR_BUSY.
+ * whichever call needs it (chanos_accept, chanos_connect,
+ * chanos_nameservice_connect, chanos_export, chanos_domain_poll), so
+ * one thread at a time may call into a domain and its listeners; a second
+ * concurrent call fails with CHANOS_ERR_BUSY instead of racing. A
+ * chanos_conn allows one sending thread and one receiving thread at a time
+ * (chanos_conn_call counts as both); a concurrent second sender or
+ * receiver fails with CHANOS_ERR_BUSY.
  *
  * Errors: besides -errno, the wire codes and the ump codes above, the
  * following codes (all in -4399..-4301); chanos_strerror describes them.
@@ -907,6 +933,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_UNSAFE_DIR   (-4310) /* the directory is not private */
 #define CHANOS_ERR_BUSY         (-4311) /* concurrent use against the rules */
 #define CHANOS_ERR_REMOTE       (-4312) /* the peer answered with an error reply */
+#define CHANOS_ERR_NOT_OWNER    (-4313) /* nameservice: another domain owns the name */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -999,6 +1026,49 @@ int chanos_listener_close(chanos_listener *l);
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out);
 
+/* ---- the nameservice (docs/nameservice.md) ---- */
+
+/*
+ * The monitor serves the nameservice (interfaces/nameservice.if) under the
+ * name "nameservice". Its calls are encoded and decoded by the C code
+ * chanosc generates for nameservice.if, which is built into libchanos:
+ * #include <chanos/nameservice.h> and call over the connection with
+ * chanos_conn_call (docs/c-domains.md, "The nameservice").
+ */
+#define CHANOS_NAMESERVICE_NAME  "nameservice" /* the name and interface */
+
+/* The errval codes of set, get, wait_for and remove, and the status codes
+ * of the error replies of get_count and list (docs/nameservice.md). */
+#define CHANOS_NS_OK            0
+#define CHANOS_NS_EXISTS        1 /* set: the name is taken */
+#define CHANOS_NS_NOT_FOUND     2 /* get, remove: no such name */
+#define CHANOS_NS_INVALID_NAME  3 /* the name breaks the naming rules */
+#define CHANOS_NS_NOT_OWNER     4 /* remove: another domain owns the name */
+#define CHANOS_NS_TIMEOUT       5 /* wait_for: the call's deadline passed */
+#define CHANOS_NS_LIMIT         6 /* too many calls in progress */
+#define CHANOS_NS_INVALID_REF   7 /* set: the null iref */
+#define CHANOS_NS_UNAVAILABLE   8 /* the store failed or is shutting down */
+
+/*
+ * chanos_nameservice_connect binds the monitor's nameservice, as the Go
+ * monitor.Client.Nameservice does (no waiting for the name: the monitor
+ * always serves it), and returns the client side in *out, which the
+ * caller owns (chanos_conn_close). timeout_ms (-1: forever) bounds the
+ * monitor's answer. Names set over the connection are owned by d's
+ * session: they are released, and the connection ended by the monitor,
+ * when the session ends (chanos_domain_close, exit, kill -9).
+ */
+int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
+                               chanos_conn **out);
+
+/*
+ * chanos_nameservice_error maps a nameservice code (an errval, or the code
+ * of an error reply's status) onto a result: 0 for CHANOS_NS_OK, else
+ * CHANOS_ERR_EXISTS, _NOT_FOUND, _INVALID (a bad name, the null iref),
+ * _NOT_OWNER, _TIMEDOUT, _LIMIT, or _MONITOR (unavailable, unknown codes).
+ */
+int chanos_nameservice_error(uint64_t code);
+
 /* ---- connections: frames and rpc over a ump ring pair ---- */
 
 /*
@@ -1067,6 +1137,15 @@ int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
  * peer closed or died: CHANOS_ERR_CLOSED or CHANOS_ERR_PEER_DIED.
  */
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f);
+
+/*
+ * chanos_conn_spin_recv is chanos_conn_recv(c, 0, f) for a spin loop over
+ * several connections (chanos_ump_spin_recv): CHANOS_ERR_AGAIN does not
+ * arm chanos_ump_fd, so the peer is not asked to wake us. Before sleeping
+ * on the fd, call chanos_conn_recv(c, 0, f), which arms it. A receive, as
+ * chanos_conn_recv is.
+ */
+int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f);
 
 /*
  * chanos_conn_call sends the encoded call in frame[0..len) and waits at

@@ -123,13 +123,21 @@ int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id)
     return chanos_conn_send(c, f, sizeof f, 0);
 }
 
-static int recv_locked(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
+/* recv_locked receives one frame; spin: without waiting or arming the fd
+ * (chanos_ump_spin_recv), else as chanos_conn_recv. */
+static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
+                       struct chanos_frame *f)
 {
     const void *p;
     size_t len;
-    int rc = timeout_ms == 0 ? chanos_ump_try_recv(c->u, &p, &len)
-                             : chanos_ump_recv(c->u, &p, &len, timeout_ms);
+    int rc;
 
+    if (spin)
+        rc = chanos_ump_spin_recv(c->u, &p, &len);
+    else if (timeout_ms == 0)
+        rc = chanos_ump_try_recv(c->u, &p, &len);
+    else
+        rc = chanos_ump_recv(c->u, &p, &len, timeout_ms);
     if (rc != 0)
         return rc;
     f->data = p;
@@ -151,7 +159,18 @@ int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = recv_locked(c, timeout_ms, f);
+    rc = recv_locked(c, timeout_ms, false, f);
+    atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
+{
+    int rc;
+
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    rc = recv_locked(c, 0, true, f);
     atomic_flag_clear(&c->receiving);
     return rc;
 }
@@ -188,7 +207,7 @@ int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
 
             wait = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
         }
-        rc = recv_locked(c, wait, reply);
+        rc = recv_locked(c, wait, false, reply);
         if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN) {
             rc = CHANOS_ERR_TIMEDOUT;
             atomic_flag_clear(&c->receiving);

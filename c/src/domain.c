@@ -2,7 +2,9 @@
  * domain.c: a C domain's session with its monitor (docs/c-domains.md,
  * docs/monitor-protocol.md). The monitor's frames are those of
  * interfaces/monitor.if, encoded and decoded by the C code chanosc
- * generates for it (built into libchanos as monitor.h / monitor.c).
+ * generates for it (built into libchanos as monitor.h / monitor.c). The
+ * nameservice's code (chanos/nameservice.h) is built in too, for
+ * applications; chanos_nameservice_connect binds it.
  *
  * libchanos starts no thread: the monitor socket is read by whichever call
  * needs a frame from it. Frames that concern someone else (an incoming
@@ -11,6 +13,7 @@
 #include <chanos.h>
 
 #include "monitor.h"
+#include "chanos/nameservice.h" /* NAMESERVICE_MAX_FRAME_SIZE */
 
 #include <errno.h>
 #include <fcntl.h>
@@ -716,8 +719,13 @@ int chanos_listener_close(chanos_listener *l)
     return rc;
 }
 
-int chanos_connect(chanos_domain *d, const char *name, const char *iface,
-                   uint32_t max_frame, int timeout_ms, chanos_conn **out)
+/*
+ * bind_name binds to the export under name (waiting for the name if wait
+ * is set; see chanos_connect) and opens the client side of its ring pair.
+ */
+static int bind_name(chanos_domain *d, const char *name, const char *iface,
+                     bool wait, uint32_t max_frame, int timeout_ms,
+                     chanos_conn **out)
 {
     struct monitor_bind_call call;
     struct monitor_bind_reply reply;
@@ -734,7 +742,7 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
         return -EINVAL;
     call.name = chanos_cstr(name);
     call.iface = chanos_cstr(iface);
-    call.wait = true;
+    call.wait = wait;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_bind_call_encode(&call, &b);
     if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
@@ -759,7 +767,7 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
         }
     }
     leave(d);
-    if (rc == CHANOS_ERR_TIMEDOUT)
+    if (rc == CHANOS_ERR_TIMEDOUT && wait)
         return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
     if (rc != 0)
         return rc;
@@ -780,4 +788,43 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
     if (rc != 0)
         return rc;
     return chanos_conn_new(u, out);
+}
+
+int chanos_connect(chanos_domain *d, const char *name, const char *iface,
+                   uint32_t max_frame, int timeout_ms, chanos_conn **out)
+{
+    return bind_name(d, name, iface, true, max_frame, timeout_ms, out);
+}
+
+/* ---- the nameservice ---- */
+
+int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
+                               chanos_conn **out)
+{
+    /* as monitor.Client.Nameservice: the monitor always serves it, so the
+     * bind does not wait for the name (also the interface's name) */
+    return bind_name(d, CHANOS_NAMESERVICE_NAME, CHANOS_NAMESERVICE_NAME,
+                     false, NAMESERVICE_MAX_FRAME_SIZE, timeout_ms, out);
+}
+
+int chanos_nameservice_error(uint64_t code)
+{
+    switch (code) {
+    case CHANOS_NS_OK:
+        return 0;
+    case CHANOS_NS_EXISTS:
+        return CHANOS_ERR_EXISTS;
+    case CHANOS_NS_NOT_FOUND:
+        return CHANOS_ERR_NOT_FOUND;
+    case CHANOS_NS_INVALID_NAME:
+    case CHANOS_NS_INVALID_REF:
+        return CHANOS_ERR_INVALID;
+    case CHANOS_NS_NOT_OWNER:
+        return CHANOS_ERR_NOT_OWNER;
+    case CHANOS_NS_TIMEOUT:
+        return CHANOS_ERR_TIMEDOUT;
+    case CHANOS_NS_LIMIT:
+        return CHANOS_ERR_LIMIT;
+    }
+    return CHANOS_ERR_MONITOR; /* unavailable, or a code we do not know */
 }

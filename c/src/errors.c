@@ -48,6 +48,8 @@ const char *chanos_strerror_more_(int err)
                "receiver per connection";
     case CHANOS_ERR_REMOTE:
         return "the peer answered with an error reply";
+    case CHANOS_ERR_NOT_OWNER:
+        return "nameservice: the name belongs to another domain";
     }
     return "unknown chanos error";
 }

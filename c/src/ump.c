@@ -40,16 +40,20 @@
 #define OFF_SLOTS    16
 #define OFF_MAXMSG   20
 #define OFF_HDRSIZE  24
+#define OFF_BULK     28
 #define OFF_TOTAL    32
 #define OFF_CLOSED0  (1 * BLOCK)
 #define OFF_RING0    (4 * BLOCK)
 #define RING_CTL     (4 * BLOCK)
 #define OFF_PRODWAIT (0 * BLOCK)
 #define OFF_HEAD     (1 * BLOCK)
+#define OFF_BULKHEAD (OFF_HEAD + 8) /* same line as head: one writer */
 #define OFF_CONSWAIT (2 * BLOCK)
 #define INFO_FIRST   0x80000000u
 #define INFO_CAPS    0x40000000u
-#define INFO_LEN     0x3fffffffu
+#define INFO_BULK    0x20000000u /* the message's bytes are in the bulk region */
+#define INFO_LEN     0x1fffffffu
+#define BULK_MIN     CHANOS_UMP_BULK_MIN /* longer messages go bulk, if B > 0 */
 #define CLOSED_BIT   (1ull << 63)
 #define MIN_SLOTS    2u
 
@@ -64,8 +68,10 @@ struct chanos_ump {
     uint8_t *mem;
     size_t mem_size;
     uint64_t n, mask; /* slots per ring */
+    uint64_t nb, bmask; /* bulk region bytes per ring (0: none), nb - 1 */
     uint32_t max_msg;
     int64_t spin_ns;
+    int64_t tx_spin, rx_spin; /* the adapted windows: see spin_lost */
     int sock, epfd;
     aword *my_closed, *peer_closed;
     _Atomic int err;      /* why the connection ended, 0 while open */
@@ -78,6 +84,10 @@ struct chanos_ump {
     int tx_wake, tx_park; /* peer's data eventfd; our space eventfd */
     int tx_announced;
     uint64_t tx_epoch, tx_signaled; /* our last announcement; the peer's last signalled */
+    uint8_t *tx_bulk;          /* our bulk region; NULL if none */
+    uint64_t tx_btail;         /* bulk bytes written so far */
+    uint64_t tx_bhead;         /* bulk bytes consumed, as last read and validated */
+    aword *tx_bheadp;          /* consumer-written: its bulk position */
 
     /* receiving side */
     uint8_t *rx_slots;
@@ -86,6 +96,10 @@ struct chanos_ump {
     int rx_wake, rx_park; /* peer's space eventfd; our data eventfd */
     int rx_announced;
     uint64_t rx_epoch, rx_signaled;
+    uint8_t *rx_bulk;          /* the peer's bulk region; NULL if none */
+    uint64_t rx_bpos, rx_bpub; /* bulk bytes copied out; as last published */
+    uint64_t rx_bbatch;        /* publish at least every rx_bbatch bulk bytes */
+    aword *rx_bheadp;          /* ours: our bulk position */
     uint8_t *buf;
     size_t buf_cap;
     int64_t msg_len; /* message in progress, -1 if none */
@@ -122,6 +136,21 @@ static inline void spin_pause(void)
 static inline aword *word(uint8_t *mem, size_t off)
 {
     return (aword *)(void *)(mem + off);
+}
+
+/*
+ * spin_lost returns the spin window after a wait that spinning did not
+ * serve: half the last, down to MIN_SPIN_NS (or the configured window if
+ * smaller). A wait that spinning served restores the configured window.
+ * This is the Go side's spinBudget (docs/ump.md, "Waiting"): with more
+ * busy processes than cores, spinning the whole window only keeps the
+ * process that would answer off the CPU.
+ */
+#define MIN_SPIN_NS 2000
+static int64_t spin_lost(int64_t cur, int64_t max)
+{
+    int64_t floor = max < MIN_SPIN_NS ? max : MIN_SPIN_NS;
+    return cur / 2 > floor ? cur / 2 : floor;
 }
 
 static int64_t now_ns(void)
@@ -189,9 +218,26 @@ static size_t slots_for(size_t n)
     return n <= PAYLOAD ? 1 : (n + PAYLOAD - 1) / PAYLOAD;
 }
 
-static size_t total_size(uint32_t slots)
+static size_t total_size(uint32_t slots, uint32_t bulk)
 {
-    return HEADER_SIZE + 2 * (size_t)slots * SLOT;
+    return HEADER_SIZE + 2 * (size_t)slots * SLOT + 2 * (size_t)bulk;
+}
+
+/* config_ok checks a configuration, from options or from a peer's header,
+ * as the Go config.check does: every message up to the maximum must fit,
+ * the longest one that takes slots (max, or at most BULK_MIN with a bulk
+ * region) in the slot ring, a bulk one in the bulk region. */
+static int config_ok(uint32_t slots, uint32_t max_msg, uint32_t bulk)
+{
+    if (max_msg == 0 || max_msg > CHANOS_UMP_MAX_MSG_LIMIT)
+        return 0;
+    if (slots < MIN_SLOTS || slots > CHANOS_UMP_MAX_SLOTS || (slots & (slots - 1)) != 0)
+        return 0;
+    if (bulk != 0 && (bulk < CHANOS_UMP_MIN_BULK || bulk > CHANOS_UMP_MAX_BULK ||
+                      (bulk & (bulk - 1)) != 0 || bulk < max_msg))
+        return 0;
+    uint32_t longest = bulk != 0 && max_msg > BULK_MIN ? BULK_MIN : max_msg;
+    return slots_for(longest) <= slots;
 }
 
 static void close_fd(int *fd)
@@ -223,11 +269,29 @@ static int64_t opt_spin(const struct chanos_ump_options *o)
     return o->spin_ns < 0 ? 0 : o->spin_ns;
 }
 
-static uint32_t default_slots(uint32_t max_msg)
+/* default_slots: room for two maximum messages, at least 1024 slots; with
+ * a bulk region, where no message takes more than 8 slots, 4096. */
+static uint32_t default_slots(uint32_t max_msg, int bulk)
 {
-    uint64_t want = 2 * (uint64_t)slots_for(max_msg);
+    uint64_t want = bulk ? 4096 : 2 * (uint64_t)slots_for(max_msg);
     uint32_t n = 1024;
     while (n < want && n < CHANOS_UMP_MAX_SLOTS)
+        n <<= 1;
+    return n;
+}
+
+/* default_bulk: room for two maximum messages and at least 1 MiB, so that
+ * the sender runs ahead while the receiver copies out; none if no message
+ * is longer than BULK_MIN. */
+static uint32_t default_bulk(uint32_t max_msg)
+{
+    if (max_msg <= BULK_MIN)
+        return 0;
+    uint64_t want = 2 * (uint64_t)max_msg;
+    if (want < (1u << 20))
+        want = 1u << 20;
+    uint32_t n = CHANOS_UMP_MIN_BULK;
+    while (n < want && n < CHANOS_UMP_MAX_BULK)
         n <<= 1;
     return n;
 }
@@ -250,18 +314,21 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     for (int i = 0; i < 4; i++)
         out->ev[i] = -1;
     uint32_t max_msg = opt_max_msg(opts);
+    if (max_msg > CHANOS_UMP_MAX_MSG_LIMIT)
+        return -EINVAL;
+    int32_t want_bulk = opts ? opts->bulk_size : 0;
+    uint32_t bulk = want_bulk == 0 ? default_bulk(max_msg)
+                    : want_bulk < 0 ? 0 : (uint32_t)want_bulk;
     uint32_t slots = opts && opts->ring_slots ? opts->ring_slots
-                                              : default_slots(max_msg);
-    if (max_msg > CHANOS_UMP_MAX_MSG_LIMIT || slots < MIN_SLOTS ||
-        slots > CHANOS_UMP_MAX_SLOTS || (slots & (slots - 1)) != 0 ||
-        slots_for(max_msg) > slots)
+                                              : default_slots(max_msg, bulk != 0);
+    if (!config_ok(slots, max_msg, bulk))
         return -EINVAL;
 
     int err;
     out->mem = memfd_create("chanos-ump", MFD_CLOEXEC | MFD_ALLOW_SEALING);
     if (out->mem < 0)
         return -errno;
-    size_t size = total_size(slots);
+    size_t size = total_size(slots, bulk);
     if (ftruncate(out->mem, (off_t)size) < 0 ||
         fcntl(out->mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
         goto fail_errno;
@@ -275,6 +342,7 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     chanos_store_u32(h + OFF_SLOTS, slots);
     chanos_store_u32(h + OFF_MAXMSG, max_msg);
     chanos_store_u32(h + OFF_HDRSIZE, HEADER_SIZE);
+    chanos_store_u32(h + OFF_BULK, bulk);
     chanos_store_u64(h + OFF_TOTAL, size);
     munmap(h, HEADER_SIZE);
     for (int i = 0; i < 4; i++) {
@@ -319,7 +387,8 @@ static int check_memfd(int fd, size_t *size)
     int seals = fcntl(fd, F_GET_SEALS);
     if (seals < 0 || (seals & (F_SEAL_SHRINK | F_SEAL_SEAL)) != (F_SEAL_SHRINK | F_SEAL_SEAL))
         return CHANOS_ERR_PROTOCOL;
-    if (st.st_size < HEADER_SIZE || (uint64_t)st.st_size > total_size(CHANOS_UMP_MAX_SLOTS))
+    if (st.st_size < HEADER_SIZE ||
+        (uint64_t)st.st_size > total_size(CHANOS_UMP_MAX_SLOTS, CHANOS_UMP_MAX_BULK))
         return CHANOS_ERR_PROTOCOL;
     *size = (size_t)st.st_size;
     return 0;
@@ -327,24 +396,24 @@ static int check_memfd(int fd, size_t *size)
 
 /* read_header copies the static header out and validates it. */
 static int read_header(const uint8_t *mem, size_t size, uint32_t *slots,
-                       uint32_t *max_msg)
+                       uint32_t *max_msg, uint32_t *bulk)
 {
     uint8_t h[64];
     memcpy(h, mem, sizeof h);
     uint32_t s = chanos_load_u32(h + OFF_SLOTS), m = chanos_load_u32(h + OFF_MAXMSG);
+    uint32_t b = chanos_load_u32(h + OFF_BULK);
     if (chanos_load_u64(h + OFF_MAGIC) != MAGIC ||
         chanos_load_u32(h + OFF_VERSION) != CHANOS_UMP_VERSION ||
         chanos_load_u32(h + OFF_SLOTSIZE) != SLOT ||
         chanos_load_u32(h + OFF_HDRSIZE) != HEADER_SIZE)
         return CHANOS_ERR_PROTOCOL;
-    if (s < MIN_SLOTS || s > CHANOS_UMP_MAX_SLOTS || (s & (s - 1)) != 0)
+    if (!config_ok(s, m, b))
         return CHANOS_ERR_PROTOCOL;
-    if (m == 0 || m > CHANOS_UMP_MAX_MSG_LIMIT || slots_for(m) > s)
-        return CHANOS_ERR_PROTOCOL;
-    if (chanos_load_u64(h + OFF_TOTAL) != total_size(s) || size < total_size(s))
+    if (chanos_load_u64(h + OFF_TOTAL) != total_size(s, b) || size < total_size(s, b))
         return CHANOS_ERR_PROTOCOL;
     *slots = s;
     *max_msg = m;
+    *bulk = b;
     return 0;
 }
 
@@ -355,7 +424,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     chanos_ump *c = NULL;
     uint8_t *mem = MAP_FAILED;
     size_t size = 0;
-    uint32_t slots, max_msg;
+    uint32_t slots, max_msg, bulk;
 
     if (!f || !out || (side != CHANOS_UMP_CREATOR && side != CHANOS_UMP_ATTACHER)) {
         err = -EINVAL;
@@ -373,7 +442,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
         goto fail;
     }
     close_fd(&f->mem);
-    if ((err = read_header(mem, size, &slots, &max_msg)) < 0)
+    if ((err = read_header(mem, size, &slots, &max_msg, &bulk)) < 0)
         goto fail;
     if (opts && opts->max_msg && max_msg > opts->max_msg) {
         err = CHANOS_ERR_TOO_LARGE;
@@ -390,8 +459,11 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->mem_size = size;
     c->n = slots;
     c->mask = slots - 1;
+    c->nb = bulk;
+    c->bmask = (uint64_t)bulk - 1; /* unused without a bulk region */
     c->max_msg = max_msg;
     c->spin_ns = opt_spin(opts);
+    c->tx_spin = c->rx_spin = c->spin_ns;
     c->sock = sock;
     c->my_closed = word(mem, OFF_CLOSED0 + (size_t)s * BLOCK);
     c->peer_closed = word(mem, OFF_CLOSED0 + (size_t)peer * BLOCK);
@@ -403,6 +475,9 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->tx_peer_waitp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_CONSWAIT);
     c->tx_wake = f->ev[2 * s];
     c->tx_park = f->ev[2 * s + 1];
+    uint8_t *bulk_base = mem + HEADER_SIZE + 2 * ring_bytes; /* ring 0's, then ring 1's */
+    c->tx_bulk = bulk ? bulk_base + (size_t)s * bulk : NULL;
+    c->tx_bheadp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_BULKHEAD);
 
     c->rx_slots = mem + HEADER_SIZE + (size_t)peer * ring_bytes;
     c->rx_headp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_HEAD);
@@ -411,6 +486,9 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->rx_wake = f->ev[2 * peer + 1];
     c->rx_park = f->ev[2 * peer];
     c->rx_batch = slots / 8 ? slots / 8 : 1;
+    c->rx_bulk = bulk ? bulk_base + (size_t)peer * bulk : NULL;
+    c->rx_bheadp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_BULKHEAD);
+    c->rx_bbatch = bulk ? bulk / 8 : UINT64_MAX; /* no bulk region: nothing to publish */
     c->msg_len = -1;
     for (int i = 0; i < 4; i++)
         f->ev[i] = -1;
@@ -643,18 +721,50 @@ fail:
 
 /* ---- sending ---- */
 
+/* tx_refresh re-reads the consumer's positions (head, then bulk_head,
+ * which it publishes first); one that moves backwards or past what was
+ * written is a violation. */
 static int tx_refresh(chanos_ump *c)
 {
     uint64_t h = atomic_load_explicit(c->tx_headp, memory_order_acquire);
     if (h < c->tx_head || h > c->tx_tail)
         return fail(c, CHANOS_ERR_PROTOCOL);
     c->tx_head = h;
+    if (c->tx_bulk) {
+        uint64_t b = atomic_load_explicit(c->tx_bheadp, memory_order_acquire);
+        if (b < c->tx_bhead || b > c->tx_btail)
+            return fail(c, CHANOS_ERR_PROTOCOL);
+        c->tx_bhead = b;
+    }
     return 0;
 }
 
-static int tx_free(const chanos_ump *c, uint64_t need)
+/* tx_free reports whether need slots, and nbulk bytes of the bulk region,
+ * are free according to the cached positions. */
+static int tx_free(const chanos_ump *c, uint64_t need, uint64_t nbulk)
 {
-    return c->tx_tail - c->tx_head + need <= c->n;
+    return c->tx_tail - c->tx_head + need <= c->n &&
+           c->tx_btail - c->tx_bhead + nbulk <= c->nb;
+}
+
+/* tx_uses_bulk: the rule of docs/ump.md, "Bulk region", which both sides'
+ * producers follow and both consumers enforce. */
+static int tx_uses_bulk(const chanos_ump *c, size_t len)
+{
+    return c->nb != 0 && len > BULK_MIN;
+}
+
+/* tx_need returns the slots a message of len bytes takes, and in *nbulk
+ * the bytes of the bulk region: a bulk message takes one slot, its
+ * descriptor. */
+static uint64_t tx_need(const chanos_ump *c, size_t len, uint64_t *nbulk)
+{
+    if (tx_uses_bulk(c, len)) {
+        *nbulk = len;
+        return 1;
+    }
+    *nbulk = 0;
+    return slots_for(len);
 }
 
 /* check_socket looks, without blocking, whether the peer's end of the
@@ -688,7 +798,32 @@ static int tx_ended(chanos_ump *c)
     return atomic_load_explicit(&c->peer_end, memory_order_relaxed);
 }
 
-static void tx_write(chanos_ump *c, const uint8_t *msg, size_t len)
+/* tx_write_bulk copies msg into the bulk region at tx_btail, which must
+ * have room for it (two memcpy at most: it wraps around), then writes its
+ * descriptor, one slot holding the bulk position. */
+static void tx_write_bulk(chanos_ump *c, const uint8_t *msg, size_t len)
+{
+    uint64_t at = c->tx_btail & c->bmask;
+    size_t k = c->nb - at < len ? (size_t)(c->nb - at) : len;
+    memcpy(c->tx_bulk + at, msg, k);
+    if (k < len)
+        memcpy(c->tx_bulk, msg + k, len - k); /* the part that wraps around */
+    uint64_t p = c->tx_tail;
+    uint8_t *slot = c->tx_slots + (p & c->mask) * SLOT;
+    atomic_store_explicit(word(slot, 0), c->tx_btail, memory_order_relaxed);
+    uint64_t w = (uint64_t)(uint32_t)(p + 1) |
+                 (uint64_t)(INFO_FIRST | INFO_BULK | (uint32_t)len) << 32;
+    /* Sequentially consistent: orders the bytes above before the
+     * descriptor, and the descriptor before our load of the consumer's
+     * wait flag. */
+    atomic_store_explicit(word(slot, CTRL_OFF), w, memory_order_seq_cst);
+    c->tx_btail += len;
+    c->tx_tail = p + 1;
+}
+
+/* tx_write_slots copies msg into the slots at tx_tail, which must have
+ * room for it. */
+static void tx_write_slots(chanos_ump *c, const uint8_t *msg, size_t len)
 {
     uint64_t p = c->tx_tail;
     uint32_t info = INFO_FIRST | (uint32_t)len;
@@ -709,6 +844,16 @@ static void tx_write(chanos_ump *c, const uint8_t *msg, size_t len)
         info = (uint32_t)(k + 1);
     }
     c->tx_tail = p;
+}
+
+/* tx_write writes msg, for which there is room, and signals a consumer
+ * that announced it sleeps. */
+static void tx_write(chanos_ump *c, const uint8_t *msg, size_t len)
+{
+    if (tx_uses_bulk(c, len))
+        tx_write_bulk(c, msg, len);
+    else
+        tx_write_slots(c, msg, len);
     if (should_signal(atomic_load_explicit(c->tx_peer_waitp, memory_order_relaxed), &c->tx_signaled))
         ev_signal(c->tx_wake);
 }
@@ -724,7 +869,7 @@ static int tx_prepare(chanos_ump *c, const void *msg, size_t len)
 
 /* tx_announce says we sleep waiting for space, then looks again. Returns
  * 1 if there is room now, 0 if the caller may sleep, or an error. */
-static int tx_announce(chanos_ump *c, uint64_t need)
+static int tx_announce(chanos_ump *c, uint64_t need, uint64_t nbulk)
 {
     ev_drain(c->tx_park);
     atomic_store_explicit(c->tx_waitp, next_epoch(&c->tx_epoch), memory_order_seq_cst);
@@ -732,7 +877,7 @@ static int tx_announce(chanos_ump *c, uint64_t need)
     int err = tx_refresh(c);
     if (err < 0)
         return err;
-    if (tx_free(c, need))
+    if (tx_free(c, need, nbulk))
         return 1;
     check_socket(c);
     err = tx_ended(c);
@@ -752,12 +897,12 @@ int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len)
     int err = tx_prepare(c, msg, len);
     if (err < 0)
         return err;
-    uint64_t need = slots_for(len);
-    if (!tx_free(c, need)) {
+    uint64_t nbulk, need = tx_need(c, len, &nbulk);
+    if (!tx_free(c, need, nbulk)) {
         if ((err = tx_refresh(c)) < 0)
             return err;
-        if (!tx_free(c, need)) {
-            err = tx_announce(c, need);
+        if (!tx_free(c, need, nbulk)) {
+            err = tx_announce(c, need, nbulk);
             if (err <= 0)
                 return err < 0 ? err : CHANOS_ERR_AGAIN;
         }
@@ -772,22 +917,24 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
     int err = tx_prepare(c, msg, len);
     if (err < 0)
         return err;
-    uint64_t need = slots_for(len);
-    if (tx_free(c, need))
+    uint64_t nbulk, need = tx_need(c, len, &nbulk);
+    if (tx_free(c, need, nbulk))
         goto write;
     if ((err = tx_refresh(c)) < 0)
         return err;
-    if (tx_free(c, need))
+    if (tx_free(c, need, nbulk))
         goto write;
     int64_t deadline = deadline_of(timeout_ms);
-    if (c->spin_ns > 0 && timeout_ms != 0) {
+    if (c->tx_spin > 0 && timeout_ms != 0) {
         int64_t start = 0;
         for (unsigned i = 1;; i++) {
             spin_pause();
             if ((err = tx_refresh(c)) < 0)
                 return err;
-            if (tx_free(c, need))
+            if (tx_free(c, need, nbulk)) {
+                c->tx_spin = c->spin_ns;
                 goto write;
+            }
             if (i % 64)
                 continue;
             if ((err = tx_ended(c)) < 0)
@@ -795,12 +942,15 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
             int64_t t = now_ns();
             if (!start)
                 start = t;
-            else if (t - start > c->spin_ns || (deadline >= 0 && t >= deadline))
+            else if (t - start > c->tx_spin) {
+                c->tx_spin = spin_lost(c->tx_spin, c->spin_ns);
+                break;
+            } else if (deadline >= 0 && t >= deadline)
                 break;
         }
     }
     for (;;) {
-        err = tx_announce(c, need);
+        err = tx_announce(c, need, nbulk);
         if (err < 0) {
             tx_unannounce(c);
             return err;
@@ -842,6 +992,47 @@ static int rx_changed(chanos_ump *c)
     return (uint32_t)w != rx_stale(c, c->rx_pos);
 }
 
+/* rx_reserve makes the reassembly buffer hold n <= max_msg bytes. */
+static int rx_reserve(chanos_ump *c, uint32_t n)
+{
+    if (c->buf_cap < n || !c->buf) {
+        size_t want = c->buf_cap * 2 > n ? c->buf_cap * 2 : n;
+        if (want > c->max_msg)
+            want = c->max_msg;
+        if (want < n || want == 0)
+            want = n ? n : 1;
+        uint8_t *b = realloc(c->buf, want);
+        if (!b)
+            return -ENOMEM;
+        c->buf = b;
+        c->buf_cap = want;
+    }
+    return 0;
+}
+
+/* rx_take_bulk copies out the bulk message of n <= max_msg bytes whose
+ * descriptor is the slot at position p: 1, or an error. */
+static int rx_take_bulk(chanos_ump *c, uint64_t p, uint8_t *slot, uint32_t n)
+{
+    /* Read once: the producer may change the slot under us. */
+    uint64_t q = atomic_load_explicit(word(slot, 0), memory_order_relaxed);
+    if (!c->rx_bulk || n <= BULK_MIN || q != c->rx_bpos)
+        return fail(c, CHANOS_ERR_PROTOCOL);
+    int err = rx_reserve(c, n);
+    if (err < 0)
+        return err;
+    /* n <= max_msg <= nb, checked when the header was read. */
+    uint64_t at = q & c->bmask;
+    size_t k = c->nb - at < n ? (size_t)(c->nb - at) : n;
+    memcpy(c->buf, c->rx_bulk + at, k);
+    if (k < n)
+        memcpy(c->buf + k, c->rx_bulk, n - k); /* the part that wrapped around */
+    c->got = n;
+    c->rx_bpos = q + n;
+    c->rx_pos = p + 1;
+    return 1;
+}
+
 /* rx_poll reads every available fragment: 1 when a message is complete, 0
  * when the next slot is not written yet, or an error. This is the ring
  * reader: each control word is loaded once, then validated. */
@@ -860,18 +1051,13 @@ static int rx_poll(chanos_ump *c)
             uint32_t n = info & INFO_LEN;
             if (n > c->max_msg)
                 return fail(c, CHANOS_ERR_PROTOCOL);
-            if (c->buf_cap < n || !c->buf) {
-                size_t want = c->buf_cap * 2 > n ? c->buf_cap * 2 : n;
-                if (want > c->max_msg)
-                    want = c->max_msg;
-                if (want < n || want == 0)
-                    want = n ? n : 1;
-                uint8_t *b = realloc(c->buf, want);
-                if (!b)
-                    return -ENOMEM;
-                c->buf = b;
-                c->buf_cap = want;
-            }
+            if (info & INFO_BULK)
+                return rx_take_bulk(c, p, slot, n);
+            if (c->rx_bulk && n > BULK_MIN) /* belongs in the bulk region */
+                return fail(c, CHANOS_ERR_PROTOCOL);
+            int err = rx_reserve(c, n);
+            if (err < 0)
+                return err;
             c->msg_len = n;
             c->got = 0;
             c->frag = 0;
@@ -894,10 +1080,17 @@ static int rx_poll(chanos_ump *c)
 
 /* rx_publish tells the producer how far we read, and wakes it if it sleeps
  * waiting for space. Only a fenced publication is sure to see a fresh
- * announcement; the fenced one before sleeping catches what others miss. */
+ * announcement; the fenced one before sleeping catches what others miss.
+ * The bulk position goes first (the producer reads head first), and a
+ * fenced publication stores head even unchanged: its fence orders the
+ * bulk position before our load of the producer's wait word. */
 static void rx_publish(chanos_ump *c, int fenced)
 {
-    if (c->rx_pos != c->rx_pub) {
+    if (c->rx_bpos != c->rx_bpub) {
+        c->rx_bpub = c->rx_bpos;
+        atomic_store_explicit(c->rx_bheadp, c->rx_bpos, memory_order_release);
+    }
+    if (c->rx_pos != c->rx_pub || fenced) {
         c->rx_pub = c->rx_pos;
         atomic_store_explicit(c->rx_headp, c->rx_pos,
                               fenced ? memory_order_seq_cst : memory_order_release);
@@ -951,7 +1144,7 @@ static void rx_unannounce(chanos_ump *c)
 static int rx_done(chanos_ump *c, const void **msg, size_t *len)
 {
     rx_unannounce(c);
-    if (c->rx_pos - c->rx_pub >= c->rx_batch)
+    if (c->rx_pos - c->rx_pub >= c->rx_batch || c->rx_bpos - c->rx_bpub >= c->rx_bbatch)
         rx_publish(c, 1);
     *msg = c->buf;
     *len = c->buf ? (size_t)c->got : 0;
@@ -999,6 +1192,36 @@ int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len)
     }
 }
 
+/*
+ * chanos_ump_spin_recv is try_recv without the announcement: the caller
+ * spins over it (and so do the peers' sends without a system call), and
+ * announces with try_recv before it sleeps. An announcement a try_recv left
+ * is withdrawn first, since this side is awake now; a signal already sent
+ * for it is drained by the next announcement.
+ */
+int chanos_ump_spin_recv(chanos_ump *c, const void **msg, size_t *len)
+{
+    if (!c || !msg || !len)
+        return -EINVAL;
+    rx_unannounce(c);
+    for (;;) {
+        int e = atomic_load_explicit(&c->err, memory_order_relaxed);
+        if (e)
+            return e;
+        int r = rx_poll(c);
+        if (r < 0)
+            return r;
+        if (r == 1)
+            return rx_done(c, msg, len);
+        rx_publish(c, 0);
+        r = rx_ended(c);
+        if (r < 0)
+            return r;
+        if (r == 0)
+            return CHANOS_ERR_AGAIN;
+    }
+}
+
 int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms)
 {
     if (!c || !msg || !len)
@@ -1018,12 +1241,14 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
             return r;
         if (r == 1)
             continue;
-        if (c->spin_ns > 0 && timeout_ms != 0 && !c->rx_announced) {
+        if (c->rx_spin > 0 && timeout_ms != 0 && !c->rx_announced) {
             int64_t start = 0;
             for (unsigned i = 1;; i++) {
                 spin_pause();
-                if (rx_changed(c))
+                if (rx_changed(c)) {
+                    c->rx_spin = c->spin_ns;
                     break;
+                }
                 if (i % 64)
                     continue;
                 if ((r = rx_ended(c)) != 0)
@@ -1031,7 +1256,10 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                 int64_t t = now_ns();
                 if (!start)
                     start = t;
-                else if (t - start > c->spin_ns || (deadline >= 0 && t >= deadline))
+                else if (t - start > c->rx_spin) {
+                    c->rx_spin = spin_lost(c->rx_spin, c->spin_ns);
+                    break;
+                } else if (deadline >= 0 && t >= deadline)
                     break;
             }
             if (r < 0)

@@ -7,6 +7,7 @@
 #include "ump_testutil.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <sys/stat.h>
 
 #define MSG_ECHO 4
@@ -126,6 +127,87 @@ static void test_rpc(void)
     chanos_conn_close(cli);
 }
 
+/* readable reports whether fd polls readable now. */
+static bool readable(int fd)
+{
+    struct pollfd p = { fd, POLLIN, 0 };
+
+    return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/*
+ * chanos_conn_spin_recv receives like chanos_conn_recv(c, 0, ...) but does
+ * not arm the fd: the peer's send does not signal it, and it withdraws an
+ * arming left by a try receive.
+ */
+static void test_spin_recv(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[256];
+    size_t n;
+    int fd;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    fd = chanos_ump_fd(chanos_conn_ump(srv));
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+
+    /* spinning: nothing there, and a send does not wake the fd */
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), CHANOS_ERR_AGAIN);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK(!readable(fd));
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_MESSAGE);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 1);
+
+    /* armed by a try receive, then disarmed by spin_recv: no wake-up */
+    CHECK_EQ(chanos_conn_recv(srv, 0, &f), CHANOS_ERR_AGAIN);
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), CHANOS_ERR_AGAIN);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK(!readable(fd));
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), 0);
+
+    /* armed and left armed (as before a sleep): the send wakes the fd */
+    CHECK_EQ(chanos_conn_recv(srv, 0, &f), CHANOS_ERR_AGAIN);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK(readable(fd));
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), 0);
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), CHANOS_ERR_AGAIN);
+
+    /* the peer's close: what it sent, then CLOSED */
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    chanos_conn_close(cli);
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), 0);
+    CHECK_EQ(chanos_conn_spin_recv(srv, &f), CHANOS_ERR_CLOSED);
+    chanos_conn_close(srv);
+}
+
+/* The nameservice's codes (docs/nameservice.md) as results. */
+static void test_nameservice_error(void)
+{
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_OK), 0);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_EXISTS), CHANOS_ERR_EXISTS);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_NOT_FOUND),
+             CHANOS_ERR_NOT_FOUND);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_INVALID_NAME),
+             CHANOS_ERR_INVALID);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_NOT_OWNER),
+             CHANOS_ERR_NOT_OWNER);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_TIMEOUT), CHANOS_ERR_TIMEDOUT);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_LIMIT), CHANOS_ERR_LIMIT);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_INVALID_REF),
+             CHANOS_ERR_INVALID);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_UNAVAILABLE),
+             CHANOS_ERR_MONITOR);
+    CHECK_EQ(chanos_nameservice_error(9), CHANOS_ERR_MONITOR);
+    CHECK_EQ(chanos_nameservice_error(UINT64_MAX), CHANOS_ERR_MONITOR);
+}
+
 static void test_join_errors(void)
 {
     char tmpl[] = "/tmp/chanos-test-conn-XXXXXX";
@@ -138,7 +220,8 @@ static void test_join_errors(void)
                           CHANOS_ERR_LIMIT,      CHANOS_ERR_DENIED,
                           CHANOS_ERR_MONITOR,    CHANOS_ERR_UNSAFE_DIR,
                           CHANOS_ERR_BUSY,       CHANOS_ERR_REMOTE,
-                          CHANOS_ERR_TIMEDOUT,   CHANOS_ERR_PEER_DIED };
+                          CHANOS_ERR_NOT_OWNER,  CHANOS_ERR_TIMEDOUT,
+                          CHANOS_ERR_PEER_DIED };
 
     CHECK(mkdtemp(tmpl) != NULL);
     /* a missing directory: no monitor */
@@ -162,6 +245,8 @@ static void test_join_errors(void)
 int main(void)
 {
     test_rpc();
+    test_spin_recv();
+    test_nameservice_error();
     test_join_errors();
     if (failures) {
         fprintf(stderr, "test_conn: %d failures\n", failures);

@@ -212,7 +212,13 @@ static void test_args(void)
 {
     struct chanos_ump_files f;
     struct chanos_ump_options bad[] = {
-        {.ring_slots = 1000}, {.ring_slots = 1}, {.max_msg = 1000, .ring_slots = 8},
+        {.ring_slots = 1000}, {.ring_slots = 1},
+        {.max_msg = 1000, .ring_slots = 8, .bulk_size = -1},
+        {.max_msg = 1000, .ring_slots = 4},        /* a 448-byte message takes 8 slots */
+        {.max_msg = 1000, .bulk_size = 512},       /* below the minimum */
+        {.max_msg = 10000, .bulk_size = 8192},     /* smaller than a message */
+        {.max_msg = 1000, .bulk_size = 5000},      /* not a power of two */
+        {.max_msg = 1000, .bulk_size = INT32_MAX}, /* too large */
         {.max_msg = CHANOS_UMP_MAX_MSG_LIMIT + 1u},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #define SLOTS 64
@@ -34,7 +35,10 @@ static pid_t child_pair(void (*fn)(chanos_ump *, uint8_t *, size_t, int), chanos
         close(pp[0]);
         close(sv[0]);
         chanos_ump_files_close(&f);
-        size_t size = 4096 + 2 * SLOTS * 64;
+        struct stat st; /* the slots and the bulk regions (MAXMSG > 448) */
+        if (fstat(g.mem, &st) < 0)
+            _exit(10);
+        size_t size = (size_t)st.st_size;
         uint8_t *mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, g.mem, 0);
         chanos_ump *c;
         if (mem == MAP_FAILED || chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], &o, &c) < 0)

@@ -24,7 +24,7 @@ static inline uint64_t xmix(uint64_t x)
 static inline size_t xsize(uint64_t i, int dir, size_t max)
 {
     static const size_t fixed[] = {0, 1, 7, 8, 55, 56, 57, 63, 64, 111, 112,
-                                   113, 1000, 4095, 4096};
+                                   113, 447, 448, 449, 1000, 4095, 4096};
     size_t nfixed = sizeof fixed / sizeof fixed[0];
     if (i < nfixed)
         return fixed[i] < max ? fixed[i] : max;

@@ -1,15 +1,17 @@
 /*
  * chanos-ump-peer: the C side of the Go tests' cross-language ump exchange.
  *
- *   chanos-ump-peer exchange creator|attacher COUNT MAXMSG
+ *   chanos-ump-peer exchange creator|attacher COUNT MAXMSG [SLOTS BULK]
  *   chanos-ump-peer echo creator|attacher MAXMSG
  *
  * The connected Unix socket is descriptor 3. exchange sends COUNT messages
  * of the sequence in exchange.h and checks the COUNT it receives, driving
  * both directions at once from one event loop with the try variants and
  * chanos_ump_fd. Then the creator closes; the attacher waits for the
- * creator's close (CHANOS_ERR_CLOSED) before closing. echo returns every
- * message until the peer closes. Exit status 0 means success.
+ * creator's close (CHANOS_ERR_CLOSED) before closing. SLOTS and BULK are
+ * the ring_slots and bulk_size options (0: the defaults; BULK -1: no bulk
+ * region); only a creator uses them. echo returns every message until the
+ * peer closes. Exit status 0 means success.
  */
 #include "chanos.h"
 #include "exchange.h"
@@ -27,9 +29,10 @@ static int die(const char *what, int err)
     return 1;
 }
 
-static int connect_side(const char *side, uint32_t max, chanos_ump **c)
+static int connect_side(const char *side, uint32_t max, uint32_t slots,
+                        int32_t bulk, chanos_ump **c)
 {
-    struct chanos_ump_options o = {.max_msg = max};
+    struct chanos_ump_options o = {.max_msg = max, .ring_slots = slots, .bulk_size = bulk};
     if (strcmp(side, "creator") == 0)
         return chanos_ump_create(SOCK_FD, &o, 10000, c);
     if (strcmp(side, "attacher") == 0)
@@ -125,18 +128,20 @@ int main(int argc, char **argv)
 {
     chanos_ump *c = NULL;
     int rc;
-    if (argc == 5 && strcmp(argv[1], "exchange") == 0) {
-        int err = connect_side(argv[2], (uint32_t)strtoul(argv[4], NULL, 0), &c);
+    if ((argc == 5 || argc == 7) && strcmp(argv[1], "exchange") == 0) {
+        uint32_t slots = argc == 7 ? (uint32_t)strtoul(argv[5], NULL, 0) : 0;
+        int32_t bulk = argc == 7 ? (int32_t)strtol(argv[6], NULL, 0) : 0;
+        int err = connect_side(argv[2], (uint32_t)strtoul(argv[4], NULL, 0), slots, bulk, &c);
         if (err < 0)
             return die("connect", err);
         rc = exchange(c, strcmp(argv[2], "creator") == 0, strtoull(argv[3], NULL, 0));
     } else if (argc == 4 && strcmp(argv[1], "echo") == 0) {
-        int err = connect_side(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), &c);
+        int err = connect_side(argv[2], (uint32_t)strtoul(argv[3], NULL, 0), 0, 0, &c);
         if (err < 0)
             return die("connect", err);
         rc = echo(c);
     } else {
-        fprintf(stderr, "usage: chanos-ump-peer exchange creator|attacher COUNT MAXMSG\n"
+        fprintf(stderr, "usage: chanos-ump-peer exchange creator|attacher COUNT MAXMSG [SLOTS BULK]\n"
                         "       chanos-ump-peer echo creator|attacher MAXMSG\n");
         return 2;
     }

@@ -2,14 +2,29 @@
  * pingpong_server: a C domain that exports the pingpong interface under a
  * name and serves it, as the Go examples/pingpong/server does: it answers
  * each ping with a pong, echo with its argument and bounce with its
- * payload. One thread serves every connection with ppoll(2).
+ * payload. One thread serves every connection: it spins over them for a
+ * while after the last frame, then sleeps in ppoll(2).
  *
- *   pingpong_server [-name NAME] [-no-reply-to V]
+ *   pingpong_server [-name NAME] [-no-reply-to V] [-spin-us US]
  *
  * With -no-reply-to V an echo of V is never answered (for tests of a
- * server killed in the middle of a call). The monitor directory comes from
- * $CHANOS_DIR as usual. It prints "serving NAME" once exported, and stops
- * on SIGINT or SIGTERM.
+ * server killed in the middle of a call). -spin-us sets the spin window
+ * (default CHANOS_UMP_DEFAULT_SPIN_NS, 20 µs, as a connection's own
+ * receive; 0: sleep at once). The monitor directory comes from $CHANOS_DIR
+ * as usual. It prints "serving NAME" once exported, and stops on SIGINT or
+ * SIGTERM.
+ *
+ * Waiting, as chanos_ump_recv does for one connection: after the last
+ * frame served, every connection is polled with chanos_conn_spin_recv,
+ * which costs no system call and does not ask the peers to wake us, for
+ * the spin window; a ping that comes within it is answered without a
+ * wake-up (a round trip of well under a microsecond, rather than ten or
+ * more through an eventfd). Then each connection is armed with
+ * chanos_conn_recv(c, 0, ...) and the thread sleeps in ppoll until a
+ * connection, the monitor's socket or a signal wakes it: idle, it uses no
+ * CPU. While frames keep coming the window never ends, so new connections,
+ * signals and clients that died without closing are also looked at every
+ * CHORES_NS.
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE /* ppoll */
@@ -26,8 +41,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define MAX_CONNS 64
+/* Frames served from one connection before the others get their turn. */
+#define BATCH 64
+/* While busy: how often to accept and to take signals (1 ms). */
+#define CHORES_NS 1000000
 
 static volatile sig_atomic_t stopping;
 
@@ -42,6 +62,24 @@ static uint8_t out[PINGPONG_BOUNCE_REPLY_MAX_FRAME_SIZE];
 
 static bool have_no_reply;
 static uint64_t no_reply_to;
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* cpu_relax eases a spin loop (PAUSE on x86, YIELD on arm64). */
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield" ::: "memory");
+#endif
+}
 
 /* serve_frame handles one frame; a negative result ends the connection. */
 static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
@@ -90,16 +128,84 @@ static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
     return 0;
 }
 
+/* The server's connections: one thread serves them all. */
+struct server {
+    chanos_listener *l;
+    chanos_conn *conns[MAX_CONNS];
+    size_t nconns;
+};
+
+/* accept_all takes every connection the monitor has handed over (false if
+ * the listener failed). Called before every sleep, whether or not the
+ * monitor's socket is readable: one may have arrived while export waited
+ * for its reply, and libchanos holds it for chanos_accept. */
+static bool accept_all(struct server *s)
+{
+    chanos_conn *nc;
+    int rc;
+
+    while ((rc = chanos_accept(s->l, 0, &nc)) == 0) {
+        if (s->nconns == MAX_CONNS) {
+            chanos_conn_close(nc);
+            continue;
+        }
+        s->conns[s->nconns++] = nc;
+    }
+    if (rc != CHANOS_ERR_TIMEDOUT) {
+        fprintf(stderr, "pingpong_server: accept: %s\n", chanos_strerror(rc));
+        return false;
+    }
+    return true;
+}
+
+/*
+ * serve_round gives every connection a turn of up to BATCH frames and
+ * returns how many it served. Spinning (arm false), it receives with
+ * chanos_conn_spin_recv. Before a sleep (arm true), with
+ * chanos_conn_recv(c, 0, ...): a connection that returns AGAIN is then
+ * armed, and its fd will wake ppoll for the next frame; if any frame came
+ * meanwhile (a result above 0), the caller must not sleep. A connection
+ * that ended is closed.
+ */
+static long serve_round(struct server *s, bool arm)
+{
+    long served = 0;
+
+    for (size_t i = 0; i < s->nconns;) {
+        chanos_conn *c = s->conns[i];
+        struct chanos_frame f;
+        int rc, n = 0;
+
+        do {
+            rc = arm ? chanos_conn_recv(c, 0, &f) : chanos_conn_spin_recv(c, &f);
+            if (rc != 0)
+                break;
+            served++;
+            rc = serve_frame(c, &f);
+        } while (rc == 0 && ++n < BATCH);
+        if (rc == 0 || rc == CHANOS_ERR_AGAIN) {
+            i++;
+            continue;
+        }
+        if (rc != CHANOS_ERR_CLOSED)
+            fprintf(stderr, "pingpong_server: connection ended: %s\n",
+                    chanos_strerror(rc));
+        chanos_conn_close(c);
+        s->conns[i] = s->conns[--s->nconns];
+    }
+    return served;
+}
+
 int main(int argc, char **argv)
 {
     const char *name = "pingsvc";
-    chanos_conn *conns[MAX_CONNS];
+    int64_t spin_ns = CHANOS_UMP_DEFAULT_SPIN_NS;
     struct pollfd pfd[MAX_CONNS + 1];
-    size_t nconns = 0;
+    struct server s = { 0 };
     chanos_domain *d;
-    chanos_listener *l;
     struct chanos_join_opts jo = { 0 };
     struct sigaction sa;
+    int64_t last, chores;
     int rc;
 
     for (int i = 1; i < argc; i++) {
@@ -108,8 +214,13 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "-no-reply-to") == 0 && i + 1 < argc) {
             have_no_reply = true;
             no_reply_to = strtoull(argv[++i], NULL, 0);
+        } else if (strcmp(argv[i], "-spin-us") == 0 && i + 1 < argc) {
+            long us = strtol(argv[++i], NULL, 10);
+
+            spin_ns = us <= 0 ? 0 : us > 1000000 ? 1000000000 : us * 1000;
         } else {
-            fprintf(stderr, "usage: %s [-name NAME] [-no-reply-to V]\n",
+            fprintf(stderr,
+                    "usage: %s [-name NAME] [-no-reply-to V] [-spin-us US]\n",
                     argv[0]);
             return 2;
         }
@@ -118,9 +229,10 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* The signals are blocked except while ppoll waits, so one that comes
-     * while a connection is being served still ends the wait that
-     * follows, rather than being missed until the next message. */
+    /* The signals are blocked except while ppoll waits (or looks, every
+     * CHORES_NS while busy), so one that comes while a connection is
+     * being served still ends the wait that follows, rather than being
+     * missed until the next message. */
     sigset_t block, waitmask;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -133,7 +245,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pingpong_server: join: %s\n", chanos_strerror(rc));
         return 1;
     }
-    rc = chanos_export(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &l);
+    rc = chanos_export(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &s.l);
     if (rc != 0) {
         fprintf(stderr, "pingpong_server: export %s: %s\n", name,
                 chanos_strerror(rc));
@@ -143,59 +255,62 @@ int main(int argc, char **argv)
     printf("serving %s (domain %" PRIu64 ")\n", name, chanos_domain_id(d));
     fflush(stdout);
 
+    /* last: when a frame was last served (or the thread woke); the spin
+     * window runs from there. chores: when to accept and take signals
+     * next while busy. */
+    last = now_ns();
+    chores = last;
     while (!stopping) {
-        /* New connections first, whether or not the monitor's socket is
-         * readable: one may have arrived while export waited for its
-         * reply, and libchanos holds it for chanos_accept. */
-        chanos_conn *nc;
+        int64_t t;
 
-        while ((rc = chanos_accept(l, 0, &nc)) == 0) {
-            if (nconns == MAX_CONNS) {
-                chanos_conn_close(nc);
-                continue;
-            }
-            conns[nconns++] = nc;
+        if (serve_round(&s, false) > 0) {
+            last = now_ns();
+            t = last;
+        } else {
+            t = now_ns();
         }
-        if (rc != CHANOS_ERR_TIMEDOUT) {
-            fprintf(stderr, "pingpong_server: accept: %s\n",
-                    chanos_strerror(rc));
+        if (t >= chores) {
+            /* a zero wait with the signals unblocked runs the handler of
+             * any pending one */
+            struct timespec zero = { 0, 0 };
+
+            chores = t + CHORES_NS;
+            (void)ppoll(NULL, 0, &zero, &waitmask);
+            if (stopping || !accept_all(&s))
+                break;
+            /* an arming round notices clients that died without closing
+             * (spin_recv does not look); the next spin round disarms */
+            if (serve_round(&s, true) > 0)
+                last = now_ns();
+        }
+        if (t - last < spin_ns) {
+            cpu_relax();
+            continue;
+        }
+        /* The window is over: accept, arm every connection (a frame that
+         * came meanwhile is served, and then there is no sleep), then
+         * sleep until a connection, the monitor or a signal wakes us. */
+        if (!accept_all(&s))
             break;
+        if (serve_round(&s, true) > 0) {
+            last = now_ns();
+            continue;
         }
-        /* every connection, drained without waiting */
-        for (size_t i = 0; i < nconns;) {
-            struct chanos_frame f;
-
-            while ((rc = chanos_conn_recv(conns[i], 0, &f)) == 0) {
-                rc = serve_frame(conns[i], &f);
-                if (rc != 0)
-                    break;
-            }
-            if (rc == CHANOS_ERR_AGAIN) {
-                i++;
-                continue;
-            }
-            if (rc != CHANOS_ERR_CLOSED)
-                fprintf(stderr, "pingpong_server: connection ended: %s\n",
-                        chanos_strerror(rc));
-            chanos_conn_close(conns[i]);
-            conns[i] = conns[--nconns];
-        }
-        /* Every connection is now announced as sleeping (its receive
-         * returned AGAIN), so its fd wakes us for the next message. */
         pfd[0].fd = chanos_domain_fd(d);
         pfd[0].events = POLLIN;
-        for (size_t i = 0; i < nconns; i++) {
-            pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(conns[i]));
+        for (size_t i = 0; i < s.nconns; i++) {
+            pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(s.conns[i]));
             pfd[i + 1].events = POLLIN;
         }
-        if (ppoll(pfd, nconns + 1, NULL, &waitmask) < 0 && errno != EINTR) {
+        if (ppoll(pfd, s.nconns + 1, NULL, &waitmask) < 0 && errno != EINTR) {
             perror("pingpong_server: ppoll");
             break;
         }
+        last = now_ns();
     }
-    for (size_t i = 0; i < nconns; i++)
-        chanos_conn_close(conns[i]);
-    rc = chanos_listener_close(l);
+    for (size_t i = 0; i < s.nconns; i++)
+        chanos_conn_close(s.conns[i]);
+    rc = chanos_listener_close(s.l);
     if (rc != 0)
         fprintf(stderr, "pingpong_server: withdraw: %s\n", chanos_strerror(rc));
     chanos_domain_close(d);

@@ -19,7 +19,7 @@ func xmix(x uint64) uint64 {
 	return x
 }
 
-var xfixed = []int{0, 1, 7, 8, 55, 56, 57, 63, 64, 111, 112, 113, 1000, 4095, 4096}
+var xfixed = []int{0, 1, 7, 8, 55, 56, 57, 63, 64, 111, 112, 113, 447, 448, 449, 1000, 4095, 4096}
 
 func xsize(i uint64, dir int, max int) int {
 	n := uint64(len(xfixed))
@@ -49,65 +49,83 @@ func xmsg(i uint64, dir int, max int) []byte {
 
 // TestCrossLanguage exchanges a long sequence of messages of every size in
 // both directions at once with the C peer (c/tools/ump_peer.c), once with
-// Go creating the ring pair and once with C creating it.
+// Go creating the ring pair and once with C creating it, for each of three
+// layouts: the defaults (a bulk region for messages over BulkMin), a
+// 16-slot ring with a bulk region of one maximum message (most messages
+// could not fit in the slots, and the region wraps all the time), and no
+// bulk region.
 func TestCrossLanguage(t *testing.T) {
 	peer := cPeer(t)
 	const count, max = 4000, 65536
-	for _, goSide := range []Side{Creator, Attacher} {
-		name, cSide := "go-creates", "attacher"
-		if goSide == Attacher {
-			name, cSide = "c-creates", "creator"
-		}
-		t.Run(name, func(t *testing.T) {
-			before := countResources(t)
-			ch := startChild(t, "", "", peer, "exchange", cSide, strconv.Itoa(count), strconv.Itoa(max))
-			ctx := ctxT(t)
-			var c *Conn
-			var err error
-			if goSide == Creator {
-				c, err = Create(ctx, ch.sock, &Options{MaxMessageSize: max})
-			} else {
-				c, err = Attach(ctx, ch.sock, &Options{MaxMessageSize: max})
-			}
-			if err != nil {
-				ch.kill()
-				t.Fatal(err)
-			}
-			out, in := int(goSide), 1-int(goSide)
-			sent := make(chan error, 1)
-			go func() {
-				for i := range uint64(count) {
-					if err := c.Send(ctx, xmsg(i, out, max)); err != nil {
-						sent <- err
-						return
-					}
-				}
-				sent <- nil
-			}()
-			for i := range uint64(count) {
-				m, err := c.Receive(ctx)
-				if err != nil {
-					t.Fatalf("message %d: %v", i, err)
-				}
-				if want := xmsg(i, in, max); !bytes.Equal(m, want) {
-					t.Fatalf("message %d: %d bytes, want %d, content differs", i, len(m), len(want))
-				}
-			}
-			if err := <-sent; err != nil {
-				t.Fatal(err)
-			}
+	layouts := []struct {
+		name        string
+		slots, bulk int
+	}{{"default", 0, 0}, {"small-ring", 16, max}, {"no-bulk", 0, -1}}
+	for _, l := range layouts {
+		for _, goSide := range []Side{Creator, Attacher} {
+			name, cSide := l.name+"/go-creates", "attacher"
 			if goSide == Attacher {
-				if _, err := c.Receive(ctx); !errors.Is(err, ErrClosed) {
-					t.Fatalf("Receive after the creator's close = %v, want ErrClosed", err)
-				}
+				name, cSide = l.name+"/c-creates", "creator"
 			}
-			if err := c.Close(); err != nil {
-				t.Fatal(err)
-			}
-			ch.wait(t)
-			checkNoLeaks(t, before)
-		})
+			t.Run(name, func(t *testing.T) {
+				crossExchange(t, peer, goSide, cSide, count, max, l.slots, l.bulk)
+			})
+		}
 	}
+}
+
+// crossExchange runs one exchange of TestCrossLanguage; slots and bulk are
+// the creator's RingSlots and BulkSize.
+func crossExchange(t *testing.T, peer string, goSide Side, cSide string, count uint64, max, slots, bulk int) {
+	before := countResources(t)
+	ch := startChild(t, "", "", peer, "exchange", cSide, strconv.FormatUint(count, 10), strconv.Itoa(max),
+		strconv.Itoa(slots), strconv.Itoa(bulk))
+	ctx := ctxT(t)
+	var c *Conn
+	var err error
+	o := &Options{MaxMessageSize: max, RingSlots: slots, BulkSize: bulk}
+	if goSide == Creator {
+		c, err = Create(ctx, ch.sock, o)
+	} else {
+		c, err = Attach(ctx, ch.sock, o)
+	}
+	if err != nil {
+		ch.kill()
+		t.Fatal(err)
+	}
+	out, in := int(goSide), 1-int(goSide)
+	sent := make(chan error, 1)
+	go func() {
+		for i := range count {
+			if err := c.Send(ctx, xmsg(i, out, max)); err != nil {
+				sent <- err
+				return
+			}
+		}
+		sent <- nil
+	}()
+	for i := range count {
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		if want := xmsg(i, in, max); !bytes.Equal(m, want) {
+			t.Fatalf("message %d: %d bytes, want %d, content differs", i, len(m), len(want))
+		}
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	if goSide == Attacher {
+		if _, err := c.Receive(ctx); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Receive after the creator's close = %v, want ErrClosed", err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ch.wait(t)
+	checkNoLeaks(t, before)
 }
 
 // TestCrossLanguageKill: the C peer is killed while echoing; Go sees

@@ -2,7 +2,8 @@
 // directory up: Go refuses .c files beside a package without cgo) against
 // each other and against the Go examples, over a real monitor
 // (`chanos monitor --dir DIR`), with real processes and sockets; it also
-// kills C domains with -9 and installs libchanos with its pkg-config file.
+// kills C domains with -9, calls the nameservice from C
+// (nameservice_test.c) and installs libchanos with its pkg-config file.
 //
 // The C programs come from the C build directory named by CHANOS_C_BUILD
 // (the Makefile sets it to build/c). Without it the tests skip, unless CI
@@ -18,6 +19,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -26,6 +28,8 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/wire"
 )
 
 // cBuild returns the C build directory, skipping (or, under CI, failing)
@@ -357,6 +361,203 @@ func TestCServerKilled(t *testing.T) {
 	})
 }
 
+// proc is a program running as a domain, its stdout read line by line.
+type proc struct {
+	cmd   *exec.Cmd
+	lines chan string // closed at the end of its output
+	stdin io.WriteCloser
+}
+
+// spawn starts a program as a domain of the monitor in dir, with a pipe to
+// its stdin. The process is killed at cleanup if it is still running.
+func spawn(t *testing.T, dir, prog string, args ...string) *proc {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{cmd: cmd, lines: make(chan string, 64), stdin: stdin}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.lines <- sc.Text()
+		}
+		close(p.lines)
+	}()
+	t.Cleanup(func() {
+		stdin.Close()
+		if cmd.ProcessState == nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+		}
+	})
+	return p
+}
+
+// line returns the program's next line of output.
+func (p *proc) line(t *testing.T) string {
+	t.Helper()
+	name := filepath.Base(p.cmd.Path)
+	select {
+	case l, ok := <-p.lines:
+		if !ok {
+			t.Fatalf("%s ended its output", name)
+		}
+		return l
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s printed nothing within 20s", name)
+	}
+	return ""
+}
+
+// wait waits for the end of the program's output and then of the program,
+// and returns how it exited.
+func (p *proc) wait(t *testing.T) error {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for open := true; open; {
+		select {
+		case l, ok := <-p.lines:
+			if ok {
+				t.Logf("%s: %s", filepath.Base(p.cmd.Path), l)
+			}
+			open = ok
+		case <-timeout:
+			t.Fatalf("%s did not end within 20s", filepath.Base(p.cmd.Path))
+		}
+	}
+	return p.cmd.Wait()
+}
+
+// nsClient binds the monitor's nameservice from Go, to look at what the C
+// domains did.
+func nsClient(t *testing.T, dir string) *monitor.NSClient {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	mc, err := monitor.Dial(ctx, dir, "interop test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mc.Close() })
+	ns, err := mc.Nameservice(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns.Close() })
+	return ns
+}
+
+// refString formats an iref as nameservice_test prints it.
+func refString(r wire.Iref) string {
+	return fmt.Sprintf("%016x:%016x:%x", r.Machine, r.Export, r.Token[:])
+}
+
+// waitNames waits until the names starting with prefix are want.
+func waitNames(t *testing.T, ns *monitor.NSClient, prefix string, want []string) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		got, err := ns.Names(ctx, prefix)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Equal(got, want) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("names %q = %q, want %q", prefix, got, want)
+		}
+	}
+}
+
+// The nameservice from C: set, get, list, get_count, remove, watch and
+// their errors, and a wait_for that times out, all in one C domain; its
+// names go with its session.
+func TestCNameservice(t *testing.T) {
+	prog := cProg(t, "nameservice_test")
+	dir := startMonitor(t)
+	out := run(t, dir, prog, "check", "cns")
+	for _, want := range []string{
+		"set: cns.svc.0 cns.svc.1 cns.other\n",
+		"list cns.: cns.other,cns.svc.0,cns.svc.1\n",
+		"get_count cns.svc: 2\n",
+		"remove cns.svc.0: count now 1\n",
+		"watch cns.: changed cns.watched\n",
+		"wait_for cns.missing: timed out after ",
+		"\nok\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("nameservice_test output lacks %q", want)
+		}
+	}
+	ns := nsClient(t, dir)
+	waitNames(t, ns, "cns.", nil)
+
+	// A wait_for whose deadline passes, as a program sees it.
+	cmd := exec.Command(prog, "wait", "cns.never", "200")
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	b, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(b), "nameservice_test: wait_for: timed out") {
+		t.Errorf("wait_for a name nobody sets: %v\n%s", err, b)
+	}
+}
+
+// A wait_for in one C domain returns once another C domain sets the name;
+// a Go client sees the name, which goes when its C owner leaves.
+func TestCNameserviceWaitFor(t *testing.T) {
+	prog := cProg(t, "nameservice_test")
+	dir := startMonitor(t)
+	ns := nsClient(t, dir)
+	waiter := spawn(t, dir, prog, "wait", "late.1", "20000")
+	if l := waiter.line(t); l != "waiting for late.1" {
+		t.Fatalf("waiter printed %q", l)
+	}
+	// Nobody has set the name: the waiter must still be waiting.
+	select {
+	case l, ok := <-waiter.lines:
+		t.Fatalf("waiter returned before the name was set: %q (open %v)", l, ok)
+	case <-time.After(300 * time.Millisecond):
+	}
+	setter := spawn(t, dir, prog, "set", "late.1")
+	l := setter.line(t)
+	ref, ok := strings.CutPrefix(l, "set late.1 ")
+	if !ok {
+		t.Fatalf("setter printed %q", l)
+	}
+	l = waiter.line(t)
+	if !strings.HasPrefix(l, "found late.1 "+ref+" after ") {
+		t.Fatalf("waiter printed %q, want found late.1 %s", l, ref)
+	}
+	if err := waiter.wait(t); err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, code, err := ns.Get(ctx, "late.1")
+	if err != nil || code != monitor.NSOK || refString(r) != ref {
+		t.Fatalf("Go get late.1 = %s, %d, %v; want %s", refString(r), code, err, ref)
+	}
+	// The setter leaves once its stdin closes: the name was its lease.
+	setter.stdin.Close()
+	if err := setter.wait(t); err != nil {
+		t.Fatalf("setter: %v", err)
+	}
+	waitNames(t, ns, "late.", nil)
+}
+
 // TestInstall installs libchanos (cmake --install of the C build) and
 // chanosc into a temporary prefix, then builds an out-of-tree program with
 // nothing but the installed files and pkg-config, and runs it against the
@@ -394,7 +595,7 @@ func TestInstall(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(prefix, "bin", "chanosc"), data, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"include/chanos.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
+	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Fatalf("not installed: %v", err)
 		}
@@ -413,10 +614,30 @@ func TestInstall(t *testing.T) {
 	sh(proj, nil, filepath.Join(prefix, "bin", "chanosc"), "-lang", "c", "-o", proj, filepath.Join(prefix, "share", "chanos", "interfaces", "pingpong.if"))
 	pc := []string{"PKG_CONFIG_PATH=" + filepath.Join(prefix, "lib", "pkgconfig")}
 	flags := strings.Fields(sh(proj, pc, "pkg-config", "--cflags", "--libs", "chanos"))
+	// A library built with the sanitizers (make test-c's build/c-san)
+	// links only into programs built with them.
+	if cache, err := os.ReadFile(filepath.Join(build, "CMakeCache.txt")); err == nil && strings.Contains(string(cache), "CHANOS_SANITIZE:BOOL=ON") {
+		flags = append(flags, "-fsanitize=address,undefined")
+	}
 	args := append([]string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-D_GNU_SOURCE", "-o", "client", "client.c", "pingpong.c", "-I."}, flags...)
+	sh(proj, nil, "cc", args...)
+
+	// The nameservice test needs no generated code: <chanos/nameservice.h>
+	// is installed and its code is in libchanos.
+	src, err = os.ReadFile(filepath.Join("..", "nameservice_test.c"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "nstest.c"), src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	args = append([]string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-D_GNU_SOURCE", "-o", "nstest", "nstest.c"}, flags...)
 	sh(proj, nil, "cc", args...)
 
 	dir := startMonitor(t)
 	start(t, dir, "serving", cProg(t, "pingpong_server"), "-name", "installed")
 	checkClientOutput(t, run(t, dir, filepath.Join(proj, "client"), "-name", "installed", "-n", "1000"))
+	if out := run(t, dir, filepath.Join(proj, "nstest"), "check", "inst"); !strings.HasSuffix(out, "\nok\n") {
+		t.Errorf("installed nameservice_test did not print ok")
+	}
 }
