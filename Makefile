@@ -61,6 +61,8 @@ test-c: bin/chanosc
 	$(CMAKE) -S c -B $(BUILD)/c-san -DCMAKE_BUILD_TYPE=Debug -DCHANOS_SANITIZE=ON -DCHANOSC=$(abspath bin/chanosc) >/dev/null
 	$(CMAKE) --build $(BUILD)/c-san -j $(JOBS)
 	ctest --test-dir $(BUILD)/c-san --output-on-failure
+	# The C programs that talk to a real monitor, under the sanitizers too.
+	CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/c/...
 
 test: all lint check-generated check-vectors test-go test-c
 

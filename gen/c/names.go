@@ -9,8 +9,8 @@ import (
 
 // reserved holds the names that get a trailing underscore when an IDL name
 // is used as a C identifier without a prefix (struct members): the C11
-// keywords, the macros of <stdbool.h> and the object-like macros of common
-// headers that would silently rewrite a member name.
+// keywords, the macros of <stdbool.h>, the C++ keywords and the object-like
+// macros of common headers that would silently rewrite a member name.
 var reserved = map[string]bool{
 	// C11 keywords.
 	"auto": true, "break": true, "case": true, "char": true, "const": true,
@@ -29,6 +29,22 @@ var reserved = map[string]bool{
 	"bool": true, "true": true, "false": true, "alignas": true,
 	"alignof": true, "noreturn": true, "static_assert": true,
 	"thread_local": true, "complex": true, "imaginary": true, "I": true,
+	// C++ keywords, so that C++ programs can include the generated
+	// headers (the members of structs a C++ translation unit sees).
+	"and": true, "and_eq": true, "asm": true,
+	"bitand": true, "bitor": true, "catch": true, "char8_t": true,
+	"char16_t": true, "char32_t": true, "class": true, "compl": true,
+	"concept": true, "consteval": true, "constexpr": true, "constinit": true,
+	"const_cast": true, "co_await": true, "co_return": true, "co_yield": true,
+	"decltype": true, "delete": true, "dynamic_cast": true, "explicit": true,
+	"export": true, "friend": true, "mutable": true, "namespace": true,
+	"new": true, "noexcept": true, "not": true, "not_eq": true,
+	"nullptr": true, "operator": true, "or": true, "or_eq": true,
+	"private": true, "protected": true, "public": true,
+	"reinterpret_cast": true, "requires": true, "static_cast": true,
+	"template": true, "this": true, "throw": true, "try": true,
+	"typeid": true, "typename": true, "using": true, "virtual": true,
+	"wchar_t": true, "xor": true, "xor_eq": true,
 	// Object-like macros of <errno.h>, <stdio.h>, <stddef.h>, <sys/stat.h>
 	// and <signal.h> (glibc), and GCC's predefined ones in GNU modes.
 	"errno": true, "stdin": true, "stdout": true, "stderr": true,
