@@ -71,7 +71,8 @@ struct chanos_ump {
     uint64_t nb, bmask; /* bulk region bytes per ring (0: none), nb - 1 */
     uint32_t max_msg;
     int64_t spin_ns;
-    int64_t tx_spin, rx_spin; /* the adapted windows: see spin_lost */
+    int64_t tx_spin, rx_spin;     /* the adapted windows: see spin_lost */
+    unsigned tx_misses, rx_misses; /* waits that ended in sleep since one did not */
     int sock, epfd;
     aword *my_closed, *peer_closed;
     _Atomic int err;      /* why the connection ended, 0 while open */
@@ -151,6 +152,15 @@ static int64_t spin_lost(int64_t cur, int64_t max)
 {
     int64_t floor = max < MIN_SPIN_NS ? max : MIN_SPIN_NS;
     return cur / 2 > floor ? cur / 2 : floor;
+}
+
+/* spin_window returns how long the next wait spins: every PROBE_EVERY-th
+ * wait after a sleep spins the full window again, or waits a little longer
+ * than the reduced window would sleep, and pay a wake-up, forever. */
+#define PROBE_EVERY 8
+static int64_t spin_window(int64_t cur, int64_t max, unsigned misses)
+{
+    return misses % PROBE_EVERY == PROBE_EVERY - 1 ? max : cur;
 }
 
 static int64_t now_ns(void)
@@ -925,7 +935,8 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
     if (tx_free(c, need, nbulk))
         goto write;
     int64_t deadline = deadline_of(timeout_ms);
-    if (c->tx_spin > 0 && timeout_ms != 0) {
+    int64_t window = spin_window(c->tx_spin, c->spin_ns, c->tx_misses);
+    if (window > 0 && timeout_ms != 0) {
         int64_t start = 0;
         for (unsigned i = 1;; i++) {
             spin_pause();
@@ -933,6 +944,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
                 return err;
             if (tx_free(c, need, nbulk)) {
                 c->tx_spin = c->spin_ns;
+                c->tx_misses = 0;
                 goto write;
             }
             if (i % 64)
@@ -942,8 +954,9 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
             int64_t t = now_ns();
             if (!start)
                 start = t;
-            else if (t - start > c->tx_spin) {
+            else if (t - start > window) {
                 c->tx_spin = spin_lost(c->tx_spin, c->spin_ns);
+                c->tx_misses++;
                 break;
             } else if (deadline >= 0 && t >= deadline)
                 break;
@@ -1241,12 +1254,14 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
             return r;
         if (r == 1)
             continue;
-        if (c->rx_spin > 0 && timeout_ms != 0 && !c->rx_announced) {
+        int64_t window = spin_window(c->rx_spin, c->spin_ns, c->rx_misses);
+        if (window > 0 && timeout_ms != 0 && !c->rx_announced) {
             int64_t start = 0;
             for (unsigned i = 1;; i++) {
                 spin_pause();
                 if (rx_changed(c)) {
                     c->rx_spin = c->spin_ns;
+                    c->rx_misses = 0;
                     break;
                 }
                 if (i % 64)
@@ -1256,8 +1271,9 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                 int64_t t = now_ns();
                 if (!start)
                     start = t;
-                else if (t - start > c->rx_spin) {
+                else if (t - start > window) {
                     c->rx_spin = spin_lost(c->rx_spin, c->spin_ns);
+                    c->rx_misses++;
                     break;
                 } else if (deadline >= 0 && t >= deadline)
                     break;

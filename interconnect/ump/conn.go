@@ -78,16 +78,30 @@ const minSpin = 2 * time.Microsecond
 // restores the full window; one that had to sleep anyway halves it, down
 // to minSpin. On a machine with more busy processes than cores (a ring of
 // domains, say), spinning for the whole window only keeps the process
-// that would have answered off the CPU.
+// that would have answered off the CPU. Every probeEvery-th wait after a
+// sleep spins the full window again: waits a little longer than the
+// reduced window (a 4 KiB ping-pong after an idle spell) would otherwise
+// sleep, and pay a wake-up, forever.
 type spinBudget struct {
 	max, cur time.Duration
+	misses   int // waits that ended in sleep since the last that did not
 }
+
+const probeEvery = 8
 
 func newSpinBudget(window time.Duration) spinBudget { return spinBudget{max: window, cur: window} }
 
-func (b *spinBudget) won() { b.cur = b.max }
+// window returns how long the next wait spins.
+func (b *spinBudget) window() time.Duration {
+	if b.misses%probeEvery == probeEvery-1 {
+		return b.max
+	}
+	return b.cur
+}
 
-func (b *spinBudget) lost() { b.cur = max(b.cur/2, min(b.max, minSpin)) }
+func (b *spinBudget) won() { b.cur, b.misses = b.max, 0 }
+
+func (b *spinBudget) lost() { b.cur, b.misses = max(b.cur/2, min(b.max, minSpin)), b.misses+1 }
 
 // Side says which half of a ring pair a Conn is. The creator writes ring 0
 // and reads ring 1; the attacher the reverse.
@@ -259,7 +273,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 		return nil
 	}
 	done := ctx.Done()
-	if b := &c.txSpin; b.cur > 0 {
+	if b, window := &c.txSpin, c.txSpin.window(); window > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
 			spinPause()
@@ -278,7 +292,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 			}
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > b.cur {
+			} else if time.Since(start) > window {
 				b.lost()
 				break
 			}
@@ -439,7 +453,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 	if retry, err := c.rxEnded(ctx, done); retry || err != nil {
 		return err
 	}
-	if b := &c.rxSpin; b.cur > 0 {
+	if b, window := &c.rxSpin, c.rxSpin.window(); window > 0 {
 		var start time.Time
 		for i := 1; ; i++ {
 			spinPause()
@@ -455,7 +469,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 			}
 			if start.IsZero() {
 				start = time.Now()
-			} else if time.Since(start) > b.cur {
+			} else if time.Since(start) > window {
 				b.lost()
 				break
 			}
