@@ -103,15 +103,6 @@ func (c config) usesBulk(n int) bool {
 	return c.bulk != 0 && n > BulkMin
 }
 
-// slotsOf returns how many slots a message of n bytes occupies in this
-// ring pair: one for a bulk message's descriptor.
-func (c config) slotsOf(n int) int {
-	if c.usesBulk(n) {
-		return 1
-	}
-	return slotsFor(n)
-}
-
 // ringOffset returns the offset of ring r's first slot.
 func (c config) ringOffset(r int) int {
 	return headerSize + r*int(c.slots)*SlotSize
