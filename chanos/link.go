@@ -223,24 +223,10 @@ func (l *localLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 }
 
 func (l *localLink) receive(ctx context.Context, in *Incoming) error {
-	var it localItem
-	select {
-	case it = <-l.in.ch:
-	default:
-		select {
-		case it = <-l.in.ch:
-		case <-ctx.Done():
-			*in = Incoming{}
-			return ctx.Err()
-		case <-l.in.closed:
-			// Deliver what was sent before the close first.
-			select {
-			case it = <-l.in.ch:
-			default:
-				*in = Incoming{}
-				return &endError{kind: ErrClosed}
-			}
-		}
+	it, err := l.next(ctx)
+	if err != nil {
+		*in = Incoming{}
+		return err
 	}
 	if f, ok := it.(*localFrame); ok {
 		*in = Incoming{Kind: f.k, Header: f.h, Frame: f.frame, Caps: f.caps}
@@ -249,6 +235,45 @@ func (l *localLink) receive(ctx context.Context, in *Incoming) error {
 		*in = Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m}
 	}
 	return nil
+}
+
+// next waits for the next item.
+func (l *localLink) next(ctx context.Context) (localItem, error) {
+	select {
+	case it := <-l.in.ch:
+		return it, nil
+	default:
+	}
+	done := ctx.Done()
+	if done == nil {
+		// A select costs with every channel in it: wait on two when the
+		// context cannot end.
+		select {
+		case it := <-l.in.ch:
+			return it, nil
+		case <-l.in.closed:
+			return l.drain()
+		}
+	}
+	select {
+	case it := <-l.in.ch:
+		return it, nil
+	case <-done:
+		return nil, ctx.Err()
+	case <-l.in.closed:
+		return l.drain()
+	}
+}
+
+// drain returns what was sent before the connection closed, then
+// ErrClosed.
+func (l *localLink) drain() (localItem, error) {
+	select {
+	case it := <-l.in.ch:
+		return it, nil
+	default:
+		return nil, &endError{kind: ErrClosed}
+	}
 }
 
 func (l *localLink) close() error {
