@@ -3,6 +3,7 @@ package c
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -325,6 +326,7 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 				t.Fatalf("compiling %s: %v\n%s", filepath.Base(src), err, out)
 			}
 		}
+		compileCxx(t, dir)
 		return
 	}
 	exe := filepath.Join(dir, "test")
@@ -338,6 +340,33 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 		t.Fatalf("%s failed: %v\n%s", filepath.Base(main), err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// compileCxx includes every generated header of dir, with chanos.h, in a
+// C++ translation unit: the keyword rule keeps C++ keywords out of the
+// members, so C++ programs can use the generated code.
+func compileCxx(t *testing.T, dir string) {
+	cxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Log("g++ not found: generated headers not checked as C++")
+		return
+	}
+	hs, _ := filepath.Glob(filepath.Join(dir, "*.h"))
+	var b strings.Builder
+	b.WriteString("#include <chanos.h>\n")
+	for _, h := range hs {
+		fmt.Fprintf(&b, "#include \"%s\"\n", filepath.Base(h))
+	}
+	b.WriteString("int main() { return 0; }\n")
+	src := filepath.Join(dir, "cxx_test.cc")
+	if err := os.WriteFile(src, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only",
+		"-I../../c/include", "-I"+dir, src).CombinedOutput()
+	if err != nil {
+		t.Fatalf("the generated headers as C++: %v\n%s", err, out)
+	}
 }
 
 // TestBundledInterfaces compiles the C of every interface in the tree:
