@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Installs the tools chanos builds and tests with, when they are missing:
-# Go (>= 1.26), a C11 compiler with AddressSanitizer and UBSan (gcc),
-# CMake (>= 3.20), make and pkg-config. Go modules (staticcheck, ...) are
+# Go (>= 1.26), a C11 compiler with AddressSanitizer and UBSan (gcc), g++
+# (the generated C headers are checked as C++), CMake (>= 3.20), make and
+# pkg-config. Go modules (staticcheck, ...) are
 # fetched by the go command itself. Safe to run repeatedly.
 set -euo pipefail
 
 need=()
 command -v cc >/dev/null || need+=(gcc libc6-dev)
+command -v g++ >/dev/null || need+=(g++)
 command -v cmake >/dev/null || need+=(cmake)
 command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
