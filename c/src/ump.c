@@ -1178,10 +1178,14 @@ static int rx_announce(chanos_ump *c)
     return rx_ended(c);
 }
 
-int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len)
+/*
+ * rx_try returns a message if one is there. Otherwise, with announce, it
+ * announces that this side sleeps and returns CHANOS_ERR_AGAIN, staying
+ * announced until a message comes (try_recv); without, it returns
+ * CHANOS_ERR_AGAIN at once (spin_recv).
+ */
+static int rx_try(chanos_ump *c, const void **msg, size_t *len, int announce)
 {
-    if (!c || !msg || !len)
-        return -EINVAL;
     for (;;) {
         int e = atomic_load_explicit(&c->err, memory_order_relaxed);
         if (e)
@@ -1197,12 +1201,21 @@ int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len)
             return r;
         if (r == 1)
             continue;
+        if (!announce)
+            return CHANOS_ERR_AGAIN;
         r = rx_announce(c);
         if (r < 0)
             return r;
         if (r == 0)
-            return CHANOS_ERR_AGAIN; /* stays announced until a message comes */
+            return CHANOS_ERR_AGAIN;
     }
+}
+
+int chanos_ump_try_recv(chanos_ump *c, const void **msg, size_t *len)
+{
+    if (!c || !msg || !len)
+        return -EINVAL;
+    return rx_try(c, msg, len, 1);
 }
 
 /*
@@ -1217,22 +1230,7 @@ int chanos_ump_spin_recv(chanos_ump *c, const void **msg, size_t *len)
     if (!c || !msg || !len)
         return -EINVAL;
     rx_unannounce(c);
-    for (;;) {
-        int e = atomic_load_explicit(&c->err, memory_order_relaxed);
-        if (e)
-            return e;
-        int r = rx_poll(c);
-        if (r < 0)
-            return r;
-        if (r == 1)
-            return rx_done(c, msg, len);
-        rx_publish(c, 0);
-        r = rx_ended(c);
-        if (r < 0)
-            return r;
-        if (r == 0)
-            return CHANOS_ERR_AGAIN;
-    }
+    return rx_try(c, msg, len, 0);
 }
 
 int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms)
