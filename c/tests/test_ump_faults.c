@@ -19,15 +19,18 @@
 
 /* child_pair makes a ring pair whose attacher side runs fn in a child
  * process; the parent gets the creator side. The child also gets a mapping
- * of the shared memory, to misbehave with. ready is a pipe the child
- * writes a byte to when it wants to be killed. */
+ * of the shared memory, to misbehave with, but runs fn only once the
+ * parent has opened its side (a scribbler could otherwise spoil the header
+ * the parent validates). ready is a pipe the child writes a byte to when
+ * it wants to be killed. */
 static pid_t child_pair(void (*fn)(chanos_ump *, uint8_t *, size_t, int), chanos_ump **parent, int *ready)
 {
     struct chanos_ump_options o = {.max_msg = MAXMSG, .ring_slots = SLOTS};
     struct chanos_ump_files f, g;
-    int sv[2], pp[2];
+    int sv[2], pp[2], gp[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     CHECK(pipe(pp) == 0);
+    CHECK(pipe(gp) == 0);
     CHECK_EQ(chanos_ump_files_create(&o, &f), 0);
     CHECK(dup_files(&f, &g) == 0);
     pid_t pid = fork();
@@ -43,13 +46,21 @@ static pid_t child_pair(void (*fn)(chanos_ump *, uint8_t *, size_t, int), chanos
         chanos_ump *c;
         if (mem == MAP_FAILED || chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], &o, &c) < 0)
             _exit(10);
+        close(gp[1]);
+        char go;
+        if (read(gp[0], &go, 1) != 1) /* the parent has opened its side */
+            _exit(11);
+        close(gp[0]);
         fn(c, mem, size, pp[1]);
         _exit(0);
     }
     close(pp[1]);
     close(sv[1]);
+    close(gp[0]);
     chanos_ump_files_close(&g);
     CHECK_EQ(chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], &o, parent), 0);
+    CHECK(write(gp[1], "g", 1) == 1);
+    close(gp[1]);
     *ready = pp[0];
     return pid;
 }
