@@ -256,6 +256,11 @@ func TestMonitorGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// Connect returns once this side has its end; the server gets its own
+	// through the monitor a moment later. An answered call says it has.
+	if v, err := c.Echo(ctx, 4); err != nil || v != 5 {
+		t.Fatalf("echo = %d, %v", v, err)
+	}
 	stop()
 	within(t, 10*time.Second, "domain noticing the monitor's end", func() error { <-d.Done(); return nil })
 	if !errors.Is(d.Err(), chanos.ErrMonitorLost) {
