@@ -6,7 +6,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go examples c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE
+.PHONY: all go examples c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE bench-smoke
 
 all: go c bin/chanos-peers
 
@@ -64,7 +64,15 @@ test-c: bin/chanosc
 	# The C programs that talk to a real monitor, under the sanitizers too.
 	CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/c/...
 
-test: all lint check-generated check-vectors test-go test-c
+test: all lint check-generated check-vectors test-go test-c bench-smoke
+
+# `chanos bench all --quick` (about 30 s): every suite runs against its
+# peers, prints a line per case and draws the chart.
+bench-smoke: all
+	CHANOS_C_BUILD=$(abspath $(BUILD)/c) ./bin/chanos bench all --quick --json --plot $(BUILD)/bench-smoke.png > $(BUILD)/bench-smoke.jsonl
+	@for s in pingpong stream rpc ump bind clients ring; do \
+		grep -q "\"suite\":\"$$s\"" $(BUILD)/bench-smoke.jsonl || { echo "bench-smoke: no $$s results" >&2; exit 1; }; \
+	done
 
 demo: all
 	./bin/chanos demo
