@@ -360,9 +360,8 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 			return err
 		}
 	}
-	p := pendingPool.Get().(*pendingCall)
-	p.reply, p.name, p.err = reply, call.MsgName(), nil
-	if err := c.register(id, p); err != nil {
+	p, err := c.register(id, call, reply)
+	if err != nil {
 		return err
 	}
 	if err := c.sendEncoded(ctx, call, id, timeoutOf(ctx)); err != nil {
@@ -372,19 +371,20 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	return c.await(ctx, id, p)
 }
 
-// register adds p to the pending calls as call id, unless the connection
-// has ended; then it recycles p and returns why.
-func (c *Conn) register(id uint32, p *pendingCall) error {
+// register adds call id, whose reply is to be decoded into reply, to the
+// pending calls, unless the connection has ended; then it returns why.
+func (c *Conn) register(id uint32, call, reply wire.Message) (*pendingCall, error) {
 	c.mu.Lock()
 	if c.endErr != nil {
 		err := c.endErr
 		c.mu.Unlock()
-		c.recycle(p)
-		return err
+		return nil, err
 	}
+	p := pendingPool.Get().(*pendingCall)
+	p.reply, p.name, p.err = reply, call.MsgName(), nil
 	c.pending[id] = p
 	c.mu.Unlock()
-	return nil
+	return p, nil
 }
 
 // callDirect makes call id while holding the reading turn, which it
@@ -409,9 +409,7 @@ func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint
 	for {
 		if c.ninbox.Load() >= inboxLimit {
 			// Let a Receive drain the inbox; wait as a pending call.
-			p := pendingPool.Get().(*pendingCall)
-			p.reply, p.name, p.err = reply, call.MsgName(), nil
-			err := c.register(id, p)
+			p, err := c.register(id, call, reply)
 			c.releaseCur()
 			if err != nil {
 				return true, err

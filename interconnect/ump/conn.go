@@ -194,9 +194,6 @@ func (c *Conn) fail(err error) error {
 // ends (nothing of msg is then written) or the connection ends. msg may be
 // reused as soon as Send returns.
 func (c *Conn) Send(ctx context.Context, msg []byte) error {
-	if len(msg) > int(c.cfg.maxMsg) {
-		return fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
-	}
 	_, err := c.send(ctx, msg, true)
 	return err
 }
@@ -204,15 +201,14 @@ func (c *Conn) Send(ctx context.Context, msg []byte) error {
 // TrySend is Send without the wait: when the ring lacks room for the
 // whole of msg, it returns false at once and writes nothing.
 func (c *Conn) TrySend(msg []byte) (bool, error) {
-	if len(msg) > int(c.cfg.maxMsg) {
-		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
-	}
 	return c.send(context.Background(), msg, false)
 }
 
-// send writes msg, which fits the connection's maximum, waiting for room
-// if wait is set.
+// send writes msg, waiting for room if wait is set.
 func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
+	if len(msg) > int(c.cfg.maxMsg) {
+		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
+	}
 	need, nbulk := uint64(slotsFor(len(msg))), uint64(0)
 	bulk := c.cfg.usesBulk(len(msg))
 	if bulk {
