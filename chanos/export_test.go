@@ -45,8 +45,8 @@ func (l *loopLink) receive(_ context.Context, in *Incoming) error {
 		*in = Incoming{}
 		return &endError{kind: ErrClosed}
 	}
-	h, k, err := wire.ParseFrame(f)
-	*in = Incoming{Kind: k, Header: h, Frame: f}
+	k, err := wire.ParseFrameInto(&in.Header, f)
+	in.Kind, in.Frame, in.Caps, in.Msg, in.Inline = k, f, nil, nil, false
 	return err
 }
 func (l *loopLink) close() error { return nil }

@@ -72,15 +72,15 @@ func (l *umpLink) receive(ctx context.Context, in *Incoming) error {
 		*in = Incoming{}
 		return umpErr(err)
 	}
-	h, k, err := wire.ParseFrame(frame)
-	if err == nil && h.NCaps == 0 {
-		*in = Incoming{Kind: k, Header: h, Frame: frame}
+	k, err := wire.ParseFrameInto(&in.Header, frame)
+	if err == nil && in.Header.NCaps == 0 {
+		in.Kind, in.Frame, in.Caps, in.Msg, in.Inline = k, frame, nil, nil, false
 		return nil
 	}
-	*in = Incoming{}
 	if err == nil {
-		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", h.NCaps)
+		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass yet", in.Header.NCaps)
 	}
+	*in = Incoming{}
 	// A malformed frame ends the connection: close it so the peer learns.
 	l.u.Close()
 	return &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
@@ -228,11 +228,16 @@ func (l *localLink) receive(ctx context.Context, in *Incoming) error {
 		*in = Incoming{}
 		return err
 	}
+	// Field by field rather than *in = Incoming{...}: a composite value is
+	// built in pieces on the stack and copied whole, which stalls on every
+	// message (see wire.ParseFrameInto).
+	in.Inline = false
 	if f, ok := it.(*localFrame); ok {
-		*in = Incoming{Kind: f.k, Header: f.h, Frame: f.frame, Caps: f.caps}
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = f.k, f.h, f.frame, f.caps, nil
 	} else {
 		m := it.(wire.Message)
-		*in = Incoming{Kind: wire.KindMessage, Header: wire.Header{Msg: m.MsgNumber()}, Msg: m}
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = wire.KindMessage, wire.Header{}, nil, nil, m
+		in.Header.Msg = m.MsgNumber()
 	}
 	return nil
 }

@@ -26,7 +26,8 @@ type Transport interface {
 	// (which must be the reply type of the same rpc). An error reply from
 	// the peer is returned as a *RemoteError. If ctx ends first, Call sends
 	// a cancel for the call and returns ctx's error. On error, reply is
-	// left zero.
+	// left zero. Call keeps neither call nor reply once it returns: the
+	// generated stubs reuse them.
 	Call(ctx context.Context, call, reply wire.Message) error
 }
 

@@ -38,11 +38,15 @@
 /* How much longer than a bind's deadline to wait for the monitor's answer. */
 #define BIND_GRACE_MS 1000
 
+/* A connection waiting for chanos_accept: the six descriptors of an
+ * incoming message, or (local) the server side of a pair made in this
+ * process by a bind to the domain's own export, already open. */
 struct pending_in {
     uint64_t export_id;
     uint8_t token[16];
     uint32_t max_frame;
     int fds[6];
+    chanos_conn *local;
 };
 
 struct chanos_domain {
@@ -79,6 +83,15 @@ static void close_fds(int *fds, uint32_t n)
             close(fds[i]);
         fds[i] = -1;
     }
+}
+
+/* drop_pending closes a connection that will not be accepted. A local one
+ * closes in order, so its client's receive ends with CHANOS_ERR_CLOSED. */
+static void drop_pending(struct pending_in *p)
+{
+    chanos_conn_close(p->local);
+    p->local = NULL;
+    close_fds(p->fds, 6);
 }
 
 static int64_t now_ms(void)
@@ -277,6 +290,7 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     memcpy(p->token, in.ref.token, sizeof p->token);
     p->max_frame = in.max_frame;
     memcpy(p->fds, in.fds, sizeof p->fds);
+    p->local = NULL;
     return 0;
 }
 
@@ -508,7 +522,7 @@ static void free_listener(struct chanos_listener *l)
     }
     for (size_t i = 0; i < d->nin; i++) {
         if (d->in[i].export_id == l->ref.export_id)
-            close_fds(d->in[i].fds, 6);
+            drop_pending(&d->in[i]);
         else
             d->in[j++] = d->in[i];
     }
@@ -524,7 +538,7 @@ void chanos_domain_close(chanos_domain *d)
     while (d->listeners != NULL)
         free_listener(d->listeners);
     for (size_t i = 0; i < d->nin; i++)
-        close_fds(d->in[i].fds, 6);
+        drop_pending(&d->in[i]);
     close(d->sock);
     free(d->rbuf);
     free(d);
@@ -649,8 +663,12 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
         memmove(&d->in[i], &d->in[i + 1], (d->nin - i - 1) * sizeof d->in[0]);
         d->nin--;
         if (memcmp(p.token, l->ref.token, sizeof p.token) != 0) {
-            close_fds(p.fds, 6);
+            drop_pending(&p);
             continue;
+        }
+        if (p.local != NULL) {
+            *out = p.local;
+            return 1;
         }
         files.mem = p.fds[0];
         memcpy(files.ev, &p.fds[1], sizeof files.ev);
@@ -719,9 +737,134 @@ int chanos_listener_close(chanos_listener *l)
     return rc;
 }
 
+/* dup_files gives the second side of an in-process pair descriptors of its
+ * own: each side closes those it holds. */
+static int dup_files(const struct chanos_ump_files *f,
+                     struct chanos_ump_files *g)
+{
+    int rc = 0;
+
+    g->mem = fcntl(f->mem, F_DUPFD_CLOEXEC, 0);
+    if (g->mem < 0)
+        rc = -errno;
+    for (int i = 0; i < 4; i++) {
+        g->ev[i] = rc == 0 ? fcntl(f->ev[i], F_DUPFD_CLOEXEC, 0) : -1;
+        if (g->ev[i] < 0 && rc == 0)
+            rc = -errno;
+    }
+    if (rc != 0)
+        chanos_ump_files_close(g);
+    return rc;
+}
+
+/*
+ * local_pair makes a ring pair inside the process out of what the monitor
+ * makes for two domains (a sealed memfd, four eventfds, a liveness socket
+ * pair), for frames of up to max_frame bytes, and opens both sides: the
+ * server's (creator) in *srv, the client's (attacher) in *cli. On failure
+ * nothing is left open.
+ */
+static int local_pair(uint32_t max_frame, chanos_conn **srv,
+                      chanos_conn **cli)
+{
+    struct chanos_ump_options uo = { 0 };
+    struct chanos_ump_files fa, fb;
+    chanos_ump *us, *uc;
+    int sv[2], rc;
+
+    *srv = *cli = NULL;
+    uo.max_msg = max_frame;
+    rc = chanos_ump_files_create(&uo, &fa);
+    if (rc != 0)
+        return rc;
+    rc = dup_files(&fa, &fb);
+    if (rc != 0) {
+        chanos_ump_files_close(&fa);
+        return rc;
+    }
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+        rc = -errno;
+        chanos_ump_files_close(&fa);
+        chanos_ump_files_close(&fb);
+        return rc;
+    }
+    /* chanos_ump_open and chanos_conn_new own what they are given, on
+     * failure too */
+    rc = chanos_ump_open(CHANOS_UMP_CREATOR, &fa, sv[0], &uo, &us);
+    if (rc != 0) {
+        chanos_ump_files_close(&fb);
+        close(sv[1]);
+        return rc;
+    }
+    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &fb, sv[1], &uo, &uc);
+    if (rc != 0) {
+        chanos_ump_close(us);
+        return rc;
+    }
+    rc = chanos_conn_new(us, srv);
+    if (rc != 0) {
+        chanos_ump_close(uc);
+        return rc;
+    }
+    rc = chanos_conn_new(uc, cli);
+    if (rc != 0) {
+        chanos_conn_close(*srv);
+        *srv = NULL;
+    }
+    return rc;
+}
+
+/*
+ * bind_local answers a bind that the monitor resolved to this domain's own
+ * export (via local: no descriptors, no incoming), as the Go library does:
+ * it pairs the client with the export's listener in this process. The
+ * server side waits in the accept queue like an incoming connection; the
+ * client side goes to *out. Called between enter and leave, as it changes
+ * the queue.
+ */
+static int bind_local(struct chanos_domain *d,
+                      const struct monitor_bind_reply *reply,
+                      uint32_t max_frame, chanos_conn **out)
+{
+    struct chanos_listener *l;
+    struct pending_in *p;
+    chanos_conn *srv;
+    int rc;
+
+    /* the whole iref, as Go compares it: the listener is that export's */
+    for (l = d->listeners; l != NULL; l = l->next) {
+        if (l->ref.machine == reply->ref.machine &&
+            l->ref.export_id == reply->ref.export_id &&
+            memcmp(l->ref.token, reply->ref.token, sizeof l->ref.token) == 0)
+            break;
+    }
+    /* closed although the monitor still had the export (a withdraw that
+     * failed): as Go, the export is gone */
+    if (l == NULL)
+        return CHANOS_ERR_NOT_FOUND;
+    if (max_frame != 0 && l->max_frame > max_frame)
+        return CHANOS_ERR_MISMATCH;
+    /* the queue an incoming connection would wait in, with its bound;
+     * refused here rather than handed to the client already closed */
+    if (d->nin == INCOMING_LIMIT)
+        return CHANOS_ERR_LIMIT;
+    rc = local_pair(l->max_frame, &srv, out);
+    if (rc != 0)
+        return rc;
+    p = &d->in[d->nin++];
+    p->export_id = l->ref.export_id;
+    memcpy(p->token, l->ref.token, sizeof p->token);
+    p->max_frame = l->max_frame;
+    for (int i = 0; i < 6; i++)
+        p->fds[i] = -1;
+    p->local = srv;
+    return 0;
+}
+
 /*
  * bind_name binds to the export under name (waiting for the name if wait
- * is set; see chanos_connect) and opens the client side of its ring pair.
+ * is set; see chanos_connect) and opens the client side of its ring pair,
+ * or makes the pair itself for an export of this domain (bind_local).
  */
 static int bind_name(chanos_domain *d, const char *name, const char *iface,
                      bool wait, uint32_t max_frame, int timeout_ms,
@@ -766,14 +909,20 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
                 close(f.fds[i]);
         }
     }
+    if (rc == 0 && reply.via == MONITOR_INTERCONNECT_LOCAL) {
+        close_fds(reply.fds, reply.nfds); /* it carries none */
+        rc = bind_local(d, &reply, max_frame, out);
+        leave(d);
+        return rc;
+    }
     leave(d);
     if (rc == CHANOS_ERR_TIMEDOUT && wait)
         return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
     if (rc != 0)
         return rc;
     if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != 6) {
-        /* via local: the export is this domain's own; a C domain would
-         * have to pair the two ends in-process, which is not supported */
+        /* an interconnect we do not know, or a ump pair without its six
+         * descriptors */
         close_fds(reply.fds, reply.nfds);
         return CHANOS_ERR_MISMATCH;
     }

@@ -724,6 +724,22 @@ func (g *generator) client() {
 	g.p("// Send sends the message m.")
 	g.p("func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }")
 	g.p("")
+	if g.hasRPC() {
+		g.p("// callValues holds a call and a reply value per rpc for the Client's")
+		g.p("// stubs, which take it from callPool: values handed to a Transport")
+		g.p("// escape to the heap, and Call keeps neither once it returns.")
+		g.p("type callValues struct {")
+		for _, m := range g.msgs {
+			if m.msg.RPC {
+				g.p("%s %s", m.frames[0].typ, m.frames[0].typ)
+				g.p("%s %s", m.frames[1].typ, m.frames[1].typ)
+			}
+		}
+		g.p("}")
+		g.p("")
+		g.p("var callPool = sync.Pool{New: func() any { return new(callValues) }}")
+		g.p("")
+	}
 	for _, m := range g.msgs {
 		if !m.msg.RPC {
 			continue
@@ -736,17 +752,32 @@ func (g *generator) client() {
 		for _, a := range call.args {
 			inits = append(inits, a.field+": "+a.param)
 		}
-		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
-		g.p("var reply %s", reply.typ)
-		var zeros, results []string
-		for _, a := range reply.args {
-			zeros = append(zeros, g.zero(a.arg.Type, a.arg.Shape))
-			results = append(results, "reply."+a.field)
+		g.p("pooled := callPool.Get().(*callValues)")
+		g.p("pooled.%s = %s{%s}", call.typ, call.typ, strings.Join(inits, ", "))
+		if len(reply.args) == 0 {
+			g.p("err := c.t.Call(ctx, &pooled.%s, &pooled.%s)", call.typ, reply.typ)
+		} else {
+			// The results are named (see params): they stay zero on error.
+			g.p("if err = c.t.Call(ctx, &pooled.%s, &pooled.%s); err == nil {", call.typ, reply.typ)
+			var outs, vals []string
+			for _, a := range reply.args {
+				outs = append(outs, a.param)
+				vals = append(vals, "pooled."+reply.typ+"."+a.field)
+			}
+			g.p("%s = %s", strings.Join(outs, ", "), strings.Join(vals, ", "))
+			g.p("}")
 		}
-		g.p("if err := c.t.Call(ctx, &call, &reply); err != nil {")
-		g.p("return %s", strings.Join(append(zeros, "err"), ", "))
-		g.p("}")
-		g.p("return %s", strings.Join(append(results, "nil"), ", "))
+		g.p("pooled.%s, pooled.%s = %s{}, %s{}", call.typ, reply.typ, call.typ, reply.typ)
+		g.p("callPool.Put(pooled)")
+		if len(reply.args) == 0 {
+			g.p("return err")
+		} else {
+			var outs []string
+			for _, a := range reply.args {
+				outs = append(outs, a.param)
+			}
+			g.p("return %s", strings.Join(append(outs, "err"), ", "))
+		}
 		g.p("}")
 		g.p("")
 	}

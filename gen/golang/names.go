@@ -45,7 +45,7 @@ var predeclared = map[string]bool{
 // themselves, beside parameters: package names and locals.
 var localNames = map[string]bool{
 	"ctx": true, "err": true, "c": true, "call": true, "reply": true,
-	"srv": true, "m": true, "from": true,
+	"srv": true, "m": true, "from": true, "pooled": true,
 	"wire": true, "chanos": true, "context": true, "fmt": true, "errors": true,
 }
 
@@ -58,6 +58,7 @@ var packageNames = map[string]bool{
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
 	"Listener": true, "Export": true, "Serve": true, "ServeConn": true,
 	"decodeIncoming": true, "serveCall": true, "replyValues": true,
+	"callValues": true, "callPool": true,
 }
 
 // messageMethods are the methods of generated message, call and reply

@@ -732,37 +732,57 @@ func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
 
+// callValues holds a call and a reply value per rpc for the Client's
+// stubs, which take it from callPool: values handed to a Transport
+// escape to the heap, and Call keeps neither once it returns.
+type callValues struct {
+	PutCall     PutCall
+	PutReply    PutReply
+	GetCall     GetCall
+	GetReply    GetReply
+	DeleteCall  DeleteCall
+	DeleteReply DeleteReply
+}
+
+var callPool = sync.Pool{New: func() any { return new(callValues) }}
+
 // Put calls the rpc put and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Put(ctx context.Context, key string, value []byte) (version uint64, err error) {
-	call := PutCall{Key: key, Value: value}
-	var reply PutReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.PutCall = PutCall{Key: key, Value: value}
+	if err = c.t.Call(ctx, &pooled.PutCall, &pooled.PutReply); err == nil {
+		version = pooled.PutReply.Version
 	}
-	return reply.Version, nil
+	pooled.PutCall, pooled.PutReply = PutCall{}, PutReply{}
+	callPool.Put(pooled)
+	return version, err
 }
 
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (st Status, value []byte, err error) {
-	call := GetCall{Key: key}
-	var reply GetReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, nil, err
+	pooled := callPool.Get().(*callValues)
+	pooled.GetCall = GetCall{Key: key}
+	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
+		st, value = pooled.GetReply.St, pooled.GetReply.Value
 	}
-	return reply.St, reply.Value, nil
+	pooled.GetCall, pooled.GetReply = GetCall{}, GetReply{}
+	callPool.Put(pooled)
+	return st, value, err
 }
 
 // Delete calls the rpc delete and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Delete(ctx context.Context, key string) (existed bool, err error) {
-	call := DeleteCall{Key: key}
-	var reply DeleteReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return false, err
+	pooled := callPool.Get().(*callValues)
+	pooled.DeleteCall = DeleteCall{Key: key}
+	if err = c.t.Call(ctx, &pooled.DeleteCall, &pooled.DeleteReply); err == nil {
+		existed = pooled.DeleteReply.Existed
 	}
-	return reply.Existed, nil
+	pooled.DeleteCall, pooled.DeleteReply = DeleteCall{}, DeleteReply{}
+	callPool.Put(pooled)
+	return existed, err
 }
 
 // Server is the server side of kv: a method per message, called for each

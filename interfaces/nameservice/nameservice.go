@@ -1157,70 +1157,102 @@ func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
 
+// callValues holds a call and a reply value per rpc for the Client's
+// stubs, which take it from callPool: values handed to a Transport
+// escape to the heap, and Call keeps neither once it returns.
+type callValues struct {
+	SetCall       SetCall
+	SetReply      SetReply
+	GetCall       GetCall
+	GetReply      GetReply
+	WaitForCall   WaitForCall
+	WaitForReply  WaitForReply
+	GetCountCall  GetCountCall
+	GetCountReply GetCountReply
+	RemoveCall    RemoveCall
+	RemoveReply   RemoveReply
+	ListCall      ListCall
+	ListReply     ListReply
+}
+
+var callPool = sync.Pool{New: func() any { return new(callValues) }}
+
 // Set calls the rpc set and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Set(ctx context.Context, name string, ref wire.Iref) (err_ wire.Errval, err error) {
-	call := SetCall{Name: name, Ref: ref}
-	var reply SetReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.SetCall = SetCall{Name: name, Ref: ref}
+	if err = c.t.Call(ctx, &pooled.SetCall, &pooled.SetReply); err == nil {
+		err_ = pooled.SetReply.Err
 	}
-	return reply.Err, nil
+	pooled.SetCall, pooled.SetReply = SetCall{}, SetReply{}
+	callPool.Put(pooled)
+	return err_, err
 }
 
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
-	call := GetCall{Name: name}
-	var reply GetReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return wire.Iref{}, 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.GetCall = GetCall{Name: name}
+	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
+		ref, err_ = pooled.GetReply.Ref, pooled.GetReply.Err
 	}
-	return reply.Ref, reply.Err, nil
+	pooled.GetCall, pooled.GetReply = GetCall{}, GetReply{}
+	callPool.Put(pooled)
+	return ref, err_, err
 }
 
 // WaitFor calls the rpc wait_for and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) WaitFor(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
-	call := WaitForCall{Name: name}
-	var reply WaitForReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return wire.Iref{}, 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.WaitForCall = WaitForCall{Name: name}
+	if err = c.t.Call(ctx, &pooled.WaitForCall, &pooled.WaitForReply); err == nil {
+		ref, err_ = pooled.WaitForReply.Ref, pooled.WaitForReply.Err
 	}
-	return reply.Ref, reply.Err, nil
+	pooled.WaitForCall, pooled.WaitForReply = WaitForCall{}, WaitForReply{}
+	callPool.Put(pooled)
+	return ref, err_, err
 }
 
 // GetCount calls the rpc get_count and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) GetCount(ctx context.Context, class string) (count uint64, err error) {
-	call := GetCountCall{Class: class}
-	var reply GetCountReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.GetCountCall = GetCountCall{Class: class}
+	if err = c.t.Call(ctx, &pooled.GetCountCall, &pooled.GetCountReply); err == nil {
+		count = pooled.GetCountReply.Count
 	}
-	return reply.Count, nil
+	pooled.GetCountCall, pooled.GetCountReply = GetCountCall{}, GetCountReply{}
+	callPool.Put(pooled)
+	return count, err
 }
 
 // Remove calls the rpc remove and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Remove(ctx context.Context, name string) (err_ wire.Errval, err error) {
-	call := RemoveCall{Name: name}
-	var reply RemoveReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.RemoveCall = RemoveCall{Name: name}
+	if err = c.t.Call(ctx, &pooled.RemoveCall, &pooled.RemoveReply); err == nil {
+		err_ = pooled.RemoveReply.Err
 	}
-	return reply.Err, nil
+	pooled.RemoveCall, pooled.RemoveReply = RemoveCall{}, RemoveReply{}
+	callPool.Put(pooled)
+	return err_, err
 }
 
 // List calls the rpc list and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) List(ctx context.Context, prefix string, after string) (names []byte, more bool, err error) {
-	call := ListCall{Prefix: prefix, After: after}
-	var reply ListReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return nil, false, err
+	pooled := callPool.Get().(*callValues)
+	pooled.ListCall = ListCall{Prefix: prefix, After: after}
+	if err = c.t.Call(ctx, &pooled.ListCall, &pooled.ListReply); err == nil {
+		names, more = pooled.ListReply.Names, pooled.ListReply.More
 	}
-	return reply.Names, reply.More, nil
+	pooled.ListCall, pooled.ListReply = ListCall{}, ListReply{}
+	callPool.Put(pooled)
+	return names, more, err
 }
 
 // Server is the server side of nameservice: a method per message, called for each

@@ -622,26 +622,42 @@ func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
 
+// callValues holds a call and a reply value per rpc for the Client's
+// stubs, which take it from callPool: values handed to a Transport
+// escape to the heap, and Call keeps neither once it returns.
+type callValues struct {
+	EchoCall    EchoCall
+	EchoReply   EchoReply
+	BounceCall  BounceCall
+	BounceReply BounceReply
+}
+
+var callPool = sync.Pool{New: func() any { return new(callValues) }}
+
 // Echo calls the rpc echo and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error) {
-	call := EchoCall{Val: val}
-	var reply EchoReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.EchoCall = EchoCall{Val: val}
+	if err = c.t.Call(ctx, &pooled.EchoCall, &pooled.EchoReply); err == nil {
+		result = pooled.EchoReply.Result
 	}
-	return reply.Result, nil
+	pooled.EchoCall, pooled.EchoReply = EchoCall{}, EchoReply{}
+	callPool.Put(pooled)
+	return result, err
 }
 
 // Bounce calls the rpc bounce and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error) {
-	call := BounceCall{Payload: payload}
-	var reply BounceReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return nil, err
+	pooled := callPool.Get().(*callValues)
+	pooled.BounceCall = BounceCall{Payload: payload}
+	if err = c.t.Call(ctx, &pooled.BounceCall, &pooled.BounceReply); err == nil {
+		reply_ = pooled.BounceReply.Reply
 	}
-	return reply.Reply, nil
+	pooled.BounceCall, pooled.BounceReply = BounceCall{}, BounceReply{}
+	callPool.Put(pooled)
+	return reply_, err
 }
 
 // Server is the server side of pingpong: a method per message, called for each

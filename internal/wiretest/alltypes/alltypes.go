@@ -2998,59 +2998,83 @@ func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
 
+// callValues holds a call and a reply value per rpc for the Client's
+// stubs, which take it from callPool: values handed to a Transport
+// escape to the heap, and Call keeps neither once it returns.
+type callValues struct {
+	PingCall    PingCall
+	PingReply   PingReply
+	EchoCall    EchoCall
+	EchoReply   EchoReply
+	MixedCall   MixedCall
+	MixedReply  MixedReply
+	NotifyCall  NotifyCall
+	NotifyReply NotifyReply
+	QueryCall   QueryCall
+	QueryReply  QueryReply
+}
+
+var callPool = sync.Pool{New: func() any { return new(callValues) }}
+
 // Ping calls the rpc ping and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Ping(ctx context.Context) error {
-	call := PingCall{}
-	var reply PingReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return err
-	}
-	return nil
+	pooled := callPool.Get().(*callValues)
+	pooled.PingCall = PingCall{}
+	err := c.t.Call(ctx, &pooled.PingCall, &pooled.PingReply)
+	pooled.PingCall, pooled.PingReply = PingCall{}, PingReply{}
+	callPool.Put(pooled)
+	return err
 }
 
 // Echo calls the rpc echo and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Echo(ctx context.Context, seq uint32, text string) (ack uint32, reply_ string, err error) {
-	call := EchoCall{Seq: seq, Text: text}
-	var reply EchoReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, "", err
+	pooled := callPool.Get().(*callValues)
+	pooled.EchoCall = EchoCall{Seq: seq, Text: text}
+	if err = c.t.Call(ctx, &pooled.EchoCall, &pooled.EchoReply); err == nil {
+		ack, reply_ = pooled.EchoReply.Ack, pooled.EchoReply.Reply
 	}
-	return reply.Ack, reply.Reply, nil
+	pooled.EchoCall, pooled.EchoReply = EchoCall{}, EchoReply{}
+	callPool.Put(pooled)
+	return ack, reply_, err
 }
 
 // Mixed calls the rpc mixed and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Mixed(ctx context.Context, a uint8, c_ bool, pts []Point) (b int64, d Color, data []byte, err error) {
-	call := MixedCall{A: a, C: c_, Pts: pts}
-	var reply MixedReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, 0, nil, err
+	pooled := callPool.Get().(*callValues)
+	pooled.MixedCall = MixedCall{A: a, C: c_, Pts: pts}
+	if err = c.t.Call(ctx, &pooled.MixedCall, &pooled.MixedReply); err == nil {
+		b, d, data = pooled.MixedReply.B, pooled.MixedReply.D, pooled.MixedReply.Data
 	}
-	return reply.B, reply.D, reply.Data, nil
+	pooled.MixedCall, pooled.MixedReply = MixedCall{}, MixedReply{}
+	callPool.Put(pooled)
+	return b, d, data, err
 }
 
 // Notify calls the rpc notify and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Notify(ctx context.Context, event uint32, fd wire.Cap, watch wire.Cap) error {
-	call := NotifyCall{Event: event, FD: fd, Watch: watch}
-	var reply NotifyReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return err
-	}
-	return nil
+	pooled := callPool.Get().(*callValues)
+	pooled.NotifyCall = NotifyCall{Event: event, FD: fd, Watch: watch}
+	err := c.t.Call(ctx, &pooled.NotifyCall, &pooled.NotifyReply)
+	pooled.NotifyCall, pooled.NotifyReply = NotifyCall{}, NotifyReply{}
+	callPool.Put(pooled)
+	return err
 }
 
 // Query calls the rpc query and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Query(ctx context.Context) (counter uint64, statusText string, h wire.Cap, err_ wire.Errval, err error) {
-	call := QueryCall{}
-	var reply QueryReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, "", nil, 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.QueryCall = QueryCall{}
+	if err = c.t.Call(ctx, &pooled.QueryCall, &pooled.QueryReply); err == nil {
+		counter, statusText, h, err_ = pooled.QueryReply.Counter, pooled.QueryReply.StatusText, pooled.QueryReply.H, pooled.QueryReply.Err
 	}
-	return reply.Counter, reply.StatusText, reply.H, reply.Err, nil
+	pooled.QueryCall, pooled.QueryReply = QueryCall{}, QueryReply{}
+	callPool.Put(pooled)
+	return counter, statusText, h, err_, err
 }
 
 // Server is the server side of alltypes: a method per message, called for each

@@ -679,37 +679,55 @@ func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
 
+// callValues holds a call and a reply value per rpc for the Client's
+// stubs, which take it from callPool: values handed to a Transport
+// escape to the heap, and Call keeps neither once it returns.
+type callValues struct {
+	GetCall   GetCall
+	GetReply  GetReply
+	AddCall   AddCall
+	AddReply  AddReply
+	FailCall  FailCall
+	FailReply FailReply
+}
+
+var callPool = sync.Pool{New: func() any { return new(callValues) }}
+
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (value string, found bool, err error) {
-	call := GetCall{Key: key}
-	var reply GetReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return "", false, err
+	pooled := callPool.Get().(*callValues)
+	pooled.GetCall = GetCall{Key: key}
+	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
+		value, found = pooled.GetReply.Value, pooled.GetReply.Found
 	}
-	return reply.Value, reply.Found, nil
+	pooled.GetCall, pooled.GetReply = GetCall{}, GetReply{}
+	callPool.Put(pooled)
+	return value, found, err
 }
 
 // Add calls the rpc add and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Add(ctx context.Context, a int32, b int32) (sum int32, err error) {
-	call := AddCall{A: a, B: b}
-	var reply AddReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return 0, err
+	pooled := callPool.Get().(*callValues)
+	pooled.AddCall = AddCall{A: a, B: b}
+	if err = c.t.Call(ctx, &pooled.AddCall, &pooled.AddReply); err == nil {
+		sum = pooled.AddReply.Sum
 	}
-	return reply.Sum, nil
+	pooled.AddCall, pooled.AddReply = AddCall{}, AddReply{}
+	callPool.Put(pooled)
+	return sum, err
 }
 
 // Fail calls the rpc fail and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Fail(ctx context.Context, code uint64) error {
-	call := FailCall{Code: code}
-	var reply FailReply
-	if err := c.t.Call(ctx, &call, &reply); err != nil {
-		return err
-	}
-	return nil
+	pooled := callPool.Get().(*callValues)
+	pooled.FailCall = FailCall{Code: code}
+	err := c.t.Call(ctx, &pooled.FailCall, &pooled.FailReply)
+	pooled.FailCall, pooled.FailReply = FailCall{}, FailReply{}
+	callPool.Put(pooled)
+	return err
 }
 
 // Server is the server side of pingpong: a method per message, called for each
