@@ -159,3 +159,24 @@ func BenchmarkCallOverhead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMessageOverhead is a client's work per ping-pong of one-way
+// messages with no interconnect: encode and send a ping, receive and
+// decode the pong (seed 000's Figure 4.18 client, as the clients suite
+// runs it).
+func BenchmarkMessageOverhead(b *testing.B) {
+	var pong wire.Buffer
+	(&pingpong.Pong{ClientID: 1, MsgID: 7}).Encode(&pong)
+	c := pingpong.NewConn(chanos.LoopConn(pingpong.Interface, nil, func([]byte) []byte { return pong.B }))
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := c.Send(ctx, &pingpong.Ping{ClientID: 1, MsgID: uint32(i)}); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -125,7 +125,7 @@ static chanos_listener *export(chanos_domain *d, const char *name)
     return l;
 }
 
-/* connect binds the domain's own export under name. */
+/* connect_self binds the domain's own export under name. */
 static chanos_conn *connect_self(chanos_domain *d, const char *name)
 {
     chanos_conn *c = NULL;

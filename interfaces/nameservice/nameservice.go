@@ -1409,7 +1409,14 @@ func decodeIncoming(in *chanos.Incoming) (Msg, error) {
 		}
 		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
 	}
-	return Decode(in.Frame, in.Caps)
+	// The connection parsed the header already: no need for Decode's.
+	if m := New(in.Header.Msg, in.Kind); m != nil {
+		if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return nil, err
+		}
+		return m, nil
+	}
+	return Decode(in.Frame, in.Caps) // says what is wrong
 }
 
 // Receive waits for the next message or rpc call from the peer, reading
