@@ -180,3 +180,46 @@ func BenchmarkMessageOverhead(b *testing.B) {
 		}
 	}
 }
+
+type bounceServer struct{ pingpong.UnimplementedServer }
+
+func (bounceServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
+
+// BenchmarkServeOverheadBounce and BenchmarkCallOverheadBounce are
+// BenchmarkServeOverhead and BenchmarkCallOverhead for the bounce rpc with
+// 8 bytes each way (a dynamic array: the pingpong suite's 8-byte case).
+func BenchmarkServeOverheadBounce(b *testing.B) {
+	var call wire.Buffer
+	(&pingpong.BounceCall{Payload: make([]byte, 8)}).Encode(&call)
+	wire.SetCallID(call.B, 1)
+	n := 0
+	c := chanos.LoopConn(pingpong.Interface, call.B, func([]byte) []byte {
+		if n++; n >= b.N {
+			return nil
+		}
+		return call.B
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), bounceServer{}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkCallOverheadBounce(b *testing.B) {
+	var reply wire.Buffer
+	(&pingpong.BounceReply{Reply: make([]byte, 8)}).Encode(&reply)
+	c := pingpong.NewConn(chanos.LoopConn(pingpong.Interface, nil, func(sent []byte) []byte {
+		wire.SetCallID(reply.B, binary.LittleEndian.Uint32(sent[8:]))
+		return reply.B
+	}))
+	ctx := context.Background()
+	p := make([]byte, 8)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Bounce(ctx, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
