@@ -25,7 +25,12 @@
 /* The accept queue's bound in domain.c (INCOMING_LIMIT), which
  * docs/c-domains.md states. */
 #define QUEUE_LIMIT 128
-#define NAME "self.svc"
+
+/*
+ * Each test exports names of its own: the monitor releases a closed
+ * domain's names once it has seen the session end, which may be after the
+ * next test's export.
+ */
 
 static char dir[] = "/tmp/chanos-self-XXXXXX";
 static char logpath[sizeof dir + 8];
@@ -106,6 +111,20 @@ static void stop_monitor(void)
         fprintf(stderr, "rmdir %s: %s\n", dir, strerror(errno));
 }
 
+static void stop_monitor(void);
+
+/* require ends the test at a failure the rest would trip over (a NULL
+ * connection), stopping the monitor first. */
+static void require(int ok)
+{
+    if (ok)
+        return;
+    fprintf(stderr, "domain_self_test: cannot go on\n");
+    failures++;
+    stop_monitor();
+    exit(1);
+}
+
 static chanos_domain *join(void)
 {
     struct chanos_join_opts o = { 0 };
@@ -114,6 +133,7 @@ static chanos_domain *join(void)
     o.dir = dir;
     o.program = "domain_self_test";
     CHECK_EQ(chanos_join(&d, &o), 0);
+    require(d != NULL);
     return d;
 }
 
@@ -122,6 +142,7 @@ static chanos_listener *export(chanos_domain *d, const char *name)
     chanos_listener *l = NULL;
 
     CHECK_EQ(chanos_export(d, name, "ctest", CTEST_MAX_FRAME_SIZE, &l), 0);
+    require(l != NULL);
     return l;
 }
 
@@ -132,7 +153,7 @@ static chanos_conn *connect_self(chanos_domain *d, const char *name)
 
     CHECK_EQ(chanos_connect(d, name, "ctest", CTEST_MAX_FRAME_SIZE, 1000, &c),
              0);
-    CHECK(c != NULL);
+    require(c != NULL);
     return c;
 }
 
@@ -141,7 +162,7 @@ static chanos_conn *accept1(chanos_listener *l)
     chanos_conn *c = NULL;
 
     CHECK_EQ(chanos_accept(l, 0, &c), 0);
-    CHECK(c != NULL);
+    require(c != NULL);
     return c;
 }
 
@@ -314,13 +335,14 @@ static void calls(chanos_conn *cli, chanos_conn *srv)
  * two ends see each other close. */
 static void test_exchange(void)
 {
+    const char *name = "self.exchange";
     int n0 = count_fds();
     chanos_domain *d = join();
-    chanos_listener *l = export(d, NAME), *other = export(d, "self.other");
+    chanos_listener *l = export(d, name), *other = export(d, "self.other");
     chanos_conn *cli, *srv;
 
     no_more(l);
-    cli = connect_self(d, NAME);
+    cli = connect_self(d, name);
     no_more(other); /* queued for its own listener only */
     srv = accept1(l);
     no_more(l);
@@ -341,7 +363,7 @@ static void test_exchange(void)
     chanos_conn_close(srv);
 
     /* the server closes: the client sees it */
-    cli = connect_self(d, NAME);
+    cli = connect_self(d, name);
     srv = accept1(l);
     put_then_get(cli, srv, 1);
     send_texts(srv, "bye");
@@ -351,9 +373,9 @@ static void test_exchange(void)
     chanos_conn_close(cli);
 
     /* two at once, each with its own rings */
-    cli = connect_self(d, NAME);
+    cli = connect_self(d, name);
     {
-        chanos_conn *cli2 = connect_self(d, NAME);
+        chanos_conn *cli2 = connect_self(d, name);
         chanos_conn *srv2;
 
         srv = accept1(l);
@@ -381,24 +403,25 @@ static void test_exchange(void)
  * listener, in order. */
 static void test_not_found(void)
 {
+    const char *name = "self.not-found";
     int n0 = count_fds(), n1;
     chanos_domain *d = join();
-    chanos_listener *l = export(d, NAME);
-    chanos_conn *cli = connect_self(d, NAME), *c = NULL;
+    chanos_listener *l = export(d, name);
+    chanos_conn *cli = connect_self(d, name), *c = NULL;
 
     CHECK_EQ(chanos_listener_close(l), 0);
     recv_closed(cli);
     chanos_conn_close(cli);
 
     n1 = count_fds();
-    CHECK_EQ(chanos_connect(d, NAME, "ctest", CTEST_MAX_FRAME_SIZE, 100, &c),
+    CHECK_EQ(chanos_connect(d, name, "ctest", CTEST_MAX_FRAME_SIZE, 100, &c),
              CHANOS_ERR_NOT_FOUND);
     CHECK(c == NULL);
     CHECK_EQ(count_fds(), n1);
 
     /* exported again, it is a new export: connecting works again */
-    l = export(d, NAME);
-    cli = connect_self(d, NAME);
+    l = export(d, name);
+    cli = connect_self(d, name);
     c = accept1(l);
     put_then_get(cli, c, 3);
     chanos_conn_close(c);
@@ -411,26 +434,27 @@ static void test_not_found(void)
 /* The checks of a bind over ump apply: frame sizes and interfaces. */
 static void test_mismatch(void)
 {
+    const char *name = "self.mismatch";
     int n0 = count_fds(), n1;
     chanos_domain *d = join();
-    chanos_listener *l = export(d, NAME);
+    chanos_listener *l = export(d, name);
     chanos_conn *c = NULL;
 
     n1 = count_fds();
     /* rings sized beyond the client's frames are refused */
-    CHECK_EQ(chanos_connect(d, NAME, "ctest", CTEST_MAX_FRAME_SIZE - 1, 1000,
+    CHECK_EQ(chanos_connect(d, name, "ctest", CTEST_MAX_FRAME_SIZE - 1, 1000,
                             &c),
              CHANOS_ERR_MISMATCH);
     CHECK(c == NULL);
     /* the monitor checks the interface */
-    CHECK_EQ(chanos_connect(d, NAME, "other", 0, 1000, &c),
+    CHECK_EQ(chanos_connect(d, name, "other", 0, 1000, &c),
              CHANOS_ERR_MISMATCH);
     CHECK_EQ(count_fds(), n1);
     no_more(l);
     /* 0 takes the export's size; a larger bound is fine */
-    CHECK_EQ(chanos_connect(d, NAME, "ctest", 0, 1000, &c), 0);
+    CHECK_EQ(chanos_connect(d, name, "ctest", 0, 1000, &c), 0);
     chanos_conn_close(c);
-    CHECK_EQ(chanos_connect(d, NAME, "ctest", 2 * CTEST_MAX_FRAME_SIZE, 1000,
+    CHECK_EQ(chanos_connect(d, name, "ctest", 2 * CTEST_MAX_FRAME_SIZE, 1000,
                             &c),
              0);
     chanos_conn_close(c);
@@ -451,17 +475,18 @@ static void test_mismatch(void)
  * refused with CHANOS_ERR_LIMIT, and nothing is left open by it. */
 static void test_limit(void)
 {
+    const char *name = "self.limit";
     int n0 = count_fds(), n1;
     chanos_domain *d = join();
-    chanos_listener *l = export(d, NAME);
+    chanos_listener *l = export(d, name);
     chanos_conn *c = NULL;
 
     for (int i = 0; i < QUEUE_LIMIT; i++) {
-        c = connect_self(d, NAME);
+        c = connect_self(d, name);
         chanos_conn_close(c); /* the server side stays queued */
     }
     n1 = count_fds();
-    CHECK_EQ(chanos_connect(d, NAME, "ctest", CTEST_MAX_FRAME_SIZE, 1000, &c),
+    CHECK_EQ(chanos_connect(d, name, "ctest", CTEST_MAX_FRAME_SIZE, 1000, &c),
              CHANOS_ERR_LIMIT);
     CHECK(c == NULL);
     CHECK_EQ(count_fds(), n1);
@@ -475,7 +500,7 @@ static void test_limit(void)
     }
     no_more(l);
     /* there is room again */
-    c = connect_self(d, NAME);
+    c = connect_self(d, name);
     chanos_conn_close(c);
 
     chanos_domain_close(d); /* frees l, closes what it queued */
@@ -486,11 +511,12 @@ static void test_limit(void)
  * those accepted are the caller's and keep working. */
 static void test_domain_close(void)
 {
+    const char *name = "self.domain-close";
     int n0 = count_fds();
     chanos_domain *d = join();
-    chanos_listener *l = export(d, NAME);
-    chanos_conn *cli1 = connect_self(d, NAME);
-    chanos_conn *cli2 = connect_self(d, NAME);
+    chanos_listener *l = export(d, name);
+    chanos_conn *cli1 = connect_self(d, name);
+    chanos_conn *cli2 = connect_self(d, name);
     chanos_conn *srv1 = accept1(l); /* first come, first accepted */
 
     chanos_domain_close(d);
