@@ -57,14 +57,28 @@ func (t *producer) refresh() error {
 	return nil
 }
 
+// copyCached is copy in pieces below 1 MiB: Go's memmove switches to
+// non-temporal stores at 1 MiB on amd64, which keep the data out of the
+// cache, and the peer's core then reads it from memory rather than from
+// the shared cache (a 1 MiB stream ran at about 40% of C's speed).
+func copyCached(dst, src []byte) int {
+	const piece = 512 << 10
+	n := 0
+	for len(src) > piece && len(dst) > piece {
+		k := copy(dst[:piece], src[:piece])
+		n, dst, src = n+k, dst[k:], src[k:]
+	}
+	return n + copy(dst, src)
+}
+
 // writeBulk copies msg into the bulk region at btail, which must have room
 // for it, and writes its descriptor, one slot holding the bulk position,
 // after it.
 func (t *producer) writeBulk(msg []byte) {
 	n := len(msg)
 	at := t.btail & t.bmask
-	k := copy(t.bulk[at:], msg)
-	copy(t.bulk, msg[k:]) // the part that wraps around
+	k := copyCached(t.bulk[at:], msg)
+	copyCached(t.bulk, msg[k:]) // the part that wraps around
 	p := t.tail
 	off := int(p&t.mask) * SlotSize
 	binary.LittleEndian.PutUint64(t.slots[off:], t.btail)
@@ -193,8 +207,8 @@ func (r *consumer) takeBulk(p uint64, off, n int) (bool, error) {
 	}
 	r.buf = r.buf[:n]
 	start := int(at & r.bmask)
-	k := copy(r.buf, r.bulk[start:])
-	copy(r.buf[k:], r.bulk[:n-k])
+	k := copyCached(r.buf, r.bulk[start:])
+	copyCached(r.buf[k:], r.bulk[:n-k])
 	r.bpos += uint64(n)
 	r.pos = p + 1
 	return true, nil
