@@ -51,6 +51,7 @@ type options struct {
 	dir     string
 	program string
 	log     *slog.Logger
+	spin    time.Duration
 }
 
 // WithDir joins the monitor in dir instead of the default ($CHANOS_DIR,
@@ -65,6 +66,17 @@ func WithProgram(name string) Option { return func(o *options) { o.program = nam
 // WithLogger sets the logger for the domain's diagnostics.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
+// WithSpinWindow sets how long the domain's ump connections spin for a
+// message, or for room to send one, before they park the goroutine (see
+// ump.Options.SpinWindow): 0 keeps ump.DefaultSpinWindow (20 µs), a
+// negative value parks at once. A longer window pays off when replies
+// take longer than the default to come, as large payloads do: on the
+// 2-vCPU machine of docs/benchmarks.md, where waking a parked peer costs
+// 50-100 µs, a 64 KiB bounce rpc took 155 µs at p50 with 20 µs and 70 µs
+// with 100 µs (back-to-back runs of chanos bench pingpong). The price is
+// CPU time spun by every connection that waits.
+func WithSpinWindow(d time.Duration) Option { return func(o *options) { o.spin = d } }
+
 // Domain is a process's membership of its machine's monitor: through it
 // the process exports services and connects to them by name.
 type Domain struct {
@@ -73,6 +85,7 @@ type Domain struct {
 	machine uint64
 	dir     string
 	log     *slog.Logger
+	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
 
 	mu      sync.Mutex
 	nextID  uint32
@@ -115,6 +128,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		pc:      pc,
 		dir:     dir,
 		log:     o.log,
+		spin:    o.spin,
 		calls:   map[uint32]*monCall{},
 		exports: map[uint64]*Listener{},
 		early:   map[uint64][]*monitor.Incoming{},
@@ -352,8 +366,8 @@ func (d *Domain) incoming(in *monitor.Incoming) {
 }
 
 // openUMP opens one side of a ring pair from the monitor's descriptors.
-func openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Conn, error) {
-	return ump.OpenCaps(side, caps, &ump.Options{MaxMessageSize: maxFrame})
+func (d *Domain) openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Conn, error) {
+	return ump.OpenCaps(side, caps, &ump.Options{MaxMessageSize: maxFrame, SpinWindow: d.spin})
 }
 
 // Listener is an export: it accepts the connections clients bind to it.
@@ -416,7 +430,7 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: connection for an export with another token; refused", "name", l.name)
 		return
 	}
-	u, err := openUMP(ump.Creator, in.Fds, l.iface.MaxFrameSize)
+	u, err := l.d.openUMP(ump.Creator, in.Fds, l.iface.MaxFrameSize)
 	if err != nil {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
 		return
@@ -533,7 +547,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 			closeCaps(reply.Fds)
 			return nil, fmt.Errorf("chanos: connect %q: %w: the export's frames are up to %d bytes, ours %d", name, ErrInterfaceMismatch, reply.MaxFrame, iface.MaxFrameSize)
 		}
-		u, err := openUMP(ump.Attacher, reply.Fds, int(reply.MaxFrame))
+		u, err := d.openUMP(ump.Attacher, reply.Fds, int(reply.MaxFrame))
 		if err != nil {
 			return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
 		}

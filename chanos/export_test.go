@@ -2,6 +2,7 @@ package chanos
 
 import (
 	"context"
+	"time"
 
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/wire"
@@ -55,4 +56,13 @@ func (l *loopLink) close() error { return nil }
 // the first frame to receive, or nil.
 func LoopConn(iface Interface, first []byte, next func(sent []byte) []byte) *Conn {
 	return newConn(&loopLink{next: next, frame: first}, iface, nil)
+}
+
+// SpinWindowOf returns the spin window of c's ring pair, or -1 if c is
+// not over ump.
+func SpinWindowOf(c *Conn) time.Duration {
+	if l, ok := c.l.(*umpLink); ok {
+		return l.u.SpinWindow()
+	}
+	return -1
 }

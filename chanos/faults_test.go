@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/monitor"
 )
@@ -285,4 +286,54 @@ func TestMonitorGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	d2.Close()
+}
+
+// TestSpinWindowOption checks that WithSpinWindow reaches both ends of the
+// domain's ump connections, and that a domain without it keeps ump's
+// default.
+func TestSpinWindowOption(t *testing.T) {
+	dir := shortDir(t)
+	startMonitor(t, dir)
+	ctx := context.Background()
+	const window = 75 * time.Microsecond
+	for _, tc := range []struct {
+		opts []chanos.Option
+		want time.Duration
+	}{
+		{[]chanos.Option{chanos.WithSpinWindow(window)}, window},
+		{[]chanos.Option{chanos.WithSpinWindow(-1)}, 0},
+		{nil, ump.DefaultSpinWindow},
+	} {
+		srv, err := chanos.Join(ctx, append(tc.opts, chanos.WithDir(dir))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := chanos.Join(ctx, append(tc.opts, chanos.WithDir(dir))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := pingpong.Export(ctx, srv, "spin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := pingpong.Connect(ctx, cli, "spin")
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := l.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := chanos.SpinWindowOf(c.Raw()); got != tc.want {
+			t.Errorf("client's spin window = %v, want %v", got, tc.want)
+		}
+		if got := chanos.SpinWindowOf(s.Raw()); got != tc.want {
+			t.Errorf("server's spin window = %v, want %v", got, tc.want)
+		}
+		c.Close()
+		s.Close()
+		l.Close()
+		cli.Close()
+		srv.Close()
+	}
 }

@@ -879,6 +879,11 @@ int chanos_ump_spin_recv(chanos_ump *c, const void **msg, size_t *len);
  */
 int chanos_ump_fd(const chanos_ump *c);
 
+/* chanos_ump_spin_ns returns how long a wait spins at most before it
+ * sleeps, in nanoseconds (struct chanos_ump_options' spin_ns): 0 if it
+ * sleeps at once, -EINVAL for NULL. */
+int64_t chanos_ump_spin_ns(const chanos_ump *c);
+
 /* chanos_ump_err returns why the connection ended (CHANOS_ERR_CLOSED,
  * CHANOS_ERR_PEER_DIED, CHANOS_ERR_PROTOCOL), or 0 while it is open. */
 int chanos_ump_err(const chanos_ump *c);
@@ -949,6 +954,11 @@ struct chanos_join_opts {
     const char *program;
     /* How long to wait for the monitor's hello reply; 0: 10 s. */
     int timeout_ms;
+    /* The spin window of the domain's connections (struct
+     * chanos_ump_options' spin_ns): 0 keeps CHANOS_UMP_DEFAULT_SPIN_NS,
+     * negative sleeps at once. Longer windows pay off when replies take
+     * longer than the default to come (large payloads). */
+    int64_t spin_ns;
 };
 
 /*

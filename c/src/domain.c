@@ -55,6 +55,7 @@ struct chanos_domain {
     uint32_t next_call;
     int err; /* why the session ended, or 0 */
     atomic_flag busy;
+    int64_t spin_ns; /* chanos_join_opts.spin_ns, for every connection */
     uint8_t *rbuf; /* MONITOR_MAX_FRAME_SIZE bytes */
     struct pending_in in[INCOMING_LIMIT];
     size_t nin;
@@ -460,6 +461,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (d == NULL)
         return -ENOMEM;
     atomic_flag_clear(&d->busy);
+    d->spin_ns = o.spin_ns;
     d->rbuf = malloc(MONITOR_MAX_FRAME_SIZE);
     if (d->rbuf == NULL) {
         free(d);
@@ -673,6 +675,7 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
         files.mem = p.fds[0];
         memcpy(files.ev, &p.fds[1], sizeof files.ev);
         uo.max_msg = l->max_frame;
+        uo.spin_ns = d->spin_ns;
         rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[5], &uo, &u);
         if (rc != 0)
             continue;
@@ -764,7 +767,7 @@ static int dup_files(const struct chanos_ump_files *f,
  * server's (creator) in *srv, the client's (attacher) in *cli. On failure
  * nothing is left open.
  */
-static int local_pair(uint32_t max_frame, chanos_conn **srv,
+static int local_pair(uint32_t max_frame, int64_t spin_ns, chanos_conn **srv,
                       chanos_conn **cli)
 {
     struct chanos_ump_options uo = { 0 };
@@ -774,6 +777,7 @@ static int local_pair(uint32_t max_frame, chanos_conn **srv,
 
     *srv = *cli = NULL;
     uo.max_msg = max_frame;
+    uo.spin_ns = spin_ns;
     rc = chanos_ump_files_create(&uo, &fa);
     if (rc != 0)
         return rc;
@@ -848,7 +852,7 @@ static int bind_local(struct chanos_domain *d,
      * refused here rather than handed to the client already closed */
     if (d->nin == INCOMING_LIMIT)
         return CHANOS_ERR_LIMIT;
-    rc = local_pair(l->max_frame, &srv, out);
+    rc = local_pair(l->max_frame, d->spin_ns, &srv, out);
     if (rc != 0)
         return rc;
     p = &d->in[d->nin++];
@@ -933,6 +937,7 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
     files.mem = reply.fds[0];
     memcpy(files.ev, &reply.fds[1], sizeof files.ev);
     uo.max_msg = max_frame;
+    uo.spin_ns = d->spin_ns;
     rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[5], &uo, &u);
     if (rc != 0)
         return rc;

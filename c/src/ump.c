@@ -1312,6 +1312,11 @@ int chanos_ump_fd(const chanos_ump *c)
     return c ? c->epfd : -EINVAL;
 }
 
+int64_t chanos_ump_spin_ns(const chanos_ump *c)
+{
+    return c ? c->spin_ns : -EINVAL;
+}
+
 int chanos_ump_err(const chanos_ump *c)
 {
     if (!c)

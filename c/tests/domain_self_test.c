@@ -125,17 +125,20 @@ static void require(int ok)
     exit(1);
 }
 
-static chanos_domain *join(void)
+static chanos_domain *join_spin(int64_t spin_ns)
 {
     struct chanos_join_opts o = { 0 };
     chanos_domain *d = NULL;
 
     o.dir = dir;
     o.program = "domain_self_test";
+    o.spin_ns = spin_ns;
     CHECK_EQ(chanos_join(&d, &o), 0);
     require(d != NULL);
     return d;
 }
+
+static chanos_domain *join(void) { return join_spin(0); }
 
 static chanos_listener *export(chanos_domain *d, const char *name)
 {
@@ -529,6 +532,52 @@ static void test_domain_close(void)
     CHECK_EQ(count_fds(), n0);
 }
 
+/* test_spin checks that chanos_join_opts.spin_ns reaches both ends of a
+ * connection between two domains (bound through the monitor: the incoming
+ * and bind paths) and of one to the domain's own export (the local pair),
+ * and that zero keeps the default. */
+static void test_spin(void)
+{
+    static const struct {
+        int64_t opt, want;
+    } cases[] = {
+        { 75000, 75000 },
+        { -1, 0 },
+        { 0, CHANOS_UMP_DEFAULT_SPIN_NS },
+    };
+    const char *name = "self.spin";
+    int n0 = count_fds();
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        chanos_domain *srvd = join_spin(cases[i].opt);
+        chanos_domain *clid = join_spin(cases[i].opt);
+        chanos_listener *l = export(srvd, name);
+        chanos_conn *cli = NULL, *srv = NULL, *self, *selfsrv;
+
+        CHECK_EQ(chanos_connect(clid, name, "ctest", CTEST_MAX_FRAME_SIZE, 1000,
+                                &cli), 0);
+        require(cli != NULL);
+        /* the server's end comes through the monitor a moment later */
+        CHECK_EQ(chanos_accept(l, 5000, &srv), 0);
+        require(srv != NULL);
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(cli)), cases[i].want);
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(srv)), cases[i].want);
+        self = connect_self(srvd, name);
+        selfsrv = accept1(l);
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(self)), cases[i].want);
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(selfsrv)), cases[i].want);
+        put_then_get(cli, srv, 5);
+        chanos_conn_close(self);
+        chanos_conn_close(selfsrv);
+        chanos_conn_close(cli);
+        chanos_conn_close(srv);
+        chanos_listener_close(l);
+        chanos_domain_close(clid);
+        chanos_domain_close(srvd);
+    }
+    CHECK_EQ(count_fds(), n0);
+}
+
 int main(void)
 {
     struct rlimit rl;
@@ -547,6 +596,7 @@ int main(void)
         test_mismatch();
         test_limit();
         test_domain_close();
+        test_spin();
     }
     stop_monitor();
     if (failures) {

@@ -163,6 +163,10 @@ func (c *Conn) start() {
 // MaxMessageSize returns the largest message the connection carries.
 func (c *Conn) MaxMessageSize() int { return int(c.cfg.maxMsg) }
 
+// SpinWindow returns how long a wait spins at most before it parks (see
+// Options.SpinWindow): 0 if it parks at once.
+func (c *Conn) SpinWindow() time.Duration { return c.rxSpin.max }
+
 // Err returns why the connection ended: an error matching ErrClosed,
 // ErrPeerDied or ErrProtocol. It returns nil while the connection is open.
 // After the peer went away, Receive still returns the messages it had

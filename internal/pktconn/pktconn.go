@@ -12,8 +12,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"path/filepath"
 	"sync"
 	"syscall"
 
@@ -247,13 +249,16 @@ func (c *Conn) PeerCred() (*syscall.Ucred, error) {
 // Listener accepts seqpacket connections on a socket file.
 type Listener struct {
 	ul      *net.UnixListener
+	path    string
 	maxSize int
 }
 
 // Listen creates a seqpacket socket at path, readable and writable by its
-// owner only (mode 0600). The directory holding it should be 0700 too:
-// the mode of the socket is set after it exists, and the directory closes
-// that gap. A stale socket file left by a dead process is replaced.
+// owner only (mode 0600). The socket is bound and listening, with its
+// mode set, under a temporary name in the same directory before it is
+// linked to path, so a client that finds path never meets a socket that
+// refuses connections or has a looser mode. A stale socket file left by a
+// dead process is replaced.
 func Listen(path string, maxSize int) (*Listener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.Dial("unixpacket", path); err == nil {
@@ -262,15 +267,28 @@ func Listen(path string, maxSize int) (*Listener, error) {
 		}
 		os.Remove(path)
 	}
-	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: path, Net: "unixpacket"})
+	// Short, so that it fits in a socket address wherever path does.
+	tmp := filepath.Join(filepath.Dir(path), fmt.Sprintf(".l%d", os.Getpid()))
+	os.Remove(tmp) // left by a process of ours that died (pids are reused)
+	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: tmp, Net: "unixpacket"})
 	if err != nil {
 		return nil, err
 	}
-	if err := os.Chmod(path, 0o600); err != nil {
+	ul.SetUnlinkOnClose(false)
+	err = os.Chmod(tmp, 0o600)
+	if err == nil {
+		// A link, not a rename: it fails if another process took path
+		// meanwhile, rather than taking it from that process.
+		if err = os.Link(tmp, path); errors.Is(err, fs.ErrExist) {
+			err = fmt.Errorf("listen %s: %w", path, ErrInUse)
+		}
+	}
+	os.Remove(tmp)
+	if err != nil {
 		ul.Close()
 		return nil, err
 	}
-	return &Listener{ul: ul, maxSize: maxSize}, nil
+	return &Listener{ul: ul, path: path, maxSize: maxSize}, nil
 }
 
 // ErrInUse: another live process listens on the socket path.
@@ -286,7 +304,11 @@ func (l *Listener) Accept() (*Conn, error) {
 }
 
 // Close stops listening and removes the socket file.
-func (l *Listener) Close() error { return l.ul.Close() }
+func (l *Listener) Close() error {
+	err := l.ul.Close()
+	os.Remove(l.path)
+	return err
+}
 
 // Addr returns the socket path.
-func (l *Listener) Addr() string { return l.ul.Addr().String() }
+func (l *Listener) Addr() string { return l.path }

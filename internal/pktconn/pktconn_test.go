@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/chanos/chanos/wire"
 )
@@ -136,5 +137,58 @@ func TestSendLimitApart(t *testing.T) {
 	// b still receives with its own, smaller limit.
 	if _, _, err := b.Receive(); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("receive over the receive limit: %v", err)
+	}
+}
+
+// TestListenAppearsReady checks that the socket file only appears once it
+// accepts connections (it is linked into place after listen(2)), that no
+// temporary name is left behind, and that Close removes the file.
+func TestListenAppearsReady(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "m.sock")
+	ready := make(chan error, 1)
+	go func() {
+		// Dial the moment the file exists: before the fix, the file
+		// appeared at bind(2) and a dial could be refused.
+		for {
+			if _, err := os.Lstat(path); err == nil {
+				c, err := Dial(context.Background(), path, 64)
+				if err == nil {
+					c.Close()
+				}
+				ready <- err
+				return
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	l, err := Listen(path, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if err := <-ready; err != nil {
+		t.Fatalf("dial as soon as the socket file appeared: %v", err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != "m.sock" {
+		t.Errorf("directory holds %v, want only m.sock", entries)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Close, the socket file: %v", err)
 	}
 }
