@@ -190,6 +190,20 @@ static int poll_timeout(int64_t deadline)
     return ms > 1000000 ? 1000000 : (int)ms;
 }
 
+/*
+ * A sleeper looks at the ring again at least every PARK_RECHECK_MS, as the
+ * Go side does (parkRecheck in interconnect/ump/conn.go): a wake-up that
+ * is missed costs that much, not the whole wait. One was seen, rarely, in
+ * the clients benchmark under load (docs/ump.md, "Waiting"); its cause is
+ * not found yet.
+ */
+#define PARK_RECHECK_MS 1000
+static int park_timeout(int64_t deadline)
+{
+    int t = poll_timeout(deadline);
+    return t < 0 || t > PARK_RECHECK_MS ? PARK_RECHECK_MS : t;
+}
+
 static void ev_signal(int fd)
 {
     uint64_t one = 1;
@@ -977,7 +991,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
         }
         struct pollfd p[2] = {{.fd = c->tx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
-        if (poll(p, 2, left) < 0 && errno != EINTR) {
+        if (poll(p, 2, park_timeout(deadline)) < 0 && errno != EINTR) {
             err = -errno;
             tx_unannounce(c);
             return err;
@@ -1295,7 +1309,7 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
         }
         struct pollfd p[2] = {{.fd = c->rx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
-        if (poll(p, 2, left) < 0 && errno != EINTR) {
+        if (poll(p, 2, park_timeout(deadline)) < 0 && errno != EINTR) {
             r = -errno;
             rx_unannounce(c);
             return r;
