@@ -321,6 +321,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 			return c.fail(err)
 		}
 		if t.free(need, nbulk) {
+			c.txPark.missed(c.log, "space")
 			return nil
 		}
 	}
@@ -485,6 +486,9 @@ func (c *Conn) waitData(ctx context.Context) error {
 		var retry bool
 		if retry, err = c.rxEnded(ctx, done); !retry && err == nil {
 			err = c.rxPark.wait(ctx)
+			if err == nil && r.changed() {
+				c.rxPark.missed(c.log, "data")
+			}
 		}
 	}
 	storeRelease(r.waitp, 0)
@@ -584,6 +588,20 @@ type parker struct {
 	ready func(uintptr) bool // the condition waited for
 	armed bool               // the next call of once checks ready
 	once  func(uintptr) bool // p.check, bound once
+
+	rechecked bool // the last wait ended by parkRecheck, not by a signal
+	warned    bool // missed has logged
+}
+
+// missed is called when what a waiter waited for (data, space) is there
+// after a wait: if the wait ended by parkRecheck rather than by a signal,
+// the signal was missed, which the waiting protocol says cannot happen.
+// It says so once per connection (see docs/ump.md, "Known problem").
+func (p *parker) missed(log *slog.Logger, what string) {
+	if p.rechecked && !p.warned {
+		p.warned = true
+		log.Warn("ump: a wake-up was missed; the periodic re-check found the "+what+" (please report: docs/ump.md, Known problem)", "fd", p.fd)
+	}
 }
 
 var longAgo = time.Unix(1, 0)
@@ -645,7 +663,7 @@ func (p *parker) wait(ctx context.Context) error {
 			close(fired)
 		})
 	}
-	p.armed = true
+	p.armed, p.rechecked = true, false
 	err := p.rc.Read(p.once)
 	if stop != nil && !stop() {
 		<-fired
@@ -660,6 +678,7 @@ func (p *parker) wait(ctx context.Context) error {
 		if hasDL && !time.Now().Before(ctxDL) {
 			return fmt.Errorf("ump: %w", context.DeadlineExceeded)
 		}
+		p.rechecked = true
 		return nil // parkRecheck passed: the caller looks again
 	}
 	return fmt.Errorf("ump: wait: %w", err)
