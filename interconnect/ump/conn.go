@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -589,8 +591,30 @@ type parker struct {
 	armed bool               // the next call of once checks ready
 	once  func(uintptr) bool // p.check, bound once
 
-	rechecked bool // the last wait ended by parkRecheck, not by a signal
-	warned    bool // missed has logged
+	rechecked bool   // the last wait ended by parkRecheck, not by a signal
+	warned    bool   // missed has logged
+	count     string // with debugWakeups: the eventfd's count when the wait began
+}
+
+// debugWakeups (CHANOS_UMP_DEBUG_WAKEUPS=1) makes every park read its
+// eventfd's count from /proc (about 10 µs), so that a missed wake-up's
+// warning says whether the peer signalled during the wait (the count
+// moved: the wake-up was lost on this side) or not (the peer did not
+// signal). See docs/ump.md, "Known problem".
+var debugWakeups = os.Getenv("CHANOS_UMP_DEBUG_WAKEUPS") == "1"
+
+// eventfdCount returns the count line of fd's /proc fdinfo, or why not.
+func eventfdCount(fd int) string {
+	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
+	if err != nil {
+		return err.Error()
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "eventfd-count:"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "?"
 }
 
 // missed is called when what a waiter waited for (data, space) is there
@@ -600,7 +624,11 @@ type parker struct {
 func (p *parker) missed(log *slog.Logger, what string) {
 	if p.rechecked && !p.warned {
 		p.warned = true
-		log.Warn("ump: a wake-up was missed; the periodic re-check found the "+what+" (please report: docs/ump.md, Known problem)", "fd", p.fd)
+		args := []any{"fd", p.fd}
+		if debugWakeups {
+			args = append(args, "count_at_park", p.count, "count_now", eventfdCount(p.fd))
+		}
+		log.Warn("ump: a wake-up was missed; the periodic re-check found the "+what+" (please report: docs/ump.md, Known problem)", args...)
 	}
 }
 
@@ -664,6 +692,9 @@ func (p *parker) wait(ctx context.Context) error {
 		})
 	}
 	p.armed, p.rechecked = true, false
+	if debugWakeups {
+		p.count = eventfdCount(p.fd)
+	}
 	err := p.rc.Read(p.once)
 	if stop != nil && !stop() {
 		<-fired
