@@ -124,37 +124,56 @@ func BenchmarkRawUMPRoundTrip(b *testing.B) {
 // BenchmarkServeOverhead is the serving side's work per rpc with no
 // interconnect: receive a call frame, decode, dispatch, encode the reply.
 func BenchmarkServeOverhead(b *testing.B) {
-	var call wire.Buffer
-	(&pingpong.EchoCall{Val: 7}).Encode(&call)
-	wire.SetCallID(call.B, 1)
-	n := 0
-	c := chanos.LoopConn(pingpong.Interface, call.B, func([]byte) []byte {
-		if n++; n >= b.N {
-			return nil
-		}
-		return call.B
-	})
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), benchServer{}); err != nil {
-		b.Fatal(err)
-	}
+	benchServe(b, &pingpong.EchoCall{Val: 7}, benchServer{})
 }
 
 // BenchmarkCallOverhead is the calling side's work per rpc with no
 // interconnect: encode the call, receive and decode the reply.
 func BenchmarkCallOverhead(b *testing.B) {
-	var reply wire.Buffer
-	(&pingpong.EchoReply{Result: 7}).Encode(&reply)
+	benchCall(b, &pingpong.EchoReply{Result: 7}, func(ctx context.Context, c *pingpong.Conn) error {
+		_, err := c.Echo(ctx, 7)
+		return err
+	})
+}
+
+// benchServe serves call b.N times over a connection whose peer sends it
+// again for every reply.
+func benchServe(b *testing.B, call wire.Message, srv pingpong.Server) {
+	var frame wire.Buffer
+	if err := call.Encode(&frame); err != nil {
+		b.Fatal(err)
+	}
+	wire.SetCallID(frame.B, 1)
+	n := 0
+	c := chanos.LoopConn(pingpong.Interface, frame.B, func([]byte) []byte {
+		if n++; n >= b.N {
+			return nil
+		}
+		return frame.B
+	})
+	b.ReportAllocs()
+	b.ResetTimer()
+	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), srv); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// benchCall makes b.N calls with call over a connection whose peer
+// answers each with reply.
+func benchCall(b *testing.B, reply wire.Message, call func(context.Context, *pingpong.Conn) error) {
+	var frame wire.Buffer
+	if err := reply.Encode(&frame); err != nil {
+		b.Fatal(err)
+	}
 	c := pingpong.NewConn(chanos.LoopConn(pingpong.Interface, nil, func(sent []byte) []byte {
-		wire.SetCallID(reply.B, binary.LittleEndian.Uint32(sent[8:]))
-		return reply.B
+		wire.SetCallID(frame.B, binary.LittleEndian.Uint32(sent[8:]))
+		return frame.B
 	}))
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
-		if _, err := c.Echo(ctx, 7); err != nil {
+		if err := call(ctx, c); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -189,37 +208,13 @@ func (bounceServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { retu
 // BenchmarkServeOverhead and BenchmarkCallOverhead for the bounce rpc with
 // 8 bytes each way (a dynamic array: the pingpong suite's 8-byte case).
 func BenchmarkServeOverheadBounce(b *testing.B) {
-	var call wire.Buffer
-	(&pingpong.BounceCall{Payload: make([]byte, 8)}).Encode(&call)
-	wire.SetCallID(call.B, 1)
-	n := 0
-	c := chanos.LoopConn(pingpong.Interface, call.B, func([]byte) []byte {
-		if n++; n >= b.N {
-			return nil
-		}
-		return call.B
-	})
-	b.ReportAllocs()
-	b.ResetTimer()
-	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), bounceServer{}); err != nil {
-		b.Fatal(err)
-	}
+	benchServe(b, &pingpong.BounceCall{Payload: make([]byte, 8)}, bounceServer{})
 }
 
 func BenchmarkCallOverheadBounce(b *testing.B) {
-	var reply wire.Buffer
-	(&pingpong.BounceReply{Reply: make([]byte, 8)}).Encode(&reply)
-	c := pingpong.NewConn(chanos.LoopConn(pingpong.Interface, nil, func(sent []byte) []byte {
-		wire.SetCallID(reply.B, binary.LittleEndian.Uint32(sent[8:]))
-		return reply.B
-	}))
-	ctx := context.Background()
 	p := make([]byte, 8)
-	b.ReportAllocs()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		if _, err := c.Bounce(ctx, p); err != nil {
-			b.Fatal(err)
-		}
-	}
+	benchCall(b, &pingpong.BounceReply{Reply: make([]byte, 8)}, func(ctx context.Context, c *pingpong.Conn) error {
+		_, err := c.Bounce(ctx, p)
+		return err
+	})
 }

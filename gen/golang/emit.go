@@ -752,32 +752,24 @@ func (g *generator) client() {
 		for _, a := range call.args {
 			inits = append(inits, a.field+": "+a.param)
 		}
+		// The results are named (see params): they stay zero on error.
+		var outs, vals []string
+		for _, a := range reply.args {
+			outs = append(outs, a.param)
+			vals = append(vals, "pooled."+reply.typ+"."+a.field)
+		}
 		g.p("pooled := callPool.Get().(*callValues)")
 		g.p("pooled.%s = %s{%s}", call.typ, call.typ, strings.Join(inits, ", "))
 		if len(reply.args) == 0 {
 			g.p("err := c.t.Call(ctx, &pooled.%s, &pooled.%s)", call.typ, reply.typ)
 		} else {
-			// The results are named (see params): they stay zero on error.
 			g.p("if err = c.t.Call(ctx, &pooled.%s, &pooled.%s); err == nil {", call.typ, reply.typ)
-			var outs, vals []string
-			for _, a := range reply.args {
-				outs = append(outs, a.param)
-				vals = append(vals, "pooled."+reply.typ+"."+a.field)
-			}
 			g.p("%s = %s", strings.Join(outs, ", "), strings.Join(vals, ", "))
 			g.p("}")
 		}
 		g.p("pooled.%s, pooled.%s = %s{}, %s{}", call.typ, reply.typ, call.typ, reply.typ)
 		g.p("callPool.Put(pooled)")
-		if len(reply.args) == 0 {
-			g.p("return err")
-		} else {
-			var outs []string
-			for _, a := range reply.args {
-				outs = append(outs, a.param)
-			}
-			g.p("return %s", strings.Join(append(outs, "err"), ", "))
-		}
+		g.p("return %s", strings.Join(append(outs, "err"), ", "))
 		g.p("}")
 		g.p("")
 	}
