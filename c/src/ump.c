@@ -190,19 +190,6 @@ static int poll_timeout(int64_t deadline)
     return ms > 1000000 ? 1000000 : (int)ms;
 }
 
-/*
- * A sleeper looks at the ring again at least every PARK_RECHECK_MS, as the
- * Go side does (parkRecheck in interconnect/ump/conn.go): a wake-up that
- * is missed costs that much, not the whole wait. One was seen, rarely, in
- * the clients benchmark under load (docs/ump.md, "Waiting"); its cause is
- * not found yet.
- */
-#define PARK_RECHECK_MS 1000
-static int park_timeout(int64_t deadline)
-{
-    int t = poll_timeout(deadline);
-    return t < 0 || t > PARK_RECHECK_MS ? PARK_RECHECK_MS : t;
-}
 
 static void ev_signal(int fd)
 {
@@ -892,7 +879,11 @@ static int tx_prepare(chanos_ump *c, const void *msg, size_t len)
 }
 
 /* tx_announce says we sleep waiting for space, then looks again. Returns
- * 1 if there is room now, 0 if the caller may sleep, or an error. */
+ * 1 if there is room now, 0 if the caller may sleep, or an error. The
+ * eventfd is drained before the announcement, never after: a signal of
+ * this announcement may come at any time after it is stored, even one a
+ * late peer sends for what we have already seen, and draining it would
+ * lose the wake-up (docs/ump.md, "Waiting"). */
 static int tx_announce(chanos_ump *c, uint64_t need, uint64_t nbulk)
 {
     ev_drain(c->tx_park);
@@ -991,7 +982,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
         }
         struct pollfd p[2] = {{.fd = c->tx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
-        if (poll(p, 2, park_timeout(deadline)) < 0 && errno != EINTR) {
+        if (poll(p, 2, poll_timeout(deadline)) < 0 && errno != EINTR) {
             err = -errno;
             tx_unannounce(c);
             return err;
@@ -1179,7 +1170,8 @@ static int rx_done(chanos_ump *c, const void **msg, size_t *len)
 }
 
 /* rx_announce says we sleep waiting for data, then looks again: 1 if the
- * caller should poll the ring, 0 if it may sleep, or an error. */
+ * caller should poll the ring, 0 if it may sleep, or an error. As in
+ * tx_announce, the drain comes before the announcement. */
 static int rx_announce(chanos_ump *c)
 {
     ev_drain(c->rx_park);
@@ -1309,7 +1301,7 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
         }
         struct pollfd p[2] = {{.fd = c->rx_park, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
-        if (poll(p, 2, park_timeout(deadline)) < 0 && errno != EINTR) {
+        if (poll(p, 2, poll_timeout(deadline)) < 0 && errno != EINTR) {
             r = -errno;
             rx_unannounce(c);
             return r;

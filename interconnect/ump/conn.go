@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -146,6 +144,11 @@ type Conn struct {
 	rxPark  *parker
 	rxGone  bool   // a poll ran after the peer's socket was seen closed
 	rxRetry uint64 // 1 + the position polled again after seeing the close word
+
+	// testAfterAnnounce, if set, runs right after a waiter announces that
+	// it sleeps (sender: waiting for space): tests put a peer's signal
+	// exactly there.
+	testAfterAnnounce func(sender bool)
 
 	err       atomic.Pointer[connError] // why the connection ended
 	peerEnd   atomic.Pointer[connError] // set when the peer's socket closed
@@ -301,19 +304,11 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 		}
 	}
 	for {
-		atomic.StoreUint64(t.waitp, nextEpoch(&t.epoch))
-		if err := t.refresh(); err != nil {
-			storeRelease(t.waitp, 0)
-			return c.fail(err)
-		}
-		if t.free(need, nbulk) {
-			storeRelease(t.waitp, 0)
-			return nil
-		}
 		if err := c.txEnded(ctx, done); err != nil {
-			storeRelease(t.waitp, 0)
 			return err
 		}
+		// The park announces that we sleep (txSleep), once the netpoller
+		// can no longer lose a signal of that announcement.
 		err := c.txPark.wait(ctx)
 		storeRelease(t.waitp, 0)
 		if err != nil {
@@ -323,7 +318,6 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 			return c.fail(err)
 		}
 		if t.free(need, nbulk) {
-			c.txPark.missed(c.log, "space")
 			return nil
 		}
 	}
@@ -347,8 +341,15 @@ func (c *Conn) txEnded(ctx context.Context, done <-chan struct{}) error {
 	return nil
 }
 
-// txReady is the parked sender's wake-up check.
-func (c *Conn) txReady(uintptr) bool {
+// txSleep announces that the sender sleeps waiting for space, then
+// reports whether it must not: the consumer has moved since the sender
+// last looked, or the connection is ending. The producer's position
+// checks are done by the caller, after the park.
+func (c *Conn) txSleep() bool {
+	atomic.StoreUint64(c.tx.waitp, nextEpoch(&c.tx.epoch))
+	if c.testAfterAnnounce != nil {
+		c.testAfterAnnounce(true)
+	}
 	return atomic.LoadUint64(c.tx.headp) != c.tx.head ||
 		c.tx.bulk != nil && atomic.LoadUint64(c.tx.bheadp) != c.tx.bhead || c.closing.Load() ||
 		c.peerEnd.Load() != nil || atomic.LoadUint64(c.peerClosedp) != 0
@@ -478,27 +479,24 @@ func (c *Conn) waitData(ctx context.Context) error {
 			}
 		}
 	}
-	// Announce that we sleep, then check again: the producer reads the
-	// announcement after writing, so either it sees it and signals the
-	// eventfd, or we see its write here.
-	atomic.StoreUint64(r.waitp, nextEpoch(&r.epoch))
-	c.rxPublish(false) // after the fence above: sees a sleeping producer
-	var err error
-	if !r.changed() {
-		var retry bool
-		if retry, err = c.rxEnded(ctx, done); !retry && err == nil {
-			err = c.rxPark.wait(ctx)
-			if err == nil && r.changed() {
-				c.rxPark.missed(c.log, "data")
-			}
-		}
-	}
+	// The park announces that we sleep (rxSleep), once the netpoller can
+	// no longer lose a signal of that announcement.
+	err := c.rxPark.wait(ctx)
 	storeRelease(r.waitp, 0)
 	return err
 }
 
-// rxReady is the parked receiver's wake-up check.
-func (c *Conn) rxReady(uintptr) bool {
+// rxSleep announces that the receiver sleeps waiting for data, then looks
+// again: the producer loads the announcement after it writes, so either
+// it sees the announcement and signals, or we see its write here. It
+// reports whether the receiver must not sleep: a fragment (or garbage)
+// is there, or the connection is ending.
+func (c *Conn) rxSleep() bool {
+	atomic.StoreUint64(c.rx.waitp, nextEpoch(&c.rx.epoch))
+	if c.testAfterAnnounce != nil {
+		c.testAfterAnnounce(false)
+	}
+	c.rxPublish(false) // after the fence above: sees a sleeping producer
 	return c.rx.changed() || c.closing.Load() || c.peerEnd.Load() != nil ||
 		atomic.LoadUint64(c.peerClosedp) != 0
 }
@@ -583,134 +581,91 @@ func (c *Conn) wakeSelf() {
 }
 
 // parker parks a goroutine on an eventfd through the runtime's netpoller.
+//
+// The order of a wait is what keeps it from sleeping through a signal.
+// RawConn.Read first resets the netpoller's readiness of the eventfd, then
+// calls check, which calls sleep: sleep stores a new announcement and looks
+// at the ring once more. A peer can signal that announcement only after
+// the store, so after the reset, and the netpoller keeps the signal: the
+// park then ends at once. An earlier version announced before the reset
+// and lost wake-ups, rarely, under load: a producer descheduled between
+// writing a message and loading the wait word read the announcement made
+// after the consumer had already taken that message, and signalled it
+// before the reset, which discarded the signal; its next message found
+// the announcement signalled and sent nothing, while the consumer slept
+// (docs/ump.md, "Waiting").
 type parker struct {
-	f     *os.File
-	rc    syscall.RawConn
-	fd    int
-	ready func(uintptr) bool // the condition waited for
-	armed bool               // the next call of once checks ready
-	once  func(uintptr) bool // p.check, bound once
-
-	rechecked bool   // the last wait ended by parkRecheck, not by a signal
-	warned    bool   // missed has logged
-	count     string // with debugWakeups: the eventfd's count when the wait began
+	f       *os.File
+	rc      syscall.RawConn
+	fd      int
+	sleep   func() bool // announces, then reports whether the wait is over already
+	armed   bool        // the next call of check calls sleep
+	once    func(uintptr) bool
+	stop    func()        // ends a wait early: bound once, run by context.AfterFunc
+	stopped chan struct{} // stop has set the read deadline
+	expired bool          // the read deadline is in the past: clear it before the next wait
 }
 
-// debugWakeups (CHANOS_UMP_DEBUG_WAKEUPS=1) makes every park read its
-// eventfd's count from /proc (about 10 µs), so that a missed wake-up's
-// warning says whether the peer signalled during the wait (the count
-// moved: the wake-up was lost on this side) or not (the peer did not
-// signal). See docs/ump.md, "Known problem".
-var debugWakeups = os.Getenv("CHANOS_UMP_DEBUG_WAKEUPS") == "1"
-
-// eventfdCount returns the count line of fd's /proc fdinfo, or why not.
-func eventfdCount(fd int) string {
-	b, err := os.ReadFile("/proc/self/fdinfo/" + strconv.Itoa(fd))
-	if err != nil {
-		return err.Error()
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "eventfd-count:"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return "?"
-}
-
-// missed is called when what a waiter waited for (data, space) is there
-// after a wait: if the wait ended by parkRecheck rather than by a signal,
-// the signal was missed, which the waiting protocol says cannot happen.
-// It says so once per connection (see docs/ump.md, "Known problem").
-func (p *parker) missed(log *slog.Logger, what string) {
-	if p.rechecked && !p.warned {
-		p.warned = true
-		args := []any{"fd", p.fd}
-		if debugWakeups {
-			args = append(args, "count_at_park", p.count, "count_now", eventfdCount(p.fd))
-		}
-		log.Warn("ump: a wake-up was missed; the periodic re-check found the "+what+" (please report: docs/ump.md, Known problem)", args...)
-	}
-}
-
-var longAgo = time.Unix(1, 0)
-
-func newParker(fd int, name string, ready func(uintptr) bool) (*parker, error) {
+func newParker(fd int, name string, sleep func() bool) (*parker, error) {
 	f := os.NewFile(uintptr(fd), name) // fd is non-blocking: f is pollable
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	p := &parker{f: f, rc: rc, fd: fd, ready: ready}
+	p := &parker{f: f, rc: rc, fd: fd, sleep: sleep, stopped: make(chan struct{}, 1)}
 	p.once = p.check
+	p.stop = func() {
+		p.f.SetReadDeadline(longAgo)
+		p.stopped <- struct{}{}
+	}
 	return p, nil
 }
 
-// check is the function RawConn.Read calls: before parking it tests the
-// condition; after any wake-up it ends the wait, so that the caller looks
-// at the ring and announces again with a new number before it sleeps. A
-// peer signals each announcement once: sleeping again under an
-// announcement it has already signalled could sleep forever.
-func (p *parker) check(fd uintptr) bool {
+var longAgo = time.Unix(1, 0)
+
+// check is the function RawConn.Read calls: the first time, once the
+// readiness has been reset, it announces and looks (sleep); after any
+// wake-up it ends the wait, so that the caller looks at the ring and
+// announces again with a new number before it sleeps. A peer signals each
+// announcement once: sleeping again under an announcement it has already
+// signalled could sleep forever.
+func (p *parker) check(uintptr) bool {
 	if !p.armed {
 		return true
 	}
 	p.armed = false
-	return p.ready(fd)
+	return p.sleep()
 }
 
-// parkRecheck bounds how long a parked waiter sleeps before it looks at
-// the ring again, as if signalled: a wake-up that is missed costs that
-// much, not the whole wait. One was seen, rarely, in the clients
-// benchmark under load (docs/ump.md, "Waiting"); its cause is not found
-// yet. A parked waiter that nothing wakes costs one look a second.
-const parkRecheck = time.Second
-
-// wait parks the calling goroutine until the eventfd is signalled, unless
-// the condition already holds, or the context ends, or parkRecheck
-// passes. The condition is tested after the netpoller's readiness was
-// reset, so a signal sent after the test is never lost. The eventfd's
-// counter is never read: the netpoller is edge triggered and every write
-// is a new edge. The caller must test its condition again after wait
-// returns.
+// wait announces that the caller sleeps and parks the calling goroutine
+// until the eventfd is signalled, unless the look after the announcement
+// finds the wait over, or the context ends. The eventfd's counter is never
+// read: the netpoller is edge triggered and every write is a new edge.
+// The caller withdraws the announcement and looks at the ring again after
+// wait returns.
 func (p *parker) wait(ctx context.Context) error {
-	dl := time.Now().Add(parkRecheck)
-	ctxDL, hasDL := ctx.Deadline()
-	if hasDL && ctxDL.Before(dl) {
-		dl = ctxDL
+	if p.expired {
+		if err := p.f.SetReadDeadline(time.Time{}); err != nil {
+			return fmt.Errorf("ump: wait: %w", err)
+		}
+		p.expired = false
 	}
-	if err := p.f.SetReadDeadline(dl); err != nil {
-		return err
+	var cancel func() bool
+	if ctx.Done() != nil {
+		cancel = context.AfterFunc(ctx, p.stop)
 	}
-	var stop func() bool
-	var fired chan struct{}
-	if done := ctx.Done(); done != nil {
-		fired = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			p.f.SetReadDeadline(longAgo)
-			close(fired)
-		})
-	}
-	p.armed, p.rechecked = true, false
-	if debugWakeups {
-		p.count = eventfdCount(p.fd)
-	}
+	p.armed = true
 	err := p.rc.Read(p.once)
-	if stop != nil && !stop() {
-		<-fired
+	if cancel != nil && !cancel() {
+		<-p.stopped // so that its deadline cannot end a later wait
+		p.expired = true
 	}
 	if err == nil {
 		return nil
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
 		return fmt.Errorf("ump: %w", ctxErr)
-	}
-	if os.IsTimeout(err) {
-		if hasDL && !time.Now().Before(ctxDL) {
-			return fmt.Errorf("ump: %w", context.DeadlineExceeded)
-		}
-		p.rechecked = true
-		return nil // parkRecheck passed: the caller looks again
 	}
 	return fmt.Errorf("ump: wait: %w", err)
 }

@@ -167,12 +167,12 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	// Our eventfds: we park on "our outgoing ring has space" and "our
 	// incoming ring has data", and signal the other two.
 	c.txWake, c.rxWake = f.Events[2*s], f.Events[2*peer+1]
-	if c.txPark, err = newParker(f.Events[2*s+1], "ump-space", c.txReady); err != nil {
+	if c.txPark, err = newParker(f.Events[2*s+1], "ump-space", c.txSleep); err != nil {
 		syscall.Munmap(mem)
 		return nil, err
 	}
 	f.Events[2*s+1] = -1
-	if c.rxPark, err = newParker(f.Events[2*peer], "ump-data", c.rxReady); err != nil {
+	if c.rxPark, err = newParker(f.Events[2*peer], "ump-data", c.rxSleep); err != nil {
 		c.txPark.f.Close()
 		syscall.Munmap(mem)
 		return nil, err
