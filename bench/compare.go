@@ -315,7 +315,7 @@ func newCompareWorld(ctx context.Context, cfg *CompareConfig) (*compareWorld, er
 		}
 		argv = []string{exe, "bench", CompareServerCommand}
 	}
-	w, err := newWorld(ctx, &DomainConfig{Server: argv})
+	w, err := newWorld(ctx, &DomainConfig{Server: argv}, false)
 	if err != nil {
 		return nil, fmt.Errorf("starting the chanos server: %w", err)
 	}

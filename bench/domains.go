@@ -8,9 +8,11 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -18,6 +20,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/monitor"
@@ -58,12 +61,17 @@ func (cfg *DomainConfig) progress(format string, args ...any) {
 // It prints "ready" once exported.
 func RPCServer(ctx context.Context, args []string) error {
 	var dir, name string
-	for i := 0; i+1 < len(args); i += 2 {
-		switch args[i] {
-		case "--dir":
-			dir = args[i+1]
-		case "--name":
-			name = args[i+1]
+	rawRing := false
+	for i := 0; i < len(args); i++ {
+		switch {
+		case args[i] == "--raw-ring":
+			rawRing = true
+		case args[i] == "--dir" && i+1 < len(args):
+			i++
+			dir = args[i]
+		case args[i] == "--name" && i+1 < len(args):
+			i++
+			name = args[i]
 		}
 	}
 	if dir == "" || name == "" {
@@ -85,6 +93,21 @@ func RPCServer(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if rawRing {
+		// The bare ring the rpc suite's baseline is measured on, between
+		// the same two processes: the bench process creates it over
+		// descriptor 3.
+		sock, err := ump.FileConn(os.NewFile(peerSocketFD, "raw-ring-socket"))
+		if err != nil {
+			return fmt.Errorf("raw ring socket: %w", err)
+		}
+		raw, err := ump.Attach(ctx, sock, &ump.Options{MaxMessageSize: rawRingMax})
+		if err != nil {
+			return fmt.Errorf("raw ring: %w", err)
+		}
+		defer raw.Close()
+		go echo(ctx, raw)
+	}
 	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("bench-rpc-server"))
 	if err != nil {
 		return err
@@ -97,6 +120,19 @@ func RPCServer(ctx context.Context, args []string) error {
 	defer l.Close()
 	fmt.Println("ready")
 	return pingpong.Serve(ctx, l, echoServer{})
+}
+
+// rawRingMax is the maximum message size of the rpc suite's raw ring.
+const rawRingMax = 64
+
+// echo sends back every message received on c until it ends.
+func echo(ctx context.Context, c *ump.Conn) {
+	for {
+		m, err := c.Receive(ctx)
+		if err != nil || c.Send(ctx, m) != nil {
+			return
+		}
+	}
 }
 
 type echoServer struct{ pingpong.UnimplementedServer }
@@ -114,12 +150,15 @@ type world struct {
 	d      *chanos.Domain
 	server *exec.Cmd
 	stdin  io.Closer
+	raw    *ump.Conn // a bare ring pair to the server process, which echoes
 	stop   func()
 }
 
 const benchName = "bench.pingpong"
 
-func newWorld(ctx context.Context, cfg *DomainConfig) (*world, error) {
+// newWorld starts the world; with rawRing, the server process also echoes
+// on a bare ring pair, w.raw.
+func newWorld(ctx context.Context, cfg *DomainConfig, rawRing bool) (*world, error) {
 	dir, err := os.MkdirTemp("", "chanos-bench-")
 	if err != nil {
 		return nil, err
@@ -144,8 +183,34 @@ func newWorld(ctx context.Context, cfg *DomainConfig) (*world, error) {
 		}
 		argv = []string{exe, "bench", RPCServerCommand}
 	}
-	cmd := exec.Command(argv[0], append(argv[1:], "--dir", dir, "--name", benchName)...)
+	args := append(argv[1:len(argv):len(argv)], "--dir", dir, "--name", benchName)
+	// With rawRing, one end of a socket pair goes to the server as
+	// descriptor 3, and the ring pair is made over it once it runs.
+	var mine *net.UnixConn
+	var extra []*os.File
+	if rawRing {
+		var theirs *net.UnixConn
+		if mine, theirs, err = ump.SocketPair(); err != nil {
+			w.close()
+			return nil, err
+		}
+		defer func() {
+			if w.raw == nil { // else the ring pair owns it
+				mine.Close()
+			}
+		}()
+		f, err := theirs.File()
+		theirs.Close()
+		if err != nil {
+			w.close()
+			return nil, err
+		}
+		defer f.Close()
+		extra, args = []*os.File{f}, append(args, "--raw-ring")
+	}
+	cmd := exec.Command(argv[0], args...)
 	cmd.Stderr = os.Stderr
+	cmd.ExtraFiles = extra
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		w.close()
@@ -161,6 +226,12 @@ func newWorld(ctx context.Context, cfg *DomainConfig) (*world, error) {
 		return nil, err
 	}
 	w.server, w.stdin = cmd, stdin
+	if rawRing {
+		if w.raw, err = ump.Create(ctx, mine, &ump.Options{MaxMessageSize: rawRingMax}); err != nil {
+			w.close()
+			return nil, fmt.Errorf("raw ring to the bench server: %w", err)
+		}
+	}
 	if line, err := bufio.NewReader(out).ReadString('\n'); strings.TrimSpace(line) != "ready" {
 		w.close()
 		return nil, fmt.Errorf("bench server did not start: %q %v", line, err)
@@ -173,6 +244,9 @@ func newWorld(ctx context.Context, cfg *DomainConfig) (*world, error) {
 }
 
 func (w *world) close() {
+	if w.raw != nil {
+		w.raw.Close()
+	}
 	if w.d != nil {
 		w.d.Close()
 	}
@@ -212,25 +286,17 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 }
 
 // RunRPC runs the rpc suite: an rpc round trip through the generated stubs
-// over ump between processes, beside the raw ring's round trip of the
-// same run (the ump suite's rtt-spin go-go case); the same rpc on the local
-// interconnect; and one-way messages on the local interconnect against a
-// plain Go channel.
+// over ump between processes, beside the raw ring's round trip between
+// the same two processes (a bare ring pair to the server process, which
+// echoes), in interleaved runs, so that both see the same placement of the
+// processes on the CPUs; the same rpc on the local interconnect; and
+// one-way messages on the local interconnect against a plain Go channel.
 func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) error {
 	iters, warmup := 200000, 20000
 	if cfg.Quick {
 		iters, warmup = 20000, 2000
 	}
-	// The baseline first, from the ump suite, with the same repeat count.
-	cfg.progress("rpc: raw ring baseline (ump rtt-spin go-go)")
-	err := RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: []string{"rtt-spin/ump/go-go/8"}}, func(r Result) error {
-		r.Suite = "rpc"
-		return emit(r)
-	})
-	if err != nil {
-		return err
-	}
-	w, err := newWorld(ctx, &cfg)
+	w, err := newWorld(ctx, &cfg, true)
 	if err != nil {
 		return err
 	}
@@ -241,6 +307,7 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 		run  func() (Result, error)
 	}
 	cases := []rcase{
+		{"rtt-spin/ump/go-go", func() (Result, error) { return rawRTT(ctx, w.raw, warmup, iters) }},
 		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters) }},
 		{"rpc/local/go", func() (Result, error) { return rpcLocal(ctx, w.d, warmup, iters) }},
 		{"send-receive/local/go", func() (Result, error) { return localStream(ctx, iters*5, false) }},
@@ -265,6 +332,23 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 		}
 	}
 	return nil
+}
+
+// rawRTT times round trips of 8-byte messages on a bare ring pair whose
+// peer echoes, as the ump suite's Go peers do.
+func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters int) (Result, error) {
+	msg := make([]byte, 8)
+	return timeRTT(warmup, iters, func(i int) error {
+		binary.LittleEndian.PutUint64(msg, uint64(i))
+		if err := c.Send(ctx, msg); err != nil {
+			return err
+		}
+		m, err := c.Receive(ctx)
+		if err == nil && (len(m) != 8 || binary.LittleEndian.Uint64(m) != uint64(i)) {
+			err = fmt.Errorf("raw round trip %d: the echo differs", i)
+		}
+		return err
+	})
 }
 
 func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters int) (Result, error) {
@@ -404,7 +488,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 	if cfg.Quick {
 		iters, warmup = 300, 30
 	}
-	w, err := newWorld(ctx, &cfg)
+	w, err := newWorld(ctx, &cfg, false)
 	if err != nil {
 		return err
 	}

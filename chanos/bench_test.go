@@ -3,6 +3,8 @@ package chanos_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
@@ -217,4 +219,171 @@ func BenchmarkCallOverheadBounce(b *testing.B) {
 		_, err := c.Bounce(ctx, p)
 		return err
 	})
+}
+
+// BenchmarkEchoOverUMPOneGoroutine is the calling side of the echo rpc
+// over a real ring pair, in one goroutine and without a peer process: the
+// reply is in the ring before each call (call ids are issued from 1), and
+// the call is drained after. BenchmarkRawUMPOneGoroutine is the same
+// traffic with bare ring messages: the difference is the connection
+// layer's work on the calling side, free of cross-CPU noise.
+func BenchmarkEchoOverUMPOneGoroutine(b *testing.B) {
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	defer c.Close()
+	defer y.Close()
+	var reply wire.Buffer
+	(&pingpong.EchoReply{Result: 7}).Encode(&reply)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		wire.SetCallID(reply.B, uint32(i+1))
+		if err := y.Send(ctx, reply.B); err != nil {
+			b.Fatal(err)
+		}
+		if v, err := c.Echo(ctx, 7); err != nil || v != 7 {
+			b.Fatal(v, err)
+		}
+		if _, err := y.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkRawUMPOneGoroutine(b *testing.B) {
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	defer y.Close()
+	msg := make([]byte, 24)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := y.Send(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+		if err := x.Send(ctx, msg); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := x.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := y.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkServeEchoOverUMPOneGoroutine is the serving side of the echo
+// rpc over a real ring pair in one goroutine: batches of calls are put in
+// the ring before ServeConn runs, the last of which makes the server
+// cancel ServeConn's context; the replies are drained after.
+// BenchmarkRawEchoOneGoroutine echoes the same traffic with bare ring
+// messages, the last of which is 1 byte long.
+func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
+	var call wire.Buffer
+	id := uint32(0)
+	srv := &stoppingServer{}
+	benchBatches(b, func(y *ump.Conn, last bool) error {
+		call.Reset()
+		v := uint64(7)
+		if last {
+			v = stopVal
+		}
+		(&pingpong.EchoCall{Val: v}).Encode(&call)
+		id++
+		wire.SetCallID(call.B, id)
+		return y.Send(context.Background(), call.B)
+	}, func(x *ump.Conn) func() error {
+		c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+		return func() error {
+			ctx, cancel := context.WithCancel(context.Background())
+			srv.stop = cancel
+			if err := pingpong.ServeConn(ctx, c, srv); !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
+			}
+			return nil
+		}
+	})
+}
+
+const stopVal = 1 << 62
+
+// stoppingServer echoes, and calls stop on stopVal.
+type stoppingServer struct {
+	pingpong.UnimplementedServer
+	stop func()
+}
+
+func (s *stoppingServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if v == stopVal {
+		s.stop()
+	}
+	return v, nil
+}
+
+func BenchmarkRawEchoOneGoroutine(b *testing.B) {
+	msg := make([]byte, 24)
+	benchBatches(b, func(y *ump.Conn, last bool) error {
+		if last {
+			return y.Send(context.Background(), msg[:1])
+		}
+		return y.Send(context.Background(), msg)
+	}, func(x *ump.Conn) func() error {
+		return func() error {
+			for {
+				m, err := x.Receive(context.Background())
+				if err != nil {
+					return err
+				}
+				if err := x.Send(context.Background(), m); err != nil || len(m) == 1 {
+					return err
+				}
+			}
+		}
+	})
+}
+
+// benchBatches runs b.N requests in batches that fit in a ring pair: put
+// writes a request on the client's end (last: the one that stops the
+// server), then the server returned by serve answers them on the other
+// end, and the answers are drained.
+func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve func(x *ump.Conn) func() error) {
+	const batch = 1000
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	defer y.Close()
+	run := serve(x)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		b.StopTimer()
+		n := min(batch, b.N-done)
+		for i := range n {
+			if err := put(y, i == n-1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		if err := run(); err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		for range n {
+			if _, err := y.Receive(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+	}
 }

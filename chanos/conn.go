@@ -108,6 +108,7 @@ const inboxLimit = 1024
 // guards what is handed over (pending calls, the inbox) and the waiting.
 type Conn struct {
 	l     link
+	ump   *umpLink // l, if it is the ump interconnect: the fast paths call it directly
 	iface Interface
 	log   *slog.Logger
 	local bool // l is the local interconnect
@@ -149,8 +150,10 @@ func newConn(l link, iface Interface, log *slog.Logger) *Conn {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	ul, _ := l.(*umpLink)
 	return &Conn{
 		l:        l,
+		ump:      ul,
 		iface:    iface,
 		log:      log,
 		local:    l.kind() == "local",
@@ -391,8 +394,7 @@ func (c *Conn) register(id uint32, call, reply wire.Message) (*pendingCall, erro
 // releases, and reports done unless the peer's buffer had no room for the
 // call, which it then has not sent. While this goroutine holds the turn
 // nobody else reads the link, so its reply can only come here: the call
-// is not registered as pending, unless the goroutine must give up the
-// turn before the reply comes.
+// is not registered as pending.
 func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint32) (bool, error) {
 	if c.ended.Load() {
 		c.release()
@@ -405,37 +407,65 @@ func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint
 		c.release()
 		return err != nil, err
 	}
+	in, err := c.readReply(ctx, id, reply.MsgNumber())
+	if err == nil {
+		if in.Header.Msg != reply.MsgNumber() {
+			err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, call.MsgName(), in.Header.Msg))
+		} else {
+			err = replyResult(in, reply, call.MsgName())
+		}
+	}
+	c.releaseCur()
+	return true, err
+}
+
+// readReply reads frames, as the holder of the reading turn, until the
+// reply to call id of rpc msg arrives, and returns it (it is c.cur).
+// Frames for others are routed on: replies to their callers, messages
+// and calls to the inbox; while the inbox is full, it waits for a Receive
+// to take from it. An error is the connection's end, or ctx's, and then
+// the peer has been told that the call is abandoned.
+func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16) (*Incoming, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
 	for {
 		if c.ninbox.Load() >= inboxLimit {
-			// Let a Receive drain the inbox; wait as a pending call.
-			p, err := c.register(id, call, reply)
-			c.releaseCur()
-			if err != nil {
-				return true, err
+			if err := c.awaitInboxRoom(ctx); err != nil {
+				c.sendCancel(msg, id)
+				return nil, err
 			}
-			return true, c.await(ctx, id, p)
 		}
-		if err = c.l.receive(ctx, in); err != nil {
+		if err := c.receive(ctx, in); err != nil {
 			err = c.linkEnded(ctx, err)
-			c.releaseCur()
 			if !isEnd(err) { // ctx ended: the reply will be dropped
-				c.sendCancel(reply.MsgNumber(), id)
+				c.sendCancel(msg, id)
 			}
-			return true, err
+			return nil, err
 		}
 		if (in.Kind == wire.KindReply || in.Kind == wire.KindErrorReply) && in.Header.CallID == id {
-			if in.Header.Msg != reply.MsgNumber() {
-				err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, call.MsgName(), in.Header.Msg))
-			} else {
-				err = replyResult(in, reply, call.MsgName())
-			}
-			c.releaseCur()
-			return true, err
+			return in, nil
 		}
 		if _, err := c.route(in, true, nil); err != nil {
-			c.releaseCur()
-			return true, err
+			return nil, err
+		}
+	}
+}
+
+// awaitInboxRoom waits, holding the reading turn, until a Receive has
+// taken from the full inbox, the connection has ended or ctx ends.
+func (c *Conn) awaitInboxRoom(ctx context.Context) error {
+	for {
+		c.mu.Lock()
+		if len(c.inbox) < inboxLimit || c.endErr != nil {
+			c.mu.Unlock()
+			return nil
+		}
+		c.waiting.Add(1)
+		wake := c.wake
+		c.mu.Unlock()
+		select {
+		case <-wake:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
 	}
 }
@@ -592,7 +622,7 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
 			return false, nil
 		}
 		var err error
-		if err = c.l.receive(ctx, in); err != nil {
+		if err = c.receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		mine, err := c.route(in, true, p)
@@ -751,7 +781,7 @@ func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, 
 	defer func() { *in = Incoming{} }()
 	for {
 		var err error
-		if err = c.l.receive(ctx, in); err != nil {
+		if err = c.receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		switch in.Kind {
@@ -871,52 +901,59 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	ctx, stop := context.WithCancel(ctx)
 	defer wg.Wait()
 	defer stop()
-	for {
-		err := c.ReceiveFunc(ctx, func(in *Incoming) error {
-			if in.Kind != wire.KindCall {
-				if _, err := handle(ctx, in); errors.Is(err, ErrProtocol) {
+	handleFrame := func(in *Incoming) error {
+		if in.Kind != wire.KindCall {
+			if _, err := handle(ctx, in); errors.Is(err, ErrProtocol) {
+				return err
+			} else if err != nil {
+				c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
+			}
+			return nil
+		}
+		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
+			// Inline: no context of its own unless the caller has a
+			// deadline; the peer's cancel cannot be read meanwhile.
+			in.Inline = true
+			d, ok := wire.Timeout(in.Header.TimeoutUS)
+			if !ok {
+				if reply, err := handle(ctx, in); reply != Replied { // else sent
+					return c.answer(ctx, in, reply, err)
+				} else if isEnd(err) {
 					return err
-				} else if err != nil {
-					c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
 				}
 				return nil
 			}
-			if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
-				// Inline: no context of its own unless the caller has a
-				// deadline; the peer's cancel cannot be read meanwhile.
-				hctx, cancel := ctx, context.CancelFunc(nil)
-				if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-					hctx, cancel = context.WithTimeout(ctx, d)
-				}
-				in.Inline = true
-				return c.serveCall(ctx, hctx, cancel, in, handle)
+			hctx, cancel := context.WithTimeout(ctx, d)
+			return c.serveCall(ctx, hctx, cancel, in, handle)
+		}
+		hctx, cancel := context.WithCancel(ctx)
+		if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+			hctx, cancel = context.WithTimeout(ctx, d)
+		}
+		// The frame is only valid during this function: copy it.
+		call := *in
+		call.Frame = append([]byte(nil), in.Frame...)
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			cancel()
+			return ctx.Err()
+		}
+		c.mu.Lock()
+		c.inflight[call.Header.CallID] = cancel
+		c.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !isEnd(err) {
+				c.Violation(err)
 			}
-			hctx, cancel := context.WithCancel(ctx)
-			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-				hctx, cancel = context.WithTimeout(ctx, d)
-			}
-			// The frame is only valid during this function: copy it.
-			call := *in
-			call.Frame = append([]byte(nil), in.Frame...)
-			select {
-			case sem <- struct{}{}:
-			case <-ctx.Done():
-				cancel()
-				return ctx.Err()
-			}
-			c.mu.Lock()
-			c.inflight[call.Header.CallID] = cancel
-			c.mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !isEnd(err) {
-					c.Violation(err)
-				}
-			}()
-			return nil
-		})
+		}()
+		return nil
+	}
+	for {
+		err := c.receiveEach(ctx, handleFrame)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrClosed):
@@ -927,22 +964,63 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	}
 }
 
-// serveCall runs handle for one call and sends its reply.
+// receiveEach calls fn for messages and calls as ReceiveFunc does, for as
+// long as it can keep the reading turn: while no other goroutine waits
+// for it and nothing waits in the inbox. It returns nil when it had to
+// give up, and otherwise the first error.
+func (c *Conn) receiveEach(ctx context.Context, fn func(in *Incoming) error) error {
+	if c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
+		return c.ReceiveFunc(ctx, fn)
+	}
+	in := &c.cur // only the reading goroutine touches it: no allocation
+	var err error
+	for err == nil && c.ninbox.Load() == 0 && c.waiting.Load() == 0 && !c.ended.Load() {
+		if err = c.receive(ctx, in); err != nil {
+			err = c.linkEnded(ctx, err)
+			break
+		}
+		switch in.Kind {
+		case wire.KindMessage, wire.KindCall:
+			err = fn(in)
+		default:
+			_, err = c.route(in, false, nil)
+		}
+	}
+	c.releaseCur()
+	if err == nil && c.ended.Load() {
+		return c.ReceiveFunc(ctx, fn) // reports the end
+	}
+	return err
+}
+
+// serveCall runs handle for one call in a context of its own, hctx, which
+// cancel ends, and sends its reply.
 func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
 	reply, herr := handle(hctx, in)
-	canceled := false
-	if cancel != nil { // a context of its own: see whether the caller gave up
-		canceled = hctx.Err() == context.Canceled && ctx.Err() == nil
-		cancel()
-		c.mu.Lock()
-		delete(c.inflight, in.Header.CallID)
-		c.mu.Unlock()
+	// A context of its own: see whether the caller gave up.
+	canceled := hctx.Err() == context.Canceled && ctx.Err() == nil
+	cancel()
+	c.mu.Lock()
+	delete(c.inflight, in.Header.CallID)
+	c.mu.Unlock()
+	if reply == Replied { // the handler has sent its reply (ReplyFrame)
+		if isEnd(herr) {
+			return herr
+		}
+		return nil
 	}
+	if canceled && !errors.Is(herr, ErrProtocol) {
+		return nil // the caller gave up; nobody waits for the reply
+	}
+	return c.answer(ctx, in, reply, herr)
+}
+
+// answer sends the reply (or error reply) to call in that handle returned,
+// unless the handler's error is the peer's protocol violation, which ends
+// serving.
+func (c *Conn) answer(ctx context.Context, in *Incoming, reply wire.Message, herr error) error {
 	if errors.Is(herr, ErrProtocol) {
 		return herr
-	}
-	if canceled {
-		return nil // the caller gave up; nobody waits for the reply
 	}
 	if err := c.Reply(ctx, in, reply, herr); err != nil && isEnd(err) {
 		return err

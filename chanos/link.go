@@ -30,7 +30,7 @@ func (e *endError) Unwrap() error        { return e.cause }
 
 // isEnd reports whether err means the connection has ended.
 func isEnd(err error) bool {
-	return errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerDied) || errors.Is(err, ErrProtocol)
+	return err != nil && (errors.Is(err, ErrClosed) || errors.Is(err, ErrPeerDied) || errors.Is(err, ErrProtocol))
 }
 
 // umpLink carries frames over a shared-memory ring pair.

@@ -84,3 +84,15 @@ func PutIref(b []byte, r Iref) {
 	binary.LittleEndian.PutUint64(b[8:], r.Export)
 	copy(b[16:], r.Token[:])
 }
+
+// PutFixed writes the header of a frame of message number msg and kind
+// kind into frame, which holds exactly the whole frame (a body of a fixed
+// size), and returns the body for the caller to fill in. It is
+// AppendFixed for a frame in an array of its own, which generated stubs
+// keep on their stack: the connection's fast paths (chanos.Conn.CallFrame,
+// ReplyFrame, SendFrame) take such frames.
+func PutFixed(frame []byte, msg uint16, kind Kind) []byte {
+	binary.LittleEndian.PutUint64(frame, uint64(len(frame))|uint64(msg)<<32|uint64(kindFlags[kind&7])<<48)
+	binary.LittleEndian.PutUint64(frame[8:], 0)
+	return frame[HeaderSize:]
+}

@@ -261,10 +261,14 @@ func (g *generator) hasRPC() bool {
 // inline answers with a reply value kept for the connection.
 func (g *generator) serveCall() {
 	g.p("// replyValues holds a reply value per rpc for the calls ServeConn handles")
-	g.p("// inline: each reply is encoded before the next call is read.")
+	g.p("// inline: each reply is encoded before the next call is read. Replies")
+	g.p("// of a fixed size need none: they are encoded on the stack.")
 	g.p("type replyValues struct {")
 	for _, mi := range g.msgs {
-		if mi.msg.RPC {
+		if !mi.msg.RPC {
+			continue
+		}
+		if _, fast := fastFrame(mi.frames[1].args); !fast {
 			g.p("%s %s", mi.name, mi.frames[1].typ)
 		}
 	}
@@ -284,13 +288,29 @@ func (g *generator) serveCall() {
 		call, reply := mi.frames[0], mi.frames[1]
 		g.p("case %s:", mi.number)
 		g.p("var m %s", call.typ)
-		g.p("if err := m.Decode(call.Frame, call.Caps); err != nil {")
+		if size, fast := fastFrame(call.args); fast && len(call.args) > 0 {
+			// Decode's fast path, inline.
+			g.p("if b, ok := wire.FixedBody(call.Frame, call.Caps, %s, wire.KindCall, %d); ok {", mi.number, size)
+			g.fastGets(call.args, "b", "", func(a *argInfo) string { return "m." + a.field })
+			g.p("} else if err := m.Decode(call.Frame, call.Caps); err != nil {")
+		} else {
+			g.p("if err := m.Decode(call.Frame, call.Caps); err != nil {")
+		}
 		g.p("return nil, true, c.Violation(err)")
 		g.p("}")
 		inits := g.callMethod(mi, "m", "return nil, true, err")
 		g.p("if call.Inline {")
-		g.p("reply.%s = %s{%s}", mi.name, reply.typ, inits)
-		g.p("return &reply.%s, true, nil", mi.name)
+		if size, fast := fastFrame(reply.args); fast {
+			// The reply's frame on the stack, sent at once (ReplyFrame).
+			g.p("var frame [wire.HeaderSize + %d]byte", size)
+			g.p("wire.PutFixed(frame[:], %s, wire.KindReply)", mi.number)
+			g.fastPuts(reply.args, "frame", "wire.HeaderSize", func(a *argInfo) string { return a.param })
+			g.p("sent, err := c.ReplyFrame(ctx, call, frame[:])")
+			g.p("return sent, true, err")
+		} else {
+			g.p("reply.%s = %s{%s}", mi.name, reply.typ, inits)
+			g.p("return &reply.%s, true, nil", mi.name)
+		}
 		g.p("}")
 		g.p("return &%s{%s}, true, nil", reply.typ, inits)
 	}

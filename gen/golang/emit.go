@@ -509,26 +509,51 @@ func (g *generator) fastEncode(f *frameInfo, size int, kind string) {
 		return
 	}
 	g.p("b := wire.AppendFixed(buf, %s, %s, %d)", f.m.number, kind, size)
+	g.fastPuts(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
+	g.p("return nil")
+}
+
+// fastPuts writes the plain arguments args into buf, the body starting
+// at offset base of it ("" for 0), each from the expression value(a).
+func (g *generator) fastPuts(args []*argInfo, buf, base string, value func(*argInfo) string) {
 	off := 0
-	for _, a := range f.args {
+	for _, a := range args {
 		t := a.arg.Type
 		n, _ := t.FixedSize()
-		lhs := "m." + a.field
+		v := value(a)
 		b, d := t.Underlying()
 		switch {
 		case d != nil && isByte(d.Elem):
-			g.p("copy(b[%d:%d], %s[:])", off, off+n, lhs)
+			g.p("copy(%s[%s:%s], %s[:])", buf, offset(base, off), offset(base, off+n), v)
 		case d != nil:
 			eb, _ := d.Elem.Underlying()
-			g.p("for i, x := range %s {", lhs)
-			g.fastPut(d.Elem, eb, elemOffset(off, eb.WireSize()), "x")
+			g.p("for i, x := range %s {", v)
+			g.fastPut(d.Elem, eb, buf, prefixed(base, elemOffset(off, eb.WireSize())), "x")
 			g.p("}")
 		default:
-			g.fastPut(t, b, strconv.Itoa(off), lhs)
+			g.fastPut(t, b, buf, offset(base, off), v)
 		}
 		off += n
 	}
-	g.p("return nil")
+}
+
+// offset returns the expression of offset off after base ("" for 0).
+func offset(base string, off int) string {
+	switch {
+	case base == "":
+		return strconv.Itoa(off)
+	case off == 0:
+		return base
+	}
+	return fmt.Sprintf("%s+%d", base, off)
+}
+
+// prefixed returns the offset expression off after base ("" for 0).
+func prefixed(base, off string) string {
+	if base == "" {
+		return off
+	}
+	return base + "+" + off
 }
 
 // elemOffset returns the offset expression of element i of an array that
@@ -544,16 +569,16 @@ func elemOffset(off, size int) string {
 	return fmt.Sprintf("%d+%s", off, idx)
 }
 
-func (g *generator) fastPut(t *idl.TypeRef, b idl.Builtin, off, val string) {
+func (g *generator) fastPut(t *idl.TypeRef, b idl.Builtin, body, off, val string) {
 	op := wireOps[b]
 	val = convert(t, op.goType, op.goType, val)
 	switch b.WireSize() {
 	case 1:
-		g.p("b[%s] = %s", off, val)
+		g.p("%s[%s] = %s", body, off, val)
 	case idl.IrefWireSize:
-		g.p("wire.PutIref(b[%s:], %s)", off, val)
+		g.p("wire.PutIref(%s[%s:], %s)", body, off, val)
 	default:
-		g.p("wire.Put%s(b[%s:], %s)", op.method, off, val)
+		g.p("wire.Put%s(%s[%s:], %s)", op.method, body, off, val)
 	}
 }
 
@@ -568,39 +593,45 @@ func (g *generator) fastDecode(f *frameInfo, size int, kind string) {
 		return
 	}
 	g.p("if b, ok := wire.FixedBody(frame, caps, %s, %s, %d); ok {", f.m.number, kind, size)
-	off := 0
-	for _, a := range f.args {
-		t := a.arg.Type
-		n, _ := t.FixedSize()
-		lhs := "m." + a.field
-		b, d := t.Underlying()
-		switch {
-		case d != nil && isByte(d.Elem):
-			g.p("copy(%s[:], b[%d:%d])", lhs, off, off+n)
-		case d != nil:
-			eb, _ := d.Elem.Underlying()
-			g.p("for i := range %s {", lhs)
-			g.fastGet(d.Elem, eb, elemOffset(off, eb.WireSize()), lhs+"[i]")
-			g.p("}")
-		default:
-			g.fastGet(t, b, strconv.Itoa(off), lhs)
-		}
-		off += n
-	}
+	g.fastGets(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
 	g.p("return nil")
 	g.p("}")
 }
 
-func (g *generator) fastGet(t *idl.TypeRef, b idl.Builtin, off, lhs string) {
+// fastGets reads the plain arguments args from buf, the body starting at
+// offset base of it ("" for 0), each into lhs(a).
+func (g *generator) fastGets(args []*argInfo, buf, base string, lhs func(*argInfo) string) {
+	off := 0
+	for _, a := range args {
+		t := a.arg.Type
+		n, _ := t.FixedSize()
+		v := lhs(a)
+		b, d := t.Underlying()
+		switch {
+		case d != nil && isByte(d.Elem):
+			g.p("copy(%s[:], %s[%s:%s])", v, buf, offset(base, off), offset(base, off+n))
+		case d != nil:
+			eb, _ := d.Elem.Underlying()
+			g.p("for i := range %s {", v)
+			g.fastGet(d.Elem, eb, buf, prefixed(base, elemOffset(off, eb.WireSize())), v+"[i]")
+			g.p("}")
+		default:
+			g.fastGet(t, b, buf, offset(base, off), v)
+		}
+		off += n
+	}
+}
+
+func (g *generator) fastGet(t *idl.TypeRef, b idl.Builtin, body, off, lhs string) {
 	op := wireOps[b]
 	var expr string
 	switch b.WireSize() {
 	case 1:
-		expr = fmt.Sprintf("b[%s]", off)
+		expr = fmt.Sprintf("%s[%s]", body, off)
 	case idl.IrefWireSize:
-		expr = fmt.Sprintf("wire.GetIref(b[%s:])", off)
+		expr = fmt.Sprintf("wire.GetIref(%s[%s:])", body, off)
 	default:
-		expr = fmt.Sprintf("wire.%s(b[%s:])", op.method, off)
+		expr = fmt.Sprintf("wire.%s(%s[%s:])", op.method, body, off)
 	}
 	g.p("%s = %s", lhs, convert(t, op.goType, g.goType(t), expr))
 }
@@ -715,11 +746,15 @@ func (g *generator) client() {
 	g.p("// Client is the client side of %s: a method per rpc that calls it over a", g.iface.Name)
 	g.p("// chanos.Transport, and Send for messages.")
 	g.p("type Client struct {")
-	g.p("t chanos.Transport")
+	g.p("t    chanos.Transport")
+	g.p("conn *chanos.Conn // t, if it is a connection: the stubs' fast paths")
 	g.p("}")
 	g.p("")
 	g.p("// NewClient returns a Client that sends over t.")
-	g.p("func NewClient(t chanos.Transport) *Client { return &Client{t: t} }")
+	g.p("func NewClient(t chanos.Transport) *Client {")
+	g.p("conn, _ := t.(*chanos.Conn)")
+	g.p("return &Client{t: t, conn: conn}")
+	g.p("}")
 	g.p("")
 	g.p("// Send sends the message m.")
 	g.p("func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }")
@@ -758,6 +793,7 @@ func (g *generator) client() {
 			outs = append(outs, a.param)
 			vals = append(vals, "pooled."+reply.typ+"."+a.field)
 		}
+		g.fastCall(m)
 		g.p("pooled := callPool.Get().(*callValues)")
 		g.p("pooled.%s = %s{%s}", call.typ, call.typ, strings.Join(inits, ", "))
 		if len(reply.args) == 0 {
@@ -773,6 +809,44 @@ func (g *generator) client() {
 		g.p("}")
 		g.p("")
 	}
+}
+
+// fastCall emits a stub's fast path, for an rpc whose call and reply
+// have fixed sizes: both frames live on the stack, and Conn.CallFrame
+// sends the one and fills in the other (docs/codegen-go.md, "Fast
+// paths").
+func (g *generator) fastCall(m *msgInfo) {
+	call, reply := m.frames[0], m.frames[1]
+	csize, cfast := fastFrame(call.args)
+	rsize, rfast := fastFrame(reply.args)
+	if !cfast || !rfast {
+		return
+	}
+	g.p("if c.conn != nil {")
+	g.p("var call [wire.HeaderSize + %d]byte", csize)
+	g.p("var reply [wire.HeaderSize + %d]byte", rsize)
+	g.p("wire.PutFixed(call[:], %s, wire.KindCall)", m.number)
+	g.fastPuts(call.args, "call", "wire.HeaderSize", func(a *argInfo) string { return a.param })
+	name := strconv.Quote(g.iface.Name + "." + m.msg.Name)
+	if len(reply.args) == 0 {
+		g.p("if handled, err := c.conn.CallFrame(ctx, %s, call[:], reply[:]); handled {", name)
+		g.p("return err")
+		g.p("}")
+		g.p("}")
+		return
+	}
+	var outs []string
+	for _, a := range reply.args {
+		outs = append(outs, a.param)
+	}
+	g.p("var handled bool")
+	g.p("if handled, err = c.conn.CallFrame(ctx, %s, call[:], reply[:]); handled {", name)
+	g.p("if err == nil {")
+	g.fastGets(reply.args, "reply", "wire.HeaderSize", func(a *argInfo) string { return a.param })
+	g.p("}")
+	g.p("return %s", strings.Join(append(outs, "err"), ", "))
+	g.p("}")
+	g.p("}")
 }
 
 func (g *generator) server() {

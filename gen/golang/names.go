@@ -45,7 +45,8 @@ var predeclared = map[string]bool{
 // themselves, beside parameters: package names and locals.
 var localNames = map[string]bool{
 	"ctx": true, "err": true, "c": true, "call": true, "reply": true,
-	"srv": true, "m": true, "from": true, "pooled": true,
+	"srv": true, "m": true, "from": true, "pooled": true, "handled": true,
+	"frame": true, "sent": true,
 	"wire": true, "chanos": true, "context": true, "fmt": true, "errors": true,
 }
 

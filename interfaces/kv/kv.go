@@ -723,11 +723,15 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 // Client is the client side of kv: a method per rpc that calls it over a
 // chanos.Transport, and Send for messages.
 type Client struct {
-	t chanos.Transport
+	t    chanos.Transport
+	conn *chanos.Conn // t, if it is a connection: the stubs' fast paths
 }
 
 // NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
+func NewClient(t chanos.Transport) *Client {
+	conn, _ := t.(*chanos.Conn)
+	return &Client{t: t, conn: conn}
+}
 
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
@@ -1026,9 +1030,9 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 }
 
 // replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read.
+// inline: each reply is encoded before the next call is read. Replies
+// of a fixed size need none: they are encoded on the stack.
 type replyValues struct {
-	Put    PutReply
 	Get    GetReply
 	Delete DeleteReply
 }
@@ -1050,8 +1054,11 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Put = PutReply{Version: version}
-			return &reply.Put, true, nil
+			var frame [wire.HeaderSize + 8]byte
+			wire.PutFixed(frame[:], MsgPut, wire.KindReply)
+			wire.PutUint64(frame[wire.HeaderSize:], version)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &PutReply{Version: version}, true, nil
 	case MsgGet:

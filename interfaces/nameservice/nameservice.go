@@ -1148,11 +1148,15 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 // Client is the client side of nameservice: a method per rpc that calls it over a
 // chanos.Transport, and Send for messages.
 type Client struct {
-	t chanos.Transport
+	t    chanos.Transport
+	conn *chanos.Conn // t, if it is a connection: the stubs' fast paths
 }
 
 // NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
+func NewClient(t chanos.Transport) *Client {
+	conn, _ := t.(*chanos.Conn)
+	return &Client{t: t, conn: conn}
+}
 
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
@@ -1535,14 +1539,10 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 }
 
 // replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read.
+// inline: each reply is encoded before the next call is read. Replies
+// of a fixed size need none: they are encoded on the stack.
 type replyValues struct {
-	Set      SetReply
-	Get      GetReply
-	WaitFor  WaitForReply
-	GetCount GetCountReply
-	Remove   RemoveReply
-	List     ListReply
+	List ListReply
 }
 
 // serveCall handles an rpc call as Dispatch does, and reports whether it
@@ -1562,8 +1562,11 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Set = SetReply{Err: err_}
-			return &reply.Set, true, nil
+			var frame [wire.HeaderSize + 8]byte
+			wire.PutFixed(frame[:], MsgSet, wire.KindReply)
+			wire.PutUint64(frame[wire.HeaderSize:], uint64(err_))
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &SetReply{Err: err_}, true, nil
 	case MsgGet:
@@ -1576,8 +1579,12 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Get = GetReply{Ref: ref, Err: err_}
-			return &reply.Get, true, nil
+			var frame [wire.HeaderSize + 40]byte
+			wire.PutFixed(frame[:], MsgGet, wire.KindReply)
+			wire.PutIref(frame[wire.HeaderSize:], ref)
+			wire.PutUint64(frame[wire.HeaderSize+32:], uint64(err_))
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &GetReply{Ref: ref, Err: err_}, true, nil
 	case MsgWaitFor:
@@ -1590,8 +1597,12 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.WaitFor = WaitForReply{Ref: ref, Err: err_}
-			return &reply.WaitFor, true, nil
+			var frame [wire.HeaderSize + 40]byte
+			wire.PutFixed(frame[:], MsgWaitFor, wire.KindReply)
+			wire.PutIref(frame[wire.HeaderSize:], ref)
+			wire.PutUint64(frame[wire.HeaderSize+32:], uint64(err_))
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &WaitForReply{Ref: ref, Err: err_}, true, nil
 	case MsgGetCount:
@@ -1604,8 +1615,11 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.GetCount = GetCountReply{Count: count}
-			return &reply.GetCount, true, nil
+			var frame [wire.HeaderSize + 8]byte
+			wire.PutFixed(frame[:], MsgGetCount, wire.KindReply)
+			wire.PutUint64(frame[wire.HeaderSize:], count)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &GetCountReply{Count: count}, true, nil
 	case MsgRemove:
@@ -1618,8 +1632,11 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Remove = RemoveReply{Err: err_}
-			return &reply.Remove, true, nil
+			var frame [wire.HeaderSize + 8]byte
+			wire.PutFixed(frame[:], MsgRemove, wire.KindReply)
+			wire.PutUint64(frame[wire.HeaderSize:], uint64(err_))
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &RemoveReply{Err: err_}, true, nil
 	case MsgList:

@@ -613,11 +613,15 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 // Client is the client side of pingpong: a method per rpc that calls it over a
 // chanos.Transport, and Send for messages.
 type Client struct {
-	t chanos.Transport
+	t    chanos.Transport
+	conn *chanos.Conn // t, if it is a connection: the stubs' fast paths
 }
 
 // NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
+func NewClient(t chanos.Transport) *Client {
+	conn, _ := t.(*chanos.Conn)
+	return &Client{t: t, conn: conn}
+}
 
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
@@ -637,6 +641,19 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // Echo calls the rpc echo and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error) {
+	if c.conn != nil {
+		var call [wire.HeaderSize + 8]byte
+		var reply [wire.HeaderSize + 8]byte
+		wire.PutFixed(call[:], MsgEcho, wire.KindCall)
+		wire.PutUint64(call[wire.HeaderSize:], val)
+		var handled bool
+		if handled, err = c.conn.CallFrame(ctx, "pingpong.echo", call[:], reply[:]); handled {
+			if err == nil {
+				result = wire.Uint64(reply[wire.HeaderSize:])
+			}
+			return result, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.EchoCall = EchoCall{Val: val}
 	if err = c.t.Call(ctx, &pooled.EchoCall, &pooled.EchoReply); err == nil {
@@ -897,9 +914,9 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 }
 
 // replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read.
+// inline: each reply is encoded before the next call is read. Replies
+// of a fixed size need none: they are encoded on the stack.
 type replyValues struct {
-	Echo   EchoReply
 	Bounce BounceReply
 }
 
@@ -912,7 +929,9 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 	switch call.Header.Msg {
 	case MsgEcho:
 		var m EchoCall
-		if err := m.Decode(call.Frame, call.Caps); err != nil {
+		if b, ok := wire.FixedBody(call.Frame, call.Caps, MsgEcho, wire.KindCall, 8); ok {
+			m.Val = wire.Uint64(b[0:])
+		} else if err := m.Decode(call.Frame, call.Caps); err != nil {
 			return nil, true, c.Violation(err)
 		}
 		result, err := srv.Echo(ctx, m.Val)
@@ -920,8 +939,11 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Echo = EchoReply{Result: result}
-			return &reply.Echo, true, nil
+			var frame [wire.HeaderSize + 8]byte
+			wire.PutFixed(frame[:], MsgEcho, wire.KindReply)
+			wire.PutUint64(frame[wire.HeaderSize:], result)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &EchoReply{Result: result}, true, nil
 	case MsgBounce:

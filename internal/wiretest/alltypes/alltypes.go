@@ -2989,11 +2989,15 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 // Client is the client side of alltypes: a method per rpc that calls it over a
 // chanos.Transport, and Send for messages.
 type Client struct {
-	t chanos.Transport
+	t    chanos.Transport
+	conn *chanos.Conn // t, if it is a connection: the stubs' fast paths
 }
 
 // NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
+func NewClient(t chanos.Transport) *Client {
+	conn, _ := t.(*chanos.Conn)
+	return &Client{t: t, conn: conn}
+}
 
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
@@ -3019,6 +3023,14 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // Ping calls the rpc ping and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Ping(ctx context.Context) error {
+	if c.conn != nil {
+		var call [wire.HeaderSize + 0]byte
+		var reply [wire.HeaderSize + 0]byte
+		wire.PutFixed(call[:], MsgPing, wire.KindCall)
+		if handled, err := c.conn.CallFrame(ctx, "alltypes.ping", call[:], reply[:]); handled {
+			return err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.PingCall = PingCall{}
 	err := c.t.Call(ctx, &pooled.PingCall, &pooled.PingReply)
@@ -3477,13 +3489,12 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 }
 
 // replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read.
+// inline: each reply is encoded before the next call is read. Replies
+// of a fixed size need none: they are encoded on the stack.
 type replyValues struct {
-	Ping   PingReply
-	Echo   EchoReply
-	Mixed  MixedReply
-	Notify NotifyReply
-	Query  QueryReply
+	Echo  EchoReply
+	Mixed MixedReply
+	Query QueryReply
 }
 
 // serveCall handles an rpc call as Dispatch does, and reports whether it
@@ -3502,8 +3513,10 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Ping = PingReply{}
-			return &reply.Ping, true, nil
+			var frame [wire.HeaderSize + 0]byte
+			wire.PutFixed(frame[:], MsgPing, wire.KindReply)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &PingReply{}, true, nil
 	case MsgEcho:
@@ -3543,8 +3556,10 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Notify = NotifyReply{}
-			return &reply.Notify, true, nil
+			var frame [wire.HeaderSize + 0]byte
+			wire.PutFixed(frame[:], MsgNotify, wire.KindReply)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &NotifyReply{}, true, nil
 	case MsgQuery:

@@ -670,11 +670,15 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 // Client is the client side of pingpong: a method per rpc that calls it over a
 // chanos.Transport, and Send for messages.
 type Client struct {
-	t chanos.Transport
+	t    chanos.Transport
+	conn *chanos.Conn // t, if it is a connection: the stubs' fast paths
 }
 
 // NewClient returns a Client that sends over t.
-func NewClient(t chanos.Transport) *Client { return &Client{t: t} }
+func NewClient(t chanos.Transport) *Client {
+	conn, _ := t.(*chanos.Conn)
+	return &Client{t: t, conn: conn}
+}
 
 // Send sends the message m.
 func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
@@ -709,6 +713,20 @@ func (c *Client) Get(ctx context.Context, key string) (value string, found bool,
 // Add calls the rpc add and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Add(ctx context.Context, a int32, b int32) (sum int32, err error) {
+	if c.conn != nil {
+		var call [wire.HeaderSize + 8]byte
+		var reply [wire.HeaderSize + 4]byte
+		wire.PutFixed(call[:], MsgAdd, wire.KindCall)
+		wire.PutUint32(call[wire.HeaderSize:], uint32(a))
+		wire.PutUint32(call[wire.HeaderSize+4:], uint32(b))
+		var handled bool
+		if handled, err = c.conn.CallFrame(ctx, "pingpong.add", call[:], reply[:]); handled {
+			if err == nil {
+				sum = int32(wire.Uint32(reply[wire.HeaderSize:]))
+			}
+			return sum, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.AddCall = AddCall{A: a, B: b}
 	if err = c.t.Call(ctx, &pooled.AddCall, &pooled.AddReply); err == nil {
@@ -722,6 +740,15 @@ func (c *Client) Add(ctx context.Context, a int32, b int32) (sum int32, err erro
 // Fail calls the rpc fail and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Fail(ctx context.Context, code uint64) error {
+	if c.conn != nil {
+		var call [wire.HeaderSize + 8]byte
+		var reply [wire.HeaderSize + 0]byte
+		wire.PutFixed(call[:], MsgFail, wire.KindCall)
+		wire.PutUint64(call[wire.HeaderSize:], code)
+		if handled, err := c.conn.CallFrame(ctx, "pingpong.fail", call[:], reply[:]); handled {
+			return err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.FailCall = FailCall{Code: code}
 	err := c.t.Call(ctx, &pooled.FailCall, &pooled.FailReply)
@@ -970,11 +997,10 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 }
 
 // replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read.
+// inline: each reply is encoded before the next call is read. Replies
+// of a fixed size need none: they are encoded on the stack.
 type replyValues struct {
-	Get  GetReply
-	Add  AddReply
-	Fail FailReply
+	Get GetReply
 }
 
 // serveCall handles an rpc call as Dispatch does, and reports whether it
@@ -1000,7 +1026,10 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &GetReply{Value: value, Found: found}, true, nil
 	case MsgAdd:
 		var m AddCall
-		if err := m.Decode(call.Frame, call.Caps); err != nil {
+		if b, ok := wire.FixedBody(call.Frame, call.Caps, MsgAdd, wire.KindCall, 8); ok {
+			m.A = int32(wire.Uint32(b[0:]))
+			m.B = int32(wire.Uint32(b[4:]))
+		} else if err := m.Decode(call.Frame, call.Caps); err != nil {
 			return nil, true, c.Violation(err)
 		}
 		sum, err := srv.Add(ctx, m.A, m.B)
@@ -1008,21 +1037,28 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Add = AddReply{Sum: sum}
-			return &reply.Add, true, nil
+			var frame [wire.HeaderSize + 4]byte
+			wire.PutFixed(frame[:], MsgAdd, wire.KindReply)
+			wire.PutUint32(frame[wire.HeaderSize:], uint32(sum))
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &AddReply{Sum: sum}, true, nil
 	case MsgFail:
 		var m FailCall
-		if err := m.Decode(call.Frame, call.Caps); err != nil {
+		if b, ok := wire.FixedBody(call.Frame, call.Caps, MsgFail, wire.KindCall, 8); ok {
+			m.Code = wire.Uint64(b[0:])
+		} else if err := m.Decode(call.Frame, call.Caps); err != nil {
 			return nil, true, c.Violation(err)
 		}
 		if err := srv.Fail(ctx, m.Code); err != nil {
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Fail = FailReply{}
-			return &reply.Fail, true, nil
+			var frame [wire.HeaderSize + 0]byte
+			wire.PutFixed(frame[:], MsgFail, wire.KindReply)
+			sent, err := c.ReplyFrame(ctx, call, frame[:])
+			return sent, true, err
 		}
 		return &FailReply{}, true, nil
 	}

@@ -1,0 +1,160 @@
+package chanos
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// The fast paths of this file serve the code chanosc generates for
+// messages and rpcs whose frames have one fixed size (docs/codegen-go.md,
+// "Fast paths"). The stubs encode such frames into arrays on their own
+// stack and hand the bytes over; nothing here keeps them, so they never
+// escape to the heap, and no wire.Message, interface call or encoding
+// buffer is involved. Each method does what its general counterpart does
+// (Call, Reply, Send), with the same errors.
+
+// receive is l.receive, called directly when l is the ump interconnect.
+func (c *Conn) receive(ctx context.Context, in *Incoming) error {
+	if c.ump != nil {
+		return c.ump.receive(ctx, in)
+	}
+	return c.l.receive(ctx, in)
+}
+
+// sendFrame sends frame, which it does not keep, waiting for room if wait
+// is set; it reports whether it sent it.
+func (c *Conn) sendFrame(ctx context.Context, frame []byte, wait bool) (bool, error) {
+	var err error
+	sent := true
+	switch l := c.l.(type) {
+	case *umpLink:
+		if wait {
+			err = l.sendFrame(ctx, frame, nil)
+		} else {
+			sent, err = l.trySendFrame(frame, nil)
+		}
+	case *localLink: // copies frame
+		if wait {
+			err = l.sendFrame(ctx, frame, nil)
+		} else {
+			sent, err = l.trySendFrame(frame, nil)
+		}
+	default: // links for tests: they may keep what they are given
+		kept := append([]byte(nil), frame...)
+		if wait {
+			err = c.l.sendFrame(ctx, kept, nil)
+		} else {
+			sent, err = c.l.trySendFrame(kept, nil)
+		}
+	}
+	return sent, c.wrap(err)
+}
+
+// newCallID returns a call id: never 0, which marks plain messages.
+func (c *Conn) newCallID() uint32 {
+	id := c.nextID.Add(1)
+	if id == 0 {
+		c.wrapped.Store(true)
+		id = c.nextID.Add(1)
+	}
+	return id
+}
+
+// CallFrame is Call for an rpc whose call and reply frames have fixed
+// sizes, used by generated stubs: call is the whole call frame (built with
+// wire.PutFixed, call id and timeout 0), and the reply frame, which must
+// be len(reply) bytes long, is copied into reply. name is the rpc's name,
+// for errors. It takes the fast path only when no other goroutine reads
+// the connection and the peer has room for the call; otherwise it reports
+// handled false, having sent nothing, and the stub makes the call with
+// Call.
+func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (handled bool, err error) {
+	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	if c.ended.Load() {
+		c.release()
+		return true, c.Err()
+	}
+	id := c.newCallID()
+	msg := binary.LittleEndian.Uint16(call[4:])
+	wire.SetCallID(call, id)
+	wire.SetTimeout(call, timeoutOf(ctx))
+	// Without waiting, as in callDirect: the turn is held.
+	var sent bool
+	if c.ump != nil {
+		sent, err = c.ump.u.TrySend(call)
+		err = c.wrap(umpErr(err))
+	} else {
+		sent, err = c.sendFrame(ctx, call, false)
+	}
+	if !sent || err != nil {
+		c.release()
+		return err != nil, err
+	}
+	in, err := c.readReply(ctx, id, msg)
+	if err == nil {
+		err = c.takeReplyFrame(in, id, name, msg, reply)
+	}
+	c.releaseCur()
+	return true, err
+}
+
+// takeReplyFrame copies the reply in to call id of rpc msg into reply,
+// checking it as the reply type's Decode would, or returns the error an
+// error reply carries.
+func (c *Conn) takeReplyFrame(in *Incoming, id uint32, name string, msg uint16, reply []byte) error {
+	switch {
+	case in.Header.Msg != msg:
+		return c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
+	case in.Kind == wire.KindErrorReply:
+		return replyResult(in, nil, name)
+	case len(in.Frame) < len(reply):
+		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(in.Frame), len(reply), wire.ErrTruncated)
+	case len(in.Frame) > len(reply):
+		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(in.Frame), len(reply), wire.ErrTrailing)
+	}
+	copy(reply, in.Frame)
+	return nil
+}
+
+// Replied is what a generated handler returns to Serve as the reply of a
+// call it has answered itself, with ReplyFrame.
+var Replied wire.Message = replied{}
+
+type replied struct{}
+
+func (replied) Encode(*wire.Buffer) error       { return nil }
+func (replied) Decode([]byte, []wire.Cap) error { return nil }
+func (replied) MsgNumber() uint16               { return 0 }
+func (replied) MsgKind() wire.Kind              { return wire.KindReply }
+func (replied) MsgName() string                 { return "chanos.replied" }
+
+// ReplyFrame is Reply for a reply of a fixed size, used by generated
+// handlers for the calls Serve runs inline: reply is the whole reply frame
+// (built with wire.PutFixed, call id 0). It returns Replied, which the
+// handler returns to Serve, and the error of sending.
+func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire.Message, error) {
+	if in.Kind != wire.KindCall {
+		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
+	}
+	wire.SetCallID(reply, in.Header.CallID)
+	if c.ump != nil {
+		return Replied, c.wrap(umpErr(c.ump.u.Send(ctx, reply)))
+	}
+	_, err := c.sendFrame(ctx, reply, true)
+	return Replied, err
+}
+
+// SendFrame is Send for a message of a fixed size, used by generated
+// code: frame is the whole frame, built with wire.PutFixed.
+func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
+	if c.ended.Load() {
+		return c.Err()
+	}
+	_, err := c.sendFrame(ctx, frame, true)
+	return err
+}

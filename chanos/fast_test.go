@@ -1,0 +1,153 @@
+package chanos_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect/ump"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
+)
+
+// rawPeer returns a pingpong client over a ring pair whose other end the
+// test drives with bare frames.
+func rawPeer(t *testing.T) (*pingpong.Conn, *ump.Conn) {
+	t.Helper()
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	t.Cleanup(func() { c.Close(); y.Close() })
+	return c, y
+}
+
+// answer reads one call on y and answers it with reply, its call id
+// patched in.
+func answer(ctx context.Context, y *ump.Conn, reply []byte) error {
+	call, err := y.Receive(ctx)
+	if err != nil {
+		return err
+	}
+	h, err := wire.ParseHeader(call)
+	if err != nil {
+		return err
+	}
+	wire.SetCallID(reply, h.CallID)
+	return y.Send(ctx, reply)
+}
+
+// A reply of a fixed-size rpc whose size is wrong is refused as the reply
+// type's Decode refuses it, and the connection goes on.
+func TestFixedReplyOfWrongSize(t *testing.T) {
+	c, y := rawPeer(t)
+	ctx := ctxT(t)
+	var good wire.Buffer
+	(&pingpong.EchoReply{Result: 5}).Encode(&good)
+	for _, tc := range []struct {
+		frame []byte
+		want  error
+	}{
+		{append(append([]byte(nil), good.B...), 0), wire.ErrTrailing},
+		{good.B[:len(good.B)-1], wire.ErrTruncated},
+	} {
+		frame := append([]byte(nil), tc.frame...)
+		wire.PutUint32(frame, uint32(len(frame))) // a consistent header: only the body is off
+		errc := make(chan error, 1)
+		go func() { errc <- answer(ctx, y, frame) }()
+		if _, err := c.Echo(ctx, 5); !errors.Is(err, tc.want) {
+			t.Errorf("echo with a %d-byte reply = %v, want %v", len(frame), err, tc.want)
+		}
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	go answer(ctx, y, good.B)
+	if v, err := c.Echo(ctx, 5); err != nil || v != 5 {
+		t.Fatalf("echo after the bad replies = %d, %v", v, err)
+	}
+}
+
+// A call whose reply comes behind more messages than the inbox holds
+// completes once a Receive makes room, on both paths of a call: the
+// stubs' fast path and Call's.
+func TestReplyBehindFullInbox(t *testing.T) {
+	const n = 3000 // more than the inbox holds
+	c, y := rawPeer(t)
+	ctx := ctxT(t)
+	var pong, reply wire.Buffer
+	(&pingpong.Pong{MsgID: 1}).Encode(&pong)
+	(&pingpong.EchoReply{Result: 9}).Encode(&reply)
+	calls := map[string]func() (uint64, error){
+		"fast": func() (uint64, error) { return c.Echo(ctx, 9) },
+		"Call": func() (uint64, error) {
+			var r pingpong.EchoReply
+			err := c.Raw().Call(ctx, &pingpong.EchoCall{Val: 9}, &r)
+			return r.Result, err
+		},
+	}
+	for name, call := range calls {
+		t.Run(name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				frame, err := y.Receive(ctx)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				h, _ := wire.ParseHeader(frame)
+				for range n {
+					if err := y.Send(ctx, pong.B); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				wire.SetCallID(reply.B, h.CallID)
+				if err := y.Send(ctx, reply.B); err != nil {
+					t.Error(err)
+				}
+			}()
+			got := make(chan error, 1)
+			go func() {
+				v, err := call()
+				if err == nil && v != 9 {
+					err = errors.New("wrong result")
+				}
+				got <- err
+			}()
+			// The call fills the inbox and waits (given a moment to get
+			// there); receiving drains it.
+			time.Sleep(50 * time.Millisecond)
+			for i := range n {
+				m, err := c.Receive(ctx)
+				if err != nil {
+					t.Fatalf("message %d: %v", i, err)
+				}
+				if _, ok := m.(*pingpong.Pong); !ok {
+					t.Fatalf("message %d is a %T", i, m)
+				}
+			}
+			select {
+			case err := <-got:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the call did not complete after the inbox was drained")
+			}
+			wg.Wait()
+		})
+	}
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
