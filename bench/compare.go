@@ -268,17 +268,17 @@ func CompareServer(ctx context.Context, args []string) error {
 type compareServer struct {
 	pingpong.UnimplementedServer
 	mu     sync.Mutex
-	counts map[chanos.Sender]*[2]uint64 // messages, bytes
+	counts map[*pingpong.Client]*[2]uint64 // messages, bytes
 }
 
 func (*compareServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v, nil }
 
 func (*compareServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
 
-func (s *compareServer) Data(ctx context.Context, from chanos.Sender, m *pingpong.Data) error {
+func (s *compareServer) Data(ctx context.Context, from *pingpong.Client, m *pingpong.Data) error {
 	s.mu.Lock()
 	if s.counts == nil {
-		s.counts = make(map[chanos.Sender]*[2]uint64)
+		s.counts = make(map[*pingpong.Client]*[2]uint64)
 	}
 	c := s.counts[from]
 	if c == nil {

@@ -353,8 +353,8 @@ func BenchmarkRawEchoOneGoroutine(b *testing.B) {
 
 // benchBatches runs b.N requests in batches that fit in a ring pair: put
 // writes a request on the client's end (last: the one that stops the
-// server), then the server returned by serve answers them on the other
-// end, and the answers are drained.
+// server, or is followed by it), then the server returned by serve
+// answers them on the other end, and the answers are drained.
 func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve func(x *ump.Conn) func() error) {
 	const batch = 1000
 	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
@@ -379,11 +379,80 @@ func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve fu
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		for range n {
-			if _, err := y.Receive(context.Background()); err != nil {
-				b.Fatal(err)
+		drained, cancel := context.WithCancel(context.Background())
+		cancel() // Receive returns what is there, then the context's error
+		for {
+			if _, err := y.Receive(drained); err != nil {
+				break
 			}
 		}
 		b.StartTimer()
 	}
+}
+
+// BenchmarkPingOverUMPOneGoroutine is the client of the clients suite
+// (examples/pingpong/client) in one goroutine over a real ring pair: send
+// a ping, receive the pong the peer put in the ring before.
+// BenchmarkServePingOverUMPOneGoroutine is its server (a pong for each
+// ping, as examples/pingpong/server), fed as BenchmarkServeEcho... is.
+func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	defer c.Close()
+	defer y.Close()
+	var pong wire.Buffer
+	(&pingpong.Pong{ClientID: 1, MsgID: 7}).Encode(&pong)
+	ping := &pingpong.Ping{ClientID: 1}
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := y.Send(ctx, pong.B); err != nil {
+			b.Fatal(err)
+		}
+		ping.MsgID = uint32(i)
+		if err := c.Send(ctx, ping); err != nil {
+			b.Fatal(err)
+		}
+		if m, err := c.Receive(ctx); err != nil || m.(*pingpong.Pong).MsgID != 7 {
+			b.Fatal(m, err)
+		}
+		if _, err := y.Receive(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
+	var ping wire.Buffer
+	srv := &stoppingServer{}
+	benchBatches(b, func(y *ump.Conn, last bool) error {
+		ping.Reset()
+		(&pingpong.Ping{ClientID: 1, MsgID: 7}).Encode(&ping)
+		if err := y.Send(context.Background(), ping.B); err != nil || !last {
+			return err
+		}
+		// The last ping is followed by a call that stops the server.
+		var call wire.Buffer
+		(&pingpong.EchoCall{Val: stopVal}).Encode(&call)
+		wire.SetCallID(call.B, 1)
+		return y.Send(context.Background(), call.B)
+	}, func(x *ump.Conn) func() error {
+		c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+		return func() error {
+			ctx, cancel := context.WithCancel(context.Background())
+			srv.stop = cancel
+			if err := pingpong.ServeConn(ctx, c, srv); !errors.Is(err, context.Canceled) {
+				return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
+			}
+			return nil
+		}
+	})
+}
+
+func (s *stoppingServer) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }

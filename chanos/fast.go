@@ -149,12 +149,53 @@ func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire
 	return Replied, err
 }
 
-// SendFrame is Send for a message of a fixed size, used by generated
-// code: frame is the whole frame, built with wire.PutFixed.
+// The Send fast paths below are for generated code, which knows the
+// message's type and so can keep the message itself from escaping: it
+// hands over a frame on its stack, an encoding function, or a copy.
+
+// Local reports whether the connection is the local interconnect, on
+// which messages travel as values, not frames.
+func (c *Conn) Local() bool { return c.local }
+
+// SendFrame is Send for a message of a fixed size over ump: frame is the
+// whole frame, built with wire.PutFixed.
 func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 	if c.ended.Load() {
 		return c.Err()
 	}
+	if c.ump != nil {
+		return c.wrap(umpErr(c.ump.u.Send(ctx, frame)))
+	}
 	_, err := c.sendFrame(ctx, frame, true)
 	return err
+}
+
+// SendEncoded is Send for a message that encode appends to the buffer it
+// is given (the message's Encode method).
+func (c *Conn) SendEncoded(ctx context.Context, encode func(*wire.Buffer) error) error {
+	if c.ended.Load() {
+		return c.Err()
+	}
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	c.sbuf.Reset()
+	if err := encode(&c.sbuf); err != nil {
+		return err
+	}
+	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	c.sentLocked()
+	return c.wrap(err)
+}
+
+// SendValue is Send of m, a message the connection may keep: a copy that
+// shares no memory with the caller's (MsgClone), checked as Encode would
+// check it (MsgValidate). On the local interconnect m itself travels.
+func (c *Conn) SendValue(ctx context.Context, m wire.Message) error {
+	if !c.local {
+		return c.Send(ctx, m)
+	}
+	if c.ended.Load() {
+		return c.Err()
+	}
+	return c.wrap(c.l.sendValue(ctx, m))
 }

@@ -233,7 +233,7 @@ func (g *generator) connection() {
 	g.p("if err != nil {")
 	g.p("return nil, c.c.Violation(err)")
 	g.p("}")
-	g.p("reply, err := Dispatch(ctx, srv, c.c, m)")
+	g.p("reply, err := Dispatch(ctx, srv, c.Client, m)")
 	g.p("if reply == nil {")
 	g.p("return nil, err")
 	g.p("}")

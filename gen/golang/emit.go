@@ -756,9 +756,7 @@ func (g *generator) client() {
 	g.p("return &Client{t: t, conn: conn}")
 	g.p("}")
 	g.p("")
-	g.p("// Send sends the message m.")
-	g.p("func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }")
-	g.p("")
+	g.clientSend()
 	if g.hasRPC() {
 		g.p("// callValues holds a call and a reply value per rpc for the Client's")
 		g.p("// stubs, which take it from callPool: values handed to a Transport")
@@ -811,6 +809,65 @@ func (g *generator) client() {
 	}
 }
 
+// clientSend emits Client.Send. It never hands m itself to an interface,
+// so that m does not escape and a caller's message can live on its stack:
+// over a connection, a message of a fixed size is encoded on Send's
+// stack, another is encoded by its own Encode method, and on the local
+// interconnect a copy travels; another Transport gets a copy of m.
+func (g *generator) clientSend() {
+	g.p("// Send sends the message m. It keeps neither m nor anything m refers to,")
+	g.p("// so m may be reused at once.")
+	g.p("func (c *Client) Send(ctx context.Context, m Msg) error {")
+	var msgs, rpcs []*msgInfo
+	for _, mi := range g.msgs {
+		if mi.msg.RPC {
+			rpcs = append(rpcs, mi)
+		} else {
+			msgs = append(msgs, mi)
+		}
+	}
+	if len(msgs) == 0 {
+		g.p("switch m.(type) {")
+	} else {
+		g.p("switch m := m.(type) {")
+	}
+	for _, mi := range msgs {
+		f := mi.frames[0]
+		g.p("case *%s:", f.typ)
+		g.p("if m == nil {")
+		g.p("break")
+		g.p("}")
+		g.p("switch {")
+		g.p("case c.conn == nil: // another Transport, which may keep what it is given")
+		g.p("v := *m")
+		g.p("return c.t.Send(ctx, &v)")
+		g.p("case c.conn.Local(): // a copy travels, not a frame")
+		g.p("if err := m.MsgValidate(); err != nil {")
+		g.p("return err")
+		g.p("}")
+		g.p("return c.conn.SendValue(ctx, m.MsgClone())")
+		g.p("}")
+		if size, fast := fastFrame(f.args); fast {
+			g.p("var frame [wire.HeaderSize + %d]byte", size)
+			g.p("wire.PutFixed(frame[:], %s, wire.KindMessage)", mi.number)
+			g.fastPuts(f.args, "frame", "wire.HeaderSize", func(a *argInfo) string { return "m." + a.field })
+			g.p("return c.conn.SendFrame(ctx, frame[:])")
+		} else {
+			g.p("return c.conn.SendEncoded(ctx, m.Encode)")
+		}
+	}
+	for _, mi := range rpcs {
+		for _, f := range mi.frames {
+			g.p("case *%s:", f.typ)
+			g.p("return errors.New(%q)", fmt.Sprintf("%s: Send of the %s %s: use Client.%s", g.iface.Name, mi.msg.Name, f.kind, mi.name))
+		}
+	}
+	g.p("}")
+	g.p(`return fmt.Errorf("%%s: Send of a nil message", InterfaceName)`)
+	g.p("}")
+	g.p("")
+}
+
 // fastCall emits a stub's fast path, for an rpc whose call and reply
 // have fixed sizes: both frames live on the stack, and Conn.CallFrame
 // sends the one and fills in the other (docs/codegen-go.md, "Fast
@@ -861,7 +918,7 @@ func (g *generator) server() {
 			g.p("%s(%s) %s", m.name, g.params(m, idl.DirIn, true), results(g.params(m, idl.DirOut, true)))
 		} else {
 			g.p("// %s handles the message %s.", m.name, m.msg.Name)
-			g.p("%s(ctx context.Context, from chanos.Sender, m *%s) error", m.name, m.frames[0].typ)
+			g.p("%s(ctx context.Context, from *Client, m *%s) error", m.name, m.frames[0].typ)
 		}
 	}
 	g.p("}")
@@ -874,7 +931,7 @@ func (g *generator) dispatch() {
 	g.p("// rpc call, the reply built from the method's results, or its error. A")
 	g.p("// reply (or nil) is not for a server: Dispatch fails with an error")
 	g.p("// matching chanos.ErrProtocol.")
-	g.p("func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {")
+	g.p("func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {")
 	// A type switch must use the variable it declares.
 	usesM := false
 	for _, mi := range g.msgs {
@@ -939,7 +996,7 @@ func (g *generator) unimplemented() {
 		err := fmt.Sprintf(`fmt.Errorf("%%s.%s: %%w", InterfaceName, errors.ErrUnsupported)`, m.msg.Name)
 		g.p("// %s fails with errors.ErrUnsupported.", m.name)
 		if !m.msg.RPC {
-			g.p("func (UnimplementedServer) %s(context.Context, chanos.Sender, *%s) error {", m.name, m.frames[0].typ)
+			g.p("func (UnimplementedServer) %s(context.Context, *Client, *%s) error {", m.name, m.frames[0].typ)
 			g.p("return %s", err)
 			g.p("}")
 			g.p("")

@@ -527,8 +527,9 @@ func (c *Conn) Close() error {
 		err = os.NewSyscallError("munmap", e)
 	}
 	c.mem = nil
-	for _, f := range []*os.File{c.txPark.f, c.rxPark.f} {
-		if e := f.Close(); e != nil && err == nil {
+	for _, p := range []*parker{c.txPark, c.rxPark} {
+		p.unwatch() // a context must not keep the connection
+		if e := p.f.Close(); e != nil && err == nil {
 			err = e
 		}
 	}
@@ -595,15 +596,23 @@ func (c *Conn) wakeSelf() {
 // the announcement signalled and sent nothing, while the consumer slept
 // (docs/ump.md, "Waiting").
 type parker struct {
-	f       *os.File
-	rc      syscall.RawConn
-	fd      int
-	sleep   func() bool // announces, then reports whether the wait is over already
-	armed   bool        // the next call of check calls sleep
-	once    func(uintptr) bool
-	stop    func()        // ends a wait early: bound once, run by context.AfterFunc
-	stopped chan struct{} // stop has set the read deadline
-	expired bool          // the read deadline is in the past: clear it before the next wait
+	f     *os.File
+	rc    syscall.RawConn
+	fd    int
+	sleep func() bool // announces, then reports whether the wait is over already
+	armed bool        // the next call of check calls sleep
+	once  func(uintptr) bool
+
+	// A context's end interrupts a wait: stop, registered with
+	// context.AfterFunc, sets the read deadline in the past. The
+	// registration is kept from one wait to the next while the waits use
+	// contexts with one Done channel (a Serve loop's, a program's), so
+	// that parking does not register and allocate every time.
+	done    <-chan struct{} // Done of the context stop is registered with
+	cancel  func() bool     // unregisters stop
+	stop    func()          // bound once
+	stopped chan struct{}   // stop has set the read deadline
+	expired bool            // the read deadline is in the past: clear it before the next wait
 }
 
 func newParker(fd int, name string, sleep func() bool) (*parker, error) {
@@ -638,6 +647,42 @@ func (p *parker) check(uintptr) bool {
 	return p.sleep()
 }
 
+// watch makes the end of ctx interrupt waits: it registers stop with ctx,
+// unless it is registered already with a context of the same Done channel.
+func (p *parker) watch(ctx context.Context) error {
+	done := ctx.Done()
+	if done == p.done {
+		return nil
+	}
+	if err := p.unwatch(); err != nil {
+		return err
+	}
+	if done != nil {
+		p.done, p.cancel = done, context.AfterFunc(ctx, p.stop)
+	}
+	return nil
+}
+
+// unwatch undoes watch, and clears a deadline stop has set, which would
+// otherwise end the waits of another context.
+func (p *parker) unwatch() error {
+	if p.cancel == nil {
+		return nil
+	}
+	if !p.cancel() {
+		<-p.stopped // it ran, or is running: wait for its deadline
+		p.expired = true
+	}
+	p.done, p.cancel = nil, nil
+	if p.expired {
+		if err := p.f.SetReadDeadline(time.Time{}); err != nil {
+			return fmt.Errorf("ump: wait: %w", err)
+		}
+		p.expired = false
+	}
+	return nil
+}
+
 // wait announces that the caller sleeps and parks the calling goroutine
 // until the eventfd is signalled, unless the look after the announcement
 // finds the wait over, or the context ends. The eventfd's counter is never
@@ -645,22 +690,11 @@ func (p *parker) check(uintptr) bool {
 // The caller withdraws the announcement and looks at the ring again after
 // wait returns.
 func (p *parker) wait(ctx context.Context) error {
-	if p.expired {
-		if err := p.f.SetReadDeadline(time.Time{}); err != nil {
-			return fmt.Errorf("ump: wait: %w", err)
-		}
-		p.expired = false
-	}
-	var cancel func() bool
-	if ctx.Done() != nil {
-		cancel = context.AfterFunc(ctx, p.stop)
+	if err := p.watch(ctx); err != nil {
+		return err
 	}
 	p.armed = true
 	err := p.rc.Read(p.once)
-	if cancel != nil && !cancel() {
-		<-p.stopped // so that its deadline cannot end a later wait
-		p.expired = true
-	}
 	if err == nil {
 		return nil
 	}

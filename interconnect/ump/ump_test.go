@@ -406,3 +406,24 @@ func TestDefaults(t *testing.T) {
 		}
 	}
 }
+
+// A context that ends between two waits still ends the next wait that
+// uses it, at once, and leaves the waits of other contexts alone: the
+// registration of a context's end outlives one wait.
+func TestContextEndsBetweenWaits(t *testing.T) {
+	a, b := pipe(t, &Options{SpinWindow: -1})
+	ctx := ctxT(t)
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("one")) }()
+	if m, err := b.Receive(cctx); err != nil || string(m) != "one" {
+		t.Fatalf("Receive = %q, %v", m, err)
+	}
+	cancel() // while no wait is under way
+	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Receive with the ended context = %v, want Canceled", err)
+	}
+	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("two")) }()
+	if m, err := b.Receive(ctx); err != nil || string(m) != "two" {
+		t.Fatalf("Receive with another context = %q, %v", m, err)
+	}
+}

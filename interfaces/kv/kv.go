@@ -733,8 +733,55 @@ func NewClient(t chanos.Transport) *Client {
 	return &Client{t: t, conn: conn}
 }
 
-// Send sends the message m.
-func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
+// Send sends the message m. It keeps neither m nor anything m refers to,
+// so m may be reused at once.
+func (c *Client) Send(ctx context.Context, m Msg) error {
+	switch m := m.(type) {
+	case *Watch:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Changed:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *PutCall:
+		return errors.New("kv: Send of the put call: use Client.Put")
+	case *PutReply:
+		return errors.New("kv: Send of the put reply: use Client.Put")
+	case *GetCall:
+		return errors.New("kv: Send of the get call: use Client.Get")
+	case *GetReply:
+		return errors.New("kv: Send of the get reply: use Client.Get")
+	case *DeleteCall:
+		return errors.New("kv: Send of the delete call: use Client.Delete")
+	case *DeleteReply:
+		return errors.New("kv: Send of the delete reply: use Client.Delete")
+	}
+	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
+}
 
 // callValues holds a call and a reply value per rpc for the Client's
 // stubs, which take it from callPool: values handed to a Transport
@@ -801,9 +848,9 @@ type Server interface {
 	// Delete handles the rpc delete.
 	Delete(ctx context.Context, key string) (existed bool, err error)
 	// Watch handles the message watch.
-	Watch(ctx context.Context, from chanos.Sender, m *Watch) error
+	Watch(ctx context.Context, from *Client, m *Watch) error
 	// Changed handles the message changed.
-	Changed(ctx context.Context, from chanos.Sender, m *Changed) error
+	Changed(ctx context.Context, from *Client, m *Changed) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -811,7 +858,7 @@ type Server interface {
 // rpc call, the reply built from the method's results, or its error. A
 // reply (or nil) is not for a server: Dispatch fails with an error
 // matching chanos.ErrProtocol.
-func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {
+func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *PutCall:
 		version, err := srv.Put(ctx, m.Key, m.Value)
@@ -862,12 +909,12 @@ func (UnimplementedServer) Delete(context.Context, string) (bool, error) {
 }
 
 // Watch fails with errors.ErrUnsupported.
-func (UnimplementedServer) Watch(context.Context, chanos.Sender, *Watch) error {
+func (UnimplementedServer) Watch(context.Context, *Client, *Watch) error {
 	return fmt.Errorf("%s.watch: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Changed fails with errors.ErrUnsupported.
-func (UnimplementedServer) Changed(context.Context, chanos.Sender, *Changed) error {
+func (UnimplementedServer) Changed(context.Context, *Client, *Changed) error {
 	return fmt.Errorf("%s.changed: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -1021,7 +1068,7 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		if err != nil {
 			return nil, c.c.Violation(err)
 		}
-		reply, err := Dispatch(ctx, srv, c.c, m)
+		reply, err := Dispatch(ctx, srv, c.Client, m)
 		if reply == nil {
 			return nil, err
 		}

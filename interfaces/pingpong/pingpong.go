@@ -623,8 +623,74 @@ func NewClient(t chanos.Transport) *Client {
 	return &Client{t: t, conn: conn}
 }
 
-// Send sends the message m.
-func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
+// Send sends the message m. It keeps neither m nor anything m refers to,
+// so m may be reused at once.
+func (c *Client) Send(ctx context.Context, m Msg) error {
+	switch m := m.(type) {
+	case *Ping:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 8]byte
+		wire.PutFixed(frame[:], MsgPing, wire.KindMessage)
+		wire.PutUint32(frame[wire.HeaderSize:], m.ClientID)
+		wire.PutUint32(frame[wire.HeaderSize+4:], m.MsgID)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Pong:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 8]byte
+		wire.PutFixed(frame[:], MsgPong, wire.KindMessage)
+		wire.PutUint32(frame[wire.HeaderSize:], m.ClientID)
+		wire.PutUint32(frame[wire.HeaderSize+4:], m.MsgID)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Data:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *EchoCall:
+		return errors.New("pingpong: Send of the echo call: use Client.Echo")
+	case *EchoReply:
+		return errors.New("pingpong: Send of the echo reply: use Client.Echo")
+	case *BounceCall:
+		return errors.New("pingpong: Send of the bounce call: use Client.Bounce")
+	case *BounceReply:
+		return errors.New("pingpong: Send of the bounce reply: use Client.Bounce")
+	}
+	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
+}
 
 // callValues holds a call and a reply value per rpc for the Client's
 // stubs, which take it from callPool: values handed to a Transport
@@ -683,11 +749,11 @@ func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err
 // when the interface grows.
 type Server interface {
 	// Ping handles the message ping.
-	Ping(ctx context.Context, from chanos.Sender, m *Ping) error
+	Ping(ctx context.Context, from *Client, m *Ping) error
 	// Pong handles the message pong.
-	Pong(ctx context.Context, from chanos.Sender, m *Pong) error
+	Pong(ctx context.Context, from *Client, m *Pong) error
 	// Data handles the message data.
-	Data(ctx context.Context, from chanos.Sender, m *Data) error
+	Data(ctx context.Context, from *Client, m *Data) error
 	// Echo handles the rpc echo.
 	Echo(ctx context.Context, val uint64) (result uint64, err error)
 	// Bounce handles the rpc bounce.
@@ -699,7 +765,7 @@ type Server interface {
 // rpc call, the reply built from the method's results, or its error. A
 // reply (or nil) is not for a server: Dispatch fails with an error
 // matching chanos.ErrProtocol.
-func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {
+func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Ping:
 		return nil, srv.Ping(ctx, from, m)
@@ -731,17 +797,17 @@ func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, 
 type UnimplementedServer struct{}
 
 // Ping fails with errors.ErrUnsupported.
-func (UnimplementedServer) Ping(context.Context, chanos.Sender, *Ping) error {
+func (UnimplementedServer) Ping(context.Context, *Client, *Ping) error {
 	return fmt.Errorf("%s.ping: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Pong fails with errors.ErrUnsupported.
-func (UnimplementedServer) Pong(context.Context, chanos.Sender, *Pong) error {
+func (UnimplementedServer) Pong(context.Context, *Client, *Pong) error {
 	return fmt.Errorf("%s.pong: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Data fails with errors.ErrUnsupported.
-func (UnimplementedServer) Data(context.Context, chanos.Sender, *Data) error {
+func (UnimplementedServer) Data(context.Context, *Client, *Data) error {
 	return fmt.Errorf("%s.data: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -905,7 +971,7 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		if err != nil {
 			return nil, c.c.Violation(err)
 		}
-		reply, err := Dispatch(ctx, srv, c.c, m)
+		reply, err := Dispatch(ctx, srv, c.Client, m)
 		if reply == nil {
 			return nil, err
 		}

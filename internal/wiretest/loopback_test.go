@@ -36,7 +36,7 @@ func (l *loopback) Send(ctx context.Context, m wire.Message) error {
 	l.mu.Lock()
 	l.sent = append(l.sent, got)
 	l.mu.Unlock()
-	_, err = pingpong.Dispatch(ctx, l.srv, l, got)
+	_, err = pingpong.Dispatch(ctx, l.srv, pingpong.NewClient(l), got)
 	return err
 }
 
@@ -68,7 +68,7 @@ func (l *loopback) Call(ctx context.Context, call, reply wire.Message) error {
 	if err != nil {
 		return fmt.Errorf("server side: %w", err)
 	}
-	out, herr := pingpong.Dispatch(ctx, l.srv, l, m)
+	out, herr := pingpong.Dispatch(ctx, l.srv, pingpong.NewClient(l), m)
 	var rbuf wire.Buffer
 	if herr != nil {
 		st := wire.Status{Code: 1, Detail: herr.Error()}
@@ -108,7 +108,7 @@ type server struct {
 	pings []pingpong.Ping
 }
 
-func (s *server) Ping(_ context.Context, _ chanos.Sender, m *pingpong.Ping) error {
+func (s *server) Ping(_ context.Context, _ *pingpong.Client, m *pingpong.Ping) error {
 	s.pings = append(s.pings, *m)
 	return nil
 }
@@ -169,10 +169,10 @@ func TestClientServer(t *testing.T) {
 		t.Errorf("Send(text) = %v, want ErrUnsupported", err)
 	}
 	// Replies and nil are not for a server.
-	if _, err := pingpong.Dispatch(ctx, srv, l, &pingpong.AddReply{}); !errors.Is(err, chanos.ErrProtocol) {
+	if _, err := pingpong.Dispatch(ctx, srv, c, &pingpong.AddReply{}); !errors.Is(err, chanos.ErrProtocol) {
 		t.Errorf("Dispatch(reply) = %v, want ErrProtocol", err)
 	}
-	if _, err := pingpong.Dispatch(ctx, srv, l, nil); !errors.Is(err, chanos.ErrProtocol) {
+	if _, err := pingpong.Dispatch(ctx, srv, c, nil); !errors.Is(err, chanos.ErrProtocol) {
 		t.Errorf("Dispatch(nil) = %v, want ErrProtocol", err)
 	}
 }

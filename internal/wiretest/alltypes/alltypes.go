@@ -2999,8 +2999,317 @@ func NewClient(t chanos.Transport) *Client {
 	return &Client{t: t, conn: conn}
 }
 
-// Send sends the message m.
-func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
+// Send sends the message m. It keeps neither m nor anything m refers to,
+// so m may be reused at once.
+func (c *Client) Send(ctx context.Context, m Msg) error {
+	switch m := m.(type) {
+	case *Empty:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 0]byte
+		wire.PutFixed(frame[:], MsgEmpty, wire.KindMessage)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Uints:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 31]byte
+		wire.PutFixed(frame[:], MsgUints, wire.KindMessage)
+		frame[wire.HeaderSize] = m.U8
+		wire.PutUint16(frame[wire.HeaderSize+1:], m.U16)
+		wire.PutUint32(frame[wire.HeaderSize+3:], m.U32)
+		wire.PutUint64(frame[wire.HeaderSize+7:], m.U64)
+		wire.PutUint64(frame[wire.HeaderSize+15:], m.Uptr)
+		wire.PutUint64(frame[wire.HeaderSize+23:], m.Sz)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Sints:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 27]byte
+		wire.PutFixed(frame[:], MsgSints, wire.KindMessage)
+		frame[wire.HeaderSize] = uint8(m.I8)
+		wire.PutUint16(frame[wire.HeaderSize+1:], uint16(m.I16))
+		wire.PutUint32(frame[wire.HeaderSize+3:], uint32(m.I32))
+		wire.PutUint32(frame[wire.HeaderSize+7:], uint32(m.I))
+		wire.PutUint64(frame[wire.HeaderSize+11:], uint64(m.I64))
+		wire.PutUint64(frame[wire.HeaderSize+19:], uint64(m.Iptr))
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Misc:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Irefs:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 65]byte
+		wire.PutFixed(frame[:], MsgIrefs, wire.KindMessage)
+		wire.PutIref(frame[wire.HeaderSize:], m.Primary)
+		frame[wire.HeaderSize+32] = m.Sep
+		wire.PutIref(frame[wire.HeaderSize+33:], m.Backup)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Strings:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Typedefs:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Enums:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *FixedArrays:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Structs:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Arrays:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *MoreArrays:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Caps:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *CapArrays:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Keywords:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Shadows:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *Goto:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 7]byte
+		wire.PutFixed(frame[:], MsgGoto, wire.KindMessage)
+		wire.PutUint32(frame[wire.HeaderSize:], m.Case)
+		frame[wire.HeaderSize+4] = m.Break
+		frame[wire.HeaderSize+5] = m.Continue
+		frame[wire.HeaderSize+6] = m.Return
+		return c.conn.SendFrame(ctx, frame[:])
+	case *PingCall:
+		return errors.New("alltypes: Send of the ping call: use Client.Ping")
+	case *PingReply:
+		return errors.New("alltypes: Send of the ping reply: use Client.Ping")
+	case *EchoCall:
+		return errors.New("alltypes: Send of the echo call: use Client.Echo")
+	case *EchoReply:
+		return errors.New("alltypes: Send of the echo reply: use Client.Echo")
+	case *MixedCall:
+		return errors.New("alltypes: Send of the mixed call: use Client.Mixed")
+	case *MixedReply:
+		return errors.New("alltypes: Send of the mixed reply: use Client.Mixed")
+	case *NotifyCall:
+		return errors.New("alltypes: Send of the notify call: use Client.Notify")
+	case *NotifyReply:
+		return errors.New("alltypes: Send of the notify reply: use Client.Notify")
+	case *QueryCall:
+		return errors.New("alltypes: Send of the query call: use Client.Query")
+	case *QueryReply:
+		return errors.New("alltypes: Send of the query reply: use Client.Query")
+	}
+	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
+}
 
 // callValues holds a call and a reply value per rpc for the Client's
 // stubs, which take it from callPool: values handed to a Transport
@@ -3095,35 +3404,35 @@ func (c *Client) Query(ctx context.Context) (counter uint64, statusText string, 
 // when the interface grows.
 type Server interface {
 	// Empty handles the message empty.
-	Empty(ctx context.Context, from chanos.Sender, m *Empty) error
+	Empty(ctx context.Context, from *Client, m *Empty) error
 	// Ping handles the rpc ping.
 	Ping(ctx context.Context) error
 	// Uints handles the message uints.
-	Uints(ctx context.Context, from chanos.Sender, m *Uints) error
+	Uints(ctx context.Context, from *Client, m *Uints) error
 	// Sints handles the message sints.
-	Sints(ctx context.Context, from chanos.Sender, m *Sints) error
+	Sints(ctx context.Context, from *Client, m *Sints) error
 	// Misc handles the message misc.
-	Misc(ctx context.Context, from chanos.Sender, m *Misc) error
+	Misc(ctx context.Context, from *Client, m *Misc) error
 	// Irefs handles the message irefs.
-	Irefs(ctx context.Context, from chanos.Sender, m *Irefs) error
+	Irefs(ctx context.Context, from *Client, m *Irefs) error
 	// Strings handles the message strings.
-	Strings(ctx context.Context, from chanos.Sender, m *Strings) error
+	Strings(ctx context.Context, from *Client, m *Strings) error
 	// Typedefs handles the message typedefs.
-	Typedefs(ctx context.Context, from chanos.Sender, m *Typedefs) error
+	Typedefs(ctx context.Context, from *Client, m *Typedefs) error
 	// Enums handles the message enums.
-	Enums(ctx context.Context, from chanos.Sender, m *Enums) error
+	Enums(ctx context.Context, from *Client, m *Enums) error
 	// FixedArrays handles the message fixed_arrays.
-	FixedArrays(ctx context.Context, from chanos.Sender, m *FixedArrays) error
+	FixedArrays(ctx context.Context, from *Client, m *FixedArrays) error
 	// Structs handles the message structs.
-	Structs(ctx context.Context, from chanos.Sender, m *Structs) error
+	Structs(ctx context.Context, from *Client, m *Structs) error
 	// Arrays handles the message arrays.
-	Arrays(ctx context.Context, from chanos.Sender, m *Arrays) error
+	Arrays(ctx context.Context, from *Client, m *Arrays) error
 	// MoreArrays handles the message more_arrays.
-	MoreArrays(ctx context.Context, from chanos.Sender, m *MoreArrays) error
+	MoreArrays(ctx context.Context, from *Client, m *MoreArrays) error
 	// Caps handles the message caps.
-	Caps(ctx context.Context, from chanos.Sender, m *Caps) error
+	Caps(ctx context.Context, from *Client, m *Caps) error
 	// CapArrays handles the message cap_arrays.
-	CapArrays(ctx context.Context, from chanos.Sender, m *CapArrays) error
+	CapArrays(ctx context.Context, from *Client, m *CapArrays) error
 	// Echo handles the rpc echo.
 	Echo(ctx context.Context, seq uint32, text string) (ack uint32, reply_ string, err error)
 	// Mixed handles the rpc mixed.
@@ -3133,11 +3442,11 @@ type Server interface {
 	// Query handles the rpc query.
 	Query(ctx context.Context) (counter uint64, statusText string, h wire.Cap, err_ wire.Errval, err error)
 	// Keywords handles the message keywords.
-	Keywords(ctx context.Context, from chanos.Sender, m *Keywords) error
+	Keywords(ctx context.Context, from *Client, m *Keywords) error
 	// Shadows handles the message shadows.
-	Shadows(ctx context.Context, from chanos.Sender, m *Shadows) error
+	Shadows(ctx context.Context, from *Client, m *Shadows) error
 	// Goto handles the message goto.
-	Goto(ctx context.Context, from chanos.Sender, m *Goto) error
+	Goto(ctx context.Context, from *Client, m *Goto) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -3145,7 +3454,7 @@ type Server interface {
 // rpc call, the reply built from the method's results, or its error. A
 // reply (or nil) is not for a server: Dispatch fails with an error
 // matching chanos.ErrProtocol.
-func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {
+func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Empty:
 		return nil, srv.Empty(ctx, from, m)
@@ -3221,7 +3530,7 @@ func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, 
 type UnimplementedServer struct{}
 
 // Empty fails with errors.ErrUnsupported.
-func (UnimplementedServer) Empty(context.Context, chanos.Sender, *Empty) error {
+func (UnimplementedServer) Empty(context.Context, *Client, *Empty) error {
 	return fmt.Errorf("%s.empty: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3231,67 +3540,67 @@ func (UnimplementedServer) Ping(context.Context) error {
 }
 
 // Uints fails with errors.ErrUnsupported.
-func (UnimplementedServer) Uints(context.Context, chanos.Sender, *Uints) error {
+func (UnimplementedServer) Uints(context.Context, *Client, *Uints) error {
 	return fmt.Errorf("%s.uints: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Sints fails with errors.ErrUnsupported.
-func (UnimplementedServer) Sints(context.Context, chanos.Sender, *Sints) error {
+func (UnimplementedServer) Sints(context.Context, *Client, *Sints) error {
 	return fmt.Errorf("%s.sints: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Misc fails with errors.ErrUnsupported.
-func (UnimplementedServer) Misc(context.Context, chanos.Sender, *Misc) error {
+func (UnimplementedServer) Misc(context.Context, *Client, *Misc) error {
 	return fmt.Errorf("%s.misc: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Irefs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Irefs(context.Context, chanos.Sender, *Irefs) error {
+func (UnimplementedServer) Irefs(context.Context, *Client, *Irefs) error {
 	return fmt.Errorf("%s.irefs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Strings fails with errors.ErrUnsupported.
-func (UnimplementedServer) Strings(context.Context, chanos.Sender, *Strings) error {
+func (UnimplementedServer) Strings(context.Context, *Client, *Strings) error {
 	return fmt.Errorf("%s.strings: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Typedefs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Typedefs(context.Context, chanos.Sender, *Typedefs) error {
+func (UnimplementedServer) Typedefs(context.Context, *Client, *Typedefs) error {
 	return fmt.Errorf("%s.typedefs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Enums fails with errors.ErrUnsupported.
-func (UnimplementedServer) Enums(context.Context, chanos.Sender, *Enums) error {
+func (UnimplementedServer) Enums(context.Context, *Client, *Enums) error {
 	return fmt.Errorf("%s.enums: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // FixedArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) FixedArrays(context.Context, chanos.Sender, *FixedArrays) error {
+func (UnimplementedServer) FixedArrays(context.Context, *Client, *FixedArrays) error {
 	return fmt.Errorf("%s.fixed_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Structs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Structs(context.Context, chanos.Sender, *Structs) error {
+func (UnimplementedServer) Structs(context.Context, *Client, *Structs) error {
 	return fmt.Errorf("%s.structs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Arrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) Arrays(context.Context, chanos.Sender, *Arrays) error {
+func (UnimplementedServer) Arrays(context.Context, *Client, *Arrays) error {
 	return fmt.Errorf("%s.arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // MoreArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) MoreArrays(context.Context, chanos.Sender, *MoreArrays) error {
+func (UnimplementedServer) MoreArrays(context.Context, *Client, *MoreArrays) error {
 	return fmt.Errorf("%s.more_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Caps fails with errors.ErrUnsupported.
-func (UnimplementedServer) Caps(context.Context, chanos.Sender, *Caps) error {
+func (UnimplementedServer) Caps(context.Context, *Client, *Caps) error {
 	return fmt.Errorf("%s.caps: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // CapArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) CapArrays(context.Context, chanos.Sender, *CapArrays) error {
+func (UnimplementedServer) CapArrays(context.Context, *Client, *CapArrays) error {
 	return fmt.Errorf("%s.cap_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3316,17 +3625,17 @@ func (UnimplementedServer) Query(context.Context) (uint64, string, wire.Cap, wir
 }
 
 // Keywords fails with errors.ErrUnsupported.
-func (UnimplementedServer) Keywords(context.Context, chanos.Sender, *Keywords) error {
+func (UnimplementedServer) Keywords(context.Context, *Client, *Keywords) error {
 	return fmt.Errorf("%s.keywords: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Shadows fails with errors.ErrUnsupported.
-func (UnimplementedServer) Shadows(context.Context, chanos.Sender, *Shadows) error {
+func (UnimplementedServer) Shadows(context.Context, *Client, *Shadows) error {
 	return fmt.Errorf("%s.shadows: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Goto fails with errors.ErrUnsupported.
-func (UnimplementedServer) Goto(context.Context, chanos.Sender, *Goto) error {
+func (UnimplementedServer) Goto(context.Context, *Client, *Goto) error {
 	return fmt.Errorf("%s.goto: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3480,7 +3789,7 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		if err != nil {
 			return nil, c.c.Violation(err)
 		}
-		reply, err := Dispatch(ctx, srv, c.c, m)
+		reply, err := Dispatch(ctx, srv, c.Client, m)
 		if reply == nil {
 			return nil, err
 		}

@@ -680,8 +680,59 @@ func NewClient(t chanos.Transport) *Client {
 	return &Client{t: t, conn: conn}
 }
 
-// Send sends the message m.
-func (c *Client) Send(ctx context.Context, m Msg) error { return c.t.Send(ctx, m) }
+// Send sends the message m. It keeps neither m nor anything m refers to,
+// so m may be reused at once.
+func (c *Client) Send(ctx context.Context, m Msg) error {
+	switch m := m.(type) {
+	case *Ping:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		var frame [wire.HeaderSize + 8]byte
+		wire.PutFixed(frame[:], MsgPing, wire.KindMessage)
+		wire.PutUint32(frame[wire.HeaderSize:], m.ClientID)
+		wire.PutUint32(frame[wire.HeaderSize+4:], m.MsgID)
+		return c.conn.SendFrame(ctx, frame[:])
+	case *Text:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
+	case *GetCall:
+		return errors.New("pingpong: Send of the get call: use Client.Get")
+	case *GetReply:
+		return errors.New("pingpong: Send of the get reply: use Client.Get")
+	case *AddCall:
+		return errors.New("pingpong: Send of the add call: use Client.Add")
+	case *AddReply:
+		return errors.New("pingpong: Send of the add reply: use Client.Add")
+	case *FailCall:
+		return errors.New("pingpong: Send of the fail call: use Client.Fail")
+	case *FailReply:
+		return errors.New("pingpong: Send of the fail reply: use Client.Fail")
+	}
+	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
+}
 
 // callValues holds a call and a reply value per rpc for the Client's
 // stubs, which take it from callPool: values handed to a Transport
@@ -763,9 +814,9 @@ func (c *Client) Fail(ctx context.Context, code uint64) error {
 // when the interface grows.
 type Server interface {
 	// Ping handles the message ping.
-	Ping(ctx context.Context, from chanos.Sender, m *Ping) error
+	Ping(ctx context.Context, from *Client, m *Ping) error
 	// Text handles the message text.
-	Text(ctx context.Context, from chanos.Sender, m *Text) error
+	Text(ctx context.Context, from *Client, m *Text) error
 	// Get handles the rpc get.
 	Get(ctx context.Context, key string) (value string, found bool, err error)
 	// Add handles the rpc add.
@@ -779,7 +830,7 @@ type Server interface {
 // rpc call, the reply built from the method's results, or its error. A
 // reply (or nil) is not for a server: Dispatch fails with an error
 // matching chanos.ErrProtocol.
-func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, error) {
+func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Ping:
 		return nil, srv.Ping(ctx, from, m)
@@ -814,12 +865,12 @@ func Dispatch(ctx context.Context, srv Server, from chanos.Sender, m Msg) (Msg, 
 type UnimplementedServer struct{}
 
 // Ping fails with errors.ErrUnsupported.
-func (UnimplementedServer) Ping(context.Context, chanos.Sender, *Ping) error {
+func (UnimplementedServer) Ping(context.Context, *Client, *Ping) error {
 	return fmt.Errorf("%s.ping: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Text fails with errors.ErrUnsupported.
-func (UnimplementedServer) Text(context.Context, chanos.Sender, *Text) error {
+func (UnimplementedServer) Text(context.Context, *Client, *Text) error {
 	return fmt.Errorf("%s.text: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -988,7 +1039,7 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 		if err != nil {
 			return nil, c.c.Violation(err)
 		}
-		reply, err := Dispatch(ctx, srv, c.c, m)
+		reply, err := Dispatch(ctx, srv, c.Client, m)
 		if reply == nil {
 			return nil, err
 		}
