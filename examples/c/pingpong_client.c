@@ -2,7 +2,8 @@
  * pingpong_client: a C domain that connects to a pingpong service by name
  * and exchanges messages and rpcs with it, as the Go
  * examples/pingpong/client does: n pings (each answered by a pong), n echo
- * calls, then a 64 KiB bounce.
+ * calls, then a 64 KiB bounce. Like the Go client, it times every round
+ * trip and prints the median and 99th percentile of each phase.
  *
  *   pingpong_client [-name NAME] [-n N] [-wait MS]
  *
@@ -22,12 +23,30 @@
 
 #define CALL_TIMEOUT_MS 10000
 
-static double now_s(void)
+static int64_t now_ns(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+/* report prints a phase's total time and the median and 99th percentile of
+ * its round trips (rtts, n of them, sorted here), as the Go client does. */
+static void report(const char *what, const char *unit, long n, int64_t total,
+                   int64_t *rtts)
+{
+    qsort(rtts, (size_t)n, sizeof *rtts, cmp_i64);
+    printf("%s: %ld %s in %.3f s; round trip p50 %.2f us, p99 %.2f us\n", what,
+           n, unit, (double)total / 1e9, (double)rtts[n / 2] / 1e3,
+           (double)rtts[n * 99 / 100] / 1e3);
 }
 
 static uint8_t buf[PINGPONG_BOUNCE_CALL_MAX_FRAME_SIZE];
@@ -39,15 +58,17 @@ static int fail(const char *what, int rc)
     return 1;
 }
 
-static int run(chanos_conn *c, uint32_t me, long n)
+static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
 {
     struct chanos_buf b;
     struct chanos_frame f;
-    double t0;
+    int64_t t0, prev;
     int rc;
 
-    /* messages: each ping is answered by a pong with the same numbers */
-    t0 = now_s();
+    /* messages: each ping is answered by a pong with the same numbers;
+     * each round trip is timed with one clock read, from the end of the
+     * one before */
+    t0 = prev = now_ns();
     for (long i = 0; i < n; i++) {
         struct pingpong_ping p = { me, (uint32_t)i };
         struct pingpong_pong q;
@@ -60,16 +81,19 @@ static int run(chanos_conn *c, uint32_t me, long n)
             return fail("receive pong", rc);
         if ((rc = pingpong_pong_decode(&q, f.data, f.len, NULL, 0)) != 0)
             return fail("decode pong", rc);
+        int64_t t = now_ns();
+        rtts[i] = t - prev;
+        prev = t;
         if (q.client_id != me || q.msg_id != (uint32_t)i) {
             fprintf(stderr, "pingpong_client: ping %ld answered by %u/%u\n",
                     i, q.client_id, q.msg_id);
             return 1;
         }
     }
-    printf("ping/pong messages: %ld round trips in %.3f s\n", n, now_s() - t0);
+    report("ping/pong messages", "round trips", n, prev - t0, rtts);
 
     /* rpcs: echo returns its argument */
-    t0 = now_s();
+    t0 = prev = now_ns();
     for (long i = 0; i < n; i++) {
         struct pingpong_echo_call call = { (uint64_t)i };
         struct pingpong_echo_reply r;
@@ -92,13 +116,16 @@ static int run(chanos_conn *c, uint32_t me, long n)
             return fail("echo", rc);
         if ((rc = pingpong_echo_reply_decode(&r, f.data, f.len, NULL, 0)) != 0)
             return fail("decode echo reply", rc);
+        int64_t t = now_ns();
+        rtts[i] = t - prev;
+        prev = t;
         if (r.result != (uint64_t)i) {
             fprintf(stderr, "pingpong_client: echo %ld returned %" PRIu64 "\n",
                     i, r.result);
             return 1;
         }
     }
-    printf("echo rpcs: %ld calls in %.3f s\n", n, now_s() - t0);
+    report("echo rpcs", "calls", n, prev - t0, rtts);
 
     /* bounce: a 64 KiB payload comes back intact */
     {
@@ -172,7 +199,15 @@ int main(int argc, char **argv)
     printf("connected to %s (domain %" PRIu64 ")\n", name,
            chanos_domain_id(d));
     fflush(stdout);
-    rc = run(c, (uint32_t)chanos_domain_id(d), n);
+    int64_t *rtts = malloc((size_t)n * sizeof *rtts);
+    if (!rtts) {
+        fprintf(stderr, "pingpong_client: out of memory for %ld round trips\n", n);
+        chanos_conn_close(c);
+        chanos_domain_close(d);
+        return 1;
+    }
+    rc = run(c, (uint32_t)chanos_domain_id(d), n, rtts);
+    free(rtts);
     chanos_conn_close(c);
     chanos_domain_close(d);
     return rc;
