@@ -778,17 +778,18 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 // which it hands to fn while still holding the reading turn.
 func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
-	defer func() { *in = Incoming{} }()
 	for {
-		var err error
-		if err = c.receive(ctx, in); err != nil {
+		if err := c.receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		switch in.Kind {
 		case wire.KindMessage, wire.KindCall:
-			return true, fn(in)
+			err := fn(in)
+			*in = Incoming{}
+			return true, err
 		}
 		if _, err := c.route(in, false, nil); err != nil {
+			*in = Incoming{}
 			return false, err
 		}
 	}

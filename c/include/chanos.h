@@ -779,7 +779,7 @@ struct chanos_ump_options {
     /* Creator: bytes of the bulk region per direction, a power of two in
      * [CHANOS_UMP_MIN_BULK, CHANOS_UMP_MAX_BULK] and at least max_msg,
      * through which messages longer than CHANOS_UMP_BULK_MIN travel. 0:
-     * room for two maximum messages and at least 1 MiB (none if max_msg <=
+     * room for two maximum messages and at least 4 MiB (none if max_msg <=
      * CHANOS_UMP_BULK_MIN);
      * negative: no bulk region. Attacher: ignored (the creator's). */
     int32_t bulk_size;

@@ -291,16 +291,19 @@ static uint32_t default_slots(uint32_t max_msg, int bulk)
     return n;
 }
 
-/* default_bulk: room for two maximum messages and at least 1 MiB, so that
- * the sender runs ahead while the receiver copies out; none if no message
- * is longer than BULK_MIN. */
+/* default_bulk: room for two maximum messages and at least 4 MiB, so that
+ * the sender runs well ahead while the receiver copies out, which then
+ * reads from the shared cache rather than from the sender's core (the
+ * measurements are in docs/ump.md, "Bulk region"); none if no message is
+ * longer than BULK_MIN. */
+#define DEFAULT_BULK_MIN (4u << 20)
 static uint32_t default_bulk(uint32_t max_msg)
 {
     if (max_msg <= BULK_MIN)
         return 0;
     uint64_t want = 2 * (uint64_t)max_msg;
-    if (want < (1u << 20))
-        want = 1u << 20;
+    if (want < DEFAULT_BULK_MIN)
+        want = DEFAULT_BULK_MIN;
     uint32_t n = CHANOS_UMP_MIN_BULK;
     while (n < want && n < CHANOS_UMP_MAX_BULK)
         n <<= 1;
@@ -804,8 +807,18 @@ static int tx_ended(chanos_ump *c)
     int e = atomic_load_explicit(&c->err, memory_order_relaxed);
     if (e)
         return e;
-    if (atomic_load_explicit(c->peer_closed, memory_order_acquire))
+    uint64_t w = atomic_load_explicit(c->peer_closed, memory_order_acquire);
+    if (w) {
+        /* The receiving side checks the word fully; this side checks what
+         * it can, so that garbage is not taken for an orderly close: the
+         * flag, and a position at or after ours as last published (which
+         * trails ours by less than a ring). */
+        uint64_t cp = w & ~CLOSED_BIT;
+        uint64_t h = atomic_load_explicit(c->rx_headp, memory_order_relaxed);
+        if (!(w & CLOSED_BIT) || cp < h || cp - h > 2 * c->n)
+            return fail(c, CHANOS_ERR_PROTOCOL);
         return CHANOS_ERR_CLOSED;
+    }
     return atomic_load_explicit(&c->peer_end, memory_order_relaxed);
 }
 

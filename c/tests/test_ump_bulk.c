@@ -112,7 +112,7 @@ static void header_of(int fd, uint32_t *slots, uint32_t *max, uint32_t *bulk, ui
 }
 
 /* test_defaults: the creator's defaults are Go's (defaultBulk,
- * defaultSlots): B = the power of two >= max(2*max, 1 MiB), none if
+ * defaultSlots): B = the power of two >= max(2*max, 4 MiB), none if
  * max <= 448, and 4096 slots with a bulk region. */
 static void test_defaults(void)
 {
@@ -120,16 +120,16 @@ static void test_defaults(void)
         struct chanos_ump_options o;
         uint32_t slots, bulk;
     } cases[] = {
-        {{.max_msg = 0}, 4096, 1048576},
+        {{.max_msg = 0}, 4096, 4194304},
         {{.max_msg = 448}, 1024, 0},
-        {{.max_msg = 449}, 4096, 1048576},
-        {{.max_msg = 2048}, 4096, 1048576},
-        {{.max_msg = 3000}, 4096, 1048576},
-        {{.max_msg = 4096}, 4096, 1048576},
-        {{.max_msg = 600000}, 4096, 2097152},
+        {{.max_msg = 449}, 4096, 4194304},
+        {{.max_msg = 2048}, 4096, 4194304},
+        {{.max_msg = 3000}, 4096, 4194304},
+        {{.max_msg = 4096}, 4096, 4194304},
+        {{.max_msg = 600000}, 4096, 4194304},
         {{.max_msg = 65536, .bulk_size = -1}, 4096, 0},
         {{.max_msg = 1000, .bulk_size = -1}, 1024, 0},
-        {{.max_msg = 1000, .ring_slots = 8}, 8, 1048576}, /* 448 bytes take 8 slots */
+        {{.max_msg = 1000, .ring_slots = 8}, 8, 4194304}, /* 448 bytes take 8 slots */
         {{.max_msg = 4096, .bulk_size = 4096}, 4096, 4096},
         {{.max_msg = 100, .bulk_size = 8192}, 4096, 8192}, /* allowed, unused */
     };

@@ -34,7 +34,8 @@ type Options struct {
 	// BulkSize is the size of the bulk region per direction, in bytes: a
 	// power of two at least MaxMessageSize, through which messages longer
 	// than BulkMin travel. Zero chooses room for two maximum-size messages
-	// (none if MaxMessageSize <= BulkMin); negative means no bulk region.
+	// and at least 4 MiB (none if MaxMessageSize <= BulkMin); negative
+	// means no bulk region.
 	BulkSize int
 	// SpinWindow is how long to spin before parking. Zero means
 	// DefaultSpinWindow; a negative value parks at once.
@@ -258,7 +259,15 @@ func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 // txPeerEnded reports whether the peer closed or went away, so that what
 // we send would never be read.
 func (c *Conn) txPeerEnded() error {
-	if atomic.LoadUint64(c.peerClosedp) != 0 {
+	if w := atomic.LoadUint64(c.peerClosedp); w != 0 {
+		// The receiving side checks the word fully; this side checks what
+		// it can, so that garbage is not taken for an orderly close: the
+		// flag, and a position at or after ours as last published (the
+		// published one trails ours by less than a ring).
+		cp, h := w&^closedBit, atomic.LoadUint64(c.rx.headp)
+		if w&closedBit == 0 || cp < h || cp-h > 2*c.rx.n {
+			return c.fail(protoErr(fmt.Sprintf("peer close word %#x, position published %d", w, h)))
+		}
 		return errClosedPeer
 	}
 	if e := c.peerEnd.Load(); e != nil {

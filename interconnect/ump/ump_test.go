@@ -387,14 +387,14 @@ func TestDefaults(t *testing.T) {
 		o           Options
 		slots, bulk uint32
 	}{
-		{Options{}, 4096, 1 << 20},
+		{Options{}, 4096, 4 << 20},
 		{Options{MaxMessageSize: 448}, 1024, 0},
-		{Options{MaxMessageSize: 449}, 4096, 1 << 20},
-		{Options{MaxMessageSize: 4096}, 4096, 1 << 20},
-		{Options{MaxMessageSize: 600000}, 4096, 2 << 20},
+		{Options{MaxMessageSize: 449}, 4096, 4 << 20},
+		{Options{MaxMessageSize: 4096}, 4096, 4 << 20},
+		{Options{MaxMessageSize: 600000}, 4096, 4 << 20},
 		{Options{MaxMessageSize: 65536, BulkSize: -1}, 4096, 0},
 		{Options{MaxMessageSize: 1000, BulkSize: -1}, 1024, 0},
-		{Options{MaxMessageSize: 1000, RingSlots: 8}, 8, 1 << 20},
+		{Options{MaxMessageSize: 1000, RingSlots: 8}, 8, 4 << 20},
 		{Options{MaxMessageSize: 4096, BulkSize: 4096}, 4096, 4096},
 	} {
 		cfg, err := newConfig(&c.o)
