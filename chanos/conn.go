@@ -915,17 +915,21 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			// Inline: no context of its own unless the caller has a
 			// deadline; the peer's cancel cannot be read meanwhile.
 			in.Inline = true
-			d, ok := wire.Timeout(in.Header.TimeoutUS)
-			if !ok {
-				if reply, err := handle(ctx, in); reply != Replied { // else sent
-					return c.answer(ctx, in, reply, err)
-				} else if isEnd(err) {
-					return err
-				}
-				return nil
+			hctx, cc := ctx, (*callContext)(nil)
+			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+				cc = newCallContext(ctx, d)
+				hctx = cc
 			}
-			hctx, cancel := context.WithTimeout(ctx, d)
-			return c.serveCall(ctx, hctx, cancel, in, handle)
+			reply, err := handle(hctx, in)
+			if cc != nil {
+				cc.end(context.Canceled)
+			}
+			if reply != Replied { // else the handler has sent it
+				return c.answer(ctx, in, reply, err)
+			} else if isEnd(err) {
+				return err
+			}
+			return nil
 		}
 		hctx, cancel := context.WithCancel(ctx)
 		if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
