@@ -221,6 +221,18 @@ func BenchmarkCallOverheadBounce(b *testing.B) {
 	})
 }
 
+// clientOverRing returns a pingpong client over a ring pair, and the
+// ring's other end, which the benchmark drives itself.
+func clientOverRing(b *testing.B) (*pingpong.Conn, *ump.Conn) {
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	b.Cleanup(func() { c.Close(); y.Close() })
+	return c, y
+}
+
 // BenchmarkEchoOverUMPOneGoroutine is the calling side of the echo rpc
 // over a real ring pair, in one goroutine and without a peer process: the
 // reply is in the ring before each call (call ids are issued from 1), and
@@ -228,13 +240,7 @@ func BenchmarkCallOverheadBounce(b *testing.B) {
 // traffic with bare ring messages: the difference is the connection
 // layer's work on the calling side, free of cross-CPU noise.
 func BenchmarkEchoOverUMPOneGoroutine(b *testing.B) {
-	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
-	defer c.Close()
-	defer y.Close()
+	c, y := clientOverRing(b)
 	var reply wire.Buffer
 	(&pingpong.EchoReply{Result: 7}).Encode(&reply)
 	ctx := context.Background()
@@ -301,17 +307,7 @@ func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
 		id++
 		wire.SetCallID(call.B, id)
 		return y.Send(context.Background(), call.B)
-	}, func(x *ump.Conn) func() error {
-		c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
-		return func() error {
-			ctx, cancel := context.WithCancel(context.Background())
-			srv.stop = cancel
-			if err := pingpong.ServeConn(ctx, c, srv); !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
-			}
-			return nil
-		}
-	})
+	}, srv.serving)
 }
 
 const stopVal = 1 << 62
@@ -320,6 +316,19 @@ const stopVal = 1 << 62
 type stoppingServer struct {
 	pingpong.UnimplementedServer
 	stop func()
+}
+
+// serving returns a function that serves x with ServeConn until stopVal.
+func (s *stoppingServer) serving(x *ump.Conn) func() error {
+	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	return func() error {
+		ctx, cancel := context.WithCancel(context.Background())
+		s.stop = cancel
+		if err := pingpong.ServeConn(ctx, c, s); !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
+		}
+		return nil
+	}
 }
 
 func (s *stoppingServer) Echo(ctx context.Context, v uint64) (uint64, error) {
@@ -396,13 +405,7 @@ func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve fu
 // BenchmarkServePingOverUMPOneGoroutine is its server (a pong for each
 // ping, as examples/pingpong/server), fed as BenchmarkServeEcho... is.
 func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
-	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
-	if err != nil {
-		b.Fatal(err)
-	}
-	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
-	defer c.Close()
-	defer y.Close()
+	c, y := clientOverRing(b)
 	var pong wire.Buffer
 	(&pingpong.Pong{ClientID: 1, MsgID: 7}).Encode(&pong)
 	ping := &pingpong.Ping{ClientID: 1}
@@ -440,17 +443,7 @@ func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
 		(&pingpong.EchoCall{Val: stopVal}).Encode(&call)
 		wire.SetCallID(call.B, 1)
 		return y.Send(context.Background(), call.B)
-	}, func(x *ump.Conn) func() error {
-		c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
-		return func() error {
-			ctx, cancel := context.WithCancel(context.Background())
-			srv.stop = cancel
-			if err := pingpong.ServeConn(ctx, c, srv); !errors.Is(err, context.Canceled) {
-				return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
-			}
-			return nil
-		}
-	})
+	}, srv.serving)
 }
 
 func (s *stoppingServer) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {

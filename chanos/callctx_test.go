@@ -74,22 +74,9 @@ func TestCallContext(t *testing.T) {
 // A call with a deadline costs the serving side one allocation, its
 // context, over ump (the calling side none).
 func TestDeadlineCallAllocations(t *testing.T) {
-	a, b, err := chanos.UMPPair(pingpong.Interface)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
-	defer c.Close()
-	defer s.Close()
-	go pingpong.ServeConn(context.Background(), s, &server{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	allocs := testing.AllocsPerRun(200, func() {
-		if v, err := c.Echo(ctx, 41); err != nil || v != 42 {
-			t.Fatal(v, err)
-		}
-	})
-	if allocs > 1 {
+	if allocs := echoAllocs(t, ctx); allocs > 1 {
 		t.Errorf("an echo rpc with a deadline allocates %v times, want at most 1", allocs)
 	}
 }

@@ -460,13 +460,22 @@ func (c *Conn) awaitInboxRoom(ctx context.Context) error {
 			return nil
 		}
 		c.waiting.Add(1)
-		wake := c.wake
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := c.sleepLocked(ctx); err != nil {
+			return err
 		}
+	}
+}
+
+// sleepLocked, called with mu held by a goroutine counted in waiting,
+// releases mu and waits for c.wake to close or ctx to end.
+func (c *Conn) sleepLocked(ctx context.Context) error {
+	wake := c.wake
+	c.mu.Unlock()
+	select {
+	case <-wake:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -764,12 +773,8 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 		if !c.waitLocked() {
 			continue
 		}
-		wake := c.wake
-		c.mu.Unlock()
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := c.sleepLocked(ctx); err != nil {
+			return err
 		}
 	}
 }
