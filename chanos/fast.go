@@ -95,8 +95,8 @@ func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (
 		c.release()
 		return err != nil, err
 	}
-	in, err := c.readReply(ctx, id, msg)
-	if err == nil {
+	in, err := c.readReply(ctx, id, msg, reply)
+	if err == nil && in != nil { // not the reply of the size expected
 		err = c.takeReplyFrame(in, id, name, msg, reply)
 	}
 	c.releaseCur()

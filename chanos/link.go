@@ -72,6 +72,11 @@ func (l *umpLink) receive(ctx context.Context, in *Incoming) error {
 		*in = Incoming{}
 		return umpErr(err)
 	}
+	return l.incoming(frame, in)
+}
+
+// incoming sets *in to frame, a frame the ring delivered.
+func (l *umpLink) incoming(frame []byte, in *Incoming) error {
 	k, err := wire.ParseFrameInto(&in.Header, frame)
 	if err == nil && in.Header.NCaps == 0 {
 		in.Kind, in.Frame, in.Caps, in.Msg, in.Inline = k, frame, nil, nil, false
