@@ -257,7 +257,7 @@ type localMessage interface {
 func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutUS uint32) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(m, callID, timeoutUS); err != nil {
+	if err := c.encodeLocked(m.Encode, callID, timeoutUS); err != nil {
 		return err
 	}
 	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
@@ -265,12 +265,13 @@ func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutU
 	return c.wrap(err)
 }
 
-// trySendEncoded is sendEncoded without the wait: it reports false, having
-// sent nothing, when the peer's buffer lacks room.
-func (c *Conn) trySendEncoded(m wire.Message, callID, timeoutUS uint32) (bool, error) {
+// trySendEncoded is sendEncoded without the wait, of the frame encode
+// appends: it reports false, having sent nothing, when the peer's buffer
+// lacks room.
+func (c *Conn) trySendEncoded(encode func(*wire.Buffer) error, callID, timeoutUS uint32) (bool, error) {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(m, callID, timeoutUS); err != nil {
+	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return false, err
 	}
 	sent, err := c.l.trySendFrame(c.sbuf.B, c.sbuf.Caps)
@@ -280,15 +281,16 @@ func (c *Conn) trySendEncoded(m wire.Message, callID, timeoutUS uint32) (bool, e
 	return sent, c.wrap(err)
 }
 
-// encodeLocked encodes m into sbuf with its call id and timeout.
-func (c *Conn) encodeLocked(m wire.Message, callID, timeoutUS uint32) error {
+// encodeLocked puts the frame encode appends into sbuf, with its call id
+// and, on a call, its timeout.
+func (c *Conn) encodeLocked(encode func(*wire.Buffer) error, callID, timeoutUS uint32) error {
 	c.sbuf.Reset()
-	if err := m.Encode(&c.sbuf); err != nil {
+	if err := encode(&c.sbuf); err != nil {
 		return err
 	}
 	if callID != 0 {
 		wire.SetCallID(c.sbuf.B, callID)
-		if m.MsgKind() == wire.KindCall {
+		if len(c.sbuf.B) > 6 && c.sbuf.B[6] == wire.FlagCall {
 			wire.SetTimeout(c.sbuf.B, timeoutUS)
 		}
 	}
@@ -403,7 +405,7 @@ func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint
 	}
 	// Sending without waiting: a goroutine that holds the turn while it
 	// waits for room could deadlock with a peer that waits for room too.
-	sent, err := c.trySendEncoded(call, id, timeoutOf(ctx))
+	sent, err := c.trySendEncoded(call.Encode, id, timeoutOf(ctx))
 	if !sent || err != nil {
 		c.release()
 		return err != nil, err

@@ -86,7 +86,12 @@ func (s *server) Echo(ctx context.Context, val uint64) (uint64, error) {
 	return val + 1, nil
 }
 
-func (s *server) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
+func (s *server) Bounce(ctx context.Context, p []byte) ([]byte, error) {
+	if string(p) == "fail" {
+		return nil, &chanos.RemoteError{Code: 0x21, Detail: "bounced"}
+	}
+	return p, nil
+}
 
 func serve(t *testing.T, s *pingpong.Conn, srv pingpong.Server) (wait func() error) {
 	errc := make(chan error, 1)
@@ -139,9 +144,17 @@ func TestRemoteErrors(t *testing.T) {
 		if !errors.As(err, &re) || re.Code != chanos.CodeUnknown || re.Detail != "plain failure" {
 			t.Fatalf("err = %#v", err)
 		}
+		// An rpc of no fixed size (another path in the stubs).
+		_, err = c.Bounce(ctx, []byte("fail"))
+		if !errors.As(err, &re) || re.Code != 0x21 || re.Detail != "bounced" || re.Msg != "pingpong.bounce" {
+			t.Fatalf("err = %#v", err)
+		}
 		// The connection is still fine.
 		if v, err := c.Echo(ctx, 1); err != nil || v != 2 {
 			t.Fatalf("echo after errors = %d, %v", v, err)
+		}
+		if p, err := c.Bounce(ctx, []byte("ok")); err != nil || string(p) != "ok" {
+			t.Fatalf("bounce after errors = %q, %v", p, err)
 		}
 	})
 }

@@ -103,6 +103,42 @@ func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (
 	return true, err
 }
 
+// CallEncoded is Call for an rpc whose call or reply has no fixed size,
+// used by generated stubs that keep both values on their stack: encode
+// appends the call's frame (the call value's Encode method) and decode
+// decodes the reply frame into the reply value (its Decode). name is the
+// rpc's name, for errors. Like CallFrame, it reports handled false, having
+// sent nothing, when another goroutine reads the connection or the peer
+// has no room for the call.
+func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
+		return false, nil
+	}
+	if c.ended.Load() {
+		c.release()
+		return true, c.Err()
+	}
+	id := c.newCallID()
+	sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
+	if !sent || err != nil {
+		c.release()
+		return err != nil, err
+	}
+	in, err := c.readReply(ctx, id, msg, nil)
+	if err == nil {
+		switch {
+		case in.Header.Msg != msg:
+			err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
+		case in.Kind == wire.KindErrorReply:
+			err = replyResult(in, nil, name)
+		default:
+			err = decode(in.Frame, in.Caps)
+		}
+	}
+	c.releaseCur()
+	return true, err
+}
+
 // takeReplyFrame copies the reply in to call id of rpc msg into reply,
 // checking it as the reply type's Decode would, or returns the error an
 // error reply carries.

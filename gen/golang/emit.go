@@ -877,6 +877,7 @@ func (g *generator) fastCall(m *msgInfo) {
 	csize, cfast := fastFrame(call.args)
 	rsize, rfast := fastFrame(reply.args)
 	if !cfast || !rfast {
+		g.encodedCall(m)
 		return
 	}
 	g.p("if c.conn != nil {")
@@ -900,6 +901,41 @@ func (g *generator) fastCall(m *msgInfo) {
 	g.p("if handled, err = c.conn.CallFrame(ctx, %s, call[:], reply[:]); handled {", name)
 	g.p("if err == nil {")
 	g.fastGets(reply.args, "reply", "wire.HeaderSize", func(a *argInfo) string { return a.param })
+	g.p("}")
+	g.p("return %s", strings.Join(append(outs, "err"), ", "))
+	g.p("}")
+	g.p("}")
+}
+
+// encodedCall emits a stub's fast path for an rpc whose call or reply has
+// no fixed size: the values stay on the stack, and Conn.CallEncoded calls
+// their Encode and Decode methods.
+func (g *generator) encodedCall(m *msgInfo) {
+	call, reply := m.frames[0], m.frames[1]
+	var inits []string
+	for _, a := range call.args {
+		inits = append(inits, a.field+": "+a.param)
+	}
+	name := strconv.Quote(g.iface.Name + "." + m.msg.Name)
+	g.p("if c.conn != nil {")
+	g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
+	g.p("var reply %s", reply.typ)
+	if len(reply.args) == 0 {
+		g.p("if handled, err := c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode); handled {", name, m.number)
+		g.p("return err")
+		g.p("}")
+		g.p("}")
+		return
+	}
+	var outs, vals []string
+	for _, a := range reply.args {
+		outs = append(outs, a.param)
+		vals = append(vals, "reply."+a.field)
+	}
+	g.p("var handled bool")
+	g.p("if handled, err = c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode); handled {", name, m.number)
+	g.p("if err == nil {")
+	g.p("%s = %s", strings.Join(outs, ", "), strings.Join(vals, ", "))
 	g.p("}")
 	g.p("return %s", strings.Join(append(outs, "err"), ", "))
 	g.p("}")

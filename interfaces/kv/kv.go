@@ -800,6 +800,17 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // Put calls the rpc put and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Put(ctx context.Context, key string, value []byte) (version uint64, err error) {
+	if c.conn != nil {
+		call := PutCall{Key: key, Value: value}
+		var reply PutReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "kv.put", MsgPut, call.Encode, reply.Decode); handled {
+			if err == nil {
+				version = reply.Version
+			}
+			return version, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.PutCall = PutCall{Key: key, Value: value}
 	if err = c.t.Call(ctx, &pooled.PutCall, &pooled.PutReply); err == nil {
@@ -813,6 +824,17 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) (version uin
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (st Status, value []byte, err error) {
+	if c.conn != nil {
+		call := GetCall{Key: key}
+		var reply GetReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "kv.get", MsgGet, call.Encode, reply.Decode); handled {
+			if err == nil {
+				st, value = reply.St, reply.Value
+			}
+			return st, value, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.GetCall = GetCall{Key: key}
 	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
@@ -826,6 +848,17 @@ func (c *Client) Get(ctx context.Context, key string) (st Status, value []byte, 
 // Delete calls the rpc delete and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Delete(ctx context.Context, key string) (existed bool, err error) {
+	if c.conn != nil {
+		call := DeleteCall{Key: key}
+		var reply DeleteReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "kv.delete", MsgDelete, call.Encode, reply.Decode); handled {
+			if err == nil {
+				existed = reply.Existed
+			}
+			return existed, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.DeleteCall = DeleteCall{Key: key}
 	if err = c.t.Call(ctx, &pooled.DeleteCall, &pooled.DeleteReply); err == nil {

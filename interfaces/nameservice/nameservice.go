@@ -1243,6 +1243,17 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // Set calls the rpc set and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Set(ctx context.Context, name string, ref wire.Iref) (err_ wire.Errval, err error) {
+	if c.conn != nil {
+		call := SetCall{Name: name, Ref: ref}
+		var reply SetReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.set", MsgSet, call.Encode, reply.Decode); handled {
+			if err == nil {
+				err_ = reply.Err
+			}
+			return err_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.SetCall = SetCall{Name: name, Ref: ref}
 	if err = c.t.Call(ctx, &pooled.SetCall, &pooled.SetReply); err == nil {
@@ -1256,6 +1267,17 @@ func (c *Client) Set(ctx context.Context, name string, ref wire.Iref) (err_ wire
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
+	if c.conn != nil {
+		call := GetCall{Name: name}
+		var reply GetReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.get", MsgGet, call.Encode, reply.Decode); handled {
+			if err == nil {
+				ref, err_ = reply.Ref, reply.Err
+			}
+			return ref, err_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.GetCall = GetCall{Name: name}
 	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
@@ -1269,6 +1291,17 @@ func (c *Client) Get(ctx context.Context, name string) (ref wire.Iref, err_ wire
 // WaitFor calls the rpc wait_for and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) WaitFor(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
+	if c.conn != nil {
+		call := WaitForCall{Name: name}
+		var reply WaitForReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.wait_for", MsgWaitFor, call.Encode, reply.Decode); handled {
+			if err == nil {
+				ref, err_ = reply.Ref, reply.Err
+			}
+			return ref, err_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.WaitForCall = WaitForCall{Name: name}
 	if err = c.t.Call(ctx, &pooled.WaitForCall, &pooled.WaitForReply); err == nil {
@@ -1282,6 +1315,17 @@ func (c *Client) WaitFor(ctx context.Context, name string) (ref wire.Iref, err_ 
 // GetCount calls the rpc get_count and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) GetCount(ctx context.Context, class string) (count uint64, err error) {
+	if c.conn != nil {
+		call := GetCountCall{Class: class}
+		var reply GetCountReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.get_count", MsgGetCount, call.Encode, reply.Decode); handled {
+			if err == nil {
+				count = reply.Count
+			}
+			return count, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.GetCountCall = GetCountCall{Class: class}
 	if err = c.t.Call(ctx, &pooled.GetCountCall, &pooled.GetCountReply); err == nil {
@@ -1295,6 +1339,17 @@ func (c *Client) GetCount(ctx context.Context, class string) (count uint64, err 
 // Remove calls the rpc remove and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Remove(ctx context.Context, name string) (err_ wire.Errval, err error) {
+	if c.conn != nil {
+		call := RemoveCall{Name: name}
+		var reply RemoveReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.remove", MsgRemove, call.Encode, reply.Decode); handled {
+			if err == nil {
+				err_ = reply.Err
+			}
+			return err_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.RemoveCall = RemoveCall{Name: name}
 	if err = c.t.Call(ctx, &pooled.RemoveCall, &pooled.RemoveReply); err == nil {
@@ -1308,6 +1363,17 @@ func (c *Client) Remove(ctx context.Context, name string) (err_ wire.Errval, err
 // List calls the rpc list and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) List(ctx context.Context, prefix string, after string) (names []byte, more bool, err error) {
+	if c.conn != nil {
+		call := ListCall{Prefix: prefix, After: after}
+		var reply ListReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "nameservice.list", MsgList, call.Encode, reply.Decode); handled {
+			if err == nil {
+				names, more = reply.Names, reply.More
+			}
+			return names, more, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.ListCall = ListCall{Prefix: prefix, After: after}
 	if err = c.t.Call(ctx, &pooled.ListCall, &pooled.ListReply); err == nil {

@@ -733,6 +733,17 @@ func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error
 // Bounce calls the rpc bounce and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error) {
+	if c.conn != nil {
+		call := BounceCall{Payload: payload}
+		var reply BounceReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "pingpong.bounce", MsgBounce, call.Encode, reply.Decode); handled {
+			if err == nil {
+				reply_ = reply.Reply
+			}
+			return reply_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.BounceCall = BounceCall{Payload: payload}
 	if err = c.t.Call(ctx, &pooled.BounceCall, &pooled.BounceReply); err == nil {

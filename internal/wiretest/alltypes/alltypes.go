@@ -3351,6 +3351,17 @@ func (c *Client) Ping(ctx context.Context) error {
 // Echo calls the rpc echo and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Echo(ctx context.Context, seq uint32, text string) (ack uint32, reply_ string, err error) {
+	if c.conn != nil {
+		call := EchoCall{Seq: seq, Text: text}
+		var reply EchoReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "alltypes.echo", MsgEcho, call.Encode, reply.Decode); handled {
+			if err == nil {
+				ack, reply_ = reply.Ack, reply.Reply
+			}
+			return ack, reply_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.EchoCall = EchoCall{Seq: seq, Text: text}
 	if err = c.t.Call(ctx, &pooled.EchoCall, &pooled.EchoReply); err == nil {
@@ -3364,6 +3375,17 @@ func (c *Client) Echo(ctx context.Context, seq uint32, text string) (ack uint32,
 // Mixed calls the rpc mixed and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Mixed(ctx context.Context, a uint8, c_ bool, pts []Point) (b int64, d Color, data []byte, err error) {
+	if c.conn != nil {
+		call := MixedCall{A: a, C: c_, Pts: pts}
+		var reply MixedReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "alltypes.mixed", MsgMixed, call.Encode, reply.Decode); handled {
+			if err == nil {
+				b, d, data = reply.B, reply.D, reply.Data
+			}
+			return b, d, data, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.MixedCall = MixedCall{A: a, C: c_, Pts: pts}
 	if err = c.t.Call(ctx, &pooled.MixedCall, &pooled.MixedReply); err == nil {
@@ -3377,6 +3399,13 @@ func (c *Client) Mixed(ctx context.Context, a uint8, c_ bool, pts []Point) (b in
 // Notify calls the rpc notify and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Notify(ctx context.Context, event uint32, fd wire.Cap, watch wire.Cap) error {
+	if c.conn != nil {
+		call := NotifyCall{Event: event, FD: fd, Watch: watch}
+		var reply NotifyReply
+		if handled, err := c.conn.CallEncoded(ctx, "alltypes.notify", MsgNotify, call.Encode, reply.Decode); handled {
+			return err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.NotifyCall = NotifyCall{Event: event, FD: fd, Watch: watch}
 	err := c.t.Call(ctx, &pooled.NotifyCall, &pooled.NotifyReply)
@@ -3388,6 +3417,17 @@ func (c *Client) Notify(ctx context.Context, event uint32, fd wire.Cap, watch wi
 // Query calls the rpc query and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Query(ctx context.Context) (counter uint64, statusText string, h wire.Cap, err_ wire.Errval, err error) {
+	if c.conn != nil {
+		call := QueryCall{}
+		var reply QueryReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "alltypes.query", MsgQuery, call.Encode, reply.Decode); handled {
+			if err == nil {
+				counter, statusText, h, err_ = reply.Counter, reply.StatusText, reply.H, reply.Err
+			}
+			return counter, statusText, h, err_, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.QueryCall = QueryCall{}
 	if err = c.t.Call(ctx, &pooled.QueryCall, &pooled.QueryReply); err == nil {

@@ -751,6 +751,17 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (value string, found bool, err error) {
+	if c.conn != nil {
+		call := GetCall{Key: key}
+		var reply GetReply
+		var handled bool
+		if handled, err = c.conn.CallEncoded(ctx, "pingpong.get", MsgGet, call.Encode, reply.Decode); handled {
+			if err == nil {
+				value, found = reply.Value, reply.Found
+			}
+			return value, found, err
+		}
+	}
 	pooled := callPool.Get().(*callValues)
 	pooled.GetCall = GetCall{Key: key}
 	if err = c.t.Call(ctx, &pooled.GetCall, &pooled.GetReply); err == nil {
