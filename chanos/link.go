@@ -112,10 +112,14 @@ func umpErr(err error) error {
 // before Send blocks.
 const localBuffer = 64
 
-// A localItem is what travels on a local connection: a message value, or a
-// *localFrame. An interface keeps the channel's element as small as the
-// pointer a plain Go channel would carry.
-type localItem = any
+// A localItem is what travels on a local connection: a message value
+// (m), or an encoded frame (f). A struct rather than an interface holding
+// either: taking the message out of an interface cost a type assertion,
+// an itab lookup, per message.
+type localItem struct {
+	m wire.Message
+	f *localFrame
+}
 
 // localFrame is an encoded frame (an rpc call or reply, an error reply, a
 // cancel) on a local connection.
@@ -197,7 +201,7 @@ func (l *localLink) tryPut(it localItem) (bool, error) {
 }
 
 func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
-	return l.put(ctx, m)
+	return l.put(ctx, localItem{m: m})
 }
 
 // copyFrame parses frame and copies it, with caps: the caller reuses its
@@ -216,7 +220,7 @@ func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap
 	if err != nil {
 		return err
 	}
-	return l.put(ctx, f)
+	return l.put(ctx, localItem{f: f})
 }
 
 func (l *localLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
@@ -224,7 +228,7 @@ func (l *localLink) trySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.tryPut(f)
+	return l.tryPut(localItem{f: f})
 }
 
 func (l *localLink) receive(ctx context.Context, in *Incoming) error {
@@ -237,12 +241,11 @@ func (l *localLink) receive(ctx context.Context, in *Incoming) error {
 	// built in pieces on the stack and copied whole, which stalls on every
 	// message (see wire.ParseFrameInto).
 	in.Inline = false
-	if f, ok := it.(*localFrame); ok {
+	if f := it.f; f != nil {
 		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = f.k, f.h, f.frame, f.caps, nil
 	} else {
-		m := it.(wire.Message)
-		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = wire.KindMessage, wire.Header{}, nil, nil, m
-		in.Header.Msg = m.MsgNumber()
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = wire.KindMessage, wire.Header{}, nil, nil, it.m
+		in.Header.Msg = it.m.MsgNumber()
 	}
 	return nil
 }
@@ -269,7 +272,7 @@ func (l *localLink) next(ctx context.Context) (localItem, error) {
 	case it := <-l.in.ch:
 		return it, nil
 	case <-done:
-		return nil, ctx.Err()
+		return localItem{}, ctx.Err()
 	case <-l.in.closed:
 		return l.drain()
 	}
@@ -282,7 +285,7 @@ func (l *localLink) drain() (localItem, error) {
 	case it := <-l.in.ch:
 		return it, nil
 	default:
-		return nil, &endError{kind: ErrClosed}
+		return localItem{}, &endError{kind: ErrClosed}
 	}
 }
 

@@ -107,9 +107,23 @@ func (g *generator) connection() {
 	g.p("// decodeIncoming turns what a connection received into a Msg.")
 	g.p("func decodeIncoming(in *chanos.Incoming) (Msg, error) {")
 	g.p("if in.Msg != nil {")
-	g.p("if m, ok := in.Msg.(Msg); ok {")
-	g.p("return m, nil")
-	g.p("}")
+	// A message value of the local interconnect (calls and replies travel
+	// as frames), by concrete type: a conversion to Msg would look its
+	// itab up.
+	var types []string
+	for _, mi := range g.msgs {
+		if !mi.msg.RPC {
+			types = append(types, "*"+mi.frames[0].typ)
+		}
+	}
+	if len(types) > 0 {
+		g.p("switch m := in.Msg.(type) {")
+		for _, t := range types {
+			g.p("case %s:", t)
+			g.p("return m, nil")
+		}
+		g.p("}")
+	}
 	g.p(`return nil, fmt.Errorf("%%s: received a %%s: %%w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)`)
 	g.p("}")
 	g.p("// The connection parsed the header already: no need for Decode's.")

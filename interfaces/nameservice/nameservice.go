@@ -1533,7 +1533,10 @@ func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) 
 // decodeIncoming turns what a connection received into a Msg.
 func decodeIncoming(in *chanos.Incoming) (Msg, error) {
 	if in.Msg != nil {
-		if m, ok := in.Msg.(Msg); ok {
+		switch m := in.Msg.(type) {
+		case *Watch:
+			return m, nil
+		case *Changed:
 			return m, nil
 		}
 		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)

@@ -860,7 +860,12 @@ func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) 
 // decodeIncoming turns what a connection received into a Msg.
 func decodeIncoming(in *chanos.Incoming) (Msg, error) {
 	if in.Msg != nil {
-		if m, ok := in.Msg.(Msg); ok {
+		switch m := in.Msg.(type) {
+		case *Ping:
+			return m, nil
+		case *Pong:
+			return m, nil
+		case *Data:
 			return m, nil
 		}
 		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)

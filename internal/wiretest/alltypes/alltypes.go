@@ -3707,7 +3707,40 @@ func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) 
 // decodeIncoming turns what a connection received into a Msg.
 func decodeIncoming(in *chanos.Incoming) (Msg, error) {
 	if in.Msg != nil {
-		if m, ok := in.Msg.(Msg); ok {
+		switch m := in.Msg.(type) {
+		case *Empty:
+			return m, nil
+		case *Uints:
+			return m, nil
+		case *Sints:
+			return m, nil
+		case *Misc:
+			return m, nil
+		case *Irefs:
+			return m, nil
+		case *Strings:
+			return m, nil
+		case *Typedefs:
+			return m, nil
+		case *Enums:
+			return m, nil
+		case *FixedArrays:
+			return m, nil
+		case *Structs:
+			return m, nil
+		case *Arrays:
+			return m, nil
+		case *MoreArrays:
+			return m, nil
+		case *Caps:
+			return m, nil
+		case *CapArrays:
+			return m, nil
+		case *Keywords:
+			return m, nil
+		case *Shadows:
+			return m, nil
+		case *Goto:
 			return m, nil
 		}
 		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
