@@ -275,7 +275,7 @@ func (*compareServer) Echo(ctx context.Context, v uint64) (uint64, error) { retu
 
 func (*compareServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
 
-func (s *compareServer) Data(ctx context.Context, from *pingpong.Client, m *pingpong.Data) error {
+func (s *compareServer) Data(ctx context.Context, from *pingpong.Client, m pingpong.Data) error {
 	s.mu.Lock()
 	if s.counts == nil {
 		s.counts = make(map[*pingpong.Client]*[2]uint64)

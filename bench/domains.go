@@ -139,7 +139,7 @@ type echoServer struct{ pingpong.UnimplementedServer }
 
 func (echoServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v, nil }
 
-func (echoServer) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+func (echoServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return nil
 }
 

@@ -446,6 +446,6 @@ func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
 	}, srv.serving)
 }
 
-func (s *stoppingServer) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+func (s *stoppingServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }

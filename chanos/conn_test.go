@@ -61,7 +61,7 @@ type server struct {
 	deadline chan time.Duration
 }
 
-func (s *server) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+func (s *server) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }
 

@@ -8,13 +8,15 @@ import (
 	"github.com/chanos/chanos/wire"
 )
 
-// The fast paths of this file serve the code chanosc generates for
-// messages and rpcs whose frames have one fixed size (docs/codegen-go.md,
-// "Fast paths"). The stubs encode such frames into arrays on their own
-// stack and hand the bytes over; nothing here keeps them, so they never
-// escape to the heap, and no wire.Message, interface call or encoding
-// buffer is involved. Each method does what its general counterpart does
-// (Call, Reply, Send), with the same errors.
+// The fast paths of this file serve the code chanosc generates, which
+// knows the types of its messages (docs/codegen-go.md, "Fast paths"). A
+// frame of a fixed size is encoded into an array on the generated code's
+// stack and handed over as bytes (CallFrame, ReplyFrame, SendFrame);
+// other values stay on that stack and their own Encode and Decode methods
+// are handed over (CallEncoded, SendEncoded). Nothing here keeps what it
+// is given, so none of it escapes to the heap, and no wire.Message
+// interface is involved. Each method does what its general counterpart
+// does (Call, Reply, Send), with the same errors.
 
 // receive is l.receive, called directly when l is the ump interconnect.
 func (c *Conn) receive(ctx context.Context, in *Incoming) error {

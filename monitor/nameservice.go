@@ -249,7 +249,7 @@ func (c *nsConn) List(ctx context.Context, prefix, after string) ([]byte, bool, 
 // and forwards its events to from as changed messages until the
 // connection ends. Messages are handled in order, before the frames after
 // them are read, so the watch is in place for every later call.
-func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m *nameservice.Watch) error {
+func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m nameservice.Watch) error {
 	c.mu.Lock()
 	if c.watches >= nsMaxWatches {
 		c.mu.Unlock()
@@ -286,6 +286,6 @@ func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m *nameser
 
 // Changed implements nameservice.Server: the nameservice sends changed,
 // it does not receive it.
-func (c *nsConn) Changed(ctx context.Context, from *nameservice.Client, m *nameservice.Changed) error {
+func (c *nsConn) Changed(ctx context.Context, from *nameservice.Client, m nameservice.Changed) error {
 	return c.conn.Violation(errors.New("changed is sent by the nameservice, not to it"))
 }

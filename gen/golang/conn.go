@@ -243,6 +243,13 @@ func (g *generator) connection() {
 		g.p("}")
 		g.p("}")
 	}
+	if g.hasMessages() {
+		g.p("if in.Kind == wire.KindMessage {")
+		g.p("if ok, err := serveMessage(ctx, srv, c, in); ok {")
+		g.p("return nil, err")
+		g.p("}")
+		g.p("}")
+	}
 	g.p("m, err := decodeIncoming(in)")
 	g.p("if err != nil {")
 	g.p("return nil, c.c.Violation(err)")
@@ -258,6 +265,58 @@ func (g *generator) connection() {
 	if g.hasRPC() {
 		g.serveCall()
 	}
+	if g.hasMessages() {
+		g.serveMessage()
+	}
+}
+
+// hasMessages reports whether the interface declares a message.
+func (g *generator) hasMessages() bool {
+	for _, mi := range g.msgs {
+		if !mi.msg.RPC {
+			return true
+		}
+	}
+	return false
+}
+
+// serveMessage emits ServeConn's path for messages: Dispatch without its
+// allocation. The message is decoded into a local value, which the
+// handler gets a copy of; on the local interconnect the value that came
+// is copied.
+func (g *generator) serveMessage() {
+	g.p("// serveMessage calls srv's method for a message, as Dispatch does, and")
+	g.p("// reports whether the message is one of this interface's. If it does")
+	g.p("// not decode, it ends the connection and returns an error matching")
+	g.p("// chanos.ErrProtocol.")
+	g.p("func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {")
+	g.p("switch in.Header.Msg {")
+	for _, mi := range g.msgs {
+		if mi.msg.RPC {
+			continue
+		}
+		f := mi.frames[0]
+		g.p("case %s:", mi.number)
+		g.p("var m %s", f.typ)
+		g.p("if in.Msg != nil { // a value, on the local interconnect")
+		g.p("v, ok := in.Msg.(*%s)", f.typ)
+		g.p("if !ok || v == nil {")
+		g.p(`return true, c.c.Violation(fmt.Errorf("%%s: message %%d came as a %%T", InterfaceName, in.Header.Msg, in.Msg))`)
+		g.p("}")
+		g.p("m = *v")
+		if size, fast := fastFrame(f.args); fast && len(f.args) > 0 {
+			g.p("} else if b, ok := wire.FixedBody(in.Frame, in.Caps, %s, wire.KindMessage, %d); ok {", mi.number, size)
+			g.fastGets(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
+		}
+		g.p("} else if err := m.Decode(in.Frame, in.Caps); err != nil {")
+		g.p("return true, c.c.Violation(err)")
+		g.p("}")
+		g.p("return true, srv.%s(ctx, c.Client, m)", mi.name)
+	}
+	g.p("}")
+	g.p("return false, nil")
+	g.p("}")
+	g.p("")
 }
 
 // hasRPC reports whether the interface declares an rpc.

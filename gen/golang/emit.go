@@ -954,7 +954,7 @@ func (g *generator) server() {
 			g.p("%s(%s) %s", m.name, g.params(m, idl.DirIn, true), results(g.params(m, idl.DirOut, true)))
 		} else {
 			g.p("// %s handles the message %s.", m.name, m.msg.Name)
-			g.p("%s(ctx context.Context, from *Client, m *%s) error", m.name, m.frames[0].typ)
+			g.p("%s(ctx context.Context, from *Client, m %s) error", m.name, m.frames[0].typ)
 		}
 	}
 	g.p("}")
@@ -981,7 +981,10 @@ func (g *generator) dispatch() {
 	for _, mi := range g.msgs {
 		if !mi.msg.RPC {
 			g.p("case *%s:", mi.frames[0].typ)
-			g.p("return nil, srv.%s(ctx, from, m)", mi.name)
+			g.p("if m == nil {")
+			g.p(`return nil, fmt.Errorf("%%s: Dispatch of a nil message: %%w", InterfaceName, chanos.ErrProtocol)`)
+			g.p("}")
+			g.p("return nil, srv.%s(ctx, from, *m)", mi.name)
 			continue
 		}
 		g.p("case *%s:", mi.frames[0].typ)
@@ -1032,7 +1035,7 @@ func (g *generator) unimplemented() {
 		err := fmt.Sprintf(`fmt.Errorf("%%s.%s: %%w", InterfaceName, errors.ErrUnsupported)`, m.msg.Name)
 		g.p("// %s fails with errors.ErrUnsupported.", m.name)
 		if !m.msg.RPC {
-			g.p("func (UnimplementedServer) %s(context.Context, *Client, *%s) error {", m.name, m.frames[0].typ)
+			g.p("func (UnimplementedServer) %s(context.Context, *Client, %s) error {", m.name, m.frames[0].typ)
 			g.p("return %s", err)
 			g.p("}")
 			g.p("")

@@ -881,9 +881,9 @@ type Server interface {
 	// Delete handles the rpc delete.
 	Delete(ctx context.Context, key string) (existed bool, err error)
 	// Watch handles the message watch.
-	Watch(ctx context.Context, from *Client, m *Watch) error
+	Watch(ctx context.Context, from *Client, m Watch) error
 	// Changed handles the message changed.
-	Changed(ctx context.Context, from *Client, m *Changed) error
+	Changed(ctx context.Context, from *Client, m Changed) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -912,9 +912,15 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 		}
 		return &DeleteReply{Existed: existed}, nil
 	case *Watch:
-		return nil, srv.Watch(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Watch(ctx, from, *m)
 	case *Changed:
-		return nil, srv.Changed(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Changed(ctx, from, *m)
 	case nil:
 		return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
 	}
@@ -942,12 +948,12 @@ func (UnimplementedServer) Delete(context.Context, string) (bool, error) {
 }
 
 // Watch fails with errors.ErrUnsupported.
-func (UnimplementedServer) Watch(context.Context, *Client, *Watch) error {
+func (UnimplementedServer) Watch(context.Context, *Client, Watch) error {
 	return fmt.Errorf("%s.watch: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Changed fails with errors.ErrUnsupported.
-func (UnimplementedServer) Changed(context.Context, *Client, *Changed) error {
+func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 	return fmt.Errorf("%s.changed: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -1100,6 +1106,11 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 				return reply, err
 			}
 		}
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return nil, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -1174,4 +1185,38 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &DeleteReply{Existed: existed}, true, nil
 	}
 	return nil, false, nil
+}
+
+// serveMessage calls srv's method for a message, as Dispatch does, and
+// reports whether the message is one of this interface's. If it does
+// not decode, it ends the connection and returns an error matching
+// chanos.ErrProtocol.
+func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {
+	switch in.Header.Msg {
+	case MsgWatch:
+		var m Watch
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Watch)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Watch(ctx, c.Client, m)
+	case MsgChanged:
+		var m Changed
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Changed)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Changed(ctx, c.Client, m)
+	}
+	return false, nil
 }

@@ -1402,9 +1402,9 @@ type Server interface {
 	// List handles the rpc list.
 	List(ctx context.Context, prefix string, after string) (names []byte, more bool, err error)
 	// Watch handles the message watch.
-	Watch(ctx context.Context, from *Client, m *Watch) error
+	Watch(ctx context.Context, from *Client, m Watch) error
 	// Changed handles the message changed.
-	Changed(ctx context.Context, from *Client, m *Changed) error
+	Changed(ctx context.Context, from *Client, m Changed) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -1451,9 +1451,15 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 		}
 		return &ListReply{Names: names, More: more}, nil
 	case *Watch:
-		return nil, srv.Watch(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Watch(ctx, from, *m)
 	case *Changed:
-		return nil, srv.Changed(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Changed(ctx, from, *m)
 	case nil:
 		return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
 	}
@@ -1496,12 +1502,12 @@ func (UnimplementedServer) List(context.Context, string, string) ([]byte, bool, 
 }
 
 // Watch fails with errors.ErrUnsupported.
-func (UnimplementedServer) Watch(context.Context, *Client, *Watch) error {
+func (UnimplementedServer) Watch(context.Context, *Client, Watch) error {
 	return fmt.Errorf("%s.watch: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Changed fails with errors.ErrUnsupported.
-func (UnimplementedServer) Changed(context.Context, *Client, *Changed) error {
+func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 	return fmt.Errorf("%s.changed: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -1654,6 +1660,11 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 				return reply, err
 			}
 		}
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return nil, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -1783,4 +1794,38 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &ListReply{Names: names, More: more}, true, nil
 	}
 	return nil, false, nil
+}
+
+// serveMessage calls srv's method for a message, as Dispatch does, and
+// reports whether the message is one of this interface's. If it does
+// not decode, it ends the connection and returns an error matching
+// chanos.ErrProtocol.
+func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {
+	switch in.Header.Msg {
+	case MsgWatch:
+		var m Watch
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Watch)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Watch(ctx, c.Client, m)
+	case MsgChanged:
+		var m Changed
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Changed)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Changed(ctx, c.Client, m)
+	}
+	return false, nil
 }

@@ -760,11 +760,11 @@ func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err
 // when the interface grows.
 type Server interface {
 	// Ping handles the message ping.
-	Ping(ctx context.Context, from *Client, m *Ping) error
+	Ping(ctx context.Context, from *Client, m Ping) error
 	// Pong handles the message pong.
-	Pong(ctx context.Context, from *Client, m *Pong) error
+	Pong(ctx context.Context, from *Client, m Pong) error
 	// Data handles the message data.
-	Data(ctx context.Context, from *Client, m *Data) error
+	Data(ctx context.Context, from *Client, m Data) error
 	// Echo handles the rpc echo.
 	Echo(ctx context.Context, val uint64) (result uint64, err error)
 	// Bounce handles the rpc bounce.
@@ -779,11 +779,20 @@ type Server interface {
 func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Ping:
-		return nil, srv.Ping(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Ping(ctx, from, *m)
 	case *Pong:
-		return nil, srv.Pong(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Pong(ctx, from, *m)
 	case *Data:
-		return nil, srv.Data(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Data(ctx, from, *m)
 	case *EchoCall:
 		result, err := srv.Echo(ctx, m.Val)
 		if err != nil {
@@ -808,17 +817,17 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 type UnimplementedServer struct{}
 
 // Ping fails with errors.ErrUnsupported.
-func (UnimplementedServer) Ping(context.Context, *Client, *Ping) error {
+func (UnimplementedServer) Ping(context.Context, *Client, Ping) error {
 	return fmt.Errorf("%s.ping: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Pong fails with errors.ErrUnsupported.
-func (UnimplementedServer) Pong(context.Context, *Client, *Pong) error {
+func (UnimplementedServer) Pong(context.Context, *Client, Pong) error {
 	return fmt.Errorf("%s.pong: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Data fails with errors.ErrUnsupported.
-func (UnimplementedServer) Data(context.Context, *Client, *Data) error {
+func (UnimplementedServer) Data(context.Context, *Client, Data) error {
 	return fmt.Errorf("%s.data: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -983,6 +992,11 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 				return reply, err
 			}
 		}
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return nil, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -1044,4 +1058,56 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &BounceReply{Reply: reply_}, true, nil
 	}
 	return nil, false, nil
+}
+
+// serveMessage calls srv's method for a message, as Dispatch does, and
+// reports whether the message is one of this interface's. If it does
+// not decode, it ends the connection and returns an error matching
+// chanos.ErrProtocol.
+func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {
+	switch in.Header.Msg {
+	case MsgPing:
+		var m Ping
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Ping)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgPing, wire.KindMessage, 8); ok {
+			m.ClientID = wire.Uint32(b[0:])
+			m.MsgID = wire.Uint32(b[4:])
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Ping(ctx, c.Client, m)
+	case MsgPong:
+		var m Pong
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Pong)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgPong, wire.KindMessage, 8); ok {
+			m.ClientID = wire.Uint32(b[0:])
+			m.MsgID = wire.Uint32(b[4:])
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Pong(ctx, c.Client, m)
+	case MsgData:
+		var m Data
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Data)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Data(ctx, c.Client, m)
+	}
+	return false, nil
 }

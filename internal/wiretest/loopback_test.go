@@ -108,8 +108,8 @@ type server struct {
 	pings []pingpong.Ping
 }
 
-func (s *server) Ping(_ context.Context, _ *pingpong.Client, m *pingpong.Ping) error {
-	s.pings = append(s.pings, *m)
+func (s *server) Ping(_ context.Context, _ *pingpong.Client, m pingpong.Ping) error {
+	s.pings = append(s.pings, m)
 	return nil
 }
 

@@ -273,7 +273,7 @@ type slowServer struct {
 	called chan struct{}
 }
 
-func (s slowServer) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+func (s slowServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }
 

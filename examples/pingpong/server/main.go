@@ -26,11 +26,11 @@ type server struct {
 	pingpong.UnimplementedServer
 }
 
-func (server) Ping(ctx context.Context, from *pingpong.Client, m *pingpong.Ping) error {
+func (server) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }
 
-func (server) Data(ctx context.Context, from *pingpong.Client, m *pingpong.Data) error {
+func (server) Data(ctx context.Context, from *pingpong.Client, m pingpong.Data) error {
 	return nil // a sink for streaming
 }
 

@@ -3444,35 +3444,35 @@ func (c *Client) Query(ctx context.Context) (counter uint64, statusText string, 
 // when the interface grows.
 type Server interface {
 	// Empty handles the message empty.
-	Empty(ctx context.Context, from *Client, m *Empty) error
+	Empty(ctx context.Context, from *Client, m Empty) error
 	// Ping handles the rpc ping.
 	Ping(ctx context.Context) error
 	// Uints handles the message uints.
-	Uints(ctx context.Context, from *Client, m *Uints) error
+	Uints(ctx context.Context, from *Client, m Uints) error
 	// Sints handles the message sints.
-	Sints(ctx context.Context, from *Client, m *Sints) error
+	Sints(ctx context.Context, from *Client, m Sints) error
 	// Misc handles the message misc.
-	Misc(ctx context.Context, from *Client, m *Misc) error
+	Misc(ctx context.Context, from *Client, m Misc) error
 	// Irefs handles the message irefs.
-	Irefs(ctx context.Context, from *Client, m *Irefs) error
+	Irefs(ctx context.Context, from *Client, m Irefs) error
 	// Strings handles the message strings.
-	Strings(ctx context.Context, from *Client, m *Strings) error
+	Strings(ctx context.Context, from *Client, m Strings) error
 	// Typedefs handles the message typedefs.
-	Typedefs(ctx context.Context, from *Client, m *Typedefs) error
+	Typedefs(ctx context.Context, from *Client, m Typedefs) error
 	// Enums handles the message enums.
-	Enums(ctx context.Context, from *Client, m *Enums) error
+	Enums(ctx context.Context, from *Client, m Enums) error
 	// FixedArrays handles the message fixed_arrays.
-	FixedArrays(ctx context.Context, from *Client, m *FixedArrays) error
+	FixedArrays(ctx context.Context, from *Client, m FixedArrays) error
 	// Structs handles the message structs.
-	Structs(ctx context.Context, from *Client, m *Structs) error
+	Structs(ctx context.Context, from *Client, m Structs) error
 	// Arrays handles the message arrays.
-	Arrays(ctx context.Context, from *Client, m *Arrays) error
+	Arrays(ctx context.Context, from *Client, m Arrays) error
 	// MoreArrays handles the message more_arrays.
-	MoreArrays(ctx context.Context, from *Client, m *MoreArrays) error
+	MoreArrays(ctx context.Context, from *Client, m MoreArrays) error
 	// Caps handles the message caps.
-	Caps(ctx context.Context, from *Client, m *Caps) error
+	Caps(ctx context.Context, from *Client, m Caps) error
 	// CapArrays handles the message cap_arrays.
-	CapArrays(ctx context.Context, from *Client, m *CapArrays) error
+	CapArrays(ctx context.Context, from *Client, m CapArrays) error
 	// Echo handles the rpc echo.
 	Echo(ctx context.Context, seq uint32, text string) (ack uint32, reply_ string, err error)
 	// Mixed handles the rpc mixed.
@@ -3482,11 +3482,11 @@ type Server interface {
 	// Query handles the rpc query.
 	Query(ctx context.Context) (counter uint64, statusText string, h wire.Cap, err_ wire.Errval, err error)
 	// Keywords handles the message keywords.
-	Keywords(ctx context.Context, from *Client, m *Keywords) error
+	Keywords(ctx context.Context, from *Client, m Keywords) error
 	// Shadows handles the message shadows.
-	Shadows(ctx context.Context, from *Client, m *Shadows) error
+	Shadows(ctx context.Context, from *Client, m Shadows) error
 	// Goto handles the message goto.
-	Goto(ctx context.Context, from *Client, m *Goto) error
+	Goto(ctx context.Context, from *Client, m Goto) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -3497,38 +3497,80 @@ type Server interface {
 func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Empty:
-		return nil, srv.Empty(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Empty(ctx, from, *m)
 	case *PingCall:
 		if err := srv.Ping(ctx); err != nil {
 			return nil, err
 		}
 		return &PingReply{}, nil
 	case *Uints:
-		return nil, srv.Uints(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Uints(ctx, from, *m)
 	case *Sints:
-		return nil, srv.Sints(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Sints(ctx, from, *m)
 	case *Misc:
-		return nil, srv.Misc(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Misc(ctx, from, *m)
 	case *Irefs:
-		return nil, srv.Irefs(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Irefs(ctx, from, *m)
 	case *Strings:
-		return nil, srv.Strings(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Strings(ctx, from, *m)
 	case *Typedefs:
-		return nil, srv.Typedefs(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Typedefs(ctx, from, *m)
 	case *Enums:
-		return nil, srv.Enums(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Enums(ctx, from, *m)
 	case *FixedArrays:
-		return nil, srv.FixedArrays(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.FixedArrays(ctx, from, *m)
 	case *Structs:
-		return nil, srv.Structs(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Structs(ctx, from, *m)
 	case *Arrays:
-		return nil, srv.Arrays(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Arrays(ctx, from, *m)
 	case *MoreArrays:
-		return nil, srv.MoreArrays(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.MoreArrays(ctx, from, *m)
 	case *Caps:
-		return nil, srv.Caps(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Caps(ctx, from, *m)
 	case *CapArrays:
-		return nil, srv.CapArrays(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.CapArrays(ctx, from, *m)
 	case *EchoCall:
 		ack, reply_, err := srv.Echo(ctx, m.Seq, m.Text)
 		if err != nil {
@@ -3553,11 +3595,20 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 		}
 		return &QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}, nil
 	case *Keywords:
-		return nil, srv.Keywords(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Keywords(ctx, from, *m)
 	case *Shadows:
-		return nil, srv.Shadows(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Shadows(ctx, from, *m)
 	case *Goto:
-		return nil, srv.Goto(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Goto(ctx, from, *m)
 	case nil:
 		return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
 	}
@@ -3570,7 +3621,7 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 type UnimplementedServer struct{}
 
 // Empty fails with errors.ErrUnsupported.
-func (UnimplementedServer) Empty(context.Context, *Client, *Empty) error {
+func (UnimplementedServer) Empty(context.Context, *Client, Empty) error {
 	return fmt.Errorf("%s.empty: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3580,67 +3631,67 @@ func (UnimplementedServer) Ping(context.Context) error {
 }
 
 // Uints fails with errors.ErrUnsupported.
-func (UnimplementedServer) Uints(context.Context, *Client, *Uints) error {
+func (UnimplementedServer) Uints(context.Context, *Client, Uints) error {
 	return fmt.Errorf("%s.uints: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Sints fails with errors.ErrUnsupported.
-func (UnimplementedServer) Sints(context.Context, *Client, *Sints) error {
+func (UnimplementedServer) Sints(context.Context, *Client, Sints) error {
 	return fmt.Errorf("%s.sints: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Misc fails with errors.ErrUnsupported.
-func (UnimplementedServer) Misc(context.Context, *Client, *Misc) error {
+func (UnimplementedServer) Misc(context.Context, *Client, Misc) error {
 	return fmt.Errorf("%s.misc: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Irefs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Irefs(context.Context, *Client, *Irefs) error {
+func (UnimplementedServer) Irefs(context.Context, *Client, Irefs) error {
 	return fmt.Errorf("%s.irefs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Strings fails with errors.ErrUnsupported.
-func (UnimplementedServer) Strings(context.Context, *Client, *Strings) error {
+func (UnimplementedServer) Strings(context.Context, *Client, Strings) error {
 	return fmt.Errorf("%s.strings: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Typedefs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Typedefs(context.Context, *Client, *Typedefs) error {
+func (UnimplementedServer) Typedefs(context.Context, *Client, Typedefs) error {
 	return fmt.Errorf("%s.typedefs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Enums fails with errors.ErrUnsupported.
-func (UnimplementedServer) Enums(context.Context, *Client, *Enums) error {
+func (UnimplementedServer) Enums(context.Context, *Client, Enums) error {
 	return fmt.Errorf("%s.enums: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // FixedArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) FixedArrays(context.Context, *Client, *FixedArrays) error {
+func (UnimplementedServer) FixedArrays(context.Context, *Client, FixedArrays) error {
 	return fmt.Errorf("%s.fixed_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Structs fails with errors.ErrUnsupported.
-func (UnimplementedServer) Structs(context.Context, *Client, *Structs) error {
+func (UnimplementedServer) Structs(context.Context, *Client, Structs) error {
 	return fmt.Errorf("%s.structs: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Arrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) Arrays(context.Context, *Client, *Arrays) error {
+func (UnimplementedServer) Arrays(context.Context, *Client, Arrays) error {
 	return fmt.Errorf("%s.arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // MoreArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) MoreArrays(context.Context, *Client, *MoreArrays) error {
+func (UnimplementedServer) MoreArrays(context.Context, *Client, MoreArrays) error {
 	return fmt.Errorf("%s.more_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Caps fails with errors.ErrUnsupported.
-func (UnimplementedServer) Caps(context.Context, *Client, *Caps) error {
+func (UnimplementedServer) Caps(context.Context, *Client, Caps) error {
 	return fmt.Errorf("%s.caps: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // CapArrays fails with errors.ErrUnsupported.
-func (UnimplementedServer) CapArrays(context.Context, *Client, *CapArrays) error {
+func (UnimplementedServer) CapArrays(context.Context, *Client, CapArrays) error {
 	return fmt.Errorf("%s.cap_arrays: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3665,17 +3716,17 @@ func (UnimplementedServer) Query(context.Context) (uint64, string, wire.Cap, wir
 }
 
 // Keywords fails with errors.ErrUnsupported.
-func (UnimplementedServer) Keywords(context.Context, *Client, *Keywords) error {
+func (UnimplementedServer) Keywords(context.Context, *Client, Keywords) error {
 	return fmt.Errorf("%s.keywords: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Shadows fails with errors.ErrUnsupported.
-func (UnimplementedServer) Shadows(context.Context, *Client, *Shadows) error {
+func (UnimplementedServer) Shadows(context.Context, *Client, Shadows) error {
 	return fmt.Errorf("%s.shadows: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Goto fails with errors.ErrUnsupported.
-func (UnimplementedServer) Goto(context.Context, *Client, *Goto) error {
+func (UnimplementedServer) Goto(context.Context, *Client, Goto) error {
 	return fmt.Errorf("%s.goto: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -3858,6 +3909,11 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 				return reply, err
 			}
 		}
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return nil, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -3960,4 +4016,241 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}, true, nil
 	}
 	return nil, false, nil
+}
+
+// serveMessage calls srv's method for a message, as Dispatch does, and
+// reports whether the message is one of this interface's. If it does
+// not decode, it ends the connection and returns an error matching
+// chanos.ErrProtocol.
+func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {
+	switch in.Header.Msg {
+	case MsgEmpty:
+		var m Empty
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Empty)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Empty(ctx, c.Client, m)
+	case MsgUints:
+		var m Uints
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Uints)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgUints, wire.KindMessage, 31); ok {
+			m.U8 = b[0]
+			m.U16 = wire.Uint16(b[1:])
+			m.U32 = wire.Uint32(b[3:])
+			m.U64 = wire.Uint64(b[7:])
+			m.Uptr = wire.Uint64(b[15:])
+			m.Sz = wire.Uint64(b[23:])
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Uints(ctx, c.Client, m)
+	case MsgSints:
+		var m Sints
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Sints)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgSints, wire.KindMessage, 27); ok {
+			m.I8 = int8(b[0])
+			m.I16 = int16(wire.Uint16(b[1:]))
+			m.I32 = int32(wire.Uint32(b[3:]))
+			m.I = int32(wire.Uint32(b[7:]))
+			m.I64 = int64(wire.Uint64(b[11:]))
+			m.Iptr = int64(wire.Uint64(b[19:]))
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Sints(ctx, c.Client, m)
+	case MsgMisc:
+		var m Misc
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Misc)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Misc(ctx, c.Client, m)
+	case MsgIrefs:
+		var m Irefs
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Irefs)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgIrefs, wire.KindMessage, 65); ok {
+			m.Primary = wire.GetIref(b[0:])
+			m.Sep = b[32]
+			m.Backup = wire.GetIref(b[33:])
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Irefs(ctx, c.Client, m)
+	case MsgStrings:
+		var m Strings
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Strings)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Strings(ctx, c.Client, m)
+	case MsgTypedefs:
+		var m Typedefs
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Typedefs)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Typedefs(ctx, c.Client, m)
+	case MsgEnums:
+		var m Enums
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Enums)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Enums(ctx, c.Client, m)
+	case MsgFixedArrays:
+		var m FixedArrays
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*FixedArrays)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.FixedArrays(ctx, c.Client, m)
+	case MsgStructs:
+		var m Structs
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Structs)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Structs(ctx, c.Client, m)
+	case MsgArrays:
+		var m Arrays
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Arrays)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Arrays(ctx, c.Client, m)
+	case MsgMoreArrays:
+		var m MoreArrays
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*MoreArrays)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.MoreArrays(ctx, c.Client, m)
+	case MsgCaps:
+		var m Caps
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Caps)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Caps(ctx, c.Client, m)
+	case MsgCapArrays:
+		var m CapArrays
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*CapArrays)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.CapArrays(ctx, c.Client, m)
+	case MsgKeywords:
+		var m Keywords
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Keywords)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Keywords(ctx, c.Client, m)
+	case MsgShadows:
+		var m Shadows
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Shadows)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Shadows(ctx, c.Client, m)
+	case MsgGoto:
+		var m Goto
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Goto)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgGoto, wire.KindMessage, 7); ok {
+			m.Case = wire.Uint32(b[0:])
+			m.Break = b[4]
+			m.Continue = b[5]
+			m.Return = b[6]
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Goto(ctx, c.Client, m)
+	}
+	return false, nil
 }

@@ -825,9 +825,9 @@ func (c *Client) Fail(ctx context.Context, code uint64) error {
 // when the interface grows.
 type Server interface {
 	// Ping handles the message ping.
-	Ping(ctx context.Context, from *Client, m *Ping) error
+	Ping(ctx context.Context, from *Client, m Ping) error
 	// Text handles the message text.
-	Text(ctx context.Context, from *Client, m *Text) error
+	Text(ctx context.Context, from *Client, m Text) error
 	// Get handles the rpc get.
 	Get(ctx context.Context, key string) (value string, found bool, err error)
 	// Add handles the rpc add.
@@ -844,9 +844,15 @@ type Server interface {
 func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error) {
 	switch m := m.(type) {
 	case *Ping:
-		return nil, srv.Ping(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Ping(ctx, from, *m)
 	case *Text:
-		return nil, srv.Text(ctx, from, m)
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Text(ctx, from, *m)
 	case *GetCall:
 		value, found, err := srv.Get(ctx, m.Key)
 		if err != nil {
@@ -876,12 +882,12 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 type UnimplementedServer struct{}
 
 // Ping fails with errors.ErrUnsupported.
-func (UnimplementedServer) Ping(context.Context, *Client, *Ping) error {
+func (UnimplementedServer) Ping(context.Context, *Client, Ping) error {
 	return fmt.Errorf("%s.ping: %w", InterfaceName, errors.ErrUnsupported)
 }
 
 // Text fails with errors.ErrUnsupported.
-func (UnimplementedServer) Text(context.Context, *Client, *Text) error {
+func (UnimplementedServer) Text(context.Context, *Client, Text) error {
 	return fmt.Errorf("%s.text: %w", InterfaceName, errors.ErrUnsupported)
 }
 
@@ -1049,6 +1055,11 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 				return reply, err
 			}
 		}
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return nil, err
+			}
+		}
 		m, err := decodeIncoming(in)
 		if err != nil {
 			return nil, c.c.Violation(err)
@@ -1128,4 +1139,41 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &FailReply{}, true, nil
 	}
 	return nil, false, nil
+}
+
+// serveMessage calls srv's method for a message, as Dispatch does, and
+// reports whether the message is one of this interface's. If it does
+// not decode, it ends the connection and returns an error matching
+// chanos.ErrProtocol.
+func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming) (bool, error) {
+	switch in.Header.Msg {
+	case MsgPing:
+		var m Ping
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Ping)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if b, ok := wire.FixedBody(in.Frame, in.Caps, MsgPing, wire.KindMessage, 8); ok {
+			m.ClientID = wire.Uint32(b[0:])
+			m.MsgID = wire.Uint32(b[4:])
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Ping(ctx, c.Client, m)
+	case MsgText:
+		var m Text
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Text)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Text(ctx, c.Client, m)
+	}
+	return false, nil
 }
