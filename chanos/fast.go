@@ -187,6 +187,23 @@ func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire
 	return Replied, err
 }
 
+// ReplyEncoded is Reply for a reply of no fixed size, used by generated
+// handlers for the calls Serve runs inline: encode appends the reply's
+// frame (the reply value's Encode method). It returns Replied, which the
+// handler returns to Serve, and the error of sending; a reply that cannot
+// be encoded is answered with an error reply, as Reply does.
+func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire.Buffer) error) (wire.Message, error) {
+	if in.Kind != wire.KindCall {
+		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
+	}
+	err := c.sendWith(ctx, encode, in.Header.CallID)
+	if err != nil && !isEnd(err) && ctx.Err() == nil {
+		// The reply could not be encoded: the caller still gets an answer.
+		err = c.Reply(ctx, in, nil, err)
+	}
+	return Replied, err
+}
+
 // The Send fast paths below are for generated code, which knows the
 // message's type and so can keep the message itself from escaping: it
 // hands over a frame on its stack, an encoding function, or a copy.
@@ -214,13 +231,23 @@ func (c *Conn) SendEncoded(ctx context.Context, encode func(*wire.Buffer) error)
 	if c.ended.Load() {
 		return c.Err()
 	}
+	return c.sendWith(ctx, encode, 0)
+}
+
+// sendWith sends the frame encode appends, with call id callID (for a
+// reply), waiting for room.
+func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, callID uint32) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	c.sbuf.Reset()
-	if err := encode(&c.sbuf); err != nil {
+	if err := c.encodeLocked(encode, callID, 0); err != nil {
 		return err
 	}
-	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	var err error
+	if c.ump != nil && len(c.sbuf.Caps) == 0 {
+		err = umpErr(c.ump.u.Send(ctx, c.sbuf.B))
+	} else {
+		err = c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	}
 	c.sentLocked()
 	return c.wrap(err)
 }

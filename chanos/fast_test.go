@@ -248,3 +248,26 @@ func TestServeMessageDoesNotAllocate(t *testing.T) {
 		t.Errorf("a ping served and answered allocates %.2f times, want 0", got)
 	}
 }
+
+// bigReplyServer answers bounce with a reply over its bound.
+type bigReplyServer struct{ pingpong.UnimplementedServer }
+
+func (bigReplyServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
+	return make([]byte, pingpong.MaxBounceReplyLen+1), nil
+}
+
+// A reply that cannot be encoded reaches the caller as an error reply, and
+// the connection goes on.
+func TestUnencodableReply(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		go pingpong.ServeConn(context.Background(), s, bigReplyServer{})
+		ctx := ctxT(t)
+		for range 2 {
+			_, err := c.Bounce(ctx, []byte("x"))
+			var re *chanos.RemoteError
+			if !errors.As(err, &re) || re.Code != chanos.CodeUnknown {
+				t.Fatalf("bounce with an unencodable reply = %v, want a RemoteError", err)
+			}
+		}
+	})
+}

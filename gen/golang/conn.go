@@ -232,13 +232,10 @@ func (g *generator) connection() {
 	g.p("// chanos.Concurrent, rpc calls run in goroutines of their own and see")
 	g.p("// their callers' cancels.")
 	g.p("func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {")
-	if g.hasRPC() {
-		g.p("var replies replyValues")
-	}
 	g.p("return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
 	if g.hasRPC() {
 		g.p("if in.Kind == wire.KindCall && in.Frame != nil {")
-		g.p("if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {")
+		g.p("if reply, ok, err := serveCall(ctx, srv, c.c, in); ok {")
 		g.p("return reply, err")
 		g.p("}")
 		g.p("}")
@@ -331,28 +328,15 @@ func (g *generator) hasRPC() bool {
 
 // serveCall emits ServeConn's path for rpc calls: Dispatch without its
 // allocations. The call is decoded into a local value, and a call handled
-// inline answers with a reply value kept for the connection.
+// inline is answered from the stack: ReplyFrame for a reply of a fixed
+// size, ReplyEncoded for another.
 func (g *generator) serveCall() {
-	g.p("// replyValues holds a reply value per rpc for the calls ServeConn handles")
-	g.p("// inline: each reply is encoded before the next call is read. Replies")
-	g.p("// of a fixed size need none: they are encoded on the stack.")
-	g.p("type replyValues struct {")
-	for _, mi := range g.msgs {
-		if !mi.msg.RPC {
-			continue
-		}
-		if _, fast := fastFrame(mi.frames[1].args); !fast {
-			g.p("%s %s", mi.name, mi.frames[1].typ)
-		}
-	}
-	g.p("}")
-	g.p("")
 	g.p("// serveCall handles an rpc call as Dispatch does, and reports whether it")
-	g.p("// is one of this interface's; reply holds the replies of inline calls.")
-	g.p("// If the call does not decode, it ends the connection and returns an")
-	g.p("// error matching chanos.ErrProtocol. Its locals are reserved names, as")
-	g.p("// the Server's results are declared beside them.")
-	g.p("func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {")
+	g.p("// is one of this interface's. A call run inline is answered at once, from")
+	g.p("// the stack. If the call does not decode, it ends the connection and")
+	g.p("// returns an error matching chanos.ErrProtocol. Its locals are reserved")
+	g.p("// names, as the Server's results are declared beside them.")
+	g.p("func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming) (wire.Message, bool, error) {")
 	g.p("switch call.Header.Msg {")
 	for _, mi := range g.msgs {
 		if !mi.msg.RPC {
@@ -381,8 +365,10 @@ func (g *generator) serveCall() {
 			g.p("sent, err := c.ReplyFrame(ctx, call, frame[:])")
 			g.p("return sent, true, err")
 		} else {
-			g.p("reply.%s = %s{%s}", mi.name, reply.typ, inits)
-			g.p("return &reply.%s, true, nil", mi.name)
+			// The reply's value on the stack, encoded at once (ReplyEncoded).
+			g.p("reply := %s{%s}", reply.typ, inits)
+			g.p("sent, err := c.ReplyEncoded(ctx, call, reply.Encode)")
+			g.p("return sent, true, err")
 		}
 		g.p("}")
 		g.p("return &%s{%s}, true, nil", reply.typ, inits)

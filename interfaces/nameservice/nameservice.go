@@ -1653,10 +1653,9 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
-	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
 		if in.Kind == wire.KindCall && in.Frame != nil {
-			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in); ok {
 				return reply, err
 			}
 		}
@@ -1677,19 +1676,12 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 	}, opts...)
 }
 
-// replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read. Replies
-// of a fixed size need none: they are encoded on the stack.
-type replyValues struct {
-	List ListReply
-}
-
 // serveCall handles an rpc call as Dispatch does, and reports whether it
-// is one of this interface's; reply holds the replies of inline calls.
-// If the call does not decode, it ends the connection and returns an
-// error matching chanos.ErrProtocol. Its locals are reserved names, as
-// the Server's results are declared beside them.
-func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+// is one of this interface's. A call run inline is answered at once, from
+// the stack. If the call does not decode, it ends the connection and
+// returns an error matching chanos.ErrProtocol. Its locals are reserved
+// names, as the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming) (wire.Message, bool, error) {
 	switch call.Header.Msg {
 	case MsgSet:
 		var m SetCall
@@ -1788,8 +1780,9 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.List = ListReply{Names: names, More: more}
-			return &reply.List, true, nil
+			reply := ListReply{Names: names, More: more}
+			sent, err := c.ReplyEncoded(ctx, call, reply.Encode)
+			return sent, true, err
 		}
 		return &ListReply{Names: names, More: more}, true, nil
 	}

@@ -3902,10 +3902,9 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // chanos.Concurrent, rpc calls run in goroutines of their own and see
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
-	var replies replyValues
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
 		if in.Kind == wire.KindCall && in.Frame != nil {
-			if reply, ok, err := serveCall(ctx, srv, c.c, in, &replies); ok {
+			if reply, ok, err := serveCall(ctx, srv, c.c, in); ok {
 				return reply, err
 			}
 		}
@@ -3926,21 +3925,12 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 	}, opts...)
 }
 
-// replyValues holds a reply value per rpc for the calls ServeConn handles
-// inline: each reply is encoded before the next call is read. Replies
-// of a fixed size need none: they are encoded on the stack.
-type replyValues struct {
-	Echo  EchoReply
-	Mixed MixedReply
-	Query QueryReply
-}
-
 // serveCall handles an rpc call as Dispatch does, and reports whether it
-// is one of this interface's; reply holds the replies of inline calls.
-// If the call does not decode, it ends the connection and returns an
-// error matching chanos.ErrProtocol. Its locals are reserved names, as
-// the Server's results are declared beside them.
-func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming, reply *replyValues) (wire.Message, bool, error) {
+// is one of this interface's. A call run inline is answered at once, from
+// the stack. If the call does not decode, it ends the connection and
+// returns an error matching chanos.ErrProtocol. Its locals are reserved
+// names, as the Server's results are declared beside them.
+func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Incoming) (wire.Message, bool, error) {
 	switch call.Header.Msg {
 	case MsgPing:
 		var m PingCall
@@ -3967,8 +3957,9 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Echo = EchoReply{Ack: ack, Reply: reply_}
-			return &reply.Echo, true, nil
+			reply := EchoReply{Ack: ack, Reply: reply_}
+			sent, err := c.ReplyEncoded(ctx, call, reply.Encode)
+			return sent, true, err
 		}
 		return &EchoReply{Ack: ack, Reply: reply_}, true, nil
 	case MsgMixed:
@@ -3981,8 +3972,9 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Mixed = MixedReply{B: b, D: d, Data: data}
-			return &reply.Mixed, true, nil
+			reply := MixedReply{B: b, D: d, Data: data}
+			sent, err := c.ReplyEncoded(ctx, call, reply.Encode)
+			return sent, true, err
 		}
 		return &MixedReply{B: b, D: d, Data: data}, true, nil
 	case MsgNotify:
@@ -4010,8 +4002,9 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
-			reply.Query = QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}
-			return &reply.Query, true, nil
+			reply := QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}
+			sent, err := c.ReplyEncoded(ctx, call, reply.Encode)
+			return sent, true, err
 		}
 		return &QueryReply{Counter: counter, StatusText: statusText, H: h, Err: err_}, true, nil
 	}
