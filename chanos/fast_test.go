@@ -271,3 +271,37 @@ func TestUnencodableReply(t *testing.T) {
 		}
 	})
 }
+
+// A Receive waiting on the local interconnect ends when its context does,
+// or when the peer closes (after what was sent before), and a later
+// Receive is not disturbed by the wake-ups these leave behind.
+func TestLocalReceiveWakeUps(t *testing.T) {
+	a, b := chanos.LocalPair(pingpong.Interface)
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	ctx := ctxT(t)
+	for range 3 {
+		cctx, cancel := context.WithCancel(ctx)
+		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
+		if _, err := s.Receive(cctx); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Receive with a canceled context = %v", err)
+		}
+	}
+	if err := c.Send(ctx, &pingpong.Ping{MsgID: 7}); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := s.Receive(ctx); err != nil || m.(*pingpong.Ping).MsgID != 7 {
+		t.Fatalf("Receive after the cancels = %v, %v", m, err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		c.Send(ctx, &pingpong.Ping{MsgID: 8})
+		c.Close()
+	}()
+	if m, err := s.Receive(ctx); err != nil || m.(*pingpong.Ping).MsgID != 8 {
+		t.Fatalf("Receive before the close = %v, %v", m, err)
+	}
+	if _, err := s.Receive(ctx); !errors.Is(err, chanos.ErrClosed) {
+		t.Fatalf("Receive after the close = %v, want ErrClosed", err)
+	}
+}
