@@ -941,24 +941,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return nil
 		}
 		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
-			// Inline: no context of its own unless the caller has a
-			// deadline; the peer's cancel cannot be read meanwhile.
-			in.Inline = true
-			hctx, cc := ctx, (*callContext)(nil)
-			if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-				cc = newCallContext(ctx, d)
-				hctx = cc
-			}
-			reply, err := handle(hctx, in)
-			if cc != nil {
-				cc.end(context.Canceled)
-			}
-			if reply != Replied { // else the handler has sent it
-				return c.answer(ctx, in, reply, err)
-			} else if isEnd(err) {
-				return err
-			}
-			return nil
+			return c.serveInline(ctx, in, handle)
 		}
 		hctx, cancel := context.WithCancel(ctx)
 		if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
@@ -996,6 +979,43 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return err
 		}
 	}
+}
+
+// serveInline runs handle for the call in, in the reading goroutine, and
+// sends its reply. The handler's context has no end of its own unless
+// the caller has a deadline; the peer's cancel cannot be read meanwhile.
+func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+	in.Inline = true
+	hctx, cc := ctx, (*callContext)(nil)
+	if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+		cc = newCallContext(ctx, d)
+		hctx = cc
+	}
+	reply, err := handle(hctx, in)
+	if cc != nil {
+		cc.end(context.Canceled)
+	}
+	if reply != Replied { // else the handler has sent it
+		return c.answer(ctx, in, reply, err)
+	} else if isEnd(err) {
+		return err
+	}
+	return nil
+}
+
+// ServeOne waits for the next message or rpc call and handles it as Serve
+// does (inline), then returns: handle's error for a message, and for a
+// call only an error that ends the connection, as the call's own error
+// goes back to the caller as its reply. Generated code's Conn.Handle
+// calls it.
+func (c *Conn) ServeOne(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+	return c.ReceiveFunc(ctx, func(in *Incoming) error {
+		if in.Kind == wire.KindCall {
+			return c.serveInline(ctx, in, handle)
+		}
+		_, err := handle(ctx, in)
+		return err
+	})
 }
 
 // receiveEach calls fn for messages and calls as ReceiveFunc does, for as

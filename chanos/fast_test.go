@@ -305,3 +305,72 @@ func TestLocalReceiveWakeUps(t *testing.T) {
 		t.Fatalf("Receive after the close = %v, want ErrClosed", err)
 	}
 }
+
+// pongKeeper keeps the last pong Handle gave it, and echoes.
+type pongKeeper struct {
+	pingpong.UnimplementedServer
+	last pingpong.Pong
+}
+
+func (p *pongKeeper) Pong(ctx context.Context, from *pingpong.Client, m pingpong.Pong) error {
+	p.last = m
+	return nil
+}
+
+func (p *pongKeeper) Echo(ctx context.Context, v uint64) (uint64, error) { return v + 1, nil }
+
+// Handle gives the next message to the Server's method by value, answers
+// an rpc call, and returns a message method's error.
+func TestHandle(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := ctxT(t)
+		var keep pongKeeper
+		if err := s.Send(ctx, &pingpong.Pong{ClientID: 3, MsgID: 4}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Handle(ctx, &keep); err != nil || keep.last != (pingpong.Pong{ClientID: 3, MsgID: 4}) {
+			t.Fatalf("Handle = %v, kept %+v", err, keep.last)
+		}
+		got := make(chan error, 1)
+		go func() {
+			v, err := s.Echo(ctx, 9)
+			if err == nil && v != 10 {
+				err = errors.New("wrong echo")
+			}
+			got <- err
+		}()
+		if err := c.Handle(ctx, &keep); err != nil {
+			t.Fatalf("Handle of a call = %v", err)
+		}
+		if err := <-got; err != nil {
+			t.Fatal(err)
+		}
+		// A message the Server does not implement: its error comes back.
+		if err := s.Send(ctx, &pingpong.Ping{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Handle(ctx, &keep); !errors.Is(err, errors.ErrUnsupported) {
+			t.Fatalf("Handle of an unimplemented message = %v", err)
+		}
+	})
+}
+
+// Receiving a message of a fixed size with Handle allocates nothing.
+func TestHandleDoesNotAllocate(t *testing.T) {
+	c, y := rawPeer(t)
+	ctx := context.Background()
+	var pong wire.Buffer
+	(&pingpong.Pong{MsgID: 5}).Encode(&pong)
+	keep := &pongKeeper{}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := y.Send(ctx, pong.B); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Handle(ctx, keep); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 || keep.last.MsgID != 5 {
+		t.Errorf("Handle allocates %v times (kept %+v), want 0", allocs, keep.last)
+	}
+}

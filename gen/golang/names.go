@@ -71,7 +71,7 @@ var messageMethods = map[string]bool{
 
 // clientMethods are the methods of Client besides the rpc stubs.
 // (Conn embeds Client, so Conn's own methods count too.)
-var clientMethods = map[string]bool{"Send": true, "Receive": true, "Recv": true, "Err": true, "Close": true, "Raw": true}
+var clientMethods = map[string]bool{"Send": true, "Receive": true, "Recv": true, "Handle": true, "Err": true, "Close": true, "Raw": true}
 
 // words splits an IDL name at underscores, dropping empty parts.
 func words(name string) []string {

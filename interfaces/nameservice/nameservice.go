@@ -1654,26 +1654,45 @@ func Serve(ctx context.Context, l *Listener, srv Server, opts ...chanos.ServeOpt
 // their callers' cancels.
 func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOption) error {
 	return c.c.Serve(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
-		if in.Kind == wire.KindCall && in.Frame != nil {
-			if reply, ok, err := serveCall(ctx, srv, c.c, in); ok {
-				return reply, err
-			}
+		return c.handle(ctx, srv, in)
+	}, opts...)
+}
+
+// Handle waits for the next message or rpc call from the peer and calls
+// srv's method for it in the calling goroutine, as ServeConn does for each;
+// an rpc's results go back to the peer as its reply. It returns the
+// error of a message's method. Unlike Receive it allocates nothing for a
+// message of a fixed size, which srv's method gets by value: a client
+// that reads the peer's messages one at a time can use it with a Server
+// that implements only those messages' methods.
+func (c *Conn) Handle(ctx context.Context, srv Server) error {
+	return c.c.ServeOne(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		return c.handle(ctx, srv, in)
+	})
+}
+
+// handle calls srv's method for in, a message or rpc call: ServeConn's
+// and Handle's work for one frame.
+func (c *Conn) handle(ctx context.Context, srv Server, in *chanos.Incoming) (wire.Message, error) {
+	if in.Kind == wire.KindCall && in.Frame != nil {
+		if reply, ok, err := serveCall(ctx, srv, c.c, in); ok {
+			return reply, err
 		}
-		if in.Kind == wire.KindMessage {
-			if ok, err := serveMessage(ctx, srv, c, in); ok {
-				return nil, err
-			}
-		}
-		m, err := decodeIncoming(in)
-		if err != nil {
-			return nil, c.c.Violation(err)
-		}
-		reply, err := Dispatch(ctx, srv, c.Client, m)
-		if reply == nil {
+	}
+	if in.Kind == wire.KindMessage {
+		if ok, err := serveMessage(ctx, srv, c, in); ok {
 			return nil, err
 		}
-		return reply, err
-	}, opts...)
+	}
+	m, err := decodeIncoming(in)
+	if err != nil {
+		return nil, c.c.Violation(err)
+	}
+	reply, err := Dispatch(ctx, srv, c.Client, m)
+	if reply == nil {
+		return nil, err
+	}
+	return reply, err
 }
 
 // serveCall handles an rpc call as Dispatch does, and reports whether it
