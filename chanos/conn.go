@@ -255,12 +255,23 @@ type localMessage interface {
 
 // sendEncoded encodes m, patches in the call id and timeout, and sends it.
 func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutUS uint32) error {
+	return c.sendWith(ctx, m.Encode, callID, timeoutUS)
+}
+
+// sendWith sends the frame encode appends, with call id callID and, on a
+// call, timeout timeoutUS, waiting for room.
+func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, callID, timeoutUS uint32) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(m.Encode, callID, timeoutUS); err != nil {
+	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return err
 	}
-	err := c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	var err error
+	if c.ump != nil && len(c.sbuf.Caps) == 0 {
+		err = umpErr(c.ump.u.Send(ctx, c.sbuf.B))
+	} else {
+		err = c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	}
 	c.sentLocked()
 	return c.wrap(err)
 }
@@ -412,14 +423,26 @@ func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint
 	}
 	in, err := c.readReply(ctx, id, reply.MsgNumber(), nil)
 	if err == nil {
-		if in.Header.Msg != reply.MsgNumber() {
-			err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, call.MsgName(), in.Header.Msg))
-		} else {
-			err = replyResult(in, reply, call.MsgName())
+		err = c.checkReply(in, id, call.MsgName(), reply.MsgNumber())
+		if err == nil {
+			err = in.Decode(reply)
 		}
 	}
 	c.releaseCur()
 	return true, err
+}
+
+// checkReply returns what is wrong with in as the answer to call id of
+// rpc msg, called name: a reply to another rpc ends the connection, and an
+// error reply gives its error.
+func (c *Conn) checkReply(in *Incoming, id uint32, name string, msg uint16) error {
+	switch {
+	case in.Header.Msg != msg:
+		return c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
+	case in.Kind == wire.KindErrorReply:
+		return replyResult(in, nil, name)
+	}
+	return nil
 }
 
 // readReply reads frames, as the holder of the reading turn, until the

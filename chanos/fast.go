@@ -86,13 +86,7 @@ func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (
 	wire.SetCallID(call, id)
 	wire.SetTimeout(call, timeoutOf(ctx))
 	// Without waiting, as in callDirect: the turn is held.
-	var sent bool
-	if c.ump != nil {
-		sent, err = c.ump.u.TrySend(call)
-		err = c.wrap(umpErr(err))
-	} else {
-		sent, err = c.sendFrame(ctx, call, false)
-	}
+	sent, err := c.sendFrame(ctx, call, false)
 	if !sent || err != nil {
 		c.release()
 		return err != nil, err
@@ -128,12 +122,7 @@ func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode 
 	}
 	in, err := c.readReply(ctx, id, msg, nil)
 	if err == nil {
-		switch {
-		case in.Header.Msg != msg:
-			err = c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
-		case in.Kind == wire.KindErrorReply:
-			err = replyResult(in, nil, name)
-		default:
+		if err = c.checkReply(in, id, name, msg); err == nil {
 			err = decode(in.Frame, in.Caps)
 		}
 	}
@@ -145,11 +134,10 @@ func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode 
 // checking it as the reply type's Decode would, or returns the error an
 // error reply carries.
 func (c *Conn) takeReplyFrame(in *Incoming, id uint32, name string, msg uint16, reply []byte) error {
+	if err := c.checkReply(in, id, name, msg); err != nil {
+		return err
+	}
 	switch {
-	case in.Header.Msg != msg:
-		return c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
-	case in.Kind == wire.KindErrorReply:
-		return replyResult(in, nil, name)
 	case len(in.Frame) < len(reply):
 		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(in.Frame), len(reply), wire.ErrTruncated)
 	case len(in.Frame) > len(reply):
@@ -180,9 +168,6 @@ func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire
 		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
 	}
 	wire.SetCallID(reply, in.Header.CallID)
-	if c.ump != nil {
-		return Replied, c.wrap(umpErr(c.ump.u.Send(ctx, reply)))
-	}
 	_, err := c.sendFrame(ctx, reply, true)
 	return Replied, err
 }
@@ -196,7 +181,7 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 	if in.Kind != wire.KindCall {
 		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
 	}
-	err := c.sendWith(ctx, encode, in.Header.CallID)
+	err := c.sendWith(ctx, encode, in.Header.CallID, 0)
 	if err != nil && !isEnd(err) && ctx.Err() == nil {
 		// The reply could not be encoded: the caller still gets an answer.
 		err = c.Reply(ctx, in, nil, err)
@@ -218,9 +203,6 @@ func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 	if c.ended.Load() {
 		return c.Err()
 	}
-	if c.ump != nil {
-		return c.wrap(umpErr(c.ump.u.Send(ctx, frame)))
-	}
 	_, err := c.sendFrame(ctx, frame, true)
 	return err
 }
@@ -231,25 +213,7 @@ func (c *Conn) SendEncoded(ctx context.Context, encode func(*wire.Buffer) error)
 	if c.ended.Load() {
 		return c.Err()
 	}
-	return c.sendWith(ctx, encode, 0)
-}
-
-// sendWith sends the frame encode appends, with call id callID (for a
-// reply), waiting for room.
-func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, callID uint32) error {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(encode, callID, 0); err != nil {
-		return err
-	}
-	var err error
-	if c.ump != nil && len(c.sbuf.Caps) == 0 {
-		err = umpErr(c.ump.u.Send(ctx, c.sbuf.B))
-	} else {
-		err = c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
-	}
-	c.sentLocked()
-	return c.wrap(err)
+	return c.sendWith(ctx, encode, 0, 0)
 }
 
 // SendValue is Send of m, a message the connection may keep: a copy that
