@@ -449,3 +449,71 @@ func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
 func (s *stoppingServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }
+
+// BenchmarkBounceOverUMPOneGoroutine is the calling side of the bounce
+// rpc (the pingpong suite's rtt case) over a real ring pair in one
+// goroutine, by payload size, as BenchmarkEchoOverUMPOneGoroutine is for
+// echo; BenchmarkRawBounceOneGoroutine moves frames of the same sizes
+// over bare rings, the floor.
+func BenchmarkBounceOverUMPOneGoroutine(b *testing.B) {
+	for _, size := range bounceSizes {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			c, y := clientOverRing(b)
+			payload := make([]byte, size)
+			var reply wire.Buffer
+			if err := (&pingpong.BounceReply{Reply: payload}).Encode(&reply); err != nil {
+				b.Fatal(err)
+			}
+			ctx := context.Background()
+			b.SetBytes(int64(2 * size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				wire.SetCallID(reply.B, uint32(i+1))
+				if err := y.Send(ctx, reply.B); err != nil {
+					b.Fatal(err)
+				}
+				if r, err := c.Bounce(ctx, payload); err != nil || len(r) != size {
+					b.Fatal(len(r), err)
+				}
+				if _, err := y.Receive(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+var bounceSizes = []int{8, 512, 4096, 65536}
+
+func BenchmarkRawBounceOneGoroutine(b *testing.B) {
+	for _, size := range bounceSizes {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer x.Close()
+			defer y.Close()
+			msg := make([]byte, size+20)
+			ctx := context.Background()
+			b.SetBytes(int64(2 * size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := y.Send(ctx, msg); err != nil {
+					b.Fatal(err)
+				}
+				if err := x.Send(ctx, msg); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := x.Receive(ctx); err != nil {
+					b.Fatal(err)
+				}
+				if _, err := y.Receive(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

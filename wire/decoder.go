@@ -278,8 +278,7 @@ func (d *Decoder) Bytes(field string, bound uint32) []byte {
 	if n <= 0 {
 		return nil
 	}
-	b := make([]byte, n)
-	copy(b, d.b[d.off:])
+	b := CloneBytes(d.b[d.off : d.off+n])
 	d.off += n
 	return b
 }

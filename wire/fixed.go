@@ -42,6 +42,37 @@ func FixedBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byt
 	return frame[HeaderSize:], true
 }
 
+// TailBody is FixedBody for a frame whose body is size bytes of fixed
+// fields and the count of one dynamic array of bytes, followed by that
+// many bytes and, if any, more fixed fields: it returns the body, at least
+// size bytes long, if frame's header is well formed for message number msg
+// and kind kind and it carries no capabilities. The caller checks the
+// count against its bound and the body's length, and decodes the frame
+// with a Decoder if they do not agree.
+func TailBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byte, bool) {
+	// A frame longer than the size field can hold spills into the
+	// message number's bits and fails the compare.
+	if len(frame) < HeaderSize+size || len(caps) != 0 ||
+		binary.LittleEndian.Uint64(frame)^(uint64(len(frame))|uint64(msg)<<32|uint64(kindFlags[kind&7])<<48)|
+			binary.LittleEndian.Uint64(frame[8:])&kindZeros[kind&7] != 0 {
+		return nil, false
+	}
+	return frame[HeaderSize:], true
+}
+
+// CloneBytes returns a copy of b that shares no memory with it, nil if b
+// is empty: the value a Decoder gives a dynamic array of bytes.
+func CloneBytes(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	// make and copy of the same length, without zeroing the new slice
+	// first.
+	c := make([]byte, len(b))
+	copy(c, b)
+	return c
+}
+
 // kindFlags and kindZeros give, for each Kind, the header flags and the
 // bits of call_id (low half) and timeout_us (high half) that must be 0.
 var (

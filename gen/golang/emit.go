@@ -431,6 +431,11 @@ func (g *generator) frame(f *frameInfo) {
 	}
 	g.p("// Encode appends the frame of m to buf; see wire.Message.")
 	g.p("func (%s*%s) Encode(buf *wire.Buffer) error {", recv, f.typ)
+	tail, tsize, tailed := tailFrame(f.args)
+	if tailed {
+		g.tailEncode(f, tail, tsize, kind)
+		g.p("// Over its bound: the Encoder says so.")
+	}
 	if fast {
 		g.fastEncode(f, size, kind)
 	} else {
@@ -450,9 +455,11 @@ func (g *generator) frame(f *frameInfo) {
 	g.p("func (%s*%s) Decode(frame []byte, caps []wire.Cap) error {", recv, f.typ)
 	if fast {
 		g.fastDecode(f, size, kind)
-		if len(f.args) > 0 {
-			g.p("// The frame is malformed: decode it field by field to say where.")
-		}
+	} else if tailed {
+		g.tailDecode(f, tail, tsize, kind)
+	}
+	if (fast || tailed) && len(f.args) > 0 {
+		g.p("// The frame is malformed: decode it field by field to say where.")
 	}
 	hasSlices := false
 	for _, a := range f.args {
@@ -511,6 +518,49 @@ func (g *generator) fastEncode(f *frameInfo, size int, kind string) {
 	g.p("b := wire.AppendFixed(buf, %s, %s, %d)", f.m.number, kind, size)
 	g.fastPuts(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
 	g.p("return nil")
+}
+
+// tailEncode writes the fast path of Encode for a frame of plain
+// arguments and one dynamic array of bytes, args[tail], whose body is
+// size bytes without the array's: the array's count and bytes are written
+// between the plain arguments, which are at constant offsets before it and
+// at offsets from its end after it.
+func (g *generator) tailEncode(f *frameInfo, tail, size int, kind string) {
+	a := f.args[tail]
+	pre, _ := fastFrame(f.args[:tail])
+	field := func(a *argInfo) string { return "m." + a.field }
+	g.p("if n := len(m.%s); uint64(n) <= %s {", a.field, a.bound)
+	g.p("b := wire.AppendFixed(buf, %s, %s, %d+n)", f.m.number, kind, size)
+	g.fastPuts(f.args[:tail], "b", "", field)
+	g.p("wire.PutUint32(b[%d:], uint32(n))", pre)
+	g.p("copy(b[%d:], m.%s)", pre+4, a.field)
+	g.fastPuts(f.args[tail+1:], "b", fmt.Sprintf("%d+n", pre+4), field)
+	g.p("return nil")
+	g.p("}")
+}
+
+// tailDecode writes the fast path of Decode for the frames of tailEncode:
+// if wire.TailBody accepts the frame and the array's count is within its
+// bound and accounts for the rest of the body, every field is read where
+// tailEncode put it.
+func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string) {
+	a := f.args[tail]
+	pre, _ := fastFrame(f.args[:tail])
+	post, _ := fastFrame(f.args[tail+1:])
+	field := func(a *argInfo) string { return "m." + a.field }
+	g.p("if b, ok := wire.TailBody(frame, caps, %s, %s, %d); ok {", f.m.number, kind, size)
+	g.p("if n := wire.Uint32(b[%d:]); n <= %s && uint64(n) == uint64(len(b)-%d) {", pre, a.bound, size)
+	g.fastGets(f.args[:tail], "b", "", field)
+	if post == 0 {
+		g.p("m.%s = wire.CloneBytes(b[%d:])", a.field, pre+4)
+	} else {
+		g.p("end := len(b) - %d", post)
+		g.p("m.%s = wire.CloneBytes(b[%d:end])", a.field, pre+4)
+		g.fastGets(f.args[tail+1:], "b", "end", field)
+	}
+	g.p("return nil")
+	g.p("}")
+	g.p("}")
 }
 
 // fastPuts writes the plain arguments args into buf, the body starting

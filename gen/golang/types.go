@@ -200,6 +200,26 @@ func fastFrame(args []*argInfo) (int, bool) {
 	return size, true
 }
 
+// tailFrame reports whether a frame's arguments are plain scalars and
+// one dynamic array of bytes, and returns the array's index and the body
+// size without its bytes (the plain arguments and the array's count).
+func tailFrame(args []*argInfo) (tail, size int, ok bool) {
+	tail = -1
+	for i, a := range args {
+		switch {
+		case a.arg.Shape == idl.ShapeDynArray && isByte(a.arg.Type) && tail < 0:
+			tail = i
+			size += 4
+		case a.arg.Shape == idl.ShapeScalar && plain(a.arg.Type):
+			n, _ := a.arg.Type.FixedSize()
+			size += n
+		default:
+			return 0, 0, false
+		}
+	}
+	return tail, size, tail >= 0
+}
+
 // minSize returns the smallest body of a frame: its fixed-size arguments,
 // and the length or count of each String and dynamic array.
 func minSize(args []*argInfo) int {

@@ -670,6 +670,13 @@ func (*PsReply) isMsg() {}
 
 // Encode appends the frame of m to buf; see wire.Message.
 func (m *PsReply) Encode(buf *wire.Buffer) error {
+	if n := len(m.JSON); uint64(n) <= MaxPsJSONLen {
+		b := wire.AppendFixed(buf, MsgPs, wire.KindReply, 4+n)
+		wire.PutUint32(b[0:], uint32(n))
+		copy(b[4:], m.JSON)
+		return nil
+	}
+	// Over its bound: the Encoder says so.
 	var e wire.Encoder
 	e.Begin(buf, "monitor.ps reply", MsgPs, wire.KindReply, 4)
 	e.Bytes("json", m.JSON, MaxPsJSONLen)
@@ -679,6 +686,13 @@ func (m *PsReply) Encode(buf *wire.Buffer) error {
 // Decode decodes frame, whose capabilities are caps, into m; see
 // wire.Message.
 func (m *PsReply) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgPs, wire.KindReply, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxPsJSONLen && uint64(n) == uint64(len(b)-4) {
+			m.JSON = wire.CloneBytes(b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
 	*m = PsReply{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "monitor.ps reply", MsgPs, wire.KindReply)

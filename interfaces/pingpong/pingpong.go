@@ -222,6 +222,14 @@ func (*Data) isMsg() {}
 
 // Encode appends the frame of m to buf; see wire.Message.
 func (m *Data) Encode(buf *wire.Buffer) error {
+	if n := len(m.Payload); uint64(n) <= MaxDataPayloadLen {
+		b := wire.AppendFixed(buf, MsgData, wire.KindMessage, 12+n)
+		wire.PutUint64(b[0:], m.Seq)
+		wire.PutUint32(b[8:], uint32(n))
+		copy(b[12:], m.Payload)
+		return nil
+	}
+	// Over its bound: the Encoder says so.
 	var e wire.Encoder
 	e.Begin(buf, "pingpong.data", MsgData, wire.KindMessage, 12)
 	e.Uint64(m.Seq)
@@ -232,6 +240,14 @@ func (m *Data) Encode(buf *wire.Buffer) error {
 // Decode decodes frame, whose capabilities are caps, into m; see
 // wire.Message.
 func (m *Data) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgData, wire.KindMessage, 12); ok {
+		if n := wire.Uint32(b[8:]); n <= MaxDataPayloadLen && uint64(n) == uint64(len(b)-12) {
+			m.Seq = wire.Uint64(b[0:])
+			m.Payload = wire.CloneBytes(b[12:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
 	*m = Data{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "pingpong.data", MsgData, wire.KindMessage)
@@ -431,6 +447,13 @@ func (*BounceCall) isMsg() {}
 
 // Encode appends the frame of m to buf; see wire.Message.
 func (m *BounceCall) Encode(buf *wire.Buffer) error {
+	if n := len(m.Payload); uint64(n) <= MaxBouncePayloadLen {
+		b := wire.AppendFixed(buf, MsgBounce, wire.KindCall, 4+n)
+		wire.PutUint32(b[0:], uint32(n))
+		copy(b[4:], m.Payload)
+		return nil
+	}
+	// Over its bound: the Encoder says so.
 	var e wire.Encoder
 	e.Begin(buf, "pingpong.bounce call", MsgBounce, wire.KindCall, 4)
 	e.Bytes("payload", m.Payload, MaxBouncePayloadLen)
@@ -440,6 +463,13 @@ func (m *BounceCall) Encode(buf *wire.Buffer) error {
 // Decode decodes frame, whose capabilities are caps, into m; see
 // wire.Message.
 func (m *BounceCall) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgBounce, wire.KindCall, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxBouncePayloadLen && uint64(n) == uint64(len(b)-4) {
+			m.Payload = wire.CloneBytes(b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
 	*m = BounceCall{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "pingpong.bounce call", MsgBounce, wire.KindCall)
@@ -502,6 +532,13 @@ func (*BounceReply) isMsg() {}
 
 // Encode appends the frame of m to buf; see wire.Message.
 func (m *BounceReply) Encode(buf *wire.Buffer) error {
+	if n := len(m.Reply); uint64(n) <= MaxBounceReplyLen {
+		b := wire.AppendFixed(buf, MsgBounce, wire.KindReply, 4+n)
+		wire.PutUint32(b[0:], uint32(n))
+		copy(b[4:], m.Reply)
+		return nil
+	}
+	// Over its bound: the Encoder says so.
 	var e wire.Encoder
 	e.Begin(buf, "pingpong.bounce reply", MsgBounce, wire.KindReply, 4)
 	e.Bytes("reply", m.Reply, MaxBounceReplyLen)
@@ -511,6 +548,13 @@ func (m *BounceReply) Encode(buf *wire.Buffer) error {
 // Decode decodes frame, whose capabilities are caps, into m; see
 // wire.Message.
 func (m *BounceReply) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgBounce, wire.KindReply, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxBounceReplyLen && uint64(n) == uint64(len(b)-4) {
+			m.Reply = wire.CloneBytes(b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
 	*m = BounceReply{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "pingpong.bounce reply", MsgBounce, wire.KindReply)

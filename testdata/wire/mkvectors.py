@@ -152,6 +152,7 @@ MESSAGES = [  # (name, is_rpc, args), in declaration order: numbers 1, 2, ...
                         S("p", UINT8), S("true", UINT8)]),
     ("goto", False, [S("case", UINT32), S("break", UINT8), S("continue", UINT8),
                      S("return", UINT8)]),
+    ("tail", False, [S("id", UINT32), DYN("body", CHAR, 16), S("after", UINT16)]),
 ]
 NUM = {name: i + 1 for i, (name, _, _) in enumerate(MESSAGES)}
 BYNUM = {i + 1: m for i, m in enumerate(MESSAGES)}
@@ -658,6 +659,11 @@ good("shadows", "message", "distinct", len=1, string=2, nil=3, err=-4, buf=[5], 
 good("goto", "message", "zero", case=0, break_=0, continue_=0, return_=0)
 good("goto", "message", "mixed", case=0xA1B2C3D4, break_=1, continue_=2, return_=255)
 
+# tail
+good("tail", "message", "empty", id=0, body=[], after=0)
+good("tail", "message", "at_bound", id=U32MAX, body=list(range(0xF0, 0x100)), after=65535)
+good("tail", "message", "mixed", id=0x01020304, body=[ord(c) for c in "chanos"], after=0xBEEF)
+
 # ---------------------------------------------------------------- decode-only
 # Valid frames that an encoder never writes (generated encoders write
 # call_id and timeout_us as 0): decoders must accept them.
@@ -694,6 +700,7 @@ unencodable("echo/reply/over_bound", "echo", "reply", "bound", ack=0, reply="x" 
 unencodable("arrays/bytes_over_bound", "arrays", "message", "bound", bytes=[0] * 9, words=[], pts=[], colors=[])
 unencodable("arrays/pts_over_bound", "arrays", "message", "bound", bytes=[], words=[], pts=[pt(0, 0)] * 4, colors=[])
 unencodable("mixed/reply/data_over_bound", "mixed", "reply", "bound", b=0, d="red", data=[0] * 9)
+unencodable("tail/body_over_bound", "tail", "message", "bound", id=0, body=[0] * 17, after=0)
 unencodable("enums/color_3", "enums", "message", "enum", c=3, pw="off", s="lonely")
 unencodable("enums/single_1", "enums", "message", "enum", c="red", pw="off", s=1)
 
@@ -825,6 +832,17 @@ bad("caps/trailing_byte", "caps", "message", with_size(CAPS + b"\x00", len(CAPS)
 
 bad("typedefs/trailing_byte", "typedefs", "message", with_size(TD + b"\x00", len(TD) + 1), "trailing")
 bad("goto/trailing_bytes", "goto", "message", with_size(GOTO + b"\x01\x00", len(GOTO) + 2), "trailing")
+TAIL = good_frame("tail/mixed")
+bad("tail/inside_count", "tail", "message", cut(TAIL, 16 + 4 + 2), "truncated")
+bad("tail/inside_after", "tail", "message", cut(TAIL, len(TAIL) - 1), "truncated")
+bad("tail/count_past_end", "tail", "message",
+    body_frame("tail", "message", [u32(1), u32(7) + b"chanos", u16(0)]), "truncated")
+bad("tail/count_short_of_end", "tail", "message",
+    body_frame("tail", "message", [u32(1), u32(5) + b"chanos", u16(0)]), "trailing")
+bad("tail/trailing_byte", "tail", "message", with_size(TAIL + b"\x00", len(TAIL) + 1), "trailing")
+bad("tail/body_bound_plus_1", "tail", "message",
+    body_frame("tail", "message", [u32(1), u32(17) + bytes(17), u16(0)]), "bound")
+bad("tail/ncaps_1", "tail", "message", hdr(TAIL, ncaps=1), "cap")
 IR = good_frame("irefs/null")
 bad("irefs/trailing_byte", "irefs", "message", with_size(IR + b"\x00", len(IR) + 1), "trailing")
 

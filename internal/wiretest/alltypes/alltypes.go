@@ -54,6 +54,7 @@ const (
 	MsgKeywords    uint16 = 20 // keywords
 	MsgShadows     uint16 = 21 // shadows
 	MsgGoto        uint16 = 22 // goto
+	MsgTail        uint16 = 23 // tail
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -81,6 +82,7 @@ const (
 	MaxKeywordsRangeLen   = 4   // keywords: uint8 range[go, 4]
 	MaxShadowsBufLen      = 4   // shadows: uint8 buf[n, 4]
 	MaxShadowsMsgLen      = 8   // shadows: String msg[8]
+	MaxTailBodyLen        = 16  // tail: char body[nbody, 16]
 )
 
 // Color is the IDL enum color of types.if:
@@ -2840,6 +2842,102 @@ func (*Goto) MsgValidate() error {
 	return nil
 }
 
+// Tail is the message tail, number 23:
+//
+//	message tail(uint32 id, char body[nbody, 16], uint16 after);
+type Tail struct {
+	// ID is the argument id (uint32).
+	ID uint32
+	// Body is the argument body: at most MaxTailBodyLen bytes (its length is nbody in the IDL).
+	Body []byte
+	// After is the argument after (uint16).
+	After uint16
+}
+
+// MsgNumber returns MsgTail.
+func (*Tail) MsgNumber() uint16 { return MsgTail }
+
+// MsgKind returns wire.KindMessage.
+func (*Tail) MsgKind() wire.Kind { return wire.KindMessage }
+
+// MsgName returns "alltypes.tail".
+func (*Tail) MsgName() string { return "alltypes.tail" }
+
+func (*Tail) isMsg() {}
+
+// Encode appends the frame of m to buf; see wire.Message.
+func (m *Tail) Encode(buf *wire.Buffer) error {
+	if n := len(m.Body); uint64(n) <= MaxTailBodyLen {
+		b := wire.AppendFixed(buf, MsgTail, wire.KindMessage, 10+n)
+		wire.PutUint32(b[0:], m.ID)
+		wire.PutUint32(b[4:], uint32(n))
+		copy(b[8:], m.Body)
+		wire.PutUint16(b[8+n:], m.After)
+		return nil
+	}
+	// Over its bound: the Encoder says so.
+	var e wire.Encoder
+	e.Begin(buf, "alltypes.tail", MsgTail, wire.KindMessage, 10)
+	e.Uint32(m.ID)
+	e.Bytes("body", m.Body, MaxTailBodyLen)
+	e.Uint16(m.After)
+	return e.Finish()
+}
+
+// Decode decodes frame, whose capabilities are caps, into m; see
+// wire.Message.
+func (m *Tail) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgTail, wire.KindMessage, 10); ok {
+		if n := wire.Uint32(b[4:]); n <= MaxTailBodyLen && uint64(n) == uint64(len(b)-10) {
+			m.ID = wire.Uint32(b[0:])
+			end := len(b) - 2
+			m.Body = wire.CloneBytes(b[8:end])
+			m.After = wire.Uint16(b[end:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	*m = Tail{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "alltypes.tail", MsgTail, wire.KindMessage)
+	m.ID = d.Uint32("id")
+	m.Body = d.Bytes("body", MaxTailBodyLen)
+	m.After = d.Uint16("after")
+	if err := d.Finish(); err != nil {
+		*m = Tail{}
+		return err
+	}
+	return nil
+}
+
+// MsgClone returns a copy of m that shares no memory with it: its slices
+// are copied. The local interconnect sends the copy, so the sender may
+// reuse m.
+func (m *Tail) MsgClone() wire.Message {
+	c := *m
+	c.Body = append([]byte(nil), m.Body...)
+	return &c
+}
+
+// MsgSet sets m to the value of src and reports true if src is a *Tail.
+func (m *Tail) MsgSet(src wire.Message) bool {
+	s, ok := src.(*Tail)
+	if ok {
+		*m = *s
+	}
+	return ok
+}
+
+// MsgValidate reports what Encode would refuse in m's strings, dynamic
+// arrays and enum arguments, without encoding it; the local interconnect
+// calls it, as it passes messages as values.
+func (m *Tail) MsgValidate() error {
+	if err := wire.CheckCount("alltypes.tail", "body", len(m.Body), MaxTailBodyLen); err != nil {
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if alltypes has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -2898,6 +2996,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(Shadows)
 	case msg == MsgGoto && kind == wire.KindMessage:
 		return new(Goto)
+	case msg == MsgTail && kind == wire.KindMessage:
+		return new(Tail)
 	}
 	return nil
 }
@@ -2977,6 +3077,8 @@ func Decode(frame []byte, caps []wire.Cap) (Msg, error) {
 		m = new(Shadows)
 	case MsgGoto:
 		m = new(Goto)
+	case MsgTail:
+		m = new(Tail)
 	default:
 		return nil, wire.UnknownMessage(InterfaceName, h.Msg)
 	}
@@ -3287,6 +3389,21 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		frame[wire.HeaderSize+5] = m.Continue
 		frame[wire.HeaderSize+6] = m.Return
 		return c.conn.SendFrame(ctx, frame[:])
+	case *Tail:
+		if m == nil {
+			break
+		}
+		switch {
+		case c.conn == nil: // another Transport, which may keep what it is given
+			v := *m
+			return c.t.Send(ctx, &v)
+		case c.conn.Local(): // a copy travels, not a frame
+			if err := m.MsgValidate(); err != nil {
+				return err
+			}
+			return c.conn.SendValue(ctx, m.MsgClone())
+		}
+		return c.conn.SendEncoded(ctx, m.Encode)
 	case *PingCall:
 		return errors.New("alltypes: Send of the ping call: use Client.Ping")
 	case *PingReply:
@@ -3487,6 +3604,8 @@ type Server interface {
 	Shadows(ctx context.Context, from *Client, m Shadows) error
 	// Goto handles the message goto.
 	Goto(ctx context.Context, from *Client, m Goto) error
+	// Tail handles the message tail.
+	Tail(ctx context.Context, from *Client, m Tail) error
 }
 
 // Dispatch calls the method of srv that handles m, which came from the peer
@@ -3609,6 +3728,11 @@ func Dispatch(ctx context.Context, srv Server, from *Client, m Msg) (Msg, error)
 			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
 		}
 		return nil, srv.Goto(ctx, from, *m)
+	case *Tail:
+		if m == nil {
+			return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
+		}
+		return nil, srv.Tail(ctx, from, *m)
 	case nil:
 		return nil, fmt.Errorf("%s: Dispatch of a nil message: %w", InterfaceName, chanos.ErrProtocol)
 	}
@@ -3730,6 +3854,11 @@ func (UnimplementedServer) Goto(context.Context, *Client, Goto) error {
 	return fmt.Errorf("%s.goto: %w", InterfaceName, errors.ErrUnsupported)
 }
 
+// Tail fails with errors.ErrUnsupported.
+func (UnimplementedServer) Tail(context.Context, *Client, Tail) error {
+	return fmt.Errorf("%s.tail: %w", InterfaceName, errors.ErrUnsupported)
+}
+
 // Interface describes alltypes to the connection layer.
 var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
 
@@ -3792,6 +3921,8 @@ func decodeIncoming(in *chanos.Incoming) (Msg, error) {
 		case *Shadows:
 			return m, nil
 		case *Goto:
+			return m, nil
+		case *Tail:
 			return m, nil
 		}
 		return nil, fmt.Errorf("%s: received a %s: %w", InterfaceName, in.Msg.MsgName(), wire.ErrUnknownMessage)
@@ -4263,6 +4394,18 @@ func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming)
 			return true, c.c.Violation(err)
 		}
 		return true, srv.Goto(ctx, c.Client, m)
+	case MsgTail:
+		var m Tail
+		if in.Msg != nil { // a value, on the local interconnect
+			v, ok := in.Msg.(*Tail)
+			if !ok || v == nil {
+				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
+			}
+			m = *v
+		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+			return true, c.c.Violation(err)
+		}
+		return true, srv.Tail(ctx, c.Client, m)
 	}
 	return false, nil
 }
