@@ -517,3 +517,25 @@ func BenchmarkRawBounceOneGoroutine(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkServeBounceOverUMPOneGoroutine is
+// BenchmarkServeEchoOverUMPOneGoroutine for the bounce rpc with 8 bytes
+// each way.
+func BenchmarkServeBounceOverUMPOneGoroutine(b *testing.B) {
+	var call wire.Buffer
+	id := uint32(0)
+	srv := &stoppingServer{}
+	benchBatches(b, func(y *ump.Conn, last bool) error {
+		call.Reset()
+		if last {
+			(&pingpong.EchoCall{Val: stopVal}).Encode(&call)
+		} else {
+			(&pingpong.BounceCall{Payload: make([]byte, 8)}).Encode(&call)
+		}
+		id++
+		wire.SetCallID(call.B, id)
+		return y.Send(context.Background(), call.B)
+	}, srv.serving)
+}
+
+func (s *stoppingServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }

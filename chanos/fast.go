@@ -74,6 +74,19 @@ func (c *Conn) newCallID() uint32 {
 // handled false, having sent nothing, and the stub makes the call with
 // Call.
 func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (handled bool, err error) {
+	return c.callFrame(ctx, name, call, reply, nil)
+}
+
+// CallFrameDecode is CallFrame for a reply of no fixed size: decode
+// decodes the reply frame into the reply value (its Decode method). The
+// call frame, which the stub built on its stack, may have any size.
+func (c *Conn) CallFrameDecode(ctx context.Context, name string, call []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+	return c.callFrame(ctx, name, call, nil, decode)
+}
+
+// callFrame is CallFrame with a reply of fixed size, or CallFrameDecode
+// if reply is nil.
+func (c *Conn) callFrame(ctx context.Context, name string, call, reply []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
 	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
 		return false, nil
 	}
@@ -92,8 +105,14 @@ func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (
 		return err != nil, err
 	}
 	in, err := c.readReply(ctx, id, msg, reply)
-	if err == nil && in != nil { // not the reply of the size expected
+	switch {
+	case err != nil || in == nil: // failed, or the fixed reply is in reply
+	case reply != nil: // not the reply of the size expected
 		err = c.takeReplyFrame(in, id, name, msg, reply)
+	default:
+		if err = c.checkReply(in, id, name, msg); err == nil {
+			err = decode(in.Frame, in.Caps)
+		}
 	}
 	c.releaseCur()
 	return true, err

@@ -1,6 +1,7 @@
 package chanos_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"runtime"
@@ -372,5 +373,74 @@ func TestHandleDoesNotAllocate(t *testing.T) {
 	})
 	if allocs != 0 || keep.last.MsgID != 5 {
 		t.Errorf("Handle allocates %v times (kept %+v), want 0", allocs, keep.last)
+	}
+}
+
+// A payload travels the same whether the stubs build its frame on the
+// stack (up to 256 bytes) or encode it into the connection's buffer, and
+// both ways keep the bounds: every size around the switch, each way.
+func TestPayloadsAroundStackLimit(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := ctxT(t)
+		got := make(chan pingpong.Data, 1)
+		serve(t, s, &dataServer{got: got})
+		for _, n := range []int{0, 1, 255, 256, 257, 4096, pingpong.MaxBouncePayloadLen} {
+			payload := make([]byte, n)
+			for i := range payload {
+				payload[i] = byte(i*7 + n)
+			}
+			out, err := c.Bounce(ctx, payload)
+			if err != nil || !bytes.Equal(out, payload) {
+				t.Fatalf("bounce of %d bytes = %d bytes, %v", n, len(out), err)
+			}
+			if err := c.Send(ctx, &pingpong.Data{Seq: uint64(n), Payload: payload}); err != nil {
+				t.Fatalf("send data of %d bytes: %v", n, err)
+			}
+			if m := <-got; m.Seq != uint64(n) || !bytes.Equal(m.Payload, payload) {
+				t.Fatalf("data of %d bytes arrived as seq %d, %d bytes", n, m.Seq, len(m.Payload))
+			}
+		}
+		if _, err := c.Bounce(ctx, make([]byte, pingpong.MaxBouncePayloadLen+1)); !errors.Is(err, wire.ErrBound) {
+			t.Fatalf("bounce over the bound = %v, want wire.ErrBound", err)
+		}
+		// The connection goes on.
+		if out, err := c.Bounce(ctx, []byte("ok")); err != nil || string(out) != "ok" {
+			t.Fatalf("bounce after the refusal = %q, %v", out, err)
+		}
+	})
+}
+
+// dataServer bounces, and passes on each data message.
+type dataServer struct {
+	server
+	got chan<- pingpong.Data
+}
+
+func (s *dataServer) Data(ctx context.Context, from *pingpong.Client, m pingpong.Data) error {
+	s.got <- m
+	return nil
+}
+
+// A bounce of 8 bytes over ump allocates only the two payloads the API
+// hands out: the handler's argument and the caller's result.
+func TestShortBounceAllocatesPayloadsOnly(t *testing.T) {
+	a, b, err := chanos.UMPPair(pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	go pingpong.ServeConn(context.Background(), s, &server{})
+	ctx := context.Background()
+	p := []byte("8 bytes!")
+	allocs := testing.AllocsPerRun(200, func() {
+		if out, err := c.Bounce(ctx, p); err != nil || string(out) != string(p) {
+			t.Fatal(out, err)
+		}
+	})
+	t.Logf("%v allocations", allocs)
+	if allocs > 2 {
+		t.Errorf("a bounce of 8 bytes allocates %v times, want 2", allocs)
 	}
 }

@@ -383,6 +383,15 @@ func (g *generator) serveCall() {
 			g.fastPuts(reply.args, "frame", "wire.HeaderSize", func(a *argInfo) string { return a.param })
 			g.p("sent, err := c.ReplyFrame(ctx, call, frame[:])")
 			g.p("return sent, true, err")
+		} else if tail, size, ok := tailFrame(reply.args); ok {
+			// A short array of bytes: the frame on the stack all the same.
+			frame := g.stackTail(reply, tail, size, "wire.KindReply", "frame", func(a *argInfo) string { return a.param })
+			g.p("sent, err := c.ReplyFrame(ctx, call, %s)", frame)
+			g.p("return sent, true, err")
+			g.p("}")
+			g.p("reply := %s{%s}", reply.typ, inits)
+			g.p("sent, err := c.ReplyEncoded(ctx, call, reply.Encode)")
+			g.p("return sent, true, err")
 		} else {
 			// The reply's value on the stack, encoded at once (ReplyEncoded).
 			g.p("reply := %s{%s}", reply.typ, inits)

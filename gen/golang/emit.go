@@ -527,16 +527,47 @@ func (g *generator) fastEncode(f *frameInfo, size int, kind string) {
 // at offsets from its end after it.
 func (g *generator) tailEncode(f *frameInfo, tail, size int, kind string) {
 	a := f.args[tail]
-	pre, _ := fastFrame(f.args[:tail])
 	field := func(a *argInfo) string { return "m." + a.field }
 	g.p("if n := len(m.%s); uint64(n) <= %s {", a.field, a.bound)
 	g.p("b := wire.AppendFixed(buf, %s, %s, %d+n)", f.m.number, kind, size)
-	g.fastPuts(f.args[:tail], "b", "", field)
-	g.p("wire.PutUint32(b[%d:], uint32(n))", pre)
-	g.p("copy(b[%d:], m.%s)", pre+4, a.field)
-	g.fastPuts(f.args[tail+1:], "b", fmt.Sprintf("%d+n", pre+4), field)
+	g.tailPuts(f, tail, "b", "", "n", field)
 	g.p("return nil")
 	g.p("}")
+}
+
+// tailPuts writes the arguments of a frame of plain arguments and one
+// dynamic array of bytes, args[tail], into buf, the body starting at
+// offset base of it ("" for 0): count is the expression of the array's
+// length, value(a) that of each argument.
+func (g *generator) tailPuts(f *frameInfo, tail int, buf, base, count string, value func(*argInfo) string) {
+	pre, _ := fastFrame(f.args[:tail])
+	g.fastPuts(f.args[:tail], buf, base, value)
+	g.p("wire.PutUint32(%s[%s:], uint32(%s))", buf, offset(base, pre), count)
+	g.p("copy(%s[%s:], %s)", buf, offset(base, pre+4), value(f.args[tail]))
+	g.fastPuts(f.args[tail+1:], buf, offset(base, pre+4)+"+"+count, value)
+}
+
+// smallTail is the most bytes of a dynamic array of bytes for which a stub
+// or handler builds the frame in an array on its stack, as it does for a
+// frame of a fixed size; a longer one is encoded into the connection's
+// buffer by the frame's Encode method.
+const smallTail = 256
+
+// stackTail writes the start of the branch that builds the frame f of
+// tailFrame in an array named arr on the stack, if its array of bytes is
+// at most smallTail long: value(a) is the expression of each argument. It
+// returns the expression of the frame (a slice of arr); the caller writes
+// its use, then the other branch, and closes the if.
+func (g *generator) stackTail(f *frameInfo, tail, size int, kind, arr string, value func(*argInfo) string) string {
+	a := f.args[tail]
+	limit := min(int(a.arg.Max), smallTail)
+	count := "len(" + value(a) + ")"
+	g.p("if %s <= %d {", count, limit)
+	g.p("var %s [wire.HeaderSize + %d]byte", arr, size+limit)
+	frame := fmt.Sprintf("%s[:wire.HeaderSize+%d+%s]", arr, size, count)
+	g.p("wire.PutFixed(%s, %s, %s)", frame, f.m.number, kind)
+	g.tailPuts(f, tail, arr, "wire.HeaderSize", count, value)
+	return frame
 }
 
 // tailDecode writes the fast path of Decode for the frames of tailEncode:
@@ -902,6 +933,11 @@ func (g *generator) clientSend() {
 			g.p("wire.PutFixed(frame[:], %s, wire.KindMessage)", mi.number)
 			g.fastPuts(f.args, "frame", "wire.HeaderSize", func(a *argInfo) string { return "m." + a.field })
 			g.p("return c.conn.SendFrame(ctx, frame[:])")
+		} else if tail, size, ok := tailFrame(f.args); ok {
+			frame := g.stackTail(f, tail, size, "wire.KindMessage", "frame", func(a *argInfo) string { return "m." + a.field })
+			g.p("return c.conn.SendFrame(ctx, %s)", frame)
+			g.p("}")
+			g.p("return c.conn.SendEncoded(ctx, m.Encode)")
 		} else {
 			g.p("return c.conn.SendEncoded(ctx, m.Encode)")
 		}
@@ -927,7 +963,7 @@ func (g *generator) fastCall(m *msgInfo) {
 	csize, cfast := fastFrame(call.args)
 	rsize, rfast := fastFrame(reply.args)
 	if !cfast || !rfast {
-		g.encodedCall(m)
+		g.encodedCall(m, cfast, csize)
 		return
 	}
 	g.p("if c.conn != nil {")
@@ -958,20 +994,45 @@ func (g *generator) fastCall(m *msgInfo) {
 }
 
 // encodedCall emits a stub's fast path for an rpc whose call or reply has
-// no fixed size: the values stay on the stack, and Conn.CallEncoded calls
-// their Encode and Decode methods.
-func (g *generator) encodedCall(m *msgInfo) {
+// no fixed size: the reply value stays on the stack, and its Decode
+// method decodes the reply. A call frame of a fixed size (cfast, of csize
+// bytes) or with a short array of bytes (stackTail) is built on the stack
+// and sent by Conn.CallFrameDecode; another call value stays on the
+// stack, and Conn.CallEncoded calls its Encode method.
+func (g *generator) encodedCall(m *msgInfo, cfast bool, csize int) {
 	call, reply := m.frames[0], m.frames[1]
 	var inits []string
 	for _, a := range call.args {
 		inits = append(inits, a.field+": "+a.param)
 	}
 	name := strconv.Quote(g.iface.Name + "." + m.msg.Name)
+	param := func(a *argInfo) string { return a.param }
+	encoded := fmt.Sprintf("c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode)", name, m.number)
 	g.p("if c.conn != nil {")
-	g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
 	g.p("var reply %s", reply.typ)
+	g.p("var handled bool")
 	if len(reply.args) == 0 {
-		g.p("if handled, err := c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode); handled {", name, m.number)
+		g.p("var err error")
+	}
+	switch tail, tsize, tailed := tailFrame(call.args); {
+	case cfast:
+		g.p("var call [wire.HeaderSize + %d]byte", csize)
+		g.p("wire.PutFixed(call[:], %s, wire.KindCall)", m.number)
+		g.fastPuts(call.args, "call", "wire.HeaderSize", param)
+		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, call[:], reply.Decode)", name)
+	case tailed:
+		frame := g.stackTail(call, tail, tsize, "wire.KindCall", "call", param)
+		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame)
+		g.p("} else {")
+		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
+		g.p("handled, err = %s", encoded)
+		g.p("}")
+	default:
+		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
+		g.p("handled, err = %s", encoded)
+	}
+	if len(reply.args) == 0 {
+		g.p("if handled {")
 		g.p("return err")
 		g.p("}")
 		g.p("}")
@@ -982,8 +1043,7 @@ func (g *generator) encodedCall(m *msgInfo) {
 		outs = append(outs, a.param)
 		vals = append(vals, "reply."+a.field)
 	}
-	g.p("var handled bool")
-	g.p("if handled, err = c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode); handled {", name, m.number)
+	g.p("if handled {")
 	g.p("if err == nil {")
 	g.p("%s = %s", strings.Join(outs, ", "), strings.Join(vals, ", "))
 	g.p("}")

@@ -801,10 +801,11 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Put(ctx context.Context, key string, value []byte) (version uint64, err error) {
 	if c.conn != nil {
-		call := PutCall{Key: key, Value: value}
 		var reply PutReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "kv.put", MsgPut, call.Encode, reply.Decode); handled {
+		call := PutCall{Key: key, Value: value}
+		handled, err = c.conn.CallEncoded(ctx, "kv.put", MsgPut, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				version = reply.Version
 			}
@@ -825,10 +826,11 @@ func (c *Client) Put(ctx context.Context, key string, value []byte) (version uin
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (st Status, value []byte, err error) {
 	if c.conn != nil {
-		call := GetCall{Key: key}
 		var reply GetReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "kv.get", MsgGet, call.Encode, reply.Decode); handled {
+		call := GetCall{Key: key}
+		handled, err = c.conn.CallEncoded(ctx, "kv.get", MsgGet, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				st, value = reply.St, reply.Value
 			}
@@ -849,10 +851,11 @@ func (c *Client) Get(ctx context.Context, key string) (st Status, value []byte, 
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Delete(ctx context.Context, key string) (existed bool, err error) {
 	if c.conn != nil {
-		call := DeleteCall{Key: key}
 		var reply DeleteReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "kv.delete", MsgDelete, call.Encode, reply.Decode); handled {
+		call := DeleteCall{Key: key}
+		handled, err = c.conn.CallEncoded(ctx, "kv.delete", MsgDelete, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				existed = reply.Existed
 			}

@@ -1244,10 +1244,11 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Set(ctx context.Context, name string, ref wire.Iref) (err_ wire.Errval, err error) {
 	if c.conn != nil {
-		call := SetCall{Name: name, Ref: ref}
 		var reply SetReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.set", MsgSet, call.Encode, reply.Decode); handled {
+		call := SetCall{Name: name, Ref: ref}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.set", MsgSet, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				err_ = reply.Err
 			}
@@ -1268,10 +1269,11 @@ func (c *Client) Set(ctx context.Context, name string, ref wire.Iref) (err_ wire
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
 	if c.conn != nil {
-		call := GetCall{Name: name}
 		var reply GetReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.get", MsgGet, call.Encode, reply.Decode); handled {
+		call := GetCall{Name: name}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.get", MsgGet, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				ref, err_ = reply.Ref, reply.Err
 			}
@@ -1292,10 +1294,11 @@ func (c *Client) Get(ctx context.Context, name string) (ref wire.Iref, err_ wire
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) WaitFor(ctx context.Context, name string) (ref wire.Iref, err_ wire.Errval, err error) {
 	if c.conn != nil {
-		call := WaitForCall{Name: name}
 		var reply WaitForReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.wait_for", MsgWaitFor, call.Encode, reply.Decode); handled {
+		call := WaitForCall{Name: name}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.wait_for", MsgWaitFor, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				ref, err_ = reply.Ref, reply.Err
 			}
@@ -1316,10 +1319,11 @@ func (c *Client) WaitFor(ctx context.Context, name string) (ref wire.Iref, err_ 
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) GetCount(ctx context.Context, class string) (count uint64, err error) {
 	if c.conn != nil {
-		call := GetCountCall{Class: class}
 		var reply GetCountReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.get_count", MsgGetCount, call.Encode, reply.Decode); handled {
+		call := GetCountCall{Class: class}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.get_count", MsgGetCount, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				count = reply.Count
 			}
@@ -1340,10 +1344,11 @@ func (c *Client) GetCount(ctx context.Context, class string) (count uint64, err 
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Remove(ctx context.Context, name string) (err_ wire.Errval, err error) {
 	if c.conn != nil {
-		call := RemoveCall{Name: name}
 		var reply RemoveReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.remove", MsgRemove, call.Encode, reply.Decode); handled {
+		call := RemoveCall{Name: name}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.remove", MsgRemove, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				err_ = reply.Err
 			}
@@ -1364,10 +1369,11 @@ func (c *Client) Remove(ctx context.Context, name string) (err_ wire.Errval, err
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) List(ctx context.Context, prefix string, after string) (names []byte, more bool, err error) {
 	if c.conn != nil {
-		call := ListCall{Prefix: prefix, After: after}
 		var reply ListReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "nameservice.list", MsgList, call.Encode, reply.Decode); handled {
+		call := ListCall{Prefix: prefix, After: after}
+		handled, err = c.conn.CallEncoded(ctx, "nameservice.list", MsgList, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				names, more = reply.Names, reply.More
 			}

@@ -723,6 +723,14 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 			}
 			return c.conn.SendValue(ctx, m.MsgClone())
 		}
+		if len(m.Payload) <= 256 {
+			var frame [wire.HeaderSize + 268]byte
+			wire.PutFixed(frame[:wire.HeaderSize+12+len(m.Payload)], MsgData, wire.KindMessage)
+			wire.PutUint64(frame[wire.HeaderSize:], m.Seq)
+			wire.PutUint32(frame[wire.HeaderSize+8:], uint32(len(m.Payload)))
+			copy(frame[wire.HeaderSize+12:], m.Payload)
+			return c.conn.SendFrame(ctx, frame[:wire.HeaderSize+12+len(m.Payload)])
+		}
 		return c.conn.SendEncoded(ctx, m.Encode)
 	case *EchoCall:
 		return errors.New("pingpong: Send of the echo call: use Client.Echo")
@@ -778,10 +786,19 @@ func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error) {
 	if c.conn != nil {
-		call := BounceCall{Payload: payload}
 		var reply BounceReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "pingpong.bounce", MsgBounce, call.Encode, reply.Decode); handled {
+		if len(payload) <= 256 {
+			var call [wire.HeaderSize + 260]byte
+			wire.PutFixed(call[:wire.HeaderSize+4+len(payload)], MsgBounce, wire.KindCall)
+			wire.PutUint32(call[wire.HeaderSize:], uint32(len(payload)))
+			copy(call[wire.HeaderSize+4:], payload)
+			handled, err = c.conn.CallFrameDecode(ctx, "pingpong.bounce", call[:wire.HeaderSize+4+len(payload)], reply.Decode)
+		} else {
+			call := BounceCall{Payload: payload}
+			handled, err = c.conn.CallEncoded(ctx, "pingpong.bounce", MsgBounce, call.Encode, reply.Decode)
+		}
+		if handled {
 			if err == nil {
 				reply_ = reply.Reply
 			}
@@ -1107,6 +1124,14 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 			return nil, true, err
 		}
 		if call.Inline {
+			if len(reply_) <= 256 {
+				var frame [wire.HeaderSize + 260]byte
+				wire.PutFixed(frame[:wire.HeaderSize+4+len(reply_)], MsgBounce, wire.KindReply)
+				wire.PutUint32(frame[wire.HeaderSize:], uint32(len(reply_)))
+				copy(frame[wire.HeaderSize+4:], reply_)
+				sent, err := c.ReplyFrame(ctx, call, frame[:wire.HeaderSize+4+len(reply_)])
+				return sent, true, err
+			}
 			reply := BounceReply{Reply: reply_}
 			sent, err := c.ReplyEncoded(ctx, call, reply.Encode)
 			return sent, true, err

@@ -3403,6 +3403,15 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 			}
 			return c.conn.SendValue(ctx, m.MsgClone())
 		}
+		if len(m.Body) <= 16 {
+			var frame [wire.HeaderSize + 26]byte
+			wire.PutFixed(frame[:wire.HeaderSize+10+len(m.Body)], MsgTail, wire.KindMessage)
+			wire.PutUint32(frame[wire.HeaderSize:], m.ID)
+			wire.PutUint32(frame[wire.HeaderSize+4:], uint32(len(m.Body)))
+			copy(frame[wire.HeaderSize+8:], m.Body)
+			wire.PutUint16(frame[wire.HeaderSize+8+len(m.Body):], m.After)
+			return c.conn.SendFrame(ctx, frame[:wire.HeaderSize+10+len(m.Body)])
+		}
 		return c.conn.SendEncoded(ctx, m.Encode)
 	case *PingCall:
 		return errors.New("alltypes: Send of the ping call: use Client.Ping")
@@ -3469,10 +3478,11 @@ func (c *Client) Ping(ctx context.Context) error {
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Echo(ctx context.Context, seq uint32, text string) (ack uint32, reply_ string, err error) {
 	if c.conn != nil {
-		call := EchoCall{Seq: seq, Text: text}
 		var reply EchoReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "alltypes.echo", MsgEcho, call.Encode, reply.Decode); handled {
+		call := EchoCall{Seq: seq, Text: text}
+		handled, err = c.conn.CallEncoded(ctx, "alltypes.echo", MsgEcho, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				ack, reply_ = reply.Ack, reply.Reply
 			}
@@ -3493,10 +3503,11 @@ func (c *Client) Echo(ctx context.Context, seq uint32, text string) (ack uint32,
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Mixed(ctx context.Context, a uint8, c_ bool, pts []Point) (b int64, d Color, data []byte, err error) {
 	if c.conn != nil {
-		call := MixedCall{A: a, C: c_, Pts: pts}
 		var reply MixedReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "alltypes.mixed", MsgMixed, call.Encode, reply.Decode); handled {
+		call := MixedCall{A: a, C: c_, Pts: pts}
+		handled, err = c.conn.CallEncoded(ctx, "alltypes.mixed", MsgMixed, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				b, d, data = reply.B, reply.D, reply.Data
 			}
@@ -3517,9 +3528,12 @@ func (c *Client) Mixed(ctx context.Context, a uint8, c_ bool, pts []Point) (b in
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Notify(ctx context.Context, event uint32, fd wire.Cap, watch wire.Cap) error {
 	if c.conn != nil {
-		call := NotifyCall{Event: event, FD: fd, Watch: watch}
 		var reply NotifyReply
-		if handled, err := c.conn.CallEncoded(ctx, "alltypes.notify", MsgNotify, call.Encode, reply.Decode); handled {
+		var handled bool
+		var err error
+		call := NotifyCall{Event: event, FD: fd, Watch: watch}
+		handled, err = c.conn.CallEncoded(ctx, "alltypes.notify", MsgNotify, call.Encode, reply.Decode)
+		if handled {
 			return err
 		}
 	}
@@ -3535,10 +3549,12 @@ func (c *Client) Notify(ctx context.Context, event uint32, fd wire.Cap, watch wi
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Query(ctx context.Context) (counter uint64, statusText string, h wire.Cap, err_ wire.Errval, err error) {
 	if c.conn != nil {
-		call := QueryCall{}
 		var reply QueryReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "alltypes.query", MsgQuery, call.Encode, reply.Decode); handled {
+		var call [wire.HeaderSize + 0]byte
+		wire.PutFixed(call[:], MsgQuery, wire.KindCall)
+		handled, err = c.conn.CallFrameDecode(ctx, "alltypes.query", call[:], reply.Decode)
+		if handled {
 			if err == nil {
 				counter, statusText, h, err_ = reply.Counter, reply.StatusText, reply.H, reply.Err
 			}

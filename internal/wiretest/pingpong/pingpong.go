@@ -752,10 +752,11 @@ var callPool = sync.Pool{New: func() any { return new(callValues) }}
 // from the server comes back as a *chanos.RemoteError.
 func (c *Client) Get(ctx context.Context, key string) (value string, found bool, err error) {
 	if c.conn != nil {
-		call := GetCall{Key: key}
 		var reply GetReply
 		var handled bool
-		if handled, err = c.conn.CallEncoded(ctx, "pingpong.get", MsgGet, call.Encode, reply.Decode); handled {
+		call := GetCall{Key: key}
+		handled, err = c.conn.CallEncoded(ctx, "pingpong.get", MsgGet, call.Encode, reply.Decode)
+		if handled {
 			if err == nil {
 				value, found = reply.Value, reply.Found
 			}
