@@ -417,6 +417,7 @@ type dataServer struct {
 }
 
 func (s *dataServer) Data(ctx context.Context, from *pingpong.Client, m pingpong.Data) error {
+	m.Payload = bytes.Clone(m.Payload) // borrowed (@borrow): copied to keep
 	s.got <- m
 	return nil
 }
@@ -442,5 +443,62 @@ func TestShortBounceAllocatesPayloadsOnly(t *testing.T) {
 	t.Logf("%v allocations", allocs)
 	if allocs > 2 {
 		t.Errorf("a bounce of 8 bytes allocates %v times, want 2", allocs)
+	}
+}
+
+// keepingServer keeps every bounce payload it is handed.
+type keepingServer struct {
+	pingpong.UnimplementedServer
+	mu   sync.Mutex
+	kept [][]byte
+}
+
+func (s *keepingServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
+	s.mu.Lock()
+	s.kept = append(s.kept, p)
+	s.mu.Unlock()
+	return p, nil
+}
+
+// bounce is @borrow: a call run inline hands its handler a view into the
+// receive buffer, which the next frame overwrites, but a call run in a
+// goroutine of its own (chanos.Concurrent) gets a copy it may keep.
+func TestBorrowOnlyInline(t *testing.T) {
+	for _, concurrent := range []bool{false, true} {
+		a, b, err := chanos.UMPPair(pingpong.Interface)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+		srv := &keepingServer{}
+		var opts []chanos.ServeOption
+		if concurrent {
+			opts = append(opts, chanos.Concurrent(2))
+		}
+		go pingpong.ServeConn(context.Background(), s, srv, opts...)
+		ctx := ctxT(t)
+		const n = 20
+		for i := range n {
+			p := bytes.Repeat([]byte{byte(i)}, 600) // a bulk message each
+			if out, err := c.Bounce(ctx, p); err != nil || !bytes.Equal(out, p) {
+				t.Fatalf("bounce %d: %d bytes, %v", i, len(out), err)
+			}
+		}
+		srv.mu.Lock()
+		changed := 0
+		for i, p := range srv.kept {
+			if !bytes.Equal(p, bytes.Repeat([]byte{byte(i)}, 600)) {
+				changed++
+			}
+		}
+		srv.mu.Unlock()
+		switch {
+		case concurrent && changed > 0:
+			t.Errorf("Concurrent: %d of %d kept payloads changed after their handler returned", changed, n)
+		case !concurrent && changed == 0:
+			t.Errorf("inline: no kept payload changed; the handler got copies, not views")
+		}
+		c.Close()
+		s.Close()
 	}
 }

@@ -283,6 +283,20 @@ func (d *Decoder) Bytes(field string, bound uint32) []byte {
 	return b
 }
 
+// BytesView is Bytes without the copy: it returns the array's bytes in
+// the frame itself (nil if empty), capped at their length, so that they
+// are valid as long as the frame is and an append to them cannot write
+// into the rest of the frame.
+func (d *Decoder) BytesView(field string, bound uint32) []byte {
+	n := d.length(field, bound, 1, "array count")
+	if n <= 0 {
+		return nil
+	}
+	b := d.b[d.off : d.off+n : d.off+n]
+	d.off += n
+	return b
+}
+
 // Count reads the count of a dynamic array of at most bound elements, each
 // at least elemSize bytes on the wire, and returns it (0 on a problem). The
 // caller then reads that many elements.

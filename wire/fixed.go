@@ -73,6 +73,15 @@ func CloneBytes(b []byte) []byte {
 	return c
 }
 
+// View returns b, nil if it is empty, capped at its length: the value
+// Decoder.BytesView gives a dynamic array of bytes.
+func View(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b[:len(b):len(b)]
+}
+
 // kindFlags and kindZeros give, for each Kind, the header flags and the
 // bits of call_id (low half) and timeout_us (high half) that must be 0.
 var (

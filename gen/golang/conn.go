@@ -324,7 +324,11 @@ func (g *generator) serveMessage() {
 			g.p("} else if b, ok := wire.FixedBody(in.Frame, in.Caps, %s, wire.KindMessage, %d); ok {", mi.number, size)
 			g.fastGets(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
 		}
-		g.p("} else if err := m.Decode(in.Frame, in.Caps); err != nil {")
+		decode := "Decode"
+		if g.borrowed(f) { // valid until the handler returns
+			decode = "decodeView"
+		}
+		g.p("} else if err := m.%s(in.Frame, in.Caps); err != nil {", decode)
 		g.p("return true, c.c.Violation(err)")
 		g.p("}")
 		g.p("return true, srv.%s(ctx, c.Client, m)", mi.name)
@@ -369,6 +373,16 @@ func (g *generator) serveCall() {
 			g.p("if b, ok := wire.FixedBody(call.Frame, call.Caps, %s, wire.KindCall, %d); ok {", mi.number, size)
 			g.fastGets(call.args, "b", "", func(a *argInfo) string { return "m." + a.field })
 			g.p("} else if err := m.Decode(call.Frame, call.Caps); err != nil {")
+		} else if g.borrowed(call) {
+			// Views into the frame, which outlives the handler only when
+			// the call runs inline and its reply is sent before return.
+			g.p("var err error")
+			g.p("if call.Inline {")
+			g.p("err = m.decodeView(call.Frame, call.Caps)")
+			g.p("} else {")
+			g.p("err = m.Decode(call.Frame, call.Caps)")
+			g.p("}")
+			g.p("if err != nil {")
 		} else {
 			g.p("if err := m.Decode(call.Frame, call.Caps); err != nil {")
 		}

@@ -223,6 +223,7 @@ func baseName(path string) string {
 type coder struct {
 	g      *generator
 	decode bool
+	view   bool   // dynamic arrays of bytes decode as views into the frame
 	v      string // "e" or "d"
 	ptr    string // "&e", "e", "&d" or "d"
 }
@@ -316,7 +317,9 @@ func (c coder) arg(a *argInfo) {
 		}
 	case idl.ShapeDynArray:
 		if isByte(t) {
-			if c.decode {
+			if c.decode && c.view {
+				g.p("%s = d.BytesView(%q, %s)", lhs, name, a.bound)
+			} else if c.decode {
 				g.p("%s = d.Bytes(%q, %s)", lhs, name, a.bound)
 			} else {
 				g.p("e.Bytes(%q, %s, %s)", name, lhs, a.bound)
@@ -453,10 +456,43 @@ func (g *generator) frame(f *frameInfo) {
 	g.p("// Decode decodes frame, whose capabilities are caps, into m; see")
 	g.p("// wire.Message.")
 	g.p("func (%s*%s) Decode(frame []byte, caps []wire.Cap) error {", recv, f.typ)
+	g.decodeBody(f, kind, false)
+	if g.borrowed(f) {
+		g.p("// decodeView is Decode for a handler of the @borrow %s %s: its", f.m.msg.Name, f.kind)
+		g.p("// dynamic arrays of bytes are views into frame, not copies.")
+		g.p("func (m *%s) decodeView(frame []byte, caps []wire.Cap) error {", f.typ)
+		g.decodeBody(f, kind, true)
+	}
+	if !g.messagesOnly {
+		g.cloneMethods(f)
+	}
+}
+
+// borrowed reports whether handlers get frame f with its dynamic arrays
+// of bytes as views into the received frame (decodeView): the message or
+// the call of an rpc annotated @borrow() that has such arrays, when the
+// package has handlers.
+func (g *generator) borrowed(f *frameInfo) bool {
+	if g.messagesOnly || f.kind == "reply" || f.m.msg.Lookup("borrow") == nil {
+		return false
+	}
+	for _, a := range f.args {
+		if a.arg.Shape == idl.ShapeDynArray && isByte(a.arg.Type) {
+			return true
+		}
+	}
+	return false
+}
+
+// decodeBody writes the body of Decode (or of decodeView, if view) for
+// frame f, of wire kind kind, and closes the function.
+func (g *generator) decodeBody(f *frameInfo, kind string, view bool) {
+	size, fast := fastFrame(f.args)
+	tail, tsize, tailed := tailFrame(f.args)
 	if fast {
 		g.fastDecode(f, size, kind)
 	} else if tailed {
-		g.tailDecode(f, tail, tsize, kind)
+		g.tailDecode(f, tail, tsize, kind, view)
 	}
 	if (fast || tailed) && len(f.args) > 0 {
 		g.p("// The frame is malformed: decode it field by field to say where.")
@@ -470,7 +506,7 @@ func (g *generator) frame(f *frameInfo) {
 	}
 	g.p("var d wire.Decoder")
 	g.p("d.Begin(frame, caps, %q, %s, %s)", f.errName, f.m.number, kind)
-	c := coder{g: g, decode: true, v: "d", ptr: "&d"}
+	c := coder{g: g, decode: true, view: view, v: "d", ptr: "&d"}
 	for _, a := range f.args {
 		c.arg(a)
 	}
@@ -485,9 +521,6 @@ func (g *generator) frame(f *frameInfo) {
 	}
 	g.p("}")
 	g.p("")
-	if !g.messagesOnly {
-		g.cloneMethods(f)
-	}
 }
 
 func (g *generator) fieldDoc(a *argInfo) string {
@@ -574,7 +607,7 @@ func (g *generator) stackTail(f *frameInfo, tail, size int, kind, arr string, va
 // if wire.TailBody accepts the frame and the array's count is within its
 // bound and accounts for the rest of the body, every field is read where
 // tailEncode put it.
-func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string) {
+func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string, view bool) {
 	a := f.args[tail]
 	pre, _ := fastFrame(f.args[:tail])
 	post, _ := fastFrame(f.args[tail+1:])
@@ -582,11 +615,15 @@ func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string) {
 	g.p("if b, ok := wire.TailBody(frame, caps, %s, %s, %d); ok {", f.m.number, kind, size)
 	g.p("if n := wire.Uint32(b[%d:]); n <= %s && uint64(n) == uint64(len(b)-%d) {", pre, a.bound, size)
 	g.fastGets(f.args[:tail], "b", "", field)
+	bytes := "m.%s = wire.CloneBytes(b[%d:%s])"
+	if view {
+		bytes = "m.%s = wire.View(b[%d:%s])"
+	}
 	if post == 0 {
-		g.p("m.%s = wire.CloneBytes(b[%d:])", a.field, pre+4)
+		g.p(bytes, a.field, pre+4, "")
 	} else {
 		g.p("end := len(b) - %d", post)
-		g.p("m.%s = wire.CloneBytes(b[%d:end])", a.field, pre+4)
+		g.p(bytes, a.field, pre+4, "end")
 		g.fastGets(f.args[tail+1:], "b", "end", field)
 	}
 	g.p("return nil")
@@ -1061,9 +1098,19 @@ func (g *generator) server() {
 	for _, m := range g.msgs {
 		if m.msg.RPC {
 			g.p("// %s handles the rpc %s.", m.name, m.msg.Name)
+			if g.borrowed(m.frames[0]) {
+				g.p("// Its byte slices are borrowed (@borrow): they may point into the")
+				g.p("// connection's receive buffer, valid until %s returns. Copy what it", m.name)
+				g.p("// keeps; it may return them as results.")
+			}
 			g.p("%s(%s) %s", m.name, g.params(m, idl.DirIn, true), results(g.params(m, idl.DirOut, true)))
 		} else {
 			g.p("// %s handles the message %s.", m.name, m.msg.Name)
+			if g.borrowed(m.frames[0]) {
+				g.p("// The byte slices of m are borrowed (@borrow): they may point into")
+				g.p("// the connection's receive buffer, valid until %s returns. Copy what", m.name)
+				g.p("// it keeps.")
+			}
 			g.p("%s(ctx context.Context, from *Client, m %s) error", m.name, m.frames[0].typ)
 		}
 	}

@@ -201,6 +201,7 @@ func (*Pong) MsgValidate() error {
 
 // Data is the message data, number 3:
 //
+//	@borrow()
 //	message data(uint64 seq, uint8 payload[payload_len, 1048576]);
 type Data struct {
 	// Seq is the argument seq (uint64).
@@ -253,6 +254,29 @@ func (m *Data) Decode(frame []byte, caps []wire.Cap) error {
 	d.Begin(frame, caps, "pingpong.data", MsgData, wire.KindMessage)
 	m.Seq = d.Uint64("seq")
 	m.Payload = d.Bytes("payload", MaxDataPayloadLen)
+	if err := d.Finish(); err != nil {
+		*m = Data{}
+		return err
+	}
+	return nil
+}
+
+// decodeView is Decode for a handler of the @borrow data message: its
+// dynamic arrays of bytes are views into frame, not copies.
+func (m *Data) decodeView(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgData, wire.KindMessage, 12); ok {
+		if n := wire.Uint32(b[8:]); n <= MaxDataPayloadLen && uint64(n) == uint64(len(b)-12) {
+			m.Seq = wire.Uint64(b[0:])
+			m.Payload = wire.View(b[12:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	*m = Data{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "pingpong.data", MsgData, wire.KindMessage)
+	m.Seq = d.Uint64("seq")
+	m.Payload = d.BytesView("payload", MaxDataPayloadLen)
 	if err := d.Finish(); err != nil {
 		*m = Data{}
 		return err
@@ -426,6 +450,7 @@ func (*EchoReply) MsgValidate() error {
 
 // BounceCall holds the in arguments of the rpc bounce, number 5:
 //
+//	@borrow()
 //	rpc bounce(
 //		in uint8 payload[payload_len, 65536],
 //		out uint8 reply[reply_len, 65536]);
@@ -481,6 +506,27 @@ func (m *BounceCall) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// decodeView is Decode for a handler of the @borrow bounce call: its
+// dynamic arrays of bytes are views into frame, not copies.
+func (m *BounceCall) decodeView(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgBounce, wire.KindCall, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxBouncePayloadLen && uint64(n) == uint64(len(b)-4) {
+			m.Payload = wire.View(b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	*m = BounceCall{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "pingpong.bounce call", MsgBounce, wire.KindCall)
+	m.Payload = d.BytesView("payload", MaxBouncePayloadLen)
+	if err := d.Finish(); err != nil {
+		*m = BounceCall{}
+		return err
+	}
+	return nil
+}
+
 // MsgClone returns a copy of m that shares no memory with it: its slices
 // are copied. The local interconnect sends the copy, so the sender may
 // reuse m.
@@ -511,6 +557,7 @@ func (m *BounceCall) MsgValidate() error {
 
 // BounceReply holds the out arguments of the rpc bounce, number 5:
 //
+//	@borrow()
 //	rpc bounce(
 //		in uint8 payload[payload_len, 65536],
 //		out uint8 reply[reply_len, 65536]);
@@ -825,10 +872,16 @@ type Server interface {
 	// Pong handles the message pong.
 	Pong(ctx context.Context, from *Client, m Pong) error
 	// Data handles the message data.
+	// The byte slices of m are borrowed (@borrow): they may point into
+	// the connection's receive buffer, valid until Data returns. Copy what
+	// it keeps.
 	Data(ctx context.Context, from *Client, m Data) error
 	// Echo handles the rpc echo.
 	Echo(ctx context.Context, val uint64) (result uint64, err error)
 	// Bounce handles the rpc bounce.
+	// Its byte slices are borrowed (@borrow): they may point into the
+	// connection's receive buffer, valid until Bounce returns. Copy what it
+	// keeps; it may return them as results.
 	Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error)
 }
 
@@ -1116,7 +1169,13 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 		return &EchoReply{Result: result}, true, nil
 	case MsgBounce:
 		var m BounceCall
-		if err := m.Decode(call.Frame, call.Caps); err != nil {
+		var err error
+		if call.Inline {
+			err = m.decodeView(call.Frame, call.Caps)
+		} else {
+			err = m.Decode(call.Frame, call.Caps)
+		}
+		if err != nil {
 			return nil, true, c.Violation(err)
 		}
 		reply_, err := srv.Bounce(ctx, m.Payload)
@@ -1185,7 +1244,7 @@ func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming)
 				return true, c.c.Violation(fmt.Errorf("%s: message %d came as a %T", InterfaceName, in.Header.Msg, in.Msg))
 			}
 			m = *v
-		} else if err := m.Decode(in.Frame, in.Caps); err != nil {
+		} else if err := m.decodeView(in.Frame, in.Caps); err != nil {
 			return true, c.c.Violation(err)
 		}
 		return true, srv.Data(ctx, c.Client, m)
