@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"slices"
 
 	"github.com/chanos/chanos/wire"
 )
@@ -29,23 +30,41 @@ func (c *Conn) receive(ctx context.Context, in *Incoming) error {
 // sendFrame sends frame, which it does not keep, waiting for room if wait
 // is set; it reports whether it sent it.
 func (c *Conn) sendFrame(ctx context.Context, frame []byte, wait bool) (bool, error) {
+	return c.sendParts(ctx, frame, nil, nil, wait)
+}
+
+// sendParts sends the frame made of head, body and tail, one after
+// another, of which it keeps nothing, waiting for room if wait is set; it
+// reports whether it sent it. Over ump the parts are copied into the ring
+// as they are, so that a large body is copied once.
+func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
 	var err error
 	sent := true
 	switch l := c.l.(type) {
 	case *umpLink:
 		if wait {
-			err = l.sendFrame(ctx, frame, nil)
+			err = l.u.SendParts(ctx, head, body, tail)
 		} else {
-			sent, err = l.trySendFrame(frame, nil)
+			sent, err = l.u.TrySendParts(head, body, tail)
 		}
-	case *localLink: // copies frame
-		if wait {
-			err = l.sendFrame(ctx, frame, nil)
+		err = umpErr(err)
+	case *localLink: // copies the frame
+		var f *localFrame
+		if len(body) == 0 && len(tail) == 0 {
+			f, err = copyFrame(head, nil)
 		} else {
-			sent, err = l.trySendFrame(frame, nil)
+			f, err = ownFrame(slices.Concat(head, body, tail), nil)
+		}
+		if err != nil {
+			break
+		}
+		if wait {
+			err = l.put(ctx, localItem{f: f})
+		} else {
+			sent, err = l.tryPut(localItem{f: f})
 		}
 	default: // links for tests: they may keep what they are given
-		kept := append([]byte(nil), frame...)
+		kept := slices.Concat(head, body, tail)
 		if wait {
 			err = c.l.sendFrame(ctx, kept, nil)
 		} else {
@@ -74,19 +93,27 @@ func (c *Conn) newCallID() uint32 {
 // handled false, having sent nothing, and the stub makes the call with
 // Call.
 func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (handled bool, err error) {
-	return c.callFrame(ctx, name, call, reply, nil)
+	return c.callFrame(ctx, name, call, nil, nil, reply, nil)
 }
 
 // CallFrameDecode is CallFrame for a reply of no fixed size: decode
 // decodes the reply frame into the reply value (its Decode method). The
 // call frame, which the stub built on its stack, may have any size.
 func (c *Conn) CallFrameDecode(ctx context.Context, name string, call []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
-	return c.callFrame(ctx, name, call, nil, decode)
+	return c.callFrame(ctx, name, call, nil, nil, nil, decode)
 }
 
-// callFrame is CallFrame with a reply of fixed size, or CallFrameDecode
-// if reply is nil.
-func (c *Conn) callFrame(ctx context.Context, name string, call, reply []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+// CallParts is CallFrameDecode for a call frame in three parts, one after
+// another: head, which holds the frame's header, body and tail. Generated
+// stubs pass a large array of bytes as body, so that it is copied once,
+// straight into the ring; head and tail hold the other arguments.
+func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+	return c.callFrame(ctx, name, head, body, tail, nil, decode)
+}
+
+// callFrame is CallFrame with a reply of fixed size, or CallParts if reply
+// is nil.
+func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
 	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
 		return false, nil
 	}
@@ -99,7 +126,7 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, reply []byte, d
 	wire.SetCallID(call, id)
 	wire.SetTimeout(call, timeoutOf(ctx))
 	// Without waiting, as in callDirect: the turn is held.
-	sent, err := c.sendFrame(ctx, call, false)
+	sent, err := c.sendParts(ctx, call, body, tail, false)
 	if !sent || err != nil {
 		c.release()
 		return err != nil, err
@@ -191,6 +218,17 @@ func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire
 	return Replied, err
 }
 
+// ReplyParts is ReplyFrame for a reply frame in three parts, as CallParts
+// takes a call: head holds the header.
+func (c *Conn) ReplyParts(ctx context.Context, in *Incoming, head, body, tail []byte) (wire.Message, error) {
+	if in.Kind != wire.KindCall {
+		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
+	}
+	wire.SetCallID(head, in.Header.CallID)
+	_, err := c.sendParts(ctx, head, body, tail, true)
+	return Replied, err
+}
+
 // ReplyEncoded is Reply for a reply of no fixed size, used by generated
 // handlers for the calls Serve runs inline: encode appends the reply's
 // frame (the reply value's Encode method). It returns Replied, which the
@@ -223,6 +261,16 @@ func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 		return c.Err()
 	}
 	_, err := c.sendFrame(ctx, frame, true)
+	return err
+}
+
+// SendParts is SendFrame for a frame in three parts, as CallParts takes
+// a call: head holds the header.
+func (c *Conn) SendParts(ctx context.Context, head, body, tail []byte) error {
+	if c.ended.Load() {
+		return c.Err()
+	}
+	_, err := c.sendParts(ctx, head, body, tail, true)
 	return err
 }
 

@@ -247,11 +247,16 @@ func (l *localLink) sendValue(ctx context.Context, m wire.Message) error {
 // buffer, and the capabilities are handed over as they are, since both
 // ends share one descriptor table.
 func copyFrame(frame []byte, caps []wire.Cap) (*localFrame, error) {
+	return ownFrame(append([]byte(nil), frame...), append([]wire.Cap(nil), caps...))
+}
+
+// ownFrame parses frame, which the caller hands over with caps.
+func ownFrame(frame []byte, caps []wire.Cap) (*localFrame, error) {
 	h, k, err := wire.ParseFrame(frame)
 	if err != nil {
 		return nil, err
 	}
-	return &localFrame{h: h, k: k, frame: append([]byte(nil), frame...), caps: append([]wire.Cap(nil), caps...)}, nil
+	return &localFrame{h: h, k: k, frame: frame, caps: caps}, nil
 }
 
 func (l *localLink) sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {

@@ -125,6 +125,15 @@ func PutIref(b []byte, r Iref) {
 	copy(b[16:], r.Token[:])
 }
 
+// PutHead writes the header of a frame of message number msg and kind
+// kind, with a body of size bytes, at the start of b: for a frame that
+// the connection sends in parts (chanos.Conn.CallParts, ReplyParts,
+// SendParts), whose body does not follow the header in b.
+func PutHead(b []byte, msg uint16, kind Kind, size int) {
+	binary.LittleEndian.PutUint64(b, uint64(HeaderSize+size)|uint64(msg)<<32|uint64(kindFlags[kind&7])<<48)
+	binary.LittleEndian.PutUint64(b[8:], 0)
+}
+
 // PutFixed writes the header of a frame of message number msg and kind
 // kind into frame, which holds exactly the whole frame (a body of a fixed
 // size), and returns the body for the caller to fill in. It is

@@ -399,10 +399,15 @@ func (g *generator) serveCall() {
 			g.p("return sent, true, err")
 		} else if tail, size, ok := tailFrame(reply.args); ok {
 			// A short array of bytes: the frame on the stack all the same.
-			frame := g.stackTail(reply, tail, size, "wire.KindReply", "frame", func(a *argInfo) string { return a.param })
-			g.p("sent, err := c.ReplyFrame(ctx, call, %s)", frame)
-			g.p("return sent, true, err")
-			g.p("}")
+			g.tailBranches(reply, tail, size, "wire.KindReply", "frame", func(a *argInfo) string { return a.param },
+				func(frame string) {
+					g.p("sent, err := c.ReplyFrame(ctx, call, %s)", frame)
+					g.p("return sent, true, err")
+				},
+				func(head, body, tail string) {
+					g.p("sent, err := c.ReplyParts(ctx, call, %s, %s, %s)", head, body, tail)
+					g.p("return sent, true, err")
+				})
 			g.p("reply := %s{%s}", reply.typ, inits)
 			g.p("sent, err := c.ReplyEncoded(ctx, call, reply.Encode)")
 			g.p("return sent, true, err")

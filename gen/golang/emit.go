@@ -586,12 +586,15 @@ func (g *generator) tailPuts(f *frameInfo, tail int, buf, base, count string, va
 // buffer by the frame's Encode method.
 const smallTail = 256
 
-// stackTail writes the start of the branch that builds the frame f of
-// tailFrame in an array named arr on the stack, if its array of bytes is
-// at most smallTail long: value(a) is the expression of each argument. It
-// returns the expression of the frame (a slice of arr); the caller writes
-// its use, then the other branch, and closes the if.
-func (g *generator) stackTail(f *frameInfo, tail, size int, kind, arr string, value func(*argInfo) string) string {
+// tailBranches writes the branches that build the frame f of tailFrame
+// without its Encode method, value(a) being the expression of each
+// argument: in an array named arr on the stack, whole, when its array of
+// bytes holds at most smallTail bytes (whole gets the frame's expression
+// and writes its use); else, within the array's bound, in three parts, the
+// array itself between a head and a tail in arr (parts writes their use).
+// The caller writes what follows the if: the way through Encode, which
+// reports a bound exceeded.
+func (g *generator) tailBranches(f *frameInfo, tail, size int, kind, arr string, value func(*argInfo) string, whole func(frame string), parts func(head, body, tail string)) {
 	a := f.args[tail]
 	limit := min(int(a.arg.Max), smallTail)
 	count := "len(" + value(a) + ")"
@@ -600,7 +603,24 @@ func (g *generator) stackTail(f *frameInfo, tail, size int, kind, arr string, va
 	frame := fmt.Sprintf("%s[:wire.HeaderSize+%d+%s]", arr, size, count)
 	g.p("wire.PutFixed(%s, %s, %s)", frame, f.m.number, kind)
 	g.tailPuts(f, tail, arr, "wire.HeaderSize", count, value)
-	return frame
+	whole(frame)
+	if int(a.arg.Max) > limit {
+		pre, _ := fastFrame(f.args[:tail])
+		post, _ := fastFrame(f.args[tail+1:])
+		g.p("} else if uint64(%s) <= %s {", count, a.bound)
+		g.p("var %s [wire.HeaderSize + %d]byte", arr, size)
+		g.p("wire.PutHead(%s[:], %s, %s, %d+%s)", arr, f.m.number, kind, size, count)
+		g.fastPuts(f.args[:tail], arr, "wire.HeaderSize", value)
+		g.p("wire.PutUint32(%s[%s:], uint32(%s))", arr, offset("wire.HeaderSize", pre), count)
+		split := offset("wire.HeaderSize", pre+4)
+		rest := "nil"
+		if post > 0 {
+			g.fastPuts(f.args[tail+1:], arr, split, value)
+			rest = fmt.Sprintf("%s[%s:]", arr, split)
+		}
+		parts(fmt.Sprintf("%s[:%s]", arr, split), value(a), rest)
+	}
+	g.p("}")
 }
 
 // tailDecode writes the fast path of Decode for the frames of tailEncode:
@@ -971,9 +991,9 @@ func (g *generator) clientSend() {
 			g.fastPuts(f.args, "frame", "wire.HeaderSize", func(a *argInfo) string { return "m." + a.field })
 			g.p("return c.conn.SendFrame(ctx, frame[:])")
 		} else if tail, size, ok := tailFrame(f.args); ok {
-			frame := g.stackTail(f, tail, size, "wire.KindMessage", "frame", func(a *argInfo) string { return "m." + a.field })
-			g.p("return c.conn.SendFrame(ctx, %s)", frame)
-			g.p("}")
+			g.tailBranches(f, tail, size, "wire.KindMessage", "frame", func(a *argInfo) string { return "m." + a.field },
+				func(frame string) { g.p("return c.conn.SendFrame(ctx, %s)", frame) },
+				func(head, body, tail string) { g.p("return c.conn.SendParts(ctx, %s, %s, %s)", head, body, tail) })
 			g.p("return c.conn.SendEncoded(ctx, m.Encode)")
 		} else {
 			g.p("return c.conn.SendEncoded(ctx, m.Encode)")
@@ -1058,9 +1078,12 @@ func (g *generator) encodedCall(m *msgInfo, cfast bool, csize int) {
 		g.fastPuts(call.args, "call", "wire.HeaderSize", param)
 		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, call[:], reply.Decode)", name)
 	case tailed:
-		frame := g.stackTail(call, tail, tsize, "wire.KindCall", "call", param)
-		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame)
-		g.p("} else {")
+		g.tailBranches(call, tail, tsize, "wire.KindCall", "call", param,
+			func(frame string) { g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame) },
+			func(head, body, tail string) {
+				g.p("handled, err = c.conn.CallParts(ctx, %s, %s, %s, %s, reply.Decode)", name, head, body, tail)
+			})
+		g.p("if !handled && err == nil { // over the bound (Encode says so), or no room")
 		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
 		g.p("handled, err = %s", encoded)
 		g.p("}")

@@ -214,15 +214,36 @@ func (c *Conn) TrySend(msg []byte) (bool, error) {
 	return c.send(context.Background(), msg, false)
 }
 
+// SendParts is Send of the message made of head, body and tail, one after
+// another, without joining them first: a frame's header and fields around
+// a payload that is then copied once, straight into the ring. Any part
+// may be empty; all may be reused as soon as SendParts returns.
+func (c *Conn) SendParts(ctx context.Context, head, body, tail []byte) error {
+	_, err := c.sendParts(ctx, head, body, tail, true)
+	return err
+}
+
+// TrySendParts is SendParts without the wait, as TrySend is Send's.
+func (c *Conn) TrySendParts(head, body, tail []byte) (bool, error) {
+	return c.sendParts(context.Background(), head, body, tail, false)
+}
+
 // send writes msg, waiting for room if wait is set.
 func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
-	if len(msg) > int(c.cfg.maxMsg) {
-		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, len(msg), c.cfg.maxMsg)
+	return c.sendParts(ctx, msg, nil, nil, wait)
+}
+
+// sendParts writes the message head+body+tail, waiting for room if wait
+// is set.
+func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
+	size := len(head) + len(body) + len(tail)
+	if size > int(c.cfg.maxMsg) {
+		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, size, c.cfg.maxMsg)
 	}
-	need, nbulk := uint64(slotsFor(len(msg))), uint64(0)
-	bulk := c.cfg.usesBulk(len(msg))
+	need, nbulk := uint64(slotsFor(size)), uint64(0)
+	bulk := c.cfg.usesBulk(size)
 	if bulk {
-		need, nbulk = 1, uint64(len(msg))
+		need, nbulk = 1, uint64(size)
 	}
 	c.smu.Lock()
 	defer c.smu.Unlock()
@@ -245,10 +266,14 @@ func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 			return false, err
 		}
 	}
-	if bulk {
-		t.writeBulk(msg)
-	} else {
-		t.write(msg)
+	switch {
+	case bulk:
+		t.writeBulk(head, body, tail)
+	case len(body) == 0 && len(tail) == 0:
+		t.write(head)
+	default: // slots take a message in one piece
+		t.joined = append(append(append(t.joined[:0], head...), body...), tail...)
+		t.write(t.joined)
 	}
 	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
 		eventfdSignal(c.txWake)

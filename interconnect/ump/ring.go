@@ -31,6 +31,8 @@ type producer struct {
 	btail  uint64  // bulk bytes written so far
 	bhead  uint64  // bulk bytes the consumer has copied out, as last read and validated
 	bheadp *uint64 // consumer-written: its bulk position
+
+	joined []byte // a message sent in parts, joined for the slots
 }
 
 // free reports whether need slots, and nbulk bytes of the bulk region, are
@@ -71,14 +73,17 @@ func copyCached(dst, src []byte) int {
 	return n + copy(dst, src)
 }
 
-// writeBulk copies msg into the bulk region at btail, which must have room
-// for it, and writes its descriptor, one slot holding the bulk position,
-// after it.
-func (t *producer) writeBulk(msg []byte) {
-	n := len(msg)
+// writeBulk copies the message head+body+tail into the bulk region at
+// btail, which must have room for it, and writes its descriptor, one slot
+// holding the bulk position, after it.
+func (t *producer) writeBulk(head, body, tail []byte) {
+	n := len(head) + len(body) + len(tail)
 	at := t.btail & t.bmask
-	k := copyCached(t.bulk[at:], msg)
-	copyCached(t.bulk, msg[k:]) // the part that wraps around
+	for _, part := range [3][]byte{head, body, tail} {
+		k := copyCached(t.bulk[at:], part)
+		copyCached(t.bulk, part[k:]) // the part that wraps around
+		at = (at + uint64(len(part))) & t.bmask
+	}
 	p := t.tail
 	off := int(p&t.mask) * SlotSize
 	binary.LittleEndian.PutUint64(t.slots[off:], t.btail)

@@ -427,3 +427,78 @@ func TestContextEndsBetweenWaits(t *testing.T) {
 		t.Fatalf("Receive with another context = %q, %v", m, err)
 	}
 }
+
+// TestSendParts sends messages in three parts, split at every kind of
+// place, through the slots and through a small bulk region whose end the
+// parts cross, and checks that each arrives whole; TrySendParts refuses a
+// message the ring has no room for and writes nothing of it.
+func TestSendParts(t *testing.T) {
+	const max = 4096
+	for _, o := range []*Options{
+		{MaxMessageSize: max, RingSlots: 256, BulkSize: -1},
+		{MaxMessageSize: max, RingSlots: 16, BulkSize: 2 * max},
+	} {
+		a, b := pipe(t, o)
+		ctx := ctxT(t)
+		var sizes []int
+		for _, n := range []int{0, 1, SlotPayload, 3*SlotPayload + 5, BulkMin, BulkMin + 1, 3000, max} {
+			sizes = append(sizes, n)
+		}
+		done := make(chan error, 1)
+		go func() {
+			for round := range 30 {
+				for i, n := range sizes {
+					m := pattern(make([]byte, n), round*1000+i)
+					h, t := n/(2+round%3), n-n/(1+round%4)
+					if t < h {
+						t = h
+					}
+					if err := a.SendParts(ctx, m[:h], m[h:t], m[t:]); err != nil {
+						done <- err
+						return
+					}
+				}
+			}
+			done <- nil
+		}()
+		for round := range 30 {
+			for i, n := range sizes {
+				m, err := b.Receive(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(m) != n {
+					t.Fatalf("round %d message %d: %d bytes, want %d", round, i, len(m), n)
+				}
+				if err := checkPattern(m, round*1000+i); err != nil {
+					t.Fatalf("round %d message %d: %v", round, i, err)
+				}
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		// Fill the ring, then one more in parts: refused, nothing written.
+		msg := make([]byte, max)
+		for {
+			ok, err := a.TrySendParts(msg[:10], msg[10:max-10], msg[max-10:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+		}
+		for {
+			rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			m, err := b.Receive(rctx)
+			cancel()
+			if err != nil {
+				break
+			}
+			if len(m) != max {
+				t.Fatalf("a message of %d bytes after a refused TrySendParts, want %d", len(m), max)
+			}
+		}
+	}
+}

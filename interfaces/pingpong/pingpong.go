@@ -777,6 +777,12 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 			wire.PutUint32(frame[wire.HeaderSize+8:], uint32(len(m.Payload)))
 			copy(frame[wire.HeaderSize+12:], m.Payload)
 			return c.conn.SendFrame(ctx, frame[:wire.HeaderSize+12+len(m.Payload)])
+		} else if uint64(len(m.Payload)) <= MaxDataPayloadLen {
+			var frame [wire.HeaderSize + 12]byte
+			wire.PutHead(frame[:], MsgData, wire.KindMessage, 12+len(m.Payload))
+			wire.PutUint64(frame[wire.HeaderSize:], m.Seq)
+			wire.PutUint32(frame[wire.HeaderSize+8:], uint32(len(m.Payload)))
+			return c.conn.SendParts(ctx, frame[:wire.HeaderSize+12], m.Payload, nil)
 		}
 		return c.conn.SendEncoded(ctx, m.Encode)
 	case *EchoCall:
@@ -841,7 +847,13 @@ func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err
 			wire.PutUint32(call[wire.HeaderSize:], uint32(len(payload)))
 			copy(call[wire.HeaderSize+4:], payload)
 			handled, err = c.conn.CallFrameDecode(ctx, "pingpong.bounce", call[:wire.HeaderSize+4+len(payload)], reply.Decode)
-		} else {
+		} else if uint64(len(payload)) <= MaxBouncePayloadLen {
+			var call [wire.HeaderSize + 4]byte
+			wire.PutHead(call[:], MsgBounce, wire.KindCall, 4+len(payload))
+			wire.PutUint32(call[wire.HeaderSize:], uint32(len(payload)))
+			handled, err = c.conn.CallParts(ctx, "pingpong.bounce", call[:wire.HeaderSize+4], payload, nil, reply.Decode)
+		}
+		if !handled && err == nil { // over the bound (Encode says so), or no room
 			call := BounceCall{Payload: payload}
 			handled, err = c.conn.CallEncoded(ctx, "pingpong.bounce", MsgBounce, call.Encode, reply.Decode)
 		}
@@ -1189,6 +1201,12 @@ func serveCall(ctx context.Context, srv Server, c *chanos.Conn, call *chanos.Inc
 				wire.PutUint32(frame[wire.HeaderSize:], uint32(len(reply_)))
 				copy(frame[wire.HeaderSize+4:], reply_)
 				sent, err := c.ReplyFrame(ctx, call, frame[:wire.HeaderSize+4+len(reply_)])
+				return sent, true, err
+			} else if uint64(len(reply_)) <= MaxBounceReplyLen {
+				var frame [wire.HeaderSize + 4]byte
+				wire.PutHead(frame[:], MsgBounce, wire.KindReply, 4+len(reply_))
+				wire.PutUint32(frame[wire.HeaderSize:], uint32(len(reply_)))
+				sent, err := c.ReplyParts(ctx, call, frame[:wire.HeaderSize+4], reply_, nil)
 				return sent, true, err
 			}
 			reply := BounceReply{Reply: reply_}
