@@ -1079,7 +1079,9 @@ func (g *generator) encodedCall(m *msgInfo, cfast bool, csize int) {
 		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, call[:], reply.Decode)", name)
 	case tailed:
 		g.tailBranches(call, tail, tsize, "wire.KindCall", "call", param,
-			func(frame string) { g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame) },
+			func(frame string) {
+				g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame)
+			},
 			func(head, body, tail string) {
 				g.p("handled, err = c.conn.CallParts(ctx, %s, %s, %s, %s, reply.Decode)", name, head, body, tail)
 			})
