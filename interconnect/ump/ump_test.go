@@ -440,10 +440,7 @@ func TestSendParts(t *testing.T) {
 	} {
 		a, b := pipe(t, o)
 		ctx := ctxT(t)
-		var sizes []int
-		for _, n := range []int{0, 1, SlotPayload, 3*SlotPayload + 5, BulkMin, BulkMin + 1, 3000, max} {
-			sizes = append(sizes, n)
-		}
+		sizes := []int{0, 1, SlotPayload, 3*SlotPayload + 5, BulkMin, BulkMin + 1, 3000, max}
 		done := make(chan error, 1)
 		go func() {
 			for round := range 30 {
