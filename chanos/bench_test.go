@@ -260,14 +260,18 @@ func BenchmarkEchoOverUMPOneGoroutine(b *testing.B) {
 	}
 }
 
-func BenchmarkRawUMPOneGoroutine(b *testing.B) {
+func BenchmarkRawUMPOneGoroutine(b *testing.B) { rawRoundTrips(b, 24) }
+
+// rawRoundTrips sends a message of size bytes each way over a bare ring
+// pair, b.N times, in one goroutine.
+func rawRoundTrips(b *testing.B, size int) {
 	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer x.Close()
 	defer y.Close()
-	msg := make([]byte, 24)
+	msg := make([]byte, size)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -489,31 +493,8 @@ var bounceSizes = []int{8, 512, 4096, 65536}
 func BenchmarkRawBounceOneGoroutine(b *testing.B) {
 	for _, size := range bounceSizes {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
-			x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer x.Close()
-			defer y.Close()
-			msg := make([]byte, size+20)
-			ctx := context.Background()
 			b.SetBytes(int64(2 * size))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if err := y.Send(ctx, msg); err != nil {
-					b.Fatal(err)
-				}
-				if err := x.Send(ctx, msg); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := x.Receive(ctx); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := y.Receive(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			rawRoundTrips(b, size+20) // the frame: header, count, payload
 		})
 	}
 }
