@@ -52,6 +52,7 @@ type options struct {
 	program string
 	log     *slog.Logger
 	spin    time.Duration
+	spinSet bool // WithSpinWindow was given: the environment is not read
 }
 
 // WithDir joins the monitor in dir instead of the default ($CHANOS_DIR,
@@ -75,7 +76,35 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // 50-100 µs, a 64 KiB bounce rpc took 155 µs at p50 with 20 µs and 70 µs
 // with 100 µs (back-to-back runs of chanos bench pingpong). The price is
 // CPU time spun by every connection that waits.
-func WithSpinWindow(d time.Duration) Option { return func(o *options) { o.spin = d } }
+//
+// Without the option, the environment variable CHANOS_SPIN_WINDOW (a Go
+// duration such as "160us"; "-1" parks at once) sets the window, so that
+// a deployment can tune it without a rebuild; Join fails on a value that
+// does not parse.
+func WithSpinWindow(d time.Duration) Option {
+	return func(o *options) { o.spin, o.spinSet = d, true }
+}
+
+// SpinWindowEnv is the environment variable that sets the spin window of
+// domains that do not use WithSpinWindow.
+const SpinWindowEnv = "CHANOS_SPIN_WINDOW"
+
+// spinFromEnv returns the window SpinWindowEnv sets: 0 (ump's default)
+// when it is unset or empty.
+func spinFromEnv() (time.Duration, error) {
+	v := os.Getenv(SpinWindowEnv)
+	if v == "" {
+		return 0, nil
+	}
+	if v == "-1" {
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("chanos: join: %s=%q: want a duration such as 160us, or -1", SpinWindowEnv, v)
+	}
+	return d, nil
+}
 
 // Domain is a process's membership of its machine's monitor: through it
 // the process exports services and connects to them by name.
@@ -108,6 +137,13 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	o := options{program: filepath.Base(os.Args[0]), log: slog.Default()}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if !o.spinSet {
+		spin, err := spinFromEnv()
+		if err != nil {
+			return nil, err
+		}
+		o.spin = spin
 	}
 	dir, err := rundir.Resolve(o.dir)
 	if err != nil {

@@ -298,12 +298,17 @@ func TestSpinWindowOption(t *testing.T) {
 	const window = 75 * time.Microsecond
 	for _, tc := range []struct {
 		opts []chanos.Option
+		env  string // CHANOS_SPIN_WINDOW
 		want time.Duration
 	}{
-		{[]chanos.Option{chanos.WithSpinWindow(window)}, window},
-		{[]chanos.Option{chanos.WithSpinWindow(-1)}, 0},
-		{nil, ump.DefaultSpinWindow},
+		{[]chanos.Option{chanos.WithSpinWindow(window)}, "", window},
+		{[]chanos.Option{chanos.WithSpinWindow(-1)}, "", 0},
+		{nil, "", ump.DefaultSpinWindow},
+		{nil, "160us", 160 * time.Microsecond},
+		{nil, "-1", 0},
+		{[]chanos.Option{chanos.WithSpinWindow(window)}, "160us", window}, // the option wins
 	} {
+		t.Setenv(chanos.SpinWindowEnv, tc.env)
 		srv, err := chanos.Join(ctx, append(tc.opts, chanos.WithDir(dir))...)
 		if err != nil {
 			t.Fatal(err)
@@ -335,5 +340,12 @@ func TestSpinWindowOption(t *testing.T) {
 		l.Close()
 		cli.Close()
 		srv.Close()
+	}
+	t.Setenv(chanos.SpinWindowEnv, "fast")
+	if d, err := chanos.Join(ctx, chanos.WithDir(dir)); err == nil || !strings.Contains(err.Error(), chanos.SpinWindowEnv) {
+		if d != nil {
+			d.Close()
+		}
+		t.Fatalf("Join with %s=fast = %v, want an error naming the variable", chanos.SpinWindowEnv, err)
 	}
 }

@@ -955,9 +955,11 @@ struct chanos_join_opts {
     /* How long to wait for the monitor's hello reply; 0: 10 s. */
     int timeout_ms;
     /* The spin window of the domain's connections (struct
-     * chanos_ump_options' spin_ns): 0 keeps CHANOS_UMP_DEFAULT_SPIN_NS,
-     * negative sleeps at once. Longer windows pay off when replies take
-     * longer than the default to come (large payloads). */
+     * chanos_ump_options' spin_ns): 0 takes $CHANOS_SPIN_WINDOW if set (a
+     * duration such as "160us", or -1; chanos_join fails with -EINVAL on
+     * anything else), else keeps CHANOS_UMP_DEFAULT_SPIN_NS; negative
+     * sleeps at once. Longer windows pay off when replies take longer than
+     * the default to come (large payloads). */
     int64_t spin_ns;
 };
 

@@ -135,6 +135,48 @@ static void leave(struct chanos_domain *d)
 
 /* ---- the directory (internal/rundir) ---- */
 
+/* spin_from_env reads CHANOS_SPIN_WINDOW, as Go's chanos.Join does: a
+ * duration of one number and a unit (ns, us, µs, ms, s; "0" alone) up to
+ * 1000 s, or -1 to sleep at once. Unset or empty leaves *out alone;
+ * anything else is -EINVAL. */
+static int spin_from_env(int64_t *out)
+{
+    static const struct {
+        const char *unit;
+        double ns;
+    } units[] = { { "ns", 1 }, { "us", 1e3 }, { "\xc2\xb5s", 1e3 }, { "ms", 1e6 }, { "s", 1e9 } };
+    const char *v = getenv("CHANOS_SPIN_WINDOW");
+    char *end;
+    double x;
+
+    if (v == NULL || v[0] == '\0')
+        return 0;
+    if (strcmp(v, "-1") == 0) {
+        *out = -1;
+        return 0;
+    }
+    errno = 0;
+    x = strtod(v, &end);
+    if (end == v || errno != 0 || x < 0)
+        return -EINVAL;
+    if (*end == '\0') {
+        if (x != 0)
+            return -EINVAL; /* as Go: only 0 goes without a unit */
+        return 0;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(end, units[i].unit) == 0) {
+            double ns = x * units[i].ns;
+
+            if (ns > 1e12) /* over 1000 s: surely a mistake */
+                return -EINVAL;
+            *out = (int64_t)ns;
+            return 0;
+        }
+    }
+    return -EINVAL;
+}
+
 static int resolve_dir(char *out, size_t n, const char *dir)
 {
     const char *x;
@@ -446,6 +488,8 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
         o.timeout_ms = DEFAULT_HELLO_TIMEOUT_MS;
     if (o.program == NULL)
         o.program = program_name();
+    if (o.spin_ns == 0 && (rc = spin_from_env(&o.spin_ns)) != 0)
+        return rc;
     rc = resolve_dir(dir, sizeof dir - sizeof "/monitor.sock", o.dir);
     if (rc != 0)
         return rc;

@@ -578,6 +578,49 @@ static void test_spin(void)
     CHECK_EQ(count_fds(), n0);
 }
 
+/* test_spin_env: CHANOS_SPIN_WINDOW sets the window of a domain that
+ * leaves spin_ns 0, not of one that sets it; a value that does not parse
+ * fails the join. */
+static void test_spin_env(void)
+{
+    static const struct {
+        const char *env;
+        int64_t opt, want;
+    } cases[] = {
+        { "160us", 0, 160000 },
+        { "0.5ms", 0, 500000 },
+        { "-1", 0, 0 },
+        { "0", 0, CHANOS_UMP_DEFAULT_SPIN_NS },
+        { "160us", 75000, 75000 },
+    };
+    static const char *const bad[] = { "fast", "160", "10 us", "1h", "-5us" };
+    const char *name = "self.spinenv";
+
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("CHANOS_SPIN_WINDOW", cases[i].env, 1);
+        chanos_domain *d = join_spin(cases[i].opt);
+        chanos_listener *l = export(d, name);
+        chanos_conn *self = connect_self(d, name);
+        chanos_conn *srv = accept1(l);
+
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(self)), cases[i].want);
+        CHECK_EQ(chanos_ump_spin_ns(chanos_conn_ump(srv)), cases[i].want);
+        chanos_conn_close(self);
+        chanos_conn_close(srv);
+        chanos_listener_close(l);
+        chanos_domain_close(d);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        struct chanos_join_opts o = { .dir = dir };
+        chanos_domain *d = NULL;
+
+        setenv("CHANOS_SPIN_WINDOW", bad[i], 1);
+        CHECK_EQ(chanos_join(&d, &o), -EINVAL);
+        require(d == NULL);
+    }
+    unsetenv("CHANOS_SPIN_WINDOW");
+}
+
 int main(void)
 {
     struct rlimit rl;
@@ -597,6 +640,7 @@ int main(void)
         test_limit();
         test_domain_close();
         test_spin();
+        test_spin_env();
     }
     stop_monitor();
     if (failures) {
