@@ -27,12 +27,6 @@ func (c *Conn) receive(ctx context.Context, in *Incoming) error {
 	return c.l.receive(ctx, in)
 }
 
-// sendFrame sends frame, which it does not keep, waiting for room if wait
-// is set; it reports whether it sent it.
-func (c *Conn) sendFrame(ctx context.Context, frame []byte, wait bool) (bool, error) {
-	return c.sendParts(ctx, frame, nil, nil, wait)
-}
-
 // sendParts sends the frame made of head, body and tail, one after
 // another, of which it keeps nothing, waiting for room if wait is set; it
 // reports whether it sent it. Over ump the parts are copied into the ring
@@ -210,12 +204,7 @@ func (replied) MsgName() string                 { return "chanos.replied" }
 // (built with wire.PutFixed, call id 0). It returns Replied, which the
 // handler returns to Serve, and the error of sending.
 func (c *Conn) ReplyFrame(ctx context.Context, in *Incoming, reply []byte) (wire.Message, error) {
-	if in.Kind != wire.KindCall {
-		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
-	}
-	wire.SetCallID(reply, in.Header.CallID)
-	_, err := c.sendFrame(ctx, reply, true)
-	return Replied, err
+	return c.ReplyParts(ctx, in, reply, nil, nil)
 }
 
 // ReplyParts is ReplyFrame for a reply frame in three parts, as CallParts
@@ -257,11 +246,7 @@ func (c *Conn) Local() bool { return c.local }
 // SendFrame is Send for a message of a fixed size over ump: frame is the
 // whole frame, built with wire.PutFixed.
 func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
-	if c.ended.Load() {
-		return c.Err()
-	}
-	_, err := c.sendFrame(ctx, frame, true)
-	return err
+	return c.SendParts(ctx, frame, nil, nil)
 }
 
 // SendParts is SendFrame for a frame in three parts, as CallParts takes
