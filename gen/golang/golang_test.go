@@ -97,6 +97,13 @@ const edge = `interface edge "corner cases of the Go mapping" {
     rpc send(in String send[4], out uint32 decode, out ref_t ctx);
     rpc only_out(out fdt f, out e v, out mac m, out smalls s, out holder h);
     rpc only_in(in uint64 c, in uint8 call);
+    @borrow()
+    message blob(uint32 id, octet body[n, 1000], uint16 crc);
+    @borrow()
+    rpc put(in uint8 key[kn, 16], in uint8 val[vn, 4096]);
+    @borrow()
+    rpc sink(in uint32 seq, in uint8 data[dn, 65536]);
+    rpc fetch(in uint32 id, out uint8 data[dn, 300], out uint32 crc);
 };`
 
 func TestGenerateCompiles(t *testing.T) {
@@ -117,6 +124,11 @@ func TestGenerateCompiles(t *testing.T) {
 		"type Msg_ struct", "type New_ struct", "func (c *Client) Send_(ctx context.Context, send string) (decode uint32, ctx_ RefT, err error)",
 		"Decode_ uint32", "type Fdt wire.Cap", "type Oct2 = Octet", "Data []byte", "type Smalls [3]Small",
 		"func (c *Client) OnlyIn(ctx context.Context, c_ uint64, call_ uint8) error",
+		// plain fields around one byte array: stack, parts, borrowed
+		"func (m *Blob) decodeView(", "return c.conn.SendParts(ctx, frame[:wire.HeaderSize+8], m.Body, frame[wire.HeaderSize+8:])",
+		"func (m *PutCall) decodeView(", "m.Key = d.BytesView(", "func (m *SinkCall) decodeView(",
+		"c.conn.CallParts(ctx, \"edge.sink\"", "c.conn.CallFrameDecode(ctx, \"edge.fetch\", call[:], reply.Decode)",
+		"c.ReplyParts(ctx, call, frame[:wire.HeaderSize+4], data, frame[wire.HeaderSize+4:])",
 	} {
 		if !strings.Contains(src, want) {
 			t.Errorf("generated code lacks %q", want)
