@@ -425,12 +425,16 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		return Result{}, fmt.Errorf("bounce payload of %d bytes: the IDL allows %d", size, pingpong.MaxBouncePayloadLen)
 	}
 	payload := make([]byte, size)
+	// The reply lands in one slice, reused: BounceAppend, as a caller that
+	// cares for allocations would make the call (the peers reuse their
+	// buffers too).
+	var reply []byte
 	op := func(i int) error {
 		if size >= 8 {
 			binary.LittleEndian.PutUint64(payload, uint64(i))
 		}
-		reply, err := c.Bounce(ctx, payload)
-		if err != nil {
+		var err error
+		if reply, err = c.BounceAppend(ctx, payload, reply[:0]); err != nil {
 			return err
 		}
 		if len(reply) != size || size >= 8 && binary.LittleEndian.Uint64(reply) != uint64(i) {

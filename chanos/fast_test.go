@@ -494,3 +494,44 @@ func servedOverUMP(t *testing.T, srv pingpong.Server) *pingpong.Conn {
 	go pingpong.ServeConn(context.Background(), s, srv)
 	return c
 }
+
+// BounceAppend appends the reply to the caller's slice over every
+// interconnect, returns that slice as it was on an error, and over ump
+// allocates nothing once the slice has grown, whatever the size.
+func TestAppendStub(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := ctxT(t)
+		serve(t, s, &server{})
+		prefix := []byte("kept:")
+		for _, n := range []int{0, 8, 300, 4096, pingpong.MaxBouncePayloadLen} {
+			p := bytes.Repeat([]byte{byte(n)}, n)
+			out, err := c.BounceAppend(ctx, p, prefix)
+			if err != nil || !bytes.Equal(out, append(bytes.Clone(prefix), p...)) {
+				t.Fatalf("BounceAppend of %d bytes = %d bytes, %v", n, len(out), err)
+			}
+		}
+		dst := append(make([]byte, 0, 16), "x"...)
+		out, err := c.BounceAppend(ctx, []byte("fail"), dst)
+		var re *chanos.RemoteError
+		if !errors.As(err, &re) || string(out) != "x" || &out[0] != &dst[0] {
+			t.Fatalf("BounceAppend with an error reply = %q, %v; want dst as it was and the RemoteError", out, err)
+		}
+		if _, err := c.BounceAppend(ctx, make([]byte, pingpong.MaxBouncePayloadLen+1), nil); !errors.Is(err, wire.ErrBound) {
+			t.Fatalf("BounceAppend over the bound = %v, want wire.ErrBound", err)
+		}
+	})
+	c := servedOverUMP(t, &server{})
+	ctx := context.Background()
+	for _, n := range []int{8, 4096, pingpong.MaxBouncePayloadLen} {
+		p := make([]byte, n)
+		buf, _ := c.BounceAppend(ctx, p, nil)
+		if allocs := testing.AllocsPerRun(50, func() {
+			var err error
+			if buf, err = c.BounceAppend(ctx, p, buf[:0]); err != nil || len(buf) != n {
+				t.Fatal(len(buf), err)
+			}
+		}); allocs != 0 {
+			t.Errorf("BounceAppend of %d bytes into a grown slice allocates %v times, want 0", n, allocs)
+		}
+	}
+}

@@ -457,6 +457,9 @@ func (g *generator) frame(f *frameInfo) {
 	g.p("// wire.Message.")
 	g.p("func (%s*%s) Decode(frame []byte, caps []wire.Cap) error {", recv, f.typ)
 	g.decodeBody(f, kind, false)
+	if tail, tsize, ok := tailFrame(f.args); ok && f.kind == "reply" && f.m.appendName != "" {
+		g.decodeAppend(f, tail, tsize)
+	}
 	if g.borrowed(f) {
 		g.p("// decodeView is Decode for a handler of the @borrow %s %s: its", f.m.msg.Name, f.kind)
 		g.p("// dynamic arrays of bytes are views into frame, not copies.")
@@ -944,6 +947,9 @@ func (g *generator) client() {
 		g.p("return %s", strings.Join(append(outs, "err"), ", "))
 		g.p("}")
 		g.p("")
+		if m.appendName != "" {
+			g.appendStub(m)
+		}
 	}
 }
 
@@ -1057,42 +1063,14 @@ func (g *generator) fastCall(m *msgInfo) {
 // and sent by Conn.CallFrameDecode; another call value stays on the
 // stack, and Conn.CallEncoded calls its Encode method.
 func (g *generator) encodedCall(m *msgInfo, cfast bool, csize int) {
-	call, reply := m.frames[0], m.frames[1]
-	var inits []string
-	for _, a := range call.args {
-		inits = append(inits, a.field+": "+a.param)
-	}
-	name := strconv.Quote(g.iface.Name + "." + m.msg.Name)
-	param := func(a *argInfo) string { return a.param }
-	encoded := fmt.Sprintf("c.conn.CallEncoded(ctx, %s, %s, call.Encode, reply.Decode)", name, m.number)
+	reply := m.frames[1]
 	g.p("if c.conn != nil {")
 	g.p("var reply %s", reply.typ)
 	g.p("var handled bool")
 	if len(reply.args) == 0 {
 		g.p("var err error")
 	}
-	switch tail, tsize, tailed := tailFrame(call.args); {
-	case cfast:
-		g.p("var call [wire.HeaderSize + %d]byte", csize)
-		g.p("wire.PutFixed(call[:], %s, wire.KindCall)", m.number)
-		g.fastPuts(call.args, "call", "wire.HeaderSize", param)
-		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, call[:], reply.Decode)", name)
-	case tailed:
-		g.tailBranches(call, tail, tsize, "wire.KindCall", "call", param,
-			func(frame string) {
-				g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, reply.Decode)", name, frame)
-			},
-			func(head, body, tail string) {
-				g.p("handled, err = c.conn.CallParts(ctx, %s, %s, %s, %s, reply.Decode)", name, head, body, tail)
-			})
-		g.p("if !handled && err == nil { // over the bound (Encode says so), or no room")
-		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
-		g.p("handled, err = %s", encoded)
-		g.p("}")
-	default:
-		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
-		g.p("handled, err = %s", encoded)
-	}
+	g.callBranches(m, cfast, csize, "reply.Decode")
 	if len(reply.args) == 0 {
 		g.p("if handled {")
 		g.p("return err")
@@ -1112,6 +1090,130 @@ func (g *generator) encodedCall(m *msgInfo, cfast bool, csize int) {
 	g.p("return %s", strings.Join(append(outs, "err"), ", "))
 	g.p("}")
 	g.p("}")
+}
+
+// callBranches writes the way a stub's fast path sends the call, for an
+// rpc whose call or reply has no fixed size, setting handled and err: a
+// call frame of a fixed size (cfast, of csize bytes) or with a short array
+// of bytes is built on the stack (Conn.CallFrameDecode), a longer array
+// goes in parts (Conn.CallParts), and any other call value is encoded by
+// its Encode method (Conn.CallEncoded); decode is the reply's decoding
+// method value.
+func (g *generator) callBranches(m *msgInfo, cfast bool, csize int, decode string) {
+	call := m.frames[0]
+	var inits []string
+	for _, a := range call.args {
+		inits = append(inits, a.field+": "+a.param)
+	}
+	name := strconv.Quote(g.iface.Name + "." + m.msg.Name)
+	param := func(a *argInfo) string { return a.param }
+	encoded := fmt.Sprintf("c.conn.CallEncoded(ctx, %s, %s, call.Encode, %s)", name, m.number, decode)
+	switch tail, tsize, tailed := tailFrame(call.args); {
+	case cfast:
+		g.p("var call [wire.HeaderSize + %d]byte", csize)
+		g.p("wire.PutFixed(call[:], %s, wire.KindCall)", m.number)
+		g.fastPuts(call.args, "call", "wire.HeaderSize", param)
+		g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, call[:], %s)", name, decode)
+	case tailed:
+		g.tailBranches(call, tail, tsize, "wire.KindCall", "call", param,
+			func(frame string) {
+				g.p("handled, err = c.conn.CallFrameDecode(ctx, %s, %s, %s)", name, frame, decode)
+			},
+			func(head, body, tail string) {
+				g.p("handled, err = c.conn.CallParts(ctx, %s, %s, %s, %s, %s)", name, head, body, tail, decode)
+			})
+		g.p("if !handled && err == nil { // over the bound (Encode says so), or no room")
+		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
+		g.p("handled, err = %s", encoded)
+		g.p("}")
+	default:
+		g.p("call := %s{%s}", call.typ, strings.Join(inits, ", "))
+		g.p("handled, err = %s", encoded)
+	}
+}
+
+// appendStub emits the Append variant of the stub of rpc m, whose reply
+// holds one dynamic array of bytes among plain arguments (see
+// msgInfo.appendName): the reply's bytes are appended to the caller's dst.
+func (g *generator) appendStub(m *msgInfo) {
+	call, reply := m.frames[0], m.frames[1]
+	tail, _, _ := tailFrame(reply.args)
+	arr := reply.args[tail]
+	g.p("// %s is %s with the reply's %s appended to dst rather than", m.appendName, m.name, arr.arg.Name)
+	g.p("// copied into a new slice: a caller that passes the last result back as")
+	g.p("// dst[:0] allocates nothing once dst has grown. On error it returns dst")
+	g.p("// as it was.")
+	params := g.params(m, idl.DirIn, true) + ", dst []byte"
+	g.p("func (c *Client) %s(%s) %s {", m.appendName, params, results(g.params(m, idl.DirOut, true)))
+	var outs, vals, ins []string
+	for _, a := range reply.args {
+		outs = append(outs, a.param)
+		vals = append(vals, "reply."+a.field)
+	}
+	onErr := make([]string, len(reply.args))
+	for i, a := range reply.args {
+		onErr[i] = a.param
+		if i == tail {
+			onErr[i] = "dst"
+		}
+	}
+	for _, a := range call.args {
+		ins = append(ins, a.param)
+	}
+	csize, cfast := fastFrame(call.args)
+	g.p("if c.conn != nil {")
+	g.p("reply := %s{%s: dst}", reply.typ, arr.field)
+	g.p("var handled bool")
+	g.callBranches(m, cfast, csize, "reply.decodeAppend")
+	g.p("if handled {")
+	g.p("if err != nil {")
+	g.p("return %s", strings.Join(append(onErr, "err"), ", "))
+	g.p("}")
+	g.p("return %s, nil", strings.Join(vals, ", "))
+	g.p("}")
+	g.p("}")
+	g.p("if %s = c.%s(%s); err != nil {", strings.Join(append(outs, "err"), ", "), m.name, strings.Join(append([]string{"ctx"}, ins...), ", "))
+	g.p("return %s", strings.Join(append(onErr, "err"), ", "))
+	g.p("}")
+	g.p("%s = append(dst, %s...)", arr.param, arr.param)
+	g.p("return %s, nil", strings.Join(outs, ", "))
+	g.p("}")
+	g.p("")
+}
+
+// decodeAppend writes the decodeAppend method of reply frame f, of
+// tailFrame, for the Append stub: Decode with the array's bytes appended
+// to the slice the reply value holds.
+func (g *generator) decodeAppend(f *frameInfo, tail, size int) {
+	a := f.args[tail]
+	pre, _ := fastFrame(f.args[:tail])
+	post, _ := fastFrame(f.args[tail+1:])
+	field := func(a *argInfo) string { return "m." + a.field }
+	g.p("// decodeAppend is Decode for %sAppend: the reply's %s is appended to", f.m.name, a.arg.Name)
+	g.p("// the slice m.%s holds rather than copied into a new one.", a.field)
+	g.p("func (m *%s) decodeAppend(frame []byte, caps []wire.Cap) error {", f.typ)
+	g.p("if b, ok := wire.TailBody(frame, caps, %s, wire.KindReply, %d); ok {", f.m.number, size)
+	g.p("if n := wire.Uint32(b[%d:]); n <= %s && uint64(n) == uint64(len(b)-%d) {", pre, a.bound, size)
+	g.fastGets(f.args[:tail], "b", "", field)
+	if post == 0 {
+		g.p("m.%s = append(m.%s, b[%d:]...)", a.field, a.field, pre+4)
+	} else {
+		g.p("end := len(b) - %d", post)
+		g.p("m.%s = append(m.%s, b[%d:end]...)", a.field, a.field, pre+4)
+		g.fastGets(f.args[tail+1:], "b", "end", field)
+	}
+	g.p("return nil")
+	g.p("}")
+	g.p("}")
+	g.p("// Malformed (Decode says where), or a frame the fast path does not take.")
+	g.p("dst := m.%s", a.field)
+	g.p("if err := m.Decode(frame, caps); err != nil {")
+	g.p("return err")
+	g.p("}")
+	g.p("m.%s = append(dst, m.%s...)", a.field, a.field)
+	g.p("return nil")
+	g.p("}")
+	g.p("")
 }
 
 func (g *generator) server() {

@@ -80,6 +80,10 @@ type msgInfo struct {
 	number string // message number constant: MsgPing
 	args   []*argInfo
 	frames []*frameInfo // a message's frame, or an rpc's call and reply
+	// appendName is the Append stub of an rpc whose reply is plain
+	// arguments and one dynamic array of bytes, which it appends to the
+	// caller's slice; "" for other rpcs and messages.
+	appendName string
 }
 
 // argInfo is the Go side of an argument.
@@ -132,6 +136,10 @@ func (g *generator) name() {
 			}
 		}
 	}
+	methods := newScope("Client methods", &g.errs)
+	for name := range clientMethods {
+		methods.claim(name, iface.Pos, "the method "+name+" of Client")
+	}
 	for _, m := range iface.Messages {
 		base := exported(m.Name)
 		mi := &msgInfo{msg: m, name: escape(base, packageNames, clientMethods), number: "Msg" + base}
@@ -172,6 +180,11 @@ func (g *generator) name() {
 				}
 			}
 			mi.frames = []*frameInfo{call, reply}
+			methods.claim(mi.name, m.Pos, "the stub of rpc "+m.Name)
+			if _, _, ok := tailFrame(reply.args); ok && !g.messagesOnly {
+				mi.appendName = mi.name + "Append"
+				methods.claim(mi.appendName, m.Pos, "the Append stub of rpc "+m.Name)
+			}
 		}
 		for _, f := range mi.frames {
 			fields := newScope(f.kind+" "+m.Name, &g.errs)

@@ -77,6 +77,19 @@ func TestCollisions(t *testing.T) {
 	}
 }
 
+// An rpc whose Append stub would take the name of another rpc's stub is
+// refused, as other collisions are.
+func TestAppendCollision(t *testing.T) {
+	iface := compile(t, `interface edge {
+    rpc get(in uint32 k, out uint8 v[n, 8]);
+    rpc get_append(in uint32 k);
+};`)
+	_, err := New().Generate(iface)
+	if err == nil || !strings.Contains(err.Error(), "the Append stub of rpc get") || !strings.Contains(err.Error(), "GetAppend") {
+		t.Fatalf("Generate = %v, want a collision of GetAppend", err)
+	}
+}
+
 // edge is an interface of the corners of the mapping: names the generated
 // code uses itself, typedefs of caps and irefs, alias chains to uint8,
 // arrays of defined types, rpcs without in or out arguments, and no enum
@@ -129,6 +142,8 @@ func TestGenerateCompiles(t *testing.T) {
 		"func (m *PutCall) decodeView(", "m.Key = d.BytesView(", "func (m *SinkCall) decodeView(",
 		"c.conn.CallParts(ctx, \"edge.sink\"", "c.conn.CallFrameDecode(ctx, \"edge.fetch\", call[:], reply.Decode)",
 		"c.ReplyParts(ctx, call, frame[:wire.HeaderSize+4], data, frame[wire.HeaderSize+4:])",
+		"func (c *Client) FetchAppend(ctx context.Context, id uint32, dst []byte) (data []byte, crc uint32, err error)",
+		"func (m *FetchReply) decodeAppend(",
 	} {
 		if !strings.Contains(src, want) {
 			t.Errorf("generated code lacks %q", want)

@@ -46,7 +46,7 @@ var predeclared = map[string]bool{
 var localNames = map[string]bool{
 	"ctx": true, "err": true, "c": true, "call": true, "reply": true,
 	"srv": true, "m": true, "from": true, "pooled": true, "handled": true,
-	"frame": true, "sent": true,
+	"frame": true, "sent": true, "dst": true,
 	"wire": true, "chanos": true, "context": true, "fmt": true, "errors": true,
 }
 

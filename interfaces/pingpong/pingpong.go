@@ -613,6 +613,24 @@ func (m *BounceReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// decodeAppend is Decode for BounceAppend: the reply's reply is appended to
+// the slice m.Reply holds rather than copied into a new one.
+func (m *BounceReply) decodeAppend(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.TailBody(frame, caps, MsgBounce, wire.KindReply, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxBounceReplyLen && uint64(n) == uint64(len(b)-4) {
+			m.Reply = append(m.Reply, b[4:]...)
+			return nil
+		}
+	}
+	// Malformed (Decode says where), or a frame the fast path does not take.
+	dst := m.Reply
+	if err := m.Decode(frame, caps); err != nil {
+		return err
+	}
+	m.Reply = append(dst, m.Reply...)
+	return nil
+}
+
 // MsgClone returns a copy of m that shares no memory with it: its slices
 // are copied. The local interconnect sends the copy, so the sender may
 // reuse m.
@@ -872,6 +890,44 @@ func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err
 	pooled.BounceCall, pooled.BounceReply = BounceCall{}, BounceReply{}
 	callPool.Put(pooled)
 	return reply_, err
+}
+
+// BounceAppend is Bounce with the reply's reply appended to dst rather than
+// copied into a new slice: a caller that passes the last result back as
+// dst[:0] allocates nothing once dst has grown. On error it returns dst
+// as it was.
+func (c *Client) BounceAppend(ctx context.Context, payload []byte, dst []byte) (reply_ []byte, err error) {
+	if c.conn != nil {
+		reply := BounceReply{Reply: dst}
+		var handled bool
+		if len(payload) <= 256 {
+			var call [wire.HeaderSize + 260]byte
+			wire.PutFixed(call[:wire.HeaderSize+4+len(payload)], MsgBounce, wire.KindCall)
+			wire.PutUint32(call[wire.HeaderSize:], uint32(len(payload)))
+			copy(call[wire.HeaderSize+4:], payload)
+			handled, err = c.conn.CallFrameDecode(ctx, "pingpong.bounce", call[:wire.HeaderSize+4+len(payload)], reply.decodeAppend)
+		} else if uint64(len(payload)) <= MaxBouncePayloadLen {
+			var call [wire.HeaderSize + 4]byte
+			wire.PutHead(call[:], MsgBounce, wire.KindCall, 4+len(payload))
+			wire.PutUint32(call[wire.HeaderSize:], uint32(len(payload)))
+			handled, err = c.conn.CallParts(ctx, "pingpong.bounce", call[:wire.HeaderSize+4], payload, nil, reply.decodeAppend)
+		}
+		if !handled && err == nil { // over the bound (Encode says so), or no room
+			call := BounceCall{Payload: payload}
+			handled, err = c.conn.CallEncoded(ctx, "pingpong.bounce", MsgBounce, call.Encode, reply.decodeAppend)
+		}
+		if handled {
+			if err != nil {
+				return dst, err
+			}
+			return reply.Reply, nil
+		}
+	}
+	if reply_, err = c.Bounce(ctx, payload); err != nil {
+		return dst, err
+	}
+	reply_ = append(dst, reply_...)
+	return reply_, nil
 }
 
 // Server is the server side of pingpong: a method per message, called for each
