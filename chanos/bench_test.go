@@ -312,19 +312,29 @@ func rawRoundTrips(b *testing.B, size int) {
 // BenchmarkRawEchoOneGoroutine echoes the same traffic with bare ring
 // messages, the last of which is 1 byte long.
 func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
-	var call wire.Buffer
+	benchServeOverRing(b, func(last bool) wire.Message {
+		if last {
+			return &pingpong.EchoCall{Val: stopVal}
+		}
+		return &pingpong.EchoCall{Val: 7}
+	})
+}
+
+// benchServeOverRing serves the calls call returns (last: the one that
+// stops the server) with ServeConn over a ring pair, in batches, as
+// benchBatches puts them.
+func benchServeOverRing(b *testing.B, call func(last bool) wire.Message) {
+	var frame wire.Buffer
 	id := uint32(0)
 	srv := &stoppingServer{}
 	benchBatches(b, func(y *ump.Conn, last bool) error {
-		call.Reset()
-		v := uint64(7)
-		if last {
-			v = stopVal
+		frame.Reset()
+		if err := call(last).Encode(&frame); err != nil {
+			return err
 		}
-		(&pingpong.EchoCall{Val: v}).Encode(&call)
 		id++
-		wire.SetCallID(call.B, id)
-		return y.Send(context.Background(), call.B)
+		wire.SetCallID(frame.B, id)
+		return y.Send(context.Background(), frame.B)
 	}, srv.serving)
 }
 
@@ -503,20 +513,12 @@ func BenchmarkRawBounceOneGoroutine(b *testing.B) {
 // BenchmarkServeEchoOverUMPOneGoroutine for the bounce rpc with 8 bytes
 // each way.
 func BenchmarkServeBounceOverUMPOneGoroutine(b *testing.B) {
-	var call wire.Buffer
-	id := uint32(0)
-	srv := &stoppingServer{}
-	benchBatches(b, func(y *ump.Conn, last bool) error {
-		call.Reset()
+	benchServeOverRing(b, func(last bool) wire.Message {
 		if last {
-			(&pingpong.EchoCall{Val: stopVal}).Encode(&call)
-		} else {
-			(&pingpong.BounceCall{Payload: make([]byte, 8)}).Encode(&call)
+			return &pingpong.EchoCall{Val: stopVal}
 		}
-		id++
-		wire.SetCallID(call.B, id)
-		return y.Send(context.Background(), call.B)
-	}, srv.serving)
+		return &pingpong.BounceCall{Payload: make([]byte, 8)}
+	})
 }
 
 func (s *stoppingServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
