@@ -108,14 +108,10 @@ func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []by
 // callFrame is CallFrame with a reply of fixed size, or CallParts if reply
 // is nil.
 func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
-	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
-		return false, nil
+	id, ok, err := c.beginCall()
+	if !ok || err != nil {
+		return ok, err
 	}
-	if c.ended.Load() {
-		c.release()
-		return true, c.Err()
-	}
-	id := c.newCallID()
 	msg := binary.LittleEndian.Uint16(call[4:])
 	wire.SetCallID(call, id)
 	wire.SetTimeout(call, timeoutOf(ctx))
@@ -125,6 +121,48 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, rep
 		c.release()
 		return err != nil, err
 	}
+	return true, c.finishCall(ctx, id, name, msg, reply, decode)
+}
+
+// CallEncoded is Call for an rpc whose call or reply has no fixed size,
+// used by generated stubs that keep both values on their stack: encode
+// appends the call's frame (the call value's Encode method) and decode
+// decodes the reply frame into the reply value (its Decode). name is the
+// rpc's name, for errors. Like CallFrame, it reports handled false, having
+// sent nothing, when another goroutine reads the connection or the peer
+// has no room for the call.
+func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+	id, ok, err := c.beginCall()
+	if !ok || err != nil {
+		return ok, err
+	}
+	sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
+	if !sent || err != nil {
+		c.release()
+		return err != nil, err
+	}
+	return true, c.finishCall(ctx, id, name, msg, nil, decode)
+}
+
+// beginCall takes the reading turn for a call on the fast path and
+// returns the call's id. ok false: another goroutine reads the connection
+// or the inbox is full, and nothing was taken; an error: the connection
+// has ended (the turn is given back).
+func (c *Conn) beginCall() (id uint32, ok bool, err error) {
+	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
+		return 0, false, nil
+	}
+	if c.ended.Load() {
+		c.release()
+		return 0, true, c.Err()
+	}
+	return c.newCallID(), true, nil
+}
+
+// finishCall reads the reply to call id of rpc msg, which the caller has
+// sent holding the turn, and gives the turn back: a reply of fixed size
+// lands in reply, another is decoded by decode.
+func (c *Conn) finishCall(ctx context.Context, id uint32, name string, msg uint16, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	in, err := c.readReply(ctx, id, msg, reply)
 	switch {
 	case err != nil || in == nil: // failed, or the fixed reply is in reply
@@ -136,38 +174,7 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, rep
 		}
 	}
 	c.releaseCur()
-	return true, err
-}
-
-// CallEncoded is Call for an rpc whose call or reply has no fixed size,
-// used by generated stubs that keep both values on their stack: encode
-// appends the call's frame (the call value's Encode method) and decode
-// decodes the reply frame into the reply value (its Decode). name is the
-// rpc's name, for errors. Like CallFrame, it reports handled false, having
-// sent nothing, when another goroutine reads the connection or the peer
-// has no room for the call.
-func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
-	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
-		return false, nil
-	}
-	if c.ended.Load() {
-		c.release()
-		return true, c.Err()
-	}
-	id := c.newCallID()
-	sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
-	if !sent || err != nil {
-		c.release()
-		return err != nil, err
-	}
-	in, err := c.readReply(ctx, id, msg, nil)
-	if err == nil {
-		if err = c.checkReply(in, id, name, msg); err == nil {
-			err = decode(in.Frame, in.Caps)
-		}
-	}
-	c.releaseCur()
-	return true, err
+	return err
 }
 
 // takeReplyFrame copies the reply in to call id of rpc msg into reply,

@@ -292,7 +292,7 @@ func (d *Decoder) BytesView(field string, bound uint32) []byte {
 	if n <= 0 {
 		return nil
 	}
-	b := d.b[d.off : d.off+n : d.off+n]
+	b := View(d.b[d.off : d.off+n])
 	d.off += n
 	return b
 }

@@ -495,7 +495,11 @@ func (g *generator) decodeBody(f *frameInfo, kind string, view bool) {
 	if fast {
 		g.fastDecode(f, size, kind)
 	} else if tailed {
-		g.tailDecode(f, tail, tsize, kind, view)
+		bytes := tailCopy
+		if view {
+			bytes = tailView
+		}
+		g.tailDecode(f, tail, tsize, kind, bytes)
 	}
 	if (fast || tailed) && len(f.args) > 0 {
 		g.p("// The frame is malformed: decode it field by field to say where.")
@@ -630,7 +634,7 @@ func (g *generator) tailBranches(f *frameInfo, tail, size int, kind, arr string,
 // if wire.TailBody accepts the frame and the array's count is within its
 // bound and accounts for the rest of the body, every field is read where
 // tailEncode put it.
-func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string, view bool) {
+func (g *generator) tailDecode(f *frameInfo, tail, size int, kind, bytes string) {
 	a := f.args[tail]
 	pre, _ := fastFrame(f.args[:tail])
 	post, _ := fastFrame(f.args[tail+1:])
@@ -638,21 +642,27 @@ func (g *generator) tailDecode(f *frameInfo, tail, size int, kind string, view b
 	g.p("if b, ok := wire.TailBody(frame, caps, %s, %s, %d); ok {", f.m.number, kind, size)
 	g.p("if n := wire.Uint32(b[%d:]); n <= %s && uint64(n) == uint64(len(b)-%d) {", pre, a.bound, size)
 	g.fastGets(f.args[:tail], "b", "", field)
-	bytes := "m.%s = wire.CloneBytes(b[%d:%s])"
-	if view {
-		bytes = "m.%s = wire.View(b[%d:%s])"
-	}
 	if post == 0 {
-		g.p(bytes, a.field, pre+4, "")
+		g.p(bytes, a.field, fmt.Sprintf("b[%d:]", pre+4))
 	} else {
 		g.p("end := len(b) - %d", post)
-		g.p(bytes, a.field, pre+4, "end")
+		g.p(bytes, a.field, fmt.Sprintf("b[%d:end]", pre+4))
 		g.fastGets(f.args[tail+1:], "b", "end", field)
 	}
 	g.p("return nil")
 	g.p("}")
 	g.p("}")
 }
+
+// The ways tailDecode takes the array of bytes (formats of the field and
+// the bytes in the frame): a copy of its own (Decode), a view into the
+// frame (decodeView), or appended to the slice the field holds
+// (decodeAppend).
+const (
+	tailCopy   = "m.%[1]s = wire.CloneBytes(%[2]s)"
+	tailView   = "m.%[1]s = wire.View(%[2]s)"
+	tailAppend = "m.%[1]s = append(m.%[1]s, %[2]s...)"
+)
 
 // fastPuts writes the plain arguments args into buf, the body starting
 // at offset base of it ("" for 0), each from the expression value(a).
@@ -1186,25 +1196,10 @@ func (g *generator) appendStub(m *msgInfo) {
 // to the slice the reply value holds.
 func (g *generator) decodeAppend(f *frameInfo, tail, size int) {
 	a := f.args[tail]
-	pre, _ := fastFrame(f.args[:tail])
-	post, _ := fastFrame(f.args[tail+1:])
-	field := func(a *argInfo) string { return "m." + a.field }
 	g.p("// decodeAppend is Decode for %sAppend: the reply's %s is appended to", f.m.name, a.arg.Name)
 	g.p("// the slice m.%s holds rather than copied into a new one.", a.field)
 	g.p("func (m *%s) decodeAppend(frame []byte, caps []wire.Cap) error {", f.typ)
-	g.p("if b, ok := wire.TailBody(frame, caps, %s, wire.KindReply, %d); ok {", f.m.number, size)
-	g.p("if n := wire.Uint32(b[%d:]); n <= %s && uint64(n) == uint64(len(b)-%d) {", pre, a.bound, size)
-	g.fastGets(f.args[:tail], "b", "", field)
-	if post == 0 {
-		g.p("m.%s = append(m.%s, b[%d:]...)", a.field, a.field, pre+4)
-	} else {
-		g.p("end := len(b) - %d", post)
-		g.p("m.%s = append(m.%s, b[%d:end]...)", a.field, a.field, pre+4)
-		g.fastGets(f.args[tail+1:], "b", "end", field)
-	}
-	g.p("return nil")
-	g.p("}")
-	g.p("}")
+	g.tailDecode(f, tail, size, "wire.KindReply", tailAppend)
 	g.p("// Malformed (Decode says where), or a frame the fast path does not take.")
 	g.p("dst := m.%s", a.field)
 	g.p("if err := m.Decode(frame, caps); err != nil {")

@@ -1695,9 +1695,6 @@ func (c *Conn) handle(ctx context.Context, srv Server, in *chanos.Incoming) (wir
 		return nil, c.c.Violation(err)
 	}
 	reply, err := Dispatch(ctx, srv, c.Client, m)
-	if reply == nil {
-		return nil, err
-	}
 	return reply, err
 }
 
