@@ -44,12 +44,7 @@ func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool
 		err = umpErr(err)
 	case *localLink: // copies the frame
 		var f *localFrame
-		if len(body) == 0 && len(tail) == 0 {
-			f, err = copyFrame(head, nil)
-		} else {
-			f, err = ownFrame(slices.Concat(head, body, tail), nil)
-		}
-		if err != nil {
+		if f, err = ownFrame(slices.Concat(head, body, tail), nil); err != nil {
 			break
 		}
 		if wait {
