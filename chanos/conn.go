@@ -469,7 +469,7 @@ func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byt
 		var err error
 		if fast {
 			var frame []byte
-			if frame, err = c.ump.u.Receive(ctx); err != nil {
+			if frame, err = c.ump.u.ReceiveExclusive(ctx); err != nil {
 				*in = Incoming{}
 				err = umpErr(err)
 			} else if len(frame) == len(fixed) && [2]uint64{binary.LittleEndian.Uint64(frame), binary.LittleEndian.Uint64(frame[8:])} == head {

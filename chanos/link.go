@@ -67,7 +67,7 @@ func (l *umpLink) sendValue(context.Context, wire.Message) error {
 }
 
 func (l *umpLink) receive(ctx context.Context, in *Incoming) error {
-	frame, err := l.u.Receive(ctx)
+	frame, err := l.u.ReceiveExclusive(ctx) // callers hold the reading turn
 	if err != nil {
 		*in = Incoming{}
 		return umpErr(err)

@@ -1,6 +1,7 @@
 package ump
 
 import (
+	"runtime"
 	"context"
 	"errors"
 	"fmt"
@@ -139,6 +140,7 @@ type Conn struct {
 	txPark *parker
 
 	rmu     sync.Mutex
+	rxIn    uint64 // 1 while a ReceiveExclusive runs
 	rx      consumer
 	rxSpin  spinBudget
 	rxWake  int // the peer's space eventfd
@@ -397,6 +399,32 @@ func (c *Conn) txSleep() bool {
 func (c *Conn) Receive(ctx context.Context) ([]byte, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
+	return c.receive(ctx)
+}
+
+// ReceiveExclusive is Receive for a caller that serializes its receives
+// itself: it must never run while another Receive or ReceiveExclusive
+// runs on c, and one that does fails with ErrBusy. It skips Receive's
+// lock, whose release would otherwise stand between a message's arrival
+// and the caller's answer to it; the chanos connection layer, which lets
+// one goroutine at a time read, uses it.
+func (c *Conn) ReceiveExclusive(ctx context.Context) ([]byte, error) {
+	// The swap is a full fence: either Close sees rxIn set and waits for
+	// it to clear before it unmaps the rings, or we see closing here.
+	if atomic.SwapUint64(&c.rxIn, 1) != 0 {
+		return nil, errBusy
+	}
+	if c.closing.Load() {
+		clearFlag(&c.rxIn)
+		return nil, errClosedLocal
+	}
+	msg, err := c.receive(ctx)
+	clearFlag(&c.rxIn) // not a fence: the rings are not touched after it
+	return msg, err
+}
+
+// receive is Receive's work, run under rmu or by ReceiveExclusive.
+func (c *Conn) receive(ctx context.Context) ([]byte, error) {
 	r := &c.rx
 	for {
 		if e := c.err.Load(); e != nil {
@@ -553,6 +581,7 @@ func (c *Conn) Close() error {
 	eventfdSignal(c.txWake) // and the peer's
 	eventfdSignal(c.rxWake)
 	c.rmu.Lock()
+	waitClear(&c.rxIn) // a ReceiveExclusive, woken above, returns
 	err := c.sock.Close()
 	if c.watching {
 		<-c.watchDone
@@ -608,6 +637,18 @@ func (c *Conn) watch() {
 		c.peerEnd.Store(errPeerDied)
 	}
 	c.wakeSelf()
+}
+
+// waitClear waits until *p is 0. Close uses it to wait out a
+// ReceiveExclusive, which has been woken and returns in a moment.
+func waitClear(p *uint64) {
+	for i := 0; atomic.LoadUint64(p) != 0; i++ {
+		if i < 100 {
+			runtime.Gosched()
+		} else {
+			time.Sleep(10 * time.Microsecond)
+		}
+	}
 }
 
 func (c *Conn) wakeSelf() {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -321,6 +323,91 @@ func TestClose(t *testing.T) {
 	}
 	if err := b.Err(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Err = %v", err)
+	}
+}
+
+// TestReceiveExclusive: it delivers what Receive delivers, refuses to
+// run beside another receive, and Close wakes and waits out a parked one
+// before it unmaps the rings, also when the two race.
+func TestReceiveExclusive(t *testing.T) {
+	a, b := pipe(t, nil)
+	ctx := ctxT(t)
+	for i := range 50 {
+		if err := b.Send(ctx, pattern(make([]byte, i*97), i)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := a.ReceiveExclusive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// A second receive while one is parked: Receive waits for the lock,
+	// ReceiveExclusive fails at once and the connection stays usable.
+	got := make(chan error, 1)
+	go func() {
+		m, err := a.ReceiveExclusive(ctx)
+		if err == nil && string(m) != "after busy" {
+			err = fmt.Errorf("got %q", m)
+		}
+		got <- err
+	}()
+	for atomic.LoadUint64(&a.rxIn) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := a.ReceiveExclusive(ctx); !errors.Is(err, ErrBusy) {
+		t.Fatalf("ReceiveExclusive beside a parked one = %v, want ErrBusy", err)
+	}
+	if err := b.Send(ctx, []byte("after busy")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	// Close wakes a parked ReceiveExclusive and returns after it.
+	go func() { _, err := a.ReceiveExclusive(ctx); got <- err }()
+	for atomic.LoadUint64(&a.rxIn) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if atomic.LoadUint64(&a.rxIn) != 0 {
+		t.Fatal("Close returned while a ReceiveExclusive ran")
+	}
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Fatalf("parked ReceiveExclusive = %v, want ErrClosed", err)
+	}
+	if _, err := a.ReceiveExclusive(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("ReceiveExclusive after Close = %v, want ErrClosed", err)
+	}
+
+	// Close racing receivers that keep starting: none may touch the rings
+	// after they are unmapped (that would fault), and all end with ErrClosed.
+	for range 50 {
+		x, y := pipe(t, &Options{MaxMessageSize: 64})
+		done := make(chan error, 1)
+		go func() {
+			for {
+				if _, err := x.ReceiveExclusive(ctx); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			for y.Send(ctx, []byte("ping")) == nil {
+			}
+		}()
+		time.Sleep(100 * time.Microsecond)
+		x.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Fatalf("racing ReceiveExclusive = %v, want ErrClosed", err)
+		}
 	}
 }
 
