@@ -66,9 +66,11 @@ static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
     int rc;
 
     /* messages: each ping is answered by a pong with the same numbers;
-     * each round trip is timed with one clock read, from the end of the
-     * one before */
-    t0 = prev = now_ns();
+     * each round trip is timed with one clock read, taken right after the
+     * ping is sent, while the pong is on its way (read between a pong and
+     * the next ping, the clock would lengthen the round trips it times) */
+    int64_t sent;
+    t0 = sent = now_ns();
     for (long i = 0; i < n; i++) {
         struct pingpong_ping p = { me, (uint32_t)i };
         struct pingpong_pong q;
@@ -77,19 +79,22 @@ static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
         if ((rc = pingpong_ping_encode(&p, &b)) != 0 ||
             (rc = chanos_conn_send(c, b.data, b.len, CALL_TIMEOUT_MS)) != 0)
             return fail("send ping", rc);
+        int64_t t = now_ns();
+        if (i > 0)
+            rtts[i - 1] = t - sent;
+        sent = t;
         if ((rc = chanos_conn_recv(c, CALL_TIMEOUT_MS, &f)) != 0)
             return fail("receive pong", rc);
         if ((rc = pingpong_pong_decode(&q, f.data, f.len, NULL, 0)) != 0)
             return fail("decode pong", rc);
-        int64_t t = now_ns();
-        rtts[i] = t - prev;
-        prev = t;
         if (q.client_id != me || q.msg_id != (uint32_t)i) {
             fprintf(stderr, "pingpong_client: ping %ld answered by %u/%u\n",
                     i, q.client_id, q.msg_id);
             return 1;
         }
     }
+    prev = now_ns();
+    rtts[n - 1] = prev - sent;
     report("ping/pong messages", "round trips", n, prev - t0, rtts);
 
     /* rpcs: echo returns its argument */

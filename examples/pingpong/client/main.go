@@ -50,31 +50,39 @@ func run(name string, n int, wait time.Duration) error {
 	fmt.Printf("connected to %q over %s (domain %d)\n", name, c.Raw().Interconnect(), d.ID())
 
 	// Messages: each ping is answered by a pong with the same numbers.
-	// Each round trip is timed with one clock read, from the end of the
-	// one before. Send keeps nothing of the ping; Handle gives each pong to
-	// pongs.Pong by value, so a round trip allocates nothing (Receive would
-	// return each pong as a new value).
+	// Each round trip is timed with one clock read, taken right after the
+	// ping is sent, while the pong is on its way: read between a pong and
+	// the next ping, the clock would lengthen the round trips it times.
+	// Send keeps nothing of the ping; Handle gives each pong to
+	// pongs.Pong by value, so a round trip allocates nothing (Receive
+	// would return each pong as a new value).
 	rtts := make([]time.Duration, n)
 	var got pongs
 	start := time.Now()
-	var prev time.Duration
+	var sent time.Duration // when the last ping went
 	for i := range n {
 		if err := c.Send(ctx, &pingpong.Ping{ClientID: uint32(d.ID()), MsgID: uint32(i)}); err != nil {
 			return fmt.Errorf("send ping %d: %w", i, err)
 		}
+		t := time.Since(start)
+		if i > 0 {
+			rtts[i-1] = t - sent
+		}
+		sent = t
 		if err := c.Handle(ctx, &got); err != nil {
 			return fmt.Errorf("receive pong %d: %w", i, err)
 		}
-		t := time.Since(start)
-		rtts[i], prev = t-prev, t
 		if got.last.MsgID != uint32(i) {
 			return fmt.Errorf("ping %d answered by %+v", i, got.last)
 		}
 	}
-	report("ping/pong messages", n, time.Since(start), rtts)
+	total := time.Since(start)
+	rtts[n-1] = total - sent
+	report("ping/pong messages", n, total, rtts)
 
 	// rpcs: echo returns its argument.
-	start, prev = time.Now(), 0
+	start = time.Now()
+	var prev time.Duration
 	for i := range n {
 		v, err := c.Echo(ctx, uint64(i))
 		if err != nil {
