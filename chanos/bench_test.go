@@ -429,7 +429,7 @@ func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve fu
 
 // BenchmarkPingOverUMPOneGoroutine is the client of the clients suite
 // (examples/pingpong/client) in one goroutine over a real ring pair: send
-// a ping, receive the pong the peer put in the ring before.
+// a ping, take the pong the peer put in the ring before with Handle.
 // BenchmarkServePingOverUMPOneGoroutine is its server (a pong for each
 // ping, as examples/pingpong/server), fed as BenchmarkServeEcho... is.
 func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
@@ -437,6 +437,7 @@ func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
 	var pong wire.Buffer
 	(&pingpong.Pong{ClientID: 1, MsgID: 7}).Encode(&pong)
 	ping := &pingpong.Ping{ClientID: 1}
+	var got pongTaker
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -448,13 +449,24 @@ func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
 		if err := c.Send(ctx, ping); err != nil {
 			b.Fatal(err)
 		}
-		if m, err := c.Receive(ctx); err != nil || m.(*pingpong.Pong).MsgID != 7 {
-			b.Fatal(m, err)
+		if err := c.Handle(ctx, &got); err != nil || got.last.MsgID != 7 {
+			b.Fatal(got.last, err)
 		}
 		if _, err := y.Receive(ctx); err != nil {
 			b.Fatal(err)
 		}
 	}
+}
+
+// pongTaker keeps the last pong, as the example client's Server does.
+type pongTaker struct {
+	pingpong.UnimplementedServer
+	last pingpong.Pong
+}
+
+func (p *pongTaker) Pong(ctx context.Context, from *pingpong.Client, m pingpong.Pong) error {
+	p.last = m
+	return nil
 }
 
 func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
