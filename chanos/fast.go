@@ -248,7 +248,17 @@ func (c *Conn) Local() bool { return c.local }
 // SendFrame is Send for a message of a fixed size over ump: frame is the
 // whole frame, built with wire.PutFixed.
 func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
-	return c.SendParts(ctx, frame, nil, nil)
+	if c.ended.Load() {
+		return c.Err()
+	}
+	if c.ump != nil { // straight to the ring: a round trip waits on this
+		if err := c.ump.u.Send(ctx, frame); err != nil {
+			return c.wrap(umpErr(err))
+		}
+		return nil
+	}
+	_, err := c.sendParts(ctx, frame, nil, nil, true)
+	return err
 }
 
 // SendParts is SendFrame for a frame in three parts, as CallParts takes
