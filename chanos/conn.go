@@ -1029,16 +1029,22 @@ func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx co
 // ServeOne waits for the next message or rpc call and handles it as Serve
 // does (inline), then returns: handle's error for a message, and for a
 // call only an error that ends the connection, as the call's own error
-// goes back to the caller as its reply. Generated code's Conn.Handle
-// calls it.
+// goes back to the caller as its reply.
 func (c *Conn) ServeOne(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	return c.ReceiveFunc(ctx, func(in *Incoming) error {
-		if in.Kind == wire.KindCall {
-			return c.serveInline(ctx, in, handle)
-		}
-		_, err := handle(ctx, in)
-		return err
-	})
+	return c.ReceiveFunc(ctx, func(in *Incoming) error { return c.ServeIncoming(ctx, in, handle) })
+}
+
+// ServeIncoming handles in, a message or rpc call that ReceiveFunc handed
+// to its function, as ServeOne does. Generated code's Conn.Handle calls it
+// for what it does not handle itself: its own function for ReceiveFunc
+// gives a message straight to the Server's method, one call fewer than
+// ServeOne's on the way from a message's arrival to the answer.
+func (c *Conn) ServeIncoming(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+	if in.Kind == wire.KindCall {
+		return c.serveInline(ctx, in, handle)
+	}
+	_, err := handle(ctx, in)
+	return err
 }
 
 // receiveEach calls fn for messages and calls as ReceiveFunc does, for as

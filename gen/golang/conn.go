@@ -245,9 +245,24 @@ func (g *generator) connection() {
 	g.p("// that reads the peer's messages one at a time can use it with a Server")
 	g.p("// that implements only those messages' methods.")
 	g.p("func (c *Conn) Handle(ctx context.Context, srv Server) error {")
-	g.p("return c.c.ServeOne(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
-	g.p("return c.handle(ctx, srv, in)")
-	g.p("})")
+	if g.hasMessages() {
+		// A message goes straight to srv's method: a client waiting for
+		// it answers sooner.
+		g.p("return c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {")
+		g.p("if in.Kind == wire.KindMessage {")
+		g.p("if ok, err := serveMessage(ctx, srv, c, in); ok {")
+		g.p("return err")
+		g.p("}")
+		g.p("}")
+		g.p("return c.c.ServeIncoming(ctx, in, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
+		g.p("return c.handle(ctx, srv, in)")
+		g.p("})")
+		g.p("})")
+	} else {
+		g.p("return c.c.ServeOne(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {")
+		g.p("return c.handle(ctx, srv, in)")
+		g.p("})")
+	}
 	g.p("}")
 	g.p("")
 	g.p("// handle calls srv's method for in, a message or rpc call: ServeConn's")

@@ -1062,8 +1062,15 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 // that reads the peer's messages one at a time can use it with a Server
 // that implements only those messages' methods.
 func (c *Conn) Handle(ctx context.Context, srv Server) error {
-	return c.c.ServeOne(ctx, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
-		return c.handle(ctx, srv, in)
+	return c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		if in.Kind == wire.KindMessage {
+			if ok, err := serveMessage(ctx, srv, c, in); ok {
+				return err
+			}
+		}
+		return c.c.ServeIncoming(ctx, in, func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+			return c.handle(ctx, srv, in)
+		})
 	})
 }
 
