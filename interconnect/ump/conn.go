@@ -1,13 +1,13 @@
 package ump
 
 import (
-	"runtime"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
