@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -340,6 +342,75 @@ func TestHandle(t *testing.T) {
 			t.Fatalf("Handle of an unimplemented message = %v", err)
 		}
 	})
+}
+
+// Handle takes a message of a fixed size from the frame the ring delivered
+// (ReceiveFrame) only when wire.FixedBody accepts the whole frame; any
+// other frame with that message's number goes the general way, which ends
+// the connection with ErrProtocol, and the Server never sees it.
+func TestHandleFixedFrames(t *testing.T) {
+	var good wire.Buffer
+	if err := (&pingpong.Pong{ClientID: 1, MsgID: 2}).Encode(&good); err != nil {
+		t.Fatal(err)
+	}
+	patch := func(f func(b []byte) []byte) []byte { return f(slices.Clone(good.B)) }
+	for name, frame := range map[string][]byte{
+		"size field":     patch(func(b []byte) []byte { b[0]++; return b }),
+		"one byte more":  patch(func(b []byte) []byte { b[0]++; return append(b, 0) }),
+		"one byte less":  patch(func(b []byte) []byte { b[0]--; return b[:len(b)-1] }),
+		"capabilities":   patch(func(b []byte) []byte { b[7] = 1; return b }),
+		"a call":         patch(func(b []byte) []byte { b[6] = wire.FlagCall; wire.SetCallID(b, 1); return b }),
+		"timeout":        patch(func(b []byte) []byte { b[12] = 1; return b }),
+		"header cut off": good.B[:wire.HeaderSize-1],
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, y := rawPeer(t)
+			ctx := ctxT(t)
+			if err := y.Send(ctx, frame); err != nil {
+				t.Fatal(err)
+			}
+			var keep pongKeeper
+			if err := c.Handle(ctx, &keep); !errors.Is(err, chanos.ErrProtocol) {
+				t.Fatalf("Handle = %v, want ErrProtocol", err)
+			}
+			if keep.last != (pingpong.Pong{}) {
+				t.Fatalf("the Server got %+v", keep.last)
+			}
+		})
+	}
+
+	// A reply read on the way is handed to its call; the message after it
+	// still reaches the Server.
+	c, y := rawPeer(t)
+	ctx := ctxT(t)
+	var keep pongKeeper
+	handled := make(chan error, 1)
+	go func() { handled <- c.Handle(ctx, &keep) }()
+	time.Sleep(10 * time.Millisecond) // Handle holds the reading turn
+	echoed := make(chan error, 1)
+	go func() {
+		v, err := c.Echo(ctx, 5)
+		if err == nil && v != 6 {
+			err = fmt.Errorf("echo = %d", v)
+		}
+		echoed <- err
+	}()
+	var reply wire.Buffer
+	if err := (&pingpong.EchoReply{Result: 6}).Encode(&reply); err != nil {
+		t.Fatal(err)
+	}
+	if err := answer(ctx, y, reply.B); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-echoed; err != nil {
+		t.Fatal(err)
+	}
+	if err := y.Send(ctx, good.B); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-handled; err != nil || keep.last != (pingpong.Pong{ClientID: 1, MsgID: 2}) {
+		t.Fatalf("Handle = %v, kept %+v", err, keep.last)
+	}
 }
 
 // Receiving a message of a fixed size with Handle allocates nothing.

@@ -42,6 +42,17 @@ func FixedBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byt
 	return frame[HeaderSize:], true
 }
 
+// PeekMsg returns the message number in frame's header, and false if
+// frame is too short to hold a header. It checks nothing else: a caller
+// uses it to choose which FixedBody to try, and trusts the frame only
+// once that succeeds.
+func PeekMsg(frame []byte) (uint16, bool) {
+	if len(frame) < HeaderSize {
+		return 0, false
+	}
+	return binary.LittleEndian.Uint16(frame[offMsg:]), true
+}
+
 // TailBody is FixedBody for a frame whose body is size bytes of fixed
 // fields and the count of one dynamic array of bytes, followed by that
 // many bytes and, if any, more fixed fields: it returns the body, at least

@@ -316,6 +316,12 @@ func TestFixed(t *testing.T) {
 	if !ok || Uint32(body) != 7 || Uint32(body[4:]) != 258 {
 		t.Fatalf("FixedBody = %x, %v", body, ok)
 	}
+	if msg, ok := PeekMsg(buf.B); !ok || msg != 1 {
+		t.Errorf("PeekMsg = %d, %v", msg, ok)
+	}
+	if _, ok := PeekMsg(buf.B[:HeaderSize-1]); ok {
+		t.Error("PeekMsg of a frame shorter than a header")
+	}
 	SetCallID(buf.B, 3)
 	if _, ok := FixedBody(buf.B, nil, 1, KindReply, 8); !ok {
 		t.Error("a reply may have a call id")

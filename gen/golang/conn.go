@@ -246,9 +246,16 @@ func (g *generator) connection() {
 	g.p("// that implements only those messages' methods.")
 	g.p("func (c *Conn) Handle(ctx context.Context, srv Server) error {")
 	if g.hasMessages() {
-		// A message goes straight to srv's method: a client waiting for
-		// it answers sooner.
-		g.p("return c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {")
+		// A message goes straight to srv's method, one of a fixed size
+		// from the frame the ring delivered: a client waiting for it
+		// answers sooner.
+		if g.hasFixedMessages() {
+			g.p("return c.c.ReceiveFrame(ctx, func(frame []byte) (bool, error) {")
+			g.p("return handleFixed(ctx, srv, c, frame)")
+			g.p("}, func(in *chanos.Incoming) error {")
+		} else {
+			g.p("return c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {")
+		}
 		g.p("if in.Kind == wire.KindMessage {")
 		g.p("if ok, err := serveMessage(ctx, srv, c, in); ok {")
 		g.p("return err")
@@ -296,6 +303,60 @@ func (g *generator) connection() {
 	if g.hasMessages() {
 		g.serveMessage()
 	}
+	if g.hasFixedMessages() {
+		g.handleFixed()
+	}
+}
+
+// hasFixedMessages reports whether the interface declares a message of
+// plain fields only, whose frames have one size.
+func (g *generator) hasFixedMessages() bool {
+	for _, mi := range g.msgs {
+		if _, fast := fastFrame(mi.frames[0].args); fast && !mi.msg.RPC {
+			return true
+		}
+	}
+	return false
+}
+
+// handleFixed emits Handle's path for messages of a fixed size: the frame
+// as the ring delivered it, checked whole by wire.FixedBody, read at
+// constant offsets, and the message given to srv's method. Anything else
+// (another message, a malformed frame) is left to the general path.
+func (g *generator) handleFixed() {
+	g.p("// handleFixed gives a message of a fixed size straight to srv's method,")
+	g.p("// from its frame as the ring delivered it (chanos.Conn.ReceiveFrame), and")
+	g.p("// reports whether frame was one. It trusts nothing in frame that")
+	g.p("// wire.FixedBody has not checked.")
+	g.p("func handleFixed(ctx context.Context, srv Server, c *Conn, frame []byte) (bool, error) {")
+	g.p("msg, ok := wire.PeekMsg(frame)")
+	g.p("if !ok {")
+	g.p("return false, nil")
+	g.p("}")
+	g.p("switch msg {")
+	for _, mi := range g.msgs {
+		f := mi.frames[0]
+		size, fast := fastFrame(f.args)
+		if mi.msg.RPC || !fast {
+			continue
+		}
+		g.p("case %s:", mi.number)
+		if len(f.args) == 0 {
+			g.p("if _, ok := wire.FixedBody(frame, nil, %s, wire.KindMessage, 0); ok {", mi.number)
+			g.p("return true, srv.%s(ctx, c.Client, %s{})", mi.name, f.typ)
+			g.p("}")
+			continue
+		}
+		g.p("if b, ok := wire.FixedBody(frame, nil, %s, wire.KindMessage, %d); ok {", mi.number, size)
+		g.p("var m %s", f.typ)
+		g.fastGets(f.args, "b", "", func(a *argInfo) string { return "m." + a.field })
+		g.p("return true, srv.%s(ctx, c.Client, m)", mi.name)
+		g.p("}")
+	}
+	g.p("}")
+	g.p("return false, nil")
+	g.p("}")
+	g.p("")
 }
 
 // hasMessages reports whether the interface declares a message.

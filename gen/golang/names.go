@@ -58,7 +58,7 @@ var packageNames = map[string]bool{
 	"Dispatch": true, "UnimplementedServer": true,
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
 	"Listener": true, "Export": true, "Serve": true, "ServeConn": true,
-	"decodeIncoming": true, "serveCall": true, "serveMessage": true,
+	"decodeIncoming": true, "serveCall": true, "serveMessage": true, "handleFixed": true,
 	"callValues": true, "callPool": true,
 }
 

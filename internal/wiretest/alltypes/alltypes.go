@@ -4062,7 +4062,9 @@ func ServeConn(ctx context.Context, c *Conn, srv Server, opts ...chanos.ServeOpt
 // that reads the peer's messages one at a time can use it with a Server
 // that implements only those messages' methods.
 func (c *Conn) Handle(ctx context.Context, srv Server) error {
-	return c.c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+	return c.c.ReceiveFrame(ctx, func(frame []byte) (bool, error) {
+		return handleFixed(ctx, srv, c, frame)
+	}, func(in *chanos.Incoming) error {
 		if in.Kind == wire.KindMessage {
 			if ok, err := serveMessage(ctx, srv, c, in); ok {
 				return err
@@ -4426,6 +4428,63 @@ func serveMessage(ctx context.Context, srv Server, c *Conn, in *chanos.Incoming)
 			return true, c.c.Violation(err)
 		}
 		return true, srv.Tail(ctx, c.Client, m)
+	}
+	return false, nil
+}
+
+// handleFixed gives a message of a fixed size straight to srv's method,
+// from its frame as the ring delivered it (chanos.Conn.ReceiveFrame), and
+// reports whether frame was one. It trusts nothing in frame that
+// wire.FixedBody has not checked.
+func handleFixed(ctx context.Context, srv Server, c *Conn, frame []byte) (bool, error) {
+	msg, ok := wire.PeekMsg(frame)
+	if !ok {
+		return false, nil
+	}
+	switch msg {
+	case MsgEmpty:
+		if _, ok := wire.FixedBody(frame, nil, MsgEmpty, wire.KindMessage, 0); ok {
+			return true, srv.Empty(ctx, c.Client, Empty{})
+		}
+	case MsgUints:
+		if b, ok := wire.FixedBody(frame, nil, MsgUints, wire.KindMessage, 31); ok {
+			var m Uints
+			m.U8 = b[0]
+			m.U16 = wire.Uint16(b[1:])
+			m.U32 = wire.Uint32(b[3:])
+			m.U64 = wire.Uint64(b[7:])
+			m.Uptr = wire.Uint64(b[15:])
+			m.Sz = wire.Uint64(b[23:])
+			return true, srv.Uints(ctx, c.Client, m)
+		}
+	case MsgSints:
+		if b, ok := wire.FixedBody(frame, nil, MsgSints, wire.KindMessage, 27); ok {
+			var m Sints
+			m.I8 = int8(b[0])
+			m.I16 = int16(wire.Uint16(b[1:]))
+			m.I32 = int32(wire.Uint32(b[3:]))
+			m.I = int32(wire.Uint32(b[7:]))
+			m.I64 = int64(wire.Uint64(b[11:]))
+			m.Iptr = int64(wire.Uint64(b[19:]))
+			return true, srv.Sints(ctx, c.Client, m)
+		}
+	case MsgIrefs:
+		if b, ok := wire.FixedBody(frame, nil, MsgIrefs, wire.KindMessage, 65); ok {
+			var m Irefs
+			m.Primary = wire.GetIref(b[0:])
+			m.Sep = b[32]
+			m.Backup = wire.GetIref(b[33:])
+			return true, srv.Irefs(ctx, c.Client, m)
+		}
+	case MsgGoto:
+		if b, ok := wire.FixedBody(frame, nil, MsgGoto, wire.KindMessage, 7); ok {
+			var m Goto
+			m.Case = wire.Uint32(b[0:])
+			m.Break = b[4]
+			m.Continue = b[5]
+			m.Return = b[6]
+			return true, srv.Goto(ctx, c.Client, m)
+		}
 	}
 	return false, nil
 }
