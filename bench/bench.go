@@ -38,6 +38,12 @@ type Result struct {
 	MsgsPerS   *float64 `json:"msgs_per_s,omitempty"`
 	BytesPerS  *float64 `json:"bytes_per_s,omitempty"`
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
+	// PairedRatio, in the clients suite, is the median over the rounds of
+	// this case's total time over that of C/C with as many clients in the
+	// same round. Each run is set against the baseline run next to it in
+	// time, so that a change in the machine's speed from one round to the
+	// next stays out of the ratio.
+	PairedRatio *float64 `json:"paired_ratio,omitempty"`
 }
 
 // Key names the case of a result: case/transport/peers/size.

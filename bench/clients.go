@@ -66,7 +66,8 @@ var clientsPeers = []string{"go-go", "go-c", "c-go", "c-c"}
 const clientsTimeout = 10 * time.Minute
 
 // RunClients runs the clients suite and calls emit with each case's
-// result once all its runs are done.
+// result once every case has run: the run of median total time, with the
+// paired ratio to C/C when C/C with as many clients ran too.
 //
 // Each run starts the clients first, under a private monitor; they join
 // and wait in bind for the service's name, which does not exist yet. Once
@@ -150,14 +151,38 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 				return fmt.Errorf("clients case %s: %w", c.key(), err)
 			}
 			runs[i] = append(runs[i], r)
-			if round == repeat-1 {
-				if err := emit(medianTotal(runs[i])); err != nil {
-					return err
-				}
-			}
+		}
+	}
+	for i, c := range cases {
+		r := medianTotal(runs[i])
+		if j := slices.Index(cases, clientsCase{"c-c", c.clients}); j >= 0 {
+			r.PairedRatio = pairedRatio(runs[i], runs[j])
+		}
+		if err := emit(r); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// pairedRatio returns the median over rounds of runs[r]'s total time over
+// base[r]'s, the baseline run of the same round.
+func pairedRatio(runs, base []Result) *float64 {
+	var ratios []float64
+	for r := range min(len(runs), len(base)) {
+		if base[r].TotalNS > 0 {
+			ratios = append(ratios, float64(runs[r].TotalNS)/float64(base[r].TotalNS))
+		}
+	}
+	if len(ratios) == 0 {
+		return nil
+	}
+	slices.Sort(ratios)
+	m := ratios[len(ratios)/2]
+	if len(ratios)%2 == 0 {
+		m = (ratios[len(ratios)/2-1] + m) / 2
+	}
+	return &m
 }
 
 // medianTotal returns the run of median total time, marked with the
@@ -449,7 +474,8 @@ func waitJoined(ctx context.Context, mc *monitor.Client, pids map[int32]bool) er
 // ClientsSummary prints the clients results as seed 000's Figure 4.18
 // reads: for each combination and client count, the total time, the time
 // per round trip, and the ratio to C/C with as many clients, all from the
-// same run.
+// same run: the ratio of the median runs, and the paired ratio (the
+// median of the ratios of the runs of each round; Result.PairedRatio).
 func ClientsSummary(w io.Writer, results []Result) {
 	cc := map[int]int64{}
 	for _, r := range results {
@@ -458,17 +484,20 @@ func ClientsSummary(w io.Writer, results []Result) {
 		}
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "client-server\tclients\tround trips\ttotal\tper round trip\tvs c-c\t")
+	fmt.Fprintln(tw, "client-server\tclients\tround trips\ttotal\tper round trip\tvs c-c\tpaired\t")
 	for _, r := range results {
 		if r.Suite != "clients" || r.TotalNS <= 0 {
 			continue
 		}
-		vs := "-"
+		vs, paired := "-", "-"
 		if b := cc[r.Clients]; b > 0 {
 			vs = fmt.Sprintf("%.2fx", float64(r.TotalNS)/float64(b))
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f s\t%s\t%s\t\n", r.Peers, r.Clients, r.Iters,
-			float64(r.TotalNS)/1e9, ns(r.RTTMean), vs)
+		if r.PairedRatio != nil {
+			paired = fmt.Sprintf("%.2fx", *r.PairedRatio)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%.3f s\t%s\t%s\t%s\t\n", r.Peers, r.Clients, r.Iters,
+			float64(r.TotalNS)/1e9, ns(r.RTTMean), vs, paired)
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "\nseed 000, Figure 4.18 (Barrelfish, 1,000,000 ping-pongs, one client):",

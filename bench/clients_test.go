@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -99,6 +100,15 @@ func TestRunClients(t *testing.T) {
 			*r.RTTMean != float64(r.TotalNS)/float64(r.Iters) {
 			t.Errorf("%s: bad figures %+v", k, r)
 		}
+		// Set against C/C's runs of the same rounds, when C/C ran.
+		switch {
+		case want == 2 && r.PairedRatio != nil:
+			t.Errorf("%s: a paired ratio without C/C: %v", k, *r.PairedRatio)
+		case want == 8 && (r.PairedRatio == nil || *r.PairedRatio <= 0):
+			t.Errorf("%s: no paired ratio", k)
+		case r.Peers == "c-c" && *r.PairedRatio != 1:
+			t.Errorf("%s: C/C's paired ratio to itself is %v", k, *r.PairedRatio)
+		}
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, results); err != nil {
@@ -123,5 +133,32 @@ func TestRunClientsMissingProgram(t *testing.T) {
 	}, func(Result) error { return nil })
 	if err == nil {
 		t.Fatal("RunClients with missing programs succeeded")
+	}
+}
+
+// The paired ratio is the median of the ratios of the runs of each round.
+func TestPairedRatio(t *testing.T) {
+	runs := func(totals ...int64) []Result {
+		var rs []Result
+		for _, n := range totals {
+			rs = append(rs, Result{TotalNS: n})
+		}
+		return rs
+	}
+	for _, tc := range []struct {
+		runs, base []Result
+		want       float64
+	}{
+		{runs(110, 300, 120), runs(100, 100, 100), 1.2},
+		{runs(200, 330), runs(100, 300), 1.55},
+		{runs(150, 250, 600), runs(100, 250, 500), 1.2},
+	} {
+		got := pairedRatio(tc.runs, tc.base)
+		if got == nil || math.Abs(*got-tc.want) > 1e-9 {
+			t.Errorf("pairedRatio(%v, %v) = %v, want %v", tc.runs, tc.base, got, tc.want)
+		}
+	}
+	if got := pairedRatio(runs(1), runs(0)); got != nil {
+		t.Errorf("pairedRatio with a zero baseline = %v, want nil", *got)
 	}
 }
