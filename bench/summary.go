@@ -50,6 +50,10 @@ func UMPSummary(w io.Writer, results []Result) {
 		v, ok := ratio(find("rtt-spin", "ump", p.peers, 8), raw, p50)
 		line("rtt-spin ump "+p.peers+" / raw-spin c-c, p50", v, ok, fmt.Sprintf("<= %.1f", p.goal), le(p.goal))
 	}
+	// The Go tax, measured as Biscuit did (issue 5): the same ping-pong on
+	// the same ring in Go and in C.
+	v, ok := ratio(find("rtt-spin", "ump", "go-go", 8), find("rtt-spin", "ump", "c-c", 8), p50)
+	line("rtt-spin ump go-go / ump c-c, p50 (Go tax)", v, ok, "<= 1.15", le(1.15))
 	uds := find("rtt-parked", "uds", "c-c", 8)
 	for _, peers := range []string{"go-go", "c-c"} {
 		parked := find("rtt-parked", "ump", peers, 8)
