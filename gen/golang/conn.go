@@ -2,6 +2,7 @@ package golang
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/chanos/chanos/idl"
 )
@@ -311,12 +312,10 @@ func (g *generator) connection() {
 // hasFixedMessages reports whether the interface declares a message of
 // plain fields only, whose frames have one size.
 func (g *generator) hasFixedMessages() bool {
-	for _, mi := range g.msgs {
-		if _, fast := fastFrame(mi.frames[0].args); fast && !mi.msg.RPC {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(g.msgs, func(mi *msgInfo) bool {
+		_, fast := fastFrame(mi.frames[0].args)
+		return fast && !mi.msg.RPC
+	})
 }
 
 // handleFixed emits Handle's path for messages of a fixed size: the frame
@@ -361,12 +360,7 @@ func (g *generator) handleFixed() {
 
 // hasMessages reports whether the interface declares a message.
 func (g *generator) hasMessages() bool {
-	for _, mi := range g.msgs {
-		if !mi.msg.RPC {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(g.msgs, func(mi *msgInfo) bool { return !mi.msg.RPC })
 }
 
 // serveMessage emits ServeConn's path for messages: Dispatch without its
@@ -414,12 +408,7 @@ func (g *generator) serveMessage() {
 
 // hasRPC reports whether the interface declares an rpc.
 func (g *generator) hasRPC() bool {
-	for _, mi := range g.msgs {
-		if mi.msg.RPC {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(g.msgs, func(mi *msgInfo) bool { return mi.msg.RPC })
 }
 
 // serveCall emits ServeConn's path for rpc calls: Dispatch without its
