@@ -396,11 +396,7 @@ func (c *Conn) txSleep() bool {
 // to keep it. Receive blocks until a message arrives, the context ends or
 // the connection ends; it reports the end (ErrClosed, ErrPeerDied,
 // ErrProtocol) only after every message completely sent before it.
-func (c *Conn) Receive(ctx context.Context) ([]byte, error) {
-	c.rmu.Lock()
-	defer c.rmu.Unlock()
-	return c.receive(ctx)
-}
+func (c *Conn) Receive(ctx context.Context) ([]byte, error) { return c.receive(ctx, &c.rmu) }
 
 // ReceiveExclusive is Receive for a caller that serializes its receives
 // itself: it must never run while another Receive or ReceiveExclusive
@@ -418,13 +414,19 @@ func (c *Conn) ReceiveExclusive(ctx context.Context) ([]byte, error) {
 		clearFlag(&c.rxIn)
 		return nil, errClosedLocal
 	}
-	msg, err := c.receive(ctx)
+	msg, err := c.receive(ctx, nil)
 	clearFlag(&c.rxIn) // not a fence: the rings are not touched after it
 	return msg, err
 }
 
-// receive is Receive's work, run under rmu or by ReceiveExclusive.
-func (c *Conn) receive(ctx context.Context) ([]byte, error) {
+// receive is the work of Receive, which passes rmu to hold meanwhile,
+// and of ReceiveExclusive, which passes nil. (Receive is one inlined call
+// of it: a message streamed costs no extra call.)
+func (c *Conn) receive(ctx context.Context, mu *sync.Mutex) ([]byte, error) {
+	if mu != nil {
+		mu.Lock()
+		defer mu.Unlock()
+	}
 	r := &c.rx
 	for {
 		if e := c.err.Load(); e != nil {
