@@ -411,6 +411,26 @@ func TestHandleFixedFrames(t *testing.T) {
 	if err := <-handled; err != nil || keep.last != (pingpong.Pong{ClientID: 1, MsgID: 2}) {
 		t.Fatalf("Handle = %v, kept %+v", err, keep.last)
 	}
+
+	// A context that ends ends the wait, not the connection.
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if err := c.Handle(short, &keep); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Handle with a context that ends = %v, want DeadlineExceeded", err)
+	}
+
+	// What the peer sent before it closed comes first, then ErrClosed.
+	if err := y.Send(ctx, good.B); err != nil {
+		t.Fatal(err)
+	}
+	y.Close()
+	keep = pongKeeper{}
+	if err := c.Handle(ctx, &keep); err != nil || keep.last.MsgID != 2 {
+		t.Fatalf("Handle before the close = %v, kept %+v", err, keep.last)
+	}
+	if err := c.Handle(ctx, &keep); !errors.Is(err, chanos.ErrClosed) {
+		t.Fatalf("Handle after the peer's close = %v, want ErrClosed", err)
+	}
 }
 
 // Receiving a message of a fixed size with Handle allocates nothing.
