@@ -400,10 +400,11 @@ func (c *Conn) Receive(ctx context.Context) ([]byte, error) { return c.receive(c
 
 // ReceiveExclusive is Receive for a caller that serializes its receives
 // itself: it must never run while another Receive or ReceiveExclusive
-// runs on c, and one that does fails with ErrBusy. It skips Receive's
-// lock, whose release would otherwise stand between a message's arrival
-// and the caller's answer to it; the chanos connection layer, which lets
-// one goroutine at a time read, uses it.
+// runs on c. One that finds another ReceiveExclusive running fails with
+// ErrBusy; one beside a Receive is not detected, so a caller uses one or
+// the other. It skips Receive's lock, whose release would otherwise stand
+// between a message's arrival and the caller's answer to it; the chanos
+// connection layer, which lets one goroutine at a time read, uses it.
 func (c *Conn) ReceiveExclusive(ctx context.Context) ([]byte, error) {
 	// The swap is a full fence: either Close sees rxIn set and waits for
 	// it to clear before it unmaps the rings, or we see closing here.

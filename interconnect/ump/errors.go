@@ -20,8 +20,9 @@ var (
 	// ErrTooLarge reports a message longer than the connection's maximum
 	// message size. The connection remains usable.
 	ErrTooLarge = errors.New("ump: message too large")
-	// ErrBusy reports a ReceiveExclusive called while another receive
-	// ran on the connection. The connection remains usable.
+	// ErrBusy reports a ReceiveExclusive called while another
+	// ReceiveExclusive ran on the connection. The connection remains
+	// usable.
 	ErrBusy = errors.New("ump: another receive is running")
 )
 
@@ -44,7 +45,7 @@ var (
 	errClosedLocal = &connError{ErrClosed, "closed by this side"}
 	errClosedPeer  = &connError{ErrClosed, "closed by the peer"}
 	errPeerDied    = &connError{ErrPeerDied, "the peer's socket reached end of file without an orderly close"}
-	errBusy        = &connError{ErrBusy, "ReceiveExclusive while another receive ran"}
+	errBusy        = &connError{ErrBusy, "ReceiveExclusive while another ReceiveExclusive ran"}
 )
 
 func protoErr(what string) error { return &connError{ErrProtocol, what} }
