@@ -555,6 +555,10 @@ func DomainSummary(w io.Writer, results []Result) {
 	if rpc, raw := find("rpc", "ump"), find("rtt-spin", "ump"); rpc != nil && raw != nil && rpc.RTTp50 != nil && raw.RTTp50 != nil {
 		r := *rpc.RTTp50 / *raw.RTTp50
 		fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (p50): %.2f (goal <= 1.3: %s)\n", r, verdict(r <= 1.3))
+		if rpc.RTTWindow != nil && raw.RTTWindow != nil {
+			r := *rpc.RTTWindow / *raw.RTTWindow
+			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window): %.2f (goal <= 1.3: %s)\n", r, verdict(r <= 1.3))
+		}
 	}
 	if loc, ch := find("send-receive", "local"), find("send-receive", "go-chan"); loc != nil && ch != nil && loc.MsgsPerS != nil && ch.MsgsPerS != nil {
 		r := *ch.MsgsPerS / *loc.MsgsPerS

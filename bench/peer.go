@@ -146,16 +146,44 @@ func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 	return rttResult(samples, prev-t0), nil
 }
 
-// rttResult summarizes round-trip samples in ns.
+// rttResult summarizes round-trip samples in ns, given in the order they
+// were taken.
 func rttResult(samples []int64, total int64) Result {
+	w := windowMedian(samples, RTTWindow)
 	slices.Sort(samples)
 	n := len(samples)
 	return Result{
-		Iters:   n,
-		RTTp50:  f64(float64(samples[n/2])),
-		RTTp99:  f64(float64(samples[n*99/100])),
-		RTTMean: f64(float64(total) / float64(n)),
+		Iters:     n,
+		RTTp50:    f64(float64(samples[n/2])),
+		RTTp99:    f64(float64(samples[n*99/100])),
+		RTTMean:   f64(float64(total) / float64(n)),
+		RTTWindow: f64(w),
 	}
+}
+
+// RTTWindow is the number of consecutive round trips whose mean is one
+// sample of Result.RTTWindow.
+const RTTWindow = 100
+
+// windowMedian returns the median, over the windows of size consecutive
+// samples (fewer when there are less than ten windows' worth, so that
+// there are ten), of each window's mean. The last partial window is left
+// out.
+func windowMedian(samples []int64, size int) float64 {
+	size = max(1, min(size, len(samples)/10))
+	means := make([]float64, 0, len(samples)/size)
+	for i := 0; i+size <= len(samples); i += size {
+		var sum int64
+		for _, s := range samples[i : i+size] {
+			sum += s
+		}
+		means = append(means, float64(sum)/float64(size))
+	}
+	if len(means) == 0 {
+		return 0
+	}
+	slices.Sort(means)
+	return means[len(means)/2]
 }
 
 func streamClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {

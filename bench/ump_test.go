@@ -69,6 +69,9 @@ func TestRunUMP(t *testing.T) {
 			if r.RTTp50 == nil || r.RTTp99 == nil || *r.RTTp50 <= 0 || *r.RTTp99 < *r.RTTp50 {
 				t.Errorf("%s: bad round-trip figures", r.Key())
 			}
+			if r.RTTWindow == nil || *r.RTTWindow <= 0 {
+				t.Errorf("%s: no window figure", r.Key())
+			}
 		case r.Case == "stream":
 			if r.MsgsPerS == nil || r.BytesPerS == nil || *r.MsgsPerS <= 0 {
 				t.Errorf("%s: bad stream figures", r.Key())

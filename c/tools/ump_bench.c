@@ -68,12 +68,52 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-/* report_rtt prints the round-trip statistics of samples. */
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* RTT_WINDOW and window_median are bench/peer.go's RTTWindow and
+ * windowMedian: the median, over windows of RTT_WINDOW consecutive round
+ * trips (fewer if there are not ten windows' worth), of each window's
+ * mean. s is in the order the samples were taken. */
+#define RTT_WINDOW 100
+
+static double window_median(const int64_t *s, long n)
+{
+    long size = n / 10 < RTT_WINDOW ? n / 10 : RTT_WINDOW;
+    if (size < 1)
+        size = 1;
+    long nw = n / size;
+    if (nw == 0)
+        return 0;
+    double *means = malloc((size_t)nw * sizeof *means);
+    if (!means) {
+        perror("chanos-ump-bench: malloc");
+        exit(1);
+    }
+    for (long w = 0; w < nw; w++) {
+        int64_t sum = 0;
+        for (long i = w * size; i < (w + 1) * size; i++)
+            sum += s[i];
+        means[w] = (double)sum / (double)size;
+    }
+    qsort(means, (size_t)nw, sizeof *means, cmp_double);
+    double m = means[nw / 2];
+    free(means);
+    return m;
+}
+
+/* report_rtt prints the round-trip statistics of samples, given in the
+ * order they were taken. */
 static void report_rtt(int64_t *s, long n, int64_t total)
 {
+    double w = window_median(s, n);
     qsort(s, (size_t)n, sizeof *s, cmp_i64);
-    printf("{\"iters\":%ld,\"rtt_ns_p50\":%lld,\"rtt_ns_p99\":%lld,\"rtt_ns_mean\":%.1f}\n",
-           n, (long long)s[n / 2], (long long)s[(n * 99) / 100], (double)total / (double)n);
+    printf("{\"iters\":%ld,\"rtt_ns_p50\":%lld,\"rtt_ns_p99\":%lld,\"rtt_ns_mean\":%.1f,"
+           "\"rtt_ns_window_p50\":%.2f}\n",
+           n, (long long)s[n / 2], (long long)s[(n * 99) / 100], (double)total / (double)n, w);
 }
 
 /* ---- ump ---- */
