@@ -66,11 +66,7 @@ func TestCServerGarbage(t *testing.T) {
 	dir := startMonitor(t)
 	start(t, dir, "serving", srv, "-name", "target")
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := join(t, dir)
 	good, err := pingpong.Connect(ctx, d, "target")
 	if err != nil {
 		t.Fatal(err)
@@ -106,11 +102,7 @@ func TestCClientGarbage(t *testing.T) {
 	cli := cProg(t, "pingpong_client")
 	dir := startMonitor(t)
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := join(t, dir)
 	l, err := pingpong.Export(ctx, d, "liar")
 	if err != nil {
 		t.Fatal(err)

@@ -292,11 +292,7 @@ func TestCClientKilledMidCall(t *testing.T) {
 	cli := cProg(t, "pingpong_client")
 	dir := startMonitor(t)
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := join(t, dir)
 	l, err := pingpong.Export(ctx, d, "patient")
 	if err != nil {
 		t.Fatal(err)
@@ -328,11 +324,7 @@ func TestCServerKilled(t *testing.T) {
 	dir := startMonitor(t)
 	srv := start(t, dir, "serving", srvProg, "-name", "victim", "-no-reply-to", fmt.Sprint(uint64(blockForever)))
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d := join(t, dir)
 	c, err := pingpong.Connect(ctx, d, "victim")
 	if err != nil {
 		t.Fatal(err)
@@ -437,6 +429,17 @@ func (p *proc) wait(t *testing.T) error {
 		}
 	}
 	return p.cmd.Wait()
+}
+
+// join makes this test a domain of the monitor in dir, until its end.
+func join(t *testing.T, dir string) *chanos.Domain {
+	t.Helper()
+	d, err := chanos.Join(context.Background(), chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
 }
 
 // nsClient binds the monitor's nameservice from Go, to look at what the C
