@@ -45,7 +45,7 @@ func parsePeerArgs(args []string) (*peerArgs, error) {
 	fs := flag.NewFlagSet(PeerCommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&a.role, "role", "", "client or server")
-	fs.StringVar(&a.kase, "case", "rtt", "rtt, stream or idle")
+	fs.StringVar(&a.kase, "case", "rtt", "rtt, stream, idle or path")
 	fs.StringVar(&a.transport, "transport", "ump", "ump")
 	fs.IntVar(&a.size, "size", 8, "message size")
 	fs.IntVar(&a.iters, "iters", 100000, "measured iterations")
@@ -69,6 +69,13 @@ func Peer(ctx context.Context, args []string, out io.Writer) error {
 	a, err := parsePeerArgs(args)
 	if err != nil {
 		return err
+	}
+	if a.kase == "path" {
+		r, err := pathClient(ctx, a)
+		if err != nil {
+			return err
+		}
+		return WriteJSON(out, r)
 	}
 	sock, err := ump.FileConn(os.NewFile(peerSocketFD, "bench-socket"))
 	if err != nil {
@@ -144,6 +151,66 @@ func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 		prev = t
 	}
 	return rttResult(samples, prev-t0), nil
+}
+
+// pathClient is the path case, alone in its process: one goroutine holds
+// both ends of a ring pair and bounces a message (send, receive, send
+// back, receive), so what it times is the code of a round trip, with
+// nothing to wait for and no cache line leaving the core. It times
+// windows of RTTWindow bounces, not each: a clock read would cost about
+// as much as a bounce. c/tools/ump_bench.c's run_path is its C twin.
+func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
+	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: a.maxMsg, SpinWindow: time.Duration(a.spinNS)})
+	if err != nil {
+		return Result{}, err
+	}
+	defer x.Close()
+	defer y.Close()
+	msg := make([]byte, a.size)
+	bounce := func() error {
+		if err := x.Send(ctx, msg); err != nil {
+			return err
+		}
+		m, err := y.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		if err := y.Send(ctx, m); err != nil {
+			return err
+		}
+		if m, err = x.Receive(ctx); err != nil {
+			return err
+		}
+		if len(m) != len(msg) {
+			return fmt.Errorf("bounce: %d bytes came back of %d", len(m), len(msg))
+		}
+		return nil
+	}
+	for range a.warmup {
+		if err := bounce(); err != nil {
+			return Result{}, err
+		}
+	}
+	means := make([]float64, max(1, a.iters/RTTWindow))
+	t0 := nanotime()
+	prev := t0
+	for w := range means {
+		for range RTTWindow {
+			if err := bounce(); err != nil {
+				return Result{}, err
+			}
+		}
+		t := nanotime()
+		means[w] = float64(t-prev) / RTTWindow
+		prev = t
+	}
+	slices.Sort(means)
+	n := len(means) * RTTWindow
+	return Result{
+		Iters:     n,
+		RTTMean:   f64(float64(prev-t0) / float64(n)),
+		RTTWindow: f64(means[len(means)/2]),
+	}, nil
 }
 
 // rttResult summarizes round-trip samples in ns, given in the order they

@@ -67,6 +67,9 @@ func umpCases(quick bool) []umpCase {
 	for _, p := range []string{"go-go", "c-c", "go-c", "c-go"} {
 		cs = append(cs, umpCase{kase: "rtt-spin", transport: "ump", peers: p, size: 8, iters: rtt, warmup: rtt / 10})
 	}
+	for _, p := range []string{"go-go", "c-c"} {
+		cs = append(cs, umpCase{kase: "path", transport: "ump", peers: p, size: 8, iters: 2 * rtt, warmup: rtt / 10})
+	}
 	cs = append(cs,
 		umpCase{kase: "rtt-spin", transport: "raw-spin", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
 		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
@@ -177,18 +180,11 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 }
 
 // runPeers runs a case's client and server processes on the two ends of
-// a socket pair and returns what the client reported.
+// a socket pair and returns what the client reported. The path case has
+// a client only: both ends of its ring pair are in that process.
 func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return Result{}, os.NewSyscallError("socketpair", err)
-	}
-	clientSock, serverSock := os.NewFile(uintptr(fds[0]), "client"), os.NewFile(uintptr(fds[1]), "server")
-	defer clientSock.Close()
-	defer serverSock.Close()
-
 	a := peerArgs{kase: c.kase, transport: c.transport, size: c.size, iters: c.iters, warmup: c.warmup,
 		spinNS: c.spinNS, maxMsg: c.maxMsg}
 	switch c.kase {
@@ -206,13 +202,30 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 		} else {
 			cmd = exec.CommandContext(ctx, goPeer[0], append(append([]string{}, goPeer[1:]...), args...)...)
 		}
-		cmd.ExtraFiles = []*os.File{sock}
+		if sock != nil {
+			cmd.ExtraFiles = []*os.File{sock}
+		}
 		cmd.Stderr = os.Stderr
 		return cmd
 	}
+	var out bytes.Buffer
+	if c.kase == "path" {
+		client := command(clientLang, "client", nil)
+		client.Stdout = &out
+		if err := client.Run(); err != nil {
+			return Result{}, fmt.Errorf("client: %w", err)
+		}
+		return parsePeerResult(&out)
+	}
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return Result{}, os.NewSyscallError("socketpair", err)
+	}
+	clientSock, serverSock := os.NewFile(uintptr(fds[0]), "client"), os.NewFile(uintptr(fds[1]), "server")
+	defer clientSock.Close()
+	defer serverSock.Close()
 	server := command(serverLang, "server", serverSock)
 	client := command(clientLang, "client", clientSock)
-	var out bytes.Buffer
 	client.Stdout = &out
 	if err := server.Start(); err != nil {
 		return Result{}, err
@@ -235,6 +248,11 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 	if serr != nil {
 		return Result{}, fmt.Errorf("server: %w", serr)
 	}
+	return parsePeerResult(&out)
+}
+
+// parsePeerResult reads the JSON object a client peer printed.
+func parsePeerResult(out *bytes.Buffer) (Result, error) {
 	var r Result
 	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &r); err != nil {
 		return Result{}, fmt.Errorf("client output %q: %w", out.String(), err)

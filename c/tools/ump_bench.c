@@ -17,10 +17,16 @@
  *   stream/ump    the client sends iters messages, the server acknowledges
  *   stream/shm-memcpy  the client copies into shared buffers, the server
  *                 out of them: the bandwidth ceiling of any copying transport
+ *   path/ump      the client alone, no socket: one thread holds both ends
+ *                 of a ring pair and bounces a message (send, receive, send
+ *                 back, receive), so what is timed is the code of a round
+ *                 trip with no waiting and no cache line leaving the core
+ *                 (rtt_ns_mean and rtt_ns_window_p50, per round trip)
  */
 #include "chanos.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,6 +233,74 @@ static void run_ump(const struct args *a, int client)
         free(s);
     }
     chanos_ump_close(c);
+}
+
+/* ---- the code path of a round trip, in one thread ---- */
+
+/* open_pair opens both ends of a new ring pair in this process. */
+static void open_pair(const struct chanos_ump_options *o, chanos_ump **x, chanos_ump **y)
+{
+    struct chanos_ump_files f, g;
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        fatal("socketpair", -errno);
+    int err = chanos_ump_files_create(o, &f);
+    if (err < 0)
+        fatal("create ring pair", err);
+    g.mem = fcntl(f.mem, F_DUPFD_CLOEXEC, 0);
+    for (int i = 0; i < 4; i++)
+        g.ev[i] = fcntl(f.ev[i], F_DUPFD_CLOEXEC, 0);
+    if (g.mem < 0 || g.ev[0] < 0 || g.ev[1] < 0 || g.ev[2] < 0 || g.ev[3] < 0)
+        fatal("dup", -errno);
+    if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], o, x)) < 0)
+        fatal("open", err);
+    if ((err = chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, y)) < 0)
+        fatal("open", err);
+}
+
+/* bounce sends msg from x to y and back. */
+static void bounce(chanos_ump *x, chanos_ump *y, const uint8_t *msg, size_t size)
+{
+    const void *m;
+    size_t n;
+    int err;
+    if ((err = chanos_ump_send(x, msg, size, -1)) < 0 || (err = chanos_ump_recv(y, &m, &n, -1)) < 0 ||
+        (err = chanos_ump_send(y, m, n, -1)) < 0 || (err = chanos_ump_recv(x, &m, &n, -1)) < 0)
+        fatal("bounce", err);
+    if (n != size)
+        fatal("bounce", CHANOS_ERR_PROTOCOL);
+}
+
+/* run_path times windows of RTT_WINDOW bounces, as bench/peer.go's
+ * pathClient does: a clock read per bounce would cost about as much as
+ * the bounce. */
+static void run_path(const struct args *a)
+{
+    struct chanos_ump_options o = {.max_msg = a->max_msg, .spin_ns = a->spin_ns};
+    chanos_ump *x, *y;
+    open_pair(&o, &x, &y);
+    uint8_t *msg = calloc(1, a->size ? a->size : 1);
+    long windows = a->iters / RTT_WINDOW > 0 ? a->iters / RTT_WINDOW : 1;
+    double *means = malloc((size_t)windows * sizeof *means);
+    if (!msg || !means)
+        fatal("malloc", -ENOMEM);
+    for (long i = 0; i < a->warmup; i++)
+        bounce(x, y, msg, a->size);
+    int64_t t0 = now_ns(), prev = t0;
+    for (long w = 0; w < windows; w++) {
+        for (int i = 0; i < RTT_WINDOW; i++)
+            bounce(x, y, msg, a->size);
+        int64_t t = now_ns();
+        means[w] = (double)(t - prev) / RTT_WINDOW;
+        prev = t;
+    }
+    qsort(means, (size_t)windows, sizeof *means, cmp_double);
+    printf("{\"iters\":%ld,\"rtt_ns_mean\":%.2f,\"rtt_ns_window_p50\":%.2f}\n", windows * RTT_WINDOW,
+           (double)(prev - t0) / (double)(windows * RTT_WINDOW), means[windows / 2]);
+    free(means);
+    free(msg);
+    chanos_ump_close(x);
+    chanos_ump_close(y);
 }
 
 /* ---- raw spin on one cache line ---- */
@@ -439,12 +513,14 @@ int main(int argc, char **argv)
     }
     int client = !strcmp(a.role, "client");
     if ((!client && strcmp(a.role, "server")) || a.iters <= 0 || a.warmup < 0) {
-        fprintf(stderr, "usage: chanos-ump-bench --role client|server [--case rtt|stream] "
+        fprintf(stderr, "usage: chanos-ump-bench --role client|server [--case rtt|stream|path] "
                         "[--transport ump|raw-spin|uds] [--size N] [--iters N] [--warmup N] "
                         "[--spin-ns N] [--max-msg N]\n");
         return 2;
     }
-    if (!strcmp(a.transport, "ump"))
+    if (!strcmp(a.kase, "path") && !strcmp(a.transport, "ump") && client)
+        run_path(&a);
+    else if (!strcmp(a.transport, "ump"))
         run_ump(&a, client);
     else if (!strcmp(a.transport, "raw-spin"))
         run_raw(&a, client);
