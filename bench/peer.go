@@ -45,7 +45,7 @@ func parsePeerArgs(args []string) (*peerArgs, error) {
 	fs := flag.NewFlagSet(PeerCommand, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(&a.role, "role", "", "client or server")
-	fs.StringVar(&a.kase, "case", "rtt", "rtt, stream, idle or path")
+	fs.StringVar(&a.kase, "case", "rtt", "rtt, stream, idle, path or path-locked")
 	fs.StringVar(&a.transport, "transport", "ump", "ump")
 	fs.IntVar(&a.size, "size", 8, "message size")
 	fs.IntVar(&a.iters, "iters", 100000, "measured iterations")
@@ -70,7 +70,7 @@ func Peer(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if a.kase == "path" {
+	if a.kase == "path" || a.kase == "path-locked" {
 		r, err := pathClient(ctx, a)
 		if err != nil {
 			return err
@@ -122,10 +122,10 @@ func Peer(ctx context.Context, args []string, out io.Writer) error {
 func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 	msg := make([]byte, a.size)
 	for range a.warmup {
-		if err := c.Send(ctx, msg); err != nil {
+		if err := c.SendExclusive(ctx, msg); err != nil {
 			return Result{}, err
 		}
-		if _, err := c.Receive(ctx); err != nil {
+		if _, err := c.ReceiveExclusive(ctx); err != nil {
 			return Result{}, err
 		}
 	}
@@ -136,10 +136,10 @@ func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 		if len(msg) >= 8 {
 			binary.LittleEndian.PutUint64(msg, uint64(i))
 		}
-		if err := c.Send(ctx, msg); err != nil {
+		if err := c.SendExclusive(ctx, msg); err != nil {
 			return Result{}, err
 		}
-		m, err := c.Receive(ctx)
+		m, err := c.ReceiveExclusive(ctx)
 		if err != nil {
 			return Result{}, err
 		}
@@ -158,7 +158,11 @@ func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 // back, receive), so what it times is the code of a round trip, with
 // nothing to wait for and no cache line leaving the core. It times
 // windows of RTTWindow bounces, not each: a clock read would cost about
-// as much as a bounce. c/tools/ump_bench.c's run_path is its C twin.
+// as much as a bounce. c/tools/ump_bench.c's run_path is its C twin. Like
+// every case of this peer it calls SendExclusive and ReceiveExclusive,
+// whose contract is the C calls' (the caller serializes); path-locked
+// calls Send and Receive, which any number of goroutines may call at
+// once, to show what that costs.
 func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: a.maxMsg, SpinWindow: time.Duration(a.spinNS)})
 	if err != nil {
@@ -167,24 +171,31 @@ func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 	defer x.Close()
 	defer y.Close()
 	msg := make([]byte, a.size)
+	locked := a.kase == "path-locked"
 	bounce := func() error {
-		if err := x.Send(ctx, msg); err != nil {
-			return err
+		var m []byte
+		var err error
+		if locked {
+			if err = x.Send(ctx, msg); err == nil {
+				if m, err = y.Receive(ctx); err == nil {
+					if err = y.Send(ctx, m); err == nil {
+						m, err = x.Receive(ctx)
+					}
+				}
+			}
+		} else {
+			if err = x.SendExclusive(ctx, msg); err == nil {
+				if m, err = y.ReceiveExclusive(ctx); err == nil {
+					if err = y.SendExclusive(ctx, m); err == nil {
+						m, err = x.ReceiveExclusive(ctx)
+					}
+				}
+			}
 		}
-		m, err := y.Receive(ctx)
-		if err != nil {
-			return err
+		if err == nil && len(m) != len(msg) {
+			err = fmt.Errorf("bounce: %d bytes came back of %d", len(m), len(msg))
 		}
-		if err := y.Send(ctx, m); err != nil {
-			return err
-		}
-		if m, err = x.Receive(ctx); err != nil {
-			return err
-		}
-		if len(m) != len(msg) {
-			return fmt.Errorf("bounce: %d bytes came back of %d", len(m), len(msg))
-		}
-		return nil
+		return err
 	}
 	for range a.warmup {
 		if err := bounce(); err != nil {
@@ -259,11 +270,11 @@ func streamClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error)
 	for _, count := range []int{a.warmup, a.iters} {
 		t0 = nanotime()
 		for range count {
-			if err := c.Send(ctx, msg); err != nil {
+			if err := c.SendExclusive(ctx, msg); err != nil {
 				return Result{}, err
 			}
 		}
-		if _, err := c.Receive(ctx); err != nil { // the acknowledgement
+		if _, err := c.ReceiveExclusive(ctx); err != nil { // the acknowledgement
 			return Result{}, err
 		}
 	}
@@ -281,10 +292,10 @@ func idleClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 	case <-ctx.Done():
 		return Result{}, ctx.Err()
 	}
-	if err := c.Send(ctx, []byte("report")); err != nil {
+	if err := c.SendExclusive(ctx, []byte("report")); err != nil {
 		return Result{}, err
 	}
-	m, err := c.Receive(ctx)
+	m, err := c.ReceiveExclusive(ctx)
 	if err != nil {
 		return Result{}, err
 	}
@@ -309,33 +320,33 @@ func serve(ctx context.Context, a *peerArgs, c *ump.Conn) error {
 	case "stream":
 		for _, count := range []int{a.warmup, a.iters} {
 			for range count {
-				if _, err := c.Receive(ctx); err != nil {
+				if _, err := c.ReceiveExclusive(ctx); err != nil {
 					return err
 				}
 			}
-			if err := c.Send(ctx, []byte("ack")); err != nil {
+			if err := c.SendExclusive(ctx, []byte("ack")); err != nil {
 				return err
 			}
 		}
 	case "idle":
 		cpu0, t0 := cpuTime(), nanotime()
-		if _, err := c.Receive(ctx); err != nil {
+		if _, err := c.ReceiveExclusive(ctx); err != nil {
 			return err
 		}
 		pct := 100 * float64(cpuTime()-cpu0) / float64(nanotime()-t0)
-		if err := c.Send(ctx, binary.LittleEndian.AppendUint64(nil, math.Float64bits(pct))); err != nil {
+		if err := c.SendExclusive(ctx, binary.LittleEndian.AppendUint64(nil, math.Float64bits(pct))); err != nil {
 			return err
 		}
 	}
 	for {
-		m, err := c.Receive(ctx)
+		m, err := c.ReceiveExclusive(ctx)
 		if errors.Is(err, ump.ErrClosed) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := c.Send(ctx, m); err != nil {
+		if err := c.SendExclusive(ctx, m); err != nil {
 			return err
 		}
 	}

@@ -70,6 +70,8 @@ func UMPSummary(w io.Writer, results []Result) {
 	// tax").
 	v, ok = ratio(find("path", "ump", "go-go", 8), find("path", "ump", "c-c", 8), window)
 	line("path ump go-go / ump c-c, window (code path)", v, ok, "(no goal)", nil)
+	v, ok = ratio(find("path-locked", "ump", "go-go", 8), find("path", "ump", "go-go", 8), window)
+	line("path-locked ump go-go / path ump go-go, window (Go's locks)", v, ok, "(no goal)", nil)
 	uds := find("rtt-parked", "uds", "c-c", 8)
 	for _, peers := range []string{"go-go", "c-c"} {
 		parked := find("rtt-parked", "ump", peers, 8)

@@ -70,6 +70,7 @@ func umpCases(quick bool) []umpCase {
 	for _, p := range []string{"go-go", "c-c"} {
 		cs = append(cs, umpCase{kase: "path", transport: "ump", peers: p, size: 8, iters: 2 * rtt, warmup: rtt / 10})
 	}
+	cs = append(cs, umpCase{kase: "path-locked", transport: "ump", peers: "go-go", size: 8, iters: 2 * rtt, warmup: rtt / 10})
 	cs = append(cs,
 		umpCase{kase: "rtt-spin", transport: "raw-spin", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
 		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
@@ -209,7 +210,7 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 		return cmd
 	}
 	var out bytes.Buffer
-	if c.kase == "path" {
+	if strings.HasPrefix(c.kase, "path") {
 		client := command(clientLang, "client", nil)
 		client.Stdout = &out
 		if err := client.Run(); err != nil {

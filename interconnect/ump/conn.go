@@ -134,6 +134,7 @@ type Conn struct {
 	peerClosedp *uint64 // the peer's close word
 
 	smu    sync.Mutex
+	txIn   uint64 // 1 while a SendExclusive runs
 	tx     producer
 	txSpin spinBudget
 	txWake int // the peer's data eventfd
@@ -230,6 +231,37 @@ func (c *Conn) TrySendParts(head, body, tail []byte) (bool, error) {
 	return c.sendParts(context.Background(), head, body, tail, false)
 }
 
+// SendExclusive is Send for a caller that serializes its sends itself, as
+// a caller of the C library's chanos_ump_send does: it must never run
+// while another Send or SendExclusive runs on c. One that finds another
+// SendExclusive running fails with ErrBusy; one beside a Send, or two that
+// start at the same instant, are not detected, so a caller uses one or the
+// other, from one goroutine at a time. It takes no lock: where the kernel
+// has membarrier(2) its fast path has no atomic read-modify-write at all,
+// and Close, not the send, pays for the ordering (see enterFlag).
+func (c *Conn) SendExclusive(ctx context.Context, msg []byte) error {
+	if len(msg) > int(c.cfg.maxMsg) {
+		return c.tooLarge(len(msg))
+	}
+	// enterFlag's fast way, written out (see there): a plain store.
+	if p := &c.txIn; atomic.LoadUint64(p) == 0 && fastFence() {
+		*p = 1
+		if c.closing.Load() {
+			return enterFlag(p, &c.closing, true)
+		}
+	} else if err := enterFlag(p, &c.closing, false); err != nil {
+		return err
+	}
+	_, err := c.sendLocked(ctx, msg, nil, nil, true)
+	clearFlag(&c.txIn) // the rings are not touched after it
+	return err
+}
+
+// tooLarge is the error of a message of size bytes over the maximum.
+func (c *Conn) tooLarge(size int) error {
+	return fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, size, c.cfg.maxMsg)
+}
+
 // send writes msg, waiting for room if wait is set.
 func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 	return c.sendParts(ctx, msg, nil, nil, wait)
@@ -238,17 +270,24 @@ func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
 // sendParts writes the message head+body+tail, waiting for room if wait
 // is set.
 func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
-	size := len(head) + len(body) + len(tail)
-	if size > int(c.cfg.maxMsg) {
-		return false, fmt.Errorf("%w: %d bytes, the connection's maximum is %d", ErrTooLarge, size, c.cfg.maxMsg)
+	if size := len(head) + len(body) + len(tail); size > int(c.cfg.maxMsg) {
+		return false, c.tooLarge(size)
 	}
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.sendLocked(ctx, head, body, tail, wait)
+}
+
+// sendLocked is the work of sendParts and SendExclusive, for a caller
+// that is the only sender (by smu or by promise) of a message of at most
+// the maximum size.
+func (c *Conn) sendLocked(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
+	size := len(head) + len(body) + len(tail)
 	need, nbulk := uint64(slotsFor(size)), uint64(0)
 	bulk := c.cfg.usesBulk(size)
 	if bulk {
 		need, nbulk = 1, uint64(size)
 	}
-	c.smu.Lock()
-	defer c.smu.Unlock()
 	if e := c.err.Load(); e != nil {
 		return false, e
 	}
@@ -401,19 +440,24 @@ func (c *Conn) Receive(ctx context.Context) ([]byte, error) { return c.receive(c
 // ReceiveExclusive is Receive for a caller that serializes its receives
 // itself: it must never run while another Receive or ReceiveExclusive
 // runs on c. One that finds another ReceiveExclusive running fails with
-// ErrBusy; one beside a Receive is not detected, so a caller uses one or
-// the other. It skips Receive's lock, whose release would otherwise stand
-// between a message's arrival and the caller's answer to it; the chanos
-// connection layer, which lets one goroutine at a time read, uses it.
+// ErrBusy; one beside a Receive, or two that start at the same instant,
+// are not detected, so a caller uses one or the other, from one goroutine
+// at a time. It skips Receive's lock, whose release would otherwise stand
+// between a message's arrival and the caller's answer to it, and, as
+// SendExclusive, takes no atomic read-modify-write where the kernel has
+// membarrier(2); the chanos connection layer, which lets one goroutine at
+// a time read, uses it.
 func (c *Conn) ReceiveExclusive(ctx context.Context) ([]byte, error) {
-	// The swap is a full fence: either Close sees rxIn set and waits for
-	// it to clear before it unmaps the rings, or we see closing here.
-	if atomic.SwapUint64(&c.rxIn, 1) != 0 {
-		return nil, errBusy
-	}
-	if c.closing.Load() {
-		clearFlag(&c.rxIn)
-		return nil, errClosedLocal
+	// Either Close sees rxIn set and waits for it to clear before it
+	// unmaps the rings, or we see closing: enterFlag, whose fast way is
+	// written out here.
+	if p := &c.rxIn; atomic.LoadUint64(p) == 0 && fastFence() {
+		*p = 1
+		if c.closing.Load() {
+			return nil, enterFlag(p, &c.closing, true)
+		}
+	} else if err := enterFlag(p, &c.closing, false); err != nil {
+		return nil, err
 	}
 	msg, err := c.receive(ctx, nil)
 	clearFlag(&c.rxIn) // not a fence: the rings are not touched after it
@@ -579,7 +623,13 @@ func (c *Conn) Close() error {
 	c.err.CompareAndSwap(nil, errClosedLocal)
 	eventfdSignal(c.txPark.fd) // wake our own parked callers
 	eventfdSignal(c.rxPark.fd)
+	if asymmetricFence() {
+		// The exclusive calls mark themselves with plain stores: make
+		// them visible before looking at txIn and rxIn (enterFlag).
+		fenceAllThreads()
+	}
 	c.smu.Lock()
+	waitClear(&c.txIn) // a SendExclusive, woken above, returns
 	atomic.StoreUint64(c.myClosedp, closedBit|c.tx.tail)
 	eventfdSignal(c.txWake) // and the peer's
 	eventfdSignal(c.rxWake)

@@ -21,9 +21,9 @@ var (
 	// message size. The connection remains usable.
 	ErrTooLarge = errors.New("ump: message too large")
 	// ErrBusy reports a ReceiveExclusive called while another
-	// ReceiveExclusive ran on the connection. The connection remains
-	// usable.
-	ErrBusy = errors.New("ump: another receive is running")
+	// ReceiveExclusive ran on the connection, or a SendExclusive while
+	// another SendExclusive ran. The connection remains usable.
+	ErrBusy = errors.New("ump: another exclusive call is running")
 )
 
 // connError is the reason a connection ended, with its context.
@@ -45,7 +45,7 @@ var (
 	errClosedLocal = &connError{ErrClosed, "closed by this side"}
 	errClosedPeer  = &connError{ErrClosed, "closed by the peer"}
 	errPeerDied    = &connError{ErrPeerDied, "the peer's socket reached end of file without an orderly close"}
-	errBusy        = &connError{ErrBusy, "ReceiveExclusive while another ReceiveExclusive ran"}
+	errBusy        = &connError{ErrBusy, "an exclusive call while another of its kind ran"}
 )
 
 func protoErr(what string) error { return &connError{ErrProtocol, what} }

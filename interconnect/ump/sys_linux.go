@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 )
@@ -20,7 +22,53 @@ const (
 
 	efdCloexec  = syscall.O_CLOEXEC
 	efdNonblock = syscall.O_NONBLOCK
+
+	membarrierQuery                    = 0
+	membarrierPrivateExpedited         = 1 << 3
+	membarrierRegisterPrivateExpedited = 1 << 4
 )
+
+// asymmetricFence reports whether fenceAllThreads works in this process,
+// registering it with membarrier(2) the first time. The exclusive calls
+// (SendExclusive, ReceiveExclusive) then announce themselves to Close with
+// plain stores, and Close, which is rare, pays for the fence that orders
+// them: without it, a store on x86-64 may still be in its core's store
+// buffer when that core's next load, of the closing flag, completes.
+func asymmetricFence() bool {
+	if f := fenceState.Load(); f != 0 {
+		return f == fenceYes
+	}
+	return fenceOnce()
+}
+
+// fenceState is 0 until fenceOnce has run, then fenceYes or fenceNo.
+var fenceState atomic.Int32
+
+const (
+	fenceYes = 1
+	fenceNo  = 2
+)
+
+var fenceOnce = sync.OnceValue(func() bool {
+	ok := false
+	if r, _, e := syscall.Syscall(sysMembarrier, membarrierQuery, 0, 0); e == 0 && r&membarrierPrivateExpedited != 0 {
+		_, _, e = syscall.Syscall(sysMembarrier, membarrierRegisterPrivateExpedited, 0, 0)
+		ok = e == 0
+	}
+	if ok {
+		fenceState.Store(fenceYes)
+	} else {
+		fenceState.Store(fenceNo)
+	}
+	return ok
+})
+
+// fenceAllThreads makes every running thread of this process execute a
+// full memory barrier (the others did at their last context switch). It
+// may be called only once asymmetricFence has reported true.
+func fenceAllThreads() {
+	syscall.Syscall(sysMembarrier, membarrierPrivateExpedited, 0, 0)
+}
 
 // memfdCreate creates a sealable, close-on-exec memfd.
 func memfdCreate(name string) (int, error) {

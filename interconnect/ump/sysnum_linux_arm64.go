@@ -3,4 +3,5 @@ package ump
 const (
 	sysMemfdCreate = 279
 	sysEventfd2    = 19
+	sysMembarrier  = 283
 )

@@ -411,6 +411,110 @@ func TestReceiveExclusive(t *testing.T) {
 	}
 }
 
+// TestSendExclusive: SendExclusive delivers what Send does; a second one
+// beside a parked one gets ErrBusy; Close wakes a parked one and returns
+// only after it; and Close racing senders that keep starting leaves none
+// touching the unmapped rings. (Without -race the calls mark themselves
+// with plain stores and Close fences every thread; with it, atomic swaps.)
+func TestSendExclusive(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 8})
+	ctx := ctxT(t)
+	for i := range 50 {
+		if err := a.SendExclusive(ctx, pattern(make([]byte, i*83), i)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.SendExclusive(ctx, make([]byte, 4097)); !errors.Is(err, ErrTooLarge) {
+		t.Fatalf("SendExclusive of 4097 bytes = %v, want ErrTooLarge", err)
+	}
+
+	// Fill the ring, so that the next SendExclusive parks; a second one
+	// fails at once, and the parked one goes through once there is room.
+	for range 8 {
+		if err := a.SendExclusive(ctx, []byte("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan error, 1)
+	go func() { got <- a.SendExclusive(ctx, []byte("parked")) }()
+	for atomic.LoadUint64(&a.txIn) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.SendExclusive(ctx, []byte("second")); !errors.Is(err, ErrBusy) {
+		t.Fatalf("SendExclusive beside a parked one = %v, want ErrBusy", err)
+	}
+	for i := range 9 {
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{true: "parked", false: "fill"}[i == 8]; string(m) != want {
+			t.Fatalf("message %d = %q, want %q", i, m, want)
+		}
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+
+	// Close wakes a parked SendExclusive and returns after it.
+	for range 8 {
+		if err := a.SendExclusive(ctx, []byte("fill")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() { got <- a.SendExclusive(ctx, []byte("never")) }()
+	for atomic.LoadUint64(&a.txIn) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if atomic.LoadUint64(&a.txIn) != 0 {
+		t.Fatal("Close returned while a SendExclusive ran")
+	}
+	if err := <-got; !errors.Is(err, ErrClosed) {
+		t.Fatalf("parked SendExclusive = %v, want ErrClosed", err)
+	}
+	if err := a.SendExclusive(ctx, []byte("late")); !errors.Is(err, ErrClosed) {
+		t.Fatalf("SendExclusive after Close = %v, want ErrClosed", err)
+	}
+
+	// Close racing senders that keep starting: none may touch the rings
+	// after they are unmapped (that would fault), and all end with
+	// ErrClosed.
+	for range 50 {
+		x, y := pipe(t, &Options{MaxMessageSize: 64})
+		done := make(chan error, 1)
+		go func() {
+			for {
+				if err := x.SendExclusive(ctx, []byte("ping")); err != nil {
+					done <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			for {
+				if _, err := y.ReceiveExclusive(ctx); err != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(100 * time.Microsecond)
+		x.Close()
+		if err := <-done; !errors.Is(err, ErrClosed) {
+			t.Fatalf("racing SendExclusive = %v, want ErrClosed", err)
+		}
+	}
+}
+
 // TestCloseWakesSender: a sender blocked on a full ring ends when the peer
 // closes.
 func TestCloseWakesSender(t *testing.T) {
