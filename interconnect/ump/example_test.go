@@ -55,3 +55,37 @@ func Example() {
 	// echo: world
 	// echo side ended with ErrClosed: true
 }
+
+// ExampleConn_SendExclusive is a stream in which one goroutine owns each
+// direction, as in C: with the exclusive calls neither side takes a lock,
+// and neither may be called from two goroutines at once (a second one
+// running beside the first gets ErrBusy, or goes undetected).
+func ExampleConn_SendExclusive() {
+	a, b, err := ump.Pipe(nil)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer b.Close()
+	ctx := context.Background()
+
+	go func() { // the only sender on a
+		for i := range 3 {
+			a.SendExclusive(ctx, fmt.Appendf(nil, "message %d", i))
+		}
+		a.Close()
+	}()
+	for { // the only receiver on b
+		m, err := b.ReceiveExclusive(ctx)
+		if err != nil {
+			fmt.Println("then ErrClosed:", errors.Is(err, ump.ErrClosed))
+			return
+		}
+		fmt.Println(string(m))
+	}
+	// Output:
+	// message 0
+	// message 1
+	// message 2
+	// then ErrClosed: true
+}
