@@ -50,11 +50,13 @@ func TestRunClients(t *testing.T) {
 		}
 	}
 	cfg := ClientsConfig{
-		Total:    20000, // enough for the clients' 1 ms clock, even C/C
-		Clients:  []int{1, 2},
-		Repeat:   2,
-		GoServer: filepath.Join(bin, "pingpong-server"),
-		GoClient: filepath.Join(bin, "pingpong-client"),
+		Total:   20000, // enough for the clients' 1 ms clock, even C/C
+		Clients: []int{1, 2},
+		Repeat:  2,
+		// One client: a third round, of those cases alone.
+		OneClientRepeat: 3,
+		GoServer:        filepath.Join(bin, "pingpong-server"),
+		GoClient:        filepath.Join(bin, "pingpong-client"),
 	}
 	want := 2 // go-go with 1 and 2 clients
 	cServer, errS := FindExample(true, "pingpong_server")
@@ -90,7 +92,7 @@ func TestRunClients(t *testing.T) {
 		}
 		seen[k] = true
 		if r.Suite != "clients" || r.Case != "clients" || r.Transport != "ump" || r.Size != 8 ||
-			r.Iters != cfg.Total || r.Runs != 2 || (r.Clients != 1 && r.Clients != 2) {
+			r.Iters != cfg.Total || r.Runs != map[int]int{1: 3, 2: 2}[r.Clients] || (r.Clients != 1 && r.Clients != 2) {
 			t.Errorf("bad result %+v", r)
 		}
 		if !strings.Contains("go-go go-c c-go c-c", r.Peers) {
