@@ -128,6 +128,11 @@ static inline void cpu_relax(void)
  * round-trip latency (docs/ump.md, "Waiting").
  */
 #define SPIN_PAUSES 1
+
+/* TIGHT_POLLS is how many times a waiting receiver polls back to back, with
+ * no PAUSE, before it spins with spin_pause: the Go side's tightPolls (see
+ * there for why and what it measured). */
+#define TIGHT_POLLS 512
 static inline void spin_pause(void)
 {
     for (int i = 0; i < SPIN_PAUSES; i++)
@@ -1275,7 +1280,8 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
         if (window > 0 && timeout_ms != 0 && !c->rx_announced) {
             int64_t start = 0;
             for (unsigned i = 1;; i++) {
-                spin_pause();
+                if (i > TIGHT_POLLS)
+                    spin_pause();
                 if (rx_changed(c)) {
                     c->rx_spin = c->spin_ns;
                     c->rx_misses = 0;
