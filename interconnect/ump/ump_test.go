@@ -411,6 +411,32 @@ func TestReceiveExclusive(t *testing.T) {
 	}
 }
 
+// TestEightByteFragments: a fragment of exactly eight bytes is copied as
+// one word on both sides (copy8); messages whose last (or only) fragment
+// is eight bytes long arrive intact, across the ring's wrap-around, and
+// so do their neighbours of other sizes.
+func TestEightByteFragments(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 8})
+	ctx := ctxT(t)
+	sizes := []int{8, SlotPayload + 8, 2*SlotPayload + 8, 7, 9, SlotPayload, 0}
+	for i := range 200 {
+		n := sizes[i%len(sizes)]
+		if err := a.Send(ctx, pattern(make([]byte, n), i)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := b.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m) != n {
+			t.Fatalf("message %d: %d bytes, want %d", i, len(m), n)
+		}
+		if err := checkPattern(m, i); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestSendExclusive: SendExclusive delivers what Send does; a second one
 // beside a parked one gets ErrBusy; Close wakes a parked one and returns
 // only after it; and Close racing senders that keep starting leaves none
