@@ -171,56 +171,62 @@ func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 	defer x.Close()
 	defer y.Close()
 	msg := make([]byte, a.size)
-	locked := a.kase == "path-locked"
-	bounce := func() error {
-		var m []byte
-		var err error
-		if locked {
-			if err = x.Send(ctx, msg); err == nil {
-				if m, err = y.Receive(ctx); err == nil {
-					if err = y.Send(ctx, m); err == nil {
-						m, err = x.Receive(ctx)
-					}
-				}
-			}
-		} else {
-			if err = x.SendExclusive(ctx, msg); err == nil {
-				if m, err = y.ReceiveExclusive(ctx); err == nil {
-					if err = y.SendExclusive(ctx, m); err == nil {
-						m, err = x.ReceiveExclusive(ctx)
-					}
-				}
-			}
-		}
+	check := func(m []byte, err error) error {
 		if err == nil && len(m) != len(msg) {
 			err = fmt.Errorf("bounce: %d bytes came back of %d", len(m), len(msg))
 		}
 		return err
+	}
+	bounce := func() error { // C's contract: one goroutine per direction
+		if err := x.SendExclusive(ctx, msg); err != nil {
+			return err
+		}
+		m, err := y.ReceiveExclusive(ctx)
+		if err == nil {
+			err = y.SendExclusive(ctx, m)
+		}
+		if err != nil {
+			return err
+		}
+		return check(x.ReceiveExclusive(ctx))
+	}
+	if a.kase == "path-locked" {
+		bounce = func() error {
+			if err := x.Send(ctx, msg); err != nil {
+				return err
+			}
+			m, err := y.Receive(ctx)
+			if err == nil {
+				err = y.Send(ctx, m)
+			}
+			if err != nil {
+				return err
+			}
+			return check(x.Receive(ctx))
+		}
 	}
 	for range a.warmup {
 		if err := bounce(); err != nil {
 			return Result{}, err
 		}
 	}
-	means := make([]float64, max(1, a.iters/RTTWindow))
+	windows := make([]int64, max(1, a.iters/RTTWindow)) // each window's time
 	t0 := nanotime()
 	prev := t0
-	for w := range means {
+	for w := range windows {
 		for range RTTWindow {
 			if err := bounce(); err != nil {
 				return Result{}, err
 			}
 		}
 		t := nanotime()
-		means[w] = float64(t-prev) / RTTWindow
-		prev = t
+		windows[w], prev = t-prev, t
 	}
-	slices.Sort(means)
-	n := len(means) * RTTWindow
+	n := len(windows) * RTTWindow
 	return Result{
 		Iters:     n,
 		RTTMean:   f64(float64(prev-t0) / float64(n)),
-		RTTWindow: f64(means[len(means)/2]),
+		RTTWindow: f64(windowMedian(windows, 1) / RTTWindow),
 	}, nil
 }
 
