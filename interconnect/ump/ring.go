@@ -110,19 +110,19 @@ func (t *producer) writeBulk(head, body, tail []byte) {
 // of the consumer's wait flag cannot be reordered before it.
 func (t *producer) write(msg []byte) {
 	n := len(msg)
+	if n <= SlotPayload {
+		t.writeSlot(msg)
+		return
+	}
 	p := t.tail
 	info := infoFirst | uint32(n)
 	for k := 0; ; k++ {
-		off := int(p&t.mask) * SlotSize
+		slot := t.slot(p)
 		lo := k * SlotPayload
 		hi := min(lo+SlotPayload, n)
-		if hi-lo == 8 { // a word: no call of memmove (see copy8)
-			copy8(t.slots[off:off+8], msg[lo:hi])
-		} else if lo < hi {
-			copy(t.slots[off:off+SlotPayload], msg[lo:hi])
-		}
+		copy(unsafe.Slice((*byte)(slot), SlotPayload), msg[lo:hi])
 		w := uint64(uint32(p+1)) | uint64(info)<<32
-		ctrl := word(t.slots, off+ctrlOff)
+		ctrl := (*uint64)(unsafe.Add(slot, ctrlOff))
 		p++
 		if hi >= n {
 			atomic.StoreUint64(ctrl, w)
@@ -132,6 +132,26 @@ func (t *producer) write(msg []byte) {
 		info = uint32(k + 1)
 	}
 	t.tail = p
+}
+
+// writeSlot is write for a message of at most SlotPayload bytes, the
+// commonest kind, in one slot.
+func (t *producer) writeSlot(msg []byte) {
+	p := t.tail
+	slot := t.slot(p)
+	if len(msg) == 8 { // a word: no call of memmove (see copy8)
+		copy8(unsafe.Slice((*byte)(slot), 8), msg)
+	} else {
+		copy(unsafe.Slice((*byte)(slot), SlotPayload), msg)
+	}
+	w := uint64(uint32(p+1)) | uint64(infoFirst|uint32(len(msg)))<<32
+	atomic.StoreUint64((*uint64)(unsafe.Add(slot, ctrlOff)), w)
+	t.tail = p + 1
+}
+
+// slot returns the address of the slot at pos: see consumer.slot.
+func (t *producer) slot(pos uint64) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(t.slots)), (pos&t.mask)*SlotSize)
 }
 
 // consumer is the reading end of one ring. It is used under Conn.rmu. Its
@@ -197,25 +217,38 @@ func (r *consumer) stale(pos uint64) uint32 {
 	return uint32(pos + 1 - r.n)
 }
 
+// publishDue reports whether a batch of slots, or of bulk bytes, has been
+// read since our position was last published.
+func (r *consumer) publishDue() bool {
+	return r.pos-r.pub >= r.batch || r.bpos-r.bpub >= r.bbatch
+}
+
+// slot returns the address of the slot at pos. The index is ours, not
+// the peer's (pos masked by the slot count, and len(slots) is
+// n*SlotSize), so it needs no bounds check, which poll would otherwise
+// pay for each word it touches.
+func (r *consumer) slot(pos uint64) unsafe.Pointer {
+	return unsafe.Add(unsafe.Pointer(unsafe.SliceData(r.slots)), (pos&r.mask)*SlotSize)
+}
+
 // changed reports whether the slot at pos holds anything but its stale
 // sequence number: a new fragment, or garbage that poll will reject.
 func (r *consumer) changed() bool {
-	off := int(r.pos&r.mask)*SlotSize + ctrlOff
-	return uint32(atomic.LoadUint64(word(r.slots, off))) != r.stale(r.pos)
+	return uint32(atomic.LoadUint64((*uint64)(unsafe.Add(r.slot(r.pos), ctrlOff)))) != r.stale(r.pos)
 }
 
 // takeBulk copies out the bulk message of n bytes whose descriptor is the
-// slot at position p, offset off.
-func (r *consumer) takeBulk(p uint64, off, n int) (bool, error) {
+// slot at position p.
+func (r *consumer) takeBulk(p uint64, n int) (bool, error) {
 	// Read once: the producer may change the slot under us.
-	at := binary.LittleEndian.Uint64(r.slots[off:])
+	at := binary.LittleEndian.Uint64(r.slots[int(p&r.mask)*SlotSize:])
 	switch {
 	case r.bulk == nil:
-		return false, protoErr(fmt.Sprintf("slot %d: a bulk message, but the ring pair has no bulk region", p))
+		return false, slotErr(p, "a bulk message, but the ring pair has no bulk region")
 	case n <= BulkMin:
-		return false, protoErr(fmt.Sprintf("slot %d: a %d-byte message in the bulk region", p, n))
+		return false, slotErr(p, "a %d-byte message in the bulk region", n)
 	case at != r.bpos:
-		return false, protoErr(fmt.Sprintf("slot %d: bulk message at %d, want %d", p, at, r.bpos))
+		return false, slotErr(p, "bulk message at %d, want %d", at, r.bpos)
 	}
 	// n <= maxMsg <= len(bulk), checked by the header's validation.
 	if cap(r.buf) < n {
@@ -236,32 +269,25 @@ func (r *consumer) takeBulk(p uint64, off, n int) (bool, error) {
 func (r *consumer) poll() (bool, error) {
 	for {
 		p := r.pos
-		off := int(p&r.mask) * SlotSize
-		w := atomic.LoadUint64(word(r.slots, off+ctrlOff))
+		slot := r.slot(p)
+		w := atomic.LoadUint64((*uint64)(unsafe.Add(slot, ctrlOff)))
 		if seq := uint32(w); seq != uint32(p+1) {
 			if seq == r.stale(p) {
 				return false, nil
 			}
-			return false, protoErr(fmt.Sprintf("slot %d: sequence number %#x, want %#x or %#x",
-				p, seq, uint32(p+1), r.stale(p)))
+			return false, slotErr(p, "sequence number %#x, want %#x or %#x", seq, uint32(p+1), r.stale(p))
 		}
 		info := uint32(w >> 32)
 		if r.msgLen < 0 {
-			if info&infoFirst == 0 {
-				return false, protoErr(fmt.Sprintf("slot %d: continuation (info %#x) where a message starts", p, info))
-			}
-			if info&infoCaps != 0 {
-				return false, protoErr(fmt.Sprintf("slot %d: descriptor passing is not supported yet", p))
-			}
 			n := info & infoLenMax
-			if n > r.maxMsg {
-				return false, protoErr(fmt.Sprintf("slot %d: message length %d exceeds the maximum %d", p, n, r.maxMsg))
-			}
-			if info&infoBulk != 0 {
-				return r.takeBulk(p, off, int(n))
-			}
-			if r.bulk != nil && n > BulkMin {
-				return false, protoErr(fmt.Sprintf("slot %d: a %d-byte message outside the bulk region", p, n))
+			if info&(infoFirst|infoCaps|infoBulk) != infoFirst || n > r.maxMsg || n > BulkMin {
+				bulk, err := r.checkFirst(p, info)
+				if err != nil {
+					return false, err
+				}
+				if bulk {
+					return r.takeBulk(p, int(n))
+				}
 			}
 			if cap(r.buf) < int(n) {
 				r.buf = make([]byte, n, max(int(n), min(2*cap(r.buf), int(r.maxMsg))))
@@ -269,13 +295,14 @@ func (r *consumer) poll() (bool, error) {
 			r.buf = r.buf[:n]
 			r.msgLen, r.got, r.frag = int(n), 0, 0
 		} else if info != r.frag {
-			return false, protoErr(fmt.Sprintf("slot %d: info %#x, want continuation %d", p, info, r.frag))
+			return false, slotErr(p, "info %#x, want continuation %d", info, r.frag)
 		}
 		k := min(SlotPayload, r.msgLen-r.got)
+		payload := unsafe.Slice((*byte)(slot), SlotPayload)
 		if k == 8 {
-			copy8(r.buf[r.got:r.got+8], r.slots[off:off+8])
+			copy8(r.buf[r.got:r.got+8], payload)
 		} else {
-			copy(r.buf[r.got:r.got+k], r.slots[off:off+k])
+			copy(r.buf[r.got:r.got+k], payload[:k])
 		}
 		r.got += k
 		r.frag++
@@ -285,4 +312,31 @@ func (r *consumer) poll() (bool, error) {
 			return true, nil
 		}
 	}
+}
+
+// checkFirst looks at the info of a message's first slot, at position p,
+// that is not a plain message in slots of at most the maximum size: it
+// reports whether it is a bulk message's descriptor, or why it is wrong.
+// Out of poll's loop: the formatting of the errors would otherwise cost
+// every message.
+func (r *consumer) checkFirst(p uint64, info uint32) (bulk bool, err error) {
+	n := info & infoLenMax
+	switch {
+	case info&infoFirst == 0:
+		return false, slotErr(p, "continuation (info %#x) where a message starts", info)
+	case info&infoCaps != 0:
+		return false, slotErr(p, "descriptor passing is not supported yet")
+	case n > r.maxMsg:
+		return false, slotErr(p, "message length %d exceeds the maximum %d", n, r.maxMsg)
+	case info&infoBulk != 0:
+		return true, nil
+	case r.bulk != nil && n > BulkMin:
+		return false, slotErr(p, "a %d-byte message outside the bulk region", n)
+	}
+	return false, nil
+}
+
+// slotErr is the protocol error of the slot at position p.
+func slotErr(p uint64, format string, args ...any) error {
+	return protoErr(fmt.Sprintf("slot %d: ", p) + fmt.Sprintf(format, args...))
 }
