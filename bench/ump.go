@@ -23,6 +23,15 @@ type UMPConfig struct {
 	// so that subjects and baselines see the same machine, and reports the
 	// median run. Zero means 3. The idle case runs once.
 	Repeat int
+	// RTTRepeat is how many times the four rtt-spin cases over ump run
+	// (go-go, c-c, go-c, c-go: issue 5's Go tax), at least Repeat; the
+	// rounds past Repeat run those cases only, and come first. A run
+	// takes a third of a second, and the VM puts a whole run of a process
+	// pair into one of two or three speeds (200 or 600 ns where most runs
+	// take 120 to 140, say), so more runs buy a steadier median cheaply.
+	// Zero means 9 when Repeat is zero too (and not Quick), else Repeat:
+	// a Repeat given is taken as it is.
+	RTTRepeat int
 	// Cases, if not empty, selects cases whose key (case/transport/peers/
 	// size, see Result.Key) contains one of these strings.
 	Cases []string
@@ -51,6 +60,10 @@ type umpCase struct {
 func (c *umpCase) key() string {
 	return fmt.Sprintf("%s/%s/%s/%d", c.kase, c.transport, c.peers, c.size)
 }
+
+// goTax reports whether c is one of the cases issue 5's Go tax is stated
+// in, which run RTTRepeat times.
+func (c *umpCase) goTax() bool { return c.kase == "rtt-spin" && c.transport == "ump" }
 
 func (c *umpCase) needsC() bool { return strings.Contains(c.peers, "c") }
 
@@ -140,21 +153,28 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 	if repeat <= 0 {
 		repeat = 3
 	}
+	rounds := max(repeat, cfg.RTTRepeat)
+	if cfg.RTTRepeat <= 0 && cfg.Repeat <= 0 && !cfg.Quick {
+		rounds = max(repeat, 9)
+	}
 	runs := make([][]Result, len(cases))
-	for round := range repeat {
+	for round := range rounds {
 		for i, c := range cases {
-			if c.once && round < repeat-1 {
+			switch {
+			case c.once && round < rounds-1:
 				continue
+			case round < rounds-repeat && !c.goTax():
+				continue // the rounds of the Go tax's cases alone come first
 			}
 			if cfg.Progress != nil {
-				fmt.Fprintf(cfg.Progress, "ump: run %d/%d case %d/%d: %s\n", round+1, repeat, i+1, len(cases), c.key())
+				fmt.Fprintf(cfg.Progress, "ump: run %d/%d case %d/%d: %s\n", round+1, rounds, i+1, len(cases), c.key())
 			}
 			r, err := runUMPCase(ctx, &c, goPeer, cBench)
 			if err != nil {
 				return fmt.Errorf("ump case %s: %w", c.key(), err)
 			}
 			runs[i] = append(runs[i], r)
-			if round == repeat-1 {
+			if round == rounds-1 {
 				if err := emit(Median(runs[i])); err != nil {
 					return err
 				}
