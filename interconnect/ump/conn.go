@@ -294,15 +294,7 @@ func (c *Conn) tooLarge(size int) error {
 
 // send writes msg, waiting for room if wait is set.
 func (c *Conn) send(ctx context.Context, msg []byte, wait bool) (bool, error) {
-	if len(msg) > SlotPayload {
-		return c.sendParts(ctx, msg, nil, nil, wait)
-	}
-	c.smu.Lock()
-	defer c.smu.Unlock()
-	if c.sendSlot(msg) {
-		return true, nil
-	}
-	return c.sendLocked(ctx, msg, nil, nil, wait)
+	return c.sendParts(ctx, msg, nil, nil, wait)
 }
 
 // sendParts writes the message head+body+tail, waiting for room if wait
@@ -313,6 +305,9 @@ func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool
 	}
 	c.smu.Lock()
 	defer c.smu.Unlock()
+	if len(body) == 0 && len(tail) == 0 && len(head) <= SlotPayload && c.sendSlot(head) {
+		return true, nil
+	}
 	return c.sendLocked(ctx, head, body, tail, wait)
 }
 
