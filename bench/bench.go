@@ -39,7 +39,11 @@ type Result struct {
 	// trips, of each window's time per round trip. The clock of a virtual
 	// machine may move in steps (10 ns on the one chanos is built on), and
 	// p50 moves with them; a window's mean resolves a tenth of a
-	// nanosecond, and a preemption spoils one window, not the median.
+	// nanosecond, and a preemption spoils one window, not the median. The
+	// ump and rpc suites time their windows whole, in a run of round trips
+	// of their own, with no clock read in between (a read costs a Go and a
+	// C client differently; see docs/ump.md, "Performance"); the others
+	// add up round trips timed one by one.
 	RTTWindow  *float64 `json:"rtt_ns_window_p50,omitempty"`
 	MsgsPerS   *float64 `json:"msgs_per_s,omitempty"`
 	BytesPerS  *float64 `json:"bytes_per_s,omitempty"`

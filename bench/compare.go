@@ -459,7 +459,7 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		samples = append(samples, t-prev)
 		prev = t
 	}
-	return rttResult(samples, prev-t0), nil
+	return rttResult(samples, prev-t0, nil), nil
 }
 
 // dataStream sends data messages of size bytes one way for warmup and

@@ -264,7 +264,8 @@ func (w *world) close() {
 	w.stop()
 }
 
-// timeRTT runs op warmup times, then iters times, timing each.
+// timeRTT runs op warmup times, then iters times, timing each, then iters
+// times more in windows of RTTWindow timed whole (see Result.RTTWindow).
 func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 	for i := range warmup {
 		if err := op(i); err != nil {
@@ -282,7 +283,19 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 		samples[i] = t - prev
 		prev = t
 	}
-	return rttResult(samples, prev-t0), nil
+	total := prev - t0
+	windows := make([]int64, max(1, iters/RTTWindow))
+	prev = nanotime()
+	for w := range windows {
+		for i := range RTTWindow {
+			if err := op(w*RTTWindow + i); err != nil {
+				return Result{}, err
+			}
+		}
+		t := nanotime()
+		windows[w], prev = t-prev, t
+	}
+	return rttResult(samples, total, windows), nil
 }
 
 // RunRPC runs the rpc suite: an rpc round trip through the generated stubs

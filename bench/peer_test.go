@@ -48,11 +48,24 @@ func TestRTTResultKeepsOrderForWindows(t *testing.T) {
 			s[i] = 300
 		}
 	}
-	r := rttResult(s, 400_000)
+	r := rttResult(s, 400_000, nil)
 	if *r.RTTWindow != 200 {
 		t.Errorf("window = %v, want 200 (the windows were taken from sorted samples)", *r.RTTWindow)
 	}
 	if *r.RTTp50 != 300 || *r.RTTMean != 200 {
 		t.Errorf("p50 = %v, mean = %v, want 300 and 200", *r.RTTp50, *r.RTTMean)
+	}
+}
+
+func TestRTTResultWindowsTimedWhole(t *testing.T) {
+	// Windows timed whole decide the window figure: the median window's
+	// time per round trip, whatever the samples say.
+	s := []int64{500, 500, 500}
+	r := rttResult(s, 1500, []int64{RTTWindow * 180, RTTWindow * 170, RTTWindow * 400})
+	if *r.RTTWindow != 180 {
+		t.Errorf("window = %v, want 180 (the median of the windows timed whole)", *r.RTTWindow)
+	}
+	if *r.RTTp50 != 500 || *r.RTTMean != 500 {
+		t.Errorf("p50 = %v, mean = %v, want 500 and 500 (from the samples)", *r.RTTp50, *r.RTTMean)
 	}
 }

@@ -317,7 +317,7 @@ func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (
 			break
 		}
 	}
-	r := rttResult(samples, prev-t0)
+	r := rttResult(samples, prev-t0, nil)
 	r.TotalNS = prev - t0
 	return r, nil
 }

@@ -7,9 +7,11 @@
  *
  * The connected Unix socket is descriptor 3. The client creates the
  * connection, measures, and prints one JSON object on standard output
- * (iters, rtt_ns_p50, rtt_ns_p99, rtt_ns_mean for rtt; msgs_per_s and
- * bytes_per_s for stream); the server attaches and answers. Both sides
- * must be given the same arguments but --role.
+ * (iters, rtt_ns_p50, rtt_ns_p99, rtt_ns_mean and rtt_ns_window_p50 for
+ * rtt; msgs_per_s and bytes_per_s for stream); the server attaches and
+ * answers. Both sides must be given the same arguments but --role. An rtt
+ * client times iters round trips one by one, then iters more in windows
+ * of RTT_WINDOW timed whole (see rtt_timed).
  *
  *   rtt/ump       ping-pong of size-byte messages over a ump connection
  *   rtt/raw-spin  ping-pong of a counter on one shared cache line (the floor)
@@ -74,88 +76,122 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* RTT_WINDOW and window_median are bench/peer.go's RTTWindow and
- * windowMedian: the median, over windows of RTT_WINDOW consecutive round
- * trips (fewer if there are not ten windows' worth), of each window's
- * mean. s is in the order the samples were taken. */
+/* RTT_WINDOW is bench/peer.go's RTTWindow: the window figure is the
+ * median, over windows of RTT_WINDOW consecutive round trips timed whole
+ * (one clock read per window), of each window's time per round trip. */
 #define RTT_WINDOW 100
 
-static double window_median(const int64_t *s, long n)
+/* window_median returns the median of n window times, each of RTT_WINDOW
+ * round trips, per round trip; it sorts win. */
+static double window_median(int64_t *win, long n)
 {
-    long size = n / 10 < RTT_WINDOW ? n / 10 : RTT_WINDOW;
-    if (size < 1)
-        size = 1;
-    long nw = n / size;
-    if (nw == 0)
-        return 0;
-    double *means = malloc((size_t)nw * sizeof *means);
-    if (!means) {
-        perror("chanos-ump-bench: malloc");
-        exit(1);
-    }
-    for (long w = 0; w < nw; w++) {
-        int64_t sum = 0;
-        for (long i = w * size; i < (w + 1) * size; i++)
-            sum += s[i];
-        means[w] = (double)sum / (double)size;
-    }
-    qsort(means, (size_t)nw, sizeof *means, cmp_double);
-    double m = means[nw / 2];
-    free(means);
-    return m;
+    qsort(win, (size_t)n, sizeof *win, cmp_i64);
+    return (double)win[n / 2] / RTT_WINDOW;
 }
 
-/* report_rtt prints the round-trip statistics of samples, given in the
- * order they were taken. */
-static void report_rtt(int64_t *s, long n, int64_t total)
+/* rtt_timing holds what an rtt client measures: iters round trips timed
+ * one by one (s, total ns in all), then nwin windows of RTT_WINDOW round
+ * trips timed whole (win): bench/peer.go's rttClient, whose comment says
+ * why. */
+struct rtt_timing {
+    long iters, nwin;
+    int64_t *s, *win, total;
+};
+
+/* rtt_windows returns the number of windows rtt_timed times after iters
+ * round trips one by one. */
+static long rtt_windows(long iters)
 {
-    double w = window_median(s, n);
-    qsort(s, (size_t)n, sizeof *s, cmp_i64);
+    return iters / RTT_WINDOW > 0 ? iters / RTT_WINDOW : 1;
+}
+
+/* rtt_timed_trips returns the number of round trips rtt_timed makes. */
+static long rtt_timed_trips(long iters)
+{
+    return iters + rtt_windows(iters) * RTT_WINDOW;
+}
+
+/* rtt_timed runs trip(arg, i), one round trip, as bench/peer.go's
+ * rttClient does: iters times timed one by one, then in windows timed
+ * whole. Always inlined, so that the round trip is a direct call, as in
+ * Go. */
+static inline __attribute__((always_inline)) void rtt_timed(struct rtt_timing *t, long iters,
+                                                            void (*trip)(void *arg, long i), void *arg)
+{
+    t->iters = iters;
+    t->nwin = rtt_windows(iters);
+    t->s = malloc((size_t)iters * sizeof *t->s);
+    t->win = malloc((size_t)t->nwin * sizeof *t->win);
+    if (!t->s || !t->win)
+        fatal("malloc", -ENOMEM);
+    int64_t t0 = now_ns(), prev = t0;
+    for (long i = 0; i < iters; i++) {
+        trip(arg, i);
+        int64_t now = now_ns();
+        t->s[i] = now - prev;
+        prev = now;
+    }
+    t->total = prev - t0;
+    prev = now_ns();
+    for (long w = 0; w < t->nwin; w++) {
+        for (long i = w * RTT_WINDOW; i < (w + 1) * RTT_WINDOW; i++)
+            trip(arg, i);
+        int64_t now = now_ns();
+        t->win[w] = now - prev;
+        prev = now;
+    }
+}
+
+/* report_rtt prints the round-trip statistics of t and frees it. */
+static void report_rtt(struct rtt_timing *t)
+{
+    double w = window_median(t->win, t->nwin);
+    long n = t->iters;
+    qsort(t->s, (size_t)n, sizeof *t->s, cmp_i64);
     printf("{\"iters\":%ld,\"rtt_ns_p50\":%lld,\"rtt_ns_p99\":%lld,\"rtt_ns_mean\":%.1f,"
            "\"rtt_ns_window_p50\":%.2f}\n",
-           n, (long long)s[n / 2], (long long)s[(n * 99) / 100], (double)total / (double)n, w);
+           n, (long long)t->s[n / 2], (long long)t->s[(n * 99) / 100], (double)t->total / (double)n, w);
+    free(t->s);
+    free(t->win);
 }
 
 /* ---- ump ---- */
 
-static void ump_rtt_client(const struct args *a, chanos_ump *c, int64_t *s)
+/* ump_trip is one round trip of an rtt client over ump: the message
+ * carries i, and the echo must match. Inlined, as bench/peer.go's trip
+ * is. */
+struct ump_trip {
+    const struct args *a;
+    chanos_ump *c;
+    uint8_t *msg;
+};
+
+static inline __attribute__((always_inline)) void ump_trip(void *arg, long i)
 {
-    uint8_t *msg = calloc(1, a->size ? a->size : 1);
-    if (!msg)
+    struct ump_trip *u = arg;
+    size_t size = u->a->size, n;
+    const void *m;
+    memcpy(u->msg, &i, size < sizeof i ? size : sizeof i);
+    int err = chanos_ump_send(u->c, u->msg, size, -1);
+    if (err == 0)
+        err = chanos_ump_recv(u->c, &m, &n, -1);
+    if (err < 0)
+        fatal("round trip", err);
+    if (n != size || memcmp(m, u->msg, n) != 0)
+        fatal("round trip: the echo differs", -EPROTO);
+}
+
+static void ump_rtt_client(const struct args *a, chanos_ump *c)
+{
+    struct ump_trip u = {.a = a, .c = c, .msg = calloc(1, a->size ? a->size : 1)};
+    if (!u.msg)
         fatal("calloc", -ENOMEM);
-    for (long i = 0; i < a->warmup; i++) {
-        const void *m;
-        size_t n;
-        int err = chanos_ump_send(c, msg, a->size, -1);
-        if (err == 0)
-            err = chanos_ump_recv(c, &m, &n, -1);
-        if (err < 0)
-            fatal("warmup", err);
-    }
-    int64_t t0 = now_ns(), prev = t0;
-    for (long i = 0; i < a->iters; i++) {
-        const void *m;
-        size_t n;
-        memcpy(msg, &i, a->size < sizeof i ? a->size : sizeof i);
-        int err = chanos_ump_send(c, msg, a->size, -1);
-        if (err == 0)
-            err = chanos_ump_recv(c, &m, &n, -1);
-        if (err < 0)
-            fatal("round trip", err);
-        if (n != a->size || memcmp(m, msg, n) != 0)
-            fatal("round trip: the echo differs", -EPROTO);
-        int64_t t = now_ns();
-        s[i] = t - prev;
-        prev = t;
-    }
-    report_rtt(s, a->iters, prev - t0);
-    free(msg);
+    for (long i = 0; i < a->warmup; i++)
+        ump_trip(&u, i);
+    struct rtt_timing t;
+    rtt_timed(&t, a->iters, ump_trip, &u);
+    report_rtt(&t);
+    free(u.msg);
 }
 
 static void ump_stream_client(const struct args *a, chanos_ump *c)
@@ -225,13 +261,8 @@ static void run_ump(const struct args *a, int client)
         ump_server(a, c);
     else if (strcmp(a->kase, "stream") == 0)
         ump_stream_client(a, c);
-    else {
-        int64_t *s = malloc((size_t)a->iters * sizeof *s);
-        if (!s)
-            fatal("malloc", -ENOMEM);
-        ump_rtt_client(a, c, s);
-        free(s);
-    }
+    else
+        ump_rtt_client(a, c);
     chanos_ump_close(c);
 }
 
@@ -280,9 +311,9 @@ static void run_path(const struct args *a)
     chanos_ump *x, *y;
     open_pair(&o, &x, &y);
     uint8_t *msg = calloc(1, a->size ? a->size : 1);
-    long windows = a->iters / RTT_WINDOW > 0 ? a->iters / RTT_WINDOW : 1;
-    double *means = malloc((size_t)windows * sizeof *means);
-    if (!msg || !means)
+    long windows = rtt_windows(a->iters);
+    int64_t *win = malloc((size_t)windows * sizeof *win);
+    if (!msg || !win)
         fatal("malloc", -ENOMEM);
     for (long i = 0; i < a->warmup; i++)
         bounce(x, y, msg, a->size);
@@ -291,13 +322,12 @@ static void run_path(const struct args *a)
         for (int i = 0; i < RTT_WINDOW; i++)
             bounce(x, y, msg, a->size);
         int64_t t = now_ns();
-        means[w] = (double)(t - prev) / RTT_WINDOW;
+        win[w] = t - prev;
         prev = t;
     }
-    qsort(means, (size_t)windows, sizeof *means, cmp_double);
     printf("{\"iters\":%ld,\"rtt_ns_mean\":%.2f,\"rtt_ns_window_p50\":%.2f}\n", windows * RTT_WINDOW,
-           (double)(prev - t0) / (double)(windows * RTT_WINDOW), means[windows / 2]);
-    free(means);
+           (double)(prev - t0) / (double)(windows * RTT_WINDOW), window_median(win, windows));
+    free(win);
     free(msg);
     chanos_ump_close(x);
     chanos_ump_close(y);
@@ -353,37 +383,42 @@ static void *share_memfd(int client, size_t size)
     return p;
 }
 
+/* raw_trip is one round trip on the raw cache line: the client writes an
+ * odd number, the server answers with the next even one. */
+struct raw_trip {
+    _Atomic uint64_t *line;
+    uint64_t k; /* round trips so far */
+};
+
+static inline __attribute__((always_inline)) void raw_trip(void *arg, long i)
+{
+    (void)i;
+    struct raw_trip *r = arg;
+    uint64_t k = r->k++;
+    atomic_store_explicit(r->line, 2 * k + 1, memory_order_release);
+    while (atomic_load_explicit(r->line, memory_order_acquire) != 2 * k + 2)
+        cpu_relax();
+}
+
 static void run_raw(const struct args *a, int client)
 {
-    _Atomic uint64_t *line = share_memfd(client, 4096);
-    long total = a->warmup + a->iters;
+    struct raw_trip r = {.line = share_memfd(client, 4096)};
     if (client) {
-        int64_t *s = malloc((size_t)a->iters * sizeof *s);
-        if (!s)
-            fatal("malloc", -ENOMEM);
-        int64_t t0 = 0, prev = 0;
-        for (long i = 0; i < total; i++) {
-            if (i == a->warmup)
-                t0 = prev = now_ns();
-            atomic_store_explicit(line, (uint64_t)(2 * i + 1), memory_order_release);
-            while (atomic_load_explicit(line, memory_order_acquire) != (uint64_t)(2 * i + 2))
-                cpu_relax();
-            if (i >= a->warmup) {
-                int64_t t = now_ns();
-                s[i - a->warmup] = t - prev;
-                prev = t;
-            }
-        }
-        report_rtt(s, a->iters, prev - t0);
-        free(s);
+        for (long i = 0; i < a->warmup; i++)
+            raw_trip(&r, i);
+        struct rtt_timing t;
+        rtt_timed(&t, a->iters, raw_trip, &r);
+        report_rtt(&t);
     } else {
-        for (long i = 0; i < total; i++) {
-            while (atomic_load_explicit(line, memory_order_acquire) != (uint64_t)(2 * i + 1))
+        /* As many as the client makes: warmup, then rtt_timed's. */
+        long total = a->warmup + rtt_timed_trips(a->iters);
+        for (uint64_t k = 0; k < (uint64_t)total; k++) {
+            while (atomic_load_explicit(r.line, memory_order_acquire) != 2 * k + 1)
                 cpu_relax();
-            atomic_store_explicit(line, (uint64_t)(2 * i + 2), memory_order_release);
+            atomic_store_explicit(r.line, 2 * k + 2, memory_order_release);
         }
     }
-    munmap((void *)line, 4096);
+    munmap((void *)r.line, 4096);
 }
 
 /* ---- the bandwidth ceiling: two memcpys through shared memory ---- */
@@ -452,36 +487,38 @@ static void xfer(int write_side, uint8_t *buf, size_t n)
     }
 }
 
+/* uds_trip is one round trip over the socket. */
+struct uds_trip {
+    uint8_t *buf;
+    size_t n;
+};
+
+static void uds_trip(void *arg, long i)
+{
+    (void)i;
+    struct uds_trip *u = arg;
+    xfer(1, u->buf, u->n);
+    xfer(0, u->buf, u->n);
+}
+
 static void run_uds(const struct args *a, int client)
 {
-    size_t n = a->size ? a->size : 1;
-    uint8_t *buf = calloc(1, n);
-    if (!buf)
+    struct uds_trip u = {.n = a->size ? a->size : 1};
+    u.buf = calloc(1, u.n);
+    if (!u.buf)
         fatal("calloc", -ENOMEM);
     if (!client) {
         for (;;) {
-            xfer(0, buf, n);
-            xfer(1, buf, n);
+            xfer(0, u.buf, u.n);
+            xfer(1, u.buf, u.n);
         }
     }
-    int64_t *s = malloc((size_t)a->iters * sizeof *s);
-    if (!s)
-        fatal("malloc", -ENOMEM);
-    int64_t t0 = 0, prev = 0;
-    for (long i = 0; i < a->warmup + a->iters; i++) {
-        if (i == a->warmup)
-            t0 = prev = now_ns();
-        xfer(1, buf, n);
-        xfer(0, buf, n);
-        if (i >= a->warmup) {
-            int64_t t = now_ns();
-            s[i - a->warmup] = t - prev;
-            prev = t;
-        }
-    }
-    report_rtt(s, a->iters, prev - t0);
-    free(s);
-    free(buf);
+    for (long i = 0; i < a->warmup; i++)
+        uds_trip(&u, i);
+    struct rtt_timing t;
+    rtt_timed(&t, a->iters, uds_trip, &u);
+    report_rtt(&t);
+    free(u.buf);
 }
 
 int main(int argc, char **argv)
