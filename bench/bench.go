@@ -50,9 +50,10 @@ type Result struct {
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
 	// PairedRatio, in the clients suite, is the median over the rounds of
 	// this case's total time over that of C/C with as many clients in the
-	// same round. Each run is set against the baseline run next to it in
-	// time, so that a change in the machine's speed from one round to the
-	// next stays out of the ratio.
+	// same round; in the ump suite, for the rtt-spin cases over ump with a
+	// Go side, of the window figure over that of C/C. Each run is set
+	// against the baseline run next to it in time, so that a change in the
+	// machine's speed from one round to the next stays out of the ratio.
 	PairedRatio *float64 `json:"paired_ratio,omitempty"`
 }
 

@@ -171,7 +171,7 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 	for i, c := range cases {
 		r := medianTotal(runs[i])
 		if j := slices.Index(cases, clientsCase{"c-c", c.clients}); j >= 0 {
-			r.PairedRatio = pairedRatio(runs[i], runs[j])
+			r.PairedRatio = pairedRatio(runs[i], runs[j], func(r *Result) float64 { return float64(r.TotalNS) })
 		}
 		if err := emit(r); err != nil {
 			return err
@@ -180,13 +180,13 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 	return nil
 }
 
-// pairedRatio returns the median over rounds of runs[r]'s total time over
-// base[r]'s, the baseline run of the same round.
-func pairedRatio(runs, base []Result) *float64 {
+// pairedRatio returns the median over rounds of runs[r]'s figure (get)
+// over base[r]'s, the baseline run of the same round.
+func pairedRatio(runs, base []Result, get func(*Result) float64) *float64 {
 	var ratios []float64
 	for r := range min(len(runs), len(base)) {
-		if base[r].TotalNS > 0 {
-			ratios = append(ratios, float64(runs[r].TotalNS)/float64(base[r].TotalNS))
+		if b := get(&base[r]); b > 0 {
+			ratios = append(ratios, get(&runs[r])/b)
 		}
 	}
 	if len(ratios) == 0 {

@@ -140,6 +140,7 @@ func TestRunClientsMissingProgram(t *testing.T) {
 
 // The paired ratio is the median of the ratios of the runs of each round.
 func TestPairedRatio(t *testing.T) {
+	total := func(r *Result) float64 { return float64(r.TotalNS) }
 	runs := func(totals ...int64) []Result {
 		var rs []Result
 		for _, n := range totals {
@@ -155,12 +156,12 @@ func TestPairedRatio(t *testing.T) {
 		{runs(200, 330), runs(100, 300), 1.55},
 		{runs(150, 250, 600), runs(100, 250, 500), 1.2},
 	} {
-		got := pairedRatio(tc.runs, tc.base)
+		got := pairedRatio(tc.runs, tc.base, total)
 		if got == nil || math.Abs(*got-tc.want) > 1e-9 {
 			t.Errorf("pairedRatio(%v, %v) = %v, want %v", tc.runs, tc.base, got, tc.want)
 		}
 	}
-	if got := pairedRatio(runs(1), runs(0)); got != nil {
+	if got := pairedRatio(runs(1), runs(0), total); got != nil {
 		t.Errorf("pairedRatio with a zero baseline = %v, want nil", *got)
 	}
 }

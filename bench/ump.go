@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -174,11 +175,21 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 				return fmt.Errorf("ump case %s: %w", c.key(), err)
 			}
 			runs[i] = append(runs[i], r)
-			if round == rounds-1 {
-				if err := emit(Median(runs[i])); err != nil {
-					return err
+		}
+	}
+	cc := slices.IndexFunc(cases, func(c umpCase) bool { return c.goTax() && c.peers == "c-c" })
+	for i, c := range cases {
+		r := Median(runs[i])
+		if c.goTax() && c.peers != "c-c" && cc >= 0 {
+			r.PairedRatio = pairedRatio(runs[i], runs[cc], func(r *Result) float64 {
+				if r.RTTWindow == nil {
+					return 0
 				}
-			}
+				return *r.RTTWindow
+			})
+		}
+		if err := emit(r); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -36,7 +36,7 @@ func TestRunUMP(t *testing.T) {
 	defer os.Unsetenv("BENCH_TEST_PEER")
 	cases := []string{"rtt-spin/ump/go-go", "rtt-parked/ump/go-go", "path/ump/go-go", "path-locked/ump/go-go", "stream/ump/go-go/65536", "stream/memcpy/go/64"}
 	if _, err := FindCTool("chanos-ump-bench"); err == nil {
-		cases = append(cases, "path/ump/c-c", "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
+		cases = append(cases, "path/ump/c-c", "rtt-spin/ump/c-c", "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("C bench peer missing (CI is set): %v", err)
 	} else {
@@ -69,6 +69,12 @@ func TestRunUMP(t *testing.T) {
 		}
 		if r.Suite != "ump" || r.Iters <= 0 || r.Runs != wantRuns {
 			t.Errorf("bad result %+v (want %d runs)", r, wantRuns)
+		}
+		// Paired against c-c's runs when c-c ran: the Go tax's cases
+		// with a Go side.
+		paired := strings.HasPrefix(r.Key(), "rtt-spin/ump/") && r.Peers != "c-c" && slices.Contains(cases, "rtt-spin/ump/c-c")
+		if (r.PairedRatio != nil) != paired {
+			t.Errorf("%s: paired ratio %v, want one: %v", r.Key(), r.PairedRatio, paired)
 		}
 		if i > 0 && slices.IndexFunc(umpCases(true), func(c umpCase) bool { return c.key() == r.Key() }) <
 			slices.IndexFunc(umpCases(true), func(c umpCase) bool { return c.key() == results[i-1].Key() }) {
