@@ -76,6 +76,9 @@ bench-smoke: all
 	@for s in pingpong stream rpc ump bind clients ring; do \
 		grep -q "\"suite\":\"$$s\"" $(BUILD)/bench-smoke.jsonl || { echo "bench-smoke: no $$s results" >&2; exit 1; }; \
 	done
+	@# The ratios paired by round: rpc against the raw ring, go-go against c-c.
+	@grep '"suite":"rpc","case":"rpc","transport":"ump"' $(BUILD)/bench-smoke.jsonl | grep -q '"paired_ratio"' || { echo "bench-smoke: rpc over ump has no paired ratio" >&2; exit 1; }
+	@grep '"suite":"ump","case":"rtt-spin","transport":"ump","peers":"go-go"' $(BUILD)/bench-smoke.jsonl | grep -q '"paired_ratio"' || { echo "bench-smoke: the Go tax has no paired ratio" >&2; exit 1; }
 
 demo: all
 	./bin/chanos demo

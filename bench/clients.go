@@ -200,6 +200,15 @@ func pairedRatio(runs, base []Result, get func(*Result) float64) *float64 {
 	return &m
 }
 
+// windowOf is a result's window figure for pairedRatio: 0, which
+// pairedRatio leaves out as a baseline, when there is none.
+func windowOf(r *Result) float64 {
+	if r.RTTWindow == nil {
+		return 0
+	}
+	return *r.RTTWindow
+}
+
 // medianTotal returns the run of median total time, marked with the
 // number of runs.
 func medianTotal(runs []Result) Result {

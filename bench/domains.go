@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -339,8 +340,13 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 			runs[i] = append(runs[i], r)
 		}
 	}
-	for i := range cases {
-		if err := emit(Median(runs[i])); err != nil {
+	raw := slices.IndexFunc(cases, func(c rcase) bool { return c.name == "rtt-spin/ump/go-go" })
+	for i, c := range cases {
+		r := Median(runs[i])
+		if c.name == "rpc/ump/go-go" { // against the raw ring's run of the same round
+			r.PairedRatio = pairedRatio(runs[i], runs[raw], windowOf)
+		}
+		if err := emit(r); err != nil {
 			return err
 		}
 	}
@@ -571,6 +577,9 @@ func DomainSummary(w io.Writer, results []Result) {
 		if rpc.RTTWindow != nil && raw.RTTWindow != nil {
 			r := *rpc.RTTWindow / *raw.RTTWindow
 			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window): %.2f (goal <= 1.3: %s)\n", r, verdict(r <= 1.3))
+		}
+		if r := rpc.PairedRatio; r != nil {
+			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window, paired by round): %.2f (goal <= 1.3: %s)\n", *r, verdict(*r <= 1.3))
 		}
 	}
 	if loc, ch := find("send-receive", "local"), find("send-receive", "go-chan"); loc != nil && ch != nil && loc.MsgsPerS != nil && ch.MsgsPerS != nil {

@@ -181,12 +181,7 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 	for i, c := range cases {
 		r := Median(runs[i])
 		if c.goTax() && c.peers != "c-c" && cc >= 0 {
-			r.PairedRatio = pairedRatio(runs[i], runs[cc], func(r *Result) float64 {
-				if r.RTTWindow == nil {
-					return 0
-				}
-				return *r.RTTWindow
-			})
+			r.PairedRatio = pairedRatio(runs[i], runs[cc], windowOf)
 		}
 		if err := emit(r); err != nil {
 			return err
