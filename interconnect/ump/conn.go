@@ -387,7 +387,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 	}
 	done := ctx.Done()
 	if b, window := &c.txSpin, c.txSpin.window(); window > 0 {
-		var start time.Time
+		var start int64 // nanotime of the first check
 		for i := 1; ; i++ {
 			spinPause()
 			if err := t.refresh(); err != nil {
@@ -403,9 +403,9 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 			if err := c.txEnded(ctx, done); err != nil {
 				return err
 			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > window {
+			if now := nanotime(); start == 0 {
+				start = now
+			} else if now-start > int64(window) {
 				b.lost()
 				break
 			}
@@ -617,7 +617,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 		return err
 	}
 	if b, window := &c.rxSpin, c.rxSpin.window(); window > 0 {
-		var start time.Time
+		var start int64 // nanotime of the first check
 		for i := 1; ; i++ {
 			if i > tightPolls {
 				spinPause()
@@ -632,9 +632,9 @@ func (c *Conn) waitData(ctx context.Context) error {
 			if retry, err := c.rxEnded(ctx, done); retry || err != nil {
 				return err
 			}
-			if start.IsZero() {
-				start = time.Now()
-			} else if time.Since(start) > window {
+			if now := nanotime(); start == 0 {
+				start = now
+			} else if now-start > int64(window) {
 				b.lost()
 				break
 			}
