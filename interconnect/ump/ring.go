@@ -120,7 +120,11 @@ func (t *producer) write(msg []byte) {
 		slot := t.slot(p)
 		lo := k * SlotPayload
 		hi := min(lo+SlotPayload, n)
-		copy(unsafe.Slice((*byte)(slot), SlotPayload), msg[lo:hi])
+		if dst := unsafe.Slice((*byte)(slot), SlotPayload); hi-lo == 8 { // see copy8
+			copy8(dst, msg[lo:hi])
+		} else {
+			copy(dst, msg[lo:hi])
+		}
 		w := uint64(uint32(p+1)) | uint64(info)<<32
 		ctrl := (*uint64)(unsafe.Add(slot, ctrlOff))
 		p++
@@ -314,11 +318,12 @@ func (r *consumer) poll() (bool, error) {
 	}
 }
 
-// checkFirst looks at the info of a message's first slot, at position p,
-// that is not a plain message in slots of at most the maximum size: it
-// reports whether it is a bulk message's descriptor, or why it is wrong.
-// Out of poll's loop: the formatting of the errors would otherwise cost
-// every message.
+// checkFirst looks at the info of the first slot of a message, at
+// position p, that is not the commonest kind (a first slot, no flags, at
+// most BulkMin bytes): it reports a bulk message's descriptor (bulk), a
+// longer message in the slots of a ring pair without a bulk region (no
+// error), or why the info is wrong. Out of poll's loop: the formatting of
+// the errors would otherwise cost every message.
 func (r *consumer) checkFirst(p uint64, info uint32) (bulk bool, err error) {
 	n := info & infoLenMax
 	switch {
