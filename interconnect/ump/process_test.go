@@ -3,7 +3,7 @@ package ump
 import (
 	"context"
 	"errors"
-	"strconv"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -152,17 +152,24 @@ func TestKillWhileStreaming(t *testing.T) {
 // (header, control words, slots) and signals the eventfds. The reader must
 // neither crash nor hang, and the connection ends with ErrProtocol.
 func TestScribbler(t *testing.T) {
-	for run := range 3 {
-		t.Run(strconv.Itoa(run), func(t *testing.T) {
+	for _, tc := range []struct {
+		size      int
+		exclusive bool // SendExclusive and ReceiveExclusive, with their one-slot fast paths
+	}{{0, false}, {100, false}, {200, false}, {8, true}, {100, true}} {
+		t.Run(fmt.Sprintf("%d-exclusive-%v", tc.size, tc.exclusive), func(t *testing.T) {
 			ch, c := attachChild(t, "scribble", "", nil)
 			defer ch.kill()
 			defer c.Close()
 			waitReady(t, ch)
 			ctx := ctxT(t)
+			send, receive := c.Send, c.Receive
+			if tc.exclusive {
+				send, receive = c.SendExclusive, c.ReceiveExclusive
+			}
 			sendErr := make(chan error, 1)
 			go func() {
 				for {
-					if err := c.Send(ctx, make([]byte, run*100)); err != nil {
+					if err := send(ctx, make([]byte, tc.size)); err != nil {
 						sendErr <- err
 						return
 					}
@@ -171,7 +178,7 @@ func TestScribbler(t *testing.T) {
 			var err error
 			for err == nil || errors.Is(err, context.DeadlineExceeded) {
 				rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-				_, err = c.Receive(rctx)
+				_, err = receive(rctx)
 				cancel()
 				if ctx.Err() != nil {
 					t.Fatal("no protocol violation detected")

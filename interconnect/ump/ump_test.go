@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 func pipe(t *testing.T, o *Options) (*Conn, *Conn) {
@@ -714,5 +715,53 @@ func TestSendParts(t *testing.T) {
 				t.Fatalf("a message of %d bytes after a refused TrySendParts, want %d", len(m), max)
 			}
 		}
+	}
+}
+
+// TestGarbageInNextSlot: a sequence word that is neither the next nor the
+// stale one ends the connection with ErrProtocol, whether the receive
+// finds it on its first poll (ReceiveExclusive's fast path) or on a poll
+// after waiting, and the connection's sender learns of it too.
+func TestGarbageInNextSlot(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		receive func(c *Conn, ctx context.Context) ([]byte, error)
+		wait    bool // the garbage comes while the receiver waits
+	}{
+		{"Receive", (*Conn).Receive, false},
+		{"ReceiveExclusive", (*Conn).ReceiveExclusive, false},
+		{"ReceiveExclusive waiting", (*Conn).ReceiveExclusive, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := pipe(t, &Options{RingSlots: 8})
+			ctx := ctxT(t)
+			if err := a.SendExclusive(ctx, []byte("first")); err != nil {
+				t.Fatal(err)
+			}
+			if m, err := tc.receive(b, ctx); err != nil || string(m) != "first" {
+				t.Fatalf("first receive = %q, %v", m, err)
+			}
+			// What a broken or hostile peer would write: b's next slot,
+			// through b's own mapping of the ring a writes; then the
+			// signal a writer gives a receiver that sleeps (past the spin
+			// window, b has parked).
+			garbage := func() {
+				atomic.StoreUint64((*uint64)(unsafe.Add(b.rx.slot(b.rx.pos), ctrlOff)), 0xdead<<32|0xbeef)
+				eventfdSignal(a.txWake)
+			}
+			if tc.wait {
+				time.AfterFunc(20*time.Millisecond, garbage)
+			} else {
+				garbage()
+			}
+			for range 2 { // and again: the connection stays ended
+				if _, err := tc.receive(b, ctx); !errors.Is(err, ErrProtocol) {
+					t.Fatalf("receive after garbage = %v, want ErrProtocol", err)
+				}
+			}
+			if err := b.SendExclusive(ctx, []byte("x")); !errors.Is(err, ErrProtocol) {
+				t.Fatalf("send on the ended connection = %v, want ErrProtocol", err)
+			}
+		})
 	}
 }
