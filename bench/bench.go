@@ -51,7 +51,8 @@ type Result struct {
 	// PairedRatio, in the clients suite, is the median over the rounds of
 	// this case's total time over that of C/C with as many clients in the
 	// same round; in the ump suite, for the rtt-spin cases over ump with a
-	// Go side, of the window figure over that of C/C, and in the rpc suite,
+	// Go side, of the window figure over that of C/C (for C/C, over the
+	// raw cache line's), and in the rpc suite,
 	// for the rpc over ump, of its window figure over the raw ring's (the
 	// same two processes, just before). Each run is set
 	// against the baseline run next to it in time, so that a change in the

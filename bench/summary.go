@@ -58,10 +58,19 @@ func UMPSummary(w io.Writer, results []Result) {
 		v, ok = ratio(ump, raw, window)
 		line("rtt-spin ump "+p.peers+" / raw-spin c-c, window", v, ok, fmt.Sprintf("<= %.1f", p.goal), le(p.goal))
 	}
+	if r := find("rtt-spin", "ump", "c-c", 8); r != nil && r.PairedRatio != nil {
+		line("rtt-spin ump c-c / raw-spin c-c, window, paired by round", *r.PairedRatio, true, "<= 1.5", le(1.5))
+	}
+	// Against the floor of any pair of one-way rings: two cache lines,
+	// one per direction.
+	v, ok := ratio(find("rtt-spin", "ump", "c-c", 8), find("rtt-spin", "raw-pair", "c-c", 8), window)
+	line("rtt-spin ump c-c / raw-pair c-c, window (two lines' floor)", v, ok, "(no goal)", nil)
+	v, ok = ratio(find("rtt-spin", "raw-pair", "c-c", 8), raw, window)
+	line("rtt-spin raw-pair c-c / raw-spin c-c, window (a second line)", v, ok, "(no goal)", nil)
 	// The Go tax, measured as Biscuit did (issue 5): the same ping-pong on
 	// the same ring in Go and in C.
 	gogo, cc := find("rtt-spin", "ump", "go-go", 8), find("rtt-spin", "ump", "c-c", 8)
-	v, ok := ratio(gogo, cc, p50)
+	v, ok = ratio(gogo, cc, p50)
 	line("rtt-spin ump go-go / ump c-c, p50 (Go tax)", v, ok, "<= 1.15", le(1.15))
 	v, ok = ratio(gogo, cc, window)
 	line("rtt-spin ump go-go / ump c-c, window (Go tax)", v, ok, "<= 1.15", le(1.15))

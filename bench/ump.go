@@ -24,9 +24,10 @@ type UMPConfig struct {
 	// so that subjects and baselines see the same machine, and reports the
 	// median run. Zero means 3. The idle case runs once.
 	Repeat int
-	// RTTRepeat is how many times the four rtt-spin cases over ump run
-	// (go-go, c-c, go-c, c-go: issue 5's Go tax), at least Repeat; the
-	// rounds past Repeat run those cases only, and come first. A run
+	// RTTRepeat is how many times the rtt-spin cases run (go-go, c-c,
+	// go-c, c-go over ump: issue 5's Go tax; and the raw cache lines:
+	// issue 3's floor), at least Repeat; the rounds past Repeat run those
+	// cases only, and come first. A run
 	// takes a third of a second, and the VM puts a whole run of a process
 	// pair into one of two or three speeds (200 or 600 ns where most runs
 	// take 120 to 140, say), so more runs buy a steadier median cheaply.
@@ -62,9 +63,10 @@ func (c *umpCase) key() string {
 	return fmt.Sprintf("%s/%s/%s/%d", c.kase, c.transport, c.peers, c.size)
 }
 
-// goTax reports whether c is one of the cases issue 5's Go tax is stated
-// in, which run RTTRepeat times.
-func (c *umpCase) goTax() bool { return c.kase == "rtt-spin" && c.transport == "ump" }
+// spinRTT reports whether c is a spinning round trip, over ump (the
+// cases issue 5's Go tax is stated in) or on raw cache lines (issue 3's
+// floor): these run RTTRepeat times.
+func (c *umpCase) spinRTT() bool { return c.kase == "rtt-spin" }
 
 func (c *umpCase) needsC() bool { return strings.Contains(c.peers, "c") }
 
@@ -87,6 +89,7 @@ func umpCases(quick bool) []umpCase {
 	cs = append(cs, umpCase{kase: "path-locked", transport: "ump", peers: "go-go", size: 8, iters: 2 * rtt, warmup: rtt / 10})
 	cs = append(cs,
 		umpCase{kase: "rtt-spin", transport: "raw-spin", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
+		umpCase{kase: "rtt-spin", transport: "raw-pair", peers: "c-c", size: 8, iters: rtt, warmup: rtt / 10},
 		umpCase{kase: "rtt-parked", transport: "ump", peers: "go-go", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
 		umpCase{kase: "rtt-parked", transport: "ump", peers: "c-c", size: 8, iters: q(50000, 5000), warmup: q(1000, 500), spinNS: -1},
 		umpCase{kase: "rtt-parked", transport: "uds", peers: "c-c", size: 8, iters: q(50000, 5000), warmup: q(1000, 500)},
@@ -164,8 +167,8 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 			switch {
 			case c.once && round < rounds-1:
 				continue
-			case round < rounds-repeat && !c.goTax():
-				continue // the rounds of the Go tax's cases alone come first
+			case round < rounds-repeat && !c.spinRTT():
+				continue // the rounds of the spinning round trips alone come first
 			}
 			if cfg.Progress != nil {
 				fmt.Fprintf(cfg.Progress, "ump: run %d/%d case %d/%d: %s\n", round+1, rounds, i+1, len(cases), c.key())
@@ -177,11 +180,22 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 			runs[i] = append(runs[i], r)
 		}
 	}
-	cc := slices.IndexFunc(cases, func(c umpCase) bool { return c.goTax() && c.peers == "c-c" })
+	// Paired by round: a Go side against C/C (the Go tax), and C/C against
+	// the raw line (issue 3's floor).
+	find := func(transport, peers string) int {
+		return slices.IndexFunc(cases, func(c umpCase) bool {
+			return c.kase == "rtt-spin" && c.transport == transport && c.peers == peers
+		})
+	}
+	cc, raw := find("ump", "c-c"), find("raw-spin", "c-c")
 	for i, c := range cases {
 		r := Median(runs[i])
-		if c.goTax() && c.peers != "c-c" && cc >= 0 {
+		switch {
+		case c.kase != "rtt-spin" || c.transport != "ump":
+		case c.peers != "c-c" && cc >= 0:
 			r.PairedRatio = pairedRatio(runs[i], runs[cc], windowOf)
+		case c.peers == "c-c" && raw >= 0:
+			r.PairedRatio = pairedRatio(runs[i], runs[raw], windowOf)
 		}
 		if err := emit(r); err != nil {
 			return err

@@ -36,7 +36,7 @@ func TestRunUMP(t *testing.T) {
 	defer os.Unsetenv("BENCH_TEST_PEER")
 	cases := []string{"rtt-spin/ump/go-go", "rtt-parked/ump/go-go", "path/ump/go-go", "path-locked/ump/go-go", "stream/ump/go-go/65536", "stream/memcpy/go/64"}
 	if _, err := FindCTool("chanos-ump-bench"); err == nil {
-		cases = append(cases, "path/ump/c-c", "rtt-spin/ump/c-c", "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
+		cases = append(cases, "path/ump/c-c", "rtt-spin/ump/c-c", "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-spin/raw-pair", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("C bench peer missing (CI is set): %v", err)
 	} else {
@@ -64,15 +64,16 @@ func TestRunUMP(t *testing.T) {
 	}
 	for i, r := range results {
 		wantRuns := 1
-		if strings.HasPrefix(r.Key(), "rtt-spin/ump/") {
+		if r.Case == "rtt-spin" {
 			wantRuns = 2
 		}
 		if r.Suite != "ump" || r.Iters <= 0 || r.Runs != wantRuns {
 			t.Errorf("bad result %+v (want %d runs)", r, wantRuns)
 		}
 		// Paired against c-c's runs when c-c ran: the Go tax's cases
-		// with a Go side.
-		paired := strings.HasPrefix(r.Key(), "rtt-spin/ump/") && r.Peers != "c-c" && slices.Contains(cases, "rtt-spin/ump/c-c")
+		// with a Go side; c-c against the raw line's.
+		paired := strings.HasPrefix(r.Key(), "rtt-spin/ump/") && slices.Contains(cases, "rtt-spin/ump/c-c") &&
+			(r.Peers != "c-c" || slices.Contains(cases, "rtt-spin/raw-spin"))
 		if (r.PairedRatio != nil) != paired {
 			t.Errorf("%s: paired ratio %v, want one: %v", r.Key(), r.PairedRatio, paired)
 		}

@@ -2,7 +2,7 @@
  * chanos-ump-bench: the C peer of `chanos bench ump` (bench/ump.go).
  *
  *   chanos-ump-bench --role client|server --case rtt|stream
- *                    --transport ump|raw-spin|uds|shm-memcpy --size N --iters N
+ *                    --transport ump|raw-spin|raw-pair|uds|shm-memcpy --size N --iters N
  *                    --warmup N [--spin-ns N] [--max-msg N]
  *
  * The connected Unix socket is descriptor 3. The client creates the
@@ -15,6 +15,7 @@
  *
  *   rtt/ump       ping-pong of size-byte messages over a ump connection
  *   rtt/raw-spin  ping-pong of a counter on one shared cache line (the floor)
+ *   rtt/raw-pair  the same on two lines, one per direction (a ring pair's floor)
  *   rtt/uds       ping-pong of size bytes over the Unix socket itself
  *   stream/ump    the client sends iters messages, the server acknowledges
  *   stream/shm-memcpy  the client copies into shared buffers, the server
@@ -383,10 +384,14 @@ static void *share_memfd(int client, size_t size)
     return p;
 }
 
-/* raw_trip is one round trip on the raw cache line: the client writes an
- * odd number, the server answers with the next even one. */
+/* raw_trip is one round trip on raw cache lines: the client writes an odd
+ * number into ping, the server answers with the next even one in pong.
+ * raw-spin: ping and pong are one word, one cache line bounced both ways
+ * (the floor of any shared-memory round trip); raw-pair: two lines, one
+ * per direction, as a ring pair has (the floor of any channel made of two
+ * one-way rings, ump's among them). */
 struct raw_trip {
-    _Atomic uint64_t *line;
+    _Atomic uint64_t *ping, *pong;
     uint64_t k; /* round trips so far */
 };
 
@@ -395,14 +400,17 @@ static inline __attribute__((always_inline)) void raw_trip(void *arg, long i)
     (void)i;
     struct raw_trip *r = arg;
     uint64_t k = r->k++;
-    atomic_store_explicit(r->line, 2 * k + 1, memory_order_release);
-    while (atomic_load_explicit(r->line, memory_order_acquire) != 2 * k + 2)
+    atomic_store_explicit(r->ping, 2 * k + 1, memory_order_release);
+    while (atomic_load_explicit(r->pong, memory_order_acquire) != 2 * k + 2)
         cpu_relax();
 }
 
-static void run_raw(const struct args *a, int client)
+static void run_raw(const struct args *a, int client, int pair)
 {
-    struct raw_trip r = {.line = share_memfd(client, 4096)};
+    uint8_t *mem = share_memfd(client, 4096);
+    /* 2 KiB apart: lines the hardware prefetchers do not fetch together. */
+    struct raw_trip r = {.ping = (_Atomic uint64_t *)(void *)mem,
+                         .pong = (_Atomic uint64_t *)(void *)(mem + (pair ? 2048 : 0))};
     if (client) {
         for (long i = 0; i < a->warmup; i++)
             raw_trip(&r, i);
@@ -413,12 +421,12 @@ static void run_raw(const struct args *a, int client)
         /* As many as the client makes: warmup, then rtt_timed's. */
         long total = a->warmup + rtt_timed_trips(a->iters);
         for (uint64_t k = 0; k < (uint64_t)total; k++) {
-            while (atomic_load_explicit(r.line, memory_order_acquire) != 2 * k + 1)
+            while (atomic_load_explicit(r.ping, memory_order_acquire) != 2 * k + 1)
                 cpu_relax();
-            atomic_store_explicit(r.line, 2 * k + 2, memory_order_release);
+            atomic_store_explicit(r.pong, 2 * k + 2, memory_order_release);
         }
     }
-    munmap((void *)r.line, 4096);
+    munmap(mem, 4096);
 }
 
 /* ---- the bandwidth ceiling: two memcpys through shared memory ---- */
@@ -551,7 +559,7 @@ int main(int argc, char **argv)
     int client = !strcmp(a.role, "client");
     if ((!client && strcmp(a.role, "server")) || a.iters <= 0 || a.warmup < 0) {
         fprintf(stderr, "usage: chanos-ump-bench --role client|server [--case rtt|stream|path] "
-                        "[--transport ump|raw-spin|uds] [--size N] [--iters N] [--warmup N] "
+                        "[--transport ump|raw-spin|raw-pair|uds] [--size N] [--iters N] [--warmup N] "
                         "[--spin-ns N] [--max-msg N]\n");
         return 2;
     }
@@ -559,8 +567,8 @@ int main(int argc, char **argv)
         run_path(&a);
     else if (!strcmp(a.transport, "ump"))
         run_ump(&a, client);
-    else if (!strcmp(a.transport, "raw-spin"))
-        run_raw(&a, client);
+    else if (!strcmp(a.transport, "raw-spin") || !strcmp(a.transport, "raw-pair"))
+        run_raw(&a, client, !strcmp(a.transport, "raw-pair"));
     else if (!strcmp(a.transport, "uds"))
         run_uds(&a, client);
     else if (!strcmp(a.transport, "shm-memcpy"))
