@@ -343,7 +343,7 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 	raw := slices.IndexFunc(cases, func(c rcase) bool { return c.name == "rtt-spin/ump/go-go" })
 	for i, c := range cases {
 		r := Median(runs[i])
-		if c.name == "rpc/ump/go-go" { // against the raw ring's run of the same round
+		if c.name == "rpc/ump/go-go" && raw >= 0 { // against the raw ring's run of the same round
 			r.PairedRatio = pairedRatio(runs[i], runs[raw], windowOf)
 		}
 		if err := emit(r); err != nil {

@@ -27,10 +27,10 @@ type UMPConfig struct {
 	// RTTRepeat is how many times the rtt-spin cases run (go-go, c-c,
 	// go-c, c-go over ump: issue 5's Go tax; and the raw cache lines:
 	// issue 3's floor), at least Repeat; the rounds past Repeat run those
-	// cases only, and come first. A run
-	// takes a third of a second, and the VM puts a whole run of a process
-	// pair into one of two or three speeds (200 or 600 ns where most runs
-	// take 120 to 140, say), so more runs buy a steadier median cheaply.
+	// cases only, and come first. A run takes a third of a second, and
+	// the VM moves its vCPUs between placements every few seconds (a run
+	// can take 1.2 or 3 times the usual round trip), so more runs buy a
+	// steadier median, and more rounds a steadier paired ratio, cheaply.
 	// Zero means 9 when Repeat is zero too (and not Quick), else Repeat:
 	// a Repeat given is taken as it is.
 	RTTRepeat int
