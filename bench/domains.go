@@ -284,19 +284,11 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 		samples[i] = t - prev
 		prev = t
 	}
-	total := prev - t0
 	windows := make([]int64, max(1, iters/RTTWindow))
-	prev = nanotime()
-	for w := range windows {
-		for i := range RTTWindow {
-			if err := op(w*RTTWindow + i); err != nil {
-				return Result{}, err
-			}
-		}
-		t := nanotime()
-		windows[w], prev = t-prev, t
+	if _, err := timeWindows(windows, op); err != nil {
+		return Result{}, err
 	}
-	return rttResult(samples, total, windows), nil
+	return rttResult(samples, prev-t0, windows), nil
 }
 
 // RunRPC runs the rpc suite: an rpc round trip through the generated stubs

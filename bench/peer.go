@@ -122,9 +122,9 @@ func Peer(ctx context.Context, args []string, out io.Writer) error {
 // rttClient times round trips of a.size bytes (the server echoes): a.iters
 // one by one, for p50, p99 and the mean, then a.iters more in windows of
 // RTTWindow, for the window figure, with one clock read per window.
-// ump_bench.c's ump_rtt_client is its C twin. (It is timeRTT written out:
-// timeRTT's op is an indirect call, which the C twin's round trip has not;
-// trip here is inlined.)
+// ump_bench.c's ump_rtt_client is its C twin. (It is timeRTT written out,
+// timeWindows included: their trip is an indirect call, which the C
+// twin's round trip is not; trip here is inlined.)
 func rttClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 	msg := make([]byte, a.size)
 	trip := func(i int) error {
@@ -198,7 +198,7 @@ func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 		}
 		return err
 	}
-	bounce := func() error { // C's contract: one goroutine per direction
+	bounce := func(int) error { // C's contract: one goroutine per direction
 		if err := x.SendExclusive(ctx, msg); err != nil {
 			return err
 		}
@@ -212,7 +212,7 @@ func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 		return check(x.ReceiveExclusive(ctx))
 	}
 	if a.kase == "path-locked" {
-		bounce = func() error {
+		bounce = func(int) error {
 			if err := x.Send(ctx, msg); err != nil {
 				return err
 			}
@@ -226,29 +226,40 @@ func pathClient(ctx context.Context, a *peerArgs) (Result, error) {
 			return check(x.Receive(ctx))
 		}
 	}
-	for range a.warmup {
-		if err := bounce(); err != nil {
+	for i := range a.warmup {
+		if err := bounce(i); err != nil {
 			return Result{}, err
 		}
 	}
-	windows := make([]int64, max(1, a.iters/RTTWindow)) // each window's time
+	windows := make([]int64, max(1, a.iters/RTTWindow))
+	total, err := timeWindows(windows, bounce)
+	if err != nil {
+		return Result{}, err
+	}
+	n := len(windows) * RTTWindow
+	return Result{
+		Iters:     n,
+		RTTMean:   f64(float64(total) / float64(n)),
+		RTTWindow: f64(windowMedian(windows, 1) / RTTWindow),
+	}, nil
+}
+
+// timeWindows runs trip len(windows) times RTTWindow times, i counting
+// from 0, and stores the time each window of RTTWindow took in windows:
+// one clock read per window. It returns the time of all of them.
+func timeWindows(windows []int64, trip func(i int) error) (int64, error) {
 	t0 := nanotime()
 	prev := t0
 	for w := range windows {
-		for range RTTWindow {
-			if err := bounce(); err != nil {
-				return Result{}, err
+		for i := range RTTWindow {
+			if err := trip(w*RTTWindow + i); err != nil {
+				return 0, err
 			}
 		}
 		t := nanotime()
 		windows[w], prev = t-prev, t
 	}
-	n := len(windows) * RTTWindow
-	return Result{
-		Iters:     n,
-		RTTMean:   f64(float64(prev-t0) / float64(n)),
-		RTTWindow: f64(windowMedian(windows, 1) / RTTWindow),
-	}, nil
+	return prev - t0, nil
 }
 
 // rttResult summarizes round-trip samples in ns, given in the order they

@@ -112,6 +112,24 @@ static long rtt_timed_trips(long iters)
     return iters + rtt_windows(iters) * RTT_WINDOW;
 }
 
+/* time_windows runs trip(arg, i) nwin times RTT_WINDOW times, i counting
+ * from 0, and stores the time each window of RTT_WINDOW took in win: one
+ * clock read per window. It returns the time of all of them. Always
+ * inlined, so that trip is a direct call. */
+static inline __attribute__((always_inline)) int64_t time_windows(int64_t *win, long nwin,
+                                                                  void (*trip)(void *arg, long i), void *arg)
+{
+    int64_t t0 = now_ns(), prev = t0;
+    for (long w = 0; w < nwin; w++) {
+        for (long i = w * RTT_WINDOW; i < (w + 1) * RTT_WINDOW; i++)
+            trip(arg, i);
+        int64_t now = now_ns();
+        win[w] = now - prev;
+        prev = now;
+    }
+    return prev - t0;
+}
+
 /* rtt_timed runs trip(arg, i), one round trip, as bench/peer.go's
  * rttClient does: iters times timed one by one, then in windows timed
  * whole. Always inlined, so that the round trip is a direct call, as in
@@ -133,14 +151,7 @@ static inline __attribute__((always_inline)) void rtt_timed(struct rtt_timing *t
         prev = now;
     }
     t->total = prev - t0;
-    prev = now_ns();
-    for (long w = 0; w < t->nwin; w++) {
-        for (long i = w * RTT_WINDOW; i < (w + 1) * RTT_WINDOW; i++)
-            trip(arg, i);
-        int64_t now = now_ns();
-        t->win[w] = now - prev;
-        prev = now;
-    }
+    time_windows(t->win, t->nwin, trip, arg);
 }
 
 /* report_rtt prints the round-trip statistics of t and frees it. */
@@ -290,16 +301,25 @@ static void open_pair(const struct chanos_ump_options *o, chanos_ump **x, chanos
         fatal("open", err);
 }
 
-/* bounce sends msg from x to y and back. */
-static void bounce(chanos_ump *x, chanos_ump *y, const uint8_t *msg, size_t size)
+/* path_bounce is one bounce of the path case: msg from x to y and back. */
+struct path_bounce {
+    chanos_ump *x, *y;
+    const uint8_t *msg;
+    size_t size;
+};
+
+static inline __attribute__((always_inline)) void bounce(void *arg, long i)
 {
+    (void)i;
+    struct path_bounce *b = arg;
     const void *m;
     size_t n;
     int err;
-    if ((err = chanos_ump_send(x, msg, size, -1)) < 0 || (err = chanos_ump_recv(y, &m, &n, -1)) < 0 ||
-        (err = chanos_ump_send(y, m, n, -1)) < 0 || (err = chanos_ump_recv(x, &m, &n, -1)) < 0)
+    if ((err = chanos_ump_send(b->x, b->msg, b->size, -1)) < 0 ||
+        (err = chanos_ump_recv(b->y, &m, &n, -1)) < 0 || (err = chanos_ump_send(b->y, m, n, -1)) < 0 ||
+        (err = chanos_ump_recv(b->x, &m, &n, -1)) < 0)
         fatal("bounce", err);
-    if (n != size)
+    if (n != b->size)
         fatal("bounce", CHANOS_ERR_PROTOCOL);
 }
 
@@ -309,29 +329,23 @@ static void bounce(chanos_ump *x, chanos_ump *y, const uint8_t *msg, size_t size
 static void run_path(const struct args *a)
 {
     struct chanos_ump_options o = {.max_msg = a->max_msg, .spin_ns = a->spin_ns};
-    chanos_ump *x, *y;
-    open_pair(&o, &x, &y);
+    struct path_bounce b = {.size = a->size};
+    open_pair(&o, &b.x, &b.y);
     uint8_t *msg = calloc(1, a->size ? a->size : 1);
     long windows = rtt_windows(a->iters);
     int64_t *win = malloc((size_t)windows * sizeof *win);
     if (!msg || !win)
         fatal("malloc", -ENOMEM);
+    b.msg = msg;
     for (long i = 0; i < a->warmup; i++)
-        bounce(x, y, msg, a->size);
-    int64_t t0 = now_ns(), prev = t0;
-    for (long w = 0; w < windows; w++) {
-        for (int i = 0; i < RTT_WINDOW; i++)
-            bounce(x, y, msg, a->size);
-        int64_t t = now_ns();
-        win[w] = t - prev;
-        prev = t;
-    }
+        bounce(&b, i);
+    int64_t total = time_windows(win, windows, bounce, &b);
     printf("{\"iters\":%ld,\"rtt_ns_mean\":%.2f,\"rtt_ns_window_p50\":%.2f}\n", windows * RTT_WINDOW,
-           (double)(prev - t0) / (double)(windows * RTT_WINDOW), window_median(win, windows));
+           (double)total / (double)(windows * RTT_WINDOW), window_median(win, windows));
     free(win);
     free(msg);
-    chanos_ump_close(x);
-    chanos_ump_close(y);
+    chanos_ump_close(b.x);
+    chanos_ump_close(b.y);
 }
 
 /* ---- raw spin on one cache line ---- */
