@@ -48,15 +48,15 @@ type Result struct {
 	MsgsPerS   *float64 `json:"msgs_per_s,omitempty"`
 	BytesPerS  *float64 `json:"bytes_per_s,omitempty"`
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
-	// PairedRatio, in the clients suite, is the median over the rounds of
-	// this case's total time over that of C/C with as many clients in the
-	// same round; in the ump suite, for the rtt-spin cases over ump with a
-	// Go side, of the window figure over that of C/C (for C/C, over the
-	// raw cache line's), and in the rpc suite,
-	// for the rpc over ump, of its window figure over the raw ring's (the
-	// same two processes, just before). Each run is set
-	// against the baseline run next to it in time, so that a change in the
-	// machine's speed from one round to the next stays out of the ratio.
+	// PairedRatio is the median over the rounds of this case's figure over
+	// its baseline's in the same round: in the clients suite, total time
+	// against C/C with as many clients; in the ump suite, for the rtt-spin
+	// cases over ump, the window figure against C/C's (for C/C, against
+	// the raw cache line's); in the rpc suite, for the rpc over ump, the
+	// window figure against the raw ring's (the same two processes, just
+	// before). Each run is set against the baseline run next to it in
+	// time, so that a change in the machine's speed from one round to the
+	// next stays out of the ratio.
 	PairedRatio *float64 `json:"paired_ratio,omitempty"`
 }
 

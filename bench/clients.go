@@ -126,10 +126,7 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 			repeat = 1
 		}
 	}
-	rounds := max(repeat, cfg.OneClientRepeat)
-	if cfg.OneClientRepeat <= 0 && cfg.Repeat <= 0 && !cfg.Quick {
-		rounds = max(repeat, 7)
-	}
+	rounds := moreRounds(repeat, cfg.OneClientRepeat, 7, cfg.Repeat > 0 || cfg.Quick)
 
 	dir, err := os.MkdirTemp("", "chanos-bench-clients-")
 	if err != nil {
@@ -178,6 +175,20 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 		}
 	}
 	return nil
+}
+
+// moreRounds returns the rounds of a suite whose main cases run more
+// often than the others' repeat rounds: many if it is given, else def
+// unless the caller chose the rounds (an explicit repeat, or quick), and
+// never fewer than repeat.
+func moreRounds(repeat, many, def int, chosen bool) int {
+	switch {
+	case many > 0:
+		return max(repeat, many)
+	case chosen:
+		return repeat
+	}
+	return max(repeat, def)
 }
 
 // pairedRatio returns the median over rounds of runs[r]'s figure (get)

@@ -157,10 +157,7 @@ func RunUMP(ctx context.Context, cfg UMPConfig, emit func(Result) error) error {
 	if repeat <= 0 {
 		repeat = 3
 	}
-	rounds := max(repeat, cfg.RTTRepeat)
-	if cfg.RTTRepeat <= 0 && cfg.Repeat <= 0 && !cfg.Quick {
-		rounds = max(repeat, 9)
-	}
+	rounds := moreRounds(repeat, cfg.RTTRepeat, 9, cfg.Repeat > 0 || cfg.Quick)
 	runs := make([][]Result, len(cases))
 	for round := range rounds {
 		for i, c := range cases {
