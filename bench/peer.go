@@ -267,9 +267,11 @@ func timeWindows(windows []int64, trip func(i int) error) (int64, error) {
 // RTTWindow round trips timed whole (see Result.RTTWindow). Without
 // windows, the samples' own windows make the window figure.
 func rttResult(samples []int64, total int64, windows []int64) Result {
-	w := windowMedian(samples, RTTWindow)
+	var w float64
 	if len(windows) > 0 {
 		w = windowMedian(windows, 1) / RTTWindow
+	} else {
+		w = windowMedian(samples, RTTWindow)
 	}
 	slices.Sort(samples)
 	n := len(samples)
