@@ -11,7 +11,7 @@
  * rtt; msgs_per_s and bytes_per_s for stream); the server attaches and
  * answers. Both sides must be given the same arguments but --role. An rtt
  * client times iters round trips one by one, then iters more in windows
- * of RTT_WINDOW timed whole (see rtt_timed).
+ * of RTT_WINDOW timed whole (see rtt_client).
  *
  *   rtt/ump       ping-pong of size-byte messages over a ump connection
  *   rtt/raw-spin  ping-pong of a counter on one shared cache line (the floor)
@@ -99,17 +99,18 @@ struct rtt_timing {
     int64_t *s, *win, total;
 };
 
-/* rtt_windows returns the number of windows rtt_timed times after iters
+/* rtt_windows returns the number of windows rtt_client times after iters
  * round trips one by one. */
 static long rtt_windows(long iters)
 {
     return iters / RTT_WINDOW > 0 ? iters / RTT_WINDOW : 1;
 }
 
-/* rtt_timed_trips returns the number of round trips rtt_timed makes. */
-static long rtt_timed_trips(long iters)
+/* rtt_client_trips returns the number of round trips rtt_client makes:
+ * what a server must answer. */
+static long rtt_client_trips(const struct args *a)
 {
-    return iters + rtt_windows(iters) * RTT_WINDOW;
+    return a->warmup + a->iters + rtt_windows(a->iters) * RTT_WINDOW;
 }
 
 /* time_windows runs trip(arg, i) nwin times RTT_WINDOW times, i counting
@@ -130,30 +131,6 @@ static inline __attribute__((always_inline)) int64_t time_windows(int64_t *win, 
     return prev - t0;
 }
 
-/* rtt_timed runs trip(arg, i), one round trip, as bench/peer.go's
- * rttClient does: iters times timed one by one, then in windows timed
- * whole. Always inlined, so that the round trip is a direct call, as in
- * Go. */
-static inline __attribute__((always_inline)) void rtt_timed(struct rtt_timing *t, long iters,
-                                                            void (*trip)(void *arg, long i), void *arg)
-{
-    t->iters = iters;
-    t->nwin = rtt_windows(iters);
-    t->s = malloc((size_t)iters * sizeof *t->s);
-    t->win = malloc((size_t)t->nwin * sizeof *t->win);
-    if (!t->s || !t->win)
-        fatal("malloc", -ENOMEM);
-    int64_t t0 = now_ns(), prev = t0;
-    for (long i = 0; i < iters; i++) {
-        trip(arg, i);
-        int64_t now = now_ns();
-        t->s[i] = now - prev;
-        prev = now;
-    }
-    t->total = prev - t0;
-    time_windows(t->win, t->nwin, trip, arg);
-}
-
 /* report_rtt prints the round-trip statistics of t and frees it. */
 static void report_rtt(struct rtt_timing *t)
 {
@@ -165,6 +142,32 @@ static void report_rtt(struct rtt_timing *t)
            n, (long long)t->s[n / 2], (long long)t->s[(n * 99) / 100], (double)t->total / (double)n, w);
     free(t->s);
     free(t->win);
+}
+
+/* rtt_client runs trip(arg, i), one round trip, as bench/peer.go's
+ * rttClient does: a->warmup times, then a->iters times timed one by one,
+ * then in windows timed whole; and prints the figures. Always inlined, so
+ * that the round trip is a direct call, as in Go. */
+static inline __attribute__((always_inline)) void rtt_client(const struct args *a,
+                                                             void (*trip)(void *arg, long i), void *arg)
+{
+    for (long i = 0; i < a->warmup; i++)
+        trip(arg, i);
+    struct rtt_timing t = {.iters = a->iters, .nwin = rtt_windows(a->iters)};
+    t.s = malloc((size_t)t.iters * sizeof *t.s);
+    t.win = malloc((size_t)t.nwin * sizeof *t.win);
+    if (!t.s || !t.win)
+        fatal("malloc", -ENOMEM);
+    int64_t t0 = now_ns(), prev = t0;
+    for (long i = 0; i < t.iters; i++) {
+        trip(arg, i);
+        int64_t now = now_ns();
+        t.s[i] = now - prev;
+        prev = now;
+    }
+    t.total = prev - t0;
+    time_windows(t.win, t.nwin, trip, arg);
+    report_rtt(&t);
 }
 
 /* ---- ump ---- */
@@ -198,11 +201,7 @@ static void ump_rtt_client(const struct args *a, chanos_ump *c)
     struct ump_trip u = {.a = a, .c = c, .msg = calloc(1, a->size ? a->size : 1)};
     if (!u.msg)
         fatal("calloc", -ENOMEM);
-    for (long i = 0; i < a->warmup; i++)
-        ump_trip(&u, i);
-    struct rtt_timing t;
-    rtt_timed(&t, a->iters, ump_trip, &u);
-    report_rtt(&t);
+    rtt_client(a, ump_trip, &u);
     free(u.msg);
 }
 
@@ -426,14 +425,9 @@ static void run_raw(const struct args *a, int client, int pair)
     struct raw_trip r = {.ping = (_Atomic uint64_t *)(void *)mem,
                          .pong = (_Atomic uint64_t *)(void *)(mem + (pair ? 2048 : 0))};
     if (client) {
-        for (long i = 0; i < a->warmup; i++)
-            raw_trip(&r, i);
-        struct rtt_timing t;
-        rtt_timed(&t, a->iters, raw_trip, &r);
-        report_rtt(&t);
+        rtt_client(a, raw_trip, &r);
     } else {
-        /* As many as the client makes: warmup, then rtt_timed's. */
-        long total = a->warmup + rtt_timed_trips(a->iters);
+        long total = rtt_client_trips(a);
         for (uint64_t k = 0; k < (uint64_t)total; k++) {
             while (atomic_load_explicit(r.ping, memory_order_acquire) != 2 * k + 1)
                 cpu_relax();
@@ -535,11 +529,7 @@ static void run_uds(const struct args *a, int client)
             xfer(1, u.buf, u.n);
         }
     }
-    for (long i = 0; i < a->warmup; i++)
-        uds_trip(&u, i);
-    struct rtt_timing t;
-    rtt_timed(&t, a->iters, uds_trip, &u);
-    report_rtt(&t);
+    rtt_client(a, uds_trip, &u);
     free(u.buf);
 }
 
