@@ -726,7 +726,7 @@ func TestGarbageInNextSlot(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		receive func(c *Conn, ctx context.Context) ([]byte, error)
-		wait    bool // the garbage comes while the receiver waits
+		wait    bool // the garbage comes once the receiver has waited
 	}{
 		{"Receive", (*Conn).Receive, false},
 		{"ReceiveExclusive", (*Conn).ReceiveExclusive, false},
@@ -742,15 +742,20 @@ func TestGarbageInNextSlot(t *testing.T) {
 				t.Fatalf("first receive = %q, %v", m, err)
 			}
 			// What a broken or hostile peer would write: b's next slot,
-			// through b's own mapping of the ring a writes; then the
-			// signal a writer gives a receiver that sleeps (past the spin
-			// window, b has parked).
+			// through b's own mapping of the ring a writes.
 			garbage := func() {
 				atomic.StoreUint64((*uint64)(unsafe.Add(b.rx.slot(b.rx.pos), ctrlOff)), 0xdead<<32|0xbeef)
-				eventfdSignal(a.txWake)
 			}
+			waited := false // the hook ran (it runs in the receiving goroutine)
 			if tc.wait {
-				time.AfterFunc(20*time.Millisecond, garbage)
+				// Written once b has spun its window and announced that it
+				// sleeps: its look after the announcement finds it.
+				b.testAfterAnnounce = func(sender bool) {
+					if !sender && !waited {
+						waited = true
+						garbage()
+					}
+				}
 			} else {
 				garbage()
 			}
@@ -758,6 +763,9 @@ func TestGarbageInNextSlot(t *testing.T) {
 				if _, err := tc.receive(b, ctx); !errors.Is(err, ErrProtocol) {
 					t.Fatalf("receive after garbage = %v, want ErrProtocol", err)
 				}
+			}
+			if waited != tc.wait {
+				t.Fatalf("the receiver announced that it sleeps: %v, want %v", waited, tc.wait)
 			}
 			if err := b.SendExclusive(ctx, []byte("x")); !errors.Is(err, ErrProtocol) {
 				t.Fatalf("send on the ended connection = %v, want ErrProtocol", err)
