@@ -175,6 +175,7 @@ type Conn struct {
 // start starts the socket watcher, once the handshake no longer uses the
 // socket.
 func (c *Conn) start() {
+	startFence()
 	c.watching = true
 	go c.watch()
 }
@@ -675,9 +676,12 @@ func (c *Conn) Close() error {
 	c.err.CompareAndSwap(nil, errClosedLocal)
 	eventfdSignal(c.txPark.fd) // wake our own parked callers
 	eventfdSignal(c.rxPark.fd)
-	if asymmetricFence() {
+	if fastFence() {
 		// The exclusive calls mark themselves with plain stores: make
-		// them visible before looking at txIn and rxIn (enterFlag).
+		// them visible before looking at txIn and rxIn (enterFlag). A
+		// registration still running when closing was set may end
+		// before a call's look at fenceState, but that call then loads
+		// closing after both and backs out.
 		fenceAllThreads()
 	}
 	c.smu.Lock()

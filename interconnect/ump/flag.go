@@ -30,7 +30,7 @@ func enterFlag(p *uint64, closing *atomic.Bool, marked bool) error {
 		if atomic.LoadUint64(p) != 0 {
 			return errBusy
 		}
-		if asymmetricFence() {
+		if fastFence() {
 			*p = 1
 		} else if atomic.SwapUint64(p, 1) != 0 {
 			return errBusy
@@ -44,5 +44,5 @@ func enterFlag(p *uint64, closing *atomic.Bool, marked bool) error {
 }
 
 // fastFence reports whether enterFlag's fast way, a plain store, may be
-// taken: asymmetricFence has said yes.
+// taken: startFence's registration has ended, and succeeded.
 func fastFence() bool { return fenceState.Load() == fenceYes }

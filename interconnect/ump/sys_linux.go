@@ -28,20 +28,24 @@ const (
 	membarrierRegisterPrivateExpedited = 1 << 4
 )
 
-// asymmetricFence reports whether fenceAllThreads works in this process,
-// registering it with membarrier(2) the first time. The exclusive calls
-// (SendExclusive, ReceiveExclusive) then announce themselves to Close with
-// plain stores, and Close, which is rare, pays for the fence that orders
-// them: without it, a store on x86-64 may still be in its core's store
-// buffer when that core's next load, of the closing flag, completes.
-func asymmetricFence() bool {
-	if f := fenceState.Load(); f != 0 {
-		return f == fenceYes
-	}
-	return fenceOnce()
-}
+// startFence registers this process for fenceAllThreads with
+// membarrier(2), in the background, when its first connection is set up.
+// The exclusive calls (SendExclusive, ReceiveExclusive) then announce
+// themselves to Close with plain stores, and Close, which is rare, pays
+// for the fence that orders them: without it, a store on x86-64 may still
+// be in its core's store buffer when that core's next load, of the
+// closing flag, completes. Registering a process of more than one thread
+// waits for an RCU grace period, 10-20 ms on the development VM (strace):
+// done by the first exclusive call, as it once was, it held up the first
+// round trip of every Go program, 3-6% of the clients suite's million.
+// Until it has ended, fastFence reports false and the calls take an
+// atomic swap, which needs no fence.
+func startFence() { fenceStart.Do(func() { go registerFence() }) }
 
-// fenceState is 0 until fenceOnce has run, then fenceYes or fenceNo.
+var fenceStart sync.Once
+
+// fenceState is 0 until registerFence has ended, then fenceYes or
+// fenceNo. It never changes after that.
 var fenceState atomic.Int32
 
 const (
@@ -49,23 +53,19 @@ const (
 	fenceNo  = 2
 )
 
-var fenceOnce = sync.OnceValue(func() bool {
-	ok := false
+func registerFence() {
+	state := int32(fenceNo)
 	if r, _, e := syscall.Syscall(sysMembarrier, membarrierQuery, 0, 0); e == 0 && r&membarrierPrivateExpedited != 0 {
-		_, _, e = syscall.Syscall(sysMembarrier, membarrierRegisterPrivateExpedited, 0, 0)
-		ok = e == 0
+		if _, _, e = syscall.Syscall(sysMembarrier, membarrierRegisterPrivateExpedited, 0, 0); e == 0 {
+			state = fenceYes
+		}
 	}
-	if ok {
-		fenceState.Store(fenceYes)
-	} else {
-		fenceState.Store(fenceNo)
-	}
-	return ok
-})
+	fenceState.Store(state)
+}
 
 // fenceAllThreads makes every running thread of this process execute a
 // full memory barrier (the others did at their last context switch). It
-// may be called only once asymmetricFence has reported true.
+// may be called only once fastFence has reported true.
 func fenceAllThreads() {
 	syscall.Syscall(sysMembarrier, membarrierPrivateExpedited, 0, 0)
 }

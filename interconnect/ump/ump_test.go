@@ -542,6 +542,77 @@ func TestSendExclusive(t *testing.T) {
 	}
 }
 
+// TestFenceRegisteredInBackground: setting up a connection starts the
+// process's membarrier registration without waiting for it (it waits for
+// an RCU grace period, milliseconds), and the exclusive calls take an
+// atomic swap until it has ended. Close racing calls while it ends leaves
+// none touching the unmapped rings: a call that sees the registration done
+// after Close looked at it loads the closing flag after both, and backs
+// out.
+func TestFenceRegisteredInBackground(t *testing.T) {
+	pipe(t, nil) // starts the registration, if no test has yet
+	deadline := time.Now().Add(10 * time.Second)
+	for fenceState.Load() == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the membarrier registration has not ended after 10 s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	registered := fenceState.Load()
+	t.Cleanup(func() { fenceState.Store(registered) })
+	if registered != fenceYes {
+		t.Skip("membarrier(2) is not available: the calls always swap")
+	}
+	ctx := ctxT(t)
+	for i := range 100 {
+		fenceState.Store(0) // registering, as in a new process
+		x, y := pipe(t, &Options{MaxMessageSize: 64})
+		sent, received := make(chan error, 1), make(chan error, 1)
+		go func() {
+			for {
+				if err := x.SendExclusive(ctx, []byte("ping")); err != nil {
+					sent <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			for {
+				if _, err := x.ReceiveExclusive(ctx); err != nil {
+					received <- err
+					return
+				}
+			}
+		}()
+		go func() {
+			for {
+				if _, err := y.Receive(ctx); err != nil {
+					return
+				}
+				if y.Send(ctx, []byte("pong")) != nil {
+					return
+				}
+			}
+		}()
+		time.Sleep(50 * time.Microsecond)
+		registeredNow := make(chan struct{})
+		go func() {
+			if i%2 == 0 {
+				time.Sleep(time.Duration(i) * time.Microsecond)
+			}
+			fenceState.Store(fenceYes)
+			close(registeredNow)
+		}()
+		x.Close()
+		for _, got := range []chan error{sent, received} {
+			if err := <-got; !errors.Is(err, ErrClosed) {
+				t.Fatalf("round %d: exclusive call racing Close = %v, want ErrClosed", i, err)
+			}
+		}
+		<-registeredNow
+	}
+}
+
 // TestCloseWakesSender: a sender blocked on a full ring ends when the peer
 // closes.
 func TestCloseWakesSender(t *testing.T) {
