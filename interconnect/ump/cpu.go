@@ -8,15 +8,6 @@ import _ "unsafe" // for go:linkname
 // noise, and worse for round trips (docs/ump.md, "Waiting").
 func spinPause()
 
-// storeRelease stores v at *p with release ordering only: earlier loads and
-// stores are visible before it, but unlike sync/atomic's sequentially
-// consistent store it does not drain the store buffer. It is used for the
-// sequence words of all but the last slot of a message and for the
-// consumer's position, where no store-load ordering is needed.
-//
-//go:noescape
-func storeRelease(p *uint64, v uint64)
-
 // nanotime is the runtime's monotonic clock in ns: one vDSO clock read,
 // where time.Now makes two (it reads the wall clock too). The spin loops
 // read it every 64 polls to bound the spin window, and a read is time in

@@ -5,7 +5,8 @@ package ump
 import "sync/atomic"
 
 // clearFlag stores 0 at *p. The race detector does not see the ordering of
-// storeRelease, an assembly store, so race builds use sync/atomic's.
+// storeRelease (a plain store on x86-64, an assembly store on arm64), so
+// race builds use sync/atomic's.
 func clearFlag(p *uint64) { atomic.StoreUint64(p, 0) }
 
 // enterFlag is flag.go's with an atomic swap always, which the race
