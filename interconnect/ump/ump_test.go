@@ -542,13 +542,13 @@ func TestSendExclusive(t *testing.T) {
 	}
 }
 
-// TestFenceRegisteredInBackground: setting up a connection starts the
-// process's membarrier registration without waiting for it (it waits for
-// an RCU grace period, milliseconds), and the exclusive calls take an
-// atomic swap until it has ended. Close racing calls while it ends leaves
-// none touching the unmapped rings: a call that sees the registration done
-// after Close looked at it loads the closing flag after both, and backs
-// out.
+// TestFenceRegisteredInBackground: the membarrier registration that
+// setting up a connection starts in the background ends; until it has,
+// the exclusive calls take an atomic swap, and Close racing calls while it
+// ends leaves none touching the unmapped rings: a call that sees the
+// registration done after Close looked at it loads the closing flag after
+// both, and backs out. Each round sets the state back to "registering"
+// and ends it at a different moment around Close.
 func TestFenceRegisteredInBackground(t *testing.T) {
 	pipe(t, nil) // starts the registration, if no test has yet
 	deadline := time.Now().Add(10 * time.Second)
