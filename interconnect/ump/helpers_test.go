@@ -128,6 +128,10 @@ func runChild(role, arg string) error {
 	if err != nil {
 		return err
 	}
+	registering := make(chan struct{}) // closed to let the registration run
+	if role == "exclusive-unregistered" {
+		testBeforeRegister = func() { <-registering }
+	}
 	c, err := Attach(ctx, sock, nil)
 	if err != nil {
 		return err
@@ -173,6 +177,41 @@ func runChild(role, arg string) error {
 		fmt.Println("ready")
 		for i := 0; ; i++ {
 			if err := c.Send(ctx, pattern(buf[:(i*7919)%len(buf)], i)); err != nil {
+				return err
+			}
+		}
+	case "exclusive-unregistered":
+		// Echo arg messages with the exclusive calls while the membarrier
+		// registration is held back, then let it run and echo until the
+		// peer closes: the calls must neither wait for it nor need it.
+		defer c.Close()
+		n, _ := strconv.Atoi(arg)
+		echo := func() error {
+			m, err := c.ReceiveExclusive(ctx)
+			if err != nil {
+				return err
+			}
+			return c.SendExclusive(ctx, m)
+		}
+		for range n {
+			if err := echo(); err != nil {
+				return err
+			}
+		}
+		if s := fenceState.Load(); s != 0 {
+			return fmt.Errorf("the registration ended (state %d) while it was held back", s)
+		}
+		close(registering)
+		for fenceState.Load() == 0 {
+			if ctx.Err() != nil {
+				return fmt.Errorf("the registration did not end once let go: %w", ctx.Err())
+			}
+			time.Sleep(time.Millisecond)
+		}
+		for {
+			if err := echo(); errors.Is(err, ErrClosed) {
+				return nil
+			} else if err != nil {
 				return err
 			}
 		}

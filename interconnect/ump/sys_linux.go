@@ -53,7 +53,15 @@ const (
 	fenceNo  = 2
 )
 
+// testBeforeRegister, if a test sets it before the process's first
+// connection, runs at the start of registerFence: a test holds the
+// registration back with it.
+var testBeforeRegister func()
+
 func registerFence() {
+	if testBeforeRegister != nil {
+		testBeforeRegister()
+	}
 	state := int32(fenceNo)
 	if r, _, e := syscall.Syscall(sysMembarrier, membarrierQuery, 0, 0); e == 0 && r&membarrierPrivateExpedited != 0 {
 		if _, _, e = syscall.Syscall(sysMembarrier, membarrierRegisterPrivateExpedited, 0, 0); e == 0 {

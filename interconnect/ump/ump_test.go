@@ -613,6 +613,32 @@ func TestFenceRegisteredInBackground(t *testing.T) {
 	}
 }
 
+// TestExclusiveCallsBeforeRegistration: a new process whose membarrier
+// registration is held back echoes with SendExclusive and
+// ReceiveExclusive all the same, then lets the registration run and goes
+// on: the exclusive calls never wait for the registration, which takes
+// milliseconds (it once held up every Go program's first round trip).
+func TestExclusiveCallsBeforeRegistration(t *testing.T) {
+	ch, c := attachChild(t, "exclusive-unregistered", "200", nil)
+	ctx := ctxT(t)
+	for i := range 400 { // 200 held back, 200 after
+		if err := c.Send(ctx, pattern(make([]byte, i%100), i)); err != nil {
+			t.Fatal(err)
+		}
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatalf("echo %d: %v (do the child's exclusive calls wait for the registration?)", i, err)
+		}
+		if err := checkPattern(m, i); err != nil || len(m) != i%100 {
+			t.Fatalf("echo %d: %v (%d bytes)", i, err, len(m))
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ch.wait(t)
+}
+
 // TestCloseWakesSender: a sender blocked on a full ring ends when the peer
 // closes.
 func TestCloseWakesSender(t *testing.T) {
