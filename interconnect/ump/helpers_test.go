@@ -252,6 +252,22 @@ func (t *producer) writePartial(msg []byte, frags int) {
 	}
 }
 
+// untilErr calls f in a new goroutine until it fails, and sends that
+// error on the channel it returns: the calls that the tests race against
+// Close.
+func untilErr(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		for {
+			if err := f(); err != nil {
+				done <- err
+				return
+			}
+		}
+	}()
+	return done
+}
+
 // resources counts what a connection could leak.
 type resources struct {
 	fds, maps, goroutines int

@@ -391,19 +391,8 @@ func TestReceiveExclusive(t *testing.T) {
 	// after they are unmapped (that would fault), and all end with ErrClosed.
 	for range 50 {
 		x, y := pipe(t, &Options{MaxMessageSize: 64})
-		done := make(chan error, 1)
-		go func() {
-			for {
-				if _, err := x.ReceiveExclusive(ctx); err != nil {
-					done <- err
-					return
-				}
-			}
-		}()
-		go func() {
-			for y.Send(ctx, []byte("ping")) == nil {
-			}
-		}()
+		done := untilErr(func() error { _, err := x.ReceiveExclusive(ctx); return err })
+		untilErr(func() error { return y.Send(ctx, []byte("ping")) })
 		time.Sleep(100 * time.Microsecond)
 		x.Close()
 		if err := <-done; !errors.Is(err, ErrClosed) {
@@ -518,22 +507,8 @@ func TestSendExclusive(t *testing.T) {
 	// ErrClosed.
 	for range 50 {
 		x, y := pipe(t, &Options{MaxMessageSize: 64})
-		done := make(chan error, 1)
-		go func() {
-			for {
-				if err := x.SendExclusive(ctx, []byte("ping")); err != nil {
-					done <- err
-					return
-				}
-			}
-		}()
-		go func() {
-			for {
-				if _, err := y.ReceiveExclusive(ctx); err != nil {
-					return
-				}
-			}
-		}()
+		done := untilErr(func() error { return x.SendExclusive(ctx, []byte("ping")) })
+		untilErr(func() error { _, err := y.ReceiveExclusive(ctx); return err })
 		time.Sleep(100 * time.Microsecond)
 		x.Close()
 		if err := <-done; !errors.Is(err, ErrClosed) {
@@ -567,33 +542,14 @@ func TestFenceRegisteredInBackground(t *testing.T) {
 	for i := range 100 {
 		fenceState.Store(0) // registering, as in a new process
 		x, y := pipe(t, &Options{MaxMessageSize: 64})
-		sent, received := make(chan error, 1), make(chan error, 1)
-		go func() {
-			for {
-				if err := x.SendExclusive(ctx, []byte("ping")); err != nil {
-					sent <- err
-					return
-				}
+		sent := untilErr(func() error { return x.SendExclusive(ctx, []byte("ping")) })
+		received := untilErr(func() error { _, err := x.ReceiveExclusive(ctx); return err })
+		untilErr(func() error { // the peer answers each ping
+			if _, err := y.Receive(ctx); err != nil {
+				return err
 			}
-		}()
-		go func() {
-			for {
-				if _, err := x.ReceiveExclusive(ctx); err != nil {
-					received <- err
-					return
-				}
-			}
-		}()
-		go func() {
-			for {
-				if _, err := y.Receive(ctx); err != nil {
-					return
-				}
-				if y.Send(ctx, []byte("pong")) != nil {
-					return
-				}
-			}
-		}()
+			return y.Send(ctx, []byte("pong"))
+		})
 		time.Sleep(50 * time.Microsecond)
 		registeredNow := make(chan struct{})
 		go func() {
@@ -604,7 +560,7 @@ func TestFenceRegisteredInBackground(t *testing.T) {
 			close(registeredNow)
 		}()
 		x.Close()
-		for _, got := range []chan error{sent, received} {
+		for _, got := range []<-chan error{sent, received} {
 			if err := <-got; !errors.Is(err, ErrClosed) {
 				t.Fatalf("round %d: exclusive call racing Close = %v, want ErrClosed", i, err)
 			}
