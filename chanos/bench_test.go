@@ -228,7 +228,7 @@ func clientOverRing(b *testing.B) (*pingpong.Conn, *ump.Conn) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	c := pingpong.NewConn(chanos.NewConn(ump.NewLink(x), pingpong.Interface))
 	b.Cleanup(func() { c.Close(); y.Close() })
 	return c, y
 }
@@ -348,7 +348,7 @@ type stoppingServer struct {
 
 // serving returns a function that serves x with ServeConn until stopVal.
 func (s *stoppingServer) serving(x *ump.Conn) func() error {
-	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	c := pingpong.NewConn(chanos.NewConn(ump.NewLink(x), pingpong.Interface))
 	return func() error {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stop = cancel

@@ -10,19 +10,29 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
 )
 
 // Errors that end a connection; Conn.Err returns one of them (wrapped with
-// detail), and errors.Is matches them.
+// detail), and errors.Is matches them. They are the interconnect's own
+// values, the same whatever the interconnect.
 var (
 	// ErrClosed: the connection was closed, by this side or the peer.
-	ErrClosed = errors.New("chanos: connection closed")
+	ErrClosed = interconnect.ErrClosed
 	// ErrPeerDied: the peer's process ended without closing.
-	ErrPeerDied = errors.New("chanos: peer died")
+	ErrPeerDied = interconnect.ErrPeerDied
+	// ErrProtocol is matched by the errors of frames that are malformed
+	// or not acceptable where they arrive: a reply to no outstanding call,
+	// an rpc call sent to the side that does not serve, garbage in shared
+	// memory, and the like. A connection that meets one ends.
+	ErrProtocol = interconnect.ErrProtocol
+	// ErrNetworkLost: the network to the peer's machine stayed down past
+	// the connection's grace period.
+	ErrNetworkLost = interconnect.ErrNetworkLost
 	// ErrCapsUnsupported: the message carries capabilities, which this
-	// interconnect cannot pass yet.
-	ErrCapsUnsupported = errors.New("chanos: this interconnect cannot carry capabilities yet")
+	// interconnect cannot pass.
+	ErrCapsUnsupported = interconnect.ErrCapsUnsupported
 )
 
 // Interface describes an interface to the connection layer. Generated
@@ -36,58 +46,7 @@ type Interface struct {
 }
 
 // Incoming is a message or rpc call that arrived on a connection.
-type Incoming struct {
-	// Kind is the frame's kind; what reaches a handler or Receive is
-	// always wire.KindMessage or wire.KindCall, as the connection layer
-	// consumes replies and cancels itself.
-	Kind wire.Kind
-	// Header is the frame's header; on the local interconnect, the header
-	// the frame would have had.
-	Header wire.Header
-	// Frame is the encoded frame, header included. It is nil for a message
-	// that came as a value on the local interconnect (see Msg).
-	Frame []byte
-	// Caps are the capabilities that came with Frame.
-	Caps []wire.Cap
-	// Msg is the message itself, when it came as a value on the local
-	// interconnect; it is the receiver's to keep.
-	Msg wire.Message
-	// Inline is set for an rpc call that Serve handles in the goroutine
-	// reading the connection: the reply is encoded before the next frame
-	// is read, so a handler may return the same reply value every time.
-	Inline bool
-}
-
-// Decode decodes in into m, which must be the message's type: it calls
-// m.Decode on the frame, or copies the value of a local message.
-func (in *Incoming) Decode(m wire.Message) error {
-	if in.Msg != nil {
-		if !copyMsg(m, in.Msg) {
-			return fmt.Errorf("chanos: decode %s into %s: %w", in.Msg.MsgName(), m.MsgName(), wire.ErrUnknownMessage)
-		}
-		return nil
-	}
-	return m.Decode(in.Frame, in.Caps)
-}
-
-// copyMsg copies src into dst when both are of the same generated type.
-func copyMsg(dst, src wire.Message) bool {
-	c, ok := dst.(interface{ MsgSet(wire.Message) bool })
-	return ok && c.MsgSet(src)
-}
-
-// link is an interconnect as Conn uses it: frames (or, locally, message
-// values) in both directions. receive is called by one goroutine at a time
-// and its result is valid until the next receive; send may be called
-// concurrently with receive.
-type link interface {
-	sendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error
-	trySendFrame(frame []byte, caps []wire.Cap) (bool, error) // sendFrame without the wait
-	sendValue(ctx context.Context, m wire.Message) error      // local only
-	receive(ctx context.Context, in *Incoming) error          // sets all of *in
-	close() error
-	kind() string // "ump" or "local"
-}
+type Incoming = interconnect.Incoming
 
 // inboxLimit bounds how many messages a connection holds for Receive while
 // a Call reads past them to its reply. When it is full, the reader stops
@@ -108,11 +67,15 @@ const inboxLimit = 1024
 // goroutine alone on the connection takes it without a lock; the mutex
 // guards what is handed over (pending calls, the inbox) and the waiting.
 type Conn struct {
-	l     link
-	ump   *umpLink // l, if it is the ump interconnect: the fast paths call it directly
+	// The link, and the optional method sets it offers, looked up once
+	// here so that the paths of a message make no type assertion.
+	l      interconnect.Link
+	parts  interconnect.PartsSender // nil if l has none
+	raw    interconnect.RawReceiver // nil if l has none
+	values interconnect.ValueSender // set if l passes message values (within one process)
+
 	iface Interface
 	log   *slog.Logger
-	local bool // l is the local interconnect
 
 	sendMu sync.Mutex
 	sbuf   wire.Buffer
@@ -146,18 +109,28 @@ type pendingCall struct {
 
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
 
-func newConn(l link, iface Interface, log *slog.Logger) *Conn {
+// NewConn returns a Conn speaking iface over l, which it takes over.
+// Domains get their connections from Connect and Listener.Accept; NewConn
+// is for programs that set up links themselves, like the monitor, and for
+// tests.
+func NewConn(l interconnect.Link, iface Interface) *Conn { return newConn(l, iface, nil) }
+
+// newConn is NewConn logging to log (slog.Default if nil).
+func newConn(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
 	if log == nil {
 		log = slog.Default()
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	ul, _ := l.(*umpLink)
+	parts, _ := l.(interconnect.PartsSender)
+	raw, _ := l.(interconnect.RawReceiver)
+	values, _ := l.(interconnect.ValueSender)
 	return &Conn{
 		l:        l,
-		ump:      ul,
+		parts:    parts,
+		raw:      raw,
+		values:   values,
 		iface:    iface,
 		log:      log,
-		local:    l.kind() == "local",
 		wake:     make(chan struct{}),
 		pending:  map[uint32]*pendingCall{},
 		inflight: map[uint32]context.CancelFunc{},
@@ -166,8 +139,8 @@ func newConn(l link, iface Interface, log *slog.Logger) *Conn {
 	}
 }
 
-// Interconnect returns "local" or "ump".
-func (c *Conn) Interconnect() string { return c.l.kind() }
+// Interconnect names the connection's interconnect: "local" or "ump".
+func (c *Conn) Interconnect() string { return c.l.Kind() }
 
 // Interface returns the interface the connection speaks.
 func (c *Conn) Interface() Interface { return c.iface }
@@ -185,7 +158,7 @@ func (c *Conn) Err() error {
 // once and concurrently with other methods.
 func (c *Conn) Close() error {
 	c.end(ErrClosed)
-	err := c.l.close()
+	err := c.l.Close()
 	c.cancel()
 	return err
 }
@@ -230,27 +203,17 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error {
 	if c.ended.Load() {
 		return c.Err()
 	}
-	if c.local {
-		v, ok := m.(localMessage)
+	if c.values != nil {
+		v, ok := m.(interconnect.Value)
 		if !ok {
 			return fmt.Errorf("chanos: %s cannot be copied for the local interconnect (regenerate it with this chanosc)", m.MsgName())
 		}
 		if err := v.MsgValidate(); err != nil {
 			return err
 		}
-		return c.wrap(c.l.sendValue(ctx, v.MsgClone()))
+		return c.wrap(c.values.SendValue(ctx, v.MsgClone()))
 	}
 	return c.sendEncoded(ctx, m, 0, 0)
-}
-
-// localMessage is a message the local interconnect can pass as a value:
-// what chanosc generates for every message.
-type localMessage interface {
-	wire.Message
-	// MsgValidate reports what Encode would refuse.
-	MsgValidate() error
-	// MsgClone returns a copy that shares no memory with the original.
-	MsgClone() wire.Message
 }
 
 // sendEncoded encodes m, patches in the call id and timeout, and sends it.
@@ -266,12 +229,7 @@ func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, ca
 	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return err
 	}
-	var err error
-	if c.ump != nil && len(c.sbuf.Caps) == 0 {
-		err = umpErr(c.ump.u.Send(ctx, c.sbuf.B))
-	} else {
-		err = c.l.sendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
-	}
+	err := c.l.SendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
 	c.sentLocked()
 	return c.wrap(err)
 }
@@ -285,7 +243,7 @@ func (c *Conn) trySendEncoded(encode func(*wire.Buffer) error, callID, timeoutUS
 	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return false, err
 	}
-	sent, err := c.l.trySendFrame(c.sbuf.B, c.sbuf.Caps)
+	sent, err := c.l.TrySendFrame(c.sbuf.B, c.sbuf.Caps)
 	if sent || err != nil {
 		c.sentLocked()
 	}
@@ -309,9 +267,10 @@ func (c *Conn) encodeLocked(encode func(*wire.Buffer) error, callID, timeoutUS u
 }
 
 // sentLocked finishes a send of sbuf, done or failed: the give_away_caps
-// went with the frame, except locally, where the receiver now holds them.
+// went with the frame, except within one process, where the receiver now
+// holds them.
 func (c *Conn) sentLocked() {
-	if !c.local && len(c.sbuf.Caps) > 0 {
+	if c.values == nil && len(c.sbuf.Caps) > 0 {
 		c.closeGiveAway()
 	}
 }
@@ -321,7 +280,7 @@ func (c *Conn) sentLocked() {
 func (c *Conn) sendRaw(ctx context.Context, frame []byte) error {
 	c.sendMu.Lock()
 	defer c.sendMu.Unlock()
-	return c.wrap(c.l.sendFrame(ctx, frame, nil))
+	return c.wrap(c.l.SendFrame(ctx, frame, nil))
 }
 
 // closeGiveAway closes the give_away_caps of the frame just sent: their
@@ -340,7 +299,7 @@ func (c *Conn) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
-	if isEnd(err) {
+	if interconnect.IsEnd(err) {
 		c.end(err)
 	}
 	return err
@@ -457,7 +416,7 @@ func (c *Conn) checkReply(in *Incoming, id uint32, name string, msg uint16) erro
 // without being parsed: readReply then returns nil, nil.
 func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byte) (*Incoming, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
-	fast := fixed != nil && c.ump != nil
+	fast := fixed != nil && c.raw != nil
 	head := [2]uint64{uint64(len(fixed)) | uint64(msg)<<32 | uint64(wire.FlagReply)<<48, uint64(id)}
 	for {
 		if c.ninbox.Load() >= inboxLimit {
@@ -469,21 +428,20 @@ func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byt
 		var err error
 		if fast {
 			var frame []byte
-			if frame, err = c.ump.u.ReceiveExclusive(ctx); err != nil {
+			if frame, err = c.raw.ReceiveRaw(ctx); err != nil {
 				*in = Incoming{}
-				err = umpErr(err)
 			} else if len(frame) == len(fixed) && [2]uint64{binary.LittleEndian.Uint64(frame), binary.LittleEndian.Uint64(frame[8:])} == head {
 				copy(fixed, frame)
 				return nil, nil
 			} else {
-				err = c.ump.incoming(frame, in)
+				err = c.raw.Parse(frame, in)
 			}
 		} else {
-			err = c.receive(ctx, in)
+			err = c.l.Receive(ctx, in)
 		}
 		if err != nil {
 			err = c.linkEnded(ctx, err)
-			if !isEnd(err) { // ctx ended: the reply will be dropped
+			if !interconnect.IsEnd(err) { // ctx ended: the reply will be dropped
 				c.sendCancel(msg, id)
 			}
 			return nil, err
@@ -592,7 +550,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 				c.recycle(p)
 				return err
 			}
-			if err != nil && !isEnd(err) {
+			if err != nil && !interconnect.IsEnd(err) {
 				// ctx ended while we were reading.
 				c.abandon(id, p)
 				return err
@@ -678,7 +636,7 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
 			return false, nil
 		}
 		var err error
-		if err = c.receive(ctx, in); err != nil {
+		if err = c.l.Receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		mine, err := c.route(in, true, p)
@@ -693,7 +651,7 @@ func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
 // before ctx reports it, so a deadline or cancellation never ends the
 // connection.
 func (c *Conn) linkEnded(ctx context.Context, err error) error {
-	if !isEnd(err) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
+	if !interconnect.IsEnd(err) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
 		return err
 	}
 	c.end(err)
@@ -836,16 +794,16 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 // fixed size to the Server this way, without the parsing and the calls of
 // ReceiveFunc's path between a message's arrival and the answer.
 func (c *Conn) ReceiveFrame(ctx context.Context, fast func(frame []byte) (bool, error), fn func(in *Incoming) error) error {
-	if c.ump == nil || c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
+	if c.raw == nil || c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
 		return c.ReceiveFunc(ctx, fn)
 	}
 	if c.ninbox.Load() != 0 || c.ended.Load() { // only the turn's holder adds to the inbox
 		c.release()
 		return c.ReceiveFunc(ctx, fn)
 	}
-	frame, err := c.ump.u.ReceiveExclusive(ctx)
+	frame, err := c.raw.ReceiveRaw(ctx)
 	if err != nil {
-		err = c.linkEnded(ctx, umpErr(err))
+		err = c.linkEnded(ctx, err)
 		c.release()
 		return err
 	}
@@ -854,7 +812,7 @@ func (c *Conn) ReceiveFrame(ctx context.Context, fast func(frame []byte) (bool, 
 		return err
 	}
 	in := &c.cur
-	if err := c.ump.incoming(frame, in); err != nil {
+	if err := c.raw.Parse(frame, in); err != nil {
 		err = c.linkEnded(ctx, err)
 		c.release()
 		return err
@@ -879,7 +837,7 @@ func (c *Conn) ReceiveFrame(ctx context.Context, fast func(frame []byte) (bool, 
 func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, error) {
 	in := &c.cur // only the reading goroutine touches it: no allocation
 	for {
-		if err := c.receive(ctx, in); err != nil {
+		if err := c.l.Receive(ctx, in); err != nil {
 			return false, c.linkEnded(ctx, err)
 		}
 		switch in.Kind {
@@ -903,9 +861,9 @@ func (c *Conn) Context() context.Context { return c.ctx }
 // example, sent a frame that does not decode), closing it so that the peer
 // learns, and returns err wrapped so that it matches ErrProtocol.
 func (c *Conn) Violation(err error) error {
-	err = &endError{kind: ErrProtocol, cause: fmt.Errorf("chanos: protocol violation: %w", err)}
+	err = interconnect.Violation(err)
 	c.end(err)
-	c.l.close()
+	c.l.Close()
 	c.cancel()
 	return err
 }
@@ -921,7 +879,7 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 	if err == nil {
 		if reply == nil {
 			err = errors.New("handler returned no reply")
-		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || isEnd(err) {
+		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || interconnect.IsEnd(err) {
 			return err
 		}
 		// The reply could not be encoded: the caller still gets an answer.
@@ -1034,7 +992,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !isEnd(err) {
+			if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !interconnect.IsEnd(err) {
 				c.Violation(err)
 			}
 		}()
@@ -1068,7 +1026,7 @@ func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx co
 	}
 	if reply != Replied { // else the handler has sent it
 		return c.answer(ctx, in, reply, err)
-	} else if isEnd(err) {
+	} else if interconnect.IsEnd(err) {
 		return err
 	}
 	return nil
@@ -1106,7 +1064,7 @@ func (c *Conn) receiveEach(ctx context.Context, fn func(in *Incoming) error) err
 	in := &c.cur // only the reading goroutine touches it: no allocation
 	var err error
 	for err == nil && c.ninbox.Load() == 0 && c.waiting.Load() == 0 && !c.ended.Load() {
-		if err = c.receive(ctx, in); err != nil {
+		if err = c.l.Receive(ctx, in); err != nil {
 			err = c.linkEnded(ctx, err)
 			break
 		}
@@ -1135,7 +1093,7 @@ func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, i
 	delete(c.inflight, in.Header.CallID)
 	c.mu.Unlock()
 	if reply == Replied { // the handler has sent its reply (ReplyFrame)
-		if isEnd(herr) {
+		if interconnect.IsEnd(herr) {
 			return herr
 		}
 		return nil
@@ -1153,7 +1111,7 @@ func (c *Conn) answer(ctx context.Context, in *Incoming, reply wire.Message, her
 	if errors.Is(herr, ErrProtocol) {
 		return herr
 	}
-	if err := c.Reply(ctx, in, reply, herr); err != nil && isEnd(err) {
+	if err := c.Reply(ctx, in, reply, herr); err != nil && interconnect.IsEnd(err) {
 		return err
 	}
 	return nil

@@ -12,15 +12,13 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chanos/chanos/interconnect/local"
 	"github.com/chanos/chanos/interconnect/ump"
-	"github.com/chanos/chanos/interfaces/monitor"
 	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/wire"
 )
-
-// ProtocolVersion is the monitor protocol version this package speaks.
-const ProtocolVersion = 1
 
 // Errors of the domain layer, matchable with errors.Is.
 var (
@@ -172,7 +170,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	}
 	go d.readLoop()
 	var reply monitor.HelloReply
-	if err := d.call(ctx, &monitor.HelloCall{Version: ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
+	if err := d.call(ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
 		d.Close()
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
@@ -471,7 +469,7 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
 		return
 	}
-	l.enqueue(NewConn(u, l.iface))
+	l.enqueue(newConn(ump.NewLink(u), l.iface, l.d.log))
 }
 
 func (l *Listener) enqueue(c *Conn) {
@@ -575,7 +573,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 		if l == nil || l.ref != reply.Ref {
 			return nil, fmt.Errorf("chanos: connect %q: %w: the local export is gone", name, ErrNotFound)
 		}
-		a, b := localPair()
+		a, b := local.Pair()
 		l.enqueue(newConn(b, l.iface, d.log))
 		return newConn(a, iface, d.log), nil
 	case monitor.InterconnectUMP:
@@ -587,7 +585,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 		if err != nil {
 			return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
 		}
-		return NewConn(u, iface), nil
+		return newConn(ump.NewLink(u), iface, d.log), nil
 	}
 	closeCaps(reply.Fds)
 	return nil, fmt.Errorf("chanos: connect %q: unknown interconnect %v", name, reply.Via)

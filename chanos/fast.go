@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"unsafe"
 
+	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -19,14 +21,6 @@ import (
 // interface is involved. Each method does what its general counterpart
 // does (Call, Reply, Send), with the same errors.
 
-// receive is l.receive, called directly when l is the ump interconnect.
-func (c *Conn) receive(ctx context.Context, in *Incoming) error {
-	if c.ump != nil {
-		return c.ump.receive(ctx, in)
-	}
-	return c.l.receive(ctx, in)
-}
-
 // sendParts sends the frame made of head, body and tail, one after
 // another, of which it keeps nothing, waiting for room if wait is set; it
 // reports whether it sent it. Over ump the parts are copied into the ring
@@ -34,31 +28,15 @@ func (c *Conn) receive(ctx context.Context, in *Incoming) error {
 func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
 	var err error
 	sent := true
-	switch l := c.l.(type) {
-	case *umpLink:
-		if wait {
-			err = l.u.SendParts(ctx, head, body, tail)
-		} else {
-			sent, err = l.u.TrySendParts(head, body, tail)
-		}
-		err = umpErr(err)
-	case *localLink: // copies the frame
-		var f *localFrame
-		if f, err = ownFrame(slices.Concat(head, body, tail), nil); err != nil {
-			break
-		}
-		if wait {
-			err = l.put(ctx, localItem{f: f})
-		} else {
-			sent, err = l.tryPut(localItem{f: f})
-		}
-	default: // links for tests: they may keep what they are given
-		kept := slices.Concat(head, body, tail)
-		if wait {
-			err = c.l.sendFrame(ctx, kept, nil)
-		} else {
-			sent, err = c.l.trySendFrame(kept, nil)
-		}
+	switch {
+	case c.parts != nil && wait:
+		err = c.parts.SendParts(ctx, transient(head), transient(body), transient(tail))
+	case c.parts != nil:
+		sent, err = c.parts.TrySendParts(transient(head), transient(body), transient(tail))
+	case wait:
+		err = c.l.SendFrame(ctx, slices.Concat(head, body, tail), nil)
+	default:
+		sent, err = c.l.TrySendFrame(slices.Concat(head, body, tail), nil)
 	}
 	return sent, c.wrap(err)
 }
@@ -230,7 +208,7 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
 	}
 	err := c.sendWith(ctx, encode, in.Header.CallID, 0)
-	if err != nil && !isEnd(err) && ctx.Err() == nil {
+	if err != nil && !interconnect.IsEnd(err) && ctx.Err() == nil {
 		// The reply could not be encoded: the caller still gets an answer.
 		err = c.Reply(ctx, in, nil, err)
 	}
@@ -241,9 +219,9 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 // message's type and so can keep the message itself from escaping: it
 // hands over a frame on its stack, an encoding function, or a copy.
 
-// Local reports whether the connection is the local interconnect, on
-// which messages travel as values, not frames.
-func (c *Conn) Local() bool { return c.local }
+// Local reports whether the connection's interconnect passes messages as
+// values, not frames (the local interconnect).
+func (c *Conn) Local() bool { return c.values != nil }
 
 // SendFrame is Send for a message of a fixed size over ump: frame is the
 // whole frame, built with wire.PutFixed.
@@ -251,14 +229,10 @@ func (c *Conn) SendFrame(ctx context.Context, frame []byte) error {
 	if c.ended.Load() {
 		return c.Err()
 	}
-	if c.ump != nil { // straight to the ring: a round trip waits on this
-		if err := c.ump.u.Send(ctx, frame); err != nil {
-			return c.wrap(umpErr(err))
-		}
-		return nil
+	if err := c.l.SendFrame(ctx, transient(frame), nil); err != nil {
+		return c.wrap(err)
 	}
-	_, err := c.sendParts(ctx, frame, nil, nil, true)
-	return err
+	return nil
 }
 
 // SendParts is SendFrame for a frame in three parts, as CallParts takes
@@ -284,11 +258,24 @@ func (c *Conn) SendEncoded(ctx context.Context, encode func(*wire.Buffer) error)
 // shares no memory with the caller's (MsgClone), checked as Encode would
 // check it (MsgValidate). On the local interconnect m itself travels.
 func (c *Conn) SendValue(ctx context.Context, m wire.Message) error {
-	if !c.local {
+	if c.values == nil {
 		return c.Send(ctx, m)
 	}
 	if c.ended.Load() {
 		return c.Err()
 	}
-	return c.wrap(c.l.sendValue(ctx, m))
+	return c.wrap(c.values.SendValue(ctx, m))
+}
+
+// transient returns b, hidden from escape analysis, for passing to a
+// Link. A call through an interface makes the compiler assume that its
+// arguments escape, which would move every frame generated code builds on
+// its stack to the heap, an allocation per message. Every Link copies
+// what it is given to send before it returns, keeping nothing (the
+// interconnect.Link contract), so the frame may stay where it is. The
+// slice header is copied as words, which the compiler does not follow.
+func transient(b []byte) []byte {
+	var out []byte
+	*(*[3]uintptr)(unsafe.Pointer(&out)) = *(*[3]uintptr)(unsafe.Pointer(&b))
+	return out
 }

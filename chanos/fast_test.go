@@ -25,7 +25,7 @@ func rawPeer(t *testing.T) (*pingpong.Conn, *ump.Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := pingpong.NewConn(chanos.NewConn(x, pingpong.Interface))
+	c := pingpong.NewConn(chanos.NewConn(ump.NewLink(x), pingpong.Interface))
 	t.Cleanup(func() { c.Close(); y.Close() })
 	return c, y
 }

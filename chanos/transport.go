@@ -2,7 +2,6 @@ package chanos
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/chanos/chanos/wire"
@@ -30,12 +29,6 @@ type Transport interface {
 	// generated stubs reuse them.
 	Call(ctx context.Context, call, reply wire.Message) error
 }
-
-// ErrProtocol is matched by the errors of frames that are well formed but
-// not acceptable where they arrive: a reply to no outstanding call, an rpc
-// call sent to the side that does not serve, and the like. A connection
-// that meets one ends.
-var ErrProtocol = errors.New("chanos: protocol violation")
 
 // RemoteError is an rpc's failure as reported by the server in an error
 // reply: the code and detail of the reply's status (docs/wire.md).

@@ -13,15 +13,15 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/internal/pktconn"
 	"github.com/chanos/chanos/wire"
 )
 
 // ErrNoMonitor is matched by Dial's error when no monitor listens on the
-// directory's socket.
-var ErrNoMonitor = errors.New("no monitor is running")
+// directory's socket: chanos.ErrNoMonitor, which Join returns too.
+var ErrNoMonitor = chanos.ErrNoMonitor
 
 // Client is a minimal client of the monitor protocol: a session with the
 // monitor, rpcs one Go call each (several may be in progress at once),
@@ -66,7 +66,7 @@ func Dial(ctx context.Context, dir, program string) (*Client, error) {
 		return nil, fmt.Errorf("monitor: dial %s: %w", path, err)
 	}
 	c := NewClient(pc)
-	call := proto.HelloCall{Version: ProtocolVersion, Program: program}
+	call := proto.HelloCall{Version: proto.ProtocolVersion, Program: program}
 	if err := c.call(ctx, &call, &c.hello); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("monitor: hello: %w", err)

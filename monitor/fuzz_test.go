@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/interconnect/ump"
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/wire"
 )

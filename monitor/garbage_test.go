@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -63,7 +63,7 @@ func (r *rawConn) receive() []byte {
 // hello says hello and returns the reply.
 func (r *rawConn) hello() {
 	r.t.Helper()
-	r.send(encode(r.t, &proto.HelloCall{Version: ProtocolVersion, Program: "raw"}, 1))
+	r.send(encode(r.t, &proto.HelloCall{Version: proto.ProtocolVersion, Program: "raw"}, 1))
 	var rep proto.HelloReply
 	if err := rep.Decode(r.receive(), nil); err != nil {
 		r.t.Fatalf("hello reply: %v", err)
@@ -102,7 +102,7 @@ func TestGarbageDropsOnlyItsSession(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hello := encode(t, &proto.HelloCall{Version: ProtocolVersion, Program: "x"}, 1)
+	hello := encode(t, &proto.HelloCall{Version: proto.ProtocolVersion, Program: "x"}, 1)
 	withNCaps := func(frame []byte, n uint8) []byte {
 		f := append([]byte(nil), frame...)
 		f[7] = n

@@ -14,16 +14,12 @@ import (
 	"syscall"
 	"time"
 
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/internal/pktconn"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
-
-// ProtocolVersion is the version of the monitor protocol this package
-// speaks: the version of hello's call and reply.
-const ProtocolVersion = 1
 
 // SelfDomainID is the domain id of the monitor itself: the owner of the
 // name "nameservice" and the server of nameservice connections. Domains

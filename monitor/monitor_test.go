@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/internal/pktconn"
 	"github.com/chanos/chanos/wire"
 )

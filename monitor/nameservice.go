@@ -123,7 +123,7 @@ var _ nameservice.Server = (*nsConn)(nil)
 func newNSConn(m *Monitor, u *ump.Conn, id, client uint64, log *slog.Logger) *nsConn {
 	return &nsConn{
 		m:      m,
-		conn:   chanos.NewConn(u, nameservice.Interface),
+		conn:   chanos.NewConn(ump.NewLink(u), nameservice.Interface),
 		id:     id,
 		client: client,
 		log:    log.With("conn", id, "service", NameserviceName),

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -101,7 +101,7 @@ func (m *Monitor) snapshot() *Snapshot {
 			Dir:       m.dir,
 			Socket:    m.sockPath,
 			Started:   m.started.UTC().Truncate(time.Millisecond),
-			Protocol:  ProtocolVersion,
+			Protocol:  proto.ProtocolVersion,
 			Limits: Limits{
 				MaxDomains:      m.cfg.MaxDomains,
 				Domains:         len(m.sessions),

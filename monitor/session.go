@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	proto "github.com/chanos/chanos/interfaces/monitor"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/internal/pktconn"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
@@ -320,10 +320,10 @@ func (s *session) hello(frame []byte, caps []wire.Cap) error {
 	if err := c.Decode(frame, caps); err != nil {
 		return fmt.Errorf("%w: bad hello: %v", errProtocol, err)
 	}
-	if c.Version != ProtocolVersion {
+	if c.Version != proto.ProtocolVersion {
 		// Say why before hanging up: the domain may be newer than us.
 		b, _, _ := encodeReply(proto.MsgHello, h.CallID, nil,
-			fail(proto.StatusInvalid, "protocol version %d is not supported; this monitor speaks version %d", c.Version, ProtocolVersion))
+			fail(proto.StatusInvalid, "protocol version %d is not supported; this monitor speaks version %d", c.Version, proto.ProtocolVersion))
 		s.pc.Send(b, nil)
 		return protocolErr("hello with unsupported protocol version %d", c.Version)
 	}
@@ -336,7 +336,7 @@ func (s *session) hello(frame []byte, caps []wire.Cap) error {
 	s.log = s.log.With("domain", s.id, "program", c.Program)
 	s.log.Info("domain joined", "uid", s.uid)
 	return s.reply(s.ctx, proto.MsgHello, h.CallID, &proto.HelloReply{
-		MonitorVersion: ProtocolVersion,
+		MonitorVersion: proto.ProtocolVersion,
 		DomainID:       s.id,
 		MachineID:      m.machineID,
 	}, nil)

@@ -1,22 +1,28 @@
 package ump
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/chanos/chanos/interconnect"
+)
 
 // Sentinel errors. The errors returned by this package wrap one of them (or
-// a context error) with details; match them with errors.Is.
+// a context error) with details; match them with errors.Is. The three that
+// end a connection are the interconnect's, so the engine and users match
+// the same values whatever the interconnect.
 var (
 	// ErrClosed reports that the connection was closed, by this side or by
 	// the peer. A receiver sees it only after every message sent before the
 	// peer's Close has been delivered.
-	ErrClosed = errors.New("ump: connection closed")
+	ErrClosed = interconnect.ErrClosed
 	// ErrPeerDied reports that the peer process went away without closing
 	// the connection (it exited or was killed). Messages it had completely
 	// written before are still delivered first.
-	ErrPeerDied = errors.New("ump: peer died")
+	ErrPeerDied = interconnect.ErrPeerDied
 	// ErrProtocol reports that the peer broke the ring protocol: a bad
 	// header, sequence word, length or index in shared memory, or bad
 	// descriptors at setup. It ends the connection.
-	ErrProtocol = errors.New("ump: protocol violation")
+	ErrProtocol = interconnect.ErrProtocol
 	// ErrTooLarge reports a message longer than the connection's maximum
 	// message size. The connection remains usable.
 	ErrTooLarge = errors.New("ump: message too large")

@@ -1,0 +1,285 @@
+// Package local is the interconnect between goroutines of one process.
+//
+// One-way messages travel as values (copies the sender makes, so that it
+// may reuse its slices), never encoded; rpc calls, replies and the
+// engine's own frames travel as frames, copied. Capabilities are handed
+// over as they are, since both ends share one descriptor table. Each
+// direction buffers Buffer items; a full buffer blocks the sender.
+package local
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/chanos/chanos/interconnect"
+	"github.com/chanos/chanos/wire"
+)
+
+// Buffer is how many items a direction holds before a send blocks.
+const Buffer = 64
+
+// An item is what travels on a local connection: a message value (m), or
+// an encoded frame (f). A struct rather than an interface holding either:
+// taking the message out of an interface cost a type assertion, an itab
+// lookup, per message.
+type item struct {
+	m wire.Message
+	f *frame
+}
+
+// frame is an encoded frame (an rpc call or reply, an error reply, a
+// cancel), parsed once by the sender.
+type frame struct {
+	h     wire.Header
+	k     wire.Kind
+	frame []byte
+	caps  []wire.Cap
+}
+
+// pipe is one direction of a local connection.
+//
+// Its receiver waits on ch alone, which costs a fraction of a select over
+// ch, the close and its context. What else must end that wait puts an
+// empty item in ch, a wake-up: the close, and the end of the context the
+// receiver waits with (context.AfterFunc, registered once per Done
+// channel, as ump's parker does).
+type pipe struct {
+	ch     chan item
+	closed chan struct{}
+	shut   atomic.Bool // closed, for the fast paths that avoid a select
+	once   sync.Once
+
+	wmu   sync.Mutex
+	wdone <-chan struct{} // Done of the context whose end wakes the receiver
+	wstop func() bool     // unregisters that wake-up
+}
+
+func newPipe() *pipe {
+	return &pipe{ch: make(chan item, Buffer), closed: make(chan struct{})}
+}
+
+func (p *pipe) close() {
+	p.once.Do(func() {
+		p.shut.Store(true)
+		close(p.closed)
+		p.wake()
+		p.wmu.Lock()
+		if p.wstop != nil {
+			p.wstop()
+			p.wstop, p.wdone = nil, nil
+		}
+		p.wmu.Unlock()
+	})
+}
+
+// wake ends the receiver's wait, if it waits: a full ch does not keep it
+// waiting anyway.
+func (p *pipe) wake() {
+	select {
+	case p.ch <- item{}:
+	default:
+	}
+}
+
+// watch makes the end of ctx, whose Done is done, wake the receiver.
+func (p *pipe) watch(ctx context.Context, done <-chan struct{}) {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	if done == p.wdone || p.shut.Load() {
+		return
+	}
+	if p.wstop != nil {
+		p.wstop()
+	}
+	p.wdone, p.wstop = done, context.AfterFunc(ctx, p.wake)
+}
+
+// Link is one end of a connection within one process. It implements
+// interconnect.Link, PartsSender and ValueSender.
+type Link struct {
+	in, out *pipe
+}
+
+// Pair returns the two ends of a local connection.
+func Pair() (a, b *Link) {
+	ab, ba := newPipe(), newPipe()
+	return &Link{in: ba, out: ab}, &Link{in: ab, out: ba}
+}
+
+var errClosed = interconnect.Ended(interconnect.ErrClosed, nil)
+
+// Kind returns "local".
+func (l *Link) Kind() string { return "local" }
+
+func (l *Link) put(ctx context.Context, it item) error {
+	if l.out.shut.Load() || l.in.shut.Load() {
+		return errClosed
+	}
+	// A multi-way select costs several times a plain channel operation:
+	// try the plain one first.
+	select {
+	case l.out.ch <- it:
+		return nil
+	default:
+	}
+	select {
+	case l.out.ch <- it:
+		return nil
+	case <-l.out.closed:
+		return errClosed
+	case <-l.in.closed:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// tryPut is put without the wait.
+func (l *Link) tryPut(it item) (bool, error) {
+	if l.out.shut.Load() || l.in.shut.Load() {
+		return false, errClosed
+	}
+	select {
+	case l.out.ch <- it:
+		return true, nil
+	default:
+		return false, nil
+	}
+}
+
+// SendValue sends m, which the receiver gets as it is: the caller hands
+// it over.
+func (l *Link) SendValue(ctx context.Context, m wire.Message) error {
+	return l.put(ctx, item{m: m})
+}
+
+// own parses b, which the caller hands over with caps.
+func own(b []byte, caps []wire.Cap) (*frame, error) {
+	h, k, err := wire.ParseFrame(b)
+	if err != nil {
+		return nil, err
+	}
+	return &frame{h: h, k: k, frame: b, caps: caps}, nil
+}
+
+// copyFrame parses b and copies it, with caps: the caller reuses its
+// buffer.
+func copyFrame(b []byte, caps []wire.Cap) (*frame, error) {
+	return own(append([]byte(nil), b...), append([]wire.Cap(nil), caps...))
+}
+
+// SendFrame sends a copy of b with caps, waiting for room.
+func (l *Link) SendFrame(ctx context.Context, b []byte, caps []wire.Cap) error {
+	f, err := copyFrame(b, caps)
+	if err != nil {
+		return err
+	}
+	return l.put(ctx, item{f: f})
+}
+
+// TrySendFrame is SendFrame without the wait.
+func (l *Link) TrySendFrame(b []byte, caps []wire.Cap) (bool, error) {
+	f, err := copyFrame(b, caps)
+	if err != nil {
+		return false, err
+	}
+	return l.tryPut(item{f: f})
+}
+
+// SendParts sends the frame made of head, body and tail, copied once.
+func (l *Link) SendParts(ctx context.Context, head, body, tail []byte) error {
+	f, err := own(slices.Concat(head, body, tail), nil)
+	if err != nil {
+		return err
+	}
+	return l.put(ctx, item{f: f})
+}
+
+// TrySendParts is SendParts without the wait.
+func (l *Link) TrySendParts(head, body, tail []byte) (bool, error) {
+	f, err := own(slices.Concat(head, body, tail), nil)
+	if err != nil {
+		return false, err
+	}
+	return l.tryPut(item{f: f})
+}
+
+// Receive waits for the next item and sets *in to it: a frame, or a
+// message value in in.Msg with the header its frame would have had.
+func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
+	it, err := l.next(ctx)
+	if err != nil {
+		*in = interconnect.Incoming{}
+		return err
+	}
+	// Field by field rather than *in = Incoming{...}: a composite value is
+	// built in pieces on the stack and copied whole, which stalls on every
+	// message (see wire.ParseFrameInto).
+	in.Inline = false
+	if f := it.f; f != nil {
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = f.k, f.h, f.frame, f.caps, nil
+	} else {
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = wire.KindMessage, wire.Header{}, nil, nil, it.m
+		in.Header.Msg = it.m.MsgNumber()
+	}
+	return nil
+}
+
+// next waits for the next item.
+func (l *Link) next(ctx context.Context) (item, error) {
+	p := l.in
+	for {
+		select {
+		case it := <-p.ch:
+			if it.m != nil || it.f != nil {
+				return it, nil
+			}
+			continue // a wake-up: look again
+		default:
+		}
+		if p.shut.Load() {
+			return l.drain()
+		}
+		if done := ctx.Done(); done != nil {
+			select {
+			case <-done:
+				return item{}, ctx.Err()
+			default:
+			}
+			p.watch(ctx, done)
+		}
+		if it := <-p.ch; it.m != nil || it.f != nil {
+			return it, nil
+		}
+	}
+}
+
+// drain returns what was sent before the connection closed, then
+// ErrClosed.
+func (l *Link) drain() (item, error) {
+	for {
+		select {
+		case it := <-l.in.ch:
+			if it.m != nil || it.f != nil {
+				return it, nil
+			}
+		default:
+			return item{}, errClosed
+		}
+	}
+}
+
+// Close closes both directions.
+func (l *Link) Close() error {
+	l.out.close()
+	l.in.close()
+	return nil
+}
+
+var (
+	_ interconnect.Link        = (*Link)(nil)
+	_ interconnect.PartsSender = (*Link)(nil)
+	_ interconnect.ValueSender = (*Link)(nil)
+)

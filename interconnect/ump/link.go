@@ -1,0 +1,99 @@
+package ump
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/chanos/chanos/interconnect"
+	"github.com/chanos/chanos/wire"
+)
+
+// Link carries chanos frames over a ring pair: it is the ump interconnect
+// as the connection engine sees it (interconnect.Link, PartsSender and
+// RawReceiver). Frames with capabilities are refused: descriptors do not
+// travel through shared memory.
+//
+// Its Receive and ReceiveRaw use the ring's exclusive receive: the engine
+// calls them from one goroutine at a time (the holder of its reading
+// turn).
+type Link struct {
+	c *Conn
+}
+
+// NewLink returns the link over c, which it takes over.
+func NewLink(c *Conn) *Link { return &Link{c: c} }
+
+// Conn returns the ring pair under the link.
+func (l *Link) Conn() *Conn { return l.c }
+
+// Kind returns "ump".
+func (l *Link) Kind() string { return "ump" }
+
+// SendFrame sends frame, waiting for room.
+func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
+	if len(caps) > 0 {
+		return interconnect.ErrCapsUnsupported
+	}
+	return l.c.Send(ctx, frame)
+}
+
+// TrySendFrame sends frame if the ring has room now.
+func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
+	if len(caps) > 0 {
+		return false, interconnect.ErrCapsUnsupported
+	}
+	return l.c.TrySend(frame)
+}
+
+// SendParts sends the frame made of head, body and tail, copying each
+// part straight into the ring.
+func (l *Link) SendParts(ctx context.Context, head, body, tail []byte) error {
+	return l.c.SendParts(ctx, head, body, tail)
+}
+
+// TrySendParts is SendParts if the ring has room now.
+func (l *Link) TrySendParts(head, body, tail []byte) (bool, error) {
+	return l.c.TrySendParts(head, body, tail)
+}
+
+// Receive waits for the next frame and parses it into *in. in.Frame is
+// valid until the next receive.
+func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
+	frame, err := l.c.ReceiveExclusive(ctx)
+	if err != nil {
+		*in = interconnect.Incoming{}
+		return err
+	}
+	return l.Parse(frame, in)
+}
+
+// ReceiveRaw waits for the next frame and returns it unparsed, copied out
+// of shared memory but not checked. It is valid until the next receive.
+func (l *Link) ReceiveRaw(ctx context.Context) ([]byte, error) {
+	return l.c.ReceiveExclusive(ctx)
+}
+
+// Parse sets *in to frame, a frame ReceiveRaw returned. A malformed
+// frame, or one that claims capabilities, ends the connection: the ring
+// is closed so that the peer learns, and the error matches ErrProtocol.
+func (l *Link) Parse(frame []byte, in *interconnect.Incoming) error {
+	err := in.SetFrame(frame, nil)
+	if err == nil && in.Header.NCaps == 0 {
+		return nil
+	}
+	if err == nil {
+		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass", in.Header.NCaps)
+		*in = interconnect.Incoming{}
+	}
+	l.c.Close()
+	return interconnect.Violation(err)
+}
+
+// Close closes the ring pair.
+func (l *Link) Close() error { return l.c.Close() }
+
+var (
+	_ interconnect.Link        = (*Link)(nil)
+	_ interconnect.PartsSender = (*Link)(nil)
+	_ interconnect.RawReceiver = (*Link)(nil)
+)
