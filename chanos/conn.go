@@ -397,6 +397,7 @@ func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint
 func (c *Conn) checkReply(in *Incoming, id uint32, name string, msg uint16) error {
 	switch {
 	case in.Header.Msg != msg:
+		wire.CloseCaps(in.Caps)
 		return c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
 	case in.Kind == wire.KindErrorReply:
 		return replyResult(in, nil, name)
@@ -486,15 +487,23 @@ func (c *Conn) sleepLocked(ctx context.Context) error {
 
 // replyResult decodes reply from in, or returns the error an error reply
 // carries.
+//
+// Capabilities that came with the reply become reply's; those of a reply
+// that does not decode, or of an error reply, are closed.
 func replyResult(in *Incoming, reply wire.Message, name string) error {
 	if in.Kind == wire.KindErrorReply {
+		wire.CloseCaps(in.Caps)
 		_, st, err := wire.ParseErrorReply(in.Frame)
 		if err != nil {
 			return fmt.Errorf("%s: malformed error reply: %w", name, err)
 		}
 		return &RemoteError{Msg: name, Code: st.Code, Detail: st.Detail}
 	}
-	return in.Decode(reply)
+	err := in.Decode(reply)
+	if err != nil {
+		wire.CloseCaps(in.Caps)
+	}
+	return err
 }
 
 // recycle returns p to the pool. p must hold no token: a call taken out
@@ -673,6 +682,7 @@ func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 	case wire.KindCancel:
 		// A call running under Serve's Concurrent option is canceled;
 		// otherwise the call has been answered already.
+		wire.CloseCaps(in.Caps)
 		c.mu.Lock()
 		cancel := c.inflight[in.Header.CallID]
 		c.mu.Unlock()
@@ -710,6 +720,7 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) bool {
 	delete(c.pending, id)
 	c.mu.Unlock()
 	if p == nil {
+		wire.CloseCaps(in.Caps) // nobody takes them
 		return false
 	}
 	p.err = replyResult(in, p.reply, p.name)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -12,9 +11,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/local"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interconnect/ump"
-	"github.com/chanos/chanos/internal/pktconn"
 	"github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/wire"
@@ -106,8 +106,14 @@ func spinFromEnv() (time.Duration, error) {
 
 // Domain is a process's membership of its machine's monitor: through it
 // the process exports services and connects to them by name.
+//
+// The session with the monitor is a connection like any other: the
+// monitor protocol (interfaces/monitor.if) over the control socket, run
+// by the connection engine, which matches the monitor's replies to the
+// domain's calls. A goroutine serves what the monitor sends on its own:
+// the connections bound to the domain's exports.
 type Domain struct {
-	pc      *pktconn.Conn
+	conn    *Conn
 	id      uint64
 	machine uint64
 	dir     string
@@ -115,18 +121,14 @@ type Domain struct {
 	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
 
 	mu      sync.Mutex
-	nextID  uint32
-	calls   map[uint32]*monCall
 	exports map[uint64]*Listener // by export id
 	early   map[uint64][]*monitor.Incoming
 	err     error // why the session ended
 	done    chan struct{}
 }
 
-type monCall struct {
-	reply wire.Message
-	done  chan error
-}
+// monitorInterface is the monitor protocol, as the engine sees it.
+var monitorInterface = Interface{Name: monitor.InterfaceName, MaxFrameSize: monitor.MaxFrameSize}
 
 // Join connects this process to its machine's monitor and returns the
 // domain. If no monitor runs, it fails with an error matching ErrNoMonitor
@@ -151,7 +153,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	if err := rundir.Check(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	pc, err := pktconn.Dial(ctx, sock, monitor.MaxFrameSize)
+	pc, err := seqpacket.Dial(ctx, sock, monitor.MaxFrameSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("%w at %s: start one with `chanos monitor --dir %s` (or set %s)", ErrNoMonitor, sock, dir, rundir.EnvVar)
@@ -159,16 +161,15 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
 	d := &Domain{
-		pc:      pc,
+		conn:    newConn(seqpacket.NewLink(pc), monitorInterface, o.log),
 		dir:     dir,
 		log:     o.log,
 		spin:    o.spin,
-		calls:   map[uint32]*monCall{},
 		exports: map[uint64]*Listener{},
 		early:   map[uint64][]*monitor.Incoming{},
 		done:    make(chan struct{}),
 	}
-	go d.readLoop()
+	go d.serve()
 	var reply monitor.HelloReply
 	if err := d.call(ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
 		d.Close()
@@ -210,12 +211,12 @@ func (d *Domain) Done() <-chan struct{} { return d.done }
 // closed.
 func (d *Domain) Close() error {
 	d.endSession(ErrClosed)
-	err := d.pc.Close()
+	err := d.conn.Close()
 	<-d.done
 	return err
 }
 
-// endSession records why the session ended and fails what waits on it.
+// endSession records why the session ended and stops what waits on it.
 func (d *Domain) endSession(err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -223,144 +224,72 @@ func (d *Domain) endSession(err error) {
 		return
 	}
 	d.err = err
-	for id, c := range d.calls {
-		c.done <- err
-		delete(d.calls, id)
-	}
 	for _, l := range d.exports {
 		l.stop(err)
 	}
 	for _, list := range d.early {
 		for _, in := range list {
-			closeCaps(in.Fds)
+			wire.CloseCaps(in.Fds)
 		}
 	}
 	d.early = nil
 }
 
-// call makes an rpc to the monitor.
+// call makes an rpc to the monitor; the monitor's status codes come back
+// as this package's errors.
 func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
-	var buf wire.Buffer
-	if err := call.Encode(&buf); err != nil {
-		return err
-	}
-	c := &monCall{reply: reply, done: make(chan error, 1)}
-	d.mu.Lock()
-	if d.err != nil {
-		err := d.err
-		d.mu.Unlock()
-		return err
-	}
-	d.nextID++
-	if d.nextID == 0 {
-		d.nextID++
-	}
-	id := d.nextID
-	d.calls[id] = c
-	d.mu.Unlock()
-	wire.SetCallID(buf.B, id)
-	wire.SetTimeout(buf.B, timeoutOf(ctx))
-	if err := d.pc.Send(buf.B, nil); err != nil {
-		d.forget(id)
+	err := d.conn.Call(ctx, call, reply)
+	var re *RemoteError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		return monitorError(re)
+	case interconnect.IsEnd(err):
+		if serr := d.Err(); serr != nil {
+			return serr
+		}
 		return fmt.Errorf("%w: %w", ErrMonitorLost, err)
 	}
-	select {
-	case err := <-c.done:
-		return err
-	case <-ctx.Done():
-		if d.forget(id) {
-			// Tell the monitor, so that a waiting bind does not linger.
-			var cancel wire.Buffer
-			wire.AppendCancel(&cancel, call.MsgNumber(), id)
-			d.pc.Send(cancel.B, nil)
-		}
-		return ctx.Err()
-	}
+	return err
 }
 
-// forget drops call id and reports whether it was still outstanding.
-func (d *Domain) forget(id uint32) bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	_, ok := d.calls[id]
-	delete(d.calls, id)
-	return ok
-}
-
-// readLoop reads the monitor's replies and messages until the session
-// ends. It is the control path, so a goroutine of its own costs nothing
-// that matters.
-func (d *Domain) readLoop() {
+// serve handles what the monitor sends on its own until the session ends.
+func (d *Domain) serve() {
 	defer close(d.done)
-	for {
-		frame, caps, err := d.pc.Receive()
-		if err != nil {
-			if err == io.EOF {
-				err = ErrMonitorLost
-			} else {
-				err = fmt.Errorf("%w: %w", ErrMonitorLost, err)
-			}
-			d.endSession(err)
-			return
-		}
-		if err := d.handle(frame, caps); err != nil {
-			closeCaps(caps)
+	err := d.conn.Serve(context.Background(), d.handle)
+	if err == nil {
+		err = ErrMonitorLost // the monitor closed the socket, or exited
+	} else {
+		if errors.Is(err, ErrProtocol) {
 			d.log.Error("chanos: bad frame from the monitor; leaving", "err", err)
-			d.endSession(fmt.Errorf("%w: %w", ErrMonitorLost, err))
-			d.pc.Close()
-			return
 		}
+		err = fmt.Errorf("%w: %w", ErrMonitorLost, err)
 	}
+	d.endSession(err)
+	d.conn.Close()
 }
 
-func closeCaps(caps []wire.Cap) { wire.CloseCaps(caps) }
-
-func (d *Domain) handle(frame []byte, caps []wire.Cap) error {
-	h, k, err := wire.ParseFrame(frame)
-	if err != nil {
-		return err
+// handle takes a message from the monitor: a connection bound to one of
+// the domain's exports. The monitor makes no calls to domains.
+func (d *Domain) handle(_ context.Context, in *Incoming) (wire.Message, error) {
+	if in.Kind != wire.KindMessage || in.Header.Msg != monitor.MsgIncoming {
+		wire.CloseCaps(in.Caps)
+		return nil, interconnect.Violation(fmt.Errorf("unexpected %s %d from the monitor", in.Kind, in.Header.Msg))
 	}
-	switch k {
-	case wire.KindReply, wire.KindErrorReply:
-		d.mu.Lock()
-		c := d.calls[h.CallID]
-		delete(d.calls, h.CallID)
-		d.mu.Unlock()
-		if c == nil {
-			closeCaps(caps)
-			return nil // the caller gave up
-		}
-		if k == wire.KindErrorReply {
-			_, st, err := wire.ParseErrorReply(frame)
-			if err != nil {
-				c.done <- err
-				return nil
-			}
-			c.done <- monitorError(c.reply.MsgName(), st)
-			return nil
-		}
-		err := c.reply.Decode(frame, caps)
-		if err != nil {
-			closeCaps(caps)
-		}
-		c.done <- err
-		return nil
-	case wire.KindMessage:
-		var in monitor.Incoming
-		if err := in.Decode(frame, caps); err != nil {
-			return err
-		}
-		d.incoming(&in)
-		return nil
+	m := new(monitor.Incoming)
+	if err := in.Decode(m); err != nil {
+		wire.CloseCaps(in.Caps)
+		return nil, interconnect.Violation(err)
 	}
-	return fmt.Errorf("unexpected %s from the monitor", k)
+	d.incoming(m)
+	return nil, nil
 }
 
 // monitorError maps the monitor's status codes onto this package's errors.
-func monitorError(rpc string, st wire.Status) error {
-	re := &RemoteError{Msg: rpc, Code: st.Code, Detail: st.Detail}
+func monitorError(re *RemoteError) error {
 	var kind error
-	switch monitor.Status(st.Code) {
+	switch monitor.Status(re.Code) {
 	case monitor.StatusExists:
 		kind = ErrNameTaken
 	case monitor.StatusNotFound:
@@ -392,7 +321,7 @@ func (d *Domain) incoming(in *monitor.Incoming) {
 			return
 		}
 		d.mu.Unlock()
-		closeCaps(in.Fds)
+		wire.CloseCaps(in.Fds)
 		return
 	}
 	d.mu.Unlock()
@@ -460,7 +389,7 @@ func (l *Listener) Ref() wire.Iref { return l.ref }
 
 func (l *Listener) accept(in *monitor.Incoming) {
 	if in.Ref != l.ref {
-		closeCaps(in.Fds)
+		wire.CloseCaps(in.Fds)
 		l.d.log.Warn("chanos: connection for an export with another token; refused", "name", l.name)
 		return
 	}
@@ -566,7 +495,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 	}
 	switch reply.Via {
 	case monitor.InterconnectLocal:
-		closeCaps(reply.Fds)
+		wire.CloseCaps(reply.Fds)
 		d.mu.Lock()
 		l := d.exports[reply.Ref.Export]
 		d.mu.Unlock()
@@ -578,7 +507,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 		return newConn(a, iface, d.log), nil
 	case monitor.InterconnectUMP:
 		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {
-			closeCaps(reply.Fds)
+			wire.CloseCaps(reply.Fds)
 			return nil, fmt.Errorf("chanos: connect %q: %w: the export's frames are up to %d bytes, ours %d", name, ErrInterfaceMismatch, reply.MaxFrame, iface.MaxFrameSize)
 		}
 		u, err := d.openUMP(ump.Attacher, reply.Fds, int(reply.MaxFrame))
@@ -587,7 +516,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 		}
 		return newConn(ump.NewLink(u), iface, d.log), nil
 	}
-	closeCaps(reply.Fds)
+	wire.CloseCaps(reply.Fds)
 	return nil, fmt.Errorf("chanos: connect %q: unknown interconnect %v", name, reply.Via)
 }
 

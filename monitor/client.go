@@ -15,7 +15,7 @@ import (
 	"github.com/chanos/chanos/interconnect/ump"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
-	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -29,7 +29,7 @@ var ErrNoMonitor = chanos.ErrNoMonitor
 // command line and the tests use it; domains use package chanos, which
 // speaks the same protocol.
 type Client struct {
-	pc    *pktconn.Conn
+	pc    *seqpacket.Conn
 	hello proto.HelloReply
 
 	mu      sync.Mutex
@@ -58,7 +58,7 @@ func Dial(ctx context.Context, dir, program string) (*Client, error) {
 		return nil, fmt.Errorf("monitor: %w", err)
 	}
 	path := SocketPath(dir)
-	pc, err := pktconn.Dial(ctx, path, proto.MaxFrameSize)
+	pc, err := seqpacket.Dial(ctx, path, proto.MaxFrameSize)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("monitor: %w on %s (start one with 'chanos monitor'): %v", ErrNoMonitor, path, err)
@@ -77,7 +77,7 @@ func Dial(ctx context.Context, dir, program string) (*Client, error) {
 // NewClient runs the client side of a session over pc, an open
 // connection to a monitor, without saying hello: tests use it to speak
 // the protocol step by step. Dial is the usual way in.
-func NewClient(pc *pktconn.Conn) *Client {
+func NewClient(pc *seqpacket.Conn) *Client {
 	c := &Client{
 		pc:       pc,
 		pending:  map[uint32]chan response{},

@@ -16,7 +16,7 @@ import (
 
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
-	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -82,7 +82,7 @@ type Monitor struct {
 	dir       string
 	sockPath  string
 	log       *slog.Logger
-	ln        *pktconn.Listener
+	ln        *seqpacket.Listener
 	store     names.Store
 	ownStore  *names.Memory
 	machineID uint64
@@ -198,10 +198,10 @@ func New(cfg Config) (*Monitor, error) {
 		}
 		return nil, err
 	}
-	ln, err := pktconn.Listen(m.sockPath, MaxCallFrame)
+	ln, err := seqpacket.Listen(m.sockPath, MaxCallFrame)
 	if err != nil {
-		if errors.Is(err, pktconn.ErrInUse) {
-			return fail(fmt.Errorf("monitor: another monitor is already running on %s: %w", m.sockPath, pktconn.ErrInUse))
+		if errors.Is(err, seqpacket.ErrInUse) {
+			return fail(fmt.Errorf("monitor: another monitor is already running on %s: %w", m.sockPath, seqpacket.ErrInUse))
 		}
 		return fail(fmt.Errorf("monitor: listen on %s: %w", m.sockPath, err))
 	}
@@ -352,7 +352,7 @@ func checkPeer(cred *syscall.Ucred, uid uint32) error {
 
 // admit checks a new connection's peer and the session cap, and starts
 // its session.
-func (m *Monitor) admit(pc *pktconn.Conn) {
+func (m *Monitor) admit(pc *seqpacket.Conn) {
 	cred, err := pc.PeerCred()
 	if err == nil {
 		err = checkPeer(cred, m.uid)

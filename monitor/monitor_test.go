@@ -14,7 +14,7 @@ import (
 	"time"
 
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
-	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -109,7 +109,7 @@ func TestOtherUIDRefused(t *testing.T) {
 
 func TestAlreadyRunningAndStaleSocket(t *testing.T) {
 	tm := startMonitor(t, Config{})
-	if _, err := New(Config{Dir: tm.dir}); !errors.Is(err, pktconn.ErrInUse) {
+	if _, err := New(Config{Dir: tm.dir}); !errors.Is(err, seqpacket.ErrInUse) {
 		t.Fatalf("second monitor: %v", err)
 	}
 	// A socket file left by a dead monitor is replaced.
@@ -142,7 +142,7 @@ func TestHello(t *testing.T) {
 
 	// A version the monitor does not speak: an error reply says so, then
 	// the session ends.
-	pc, err := pktconn.Dial(ctxT(t), tm.Socket(), proto.MaxFrameSize)
+	pc, err := seqpacket.Dial(ctxT(t), tm.Socket(), proto.MaxFrameSize)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
-	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -69,7 +69,7 @@ type pendingCall struct {
 // session is one domain's connection to the monitor.
 type session struct {
 	m         *Monitor
-	pc        *pktconn.Conn // its send limit is the session's largest packet
+	pc        *seqpacket.Conn // its send limit is the session's largest packet
 	maxPacket int           // the largest frame the socket can carry
 	pid       int32
 	uid       uint32
@@ -97,7 +97,7 @@ type session struct {
 	binds   sync.WaitGroup
 }
 
-func newSession(m *Monitor, pc *pktconn.Conn, cred *syscall.Ucred, maxPacket int) *session {
+func newSession(m *Monitor, pc *seqpacket.Conn, cred *syscall.Ucred, maxPacket int) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{
 		m:          m,
@@ -273,7 +273,7 @@ func receiveErr(err error, beforeHello bool) error {
 	switch {
 	case errors.Is(err, io.EOF):
 		return io.EOF
-	case errors.Is(err, pktconn.ErrTooLarge), errors.Is(err, pktconn.ErrTooManyCaps):
+	case errors.Is(err, seqpacket.ErrTooLarge), errors.Is(err, seqpacket.ErrTooManyCaps):
 		return fmt.Errorf("%w: %v", errProtocol, err)
 	case beforeHello && errors.Is(err, syscall.ETIMEDOUT), beforeHello && isTimeout(err):
 		return protocolErr("no hello within the hello timeout")

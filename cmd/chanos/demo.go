@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chanos/chanos/internal/pktconn"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/internal/rundir"
 )
 
@@ -153,7 +153,7 @@ func waitForMonitor(ctx context.Context, dir string) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	for {
-		c, err := pktconn.Dial(ctx, rundir.Socket(dir), 64)
+		c, err := seqpacket.Dial(ctx, rundir.Socket(dir), 64)
 		if err == nil {
 			c.Close()
 			return nil

@@ -18,7 +18,7 @@ import (
 // eventfds and the liveness socket, in that order.
 const CapCount = 6
 
-// fdCap is a raw descriptor as a wire.Cap. Its Fd method lets pktconn send
+// fdCap is a raw descriptor as a wire.Cap. Its Fd method lets seqpacket send
 // it without the side effect of (*os.File).Fd, which would switch the
 // shared open file description (an eventfd both peers poll) to blocking.
 type fdCap struct{ fd int }

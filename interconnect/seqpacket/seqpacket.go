@@ -1,11 +1,11 @@
-// Package pktconn carries wire frames, with file descriptors beside them,
+// Package seqpacket carries wire frames, with file descriptors beside them,
 // over Unix SOCK_SEQPACKET sockets: the control path between a domain and
 // its monitor. A seqpacket socket keeps message boundaries, so one frame is
 // one packet, and SCM_RIGHTS attaches the frame's capabilities to it.
 //
 // Reads and writes go through the Go runtime's netpoller (net.UnixConn), so
 // a goroutine waiting for a packet parks without holding an OS thread.
-package pktconn
+package seqpacket
 
 import (
 	"context"
@@ -112,11 +112,23 @@ func (c *Conn) UnixConn() *net.UnixConn { return c.uc }
 // Close closes the connection.
 func (c *Conn) Close() error { return c.uc.Close() }
 
-// Send sends one frame with caps attached. The caps stay the caller's: the
-// kernel duplicates the descriptors into the packet.
+// Send sends one frame with caps attached, waiting for room in the
+// peer's receive queue. The caps stay the caller's: the kernel duplicates
+// the descriptors into the packet.
 func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
+	_, err := c.send(frame, caps, true)
+	return err
+}
+
+// TrySend is Send without the wait: it reports false, having sent
+// nothing, when the peer's receive queue is full.
+func (c *Conn) TrySend(frame []byte, caps []wire.Cap) (bool, error) {
+	return c.send(frame, caps, false)
+}
+
+func (c *Conn) send(frame []byte, caps []wire.Cap, wait bool) (bool, error) {
 	if len(caps) > MaxCaps {
-		return fmt.Errorf("send %d descriptors: %w (limit %d)", len(caps), ErrTooManyCaps, MaxCaps)
+		return false, fmt.Errorf("send %d descriptors: %w (limit %d)", len(caps), ErrTooManyCaps, MaxCaps)
 	}
 	var oob []byte
 	if len(caps) > 0 {
@@ -124,7 +136,7 @@ func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
 		for i, cp := range caps {
 			fd, err := capFD(cp)
 			if err != nil {
-				return err
+				return false, err
 			}
 			fds[i] = fd
 		}
@@ -133,16 +145,34 @@ func (c *Conn) Send(frame []byte, caps []wire.Cap) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if len(frame) > c.maxSend {
-		return fmt.Errorf("send %d bytes: %w (limit %d)", len(frame), ErrTooLarge, c.maxSend)
+		return false, fmt.Errorf("send %d bytes: %w (limit %d)", len(frame), ErrTooLarge, c.maxSend)
 	}
-	n, _, err := c.uc.WriteMsgUnix(frame, oob, nil)
+	var n int
+	var err error
+	if wait {
+		n, _, err = c.uc.WriteMsgUnix(frame, oob, nil)
+	} else {
+		rc, rerr := c.uc.SyscallConn()
+		if rerr != nil {
+			return false, rerr
+		}
+		if rerr = rc.Write(func(fd uintptr) bool {
+			n, err = syscall.SendmsgN(int(fd), frame, oob, nil, syscall.MSG_DONTWAIT)
+			return true // one try, whatever it gave
+		}); rerr != nil {
+			return false, rerr
+		}
+		if errors.Is(err, syscall.EAGAIN) {
+			return false, nil
+		}
+	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	if n != len(frame) {
-		return fmt.Errorf("short write: %d of %d bytes", n, len(frame))
+		return false, fmt.Errorf("short write: %d of %d bytes", n, len(frame))
 	}
-	return nil
+	return true, nil
 }
 
 // capFD returns the descriptor of a capability: through SyscallConn for

@@ -1,4 +1,4 @@
-package pktconn
+package seqpacket
 
 import (
 	"bytes"
