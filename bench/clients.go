@@ -25,6 +25,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -141,7 +142,7 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 	served := make(chan struct{})
 	go func() { m.Serve(mctx); close(served) }()
 	defer func() { stop(); <-served }()
-	mc, err := monitor.Dial(ctx, dir, "chanos bench clients")
+	mc, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("chanos bench clients"))
 	if err != nil {
 		return err
 	}
@@ -387,7 +388,7 @@ func parsePingPhase(out string) (int, time.Duration, error) {
 
 // runClientsCase runs one measurement: clients, then the server under
 // name, then waits for the clients and stops the server.
-func runClientsCase(ctx context.Context, mc *monitor.Client, dir, name string, c clientsCase, total int, progs programs) (res Result, err error) {
+func runClientsCase(ctx context.Context, mc *chanos.Domain, dir, name string, c clientsCase, total int, progs programs) (res Result, err error) {
 	ctx, cancel := context.WithTimeout(ctx, clientsTimeout)
 	defer cancel()
 	clientLang, serverLang, _ := strings.Cut(c.peers, "-")
@@ -479,7 +480,7 @@ func runClientsCase(ctx context.Context, mc *monitor.Client, dir, name string, c
 }
 
 // waitJoined waits until the monitor lists a domain for each of pids.
-func waitJoined(ctx context.Context, mc *monitor.Client, pids map[int32]bool) error {
+func waitJoined(ctx context.Context, mc *chanos.Domain, pids map[int32]bool) error {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		snap, err := mc.Ps(ctx)

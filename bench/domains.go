@@ -504,7 +504,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 		return err
 	}
 	defer w.close()
-	ns, err := nameservice.Connect(ctx, w.d, monitor.NameserviceName)
+	ns, err := nameservice.Connect(ctx, w.d, nameservice.ServiceName)
 	if err != nil {
 		return err
 	}

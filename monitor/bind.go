@@ -6,8 +6,8 @@ import (
 	"fmt"
 
 	"github.com/chanos/chanos/interconnect/ump"
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/interconnect/ump"
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interfaces/nameservice"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -36,7 +36,7 @@ func FuzzSessionFrame(f *testing.F) {
 		&proto.ExportCall{Name: "n", Iface: "kv", MaxFrame: 64},
 		&proto.WithdrawCall{Name: "n"},
 		&proto.BindCall{Name: "n", Iface: "kv"},
-		&proto.BindCall{Name: NameserviceName, Iface: nameservice.InterfaceName},
+		&proto.BindCall{Name: nameservice.ServiceName, Iface: nameservice.InterfaceName},
 		&proto.PsCall{},
 		&proto.HelloReply{},
 		&proto.Incoming{},
@@ -114,7 +114,7 @@ func FuzzNameserviceFrame(f *testing.F) {
 	}
 	defer good.Close()
 	f.Fuzz(func(t *testing.T, frame []byte) {
-		r, err := cli.Bind(ctx, NameserviceName, nameservice.InterfaceName, false)
+		r, err := cli.Bind(ctx, nameservice.ServiceName, nameservice.InterfaceName, false)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func FuzzNameserviceFrame(f *testing.F) {
 		cancel()
 		gctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
-		if _, _, err := good.Get(gctx, NameserviceName); err != nil {
+		if _, _, err := good.Get(gctx, nameservice.ServiceName); err != nil {
 			t.Fatalf("the good connection after %x: %v", frame, err)
 		}
 	})

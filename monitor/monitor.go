@@ -14,9 +14,9 @@ import (
 	"syscall"
 	"time"
 
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
-	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interconnect/seqpacket"
+	"github.com/chanos/chanos/interfaces/nameservice"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -25,10 +25,6 @@ import (
 // name "nameservice" and the server of nameservice connections. Domains
 // get ids from SelfDomainID+1 on.
 const SelfDomainID = 1
-
-// NameserviceName is the name under which the monitor exports its
-// nameservice, of interface nameservice.
-const NameserviceName = "nameservice"
 
 // MaxCallFrame bounds the frames a domain sends the monitor: its calls
 // and cancels. The largest call of the protocol (export) is 412 bytes;
@@ -208,11 +204,11 @@ func New(cfg Config) (*Monitor, error) {
 	m.ln = ln
 	// The nameservice is an export of the monitor's own, under a name the
 	// monitor owns.
-	ns, err := m.newExport(NameserviceName, nameservice.InterfaceName, nameservice.MaxFrameSize, nil)
+	ns, err := m.newExport(nameservice.ServiceName, nameservice.InterfaceName, nameservice.MaxFrameSize, nil)
 	if err == nil {
 		m.exports[ns.id] = ns
 		m.ns = ns
-		err = m.store.Set(context.Background(), NameserviceName, ns.ref, names.Owner(SelfDomainID))
+		err = m.store.Set(context.Background(), nameservice.ServiceName, ns.ref, names.Owner(SelfDomainID))
 	}
 	if err != nil {
 		ln.Close()

@@ -13,8 +13,10 @@ import (
 	"testing"
 	"time"
 
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/seqpacket"
+	"github.com/chanos/chanos/interfaces/nameservice"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -74,10 +76,10 @@ func TestPrepareAndCheckDir(t *testing.T) {
 		t.Fatalf("file: %v", err)
 	}
 	// No monitor there: a clear error.
-	if _, err := Dial(context.Background(), dir, "t"); !errors.Is(err, ErrNoMonitor) {
+	if _, err := Dial(context.Background(), dir, "t"); !errors.Is(err, chanos.ErrNoMonitor) {
 		t.Fatalf("Dial with no monitor: %v", err)
 	}
-	if _, err := Dial(context.Background(), filepath.Join(base, "missing"), "t"); !errors.Is(err, ErrNoMonitor) {
+	if _, err := Dial(context.Background(), filepath.Join(base, "missing"), "t"); !errors.Is(err, chanos.ErrNoMonitor) {
 		t.Fatalf("Dial with no directory: %v", err)
 	}
 }
@@ -187,7 +189,7 @@ func TestExportBindWithdraw(t *testing.T) {
 		wantStatus(t, "export of a taken name", err, proto.StatusExists)
 		_, err = srv.Export(ctx, "kv", "kv", 4096)
 		wantStatus(t, "export twice", err, proto.StatusExists)
-		_, err = cli.Export(ctx, NameserviceName, "kv", 4096)
+		_, err = cli.Export(ctx, nameservice.ServiceName, "kv", 4096)
 		wantStatus(t, "export of nameservice", err, proto.StatusExists)
 		for _, bad := range []struct {
 			name, iface string
@@ -233,10 +235,10 @@ func TestExportBindWithdraw(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if snap.Version != PsVersion || snap.Monitor.MachineID == "" || snap.Monitor.Limits.MaxDomains != DefaultMaxDomains || snap.Monitor.Limits.Domains != 2 {
+		if snap.Version != chanos.PsVersion || snap.Monitor.MachineID == "" || snap.Monitor.Limits.MaxDomains != DefaultMaxDomains || snap.Monitor.Limits.Domains != 2 {
 			t.Fatalf("ps monitor %+v", snap.Monitor)
 		}
-		var sd, cd *DomainInfo
+		var sd, cd *chanos.DomainInfo
 		for i := range snap.Domains {
 			switch snap.Domains[i].ID {
 			case srv.DomainID():
@@ -245,13 +247,13 @@ func TestExportBindWithdraw(t *testing.T) {
 				cd = &snap.Domains[i]
 			}
 		}
-		if snap.Domains[0].ID != SelfDomainID || snap.Domains[0].Exports[0].Name != NameserviceName {
+		if snap.Domains[0].ID != SelfDomainID || snap.Domains[0].Exports[0].Name != nameservice.ServiceName {
 			t.Fatalf("ps: the monitor is not first: %+v", snap.Domains[0])
 		}
 		if sd == nil || cd == nil || sd.Program != "server" || sd.PID != int32(os.Getpid()) || len(sd.Exports) != 2 || sd.Exports[0].Name != "kv" || sd.Exports[0].ExportID != ref.Export {
 			t.Fatalf("ps domains %+v", snap.Domains)
 		}
-		if len(cd.Connections) != 1 || cd.Connections[0] != (ConnInfo{ConnID: bound.ConnID, Peer: srv.DomainID(), Role: "client", Name: "kv", ExportID: ref.Export, Via: "ump"}) {
+		if len(cd.Connections) != 1 || cd.Connections[0] != (chanos.ConnInfo{ConnID: bound.ConnID, Peer: srv.DomainID(), Role: "client", Name: "kv", ExportID: ref.Export, Via: "ump"}) {
 			t.Fatalf("ps client connections %+v", cd.Connections)
 		}
 		if len(sd.Connections) != 2 || sd.Connections[0].Role != "server" || sd.Connections[1].Via != "local" {
@@ -469,11 +471,11 @@ func TestShutdown(t *testing.T) {
 
 // ps stays within its bound by leaving domains out.
 func TestMarshalSnapshotTruncates(t *testing.T) {
-	snap := &Snapshot{Version: PsVersion}
+	snap := &chanos.Snapshot{Version: chanos.PsVersion}
 	for i := range 100 {
-		snap.Domains = append(snap.Domains, DomainInfo{ID: uint64(i + 1), Program: "some program with a long name"})
+		snap.Domains = append(snap.Domains, chanos.DomainInfo{ID: uint64(i + 1), Program: "some program with a long name"})
 	}
-	full, _ := marshalSnapshot(&Snapshot{Version: PsVersion, Domains: snap.Domains}, 1<<20)
+	full, _ := marshalSnapshot(&chanos.Snapshot{Version: chanos.PsVersion, Domains: snap.Domains}, 1<<20)
 	b, err := marshalSnapshot(snap, len(full)/2)
 	if err != nil || len(b) > len(full)/2 || !snap.Truncated || len(snap.Domains) >= 100 || len(snap.Domains) == 0 {
 		t.Fatalf("%d bytes of %d, %v, truncated %v, %d domains", len(b), len(full)/2, err, snap.Truncated, len(snap.Domains))
@@ -522,7 +524,7 @@ func TestLargePs(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ps: %v", err)
 			}
-			var snap Snapshot
+			var snap chanos.Snapshot
 			if err := json.Unmarshal(b, &snap); err != nil {
 				t.Fatal(err)
 			}

@@ -126,7 +126,7 @@ func newNSConn(m *Monitor, u *ump.Conn, id, client uint64, log *slog.Logger) *ns
 		conn:   chanos.NewConn(ump.NewLink(u), nameservice.Interface),
 		id:     id,
 		client: client,
-		log:    log.With("conn", id, "service", NameserviceName),
+		log:    log.With("conn", id, "service", nameservice.ServiceName),
 		store:  m.store,
 	}
 }

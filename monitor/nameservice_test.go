@@ -94,7 +94,7 @@ func TestNameservice(t *testing.T) {
 		}
 		c, err = b.Remove(ctx, "exported")
 		code("remove of another domain's export", c, err, NSNotOwner)
-		c, err = b.Remove(ctx, NameserviceName)
+		c, err = b.Remove(ctx, nameservice.ServiceName)
 		code("remove of the nameservice", c, err, NSNotOwner)
 
 		// wait_for: answered when the name appears; other calls proceed
@@ -174,7 +174,7 @@ func TestNameservice(t *testing.T) {
 			t.Fatalf("list of nothing: %q, %v", got, err)
 		}
 		all, err := b.Names(ctx, "")
-		if err != nil || !slices.Contains(all, NameserviceName) || !slices.Contains(all, "svc.2") {
+		if err != nil || !slices.Contains(all, nameservice.ServiceName) || !slices.Contains(all, "svc.2") {
 			t.Fatalf("list all: %d names, %v", len(all), err)
 		}
 
@@ -260,7 +260,7 @@ func TestNameserviceGarbage(t *testing.T) {
 			{"unknown", func() []byte { f := setCall("x"); f[4] = 77; return f }(), "names no message"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				r, err := cli.Bind(ctx, NameserviceName, nameservice.InterfaceName, false)
+				r, err := cli.Bind(ctx, nameservice.ServiceName, nameservice.InterfaceName, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -276,7 +276,7 @@ func TestNameserviceGarbage(t *testing.T) {
 					t.Fatalf("after %s: %v; want the monitor to close", c.name, err)
 				}
 				tm.logs.waitLog(t, "nameservice connection dropped", c.want)
-				if _, code, err := good.Get(ctx, NameserviceName); err != nil || code != NSOK {
+				if _, code, err := good.Get(ctx, nameservice.ServiceName); err != nil || code != NSOK {
 					t.Fatalf("the good connection: %d, %v", code, err)
 				}
 			})
@@ -285,7 +285,7 @@ func TestNameserviceGarbage(t *testing.T) {
 		// ever made: a protocol violation, which ends that connection only.
 		for _, stray := range []string{"reply", "error reply"} {
 			t.Run(stray, func(t *testing.T) {
-				r, err := cli.Bind(ctx, NameserviceName, nameservice.InterfaceName, false)
+				r, err := cli.Bind(ctx, nameservice.ServiceName, nameservice.InterfaceName, false)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -310,7 +310,7 @@ func TestNameserviceGarbage(t *testing.T) {
 					t.Fatalf("after a stray %s: %v; want the monitor to close", stray, err)
 				}
 				tm.logs.waitLog(t, "nameservice connection dropped", "never made")
-				if _, code, err := good.Get(ctx, NameserviceName); err != nil || code != NSOK {
+				if _, code, err := good.Get(ctx, nameservice.ServiceName); err != nil || code != NSOK {
 					t.Fatalf("the good connection: %d, %v", code, err)
 				}
 			})
@@ -388,7 +388,7 @@ func TestNameserviceWaitLimit(t *testing.T) {
 		if _, c, err := ns.WaitFor(ctx, "never"); err != nil || c != NSLimit {
 			t.Fatalf("wait_for beyond the limit: %d, %v", c, err)
 		}
-		if _, c, err := ns.Get(ctx, NameserviceName); err != nil || c != NSOK {
+		if _, c, err := ns.Get(ctx, nameservice.ServiceName); err != nil || c != NSOK {
 			t.Fatalf("get while the waits wait: %d, %v", c, err)
 		}
 		if c, err := ns.Set(ctx, "late", iref(1)); err != nil || c != NSOK {

@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"time"
 
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/interconnect/seqpacket"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -70,7 +70,7 @@ type pendingCall struct {
 type session struct {
 	m         *Monitor
 	pc        *seqpacket.Conn // its send limit is the session's largest packet
-	maxPacket int           // the largest frame the socket can carry
+	maxPacket int             // the largest frame the socket can carry
 	pid       int32
 	uid       uint32
 	log       *slog.Logger

@@ -10,6 +10,7 @@ import (
 	"os"
 	"text/tabwriter"
 
+	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -63,9 +64,9 @@ func runNames(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	ns, err := c.Nameservice(ctx)
+	ns, err := nameservice.Connect(ctx, c, nameservice.ServiceName)
 	if err != nil {
-		return err
+		return fmt.Errorf("names: %w", err)
 	}
 	defer ns.Close()
 	list, err := ns.Names(ctx, append(prefix, "")[0])
@@ -97,7 +98,7 @@ func runNames(ctx context.Context, args []string) error {
 			continue // removed since the list
 		}
 		e := nameEntry{Name: name, MachineID: fmt.Sprintf("%016x", ref.Machine), ExportID: ref.Export}
-		if fmt.Sprintf("%016x", c.MachineID()) == e.MachineID {
+		if fmt.Sprintf("%016x", c.Machine()) == e.MachineID {
 			if o, ok := exports[ref.Export]; ok {
 				e.Iface, e.Domain, e.Program = o.iface, o.domain, o.program
 			}

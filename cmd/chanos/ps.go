@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -49,34 +51,34 @@ func runPs(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
-	b, err := c.PsJSON(ctx)
-	if err != nil {
-		return fmt.Errorf("ps: %w", err)
-	}
-	if *asJSON {
-		_, err := fmt.Printf("%s\n", b)
-		return err
-	}
 	snap, err := c.Ps(ctx)
 	if err != nil {
 		return fmt.Errorf("ps: %w", err)
 	}
-	return printPs(os.Stdout, snap, c.DomainID())
+	if *asJSON {
+		b, err := json.Marshal(snap)
+		if err != nil {
+			return fmt.Errorf("ps: %w", err)
+		}
+		_, err = fmt.Printf("%s\n", b)
+		return err
+	}
+	return printPs(os.Stdout, snap, c.ID())
 }
 
-// dialMonitor opens a session with the monitor of the directory given by
-// flagDir (see monitor.Dir).
-func dialMonitor(ctx context.Context, flagDir, program string) (*monitor.Client, error) {
+// dialMonitor joins the monitor of the directory given by flagDir (see
+// monitor.Dir) as program.
+func dialMonitor(ctx context.Context, flagDir, program string) (*chanos.Domain, error) {
 	dir, err := monitor.Dir(flagDir)
 	if err != nil {
 		return nil, err
 	}
-	return monitor.Dial(ctx, dir, program)
+	return chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram(program))
 }
 
 // printPs prints snap as a table, leaving out the domain self (the
 // session of this command).
-func printPs(w io.Writer, snap *monitor.Snapshot, self uint64) error {
+func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 	mi := snap.Monitor
 	fmt.Fprintf(w, "monitor %s  pid %d  socket %s  domains %d of %d\n\n",
 		mi.MachineID, mi.PID, mi.Socket, mi.Limits.Domains-1, mi.Limits.MaxDomains)

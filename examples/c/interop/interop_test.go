@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
@@ -444,16 +445,16 @@ func join(t *testing.T, dir string) *chanos.Domain {
 
 // nsClient binds the monitor's nameservice from Go, to look at what the C
 // domains did.
-func nsClient(t *testing.T, dir string) *monitor.NSClient {
+func nsClient(t *testing.T, dir string) *nameservice.Conn {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	mc, err := monitor.Dial(ctx, dir, "interop test")
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("interop test"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { mc.Close() })
-	ns, err := mc.Nameservice(ctx)
+	t.Cleanup(func() { d.Close() })
+	ns, err := nameservice.Connect(ctx, d, nameservice.ServiceName)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +468,7 @@ func refString(r wire.Iref) string {
 }
 
 // waitNames waits until the names starting with prefix are want.
-func waitNames(t *testing.T, ns *monitor.NSClient, prefix string, want []string) {
+func waitNames(t *testing.T, ns *nameservice.Conn, prefix string, want []string) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

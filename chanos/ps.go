@@ -1,0 +1,101 @@
+package chanos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/chanos/chanos/internal/protocol/monitor"
+)
+
+// PsVersion is the version of the ps JSON schema (Snapshot.Version).
+const PsVersion = 1
+
+// Snapshot is the monitor's answer to ps: the JSON document of
+// docs/monitor-protocol.md, as Domain.Ps returns it. Tokens are never
+// included.
+type Snapshot struct {
+	// Version is PsVersion.
+	Version int `json:"version"`
+	// Monitor describes the monitor.
+	Monitor MonitorInfo `json:"monitor"`
+	// Domains lists the domains, the monitor itself (domain id 1) first,
+	// then by id.
+	Domains []DomainInfo `json:"domains"`
+	// Truncated is set when domains were left out to fit the reply's
+	// bound.
+	Truncated bool `json:"truncated,omitempty"`
+}
+
+// MonitorInfo describes a monitor.
+type MonitorInfo struct {
+	// MachineID is the machine id, 16 hex digits (a JSON number would
+	// lose bits in many readers).
+	MachineID string    `json:"machine_id"`
+	DomainID  uint64    `json:"domain_id"`
+	PID       int       `json:"pid"`
+	UID       uint32    `json:"uid"`
+	Dir       string    `json:"dir"`
+	Socket    string    `json:"socket"`
+	Started   time.Time `json:"started"`
+	Protocol  int       `json:"protocol"`
+	Limits    Limits    `json:"limits"`
+}
+
+// Limits are the monitor's limits and the current counts they bound.
+type Limits struct {
+	MaxDomains      int    `json:"max_domains"`
+	Domains         int    `json:"domains"` // current sessions, including those not past hello
+	MaxExports      int    `json:"max_exports_per_domain"`
+	MaxPendingBinds int    `json:"max_pending_binds_per_domain"`
+	MaxFrame        uint32 `json:"max_frame"`
+	Exports         int    `json:"exports"`     // current exports, the nameservice's included
+	Connections     int    `json:"connections"` // current connection records
+}
+
+// DomainInfo describes a domain.
+type DomainInfo struct {
+	ID          uint64       `json:"id"`
+	PID         int32        `json:"pid"`
+	UID         uint32       `json:"uid"`
+	Program     string       `json:"program"`
+	Joined      time.Time    `json:"joined"`
+	Exports     []ExportInfo `json:"exports"`
+	Connections []ConnInfo   `json:"connections"`
+}
+
+// ExportInfo describes an export.
+type ExportInfo struct {
+	Name     string `json:"name"`
+	Iface    string `json:"iface"`
+	ExportID uint64 `json:"export_id"`
+	MaxFrame uint32 `json:"max_frame"`
+}
+
+// ConnInfo describes a connection from one domain's side.
+type ConnInfo struct {
+	ConnID uint64 `json:"conn_id"`
+	// Peer is the domain at the other end.
+	Peer uint64 `json:"peer"`
+	// Role is "client" (this domain bound) or "server" (it exported).
+	Role     string `json:"role"`
+	Name     string `json:"name"`
+	ExportID uint64 `json:"export_id"`
+	// Via is "local" or "ump".
+	Via string `json:"via"`
+}
+
+// Ps asks the monitor for its ps document: the monitor, its domains,
+// their exports and connections.
+func (d *Domain) Ps(ctx context.Context) (*Snapshot, error) {
+	var r monitor.PsReply
+	if err := d.call(ctx, &monitor.PsCall{}, &r); err != nil {
+		return nil, fmt.Errorf("chanos: ps: %w", err)
+	}
+	var s Snapshot
+	if err := json.Unmarshal(r.JSON, &s); err != nil {
+		return nil, fmt.Errorf("chanos: ps: %w", err)
+	}
+	return &s, nil
+}
