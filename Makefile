@@ -65,7 +65,7 @@ test-c: bin/chanosc
 	$(CMAKE) --build $(BUILD)/c-san -j $(JOBS)
 	ctest --test-dir $(BUILD)/c-san --output-on-failure
 	# The C programs that talk to a real monitor, under the sanitizers too.
-	CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/c/...
+	CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/
 
 test: all lint check-generated check-vectors test-go test-c bench-smoke
 

@@ -2,7 +2,7 @@
  * test_conn.c: the rpc layer of libchanos domains (src/conn.c) over a ring
  * pair opened in this process, and the errors of chanos_join that need no
  * monitor. The monitor paths are tested end to end, with real processes,
- * by the Go test in examples/c/interop.
+ * by the Go tests in tests/interop.
  */
 #include "ump_testutil.h"
 

@@ -1,4 +1,4 @@
-package cexamples
+package interop
 
 // Bad peers, seen from the C side: a C server and a C client each face a
 // peer that sends frames no correct peer sends, and a C server keeps

@@ -1,14 +1,16 @@
-// Package cexamples tests the C pingpong examples (examples/c, one
-// directory up: Go refuses .c files beside a package without cgo) against
+// Package interop tests the C pingpong examples (examples/c) against
 // each other and against the Go examples, over a real monitor
 // (`chanos monitor --dir DIR`), with real processes and sockets; it also
 // kills C domains with -9, calls the nameservice from C
-// (nameservice_test.c) and installs libchanos with its pkg-config file.
+// (examples/c/nameservice_test.c) and installs libchanos with its
+// pkg-config file. It holds tests only, so that examples/ keeps only
+// programs to copy.
 //
 // The C programs come from the C build directory named by CHANOS_C_BUILD
-// (the Makefile sets it to build/c). Without it the tests skip, unless CI
-// is set, in which case they fail.
-package cexamples
+// (the Makefile sets it to build/c, and to build/c-san for the
+// sanitizers). Without it the tests skip, unless CI is set, in which case
+// they fail.
+package interop
 
 import (
 	"bufio"
@@ -71,7 +73,7 @@ var (
 func goBin(t *testing.T, name string) string {
 	t.Helper()
 	goBinOnce.Do(func() {
-		goBinDir, goBinErr = os.MkdirTemp("", "cexamples-bin")
+		goBinDir, goBinErr = os.MkdirTemp("", "interop-bin")
 		if goBinErr != nil {
 			return
 		}
@@ -607,7 +609,7 @@ func TestInstall(t *testing.T) {
 	// The out-of-tree project: the example client, its interface compiled
 	// by the installed chanosc, built with the flags pkg-config gives.
 	proj := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("..", "pingpong_client.c"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "c", "pingpong_client.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -627,7 +629,7 @@ func TestInstall(t *testing.T) {
 
 	// The nameservice test needs no generated code: <chanos/nameservice.h>
 	// is installed and its code is in libchanos.
-	src, err = os.ReadFile(filepath.Join("..", "nameservice_test.c"))
+	src, err = os.ReadFile(filepath.Join("..", "..", "examples", "c", "nameservice_test.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
