@@ -248,10 +248,5 @@ int main(void)
     test_spin_recv();
     test_nameservice_error();
     test_join_errors();
-    if (failures) {
-        fprintf(stderr, "test_conn: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_conn: ok\n");
-    return 0;
+    return check_done("test_conn");
 }

@@ -100,7 +100,7 @@ func TestAlltypes(t *testing.T) {
 	exe := filepath.Join(dir, "vectors")
 	args := []string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g",
 		"-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-		"-I../../c/include", "-I" + dir, "-o", exe,
+		"-I../../c/include", "-I../../c/tests", "-I" + dir, "-o", exe,
 		test, filepath.Join(dir, "alltypes.c"), "../../c/src/wire.c", "../../c/src/errors.c"}
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("compiling: %v\n%s", err, out)
