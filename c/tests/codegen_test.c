@@ -6,37 +6,12 @@
  * encoder and the decoder. Frames are decoded from heap buffers of exactly
  * their length, so that AddressSanitizer catches any read past the end.
  */
+#include "check.h"
 #include "ctest.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                         \
-    do {                                                                    \
-        checks++;                                                           \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,          \
-                    __LINE__, #cond);                                       \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
-
-#define CHECK_RC(expr, want)                                                \
-    do {                                                                    \
-        int got_ = (expr);                                                  \
-        int want_ = (want);                                                 \
-        checks++;                                                           \
-        if (got_ != want_) {                                                \
-            fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s)\n",          \
-                    __FILE__, __LINE__, #expr, got_, chanos_strerror(got_), \
-                    want_, chanos_strerror(want_));                         \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
 
 /* A frame being built or decoded: exactly len bytes on the heap. */
 struct frame {
@@ -176,13 +151,13 @@ static void test_scalars(void)
     CHECK(sizeof scalars_body == 104);
     CHECK(want.len == CTEST_SCALARS_MAX_FRAME_SIZE);
     fill_scalars(&m);
-    CHECK_RC(ctest_scalars_encode(&m, &b), 0);
+    CHECK_EQ(ctest_scalars_encode(&m, &b), 0);
     CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
     CHECK(b.nfds == 0);
 
     f = frame_dup(b.data, b.len);
     memset(&d, 0x55, sizeof d);
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
     CHECK(d.u8 == m.u8 && d.u16 == m.u16 && d.u32 == m.u32 && d.u64 == m.u64);
     CHECK(d.i8 == -1 && d.i16 == -2 && d.i32 == -3 && d.i64 == INT64_MIN);
     CHECK(d.up == UINT64_MAX && d.ip == -5 && d.sz == 6 && d.ch == 'A');
@@ -193,70 +168,70 @@ static void test_scalars(void)
     /* Every cut inside the body, size patched: truncated. */
     for (n = 16; n < f.len; n++) {
         g = frame_resize(f, n);
-        CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
         frame_free(g);
     }
     /* Cuts inside the header: truncated; size unpatched: size. */
     for (n = 0; n < 16; n++)
-        CHECK_RC(ctest_scalars_decode(&d, f.p, n, NULL, 0), CHANOS_ERR_TRUNCATED);
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+        CHECK_EQ(ctest_scalars_decode(&d, f.p, n, NULL, 0), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len - 1, NULL, 0), CHANOS_ERR_SIZE);
     /* One byte more: trailing. */
     g = frame_resize(f, f.len + 1);
-    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
-    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+    CHECK_EQ(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_EQ(ctest_scalars_decode(&d, g.p, g.len - 1, NULL, 0), CHANOS_ERR_SIZE);
     frame_free(g);
 
     /* Field values. */
     f.p[SCALARS_FLAG_OFF] = 2;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
     f.p[SCALARS_FLAG_OFF] = 0;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
     CHECK(d.flag == false);
     f.p[SCALARS_ENUM_OFF] = 3;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
     f.p[SCALARS_ENUM_OFF] = 2;
     f.p[SCALARS_ENUM_OFF + 3] = 0x80;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
     f.p[SCALARS_ENUM_OFF + 3] = 0;
 
     /* The first error wins: a bad bool before a cut is reported as such. */
     g = frame_resize(f, SCALARS_FLAG_OFF + 3);
     g.p[SCALARS_FLAG_OFF] = 7;
-    CHECK_RC(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_BOOL);
+    CHECK_EQ(ctest_scalars_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_BOOL);
     frame_free(g);
 
     /* Header. */
     f.p[4] = CTEST_MSG_EMPTY;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
     f.p[4] = 0;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
     f.p[4] = CTEST_MSG_SCALARS;
     f.p[6] = CHANOS_FLAG_CALL;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[6] = 0x10;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[6] = 0;
     f.p[8] = 1; /* call_id on a message */
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[8] = 0;
     f.p[15] = 1; /* timeout_us on a message */
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[15] = 0;
     f.p[7] = 1; /* ncaps, but no capability in the body */
     {
         int fd = 3;
 
-        CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, &fd, 1), CHANOS_ERR_CAP);
+        CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, &fd, 1), CHANOS_ERR_CAP);
     }
     f.p[7] = 0;
-    CHECK_RC(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_scalars_decode(&d, f.p, f.len, NULL, 0), 0);
 
     /* Too small a buffer, at every size: NOSPACE, buffer unchanged. */
     for (n = 0; n < want.len; n++) {
         struct chanos_buf s = newbuf();
 
         s.cap = n;
-        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_NOSPACE);
+        CHECK_EQ(ctest_scalars_encode(&m, &s), CHANOS_ERR_NOSPACE);
         CHECK(s.len == 0 && s.nfds == 0);
     }
     /* Value errors come before NOSPACE. */
@@ -265,11 +240,11 @@ static void test_scalars(void)
 
         s.cap = 10;
         m.s = (enum ctest_color)3;
-        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        CHECK_EQ(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
         s.cap = sizeof bufmem;
-        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        CHECK_EQ(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
         m.s = (enum ctest_color)-1;
-        CHECK_RC(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
+        CHECK_EQ(ctest_scalars_encode(&m, &s), CHANOS_ERR_ENUM);
         CHECK(s.len == 0);
     }
     frame_free(f);
@@ -284,15 +259,15 @@ static void test_empty(void)
     struct chanos_buf b = newbuf();
     struct frame f, g;
 
-    CHECK_RC(ctest_empty_encode(&m, &b), 0);
+    CHECK_EQ(ctest_empty_encode(&m, &b), 0);
     CHECK(b.len == sizeof want && memcmp(b.data, want, sizeof want) == 0);
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_empty_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_empty_decode(&d, f.p, f.len, NULL, 0), 0);
     g = frame_resize(f, 17);
-    CHECK_RC(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_EQ(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
     frame_free(g);
     g = frame_resize(f, 15);
-    CHECK_RC(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(ctest_empty_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
     frame_free(g);
     frame_free(f);
 }
@@ -318,11 +293,11 @@ static void test_texts(void)
     m.data.len = 3;
     m.chars.ptr = NULL; /* an empty view may be NULL */
     m.chars.len = 0;
-    CHECK_RC(ctest_texts_encode(&m, &b), 0);
+    CHECK_EQ(ctest_texts_encode(&m, &b), 0);
     CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
 
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
     /* Views point into the frame. */
     CHECK(d.name.len == 5 && d.name.ptr == (const char *)f.p + 20);
     CHECK(memcmp(d.name.ptr, "hello", 5) == 0);
@@ -332,29 +307,29 @@ static void test_texts(void)
     /* Every cut: truncated. */
     for (size_t n = 16; n < f.len; n++) {
         g = frame_resize(f, n);
-        CHECK_RC(ctest_texts_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(ctest_texts_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
         frame_free(g);
     }
     /* NUL inside the string. */
     f.p[22] = 0;
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_NUL);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_NUL);
     f.p[22] = 'l';
     /* A NUL in a byte array is fine. */
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
     /* Bounds: checked before the bytes, so a short frame says BOUND. */
     f.p[16] = CTEST_TEXTS_NAME_MAX + 1;
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
     f.p[16] = 0xff;
     f.p[19] = 0xff;
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
     f.p[16] = 5;
     f.p[19] = 0;
     f.p[25] = CTEST_TEXTS_DATA_MAX + 1;
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
     f.p[25] = 6; /* within the bound, past the end */
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_TRUNCATED);
     f.p[25] = 3;
-    CHECK_RC(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_texts_decode(&d, f.p, f.len, NULL, 0), 0);
 
     /* A string at its bound is fine; one byte more is not, both ways. */
     memset(longname, 'x', sizeof longname);
@@ -362,25 +337,25 @@ static void test_texts(void)
     body2[0] = CTEST_TEXTS_NAME_MAX;
     memset(body2 + 4, 'x', CTEST_TEXTS_NAME_MAX);
     g = frame_make(CTEST_MSG_TEXTS, 0, 0, 0, 0, body2, 4 + CTEST_TEXTS_NAME_MAX + 8);
-    CHECK_RC(ctest_texts_decode(&d, g.p, g.len, NULL, 0), 0);
+    CHECK_EQ(ctest_texts_decode(&d, g.p, g.len, NULL, 0), 0);
     CHECK(d.name.len == CTEST_TEXTS_NAME_MAX);
     frame_free(g);
     b = newbuf();
     m.name.ptr = longname;
     m.name.len = CTEST_TEXTS_NAME_MAX;
-    CHECK_RC(ctest_texts_encode(&m, &b), 0);
+    CHECK_EQ(ctest_texts_encode(&m, &b), 0);
     b = newbuf();
     m.name.len = CTEST_TEXTS_NAME_MAX + 1;
-    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
     CHECK(b.len == 0);
     m.name = CHANOS_STR("a\0b");
-    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_NUL);
+    CHECK_EQ(ctest_texts_encode(&m, &b), CHANOS_ERR_NUL);
     m.name = CHANOS_STR("ok");
     m.data.len = CTEST_TEXTS_DATA_MAX + 1;
-    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
     m.data.len = 3;
     m.chars = (struct chanos_bytes){ (const uint8_t *)"abcde", 5 };
-    CHECK_RC(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_texts_encode(&m, &b), CHANOS_ERR_BOUND);
     CHECK(b.len == 0);
     frame_free(f);
     frame_free(want);
@@ -424,11 +399,11 @@ static void test_arrays(void)
     struct frame f, g;
 
     fill_arrays(&m);
-    CHECK_RC(ctest_arrays_encode(&m, &b), 0);
+    CHECK_EQ(ctest_arrays_encode(&m, &b), 0);
     CHECK(b.len == want.len && memcmp(b.data, want.p, want.len) == 0);
     f = frame_dup(b.data, b.len);
     memset(&d, 0x55, sizeof d);
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
     CHECK(d.nvals == 2 && d.vals[0] == 1 && d.vals[1] == 0xffffffff);
     CHECK(d.nbits == 3 && d.bits[0] && !d.bits[1] && d.bits[2]);
     CHECK(d.ncolors == 1 && d.colors[0] == CTEST_COLOR_GREEN);
@@ -439,33 +414,33 @@ static void test_arrays(void)
 
     for (size_t n = 16; n < f.len; n++) {
         g = frame_resize(f, n);
-        CHECK_RC(ctest_arrays_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(ctest_arrays_decode(&d, g.p, g.len, NULL, 0), CHANOS_ERR_TRUNCATED);
         frame_free(g);
     }
     /* Counts past their bound, even huge ones. */
     f.p[16] = CTEST_ARRAYS_VALS_MAX + 1;
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
     memset(f.p + 16, 0xff, 4);
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOUND);
     memcpy(f.p + 16, "\x02\x00\x00\x00", 4);
     f.p[16 + 12 + 4 + 1] = 2; /* bits[1] */
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_BOOL);
     f.p[16 + 12 + 4 + 1] = 0;
     f.p[16 + 12 + 7 + 4] = 3; /* colors[0] */
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_ENUM);
     f.p[16 + 12 + 7 + 4] = 1;
-    CHECK_RC(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_arrays_decode(&d, f.p, f.len, NULL, 0), 0);
 
     m.nvals = CTEST_ARRAYS_VALS_MAX + 1;
-    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
     m.nvals = UINT32_MAX; /* must not read past vals[] */
-    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
     m.nvals = 2;
     m.colors[0] = (enum ctest_color)7;
-    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_ENUM);
+    CHECK_EQ(ctest_arrays_encode(&m, &b), CHANOS_ERR_ENUM);
     m.colors[0] = CTEST_COLOR_RED;
     m.npairs = 3;
-    CHECK_RC(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_arrays_encode(&m, &b), CHANOS_ERR_BOUND);
     CHECK(b.len == want.len); /* only the first frame */
     frame_free(f);
     frame_free(want);
@@ -495,7 +470,7 @@ static void test_caps(void)
     int rc;
 
     fill_caps(&m);
-    CHECK_RC(ctest_caps_encode(&m, &b), 0);
+    CHECK_EQ(ctest_caps_encode(&m, &b), 0);
     CHECK(b.nfds == 4);
     CHECK(buffds[0] == 10 && buffds[1] == 11 && buffds[2] == 12 && buffds[3] == 13);
     CHECK(b.data[7] == 4); /* ncaps */
@@ -507,42 +482,42 @@ static void test_caps(void)
     CHECK(chanos_load_u32(b.data + b.len - 4) == 3);
 
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
     CHECK(d.a == 110 && d.nmore == 2 && d.more[0] == 111 && d.more[1] == 112);
     CHECK(d.r.fd == 113);
     CHECK(d.r.p.x == -7);
     CHECK(d.r.p.c == CTEST_COLOR_BLUE && memcmp(d.r.addr, "abcdef", 6) == 0);
     CHECK(d.r.m[0][1] == 300 && !d.r.f[0] && d.r.f[1]);
     /* Extra fds beyond ncaps are ignored. */
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), 0);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), 0);
     /* Too few fds came with the frame. */
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_CAP);
     /* ncaps differs from the body's count. */
     f.p[7] = 5;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
     f.p[7] = 3;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
     f.p[7] = 4;
     /* An index out of canonical order. */
     f.p[24] = 2;
     f.p[28] = 1;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
     f.p[24] = 1;
     f.p[28] = 2;
     f.p[16] = 0xff;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_CAP);
     f.p[16] = 0;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 4), 0);
     /* A bool inside the struct. */
     f.p[f.len - 5] = 9;
-    CHECK_RC(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_BOOL);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 4), CHANOS_ERR_BOOL);
     f.p[f.len - 5] = 1;
     /* Cuts: truncated. */
     for (size_t n = 16; n < f.len; n++) {
         g = frame_resize(f, n);
         rc = ctest_caps_decode(&d, g.p, g.len, fds, 4);
-        CHECK_RC(rc, CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(rc, CHANOS_ERR_TRUNCATED);
         frame_free(g);
     }
 
@@ -553,16 +528,16 @@ static void test_caps(void)
         struct chanos_buf s;
 
         chanos_buf_init(&s, mem, sizeof mem, few, n);
-        CHECK_RC(ctest_caps_encode(&m, &s), CHANOS_ERR_NOSPACE);
+        CHECK_EQ(ctest_caps_encode(&m, &s), CHANOS_ERR_NOSPACE);
         CHECK(s.len == 0 && s.nfds == 0);
     }
     /* Appending a second frame: its indices restart at 0, its fds follow. */
-    CHECK_RC(ctest_caps_encode(&m, &b), 0);
+    CHECK_EQ(ctest_caps_encode(&m, &b), 0);
     CHECK(b.len == 2 * f.len && b.nfds == 8);
     CHECK(memcmp(b.data, b.data + f.len, f.len) == 0);
     CHECK(buffds[4] == 10 && buffds[7] == 13);
     m.nmore = 4;
-    CHECK_RC(ctest_caps_encode(&m, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(ctest_caps_encode(&m, &b), CHANOS_ERR_BOUND);
     CHECK(b.len == 2 * f.len && b.nfds == 8);
     frame_free(f);
 }
@@ -579,10 +554,10 @@ static void test_keywords(void)
     m.default_[0] = 1;
     m.default_[1] = 0xffff;
     m.errno_ = 5;
-    CHECK_RC(ctest_keywords_encode(&m, &b), 0);
+    CHECK_EQ(ctest_keywords_encode(&m, &b), 0);
     CHECK(b.len == CTEST_KEYWORDS_MAX_FRAME_SIZE);
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_keywords_decode(&d, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_keywords_decode(&d, f.p, f.len, NULL, 0), 0);
     CHECK(d.register_ == -42 && d.long_ == 2 && d.default_[0] == 1);
     CHECK(d.default_[1] == 0xffff && d.errno_ == 5);
     frame_free(f);
@@ -601,30 +576,30 @@ static void test_rpc(void)
 
     memset(&c, 0, sizeof c);
     c.key = CHANOS_STR("k");
-    CHECK_RC(ctest_lookup_call_encode(&c, &b), 0);
+    CHECK_EQ(ctest_lookup_call_encode(&c, &b), 0);
     CHECK(b.data[6] == CHANOS_FLAG_CALL);
     CHECK(chanos_load_u32(b.data + 8) == 0 && chanos_load_u32(b.data + 12) == 0);
     chanos_hdr_set_call(b.data, 77, 5000);
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_lookup_call_decode(&dc, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_lookup_call_decode(&dc, f.p, f.len, NULL, 0), 0);
     CHECK(dc.key.len == 1 && dc.key.ptr[0] == 'k');
-    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
-    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_lookup_reply_decode(&dr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), 0);
     CHECK(any.msg == CTEST_MSG_LOOKUP && any.kind == CHANOS_KIND_CALL);
     CHECK(any.call_id == 77 && any.timeout_us == 5000);
     CHECK(any.u.lookup_call.key.len == 1);
     /* The interface-wide encoder writes call_id and timeout back. */
     b = newbuf();
-    CHECK_RC(ctest_encode(&any, &b), 0);
+    CHECK_EQ(ctest_encode(&any, &b), 0);
     CHECK(b.len == f.len && memcmp(b.data, f.p, f.len) == 0);
     /* Error replies and cancels belong to the connection layer. */
     f.p[6] = CHANOS_KIND_ERROR;
     f.p[12] = f.p[13] = f.p[14] = f.p[15] = 0;
-    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[6] = CHANOS_KIND_CANCEL;
-    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     f.p[6] = 0;
-    CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     frame_free(f);
 
     memset(&r, 0, sizeof r);
@@ -633,46 +608,46 @@ static void test_rpc(void)
     r.value.token[15] = 0xee;
     r.fd = 9;
     b = newbuf();
-    CHECK_RC(ctest_lookup_reply_encode(&r, &b), 0);
+    CHECK_EQ(ctest_lookup_reply_encode(&r, &b), 0);
     CHECK(b.data[6] == CHANOS_FLAG_REPLY && b.data[7] == 1 && b.nfds == 1);
     chanos_hdr_set_call(b.data, 78, 0);
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), 0);
+    CHECK_EQ(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), 0);
     CHECK(dr.found && dr.value.machine == 3 && dr.value.token[15] == 0xee && dr.fd == 200);
-    CHECK_RC(ctest_lookup_call_decode(&dc, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
-    CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 1), 0);
+    CHECK_EQ(ctest_lookup_call_decode(&dc, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 1), 0);
     CHECK(any.kind == CHANOS_KIND_REPLY && any.call_id == 78 && any.u.lookup_reply.fd == 200);
     b = newbuf();
-    CHECK_RC(ctest_encode(&any, &b), 0);
+    CHECK_EQ(ctest_encode(&any, &b), 0);
     CHECK(b.len == f.len && memcmp(b.data, f.p, f.len) == 0);
     f.p[12] = 1; /* a reply carries no timeout */
-    CHECK_RC(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
-    CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_lookup_reply_decode(&dr, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 1), CHANOS_ERR_HEADER);
     frame_free(f);
 
     /* An rpc without arguments. */
     b = newbuf();
-    CHECK_RC(ctest_sync_call_encode(&sc, &b), 0);
+    CHECK_EQ(ctest_sync_call_encode(&sc, &b), 0);
     CHECK(b.len == 16);
     f = frame_dup(b.data, b.len);
-    CHECK_RC(ctest_sync_call_decode(&dsc, f.p, f.len, NULL, 0), 0);
-    CHECK_RC(ctest_sync_reply_decode(&dsr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_sync_call_decode(&dsc, f.p, f.len, NULL, 0), 0);
+    CHECK_EQ(ctest_sync_reply_decode(&dsr, f.p, f.len, NULL, 0), CHANOS_ERR_HEADER);
     g = frame_resize(f, 20);
-    CHECK_RC(ctest_sync_call_decode(&dsc, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
-    CHECK_RC(ctest_decode(&any, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_EQ(ctest_sync_call_decode(&dsc, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
+    CHECK_EQ(ctest_decode(&any, g.p, g.len, NULL, 0), CHANOS_ERR_TRAILING);
     frame_free(g);
     frame_free(f);
 
     /* The interface-wide encoder rejects a tag it does not know. */
     memset(&any, 0, sizeof any);
     any.msg = 99;
-    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_UNKNOWN_MESSAGE);
     any.msg = CTEST_MSG_EMPTY;
     any.kind = CHANOS_KIND_CALL;
-    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
     any.msg = CTEST_MSG_SYNC;
     any.kind = CHANOS_KIND_MESSAGE;
-    CHECK_RC(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
 }
 
 /* test_any decodes each kind of frame with ctest_decode and encodes it
@@ -691,11 +666,11 @@ static void test_any(void)
     fill_scalars(&s);
     fill_arrays(&a);
     fill_caps(&c);
-    CHECK_RC(ctest_scalars_encode(&s, &b), 0);
+    CHECK_EQ(ctest_scalars_encode(&s, &b), 0);
     ends[0] = b.len;
-    CHECK_RC(ctest_arrays_encode(&a, &b), 0);
+    CHECK_EQ(ctest_arrays_encode(&a, &b), 0);
     ends[1] = b.len;
-    CHECK_RC(ctest_caps_encode(&c, &b), 0);
+    CHECK_EQ(ctest_caps_encode(&c, &b), 0);
     ends[2] = b.len;
     for (int i = 0; i < 3; i++) {
         struct frame f = frame_dup(b.data + start, ends[i] - start);
@@ -704,9 +679,9 @@ static void test_any(void)
         struct chanos_buf o;
 
         chanos_buf_init(&o, out, sizeof out, outfds, 8);
-        CHECK_RC(ctest_decode(&any, f.p, f.len, fds, 4), 0);
+        CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 4), 0);
         CHECK(any.kind == CHANOS_KIND_MESSAGE && any.call_id == 0);
-        CHECK_RC(ctest_encode(&any, &o), 0);
+        CHECK_EQ(ctest_encode(&any, &o), 0);
         CHECK(o.len == f.len && memcmp(out, f.p, f.len) == 0);
         start = ends[i];
         frame_free(f);
@@ -716,11 +691,11 @@ static void test_any(void)
     {
         struct frame f = frame_make(11, 0, 0, 0, 0, NULL, 0);
 
-        CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+        CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
         chanos_store_u16(f.p + 4, 0);
-        CHECK_RC(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
-        CHECK_RC(ctest_decode(&any, f.p, 15, NULL, 0), CHANOS_ERR_TRUNCATED);
-        CHECK_RC(ctest_decode(&any, NULL, 0, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+        CHECK_EQ(ctest_decode(&any, f.p, 15, NULL, 0), CHANOS_ERR_TRUNCATED);
+        CHECK_EQ(ctest_decode(&any, NULL, 0, NULL, 0), CHANOS_ERR_TRUNCATED);
         frame_free(f);
     }
 }
@@ -735,6 +710,5 @@ int main(void)
     test_keywords();
     test_rpc();
     test_any();
-    printf("codegen_test: %d checks, %d failed\n", checks, failures);
-    return failures == 0 ? 0 : 1;
+    return check_done("codegen_test");
 }

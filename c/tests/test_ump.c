@@ -245,10 +245,5 @@ int main(void)
     test_bad_handshake();
     test_args();
     CHECK_EQ(count_fds(), fds);
-    if (failures) {
-        fprintf(stderr, "test_ump: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_ump: ok\n");
-    return 0;
+    return check_done("test_ump");
 }

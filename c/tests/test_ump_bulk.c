@@ -566,10 +566,5 @@ int main(void)
     test_bad_bulk_head();
     test_bad_header();
     CHECK_EQ(count_fds(), fds);
-    if (failures) {
-        fprintf(stderr, "test_ump_bulk: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_ump_bulk: ok\n");
-    return 0;
+    return check_done("test_ump_bulk");
 }

@@ -228,10 +228,5 @@ int main(void)
     test_kill_streaming();
     test_scribbler();
     CHECK_EQ(count_fds(), fds);
-    if (failures) {
-        fprintf(stderr, "test_ump_faults: %d failures\n", failures);
-        return 1;
-    }
-    printf("test_ump_faults: ok\n");
-    return 0;
+    return check_done("test_ump_faults");
 }

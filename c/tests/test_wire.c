@@ -2,38 +2,14 @@
  * test_wire.c: the wire-format runtime of libchanos (the wire section of
  * chanos.h and src/wire.c), tested without generated code.
  */
+#include "check.h"
+
 #include <chanos.h>
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static int failures;
-static int checks;
-
-#define CHECK(cond)                                                         \
-    do {                                                                    \
-        checks++;                                                           \
-        if (!(cond)) {                                                      \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__,          \
-                    __LINE__, #cond);                                       \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
-
-#define CHECK_RC(expr, want)                                                \
-    do {                                                                    \
-        int got_ = (expr);                                                  \
-        int want_ = (want);                                                 \
-        checks++;                                                           \
-        if (got_ != want_) {                                                \
-            fprintf(stderr, "%s:%d: %s = %d (%s), want %d (%s)\n",          \
-                    __FILE__, __LINE__, #expr, got_, chanos_strerror(got_), \
-                    want_, chanos_strerror(want_));                         \
-            failures++;                                                     \
-        }                                                                   \
-    } while (0)
 
 static void test_strerror(void)
 {
@@ -88,12 +64,12 @@ static void test_header(void)
     chanos_hdr_put(f, &h);
     CHECK(f[0] == 24 && f[1] == 0 && f[4] == 0x01 && f[5] == 0x02);
     CHECK(f[6] == CHANOS_KIND_CALL && f[7] == 3 && f[8] == 0x0d && f[15] == 0xff);
-    CHECK_RC(chanos_hdr_parse(&g, f, sizeof f), 0);
+    CHECK_EQ(chanos_hdr_parse(&g, f, sizeof f), 0);
     CHECK(g.size == h.size && g.msg == h.msg && g.flags == h.flags);
     CHECK(g.ncaps == h.ncaps && g.call_id == h.call_id && g.timeout_us == h.timeout_us);
     for (n = 0; n < CHANOS_HEADER_SIZE; n++)
-        CHECK_RC(chanos_hdr_parse(&g, f, n), CHANOS_ERR_TRUNCATED);
-    CHECK_RC(chanos_hdr_parse(&g, f, 23), CHANOS_ERR_SIZE);
+        CHECK_EQ(chanos_hdr_parse(&g, f, n), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_hdr_parse(&g, f, 23), CHANOS_ERR_SIZE);
     chanos_hdr_set_call(f, 9, 10);
     CHECK(chanos_load_u32(f + 8) == 9 && chanos_load_u32(f + 12) == 10);
 }
@@ -121,34 +97,34 @@ static void test_kinds(void)
         default:
             want = CHANOS_ERR_HEADER;
         }
-        CHECK_RC(chanos_hdr_kind(&h), want);
-        CHECK_RC(chanos_hdr_check(&h, flags), want < 0 ? want : 0);
+        CHECK_EQ(chanos_hdr_kind(&h), want);
+        CHECK_EQ(chanos_hdr_check(&h, flags), want < 0 ? want : 0);
     }
     /* call_id: any on rpc frames, 0 on messages. */
     h.call_id = 5;
     h.flags = CHANOS_KIND_MESSAGE;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
     h.flags = CHANOS_KIND_CALL;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_KIND_CALL);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_KIND_CALL);
     h.flags = CHANOS_KIND_CANCEL;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_KIND_CANCEL);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_KIND_CANCEL);
     /* timeout_us: only on calls. */
     h.timeout_us = 1;
     h.flags = CHANOS_KIND_CALL;
-    CHECK_RC(chanos_hdr_check(&h, CHANOS_KIND_CALL), 0);
+    CHECK_EQ(chanos_hdr_check(&h, CHANOS_KIND_CALL), 0);
     h.flags = CHANOS_KIND_REPLY;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
     h.flags = CHANOS_KIND_ERROR;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
     h.flags = CHANOS_KIND_CANCEL;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
     h.call_id = 0;
     h.flags = CHANOS_KIND_MESSAGE;
-    CHECK_RC(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_kind(&h), CHANOS_ERR_HEADER);
     /* A valid frame of another kind. */
     h.timeout_us = 0;
     h.flags = CHANOS_KIND_REPLY;
-    CHECK_RC(chanos_hdr_check(&h, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_hdr_check(&h, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
 }
 
 static void test_views(void)
@@ -201,12 +177,12 @@ static void test_encode_decode(void)
     chanos_enc_iref(&e, &r);
     chanos_enc_cap(&e, 30);
     chanos_enc_cap(&e, 31);
-    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 16 + 1 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 1 + 4 + 3 + 4 + 6 + 6 + 32 + 8);
     CHECK(b.nfds == 2 && fds[0] == 30 && fds[1] == 31);
     CHECK(chanos_load_u32(mem) == b.len && mem[6] == CHANOS_KIND_REPLY && mem[7] == 2);
 
-    CHECK_RC(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
     CHECK(h.msg == 7 && h.ncaps == 2);
     CHECK(chanos_dec_u8(&d) == 0xab);
     CHECK(chanos_dec_i8(&d) == -2);
@@ -230,10 +206,10 @@ static void test_encode_decode(void)
     CHECK(memcmp(&r, &r2, sizeof r) == 0);
     CHECK(chanos_dec_cap(&d) == 40);
     CHECK(chanos_dec_cap(&d) == 41);
-    CHECK_RC(chanos_dec_end(&d), 0);
+    CHECK_EQ(chanos_dec_end(&d), 0);
 
     /* Sticky errors: after the first, reads return zero values. */
-    CHECK_RC(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
     d.len = 18; /* pretend the frame ends after two bytes of body */
     CHECK(chanos_dec_u16(&d) == 0xfeab);
     CHECK(chanos_dec_u32(&d) == 0);
@@ -241,7 +217,7 @@ static void test_encode_decode(void)
     CHECK(chanos_dec_cap(&d) == -1);
     s = chanos_dec_str(&d, 10);
     CHECK(s.ptr == NULL && s.len == 0);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
 }
 
 static void test_encode_errors(void)
@@ -257,67 +233,67 @@ static void test_encode_errors(void)
     chanos_enc_begin(&e, &b, 1, 0);
     for (i = 0; i < CHANOS_MAX_CAPS; i++)
         chanos_enc_cap(&e, i);
-    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.nfds == 255 && mem[7] == 255);
     chanos_buf_reset(&b);
     chanos_enc_begin(&e, &b, 1, 0);
     for (i = 0; i <= CHANOS_MAX_CAPS; i++)
         chanos_enc_cap(&e, i);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_CAP);
     CHECK(b.len == 0 && b.nfds == 0);
 
     /* Bounds, NUL and enums. */
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_str(&e, CHANOS_STR("abc"), 2);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_str(&e, CHANOS_STR("a\0"), 2);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NUL);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NUL);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_str(&e, (struct chanos_str){ NULL, 0 }, 2);
     chanos_enc_bytes(&e, (struct chanos_bytes){ NULL, 0 }, 0);
-    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 24);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_bytes(&e, (struct chanos_bytes){ mem, 3 }, 2);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
     CHECK(chanos_enc_count(&e, 5, 4) == 0);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_enum(&e, 3, 3);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
     /* The first value error is the one reported. */
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_enum(&e, 9, 3);
     chanos_enc_str(&e, CHANOS_STR("abc"), 1);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
     CHECK(b.len == 24 && b.nfds == 0);
 
     /* NOSPACE: in the header, in the body, in fds; value errors first. */
     chanos_buf_init(&b, mem, 10, fds, 0);
     chanos_enc_begin(&e, &b, 1, 0);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     chanos_buf_init(&b, mem, 20, fds, 0);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_u64(&e, 1);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_u64(&e, 1);
     chanos_enc_str(&e, CHANOS_STR("toolong"), 3);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_cap(&e, 5);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     CHECK(b.len == 0 && b.nfds == 0);
     chanos_buf_init(&b, mem, 20, NULL, 0);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_cap(&e, 5);
-    CHECK_RC(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     chanos_buf_init(&b, mem, 20, fds, 1);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_cap(&e, 5);
-    CHECK_RC(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 20 && b.nfds == 1 && fds[0] == 5);
 }
 
@@ -332,75 +308,75 @@ static void test_decode_errors(void)
     h.size = 16 + 8;
     chanos_hdr_put(f, &h);
     /* begin_msg: truncated, size, unknown message, header. */
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 15, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_TRUNCATED);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 25, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_SIZE);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 4, CHANOS_KIND_MESSAGE), CHANOS_ERR_UNKNOWN_MESSAGE);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_MESSAGE), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 15, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 25, NULL, 0, 3, CHANOS_KIND_MESSAGE), CHANOS_ERR_SIZE);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 4, CHANOS_KIND_MESSAGE), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, CHANOS_KIND_MESSAGE), 0);
 
     /* Strings: bound before bytes, then truncation, then NUL. */
     chanos_store_u32(f + 16, 3);
     memcpy(f + 20, "ab\0c", 4);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_str(&d, 2);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
     chanos_store_u32(f + 16, 5);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_str(&d, 8);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
     chanos_store_u32(f + 16, 4);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_str(&d, 8);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_NUL);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_NUL);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_bytes(&d, 8); /* a NUL is fine in bytes */
-    CHECK_RC(chanos_dec_end(&d), 0);
+    CHECK_EQ(chanos_dec_end(&d), 0);
     chanos_store_u32(f + 16, 0xffffffff);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_bytes(&d, 8);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     CHECK(chanos_dec_count(&d, 0xfffffffe) == 0);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
 
     /* Bool and enum values. */
     f[16] = 2;
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     (void)chanos_dec_bool(&d);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_BOOL);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOOL);
     chanos_store_u32(f + 16, 1);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     CHECK(chanos_dec_enum(&d, 1) == 0);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_ENUM);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_ENUM);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
     CHECK(chanos_dec_enum(&d, 2) == 1);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_TRAILING);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRAILING);
 
     /* Capabilities: index, ncaps and nfds. */
     chanos_store_u32(f + 16, 0);
     chanos_store_u32(f + 20, 1);
     f[7] = 2;
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
-    CHECK_RC(chanos_dec_end(&d), 0);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
+    CHECK_EQ(chanos_dec_end(&d), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
     CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == -1);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 1;
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     (void)chanos_dec_cap(&d);
     (void)chanos_dec_cap(&d);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 3;
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     (void)chanos_dec_cap(&d);
     (void)chanos_dec_cap(&d);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 2;
     chanos_store_u32(f + 16, 1);
-    CHECK_RC(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     (void)chanos_dec_cap(&d);
-    CHECK_RC(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
 }
 
 int main(void)
@@ -413,6 +389,5 @@ int main(void)
     test_encode_decode();
     test_encode_errors();
     test_decode_errors();
-    printf("test_wire: %d passed, %d failed\n", checks - failures, failures);
-    return failures == 0 ? 0 : 1;
+    return check_done("test_wire");
 }

@@ -2,7 +2,9 @@
 #ifndef CHANOS_UMP_TESTUTIL_H
 #define CHANOS_UMP_TESTUTIL_H
 
-#include "chanos.h"
+#include "check.h"
+
+#include <chanos.h>
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -11,29 +13,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-static int failures;
-
-#define CHECK(cond)                                                          \
-    do {                                                                     \
-        if (!(cond)) {                                                       \
-            fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, \
-                    #cond);                                                  \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
-
-#define CHECK_EQ(got, want)                                                  \
-    do {                                                                     \
-        long long g_ = (long long)(got), w_ = (long long)(want);             \
-        if (g_ != w_) {                                                      \
-            fprintf(stderr, "%s:%d: %s = %lld (%s), want %lld (%s)\n",       \
-                    __FILE__, __LINE__, #got, g_,                            \
-                    chanos_ump_strerror((int)g_), w_,                        \
-                    chanos_ump_strerror((int)w_));                           \
-            failures++;                                                      \
-        }                                                                    \
-    } while (0)
 
 /* pattern fills b with the content of message i of a test stream. */
 static inline void pattern(uint8_t *b, size_t n, uint64_t i)

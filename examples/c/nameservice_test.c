@@ -2,8 +2,8 @@
  * nameservice_test: a C domain that calls the monitor's nameservice
  * (docs/c-domains.md, "The nameservice") with the C code chanosc generates
  * for interfaces/nameservice.if (<chanos/nameservice.h>, built into
- * libchanos) over chanos_nameservice_connect. The Go test
- * examples/c/interop runs it against a real monitor:
+ * libchanos) over chanos_nameservice_connect. The Go tests in
+ * tests/interop run it against a real monitor:
  *
  *   nameservice_test check PREFIX   set, get, list, get_count, remove,
  *                                   watch and the errors (exists,

@@ -226,7 +226,7 @@ func (e *emitter) goodVector(out *lines, what string, i int, v *vector, encode b
 	out.f("    struct %s_msg *a;", e.iface.Name)
 	out.f("    uint8_t *copy;")
 	out.f("")
-	out.f("    vec = %q;", v.Name)
+	out.f("    check_context = %q;", v.Name)
 	body := &lines{indent: "    "}
 	for _, a := range f.args() {
 		if err := e.setArg(body, "m->", a, v.Fields[a.Name]); err != nil {
@@ -308,7 +308,7 @@ func (e *emitter) unencodable(out *lines, i int, v *vector) (string, error) {
 	out.f("    struct %s *m = xcalloc(sizeof *m);", sname)
 	out.f("    struct %s_msg *a = xcalloc(sizeof *a);", e.iface.Name)
 	out.f("")
-	out.f("    vec = %q;", v.Name)
+	out.f("    check_context = %q;", v.Name)
 	body := &lines{indent: "    "}
 	for _, a := range f.args() {
 		if err := e.setArg(body, "m->", a, v.Fields[a.Name]); err != nil {

@@ -1,21 +1,21 @@
-// Package cexamples tests the C pingpong examples (examples/c, one
-// directory up: Go refuses .c files beside a package without cgo) against
+// Package interop tests the C pingpong examples (examples/c) against
 // each other and against the Go examples, over a real monitor
 // (`chanos monitor --dir DIR`), with real processes and sockets; it also
 // kills C domains with -9, calls the nameservice from C
-// (nameservice_test.c) and installs libchanos with its pkg-config file.
+// (examples/c/nameservice_test.c) and installs libchanos with its
+// pkg-config file. It holds tests only, so that examples/ keeps only
+// programs to copy.
 //
 // The C programs come from the C build directory named by CHANOS_C_BUILD
-// (the Makefile sets it to build/c). Without it the tests skip, unless CI
-// is set, in which case they fail.
-package cexamples
+// (the Makefile sets it to build/c, and to build/c-san for the
+// sanitizers). Without it the tests skip, unless CI is set, in which case
+// they fail.
+package interop
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,7 +72,7 @@ var (
 func goBin(t *testing.T, name string) string {
 	t.Helper()
 	goBinOnce.Do(func() {
-		goBinDir, goBinErr = os.MkdirTemp("", "cexamples-bin")
+		goBinDir, goBinErr = os.MkdirTemp("", "interop-bin")
 		if goBinErr != nil {
 			return
 		}
@@ -137,56 +137,6 @@ func startMonitor(t *testing.T) string {
 	}
 }
 
-// start runs a program as a domain of the monitor in dir and waits until
-// it prints a line beginning with want. The process is killed at cleanup.
-func start(t *testing.T, dir, want string, prog string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	lines := make(chan string, 1)
-	go func() {
-		line, err := bufio.NewReader(out).ReadString('\n')
-		if err != nil {
-			line += fmt.Sprintf(" (%v)", err)
-		}
-		lines <- line
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case line := <-lines:
-		if !strings.HasPrefix(line, want) {
-			t.Fatalf("%s printed %q, want %q...", filepath.Base(prog), line, want)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s printed nothing within 20s", filepath.Base(prog))
-	}
-	return cmd
-}
-
-// run runs a client program to its end and checks that it succeeded.
-func run(t *testing.T, dir string, prog string, args ...string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
-	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %v: %v\n%s", filepath.Base(prog), args, err, out)
-	}
-	t.Logf("%s:\n%s", filepath.Base(prog), out)
-	return string(out)
-}
-
 func checkClientOutput(t *testing.T, out string) {
 	t.Helper()
 	for _, want := range []string{"ping/pong messages: 1000 ", "echo rpcs: 1000 ", "bounce: 64 KiB payload returned intact"} {
@@ -236,21 +186,22 @@ func TestCNameErrors(t *testing.T) {
 	srv, cli := cProg(t, "pingpong_server"), cProg(t, "pingpong_client")
 	dir := startMonitor(t)
 	start(t, dir, "serving", srv, "-name", "taken")
-	// A second export of the name is refused with the monitor's "exists".
-	out, err := exec.Command("env", "CHANOS_DIR="+dir, srv, "-name", "taken").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "name already registered") {
-		t.Errorf("second export: %v\n%s", err, out)
-	}
-	// A missing name: not found once the wait is over.
-	out, err = exec.Command("env", "CHANOS_DIR="+dir, cli, "-name", "missing", "-wait", "200").CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "name not found") {
-		t.Errorf("connect to a missing name: %v\n%s", err, out)
-	}
-	// No monitor at all.
-	empty := t.TempDir()
-	out, err = exec.Command("env", "CHANOS_DIR="+filepath.Join(empty, "none"), cli).CombinedOutput()
-	if err == nil || !strings.Contains(string(out), "no monitor running") {
-		t.Errorf("join without a monitor: %v\n%s", err, out)
+	// Each error ends the program with status 1 and names the error.
+	for _, c := range []struct {
+		what, dir, prog string
+		args            []string
+		want            string
+	}{
+		// A second export of the name is refused with the monitor's "exists".
+		{"second export", dir, srv, []string{"-name", "taken"}, "pingpong_server: export taken: monitor: name already registered"},
+		// A missing name: not found once the wait is over.
+		{"connect to a missing name", dir, cli, []string{"-name", "missing", "-wait", "200"}, "pingpong_client: connect missing: monitor: name not found"},
+		// No monitor at all.
+		{"join without a monitor", filepath.Join(t.TempDir(), "none"), cli, nil, "pingpong_client: join: no monitor running"},
+	} {
+		if out := runExit(t, c.dir, 1, c.prog, c.args...); !strings.Contains(out, c.want) {
+			t.Errorf("%s: the output lacks %q:\n%s", c.what, c.want, out)
+		}
 	}
 }
 
@@ -299,7 +250,10 @@ func TestCClientKilledMidCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	proc := start(t, dir, "connected", cli, "-name", "patient", "-n", "1")
+	client := spawn(t, dir, cli, "-name", "patient", "-n", "1")
+	if line := client.line(t); !strings.HasPrefix(line, "connected") {
+		t.Fatalf("the C client printed %q, want connected...", line)
+	}
 	c, err := l.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -308,7 +262,7 @@ func TestCClientKilledMidCall(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- pingpong.ServeConn(ctx, c, srv) }()
 	within(t, 10*time.Second, "the C client's echo call", func() error { <-srv.called; return nil })
-	proc.Process.Signal(syscall.SIGKILL)
+	client.kill(t)
 	err = within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("ServeConn = %v, want ErrPeerDied", err)
@@ -337,7 +291,7 @@ func TestCServerKilled(t *testing.T) {
 	pending := make(chan error, 1)
 	go func() { _, err := c.Echo(ctx, blockForever); pending <- err }()
 	time.Sleep(20 * time.Millisecond) // let the call reach the server; not a pass condition
-	srv.Process.Signal(syscall.SIGKILL)
+	srv.kill(t)
 	err = within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("pending call = %v, want ErrPeerDied", err)
@@ -352,84 +306,6 @@ func TestCServerKilled(t *testing.T) {
 			}
 		}
 	})
-}
-
-// proc is a program running as a domain, its stdout read line by line.
-type proc struct {
-	cmd   *exec.Cmd
-	lines chan string // closed at the end of its output
-	stdin io.WriteCloser
-}
-
-// spawn starts a program as a domain of the monitor in dir, with a pipe to
-// its stdin. The process is killed at cleanup if it is still running.
-func spawn(t *testing.T, dir, prog string, args ...string) *proc {
-	t.Helper()
-	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{cmd: cmd, lines: make(chan string, 64), stdin: stdin}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-	}()
-	t.Cleanup(func() {
-		stdin.Close()
-		if cmd.ProcessState == nil {
-			cmd.Process.Kill()
-			cmd.Wait()
-		}
-	})
-	return p
-}
-
-// line returns the program's next line of output.
-func (p *proc) line(t *testing.T) string {
-	t.Helper()
-	name := filepath.Base(p.cmd.Path)
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			t.Fatalf("%s ended its output", name)
-		}
-		return l
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s printed nothing within 20s", name)
-	}
-	return ""
-}
-
-// wait waits for the end of the program's output and then of the program,
-// and returns how it exited.
-func (p *proc) wait(t *testing.T) error {
-	t.Helper()
-	timeout := time.After(20 * time.Second)
-	for open := true; open; {
-		select {
-		case l, ok := <-p.lines:
-			if ok {
-				t.Logf("%s: %s", filepath.Base(p.cmd.Path), l)
-			}
-			open = ok
-		case <-timeout:
-			t.Fatalf("%s did not end within 20s", filepath.Base(p.cmd.Path))
-		}
-	}
-	return p.cmd.Wait()
 }
 
 // join makes this test a domain of the monitor in dir, until its end.
@@ -509,12 +385,9 @@ func TestCNameservice(t *testing.T) {
 	ns := nsClient(t, dir)
 	waitNames(t, ns, "cns.", nil)
 
-	// A wait_for whose deadline passes, as a program sees it.
-	cmd := exec.Command(prog, "wait", "cns.never", "200")
-	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	b, err := cmd.CombinedOutput()
-	if err == nil || !strings.Contains(string(b), "nameservice_test: wait_for: timed out") {
-		t.Errorf("wait_for a name nobody sets: %v\n%s", err, b)
+	// A wait_for whose deadline passes, as a program sees it: status 1.
+	if out := runExit(t, dir, 1, prog, "wait", "cns.never", "200"); !strings.Contains(out, "nameservice_test: wait_for: timed out") {
+		t.Errorf("wait_for a name nobody sets: the output names no timeout:\n%s", out)
 	}
 }
 
@@ -544,8 +417,8 @@ func TestCNameserviceWaitFor(t *testing.T) {
 	if !strings.HasPrefix(l, "found late.1 "+ref+" after ") {
 		t.Fatalf("waiter printed %q, want found late.1 %s", l, ref)
 	}
-	if err := waiter.wait(t); err != nil {
-		t.Fatalf("waiter: %v", err)
+	if !waiter.wait(t, 0) {
+		t.FailNow()
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -556,8 +429,8 @@ func TestCNameserviceWaitFor(t *testing.T) {
 	}
 	// The setter leaves once its stdin closes: the name was its lease.
 	setter.stdin.Close()
-	if err := setter.wait(t); err != nil {
-		t.Fatalf("setter: %v", err)
+	if !setter.wait(t, 0) {
+		t.FailNow()
 	}
 	waitNames(t, ns, "late.", nil)
 }
@@ -608,7 +481,7 @@ func TestInstall(t *testing.T) {
 	// The out-of-tree project: the example client, its interface compiled
 	// by the installed chanosc, built with the flags pkg-config gives.
 	proj := t.TempDir()
-	src, err := os.ReadFile(filepath.Join("..", "pingpong_client.c"))
+	src, err := os.ReadFile(filepath.Join("..", "..", "examples", "c", "pingpong_client.c"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -628,7 +501,7 @@ func TestInstall(t *testing.T) {
 
 	// The nameservice test needs no generated code: <chanos/nameservice.h>
 	// is installed and its code is in libchanos.
-	src, err = os.ReadFile(filepath.Join("..", "nameservice_test.c"))
+	src, err = os.ReadFile(filepath.Join("..", "..", "examples", "c", "nameservice_test.c"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package cexamples
+package interop
 
 // Bad peers, seen from the C side: a C server and a C client each face a
 // peer that sends frames no correct peer sends, and a C server keeps
@@ -129,7 +129,7 @@ func TestCClientGarbage(t *testing.T) {
 	for _, a := range answers {
 		name, answer := a.name, a.frame
 		cmd := exec.Command(cli, "-name", "liar", "-n", "10")
-		cmd.Env = append(cmd.Environ(), "CHANOS_DIR="+dir)
+		cmd.Env = cEnv(dir)
 		var out strings.Builder
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Start(); err != nil {
@@ -154,9 +154,7 @@ func TestCClientGarbage(t *testing.T) {
 		}
 		err = within(t, 20*time.Second, "the C client after "+name, cmd.Wait)
 		c.Close()
-		var ee *exec.ExitError
-		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			t.Errorf("%s: the C client ended with %v, want exit status 1\n%s", name, err, &out)
+		if !checkExit(t, "the C client answered with "+name, err, out.String(), 1) {
 			continue
 		}
 		if !strings.Contains(out.String(), "pingpong_client: receive pong: ") && !strings.Contains(out.String(), "pingpong_client: decode pong: ") {
