@@ -73,7 +73,7 @@ func BenchmarkRPCOverUMP(b *testing.B) {
 	}
 	c, s := pingpong.NewConn(a), pingpong.NewConn(z)
 	defer c.Close()
-	go pingpong.ServeConn(context.Background(), s, benchServer{})
+	go s.Serve(context.Background(), benchServer{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -155,7 +155,7 @@ func benchServe(b *testing.B, call wire.Message, srv pingpong.Server) {
 	})
 	b.ReportAllocs()
 	b.ResetTimer()
-	if err := pingpong.ServeConn(context.Background(), pingpong.NewConn(c), srv); err != nil {
+	if err := pingpong.NewConn(c).Serve(context.Background(), srv); err != nil {
 		b.Fatal(err)
 	}
 }
@@ -352,7 +352,7 @@ func (s *stoppingServer) serving(x *ump.Conn) func() error {
 	return func() error {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stop = cancel
-		if err := pingpong.ServeConn(ctx, c, s); !errors.Is(err, context.Canceled) {
+		if err := c.Serve(ctx, s); !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
 		}
 		return nil

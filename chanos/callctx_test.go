@@ -37,7 +37,7 @@ func (s *ctxServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 func TestCallContext(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
 		srv := &ctxServer{seen: make(chan error, 1), kept: make(chan context.Context, 1)}
-		go pingpong.ServeConn(context.Background(), s, srv)
+		go s.Serve(context.Background(), srv)
 
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		defer cancel()

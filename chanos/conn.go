@@ -2,948 +2,98 @@ package chanos
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
-	"fmt"
-	"log/slog"
-	"sync"
-	"sync/atomic"
-	"time"
 
+	"github.com/chanos/chanos/chanos/internal/engine"
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
 )
 
-// Errors that end a connection; Conn.Err returns one of them (wrapped with
-// detail), and errors.Is matches them. They are the interconnect's own
-// values, the same whatever the interconnect.
-var (
-	// ErrClosed: the connection was closed, by this side or the peer.
-	ErrClosed = interconnect.ErrClosed
-	// ErrPeerDied: the peer's process ended without closing.
-	ErrPeerDied = interconnect.ErrPeerDied
-	// ErrProtocol is matched by the errors of frames that are malformed
-	// or not acceptable where they arrive: a reply to no outstanding call,
-	// an rpc call sent to the side that does not serve, garbage in shared
-	// memory, and the like. A connection that meets one ends.
-	ErrProtocol = interconnect.ErrProtocol
-	// ErrNetworkLost: the network to the peer's machine stayed down past
-	// the connection's grace period.
-	ErrNetworkLost = interconnect.ErrNetworkLost
-	// ErrCapsUnsupported: the message carries capabilities, which this
-	// interconnect cannot pass.
-	ErrCapsUnsupported = interconnect.ErrCapsUnsupported
-)
+// Conn is a bound connection: messages in both directions and rpc calls,
+// over whichever interconnect binding chose. Generated packages wrap it in
+// a typed Conn with a method per rpc; most programs use that, and this
+// type for what all connections share (Err, Close, the interconnect).
+//
+// Send, Call and the receiving methods may be called from several
+// goroutines. There is no reader goroutine: whichever goroutine needs the
+// next frame reads it, and hands on what another is waiting for.
+type Conn engine.Conn
 
-// Interface describes an interface to the connection layer. Generated
+// Interface describes an interface to the connection engine. Generated
 // packages define one as their variable Interface.
-type Interface struct {
-	// Name is the interface's name in the IDL; binding checks that both
-	// ends use the same.
-	Name string
-	// MaxFrameSize is the largest frame of the interface, header included.
-	MaxFrameSize int
-}
+type Interface = engine.Interface
 
 // Incoming is a message or rpc call that arrived on a connection.
 type Incoming = interconnect.Incoming
 
-// inboxLimit bounds how many messages a connection holds for Receive while
-// a Call reads past them to its reply. When it is full, the reader stops
-// reading, so the peer's sends block: memory stays bounded.
-const inboxLimit = 1024
+// RemoteError is an rpc's failure as reported by the server in an error
+// reply: the code and detail of the reply's status (docs/wire.md).
+type RemoteError = engine.RemoteError
 
-// Conn is a bound connection: typed messages in both directions and rpc
-// calls, over the local or ump interconnect. Generated packages wrap it in
-// a typed Conn; most programs use that.
-//
-// Send, Call and Receive may be called from several goroutines. The ring
-// is read by whichever goroutine needs the next frame (a Receive, or a Call
-// waiting for its reply), in that goroutine: there is no reader goroutine
-// and no hop on the fast path. Frames that goroutine does not want are
-// handed over: replies to their callers, messages to the next Receive.
-//
-// The right to read, the reading turn, is an atomic flag, so that a
-// goroutine alone on the connection takes it without a lock; the mutex
-// guards what is handed over (pending calls, the inbox) and the waiting.
-type Conn struct {
-	// The link, and the optional method sets it offers, looked up once
-	// here so that the paths of a message make no type assertion.
-	l      interconnect.Link
-	parts  interconnect.PartsSender // nil if l has none
-	raw    interconnect.RawReceiver // nil if l has none
-	values interconnect.ValueSender // set if l passes message values (within one process)
-
-	iface Interface
-	log   *slog.Logger
-
-	sendMu sync.Mutex
-	sbuf   wire.Buffer
-
-	nextID  atomic.Uint32
-	wrapped atomic.Bool // nextID has wrapped around: any id may be outstanding
-
-	turn    atomic.Bool  // a goroutine holds the reading turn
-	waiting atomic.Int32 // goroutines that took wake since it was last closed; changed under mu
-	ninbox  atomic.Int32 // len(inbox); changed under mu
-
-	mu       sync.Mutex
-	wake     chan struct{} // closed when the turn is released or the inbox changes
-	pending  map[uint32]*pendingCall
-	inbox    []Incoming                    // copied out of the link's buffers
-	cur      Incoming                      // the frame being read; owned by the reading goroutine
-	inflight map[uint32]context.CancelFunc // calls served concurrently, by call id
-	endErr   error                         // why the connection ended; nil while open
-	ended    atomic.Bool                   // endErr != nil, readable without the lock
-
-	ctx    context.Context // canceled by Close
-	cancel context.CancelFunc
-}
-
-type pendingCall struct {
-	reply wire.Message
-	name  string
-	done  chan struct{} // receives one token when err is set
-	err   error
-}
-
-var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
+// CodeUnknown is the error code of an rpc error reply made from an error
+// that is not a *RemoteError.
+const CodeUnknown = engine.CodeUnknown
 
 // NewConn returns a Conn speaking iface over l, which it takes over.
 // Domains get their connections from Connect and Listener.Accept; NewConn
 // is for programs that set up links themselves, like the monitor, and for
 // tests.
-func NewConn(l interconnect.Link, iface Interface) *Conn { return newConn(l, iface, nil) }
-
-// newConn is NewConn logging to log (slog.Default if nil).
-func newConn(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
-	if log == nil {
-		log = slog.Default()
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	parts, _ := l.(interconnect.PartsSender)
-	raw, _ := l.(interconnect.RawReceiver)
-	values, _ := l.(interconnect.ValueSender)
-	return &Conn{
-		l:        l,
-		parts:    parts,
-		raw:      raw,
-		values:   values,
-		iface:    iface,
-		log:      log,
-		wake:     make(chan struct{}),
-		pending:  map[uint32]*pendingCall{},
-		inflight: map[uint32]context.CancelFunc{},
-		ctx:      ctx,
-		cancel:   cancel,
-	}
+func NewConn(l interconnect.Link, iface Interface) *Conn {
+	return (*Conn)(engine.New(l, iface, nil))
 }
+
+func (c *Conn) e() *engine.Conn { return (*engine.Conn)(c) }
 
 // Interconnect names the connection's interconnect: "local" or "ump".
-func (c *Conn) Interconnect() string { return c.l.Kind() }
+func (c *Conn) Interconnect() string { return c.e().Interconnect() }
 
 // Interface returns the interface the connection speaks.
-func (c *Conn) Interface() Interface { return c.iface }
+func (c *Conn) Interface() Interface { return c.e().Interface() }
 
 // Err returns why the connection ended, or nil while it is open. The error
-// matches ErrClosed, ErrPeerDied or ErrProtocol.
-func (c *Conn) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.endErr
-}
+// matches ErrClosed, ErrPeerDied, ErrProtocol or ErrNetworkLost.
+func (c *Conn) Err() error { return c.e().Err() }
 
-// Close closes the connection. The peer's Receive reports ErrClosed once
+// Close closes the connection. The peer's receive reports ErrClosed once
 // it has received everything sent before. Close is safe to call more than
 // once and concurrently with other methods.
-func (c *Conn) Close() error {
-	c.end(ErrClosed)
-	err := c.l.Close()
-	c.cancel()
-	return err
-}
+func (c *Conn) Close() error { return c.e().Close() }
 
-// end records why the connection ended (the first reason wins), fails
-// outstanding calls and wakes every waiter.
-func (c *Conn) end(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.endErr != nil {
-		return
-	}
-	c.endErr = err
-	c.ended.Store(true)
-	for id, p := range c.pending {
-		p.err = err
-		p.done <- struct{}{}
-		delete(c.pending, id)
-	}
-	c.wakeLocked()
-}
-
-// wakeLocked wakes the goroutines waiting on c.wake. Without waiters it
-// does nothing, so the uncontended path allocates no channel.
-func (c *Conn) wakeLocked() {
-	if c.waiting.Load() == 0 {
-		return
-	}
-	c.waiting.Store(0)
-	close(c.wake)
-	c.wake = make(chan struct{})
-}
+// Context returns a context that is canceled when the connection is
+// closed on this side; goroutines that serve the connection can stop on it.
+func (c *Conn) Context() context.Context { return c.e().Context() }
 
 // Send encodes m and sends it as a one-way message. It blocks while the
 // peer's buffer is full, until there is room, ctx ends or the connection
 // ends. m may be reused as soon as Send returns: on the local
 // interconnect the receiver gets a copy (slices included), never m itself.
-func (c *Conn) Send(ctx context.Context, m wire.Message) error {
-	if m.MsgKind() != wire.KindMessage {
-		return fmt.Errorf("chanos: Send of %s %s: use Call for rpcs", m.MsgName(), m.MsgKind())
-	}
-	if c.ended.Load() {
-		return c.Err()
-	}
-	if c.values != nil {
-		v, ok := m.(interconnect.Value)
-		if !ok {
-			return fmt.Errorf("chanos: %s cannot be copied for the local interconnect (regenerate it with this chanosc)", m.MsgName())
-		}
-		if err := v.MsgValidate(); err != nil {
-			return err
-		}
-		return c.wrap(c.values.SendValue(ctx, v.MsgClone()))
-	}
-	return c.sendEncoded(ctx, m, 0, 0)
-}
-
-// sendEncoded encodes m, patches in the call id and timeout, and sends it.
-func (c *Conn) sendEncoded(ctx context.Context, m wire.Message, callID, timeoutUS uint32) error {
-	return c.sendWith(ctx, m.Encode, callID, timeoutUS)
-}
-
-// sendWith sends the frame encode appends, with call id callID and, on a
-// call, timeout timeoutUS, waiting for room.
-func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, callID, timeoutUS uint32) error {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
-		return err
-	}
-	err := c.l.SendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
-	c.sentLocked()
-	return c.wrap(err)
-}
-
-// trySendEncoded is sendEncoded without the wait, of the frame encode
-// appends: it reports false, having sent nothing, when the peer's buffer
-// lacks room.
-func (c *Conn) trySendEncoded(encode func(*wire.Buffer) error, callID, timeoutUS uint32) (bool, error) {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
-		return false, err
-	}
-	sent, err := c.l.TrySendFrame(c.sbuf.B, c.sbuf.Caps)
-	if sent || err != nil {
-		c.sentLocked()
-	}
-	return sent, c.wrap(err)
-}
-
-// encodeLocked puts the frame encode appends into sbuf, with its call id
-// and, on a call, its timeout.
-func (c *Conn) encodeLocked(encode func(*wire.Buffer) error, callID, timeoutUS uint32) error {
-	c.sbuf.Reset()
-	if err := encode(&c.sbuf); err != nil {
-		return err
-	}
-	if callID != 0 {
-		wire.SetCallID(c.sbuf.B, callID)
-		if len(c.sbuf.B) > 6 && c.sbuf.B[6] == wire.FlagCall {
-			wire.SetTimeout(c.sbuf.B, timeoutUS)
-		}
-	}
-	return nil
-}
-
-// sentLocked finishes a send of sbuf, done or failed: the give_away_caps
-// went with the frame, except within one process, where the receiver now
-// holds them.
-func (c *Conn) sentLocked() {
-	if c.values == nil && len(c.sbuf.Caps) > 0 {
-		c.closeGiveAway()
-	}
-}
-
-// sendRaw sends a frame the connection layer built itself (error replies,
-// cancels).
-func (c *Conn) sendRaw(ctx context.Context, frame []byte) error {
-	c.sendMu.Lock()
-	defer c.sendMu.Unlock()
-	return c.wrap(c.l.SendFrame(ctx, frame, nil))
-}
-
-// closeGiveAway closes the give_away_caps of the frame just sent: their
-// ownership went with it.
-func (c *Conn) closeGiveAway() {
-	for i, cp := range c.sbuf.Caps {
-		if i < len(c.sbuf.GiveAway) && c.sbuf.GiveAway[i] && cp != nil {
-			cp.Close()
-		}
-	}
-}
-
-// wrap turns an interconnect's error into the connection's: if the
-// connection ended, it records why.
-func (c *Conn) wrap(err error) error {
-	if err == nil {
-		return nil
-	}
-	if interconnect.IsEnd(err) {
-		c.end(err)
-	}
-	return err
-}
-
-// timeoutOf returns ctx's remaining time in microseconds for a call
-// frame's timeout_us (docs/wire.md): 0 without a deadline.
-func timeoutOf(ctx context.Context) uint32 {
-	dl, ok := ctx.Deadline()
-	if !ok {
-		return 0
-	}
-	return wire.TimeoutUS(time.Until(dl))
-}
+func (c *Conn) Send(ctx context.Context, m wire.Message) error { return c.e().Send(ctx, m) }
 
 // Call makes an rpc call: it sends call with a fresh call id and ctx's
 // deadline, and waits for the reply, which it decodes into reply. An
 // error reply comes back as a *RemoteError. If ctx ends first, Call tells
-// the peer that the call is abandoned and returns ctx's error.
+// the peer that the call is abandoned and returns ctx's error. Call keeps
+// neither call nor reply once it returns.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
-	if call.MsgKind() != wire.KindCall || reply.MsgKind() != wire.KindReply || call.MsgNumber() != reply.MsgNumber() {
-		return fmt.Errorf("chanos: Call with %s %s and %s %s", call.MsgName(), call.MsgKind(), reply.MsgName(), reply.MsgKind())
-	}
-	id := c.nextID.Add(1)
-	if id == 0 { // 0 is reserved for plain messages
-		c.wrapped.Store(true)
-		id = c.nextID.Add(1)
-	}
-	// Calls are encoded even on the local interconnect: the reply must be
-	// decoded into the caller's value, and a frame makes the call id and
-	// timeout travel as they do elsewhere.
-	if c.ninbox.Load() < inboxLimit && c.turn.CompareAndSwap(false, true) {
-		if done, err := c.callDirect(ctx, call, reply, id); done {
-			return err
-		}
-	}
-	p, err := c.register(id, call, reply)
-	if err != nil {
-		return err
-	}
-	if err := c.sendEncoded(ctx, call, id, timeoutOf(ctx)); err != nil {
-		c.forget(id, p)
-		return err
-	}
-	return c.await(ctx, id, p)
-}
-
-// register adds call id, whose reply is to be decoded into reply, to the
-// pending calls, unless the connection has ended; then it returns why.
-func (c *Conn) register(id uint32, call, reply wire.Message) (*pendingCall, error) {
-	c.mu.Lock()
-	if c.endErr != nil {
-		err := c.endErr
-		c.mu.Unlock()
-		return nil, err
-	}
-	p := pendingPool.Get().(*pendingCall)
-	p.reply, p.name, p.err = reply, call.MsgName(), nil
-	c.pending[id] = p
-	c.mu.Unlock()
-	return p, nil
-}
-
-// callDirect makes call id while holding the reading turn, which it
-// releases, and reports done unless the peer's buffer had no room for the
-// call, which it then has not sent. While this goroutine holds the turn
-// nobody else reads the link, so its reply can only come here: the call
-// is not registered as pending.
-func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint32) (bool, error) {
-	if c.ended.Load() {
-		c.release()
-		return true, c.Err()
-	}
-	// Sending without waiting: a goroutine that holds the turn while it
-	// waits for room could deadlock with a peer that waits for room too.
-	sent, err := c.trySendEncoded(call.Encode, id, timeoutOf(ctx))
-	if !sent || err != nil {
-		c.release()
-		return err != nil, err
-	}
-	in, err := c.readReply(ctx, id, reply.MsgNumber(), nil)
-	if err == nil {
-		err = c.checkReply(in, id, call.MsgName(), reply.MsgNumber())
-		if err == nil {
-			err = in.Decode(reply)
-		}
-	}
-	c.releaseCur()
-	return true, err
-}
-
-// checkReply returns what is wrong with in as the answer to call id of
-// rpc msg, called name: a reply to another rpc ends the connection, and an
-// error reply gives its error.
-func (c *Conn) checkReply(in *Incoming, id uint32, name string, msg uint16) error {
-	switch {
-	case in.Header.Msg != msg:
-		wire.CloseCaps(in.Caps)
-		return c.Violation(fmt.Errorf("reply to call %d of %s is message %d", id, name, in.Header.Msg))
-	case in.Kind == wire.KindErrorReply:
-		return replyResult(in, nil, name)
-	}
-	return nil
-}
-
-// readReply reads frames, as the holder of the reading turn, until the
-// reply to call id of rpc msg arrives, and returns it (it is c.cur).
-// Frames for others are routed on: replies to their callers, messages
-// and calls to the inbox; while the inbox is full, it waits for a Receive
-// to take from it. An error is the connection's end, or ctx's, and then
-// the peer has been told that the call is abandoned.
-//
-// With fixed (CallFrame's), over ump, a reply of len(fixed) bytes, the
-// one expected, is known by its header's 16 bytes and copied into fixed
-// without being parsed: readReply then returns nil, nil.
-func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byte) (*Incoming, error) {
-	in := &c.cur // only the reading goroutine touches it: no allocation
-	fast := fixed != nil && c.raw != nil
-	head := [2]uint64{uint64(len(fixed)) | uint64(msg)<<32 | uint64(wire.FlagReply)<<48, uint64(id)}
-	for {
-		if c.ninbox.Load() >= inboxLimit {
-			if err := c.awaitInboxRoom(ctx); err != nil {
-				c.sendCancel(msg, id)
-				return nil, err
-			}
-		}
-		var err error
-		if fast {
-			var frame []byte
-			if frame, err = c.raw.ReceiveRaw(ctx); err != nil {
-				*in = Incoming{}
-			} else if len(frame) == len(fixed) && [2]uint64{binary.LittleEndian.Uint64(frame), binary.LittleEndian.Uint64(frame[8:])} == head {
-				copy(fixed, frame)
-				return nil, nil
-			} else {
-				err = c.raw.Parse(frame, in)
-			}
-		} else {
-			err = c.l.Receive(ctx, in)
-		}
-		if err != nil {
-			err = c.linkEnded(ctx, err)
-			if !interconnect.IsEnd(err) { // ctx ended: the reply will be dropped
-				c.sendCancel(msg, id)
-			}
-			return nil, err
-		}
-		if (in.Kind == wire.KindReply || in.Kind == wire.KindErrorReply) && in.Header.CallID == id {
-			return in, nil
-		}
-		if _, err := c.route(in, true, nil); err != nil {
-			return nil, err
-		}
-	}
-}
-
-// awaitInboxRoom waits, holding the reading turn, until a Receive has
-// taken from the full inbox, the connection has ended or ctx ends.
-func (c *Conn) awaitInboxRoom(ctx context.Context) error {
-	for {
-		c.mu.Lock()
-		if len(c.inbox) < inboxLimit || c.endErr != nil {
-			c.mu.Unlock()
-			return nil
-		}
-		c.waiting.Add(1)
-		if err := c.sleepLocked(ctx); err != nil {
-			return err
-		}
-	}
-}
-
-// sleepLocked, called with mu held by a goroutine counted in waiting,
-// releases mu and waits for c.wake to close or ctx to end.
-func (c *Conn) sleepLocked(ctx context.Context) error {
-	wake := c.wake
-	c.mu.Unlock()
-	select {
-	case <-wake:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// replyResult decodes reply from in, or returns the error an error reply
-// carries.
-//
-// Capabilities that came with the reply become reply's; those of a reply
-// that does not decode, or of an error reply, are closed.
-func replyResult(in *Incoming, reply wire.Message, name string) error {
-	if in.Kind == wire.KindErrorReply {
-		wire.CloseCaps(in.Caps)
-		_, st, err := wire.ParseErrorReply(in.Frame)
-		if err != nil {
-			return fmt.Errorf("%s: malformed error reply: %w", name, err)
-		}
-		return &RemoteError{Msg: name, Code: st.Code, Detail: st.Detail}
-	}
-	err := in.Decode(reply)
-	if err != nil {
-		wire.CloseCaps(in.Caps)
-	}
-	return err
-}
-
-// recycle returns p to the pool. p must hold no token: a call taken out
-// of pending by deliver or end is always signalled, so whoever gives up a
-// call that is no longer pending first waits for its token (settle).
-func (c *Conn) recycle(p *pendingCall) {
-	p.reply, p.err = nil, nil
-	pendingPool.Put(p)
-}
-
-// settle takes call id out of pending and reports whether it was still
-// there; if it was not, it waits for the token deliver or end sends.
-func (c *Conn) settle(id uint32, p *pendingCall) bool {
-	c.mu.Lock()
-	still := c.pending[id] == p
-	if still {
-		delete(c.pending, id)
-	}
-	c.mu.Unlock()
-	if !still {
-		<-p.done
-	}
-	return still
-}
-
-// forget drops a call that will not be waited for.
-func (c *Conn) forget(id uint32, p *pendingCall) {
-	c.settle(id, p)
-	c.recycle(p)
-}
-
-// await waits for call id's reply, reading the link itself when nobody
-// else is.
-func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
-	for {
-		c.mu.Lock()
-		if c.pending[id] != p {
-			// The reply was delivered (or the connection ended): deliver
-			// and end take the call out of pending under the lock, then
-			// signal it, so the token is there or on its way.
-			c.mu.Unlock()
-			<-p.done
-			err := p.err
-			c.recycle(p)
-			return err
-		}
-		if c.endErr == nil && len(c.inbox) < inboxLimit && c.turn.CompareAndSwap(false, true) {
-			c.mu.Unlock()
-			mine, err := c.readFor(ctx, p)
-			c.release()
-			if mine {
-				err := p.err
-				c.recycle(p)
-				return err
-			}
-			if err != nil && !interconnect.IsEnd(err) {
-				// ctx ended while we were reading.
-				c.abandon(id, p)
-				return err
-			}
-			continue
-		}
-		if !c.waitLocked() {
-			continue
-		}
-		wake := c.wake
-		c.mu.Unlock()
-		select {
-		case <-p.done:
-			err := p.err
-			c.recycle(p)
-			return err
-		case <-wake:
-		case <-ctx.Done():
-			c.abandon(id, p)
-			return ctx.Err()
-		}
-	}
-}
-
-// abandon gives up on a call whose context ended: unless the reply
-// arrived meanwhile, it drops the call and tells the peer.
-func (c *Conn) abandon(id uint32, p *pendingCall) {
-	if c.settle(id, p) {
-		c.sendCancel(p.reply.MsgNumber(), id)
-	}
-	c.recycle(p)
-}
-
-// sendCancel tells the peer that call id, of rpc msg, is abandoned.
-func (c *Conn) sendCancel(msg uint16, id uint32) {
-	var b wire.Buffer
-	wire.AppendCancel(&b, msg, id)
-	// Best effort and brief: the caller has already given up.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
-	c.sendRaw(ctx, b.B)
-	cancel()
-}
-
-// waitLocked registers the calling goroutine, which holds mu, as waiting
-// on c.wake, and reports whether it may wait: false means the turn was
-// released meanwhile, so the caller must look again (release reads
-// waiting without the lock, after freeing the turn).
-func (c *Conn) waitLocked() bool {
-	c.waiting.Add(1)
-	if !c.turn.Load() {
-		c.mu.Unlock()
-		return false
-	}
-	return true
-}
-
-// releaseCur clears the frame being read and releases the turn.
-func (c *Conn) releaseCur() {
-	c.cur = Incoming{}
-	c.release()
-}
-
-// release ends this goroutine's turn at reading the link, and wakes the
-// goroutines waiting, if any.
-func (c *Conn) release() {
-	c.turn.Store(false)
-	if c.waiting.Load() != 0 {
-		c.mu.Lock()
-		c.wakeLocked()
-		c.mu.Unlock()
-	}
-}
-
-// readFor reads frames until p's reply arrives (it returns true, with
-// p.err set), the inbox is full, or the link or ctx ends. The caller holds
-// the reading turn.
-func (c *Conn) readFor(ctx context.Context, p *pendingCall) (bool, error) {
-	in := &c.cur // only the reading goroutine touches it: no allocation
-	defer func() { *in = Incoming{} }()
-	for {
-		if c.ninbox.Load() >= inboxLimit {
-			// Let a Receive drain it; we will be woken.
-			return false, nil
-		}
-		var err error
-		if err = c.l.Receive(ctx, in); err != nil {
-			return false, c.linkEnded(ctx, err)
-		}
-		mine, err := c.route(in, true, p)
-		if err != nil || mine {
-			return mine, err
-		}
-	}
-}
-
-// linkEnded handles an error from the link's receive: the end of the
-// connection, or of ctx. The interconnect's own deadline may fire a moment
-// before ctx reports it, so a deadline or cancellation never ends the
-// connection.
-func (c *Conn) linkEnded(ctx context.Context, err error) error {
-	if !interconnect.IsEnd(err) && (ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
-		return err
-	}
-	c.end(err)
-	return err
-}
-
-// route delivers a frame the reader does not keep: a reply to its caller,
-// and (when keep) a message or call to the inbox, copied out of the
-// link's buffer. It returns an error when the frame breaks the protocol.
-func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
-	switch in.Kind {
-	case wire.KindReply, wire.KindErrorReply:
-		// Call ids are issued in order from 1: until they wrap around, a
-		// reply above the last one issued answers no call ever made.
-		if id := in.Header.CallID; id == 0 || (!c.wrapped.Load() && id > c.nextID.Load()) {
-			return false, c.Violation(fmt.Errorf("%s to call %d, which was never made", in.Kind, id))
-		}
-		return c.deliver(in, self), nil
-	case wire.KindCancel:
-		// A call running under Serve's Concurrent option is canceled;
-		// otherwise the call has been answered already.
-		wire.CloseCaps(in.Caps)
-		c.mu.Lock()
-		cancel := c.inflight[in.Header.CallID]
-		c.mu.Unlock()
-		if cancel != nil {
-			cancel()
-		}
-		return false, nil
-	}
-	if !keep {
-		return false, nil
-	}
-	cp := *in
-	if in.Frame != nil {
-		cp.Frame = append([]byte(nil), in.Frame...)
-	}
-	c.mu.Lock()
-	c.inbox = append(c.inbox, cp)
-	c.ninbox.Store(int32(len(c.inbox)))
-	c.wakeLocked()
-	c.mu.Unlock()
-	return false, nil
-}
-
-// deliver completes the call a reply answers, and reports whether that
-// call is self, the reader's own, which it then does not signal: the
-// reader returns straight away. A reply to no outstanding call is dropped:
-// it answers a call that was abandoned.
-func (c *Conn) deliver(in *Incoming, self *pendingCall) bool {
-	id := in.Header.CallID
-	c.mu.Lock()
-	p := c.pending[id]
-	if p != nil && p.reply.MsgNumber() != in.Header.Msg {
-		p = nil // a peer bug; let the caller time out rather than mis-decode
-	}
-	delete(c.pending, id)
-	c.mu.Unlock()
-	if p == nil {
-		wire.CloseCaps(in.Caps) // nobody takes them
-		return false
-	}
-	p.err = replyResult(in, p.reply, p.name)
-	if p == self {
-		return true
-	}
-	p.done <- struct{}{}
-	return false
+	return c.e().Call(ctx, call, reply)
 }
 
 // ReceiveFunc waits for the next message or rpc call from the peer and
 // calls fn with it, in the calling goroutine. in.Frame is valid only until
 // fn returns: fn decodes it (in.Decode) or copies it. While fn runs, other
-// goroutines' Receive and Call wait, so fn should not block for long; a
-// server that wants concurrency hands the decoded message to a goroutine.
+// goroutines' receives and calls wait, so fn should not block for long.
+// An rpc call is answered with Reply.
 //
 // ReceiveFunc returns fn's error, ctx's error, or the connection's end
-// (matching ErrClosed, ErrPeerDied or ErrProtocol) once every message sent
-// before the end has been received.
+// once every message sent before the end has been received.
 func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
-	// Alone on the connection, with nothing handed over: no lock.
-	if c.ninbox.Load() == 0 && c.turn.CompareAndSwap(false, true) {
-		// Only the turn's holder adds to the inbox: it stays empty.
-		if c.ninbox.Load() == 0 && !c.ended.Load() {
-			done, err := c.readOne(ctx, fn)
-			c.release()
-			if done || err != nil {
-				return err
-			}
-		} else {
-			c.release()
-		}
-	}
-	for {
-		c.mu.Lock()
-		if len(c.inbox) > 0 {
-			in := c.inbox[0]
-			c.inbox[0] = Incoming{}
-			c.inbox = c.inbox[1:]
-			if len(c.inbox) == 0 {
-				c.inbox = nil
-			}
-			c.ninbox.Store(int32(len(c.inbox)))
-			c.wakeLocked() // a Call may be waiting for room in the inbox
-			c.mu.Unlock()
-			return fn(&in)
-		}
-		if !c.turn.Load() {
-			if c.endErr != nil {
-				err := c.endErr
-				c.mu.Unlock()
-				return err
-			}
-			if !c.turn.CompareAndSwap(false, true) {
-				c.mu.Unlock()
-				continue
-			}
-			c.mu.Unlock()
-			done, err := c.readOne(ctx, fn)
-			c.release()
-			if done || err != nil {
-				return err
-			}
-			continue
-		}
-		if !c.waitLocked() {
-			continue
-		}
-		if err := c.sleepLocked(ctx); err != nil {
-			return err
-		}
-	}
-}
-
-// ReceiveFrame is ReceiveFunc with a first look for generated code: over
-// ump, when the connection has nothing handed over, fast gets the next
-// frame as the ring delivered it (header included, copied out of shared
-// memory but not checked: fast checks it, as wire.FixedBody does) and
-// reports whether it handled it, while the reading turn is held. A frame
-// fast leaves goes to fn as ReceiveFunc would give it, as does every
-// frame of other interconnects. Generated Conn.Handle gives messages of a
-// fixed size to the Server this way, without the parsing and the calls of
-// ReceiveFunc's path between a message's arrival and the answer.
-func (c *Conn) ReceiveFrame(ctx context.Context, fast func(frame []byte) (bool, error), fn func(in *Incoming) error) error {
-	if c.raw == nil || c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
-		return c.ReceiveFunc(ctx, fn)
-	}
-	if c.ninbox.Load() != 0 || c.ended.Load() { // only the turn's holder adds to the inbox
-		c.release()
-		return c.ReceiveFunc(ctx, fn)
-	}
-	frame, err := c.raw.ReceiveRaw(ctx)
-	if err != nil {
-		err = c.linkEnded(ctx, err)
-		c.release()
-		return err
-	}
-	if handled, err := fast(frame); handled {
-		c.release()
-		return err
-	}
-	in := &c.cur
-	if err := c.raw.Parse(frame, in); err != nil {
-		err = c.linkEnded(ctx, err)
-		c.release()
-		return err
-	}
-	switch in.Kind {
-	case wire.KindMessage, wire.KindCall:
-		err = fn(in)
-		c.releaseCur()
-		return err
-	}
-	// A reply or a cancel: routed, then on to the next frame.
-	_, err = c.route(in, false, nil)
-	c.releaseCur()
-	if err != nil {
-		return err
-	}
-	return c.ReceiveFunc(ctx, fn)
-}
-
-// readOne reads frames, routing replies, until a message or call arrives,
-// which it hands to fn while still holding the reading turn.
-func (c *Conn) readOne(ctx context.Context, fn func(in *Incoming) error) (bool, error) {
-	in := &c.cur // only the reading goroutine touches it: no allocation
-	for {
-		if err := c.l.Receive(ctx, in); err != nil {
-			return false, c.linkEnded(ctx, err)
-		}
-		switch in.Kind {
-		case wire.KindMessage, wire.KindCall:
-			err := fn(in)
-			*in = Incoming{}
-			return true, err
-		}
-		if _, err := c.route(in, false, nil); err != nil {
-			*in = Incoming{}
-			return false, err
-		}
-	}
-}
-
-// Context returns a context that is canceled when the connection is
-// closed on this side; goroutines that serve the connection can stop on it.
-func (c *Conn) Context() context.Context { return c.ctx }
-
-// Violation ends the connection because the peer broke the protocol (for
-// example, sent a frame that does not decode), closing it so that the peer
-// learns, and returns err wrapped so that it matches ErrProtocol.
-func (c *Conn) Violation(err error) error {
-	err = interconnect.Violation(err)
-	c.end(err)
-	c.l.Close()
-	c.cancel()
-	return err
+	return c.e().ReceiveFunc(ctx, fn)
 }
 
 // Reply answers the rpc call in with reply, or with err when err is not
 // nil: a *RemoteError keeps its code, any other error is sent with code
 // CodeUnknown and its text as the detail.
 func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
-	if in.Kind != wire.KindCall {
-		return fmt.Errorf("chanos: Reply to a %s", in.Kind)
-	}
-	id := in.Header.CallID
-	if err == nil {
-		if reply == nil {
-			err = errors.New("handler returned no reply")
-		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || interconnect.IsEnd(err) {
-			return err
-		}
-		// The reply could not be encoded: the caller still gets an answer.
-	}
-	st := wire.Status{Code: CodeUnknown, Detail: err.Error()}
-	var re *RemoteError
-	if errors.As(err, &re) {
-		st = wire.Status{Code: re.Code, Detail: re.Detail}
-	}
-	if len(st.Detail) > wire.MaxStatusDetail {
-		st.Detail = st.Detail[:wire.MaxStatusDetail]
-	}
-	var b wire.Buffer
-	if wire.AppendErrorReply(&b, in.Header.Msg, st) != nil {
-		b.Reset()
-		st.Detail = "error detail not encodable"
-		wire.AppendErrorReply(&b, in.Header.Msg, st)
-	}
-	wire.SetCallID(b.B, id)
-	return c.sendRaw(ctx, b.B)
-}
-
-// CodeUnknown is the error code of an rpc error reply made from an error
-// that is not a *RemoteError.
-const CodeUnknown wire.Errval = 1
-
-// ServeOption adjusts Serve.
-type ServeOption func(*serveConfig)
-
-type serveConfig struct {
-	concurrent int
-	only       map[uint16]bool // if set, the rpcs that run concurrently
-}
-
-// Concurrent makes Serve run up to n rpc calls at a time, each in a
-// goroutine of its own, while it goes on reading: a call that blocks
-// (waiting for a name, say) no longer holds up the connection, and a
-// caller that gives up cancels the handler's context. When n calls are
-// running, Serve stops reading until one ends, so the peer is slowed
-// rather than memory growing. One-way messages are still handled in
-// order in the reading goroutine. The price is one goroutine hop per call.
-func Concurrent(n int) ServeOption { return func(c *serveConfig) { c.concurrent = n } }
-
-// ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
-// may block, such as a wait); the others run inline, without the hop.
-func ConcurrentFor(n int, msgs ...uint16) ServeOption {
-	return func(c *serveConfig) {
-		c.concurrent = n
-		c.only = map[uint16]bool{}
-		for _, m := range msgs {
-			c.only[m] = true
-		}
-	}
+	return c.e().Reply(ctx, in, reply, err)
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
@@ -955,175 +105,26 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
 func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error), opts ...ServeOption) error {
-	var cfg serveConfig
-	for _, o := range opts {
-		o(&cfg)
-	}
-	var (
-		wg  sync.WaitGroup
-		sem chan struct{}
-	)
-	if cfg.concurrent > 0 {
-		sem = make(chan struct{}, cfg.concurrent)
-	}
-	// Calls in progress end when serving does, also when the connection
-	// ends (the peer closes or dies) rather than ctx: Serve waits for them.
-	ctx, stop := context.WithCancel(ctx)
-	defer wg.Wait()
-	defer stop()
-	handleFrame := func(in *Incoming) error {
-		if in.Kind != wire.KindCall {
-			if _, err := handle(ctx, in); errors.Is(err, ErrProtocol) {
-				return err
-			} else if err != nil {
-				c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
-			}
-			return nil
-		}
-		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
-			return c.serveInline(ctx, in, handle)
-		}
-		hctx, cancel := context.WithCancel(ctx)
-		if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-			hctx, cancel = context.WithTimeout(ctx, d)
-		}
-		// The frame is only valid during this function: copy it.
-		call := *in
-		call.Frame = append([]byte(nil), in.Frame...)
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			cancel()
-			return ctx.Err()
-		}
-		c.mu.Lock()
-		c.inflight[call.Header.CallID] = cancel
-		c.mu.Unlock()
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			if err := c.serveCall(ctx, hctx, cancel, &call, handle); err != nil && !interconnect.IsEnd(err) {
-				c.Violation(err)
-			}
-		}()
-		return nil
-	}
-	for {
-		err := c.receiveEach(ctx, handleFrame)
-		switch {
-		case err == nil:
-		case errors.Is(err, ErrClosed):
-			return nil
-		default:
-			return err
-		}
-	}
+	return c.e().Serve(ctx, handle, opts...)
 }
 
-// serveInline runs handle for the call in, in the reading goroutine, and
-// sends its reply. The handler's context has no end of its own unless
-// the caller has a deadline; the peer's cancel cannot be read meanwhile.
-func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	in.Inline = true
-	hctx, cc := ctx, (*callContext)(nil)
-	if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-		cc = newCallContext(ctx, d)
-		hctx = cc
-	}
-	reply, err := handle(hctx, in)
-	if cc != nil {
-		cc.end(context.Canceled)
-	}
-	if reply != Replied { // else the handler has sent it
-		return c.answer(ctx, in, reply, err)
-	} else if interconnect.IsEnd(err) {
-		return err
-	}
-	return nil
-}
+// Violation ends the connection because the peer broke the protocol (for
+// example, sent a frame that does not decode), closing it so that the peer
+// learns, and returns err wrapped so that it matches ErrProtocol.
+func (c *Conn) Violation(err error) error { return c.e().Violation(err) }
 
-// ServeOne waits for the next message or rpc call and handles it as Serve
-// does (inline), then returns: handle's error for a message, and for a
-// call only an error that ends the connection, as the call's own error
-// goes back to the caller as its reply.
-func (c *Conn) ServeOne(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	return c.ReceiveFunc(ctx, func(in *Incoming) error { return c.ServeIncoming(ctx, in, handle) })
-}
+// ServeOption adjusts Serve.
+type ServeOption = engine.ServeOption
 
-// ServeIncoming handles in, a message or rpc call that ReceiveFunc handed
-// to its function, as ServeOne does. Generated code's Conn.Handle calls it
-// for what it does not handle itself: its own function for ReceiveFunc
-// gives a message straight to the Server's method, one call fewer than
-// ServeOne's on the way from a message's arrival to the answer.
-func (c *Conn) ServeIncoming(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	if in.Kind == wire.KindCall {
-		return c.serveInline(ctx, in, handle)
-	}
-	_, err := handle(ctx, in)
-	return err
-}
+// Concurrent makes Serve run up to n rpc calls at a time, each in a
+// goroutine of its own, while it goes on reading: a call that blocks no
+// longer holds up the connection, and a caller that gives up cancels the
+// handler's context. When n calls are running, Serve stops reading until
+// one ends, so the peer is slowed rather than memory growing. One-way
+// messages are still handled in order in the reading goroutine. The price
+// is one goroutine hop per call.
+func Concurrent(n int) ServeOption { return engine.Concurrent(n) }
 
-// receiveEach calls fn for messages and calls as ReceiveFunc does, for as
-// long as it can keep the reading turn: while no other goroutine waits
-// for it and nothing waits in the inbox. It returns nil when it had to
-// give up, and otherwise the first error.
-func (c *Conn) receiveEach(ctx context.Context, fn func(in *Incoming) error) error {
-	if c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
-		return c.ReceiveFunc(ctx, fn)
-	}
-	in := &c.cur // only the reading goroutine touches it: no allocation
-	var err error
-	for err == nil && c.ninbox.Load() == 0 && c.waiting.Load() == 0 && !c.ended.Load() {
-		if err = c.l.Receive(ctx, in); err != nil {
-			err = c.linkEnded(ctx, err)
-			break
-		}
-		switch in.Kind {
-		case wire.KindMessage, wire.KindCall:
-			err = fn(in)
-		default:
-			_, err = c.route(in, false, nil)
-		}
-	}
-	c.releaseCur()
-	if err == nil && c.ended.Load() {
-		return c.ReceiveFunc(ctx, fn) // reports the end
-	}
-	return err
-}
-
-// serveCall runs handle for one call in a context of its own, hctx, which
-// cancel ends, and sends its reply.
-func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	reply, herr := handle(hctx, in)
-	// A context of its own: see whether the caller gave up.
-	canceled := hctx.Err() == context.Canceled && ctx.Err() == nil
-	cancel()
-	c.mu.Lock()
-	delete(c.inflight, in.Header.CallID)
-	c.mu.Unlock()
-	if reply == Replied { // the handler has sent its reply (ReplyFrame)
-		if interconnect.IsEnd(herr) {
-			return herr
-		}
-		return nil
-	}
-	if canceled && !errors.Is(herr, ErrProtocol) {
-		return nil // the caller gave up; nobody waits for the reply
-	}
-	return c.answer(ctx, in, reply, herr)
-}
-
-// answer sends the reply (or error reply) to call in that handle returned,
-// unless the handler's error is the peer's protocol violation, which ends
-// serving.
-func (c *Conn) answer(ctx context.Context, in *Incoming, reply wire.Message, herr error) error {
-	if errors.Is(herr, ErrProtocol) {
-		return herr
-	}
-	if err := c.Reply(ctx, in, reply, herr); err != nil && interconnect.IsEnd(err) {
-		return err
-	}
-	return nil
-}
+// ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
+// may block, such as a wait); the others run inline, without the hop.
+func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.ConcurrentFor(n, msgs...) }

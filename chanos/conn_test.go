@@ -95,7 +95,7 @@ func (s *server) Bounce(ctx context.Context, p []byte) ([]byte, error) {
 
 func serve(t *testing.T, s *pingpong.Conn, srv pingpong.Server) (wait func() error) {
 	errc := make(chan error, 1)
-	go func() { errc <- pingpong.ServeConn(context.Background(), s, srv) }()
+	go func() { errc <- s.Serve(context.Background(), srv) }()
 	return func() error { return <-errc }
 }
 
@@ -346,7 +346,7 @@ func (s *blockingServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 func TestConcurrentServeCancel(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
 		srv := &blockingServer{ended: make(chan error, 1)}
-		go pingpong.ServeConn(context.Background(), s, srv, chanos.Concurrent(4))
+		go s.Serve(context.Background(), srv, chanos.Concurrent(4))
 		ctx, cancel := context.WithCancel(context.Background())
 		errc := make(chan error, 1)
 		go func() { _, err := c.Echo(ctx, 0); errc <- err }()

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chanos/chanos/chanos/internal/engine"
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/local"
 	"github.com/chanos/chanos/interconnect/seqpacket"
@@ -544,4 +545,9 @@ func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c
 			}
 		}()
 	}
+}
+
+// newConn returns the connection over l, logging to log.
+func newConn(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
+	return (*Conn)(engine.New(l, iface, log))
 }

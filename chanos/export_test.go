@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/chanos/chanos/chanos/internal/engine"
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/local"
 	"github.com/chanos/chanos/interconnect/ump"
@@ -61,7 +62,7 @@ func LoopConn(iface Interface, first []byte, next func(sent []byte) []byte) *Con
 // SpinWindowOf returns the spin window of c's ring pair, or -1 if c is
 // not over ump.
 func SpinWindowOf(c *Conn) time.Duration {
-	if l, ok := c.l.(*ump.Link); ok {
+	if l, ok := (*engine.Conn)(c).Link().(*ump.Link); ok {
 		return l.Conn().SpinWindow()
 	}
 	return -1

@@ -249,7 +249,7 @@ func (bigReplyServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
 // the connection goes on.
 func TestUnencodableReply(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		go pingpong.ServeConn(context.Background(), s, bigReplyServer{})
+		go s.Serve(context.Background(), bigReplyServer{})
 		ctx := ctxT(t)
 		for range 2 {
 			_, err := c.Bounce(ctx, []byte("x"))
@@ -545,7 +545,7 @@ func TestBorrowOnlyInline(t *testing.T) {
 		if concurrent {
 			opts = append(opts, chanos.Concurrent(2))
 		}
-		go pingpong.ServeConn(context.Background(), s, srv, opts...)
+		go s.Serve(context.Background(), srv, opts...)
 		ctx := ctxT(t)
 		const n = 20
 		for i := range n {
@@ -582,7 +582,7 @@ func servedOverUMP(t *testing.T, srv pingpong.Server) *pingpong.Conn {
 	}
 	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
 	t.Cleanup(func() { c.Close(); s.Close() })
-	go pingpong.ServeConn(context.Background(), s, srv)
+	go s.Serve(context.Background(), srv)
 	return c
 }
 

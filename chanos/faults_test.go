@@ -229,7 +229,7 @@ func TestClientKilledMidCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- pingpong.ServeConn(ctx, c, slowServer{}) }()
+	go func() { served <- c.Serve(ctx, slowServer{}) }()
 	time.Sleep(20 * time.Millisecond) // the call is being served; not a pass condition
 	cli.Process.Signal(syscall.SIGKILL)
 	err = within(t, 10*time.Second, "server after client kill -9", func() error { return <-served })

@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/chanos/chanos/wire"
 )
@@ -85,21 +86,12 @@ type RawReceiver interface {
 
 // ValueSender is a Link within one process, which passes a message as a
 // value rather than as a frame: Receive delivers it in Incoming.Msg. m must
-// be the receiver's to keep (see Value.MsgClone); capabilities sent on such
-// a link reach the receiver as the same objects, so they are never closed
-// on the sender's side.
+// be the receiver's to keep (generated code sends a copy that shares no
+// memory with the sender's); capabilities sent on such a link reach the
+// receiver as the same objects, so they are never closed on the sender's
+// side.
 type ValueSender interface {
 	SendValue(ctx context.Context, m wire.Message) error
-}
-
-// Value is a message that can travel as a value on a ValueSender: what
-// chanosc generates for every message.
-type Value interface {
-	wire.Message
-	// MsgValidate reports what Encode would refuse.
-	MsgValidate() error
-	// MsgClone returns a copy that shares no memory with the original.
-	MsgClone() wire.Message
 }
 
 // Incoming is a message, rpc call, reply or cancel that arrived on a link.
@@ -126,16 +118,18 @@ type Incoming struct {
 }
 
 // Decode decodes in into m, which must be the message's type: it calls
-// m.Decode on the frame, or copies the value of a local message.
+// m.Decode on the frame, or copies the value of a local message (a
+// pointer to a struct, as generated messages are) into m.
 func (in *Incoming) Decode(m wire.Message) error {
-	if in.Msg != nil {
-		c, ok := m.(interface{ MsgSet(wire.Message) bool })
-		if !ok || !c.MsgSet(in.Msg) {
-			return fmt.Errorf("chanos: decode %s into %s: %w", in.Msg.MsgName(), m.MsgName(), wire.ErrUnknownMessage)
-		}
-		return nil
+	if in.Msg == nil {
+		return m.Decode(in.Frame, in.Caps)
 	}
-	return m.Decode(in.Frame, in.Caps)
+	dst, src := reflect.ValueOf(m), reflect.ValueOf(in.Msg)
+	if dst.Type() != src.Type() || dst.Kind() != reflect.Pointer || dst.IsNil() || src.IsNil() {
+		return fmt.Errorf("chanos: decode %s into %s: %w", in.Msg.MsgName(), m.MsgName(), wire.ErrUnknownMessage)
+	}
+	dst.Elem().Set(src.Elem())
+	return nil
 }
 
 // SetFrame sets *in to frame, a frame the caller has received with caps,

@@ -143,7 +143,7 @@ func (c *nsConn) serve() {
 	defer c.m.wg.Done()
 	// The connection's context ends with Close and with a protocol
 	// violation; the calls in progress and the watches end with it.
-	err := nameservice.ServeConn(c.conn.Context(), nameservice.NewConn(c.conn), c, chanos.ConcurrentFor(nsMaxCalls, nameservice.MsgWaitFor))
+	err := nameservice.NewConn(c.conn).Serve(c.conn.Context(), c, chanos.ConcurrentFor(nsMaxCalls, nameservice.MsgWaitFor))
 	if cerr := c.conn.Err(); cerr != nil {
 		err = cerr // why the connection ended, rather than how Serve saw it
 	}

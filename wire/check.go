@@ -43,3 +43,25 @@ func CheckEnum(msg, field string, v, n uint32) error {
 	}
 	return nil
 }
+
+// CheckEnums is CheckEnum for each element of vs, an array of enums: the
+// first out of range is reported as field[i].
+func CheckEnums[E ~uint8 | ~uint16 | ~uint32 | ~uint64](msg, field string, vs []E, n uint32) error {
+	for i, v := range vs {
+		if uint64(v) >= uint64(n) {
+			return CheckEnum(msg, fmt.Sprintf("%s[%d]", field, i), uint32(min(uint64(v), uint64(^uint32(0)))), n)
+		}
+	}
+	return nil
+}
+
+// First returns the first of errs that is not nil: the checks of a
+// message's fields, in their order.
+func First(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

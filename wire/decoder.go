@@ -297,6 +297,18 @@ func (d *Decoder) BytesView(field string, bound uint32) []byte {
 	return b
 }
 
+// BytesAs is Bytes taking the array's bytes as take says: a copy, a view
+// into the frame, or appended to dst.
+func (d *Decoder) BytesAs(field string, bound uint32, take Take, dst []byte) []byte {
+	n := d.length(field, bound, 1, "array count")
+	if n < 0 {
+		return take.Bytes(dst, nil)
+	}
+	b := take.Bytes(dst, d.b[d.off:d.off+n])
+	d.off += n
+	return b
+}
+
 // Count reads the count of a dynamic array of at most bound elements, each
 // at least elemSize bytes on the wire, and returns it (0 on a problem). The
 // caller then reads that many elements.

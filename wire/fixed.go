@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/binary"
+	"fmt"
 	"slices"
 )
 
@@ -42,6 +43,31 @@ func FixedBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byt
 	return frame[HeaderSize:], true
 }
 
+// FixedError returns what is wrong with frame, which FixedBody refused
+// for message number msg and kind kind with a body of size bytes, as a
+// Decoder of the frame's fields would report it: a bad header, a body
+// shorter or longer than size, or capabilities the frame cannot hold.
+// name is the frame's name in errors ("kv.get call").
+func FixedError(frame []byte, caps []Cap, name string, msg uint16, kind Kind, size int) error {
+	// Copies, so that the frame is not taken to escape: generated code
+	// decodes frames on its stack, and this runs only for a bad one.
+	b, c := slices.Clone(frame), slices.Clone(caps)
+	var d Decoder
+	d.Begin(b, c, name, msg, kind)
+	if !d.Failed() {
+		if len(b) < HeaderSize+size {
+			d.short("body")
+		} else {
+			d.off = HeaderSize + size
+		}
+	}
+	if err := d.Finish(); err != nil {
+		return err
+	}
+	// FixedBody and the Decoder disagree: a bug here, not in the peer.
+	return fmt.Errorf("%s: frame refused by FixedBody but not by the Decoder: %w", name, ErrMalformed)
+}
+
 // PeekMsg returns the message number in frame's header, and false if
 // frame is too short to hold a header. It checks nothing else: a caller
 // uses it to choose which FixedBody to try, and trusts the frame only
@@ -69,6 +95,34 @@ func TailBody(frame []byte, caps []Cap, msg uint16, kind Kind, size int) ([]byte
 		return nil, false
 	}
 	return frame[HeaderSize:], true
+}
+
+// Take says how a decoder takes a dynamic array of bytes out of a frame:
+// generated code decodes a frame one way, and takes its bytes as its
+// caller needs.
+type Take uint8
+
+const (
+	// TakeCopy takes a copy of its own (CloneBytes): what Decode does.
+	TakeCopy Take = iota
+	// TakeView takes a view into the frame (View), valid as long as the
+	// frame is: for the handlers of @borrow messages and rpcs.
+	TakeView
+	// TakeAppend appends the bytes to the caller's slice: for the Append
+	// stubs, which reuse the caller's buffer.
+	TakeAppend
+)
+
+// Bytes returns b, a dynamic array of bytes in a frame, taken as t says;
+// dst is the slice TakeAppend appends to.
+func (t Take) Bytes(dst, b []byte) []byte {
+	switch t {
+	case TakeView:
+		return View(b)
+	case TakeAppend:
+		return append(dst, b...)
+	}
+	return CloneBytes(b)
 }
 
 // CloneBytes returns a copy of b that shares no memory with it, nil if b
@@ -155,4 +209,31 @@ func PutFixed(frame []byte, msg uint16, kind Kind) []byte {
 	binary.LittleEndian.PutUint64(frame, uint64(len(frame))|uint64(msg)<<32|uint64(kindFlags[kind&7])<<48)
 	binary.LittleEndian.PutUint64(frame[8:], 0)
 	return frame[HeaderSize:]
+}
+
+// DecodeNew decodes frame, with its capabilities caps, into a new value
+// of one of an interface's message types, which newMsg returns for a
+// message number and kind (nil where the interface has none): the reply's
+// type when the header says reply, else the call's or the message's, so
+// that what is wrong with a header is reported by that type's Decode.
+// iface names the interface in errors.
+func DecodeNew[M Message](frame []byte, caps []Cap, iface string, newMsg func(msg uint16, kind Kind) M) (M, error) {
+	var zero M
+	h, err := ParseHeader(frame)
+	if err != nil {
+		return zero, err
+	}
+	kinds := [3]Kind{KindCall, KindMessage, KindReply}
+	if h.Flags&FlagReply != 0 {
+		kinds = [3]Kind{KindReply, KindMessage, KindCall}
+	}
+	for _, k := range kinds {
+		if m := newMsg(h.Msg, k); any(m) != nil {
+			if err := m.Decode(frame, caps); err != nil {
+				return zero, err
+			}
+			return m, nil
+		}
+	}
+	return zero, UnknownMessage(iface, h.Msg)
 }

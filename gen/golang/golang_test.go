@@ -138,10 +138,10 @@ func TestGenerateCompiles(t *testing.T) {
 		"Decode_ uint32", "type Fdt wire.Cap", "type Oct2 = Octet", "Data []byte", "type Smalls [3]Small",
 		"func (c *Client) OnlyIn(ctx context.Context, c_ uint64, call_ uint8) error",
 		// plain fields around one byte array: stack, parts, borrowed
-		"func (m *Blob) decodeView(", "return c.conn.SendParts(ctx, frame[:wire.HeaderSize+8], m.Body, frame[wire.HeaderSize+8:])",
+		"func (m *Blob) decodeView(", "return c.c.SendParts(ctx, head, m.Body, tail)",
 		"func (m *PutCall) decodeView(", "m.Key = d.BytesView(", "func (m *SinkCall) decodeView(",
-		"c.conn.CallParts(ctx, \"edge.sink\"", "c.conn.CallFrameDecode(ctx, \"edge.fetch\", call[:], reply.Decode)",
-		"c.ReplyParts(ctx, call, frame[:wire.HeaderSize+4], data, frame[wire.HeaderSize+4:])",
+		"c.c.CallParts(ctx, \"edge.sink\"", "c.c.CallFrameDecode(ctx, \"edge.fetch\", call[:], r.Decode)",
+		"return from.c.ReplyParts(ctx, in, head, data, tail)",
 		"func (c *Client) FetchAppend(ctx context.Context, id uint32, dst []byte) (data []byte, crc uint32, err error)",
 		"func (m *FetchReply) decodeAppend(",
 	} {

@@ -44,34 +44,33 @@ var predeclared = map[string]bool{
 // localNames are the identifiers the generated functions use for
 // themselves, beside parameters: package names and locals.
 var localNames = map[string]bool{
-	"ctx": true, "err": true, "c": true, "call": true, "reply": true,
-	"srv": true, "m": true, "from": true, "pooled": true, "handled": true,
-	"frame": true, "sent": true, "dst": true,
-	"wire": true, "chanos": true, "context": true, "fmt": true, "errors": true,
+	"ctx": true, "err": true, "c": true, "call": true, "reply": true, "r": true,
+	"srv": true, "m": true, "from": true, "in": true, "v": true, "ok": true,
+	"b": true, "msg": true, "frame": true, "dst": true, "f": true, "head": true, "tail": true, "n": true, "end": true,
+	"wire": true, "chanos": true, "genrt": true, "context": true, "fmt": true, "errors": true,
 }
 
 // packageNames are the exported package-level names every generated
 // package declares.
 var packageNames = map[string]bool{
 	"InterfaceName": true, "MaxFrameSize": true, "Msg": true,
-	"Decode": true, "New": true, "Client": true, "NewClient": true, "Server": true,
+	"Decode": true, "New": true, "Client": true, "Server": true,
 	"Dispatch": true, "UnimplementedServer": true,
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
-	"Listener": true, "Export": true, "Serve": true, "ServeConn": true,
-	"decodeIncoming": true, "serveCall": true, "serveMessage": true, "handleFixed": true,
-	"callValues": true, "callPool": true,
+	"Listener": true, "Export": true, "Serve": true,
+	"binding": true, "serve": true, "serveFixed": true,
 }
 
 // messageMethods are the methods of generated message, call and reply
 // types, which a field of theirs must not be named.
 var messageMethods = map[string]bool{
 	"MsgNumber": true, "MsgKind": true, "MsgName": true,
-	"Encode": true, "Decode": true, "MsgClone": true, "MsgSet": true, "MsgValidate": true,
+	"Encode": true, "Decode": true,
 }
 
 // clientMethods are the methods of Client besides the rpc stubs.
 // (Conn embeds Client, so Conn's own methods count too.)
-var clientMethods = map[string]bool{"Send": true, "Receive": true, "Recv": true, "Handle": true, "Err": true, "Close": true, "Raw": true}
+var clientMethods = map[string]bool{"Send": true, "Receive": true, "Recv": true, "Handle": true, "Serve": true, "Err": true, "Close": true, "Raw": true, "Stream": true}
 
 // words splits an IDL name at underscores, dropping empty parts.
 func words(name string) []string {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/wire"
 )
@@ -77,7 +78,7 @@ func TestCServerGarbage(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: connect: %v", bc.name, err)
 		}
-		if err := bad.Raw().SendFrame(ctx, bc.frame); err != nil {
+		if err := genrt.Engine(bad.Raw()).SendFrame(ctx, bc.frame); err != nil {
 			t.Fatalf("%s: send: %v", bc.name, err)
 		}
 		// The server closes the connection; the Go side learns it from
@@ -149,7 +150,7 @@ func TestCClientGarbage(t *testing.T) {
 		if _, ok := m.(*pingpong.Ping); err != nil || !ok {
 			t.Errorf("%s: the first message = %v, %v; want a ping", name, m, err)
 		}
-		if err := c.Raw().SendFrame(ctx, answer); err != nil {
+		if err := genrt.Engine(c.Raw()).SendFrame(ctx, answer); err != nil {
 			t.Errorf("%s: send: %v", name, err)
 		}
 		err = within(t, 20*time.Second, "the C client after "+name, cmd.Wait)

@@ -260,7 +260,7 @@ func TestCClientKilledMidCall(t *testing.T) {
 	}
 	srv := slowServer{called: make(chan struct{}, 1)}
 	served := make(chan error, 1)
-	go func() { served <- pingpong.ServeConn(ctx, c, srv) }()
+	go func() { served <- c.Serve(ctx, srv) }()
 	within(t, 10*time.Second, "the C client's echo call", func() error { <-srv.called; return nil })
 	client.kill(t)
 	err = within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })

@@ -1,4 +1,4 @@
-package chanos
+package engine
 
 import (
 	"context"
@@ -55,66 +55,117 @@ func (c *Conn) newCallID() uint32 {
 // sizes, used by generated stubs: call is the whole call frame (built with
 // wire.PutFixed, call id and timeout 0), and the reply frame, which must
 // be len(reply) bytes long, is copied into reply. name is the rpc's name,
-// for errors. It takes the fast path only when no other goroutine reads
-// the connection and the peer has room for the call; otherwise it reports
-// handled false, having sent nothing, and the stub makes the call with
-// Call.
-func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) (handled bool, err error) {
+// for errors. Both frames may live on the caller's stack: nothing here
+// keeps them.
+func (c *Conn) CallFrame(ctx context.Context, name string, call, reply []byte) error {
 	return c.callFrame(ctx, name, call, nil, nil, reply, nil)
 }
 
 // CallFrameDecode is CallFrame for a reply of no fixed size: decode
 // decodes the reply frame into the reply value (its Decode method). The
 // call frame, which the stub built on its stack, may have any size.
-func (c *Conn) CallFrameDecode(ctx context.Context, name string, call []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+func (c *Conn) CallFrameDecode(ctx context.Context, name string, call []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	return c.callFrame(ctx, name, call, nil, nil, nil, decode)
 }
 
 // CallParts is CallFrameDecode for a call frame in three parts, one after
 // another: head, which holds the frame's header, body and tail. Generated
 // stubs pass a large array of bytes as body, so that it is copied once,
-// straight into the ring; head and tail hold the other arguments.
-func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+// straight into the link.
+func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	return c.callFrame(ctx, name, head, body, tail, nil, decode)
 }
 
 // callFrame is CallFrame with a reply of fixed size, or CallParts if reply
 // is nil.
-func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
-	id, ok, err := c.beginCall()
-	if !ok || err != nil {
-		return ok, err
-	}
+//
+// Holding the reading turn, it reads the reply itself, straight into
+// reply or decode. When another goroutine reads the connection, or the
+// peer has no room for the call (the turn's holder must not wait for
+// room: the peer may be waiting for room too), it makes the call as a
+// pending one, whose reply frame the reader copies for it.
+func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	msg := binary.LittleEndian.Uint16(call[4:])
-	wire.SetCallID(call, id)
-	wire.SetTimeout(call, timeoutOf(ctx))
-	// Without waiting, as in callDirect: the turn is held.
-	sent, err := c.sendParts(ctx, call, body, tail, false)
-	if !sent || err != nil {
-		c.release()
-		return err != nil, err
+	id, ok, err := c.beginCall()
+	if err != nil {
+		return err
 	}
-	return true, c.finishCall(ctx, id, name, msg, reply, decode)
+	wire.SetTimeout(call, timeoutOf(ctx))
+	if ok {
+		wire.SetCallID(call, id)
+		sent, err := c.sendParts(ctx, call, body, tail, false)
+		if sent && err == nil {
+			return c.finishCall(ctx, id, name, msg, reply, decode)
+		}
+		c.release()
+		if err != nil {
+			return err
+		}
+	} else {
+		id = c.newCallID()
+	}
+	p, err := c.register(id, name, msg, nil)
+	if err != nil {
+		return err
+	}
+	wire.SetCallID(call, id)
+	if _, err := c.sendParts(ctx, call, body, tail, true); err != nil {
+		c.forget(id, p)
+		return err
+	}
+	return c.settled(ctx, id, p, reply, decode)
 }
 
 // CallEncoded is Call for an rpc whose call or reply has no fixed size,
 // used by generated stubs that keep both values on their stack: encode
 // appends the call's frame (the call value's Encode method) and decode
 // decodes the reply frame into the reply value (its Decode). name is the
-// rpc's name, for errors. Like CallFrame, it reports handled false, having
-// sent nothing, when another goroutine reads the connection or the peer
-// has no room for the call.
-func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) (handled bool, err error) {
+// rpc's name, for errors. Like CallFrame, it keeps neither.
+func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
 	id, ok, err := c.beginCall()
-	if !ok || err != nil {
-		return ok, err
+	if err != nil {
+		return err
 	}
-	sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
-	if !sent || err != nil {
+	if ok {
+		sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
+		if sent && err == nil {
+			return c.finishCall(ctx, id, name, msg, nil, decode)
+		}
 		c.release()
-		return err != nil, err
+		if err != nil {
+			return err
+		}
+	} else {
+		id = c.newCallID()
 	}
-	return true, c.finishCall(ctx, id, name, msg, nil, decode)
+	p, err := c.register(id, name, msg, nil)
+	if err != nil {
+		return err
+	}
+	if err := c.sendWith(ctx, encode, id, timeoutOf(ctx)); err != nil {
+		c.forget(id, p)
+		return err
+	}
+	return c.settled(ctx, id, p, nil, decode)
+}
+
+// settled waits for the pending call id, whose reply frame the reader
+// copies into p, and copies it into reply (of a fixed size) or decodes it
+// with decode.
+func (c *Conn) settled(ctx context.Context, id uint32, p *pendingCall, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
+	err := c.await(ctx, id, p)
+	switch {
+	case err != nil:
+	case reply != nil:
+		err = fixedReply(p.frame, p.name, reply)
+		wire.CloseCaps(p.caps)
+	default:
+		if err = decode(p.frame, p.caps); err != nil {
+			wire.CloseCaps(p.caps)
+		}
+	}
+	c.recycle(p)
+	return err
 }
 
 // beginCall takes the reading turn for a call on the fast path and
@@ -123,11 +174,14 @@ func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode 
 // has ended (the turn is given back).
 func (c *Conn) beginCall() (id uint32, ok bool, err error) {
 	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
+		if c.ended.Load() {
+			return 0, false, c.Err()
+		}
 		return 0, false, nil
 	}
 	if c.ended.Load() {
 		c.release()
-		return 0, true, c.Err()
+		return 0, false, c.Err()
 	}
 	return c.newCallID(), true, nil
 }
@@ -140,30 +194,31 @@ func (c *Conn) finishCall(ctx context.Context, id uint32, name string, msg uint1
 	switch {
 	case err != nil || in == nil: // failed, or the fixed reply is in reply
 	case reply != nil: // not the reply of the size expected
-		err = c.takeReplyFrame(in, id, name, msg, reply)
+		if err = c.checkReply(in, id, name, msg); err == nil {
+			err = fixedReply(in.Frame, name, reply)
+			wire.CloseCaps(in.Caps)
+		}
 	default:
 		if err = c.checkReply(in, id, name, msg); err == nil {
-			err = decode(in.Frame, in.Caps)
+			if err = decode(in.Frame, in.Caps); err != nil {
+				wire.CloseCaps(in.Caps)
+			}
 		}
 	}
 	c.releaseCur()
 	return err
 }
 
-// takeReplyFrame copies the reply in to call id of rpc msg into reply,
-// checking it as the reply type's Decode would, or returns the error an
-// error reply carries.
-func (c *Conn) takeReplyFrame(in *Incoming, id uint32, name string, msg uint16, reply []byte) error {
-	if err := c.checkReply(in, id, name, msg); err != nil {
-		return err
-	}
+// fixedReply copies frame, the reply to rpc name, into reply, checking
+// its size as the reply type's Decode would.
+func fixedReply(frame []byte, name string, reply []byte) error {
 	switch {
-	case len(in.Frame) < len(reply):
-		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(in.Frame), len(reply), wire.ErrTruncated)
-	case len(in.Frame) > len(reply):
-		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(in.Frame), len(reply), wire.ErrTrailing)
+	case len(frame) < len(reply):
+		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(frame), len(reply), wire.ErrTruncated)
+	case len(frame) > len(reply):
+		return fmt.Errorf("%s reply: %d bytes, want %d: %w", name, len(frame), len(reply), wire.ErrTrailing)
 	}
-	copy(reply, in.Frame)
+	copy(reply, frame)
 	return nil
 }
 

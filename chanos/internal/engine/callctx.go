@@ -1,4 +1,4 @@
-package chanos
+package engine
 
 import (
 	"context"
