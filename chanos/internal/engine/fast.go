@@ -26,6 +26,14 @@ import (
 // reports whether it sent it. Over ump the parts are copied into the ring
 // as they are, so that a large body is copied once.
 func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
+	if n := len(head) + len(body) + len(tail); len(body) > 0 && n <= smallFrame {
+		// One contiguous frame costs the link less than three parts.
+		var buf [smallFrame]byte
+		k := copy(buf[:], head)
+		k += copy(buf[k:], body)
+		copy(buf[k:], tail)
+		head, body, tail = buf[:n], nil, nil
+	}
 	var err error
 	sent := true
 	switch {
@@ -40,6 +48,11 @@ func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool
 	}
 	return sent, c.wrap(err)
 }
+
+// smallFrame is the largest frame given in parts (a header and plain
+// fields around an array of bytes) that sendParts joins on its stack
+// before handing it to the link.
+const smallFrame = 320
 
 // newCallID returns a call id: never 0, which marks plain messages.
 func (c *Conn) newCallID() uint32 {
