@@ -29,6 +29,11 @@ type Result struct {
 	Stages    int    `json:"stages,omitempty"`  // stages of the ring, stage 0 included (suite ring)
 	Iters     int    `json:"iters"`
 	TotalNS   int64  `json:"total_ns,omitempty"` // wall time of the whole measured run
+	// InProcess is set when both sides of the case run in one process
+	// (chanos's local interconnect, a Go channel, a copy in memory): such
+	// a case is compared with other in-process cases only, never with
+	// one that crosses between processes.
+	InProcess bool `json:"in_process,omitempty"`
 	// Runs is how many times the case ran; the figures are those of the
 	// median run.
 	Runs    int      `json:"runs,omitempty"`

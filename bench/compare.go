@@ -391,6 +391,7 @@ func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases
 				return fmt.Errorf("%s case %s: %w", suite, c.key(), err)
 			}
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size = suite, c.kase, c.transport, c.peers, c.size
+			r.InProcess = c.transport == "local"
 			runs[i] = append(runs[i], r)
 		}
 	}
@@ -571,7 +572,10 @@ func RunRPCCompare(ctx context.Context, cfg CompareConfig, emit func(Result) err
 
 // CompareSummary prints, for the pingpong, stream and rpc suites' results
 // among results, how many times faster chanos is than each peer, with the
-// goals of issue 6 marked met or NOT met.
+// goals of issue 6 marked met or NOT met. Like is compared with like:
+// chanos over ump, between two processes, with the peers that cross
+// processes too; chanos's local interconnect, within one process, with the
+// in-process peer (the Go channel) only (Result.InProcess).
 func CompareSummary(w io.Writer, results []Result) {
 	find := func(suite, kase, transport string, size int) *Result {
 		for i := range results {
@@ -582,11 +586,28 @@ func CompareSummary(w io.Writer, results []Result) {
 		}
 		return nil
 	}
-	var peersSeen []string
+	// The peers seen, by where they run: a peer's results are all in one
+	// process or all across two.
+	var crossPeers, inPeers []string
 	for _, r := range results {
-		if r.Peers == "go-go" && r.Transport != "ump" && !slices.Contains(peersSeen, r.Transport) && (r.Suite == "pingpong" || r.Suite == "stream" || r.Suite == "rpc" && r.Case == "rpc") {
-			peersSeen = append(peersSeen, r.Transport)
+		if isChanos(r.Transport) || r.Case == "rtt-spin" ||
+			!(r.Suite == "pingpong" || r.Suite == "stream" || r.Suite == "rpc" && r.Case == "rpc") {
+			continue
 		}
+		list := &crossPeers
+		if r.InProcess {
+			list = &inPeers
+		}
+		if !slices.Contains(*list, r.Transport) {
+			*list = append(*list, r.Transport)
+		}
+	}
+	subjects := []struct {
+		transport, where string
+		peers            []string
+	}{
+		{"ump", "between processes", crossPeers},
+		{"local", "in one process", inPeers},
 	}
 	goals := map[string]float64{"shmipc-go": 20, "grpc-uds": 100, "uds": 50}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -606,27 +627,30 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Round trips: peer time / chanos time, at each size.
-	for _, subject := range []string{"ump", "local"} {
+	for _, sub := range subjects {
 		var sizes []int
 		for _, r := range results {
-			if r.Suite == "pingpong" && r.Case == "rtt" && r.Transport == subject && !slices.Contains(sizes, r.Size) {
+			if r.Suite == "pingpong" && r.Case == "rtt" && r.Transport == sub.transport && !slices.Contains(sizes, r.Size) {
 				sizes = append(sizes, r.Size)
 			}
 		}
-		if len(sizes) == 0 {
+		if len(sizes) == 0 || len(sub.peers) == 0 {
 			continue
 		}
 		slices.Sort(sizes)
-		head := "pingpong: peer rtt p50 / chanos " + subject + " rtt p50 (x faster)"
+		head := "pingpong, " + sub.where + ": peer rtt p50 / chanos " + sub.transport + " rtt p50 (x faster)"
 		for _, s := range sizes {
 			head += "\t" + sizeName(s)
 		}
-		header(head + "\tgoal at 8 B\t")
-		for _, p := range peersSeen {
+		if sub.transport == "ump" {
+			head += "\tgoal at 8 B"
+		}
+		header(head + "\t")
+		for _, p := range sub.peers {
 			line := p
 			some := false
 			for _, s := range sizes {
-				c, ok1 := p50(find("pingpong", "rtt", subject, s))
+				c, ok1 := p50(find("pingpong", "rtt", sub.transport, s))
 				o, ok2 := p50(find("pingpong", "rtt", p, s))
 				if ok1 && ok2 {
 					line += "\t" + ratioString(o/c)
@@ -639,8 +663,8 @@ func CompareSummary(w io.Writer, results []Result) {
 				continue
 			}
 			goal := ""
-			if g, ok := goals[p]; ok && subject == "ump" {
-				c, ok1 := p50(find("pingpong", "rtt", subject, 8))
+			if g, ok := goals[p]; ok && sub.transport == "ump" {
+				c, ok1 := p50(find("pingpong", "rtt", sub.transport, 8))
 				o, ok2 := p50(find("pingpong", "rtt", p, 8))
 				switch {
 				case ok1 && ok2:
@@ -654,27 +678,27 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Streaming: chanos bytes/s / peer bytes/s, at each size.
-	for _, subject := range []string{"ump", "local"} {
+	for _, sub := range subjects {
 		var sizes []int
 		for _, r := range results {
-			if r.Suite == "stream" && r.Case == "stream" && r.Transport == subject && r.BytesPerS != nil && !slices.Contains(sizes, r.Size) {
+			if r.Suite == "stream" && r.Case == "stream" && r.Transport == sub.transport && r.BytesPerS != nil && !slices.Contains(sizes, r.Size) {
 				sizes = append(sizes, r.Size)
 			}
 		}
-		if len(sizes) == 0 {
+		if len(sizes) == 0 || len(sub.peers) == 0 {
 			continue
 		}
 		slices.Sort(sizes)
-		head := "stream: chanos " + subject + " bytes/s / peer bytes/s (x faster)"
+		head := "stream, " + sub.where + ": chanos " + sub.transport + " bytes/s / peer bytes/s (x faster)"
 		for _, s := range sizes {
 			head += "\t" + sizeName(s)
 		}
 		header(head + "\t")
-		for _, p := range peersSeen {
+		for _, p := range sub.peers {
 			line := p
 			some := false
 			for _, s := range sizes {
-				c, o := find("stream", "stream", subject, s), find("stream", "stream", p, s)
+				c, o := find("stream", "stream", sub.transport, s), find("stream", "stream", p, s)
 				if c != nil && o != nil && c.BytesPerS != nil && o.BytesPerS != nil && *o.BytesPerS > 0 {
 					line += "\t" + ratioString(*c.BytesPerS / *o.BytesPerS)
 					some = true
@@ -689,16 +713,30 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Rpc: peer call p50 / chanos rpc p50.
-	if c, ok := p50(find("rpc", "rpc", "ump", 8)); ok {
-		header("rpc: peer call p50 / chanos rpc over ump p50 (x faster)\t8 B\t")
-		for _, p := range peersSeen {
+	for _, sub := range subjects {
+		c, ok := p50(find("rpc", "rpc", sub.transport, 8))
+		if !ok {
+			continue
+		}
+		var lines []string
+		for _, p := range sub.peers {
 			if o, ok := p50(find("rpc", "rpc", p, 8)); ok {
-				fmt.Fprintf(tw, "%s\t%s\t\n", p, ratioString(o/c))
+				lines = append(lines, fmt.Sprintf("%s\t%s\t", p, ratioString(o/c)))
 			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		header("rpc, " + sub.where + ": peer call p50 / chanos rpc over " + sub.transport + " p50 (x faster)\t8 B\t")
+		for _, l := range lines {
+			fmt.Fprintln(tw, l)
 		}
 	}
 	tw.Flush()
 }
+
+// isChanos reports whether transport is one of chanos's interconnects.
+func isChanos(transport string) bool { return transport == "ump" || transport == "local" }
 
 // ratioString formats a ratio with three significant digits or so.
 func ratioString(v float64) string {

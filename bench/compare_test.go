@@ -163,3 +163,66 @@ func TestRatioString(t *testing.T) {
 		}
 	}
 }
+
+// TestCompareSummaryLikeWithLike checks that chanos's local interconnect,
+// within one process, is set against the in-process peer only, and ump,
+// between processes, against the peers between processes only.
+func TestCompareSummaryLikeWithLike(t *testing.T) {
+	rtt := func(transport string, inProcess bool, p50 float64) Result {
+		return Result{Suite: "pingpong", Case: "rtt", Transport: transport, Peers: "go-go", Size: 8, Iters: 1, RTTp50: f64(p50), InProcess: inProcess}
+	}
+	stream := func(transport string, inProcess bool, bps float64) Result {
+		return Result{Suite: "stream", Case: "stream", Transport: transport, Peers: "go-go", Size: 64, Iters: 1, MsgsPerS: f64(bps / 64), BytesPerS: f64(bps), InProcess: inProcess}
+	}
+	call := func(transport string, inProcess bool, p50 float64) Result {
+		return Result{Suite: "rpc", Case: "rpc", Transport: transport, Peers: "go-go", Size: 8, Iters: 1, RTTp50: f64(p50), InProcess: inProcess}
+	}
+	rs := []Result{
+		rtt("ump", false, 1000), rtt("local", true, 4000), rtt("uds", false, 30000), rtt("go-chan", true, 500),
+		stream("ump", false, 1e9), stream("local", true, 2e9), stream("uds", false, 1e8), stream("go-chan", true, 4e9),
+		call("ump", false, 1000), call("local", true, 4000), call("uds", false, 30000), call("go-chan", true, 500),
+	}
+	var b strings.Builder
+	CompareSummary(&b, rs)
+	out := b.String()
+	t.Log("\n" + out)
+	// Each section is a header line and the peers' lines under it.
+	sections := map[string][]string{}
+	var cur string
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case strings.Contains(line, "chanos"):
+			cur = strings.TrimSpace(line)
+			sections[cur] = nil
+		default:
+			sections[cur] = append(sections[cur], f[0])
+		}
+	}
+	if len(sections) != 6 {
+		t.Fatalf("%d sections, want 6 (pingpong, stream and rpc, each for ump and local):\n%s", len(sections), out)
+	}
+	for head, peers := range sections {
+		want := "uds"
+		if strings.Contains(head, "local") {
+			want = "go-chan"
+		}
+		if !slices.Equal(peers, []string{want}) {
+			t.Errorf("%q: peers %q, want %s only", head, peers, want)
+		}
+	}
+	// The ratios are of like cases: uds's 30 µs over ump's 1 µs, the Go
+	// channel's 0.5 µs over local's 4 µs.
+	for _, want := range []string{"uds 30.0", "go-chan 0.12"} {
+		found := false
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(strings.Join(strings.Fields(line), " "), want) {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("summary lacks a line %q", want)
+		}
+	}
+}

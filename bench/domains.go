@@ -329,6 +329,7 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 			}
 			parts := strings.Split(c.name, "/")
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size = "rpc", parts[0], parts[1], parts[2], 8
+			r.InProcess = parts[2] == "go" // the local interconnect and the Go channel
 			runs[i] = append(runs[i], r)
 		}
 	}

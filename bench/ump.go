@@ -214,6 +214,7 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 		return Result{}, err
 	}
 	r.Suite, r.Case, r.Transport, r.Peers, r.Size = "ump", c.kase, c.transport, c.peers, c.size
+	r.InProcess = c.transport == "memcpy" || strings.HasPrefix(c.kase, "path")
 	return r, nil
 }
 
