@@ -406,8 +406,18 @@ func rpcLocal(ctx context.Context, d *chanos.Domain, warmup, iters int) (Result,
 
 // localStream sends n pings one way within this process, on a local chanos
 // connection or (goChan) on a plain Go channel of the same capacity, and
-// reports messages per second.
+// reports messages per second. The time is the messages' alone: the local
+// connection is bound before the clock starts, as the channel is made.
 func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
+	var a, b *pingpong.Conn
+	if !goChan {
+		var err error
+		if a, b, err = localConnPair(ctx); err != nil {
+			return Result{}, err
+		}
+		defer a.Close()
+		defer b.Close()
+	}
 	start := nanotime()
 	if goChan {
 		ch := make(chan *pingpong.Ping, 64)
@@ -423,12 +433,6 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 		}
 		<-done
 	} else {
-		a, b, err := localConnPair(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		defer a.Close()
-		defer b.Close()
 		errc := make(chan error, 1)
 		go func() {
 			for range n {
