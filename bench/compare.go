@@ -409,19 +409,26 @@ func runChanosCase(ctx context.Context, cw *compareWorld, c compareCase, warmup,
 		return Result{}, err
 	}
 	defer conn.Close()
+	// The CPU of both sides: this process, and the server process when
+	// the case crosses to it.
+	var server int
+	if c.transport == "ump" {
+		server = cw.server.Process.Pid
+	}
 	switch c.kase {
 	case "rtt":
-		return bounceRTT(ctx, conn, c.size, warmup, dur)
+		return bounceRTT(ctx, conn, c.size, warmup, dur, server)
 	case "stream":
-		return dataStream(ctx, conn, c.size, warmup, dur)
+		return dataStream(ctx, conn, c.size, warmup, dur, server)
 	}
 	return Result{}, fmt.Errorf("unknown case %q", c.kase)
 }
 
 // bounceRTT times round trips of the bounce rpc with a payload of size
 // bytes (at most 64 KiB, the IDL's bound): warmup, then dur of measured
-// round trips, each timed.
-func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration) (Result, error) {
+// round trips, each timed, with the CPU of this process and of process
+// server (if not 0) over them.
+func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration, server int) (Result, error) {
 	if size > pingpong.MaxBouncePayloadLen {
 		return Result{}, fmt.Errorf("bounce payload of %d bytes: the IDL allows %d", size, pingpong.MaxBouncePayloadLen)
 	}
@@ -450,6 +457,7 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		}
 	}
 	samples := make([]int64, 0, 1<<16)
+	cpu := startCPU(server)
 	t0 := nanotime()
 	prev, end := t0, t0+int64(dur)
 	for i := 0; prev < end || len(samples) < 20; i++ {
@@ -460,14 +468,17 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		samples = append(samples, t-prev)
 		prev = t
 	}
-	return rttResult(samples, prev-t0, nil), nil
+	r := rttResult(samples, prev-t0, nil)
+	r.CPUPercent = cpu.percent(prev - t0)
+	return r, nil
 }
 
 // dataStream sends data messages of size bytes one way for warmup and
 // then for dur, each phase ended by an acknowledgement that must count
 // every message and byte sent; the figures are from the first measured
-// send to the acknowledgement.
-func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration) (Result, error) {
+// send to the acknowledgement, the CPU that of this process and of
+// process server (if not 0).
+func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration, server int) (Result, error) {
 	if size > pingpong.MaxDataPayloadLen {
 		return Result{}, fmt.Errorf("data payload of %d bytes: the IDL allows %d", size, pingpong.MaxDataPayloadLen)
 	}
@@ -501,15 +512,17 @@ func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur tim
 	if _, _, err := phase(warmup); err != nil {
 		return Result{}, fmt.Errorf("warm-up: %w", err)
 	}
+	cpu := startCPU(server)
 	n, ns, err := phase(dur)
 	if err != nil {
 		return Result{}, err
 	}
 	secs := float64(ns) / 1e9
 	return Result{
-		Iters:     int(n),
-		MsgsPerS:  f64(float64(n) / secs),
-		BytesPerS: f64(float64(n) * float64(size) / secs),
+		Iters:      int(n),
+		MsgsPerS:   f64(float64(n) / secs),
+		BytesPerS:  f64(float64(n) * float64(size) / secs),
+		CPUPercent: cpu.percent(ns),
 	}, nil
 }
 

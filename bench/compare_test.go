@@ -100,6 +100,8 @@ func TestPingpongSmoke(t *testing.T) {
 			t.Errorf("%s: bad result %+v", k, r)
 		case r.RTTp50 == nil || *r.RTTp50 <= 0 || r.RTTp99 == nil || *r.RTTp99 < *r.RTTp50:
 			t.Errorf("%s: bad round-trip figures", k)
+		default:
+			checkCPU(t, r)
 		}
 	}
 	var b strings.Builder
@@ -129,6 +131,7 @@ func TestStreamSmoke(t *testing.T) {
 			case r.MsgsPerS == nil || r.BytesPerS == nil || *r.MsgsPerS <= 0:
 				t.Errorf("%s: bad throughput figures", k)
 			default:
+				checkCPU(t, r)
 				if d := *r.BytesPerS / *r.MsgsPerS / float64(r.Size); d < 0.99 || d > 1.01 {
 					t.Errorf("%s: bytes/s is %.3f times msgs/s times size", k, d)
 				}

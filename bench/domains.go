@@ -267,13 +267,16 @@ func (w *world) close() {
 
 // timeRTT runs op warmup times, then iters times, timing each, then iters
 // times more in windows of RTTWindow timed whole (see Result.RTTWindow).
-func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
+// The CPU is that of this process and of process server (if not 0) over
+// the timed calls.
+func timeRTT(warmup, iters int, server int, op func(i int) error) (Result, error) {
 	for i := range warmup {
 		if err := op(i); err != nil {
 			return Result{}, err
 		}
 	}
 	samples := make([]int64, iters)
+	cpu := startCPU(server)
 	t0 := nanotime()
 	prev := t0
 	for i := range samples {
@@ -288,7 +291,9 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 	if _, err := timeWindows(windows, op); err != nil {
 		return Result{}, err
 	}
-	return rttResult(samples, prev-t0, windows), nil
+	r := rttResult(samples, prev-t0, windows)
+	r.CPUPercent = cpu.percent(nanotime() - t0)
+	return r, nil
 }
 
 // RunRPC runs the rpc suite: an rpc round trip through the generated stubs
@@ -313,8 +318,8 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 		run  func() (Result, error)
 	}
 	cases := []rcase{
-		{"rtt-spin/ump/go-go", func() (Result, error) { return rawRTT(ctx, w.raw, warmup, iters) }},
-		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters) }},
+		{"rtt-spin/ump/go-go", func() (Result, error) { return rawRTT(ctx, w.raw, warmup, iters, w.server.Process.Pid) }},
+		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters, w.server.Process.Pid) }},
 		{"rpc/local/go", func() (Result, error) { return rpcLocal(ctx, w.d, warmup, iters) }},
 		{"send-receive/local/go", func() (Result, error) { return localStream(ctx, iters*5, false) }},
 		{"send-receive/go-chan/go", func() (Result, error) { return localStream(ctx, iters*5, true) }},
@@ -347,10 +352,10 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 }
 
 // rawRTT times round trips of 8-byte messages on a bare ring pair whose
-// peer echoes, as the ump suite's Go peers do.
-func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters int) (Result, error) {
+// peer, process server, echoes, as the ump suite's Go peers do.
+func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters, server int) (Result, error) {
 	msg := make([]byte, 8)
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, server, func(i int) error {
 		binary.LittleEndian.PutUint64(msg, uint64(i))
 		if err := c.Send(ctx, msg); err != nil {
 			return err
@@ -363,7 +368,8 @@ func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters int) (Result, error)
 	})
 }
 
-func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters int) (Result, error) {
+// rpcOverName times echo rpcs to name, served by process server over ump.
+func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters, server int) (Result, error) {
 	c, err := pingpong.Connect(ctx, d, name)
 	if err != nil {
 		return Result{}, err
@@ -372,7 +378,7 @@ func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, ite
 	if got := c.Raw().Interconnect(); got != "ump" {
 		return Result{}, fmt.Errorf("bound over %s, want ump", got)
 	}
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, server, func(i int) error {
 		v, err := c.Echo(ctx, uint64(i))
 		if err == nil && v != uint64(i) {
 			err = fmt.Errorf("echo %d returned %d", i, v)
@@ -398,7 +404,7 @@ func rpcLocal(ctx context.Context, d *chanos.Domain, warmup, iters int) (Result,
 	if got := c.Raw().Interconnect(); got != "local" {
 		return Result{}, fmt.Errorf("bound over %s, want local", got)
 	}
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, 0, func(i int) error {
 		_, err := c.Echo(ctx, uint64(i))
 		return err
 	})
@@ -418,6 +424,7 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 		defer a.Close()
 		defer b.Close()
 	}
+	cpu := startCPU()
 	start := nanotime()
 	if goChan {
 		ch := make(chan *pingpong.Ping, 64)
@@ -454,8 +461,8 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 			return Result{}, err
 		}
 	}
-	elapsed := float64(nanotime()-start) / 1e9
-	return Result{Iters: n, MsgsPerS: f64(float64(n) / elapsed)}, nil
+	ns := nanotime() - start
+	return Result{Iters: n, MsgsPerS: f64(float64(n) / (float64(ns) / 1e9)), CPUPercent: cpu.percent(ns)}, nil
 }
 
 // localConnPair returns the two ends of a local connection, bound as a
@@ -519,7 +526,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 		run  func() (Result, error)
 	}{
 		{"connect/ump/go-go", func() (Result, error) {
-			return timeRTT(warmup, iters, func(int) error {
+			return timeRTT(warmup, iters, w.server.Process.Pid, func(int) error {
 				c, err := pingpong.Connect(ctx, w.d, benchName)
 				if err != nil {
 					return err
@@ -528,7 +535,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 			})
 		}},
 		{"ns-get/ump/go-go", func() (Result, error) {
-			return timeRTT(warmup*10, iters*10, func(int) error {
+			return timeRTT(warmup*10, iters*10, w.server.Process.Pid, func(int) error {
 				_, code, err := ns.Get(ctx, benchName)
 				if err == nil && code != 0 {
 					err = fmt.Errorf("get: code %d", code)

@@ -280,8 +280,9 @@ func (e *ringEnv) run(ctx context.Context, c ringCase) (Result, error) {
 // for the warm-up time (at least 10 trips, so that every stage has run),
 // then times trips one by one for the measurement time and at least
 // minTrips trips. A slow configuration thus gets fewer trips, never none:
-// past ten times the measurement time it stops at 10.
-func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (uint64, error)) (Result, error) {
+// past ten times the measurement time it stops at 10. The CPU is that of
+// this process and of the stage processes stages over the timed trips.
+func measureRing(ctx context.Context, n int, t ringTiming, stages []*ringProc, trip func(k uint32) (uint64, error)) (Result, error) {
 	var k uint32
 	one := func() error {
 		k++
@@ -304,6 +305,11 @@ func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (
 		}
 	}
 	samples := make([]int64, 0, 4096)
+	var pids []int
+	for _, p := range stages {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	cpu := startCPU(pids...)
 	t0 := nanotime()
 	prev := t0
 	for {
@@ -320,6 +326,7 @@ func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (
 	}
 	r := rttResult(samples, prev-t0, nil)
 	r.TotalNS = prev - t0
+	r.CPUPercent = cpu.percent(prev - t0)
 	return r, nil
 }
 
@@ -410,7 +417,7 @@ func (e *ringEnv) runUMP(ctx context.Context, n int) (res Result, err error) {
 			return Result{}, fmt.Errorf("stage 0 bound over %s, want ump", got)
 		}
 	}
-	res, err = measureRing(ctx, n, e.timing, ringTrip(ctx, in, out))
+	res, err = measureRing(ctx, n, e.timing, procs, ringTrip(ctx, in, out))
 	// Closing stage 0's side lets the close go round the ring before the
 	// stages' standard input closes.
 	out.Close()
@@ -470,7 +477,7 @@ func (e *ringEnv) runLocal(ctx context.Context, n int) (Result, error) {
 			outs[i].Close()
 		})
 	}
-	res, err := measureRing(ctx, n, e.timing, ringTrip(ctx, ins[0], outs[0]))
+	res, err := measureRing(ctx, n, e.timing, nil, ringTrip(ctx, ins[0], outs[0]))
 	outs[0].Close()
 	stop()
 	wg.Wait()
@@ -498,7 +505,7 @@ func runGoChanRing(ctx context.Context, n int, t ringTiming) (Result, error) {
 			close(out)
 		}(chans[i], chans[(i+1)%n])
 	}
-	res, err := measureRing(ctx, n, t, func(uint32) (uint64, error) {
+	res, err := measureRing(ctx, n, t, nil, func(uint32) (uint64, error) {
 		chans[1] <- 1
 		return <-chans[0], nil
 	})
@@ -547,7 +554,7 @@ func (e *ringEnv) runPipe(ctx context.Context, n int) (res Result, err error) {
 	}
 	in, out := rs[n-1], ws[0]
 	var buf [8]byte
-	res, err = measureRing(ctx, n, e.timing, func(uint32) (uint64, error) {
+	res, err = measureRing(ctx, n, e.timing, procs, func(uint32) (uint64, error) {
 		binary.LittleEndian.PutUint64(buf[:], 1)
 		if _, err := out.Write(buf[:]); err != nil {
 			return 0, fmt.Errorf("write: %w", err)
