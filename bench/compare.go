@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,9 +57,10 @@ var (
 // CompareConfig configures the pingpong, stream and rpc comparison suites.
 type CompareConfig struct {
 	Quick bool
-	// Repeat runs each chanos case this many times, interleaved, and
-	// reports the median run. Zero means 1 with Quick, else 3. The peers
-	// measure each case once.
+	// Repeat runs each case, chanos's and the peers', this many times,
+	// round-robin: each round runs chanos's cases and then the peers'
+	// (one run of chanos-peers). The median run of each case is reported.
+	// Zero means 1 with Quick, else 3.
 	Repeat int
 	// Progress, if not nil, receives a line per chanos case as it starts.
 	// The peers show their own progress when stderr is a terminal.
@@ -373,9 +375,67 @@ func chanosCases(kase string, sizes []int) []compareCase {
 	return cs
 }
 
+// peerRounds runs a suite's peers once a round, so that they get the
+// sampling chanos's cases get: as many runs, interleaved with chanos's in
+// the same rounds, and the median run reported.
+type peerRounds struct {
+	cfg   CompareConfig
+	suite string
+	keys  []string // the peers' cases, in the order they first came
+	runs  map[string][]Result
+	errs  []error
+}
+
+// newPeerRounds finds chanos-peers before anything is measured, so that a
+// missing one fails the suite at once.
+func newPeerRounds(cfg CompareConfig, suite string) (*peerRounds, error) {
+	if cfg.Peers == "" {
+		p, err := FindPeers()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Peers = p
+	}
+	return &peerRounds{cfg: cfg, suite: suite, runs: map[string][]Result{}}, nil
+}
+
+// round runs the peers once and keeps their results. A round in which
+// some peer failed keeps the results it has and the error, and the
+// rounds go on; only the end of ctx ends them.
+func (p *peerRounds) round(ctx context.Context, n int) error {
+	p.cfg.progress("%s: run %d/%d: the peers", p.suite, n+1, p.cfg.repeat())
+	err := RunPeerSuite(ctx, p.cfg, p.suite, func(r Result) error {
+		k := r.Key()
+		if _, ok := p.runs[k]; !ok {
+			p.keys = append(p.keys, k)
+		}
+		p.runs[k] = append(p.runs[k], r)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		p.errs = append(p.errs, fmt.Errorf("run %d: %w", n+1, err))
+	}
+	return nil
+}
+
+// emit emits the median run of each peer case, then the rounds' errors.
+func (p *peerRounds) emit(emit func(Result) error) error {
+	for _, k := range p.keys {
+		if err := emit(Median(p.runs[k])); err != nil {
+			return err
+		}
+	}
+	return errors.Join(p.errs...)
+}
+
 // runChanosCases runs cases round-robin cfg.repeat() times, each on a
-// fresh connection, and emits the median run of each.
-func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases []compareCase, emit func(Result) error) error {
+// fresh connection, with a round of the peers after chanos's cases in
+// every round; then it emits the median run of each chanos case, then of
+// each peer case.
+func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases []compareCase, peers *peerRounds, emit func(Result) error) error {
 	cw, err := newCompareWorld(ctx, cfg)
 	if err != nil {
 		return err
@@ -394,13 +454,16 @@ func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases
 			r.InProcess = c.transport == "local"
 			runs[i] = append(runs[i], r)
 		}
+		if err := peers.round(ctx, round); err != nil {
+			return err
+		}
 	}
 	for i := range cases {
 		if err := emit(Median(runs[i])); err != nil {
 			return err
 		}
 	}
-	return nil
+	return peers.emit(emit)
 }
 
 func runChanosCase(ctx context.Context, cw *compareWorld, c compareCase, warmup, dur time.Duration) (Result, error) {
@@ -528,19 +591,23 @@ func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur tim
 
 // RunPingpong runs the pingpong suite (case rtt): round trips of a payload
 // of 8 B to 64 KiB through the generated bounce rpc, over ump to a server
-// process and on the local interconnect, then the peers'. The raw ring's
+// process and on the local interconnect, in rounds with the peers'. The raw ring's
 // 8-byte round trip of the ump suite (rtt-spin, Go to Go, a tenth of that
 // suite's count unless UMPScale says otherwise) comes first, as the floor;
 // the C spin floor (raw-spin) is in the ump suite, as its fixed count of
 // spinning round trips takes minutes on a loaded machine.
 func RunPingpong(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
+	peers, err := newPeerRounds(cfg, "pingpong")
+	if err != nil {
+		return err
+	}
 	floor := []string{"rtt-spin/ump/go-go/8"}
 	scale := cfg.UMPScale
 	if scale == 0 {
 		scale = 0.1
 	}
 	cfg.progress("pingpong: the raw ring's floor (ump suite: %s)", strings.Join(floor, ", "))
-	err := RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: floor, GoPeer: cfg.GoPeer, Scale: scale},
+	err = RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: floor, GoPeer: cfg.GoPeer, Scale: scale},
 		func(r Result) error {
 			r.Suite = "pingpong"
 			return emit(r)
@@ -552,35 +619,37 @@ func RunPingpong(ctx context.Context, cfg CompareConfig, emit func(Result) error
 	if len(sizes) == 0 {
 		sizes = PingpongSizes
 	}
-	if err := runChanosCases(ctx, &cfg, "pingpong", chanosCases("rtt", sizes), emit); err != nil {
-		return err
-	}
-	return RunPeerSuite(ctx, cfg, "pingpong", emit)
+	return runChanosCases(ctx, &cfg, "pingpong", chanosCases("rtt", sizes), peers, emit)
 }
 
 // RunStream runs the stream suite: data messages of 64 B to 1 MiB sent
 // one way, over ump to a server process and on the local interconnect,
-// with the receiver acknowledging the end; then the peers'.
+// with the receiver acknowledging the end; in rounds with the peers'.
 func RunStream(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
+	peers, err := newPeerRounds(cfg, "stream")
+	if err != nil {
+		return err
+	}
 	sizes := cfg.Sizes
 	if len(sizes) == 0 {
 		sizes = StreamSizes
 	}
-	if err := runChanosCases(ctx, &cfg, "stream", chanosCases("stream", sizes), emit); err != nil {
-		return err
-	}
-	return RunPeerSuite(ctx, cfg, "stream", emit)
+	return runChanosCases(ctx, &cfg, "stream", chanosCases("stream", sizes), peers, emit)
 }
 
 // RunRPCCompare runs the rpc suite (RunRPC: generated stubs over ump and
-// local beside the raw ring) and then the peers' rpc: gRPC's unary call,
-// net/rpc's Call, and request/response over the byte streams.
+// local beside the raw ring) in rounds with the peers' rpc: gRPC's unary
+// call, net/rpc's Call, and request/response over the byte streams.
 func RunRPCCompare(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
-	err := RunRPC(ctx, DomainConfig{Quick: cfg.Quick, Repeat: cfg.Repeat, Progress: cfg.Progress, Server: cfg.RPCServer}, emit)
+	peers, err := newPeerRounds(cfg, "rpc")
 	if err != nil {
 		return err
 	}
-	return RunPeerSuite(ctx, cfg, "rpc", emit)
+	dcfg := DomainConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Progress: cfg.Progress, Server: cfg.RPCServer}
+	if err := runRPC(ctx, dcfg, peers.round, emit); err != nil {
+		return err
+	}
+	return peers.emit(emit)
 }
 
 // CompareSummary prints, for the pingpong, stream and rpc suites' results

@@ -15,13 +15,20 @@ import (
 // process. It is dispatched in init, before TestMain.
 const compareServerArg = "compare-server"
 
+// rpcServerArg does the same for RPCServer, the rpc suite's server.
+const rpcServerArg = "rpc-server"
+
 func init() {
 	i := slices.Index(os.Args, "--")
-	if i < 0 || i+1 >= len(os.Args) || os.Args[i+1] != compareServerArg {
+	if i < 0 || i+1 >= len(os.Args) {
 		return
 	}
-	if err := CompareServer(context.Background(), os.Args[i+2:]); err != nil {
-		os.Stderr.WriteString("compare server: " + err.Error() + "\n")
+	serve := map[string]func(context.Context, []string) error{compareServerArg: CompareServer, rpcServerArg: RPCServer}[os.Args[i+1]]
+	if serve == nil {
+		return
+	}
+	if err := serve(context.Background(), os.Args[i+2:]); err != nil {
+		os.Stderr.WriteString(os.Args[i+1] + ": " + err.Error() + "\n")
 		os.Exit(1)
 	}
 	os.Exit(0)
@@ -49,6 +56,7 @@ func smokeConfig(t *testing.T, sizes ...int) CompareConfig {
 		Transports: []string{"go-chan", "uds"},
 		Peers:      peers,
 		Server:     append(slices.Clone(self), compareServerArg),
+		RPCServer:  append(slices.Clone(self), rpcServerArg),
 		GoPeer:     self,
 		UMPScale:   0.01,
 	}
@@ -227,5 +235,60 @@ func TestCompareSummaryLikeWithLike(t *testing.T) {
 		if !found {
 			t.Errorf("summary lacks a line %q", want)
 		}
+	}
+}
+
+// TestPeersSampledAsChanos checks that the peers run as many rounds as
+// chanos's cases, each round after chanos's cases of the same round, and
+// that every case, chanos's and the peers', reports its median of them.
+func TestPeersSampledAsChanos(t *testing.T) {
+	cfg := smokeConfig(t, 64)
+	cfg.Repeat = 2
+	var progress strings.Builder
+	cfg.Progress = &progress
+	got := collectRun(t, RunStream, cfg)
+	for _, k := range []string{"stream/ump/go-go/64", "stream/local/go/64", "stream/go-chan/go-go/64", "stream/uds/go-go/64"} {
+		if r, ok := got[k]; !ok || r.Runs != 2 {
+			t.Errorf("%s: %d runs, want 2 (%v)", k, r.Runs, ok)
+		}
+	}
+	var order []string
+	for _, line := range strings.Split(progress.String(), "\n") {
+		for _, step := range []string{"run 1/2 case", "run 1/2: the peers", "run 2/2 case", "run 2/2: the peers"} {
+			if strings.HasPrefix(line, "stream: "+step) && !slices.Contains(order, step) {
+				order = append(order, step)
+			}
+		}
+	}
+	want := []string{"run 1/2 case", "run 1/2: the peers", "run 2/2 case", "run 2/2: the peers"}
+	if !slices.Equal(order, want) {
+		t.Errorf("rounds in the order %q, want %q; progress:\n%s", order, want, progress.String())
+	}
+}
+
+// TestRPCCompareSmoke checks the rpc suite with its peers: every case
+// there, each with its CPU and its two runs, in one process or not as it
+// is.
+func TestRPCCompareSmoke(t *testing.T) {
+	cfg := smokeConfig(t)
+	cfg.Repeat = 2
+	got := collectRun(t, RunRPCCompare, cfg)
+	for k, inProcess := range map[string]bool{
+		"rtt-spin/ump/go-go/8": false, "rpc/ump/go-go/8": false, "rpc/local/go/8": true,
+		"send-receive/local/go/8": true, "send-receive/go-chan/go/8": true,
+		"rpc/uds/go-go/8": false, "rpc/go-chan/go-go/8": true,
+	} {
+		r, ok := got[k]
+		switch {
+		case !ok:
+			t.Errorf("no result %s", k)
+		case r.Runs != 2 || r.InProcess != inProcess:
+			t.Errorf("%s: %d runs (want 2), in_process %v (want %v)", k, r.Runs, r.InProcess, inProcess)
+		default:
+			checkCPU(t, r)
+		}
+	}
+	if r := got["rpc/ump/go-go/8"]; r.PairedRatio == nil {
+		t.Error("rpc over ump has no paired ratio")
 	}
 }

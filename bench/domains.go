@@ -303,6 +303,12 @@ func timeRTT(warmup, iters int, server int, op func(i int) error) (Result, error
 // processes on the CPUs; the same rpc on the local interconnect; and
 // one-way messages on the local interconnect against a plain Go channel.
 func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) error {
+	return runRPC(ctx, cfg, nil, emit)
+}
+
+// runRPC is RunRPC, calling eachRound, if not nil, at the end of every
+// round (the comparison's peers run there).
+func runRPC(ctx context.Context, cfg DomainConfig, eachRound func(ctx context.Context, round int) error, emit func(Result) error) error {
 	iters, warmup := 200000, 20000
 	if cfg.Quick {
 		iters, warmup = 20000, 2000
@@ -336,6 +342,11 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size = "rpc", parts[0], parts[1], parts[2], 8
 			r.InProcess = parts[2] == "go" // the local interconnect and the Go channel
 			runs[i] = append(runs[i], r)
+		}
+		if eachRound != nil {
+			if err := eachRound(ctx, round); err != nil {
+				return err
+			}
 		}
 	}
 	raw := slices.IndexFunc(cases, func(c rcase) bool { return c.name == "rtt-spin/ump/go-go" })
