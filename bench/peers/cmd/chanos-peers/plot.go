@@ -199,11 +199,11 @@ func buildPanels(points []plotPoint) ([]panel, []string, error) {
 // process, are drawn apart from ump and the peers between processes: a
 // chart of the two together would invite the ratio of unlike cases.
 var where = []struct {
-	inProcess bool
-	name      string
+	inProcess   bool
+	name, cases string
 }{
-	{false, "between processes"},
-	{true, "in one process"},
+	{false, "between processes", "case rtt; raw ring: rtt-spin"},
+	{true, "in one process", "case rtt"},
 }
 
 func pingpongPanels(st *styles, points []plotPoint) ([]panel, error) {
@@ -216,7 +216,7 @@ func pingpongPanels(st *styles, points []plotPoint) ([]panel, error) {
 			return float64(p.Size), p.RTTNsP50 / 1e3
 		})
 		ps, err := linePanels(st, ss, lineSpec{
-			title:  "pingpong: round trip p50 by payload size, " + w.name + " (case rtt; raw ring: rtt-spin)",
+			title:  "pingpong: round trip p50 by payload size, " + w.name + " (" + w.cases + ")",
 			xLabel: "payload size, bytes",
 			yLabel: "round trip p50, µs",
 			xLog:   true,
