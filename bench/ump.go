@@ -225,9 +225,9 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 // a client only: both ends of its ring pair are in that process. The CPU
 // is the processes' own, from the rusage of each at its exit, over the
 // wall time from the first start to the last exit: their whole lives,
-// start-up and warm-up included (a peer does not say when its measured
-// phase starts, and the C peer is not this package's to change). The idle
-// case keeps the CPU its client reports: the parked side's, its figure.
+// start-up and warm-up included: a peer, Go or C, reports neither its CPU
+// nor when its measured phase starts. The idle case keeps the CPU its
+// client reports: the parked side's, its figure.
 func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
