@@ -78,7 +78,9 @@ test-c: bin/chanosc
 test: all lint check-generated check-vectors test-go test-c bench-smoke
 
 # `chanos bench all --quick` (about 30 s): every suite runs against its
-# peers, prints a line per case and draws the chart.
+# peers, prints a line per case and draws the chart; then chanos's figures
+# must stay within wide bounds of its own raw baselines of the same run
+# (`chanos bench check`, docs/bench-compare.md "Regression bounds").
 bench-smoke: all
 	CHANOS_C_BUILD=$(abspath $(BUILD)/c) ./bin/chanos bench all --quick --json --plot $(BUILD)/bench-smoke.png > $(BUILD)/bench-smoke.jsonl
 	@for s in pingpong stream rpc ump bind clients ring; do \
@@ -87,6 +89,7 @@ bench-smoke: all
 	@# The ratios paired by round: rpc against the raw ring, go-go against c-c.
 	@grep '"suite":"rpc","case":"rpc","transport":"ump"' $(BUILD)/bench-smoke.jsonl | grep -q '"paired_ratio"' || { echo "bench-smoke: rpc over ump has no paired ratio" >&2; exit 1; }
 	@grep '"suite":"ump","case":"rtt-spin","transport":"ump","peers":"go-go"' $(BUILD)/bench-smoke.jsonl | grep -q '"paired_ratio"' || { echo "bench-smoke: the Go tax has no paired ratio" >&2; exit 1; }
+	./bin/chanos bench check $(BUILD)/bench-smoke.jsonl
 
 demo: all
 	./bin/chanos demo

@@ -29,6 +29,11 @@ type Result struct {
 	Stages    int    `json:"stages,omitempty"`  // stages of the ring, stage 0 included (suite ring)
 	Iters     int    `json:"iters"`
 	TotalNS   int64  `json:"total_ns,omitempty"` // wall time of the whole measured run
+	// InProcess is set when both sides of the case run in one process
+	// (chanos's local interconnect, a Go channel, a copy in memory): such
+	// a case is compared with other in-process cases only, never with
+	// one that crosses between processes.
+	InProcess bool `json:"in_process,omitempty"`
 	// Runs is how many times the case ran; the figures are those of the
 	// median run.
 	Runs    int      `json:"runs,omitempty"`
@@ -44,9 +49,15 @@ type Result struct {
 	// of their own, with no clock read in between (a read costs a Go and a
 	// C client differently; see docs/ump.md, "Performance"); the others
 	// add up round trips timed one by one.
-	RTTWindow  *float64 `json:"rtt_ns_window_p50,omitempty"`
-	MsgsPerS   *float64 `json:"msgs_per_s,omitempty"`
-	BytesPerS  *float64 `json:"bytes_per_s,omitempty"`
+	RTTWindow *float64 `json:"rtt_ns_window_p50,omitempty"`
+	MsgsPerS  *float64 `json:"msgs_per_s,omitempty"`
+	BytesPerS *float64 `json:"bytes_per_s,omitempty"`
+	// CPUPercent is the CPU time that both sides of the case used over
+	// the measured phase, as a percentage of wall time (100 is one core
+	// busy, 200 two): this process and the server process, or the
+	// children's whole lives where both sides are children (the ump
+	// suite). A ring that spins while it waits pays for its round trip
+	// here. For idle-cpu it is the case's figure: the parked side's CPU.
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
 	// PairedRatio is the median over the rounds of this case's figure over
 	// its baseline's in the same round: in the clients suite, total time
@@ -65,9 +76,11 @@ func (r *Result) Key() string {
 	return fmt.Sprintf("%s/%s/%s/%d", r.Case, r.Transport, r.Peers, r.Size)
 }
 
-// primary returns the figure by which runs of a case are ordered.
+// primary returns the figure by which runs of a case are ordered: the
+// case's own figure. The CPU a case costs comes last, as the figure of the
+// cases that measure nothing else (idle-cpu).
 func (r *Result) primary() float64 {
-	for _, p := range []*float64{r.RTTWindow, r.RTTp50, r.CPUPercent, r.BytesPerS, r.MsgsPerS} {
+	for _, p := range []*float64{r.RTTWindow, r.RTTp50, r.BytesPerS, r.MsgsPerS, r.CPUPercent} {
 		if p != nil {
 			return *p
 		}
@@ -142,11 +155,16 @@ func si(p *float64, unit string) string {
 	return strings.TrimSpace(fmt.Sprintf("%.2f %s%s", v, prefix, unit))
 }
 
+// pct writes a CPU percentage: to a thousandth below 10 (an idle
+// connection's), else to a tenth (a case's busy sides).
 func pct(p *float64) string {
-	if p == nil {
+	switch {
+	case p == nil:
 		return "-"
+	case *p < 10:
+		return fmt.Sprintf("%.3f%%", *p)
 	}
-	return fmt.Sprintf("%.3f%%", *p)
+	return fmt.Sprintf("%.1f%%", *p)
 }
 
 func f64(v float64) *float64 { return &v }

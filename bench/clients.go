@@ -431,6 +431,7 @@ func runClientsCase(ctx context.Context, mc *chanos.Domain, dir, name string, c 
 		return Result{}, err
 	}
 	time.Sleep(50 * time.Millisecond) // from join to bind is a few µs
+	t0 := nanotime()
 	server, err := startProc(ctx, dir, progs[serverLang+"-server"], "-name", name)
 	if err != nil {
 		return Result{}, err
@@ -470,12 +471,27 @@ func runClientsCase(ctx context.Context, mc *chanos.Domain, dir, name string, c 
 	if longest == 0 {
 		return Result{}, fmt.Errorf("%d round trips took less than the 1 ms the clients print: use more", total)
 	}
+	// The CPU of every process of the run, from the server's start until
+	// the last client has exited: the clients' by their rusage, the
+	// server's, still running, from /proc. A client times its ping-pong
+	// phase alone, and does as many echo rpcs after it, which this span
+	// covers too; the rate is the same work's.
+	wall := nanotime() - t0
+	var cpu *float64
+	if srv, err := processCPU(server.cmd.Process.Pid); err == nil {
+		var states []*os.ProcessState
+		for _, p := range clients {
+			states = append(states, p.cmd.ProcessState)
+		}
+		cpu = cpuPercent(srv+childrenCPU(states...), wall)
+	}
 	secs := longest.Seconds()
 	return Result{
 		Suite: "clients", Case: "clients", Transport: "ump", Peers: c.peers, Size: 8,
 		Clients: c.clients, Iters: total, TotalNS: longest.Nanoseconds(),
-		RTTMean:  f64(float64(longest.Nanoseconds()) / float64(total)),
-		MsgsPerS: f64(float64(total) / secs),
+		RTTMean:    f64(float64(longest.Nanoseconds()) / float64(total)),
+		MsgsPerS:   f64(float64(total) / secs),
+		CPUPercent: cpu,
 	}, nil
 }
 

@@ -95,6 +95,7 @@ func TestRunClients(t *testing.T) {
 			r.Iters != cfg.Total || r.Runs != map[int]int{1: 3, 2: 2}[r.Clients] || (r.Clients != 1 && r.Clients != 2) {
 			t.Errorf("bad result %+v", r)
 		}
+		checkCPU(t, r)
 		if !strings.Contains("go-go go-c c-go c-c", r.Peers) {
 			t.Errorf("bad peers %q", r.Peers)
 		}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -56,9 +57,10 @@ var (
 // CompareConfig configures the pingpong, stream and rpc comparison suites.
 type CompareConfig struct {
 	Quick bool
-	// Repeat runs each chanos case this many times, interleaved, and
-	// reports the median run. Zero means 1 with Quick, else 3. The peers
-	// measure each case once.
+	// Repeat runs each case, chanos's and the peers', this many times,
+	// round-robin: each round runs chanos's cases and then the peers'
+	// (one run of chanos-peers). The median run of each case is reported.
+	// Zero means 1 with Quick, else 3.
 	Repeat int
 	// Progress, if not nil, receives a line per chanos case as it starts.
 	// The peers show their own progress when stderr is a terminal.
@@ -373,9 +375,67 @@ func chanosCases(kase string, sizes []int) []compareCase {
 	return cs
 }
 
+// peerRounds runs a suite's peers once a round, so that they get the
+// sampling chanos's cases get: as many runs, interleaved with chanos's in
+// the same rounds, and the median run reported.
+type peerRounds struct {
+	cfg   CompareConfig
+	suite string
+	keys  []string // the peers' cases, in the order they first came
+	runs  map[string][]Result
+	errs  []error
+}
+
+// newPeerRounds finds chanos-peers before anything is measured, so that a
+// missing one fails the suite at once.
+func newPeerRounds(cfg CompareConfig, suite string) (*peerRounds, error) {
+	if cfg.Peers == "" {
+		p, err := FindPeers()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Peers = p
+	}
+	return &peerRounds{cfg: cfg, suite: suite, runs: map[string][]Result{}}, nil
+}
+
+// round runs the peers once and keeps their results. A round in which
+// some peer failed keeps the results it has and the error, and the
+// rounds go on; only the end of ctx ends them.
+func (p *peerRounds) round(ctx context.Context, n int) error {
+	p.cfg.progress("%s: run %d/%d: the peers", p.suite, n+1, p.cfg.repeat())
+	err := RunPeerSuite(ctx, p.cfg, p.suite, func(r Result) error {
+		k := r.Key()
+		if _, ok := p.runs[k]; !ok {
+			p.keys = append(p.keys, k)
+		}
+		p.runs[k] = append(p.runs[k], r)
+		return nil
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return err
+		}
+		p.errs = append(p.errs, fmt.Errorf("run %d: %w", n+1, err))
+	}
+	return nil
+}
+
+// emit emits the median run of each peer case, then the rounds' errors.
+func (p *peerRounds) emit(emit func(Result) error) error {
+	for _, k := range p.keys {
+		if err := emit(Median(p.runs[k])); err != nil {
+			return err
+		}
+	}
+	return errors.Join(p.errs...)
+}
+
 // runChanosCases runs cases round-robin cfg.repeat() times, each on a
-// fresh connection, and emits the median run of each.
-func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases []compareCase, emit func(Result) error) error {
+// fresh connection, with a round of the peers after chanos's cases in
+// every round; then it emits the median run of each chanos case, then of
+// each peer case.
+func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases []compareCase, peers *peerRounds, emit func(Result) error) error {
 	cw, err := newCompareWorld(ctx, cfg)
 	if err != nil {
 		return err
@@ -391,7 +451,11 @@ func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases
 				return fmt.Errorf("%s case %s: %w", suite, c.key(), err)
 			}
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size = suite, c.kase, c.transport, c.peers, c.size
+			r.InProcess = c.transport == "local"
 			runs[i] = append(runs[i], r)
+		}
+		if err := peers.round(ctx, round); err != nil {
+			return err
 		}
 	}
 	for i := range cases {
@@ -399,7 +463,7 @@ func runChanosCases(ctx context.Context, cfg *CompareConfig, suite string, cases
 			return err
 		}
 	}
-	return nil
+	return peers.emit(emit)
 }
 
 func runChanosCase(ctx context.Context, cw *compareWorld, c compareCase, warmup, dur time.Duration) (Result, error) {
@@ -408,19 +472,26 @@ func runChanosCase(ctx context.Context, cw *compareWorld, c compareCase, warmup,
 		return Result{}, err
 	}
 	defer conn.Close()
+	// The CPU of both sides: this process, and the server process when
+	// the case crosses to it.
+	var server int
+	if c.transport == "ump" {
+		server = cw.server.Process.Pid
+	}
 	switch c.kase {
 	case "rtt":
-		return bounceRTT(ctx, conn, c.size, warmup, dur)
+		return bounceRTT(ctx, conn, c.size, warmup, dur, server)
 	case "stream":
-		return dataStream(ctx, conn, c.size, warmup, dur)
+		return dataStream(ctx, conn, c.size, warmup, dur, server)
 	}
 	return Result{}, fmt.Errorf("unknown case %q", c.kase)
 }
 
 // bounceRTT times round trips of the bounce rpc with a payload of size
 // bytes (at most 64 KiB, the IDL's bound): warmup, then dur of measured
-// round trips, each timed.
-func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration) (Result, error) {
+// round trips, each timed, with the CPU of this process and of process
+// server (if not 0) over them.
+func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration, server int) (Result, error) {
 	if size > pingpong.MaxBouncePayloadLen {
 		return Result{}, fmt.Errorf("bounce payload of %d bytes: the IDL allows %d", size, pingpong.MaxBouncePayloadLen)
 	}
@@ -449,6 +520,7 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		}
 	}
 	samples := make([]int64, 0, 1<<16)
+	cpu := startCPU(server)
 	t0 := nanotime()
 	prev, end := t0, t0+int64(dur)
 	for i := 0; prev < end || len(samples) < 20; i++ {
@@ -459,14 +531,17 @@ func bounceRTT(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time
 		samples = append(samples, t-prev)
 		prev = t
 	}
-	return rttResult(samples, prev-t0, nil), nil
+	r := rttResult(samples, prev-t0, nil)
+	r.CPUPercent = cpu.percent(prev - t0)
+	return r, nil
 }
 
 // dataStream sends data messages of size bytes one way for warmup and
 // then for dur, each phase ended by an acknowledgement that must count
 // every message and byte sent; the figures are from the first measured
-// send to the acknowledgement.
-func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration) (Result, error) {
+// send to the acknowledgement, the CPU that of this process and of
+// process server (if not 0).
+func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur time.Duration, server int) (Result, error) {
 	if size > pingpong.MaxDataPayloadLen {
 		return Result{}, fmt.Errorf("data payload of %d bytes: the IDL allows %d", size, pingpong.MaxDataPayloadLen)
 	}
@@ -500,33 +575,39 @@ func dataStream(ctx context.Context, c *pingpong.Conn, size int, warmup, dur tim
 	if _, _, err := phase(warmup); err != nil {
 		return Result{}, fmt.Errorf("warm-up: %w", err)
 	}
+	cpu := startCPU(server)
 	n, ns, err := phase(dur)
 	if err != nil {
 		return Result{}, err
 	}
 	secs := float64(ns) / 1e9
 	return Result{
-		Iters:     int(n),
-		MsgsPerS:  f64(float64(n) / secs),
-		BytesPerS: f64(float64(n) * float64(size) / secs),
+		Iters:      int(n),
+		MsgsPerS:   f64(float64(n) / secs),
+		BytesPerS:  f64(float64(n) * float64(size) / secs),
+		CPUPercent: cpu.percent(ns),
 	}, nil
 }
 
 // RunPingpong runs the pingpong suite (case rtt): round trips of a payload
 // of 8 B to 64 KiB through the generated bounce rpc, over ump to a server
-// process and on the local interconnect, then the peers'. The raw ring's
+// process and on the local interconnect, in rounds with the peers'. The raw ring's
 // 8-byte round trip of the ump suite (rtt-spin, Go to Go, a tenth of that
 // suite's count unless UMPScale says otherwise) comes first, as the floor;
 // the C spin floor (raw-spin) is in the ump suite, as its fixed count of
 // spinning round trips takes minutes on a loaded machine.
 func RunPingpong(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
+	peers, err := newPeerRounds(cfg, "pingpong")
+	if err != nil {
+		return err
+	}
 	floor := []string{"rtt-spin/ump/go-go/8"}
 	scale := cfg.UMPScale
 	if scale == 0 {
 		scale = 0.1
 	}
 	cfg.progress("pingpong: the raw ring's floor (ump suite: %s)", strings.Join(floor, ", "))
-	err := RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: floor, GoPeer: cfg.GoPeer, Scale: scale},
+	err = RunUMP(ctx, UMPConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Cases: floor, GoPeer: cfg.GoPeer, Scale: scale},
 		func(r Result) error {
 			r.Suite = "pingpong"
 			return emit(r)
@@ -538,40 +619,45 @@ func RunPingpong(ctx context.Context, cfg CompareConfig, emit func(Result) error
 	if len(sizes) == 0 {
 		sizes = PingpongSizes
 	}
-	if err := runChanosCases(ctx, &cfg, "pingpong", chanosCases("rtt", sizes), emit); err != nil {
-		return err
-	}
-	return RunPeerSuite(ctx, cfg, "pingpong", emit)
+	return runChanosCases(ctx, &cfg, "pingpong", chanosCases("rtt", sizes), peers, emit)
 }
 
 // RunStream runs the stream suite: data messages of 64 B to 1 MiB sent
 // one way, over ump to a server process and on the local interconnect,
-// with the receiver acknowledging the end; then the peers'.
+// with the receiver acknowledging the end; in rounds with the peers'.
 func RunStream(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
+	peers, err := newPeerRounds(cfg, "stream")
+	if err != nil {
+		return err
+	}
 	sizes := cfg.Sizes
 	if len(sizes) == 0 {
 		sizes = StreamSizes
 	}
-	if err := runChanosCases(ctx, &cfg, "stream", chanosCases("stream", sizes), emit); err != nil {
-		return err
-	}
-	return RunPeerSuite(ctx, cfg, "stream", emit)
+	return runChanosCases(ctx, &cfg, "stream", chanosCases("stream", sizes), peers, emit)
 }
 
 // RunRPCCompare runs the rpc suite (RunRPC: generated stubs over ump and
-// local beside the raw ring) and then the peers' rpc: gRPC's unary call,
-// net/rpc's Call, and request/response over the byte streams.
+// local beside the raw ring) in rounds with the peers' rpc: gRPC's unary
+// call, net/rpc's Call, and request/response over the byte streams.
 func RunRPCCompare(ctx context.Context, cfg CompareConfig, emit func(Result) error) error {
-	err := RunRPC(ctx, DomainConfig{Quick: cfg.Quick, Repeat: cfg.Repeat, Progress: cfg.Progress, Server: cfg.RPCServer}, emit)
+	peers, err := newPeerRounds(cfg, "rpc")
 	if err != nil {
 		return err
 	}
-	return RunPeerSuite(ctx, cfg, "rpc", emit)
+	dcfg := DomainConfig{Quick: cfg.Quick, Repeat: cfg.repeat(), Progress: cfg.Progress, Server: cfg.RPCServer}
+	if err := runRPC(ctx, dcfg, peers.round, emit); err != nil {
+		return err
+	}
+	return peers.emit(emit)
 }
 
 // CompareSummary prints, for the pingpong, stream and rpc suites' results
 // among results, how many times faster chanos is than each peer, with the
-// goals of issue 6 marked met or NOT met.
+// goals of issue 6 marked met or NOT met. Like is compared with like:
+// chanos over ump, between two processes, with the peers that cross
+// processes too; chanos's local interconnect, within one process, with the
+// in-process peer (the Go channel) only (Result.InProcess).
 func CompareSummary(w io.Writer, results []Result) {
 	find := func(suite, kase, transport string, size int) *Result {
 		for i := range results {
@@ -582,11 +668,28 @@ func CompareSummary(w io.Writer, results []Result) {
 		}
 		return nil
 	}
-	var peersSeen []string
+	// The peers seen, by where they run: a peer's results are all in one
+	// process or all across two.
+	var crossPeers, inPeers []string
 	for _, r := range results {
-		if r.Peers == "go-go" && r.Transport != "ump" && !slices.Contains(peersSeen, r.Transport) && (r.Suite == "pingpong" || r.Suite == "stream" || r.Suite == "rpc" && r.Case == "rpc") {
-			peersSeen = append(peersSeen, r.Transport)
+		if isChanos(r.Transport) || r.Case == "rtt-spin" ||
+			!(r.Suite == "pingpong" || r.Suite == "stream" || r.Suite == "rpc" && r.Case == "rpc") {
+			continue
 		}
+		list := &crossPeers
+		if r.InProcess {
+			list = &inPeers
+		}
+		if !slices.Contains(*list, r.Transport) {
+			*list = append(*list, r.Transport)
+		}
+	}
+	subjects := []struct {
+		transport, where string
+		peers            []string
+	}{
+		{"ump", "between processes", crossPeers},
+		{"local", "in one process", inPeers},
 	}
 	goals := map[string]float64{"shmipc-go": 20, "grpc-uds": 100, "uds": 50}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -606,27 +709,30 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Round trips: peer time / chanos time, at each size.
-	for _, subject := range []string{"ump", "local"} {
+	for _, sub := range subjects {
 		var sizes []int
 		for _, r := range results {
-			if r.Suite == "pingpong" && r.Case == "rtt" && r.Transport == subject && !slices.Contains(sizes, r.Size) {
+			if r.Suite == "pingpong" && r.Case == "rtt" && r.Transport == sub.transport && !slices.Contains(sizes, r.Size) {
 				sizes = append(sizes, r.Size)
 			}
 		}
-		if len(sizes) == 0 {
+		if len(sizes) == 0 || len(sub.peers) == 0 {
 			continue
 		}
 		slices.Sort(sizes)
-		head := "pingpong: peer rtt p50 / chanos " + subject + " rtt p50 (x faster)"
+		head := "pingpong, " + sub.where + ": peer rtt p50 / chanos " + sub.transport + " rtt p50 (x faster)"
 		for _, s := range sizes {
 			head += "\t" + sizeName(s)
 		}
-		header(head + "\tgoal at 8 B\t")
-		for _, p := range peersSeen {
+		if sub.transport == "ump" {
+			head += "\tgoal at 8 B"
+		}
+		header(head + "\t")
+		for _, p := range sub.peers {
 			line := p
 			some := false
 			for _, s := range sizes {
-				c, ok1 := p50(find("pingpong", "rtt", subject, s))
+				c, ok1 := p50(find("pingpong", "rtt", sub.transport, s))
 				o, ok2 := p50(find("pingpong", "rtt", p, s))
 				if ok1 && ok2 {
 					line += "\t" + ratioString(o/c)
@@ -639,8 +745,8 @@ func CompareSummary(w io.Writer, results []Result) {
 				continue
 			}
 			goal := ""
-			if g, ok := goals[p]; ok && subject == "ump" {
-				c, ok1 := p50(find("pingpong", "rtt", subject, 8))
+			if g, ok := goals[p]; ok && sub.transport == "ump" {
+				c, ok1 := p50(find("pingpong", "rtt", sub.transport, 8))
 				o, ok2 := p50(find("pingpong", "rtt", p, 8))
 				switch {
 				case ok1 && ok2:
@@ -654,27 +760,27 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Streaming: chanos bytes/s / peer bytes/s, at each size.
-	for _, subject := range []string{"ump", "local"} {
+	for _, sub := range subjects {
 		var sizes []int
 		for _, r := range results {
-			if r.Suite == "stream" && r.Case == "stream" && r.Transport == subject && r.BytesPerS != nil && !slices.Contains(sizes, r.Size) {
+			if r.Suite == "stream" && r.Case == "stream" && r.Transport == sub.transport && r.BytesPerS != nil && !slices.Contains(sizes, r.Size) {
 				sizes = append(sizes, r.Size)
 			}
 		}
-		if len(sizes) == 0 {
+		if len(sizes) == 0 || len(sub.peers) == 0 {
 			continue
 		}
 		slices.Sort(sizes)
-		head := "stream: chanos " + subject + " bytes/s / peer bytes/s (x faster)"
+		head := "stream, " + sub.where + ": chanos " + sub.transport + " bytes/s / peer bytes/s (x faster)"
 		for _, s := range sizes {
 			head += "\t" + sizeName(s)
 		}
 		header(head + "\t")
-		for _, p := range peersSeen {
+		for _, p := range sub.peers {
 			line := p
 			some := false
 			for _, s := range sizes {
-				c, o := find("stream", "stream", subject, s), find("stream", "stream", p, s)
+				c, o := find("stream", "stream", sub.transport, s), find("stream", "stream", p, s)
 				if c != nil && o != nil && c.BytesPerS != nil && o.BytesPerS != nil && *o.BytesPerS > 0 {
 					line += "\t" + ratioString(*c.BytesPerS / *o.BytesPerS)
 					some = true
@@ -689,16 +795,30 @@ func CompareSummary(w io.Writer, results []Result) {
 	}
 
 	// Rpc: peer call p50 / chanos rpc p50.
-	if c, ok := p50(find("rpc", "rpc", "ump", 8)); ok {
-		header("rpc: peer call p50 / chanos rpc over ump p50 (x faster)\t8 B\t")
-		for _, p := range peersSeen {
+	for _, sub := range subjects {
+		c, ok := p50(find("rpc", "rpc", sub.transport, 8))
+		if !ok {
+			continue
+		}
+		var lines []string
+		for _, p := range sub.peers {
 			if o, ok := p50(find("rpc", "rpc", p, 8)); ok {
-				fmt.Fprintf(tw, "%s\t%s\t\n", p, ratioString(o/c))
+				lines = append(lines, fmt.Sprintf("%s\t%s\t", p, ratioString(o/c)))
 			}
+		}
+		if len(lines) == 0 {
+			continue
+		}
+		header("rpc, " + sub.where + ": peer call p50 / chanos rpc over " + sub.transport + " p50 (x faster)\t8 B\t")
+		for _, l := range lines {
+			fmt.Fprintln(tw, l)
 		}
 	}
 	tw.Flush()
 }
+
+// isChanos reports whether transport is one of chanos's interconnects.
+func isChanos(transport string) bool { return transport == "ump" || transport == "local" }
 
 // ratioString formats a ratio with three significant digits or so.
 func ratioString(v float64) string {

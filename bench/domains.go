@@ -267,13 +267,16 @@ func (w *world) close() {
 
 // timeRTT runs op warmup times, then iters times, timing each, then iters
 // times more in windows of RTTWindow timed whole (see Result.RTTWindow).
-func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
+// The CPU is that of this process and of process server (if not 0) over
+// the timed calls.
+func timeRTT(warmup, iters int, server int, op func(i int) error) (Result, error) {
 	for i := range warmup {
 		if err := op(i); err != nil {
 			return Result{}, err
 		}
 	}
 	samples := make([]int64, iters)
+	cpu := startCPU(server)
 	t0 := nanotime()
 	prev := t0
 	for i := range samples {
@@ -288,7 +291,9 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 	if _, err := timeWindows(windows, op); err != nil {
 		return Result{}, err
 	}
-	return rttResult(samples, prev-t0, windows), nil
+	r := rttResult(samples, prev-t0, windows)
+	r.CPUPercent = cpu.percent(nanotime() - t0)
+	return r, nil
 }
 
 // RunRPC runs the rpc suite: an rpc round trip through the generated stubs
@@ -298,6 +303,12 @@ func timeRTT(warmup, iters int, op func(i int) error) (Result, error) {
 // processes on the CPUs; the same rpc on the local interconnect; and
 // one-way messages on the local interconnect against a plain Go channel.
 func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) error {
+	return runRPC(ctx, cfg, nil, emit)
+}
+
+// runRPC is RunRPC, calling eachRound, if not nil, at the end of every
+// round (the comparison's peers run there).
+func runRPC(ctx context.Context, cfg DomainConfig, eachRound func(ctx context.Context, round int) error, emit func(Result) error) error {
 	iters, warmup := 200000, 20000
 	if cfg.Quick {
 		iters, warmup = 20000, 2000
@@ -313,8 +324,8 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 		run  func() (Result, error)
 	}
 	cases := []rcase{
-		{"rtt-spin/ump/go-go", func() (Result, error) { return rawRTT(ctx, w.raw, warmup, iters) }},
-		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters) }},
+		{"rtt-spin/ump/go-go", func() (Result, error) { return rawRTT(ctx, w.raw, warmup, iters, w.server.Process.Pid) }},
+		{"rpc/ump/go-go", func() (Result, error) { return rpcOverName(ctx, w.d, benchName, warmup, iters, w.server.Process.Pid) }},
 		{"rpc/local/go", func() (Result, error) { return rpcLocal(ctx, w.d, warmup, iters) }},
 		{"send-receive/local/go", func() (Result, error) { return localStream(ctx, iters*5, false) }},
 		{"send-receive/go-chan/go", func() (Result, error) { return localStream(ctx, iters*5, true) }},
@@ -329,7 +340,13 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 			}
 			parts := strings.Split(c.name, "/")
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size = "rpc", parts[0], parts[1], parts[2], 8
+			r.InProcess = parts[2] == "go" // the local interconnect and the Go channel
 			runs[i] = append(runs[i], r)
+		}
+		if eachRound != nil {
+			if err := eachRound(ctx, round); err != nil {
+				return err
+			}
 		}
 	}
 	raw := slices.IndexFunc(cases, func(c rcase) bool { return c.name == "rtt-spin/ump/go-go" })
@@ -346,10 +363,10 @@ func RunRPC(ctx context.Context, cfg DomainConfig, emit func(Result) error) erro
 }
 
 // rawRTT times round trips of 8-byte messages on a bare ring pair whose
-// peer echoes, as the ump suite's Go peers do.
-func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters int) (Result, error) {
+// peer, process server, echoes, as the ump suite's Go peers do.
+func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters, server int) (Result, error) {
 	msg := make([]byte, 8)
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, server, func(i int) error {
 		binary.LittleEndian.PutUint64(msg, uint64(i))
 		if err := c.Send(ctx, msg); err != nil {
 			return err
@@ -362,7 +379,8 @@ func rawRTT(ctx context.Context, c *ump.Conn, warmup, iters int) (Result, error)
 	})
 }
 
-func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters int) (Result, error) {
+// rpcOverName times echo rpcs to name, served by process server over ump.
+func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, iters, server int) (Result, error) {
 	c, err := pingpong.Connect(ctx, d, name)
 	if err != nil {
 		return Result{}, err
@@ -371,7 +389,7 @@ func rpcOverName(ctx context.Context, d *chanos.Domain, name string, warmup, ite
 	if got := c.Raw().Interconnect(); got != "ump" {
 		return Result{}, fmt.Errorf("bound over %s, want ump", got)
 	}
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, server, func(i int) error {
 		v, err := c.Echo(ctx, uint64(i))
 		if err == nil && v != uint64(i) {
 			err = fmt.Errorf("echo %d returned %d", i, v)
@@ -397,7 +415,7 @@ func rpcLocal(ctx context.Context, d *chanos.Domain, warmup, iters int) (Result,
 	if got := c.Raw().Interconnect(); got != "local" {
 		return Result{}, fmt.Errorf("bound over %s, want local", got)
 	}
-	return timeRTT(warmup, iters, func(i int) error {
+	return timeRTT(warmup, iters, 0, func(i int) error {
 		_, err := c.Echo(ctx, uint64(i))
 		return err
 	})
@@ -405,8 +423,19 @@ func rpcLocal(ctx context.Context, d *chanos.Domain, warmup, iters int) (Result,
 
 // localStream sends n pings one way within this process, on a local chanos
 // connection or (goChan) on a plain Go channel of the same capacity, and
-// reports messages per second.
+// reports messages per second. The time is the messages' alone: the local
+// connection is bound before the clock starts, as the channel is made.
 func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
+	var a, b *pingpong.Conn
+	if !goChan {
+		var err error
+		if a, b, err = localConnPair(ctx); err != nil {
+			return Result{}, err
+		}
+		defer a.Close()
+		defer b.Close()
+	}
+	cpu := startCPU()
 	start := nanotime()
 	if goChan {
 		ch := make(chan *pingpong.Ping, 64)
@@ -422,12 +451,6 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 		}
 		<-done
 	} else {
-		a, b, err := localConnPair(ctx)
-		if err != nil {
-			return Result{}, err
-		}
-		defer a.Close()
-		defer b.Close()
 		errc := make(chan error, 1)
 		go func() {
 			for range n {
@@ -449,8 +472,8 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 			return Result{}, err
 		}
 	}
-	elapsed := float64(nanotime()-start) / 1e9
-	return Result{Iters: n, MsgsPerS: f64(float64(n) / elapsed)}, nil
+	ns := nanotime() - start
+	return Result{Iters: n, MsgsPerS: f64(float64(n) / (float64(ns) / 1e9)), CPUPercent: cpu.percent(ns)}, nil
 }
 
 // localConnPair returns the two ends of a local connection, bound as a
@@ -514,7 +537,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 		run  func() (Result, error)
 	}{
 		{"connect/ump/go-go", func() (Result, error) {
-			return timeRTT(warmup, iters, func(int) error {
+			return timeRTT(warmup, iters, w.server.Process.Pid, func(int) error {
 				c, err := pingpong.Connect(ctx, w.d, benchName)
 				if err != nil {
 					return err
@@ -523,7 +546,7 @@ func RunBind(ctx context.Context, cfg DomainConfig, emit func(Result) error) err
 			})
 		}},
 		{"ns-get/ump/go-go", func() (Result, error) {
-			return timeRTT(warmup*10, iters*10, func(int) error {
+			return timeRTT(warmup*10, iters*10, w.server.Process.Pid, func(int) error {
 				_, code, err := ns.Get(ctx, benchName)
 				if err == nil && code != 0 {
 					err = fmt.Errorf("get: code %d", code)

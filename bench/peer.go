@@ -11,7 +11,6 @@ import (
 	"math"
 	"os"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/chanos/chanos/interconnect/ump"
@@ -348,13 +347,6 @@ func idleClient(ctx context.Context, a *peerArgs, c *ump.Conn) (Result, error) {
 		return Result{}, fmt.Errorf("idle report of %d bytes", len(m))
 	}
 	return Result{Iters: 1, CPUPercent: f64(math.Float64frombits(binary.LittleEndian.Uint64(m)))}, nil
-}
-
-// cpuTime returns the CPU time this process has used, all threads.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // serve is the server side of every case: for stream it counts and

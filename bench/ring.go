@@ -191,6 +191,7 @@ func RunRing(ctx context.Context, cfg RingConfig, emit func(Result) error) error
 				return fmt.Errorf("ring case %s: %w", c.key(), err)
 			}
 			r.Suite, r.Case, r.Transport, r.Peers, r.Size, r.Stages = "ring", "ring", c.transport, "go", 8, c.stages
+			r.InProcess = c.transport == "local" || c.transport == "go-chan"
 			runs[i] = append(runs[i], r)
 		}
 	}
@@ -279,8 +280,9 @@ func (e *ringEnv) run(ctx context.Context, c ringCase) (Result, error) {
 // for the warm-up time (at least 10 trips, so that every stage has run),
 // then times trips one by one for the measurement time and at least
 // minTrips trips. A slow configuration thus gets fewer trips, never none:
-// past ten times the measurement time it stops at 10.
-func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (uint64, error)) (Result, error) {
+// past ten times the measurement time it stops at 10. The CPU is that of
+// this process and of the stage processes stages over the timed trips.
+func measureRing(ctx context.Context, n int, t ringTiming, stages []*ringProc, trip func(k uint32) (uint64, error)) (Result, error) {
 	var k uint32
 	one := func() error {
 		k++
@@ -303,6 +305,11 @@ func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (
 		}
 	}
 	samples := make([]int64, 0, 4096)
+	var pids []int
+	for _, p := range stages {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	cpu := startCPU(pids...)
 	t0 := nanotime()
 	prev := t0
 	for {
@@ -319,6 +326,7 @@ func measureRing(ctx context.Context, n int, t ringTiming, trip func(k uint32) (
 	}
 	r := rttResult(samples, prev-t0, nil)
 	r.TotalNS = prev - t0
+	r.CPUPercent = cpu.percent(prev - t0)
 	return r, nil
 }
 
@@ -409,7 +417,7 @@ func (e *ringEnv) runUMP(ctx context.Context, n int) (res Result, err error) {
 			return Result{}, fmt.Errorf("stage 0 bound over %s, want ump", got)
 		}
 	}
-	res, err = measureRing(ctx, n, e.timing, ringTrip(ctx, in, out))
+	res, err = measureRing(ctx, n, e.timing, procs, ringTrip(ctx, in, out))
 	// Closing stage 0's side lets the close go round the ring before the
 	// stages' standard input closes.
 	out.Close()
@@ -469,7 +477,7 @@ func (e *ringEnv) runLocal(ctx context.Context, n int) (Result, error) {
 			outs[i].Close()
 		})
 	}
-	res, err := measureRing(ctx, n, e.timing, ringTrip(ctx, ins[0], outs[0]))
+	res, err := measureRing(ctx, n, e.timing, nil, ringTrip(ctx, ins[0], outs[0]))
 	outs[0].Close()
 	stop()
 	wg.Wait()
@@ -497,7 +505,7 @@ func runGoChanRing(ctx context.Context, n int, t ringTiming) (Result, error) {
 			close(out)
 		}(chans[i], chans[(i+1)%n])
 	}
-	res, err := measureRing(ctx, n, t, func(uint32) (uint64, error) {
+	res, err := measureRing(ctx, n, t, nil, func(uint32) (uint64, error) {
 		chans[1] <- 1
 		return <-chans[0], nil
 	})
@@ -546,7 +554,7 @@ func (e *ringEnv) runPipe(ctx context.Context, n int) (res Result, err error) {
 	}
 	in, out := rs[n-1], ws[0]
 	var buf [8]byte
-	res, err = measureRing(ctx, n, e.timing, func(uint32) (uint64, error) {
+	res, err = measureRing(ctx, n, e.timing, procs, func(uint32) (uint64, error) {
 		binary.LittleEndian.PutUint64(buf[:], 1)
 		if _, err := out.Write(buf[:]); err != nil {
 			return 0, fmt.Errorf("write: %w", err)
@@ -779,8 +787,9 @@ func ringStagePipe(in, out *os.File) error {
 
 // RingSummary prints the ring results as seed 000's Figures 4.11 and 4.12
 // read: trip time by ring size, per hop (trip / stages), and each
-// transport's per-hop time against a Go channel's and a pipe's with as
-// many stages, in the same run.
+// transport's per-hop time against its like with as many stages, in the
+// same run: a Go channel's for the rings in one process (local), a pipe's
+// for the rings of processes (ump).
 func RingSummary(w io.Writer, results []Result) {
 	var rs []Result
 	for _, r := range results {
@@ -791,9 +800,9 @@ func RingSummary(w io.Writer, results []Result) {
 	if len(rs) == 0 {
 		return
 	}
-	hop := func(transport string, n int) float64 {
+	hop := func(transport string, inProcess bool, n int) float64 {
 		for _, r := range rs {
-			if r.Transport == transport && r.Stages == n {
+			if r.Transport == transport && r.InProcess == inProcess && r.Stages == n {
 				return *r.RTTp50 / float64(n)
 			}
 		}
@@ -810,10 +819,11 @@ func RingSummary(w io.Writer, results []Result) {
 	for _, r := range rs {
 		h := *r.RTTp50 / float64(r.Stages)
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\t\n", r.Transport, r.Stages, r.Iters,
-			ns(r.RTTp50), ns(r.RTTp99), ns(&h), vs(h, hop("go-chan", r.Stages)), vs(h, hop("pipe", r.Stages)))
+			ns(r.RTTp50), ns(r.RTTp99), ns(&h), vs(h, hop("go-chan", r.InProcess, r.Stages)), vs(h, hop("pipe", r.InProcess, r.Stages)))
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "\nper hop p50 = trip p50 / stages; above 1x the transport is slower than go-chan or pipe.")
+	fmt.Fprintln(w, "\nper hop p50 = trip p50 / stages; above 1x the transport is slower than go-chan (rings in one process)",
+		"or pipe (rings of processes).")
 	fmt.Fprintln(w, "seed 000, §4.2 (Figures 4.11, 4.12; goroutines and unbuffered channels, 100 runs per size):",
 		"latency grew linearly with the ring size, lower on Linux than on Barrelfish; GC pauses caused its standard-deviation spikes.")
 }

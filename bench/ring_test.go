@@ -100,6 +100,7 @@ func runRing(t *testing.T, cfg RingConfig) []Result {
 		if r.RTTp50 == nil || r.RTTp99 == nil || r.RTTMean == nil || *r.RTTp50 <= 0 || *r.RTTp99 < *r.RTTp50 {
 			t.Errorf("%s: bad figures %+v", k, r)
 		}
+		checkCPU(t, r)
 	}
 	var b strings.Builder
 	if err := WriteTable(&b, results); err != nil {
@@ -173,7 +174,7 @@ func TestRunRingBadConfig(t *testing.T) {
 // come back as the ring size fails the case.
 func TestMeasureRingChecksPayload(t *testing.T) {
 	timing := ringTiming{warmup: time.Millisecond, dur: time.Millisecond, minTrips: 5}
-	_, err := measureRing(context.Background(), 4, timing, func(k uint32) (uint64, error) {
+	_, err := measureRing(context.Background(), 4, timing, nil, func(k uint32) (uint64, error) {
 		if k == 15 {
 			return 3, nil // a stage that did not increment
 		}
@@ -182,7 +183,7 @@ func TestMeasureRingChecksPayload(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "want the ring size 4") {
 		t.Errorf("measureRing with a wrong payload: %v", err)
 	}
-	r, err := measureRing(context.Background(), 4, timing, func(uint32) (uint64, error) { return 4, nil })
+	r, err := measureRing(context.Background(), 4, timing, nil, func(uint32) (uint64, error) { return 4, nil })
 	if err != nil || r.Iters < 5 {
 		t.Errorf("measureRing: %+v, %v", r, err)
 	}

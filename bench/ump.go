@@ -206,7 +206,9 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 	var err error
 	switch {
 	case c.transport == "memcpy":
+		cpu, t0 := startCPU(), nanotime()
 		r = memcpyRate(c.size, time.Duration(c.iters)*time.Millisecond)
+		r.CPUPercent = cpu.percent(nanotime() - t0)
 	default:
 		r, err = runPeers(ctx, c, goPeer, cBench)
 	}
@@ -214,12 +216,18 @@ func runUMPCase(ctx context.Context, c *umpCase, goPeer []string, cBench string)
 		return Result{}, err
 	}
 	r.Suite, r.Case, r.Transport, r.Peers, r.Size = "ump", c.kase, c.transport, c.peers, c.size
+	r.InProcess = c.transport == "memcpy" || strings.HasPrefix(c.kase, "path")
 	return r, nil
 }
 
 // runPeers runs a case's client and server processes on the two ends of
 // a socket pair and returns what the client reported. The path case has
-// a client only: both ends of its ring pair are in that process.
+// a client only: both ends of its ring pair are in that process. The CPU
+// is the processes' own, from the rusage of each at its exit, over the
+// wall time from the first start to the last exit: their whole lives,
+// start-up and warm-up included: a peer, Go or C, reports neither its CPU
+// nor when its measured phase starts. The idle case keeps the CPU its
+// client reports: the parked side's, its figure.
 func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
@@ -247,13 +255,26 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 		return cmd
 	}
 	var out bytes.Buffer
+	result := func(t0 int64, procs ...*exec.Cmd) (Result, error) {
+		wall := nanotime() - t0
+		r, err := parsePeerResult(&out)
+		if err == nil && r.CPUPercent == nil {
+			var states []*os.ProcessState
+			for _, p := range procs {
+				states = append(states, p.ProcessState)
+			}
+			r.CPUPercent = cpuPercent(childrenCPU(states...), wall)
+		}
+		return r, err
+	}
 	if strings.HasPrefix(c.kase, "path") {
 		client := command(clientLang, "client", nil)
 		client.Stdout = &out
+		t0 := nanotime()
 		if err := client.Run(); err != nil {
 			return Result{}, fmt.Errorf("client: %w", err)
 		}
-		return parsePeerResult(&out)
+		return result(t0, client)
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -265,6 +286,7 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 	server := command(serverLang, "server", serverSock)
 	client := command(clientLang, "client", clientSock)
 	client.Stdout = &out
+	t0 := nanotime()
 	if err := server.Start(); err != nil {
 		return Result{}, err
 	}
@@ -286,7 +308,7 @@ func runPeers(ctx context.Context, c *umpCase, goPeer []string, cBench string) (
 	if serr != nil {
 		return Result{}, fmt.Errorf("server: %w", serr)
 	}
-	return parsePeerResult(&out)
+	return result(t0, client, server)
 }
 
 // parsePeerResult reads the JSON object a client peer printed.

@@ -70,6 +70,7 @@ func TestRunUMP(t *testing.T) {
 		if r.Suite != "ump" || r.Iters <= 0 || r.Runs != wantRuns {
 			t.Errorf("bad result %+v (want %d runs)", r, wantRuns)
 		}
+		checkCPU(t, r)
 		// Paired against c-c's runs when c-c ran: the Go tax's cases
 		// with a Go side; c-c against the raw line's.
 		paired := strings.HasPrefix(r.Key(), "rtt-spin/ump/") && slices.Contains(cases, "rtt-spin/ump/c-c") &&

@@ -242,6 +242,9 @@ func checkResult(t *testing.T, r Result, transport string) {
 	if r.CPUPercent < 0 {
 		t.Errorf("%s: cpu %v", r.Suite, r.CPUPercent)
 	}
+	if want := transport == "go-chan"; r.InProcess != want {
+		t.Errorf("%s: in_process %v, want %v", r.Suite, r.InProcess, want)
+	}
 	switch r.Suite {
 	case SuitePingPong, SuiteRPC, SuiteClients:
 		if r.RTTNsP50 <= 0 || r.RTTNsP99 < r.RTTNsP50 {

@@ -33,6 +33,10 @@ type Result struct {
 	// CPUPercent is the CPU time of the driver and the server process
 	// together over wall time; 100 is one core busy.
 	CPUPercent float64 `json:"cpu_percent,omitempty"`
+	// InProcess is set when the server runs in the driver's process (the
+	// Go channel): `chanos bench` compares such a peer with chanos's local
+	// interconnect only, and the others with chanos over ump.
+	InProcess bool `json:"in_process,omitempty"`
 	// TotalNs is the wall time of the whole measured run (clients: the
 	// time for all clients to finish the fixed number of round trips).
 	TotalNs int64 `json:"total_ns,omitempty"`

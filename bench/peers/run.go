@@ -328,6 +328,7 @@ func (r *runner) roundTrips(ctx context.Context, p Peer, size int, op func(Clien
 		return res, err
 	}
 	cpu := startCPU(s.srv.PID())
+	res.InProcess = s.srv.PID() == 0
 	samples, elapsed, err := r.timeOps(do, expect(n, took, r.o.Duration), 0)
 	if err != nil {
 		return res, err
@@ -388,6 +389,7 @@ func (r *runner) stream(ctx context.Context, p Peer, size int) (res Result, err 
 		every = 1
 	}
 	cpu := startCPU(s.srv.PID())
+	res.InProcess = s.srv.PID() == 0
 	start := time.Now()
 	n = 0
 	for {
@@ -480,6 +482,7 @@ func (r *runner) clientsRun(ctx context.Context, p Peer, size, n, total int) (re
 	}
 	warmed.Wait()
 	cpu := startCPU(s.srv.PID())
+	res.InProcess = s.srv.PID() == 0
 	start := time.Now()
 	close(begin)
 	finished.Wait()

@@ -156,6 +156,7 @@ func allSuiteNames() []string {
 }
 
 const benchUsage = `usage: chanos bench SUITE [flags]
+       chanos bench check FILE.jsonl...
 
 Runs a benchmark suite and prints a table, or with --json one JSON object
 per line (fields suite, case, transport, peers, size, clients, stages,
@@ -174,6 +175,13 @@ flags:
   --plot FILE    also write a chart of the results, PNG or SVG by FILE's
                  extension, one panel per kind of figure (needs
                  bin/chanos-peers; see docs/benchmarks.md)
+
+check reads the JSON lines of a run (FILE "-" is standard input) and fails
+if chanos comes out slower than its own raw baseline of the same run by
+more than a wide bound (ump C/C against the raw cache line, rpc over ump
+against the raw ring, local send+receive against a Go channel; see
+docs/bench-compare.md, "Regression bounds"): a regression of ten times
+fails, noise does not.
 
 The suites pingpong, stream, rpc and all run the peers (gRPC, shmipc-go,
 Unix sockets, ...) with bin/chanos-peers, found beside this executable
@@ -195,6 +203,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 && args[0] == bench.RingStageCommand {
 		return bench.RingStage(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == "check" {
+		return runBenchCheck(args[1:], os.Stdin, os.Stdout)
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -280,6 +291,35 @@ func runBench(ctx context.Context, args []string) error {
 		}
 	}
 	return err
+}
+
+// runBenchCheck implements `chanos bench check FILE...`: the results of
+// the files, together, against bench.Bounds.
+func runBenchCheck(files []string, stdin io.Reader, stdout io.Writer) error {
+	if len(files) == 0 {
+		return fmt.Errorf("%w: bench check: no results file given (- for standard input)", errUsage)
+	}
+	var results []bench.Result
+	for _, name := range files {
+		r := stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return fmt.Errorf("bench check: %w", err)
+			}
+			defer f.Close()
+			r = f
+		}
+		rs, err := bench.ReadResults(r)
+		if err != nil {
+			return fmt.Errorf("bench check: %s: %w", name, err)
+		}
+		results = append(results, rs...)
+	}
+	if err := bench.Check(stdout, results, bench.Bounds); err != nil {
+		return fmt.Errorf("bench check: chanos against its own baselines:\n%w", err)
+	}
+	return nil
 }
 
 func printBenchUsage(w io.Writer) {

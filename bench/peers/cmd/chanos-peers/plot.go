@@ -62,6 +62,7 @@ type plotPoint struct {
 	MsgsPerS   float64 `json:"msgs_per_s"`
 	BytesPerS  float64 `json:"bytes_per_s"`
 	CPUPercent float64 `json:"cpu_percent"`
+	InProcess  bool    `json:"in_process"`
 }
 
 // chanosTransports are the transports that are chanos itself: their lines
@@ -193,36 +194,64 @@ func buildPanels(points []plotPoint) ([]panel, []string, error) {
 
 // The panels of each suite.
 
+// where splits the comparison suites' panels by where the two sides of a
+// case run, so that chanos's local interconnect and the Go channel, in one
+// process, are drawn apart from ump and the peers between processes: a
+// chart of the two together would invite the ratio of unlike cases.
+var where = []struct {
+	inProcess   bool
+	name, cases string
+}{
+	{false, "between processes", "case rtt; raw ring: rtt-spin"},
+	{true, "in one process", "case rtt"},
+}
+
 func pingpongPanels(st *styles, points []plotPoint) ([]panel, error) {
-	ss := collect(points, chanosLabel, func(p plotPoint) (float64, float64) {
-		if p.Case != "rtt" && p.Case != "rtt-spin" {
-			return 0, 0
+	var out []panel
+	for _, w := range where {
+		ss := collect(points, chanosLabel, func(p plotPoint) (float64, float64) {
+			if p.Case != "rtt" && p.Case != "rtt-spin" || p.InProcess != w.inProcess {
+				return 0, 0
+			}
+			return float64(p.Size), p.RTTNsP50 / 1e3
+		})
+		ps, err := linePanels(st, ss, lineSpec{
+			title:  "pingpong: round trip p50 by payload size, " + w.name + " (" + w.cases + ")",
+			xLabel: "payload size, bytes",
+			yLabel: "round trip p50, µs",
+			xLog:   true,
+			xTick:  sizeName,
+		})
+		if err != nil {
+			return nil, err
 		}
-		return float64(p.Size), p.RTTNsP50 / 1e3
-	})
-	return linePanels(st, ss, lineSpec{
-		title:  "pingpong: round trip p50 by payload size (case rtt; raw ring: rtt-spin)",
-		xLabel: "payload size, bytes",
-		yLabel: "round trip p50, µs",
-		xLog:   true,
-		xTick:  sizeName,
-	})
+		out = append(out, ps...)
+	}
+	return out, nil
 }
 
 func streamPanels(st *styles, points []plotPoint) ([]panel, error) {
-	ss := collect(points, chanosLabel, func(p plotPoint) (float64, float64) {
-		if p.Case != "stream" {
-			return 0, 0
+	var out []panel
+	for _, w := range where {
+		ss := collect(points, chanosLabel, func(p plotPoint) (float64, float64) {
+			if p.Case != "stream" || p.InProcess != w.inProcess {
+				return 0, 0
+			}
+			return float64(p.Size), p.BytesPerS / 1e6
+		})
+		ps, err := linePanels(st, ss, lineSpec{
+			title:  "stream: one-way throughput by message size, " + w.name,
+			xLabel: "message size, bytes",
+			yLabel: "throughput, MB/s",
+			xLog:   true,
+			xTick:  sizeName,
+		})
+		if err != nil {
+			return nil, err
 		}
-		return float64(p.Size), p.BytesPerS / 1e6
-	})
-	return linePanels(st, ss, lineSpec{
-		title:  "stream: one-way throughput by message size",
-		xLabel: "message size, bytes",
-		yLabel: "throughput, MB/s",
-		xLog:   true,
-		xTick:  sizeName,
-	})
+		out = append(out, ps...)
+	}
+	return out, nil
 }
 
 func rpcPanels(st *styles, points []plotPoint) ([]panel, error) {
@@ -231,10 +260,12 @@ func rpcPanels(st *styles, points []plotPoint) ([]panel, error) {
 		switch {
 		case p.Case == "rtt-spin":
 			rtt = append(rtt, rttRow("raw ring round trip (rtt-spin)", chanosLabel(p)+" "+p.Peers, p))
+		case p.Case == "rpc" && p.InProcess:
+			rtt = append(rtt, rttRow("in one process: chanos local, Go channel", chanosLabel(p)+" "+p.Peers, p))
 		case p.Case == "rpc" && slices.Contains(chanosTransports, p.Transport):
-			rtt = append(rtt, rttRow("chanos rpc (generated stubs)", chanosLabel(p)+" "+p.Peers, p))
+			rtt = append(rtt, rttRow("chanos rpc over ump (generated stubs)", chanosLabel(p)+" "+p.Peers, p))
 		case p.Case == "rpc":
-			rtt = append(rtt, rttRow("peers' rpc", p.Transport, p))
+			rtt = append(rtt, rttRow("peers' rpc, between processes", p.Transport, p))
 		case p.Case == "send-receive" && p.MsgsPerS > 0:
 			msgs = append(msgs, dotRow{group: "send-receive", label: p.Transport + " " + p.Peers, value: p.MsgsPerS / 1e6})
 		}

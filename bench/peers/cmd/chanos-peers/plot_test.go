@@ -23,31 +23,32 @@ import (
 // `chanos bench SUITE --quick --json`, ring without --quick so that it has
 // 8 stages; the clients lines for uds are from `chanos-peers clients
 // --quick --json`), some cases left out for length: chanos's lines have
-// float figures, the peers' integers and notes.
+// float figures, the peers' integers and notes; the cases within one
+// process (local, go-chan, memcpy) carry in_process, as runs write it.
 var samples = map[string]string{
 	"pingpong": `{"suite":"pingpong","case":"rtt-spin","transport":"ump","peers":"go-go","size":8,"iters":10000,"runs":1,"rtt_ns_p50":22943,"rtt_ns_p99":236140,"rtt_ns_mean":31338.0787}
 {"suite":"pingpong","case":"rtt","transport":"ump","peers":"go-go","size":8,"iters":3295,"runs":1,"rtt_ns_p50":22341,"rtt_ns_p99":68187,"rtt_ns_mean":24286.97147192716}
-{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":8,"iters":19688,"runs":1,"rtt_ns_p50":2425,"rtt_ns_p99":42159,"rtt_ns_mean":4063.391101178383}
+{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":8,"iters":19688,"runs":1,"rtt_ns_p50":2425,"rtt_ns_p99":42159,"rtt_ns_mean":4063.391101178383,"in_process":true}
 {"suite":"pingpong","case":"rtt","transport":"ump","peers":"go-go","size":4096,"iters":893,"runs":1,"rtt_ns_p50":42880,"rtt_ns_p99":970495,"rtt_ns_mean":89634.71220604703}
-{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":4096,"iters":4472,"runs":1,"rtt_ns_p50":7324,"rtt_ns_p99":147215,"rtt_ns_mean":18245.218470483007}
+{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":4096,"iters":4472,"runs":1,"rtt_ns_p50":7324,"rtt_ns_p99":147215,"rtt_ns_mean":18245.218470483007,"in_process":true}
 {"suite":"pingpong","case":"rtt","transport":"ump","peers":"go-go","size":65536,"iters":140,"runs":1,"rtt_ns_p50":290662,"rtt_ns_p99":5937425,"rtt_ns_mean":588139.3642857143}
-{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":65536,"iters":368,"runs":1,"rtt_ns_p50":61124,"rtt_ns_p99":3479987,"rtt_ns_mean":218977.71467391305}
+{"suite":"pingpong","case":"rtt","transport":"local","peers":"go","size":65536,"iters":368,"runs":1,"rtt_ns_p50":61124,"rtt_ns_p99":3479987,"rtt_ns_mean":218977.71467391305,"in_process":true}
 {"suite":"pingpong","case":"rtt","transport":"uds","peers":"go-go","size":8,"iters":2542,"rtt_ns_p50":25819,"rtt_ns_p99":113973,"cpu_percent":90}
 {"suite":"pingpong","case":"rtt","transport":"uds","peers":"go-go","size":4096,"iters":1469,"rtt_ns_p50":35877,"rtt_ns_p99":190246,"cpu_percent":92.5}
 {"suite":"pingpong","case":"rtt","transport":"uds","peers":"go-go","size":65536,"iters":484,"rtt_ns_p50":143277,"rtt_ns_p99":588489,"cpu_percent":82.6}
-{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":8,"iters":84934,"rtt_ns_p50":772,"rtt_ns_p99":1093,"cpu_percent":99.6}
-{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":4096,"iters":64203,"rtt_ns_p50":992,"rtt_ns_p99":1333,"cpu_percent":96.7}
-{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":65536,"iters":13985,"rtt_ns_p50":4187,"rtt_ns_p99":63960,"cpu_percent":100}
+{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":8,"iters":84934,"rtt_ns_p50":772,"rtt_ns_p99":1093,"cpu_percent":99.6,"in_process":true}
+{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":4096,"iters":64203,"rtt_ns_p50":992,"rtt_ns_p99":1333,"cpu_percent":96.7,"in_process":true}
+{"suite":"pingpong","case":"rtt","transport":"go-chan","peers":"go-go","size":65536,"iters":13985,"rtt_ns_p50":4187,"rtt_ns_p99":63960,"cpu_percent":100,"in_process":true}
 {"suite":"pingpong","case":"rtt","transport":"grpc-uds","peers":"go-go","size":8,"iters":477,"rtt_ns_p50":163395,"rtt_ns_p99":419935,"cpu_percent":99.9}
 {"suite":"pingpong","case":"rtt","transport":"grpc-uds","peers":"go-go","size":4096,"iters":447,"rtt_ns_p50":157023,"rtt_ns_p99":631659,"cpu_percent":98.6}
 {"suite":"pingpong","case":"rtt","transport":"grpc-uds","peers":"go-go","size":65536,"iters":87,"rtt_ns_p50":699135,"rtt_ns_p99":3125735,"cpu_percent":98.5}
 `,
 	"stream": `{"suite":"stream","case":"stream","transport":"ump","peers":"go-go","size":64,"iters":32512,"runs":1,"msgs_per_s":391276.38045182143,"bytes_per_s":25041688.34891657}
-{"suite":"stream","case":"stream","transport":"local","peers":"go","size":64,"iters":56422,"runs":1,"msgs_per_s":705139.7894453738,"bytes_per_s":45128946.524503924}
+{"suite":"stream","case":"stream","transport":"local","peers":"go","size":64,"iters":56422,"runs":1,"msgs_per_s":705139.7894453738,"bytes_per_s":45128946.524503924,"in_process":true}
 {"suite":"stream","case":"stream","transport":"ump","peers":"go-go","size":65536,"iters":312,"runs":1,"msgs_per_s":3607.8742549436115,"bytes_per_s":236445647.17198452}
-{"suite":"stream","case":"stream","transport":"local","peers":"go","size":65536,"iters":1231,"runs":1,"msgs_per_s":15344.995513302816,"bytes_per_s":1005649625.9598134}
+{"suite":"stream","case":"stream","transport":"local","peers":"go","size":65536,"iters":1231,"runs":1,"msgs_per_s":15344.995513302816,"bytes_per_s":1005649625.9598134,"in_process":true}
 {"suite":"stream","case":"stream","transport":"ump","peers":"go-go","size":1048576,"iters":45,"runs":1,"msgs_per_s":530.5014896599719,"bytes_per_s":556271130.0216947}
-{"suite":"stream","case":"stream","transport":"local","peers":"go","size":1048576,"iters":91,"runs":1,"msgs_per_s":1115.147113086934,"bytes_per_s":1169316499.252245}
+{"suite":"stream","case":"stream","transport":"local","peers":"go","size":1048576,"iters":91,"runs":1,"msgs_per_s":1115.147113086934,"bytes_per_s":1169316499.252245,"in_process":true}
 {"suite":"stream","case":"stream","transport":"uds","peers":"go-go","size":64,"iters":14352,"total_ns":80210652,"msgs_per_s":178928.9,"bytes_per_s":11451446.6,"cpu_percent":80.8}
 {"suite":"stream","case":"stream","transport":"uds","peers":"go-go","size":65536,"iters":1130,"total_ns":80197886,"msgs_per_s":14090.1,"bytes_per_s":923411871.5,"cpu_percent":92.1}
 {"suite":"stream","case":"stream","transport":"uds","peers":"go-go","size":1048576,"iters":149,"total_ns":80146492,"msgs_per_s":1859.1,"bytes_per_s":1949403150.4,"cpu_percent":85.6}
@@ -57,13 +58,13 @@ var samples = map[string]string{
 `,
 	"rpc": `{"suite":"rpc","case":"rtt-spin","transport":"ump","peers":"go-go","size":8,"iters":100000,"runs":1,"rtt_ns_p50":21901,"rtt_ns_p99":80991,"rtt_ns_mean":24288.55948}
 {"suite":"rpc","case":"rpc","transport":"ump","peers":"go-go","size":8,"iters":20000,"runs":1,"rtt_ns_p50":21630,"rtt_ns_p99":89788,"rtt_ns_mean":24387.48305}
-{"suite":"rpc","case":"rpc","transport":"local","peers":"go","size":8,"iters":20000,"runs":1,"rtt_ns_p50":2605,"rtt_ns_p99":67566,"rtt_ns_mean":4596.7601}
-{"suite":"rpc","case":"send-receive","transport":"local","peers":"go","size":8,"iters":100000,"runs":1,"msgs_per_s":1983666.9229630453}
-{"suite":"rpc","case":"send-receive","transport":"go-chan","peers":"go","size":8,"iters":100000,"runs":1,"msgs_per_s":5815883.888437157}
+{"suite":"rpc","case":"rpc","transport":"local","peers":"go","size":8,"iters":20000,"runs":1,"rtt_ns_p50":2605,"rtt_ns_p99":67566,"rtt_ns_mean":4596.7601,"in_process":true}
+{"suite":"rpc","case":"send-receive","transport":"local","peers":"go","size":8,"iters":100000,"runs":1,"msgs_per_s":1983666.9229630453,"in_process":true}
+{"suite":"rpc","case":"send-receive","transport":"go-chan","peers":"go","size":8,"iters":100000,"runs":1,"msgs_per_s":5815883.888437157,"in_process":true}
 {"suite":"rpc","case":"rpc","transport":"uds","peers":"go-go","size":8,"iters":1653,"rtt_ns_p50":33012,"rtt_ns_p99":136214,"cpu_percent":102.6}
 {"suite":"rpc","case":"rpc","transport":"tcp","peers":"go-go","size":8,"iters":1224,"rtt_ns_p50":60423,"rtt_ns_p99":144479,"cpu_percent":102}
 {"suite":"rpc","case":"rpc","transport":"pipe","peers":"go-go","size":8,"iters":2908,"rtt_ns_p50":17012,"rtt_ns_p99":118432,"cpu_percent":97.9}
-{"suite":"rpc","case":"rpc","transport":"go-chan","peers":"go-go","size":8,"iters":46859,"rtt_ns_p50":781,"rtt_ns_p99":1663,"cpu_percent":69.9}
+{"suite":"rpc","case":"rpc","transport":"go-chan","peers":"go-go","size":8,"iters":46859,"rtt_ns_p50":781,"rtt_ns_p99":1663,"cpu_percent":69.9,"in_process":true}
 {"suite":"rpc","case":"rpc","transport":"grpc-uds","peers":"go-go","size":8,"iters":138,"rtt_ns_p50":379298,"rtt_ns_p99":5040270,"cpu_percent":74.4}
 {"suite":"rpc","case":"rpc","transport":"shmipc-go","peers":"go-go","size":8,"iters":576,"rtt_ns_p50":129502,"rtt_ns_p99":293778,"cpu_percent":112.3}
 {"suite":"rpc","case":"rpc","transport":"netrpc-uds","peers":"go-go","size":8,"iters":1021,"rtt_ns_p50":58990,"rtt_ns_p99":226493,"cpu_percent":107}
@@ -79,15 +80,15 @@ var samples = map[string]string{
 {"suite":"ump","case":"stream","transport":"ump","peers":"go-go","size":64,"iters":1000000,"runs":3,"msgs_per_s":11891566.37151125,"bytes_per_s":761060247.77672}
 {"suite":"ump","case":"stream","transport":"ump","peers":"c-c","size":64,"iters":1000000,"runs":3,"msgs_per_s":11407237,"bytes_per_s":730063178}
 {"suite":"ump","case":"stream","transport":"shm-memcpy","peers":"c-c","size":64,"iters":1000000,"runs":3,"msgs_per_s":2449884,"bytes_per_s":156792545}
-{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":64,"iters":6010176,"runs":3,"msgs_per_s":120203281.99750164,"bytes_per_s":7693010047.840105}
+{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":64,"iters":6010176,"runs":3,"msgs_per_s":120203281.99750164,"bytes_per_s":7693010047.840105,"in_process":true}
 {"suite":"ump","case":"stream","transport":"ump","peers":"go-go","size":65536,"iters":5000,"runs":3,"msgs_per_s":40267.02319411139,"bytes_per_s":2638939632.049284}
 {"suite":"ump","case":"stream","transport":"ump","peers":"c-c","size":65536,"iters":5000,"runs":3,"msgs_per_s":29020,"bytes_per_s":1901863429}
 {"suite":"ump","case":"stream","transport":"shm-memcpy","peers":"c-c","size":65536,"iters":5000,"runs":3,"msgs_per_s":1767,"bytes_per_s":115779191}
-{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":65536,"iters":17216,"runs":3,"msgs_per_s":338005.1777068701,"bytes_per_s":22151507326.197437}
+{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":65536,"iters":17216,"runs":3,"msgs_per_s":338005.1777068701,"bytes_per_s":22151507326.197437,"in_process":true}
 {"suite":"ump","case":"stream","transport":"ump","peers":"go-go","size":1048576,"iters":300,"runs":3,"msgs_per_s":4508.330831835879,"bytes_per_s":4727327510.323138}
 {"suite":"ump","case":"stream","transport":"ump","peers":"c-c","size":1048576,"iters":300,"runs":3,"msgs_per_s":8526,"bytes_per_s":8939740372}
 {"suite":"ump","case":"stream","transport":"shm-memcpy","peers":"c-c","size":1048576,"iters":300,"runs":3,"msgs_per_s":1074,"bytes_per_s":1125992540}
-{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":1048576,"iters":448,"runs":3,"msgs_per_s":7722.2831185151035,"bytes_per_s":8097400743.280093}
+{"suite":"ump","case":"stream","transport":"memcpy","peers":"go","size":1048576,"iters":448,"runs":3,"msgs_per_s":7722.2831185151035,"bytes_per_s":8097400743.280093,"in_process":true}
 {"suite":"ump","case":"idle-cpu","transport":"ump","peers":"go-go","size":0,"iters":1,"runs":1,"cpu_percent":0.0018785547647000762}
 `,
 	"bind": `{"suite":"bind","case":"connect","transport":"ump","peers":"go-go","size":0,"iters":300,"runs":1,"rtt_ns_p50":315429,"rtt_ns_p99":4763603,"rtt_ns_mean":697464.79}
@@ -109,12 +110,12 @@ var samples = map[string]string{
 	"ring": `{"suite":"ring","case":"ring","transport":"ump","peers":"go","size":8,"stages":2,"iters":20229,"total_ns":500020479,"runs":3,"rtt_ns_p50":22622,"rtt_ns_p99":77345,"rtt_ns_mean":24718.002817736913}
 {"suite":"ring","case":"ring","transport":"ump","peers":"go","size":8,"stages":4,"iters":7455,"total_ns":500016093,"runs":3,"rtt_ns_p50":61515,"rtt_ns_p99":131555,"rtt_ns_mean":67071.2398390342}
 {"suite":"ring","case":"ring","transport":"ump","peers":"go","size":8,"stages":8,"iters":3241,"total_ns":500051549,"runs":3,"rtt_ns_p50":145973,"rtt_ns_p99":252993,"rtt_ns_mean":154289.27769207035}
-{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":2,"iters":213850,"total_ns":500018076,"runs":3,"rtt_ns_p50":1643,"rtt_ns_p99":30567,"rtt_ns_mean":2338.171971007716}
-{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":4,"iters":110145,"total_ns":500001262,"runs":3,"rtt_ns_p50":3186,"rtt_ns_p99":55704,"rtt_ns_mean":4539.482155340687}
-{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":8,"iters":51690,"total_ns":500002127,"runs":3,"rtt_ns_p50":6151,"rtt_ns_p99":68007,"rtt_ns_mean":9673.092029406074}
-{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":2,"iters":637118,"total_ns":500000373,"runs":3,"rtt_ns_p50":610,"rtt_ns_p99":1112,"rtt_ns_mean":784.7845658104151}
-{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":4,"iters":367502,"total_ns":500000623,"runs":3,"rtt_ns_p50":1132,"rtt_ns_p99":1754,"rtt_ns_mean":1360.5385086339666}
-{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":8,"iters":147422,"total_ns":500001059,"runs":3,"rtt_ns_p50":2255,"rtt_ns_p99":51205,"rtt_ns_mean":3391.631228717559}
+{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":2,"iters":213850,"total_ns":500018076,"runs":3,"rtt_ns_p50":1643,"rtt_ns_p99":30567,"rtt_ns_mean":2338.171971007716,"in_process":true}
+{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":4,"iters":110145,"total_ns":500001262,"runs":3,"rtt_ns_p50":3186,"rtt_ns_p99":55704,"rtt_ns_mean":4539.482155340687,"in_process":true}
+{"suite":"ring","case":"ring","transport":"local","peers":"go","size":8,"stages":8,"iters":51690,"total_ns":500002127,"runs":3,"rtt_ns_p50":6151,"rtt_ns_p99":68007,"rtt_ns_mean":9673.092029406074,"in_process":true}
+{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":2,"iters":637118,"total_ns":500000373,"runs":3,"rtt_ns_p50":610,"rtt_ns_p99":1112,"rtt_ns_mean":784.7845658104151,"in_process":true}
+{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":4,"iters":367502,"total_ns":500000623,"runs":3,"rtt_ns_p50":1132,"rtt_ns_p99":1754,"rtt_ns_mean":1360.5385086339666,"in_process":true}
+{"suite":"ring","case":"ring","transport":"go-chan","peers":"go","size":8,"stages":8,"iters":147422,"total_ns":500001059,"runs":3,"rtt_ns_p50":2255,"rtt_ns_p99":51205,"rtt_ns_mean":3391.631228717559,"in_process":true}
 {"suite":"ring","case":"ring","transport":"pipe","peers":"go","size":8,"stages":2,"iters":33692,"total_ns":500004916,"runs":3,"rtt_ns_p50":9237,"rtt_ns_p99":94116,"rtt_ns_mean":14840.464086430013}
 {"suite":"ring","case":"ring","transport":"pipe","peers":"go","size":8,"stages":4,"iters":9539,"total_ns":500004902,"runs":3,"rtt_ns_p50":31038,"rtt_ns_p99":198591,"rtt_ns_mean":52416.90973896635}
 {"suite":"ring","case":"ring","transport":"pipe","peers":"go","size":8,"stages":8,"iters":2214,"total_ns":500003610,"runs":3,"rtt_ns_p50":221864,"rtt_ns_p99":441414,"rtt_ns_mean":225837.22222222222}
@@ -135,8 +136,8 @@ var titleRE = regexp.MustCompile(`^(pingpong|stream|rpc|ump|bind|clients|ring): 
 
 func TestPlotCharts(t *testing.T) {
 	want := map[string][]string{
-		"pingpong": {"pingpong: round trip p50 by payload size"},
-		"stream":   {"stream: one-way throughput by message size"},
+		"pingpong": {"pingpong: round trip p50 by payload size, between processes", "pingpong: round trip p50 by payload size, in one process"},
+		"stream":   {"stream: one-way throughput by message size, between processes", "stream: one-way throughput by message size, in one process"},
 		"rpc":      {"rpc: round trip of an 8-byte rpc, by transport", "rpc: one-way local messages"},
 		"ump":      {"ump: round trip of 8 bytes", "ump: one-way stream throughput by message size", "ump: CPU of an idle connection"},
 		"bind":     {"bind: connect by name"},
