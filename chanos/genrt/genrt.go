@@ -13,7 +13,9 @@ package genrt
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/chanos/chanos/chanos"
@@ -51,22 +53,22 @@ type Binding[M wire.Message, S any, C any] struct {
 	// the interface's ends the connection (an error matching
 	// chanos.ErrProtocol).
 	Serve func(ctx context.Context, srv S, from C, in *chanos.Incoming) (wire.Message, error)
-	// Fixed gives a message of a fixed size, as the link delivered it
-	// (Conn.ReceiveFrame), to srv's method, and reports whether frame was
-	// one. It trusts nothing in frame that wire.FixedBody has not checked.
-	// Nil if the interface has no such message.
-	Fixed func(ctx context.Context, srv S, from C, frame []byte) (bool, error)
+	// Fixed lists the messages of a fixed size, which Handle gives to
+	// Serve as the link delivered them, unparsed (Conn.ReceiveFrame):
+	// their Decode checks the whole frame (wire.FixedBody).
+	Fixed []uint16
 }
 
 // Stream is what a typed connection does beyond its Client's stubs:
 // receiving, serving, and the connection's end. Generated Conn types
 // embed it.
 type Stream[M wire.Message, S any, C any] struct {
-	c    *chanos.Conn
-	b    *Binding[M, S, C]
-	from C
-	once sync.Once
-	recv chan M
+	c     *chanos.Conn
+	b     *Binding[M, S, C]
+	from  C
+	once  sync.Once
+	recv  chan M
+	fixed chanos.Incoming // Handle's, for a frame of Fixed: the reading turn's holder's
 }
 
 // NewStream returns the Stream of c, whose typed client is from.
@@ -141,11 +143,19 @@ func (s *Stream[M, S, C]) Handle(ctx context.Context, srv S) error {
 	serve := func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
 		return s.b.Serve(ctx, srv, s.from, in)
 	}
-	if s.b.Fixed == nil {
+	if len(s.b.Fixed) == 0 {
 		return e.ServeOne(ctx, serve)
 	}
 	return e.ReceiveFrame(ctx, func(frame []byte) (bool, error) {
-		return s.b.Fixed(ctx, srv, s.from, frame)
+		msg, ok := wire.PeekMsg(frame)
+		if !ok || !slices.Contains(s.b.Fixed, msg) {
+			return false, nil
+		}
+		in := &s.fixed
+		in.Kind, in.Header.Msg, in.Frame = wire.KindMessage, msg, frame
+		_, err := s.b.Serve(ctx, srv, s.from, in)
+		*in = chanos.Incoming{}
+		return true, err
 	}, func(in *chanos.Incoming) error {
 		return e.ServeIncoming(ctx, in, serve)
 	})
@@ -263,22 +273,44 @@ func Dispatch[M wire.Message, S any, C any](ctx context.Context, b *Binding[M, S
 	return r, nil
 }
 
-// Take says how the handler of an @borrow rpc takes the call's bytes: as
-// views into the frame when the call runs inline (the frame outlives the
-// handler, whose reply is sent before the next frame is read), else as
-// copies.
-func Take(in *chanos.Incoming) wire.Take {
-	if in.Inline {
-		return wire.TakeView
-	}
-	return wire.TakeCopy
-}
-
-// DecodeCall decodes the call in for the handler of an @borrow rpc: with
-// view when the call runs inline (see Take), else with decode.
-func DecodeCall(in *chanos.Incoming, decode, view func(frame []byte, caps []wire.Cap) error) error {
-	if in.Inline {
-		return view(in.Frame, in.Caps)
+// Take sets *m to the message or call in holds: the value itself, when it
+// came as one (on the local interconnect, or from Dispatch), else the
+// frame decoded by decode (m's Decode).
+func Take[T any, P interface {
+	*T
+	wire.Message
+}](in *chanos.Incoming, m P, decode func(frame []byte, caps []wire.Cap) error) error {
+	if v, ok := in.Msg.(P); ok && v != nil {
+		*m = *v
+		return nil
 	}
 	return decode(in.Frame, in.Caps)
+}
+
+// Borrow returns how the handler of an @borrow rpc decodes the call in:
+// with view, its bytes views into the frame, when the call runs inline
+// (the frame outlives the handler, whose reply is sent before the next
+// frame is read); else with decode, copies.
+func Borrow(in *chanos.Incoming, decode, view func(frame []byte, caps []wire.Cap) error) func(frame []byte, caps []wire.Cap) error {
+	if in.Inline {
+		return view
+	}
+	return decode
+}
+
+// SendCopy sends a copy of m, a message of plain fields, on the local
+// interconnect, which passes values: the copy is the receiver's.
+func SendCopy[T any, P interface {
+	*T
+	wire.Message
+}](ctx context.Context, c *Conn, m P) error {
+	v := *m
+	return c.SendValue(ctx, P(&v))
+}
+
+// Unsupported returns the error of a method of a generated
+// UnimplementedServer: the message or rpc name of interface iface is not
+// handled (errors.ErrUnsupported).
+func Unsupported(iface, name string) error {
+	return fmt.Errorf("%s.%s: %w", iface, name, errors.ErrUnsupported)
 }

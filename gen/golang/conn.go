@@ -2,7 +2,6 @@ package golang
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/chanos/chanos/idl"
@@ -79,8 +78,8 @@ func (g *generator) connection() {
 	g.p("Interface: Interface,")
 	g.p("Decode: Decode,")
 	g.p("Serve: serve,")
-	if g.hasFixedMessages() {
-		g.p("Fixed: serveFixed,")
+	if fixed := g.fixedMessages(); len(fixed) > 0 {
+		g.p("Fixed: []uint16{%s},", strings.Join(fixed, ", "))
 	}
 	g.p("}")
 	g.p("")
@@ -120,54 +119,20 @@ func (g *generator) connection() {
 	g.p("}")
 	g.p("")
 	g.serve()
-	if g.hasFixedMessages() {
-		g.serveFixed()
-	}
 }
 
-// hasFixedMessages reports whether the interface declares a message of
-// plain fields only, whose frames have one size.
-func (g *generator) hasFixedMessages() bool {
-	return slices.ContainsFunc(g.msgs, func(mi *msgInfo) bool {
-		_, fast := fastFrame(mi.frames[0].args)
-		return fast && !mi.msg.RPC
-	})
-}
-
-// serveFixed emits Handle's path for messages of a fixed size: the frame
-// as the link delivered it, checked whole by wire.FixedBody, read at its
-// offsets, and the message given to srv's method. Anything else (another
-// message, a malformed frame) is left to serve.
-func (g *generator) serveFixed() {
-	g.p("// serveFixed gives a message of a fixed size, as the link delivered it,")
-	g.p("// to srv's method (genrt.Binding.Fixed).")
-	g.p("func serveFixed(ctx context.Context, srv Server, from *Client, frame []byte) (bool, error) {")
-	g.p("switch msg, _ := wire.PeekMsg(frame); msg {")
+// fixedMessages returns the number constants of the messages of plain
+// fields only, whose frames have one size: Handle gives them to serve as
+// the link delivered them (genrt.Binding.Fixed).
+func (g *generator) fixedMessages() []string {
+	var fixed []string
 	for _, mi := range g.msgs {
-		f := mi.frames[0]
-		size, fast := fastFrame(f.args)
-		if mi.msg.RPC || !fast {
-			continue
+		if _, fast := fastFrame(mi.frames[0].args); fast && !mi.msg.RPC {
+			fixed = append(fixed, mi.number)
 		}
-		g.p("case %s:", mi.number)
-		if size == 0 {
-			g.p("if _, ok := wire.FixedBody(frame, nil, %s, wire.KindMessage, 0); ok {", mi.number)
-			g.p("return true, srv.%s(ctx, from, %s{})", mi.name, f.typ)
-			g.p("}")
-			continue
-		}
-		g.p("var m %s", f.typ)
-		g.p("if m.Decode(frame, nil) == nil {")
-		g.p("return true, srv.%s(ctx, from, m)", mi.name)
-		g.p("}")
 	}
-	g.p("}")
-	g.p("return false, nil")
-	g.p("}")
-	g.p("")
+	return fixed
 }
-
-
 
 // serve emits the Server's dispatch for the runtime: Dispatch without its
 // allocations. A message or call is decoded into a local value, which the
@@ -184,16 +149,15 @@ func (g *generator) serve() {
 	}
 	for _, mi := range g.msgs {
 		f := mi.frames[0]
-		decode := "Decode"
+		var decode string
 		if !mi.msg.RPC {
 			g.p("case in.Header.Msg == %s && in.Kind == wire.KindMessage:", mi.number)
 			g.p("var m %s", f.typ)
-			g.p("if v, ok := in.Msg.(*%s); ok && v != nil { // a value, on the local interconnect", f.typ)
-			g.p("m = *v")
+			decode = "m.Decode"
 			if g.borrowed(f) { // valid until the handler returns
-				decode = "decodeView"
+				decode = "m.decodeView"
 			}
-			g.p("} else if err := m.%s(in.Frame, in.Caps); err != nil {", decode)
+			g.p("if err := genrt.Take(in, &m, %s); err != nil {", decode)
 			g.p("return nil, from.c.Violation(err)")
 			g.p("}")
 			g.p("return nil, srv.%s(ctx, from, m)", mi.name)
@@ -202,19 +166,13 @@ func (g *generator) serve() {
 		reply := mi.frames[1]
 		g.p("case in.Header.Msg == %s && in.Kind == wire.KindCall:", mi.number)
 		g.p("var m %s", f.typ)
-		g.p("if v, ok := in.Msg.(*%s); ok && v != nil { // a value, from Dispatch", f.typ)
-		g.p("m = *v")
-		_, _, tailed := tailFrame(f.args)
-		switch {
-		// Views into the frame, which outlives the handler only when the
-		// call runs inline and its reply is sent before return.
-		case g.borrowed(f) && tailed:
-			g.p("} else if err := m.decode(in.Frame, in.Caps, genrt.Take(in)); err != nil {")
-		case g.borrowed(f):
-			g.p("} else if err := genrt.DecodeCall(in, m.Decode, m.decodeView); err != nil {")
-		default:
-			g.p("} else if err := m.Decode(in.Frame, in.Caps); err != nil {")
+		decode = "m.Decode"
+		if g.borrowed(f) {
+			// Views into the frame, which outlives the handler only when
+			// the call runs inline and its reply is sent before return.
+			decode = "genrt.Borrow(in, m.Decode, m.decodeView)"
 		}
+		g.p("if err := genrt.Take(in, &m, %s); err != nil {", decode)
 		g.p("return nil, from.c.Violation(err)")
 		g.p("}")
 		inits := g.callMethod(mi, "m", "return nil, err")
