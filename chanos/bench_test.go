@@ -307,8 +307,8 @@ func rawRoundTrips(b *testing.B, size int) {
 
 // BenchmarkServeEchoOverUMPOneGoroutine is the serving side of the echo
 // rpc over a real ring pair in one goroutine: batches of calls are put in
-// the ring before ServeConn runs, the last of which makes the server
-// cancel ServeConn's context; the replies are drained after.
+// the ring before Conn.Serve runs, the last of which makes the server
+// cancel Serve's context; the replies are drained after.
 // BenchmarkRawEchoOneGoroutine echoes the same traffic with bare ring
 // messages, the last of which is 1 byte long.
 func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
@@ -321,7 +321,7 @@ func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
 }
 
 // benchServeOverRing serves the calls call returns (last: the one that
-// stops the server) with ServeConn over a ring pair, in batches, as
+// stops the server) with Conn.Serve over a ring pair, in batches, as
 // benchBatches puts them.
 func benchServeOverRing(b *testing.B, call func(last bool) wire.Message) {
 	var frame wire.Buffer
@@ -346,14 +346,14 @@ type stoppingServer struct {
 	stop func()
 }
 
-// serving returns a function that serves x with ServeConn until stopVal.
+// serving returns a function that serves x with Conn.Serve until stopVal.
 func (s *stoppingServer) serving(x *ump.Conn) func() error {
 	c := pingpong.NewConn(chanos.NewConn(ump.NewLink(x), pingpong.Interface))
 	return func() error {
 		ctx, cancel := context.WithCancel(context.Background())
 		s.stop = cancel
 		if err := c.Serve(ctx, s); !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("ServeConn = %v, want context.Canceled", err)
+			return fmt.Errorf("Serve = %v, want context.Canceled", err)
 		}
 		return nil
 	}

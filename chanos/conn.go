@@ -41,32 +41,32 @@ func NewConn(l interconnect.Link, iface Interface) *Conn {
 	return (*Conn)(engine.New(l, iface, nil))
 }
 
-func (c *Conn) e() *engine.Conn { return (*engine.Conn)(c) }
+func eng(c *Conn) *engine.Conn { return (*engine.Conn)(c) }
 
 // Interconnect names the connection's interconnect: "local" or "ump".
-func (c *Conn) Interconnect() string { return c.e().Interconnect() }
+func (c *Conn) Interconnect() string { return eng(c).Interconnect() }
 
 // Interface returns the interface the connection speaks.
-func (c *Conn) Interface() Interface { return c.e().Interface() }
+func (c *Conn) Interface() Interface { return eng(c).Interface() }
 
 // Err returns why the connection ended, or nil while it is open. The error
 // matches ErrClosed, ErrPeerDied, ErrProtocol or ErrNetworkLost.
-func (c *Conn) Err() error { return c.e().Err() }
+func (c *Conn) Err() error { return eng(c).Err() }
 
 // Close closes the connection. The peer's receive reports ErrClosed once
 // it has received everything sent before. Close is safe to call more than
 // once and concurrently with other methods.
-func (c *Conn) Close() error { return c.e().Close() }
+func (c *Conn) Close() error { return eng(c).Close() }
 
 // Context returns a context that is canceled when the connection is
 // closed on this side; goroutines that serve the connection can stop on it.
-func (c *Conn) Context() context.Context { return c.e().Context() }
+func (c *Conn) Context() context.Context { return eng(c).Context() }
 
 // Send encodes m and sends it as a one-way message. It blocks while the
 // peer's buffer is full, until there is room, ctx ends or the connection
 // ends. m may be reused as soon as Send returns: on the local
 // interconnect the receiver gets a copy (slices included), never m itself.
-func (c *Conn) Send(ctx context.Context, m wire.Message) error { return c.e().Send(ctx, m) }
+func (c *Conn) Send(ctx context.Context, m wire.Message) error { return eng(c).Send(ctx, m) }
 
 // Call makes an rpc call: it sends call with a fresh call id and ctx's
 // deadline, and waits for the reply, which it decodes into reply. An
@@ -74,7 +74,7 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error { return c.e().Se
 // the peer that the call is abandoned and returns ctx's error. Call keeps
 // neither call nor reply once it returns.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
-	return c.e().Call(ctx, call, reply)
+	return eng(c).Call(ctx, call, reply)
 }
 
 // ReceiveFunc waits for the next message or rpc call from the peer and
@@ -86,14 +86,14 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 // ReceiveFunc returns fn's error, ctx's error, or the connection's end
 // once every message sent before the end has been received.
 func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
-	return c.e().ReceiveFunc(ctx, fn)
+	return eng(c).ReceiveFunc(ctx, fn)
 }
 
 // Reply answers the rpc call in with reply, or with err when err is not
 // nil: a *RemoteError keeps its code, any other error is sent with code
 // CodeUnknown and its text as the detail.
 func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
-	return c.e().Reply(ctx, in, reply, err)
+	return eng(c).Reply(ctx, in, reply, err)
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
@@ -105,13 +105,13 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
 func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error), opts ...ServeOption) error {
-	return c.e().Serve(ctx, handle, opts...)
+	return eng(c).Serve(ctx, handle, opts...)
 }
 
 // Violation ends the connection because the peer broke the protocol (for
 // example, sent a frame that does not decode), closing it so that the peer
 // learns, and returns err wrapped so that it matches ErrProtocol.
-func (c *Conn) Violation(err error) error { return c.e().Violation(err) }
+func (c *Conn) Violation(err error) error { return eng(c).Violation(err) }
 
 // ServeOption adjusts Serve.
 type ServeOption = engine.ServeOption

@@ -126,7 +126,7 @@ func TestMessagesAndCalls(t *testing.T) {
 		}
 		c.Close()
 		if err := wait(); err != nil {
-			t.Fatalf("ServeConn after client close = %v, want nil", err)
+			t.Fatalf("Serve after client close = %v, want nil", err)
 		}
 	})
 }

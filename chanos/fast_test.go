@@ -574,7 +574,7 @@ func TestBorrowOnlyInline(t *testing.T) {
 }
 
 // servedOverUMP returns a client over a ring pair whose other end
-// ServeConn serves with srv until the test ends.
+// Conn.Serve serves with srv until the test ends.
 func servedOverUMP(t *testing.T, srv pingpong.Server) *pingpong.Conn {
 	a, b, err := chanos.UMPPair(pingpong.Interface)
 	if err != nil {

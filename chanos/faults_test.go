@@ -234,7 +234,7 @@ func TestClientKilledMidCall(t *testing.T) {
 	cli.Process.Signal(syscall.SIGKILL)
 	err = within(t, 10*time.Second, "server after client kill -9", func() error { return <-served })
 	if !errors.Is(err, chanos.ErrPeerDied) {
-		t.Fatalf("ServeConn = %v, want ErrPeerDied", err)
+		t.Fatalf("Serve = %v, want ErrPeerDied", err)
 	}
 	if !errors.Is(c.Err(), chanos.ErrPeerDied) {
 		t.Fatalf("Err = %v", c.Err())

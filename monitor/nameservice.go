@@ -97,7 +97,7 @@ const (
 )
 
 // nsConn is one nameservice connection, served by the monitor over the
-// creator's side of a ring pair with nameservice.ServeConn: rpc calls run
+// creator's side of a ring pair with nameservice.Conn.Serve: rpc calls run
 // concurrently (chanos.ConcurrentFor: wait_for only), messages in order, and each watch has
 // a goroutine that forwards its events. It implements nameservice.Server
 // for its client: what it sets and removes, it does as the binding domain.

@@ -265,7 +265,7 @@ func TestCClientKilledMidCall(t *testing.T) {
 	client.kill(t)
 	err = within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })
 	if !errors.Is(err, chanos.ErrPeerDied) {
-		t.Fatalf("ServeConn = %v, want ErrPeerDied", err)
+		t.Fatalf("Serve = %v, want ErrPeerDied", err)
 	}
 }
 

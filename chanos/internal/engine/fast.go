@@ -323,8 +323,8 @@ func (c *Conn) SendEncoded(ctx context.Context, encode func(*wire.Buffer) error)
 }
 
 // SendValue is Send of m, a message the connection may keep: a copy that
-// shares no memory with the caller's (MsgClone), checked as Encode would
-// check it (MsgValidate). On the local interconnect m itself travels.
+// shares no memory with the caller's, checked as Encode would check it
+// (generated code's copy). On the local interconnect m itself travels.
 func (c *Conn) SendValue(ctx context.Context, m wire.Message) error {
 	if c.values == nil {
 		return c.Send(ctx, m)
