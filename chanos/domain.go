@@ -70,11 +70,10 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 // message, or for room to send one, before they park the goroutine (see
 // ump.Options.SpinWindow): 0 keeps ump.DefaultSpinWindow (20 µs), a
 // negative value parks at once. A longer window pays off when replies
-// take longer than the default to come, as large payloads do: on the
-// 2-vCPU machine of docs/benchmarks.md, where waking a parked peer costs
-// 50-100 µs, a 64 KiB bounce rpc took 155 µs at p50 with 20 µs and 70 µs
-// with 100 µs (back-to-back runs of chanos bench pingpong). The price is
-// CPU time spun by every connection that waits.
+// take longer than the default to come, as large payloads' do, on a
+// machine where waking a parked peer costs more than the window (measured:
+// docs/results/). The price is CPU time spun by every connection that
+// waits.
 //
 // Without the option, the environment variable CHANOS_SPIN_WINDOW (a Go
 // duration such as "160us"; "-1" parks at once) sets the window, so that

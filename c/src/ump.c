@@ -123,7 +123,7 @@ static inline void cpu_relax(void)
 
 /*
  * spin_pause waits between two polls of a word the peer is about to write.
- * One PAUSE (about 40 ns on the team's machine) measured best: more pauses
+ * One PAUSE measured best: more pauses
  * between polls helped streaming a little, within the noise, and cost
  * round-trip latency (docs/ump.md, "Waiting").
  */
@@ -310,7 +310,7 @@ static uint32_t default_slots(uint32_t max_msg, int bulk)
 /* default_bulk: room for two maximum messages and at least 4 MiB, so that
  * the sender runs well ahead while the receiver copies out, which then
  * reads from the shared cache rather than from the sender's core (the
- * measurements are in docs/ump.md, "Bulk region"); none if no message is
+ * measurements are in docs/results/); none if no message is
  * longer than BULK_MIN. */
 #define DEFAULT_BULK_MIN (4u << 20)
 static uint32_t default_bulk(uint32_t max_msg)

@@ -78,11 +78,10 @@ const minSpin = 2 * time.Microsecond
 // tightPolls is how many times a waiting receiver polls the next slot
 // back to back, with no PAUSE between, before it spins with one: a
 // message usually comes within the round trip's few hundred ns, and a
-// PAUSE (about 40 ns here) between polls made the reader notice it up to
-// a PAUSE late. In the Go client of the C example server that put 25-35%
-// of round trips 40-60 ns above the rest; 512 polls (a microsecond or
-// two when nothing comes) took all but 1-3% back (docs/ump.md,
-// "Waiting"). Sending waits, for space, keep the PAUSE: they are rare.
+// PAUSE between polls makes the reader notice it up to a PAUSE late, a
+// large part of a round trip; 512 polls are a microsecond or two when
+// nothing comes (docs/ump.md, "Waiting"). Sending waits, for space, keep
+// the PAUSE: they are rare.
 const tightPolls = 512
 
 // spinBudget is how long a waiter spins before it parks, adapted to how

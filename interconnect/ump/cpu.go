@@ -3,9 +3,9 @@ package ump
 import _ "unsafe" // for go:linkname
 
 // spinPause waits between two polls of a word the peer is about to write:
-// one PAUSE on x86-64 (YIELD on arm64), about 40 ns on the team's machine.
-// More pauses between polls measured no better for streaming, within the
-// noise, and worse for round trips (docs/ump.md, "Waiting").
+// one PAUSE on x86-64 (YIELD on arm64). More pauses between polls
+// measured no better for streaming, within the noise, and worse for round
+// trips (docs/ump.md, "Waiting").
 func spinPause()
 
 // nanotime is the runtime's monotonic clock in ns: one vDSO clock read,

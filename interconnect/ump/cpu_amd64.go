@@ -12,8 +12,7 @@ package ump
 // store, which the compiler inlines, and it stays after them in the
 // compiled code too, since the gc compiler orders every load and store
 // on one memory chain and never schedules a load or store after a later
-// store. It was an assembly function, as on arm64, until 2026-11-24: the
-// call and its stack-passed arguments, on the path between a message's
-// arrival and its answer, cost 6-8 ns a round trip on each Go side
-// (docs/benchmarks.md, "The Go tax").
+// store. An assembly function, as on arm64, would put a call with
+// stack-passed arguments on the path between a message's arrival and its
+// answer (measured: docs/results/, the Go tax).
 func storeRelease(p *uint64, v uint64) { *p = v }

@@ -35,11 +35,11 @@ const (
 // for the fence that orders them: without it, a store on x86-64 may still
 // be in its core's store buffer when that core's next load, of the
 // closing flag, completes. Registering a process of more than one thread
-// waits for an RCU grace period, 10-20 ms on the development VM (strace):
-// done by the first exclusive call, as it once was, it held up the first
-// round trip of every Go program, 3-6% of the clients suite's million.
-// Until it has ended, fastFence reports false and the calls take an
-// atomic swap, which needs no fence.
+// waits for an RCU grace period, milliseconds: done by the first exclusive
+// call, it would hold up every program's first round trip, so it runs in
+// the background when the first connection is set up. Until it has ended,
+// fastFence reports false and the calls take an atomic swap, which needs
+// no fence.
 func startFence() { fenceStart.Do(func() { go registerFence() }) }
 
 var fenceStart sync.Once
@@ -113,14 +113,13 @@ func fcntl(fd, cmd, arg int) (int, error) {
 // waiter is already woken) is ignored. It uses RawSyscall: the write never
 // blocks, so there is no reason to hand the P to another thread.
 //
-// Measured on the 2-vCPU machine of docs/benchmarks.md: through
-// syscall.Syscall a parked round trip was 10 times faster (11 us against
-// 110 us; entering a syscall wakes the runtime's sysmon thread, after
-// which the kernel put the woken peer on the waker's CPU rather than on
-// the halted other one), but a 64 KiB stream was 2 to 3 times slower
-// (the extra thread wake-ups preempted spinning peers, which then
-// parked 8 times as often). Streams and spinning round trips are the
-// common case, so the write stays raw.
+// Through syscall.Syscall a parked round trip is faster (entering a
+// syscall wakes the runtime's sysmon thread, after which the kernel puts
+// the woken peer on the waker's CPU rather than on the halted other one),
+// but a stream is slower (the extra thread wake-ups preempt spinning
+// peers, which then park more often). Streams and spinning round trips
+// are the common case, so the write stays raw (measured:
+// docs/results/).
 func eventfdSignal(fd int) {
 	one := uint64(1)
 	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&one)), 8)

@@ -8,9 +8,9 @@ import (
 
 // callContext is the context of a call that Serve runs inline and whose
 // caller has a deadline: the serving context, with that deadline, ended
-// when the call returns. context.WithTimeout made a timer, a cancel context
-// and an entry among its parent's children for every such call, over
-// 300 ns in all, more than a round trip; a callContext is one allocation,
+// when the call returns. context.WithTimeout makes a timer, a cancel
+// context and an entry among its parent's children for every such call,
+// costing more than a round trip; a callContext is one allocation,
 // and makes the channel of Done, with the timer that closes it, only if
 // the handler asks for Done.
 type callContext struct {

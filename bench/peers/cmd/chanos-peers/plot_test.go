@@ -19,9 +19,9 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
-// samples are result lines of real runs on the team's machine (2026-11-21,
-// `chanos bench SUITE --quick --json`, ring without --quick so that it has
-// 8 stages; the clients lines for uds are from `chanos-peers clients
+// samples are result lines of real runs on the team's machine
+// (`chanos bench SUITE --quick --json`, ring without --quick so that it
+// has 8 stages; the clients lines for uds are from `chanos-peers clients
 // --quick --json`), some cases left out for length: chanos's lines have
 // float figures, the peers' integers and notes; the cases within one
 // process (local, go-chan, memcpy) carry in_process, as runs write it.
