@@ -334,7 +334,7 @@ func (c *checker) checkDecl(d *TypeDecl) {
 		}
 	}
 	if d.Kind != DeclEnum && allResolved(d) {
-		if n := sizeOfDecl(d); n > MaxFrameSize {
+		if n := d.MaxWireSize(); n > MaxFrameSize {
 			c.errs.errorf(d.Pos, "type %s takes %s on the wire, more than a frame can hold (%d bytes)", d.Name, sizeWords(n), uint64(MaxFrameSize))
 		}
 	}
@@ -349,75 +349,6 @@ func allResolved(d *TypeDecl) bool {
 	return true
 }
 
-// sat is a size that saturates instead of overflowing.
-const satMax = 1 << 62
-
-func satAdd(a, b uint64) uint64 {
-	if a+b > satMax || a+b < a {
-		return satMax
-	}
-	return a + b
-}
-
-func satMul(a, b uint64) uint64 {
-	if a != 0 && b > satMax/a {
-		return satMax
-	}
-	return a * b
-}
-
-// sizeOf returns the wire size of a fixed-size type, saturating; Strings
-// count as their 4-byte length only (callers add the bound).
-func sizeOf(t *TypeRef) uint64 {
-	b, d := t.Underlying()
-	if d == nil {
-		if b == String {
-			return 4
-		}
-		return uint64(b.WireSize())
-	}
-	return sizeOfDecl(d)
-}
-
-func sizeOfDecl(d *TypeDecl) uint64 {
-	switch d.Kind {
-	case DeclAlias, DeclTypedef:
-		return sizeOf(d.Elem)
-	case DeclEnum:
-		return 4
-	case DeclArray:
-		return satMul(sizeOf(d.Elem), uint64(d.Len))
-	case DeclStruct:
-		var n uint64
-		for _, f := range d.Fields {
-			n = satAdd(n, sizeOf(f.Type))
-		}
-		return n
-	}
-	return 0
-}
-
-// capsOf counts the capability values in one value of a fixed-size type.
-func capsOf(t *TypeRef) uint64 {
-	b, d := t.Underlying()
-	if d == nil {
-		if b.IsCap() {
-			return 1
-		}
-		return 0
-	}
-	switch d.Kind {
-	case DeclArray:
-		return satMul(capsOf(d.Elem), uint64(d.Len))
-	case DeclStruct:
-		var n uint64
-		for _, f := range d.Fields {
-			n = satAdd(n, capsOf(f.Type))
-		}
-		return n
-	}
-	return 0
-}
 
 func sizeWords(n uint64) string {
 	if n >= satMax {
@@ -506,22 +437,12 @@ func (c *checker) checkArgs(m *Message) {
 // checkFrame rejects argument lists whose largest frame would not fit the
 // wire format's size field or capability count.
 func (c *checker) checkFrame(m *Message, what string, args []*Arg) {
-	size, caps := uint64(HeaderSize), uint64(0)
 	for _, a := range args {
 		if !resolved(a.Type) {
 			return
 		}
-		switch a.Shape {
-		case ShapeScalar:
-			size = satAdd(size, sizeOf(a.Type))
-			caps = satAdd(caps, capsOf(a.Type))
-		case ShapeString:
-			size = satAdd(size, satAdd(4, uint64(a.Max)))
-		case ShapeDynArray:
-			size = satAdd(size, satAdd(4, satMul(sizeOf(a.Type), uint64(a.Max))))
-			caps = satAdd(caps, satMul(capsOf(a.Type), uint64(a.Max)))
-		}
 	}
+	size, caps := FrameMax(args)
 	if size > MaxFrameSize {
 		c.errs.errorf(m.Pos, "the %s %s can take %s, more than a frame can hold (%d bytes)", what, m.Name, sizeWords(size), uint64(MaxFrameSize))
 	}
@@ -531,19 +452,10 @@ func (c *checker) checkFrame(m *Message, what string, args []*Arg) {
 }
 
 // MaxFrameSizeOf returns the largest frame the argument list can produce,
-// header included. It is only meaningful on a checked Interface.
+// header included (see FrameMax). It is only meaningful on a checked
+// Interface.
 func MaxFrameSizeOf(args []*Arg) uint64 {
-	size := uint64(HeaderSize)
-	for _, a := range args {
-		switch a.Shape {
-		case ShapeScalar:
-			size = satAdd(size, sizeOf(a.Type))
-		case ShapeString:
-			size = satAdd(size, 4+uint64(a.Max))
-		case ShapeDynArray:
-			size = satAdd(size, satAdd(4, satMul(sizeOf(a.Type), uint64(a.Max))))
-		}
-	}
+	size, _ := FrameMax(args)
 	return size
 }
 

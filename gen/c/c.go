@@ -120,11 +120,7 @@ func newGenerator(iface *idl.Interface) (*generator, error) {
 func (g *generator) newFrame(m *idl.Message, kind, base string, args []*idl.Arg) *frame {
 	f := &frame{msg: m, kind: kind, base: base, cname: FrameName(g.iface, m, kind), args: args}
 	f.member = UnionMember(m, kind)
-	f.maxSize = headerSize
-	for _, a := range args {
-		f.maxSize = satAdd(f.maxSize, argMaxSize(a))
-		f.maxCaps = satAdd(f.maxCaps, argMaxCaps(a))
-	}
+	f.maxSize, f.maxCaps = idl.FrameMax(args)
 	return f
 }
 
@@ -388,95 +384,6 @@ func isByte(t *idl.TypeRef) bool {
 
 // bytesView reports whether a dynamic array of t is a chanos_bytes view.
 func bytesView(t *idl.TypeRef) bool { return isByte(t) }
-
-// Sizes, saturating so that absurd bounds cannot overflow.
-
-const sizeLimit = 1 << 62
-
-func satAdd(a, b uint64) uint64 {
-	if a > sizeLimit-b || b > sizeLimit {
-		return sizeLimit
-	}
-	return a + b
-}
-
-func satMul(a, b uint64) uint64 {
-	if a != 0 && b > sizeLimit/a {
-		return sizeLimit
-	}
-	return a * b
-}
-
-// maxSize returns the largest wire size of a value of t.
-func maxSize(t *idl.TypeRef) uint64 {
-	b, d := t.Underlying()
-	if d == nil {
-		return uint64(b.WireSize())
-	}
-	switch d.Kind {
-	case idl.DeclEnum:
-		return 4
-	case idl.DeclArray:
-		return satMul(uint64(d.Len), maxSize(d.Elem))
-	case idl.DeclStruct:
-		var n uint64
-		for _, f := range d.Fields {
-			if isString(f.Type) {
-				n = satAdd(n, 4+uint64(f.Max))
-			} else {
-				n = satAdd(n, maxSize(f.Type))
-			}
-		}
-		return n
-	}
-	return 0
-}
-
-// maxCaps returns the most capabilities a value of t holds.
-func maxCaps(t *idl.TypeRef) uint64 {
-	b, d := t.Underlying()
-	if d == nil {
-		if b.IsCap() {
-			return 1
-		}
-		return 0
-	}
-	switch d.Kind {
-	case idl.DeclArray:
-		return satMul(uint64(d.Len), maxCaps(d.Elem))
-	case idl.DeclStruct:
-		var n uint64
-		for _, f := range d.Fields {
-			n = satAdd(n, maxCaps(f.Type))
-		}
-		return n
-	}
-	return 0
-}
-
-func argMaxSize(a *idl.Arg) uint64 {
-	switch a.Shape {
-	case idl.ShapeString:
-		return 4 + uint64(a.Max)
-	case idl.ShapeDynArray:
-		return satAdd(4, satMul(uint64(a.Max), maxSize(a.Type)))
-	}
-	return maxSize(a.Type)
-}
-
-func argMaxCaps(a *idl.Arg) uint64 {
-	if a.Shape == idl.ShapeDynArray {
-		return satMul(uint64(a.Max), maxCaps(a.Type))
-	}
-	return maxCaps(a.Type)
-}
-
-// headerSize is the size of the frame header (docs/wire.md).
-const headerSize = 16
-
-// statusMaxSize is the largest rpc error reply: header, errval and a
-// detail string of at most 1024 bytes (docs/wire.md, "rpc status body").
-const statusMaxSize = 16 + 8 + 4 + 1024
 
 // literal formats an unsigned constant for a macro: a plain int when it
 // fits, else with the suffix or macro its size needs.

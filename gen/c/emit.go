@@ -169,7 +169,7 @@ func (g *generator) header() string {
 		"replies too), and the most capabilities one frame carries.")
 	var most, caps uint64
 	if g.hasRPC {
-		most = statusMaxSize
+		most = idl.StatusFrameSize
 	}
 	for _, f := range g.frames {
 		most = max(most, f.maxSize)
