@@ -349,7 +349,6 @@ func allResolved(d *TypeDecl) bool {
 	return true
 }
 
-
 func sizeWords(n uint64) string {
 	if n >= satMax {
 		return "an unbounded number of bytes"
