@@ -90,23 +90,43 @@ func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []by
 }
 
 // callFrame is CallFrame with a reply of fixed size, or CallParts if reply
-// is nil.
-//
-// Holding the reading turn, it reads the reply itself, straight into
-// reply or decode. When another goroutine reads the connection, or the
-// peer has no room for the call (the turn's holder must not wait for
-// room: the peer may be waiting for room too), it makes the call as a
-// pending one, whose reply frame the reader copies for it.
+// is nil (see callWith).
 func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
-	msg := binary.LittleEndian.Uint16(call[4:])
+	wire.SetTimeout(call, timeoutOf(ctx))
+	return c.callWith(ctx, name, binary.LittleEndian.Uint16(call[4:]), func(id uint32, wait bool) (bool, error) {
+		wire.SetCallID(call, id)
+		return c.sendParts(ctx, call, body, tail, wait)
+	}, reply, decode)
+}
+
+// CallEncoded is Call for an rpc whose call or reply has no fixed size,
+// used by generated stubs that keep both values on their stack: encode
+// appends the call's frame (the call value's Encode method) and decode
+// decodes the reply frame into the reply value (its Decode). name is the
+// rpc's name, for errors. Like CallFrame, it keeps neither.
+func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
+	return c.callWith(ctx, name, msg, func(id uint32, wait bool) (bool, error) {
+		if wait {
+			return true, c.sendWith(ctx, encode, id, timeoutOf(ctx))
+		}
+		return c.trySendEncoded(encode, id, timeoutOf(ctx))
+	}, nil, decode)
+}
+
+// callWith makes call id of rpc msg, called name, which send sends
+// (without waiting for room unless wait is set, reporting whether it did):
+// holding the reading turn it reads the reply itself, straight into reply
+// or decode; when another goroutine reads the connection, or the peer has
+// no room for the call (the turn's holder must not wait for room: the
+// peer may be waiting for room too), it makes the call a pending one,
+// whose reply frame the reader copies for it.
+func (c *Conn) callWith(ctx context.Context, name string, msg uint16, send func(id uint32, wait bool) (bool, error), reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	id, ok, err := c.beginCall()
 	if err != nil {
 		return err
 	}
-	wire.SetTimeout(call, timeoutOf(ctx))
 	if ok {
-		wire.SetCallID(call, id)
-		sent, err := c.sendParts(ctx, call, body, tail, false)
+		sent, err := send(id, false)
 		if sent && err == nil {
 			return c.finishCall(ctx, id, name, msg, reply, decode)
 		}
@@ -121,45 +141,11 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, rep
 	if err != nil {
 		return err
 	}
-	wire.SetCallID(call, id)
-	if _, err := c.sendParts(ctx, call, body, tail, true); err != nil {
+	if _, err := send(id, true); err != nil {
 		c.forget(id, p)
 		return err
 	}
 	return c.settled(ctx, id, p, reply, decode)
-}
-
-// CallEncoded is Call for an rpc whose call or reply has no fixed size,
-// used by generated stubs that keep both values on their stack: encode
-// appends the call's frame (the call value's Encode method) and decode
-// decodes the reply frame into the reply value (its Decode). name is the
-// rpc's name, for errors. Like CallFrame, it keeps neither.
-func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
-	id, ok, err := c.beginCall()
-	if err != nil {
-		return err
-	}
-	if ok {
-		sent, err := c.trySendEncoded(encode, id, timeoutOf(ctx))
-		if sent && err == nil {
-			return c.finishCall(ctx, id, name, msg, nil, decode)
-		}
-		c.release()
-		if err != nil {
-			return err
-		}
-	} else {
-		id = c.newCallID()
-	}
-	p, err := c.register(id, name, msg, nil)
-	if err != nil {
-		return err
-	}
-	if err := c.sendWith(ctx, encode, id, timeoutOf(ctx)); err != nil {
-		c.forget(id, p)
-		return err
-	}
-	return c.settled(ctx, id, p, nil, decode)
 }
 
 // settled waits for the pending call id, whose reply frame the reader
