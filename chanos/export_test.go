@@ -66,3 +66,11 @@ func SpinWindowOf(c *Conn) time.Duration {
 	}
 	return -1
 }
+
+// InboxFullAndWaiting reports whether c's inbox is full and a goroutine
+// waits for room in it: a Call that read past the messages to its reply.
+func InboxFullAndWaiting(c *Conn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inbox) >= inboxLimit && c.waiting.Load() > 0
+}
