@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 // lateSignal makes c's first announcement of the given kind meet a late
@@ -43,7 +45,7 @@ const stuck = 10 * time.Second
 // readiness reset, which discarded the late signal.
 func TestLateSignalReceiver(t *testing.T) {
 	a, b := pipe(t, &Options{SpinWindow: -1})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	announced := lateSignal(b, false, func() {
 		if shouldSignal(atomic.LoadUint64(a.tx.peerWaitp), &a.tx.signaled) {
 			eventfdSignal(a.txWake)
@@ -77,7 +79,7 @@ func TestLateSignalReceiver(t *testing.T) {
 // publication sends no signal.
 func TestLateSignalSender(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 8, RingSlots: 2, SpinWindow: -1})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 2 {
 		if err := a.Send(ctx, pattern(make([]byte, 8), i)); err != nil {
 			t.Fatal(err)
