@@ -140,13 +140,12 @@ func TestFullRing(t *testing.T) {
 	if n != 16/2 { // 100 bytes take 2 slots
 		t.Fatalf("%d messages fit in 16 slots, want 8", n)
 	}
+	// A Send into the full ring goes to sleep until there is room.
+	sleeping, park := holdBeforePark(t, a, true)
 	sent := make(chan error, 1)
 	go func() { sent <- a.Send(ctx, pattern(make([]byte, 100), n)) }()
-	select {
-	case err := <-sent:
-		t.Fatalf("Send into a full ring returned %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
+	testkit.Await(t, "the Send into a full ring to go to sleep", sleeping)
+	park()
 	for i := 0; i <= n; i++ {
 		m, err := b.Receive(ctx)
 		if err != nil {
@@ -165,9 +164,11 @@ func TestFullRing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
-	if err := a.Send(cctx, make([]byte, 100)); !errors.Is(err, context.Canceled) {
+	wctx := testkit.NewWaitContext()
+	go func() { sent <- a.Send(wctx, make([]byte, 100)) }()
+	wctx.Waiting(t)
+	wctx.Cancel()
+	if err := <-sent; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Send = %v, want context.Canceled", err)
 	}
 }
@@ -234,15 +235,32 @@ func TestReceiveContext(t *testing.T) {
 	if _, err := b.Receive(dctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive = %v, want DeadlineExceeded", err)
 	}
-	cctx, cancel2 := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); cancel2() }()
-	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
+	wctx := testkit.NewWaitContext()
+	got := make(chan error, 1)
+	go func() { _, err := b.Receive(wctx); got <- err }()
+	wctx.Waiting(t)
+	wctx.Cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v, want Canceled", err)
 	}
-	// The deadline left on the eventfd must not affect later calls.
-	go func() { time.Sleep(20 * time.Millisecond); a.Send(ctx, []byte("late")) }()
-	if m, err := b.Receive(ctx); err != nil || string(m) != "late" {
-		t.Fatalf("Receive = %q, %v", m, err)
+	// The deadline left on the eventfd must not affect later calls: a
+	// receive that goes to sleep is woken by the message, not the deadline.
+	sleeping, park := holdBeforePark(t, b, false)
+	received := make(chan error, 1)
+	go func() {
+		m, err := b.Receive(ctx)
+		if err == nil && string(m) != "late" {
+			err = fmt.Errorf("got %q", m)
+		}
+		received <- err
+	}()
+	testkit.Await(t, "the receiver to go to sleep", sleeping)
+	if err := a.Send(ctx, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	park()
+	if err := <-received; err != nil {
+		t.Fatalf("Receive after the context errors: %v", err)
 	}
 	if b.Err() != nil {
 		t.Fatalf("Err = %v after context errors, want nil", b.Err())
@@ -288,9 +306,11 @@ func TestClose(t *testing.T) {
 		}
 	}
 	// A receiver parked on a's side ends when a closes.
+	sleeping, park := holdBeforePark(t, a, false)
 	parked := make(chan error, 1)
 	go func() { _, err := a.Receive(ctx); parked <- err }()
-	time.Sleep(5 * time.Millisecond)
+	testkit.Await(t, "the receiver to go to sleep", sleeping)
+	park()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -601,9 +621,11 @@ func TestCloseWakesSender(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	sleeping, park := holdBeforePark(t, a, true)
 	sent := make(chan error, 1)
 	go func() { sent <- a.Send(ctx, []byte("blocked")) }()
-	time.Sleep(5 * time.Millisecond)
+	testkit.Await(t, "the sender to go to sleep", sleeping)
+	park()
 	b.Close()
 	if err := <-sent; !errors.Is(err, ErrClosed) {
 		t.Fatalf("blocked Send = %v, want ErrClosed", err)
@@ -680,17 +702,34 @@ func TestDefaults(t *testing.T) {
 func TestContextEndsBetweenWaits(t *testing.T) {
 	a, b := pipe(t, &Options{SpinWindow: -1})
 	ctx := testkit.Context(t)
+	// receiveWaiting receives on b with rctx once the receive has gone
+	// to sleep and a has sent msg.
+	receiveWaiting := func(rctx context.Context, msg string) ([]byte, error) {
+		t.Helper()
+		sleeping, park := holdBeforePark(t, b, false)
+		type result struct {
+			m   []byte
+			err error
+		}
+		got := make(chan result, 1)
+		go func() { m, err := b.Receive(rctx); got <- result{m, err} }()
+		testkit.Await(t, "the receiver to go to sleep", sleeping)
+		if err := a.Send(ctx, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		park()
+		r := <-got
+		return r.m, r.err
+	}
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("one")) }()
-	if m, err := b.Receive(cctx); err != nil || string(m) != "one" {
+	if m, err := receiveWaiting(cctx, "one"); err != nil || string(m) != "one" {
 		t.Fatalf("Receive = %q, %v", m, err)
 	}
 	cancel() // while no wait is under way
 	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive with the ended context = %v, want Canceled", err)
 	}
-	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("two")) }()
-	if m, err := b.Receive(ctx); err != nil || string(m) != "two" {
+	if m, err := receiveWaiting(ctx, "two"); err != nil || string(m) != "two" {
 		t.Fatalf("Receive with another context = %q, %v", m, err)
 	}
 }

@@ -1,8 +1,8 @@
 // Package testkit is for tests only: what the tests of several packages
 // share, so that each piece exists once.
 //
-//   - Context, Within and Eventually bound a test's waits, so that a hang
-//     fails the test instead of using up the test binary's timeout.
+//   - Context, Within, Await and Eventually bound a test's waits, so that
+//     a hang fails the test instead of using up the test binary's timeout.
 //   - ShortDir makes a private directory whose socket paths fit.
 //   - Serve runs a server (a monitor) until the test ends and checks how
 //     it stopped; the package testmonitor below builds the monitor.
@@ -47,6 +47,23 @@ func Within(t testing.TB, d time.Duration, what string, fn func() error) error {
 	case <-timer.C:
 		t.Fatalf("%s: no result within %v", what, d)
 		return nil
+	}
+}
+
+// Await returns the next value from ch (the zero value once ch is
+// closed), and fails the test if none comes within Limit: a hook or a
+// handler says on ch that the test has reached the point it names.
+func Await[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	timer := time.NewTimer(Limit)
+	defer timer.Stop()
+	select {
+	case v := <-ch:
+		return v
+	case <-timer.C:
+		t.Fatalf("gave up waiting for %s", what)
+		var zero T
+		return zero
 	}
 }
 
