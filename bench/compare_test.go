@@ -4,28 +4,12 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
-
-// compareServerArg, after "--" in the test binary's arguments, makes it
-// run CompareServer: the comparison suites start it as their server
-// process. It is dispatched in init, before TestMain.
-const compareServerArg = "compare-server"
-
-func init() {
-	i := slices.Index(os.Args, "--")
-	if i < 0 || i+1 >= len(os.Args) || os.Args[i+1] != compareServerArg {
-		return
-	}
-	if err := CompareServer(context.Background(), os.Args[i+2:]); err != nil {
-		os.Stderr.WriteString("compare server: " + err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
 
 // smokeConfig returns a config with tiny counts whose processes are this
 // test binary, or skips the test if chanos-peers is not built (and fails
@@ -39,8 +23,6 @@ func smokeConfig(t *testing.T, sizes ...int) CompareConfig {
 		}
 		t.Skipf("skipped: %v", err)
 	}
-	t.Setenv("BENCH_TEST_PEER", "1") // for RunUMP's Go peer (TestMain)
-	self := []string{os.Args[0], "-test.run=^$", "--"}
 	return CompareConfig{
 		Quick:      true,
 		Warmup:     time.Millisecond,
@@ -48,8 +30,8 @@ func smokeConfig(t *testing.T, sizes ...int) CompareConfig {
 		Sizes:      sizes,
 		Transports: []string{"go-chan", "uds"},
 		Peers:      peers,
-		Server:     append(slices.Clone(self), compareServerArg),
-		GoPeer:     self,
+		Server:     testkit.Command(roleCompareServer),
+		GoPeer:     testkit.Command(rolePeer),
 		UMPScale:   0.01,
 	}
 }
