@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"syscall"
 	"testing"
@@ -91,7 +92,7 @@ func Start(t testing.TB, cmd *exec.Cmd) *Child {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	c := &Child{Cmd: cmd, name: cmd.Path, more: make(chan struct{}, 1), done: make(chan struct{})}
+	c := &Child{Cmd: cmd, name: filepath.Base(cmd.Path), more: make(chan struct{}, 1), done: make(chan struct{})}
 	if len(cmd.Args) >= 3 && cmd.Args[1] == roleFlag {
 		c.name = cmd.Args[2]
 	}
@@ -173,6 +174,20 @@ func (c *Child) Wait(t testing.TB) error {
 		t.Fatalf("%s did not end within %v", c.name, Limit)
 		return nil
 	}
+}
+
+// Done is closed once the child has ended and its output has been read
+// to the end.
+func (c *Child) Done() <-chan struct{} { return c.done }
+
+// Remaining returns the lines the child printed that Line has not
+// returned; after Wait, all the rest of its output.
+func (c *Child) Remaining() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	l := c.lines
+	c.lines = nil
+	return l
 }
 
 // Kill kills the child with SIGKILL, if it still runs, and waits for its

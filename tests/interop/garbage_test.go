@@ -19,6 +19,7 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -152,7 +153,7 @@ func TestCClientGarbage(t *testing.T) {
 		if err := c.Raw().SendFrame(ctx, answer); err != nil {
 			t.Errorf("%s: send: %v", name, err)
 		}
-		err = within(t, 20*time.Second, "the C client after "+name, cmd.Wait)
+		err = testkit.Within(t, 20*time.Second, "the C client after "+name, cmd.Wait)
 		c.Close()
 		if !checkExit(t, "the C client answered with "+name, err, out.String(), 1) {
 			continue
