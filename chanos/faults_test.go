@@ -162,7 +162,7 @@ func TestClientKilledMidCall(t *testing.T) {
 	srv := heldServer{called: make(chan struct{}, 1), release: make(chan struct{})}
 	served := make(chan error, 1)
 	go func() { served <- pingpong.ServeConn(ctx, c, srv) }()
-	testkit.Within(t, 10*time.Second, "the client's echo call", func() error { <-srv.called; return nil })
+	testkit.Await(t, "the client's echo call", srv.called)
 	cli.Kill()
 	close(srv.release) // its answer goes to a dead peer
 	err = testkit.Within(t, 10*time.Second, "server after client kill -9", func() error { return <-served })
