@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 // testMonitor is a monitor served in the test's process.
 type testMonitor struct {
 	*Monitor
-	logs *testkit.Logs
+	logs *testkit.Output
 	dir  string
 }
 
@@ -34,7 +34,7 @@ func startMonitor(t testing.TB, cfg Config, setup ...func(*Monitor)) *testMonito
 	if cfg.Dir == "" {
 		cfg.Dir = filepath.Join(testkit.ShortDir(t), "chanos")
 	}
-	logs := &testkit.Logs{}
+	logs := &testkit.Output{}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}

@@ -25,7 +25,7 @@ type Server interface {
 // then fails the test unless s.Serve returned nil and removed its socket.
 // Calling stop again does nothing. logs, if not nil, holds what s logged,
 // which the test's output shows if the test failed.
-func Serve(t testing.TB, s Server, logs *Logs) (stop func()) {
+func Serve(t testing.TB, s Server, logs *Output) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- s.Serve(ctx) }()
@@ -50,29 +50,29 @@ func Serve(t testing.TB, s Server, logs *Logs) (stop func()) {
 	return stop
 }
 
-// Logs collects a server's log output (give it to a slog handler) for
-// the test to inspect.
-type Logs struct {
+// Output collects what a server logs (give it to a slog handler) or a
+// process prints, for the test to inspect; it is safe for concurrent use.
+type Output struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (l *Logs) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
 }
 
-func (l *Logs) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
 }
 
 // Count returns how many lines contain every one of subs.
-func (l *Logs) Count(subs ...string) int {
+func (o *Output) Count(subs ...string) int {
 	n := 0
-	for _, line := range strings.Split(l.String(), "\n") {
+	for _, line := range strings.Split(o.String(), "\n") {
 		ok := line != ""
 		for _, s := range subs {
 			ok = ok && strings.Contains(line, s)
@@ -85,7 +85,7 @@ func (l *Logs) Count(subs ...string) int {
 }
 
 // Wait waits until a line contains every one of subs.
-func (l *Logs) Wait(t testing.TB, subs ...string) {
+func (o *Output) Wait(t testing.TB, subs ...string) {
 	t.Helper()
-	Eventually(t, "a log line with "+strings.Join(subs, ", "), func() bool { return l.Count(subs...) > 0 })
+	Eventually(t, "a line with "+strings.Join(subs, ", "), func() bool { return o.Count(subs...) > 0 })
 }

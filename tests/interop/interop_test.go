@@ -112,7 +112,7 @@ func startMonitor(t *testing.T) string {
 	t.Helper()
 	dir := testkit.ShortDir(t)
 	cmd := exec.Command(goBin(t, "chanos"), "monitor", "--dir", dir)
-	log := &lockedBuffer{}
+	log := &testkit.Output{}
 	cmd.Stderr = log
 	m := testkit.Start(t, cmd)
 	t.Cleanup(func() {

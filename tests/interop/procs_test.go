@@ -16,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -106,30 +105,12 @@ func run(t *testing.T, dir string, prog string, args ...string) string {
 	return runExit(t, dir, 0, prog, args...)
 }
 
-// lockedBuffer collects a program's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // proc is a program running as a domain, its stdout read line by line.
 type proc struct {
 	*testkit.Child
 	name   string
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
+	stderr *testkit.Output
 	// server: stopped with SIGTERM at cleanup, which must end it with
 	// status 0.
 	server bool
@@ -162,7 +143,7 @@ func spawnProc(t *testing.T, server bool, dir, prog string, args ...string) *pro
 	t.Helper()
 	cmd := exec.Command(prog, args...)
 	cmd.Env = cEnv(dir)
-	p := &proc{name: filepath.Base(prog), stderr: &lockedBuffer{}, server: server}
+	p := &proc{name: filepath.Base(prog), stderr: &testkit.Output{}, server: server}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {

@@ -27,7 +27,7 @@ func Start(t testing.TB) string {
 // the monitor does not stop cleanly, and then shows its logs.
 func Serve(t testing.TB, dir string) (stop func()) {
 	t.Helper()
-	logs := &testkit.Logs{}
+	logs := &testkit.Output{}
 	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
