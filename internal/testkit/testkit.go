@@ -3,9 +3,12 @@
 //
 //   - Context, Within, Await and Eventually bound a test's waits, so that
 //     a hang fails the test instead of using up the test binary's timeout.
+//   - WaitContext tells when a call has begun to wait on it, so that a
+//     test ends a waiting call rather than one that had not yet waited.
 //   - ShortDir makes a private directory whose socket paths fit.
 //   - Serve runs a server (a monitor) until the test ends and checks how
 //     it stopped; the package testmonitor below builds the monitor.
+//     Output collects its logs, or what a process prints.
 //   - Main, Command, Self and Start let a test binary play roles in child
 //     processes.
 //
