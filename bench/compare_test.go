@@ -8,31 +8,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
-
-// compareServerArg, after "--" in the test binary's arguments, makes it
-// run CompareServer: the comparison suites start it as their server
-// process. It is dispatched in init, before TestMain.
-const compareServerArg = "compare-server"
-
-// rpcServerArg does the same for RPCServer, the rpc suite's server.
-const rpcServerArg = "rpc-server"
-
-func init() {
-	i := slices.Index(os.Args, "--")
-	if i < 0 || i+1 >= len(os.Args) {
-		return
-	}
-	serve := map[string]func(context.Context, []string) error{compareServerArg: CompareServer, rpcServerArg: RPCServer}[os.Args[i+1]]
-	if serve == nil {
-		return
-	}
-	if err := serve(context.Background(), os.Args[i+2:]); err != nil {
-		os.Stderr.WriteString(os.Args[i+1] + ": " + err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
 
 // smokeConfig returns a config with tiny counts whose processes are this
 // test binary, or skips the test if chanos-peers is not built (and fails
@@ -46,8 +24,6 @@ func smokeConfig(t *testing.T, sizes ...int) CompareConfig {
 		}
 		t.Skipf("skipped: %v", err)
 	}
-	t.Setenv("BENCH_TEST_PEER", "1") // for RunUMP's Go peer (TestMain)
-	self := []string{os.Args[0], "-test.run=^$", "--"}
 	return CompareConfig{
 		Quick:      true,
 		Warmup:     time.Millisecond,
@@ -55,9 +31,9 @@ func smokeConfig(t *testing.T, sizes ...int) CompareConfig {
 		Sizes:      sizes,
 		Transports: []string{"go-chan", "uds"},
 		Peers:      peers,
-		Server:     append(slices.Clone(self), compareServerArg),
-		RPCServer:  append(slices.Clone(self), rpcServerArg),
-		GoPeer:     self,
+		Server:     testkit.Command(roleCompareServer),
+		RPCServer:  testkit.Command(roleRPCServer),
+		GoPeer:     testkit.Command(rolePeer),
 		UMPScale:   0.01,
 	}
 }

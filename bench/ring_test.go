@@ -1,12 +1,8 @@
 package bench
 
 import (
-	"bufio"
 	"context"
-	"fmt"
-	"log/slog"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -15,30 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/testmonitor"
 )
-
-// ringStageArg, after "--" in the test binary's arguments, makes it run
-// RingStage: the ring tests start it as their stage processes. It is
-// dispatched in init, before TestMain.
-const ringStageArg = "ring-stage"
-
-func init() {
-	i := slices.Index(os.Args, "--")
-	if i < 0 || i+1 >= len(os.Args) || os.Args[i+1] != ringStageArg {
-		return
-	}
-	if err := RingStage(context.Background(), os.Args[i+2:]); err != nil {
-		os.Stderr.WriteString("ring stage: " + err.Error() + "\n")
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// ringStageCommand is this test binary as a ring stage.
-func ringStageCommand() []string {
-	return []string{os.Args[0], "-test.run=^$", "--", ringStageArg}
-}
 
 // children returns the processes whose parent is this one, zombies
 // included: what a run that cleaned up after itself leaves none of.
@@ -137,7 +112,7 @@ func TestRunRingProcesses(t *testing.T) {
 		Warmup:     5 * time.Millisecond,
 		Duration:   20 * time.Millisecond,
 		MinTrips:   20,
-		Stage:      ringStageCommand(),
+		Stage:      testkit.Command(roleRingStage),
 	})
 	if left := slices.DeleteFunc(children(t), func(c string) bool { return slices.Contains(before, c) }); len(left) > 0 {
 		t.Errorf("stage processes left after the run: %v", left)
@@ -197,18 +172,7 @@ func TestRingStageExitsOnStdinClose(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
-	dir := t.TempDir()
-	if err := os.Chmod(dir, 0o700); err != nil { // the monitor wants a private directory
-		t.Fatal(err)
-	}
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan struct{})
-	go func() { m.Serve(ctx); close(served) }()
-	defer func() { cancel(); <-served }()
+	dir := testmonitor.Start(t)
 
 	var fd [2]int
 	if err := syscall.Pipe2(fd[:], syscall.O_CLOEXEC); err != nil {
@@ -227,50 +191,18 @@ func TestRingStageExitsOnStdinClose(t *testing.T) {
 		{"pipe", []string{"--mode", "pipe"}, []*os.File{r, w}},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
-			argv := slices.Concat(ringStageCommand(), tc.args)
-			cmd := exec.Command(argv[0], argv[1:]...)
-			cmd.Stderr = os.Stderr
+			cmd := testkit.Self(roleRingStage, tc.args...)
 			cmd.ExtraFiles = tc.files
 			stdin, err := cmd.StdinPipe()
 			if err != nil {
 				t.Fatal(err)
 			}
-			stdout, err := cmd.StdoutPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			ready, done := make(chan error, 1), make(chan error, 1)
-			go func() {
-				line, err := bufio.NewReader(stdout).ReadString('\n')
-				if strings.TrimSpace(line) != "ready" {
-					ready <- fmt.Errorf("no ready line: %q %v", line, err)
-				} else {
-					ready <- nil
-				}
-				done <- cmd.Wait()
-			}()
-			select {
-			case err := <-ready:
-				if err != nil {
-					t.Error(err)
-				}
-			case <-time.After(30 * time.Second):
-				t.Error("stage not ready within 30 s")
-			}
+			stage := testkit.Start(t, cmd)
+			stage.Expect(t, "ready")
 			time.Sleep(50 * time.Millisecond) // into its wait for the next stage or its input
 			stdin.Close()
-			select {
-			case err := <-done:
-				if err != nil {
-					t.Errorf("stage: %v", err)
-				}
-			case <-time.After(10 * time.Second):
-				cmd.Process.Kill()
-				<-done
-				t.Error("stage did not exit within 10 s of its stdin closing")
+			if err := stage.Wait(t); err != nil {
+				t.Errorf("stage: %v", err)
 			}
 		})
 	}

@@ -7,33 +7,32 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
-// The test binary doubles as the Go peer: RunUMP starts it with
-// BENCH_TEST_PEER set.
+// The test binary plays the processes the suites start: the Go peer of
+// the ump suite, the comparison suites' server and the ring's stages.
+const (
+	rolePeer          = "peer"
+	roleCompareServer = "compare-server"
+	roleRPCServer     = "rpc-server"
+	roleRingStage     = "ring-stage"
+)
+
 func TestMain(m *testing.M) {
-	if os.Getenv("BENCH_TEST_PEER") != "" {
-		args := os.Args[1:]
-		for i, a := range args {
-			if a == "--" {
-				args = args[i+1:]
-				break
-			}
-		}
-		if err := Peer(context.Background(), args, os.Stdout); err != nil {
-			os.Stderr.WriteString("peer: " + err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
+	ctx := context.Background()
+	testkit.Main(m, testkit.Roles{
+		rolePeer:          func(args []string) error { return Peer(ctx, args, os.Stdout) },
+		roleCompareServer: func(args []string) error { return CompareServer(ctx, args) },
+		roleRPCServer:     func(args []string) error { return RPCServer(ctx, args) },
+		roleRingStage:     func(args []string) error { return RingStage(ctx, args) },
+	})
 }
 
 // TestRunUMP runs a few cases with few iterations and checks the shape of
 // the results (figures are benchmarks, not pass conditions).
 func TestRunUMP(t *testing.T) {
-	os.Setenv("BENCH_TEST_PEER", "1")
-	defer os.Unsetenv("BENCH_TEST_PEER")
 	cases := []string{"rtt-spin/ump/go-go", "rtt-parked/ump/go-go", "path/ump/go-go", "path-locked/ump/go-go", "stream/ump/go-go/65536", "stream/memcpy/go/64"}
 	if _, err := FindCTool("chanos-ump-bench"); err == nil {
 		cases = append(cases, "path/ump/c-c", "rtt-spin/ump/c-c", "rtt-spin/ump/c-go", "rtt-spin/ump/go-c", "rtt-spin/raw-spin", "rtt-spin/raw-pair", "rtt-parked/uds", "stream/shm-memcpy/c-c/65536")
@@ -51,7 +50,7 @@ func TestRunUMP(t *testing.T) {
 		RTTRepeat: 2, // the Go tax's cases run twice, the rest once
 		Scale:     0.01,
 		Cases:     cases,
-		GoPeer:    []string{os.Args[0], "-test.run=^$", "--"},
+		GoPeer:    testkit.Command(rolePeer),
 	}, func(r Result) error {
 		results = append(results, r)
 		return nil

@@ -67,3 +67,10 @@ func SpinWindowOf(c *Conn) time.Duration {
 	}
 	return -1
 }
+
+// InboxFullAndWaiting reports whether c's inbox is full and a goroutine
+// waits for room in it: a Call that read past the messages to its reply.
+func InboxFullAndWaiting(c *Conn) bool {
+	inbox, limit, waiting := (*engine.Conn)(c).Backlog()
+	return inbox >= limit && waiting > 0
+}

@@ -14,6 +14,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -49,7 +50,7 @@ func answer(ctx context.Context, y *ump.Conn, reply []byte) error {
 // type's Decode refuses it, and the connection goes on.
 func TestFixedReplyOfWrongSize(t *testing.T) {
 	c, y := rawPeer(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var good wire.Buffer
 	(&pingpong.EchoReply{Result: 5}).Encode(&good)
 	for _, tc := range []struct {
@@ -82,7 +83,7 @@ func TestFixedReplyOfWrongSize(t *testing.T) {
 func TestReplyBehindFullInbox(t *testing.T) {
 	const n = 3000 // more than the inbox holds
 	c, y := rawPeer(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var pong, reply wire.Buffer
 	(&pingpong.Pong{MsgID: 1}).Encode(&pong)
 	(&pingpong.EchoReply{Result: 9}).Encode(&reply)
@@ -125,9 +126,8 @@ func TestReplyBehindFullInbox(t *testing.T) {
 				}
 				got <- err
 			}()
-			// The call fills the inbox and waits (given a moment to get
-			// there); receiving drains it.
-			time.Sleep(50 * time.Millisecond)
+			// The call fills the inbox and waits; receiving drains it.
+			testkit.Eventually(t, "the call to fill the inbox and wait", func() bool { return chanos.InboxFullAndWaiting(c.Raw()) })
 			for i := range n {
 				m, err := c.Receive(ctx)
 				if err != nil {
@@ -150,17 +150,11 @@ func TestReplyBehindFullInbox(t *testing.T) {
 	}
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // Client.Send refuses nil and rpc frames with an error, on every
 // interconnect and over another Transport.
 func TestClientSendRefuses(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		for _, m := range []pingpong.Msg{nil, (*pingpong.Ping)(nil), (*pingpong.Data)(nil), &pingpong.EchoCall{}, &pingpong.BounceReply{}} {
 			if err := c.Send(ctx, m); err == nil {
 				t.Errorf("Send(%#v) succeeded", m)
@@ -173,7 +167,7 @@ func TestClientSendRefuses(t *testing.T) {
 // stays on the caller's stack, nor its frame.
 func TestSendDoesNotAllocate(t *testing.T) {
 	c, y := rawPeer(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	payload := make([]byte, 100)
 	allocs := testing.AllocsPerRun(100, func() {
 		if err := c.Send(ctx, &pingpong.Ping{ClientID: 1, MsgID: 2}); err != nil {
@@ -250,7 +244,7 @@ func (bigReplyServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
 func TestUnencodableReply(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
 		go s.Serve(context.Background(), bigReplyServer{})
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		for range 2 {
 			_, err := c.Bounce(ctx, []byte("x"))
 			var re *chanos.RemoteError
@@ -268,11 +262,14 @@ func TestLocalReceiveWakeUps(t *testing.T) {
 	a, b := chanos.LocalPair(pingpong.Interface)
 	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
 	defer c.Close()
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for range 3 {
-		cctx, cancel := context.WithCancel(ctx)
-		go func() { time.Sleep(10 * time.Millisecond); cancel() }()
-		if _, err := s.Receive(cctx); !errors.Is(err, context.Canceled) {
+		wctx := testkit.NewWaitContext()
+		got := make(chan error, 1)
+		go func() { _, err := s.Receive(wctx); got <- err }()
+		wctx.Waiting(t)
+		wctx.Cancel()
+		if err := <-got; !errors.Is(err, context.Canceled) {
 			t.Fatalf("Receive with a canceled context = %v", err)
 		}
 	}
@@ -282,13 +279,21 @@ func TestLocalReceiveWakeUps(t *testing.T) {
 	if m, err := s.Receive(ctx); err != nil || m.(*pingpong.Ping).MsgID != 7 {
 		t.Fatalf("Receive after the cancels = %v, %v", m, err)
 	}
-	go func() {
-		time.Sleep(10 * time.Millisecond)
-		c.Send(ctx, &pingpong.Ping{MsgID: 8})
-		c.Close()
-	}()
-	if m, err := s.Receive(ctx); err != nil || m.(*pingpong.Ping).MsgID != 8 {
-		t.Fatalf("Receive before the close = %v, %v", m, err)
+	wctx := testkit.NewWaitContext()
+	defer wctx.Cancel()
+	type received struct {
+		m   pingpong.Msg
+		err error
+	}
+	got := make(chan received, 1)
+	go func() { m, err := s.Receive(wctx); got <- received{m, err} }()
+	wctx.Waiting(t)
+	if err := c.Send(ctx, &pingpong.Ping{MsgID: 8}); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if r := <-got; r.err != nil || r.m.(*pingpong.Ping).MsgID != 8 {
+		t.Fatalf("Receive before the close = %v, %v", r.m, r.err)
 	}
 	if _, err := s.Receive(ctx); !errors.Is(err, chanos.ErrClosed) {
 		t.Fatalf("Receive after the close = %v, want ErrClosed", err)
@@ -312,7 +317,7 @@ func (p *pongKeeper) Echo(ctx context.Context, v uint64) (uint64, error) { retur
 // an rpc call, and returns a message method's error.
 func TestHandle(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		var keep pongKeeper
 		if err := s.Send(ctx, &pingpong.Pong{ClientID: 3, MsgID: 4}); err != nil {
 			t.Fatal(err)
@@ -365,7 +370,7 @@ func TestHandleFixedFrames(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			c, y := rawPeer(t)
-			ctx := ctxT(t)
+			ctx := testkit.Context(t)
 			if err := y.Send(ctx, frame); err != nil {
 				t.Fatal(err)
 			}
@@ -382,11 +387,13 @@ func TestHandleFixedFrames(t *testing.T) {
 	// A reply read on the way is handed to its call; the message after it
 	// still reaches the Server.
 	c, y := rawPeer(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var keep pongKeeper
+	hctx := testkit.NewWaitContext()
+	defer hctx.Cancel()
 	handled := make(chan error, 1)
-	go func() { handled <- c.Handle(ctx, &keep) }()
-	time.Sleep(10 * time.Millisecond) // Handle holds the reading turn
+	go func() { handled <- c.Handle(hctx, &keep) }()
+	hctx.Waiting(t) // Handle holds the reading turn, and waits on the ring
 	echoed := make(chan error, 1)
 	go func() {
 		v, err := c.Echo(ctx, 5)
@@ -413,10 +420,12 @@ func TestHandleFixedFrames(t *testing.T) {
 	}
 
 	// A context that ends ends the wait, not the connection.
-	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-	defer cancel()
-	if err := c.Handle(short, &keep); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("Handle with a context that ends = %v, want DeadlineExceeded", err)
+	wctx := testkit.NewWaitContext()
+	go func() { handled <- c.Handle(wctx, &keep) }()
+	wctx.Waiting(t)
+	wctx.Cancel()
+	if err := <-handled; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Handle with a context that ends = %v, want Canceled", err)
 	}
 
 	// What the peer sent before it closed comes first, then ErrClosed.
@@ -458,7 +467,7 @@ func TestHandleDoesNotAllocate(t *testing.T) {
 // both ways keep the bounds: every size around the switch, each way.
 func TestPayloadsAroundStackLimit(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		got := make(chan pingpong.Data, 1)
 		serve(t, s, &dataServer{got: got})
 		for _, n := range []int{0, 1, 255, 256, 257, 4096, pingpong.MaxBouncePayloadLen} {
@@ -546,7 +555,7 @@ func TestBorrowOnlyInline(t *testing.T) {
 			opts = append(opts, chanos.Concurrent(2))
 		}
 		go s.Serve(context.Background(), srv, opts...)
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		const n = 20
 		for i := range n {
 			p := bytes.Repeat([]byte{byte(i)}, 600) // a bulk message each
@@ -591,7 +600,7 @@ func servedOverUMP(t *testing.T, srv pingpong.Server) *pingpong.Conn {
 // allocates nothing once the slice has grown, whatever the size.
 func TestAppendStub(t *testing.T) {
 	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		serve(t, s, &server{})
 		prefix := []byte("kept:")
 		for _, n := range []int{0, 8, 300, 4096, pingpong.MaxBouncePayloadLen} {

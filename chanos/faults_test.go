@@ -4,155 +4,85 @@ package chanos_test
 // client killed with -9, and a monitor that goes away while domains run.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
-	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/testmonitor"
 )
 
 // blockForever is an echo argument on which the test server never answers.
 const blockForever = 1<<40 + 7
 
-// TestMain lets the test binary play a server or client domain in a child
-// process (CHANOS_TEST_ROLE), so the faults involve real processes.
 func TestMain(m *testing.M) {
-	switch os.Getenv("CHANOS_TEST_ROLE") {
-	case "server":
-		os.Exit(roleServer())
-	case "client":
-		os.Exit(roleClient())
-	}
-	os.Exit(m.Run())
+	testkit.Main(m, testkit.Roles{"server": roleServer, "client": roleClient})
 }
 
+// childServer answers echo, except blockForever: it says that the call
+// has reached it, then never answers.
 type childServer struct{ pingpong.UnimplementedServer }
 
 func (childServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 	if v == blockForever {
+		fmt.Println("called")
 		select {} // until killed
 	}
 	return v + 1, nil
 }
 
-func roleServer() int {
+// roleServer, in a child process, exports pingpong under the name args[0]
+// in the monitor of CHANOS_DIR, says "ready" and serves childServer.
+func roleServer(args []string) error {
 	ctx := context.Background()
 	d, err := chanos.Join(ctx)
 	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+		return err
 	}
-	l, err := pingpong.Export(ctx, d, os.Getenv("CHANOS_TEST_NAME"))
+	l, err := pingpong.Export(ctx, d, args[0])
 	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+		return err
 	}
 	fmt.Println("ready")
-	pingpong.Serve(ctx, l, childServer{})
-	return 0
+	return pingpong.Serve(ctx, l, childServer{})
 }
 
-func roleClient() int {
+// roleClient, in a child process, connects to the name args[0], says
+// "calling" and calls echo with blockForever, until killed.
+func roleClient(args []string) error {
 	ctx := context.Background()
 	d, err := chanos.Join(ctx)
 	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+		return err
 	}
-	c, err := pingpong.Connect(ctx, d, os.Getenv("CHANOS_TEST_NAME"))
+	c, err := pingpong.Connect(ctx, d, args[0])
 	if err != nil {
-		fmt.Println("error:", err)
-		return 1
+		return err
 	}
 	fmt.Println("calling")
-	c.Echo(ctx, blockForever) // killed while waiting
-	return 0
+	_, err = c.Echo(ctx, blockForever)
+	return fmt.Errorf("echo returned: %w", err)
 }
 
-// child starts the test binary in role, and waits for it to print want.
-func child(t *testing.T, dir, role, name, want string) *exec.Cmd {
+// child starts the test binary in role as a domain of the monitor in dir,
+// with the name, and waits for it to say want.
+func child(t *testing.T, dir, role, name, want string) *testkit.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "CHANOS_TEST_ROLE="+role, "CHANOS_TEST_NAME="+name, "CHANOS_DIR="+dir)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != want {
-		t.Fatalf("%s printed %q (%v), want %q", role, line, err, want)
-	}
-	go io.Copy(io.Discard, out)
-	return cmd
-}
-
-// startMonitor runs a monitor in this process, in a short private
-// directory (socket paths are limited to 108 bytes).
-func startMonitor(t *testing.T, dir string) (stop func()) {
-	t.Helper()
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { m.Serve(ctx); close(done) }()
-	stopped := false
-	stop = func() {
-		if !stopped {
-			stopped = true
-			cancel()
-			<-done
-		}
-	}
-	t.Cleanup(stop)
-	return stop
-}
-
-func shortDir(t *testing.T) string {
-	dir, err := os.MkdirTemp("", "chf")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
-}
-
-// within fails the test if fn does not return within d: the faults must
-// be noticed promptly, and a hang must not eat the test's whole timeout.
-func within(t *testing.T, d time.Duration, what string, fn func() error) error {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() { errc <- fn() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s: no result within %v", what, d)
-		return nil
-	}
+	cmd := testkit.Self(role, name)
+	cmd.Env = append(cmd.Env, "CHANOS_DIR="+dir)
+	c := testkit.Start(t, cmd)
+	c.Expect(t, want)
+	return c
 }
 
 func TestServerKilled(t *testing.T) {
-	dir := shortDir(t)
-	startMonitor(t, dir)
+	dir := testmonitor.Start(t)
 	srv := child(t, dir, "server", "victim", "ready")
 	ctx := context.Background()
 	d, err := chanos.Join(ctx, chanos.WithDir(dir))
@@ -173,22 +103,18 @@ func TestServerKilled(t *testing.T) {
 	}
 	pending := make(chan error, 1)
 	go func() { _, err := c.Echo(ctx, blockForever); pending <- err }()
-	time.Sleep(20 * time.Millisecond) // let the call reach the server; not a pass condition
-	srv.Process.Signal(syscall.SIGKILL)
-	err = within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
+	srv.Expect(t, "called") // the call is in the server's handler
+	srv.Kill()
+	err = testkit.Within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("pending call = %v, want ErrPeerDied", err)
 	}
 	// The name goes with the server's session.
-	within(t, 10*time.Second, "name removal", func() error {
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			_, err := pingpong.Connect(cctx, d, "victim")
-			cancel()
-			if errors.Is(err, chanos.ErrNotFound) {
-				return nil
-			}
-		}
+	testkit.Eventually(t, "name removal", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := pingpong.Connect(cctx, d, "victim")
+		return errors.Is(err, chanos.ErrNotFound)
 	})
 	// A new server takes the name, and new clients reach it.
 	child(t, dir, "server", "victim", "ready")
@@ -202,16 +128,21 @@ func TestServerKilled(t *testing.T) {
 	}
 }
 
-type slowServer struct{ pingpong.UnimplementedServer }
+// heldServer says that an echo call has reached it, then answers once
+// the test lets it go.
+type heldServer struct {
+	pingpong.UnimplementedServer
+	called, release chan struct{}
+}
 
-func (slowServer) Echo(ctx context.Context, v uint64) (uint64, error) {
-	time.Sleep(100 * time.Millisecond)
+func (s heldServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	s.called <- struct{}{}
+	<-s.release
 	return v, nil
 }
 
 func TestClientKilledMidCall(t *testing.T) {
-	dir := shortDir(t)
-	startMonitor(t, dir)
+	dir := testmonitor.Start(t)
 	ctx := context.Background()
 	d, err := chanos.Join(ctx, chanos.WithDir(dir))
 	if err != nil {
@@ -228,11 +159,13 @@ func TestClientKilledMidCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	srv := heldServer{called: make(chan struct{}, 1), release: make(chan struct{})}
 	served := make(chan error, 1)
-	go func() { served <- c.Serve(ctx, slowServer{}) }()
-	time.Sleep(20 * time.Millisecond) // the call is being served; not a pass condition
-	cli.Process.Signal(syscall.SIGKILL)
-	err = within(t, 10*time.Second, "server after client kill -9", func() error { return <-served })
+	go func() { served <- c.Serve(ctx, srv) }()
+	testkit.Await(t, "the client's echo call", srv.called)
+	cli.Kill()
+	close(srv.release) // its answer goes to a dead peer
+	err = testkit.Within(t, 10*time.Second, "server after client kill -9", func() error { return <-served })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("Serve = %v, want ErrPeerDied", err)
 	}
@@ -243,8 +176,8 @@ func TestClientKilledMidCall(t *testing.T) {
 }
 
 func TestMonitorGoesAway(t *testing.T) {
-	dir := shortDir(t)
-	stop := startMonitor(t, dir)
+	dir := testkit.ShortDir(t)
+	stop := testmonitor.Serve(t, dir)
 	child(t, dir, "server", "steady", "ready")
 	ctx := context.Background()
 	d, err := chanos.Join(ctx, chanos.WithDir(dir))
@@ -263,7 +196,7 @@ func TestMonitorGoesAway(t *testing.T) {
 		t.Fatalf("echo = %d, %v", v, err)
 	}
 	stop()
-	within(t, 10*time.Second, "domain noticing the monitor's end", func() error { <-d.Done(); return nil })
+	testkit.Within(t, 10*time.Second, "domain noticing the monitor's end", func() error { <-d.Done(); return nil })
 	if !errors.Is(d.Err(), chanos.ErrMonitorLost) {
 		t.Fatalf("domain Err = %v, want ErrMonitorLost", d.Err())
 	}
@@ -280,7 +213,7 @@ func TestMonitorGoesAway(t *testing.T) {
 		t.Fatalf("join without a monitor = %v", err)
 	}
 	// A new monitor: domains join again.
-	startMonitor(t, dir)
+	testmonitor.Serve(t, dir)
 	d2, err := chanos.Join(ctx, chanos.WithDir(dir))
 	if err != nil {
 		t.Fatal(err)
@@ -292,8 +225,7 @@ func TestMonitorGoesAway(t *testing.T) {
 // domain's ump connections, and that a domain without it keeps ump's
 // default.
 func TestSpinWindowOption(t *testing.T) {
-	dir := shortDir(t)
-	startMonitor(t, dir)
+	dir := testmonitor.Start(t)
 	ctx := context.Background()
 	const window = 75 * time.Microsecond
 	for _, tc := range []struct {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -96,7 +97,7 @@ func randomBytes(n int) []byte {
 func TestGarbageDropsOnlyItsSession(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	good := tm.dial(t, "good")
 	if _, err := good.Export(ctx, "good", "kv", 1024); err != nil {
 		t.Fatal(err)
@@ -170,15 +171,15 @@ func TestGarbageDropsOnlyItsSession(t *testing.T) {
 			r.wantHangUp()
 			if c.want != "" {
 				if c.afterHello {
-					tm.logs.waitLog(t, "domain dropped", "program=raw", c.want)
+					tm.logs.Wait(t, "domain dropped", "program=raw", c.want)
 				} else {
-					tm.logs.waitLog(t, "dropped before hello", c.want)
+					tm.logs.Wait(t, "dropped before hello", c.want)
 				}
 			}
 			if c.pipe {
 				// The monitor closed the descriptor it was sent: the pipe
 				// has no reader left.
-				eventually(t, "the monitor to close the descriptor", func() bool {
+				testkit.Eventually(t, "the monitor to close the descriptor", func() bool {
 					_, err := pw.Write([]byte{1})
 					return errors.Is(err, syscall.EPIPE)
 				})
@@ -209,7 +210,7 @@ func TestGarbageDropsOnlyItsSession(t *testing.T) {
 			closeCaps(in.Fds)
 		}
 	}()
-	eventually(t, "the raw sessions to end", func() bool { return tm.sessionCount() == 1 })
+	testkit.Eventually(t, "the raw sessions to end", func() bool { return tm.sessionCount() == 1 })
 	if _, err := good.Export(ctx, "half", "kv", 1024); err != nil {
 		t.Fatalf("the name of a departed domain: %v", err)
 	}
@@ -223,7 +224,7 @@ func TestHelloTimeout(t *testing.T) {
 	tm := startMonitor(t, Config{HelloTimeout: 10 * time.Millisecond})
 	r := tm.raw(t)
 	r.wantHangUp()
-	tm.logs.waitLog(t, "dropped before hello", "no hello within the hello timeout")
+	tm.logs.Wait(t, "dropped before hello", "no hello within the hello timeout")
 }
 
 // Connections beyond --max-domains are closed at once, with a warning
@@ -231,7 +232,7 @@ func TestHelloTimeout(t *testing.T) {
 func TestSessionCap(t *testing.T) {
 	const cap = 4
 	tm := startMonitor(t, Config{MaxDomains: cap})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var clients []*Client
 	for range cap {
 		clients = append(clients, tm.dial(t, "member"))
@@ -247,7 +248,7 @@ func TestSessionCap(t *testing.T) {
 		}
 		uc.Close()
 	}
-	if n := tm.logs.count("too many domains", "max_domains=4"); n != 3000 {
+	if n := tm.logs.Count("too many domains", "max_domains=4"); n != 3000 {
 		t.Fatalf("%d warnings naming the cap, want 3000", n)
 	}
 	for _, c := range clients {
@@ -257,7 +258,7 @@ func TestSessionCap(t *testing.T) {
 	}
 	// A place freed is taken again.
 	clients[0].Close()
-	eventually(t, "the session to end", func() bool { return tm.sessionCount() == cap-1 })
+	testkit.Eventually(t, "the session to end", func() bool { return tm.sessionCount() == cap-1 })
 	c := tm.dial(t, "newcomer")
 	snap, err := c.Ps(ctx)
 	if err != nil || snap.Monitor.Limits.Domains != cap || snap.Monitor.Limits.MaxDomains != cap {

@@ -1,92 +1,29 @@
 package monitor
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/interconnect/ump"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
-// logBuffer collects a monitor's logs for the test to inspect.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *logBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *logBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// count returns how many lines contain every one of subs.
-func (b *logBuffer) count(subs ...string) int {
-	n := 0
-	for _, line := range strings.Split(b.String(), "\n") {
-		ok := line != ""
-		for _, s := range subs {
-			ok = ok && strings.Contains(line, s)
-		}
-		if ok {
-			n++
-		}
-	}
-	return n
-}
-
-// waitLog waits until a log line contains every one of subs.
-func (b *logBuffer) waitLog(t *testing.T, subs ...string) {
-	t.Helper()
-	eventually(t, "a log line with "+strings.Join(subs, ", "), func() bool { return b.count(subs...) > 0 })
-}
-
-// eventually waits until cond holds. What the test checks is cond; the
-// bound is only there to turn a hang into a failure.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	limit := time.Now().Add(waitLimit)
-	for !cond() {
-		if time.Now().After(limit) {
-			t.Fatalf("gave up waiting for %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
+func TestMain(m *testing.M) {
+	testkit.Main(m, testkit.Roles{roleDomain: helperDomain})
 }
 
 // testMonitor is a monitor served in the test's process.
 type testMonitor struct {
 	*Monitor
-	logs *logBuffer
+	logs *testkit.Output
 	dir  string
-}
-
-// shortDir returns a new directory with a short path: socket paths are
-// limited to 107 bytes.
-func shortDir(t testing.TB) string {
-	t.Helper()
-	d, err := os.MkdirTemp("", "chm")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(d) })
-	return d
 }
 
 // startMonitor starts a monitor with cfg in a new directory. When the
@@ -95,9 +32,9 @@ func shortDir(t testing.TB) string {
 func startMonitor(t testing.TB, cfg Config, setup ...func(*Monitor)) *testMonitor {
 	t.Helper()
 	if cfg.Dir == "" {
-		cfg.Dir = filepath.Join(shortDir(t), "chanos")
+		cfg.Dir = filepath.Join(testkit.ShortDir(t), "chanos")
 	}
-	logs := &logBuffer{}
+	logs := &testkit.Output{}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -108,21 +45,7 @@ func startMonitor(t testing.TB, cfg Config, setup ...func(*Monitor)) *testMonito
 	for _, f := range setup {
 		f(m)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-		if _, err := os.Lstat(m.Socket()); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("socket left behind after shutdown: %v", err)
-		}
-		if t.Failed() {
-			t.Logf("monitor logs:\n%s", logs)
-		}
-	})
+	testkit.Serve(t, m, logs)
 	return &testMonitor{Monitor: m, logs: logs, dir: m.Dir()}
 }
 
@@ -175,9 +98,9 @@ func snapshotResources(t *testing.T) resources {
 // nameservice connection and watch has ended and closed what it held.
 func (tm *testMonitor) checkNoLeaks(t *testing.T, base resources) {
 	t.Helper()
-	eventually(t, "the monitor to be idle", tm.idle)
+	testkit.Eventually(t, "the monitor to be idle", tm.idle)
 	var now resources
-	limit := time.Now().Add(waitLimit)
+	limit := time.Now().Add(testkit.Limit)
 	for {
 		now = snapshotResources(t)
 		if now.goroutines <= base.goroutines && now.fds <= base.fds {
@@ -246,13 +169,4 @@ func encode(t *testing.T, m wire.Message, id uint32) []byte {
 	return buf.B
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
-
-// waitLimit bounds eventually and the leak checks.
-var waitLimit = 60 * time.Second

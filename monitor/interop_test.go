@@ -2,16 +2,13 @@ package monitor_test
 
 import (
 	"context"
-	"log/slog"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
-	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/testmonitor"
 )
 
 type echoServer struct{ pingpong.UnimplementedServer }
@@ -22,26 +19,8 @@ func (echoServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v
 // bindings, against a monitor: export, connect over ump and locally, the
 // nameservice, a taken name, and a connect racing its export.
 func TestWithChanos(t *testing.T) {
-	base, err := os.MkdirTemp("", "chi")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(base)
-	dir := filepath.Join(base, "chanos")
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(ctx) }()
-	defer func() {
-		m.Close()
-		if err := <-served; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
+	dir := testmonitor.Start(t)
+	ctx := testkit.Context(t)
 	d1, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("srv"))
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -42,7 +43,7 @@ func TestDirPrecedence(t *testing.T) {
 }
 
 func TestPrepareAndCheckDir(t *testing.T) {
-	base := shortDir(t)
+	base := testkit.ShortDir(t)
 	dir := filepath.Join(base, "a", "chanos")
 	if err := PrepareDir(dir); err != nil {
 		t.Fatal(err)
@@ -102,11 +103,11 @@ func TestCheckPeer(t *testing.T) {
 // A peer of another uid is dropped before hello, with the reason logged.
 func TestOtherUIDRefused(t *testing.T) {
 	tm := startMonitor(t, Config{}, func(m *Monitor) { m.uid = uint32(os.Getuid()) + 1 })
-	_, err := Dial(ctxT(t), tm.dir, "intruder")
+	_, err := Dial(testkit.Context(t), tm.dir, "intruder")
 	if err == nil {
 		t.Fatal("a peer of another uid got a session")
 	}
-	tm.logs.waitLog(t, "connection refused", "reason=credentials", "is not the monitor's uid")
+	tm.logs.Wait(t, "connection refused", "reason=credentials", "is not the monitor's uid")
 }
 
 func TestAlreadyRunningAndStaleSocket(t *testing.T) {
@@ -115,7 +116,7 @@ func TestAlreadyRunningAndStaleSocket(t *testing.T) {
 		t.Fatalf("second monitor: %v", err)
 	}
 	// A socket file left by a dead monitor is replaced.
-	dir := filepath.Join(shortDir(t), "chanos")
+	dir := filepath.Join(testkit.ShortDir(t), "chanos")
 	PrepareDir(dir)
 	ul, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: SocketPath(dir), Net: "unixpacket"})
 	if err != nil {
@@ -140,26 +141,26 @@ func TestHello(t *testing.T) {
 	if a.MachineID() == 0 || a.MachineID() != b.MachineID() || a.MachineID() != tm.MachineID() {
 		t.Fatalf("machine ids %x, %x, monitor %x", a.MachineID(), b.MachineID(), tm.MachineID())
 	}
-	tm.logs.waitLog(t, "domain joined", "program=a")
+	tm.logs.Wait(t, "domain joined", "program=a")
 
 	// A version the monitor does not speak: an error reply says so, then
 	// the session ends.
-	pc, err := seqpacket.Dial(ctxT(t), tm.Socket(), proto.MaxFrameSize)
+	pc, err := seqpacket.Dial(testkit.Context(t), tm.Socket(), proto.MaxFrameSize)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := NewClient(pc)
 	defer c.Close()
-	err = c.call(ctxT(t), &proto.HelloCall{Version: 2, Program: "future"}, &proto.HelloReply{})
+	err = c.call(testkit.Context(t), &proto.HelloCall{Version: 2, Program: "future"}, &proto.HelloReply{})
 	wantStatus(t, "hello version 2", err, proto.StatusInvalid)
 	<-c.Done()
-	tm.logs.waitLog(t, "connection dropped before hello", "unsupported protocol version 2")
+	tm.logs.Wait(t, "connection dropped before hello", "unsupported protocol version 2")
 }
 
 func TestExportBindWithdraw(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	func() {
 		srv, err := Dial(ctx, tm.dir, "server")
 		if err != nil {
@@ -278,7 +279,7 @@ func TestExportBindWithdraw(t *testing.T) {
 		// does not go through the monitor.
 		srv.Close()
 		cli.Close()
-		eventually(t, "the sessions to end", func() bool { return tm.sessionCount() == 0 })
+		testkit.Eventually(t, "the sessions to end", func() bool { return tm.sessionCount() == 0 })
 		exchange(t, cc, sc, "after the sessions")
 		cc.Close()
 		sc.Close()
@@ -289,7 +290,7 @@ func TestExportBindWithdraw(t *testing.T) {
 func TestBindWait(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	func() {
 		srv, _ := Dial(ctx, tm.dir, "server")
 		defer srv.Close()
@@ -307,7 +308,7 @@ func TestBindWait(t *testing.T) {
 			r, err := cli.Bind(ctx, "later", "kv", true)
 			done <- result{r, err}
 		}()
-		eventually(t, "the bind to wait", func() bool {
+		testkit.Eventually(t, "the bind to wait", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
 			s := tm.domains[cli.DomainID()]
@@ -340,7 +341,7 @@ func TestBindWait(t *testing.T) {
 		// Cancelled by the caller: no reply, and the session carries on.
 		cctx, cancel := context.WithCancel(ctx)
 		go func() {
-			eventually(t, "the bind to wait", func() bool {
+			testkit.Eventually(t, "the bind to wait", func() bool {
 				tm.mu.Lock()
 				defer tm.mu.Unlock()
 				s := tm.domains[cli.DomainID()]
@@ -353,7 +354,7 @@ func TestBindWait(t *testing.T) {
 		if _, err := cli.Bind(cctx, "never", "kv", true); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled bind: %v", err)
 		}
-		eventually(t, "the cancelled bind to end", func() bool {
+		testkit.Eventually(t, "the cancelled bind to end", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
 			s := tm.domains[cli.DomainID()]
@@ -367,7 +368,7 @@ func TestBindWait(t *testing.T) {
 
 		// Without a deadline, a waiting bind lasts until the session ends.
 		go cli.Bind(context.Background(), "never", "kv", true)
-		eventually(t, "the bind to wait", func() bool {
+		testkit.Eventually(t, "the bind to wait", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
 			s := tm.domains[cli.DomainID()]
@@ -384,29 +385,29 @@ func TestBindWait(t *testing.T) {
 // A bind to an export whose domain is gone fails with not_found.
 func TestBindToDepartedServer(t *testing.T) {
 	tm := startMonitor(t, Config{})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	srv := tm.dial(t, "server")
 	cli := tm.dial(t, "client")
 	if _, err := srv.Export(ctx, "kv", "kv", 1024); err != nil {
 		t.Fatal(err)
 	}
 	srv.Close()
-	eventually(t, "the server's session to end", func() bool { return tm.sessionCount() == 1 })
+	testkit.Eventually(t, "the server's session to end", func() bool { return tm.sessionCount() == 1 })
 	_, err := cli.Bind(ctx, "kv", "kv", false)
 	wantStatus(t, "bind to a departed server", err, proto.StatusNotFound)
-	tm.logs.waitLog(t, "domain left", "program=server", "exports_withdrawn=[kv]")
+	tm.logs.Wait(t, "domain left", "program=server", "exports_withdrawn=[kv]")
 }
 
 func TestLimits(t *testing.T) {
 	tm := startMonitor(t, Config{MaxExports: 2, MaxPendingBinds: 1})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	c := tm.dial(t, "greedy")
 	c.Export(ctx, "e1", "kv", 1024)
 	c.Export(ctx, "e2", "kv", 1024)
 	_, err := c.Export(ctx, "e3", "kv", 1024)
 	wantStatus(t, "export over the limit", err, proto.StatusLimit)
 	go c.Bind(context.Background(), "never", "kv", true)
-	eventually(t, "the bind to wait", func() bool {
+	testkit.Eventually(t, "the bind to wait", func() bool {
 		tm.mu.Lock()
 		defer tm.mu.Unlock()
 		s := tm.domains[c.DomainID()]
@@ -420,7 +421,7 @@ func TestLimits(t *testing.T) {
 
 // Shutdown: the socket goes, sessions end, Serve returns nil.
 func TestShutdown(t *testing.T) {
-	dir := filepath.Join(shortDir(t), "chanos")
+	dir := filepath.Join(testkit.ShortDir(t), "chanos")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	ready := make(chan *Monitor, 1)
@@ -439,13 +440,13 @@ func TestShutdown(t *testing.T) {
 	case err := <-done:
 		t.Fatal(err)
 	}
-	c, err := Dial(ctxT(t), dir, "to be shut down")
+	c, err := Dial(testkit.Context(t), dir, "to be shut down")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	go c.Bind(context.Background(), "never", "kv", true)
-	ns, err := c.Nameservice(ctxT(t))
+	ns, err := c.Nameservice(testkit.Context(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +459,7 @@ func TestShutdown(t *testing.T) {
 	if _, err := os.Lstat(m.Socket()); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("socket after shutdown: %v", err)
 	}
-	if _, _, err := ns.Get(ctxT(t), "x"); err == nil {
+	if _, _, err := ns.Get(testkit.Context(t), "x"); err == nil {
 		t.Fatal("nameservice still answers after shutdown")
 	}
 	// Run does the same in one call.
@@ -513,7 +514,7 @@ func TestLargePs(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tm := startMonitor(t, Config{MaxExports: 5000}, func(m *Monitor) { m.testMaxPacket = c.maxPacket })
-			ctx := ctxT(t)
+			ctx := testkit.Context(t)
 			big := tm.dial(t, "big")
 			for i := range 4000 {
 				if _, err := big.Export(ctx, fmt.Sprintf("a.rather.long.service.name.%05d", i), "kv", 1024); err != nil {

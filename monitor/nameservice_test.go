@@ -12,6 +12,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/nameservice"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -24,7 +25,7 @@ func iref(n byte) wire.Iref {
 func TestNameservice(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	func() {
 		alice, _ := Dial(ctx, tm.dir, "alice")
 		defer alice.Close()
@@ -109,7 +110,7 @@ func TestNameservice(t *testing.T) {
 			r, c, err := b.WaitFor(ctx, "later")
 			done <- waited{r, c, err}
 		}()
-		eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 1 })
+		testkit.Eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 1 })
 		if _, _, err := b.Get(ctx, "svc.2"); err != nil {
 			t.Fatalf("get while a wait_for waits: %v", err)
 		}
@@ -134,13 +135,13 @@ func TestNameservice(t *testing.T) {
 		// Cancelled: the connection carries on.
 		cctx, cancel := context.WithCancel(ctx)
 		go func() {
-			eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 1 })
+			testkit.Eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 1 })
 			cancel()
 		}()
 		if _, _, err := b.WaitFor(cctx, "never"); !errors.Is(err, context.Canceled) {
 			t.Fatalf("cancelled wait_for: %v", err)
 		}
-		eventually(t, "the cancelled wait_for to end", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 0 })
+		testkit.Eventually(t, "the cancelled wait_for to end", func() bool { return nsPending(tm.Monitor, bob.DomainID()) == 0 })
 		if _, c, err := b.Get(ctx, "later"); err != nil || c != NSOK {
 			t.Fatalf("get after a cancelled wait_for: %d, %v", c, err)
 		}
@@ -196,7 +197,7 @@ func TestNameservice(t *testing.T) {
 		// Names set through the nameservice are the domain's lease: they
 		// go when its session ends.
 		alice.Close()
-		eventually(t, "alice's names to go", func() bool {
+		testkit.Eventually(t, "alice's names to go", func() bool {
 			_, c, _ := b.Get(ctx, "svc.2")
 			return c == NSNotFound
 		})
@@ -234,7 +235,7 @@ func nsPending(m *Monitor, domain uint64) int {
 func TestNameserviceGarbage(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	func() {
 		cli, _ := Dial(ctx, tm.dir, "client")
 		defer cli.Close()
@@ -275,7 +276,7 @@ func TestNameserviceGarbage(t *testing.T) {
 				if _, err := u.Receive(ctx); !errors.Is(err, ump.ErrClosed) {
 					t.Fatalf("after %s: %v; want the monitor to close", c.name, err)
 				}
-				tm.logs.waitLog(t, "nameservice connection dropped", c.want)
+				tm.logs.Wait(t, "nameservice connection dropped", c.want)
 				if _, code, err := good.Get(ctx, nameservice.ServiceName); err != nil || code != NSOK {
 					t.Fatalf("the good connection: %d, %v", code, err)
 				}
@@ -309,7 +310,7 @@ func TestNameserviceGarbage(t *testing.T) {
 				if _, err := u.Receive(ctx); !errors.Is(err, ump.ErrClosed) {
 					t.Fatalf("after a stray %s: %v; want the monitor to close", stray, err)
 				}
-				tm.logs.waitLog(t, "nameservice connection dropped", "never made")
+				tm.logs.Wait(t, "nameservice connection dropped", "never made")
 				if _, code, err := good.Get(ctx, nameservice.ServiceName); err != nil || code != NSOK {
 					t.Fatalf("the good connection: %d, %v", code, err)
 				}
@@ -327,7 +328,7 @@ func TestNameserviceGarbage(t *testing.T) {
 		}
 		greedy.Get(ctx, "x")
 		<-greedy.Changed() // closed when the connection ends
-		tm.logs.waitLog(t, "nameservice connection dropped", "watches on one nameservice connection")
+		tm.logs.Wait(t, "nameservice connection dropped", "watches on one nameservice connection")
 	}()
 	tm.checkNoLeaks(t, base)
 }
@@ -337,7 +338,7 @@ func TestNameserviceGarbage(t *testing.T) {
 func TestNameserviceErrorReply(t *testing.T) {
 	store := names.NewMemory()
 	tm := startMonitor(t, Config{Store: store})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	cli := tm.dial(t, "client")
 	ns, err := cli.Nameservice(ctx)
 	if err != nil {
@@ -366,7 +367,7 @@ func TestNameserviceErrorReply(t *testing.T) {
 func TestNameserviceWaitLimit(t *testing.T) {
 	tm := startMonitor(t, Config{})
 	base := snapshotResources(t)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	func() {
 		cli, _ := Dial(ctx, tm.dir, "client")
 		defer cli.Close()
@@ -384,7 +385,7 @@ func TestNameserviceWaitLimit(t *testing.T) {
 				done <- err
 			}()
 		}
-		eventually(t, "the waits to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == nsMaxWaits })
+		testkit.Eventually(t, "the waits to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == nsMaxWaits })
 		if _, c, err := ns.WaitFor(ctx, "never"); err != nil || c != NSLimit {
 			t.Fatalf("wait_for beyond the limit: %d, %v", c, err)
 		}
@@ -400,7 +401,7 @@ func TestNameserviceWaitLimit(t *testing.T) {
 				t.Fatalf("cancelled wait_for: %v", err)
 			}
 		}
-		eventually(t, "the waits to end", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 0 })
+		testkit.Eventually(t, "the waits to end", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 0 })
 		if _, c, err := ns.WaitFor(ctx, "late"); err != nil || c != NSOK {
 			t.Fatalf("wait_for after the waits: %d, %v", c, err)
 		}
@@ -412,7 +413,7 @@ func TestNameserviceWaitLimit(t *testing.T) {
 // waits ends the connection at once, though its session goes on.
 func TestNameserviceCloseDuringWait(t *testing.T) {
 	tm := startMonitor(t, Config{})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	cli := tm.dial(t, "client")
 	ns, err := cli.Nameservice(ctx)
 	if err != nil {
@@ -423,10 +424,10 @@ func TestNameserviceCloseDuringWait(t *testing.T) {
 		defer close(done)
 		ns.WaitFor(ctx, "never")
 	}()
-	eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 1 })
+	testkit.Eventually(t, "wait_for to wait", func() bool { return nsPending(tm.Monitor, cli.DomainID()) == 1 })
 	ns.Close()
 	<-done
-	eventually(t, "the connection to end", func() bool {
+	testkit.Eventually(t, "the connection to end", func() bool {
 		tm.mu.Lock()
 		defer tm.mu.Unlock()
 		return len(tm.nsConns) == 0

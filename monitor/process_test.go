@@ -1,38 +1,28 @@
 package monitor
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
-	"strings"
 	"testing"
 
 	"github.com/chanos/chanos/interconnect/ump"
+	"github.com/chanos/chanos/internal/testkit"
 )
 
-// envHelperDir makes the test binary run as a domain (TestHelperDomain)
-// of the monitor in the directory it names.
-const envHelperDir = "CHANOS_MONITOR_TEST_HELPER_DIR"
+// roleDomain is the role, played by the test binary in a child process
+// that TestKilledDomain kills, of a domain of the monitor in the directory
+// its argument names: it exports "victim", sets "victim.alias" through
+// the nameservice, echoes on every connection bound to it, says "ready"
+// and waits to be killed.
+const roleDomain = "domain"
 
-// TestHelperDomain is not a test: run by TestKilledDomain in a child
-// process, it is a domain that exports "victim", sets "victim.alias"
-// through the nameservice, echoes on every connection bound to it, says
-// "ready" and waits to be killed.
-func TestHelperDomain(t *testing.T) {
-	dir := os.Getenv(envHelperDir)
-	if dir == "" {
-		t.Skip("run by TestKilledDomain")
+func helperDomain(args []string) error {
+	if len(args) != 1 {
+		return fmt.Errorf("want the monitor's directory, got %q", args)
 	}
-	if err := helperDomain(dir); err != nil {
-		fmt.Println("error:", err)
-		os.Exit(1)
-	}
-}
-
-func helperDomain(dir string) error {
+	dir := args[0]
 	ctx := context.Background()
 	c, err := Dial(ctx, dir, "victim")
 	if err != nil {
@@ -53,7 +43,7 @@ func helperDomain(dir string) error {
 		for in := range c.Incoming() {
 			u, err := OpenUMP(ump.Creator, in.Fds, &ump.Options{MaxMessageSize: int(in.MaxFrame)})
 			if err != nil {
-				fmt.Println("error:", err)
+				fmt.Fprintln(os.Stderr, "domain:", err)
 				os.Exit(1)
 			}
 			go func() {
@@ -75,7 +65,7 @@ func helperDomain(dir string) error {
 // can take the name, and its peers see it die.
 func TestKilledDomain(t *testing.T) {
 	tm := startMonitor(t, Config{})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	cli := tm.dial(t, "client")
 	watcher, err := cli.Nameservice(ctx)
 	if err != nil {
@@ -91,21 +81,8 @@ func TestKilledDomain(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperDomain$")
-	cmd.Env = append(os.Environ(), envHelperDir+"="+tm.dir)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Process.Kill()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
-		t.Fatalf("helper said %q, %v", line, err)
-	}
+	victim := testkit.Start(t, testkit.Self(roleDomain, tm.dir))
+	victim.Expect(t, "ready")
 
 	// Bind to it and talk.
 	bound, err := cli.Bind(ctx, "victim", "echo", false)
@@ -126,16 +103,13 @@ func TestKilledDomain(t *testing.T) {
 	snap, _ := cli.Ps(ctx)
 	found := false
 	for _, d := range snap.Domains {
-		found = found || (d.PID == int32(cmd.Process.Pid) && len(d.Exports) == 1 && d.Exports[0].Name == "victim")
+		found = found || (d.PID == int32(victim.Cmd.Process.Pid) && len(d.Exports) == 1 && d.Exports[0].Name == "victim")
 	}
 	if !found {
 		t.Fatalf("ps does not show the victim: %+v", snap.Domains)
 	}
 
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	cmd.Wait()
+	victim.Kill()
 
 	// Both its names go: the export's and the one it set.
 	removed := map[string]bool{}
@@ -151,7 +125,7 @@ func TestKilledDomain(t *testing.T) {
 	if !removed["victim"] || !removed["victim.alias"] {
 		t.Fatalf("removed %v", removed)
 	}
-	tm.logs.waitLog(t, "domain left", "program=victim", "exports_withdrawn=[victim]")
+	tm.logs.Wait(t, "domain left", "program=victim", "exports_withdrawn=[victim]")
 
 	// Its peer sees it die.
 	if _, err := u.Receive(ctx); !errors.Is(err, ump.ErrPeerDied) {

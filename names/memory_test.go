@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -96,9 +97,7 @@ func TestWaitFor(t *testing.T) {
 		}
 		got <- r
 	}()
-	// Let the waiter register; the test passes either way, this only makes
-	// the blocking path the likely one.
-	time.Sleep(10 * time.Millisecond)
+	waiting(t, s, "late") // the blocking path, not the lookup
 	s.Set(ctx, "late", ref(3), 1)
 	if r := <-got; r != ref(3) {
 		t.Fatalf("waited ref = %v", r)
@@ -200,7 +199,7 @@ func TestCloseEndsWaitsAndWatches(t *testing.T) {
 		_, err := s.WaitFor(context.Background(), "x")
 		errc <- err
 	}()
-	time.Sleep(10 * time.Millisecond)
+	waiting(t, s, "x")
 	s.Close()
 	if err := <-errc; !errors.Is(err, ErrClosed) {
 		t.Fatalf("WaitFor after Close = %v", err)
@@ -218,4 +217,14 @@ func TestCloseEndsWaitsAndWatches(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		t.Fatalf("goroutines: %d before, %d after", before, n)
 	}
+}
+
+// waiting waits until a WaitFor of name has registered with s.
+func waiting(t *testing.T, s *Memory, name string) {
+	t.Helper()
+	testkit.Eventually(t, "a WaitFor of "+name, func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.waiters[name]) > 0
+	})
 }

@@ -1,9 +1,9 @@
 /*
  * check.h: the assertions of every C test (c/tests, and the vector tests
- * that internal/cvectors writes). A check that fails prints where and
- * what, counts a failure and lets the test go on, so that one run shows
- * every failure; check_done ends a test with the count. Each test is one
- * program, so the counts are per program.
+ * that internal/testkit/cvectors writes). A check that fails prints where
+ * and what, counts a failure and lets the test go on, so that one run
+ * shows every failure; check_done ends a test with the count. Each test is
+ * one program, so the counts are per program.
  */
 #ifndef CHANOS_CHECK_H
 #define CHANOS_CHECK_H

@@ -8,11 +8,12 @@
  *   pingpong_server [-name NAME] [-no-reply-to V] [-spin-us US]
  *
  * With -no-reply-to V an echo of V is never answered (for tests of a
- * server killed in the middle of a call). -spin-us sets the spin window
- * (default CHANOS_UMP_DEFAULT_SPIN_NS, 20 µs, as a connection's own
- * receive; 0: sleep at once). The monitor directory comes from $CHANOS_DIR
- * as usual. It prints "serving NAME" once exported, and stops on SIGINT or
- * SIGTERM.
+ * server killed in the middle of a call); it prints "unanswered echo V"
+ * when one arrives, so that such a test knows the call has reached it.
+ * -spin-us sets the spin window (default CHANOS_UMP_DEFAULT_SPIN_NS,
+ * 20 µs, as a connection's own receive; 0: sleep at once). The monitor
+ * directory comes from $CHANOS_DIR as usual. It prints "serving NAME"
+ * once exported, and stops on SIGINT or SIGTERM.
  *
  * Waiting, as chanos_ump_recv does for one connection: after the last
  * frame served, every connection is polled with chanos_conn_spin_recv,
@@ -109,8 +110,11 @@ static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
     case PINGPONG_MSG_ECHO: {
         struct pingpong_echo_reply r = { m.u.echo_call.val };
 
-        if (have_no_reply && m.u.echo_call.val == no_reply_to)
+        if (have_no_reply && m.u.echo_call.val == no_reply_to) {
+            printf("unanswered echo %" PRIu64 "\n", no_reply_to);
+            fflush(stdout);
             return 0;
+        }
         rc = pingpong_echo_reply_encode(&r, &b);
         return rc != 0 ? rc : chanos_conn_reply(c, f, b.data, b.len, -1);
     }

@@ -3,7 +3,7 @@ package c
 import "github.com/chanos/chanos/idl"
 
 // The functions in this file give the C names the back end generates, for
-// tools that write C against generated code (internal/cvectors).
+// tools that write C against generated code (internal/testkit/cvectors).
 
 // Frame kinds, as FrameName and UnionMember take them.
 const (

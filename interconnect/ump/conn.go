@@ -162,6 +162,10 @@ type Conn struct {
 	// it sleeps (sender: waiting for space): tests put a peer's signal
 	// exactly there.
 	testAfterAnnounce func(sender bool)
+	// testBeforePark, if set, runs once the look after the announcement
+	// has found that the waiter must sleep, before it parks: tests act on
+	// a waiter known to be going to sleep.
+	testBeforePark func(sender bool)
 
 	err       atomic.Pointer[connError] // why the connection ended
 	peerEnd   atomic.Pointer[connError] // set when the peer's socket closed
@@ -458,9 +462,13 @@ func (c *Conn) txSleep() bool {
 	if c.testAfterAnnounce != nil {
 		c.testAfterAnnounce(true)
 	}
-	return atomic.LoadUint64(c.tx.headp) != c.tx.head ||
+	awake := atomic.LoadUint64(c.tx.headp) != c.tx.head ||
 		c.tx.bulk != nil && atomic.LoadUint64(c.tx.bheadp) != c.tx.bhead || c.closing.Load() ||
 		c.peerEnd.Load() != nil || atomic.LoadUint64(c.peerClosedp) != 0
+	if !awake && c.testBeforePark != nil {
+		c.testBeforePark(true)
+	}
+	return awake
 }
 
 // Receive returns the next message. The returned slice is owned by the
@@ -658,8 +666,12 @@ func (c *Conn) rxSleep() bool {
 		c.testAfterAnnounce(false)
 	}
 	c.rxPublish(false) // after the fence above: sees a sleeping producer
-	return c.rx.changed() || c.closing.Load() || c.peerEnd.Load() != nil ||
+	awake := c.rx.changed() || c.closing.Load() || c.peerEnd.Load() != nil ||
 		atomic.LoadUint64(c.peerClosedp) != 0
+	if !awake && c.testBeforePark != nil {
+		c.testBeforePark(false)
+	}
+	return awake
 }
 
 // Close ends the connection. The peer receives everything sent before,

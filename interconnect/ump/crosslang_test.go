@@ -5,6 +5,8 @@ import (
 	"errors"
 	"strconv"
 	"testing"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 // The message sequence of the cross-language exchange; c/tools/exchange.h
@@ -78,9 +80,9 @@ func TestCrossLanguage(t *testing.T) {
 // the creator's RingSlots and BulkSize.
 func crossExchange(t *testing.T, peer string, goSide Side, cSide string, count uint64, max, slots, bulk int) {
 	before := countResources(t)
-	ch := startChild(t, "", "", peer, "exchange", cSide, strconv.FormatUint(count, 10), strconv.Itoa(max),
+	ch := startChild(t, "", nil, peer, "exchange", cSide, strconv.FormatUint(count, 10), strconv.Itoa(max),
 		strconv.Itoa(slots), strconv.Itoa(bulk))
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var c *Conn
 	var err error
 	o := &Options{MaxMessageSize: max, RingSlots: slots, BulkSize: bulk}
@@ -90,7 +92,7 @@ func crossExchange(t *testing.T, peer string, goSide Side, cSide string, count u
 		c, err = Attach(ctx, ch.sock, o)
 	}
 	if err != nil {
-		ch.kill()
+		ch.Kill()
 		t.Fatal(err)
 	}
 	out, in := int(goSide), 1-int(goSide)
@@ -132,11 +134,11 @@ func crossExchange(t *testing.T, peer string, goSide Side, cSide string, count u
 // ErrPeerDied.
 func TestCrossLanguageKill(t *testing.T) {
 	peer := cPeer(t)
-	ch := startChild(t, "", "", peer, "echo", "attacher", "4096")
-	ctx := ctxT(t)
+	ch := startChild(t, "", nil, peer, "echo", "attacher", "4096")
+	ctx := testkit.Context(t)
 	c, err := Create(ctx, ch.sock, &Options{MaxMessageSize: 4096})
 	if err != nil {
-		ch.kill()
+		ch.Kill()
 		t.Fatal(err)
 	}
 	defer c.Close()
@@ -146,7 +148,7 @@ func TestCrossLanguageKill(t *testing.T) {
 	if m, err := c.Receive(ctx); err != nil || string(m) != "ping" {
 		t.Fatalf("echo = %q, %v", m, err)
 	}
-	ch.kill()
+	ch.Kill()
 	if _, err := c.Receive(ctx); !errors.Is(err, ErrPeerDied) {
 		t.Fatalf("Receive = %v, want ErrPeerDied", err)
 	}

@@ -1,7 +1,6 @@
 package ump
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -17,33 +16,31 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
-// Multi-process tests re-execute the test binary with UMP_TEST_CHILD set to
-// a role; the child finds its end of the socket on descriptor 3.
-const childEnv = "UMP_TEST_CHILD"
+// The roles of the multi-process tests: the test binary, started by
+// startChild, finds its end of the socket on descriptor 3.
+var childRoles = []string{"echo", "send-close", "die-mid-write", "stream-forever", "exclusive-unregistered", "scribble"}
 
 func TestMain(m *testing.M) {
-	if role := os.Getenv(childEnv); role != "" {
-		if err := runChild(role, os.Args[len(os.Args)-1]); err != nil {
-			fmt.Fprintf(os.Stderr, "child %s: %v\n", role, err)
-			os.Exit(1)
-		}
-		os.Exit(0)
+	roles := testkit.Roles{}
+	for _, role := range childRoles {
+		roles[role] = func(args []string) error { return runChild(role, args) }
 	}
-	os.Exit(m.Run())
+	testkit.Main(m, roles)
 }
 
 // child is a process started by startChild.
 type child struct {
-	cmd    *exec.Cmd
-	sock   *net.UnixConn // the parent's end
-	stdout *bufio.Reader
+	*testkit.Child
+	sock *net.UnixConn // the parent's end
 }
 
-// startChild starts the test binary (or, with prog, another program) with
-// one end of a new socket pair as descriptor 3.
-func startChild(t *testing.T, role, arg string, prog ...string) *child {
+// startChild starts the test binary in role with args (or, with prog,
+// another program) with one end of a new socket pair as descriptor 3.
+func startChild(t *testing.T, role string, args []string, prog ...string) *child {
 	t.Helper()
 	a, b, err := SocketPair()
 	if err != nil {
@@ -59,41 +56,18 @@ func startChild(t *testing.T, role, arg string, prog ...string) *child {
 	if len(prog) > 0 {
 		cmd = exec.Command(prog[0], prog[1:]...)
 	} else {
-		cmd = exec.Command(os.Args[0], "-test.run=^$", arg)
-		cmd.Env = append(os.Environ(), childEnv+"="+role, "GORACE=atexit_sleep_ms=0")
+		cmd = testkit.Self(role, args...)
 	}
 	cmd.ExtraFiles = []*os.File{bf}
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return &child{cmd: cmd, sock: a, stdout: bufio.NewReader(out)}
+	return &child{Child: testkit.Start(t, cmd), sock: a}
 }
 
 // wait waits for the child to exit and fails the test if it failed.
 func (c *child) wait(t *testing.T) {
 	t.Helper()
-	done := make(chan error, 1)
-	go func() { done <- c.cmd.Wait() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("child: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		c.cmd.Process.Kill()
-		t.Errorf("child did not exit: %v", <-done)
+	if err := c.Wait(t); err != nil {
+		t.Errorf("child: %v", err)
 	}
-}
-
-// kill kills the child with SIGKILL and reaps it.
-func (c *child) kill() {
-	c.cmd.Process.Kill()
-	c.cmd.Wait()
 }
 
 func childConn() (*net.UnixConn, error) {
@@ -121,7 +95,11 @@ func checkPattern(b []byte, i int) error {
 	return nil
 }
 
-func runChild(role, arg string) error {
+func runChild(role string, args []string) error {
+	arg := ""
+	if len(args) > 0 {
+		arg = args[0]
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sock, err := childConn()
@@ -170,8 +148,7 @@ func runChild(role, arg string) error {
 		c.smu.Lock()
 		c.tx.writePartial(pattern(buf, 3), 2)
 		fmt.Println("ready")
-		time.Sleep(time.Minute)
-		return fmt.Errorf("not killed")
+		select {} // until killed
 	case "stream-forever": // large messages until killed
 		buf := make([]byte, c.MaxMessageSize())
 		fmt.Println("ready")

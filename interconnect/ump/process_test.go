@@ -4,37 +4,29 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 // attachChild starts a child in role and creates the connection to it.
 func attachChild(t *testing.T, role, arg string, o *Options) (*child, *Conn) {
 	t.Helper()
-	ch := startChild(t, role, arg)
-	c, err := Create(ctxT(t), ch.sock, o)
+	ch := startChild(t, role, []string{arg})
+	c, err := Create(testkit.Context(t), ch.sock, o)
 	if err != nil {
-		ch.kill()
+		ch.Kill()
 		t.Fatal(err)
 	}
 	return ch, c
-}
-
-func waitReady(t *testing.T, ch *child) {
-	t.Helper()
-	line, err := ch.stdout.ReadString('\n')
-	if strings.TrimSpace(line) != "ready" {
-		ch.kill()
-		t.Fatalf("child said %q, %v", line, err)
-	}
 }
 
 // TestProcessEcho exchanges messages of every size with another process.
 func TestProcessEcho(t *testing.T) {
 	before := countResources(t)
 	ch, c := attachChild(t, "echo", "", nil)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 3000 {
 		n := i % 700
 		if i%100 == 0 {
@@ -64,7 +56,7 @@ func TestProcessCloseThenExit(t *testing.T) {
 	ch, c := attachChild(t, "send-close", "500", nil)
 	defer c.Close()
 	ch.wait(t) // the child is gone before we read anything
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 500 {
 		m, err := c.Receive(ctx)
 		if err != nil {
@@ -89,9 +81,9 @@ func TestProcessCloseThenExit(t *testing.T) {
 func TestKillMidWrite(t *testing.T) {
 	before := countResources(t)
 	ch, c := attachChild(t, "die-mid-write", "", nil)
-	waitReady(t, ch)
-	ch.kill()
-	ctx := ctxT(t)
+	ch.Expect(t, "ready")
+	ch.Kill()
+	ctx := testkit.Context(t)
 	for i := range 3 {
 		m, err := c.Receive(ctx)
 		if err != nil {
@@ -123,11 +115,11 @@ func TestKillMidWrite(t *testing.T) {
 func TestKillWhileStreaming(t *testing.T) {
 	ch, c := attachChild(t, "stream-forever", "", nil)
 	defer c.Close()
-	waitReady(t, ch)
-	ctx := ctxT(t)
+	ch.Expect(t, "ready")
+	ctx := testkit.Context(t)
 	for i := 0; ; i++ {
 		if i == 50 {
-			go ch.kill()
+			go ch.Kill()
 		}
 		m, err := c.Receive(ctx)
 		if err != nil {
@@ -158,10 +150,10 @@ func TestScribbler(t *testing.T) {
 	}{{0, false}, {100, false}, {200, false}, {8, true}, {100, true}} {
 		t.Run(fmt.Sprintf("%d-exclusive-%v", tc.size, tc.exclusive), func(t *testing.T) {
 			ch, c := attachChild(t, "scribble", "", nil)
-			defer ch.kill()
+			defer ch.Kill()
 			defer c.Close()
-			waitReady(t, ch)
-			ctx := ctxT(t)
+			ch.Expect(t, "ready")
+			ctx := testkit.Context(t)
 			send, receive := c.Send, c.Receive
 			if tc.exclusive {
 				send, receive = c.SendExclusive, c.ReceiveExclusive

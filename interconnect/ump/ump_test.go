@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 func pipe(t *testing.T, o *Options) (*Conn, *Conn) {
@@ -22,18 +24,12 @@ func pipe(t *testing.T, o *Options) (*Conn, *Conn) {
 	return a, b
 }
 
-func ctxT(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
 // TestSizes sends every size around the slot boundaries and up to the
 // maximum, both ways, and checks content and order.
 func TestSizes(t *testing.T) {
 	const max = 4096
 	a, b := pipe(t, &Options{MaxMessageSize: max, RingSlots: 256})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	var sizes []int
 	for n := 0; n <= 4*SlotPayload+1; n++ {
 		sizes = append(sizes, n)
@@ -74,7 +70,7 @@ func TestSizes(t *testing.T) {
 
 func TestTooLarge(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 1000})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	if err := a.Send(ctx, make([]byte, 1001)); !errors.Is(err, ErrTooLarge) {
 		t.Fatalf("Send(1001 bytes) = %v, want ErrTooLarge", err)
 	}
@@ -128,7 +124,7 @@ func TestBadOptions(t *testing.T) {
 // writing nothing, and a blocked Send proceeds once the receiver reads.
 func TestFullRing(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 200, RingSlots: 16, SpinWindow: time.Microsecond})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	n := 0
 	for ; ; n++ {
 		sctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
@@ -144,13 +140,12 @@ func TestFullRing(t *testing.T) {
 	if n != 16/2 { // 100 bytes take 2 slots
 		t.Fatalf("%d messages fit in 16 slots, want 8", n)
 	}
+	// A Send into the full ring goes to sleep until there is room.
+	sleeping, park := holdBeforePark(t, a, true)
 	sent := make(chan error, 1)
 	go func() { sent <- a.Send(ctx, pattern(make([]byte, 100), n)) }()
-	select {
-	case err := <-sent:
-		t.Fatalf("Send into a full ring returned %v", err)
-	case <-time.After(20 * time.Millisecond):
-	}
+	testkit.Await(t, "the Send into a full ring to go to sleep", sleeping)
+	park()
 	for i := 0; i <= n; i++ {
 		m, err := b.Receive(ctx)
 		if err != nil {
@@ -169,9 +164,11 @@ func TestFullRing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); cancel() }()
-	if err := a.Send(cctx, make([]byte, 100)); !errors.Is(err, context.Canceled) {
+	wctx := testkit.NewWaitContext()
+	go func() { sent <- a.Send(wctx, make([]byte, 100)) }()
+	wctx.Waiting(t)
+	wctx.Cancel()
+	if err := <-sent; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Send = %v, want context.Canceled", err)
 	}
 }
@@ -181,7 +178,7 @@ func TestFullRing(t *testing.T) {
 // consumer makes room.
 func TestTrySend(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 200, RingSlots: 16})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	n := 0
 	for ; ; n++ {
 		ok, err := a.TrySend(pattern(make([]byte, 100), n))
@@ -232,21 +229,38 @@ func TestTrySend(t *testing.T) {
 
 func TestReceiveContext(t *testing.T) {
 	a, b := pipe(t, nil)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 	defer cancel()
 	if _, err := b.Receive(dctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Receive = %v, want DeadlineExceeded", err)
 	}
-	cctx, cancel2 := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); cancel2() }()
-	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
+	wctx := testkit.NewWaitContext()
+	got := make(chan error, 1)
+	go func() { _, err := b.Receive(wctx); got <- err }()
+	wctx.Waiting(t)
+	wctx.Cancel()
+	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v, want Canceled", err)
 	}
-	// The deadline left on the eventfd must not affect later calls.
-	go func() { time.Sleep(20 * time.Millisecond); a.Send(ctx, []byte("late")) }()
-	if m, err := b.Receive(ctx); err != nil || string(m) != "late" {
-		t.Fatalf("Receive = %q, %v", m, err)
+	// The deadline left on the eventfd must not affect later calls: a
+	// receive that goes to sleep is woken by the message, not the deadline.
+	sleeping, park := holdBeforePark(t, b, false)
+	received := make(chan error, 1)
+	go func() {
+		m, err := b.Receive(ctx)
+		if err == nil && string(m) != "late" {
+			err = fmt.Errorf("got %q", m)
+		}
+		received <- err
+	}()
+	testkit.Await(t, "the receiver to go to sleep", sleeping)
+	if err := a.Send(ctx, []byte("late")); err != nil {
+		t.Fatal(err)
+	}
+	park()
+	if err := <-received; err != nil {
+		t.Fatalf("Receive after the context errors: %v", err)
 	}
 	if b.Err() != nil {
 		t.Fatalf("Err = %v after context errors, want nil", b.Err())
@@ -257,7 +271,7 @@ func TestReceiveContext(t *testing.T) {
 // goes through the eventfd wake-up path.
 func TestParkedPingPong(t *testing.T) {
 	a, b := pipe(t, &Options{SpinWindow: -1})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	go func() {
 		for {
 			m, err := b.Receive(ctx)
@@ -285,16 +299,18 @@ func TestParkedPingPong(t *testing.T) {
 // then ErrClosed, on both sides and for blocked callers.
 func TestClose(t *testing.T) {
 	a, b := pipe(t, nil)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 100 {
 		if err := a.Send(ctx, pattern(make([]byte, i), i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A receiver parked on a's side ends when a closes.
+	sleeping, park := holdBeforePark(t, a, false)
 	parked := make(chan error, 1)
 	go func() { _, err := a.Receive(ctx); parked <- err }()
-	time.Sleep(5 * time.Millisecond)
+	testkit.Await(t, "the receiver to go to sleep", sleeping)
+	park()
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +348,7 @@ func TestClose(t *testing.T) {
 // before it unmaps the rings, also when the two race.
 func TestReceiveExclusive(t *testing.T) {
 	a, b := pipe(t, nil)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 50 {
 		if err := b.Send(ctx, pattern(make([]byte, i*97), i)); err != nil {
 			t.Fatal(err)
@@ -407,7 +423,7 @@ func TestReceiveExclusive(t *testing.T) {
 // so do their neighbours of other sizes.
 func TestEightByteFragments(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 8})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	sizes := []int{8, SlotPayload + 8, 2*SlotPayload + 8, 7, 9, SlotPayload, 0}
 	for i := range 200 {
 		n := sizes[i%len(sizes)]
@@ -434,7 +450,7 @@ func TestEightByteFragments(t *testing.T) {
 // with plain stores and Close fences every thread; with it, atomic swaps.)
 func TestSendExclusive(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 8})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 50 {
 		if err := a.SendExclusive(ctx, pattern(make([]byte, i*83), i)); err != nil {
 			t.Fatal(err)
@@ -538,7 +554,7 @@ func TestFenceRegisteredInBackground(t *testing.T) {
 	if registered != fenceYes {
 		t.Skip("membarrier(2) is not available: the calls always swap")
 	}
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 100 {
 		fenceState.Store(0) // registering, as in a new process
 		x, y := pipe(t, &Options{MaxMessageSize: 64})
@@ -576,7 +592,7 @@ func TestFenceRegisteredInBackground(t *testing.T) {
 // milliseconds (it once held up every Go program's first round trip).
 func TestExclusiveCallsBeforeRegistration(t *testing.T) {
 	ch, c := attachChild(t, "exclusive-unregistered", "200", nil)
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for i := range 400 { // 200 held back, 200 after
 		if err := c.Send(ctx, pattern(make([]byte, i%100), i)); err != nil {
 			t.Fatal(err)
@@ -599,15 +615,17 @@ func TestExclusiveCallsBeforeRegistration(t *testing.T) {
 // closes.
 func TestCloseWakesSender(t *testing.T) {
 	a, b := pipe(t, &Options{MaxMessageSize: 56, RingSlots: 4})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	for range 4 {
 		if err := a.Send(ctx, []byte("fill")); err != nil {
 			t.Fatal(err)
 		}
 	}
+	sleeping, park := holdBeforePark(t, a, true)
 	sent := make(chan error, 1)
 	go func() { sent <- a.Send(ctx, []byte("blocked")) }()
-	time.Sleep(5 * time.Millisecond)
+	testkit.Await(t, "the sender to go to sleep", sleeping)
+	park()
 	b.Close()
 	if err := <-sent; !errors.Is(err, ErrClosed) {
 		t.Fatalf("blocked Send = %v, want ErrClosed", err)
@@ -617,7 +635,7 @@ func TestCloseWakesSender(t *testing.T) {
 // TestNoLeaks opens, uses and closes connections and checks that the
 // descriptors, mappings and goroutines are all released.
 func TestNoLeaks(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
 	// Warm up whatever the runtime allocates once (netpoller, timers).
 	a, b, err := Pipe(nil)
 	if err != nil {
@@ -683,18 +701,35 @@ func TestDefaults(t *testing.T) {
 // registration of a context's end outlives one wait.
 func TestContextEndsBetweenWaits(t *testing.T) {
 	a, b := pipe(t, &Options{SpinWindow: -1})
-	ctx := ctxT(t)
+	ctx := testkit.Context(t)
+	// receiveWaiting receives on b with rctx once the receive has gone
+	// to sleep and a has sent msg.
+	receiveWaiting := func(rctx context.Context, msg string) ([]byte, error) {
+		t.Helper()
+		sleeping, park := holdBeforePark(t, b, false)
+		type result struct {
+			m   []byte
+			err error
+		}
+		got := make(chan result, 1)
+		go func() { m, err := b.Receive(rctx); got <- result{m, err} }()
+		testkit.Await(t, "the receiver to go to sleep", sleeping)
+		if err := a.Send(ctx, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		park()
+		r := <-got
+		return r.m, r.err
+	}
 	cctx, cancel := context.WithCancel(ctx)
-	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("one")) }()
-	if m, err := b.Receive(cctx); err != nil || string(m) != "one" {
+	if m, err := receiveWaiting(cctx, "one"); err != nil || string(m) != "one" {
 		t.Fatalf("Receive = %q, %v", m, err)
 	}
 	cancel() // while no wait is under way
 	if _, err := b.Receive(cctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive with the ended context = %v, want Canceled", err)
 	}
-	go func() { time.Sleep(10 * time.Millisecond); a.Send(ctx, []byte("two")) }()
-	if m, err := b.Receive(ctx); err != nil || string(m) != "two" {
+	if m, err := receiveWaiting(ctx, "two"); err != nil || string(m) != "two" {
 		t.Fatalf("Receive with another context = %q, %v", m, err)
 	}
 }
@@ -710,7 +745,7 @@ func TestSendParts(t *testing.T) {
 		{MaxMessageSize: max, RingSlots: 16, BulkSize: 2 * max},
 	} {
 		a, b := pipe(t, o)
-		ctx := ctxT(t)
+		ctx := testkit.Context(t)
 		sizes := []int{0, 1, SlotPayload, 3*SlotPayload + 5, BulkMin, BulkMin + 1, 3000, max}
 		done := make(chan error, 1)
 		go func() {
@@ -787,7 +822,7 @@ func TestGarbageInNextSlot(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, b := pipe(t, &Options{RingSlots: 8})
-			ctx := ctxT(t)
+			ctx := testkit.Context(t)
 			if err := a.SendExclusive(ctx, []byte("first")); err != nil {
 				t.Fatal(err)
 			}

@@ -20,6 +20,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -153,7 +154,7 @@ func TestCClientGarbage(t *testing.T) {
 		if err := genrt.Engine(c.Raw()).SendFrame(ctx, answer); err != nil {
 			t.Errorf("%s: send: %v", name, err)
 		}
-		err = within(t, 20*time.Second, "the C client after "+name, cmd.Wait)
+		err = testkit.Within(t, 20*time.Second, "the C client after "+name, cmd.Wait)
 		c.Close()
 		if !checkExit(t, "the C client answered with "+name, err, out.String(), 1) {
 			continue

@@ -29,6 +29,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
 )
@@ -103,38 +104,30 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startMonitor runs `chanos monitor --dir DIR` in a short private directory
-// (socket paths are limited to 108 bytes) and returns DIR once the socket
-// is there.
+// startMonitor runs `chanos monitor --dir DIR` in a new private
+// directory and returns DIR once the monitor's socket is there. At the
+// test's end it stops the monitor with SIGTERM, and shows its log if the
+// test failed.
 func startMonitor(t *testing.T) string {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "cx")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
+	dir := testkit.ShortDir(t)
 	cmd := exec.Command(goBin(t, "chanos"), "monitor", "--dir", dir)
-	log := &strings.Builder{}
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	log := &testkit.Output{}
+	cmd.Stderr = log
+	m := testkit.Start(t, cmd)
 	t.Cleanup(func() {
-		cmd.Process.Signal(syscall.SIGTERM)
-		cmd.Wait()
+		m.Cmd.Process.Signal(syscall.SIGTERM)
+		m.Wait(t)
 		if t.Failed() {
-			t.Logf("monitor log:\n%s", log)
+			t.Logf("monitor log:\n%s\n%s", strings.Join(m.Remaining(), "\n"), log)
 		}
 	})
 	sock := filepath.Join(dir, "monitor.sock")
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if _, err := os.Stat(sock); err == nil {
-			return dir
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the monitor did not create %s", sock)
-		}
-	}
+	testkit.Eventually(t, "the monitor's socket "+sock, func() bool {
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	return dir
 }
 
 func checkClientOutput(t *testing.T, out string) {
@@ -161,11 +154,7 @@ func TestCClientGoServer(t *testing.T) {
 	// the Go server logs "serving" on stderr; wait for the name instead
 	srv := exec.Command(goBin(t, "pingpong-server"), "-name", "gosvc")
 	srv.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	srv.Stderr = os.Stderr
-	if err := srv.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Process.Kill(); srv.Wait() })
+	testkit.Start(t, srv)
 	// the C client waits for the name to appear (-wait)
 	checkClientOutput(t, run(t, dir, cli, "-name", "gosvc", "-n", "1000", "-wait", "20000"))
 }
@@ -205,36 +194,20 @@ func TestCNameErrors(t *testing.T) {
 	}
 }
 
-// within fails the test if fn does not return within d.
-func within(t *testing.T, d time.Duration, what string, fn func() error) error {
-	t.Helper()
-	errc := make(chan error, 1)
-	go func() { errc <- fn() }()
-	select {
-	case err := <-errc:
-		return err
-	case <-time.After(d):
-		t.Fatalf("%s: no result within %v", what, d)
-		return nil
-	}
-}
-
-// slowServer signals each echo call, then takes its time to answer.
-type slowServer struct {
+// heldServer answers pings; it says that an echo call has reached it,
+// then answers once the test lets it go.
+type heldServer struct {
 	pingpong.UnimplementedServer
-	called chan struct{}
+	called, release chan struct{}
 }
 
-func (s slowServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
+func (s heldServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
 	return from.Send(ctx, &pingpong.Pong{ClientID: m.ClientID, MsgID: m.MsgID})
 }
 
-func (s slowServer) Echo(ctx context.Context, v uint64) (uint64, error) {
-	select {
-	case s.called <- struct{}{}:
-	default:
-	}
-	time.Sleep(200 * time.Millisecond)
+func (s heldServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	s.called <- struct{}{}
+	<-s.release
 	return v, nil
 }
 
@@ -251,19 +224,20 @@ func TestCClientKilledMidCall(t *testing.T) {
 	}
 	defer l.Close()
 	client := spawn(t, dir, cli, "-name", "patient", "-n", "1")
-	if line := client.line(t); !strings.HasPrefix(line, "connected") {
+	if line := client.Line(t); !strings.HasPrefix(line, "connected") {
 		t.Fatalf("the C client printed %q, want connected...", line)
 	}
 	c, err := l.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := slowServer{called: make(chan struct{}, 1)}
+	srv := heldServer{called: make(chan struct{}, 1), release: make(chan struct{})}
 	served := make(chan error, 1)
 	go func() { served <- c.Serve(ctx, srv) }()
-	within(t, 10*time.Second, "the C client's echo call", func() error { <-srv.called; return nil })
+	testkit.Await(t, "the C client's echo call", srv.called)
 	client.kill(t)
-	err = within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })
+	close(srv.release) // its answer goes to a dead peer
+	err = testkit.Within(t, 10*time.Second, "server after the C client's kill -9", func() error { return <-served })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("Serve = %v, want ErrPeerDied", err)
 	}
@@ -290,21 +264,19 @@ func TestCServerKilled(t *testing.T) {
 	}
 	pending := make(chan error, 1)
 	go func() { _, err := c.Echo(ctx, blockForever); pending <- err }()
-	time.Sleep(20 * time.Millisecond) // let the call reach the server; not a pass condition
-	srv.kill(t)
-	err = within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
+	if l, want := srv.Line(t), fmt.Sprint("unanswered echo ", uint64(blockForever)); l != want {
+		t.Fatalf("the C server printed %q, want %q", l, want)
+	}
+	srv.kill(t) // the call has reached it
+	err = testkit.Within(t, 10*time.Second, "pending call after kill -9", func() error { return <-pending })
 	if !errors.Is(err, chanos.ErrPeerDied) {
 		t.Fatalf("pending call = %v, want ErrPeerDied", err)
 	}
-	within(t, 10*time.Second, "name removal", func() error {
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-			_, err := pingpong.Connect(cctx, d, "victim")
-			cancel()
-			if errors.Is(err, chanos.ErrNotFound) {
-				return nil
-			}
-		}
+	testkit.Eventually(t, "name removal", func() bool {
+		cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		_, err := pingpong.Connect(cctx, d, "victim")
+		return errors.Is(err, chanos.ErrNotFound)
 	})
 }
 
@@ -398,22 +370,18 @@ func TestCNameserviceWaitFor(t *testing.T) {
 	dir := startMonitor(t)
 	ns := nsClient(t, dir)
 	waiter := spawn(t, dir, prog, "wait", "late.1", "20000")
-	if l := waiter.line(t); l != "waiting for late.1" {
+	if l := waiter.Line(t); l != "waiting for late.1" {
 		t.Fatalf("waiter printed %q", l)
 	}
-	// Nobody has set the name: the waiter must still be waiting.
-	select {
-	case l, ok := <-waiter.lines:
-		t.Fatalf("waiter returned before the name was set: %q (open %v)", l, ok)
-	case <-time.After(300 * time.Millisecond):
-	}
 	setter := spawn(t, dir, prog, "set", "late.1")
-	l := setter.line(t)
+	l := setter.Line(t)
 	ref, ok := strings.CutPrefix(l, "set late.1 ")
 	if !ok {
 		t.Fatalf("setter printed %q", l)
 	}
-	l = waiter.line(t)
+	// The waiter's answer names the iref the setter was given: it can
+	// only have come after the set.
+	l = waiter.Line(t)
 	if !strings.HasPrefix(l, "found late.1 "+ref+" after ") {
 		t.Fatalf("waiter printed %q, want found late.1 %s", l, ref)
 	}

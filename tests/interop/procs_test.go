@@ -8,7 +8,6 @@ package interop
 // teardown (a use-after-free, a leak) then fails the test.
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -17,10 +16,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 // sanitizerExit is the exit status of a program in which AddressSanitizer
@@ -105,33 +105,12 @@ func run(t *testing.T, dir string, prog string, args ...string) string {
 	return runExit(t, dir, 0, prog, args...)
 }
 
-// lockedBuffer collects a program's stderr.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // proc is a program running as a domain, its stdout read line by line.
 type proc struct {
+	*testkit.Child
 	name   string
-	cmd    *exec.Cmd
-	lines  chan string // closed at the end of its output
 	stdin  io.WriteCloser
-	stderr *lockedBuffer
-	done   chan struct{} // closed once the program ended; err is then set
-	err    error         // what Wait returned
+	stderr *testkit.Output
 	// server: stopped with SIGTERM at cleanup, which must end it with
 	// status 0.
 	server bool
@@ -154,7 +133,7 @@ func spawn(t *testing.T, dir, prog string, args ...string) *proc {
 func start(t *testing.T, dir, want string, prog string, args ...string) *proc {
 	t.Helper()
 	p := spawnProc(t, true, dir, prog, args...)
-	if line := p.line(t); !strings.HasPrefix(line, want) {
+	if line := p.Line(t); !strings.HasPrefix(line, want) {
 		t.Fatalf("%s printed %q, want %q...", p.name, line, want)
 	}
 	return p
@@ -164,35 +143,13 @@ func spawnProc(t *testing.T, server bool, dir, prog string, args ...string) *pro
 	t.Helper()
 	cmd := exec.Command(prog, args...)
 	cmd.Env = cEnv(dir)
-	p := &proc{
-		name:   filepath.Base(prog),
-		cmd:    cmd,
-		lines:  make(chan string, 1024),
-		stderr: &lockedBuffer{},
-		done:   make(chan struct{}),
-		server: server,
-	}
+	p := &proc{name: filepath.Base(prog), stderr: &testkit.Output{}, server: server}
 	cmd.Stderr = p.stderr
 	var err error
 	if p.stdin, err = cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			p.lines <- sc.Text()
-		}
-		close(p.lines)
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
+	p.Child = testkit.Start(t, cmd)
 	t.Cleanup(func() { p.cleanup(t) })
 	return p
 }
@@ -206,11 +163,10 @@ func (p *proc) cleanup(t *testing.T) {
 		p.stop(t)
 	default:
 		select {
-		case <-p.done:
-			p.reported = !checkExit(t, p.name, p.err, p.stderr.String(), 0)
+		case <-p.Done():
+			p.reported = !checkExit(t, p.name, p.Wait(t), p.stderr.String(), 0)
 		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-p.done
+			p.Kill()
 			if !t.Failed() {
 				t.Errorf("%s was still running at the end of the test", p.name)
 			}
@@ -221,27 +177,13 @@ func (p *proc) cleanup(t *testing.T) {
 	}
 }
 
-// ended waits for the program to end and returns what its Wait returned.
-func (p *proc) ended(t *testing.T, what string) error {
-	t.Helper()
-	select {
-	case <-p.done:
-		return p.err
-	case <-time.After(20 * time.Second):
-		p.cmd.Process.Kill()
-		<-p.done
-		t.Fatalf("%s did not end within 20s after %s", p.name, what)
-		return nil
-	}
-}
-
 // stop sends the program SIGTERM and fails the test unless it exits with
 // status 0.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
 	p.checked = true
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.reported = !checkExit(t, p.name+" stopped with SIGTERM", p.ended(t, "SIGTERM"), p.stderr.String(), 0)
+	p.Cmd.Process.Signal(syscall.SIGTERM)
+	p.reported = !checkExit(t, p.name+" stopped with SIGTERM", p.Wait(t), p.stderr.String(), 0)
 }
 
 // kill kills the program with -9, waits for its end and fails the test
@@ -249,8 +191,8 @@ func (p *proc) stop(t *testing.T) {
 func (p *proc) kill(t *testing.T) {
 	t.Helper()
 	p.checked = true
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	err := p.ended(t, "kill -9")
+	p.Cmd.Process.Signal(syscall.SIGKILL)
+	err := p.Wait(t)
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
@@ -265,39 +207,16 @@ func (p *proc) kill(t *testing.T) {
 	t.Errorf("%s ended with %v, not by kill -9:\n%s", p.name, err, p.stderr.String())
 }
 
-// line returns the program's next line of output.
-func (p *proc) line(t *testing.T) string {
-	t.Helper()
-	select {
-	case l, ok := <-p.lines:
-		if !ok {
-			t.Fatalf("%s ended its output: %v\n%s", p.name, p.ended(t, "the end of its output"), p.stderr.String())
-		}
-		return l
-	case <-time.After(20 * time.Second):
-		t.Fatalf("%s printed nothing within 20s", p.name)
-	}
-	return ""
-}
-
-// wait waits for the end of the program's output and then of the program,
-// and fails the test unless it exited with status want.
+// wait waits for the end of the program, logs the output the test has not
+// read, and fails the test unless it exited with status want.
 func (p *proc) wait(t *testing.T, want int) bool {
 	t.Helper()
 	p.checked = true
-	timeout := time.After(20 * time.Second)
-	for open := true; open; {
-		select {
-		case l, ok := <-p.lines:
-			if ok {
-				t.Logf("%s: %s", p.name, l)
-			}
-			open = ok
-		case <-timeout:
-			t.Fatalf("%s did not end within 20s", p.name)
-		}
+	err := p.Wait(t)
+	for _, l := range p.Remaining() {
+		t.Logf("%s: %s", p.name, l)
 	}
-	ok := checkExit(t, p.name, p.ended(t, "the end of its output"), p.stderr.String(), want)
+	ok := checkExit(t, p.name, err, p.stderr.String(), want)
 	p.reported = !ok
 	return ok
 }

@@ -1115,3 +1115,13 @@ func (c *Conn) answer(ctx context.Context, in *Incoming, reply wire.Message, her
 	}
 	return nil
 }
+
+// Backlog reports how many received messages wait in the inbox for a
+// receiver, the most it holds, and how many goroutines wait for the
+// connection's state to change: what tests watch to know that an
+// interleaving they name has been reached.
+func (c *Conn) Backlog() (inbox, limit, waiting int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.inbox), inboxLimit, int(c.waiting.Load())
+}

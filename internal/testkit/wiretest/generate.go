@@ -5,5 +5,5 @@
 // committed beside it; regenerate them with go generate (make generate).
 package wiretest
 
-//go:generate go run github.com/chanos/chanos/cmd/chanosc -lang go -o alltypes -i ../../testdata/wire/types.if ../../testdata/wire/alltypes.if
+//go:generate go run github.com/chanos/chanos/cmd/chanosc -lang go -o alltypes -i ../../../testdata/wire/types.if ../../../testdata/wire/alltypes.if
 //go:generate go run github.com/chanos/chanos/cmd/chanosc -lang go -o pingpong pingpong.if

@@ -10,7 +10,7 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
-	"github.com/chanos/chanos/internal/wiretest/pingpong"
+	"github.com/chanos/chanos/internal/testkit/wiretest/pingpong"
 	"github.com/chanos/chanos/wire"
 )
 

@@ -2,7 +2,7 @@
 // testdata/wire/README.md) into a C test program for the code chanosc
 // generates from the vectors' interface:
 //
-//	go run ./internal/cvectors -o out.c testdata/wire/alltypes.json
+//	go run ./internal/testkit/cvectors -o out.c testdata/wire/alltypes.json
 //
 // The program includes "IFACE.h" and is linked with IFACE.c and libchanos.
 // For every good vector it fills the message struct with the vector's

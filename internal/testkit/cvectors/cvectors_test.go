@@ -64,7 +64,7 @@ func TestBadVectors(t *testing.T) {
 // installed, builds it with the generated interface under the sanitizers
 // and runs it, as the C build does. Under CI a missing gcc fails it.
 func TestAlltypes(t *testing.T) {
-	const vectors = "../../testdata/wire/alltypes.json"
+	const vectors = "../../../testdata/wire/alltypes.json"
 	if _, err := os.Stat(vectors); err != nil {
 		t.Fatalf("the shared vectors: %v", err)
 	}
@@ -79,7 +79,7 @@ func TestAlltypes(t *testing.T) {
 		}
 		t.Skip("gcc not found")
 	}
-	iface, err := idl.Load("../../testdata/wire/alltypes.if", []string{"../../testdata/wire/types.if"}, idl.Options{})
+	iface, err := idl.Load("../../../testdata/wire/alltypes.if", []string{"../../../testdata/wire/types.if"}, idl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,8 +100,8 @@ func TestAlltypes(t *testing.T) {
 	exe := filepath.Join(dir, "vectors")
 	args := []string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-g",
 		"-fsanitize=address,undefined", "-fno-sanitize-recover=all",
-		"-I../../c/include", "-I../../c/tests", "-I" + dir, "-o", exe,
-		test, filepath.Join(dir, "alltypes.c"), "../../c/src/wire.c", "../../c/src/errors.c"}
+		"-I../../../c/include", "-I../../../c/tests", "-I" + dir, "-o", exe,
+		test, filepath.Join(dir, "alltypes.c"), "../../../c/src/wire.c", "../../../c/src/errors.c"}
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("compiling: %v\n%s", err, out)
 	}

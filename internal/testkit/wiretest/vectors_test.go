@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/chanos/chanos/idl"
-	"github.com/chanos/chanos/internal/wiretest/alltypes"
+	"github.com/chanos/chanos/internal/testkit/wiretest/alltypes"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -59,7 +59,7 @@ type suite struct {
 	msgs  map[string]*idl.Message
 }
 
-const vectorDir = "../../testdata/wire"
+const vectorDir = "../../../testdata/wire"
 
 func loadSuite(t testing.TB, name string) *suite {
 	t.Helper()

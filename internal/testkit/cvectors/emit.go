@@ -50,7 +50,7 @@ func generate(iface *idl.Interface, vf *vectorFile, source string) ([]byte, erro
 	out.f("")
 	out.f("/*")
 	out.f(" * The wire vectors of %s, tested against the C code chanosc generates", source)
-	out.f(" * for interface %s. See internal/cvectors and testdata/wire/README.md.", iface.Name)
+	out.f(" * for interface %s. See internal/testkit/cvectors and testdata/wire/README.md.", iface.Name)
 	out.f(" */")
 	out.f("#include \"%s.h\"", iface.Name)
 	out.b.WriteString(prelude)

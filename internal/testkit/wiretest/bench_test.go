@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chanos/chanos/internal/wiretest/pingpong"
+	"github.com/chanos/chanos/internal/testkit/wiretest/pingpong"
 	"github.com/chanos/chanos/wire"
 )
 
