@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -26,7 +25,6 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
-	"github.com/chanos/chanos/monitor"
 )
 
 // ClientsConfig configures RunClients.
@@ -129,19 +127,11 @@ func RunClients(ctx context.Context, cfg ClientsConfig, emit func(Result) error)
 	}
 	rounds := moreRounds(repeat, cfg.OneClientRepeat, 7, cfg.Repeat > 0 || cfg.Quick)
 
-	dir, err := os.MkdirTemp("", "chanos-bench-clients-")
+	dir, stop, err := privateMonitor(ctx, "chanos-bench-clients-")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		return err
-	}
-	mctx, stop := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() { m.Serve(mctx); close(served) }()
-	defer func() { stop(); <-served }()
+	defer stop()
 	mc, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("chanos bench clients"))
 	if err != nil {
 		return err

@@ -11,7 +11,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -24,7 +23,6 @@ import (
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
-	"github.com/chanos/chanos/monitor"
 )
 
 // RPCServerCommand is the hidden `chanos bench` suite name under which the
@@ -160,20 +158,11 @@ const benchName = "bench.pingpong"
 // newWorld starts the world; with rawRing, the server process also echoes
 // on a bare ring pair, w.raw.
 func newWorld(ctx context.Context, cfg *DomainConfig, rawRing bool) (*world, error) {
-	dir, err := os.MkdirTemp("", "chanos-bench-")
+	dir, stop, err := privateMonitor(ctx, "chanos-bench-")
 	if err != nil {
 		return nil, err
 	}
-	w := &world{dir: dir, stop: func() {}}
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, err
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { m.Serve(mctx); close(done) }()
-	w.stop = func() { cancel(); <-done; os.RemoveAll(dir) }
+	w := &world{dir: dir, stop: stop}
 
 	argv := cfg.Server
 	if len(argv) == 0 {
@@ -480,19 +469,11 @@ func localStream(ctx context.Context, n int, goChan bool) (Result, error) {
 // program would bind one: an export and a connect in one domain, on a
 // private monitor that is gone again once they are bound.
 func localConnPair(ctx context.Context) (*pingpong.Conn, *pingpong.Conn, error) {
-	dir, err := os.MkdirTemp("", "chanos-bench-local-")
+	dir, stop, err := privateMonitor(ctx, "chanos-bench-local-")
 	if err != nil {
 		return nil, nil, err
 	}
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() { m.Serve(mctx); close(done) }()
-	defer func() { cancel(); <-done; os.RemoveAll(dir) }()
+	defer stop()
 	d, err := chanos.Join(ctx, chanos.WithDir(dir))
 	if err != nil {
 		return nil, nil, err

@@ -31,7 +31,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/exec"
 	"slices"
@@ -43,7 +42,6 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
-	"github.com/chanos/chanos/monitor"
 )
 
 // RingStageCommand is the hidden `chanos bench` suite name under which the
@@ -216,20 +214,11 @@ type ringEnv struct {
 }
 
 func (e *ringEnv) start(ctx context.Context) error {
-	dir, err := os.MkdirTemp("", "chanos-bench-ring-")
+	dir, stop, err := privateMonitor(ctx, "chanos-bench-ring-")
 	if err != nil {
-		return fmt.Errorf("monitor directory: %w", err)
+		return err
 	}
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		os.RemoveAll(dir)
-		return fmt.Errorf("private monitor: %w", err)
-	}
-	mctx, cancel := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() { m.Serve(mctx); close(served) }()
-	e.dir = dir
-	e.stop = func() { cancel(); <-served; os.RemoveAll(dir) }
+	e.dir, e.stop = dir, stop
 	if e.d, err = chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("bench-ring")); err != nil {
 		e.stop()
 		return fmt.Errorf("joining the private monitor: %w", err)
