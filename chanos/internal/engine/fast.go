@@ -327,9 +327,15 @@ func (c *Conn) SendValue(ctx context.Context, m wire.Message) error {
 // its stack to the heap, an allocation per message. Every Link copies
 // what it is given to send before it returns, keeping nothing (the
 // interconnect.Link contract), so the frame may stay where it is. The
-// slice header is copied as words, which the compiler does not follow.
+// slice's address is written as an integer, which the compiler does not
+// follow; word by word, so that the processor forwards each store to the
+// load that reads it back.
 func transient(b []byte) []byte {
 	var out []byte
-	*(*[3]uintptr)(unsafe.Pointer(&out)) = *(*[3]uintptr)(unsafe.Pointer(&b))
+	h := (*struct {
+		data     uintptr
+		len, cap int
+	})(unsafe.Pointer(&out))
+	h.data, h.len, h.cap = uintptr(unsafe.Pointer(unsafe.SliceData(b))), len(b), cap(b)
 	return out
 }
