@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
@@ -16,63 +17,37 @@ import (
 // reply is sent.
 var errCancelled = errors.New("call cancelled")
 
-// startBind runs a bind call in its own goroutine, so that a bind that
-// waits for its name does not hold up the session's other calls.
-func (s *session) startBind(h wire.Header, c *proto.BindCall) error {
-	s.pmu.Lock()
-	if _, dup := s.pending[h.CallID]; dup {
-		s.pmu.Unlock()
-		return protocolErr("call id %d reused while its bind is in progress", h.CallID)
+// startBind runs a bind call, which the engine serves in a goroutine of
+// its own, so that a bind that waits for its name does not hold up the
+// session's other calls; ctx ends at the call's deadline, at the caller's
+// cancel, or with the session. Beyond MaxPendingBinds in progress, a bind
+// is refused at once.
+func (s *session) startBind(ctx context.Context, c *proto.BindCall) (wire.Message, error) {
+	if n := s.binds.Add(1); int(n) > s.m.cfg.MaxPendingBinds {
+		s.binds.Add(-1)
+		return nil, fail(proto.StatusLimit, "bind %q: this domain has %d binds in progress, the limit", c.Name, s.m.cfg.MaxPendingBinds)
 	}
-	if len(s.pending) >= s.m.cfg.MaxPendingBinds {
-		s.pmu.Unlock()
-		return s.reply(s.ctx, proto.MsgBind, h.CallID, nil,
-			fail(proto.StatusLimit, "bind %q: this domain has %d binds in progress, the limit", c.Name, s.m.cfg.MaxPendingBinds))
-	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	if d, ok := wire.Timeout(h.TimeoutUS); ok {
-		ctx, cancel = context.WithTimeout(s.ctx, d)
-	}
-	p := &pendingCall{cancel: cancel}
-	s.pending[h.CallID] = p
-	s.pmu.Unlock()
-
-	s.binds.Add(1)
-	go func() {
-		defer s.binds.Done()
-		defer cancel()
-		r, err := s.bind(ctx, p, c)
-		s.pmu.Lock()
-		delete(s.pending, h.CallID)
-		cancelled := p.cancelled
-		s.pmu.Unlock()
-		if cancelled || errors.Is(err, errCancelled) {
-			if r != nil {
-				closeCaps(r.Fds)
-			}
+	defer s.binds.Add(-1)
+	r, err := s.bind(ctx, c)
+	if err != nil {
+		if errors.Is(err, errCancelled) {
 			s.log.Debug("bind cancelled", "name", c.Name)
-			return
-		}
-		if err != nil {
+		} else {
 			s.log.Debug("bind failed", "name", c.Name, "err", err)
-			s.reply(s.ctx, proto.MsgBind, h.CallID, nil, err)
-			return
 		}
-		s.reply(s.ctx, proto.MsgBind, h.CallID, r, nil)
-	}()
-	return nil
-}
-
-// isCancelled reports whether the caller has cancelled p.
-func (s *session) isCancelled(p *pendingCall) bool {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	return p.cancelled
+		return nil, err
+	}
+	if ctx.Err() != nil { // cancelled as it completed: nobody takes the descriptors
+		closeCaps(r.Fds)
+		s.log.Debug("bind cancelled", "name", c.Name)
+		return nil, errCancelled
+	}
+	return r, nil
 }
 
 // bind resolves c.Name and connects the caller to its export. ctx ends at
 // the call's deadline, at its cancel, or with the session.
-func (s *session) bind(ctx context.Context, p *pendingCall, c *proto.BindCall) (*proto.BindReply, error) {
+func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply, error) {
 	m := s.m
 	if err := names.ValidName(c.Name); err != nil {
 		return nil, fail(proto.StatusInvalid, "bind: %v", err)
@@ -90,7 +65,7 @@ func (s *session) bind(ctx context.Context, p *pendingCall, c *proto.BindCall) (
 		return nil, fail(proto.StatusNotFound, "bind %q: no such name", c.Name)
 	case errors.Is(err, context.DeadlineExceeded):
 		return nil, fail(proto.StatusNotFound, "bind %q: the name did not appear before the call's deadline", c.Name)
-	case errors.Is(err, context.Canceled), s.isCancelled(p):
+	case errors.Is(err, context.Canceled):
 		return nil, errCancelled
 	case errors.Is(err, names.ErrClosed):
 		return nil, fail(proto.StatusInternal, "bind %q: the monitor is shutting down", c.Name)
@@ -112,7 +87,7 @@ func (s *session) bind(ctx context.Context, p *pendingCall, c *proto.BindCall) (
 	case e.iface != c.Iface:
 		return nil, fail(proto.StatusMismatch, "bind %q: it exports interface %q, not %q", c.Name, e.iface, c.Iface)
 	}
-	if ctx.Err() != nil || s.isCancelled(p) {
+	if ctx.Err() != nil {
 		return nil, errCancelled
 	}
 
@@ -197,12 +172,6 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 		MaxFrame: e.maxFrame,
 		Fds:      creator,
 	}
-	var buf wire.Buffer
-	if err := in.Encode(&buf); err != nil {
-		closeCaps(creator)
-		closeCaps(attacher)
-		return nil, fail(proto.StatusInternal, "bind %q: encode incoming: %v", rec.name, err)
-	}
 	// The record goes in first: once the server has the descriptors, ps
 	// should show the connection.
 	if !m.addConn(rec, server) {
@@ -210,12 +179,14 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 		closeCaps(attacher)
 		return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
 	}
-	if err := server.enqueue(ctx, packet{frame: buf.B, caps: buf.Caps}); err != nil {
+	// The engine closes the creator's descriptors once they are sent, or
+	// could not be: they are give_away_caps.
+	if err := server.conn.Send(ctx, in); err != nil {
 		closeCaps(attacher)
 		m.mu.Lock()
 		delete(m.conns, rec.id)
 		m.mu.Unlock()
-		if errors.Is(err, errSessionEnded) {
+		if errors.Is(err, chanos.ErrClosed) || errors.Is(err, chanos.ErrPeerDied) || errors.Is(err, chanos.ErrProtocol) {
 			return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
 		}
 		if errors.Is(err, context.DeadlineExceeded) {

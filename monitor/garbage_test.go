@@ -139,7 +139,7 @@ func TestGarbageDropsOnlyItsSession(t *testing.T) {
 		{"ncaps on a call without caps", true, withNCaps(ps, 1), true, "monitor.ps"},
 		{"first call not hello", false, ps, false, "the first frame must be the hello call"},
 		{"hello twice", true, hello, false, "hello sent twice"},
-		{"a reply from a domain", true, encode(t, &proto.HelloReply{}, 1), false, "not a reply"},
+		{"a reply from a domain", true, encode(t, &proto.HelloReply{}, 1), false, "which was never made"},
 		{"a message from a domain", true, encode(t, &proto.Incoming{}, 0), false, "not a message"},
 		{"bad flags", true, badFlags, false, "invalid flags"},
 		{"cancel with a body", true, cancelWithBody.B, false, "bad cancel"},

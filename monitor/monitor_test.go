@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -311,10 +312,7 @@ func TestBindWait(t *testing.T) {
 		testkit.Eventually(t, "the bind to wait", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
-			s := tm.domains[cli.DomainID()]
-			s.pmu.Lock()
-			defer s.pmu.Unlock()
-			return len(s.pending) == 1
+			return tm.domains[cli.DomainID()].pendingBinds() == 1
 		})
 		if _, err := cli.Ps(ctx); err != nil {
 			t.Fatalf("ps while a bind waits: %v", err)
@@ -344,10 +342,7 @@ func TestBindWait(t *testing.T) {
 			testkit.Eventually(t, "the bind to wait", func() bool {
 				tm.mu.Lock()
 				defer tm.mu.Unlock()
-				s := tm.domains[cli.DomainID()]
-				s.pmu.Lock()
-				defer s.pmu.Unlock()
-				return len(s.pending) == 1
+				return tm.domains[cli.DomainID()].pendingBinds() == 1
 			})
 			cancel()
 		}()
@@ -357,10 +352,7 @@ func TestBindWait(t *testing.T) {
 		testkit.Eventually(t, "the cancelled bind to end", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
-			s := tm.domains[cli.DomainID()]
-			s.pmu.Lock()
-			defer s.pmu.Unlock()
-			return len(s.pending) == 0
+			return tm.domains[cli.DomainID()].pendingBinds() == 0
 		})
 		if _, err := cli.Ps(ctx); err != nil {
 			t.Fatalf("ps after a cancelled bind: %v", err)
@@ -371,10 +363,7 @@ func TestBindWait(t *testing.T) {
 		testkit.Eventually(t, "the bind to wait", func() bool {
 			tm.mu.Lock()
 			defer tm.mu.Unlock()
-			s := tm.domains[cli.DomainID()]
-			s.pmu.Lock()
-			defer s.pmu.Unlock()
-			return len(s.pending) == 1
+			return tm.domains[cli.DomainID()].pendingBinds() == 1
 		})
 		cc.Close()
 		sc.Close()
@@ -410,10 +399,7 @@ func TestLimits(t *testing.T) {
 	testkit.Eventually(t, "the bind to wait", func() bool {
 		tm.mu.Lock()
 		defer tm.mu.Unlock()
-		s := tm.domains[c.DomainID()]
-		s.pmu.Lock()
-		defer s.pmu.Unlock()
-		return len(s.pending) == 1
+		return tm.domains[c.DomainID()].pendingBinds() == 1
 	})
 	_, err = c.Bind(ctx, "never2", "kv", true)
 	wantStatus(t, "bind over the limit", err, proto.StatusLimit)
@@ -483,21 +469,17 @@ func TestMarshalSnapshotTruncates(t *testing.T) {
 	}
 }
 
-func TestEncodeReply(t *testing.T) {
+func TestRemoteError(t *testing.T) {
 	// A detail with a NUL and over the bound is cleaned, not refused.
 	long := string(make([]byte, 3000))
-	frame, caps, err := encodeReply(proto.MsgPs, 7, nil, fail(proto.StatusInvalid, "%s", long))
-	if err != nil || caps != nil {
-		t.Fatal(err)
-	}
-	h, st, err := wire.ParseErrorReply(frame)
-	if err != nil || h.CallID != 7 || st.Code != wire.Errval(proto.StatusInvalid) || len(st.Detail) > wire.MaxStatusDetail {
-		t.Fatalf("%+v %+v %v", h, st, err)
+	var re *chanos.RemoteError
+	if err := remote("monitor.ps", fail(proto.StatusInvalid, "%s", long)); !errors.As(err, &re) ||
+		re.Code != wire.Errval(proto.StatusInvalid) || len(re.Detail) > wire.MaxStatusDetail || strings.Contains(re.Detail, "\x00") {
+		t.Fatalf("%+v", re)
 	}
 	// Any other error is internal.
-	frame, _, _ = encodeReply(proto.MsgPs, 8, nil, errors.New("boom"))
-	if _, st, err := wire.ParseErrorReply(frame); err != nil || st.Code != wire.Errval(proto.StatusInternal) || st.Detail != "boom" {
-		t.Fatalf("%+v %v", st, err)
+	if err := remote("monitor.ps", errors.New("boom")); !errors.As(err, &re) || re.Code != wire.Errval(proto.StatusInternal) || re.Detail != "boom" {
+		t.Fatalf("%+v", re)
 	}
 }
 

@@ -9,35 +9,29 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
 
-// outQueue is how many frames may wait for a session's writer. Beyond
-// it, whoever sends to the session blocks: its own reader (so a domain
-// that does not read its replies stops being served) or a bind (until the
-// bind's deadline).
-const outQueue = 64
-
 // errProtocol is matched by the reasons a session is dropped for breaking
-// the protocol.
-var errProtocol = errors.New("protocol violation")
+// the protocol: chanos.ErrProtocol, as the connection engine reports it.
+var errProtocol = chanos.ErrProtocol
 
 func protocolErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", errProtocol, fmt.Sprintf(format, args...))
+	return interconnect.Violation(fmt.Errorf(format, args...))
 }
 
 // errClientLeft ends the nameservice connections of a domain whose
 // session ended: the lease on what they set is gone.
 var errClientLeft = errors.New("the domain's session ended")
-
-// errSessionEnded: the session a frame was meant for has ended.
-var errSessionEnded = errors.New("session ended")
 
 // rpcError is an rpc's failure, sent as an error reply whose code is a
 // proto.Status.
@@ -52,25 +46,28 @@ func fail(code proto.Status, format string, args ...any) *rpcError {
 	return &rpcError{code: code, detail: fmt.Sprintf(format, args...)}
 }
 
-// packet is a frame queued for a session's writer, with the descriptors it
-// carries; the writer closes them once sent.
-type packet struct {
-	frame []byte
-	caps  []wire.Cap
+// remote turns an rpc's failure into the error reply the engine sends: an
+// rpcError keeps its status, any other error is the monitor's own
+// (StatusInternal).
+func remote(rpc string, err error) error {
+	var re *rpcError
+	if !errors.As(err, &re) {
+		re = fail(proto.StatusInternal, "%v", err)
+	}
+	return &chanos.RemoteError{Msg: rpc, Code: wire.Errval(re.code), Detail: cleanDetail(re.detail)}
 }
 
-// pendingCall is a call in progress in its own goroutine: a bind here, a
-// wait_for on a nameservice connection.
-type pendingCall struct {
-	cancel    context.CancelFunc
-	cancelled bool // the caller sent a cancel: send no reply
-}
+// monitorInterface is the monitor protocol, as the engine sees it.
+var monitorInterface = chanos.Interface{Name: proto.InterfaceName, MaxFrameSize: proto.MaxFrameSize}
 
-// session is one domain's connection to the monitor.
+// session is one domain's connection to the monitor: the monitor protocol
+// over the domain's socket, served by the connection engine, which
+// matches cancels to the binds in progress, sends the replies and ends
+// the connection with the reason its socket gave.
 type session struct {
 	m         *Monitor
-	pc        *seqpacket.Conn // its send limit is the session's largest packet
-	maxPacket int             // the largest frame the socket can carry
+	conn      *chanos.Conn
+	maxPacket int // the largest frame the socket can carry
 	pid       int32
 	uid       uint32
 	log       *slog.Logger
@@ -79,156 +76,57 @@ type session struct {
 	ctx     context.Context // ends with the session
 	cancel  context.CancelFunc
 	endOnce sync.Once
-	ended   chan struct{}
-	reason  error // why the session ended; set before ended is closed
-
-	out        chan packet
-	qmu        sync.RWMutex
-	qclosed    bool
-	writerDone chan struct{}
+	reason  error // why the session ended; set once, by end
 
 	// Set by hello, under m.mu; read by others under m.mu or after hello.
 	id      uint64
 	program string
 	exports map[string]*export // under m.mu
 
-	pmu     sync.Mutex
-	pending map[uint32]*pendingCall
-	binds   sync.WaitGroup
+	binds atomic.Int32 // binds in progress
 }
 
 func newSession(m *Monitor, pc *seqpacket.Conn, cred *syscall.Ucred, maxPacket int) *session {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &session{
-		m:          m,
-		pc:         pc,
-		maxPacket:  maxPacket,
-		pid:        cred.Pid,
-		uid:        cred.Uid,
-		log:        m.log.With("pid", cred.Pid),
-		born:       time.Now(),
-		ctx:        ctx,
-		cancel:     cancel,
-		ended:      make(chan struct{}),
-		out:        make(chan packet, outQueue),
-		writerDone: make(chan struct{}),
-		exports:    map[string]*export{},
-		pending:    map[uint32]*pendingCall{},
+		m:         m,
+		conn:      chanos.NewConn(seqpacket.NewLink(pc), monitorInterface),
+		maxPacket: maxPacket,
+		pid:       cred.Pid,
+		uid:       cred.Uid,
+		log:       m.log.With("pid", cred.Pid),
+		born:      time.Now(),
+		ctx:       ctx,
+		cancel:    cancel,
+		exports:   map[string]*export{},
 	}
 }
 
 // run serves the session until it ends, then releases what it held.
 func (s *session) run() {
 	defer s.m.wg.Done()
-	go s.writer()
-	s.end(s.readLoop())
-	<-s.writerDone
-	s.binds.Wait()
+	err := s.hello()
+	if err == nil {
+		err = s.serve()
+	}
+	s.end(err)
 	s.cleanup()
 }
 
-// end ends the session for reason: its context is cancelled, the writer
-// stops and the socket is closed, which ends the reader. It is safe to
-// call from any goroutine, more than once.
+// end ends the session for reason: its context is cancelled and its
+// connection closed, which ends the serving and the binds in progress.
+// It is safe to call from any goroutine, more than once: the first reason
+// stays.
 func (s *session) end(reason error) {
 	s.endOnce.Do(func() {
 		s.reason = reason
 		s.cancel()
-		close(s.ended)
-		s.pc.Close()
+		s.conn.Close()
 	})
 }
 
-// writer sends the queued frames in order, then, once the session has
-// ended, closes the descriptors of those left.
-func (s *session) writer() {
-	defer close(s.writerDone)
-	for {
-		select {
-		case p := <-s.out:
-			err := s.pc.Send(p.frame, p.caps)
-			closeCaps(p.caps)
-			if err != nil {
-				s.end(fmt.Errorf("send to the domain: %w", err))
-			}
-		case <-s.ended:
-			// Wait out the senders that are about to queue, then refuse
-			// the rest; what is queued is dropped.
-			s.qmu.Lock()
-			s.qclosed = true
-			s.qmu.Unlock()
-			for {
-				select {
-				case p := <-s.out:
-					closeCaps(p.caps)
-				default:
-					return
-				}
-			}
-		}
-	}
-}
-
-// enqueue queues p for the writer. It blocks while the queue is full,
-// until ctx or the session ends; p's descriptors are closed if it fails.
-func (s *session) enqueue(ctx context.Context, p packet) error {
-	s.qmu.RLock()
-	defer s.qmu.RUnlock()
-	if s.qclosed {
-		closeCaps(p.caps)
-		return errSessionEnded
-	}
-	select {
-	case s.out <- p:
-		return nil
-	case <-s.ended:
-		closeCaps(p.caps)
-		return errSessionEnded
-	case <-ctx.Done():
-		closeCaps(p.caps)
-		return ctx.Err()
-	}
-}
-
-// reply queues the reply to call callID of rpc msg: the encoded reply, or
-// an error reply if err is not nil. A reply that cannot be encoded is
-// replaced by an internal error reply.
-func (s *session) reply(ctx context.Context, msg uint16, callID uint32, r wire.Message, err error) error {
-	frame, caps, err := encodeReply(msg, callID, r, err)
-	if err != nil {
-		s.log.Error("encode a reply", "err", err)
-	}
-	return s.enqueue(ctx, packet{frame: frame, caps: caps})
-}
-
-// encodeReply encodes the reply or error reply to call callID of rpc msg.
-// The error it returns is the encoding failure, already replaced in the
-// frame by an internal error reply.
-func encodeReply(msg uint16, callID uint32, r wire.Message, rerr error) ([]byte, []wire.Cap, error) {
-	var buf wire.Buffer
-	var encErr error
-	if rerr == nil {
-		if encErr = r.Encode(&buf); encErr == nil {
-			wire.SetCallID(buf.B, callID)
-			return buf.B, buf.Caps, nil
-		}
-		rerr = fail(proto.StatusInternal, "encode the reply: %v", encErr)
-		closeCaps(buf.Caps)
-		buf = wire.Buffer{}
-	}
-	var re *rpcError
-	if !errors.As(rerr, &re) {
-		re = fail(proto.StatusInternal, "%v", rerr)
-	}
-	st := wire.Status{Code: wire.Errval(re.code), Detail: cleanDetail(re.detail)}
-	if err := wire.AppendErrorReply(&buf, msg, st); err != nil {
-		// cleanDetail makes this unreachable; keep the frame valid anyway.
-		buf = wire.Buffer{}
-		wire.AppendErrorReply(&buf, msg, wire.Status{Code: wire.Errval(proto.StatusInternal)})
-	}
-	wire.SetCallID(buf.B, callID)
-	return buf.B, nil, encErr
-}
+// pendingBinds returns how many binds are in progress.
+func (s *session) pendingBinds() int { return int(s.binds.Load()) }
 
 // cleanDetail makes s fit an error reply's detail: no NUL, at most
 // wire.MaxStatusDetail bytes.
@@ -240,160 +138,111 @@ func cleanDetail(s string) string {
 	return s
 }
 
-// readLoop reads and handles the session's frames until the domain hangs
-// up or breaks the protocol; it returns why.
-func (s *session) readLoop() error {
-	// The first frame must be hello, and must come soon.
-	s.pc.UnixConn().SetReadDeadline(time.Now().Add(s.m.cfg.HelloTimeout))
-	frame, caps, err := s.pc.Receive()
-	if err != nil {
-		return receiveErr(err, true)
-	}
-	err = s.hello(frame, caps)
-	closeCaps(caps)
-	if err != nil {
-		return err
-	}
-	s.pc.UnixConn().SetReadDeadline(time.Time{})
-	for {
-		frame, caps, err := s.pc.Receive()
-		if err != nil {
-			return receiveErr(err, false)
+// hello reads the session's first frame, which must be the hello call and
+// must come within the hello timeout, and answers it.
+func (s *session) hello() error {
+	ctx, cancel := context.WithTimeout(s.ctx, s.m.cfg.HelloTimeout)
+	defer cancel()
+	err := s.conn.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+		if in.Kind != wire.KindCall || in.Header.Msg != proto.MsgHello {
+			wire.CloseCaps(in.Caps)
+			return protocolErr("the first frame must be the hello call, not %s %d", in.Kind, in.Header.Msg)
 		}
-		err = s.handle(frame, caps)
-		closeCaps(caps)
-		if err != nil {
-			return err
+		var c proto.HelloCall
+		if err := in.Decode(&c); err != nil {
+			wire.CloseCaps(in.Caps)
+			return protocolErr("bad hello: %v", err)
 		}
-	}
-}
-
-// receiveErr turns a failed Receive into the reason the session ends.
-func receiveErr(err error, beforeHello bool) error {
+		if c.Version != proto.ProtocolVersion {
+			// Say why before hanging up: the domain may be newer than us.
+			s.conn.Reply(s.ctx, in, nil, remote(c.MsgName(), fail(proto.StatusInvalid,
+				"protocol version %d is not supported; this monitor speaks version %d", c.Version, proto.ProtocolVersion)))
+			return protocolErr("hello with unsupported protocol version %d", c.Version)
+		}
+		m := s.m
+		m.mu.Lock()
+		s.id = m.nextDomain.Add(1)
+		s.program = c.Program
+		m.domains[s.id] = s
+		m.mu.Unlock()
+		s.log = s.log.With("domain", s.id, "program", c.Program)
+		s.log.Info("domain joined", "uid", s.uid)
+		return s.conn.Reply(s.ctx, in, &proto.HelloReply{
+			MonitorVersion: proto.ProtocolVersion,
+			DomainID:       s.id,
+			MachineID:      m.machineID,
+		}, nil)
+	})
 	switch {
-	case errors.Is(err, io.EOF):
-		return io.EOF
-	case errors.Is(err, seqpacket.ErrTooLarge), errors.Is(err, seqpacket.ErrTooManyCaps):
-		return fmt.Errorf("%w: %v", errProtocol, err)
-	case beforeHello && errors.Is(err, syscall.ETIMEDOUT), beforeHello && isTimeout(err):
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && s.ctx.Err() == nil:
 		return protocolErr("no hello within the hello timeout")
 	}
-	return fmt.Errorf("receive: %w", err)
+	return sessionEnd(err)
 }
 
-func isTimeout(err error) bool {
-	var t interface{ Timeout() bool }
-	return errors.As(err, &t) && t.Timeout()
+// serve serves the session's calls after hello until the domain hangs up
+// or breaks the protocol, and returns why. Binds, which may wait for
+// their name, run concurrently (a caller's cancel ends them); the other
+// calls are answered in order.
+func (s *session) serve() error {
+	err := s.conn.Serve(s.ctx, s.handle, chanos.ConcurrentFor(s.m.cfg.MaxPendingBinds+1, proto.MsgBind))
+	if err == nil {
+		return io.EOF // the domain closed its socket
+	}
+	return sessionEnd(err)
 }
 
-// header checks what every frame from a domain must satisfy before its
-// body is decoded: a valid header, as many descriptors as it announces,
-// and a kind a domain may send (a call or a cancel).
-func header(frame []byte, caps []wire.Cap) (wire.Header, wire.Kind, error) {
-	h, err := wire.ParseHeader(frame)
-	if err != nil {
-		return h, 0, fmt.Errorf("%w: bad frame: %v", errProtocol, err)
+// sessionEnd turns the engine's reason for ending into the session's: the
+// domain's orderly close or death is io.EOF.
+func sessionEnd(err error) error {
+	if errors.Is(err, chanos.ErrClosed) && !errors.Is(err, errProtocol) {
+		return io.EOF
 	}
-	if int(h.NCaps) != len(caps) {
-		return h, 0, protocolErr("the header announces %d descriptors but %d arrived", h.NCaps, len(caps))
-	}
-	k, err := h.Kind()
-	if err != nil {
-		return h, 0, fmt.Errorf("%w: bad frame: %v", errProtocol, err)
-	}
-	if k != wire.KindCall && k != wire.KindCancel {
-		return h, k, protocolErr("a domain sends rpc calls and cancels, not a %s (message %d)", k, h.Msg)
-	}
-	return h, k, nil
+	return err
 }
 
-// hello handles the first frame of a session.
-func (s *session) hello(frame []byte, caps []wire.Cap) error {
-	h, k, err := header(frame, caps)
+// handle answers one call after hello. An error matching errProtocol ends
+// the session; another is the call's error reply.
+func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+	if in.Kind != wire.KindCall {
+		wire.CloseCaps(in.Caps)
+		return nil, s.conn.Violation(fmt.Errorf("a domain sends rpc calls and cancels, not a %s (message %d)", in.Kind, in.Header.Msg))
+	}
+	msg, err := proto.Decode(in.Frame, in.Caps)
 	if err != nil {
-		return err
-	}
-	if k != wire.KindCall || h.Msg != proto.MsgHello {
-		return protocolErr("the first frame must be the hello call, not %s %d", k, h.Msg)
-	}
-	var c proto.HelloCall
-	if err := c.Decode(frame, caps); err != nil {
-		return fmt.Errorf("%w: bad hello: %v", errProtocol, err)
-	}
-	if c.Version != proto.ProtocolVersion {
-		// Say why before hanging up: the domain may be newer than us.
-		b, _, _ := encodeReply(proto.MsgHello, h.CallID, nil,
-			fail(proto.StatusInvalid, "protocol version %d is not supported; this monitor speaks version %d", c.Version, proto.ProtocolVersion))
-		s.pc.Send(b, nil)
-		return protocolErr("hello with unsupported protocol version %d", c.Version)
-	}
-	m := s.m
-	m.mu.Lock()
-	s.id = m.nextDomain.Add(1)
-	s.program = c.Program
-	m.domains[s.id] = s
-	m.mu.Unlock()
-	s.log = s.log.With("domain", s.id, "program", c.Program)
-	s.log.Info("domain joined", "uid", s.uid)
-	return s.reply(s.ctx, proto.MsgHello, h.CallID, &proto.HelloReply{
-		MonitorVersion: proto.ProtocolVersion,
-		DomainID:       s.id,
-		MachineID:      m.machineID,
-	}, nil)
-}
-
-// handle handles one frame after hello. An error ends the session.
-func (s *session) handle(frame []byte, caps []wire.Cap) error {
-	h, k, err := header(frame, caps)
-	if err != nil {
-		return err
-	}
-	if k == wire.KindCancel {
-		if _, err := wire.ParseCancel(frame); err != nil {
-			return fmt.Errorf("%w: bad cancel: %v", errProtocol, err)
-		}
-		s.cancelCall(h.CallID)
-		return nil
-	}
-	msg, err := proto.Decode(frame, caps)
-	if err != nil {
-		return fmt.Errorf("%w: %v", errProtocol, err)
+		wire.CloseCaps(in.Caps)
+		return nil, s.conn.Violation(err)
 	}
 	var r wire.Message
 	switch c := msg.(type) {
 	case *proto.HelloCall:
-		return protocolErr("hello sent twice")
+		return nil, s.conn.Violation(errors.New("hello sent twice"))
 	case *proto.ExportCall:
 		r, err = s.export(c)
 	case *proto.WithdrawCall:
 		r, err = s.withdraw(c)
 	case *proto.BindCall:
-		return s.startBind(h, c)
+		r, err = s.startBind(ctx, c)
 	case *proto.PsCall:
 		r, err = s.ps()
 	default:
-		return protocolErr("unexpected %s %s", msg.MsgName(), msg.MsgKind())
+		return nil, s.conn.Violation(fmt.Errorf("unexpected %s %s", msg.MsgName(), msg.MsgKind()))
 	}
 	if err != nil {
 		var re *rpcError
 		if errors.As(err, &re) {
 			s.log.Debug("call failed", "call", msg.MsgName(), "err", err)
-		} else {
+		} else if !errors.Is(err, errCancelled) {
 			s.log.Error("call failed", "call", msg.MsgName(), "err", err)
 		}
+		if errors.Is(err, errCancelled) {
+			return nil, err // the caller has gone: nobody reads a reply
+		}
+		return nil, remote(msg.MsgName(), err)
 	}
-	return s.reply(s.ctx, h.Msg, h.CallID, r, err)
-}
-
-// cancelCall cancels the call in progress with id callID, if there is
-// one; its reply is not sent.
-func (s *session) cancelCall(callID uint32) {
-	s.pmu.Lock()
-	defer s.pmu.Unlock()
-	if p := s.pending[callID]; p != nil {
-		p.cancelled = true
-		p.cancel()
-	}
+	return r, nil
 }
 
 // validIface checks an interface name: 1 to 128 bytes of printable ASCII

@@ -82,14 +82,14 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	if err := in.SetFrame(frame, caps); err != nil {
 		wire.CloseCaps(caps)
 		l.c.Close()
-		return interconnect.Violation(err)
+		return interconnect.Violation(fmt.Errorf("bad frame: %w", err))
 	}
 	if int(in.Header.NCaps) != len(caps) {
 		n := in.Header.NCaps
 		*in = interconnect.Incoming{}
 		wire.CloseCaps(caps)
 		l.c.Close()
-		return interconnect.Violation(fmt.Errorf("frame says %d capabilities, %d descriptors came with it", n, len(caps)))
+		return interconnect.Violation(fmt.Errorf("the header announces %d descriptors but %d arrived", n, len(caps)))
 	}
 	return nil
 }

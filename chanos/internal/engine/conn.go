@@ -662,6 +662,11 @@ func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 		// A call running under Serve's Concurrent option is canceled;
 		// otherwise the call has been answered already.
 		wire.CloseCaps(in.Caps)
+		if in.Frame != nil {
+			if _, err := wire.ParseCancel(in.Frame); err != nil {
+				return false, c.Violation(fmt.Errorf("bad cancel: %w", err))
+			}
+		}
 		c.mu.Lock()
 		cancel := c.inflight[in.Header.CallID]
 		c.mu.Unlock()
@@ -985,6 +990,14 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return ctx.Err()
 		}
 		c.mu.Lock()
+		if c.inflight[call.Header.CallID] != nil {
+			// Its cancel would reach the wrong call, and the first to end
+			// would forget the other.
+			c.mu.Unlock()
+			<-sem
+			cancel()
+			return c.Violation(fmt.Errorf("call id %d reused while its call is in progress", call.Header.CallID))
+		}
 		c.inflight[call.Header.CallID] = cancel
 		c.mu.Unlock()
 		wg.Add(1)
@@ -1002,6 +1015,11 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		switch {
 		case err == nil:
 		case errors.Is(err, interconnect.ErrClosed):
+			// Closed, but perhaps for a reason found elsewhere (a call
+			// served concurrently that broke the protocol): say that one.
+			if end := c.Err(); end != nil && !errors.Is(end, interconnect.ErrClosed) {
+				return end
+			}
 			return nil
 		default:
 			return err
