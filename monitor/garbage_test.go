@@ -265,3 +265,15 @@ func TestSessionCap(t *testing.T) {
 		t.Fatalf("ps %+v, %v", snap.Monitor.Limits, err)
 	}
 }
+
+// A call id reused while the bind that has it is in progress ends the
+// session: a cancel for it could not tell the two apart.
+func TestReusedCallID(t *testing.T) {
+	tm := startMonitor(t, Config{})
+	r := tm.raw(t)
+	r.hello()
+	r.send(encode(t, &proto.BindCall{Name: "never", Iface: "kv", Wait: true}, 7))
+	r.send(encode(t, &proto.BindCall{Name: "never", Iface: "kv", Wait: true}, 7))
+	r.wantHangUp()
+	tm.logs.Wait(t, "domain dropped", "program=raw", "call id 7 reused while its call is in progress")
+}
