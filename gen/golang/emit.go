@@ -493,6 +493,12 @@ func (g *generator) decodeBody(f *frameInfo, kind string, view bool) {
 	for _, a := range f.args {
 		c.arg(a)
 	}
+	g.finishDecode(f)
+}
+
+// finishDecode ends a decoding function of frame f: the Decoder's verdict,
+// with the value cleared if the frame was malformed.
+func (g *generator) finishDecode(f *frameInfo) {
 	if len(f.args) == 0 {
 		g.p("return d.Finish()")
 	} else {
@@ -625,13 +631,7 @@ func (g *generator) tailCodec(f *frameInfo, tail, size int, kind string) {
 		}
 		c.arg(x)
 	}
-	g.p("if err := d.Finish(); err != nil {")
-	g.p("*m = %s{}", f.typ)
-	g.p("return err")
-	g.p("}")
-	g.p("return nil")
-	g.p("}")
-	g.p("")
+	g.finishDecode(f)
 }
 
 // fastPuts writes the plain arguments args into buf, the body starting
