@@ -31,9 +31,6 @@ type Conn = engine.Conn
 // Engine returns the engine behind c.
 func Engine(c *chanos.Conn) *Conn { return (*engine.Conn)(c) }
 
-// User returns the user's view of c.
-func User(c *Conn) *chanos.Conn { return (*chanos.Conn)(c) }
-
 // Replied is what a generated handler returns to Serve as the reply of a
 // call it has answered itself (ReplyFrame, ReplyParts, ReplyEncoded).
 var Replied = engine.Replied
@@ -43,8 +40,6 @@ var Replied = engine.Replied
 type Binding[M wire.Message, S any, C any] struct {
 	// Interface names the interface and bounds its frames.
 	Interface chanos.Interface
-	// Client returns the typed client of a connection.
-	Client func(*Conn) C
 	// Decode decodes a frame of the interface into a new value.
 	Decode func(frame []byte, caps []wire.Cap) (M, error)
 	// Serve gives a message or rpc call to the method of srv that handles
