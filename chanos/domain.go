@@ -41,17 +41,27 @@ var (
 	// ErrInvalidName: the monitor rejected the name (see the nameservice's
 	// rules: 1 to 256 printable ASCII bytes without spaces).
 	ErrInvalidName = errors.New("chanos: invalid name")
+	// ErrMonitorTimeout: a call to the monitor whose context had no
+	// deadline got no answer within the domain's call timeout (see
+	// WithCallTimeout): the monitor is stopped or wedged.
+	ErrMonitorTimeout = errors.New("chanos: no answer from the monitor")
 )
+
+// DefaultCallTimeout bounds a call to the monitor whose context has no
+// deadline, unless WithCallTimeout says otherwise. libchanos gives up
+// after as long.
+const DefaultCallTimeout = 10 * time.Second
 
 // Option configures Join.
 type Option func(*options)
 
 type options struct {
-	dir     string
-	program string
-	log     *slog.Logger
-	spin    time.Duration
-	spinSet bool // WithSpinWindow was given: the environment is not read
+	dir         string
+	program     string
+	log         *slog.Logger
+	spin        time.Duration
+	spinSet     bool // WithSpinWindow was given: the environment is not read
+	callTimeout time.Duration
 }
 
 // WithDir joins the monitor in dir instead of the default ($CHANOS_DIR,
@@ -62,6 +72,14 @@ func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 // WithProgram sets the name the domain gives the monitor (shown by
 // `chanos ps`); the default is the executable's base name.
 func WithProgram(name string) Option { return func(o *options) { o.program = name } }
+
+// WithCallTimeout bounds each call to the monitor whose context has no
+// deadline of its own (Join's hello, Export, Ps, a Listener's withdraw),
+// DefaultCallTimeout without it: a stopped or wedged monitor then gives an
+// error matching ErrMonitorTimeout instead of a hang. A d of 0 or less
+// leaves such calls unbounded. Connect's bind waits for its name until its
+// context ends, and is not bounded.
+func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithLogger sets the logger for the domain's diagnostics.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -119,6 +137,7 @@ type Domain struct {
 	dir     string
 	log     *slog.Logger
 	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
+	timeout time.Duration // bounds the calls to the monitor without a deadline
 
 	mu      sync.Mutex
 	exports map[uint64]*Listener // by export id
@@ -134,7 +153,7 @@ var monitorInterface = Interface{Name: monitor.InterfaceName, MaxFrameSize: moni
 // domain. If no monitor runs, it fails with an error matching ErrNoMonitor
 // that says how to start one.
 func Join(ctx context.Context, opts ...Option) (*Domain, error) {
-	o := options{program: filepath.Base(os.Args[0]), log: slog.Default()}
+	o := options{program: filepath.Base(os.Args[0]), log: slog.Default(), callTimeout: DefaultCallTimeout}
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -165,6 +184,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		dir:     dir,
 		log:     o.log,
 		spin:    o.spin,
+		timeout: o.callTimeout,
 		exports: map[uint64]*Listener{},
 		early:   map[uint64][]*monitor.Incoming{},
 		done:    make(chan struct{}),
@@ -235,14 +255,31 @@ func (d *Domain) endSession(err error) {
 	d.early = nil
 }
 
-// call makes an rpc to the monitor; the monitor's status codes come back
-// as this package's errors.
+// call makes an rpc to the monitor, bounded by the domain's call timeout
+// when ctx has no deadline; the monitor's status codes come back as this
+// package's errors.
 func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
+	bounded := false
+	if _, ok := ctx.Deadline(); !ok && d.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d.timeout)
+		defer cancel()
+		bounded = true
+	}
+	return d.callUnbounded(ctx, call, reply, bounded)
+}
+
+// callUnbounded is call without the bound: for a bind that waits for its
+// name as long as its caller's context lasts. bounded says that ctx's
+// deadline is the domain's call timeout.
+func (d *Domain) callUnbounded(ctx context.Context, call, reply wire.Message, bounded bool) error {
 	err := d.conn.Call(ctx, call, reply)
 	var re *RemoteError
 	switch {
 	case err == nil:
 		return nil
+	case bounded && errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w to %s within %v: is it stopped? (%w)", ErrMonitorTimeout, call.MsgName(), d.timeout, err)
 	case errors.As(err, &re):
 		return monitorError(re)
 	case interconnect.IsEnd(err):
@@ -487,7 +524,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 	if len(name) > monitor.MaxBindNameLen {
 		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
 	}
-	if err := d.call(ctx, &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, &reply); err != nil {
+	if err := d.callUnbounded(ctx, &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, &reply, false); err != nil {
 		if ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
 			err = fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
 		}

@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/testmonitor"
 )
@@ -280,4 +282,30 @@ func TestSpinWindowOption(t *testing.T) {
 		}
 		t.Fatalf("Join with %s=fast = %v, want an error naming the variable", chanos.SpinWindowEnv, err)
 	}
+}
+
+// A monitor that accepts but never answers (stopped, or wedged) makes
+// Join fail once the call timeout has passed, with ErrMonitorTimeout,
+// rather than hang: the hello has no deadline of its own.
+func TestJoinWedgedMonitor(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	ln, err := seqpacket.Listen(rundir.Socket(dir), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *seqpacket.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // held open, never read
+		}
+	}()
+	err = testkit.Within(t, 10*time.Second, "Join with a wedged monitor", func() error {
+		_, err := chanos.Join(context.Background(), chanos.WithDir(dir), chanos.WithCallTimeout(100*time.Millisecond))
+		return err
+	})
+	if !errors.Is(err, chanos.ErrMonitorTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Join = %v, want ErrMonitorTimeout", err)
+	}
+	(<-accepted).Close()
 }
