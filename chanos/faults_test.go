@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/testmonitor"
+	"github.com/chanos/chanos/wire"
 )
 
 // blockForever is an echo argument on which the test server never answers.
@@ -308,4 +310,47 @@ func TestJoinWedgedMonitor(t *testing.T) {
 		t.Fatalf("Join = %v, want ErrMonitorTimeout", err)
 	}
 	(<-accepted).Close()
+}
+
+// A reply that answers a call with another rpc's number ends the
+// connection with ErrProtocol, whether the caller reads it itself or
+// another goroutine reads it and hands it over: the caller never waits
+// for a reply that will not come.
+func TestReplyToAnotherRPC(t *testing.T) {
+	for _, handedOver := range []bool{false, true} {
+		t.Run(fmt.Sprintf("handed over %v", handedOver), func(t *testing.T) {
+			x, y, err := chanos.UMPPair(pingpong.Interface)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer x.Close()
+			defer y.Close()
+			c := pingpong.NewConn(x)
+			ctx := testkit.Context(t)
+			// The peer answers the echo call with a bounce reply of the
+			// same call id.
+			go y.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+				var b wire.Buffer
+				if err := (&pingpong.BounceReply{}).Encode(&b); err != nil {
+					return err
+				}
+				wire.SetCallID(b.B, in.Header.CallID)
+				return genrt.Engine(y).SendFrame(ctx, b.B)
+			})
+			if handedOver {
+				// Another goroutine holds the reading turn, waiting.
+				wctx := testkit.NewWaitContext()
+				defer wctx.Cancel()
+				go c.Receive(wctx)
+				wctx.Waiting(t)
+			}
+			err = testkit.Within(t, 10*time.Second, "the echo call", func() error {
+				_, err := c.Echo(ctx, 1)
+				return err
+			})
+			if !errors.Is(err, chanos.ErrProtocol) || !errors.Is(x.Err(), chanos.ErrProtocol) {
+				t.Fatalf("Echo = %v, connection %v; want ErrProtocol", err, x.Err())
+			}
+		})
+	}
 }
