@@ -144,11 +144,11 @@ func ringPair(maxFrame uint32) (creator, attacher []wire.Cap, err error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("create the liveness socket: %w", err)
 	}
-	if creator, err = ump.Caps(files, a); err != nil {
+	if creator, err = ump.Caps(files, ump.Creator, a); err != nil {
 		b.Close()
 		return nil, nil, fmt.Errorf("duplicate the ring descriptors: %w", err)
 	}
-	if attacher, err = ump.Caps(files, b); err != nil {
+	if attacher, err = ump.Caps(files, ump.Attacher, b); err != nil {
 		closeCaps(creator)
 		return nil, nil, fmt.Errorf("duplicate the ring descriptors: %w", err)
 	}
@@ -210,7 +210,7 @@ func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) 
 		files.Close()
 		return nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
 	}
-	attacher, err := ump.Caps(files, b)
+	attacher, err := ump.Caps(files, ump.Attacher, b)
 	if err != nil {
 		files.Close()
 		a.Close()

@@ -14,13 +14,13 @@ import (
 // (the monitor's bind reply and incoming message), and back.
 
 // CapCount is the number of descriptors that describe a ump connection in a
-// bind reply or an incoming message: the ring pair's memfd, its four
-// eventfds and the liveness socket, in that order.
-const CapCount = 6
+// bind reply or an incoming message: the ring pair's memfd, the side's
+// data and space wake-up sockets and its liveness socket, in that order.
+const CapCount = 4
 
 // fdCap is a raw descriptor as a wire.Cap. Its Fd method lets seqpacket send
 // it without the side effect of (*os.File).Fd, which would switch the
-// shared open file description (an eventfd both peers poll) to blocking.
+// descriptor to blocking.
 type fdCap struct{ fd int }
 
 func (c *fdCap) Fd() uintptr { return uintptr(c.fd) }
@@ -43,21 +43,21 @@ func dupFD(fd int) (int, error) {
 	return int(r), nil
 }
 
-// Caps returns the capabilities for one side of a ump connection:
-// duplicates of the ring pair's descriptors in f (f keeps its own), then
-// sock, which the capabilities take over.
-func Caps(f *Files, sock *net.UnixConn) ([]wire.Cap, error) {
-	caps := make([]wire.Cap, 0, CapCount)
-	for _, fd := range append([]int{f.Mem}, f.Events[:]...) {
-		d, err := dupFD(fd)
-		if err != nil {
-			wire.CloseCaps(caps)
-			sock.Close()
-			return nil, err
-		}
-		caps = append(caps, &fdCap{d})
+// Caps returns the capabilities for side's end of a ump connection: a
+// duplicate of the ring pair's memfd and side's wake-up sockets, which f
+// gives up, then sock, which the capabilities take over. Only side's own
+// wake-up sockets leave: each side of a connection gets its own.
+func Caps(f *Files, side Side, sock *net.UnixConn) ([]wire.Cap, error) {
+	if side != Creator && side != Attacher {
+		sock.Close()
+		return nil, fmt.Errorf("ump: bad side %d", side)
 	}
-	return append(caps, sock), nil
+	g, err := f.take(side)
+	if err != nil {
+		sock.Close()
+		return nil, err
+	}
+	return []wire.Cap{&fdCap{g.Mem}, &fdCap{g.Wake[side][wakeData]}, &fdCap{g.Wake[side][wakeSpace]}, sock}, nil
 }
 
 // takeFD returns a descriptor of its own for a received capability and
@@ -80,9 +80,9 @@ func takeFD(c wire.Cap) (int, error) {
 	return fd, derr
 }
 
-// OpenCaps opens side's end of a ump connection from the six descriptors of
-// a bind reply (side Attacher) or an incoming message (side
-// Creator): memfd, four eventfds and liveness socket. It takes
+// OpenCaps opens side's end of a ump connection from the four descriptors
+// of a bind reply (side Attacher) or an incoming message (side Creator):
+// memfd, data and space wake-up sockets, and liveness socket. It takes
 // ownership of fds, closing them on failure too. o should set
 // MaxMessageSize to the interface's MaxFrameSize, so that a ring pair
 // larger than the interface needs is refused.
@@ -91,7 +91,11 @@ func OpenCaps(side Side, fds []wire.Cap, o *Options) (*Conn, error) {
 		wire.CloseCaps(fds)
 		return nil, fmt.Errorf("ump: a ump connection needs %d descriptors, got %d", CapCount, len(fds))
 	}
-	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
+	if side != Creator && side != Attacher {
+		wire.CloseCaps(fds)
+		return nil, fmt.Errorf("ump: bad side %d", side)
+	}
+	f := noFiles()
 	var errs []error
 	for i, c := range fds[:CapCount-1] {
 		fd, err := takeFD(c)
@@ -102,7 +106,7 @@ func OpenCaps(side Side, fds []wire.Cap, o *Options) (*Conn, error) {
 		if i == 0 {
 			f.Mem = fd
 		} else {
-			f.Events[i-1] = fd
+			f.Wake[side][i-1] = fd
 		}
 	}
 	sf, ok := fds[CapCount-1].(*os.File)

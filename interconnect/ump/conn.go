@@ -129,8 +129,8 @@ const (
 //
 // Send and Receive run entirely in the calling goroutine: they copy between
 // the caller's memory and the ring, spin for the spin window when they must
-// wait, and then park the goroutine (not the thread) on an eventfd through
-// the runtime's netpoller. Send and Receive may be called concurrently with
+// wait, and then park the goroutine (not the thread) on a wake-up socket
+// through the runtime's netpoller. Send and Receive may be called concurrently with
 // each other; concurrent calls of the same one are serialized. Close may be
 // called at any time, from any goroutine.
 type Conn struct {
@@ -146,14 +146,14 @@ type Conn struct {
 	txIn   uint64 // 1 while a SendExclusive runs
 	tx     producer
 	txSpin spinBudget
-	txWake int // the peer's data eventfd
+	txWake int // our data socket, on which we wake the peer's receiver
 	txPark *parker
 
 	rmu     sync.Mutex
 	rxIn    uint64 // 1 while a ReceiveExclusive runs
 	rx      consumer
 	rxSpin  spinBudget
-	rxWake  int // the peer's space eventfd
+	rxWake  int // our space socket, on which we wake the peer's sender
 	rxPark  *parker
 	rxGone  bool   // a poll ran after the peer's socket was seen closed
 	rxRetry uint64 // 1 + the position polled again after seeing the close word
@@ -286,7 +286,7 @@ func (c *Conn) sendSlot(msg []byte) bool {
 	}
 	t.writeSlot(msg)
 	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
-		eventfdSignal(c.txWake)
+		wakeSignal(c.txWake)
 	}
 	return true
 }
@@ -354,7 +354,7 @@ func (c *Conn) sendLocked(ctx context.Context, head, body, tail []byte, wait boo
 		t.write(t.joined)
 	}
 	if shouldSignal(atomic.LoadUint64(t.peerWaitp), &t.signaled) {
-		eventfdSignal(c.txWake)
+		wakeSignal(c.txWake)
 	}
 	return true, nil
 }
@@ -571,7 +571,7 @@ func (c *Conn) rxPublish(fenced bool) {
 		}
 	}
 	if shouldSignal(atomic.LoadUint64(r.peerWaitp), &r.signaled) {
-		eventfdSignal(c.rxWake)
+		wakeSignal(c.rxWake)
 	}
 }
 
@@ -676,7 +676,7 @@ func (c *Conn) rxSleep() bool {
 
 // Close ends the connection. The peer receives everything sent before,
 // then ErrClosed; its senders get ErrClosed. Blocked calls on this side
-// return ErrClosed. Close releases the shared memory, the eventfds and the
+// return ErrClosed. Close releases the shared memory, the sockets and the
 // socket, and waits for the connection's socket watcher to exit. Calling
 // Close again does nothing.
 func (c *Conn) Close() error {
@@ -685,8 +685,7 @@ func (c *Conn) Close() error {
 		return nil
 	}
 	c.err.CompareAndSwap(nil, errClosedLocal)
-	eventfdSignal(c.txPark.fd) // wake our own parked callers
-	eventfdSignal(c.rxPark.fd)
+	c.wakeSelf() // wake our own parked callers
 	if fastFence() {
 		// The exclusive calls mark themselves with plain stores: make
 		// them visible before looking at txIn and rxIn (enterFlag). A
@@ -698,8 +697,8 @@ func (c *Conn) Close() error {
 	c.smu.Lock()
 	waitClear(&c.txIn) // a SendExclusive, woken above, returns
 	atomic.StoreUint64(c.myClosedp, closedBit|c.tx.tail)
-	eventfdSignal(c.txWake) // and the peer's
-	eventfdSignal(c.rxWake)
+	wakeSignal(c.txWake) // and the peer's
+	wakeSignal(c.rxWake)
 	c.rmu.Lock()
 	waitClear(&c.rxIn) // a ReceiveExclusive, woken above, returns
 	err := c.sock.Close()
@@ -716,7 +715,6 @@ func (c *Conn) Close() error {
 			err = e
 		}
 	}
-	closeFDs(c.txWake, c.rxWake)
 	c.rmu.Unlock()
 	c.smu.Unlock()
 	close(c.closed)
@@ -749,14 +747,20 @@ func (c *Conn) watch() {
 	if c.closing.Load() {
 		return
 	}
-	// The close word is written before the socket is closed, so it is
-	// visible now if the peer closed in order.
-	if atomic.LoadUint64(c.peerClosedp) != 0 {
-		c.peerEnd.Store(errClosedPeer)
-	} else {
-		c.peerEnd.Store(errPeerDied)
-	}
+	c.peerGone()
 	c.wakeSelf()
+}
+
+// peerGone records that the peer's end of a socket closed: the liveness
+// socket's, or a wake-up socket's. The close word is written before the
+// peer closes its sockets, so it is visible now if the peer closed in
+// order.
+func (c *Conn) peerGone() {
+	if atomic.LoadUint64(c.peerClosedp) != 0 {
+		c.peerEnd.CompareAndSwap(nil, errClosedPeer)
+	} else {
+		c.peerEnd.CompareAndSwap(nil, errPeerDied)
+	}
 }
 
 // waitClear waits until *p is 0. Close uses it to wait out a
@@ -771,17 +775,21 @@ func waitClear(p *uint64) {
 	}
 }
 
+// wakeSelf wakes this side's parked callers for good, when the connection
+// has ended: it shuts the receiving half of both wake-up sockets, which
+// stay readable from then on.
 func (c *Conn) wakeSelf() {
-	eventfdSignal(c.txPark.fd)
-	eventfdSignal(c.rxPark.fd)
+	wakeShutdown(c.txPark.fd)
+	wakeShutdown(c.rxPark.fd)
 }
 
-// parker parks a goroutine on an eventfd through the runtime's netpoller.
+// parker parks a goroutine on a wake-up socket through the runtime's
+// netpoller.
 //
 // The order of a wait is what keeps it from sleeping through a signal.
-// RawConn.Read first resets the netpoller's readiness of the eventfd, then
-// calls check, which calls sleep: sleep stores a new announcement and looks
-// at the ring once more. A peer can signal that announcement only after
+// RawConn.Read first resets the netpoller's readiness of the socket, then
+// calls check, which drains the socket and calls sleep: sleep stores a new
+// announcement and looks at the ring once more. A peer can signal that announcement only after
 // the store, so after the reset, and the netpoller keeps the signal: the
 // park then ends at once. An earlier version announced before the reset
 // and lost wake-ups, rarely, under load: a producer descheduled between
@@ -795,8 +803,10 @@ type parker struct {
 	rc    syscall.RawConn
 	fd    int
 	sleep func() bool // announces, then reports whether the wait is over already
+	gone  func()      // records that the peer's end of the socket closed
 	armed bool        // the next call of check calls sleep
 	once  func(uintptr) bool
+	buf   [64]byte // what a drain reads
 
 	// A context's end interrupts a wait: stop, registered with
 	// context.AfterFunc, sets the read deadline in the past. The
@@ -810,14 +820,14 @@ type parker struct {
 	expired bool            // the read deadline is in the past: clear it before the next wait
 }
 
-func newParker(fd int, name string, sleep func() bool) (*parker, error) {
+func newParker(fd int, name string, sleep func() bool, gone func()) (*parker, error) {
 	f := os.NewFile(uintptr(fd), name) // fd is non-blocking: f is pollable
 	rc, err := f.SyscallConn()
 	if err != nil {
 		f.Close()
 		return nil, err
 	}
-	p := &parker{f: f, rc: rc, fd: fd, sleep: sleep, stopped: make(chan struct{}, 1)}
+	p := &parker{f: f, rc: rc, fd: fd, sleep: sleep, gone: gone, stopped: make(chan struct{}, 1)}
 	p.once = p.check
 	p.stop = func() {
 		p.f.SetReadDeadline(longAgo)
@@ -829,16 +839,22 @@ func newParker(fd int, name string, sleep func() bool) (*parker, error) {
 var longAgo = time.Unix(1, 0)
 
 // check is the function RawConn.Read calls: the first time, once the
-// readiness has been reset, it announces and looks (sleep); after any
-// wake-up it ends the wait, so that the caller looks at the ring and
-// announces again with a new number before it sleeps. A peer signals each
-// announcement once: sleeping again under an announcement it has already
-// signalled could sleep forever.
+// readiness has been reset, it drains the socket of earlier signals (they
+// were for announcements already withdrawn; left there, they would fill
+// the socket until a signal no longer fits), then announces and looks
+// (sleep); after any wake-up it ends the wait, so that the caller looks at
+// the ring and announces again with a new number before it sleeps. A peer
+// signals each announcement once: sleeping again under an announcement it
+// has already signalled could sleep forever. The drain comes before the
+// announcement, so it cannot take a signal of it.
 func (p *parker) check(uintptr) bool {
 	if !p.armed {
 		return true
 	}
 	p.armed = false
+	if wakeDrain(p.fd, &p.buf) {
+		p.gone() // sleep sees it and reports the wait over
+	}
 	return p.sleep()
 }
 
@@ -879,9 +895,8 @@ func (p *parker) unwatch() error {
 }
 
 // wait announces that the caller sleeps and parks the calling goroutine
-// until the eventfd is signalled, unless the look after the announcement
-// finds the wait over, or the context ends. The eventfd's counter is never
-// read: the netpoller is edge triggered and every write is a new edge.
+// until the socket is signalled, unless the look after the announcement
+// finds the wait over, or the context ends.
 // The caller withdraws the announcement and looks at the ring again after
 // wait returns.
 func (p *parker) wait(ctx context.Context) error {

@@ -204,8 +204,8 @@ func runChild(role string, args []string) error {
 				for j := range 64 {
 					mem[off+j] = byte(rng.Uint32())
 				}
-				eventfdSignal(c.txWake)
-				eventfdSignal(c.rxWake)
+				wakeSignal(c.txWake)
+				wakeSignal(c.rxWake)
 			}
 		}
 	}

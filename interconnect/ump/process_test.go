@@ -141,7 +141,7 @@ func TestKillWhileStreaming(t *testing.T) {
 }
 
 // TestScribbler: the peer writes random bytes all over the shared memory
-// (header, control words, slots) and signals the eventfds. The reader must
+// (header, control words, slots) and signals the wake-up sockets. The reader must
 // neither crash nor hang, and the connection ends with ErrProtocol.
 func TestScribbler(t *testing.T) {
 	for _, tc := range []struct {

@@ -14,26 +14,39 @@ import (
 )
 
 // Files are the descriptors of one ring pair: the sealed memfd holding both
-// rings and four non-blocking eventfds. Events[2*r] signals "ring r has
-// data" (its consumer sleeps on it), Events[2*r+1] "ring r has space" (its
-// producer sleeps on it). Ring 0 is written by the Creator side.
+// rings, and two pairs of connected Unix stream sockets that wake a side
+// that sleeps. Wake[s] are side s's ends: Wake[s][wakeData] wakes it when
+// its incoming ring has data (and it signals on it when it has written its
+// outgoing ring), Wake[s][wakeSpace] wakes it when its outgoing ring has
+// space (and it signals on it when it has consumed its incoming ring).
+// Ring 0 is written by the Creator side. A side is given only its own ends:
+// its wake-ups are then its own, and no flag the peer sets on its ends can
+// change how they behave (docs/ump.md, "Wake-up sockets").
 //
 // Whoever holds a Files owns its descriptors: pass it to Open, which takes
-// them over, or call Close.
+// them over, or call Close. A descriptor of -1 is absent.
 type Files struct {
-	Mem    int
-	Events [4]int
+	Mem  int
+	Wake [2][2]int
 }
 
-// NewFiles creates the shared memory and eventfds of a ring pair
+// The two wake-up sockets of a side, indexes of Files.Wake[side].
+const (
+	wakeData  = 0
+	wakeSpace = 1
+)
+
+func noFiles() *Files { return &Files{Mem: -1, Wake: [2][2]int{{-1, -1}, {-1, -1}}} }
+
+// NewFiles creates the shared memory and wake-up sockets of a ring pair
 // configured by o, with the header written and the memfd sealed against
-// resizing. The monitor (or Create) hands them to both sides.
+// resizing. The monitor (or Create) hands each side its part.
 func NewFiles(o *Options) (*Files, error) {
 	cfg, err := newConfig(o)
 	if err != nil {
 		return nil, err
 	}
-	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
+	f := noFiles()
 	if f.Mem, err = memfdCreate("chanos-ump"); err != nil {
 		return nil, err
 	}
@@ -56,10 +69,12 @@ func NewFiles(o *Options) (*Files, error) {
 	if err := syscall.Munmap(hdr); err != nil {
 		return fail(os.NewSyscallError("munmap", err))
 	}
-	for i := range f.Events {
-		if f.Events[i], err = eventfdCreate(); err != nil {
+	for kind := range 2 {
+		pair, err := wakeSocketPair()
+		if err != nil {
 			return fail(err)
 		}
+		f.Wake[Creator][kind], f.Wake[Attacher][kind] = pair[0], pair[1]
 	}
 	return f, nil
 }
@@ -67,13 +82,26 @@ func NewFiles(o *Options) (*Files, error) {
 // Close closes the descriptors that are still open.
 func (f *Files) Close() error {
 	closeFDs(f.Mem)
-	closeFDs(f.Events[:]...)
-	f.Mem = -1
-	f.Events = [4]int{-1, -1, -1, -1}
+	for s := range f.Wake {
+		closeFDs(f.Wake[s][:]...)
+	}
+	*f = *noFiles()
 	return nil
 }
 
-func (f *Files) fds() []int { return append([]int{f.Mem}, f.Events[:]...) }
+// take returns side's part of f, which f gives up, and leaves the rest
+// (the other side's wake-up sockets) in f. The memfd is duplicated: both
+// sides map it.
+func (f *Files) take(side Side) (*Files, error) {
+	mem, err := dupFD(f.Mem)
+	if err != nil {
+		return nil, err
+	}
+	g := noFiles()
+	g.Mem, g.Wake[side] = mem, f.Wake[side]
+	f.Wake[side] = [2]int{-1, -1}
+	return g, nil
+}
 
 // Open maps a ring pair and returns side's connection. It takes ownership
 // of the descriptors in f and of sock, a connected Unix socket to the peer
@@ -82,7 +110,8 @@ func (f *Files) fds() []int { return append([]int{f.Mem}, f.Events[:]...) }
 //
 // Open checks everything it is given, as the descriptors may come from an
 // untrusted peer: the memfd must be sealed against shrinking, its header
-// valid and consistent with its size, the events eventfds.
+// valid and consistent with its size, the wake-up descriptors side's Unix
+// stream sockets.
 func Open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	c, err := open(side, f, sock, o)
 	if err != nil {
@@ -104,10 +133,12 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, fd := range f.Events {
-		if err := checkEventfd(fd); err != nil {
-			return nil, err
-		}
+	var sockSt syscall.Stat_t
+	if err := fstatConn(sock, &sockSt); err != nil {
+		return nil, err
+	}
+	if err := checkWakeSockets(f.Wake[side][:], sockSt.Ino); err != nil {
+		return nil, err
 	}
 	mem, err := syscall.Mmap(f.Mem, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
@@ -164,31 +195,50 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 			msgLen: -1,
 		},
 	}
-	// Our eventfds: we park on "our outgoing ring has space" and "our
-	// incoming ring has data", and signal the other two.
-	c.txWake, c.rxWake = f.Events[2*s], f.Events[2*peer+1]
-	if c.txPark, err = newParker(f.Events[2*s+1], "ump-space", c.txSleep); err != nil {
+	// Our wake-up sockets: we park on the data socket for our incoming
+	// ring and signal on it for our outgoing one; the space socket the
+	// other way round.
+	data, space := f.Wake[side][wakeData], f.Wake[side][wakeSpace]
+	if c.rxPark, err = newParker(data, "ump-data", c.rxSleep, c.peerGone); err != nil {
 		syscall.Munmap(mem)
 		return nil, err
 	}
-	f.Events[2*s+1] = -1
-	if c.rxPark, err = newParker(f.Events[2*peer], "ump-data", c.rxSleep); err != nil {
-		c.txPark.f.Close()
+	f.Wake[side][wakeData] = -1
+	if c.txPark, err = newParker(space, "ump-space", c.txSleep, c.peerGone); err != nil {
+		c.rxPark.f.Close()
 		syscall.Munmap(mem)
 		return nil, err
 	}
-	f.Events[2*peer] = -1
-	f.Events[2*s], f.Events[2*peer+1] = -1, -1 // now c.txWake and c.rxWake
+	f.Wake[side][wakeSpace] = -1
+	c.txWake, c.rxWake = data, space
 	return c, nil
 }
 
+// fstatConn stats the descriptor of a connection.
+func fstatConn(sc syscall.Conn, st *syscall.Stat_t) error {
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.Fstat(int(fd), st) }); err != nil {
+		return err
+	}
+	if serr != nil {
+		return os.NewSyscallError("fstat", serr)
+	}
+	return nil
+}
+
 // The setup handshake on the socket: the creator sends hello with the
-// descriptors (SCM_RIGHTS, in the order of Files.fds), the attacher answers
-// with an ack once it has mapped the rings.
+// attacher's descriptors (SCM_RIGHTS: the memfd, then the attacher's data
+// and space sockets), the attacher answers with an ack once it has mapped
+// the rings.
 const (
 	helloMagic = 0x314f4c4c45484d55 // "UMHELLO1"
 	ackMagic   = 0x314b4341504d55   // "UMPACK1\0"
 	helloSize  = 16
+	helloFDs   = 3
 	ackOK      = 0
 	ackRefused = 1
 )
@@ -213,21 +263,19 @@ func Create(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 }
 
 func create(ctx context.Context, sock *net.UnixConn, f *Files, o *Options) (*Conn, error) {
-	// Map and check our side before the peer can touch the memory.
 	hello := make([]byte, helloSize)
 	binary.LittleEndian.PutUint64(hello[0:], helloMagic)
 	binary.LittleEndian.PutUint32(hello[8:], Version)
-	binary.LittleEndian.PutUint32(hello[12:], uint32(len(f.fds())))
-	var send []int // open takes f: the hello carries duplicates
-	defer func() { closeFDs(send...) }()
-	for _, fd := range f.fds() {
-		d, err := dupFD(fd)
-		if err != nil {
-			f.Close()
-			return nil, err
-		}
-		send = append(send, d)
+	binary.LittleEndian.PutUint32(hello[12:], helloFDs)
+	theirs, err := f.take(Attacher)
+	if err != nil {
+		f.Close()
+		return nil, err
 	}
+	// Sent, then closed: after the hello only the attacher holds its ends.
+	defer theirs.Close()
+	send := []int{theirs.Mem, theirs.Wake[Attacher][wakeData], theirs.Wake[Attacher][wakeSpace]}
+	// Map and check our side before the peer can touch the memory.
 	c, err := open(Creator, f, sock, o)
 	if err != nil {
 		return nil, err
@@ -284,9 +332,9 @@ func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 		return nil, ctxErr(ctx, err)
 	}
 	fds, perr := parseRights(oob[:oobn])
-	f := &Files{Mem: -1, Events: [4]int{-1, -1, -1, -1}}
-	if len(fds) == 5 {
-		f.Mem, f.Events = fds[0], [4]int{fds[1], fds[2], fds[3], fds[4]}
+	f := noFiles()
+	if len(fds) == helloFDs {
+		f.Mem, f.Wake[Attacher] = fds[0], [2]int{fds[1], fds[2]}
 	} else {
 		closeFDs(fds...)
 	}
@@ -309,9 +357,9 @@ func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 		refuse(sock)
 		return nil, fmt.Errorf("%w: bad handshake (magic %#x, version %d)", ErrProtocol, m, v)
 	}
-	if nfd := le.Uint32(hello[12:]); nfd != 5 || len(fds) != 5 {
+	if nfd := le.Uint32(hello[12:]); nfd != helloFDs || len(fds) != helloFDs {
 		refuse(sock)
-		return nil, fmt.Errorf("%w: handshake announces %d descriptors and carries %d, want 5", ErrProtocol, nfd, len(fds))
+		return nil, fmt.Errorf("%w: handshake announces %d descriptors and carries %d, want %d", ErrProtocol, nfd, len(fds), helloFDs)
 	}
 	c, err := open(Attacher, f, sock, o)
 	if err != nil {

@@ -3,7 +3,6 @@ package ump
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -19,9 +18,6 @@ const (
 	sealSeal   = 0x1
 	sealShrink = 0x2
 	sealGrow   = 0x4
-
-	efdCloexec  = syscall.O_CLOEXEC
-	efdNonblock = syscall.O_NONBLOCK
 
 	membarrierQuery                    = 0
 	membarrierPrivateExpedited         = 1 << 3
@@ -91,15 +87,6 @@ func memfdCreate(name string) (int, error) {
 	return int(fd), nil
 }
 
-// eventfdCreate creates a non-blocking, close-on-exec eventfd.
-func eventfdCreate() (int, error) {
-	fd, _, e := syscall.Syscall(sysEventfd2, 0, efdCloexec|efdNonblock, 0)
-	if e != 0 {
-		return -1, os.NewSyscallError("eventfd2", e)
-	}
-	return int(fd), nil
-}
-
 func fcntl(fd, cmd, arg int) (int, error) {
 	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), uintptr(cmd), uintptr(arg))
 	if e != 0 {
@@ -108,34 +95,100 @@ func fcntl(fd, cmd, arg int) (int, error) {
 	return int(r), nil
 }
 
-// eventfdSignal adds 1 to an eventfd. The descriptor is non-blocking, and
-// a failure (only possible if the counter is saturated, which means the
-// waiter is already woken) is ignored. It uses RawSyscall: the write never
-// blocks, so there is no reason to hand the P to another thread.
+// wakeSocketPair returns a connected pair of Unix stream sockets,
+// close-on-exec and non-blocking: the wake-up sockets of one kind (data or
+// space) of a ring pair, one end per side.
+func wakeSocketPair() ([2]int, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return [2]int{-1, -1}, os.NewSyscallError("socketpair", err)
+	}
+	return [2]int{fds[0], fds[1]}, nil
+}
+
+// wakeSignal sends one byte on a wake-up socket: the peer's end becomes
+// readable. MSG_DONTWAIT makes this one call non-blocking whatever the
+// descriptor's flags, which the peer may share and change: it cannot make
+// the send block (docs/ump.md, "Wake-up sockets"). Every failure is
+// ignored: EAGAIN means the peer's end has unread bytes already, so a
+// wake-up is pending; EPIPE and ECONNRESET mean the peer is gone, which the
+// liveness socket reports. As the call never blocks, it is a RawSyscall:
+// there is no reason to hand the P to another thread.
 //
 // Through syscall.Syscall a parked round trip is faster (entering a
 // syscall wakes the runtime's sysmon thread, after which the kernel puts
 // the woken peer on the waker's CPU rather than on the halted other one),
 // but a stream is slower (the extra thread wake-ups preempt spinning
 // peers, which then park more often). Streams and spinning round trips
-// are the common case, so the write stays raw (measured:
-// docs/results/).
-func eventfdSignal(fd int) {
-	one := uint64(1)
-	syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&one)), 8)
+// are the common case, so the send stays raw (measured: docs/results/).
+func wakeSignal(fd int) {
+	one := byte(1)
+	syscall.RawSyscall6(syscall.SYS_SENDTO, uintptr(fd), uintptr(unsafe.Pointer(&one)), 1,
+		syscall.MSG_DONTWAIT|syscall.MSG_NOSIGNAL, 0, 0)
 }
 
-// checkEventfd reports whether fd is an eventfd, as a peer might pass any
-// descriptor at all, and makes it non-blocking.
-func checkEventfd(fd int) error {
-	link, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
-	if err != nil {
-		return err
+// wakeDrain reads what is queued on a wake-up socket, with MSG_DONTWAIT
+// for the reason wakeSignal gives, and reports whether the socket reached
+// its end of file: the peer's end is closed, so the peer closed or died.
+// It reads at most 16 buffers: a peer flooding its end cannot keep the
+// waiter here, and leftover bytes only cost it a spurious wake-up.
+func wakeDrain(fd int, buf *[64]byte) (eof bool) {
+	for range 16 {
+		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)),
+			syscall.MSG_DONTWAIT, 0, 0)
+		if e != 0 {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		if n < uintptr(len(buf)) {
+			return false
+		}
 	}
-	if link != "anon_inode:[eventfd]" {
-		return fmt.Errorf("%w: descriptor %d is %q, not an eventfd", ErrProtocol, fd, link)
+	return false
+}
+
+// wakeShutdown shuts the receiving half of one of our wake-up sockets: it
+// becomes readable, at its end of file, which wakes a goroutine parked on
+// it. It is how a side wakes its own waiters when the connection ends.
+func wakeShutdown(fd int) { syscall.Shutdown(fd, syscall.SHUT_RD) }
+
+// soDomain is SO_DOMAIN, which package syscall does not name.
+const soDomain = 39
+
+// checkWakeSockets reports whether fds, received from a possibly hostile
+// peer, are Unix stream sockets, each a different socket from the others
+// and from the liveness socket (inode sockIno), and makes them
+// non-blocking. A wake-up socket never needs O_NONBLOCK, as every call on
+// it passes MSG_DONTWAIT; it is set so that the runtime's netpoller takes
+// the descriptor.
+func checkWakeSockets(fds []int, sockIno uint64) error {
+	seen := []uint64{sockIno}
+	for _, fd := range fds {
+		typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
+		if err != nil {
+			return fmt.Errorf("%w: wake-up descriptor %d is not a socket: %v", ErrProtocol, fd, err)
+		}
+		dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
+		if err != nil || typ != syscall.SOCK_STREAM || dom != syscall.AF_UNIX {
+			return fmt.Errorf("%w: wake-up descriptor %d is not a Unix stream socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Fstat(fd, &st); err != nil {
+			return os.NewSyscallError("fstat", err)
+		}
+		for _, ino := range seen {
+			if st.Ino == ino {
+				return fmt.Errorf("%w: wake-up descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
+			}
+		}
+		seen = append(seen, st.Ino)
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			return os.NewSyscallError("fcntl", err)
+		}
 	}
-	return syscall.SetNonblock(fd, true)
+	return nil
 }
 
 // checkMemfd returns the size of a shared-memory descriptor received from

@@ -243,7 +243,7 @@ func TestReceiveContext(t *testing.T) {
 	if err := <-got; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Receive = %v, want Canceled", err)
 	}
-	// The deadline left on the eventfd must not affect later calls: a
+	// The deadline left on the wake-up socket must not affect later calls: a
 	// receive that goes to sleep is woken by the message, not the deadline.
 	sleeping, park := holdBeforePark(t, b, false)
 	received := make(chan error, 1)
@@ -268,7 +268,7 @@ func TestReceiveContext(t *testing.T) {
 }
 
 // TestParkedPingPong runs both sides with no spinning, so every message
-// goes through the eventfd wake-up path.
+// goes through the wake-up sockets.
 func TestParkedPingPong(t *testing.T) {
 	a, b := pipe(t, &Options{SpinWindow: -1})
 	ctx := testkit.Context(t)

@@ -25,11 +25,11 @@ func lateSignal(t *testing.T, c *Conn, sender bool, signal func() bool) {
 			return
 		}
 		once.Do(func() {
-			// The runtime resets the eventfd's readiness before it calls
+			// The runtime resets the socket's readiness before it calls
 			// the function given to RawConn.Read; an announcement made
 			// before that reset would let it discard the late signal.
 			if !insideRawRead() {
-				t.Error("the announcement was made outside RawConn.Read's function: a reset of the eventfd's readiness can follow it")
+				t.Error("the announcement was made outside RawConn.Read's function: a reset of the socket's readiness can follow it")
 			}
 			if !signal() {
 				t.Error("the late signal found the announcement signalled already")
@@ -94,7 +94,7 @@ func TestLateSignalReceiver(t *testing.T) {
 		if !shouldSignal(atomic.LoadUint64(a.tx.peerWaitp), &a.tx.signaled) {
 			return false
 		}
-		eventfdSignal(a.txWake)
+		wakeSignal(a.txWake)
 		return true
 	})
 	sleeping, park := holdBeforePark(t, b, false)
@@ -140,7 +140,7 @@ func TestLateSignalSender(t *testing.T) {
 		if !shouldSignal(atomic.LoadUint64(b.rx.peerWaitp), &b.rx.signaled) {
 			return false
 		}
-		eventfdSignal(b.rxWake)
+		wakeSignal(b.rxWake)
 		return true
 	})
 	sleeping, park := holdBeforePark(t, a, true)
