@@ -413,6 +413,9 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 				b.lost()
 				break
 			}
+			if i > yieldAfter {
+				osYield()
+			}
 		}
 	}
 	for {
@@ -615,6 +618,16 @@ func (c *Conn) rxEnded(ctx context.Context, done <-chan struct{}) (retry bool, e
 	return false, nil
 }
 
+// yieldAfter is how many polls a spinning waiter makes before it starts
+// to give its CPU away (sched_yield) at each of its periodic checks, every
+// 64 polls. With more busy processes than cores (a ring of domains on two
+// cores), the peer a spinner waits for may be runnable on the spinner's own
+// CPU, woken there by its own peer's signal: spinning the window only keeps
+// it off the CPU it needs. A yield with nothing else runnable returns at
+// once, and the first polls, in which a round trip between two running
+// sides usually completes, never yield.
+const yieldAfter = 256
+
 // waitData waits until the next slot may hold a fragment or the connection
 // ended.
 func (c *Conn) waitData(ctx context.Context) error {
@@ -645,6 +658,9 @@ func (c *Conn) waitData(ctx context.Context) error {
 			} else if now-start > int64(window) {
 				b.lost()
 				break
+			}
+			if i > yieldAfter {
+				osYield()
 			}
 		}
 	}

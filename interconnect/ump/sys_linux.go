@@ -222,3 +222,8 @@ func closeFDs(fds ...int) {
 		}
 	}
 }
+
+// osYield gives the CPU to another runnable thread, if one waits for it.
+// The thread stays runnable, so the call does not block: a RawSyscall, like
+// the wake-up calls.
+func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
