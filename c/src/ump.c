@@ -80,9 +80,10 @@ struct chanos_ump {
     int64_t tx_spin, rx_spin;     /* the adapted windows: see spin_lost */
     unsigned tx_misses, rx_misses; /* waits that ended in sleep since one did not */
     int sock, epfd;
-    /* Our ends of the two wake-up socket pairs (docs/ump.md): we wait on data for "the peer's ring has data" and send on
-     * it after writing ours; we wait on space for "our ring has space" and
-     * send on it after publishing our position in the peer's ring. */
+    /* Our ends of the two wake-up socket pairs (docs/ump.md): we wait on
+     * data for "the peer's ring has data" and send on it after writing
+     * ours; we wait on space for "our ring has space" and send on it after
+     * publishing our position in the peer's ring. */
     int data, space;
     aword *my_closed, *peer_closed;
     _Atomic int err;      /* why the connection ended, 0 while open */
