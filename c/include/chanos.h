@@ -727,8 +727,8 @@ int chanos_dec_cap(struct chanos_dec *d);
 /*
  * A ump connection is two single-producer single-consumer rings of 64-byte
  * slots in a memfd shared by two processes, one ring per direction, plus
- * eventfds to wake a side that sleeps and a connected Unix socket whose end
- * of file tells that the peer closed or died. The ring format is the one
+ * two Unix socket pairs to wake a side that sleeps and a connected Unix
+ * socket whose end of file tells that the peer closed or died. The ring format is the one
  * the Go package interconnect/ump uses: a C process and a Go process can be
  * the two sides.
  *
@@ -748,7 +748,7 @@ int chanos_dec_cap(struct chanos_dec *d);
 #define CHANOS_ERR_TOO_LARGE (-4206) /* message over the maximum size */
 
 /* The ring layout version; the slot size and the payload of one slot. */
-#define CHANOS_UMP_VERSION      1
+#define CHANOS_UMP_VERSION      2
 #define CHANOS_UMP_SLOT_SIZE    64
 #define CHANOS_UMP_SLOT_PAYLOAD 56
 #define CHANOS_UMP_DEFAULT_MAX_MSG 65536u
@@ -788,18 +788,28 @@ struct chanos_ump_options {
     int64_t spin_ns;
 };
 
-/* The descriptors of one ring pair (see chanos_ump_files_create). */
+/*
+ * The descriptors of one ring pair (see chanos_ump_files_create), -1 where
+ * absent. The wake-ups travel over two connected Unix stream socket pairs,
+ * the data pair and the space pair, of which side s holds end s:
+ * wake[s][0], its data socket, on which it waits for data in the peer's
+ * ring and sends after writing its own; wake[s][1], its space socket, on
+ * which it waits for space in its own ring and sends after reading the
+ * peer's. A side's ends are its own: no other process holds them, so no
+ * one else can change how they behave.
+ */
 struct chanos_ump_files {
-    int mem;   /* the sealed memfd with both rings */
-    int ev[4]; /* eventfds: ev[2r] "ring r has data", ev[2r+1] "ring r has space" */
+    int mem;          /* the sealed memfd with both rings */
+    int wake[2][2];   /* wake[side][0]: data socket; wake[side][1]: space socket */
 };
 
 typedef struct chanos_ump chanos_ump; /* one side of a connection; opaque */
 
 /*
- * chanos_ump_files_create creates the memfd and eventfds of a ring pair,
- * header written and memfd sealed, for a third party (the monitor) to hand
- * to both sides. The caller owns the descriptors in *out: give them to
+ * chanos_ump_files_create creates the memfd and the two wake-up socket
+ * pairs of a ring pair, header written and memfd sealed, for a third party
+ * (the monitor) to hand to both sides: each side gets the memfd and its own
+ * ends, wake[side]. The caller owns the descriptors in *out: give them to
  * chanos_ump_open or release them with chanos_ump_files_close.
  */
 int chanos_ump_files_create(const struct chanos_ump_options *opts,
@@ -811,10 +821,14 @@ void chanos_ump_files_close(struct chanos_ump_files *f);
 
 /*
  * chanos_ump_open maps a ring pair and returns side's connection in *out.
- * It takes ownership of the descriptors in f (set to -1) and of sock, a
+ * It uses f->mem and side's wake-up sockets, f->wake[side], and closes
+ * every other descriptor in f (the other side's ends, if f has them). It
+ * takes ownership of the descriptors in f (set to -1) and of sock, a
  * connected Unix socket to the peer kept open for the connection's life,
  * on success and on failure alike. Everything received from the peer is
- * checked (seals, header, eventfds). Free *out with chanos_ump_close.
+ * checked (seals, header; the wake-up descriptors must be two Unix stream
+ * sockets, different from each other and from sock, or the open fails
+ * with CHANOS_ERR_PROTOCOL). Free *out with chanos_ump_close.
  */
 int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
                     const struct chanos_ump_options *opts, chanos_ump **out);

@@ -38,14 +38,19 @@
 /* How much longer than a bind's deadline to wait for the monitor's answer. */
 #define BIND_GRACE_MS 1000
 
-/* A connection waiting for chanos_accept: the six descriptors of an
- * incoming message, or (local) the server side of a pair made in this
- * process by a bind to the domain's own export, already open. */
+/* The descriptors of a ump connection from the monitor, in a bind reply
+ * or an incoming message, in this order: the memfd, this side's data and
+ * space sockets, its liveness socket (docs/monitor-protocol.md). */
+#define UMP_NFDS 4
+
+/* A connection waiting for chanos_accept: the descriptors of an incoming
+ * message, or (local) the server side of a pair made in this process by a
+ * bind to the domain's own export, already open. */
 struct pending_in {
     uint64_t export_id;
     uint8_t token[16];
     uint32_t max_frame;
-    int fds[6];
+    int fds[UMP_NFDS];
     chanos_conn *local;
 };
 
@@ -92,7 +97,7 @@ static void drop_pending(struct pending_in *p)
 {
     chanos_conn_close(p->local);
     p->local = NULL;
-    close_fds(p->fds, 6);
+    close_fds(p->fds, UMP_NFDS);
 }
 
 static int64_t now_ms(void)
@@ -322,7 +327,7 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     /* the descriptors beyond those decoded are not the message's */
     for (uint32_t i = in.nfds; i < f->nfds; i++)
         close(f->fds[i]);
-    if (in.via != MONITOR_INTERCONNECT_UMP || in.nfds != 6 ||
+    if (in.via != MONITOR_INTERCONNECT_UMP || in.nfds != UMP_NFDS ||
         d->nin == INCOMING_LIMIT) {
         /* the client sees the connection close */
         close_fds(in.fds, in.nfds);
@@ -717,10 +722,12 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
             return 1;
         }
         files.mem = p.fds[0];
-        memcpy(files.ev, &p.fds[1], sizeof files.ev);
+        files.wake[CHANOS_UMP_CREATOR][0] = p.fds[1];
+        files.wake[CHANOS_UMP_CREATOR][1] = p.fds[2];
+        files.wake[CHANOS_UMP_ATTACHER][0] = files.wake[CHANOS_UMP_ATTACHER][1] = -1;
         uo.max_msg = l->max_frame;
         uo.spin_ns = d->spin_ns;
-        rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[5], &uo, &u);
+        rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[3], &uo, &u);
         if (rc != 0)
             continue;
         rc = chanos_conn_new(u, out);
@@ -784,30 +791,28 @@ int chanos_listener_close(chanos_listener *l)
     return rc;
 }
 
-/* dup_files gives the second side of an in-process pair descriptors of its
- * own: each side closes those it holds. */
-static int dup_files(const struct chanos_ump_files *f,
-                     struct chanos_ump_files *g)
+/* split_files gives the attacher of an in-process pair its descriptors,
+ * taken from f: a duplicate of the memfd, and its own ends of the wake-up
+ * sockets, moved, not duplicated, so that each side holds only its own.
+ * On failure f is left whole. */
+static int split_files(struct chanos_ump_files *f, struct chanos_ump_files *g)
 {
-    int rc = 0;
-
     g->mem = fcntl(f->mem, F_DUPFD_CLOEXEC, 0);
     if (g->mem < 0)
-        rc = -errno;
-    for (int i = 0; i < 4; i++) {
-        g->ev[i] = rc == 0 ? fcntl(f->ev[i], F_DUPFD_CLOEXEC, 0) : -1;
-        if (g->ev[i] < 0 && rc == 0)
-            rc = -errno;
+        return -errno;
+    g->wake[CHANOS_UMP_CREATOR][0] = g->wake[CHANOS_UMP_CREATOR][1] = -1;
+    for (int k = 0; k < 2; k++) {
+        g->wake[CHANOS_UMP_ATTACHER][k] = f->wake[CHANOS_UMP_ATTACHER][k];
+        f->wake[CHANOS_UMP_ATTACHER][k] = -1;
     }
-    if (rc != 0)
-        chanos_ump_files_close(g);
-    return rc;
+    return 0;
 }
 
 /*
  * local_pair makes a ring pair inside the process out of what the monitor
- * makes for two domains (a sealed memfd, four eventfds, a liveness socket
- * pair), for frames of up to max_frame bytes, and opens both sides: the
+ * makes for two domains (a sealed memfd, two wake-up socket pairs, a
+ * liveness socket pair), for frames of up to max_frame bytes, and opens
+ * both sides: the
  * server's (creator) in *srv, the client's (attacher) in *cli. On failure
  * nothing is left open.
  */
@@ -825,7 +830,7 @@ static int local_pair(uint32_t max_frame, int64_t spin_ns, chanos_conn **srv,
     rc = chanos_ump_files_create(&uo, &fa);
     if (rc != 0)
         return rc;
-    rc = dup_files(&fa, &fb);
+    rc = split_files(&fa, &fb);
     if (rc != 0) {
         chanos_ump_files_close(&fa);
         return rc;
@@ -903,7 +908,7 @@ static int bind_local(struct chanos_domain *d,
     p->export_id = l->ref.export_id;
     memcpy(p->token, l->ref.token, sizeof p->token);
     p->max_frame = l->max_frame;
-    for (int i = 0; i < 6; i++)
+    for (int i = 0; i < UMP_NFDS; i++)
         p->fds[i] = -1;
     p->local = srv;
     return 0;
@@ -968,8 +973,8 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
         return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
     if (rc != 0)
         return rc;
-    if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != 6) {
-        /* an interconnect we do not know, or a ump pair without its six
+    if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != UMP_NFDS) {
+        /* an interconnect we do not know, or a ump pair without its
          * descriptors */
         close_fds(reply.fds, reply.nfds);
         return CHANOS_ERR_MISMATCH;
@@ -979,10 +984,12 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
         return CHANOS_ERR_MISMATCH;
     }
     files.mem = reply.fds[0];
-    memcpy(files.ev, &reply.fds[1], sizeof files.ev);
+    files.wake[CHANOS_UMP_CREATOR][0] = files.wake[CHANOS_UMP_CREATOR][1] = -1;
+    files.wake[CHANOS_UMP_ATTACHER][0] = reply.fds[1];
+    files.wake[CHANOS_UMP_ATTACHER][1] = reply.fds[2];
     uo.max_msg = max_frame;
     uo.spin_ns = d->spin_ns;
-    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[5], &uo, &u);
+    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[3], &uo, &u);
     if (rc != 0)
         return rc;
     return chanos_conn_new(u, out);

@@ -16,7 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -60,7 +59,14 @@
 #define HELLO_MAGIC 0x314f4c4c45484d55ull /* "UMHELLO1" */
 #define ACK_MAGIC   0x314b4341504d55ull   /* "UMPACK1\0" */
 #define HELLO_SIZE  16
-#define NFDS        5
+/* The hello's descriptors: the memfd, then the attacher's data socket and
+ * space socket (docs/ump.md, "Setup"). */
+#define NFDS        3
+/* A drain reads at most DRAIN_READS times DRAIN_BUF bytes: a legitimate
+ * peer sends one byte per announcement, and a hostile one that keeps the
+ * socket full gets a bounded read per wait, never a loop. */
+#define DRAIN_BUF   64
+#define DRAIN_READS 16
 
 typedef _Atomic uint64_t aword;
 
@@ -74,6 +80,11 @@ struct chanos_ump {
     int64_t tx_spin, rx_spin;     /* the adapted windows: see spin_lost */
     unsigned tx_misses, rx_misses; /* waits that ended in sleep since one did not */
     int sock, epfd;
+    /* Our ends of the two wake-up socket pairs (docs/ump.md): we wait on
+     * data for "the peer's ring has data" and send on it after writing
+     * ours; we wait on space for "our ring has space" and send on it after
+     * publishing our position in the peer's ring. */
+    int data, space;
     aword *my_closed, *peer_closed;
     _Atomic int err;      /* why the connection ended, 0 while open */
     _Atomic int peer_end; /* set once the peer's socket reached EOF */
@@ -82,7 +93,6 @@ struct chanos_ump {
     uint8_t *tx_slots;
     uint64_t tx_tail, tx_head;
     aword *tx_headp, *tx_waitp, *tx_peer_waitp;
-    int tx_wake, tx_park; /* peer's data eventfd; our space eventfd */
     int tx_announced;
     uint64_t tx_epoch, tx_signaled; /* our last announcement; the peer's last signalled */
     uint8_t *tx_bulk;          /* our bulk region; NULL if none */
@@ -94,7 +104,6 @@ struct chanos_ump {
     uint8_t *rx_slots;
     uint64_t rx_pos, rx_pub, rx_batch;
     aword *rx_headp, *rx_waitp, *rx_peer_waitp;
-    int rx_wake, rx_park; /* peer's space eventfd; our data eventfd */
     int rx_announced;
     uint64_t rx_epoch, rx_signaled;
     uint8_t *rx_bulk;          /* the peer's bulk region; NULL if none */
@@ -207,17 +216,18 @@ static int poll_timeout(int64_t deadline)
 }
 
 
-static void ev_signal(int fd)
+/*
+ * wake_signal sends the peer one wake-up byte on our end of a wake-up
+ * socket. MSG_DONTWAIT holds for this call whatever the descriptor's flags
+ * (which a peer holding the same open file description could change), so
+ * it never blocks. Every error is ignored: EAGAIN means the peer's buffer
+ * is full, so a wake-up is pending already; EPIPE and ECONNRESET mean the
+ * peer is gone, which the waits notice.
+ */
+static void wake_signal(int fd)
 {
-    uint64_t one = 1;
-    ssize_t r = write(fd, &one, sizeof one);
-    (void)r; /* only EAGAIN (counter saturated: already signalled) */
-}
-
-static void ev_drain(int fd)
-{
-    uint64_t v;
-    ssize_t r = read(fd, &v, sizeof v);
+    static const char one = 1;
+    ssize_t r = send(fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)r;
 }
 
@@ -331,8 +341,9 @@ void chanos_ump_files_close(struct chanos_ump_files *f)
     if (!f)
         return;
     close_fd(&f->mem);
-    for (int i = 0; i < 4; i++)
-        close_fd(&f->ev[i]);
+    for (int s = 0; s < 2; s++)
+        for (int k = 0; k < 2; k++)
+            close_fd(&f->wake[s][k]);
 }
 
 int chanos_ump_files_create(const struct chanos_ump_options *opts,
@@ -341,8 +352,8 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     if (!out)
         return -EINVAL;
     out->mem = -1;
-    for (int i = 0; i < 4; i++)
-        out->ev[i] = -1;
+    for (int s = 0; s < 2; s++)
+        out->wake[s][0] = out->wake[s][1] = -1;
     uint32_t max_msg = opt_max_msg(opts);
     if (max_msg > CHANOS_UMP_MAX_MSG_LIMIT)
         return -EINVAL;
@@ -375,10 +386,13 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     chanos_store_u32(h + OFF_BULK, bulk);
     chanos_store_u64(h + OFF_TOTAL, size);
     munmap(h, HEADER_SIZE);
-    for (int i = 0; i < 4; i++) {
-        out->ev[i] = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-        if (out->ev[i] < 0)
+    /* The data pair, then the space pair: side s holds end s of each. */
+    for (int k = 0; k < 2; k++) {
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
             goto fail_errno;
+        out->wake[0][k] = sv[0];
+        out->wake[1][k] = sv[1];
     }
     return 0;
 fail_errno:
@@ -387,21 +401,48 @@ fail_errno:
     return err;
 }
 
-/* check_eventfd makes sure a descriptor from the peer is an eventfd (a
- * blocking pipe in its place could hang our writes) and non-blocking. */
-static int check_eventfd(int fd)
+/* check_wake makes sure a wake-up descriptor, which may come from a
+ * hostile peer, is a Unix stream socket: the MSG_DONTWAIT of our sends and
+ * receives holds on sockets only, and a pipe or an eventfd in its place
+ * could block them. It is made non-blocking too, though nothing relies on
+ * that: whoever shares its open file description can clear the flag. */
+static int check_wake(int fd, struct stat *st)
 {
-    char path[64], link[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-    ssize_t n = readlink(path, link, sizeof link - 1);
-    if (n < 0)
+    int type, domain;
+    socklen_t n = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &n) < 0 || n != sizeof type)
+        return errno == ENOTSOCK ? CHANOS_ERR_PROTOCOL : -errno;
+    n = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &n) < 0 || n != sizeof domain)
         return -errno;
-    link[n] = 0;
-    if (strcmp(link, "anon_inode:[eventfd]") != 0)
+    if (type != SOCK_STREAM || domain != AF_UNIX)
         return CHANOS_ERR_PROTOCOL;
+    if (fstat(fd, st) < 0)
+        return -errno;
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return -errno;
+    return 0;
+}
+
+static int same_file(const struct stat *a, const struct stat *b)
+{
+    return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
+}
+
+/* check_wakes checks side's two wake-up sockets in f: each a Unix stream
+ * socket, and three different sockets with the liveness socket sock. The
+ * same socket twice would take our own wake-ups for the peer's. */
+static int check_wakes(const int wake[2], int sock)
+{
+    struct stat data, space, live;
+    int err;
+    if ((err = check_wake(wake[0], &data)) < 0 || (err = check_wake(wake[1], &space)) < 0)
+        return err;
+    if (fstat(sock, &live) < 0)
+        return -errno;
+    if (same_file(&data, &space) || same_file(&data, &live) || same_file(&space, &live))
+        return CHANOS_ERR_PROTOCOL;
     return 0;
 }
 
@@ -463,9 +504,8 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     *out = NULL;
     if ((err = check_memfd(f->mem, &size)) < 0)
         goto fail;
-    for (int i = 0; i < 4; i++)
-        if ((err = check_eventfd(f->ev[i])) < 0)
-            goto fail;
+    if ((err = check_wakes(f->wake[side], sock)) < 0)
+        goto fail;
     mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f->mem, 0);
     if (mem == MAP_FAILED) {
         err = -errno;
@@ -484,6 +524,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
         goto fail;
     }
     c->epfd = -1;
+    c->data = c->space = -1;
     int s = side, peer = 1 - side;
     c->mem = mem;
     c->mem_size = size;
@@ -503,8 +544,6 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->tx_headp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_HEAD);
     c->tx_waitp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_PRODWAIT);
     c->tx_peer_waitp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_CONSWAIT);
-    c->tx_wake = f->ev[2 * s];
-    c->tx_park = f->ev[2 * s + 1];
     uint8_t *bulk_base = mem + HEADER_SIZE + 2 * ring_bytes; /* ring 0's, then ring 1's */
     c->tx_bulk = bulk ? bulk_base + (size_t)s * bulk : NULL;
     c->tx_bheadp = word(mem, OFF_RING0 + (size_t)s * RING_CTL + OFF_BULKHEAD);
@@ -513,15 +552,15 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->rx_headp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_HEAD);
     c->rx_waitp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_CONSWAIT);
     c->rx_peer_waitp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_PRODWAIT);
-    c->rx_wake = f->ev[2 * peer + 1];
-    c->rx_park = f->ev[2 * peer];
     c->rx_batch = slots / 8 ? slots / 8 : 1;
     c->rx_bulk = bulk ? bulk_base + (size_t)peer * bulk : NULL;
     c->rx_bheadp = word(mem, OFF_RING0 + (size_t)peer * RING_CTL + OFF_BULKHEAD);
     c->rx_bbatch = bulk ? bulk / 8 : UINT64_MAX; /* no bulk region: nothing to publish */
     c->msg_len = -1;
-    for (int i = 0; i < 4; i++)
-        f->ev[i] = -1;
+    c->data = f->wake[s][0];
+    c->space = f->wake[s][1];
+    f->wake[s][0] = f->wake[s][1] = -1;
+    chanos_ump_files_close(f); /* the peer's ends, if we were given them */
     mem = MAP_FAILED;
     sock = -1;
 
@@ -531,7 +570,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
         goto fail;
     }
     struct epoll_event ev = {.events = EPOLLIN};
-    int fds[3] = {c->rx_park, c->tx_park, c->sock};
+    int fds[3] = {c->data, c->space, c->sock};
     for (int i = 0; i < 3; i++) {
         ev.data.fd = fds[i];
         if (epoll_ctl(c->epfd, EPOLL_CTL_ADD, fds[i], &ev) < 0) {
@@ -604,7 +643,7 @@ int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
 {
     struct chanos_ump_files f;
     int64_t deadline = deadline_of(timeout_ms);
-    int fds[NFDS] = {-1, -1, -1, -1, -1};
+    int fds[NFDS] = {-1, -1, -1};
     if (!out) {
         close(sock);
         return -EINVAL;
@@ -615,16 +654,19 @@ int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
         close(sock);
         return err;
     }
-    /* Map and check our side before the peer can touch the memory; the
-     * hello carries duplicates, as chanos_ump_open takes f. */
-    int src[NFDS] = {f.mem, f.ev[0], f.ev[1], f.ev[2], f.ev[3]};
-    for (int i = 0; i < NFDS; i++) {
-        if ((fds[i] = fcntl(src[i], F_DUPFD_CLOEXEC, 0)) < 0) {
-            err = -errno;
-            chanos_ump_files_close(&f);
-            close(sock);
-            goto done;
-        }
+    /* Map and check our side before the peer can touch the memory. The
+     * hello carries a duplicate of the memfd, as chanos_ump_open takes f,
+     * and the attacher's ends of the wake-up sockets themselves: taken out
+     * of f, so that chanos_ump_open does not close them, and closed here
+     * once sent, so that only the attacher holds them. */
+    fds[1] = f.wake[CHANOS_UMP_ATTACHER][0];
+    fds[2] = f.wake[CHANOS_UMP_ATTACHER][1];
+    f.wake[CHANOS_UMP_ATTACHER][0] = f.wake[CHANOS_UMP_ATTACHER][1] = -1;
+    if ((fds[0] = fcntl(f.mem, F_DUPFD_CLOEXEC, 0)) < 0) {
+        err = -errno;
+        chanos_ump_files_close(&f);
+        close(sock);
+        goto done;
     }
     chanos_ump *c;
     if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sock, opts, &c)) < 0)
@@ -674,7 +716,7 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
                       int timeout_ms, chanos_ump **out)
 {
     int64_t deadline = deadline_of(timeout_ms);
-    struct chanos_ump_files f = {.mem = -1, .ev = {-1, -1, -1, -1}};
+    struct chanos_ump_files f = {.mem = -1, .wake = {{-1, -1}, {-1, -1}}};
     uint8_t hello[HELLO_SIZE];
     union {
         char buf[CMSG_SPACE(16 * sizeof(int))];
@@ -701,8 +743,8 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
     }
     if (ngot == NFDS) {
         f.mem = got[0];
-        for (int i = 0; i < 4; i++)
-            f.ev[i] = got[i + 1];
+        f.wake[CHANOS_UMP_ATTACHER][0] = got[1];
+        f.wake[CHANOS_UMP_ATTACHER][1] = got[2];
     } else {
         for (int i = 0; i < ngot; i++)
             close(got[i]);
@@ -797,6 +839,17 @@ static uint64_t tx_need(const chanos_ump *c, size_t len, uint64_t *nbulk)
     return slots_for(len);
 }
 
+/* peer_gone records how the peer ended, once one of its sockets reached
+ * end of file (or failed): closed, if it wrote its close word, which it
+ * does before closing its sockets, else died. */
+static void peer_gone(chanos_ump *c)
+{
+    int end = atomic_load_explicit(c->peer_closed, memory_order_acquire)
+                  ? CHANOS_ERR_CLOSED : CHANOS_ERR_PEER_DIED;
+    int zero = 0;
+    atomic_compare_exchange_strong(&c->peer_end, &zero, end);
+}
+
 /* check_socket looks, without blocking, whether the peer's end of the
  * socket closed, and records how the peer ended. */
 static void check_socket(chanos_ump *c)
@@ -811,10 +864,30 @@ static void check_socket(chanos_ump *c)
     }
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return;
-    /* The close word is written before the socket is closed. */
-    int end = atomic_load_explicit(c->peer_closed, memory_order_acquire)
-                  ? CHANOS_ERR_CLOSED : CHANOS_ERR_PEER_DIED;
-    atomic_store(&c->peer_end, end);
+    peer_gone(c);
+}
+
+/*
+ * wake_drain empties our end fd of a wake-up socket before an announcement
+ * (see tx_announce), without blocking whatever the descriptor's flags: at
+ * most DRAIN_READS reads, while each fills the buffer. End of file means
+ * the peer's end closed: the peer closed or died, as when the liveness
+ * socket reports it. So does any error but EAGAIN and EINTR: ECONNRESET
+ * comes once, before the end of file, when the peer closed with a wake-up
+ * of ours unread, and a socket that is not connected (which a hostile peer
+ * can hand us) fails with EINVAL while poll reports it ready, for good.
+ */
+static void wake_drain(chanos_ump *c, int fd)
+{
+    char buf[DRAIN_BUF];
+    for (int i = 0; i < DRAIN_READS; i++) {
+        ssize_t r = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+        if (r == (ssize_t)sizeof buf)
+            continue;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            peer_gone(c);
+        return;
+    }
 }
 
 /* tx_ended returns why sending is pointless now, or 0. */
@@ -895,7 +968,7 @@ static void tx_write(chanos_ump *c, const uint8_t *msg, size_t len)
     else
         tx_write_slots(c, msg, len);
     if (should_signal(atomic_load_explicit(c->tx_peer_waitp, memory_order_relaxed), &c->tx_signaled))
-        ev_signal(c->tx_wake);
+        wake_signal(c->data);
 }
 
 static int tx_prepare(chanos_ump *c, const void *msg, size_t len)
@@ -909,13 +982,13 @@ static int tx_prepare(chanos_ump *c, const void *msg, size_t len)
 
 /* tx_announce says we sleep waiting for space, then looks again. Returns
  * 1 if there is room now, 0 if the caller may sleep, or an error. The
- * eventfd is drained before the announcement, never after: a signal of
+ * space socket is drained before the announcement, never after: a signal of
  * this announcement may come at any time after it is stored, even one a
  * late peer sends for what we have already seen, and draining it would
  * lose the wake-up (docs/ump.md, "Waiting"). */
 static int tx_announce(chanos_ump *c, uint64_t need, uint64_t nbulk)
 {
-    ev_drain(c->tx_park);
+    wake_drain(c, c->space);
     atomic_store_explicit(c->tx_waitp, next_epoch(&c->tx_epoch), memory_order_seq_cst);
     c->tx_announced = 1;
     int err = tx_refresh(c);
@@ -1009,7 +1082,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
             tx_unannounce(c);
             return CHANOS_ERR_TIMEDOUT;
         }
-        struct pollfd p[2] = {{.fd = c->tx_park, .events = POLLIN},
+        struct pollfd p[2] = {{.fd = c->space, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
         if (poll(p, 2, poll_timeout(deadline)) < 0 && errno != EINTR) {
             err = -errno;
@@ -1143,7 +1216,7 @@ static void rx_publish(chanos_ump *c, int fenced)
                               fenced ? memory_order_seq_cst : memory_order_release);
     }
     if (should_signal(atomic_load_explicit(c->rx_peer_waitp, memory_order_relaxed), &c->rx_signaled))
-        ev_signal(c->rx_wake);
+        wake_signal(c->space);
 }
 
 /* rx_ended decides, when no fragment is ready, whether the connection
@@ -1203,7 +1276,7 @@ static int rx_done(chanos_ump *c, const void **msg, size_t *len)
  * tx_announce, the drain comes before the announcement. */
 static int rx_announce(chanos_ump *c)
 {
-    ev_drain(c->rx_park);
+    wake_drain(c, c->data);
     atomic_store_explicit(c->rx_waitp, next_epoch(&c->rx_epoch), memory_order_seq_cst);
     c->rx_announced = 1;
     rx_publish(c, 0); /* after the fence above: sees a sleeping producer */
@@ -1329,7 +1402,7 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
             rx_unannounce(c);
             return CHANOS_ERR_TIMEDOUT;
         }
-        struct pollfd p[2] = {{.fd = c->rx_park, .events = POLLIN},
+        struct pollfd p[2] = {{.fd = c->data, .events = POLLIN},
                               {.fd = c->sock, .events = POLLIN}};
         if (poll(p, 2, poll_timeout(deadline)) < 0 && errno != EINTR) {
             r = -errno;
@@ -1372,18 +1445,19 @@ void chanos_ump_close(chanos_ump *c)
         return;
     if (c->mem) {
         atomic_store_explicit(c->my_closed, CLOSED_BIT | c->tx_tail, memory_order_seq_cst);
-        if (c->tx_wake >= 0)
-            ev_signal(c->tx_wake);
-        if (c->rx_wake >= 0)
-            ev_signal(c->rx_wake);
+        /* Closing our ends wakes a sleeping peer with end of file; these
+         * wake it too where a copy of our ends lives on elsewhere (a child
+         * forked without exec). */
+        if (c->data >= 0)
+            wake_signal(c->data);
+        if (c->space >= 0)
+            wake_signal(c->space);
         munmap(c->mem, c->mem_size);
     }
     close_fd(&c->sock);
     close_fd(&c->epfd);
-    close_fd(&c->tx_wake);
-    close_fd(&c->tx_park);
-    close_fd(&c->rx_wake);
-    close_fd(&c->rx_park);
+    close_fd(&c->data);
+    close_fd(&c->space);
     free(c->buf);
     free(c);
 }

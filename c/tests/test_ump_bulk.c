@@ -42,7 +42,7 @@ static void raw_pair(const struct chanos_ump_options *o, struct raw *r)
     memset(r, 0, sizeof *r);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     CHECK_EQ(chanos_ump_files_create(o, &f), 0);
-    CHECK(dup_files(&f, &g) == 0);
+    CHECK(split_files(&f, &g) == 0);
     CHECK(fstat(f.mem, &st) == 0);
     r->size = (size_t)st.st_size;
     r->mem = mmap(NULL, r->size, PROT_READ | PROT_WRITE, MAP_SHARED, f.mem, 0);

@@ -32,7 +32,7 @@ static pid_t child_pair(void (*fn)(chanos_ump *, uint8_t *, size_t, int), chanos
     CHECK(pipe(pp) == 0);
     CHECK(pipe(gp) == 0);
     CHECK_EQ(chanos_ump_files_create(&o, &f), 0);
-    CHECK(dup_files(&f, &g) == 0);
+    CHECK(split_files(&f, &g) == 0);
     pid_t pid = fork();
     if (pid == 0) {
         close(pp[0]);

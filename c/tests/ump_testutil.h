@@ -42,12 +42,18 @@ static inline int count_fds(void)
     return n;
 }
 
-static inline int dup_files(const struct chanos_ump_files *f, struct chanos_ump_files *g)
+/* split_files gives the attacher its descriptors out of f, as the monitor
+ * hands each side its own: a duplicate of the memfd, and the attacher's
+ * ends of the wake-up sockets, moved out of f. */
+static inline int split_files(struct chanos_ump_files *f, struct chanos_ump_files *g)
 {
     g->mem = fcntl(f->mem, F_DUPFD_CLOEXEC, 0);
-    for (int i = 0; i < 4; i++)
-        g->ev[i] = fcntl(f->ev[i], F_DUPFD_CLOEXEC, 0);
-    return g->mem >= 0 && g->ev[0] >= 0 && g->ev[1] >= 0 && g->ev[2] >= 0 && g->ev[3] >= 0 ? 0 : -1;
+    for (int k = 0; k < 2; k++) {
+        g->wake[CHANOS_UMP_CREATOR][k] = -1;
+        g->wake[CHANOS_UMP_ATTACHER][k] = f->wake[CHANOS_UMP_ATTACHER][k];
+        f->wake[CHANOS_UMP_ATTACHER][k] = -1;
+    }
+    return g->mem >= 0 ? 0 : -1;
 }
 
 /* pair opens both sides of a new ring pair in this process. */
@@ -58,7 +64,7 @@ static inline void pair(const struct chanos_ump_options *o, chanos_ump **a, chan
     *a = *b = NULL;
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
     CHECK_EQ(chanos_ump_files_create(o, &f), 0);
-    CHECK(dup_files(&f, &g) == 0);
+    CHECK(split_files(&f, &g) == 0);
     CHECK_EQ(chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], o, a), 0);
     CHECK_EQ(chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, b), 0);
 }

@@ -289,11 +289,16 @@ static void open_pair(const struct chanos_ump_options *o, chanos_ump **x, chanos
     int err = chanos_ump_files_create(o, &f);
     if (err < 0)
         fatal("create ring pair", err);
+    /* The attacher gets a duplicate of the memfd and its own ends of the
+     * wake-up sockets, which the creator's open would otherwise close. */
     g.mem = fcntl(f.mem, F_DUPFD_CLOEXEC, 0);
-    for (int i = 0; i < 4; i++)
-        g.ev[i] = fcntl(f.ev[i], F_DUPFD_CLOEXEC, 0);
-    if (g.mem < 0 || g.ev[0] < 0 || g.ev[1] < 0 || g.ev[2] < 0 || g.ev[3] < 0)
+    if (g.mem < 0)
         fatal("dup", -errno);
+    for (int k = 0; k < 2; k++) {
+        g.wake[CHANOS_UMP_CREATOR][k] = -1;
+        g.wake[CHANOS_UMP_ATTACHER][k] = f.wake[CHANOS_UMP_ATTACHER][k];
+        f.wake[CHANOS_UMP_ATTACHER][k] = -1;
+    }
     if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], o, x)) < 0)
         fatal("open", err);
     if ((err = chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, y)) < 0)
