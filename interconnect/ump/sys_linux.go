@@ -128,16 +128,24 @@ func wakeSignal(fd int) {
 }
 
 // wakeDrain reads what is queued on a wake-up socket, with MSG_DONTWAIT
-// for the reason wakeSignal gives, and reports whether the socket reached
-// its end of file: the peer's end is closed, so the peer closed or died.
-// It reads at most 16 buffers: a peer flooding its end cannot keep the
-// waiter here, and leftover bytes only cost it a spurious wake-up.
-func wakeDrain(fd int, buf *[64]byte) (eof bool) {
+// for the reason wakeSignal gives, and reports whether the socket has
+// ended: it reached its end of file (the peer's end is closed, so the peer
+// closed or died), or failed otherwise. A peer that closes with bytes of
+// ours unread makes the next receive fail with ECONNRESET, and only the
+// one after it read end of file; a socket that was never connected (a
+// hostile peer may pass one) fails with EINVAL, and would otherwise wake
+// its waiter forever. It reads at most 16 buffers: a peer flooding its
+// end cannot keep the waiter here, and leftover bytes only cost it a
+// spurious wake-up.
+func wakeDrain(fd int, buf *[64]byte) (ended bool) {
 	for range 16 {
 		n, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)),
 			syscall.MSG_DONTWAIT, 0, 0)
-		if e != 0 {
+		if e == syscall.EAGAIN || e == syscall.EINTR {
 			return false
+		}
+		if e != 0 {
+			return true
 		}
 		if n == 0 {
 			return true
