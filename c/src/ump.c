@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,6 +143,14 @@ static inline void cpu_relax(void)
  * no PAUSE, before it spins with spin_pause: the Go side's tightPolls (see
  * there for why and what it measured). */
 #define TIGHT_POLLS 512
+
+/* YIELD_AFTER is how many polls a spinning waiter makes before it gives its
+ * CPU away (sched_yield) at each of its checks, every 64 polls: with more
+ * busy processes than cores, the peer it waits for may be runnable on its
+ * own CPU, and spinning only keeps it off. A yield with nothing else
+ * runnable returns at once; the first polls, in which a round trip between
+ * running sides usually completes, never yield (docs/ump.md, "Waiting"). */
+#define YIELD_AFTER 256
 static inline void spin_pause(void)
 {
     for (int i = 0; i < SPIN_PAUSES; i++)
@@ -1067,6 +1076,8 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
                 break;
             } else if (deadline >= 0 && t >= deadline)
                 break;
+            if (i > YIELD_AFTER)
+                sched_yield();
         }
     }
     for (;;) {
@@ -1384,6 +1395,8 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                     break;
                 } else if (deadline >= 0 && t >= deadline)
                     break;
+                if (i > YIELD_AFTER)
+                    sched_yield();
             }
             if (r < 0)
                 return r;
