@@ -28,7 +28,7 @@ type Roles map[string]func(args []string) error
 // Main is a test binary's TestMain: it runs the role this process was
 // started in, or the tests.
 func Main(m *testing.M, roles Roles) {
-	if len(os.Args) < 3 || os.Args[1] != roleFlag {
+	if !InRole() {
 		os.Exit(m.Run())
 	}
 	name := os.Args[2]
@@ -43,6 +43,10 @@ func Main(m *testing.M, roles Roles) {
 	}
 	os.Exit(0)
 }
+
+// InRole reports whether this process was started in a role (by Self or
+// Command), for a TestMain that does more than Main around the tests.
+func InRole() bool { return len(os.Args) >= 3 && os.Args[1] == roleFlag }
 
 // Command returns the command line that runs this test binary in role
 // with args; more arguments may be appended. It is for code that starts
