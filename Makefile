@@ -6,7 +6,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go examples c test test-go test-c lint generate check-generated check-vectors demo install clean FORCE bench-smoke
+.PHONY: all go examples c test test-go test-c test-hostile lint generate check-generated check-vectors demo install clean FORCE bench-smoke
 
 all: go c bin/chanos-peers
 
@@ -58,6 +58,16 @@ test-go: go c
 	# path (plain stores, and Close's membarrier), which -race replaces.
 	CHANOS_C_BUILD=$(abspath $(BUILD)/c) $(GO) test -count=1 -timeout 300s ./interconnect/ump/ ./chanos/
 	cd bench/peers && $(GO) test -race -count=1 -timeout 300s ./...
+
+# The hostile-peer suite alone (tests/hostile, docs/security.md): every
+# attack against the monitor, a Go domain and a C domain; it prints the
+# table of attacks and outcomes, and fails if any victim stopped serving.
+# test-go runs it too, with the rest.
+test-hostile: go c
+	@rm -f $(BUILD)/hostile.md
+	@CHANOS_C_BUILD=$(abspath $(BUILD)/c) CHANOS_HOSTILE_TABLE=$(abspath $(BUILD))/hostile.md \
+		$(GO) test -count=1 -timeout 600s ./tests/hostile/; st=$$?; \
+		echo; cat $(BUILD)/hostile.md 2>/dev/null; exit $$st
 
 # The sanitizers' own exit status, 23, for every C program the tests start
 # (docs/c-domains.md): a report fails the test even where the program is

@@ -1,0 +1,216 @@
+// Package hostile is the hostile-peer suite: every attack of
+// docs/security.md's table, each against the victims it applies to (the
+// monitor, a Go domain, a C domain), run as real processes over a real
+// monitor. Each test asserts that its victim keeps serving its other
+// clients within a second of the attack, and records the victim's
+// resident memory and descriptors before and after.
+//
+// `make test-hostile` runs the suite alone; it prints the table of
+// attacks, victims and outcomes at the end, and writes it as Markdown to
+// the file named by CHANOS_HOSTILE_TABLE, if set. It exits non-zero if any
+// victim stopped serving. The C victims come from the C build directory
+// named by CHANOS_C_BUILD (skipped without it, unless CI is set).
+package hostile
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+func TestMain(m *testing.M) {
+	if testkit.InRole() {
+		testkit.Main(m, roles)
+	}
+	code := m.Run()
+	printTable()
+	testkit.CleanPrograms()
+	os.Exit(code)
+}
+
+var roles = testkit.Roles{
+	"wake-attacker": wakeAttacker,
+	"victim-client": victimClient,
+}
+
+// usage is what a victim process holds: its resident memory and its open
+// descriptors.
+type usage struct {
+	rssKB, fds int
+}
+
+func (u usage) String() string {
+	if u.rssKB == 0 && u.fds == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f MiB, %d fds", float64(u.rssKB)/1024, u.fds)
+}
+
+// measure reads pid's resident memory and descriptor count from /proc.
+func measure(t *testing.T, pid int) usage {
+	t.Helper()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatalf("victim %d: %v", pid, err)
+	}
+	var u usage
+	for _, l := range strings.Split(string(status), "\n") {
+		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+			u.rssKB, _ = strconv.Atoi(f[1])
+		}
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("victim %d: %v", pid, err)
+	}
+	u.fds = len(fds)
+	return u
+}
+
+// A row of the suite's table.
+type row struct {
+	attack, victim, outcome string
+	before, after           usage
+}
+
+var table struct {
+	mu   sync.Mutex
+	rows []row
+}
+
+// record adds the test's row to the table when the test ends: "held" if
+// the test passed, else "FAILED" (skipped tests add none).
+func record(t *testing.T, attack, victim string, before, after *usage) {
+	t.Cleanup(func() {
+		if t.Skipped() {
+			return
+		}
+		outcome := "held"
+		if t.Failed() {
+			outcome = "FAILED"
+		}
+		table.mu.Lock()
+		table.rows = append(table.rows, row{attack, victim, outcome, *before, *after})
+		table.mu.Unlock()
+	})
+}
+
+func printTable() {
+	table.mu.Lock()
+	defer table.mu.Unlock()
+	if len(table.rows) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.WriteString("| attack | victim | outcome | victim before | victim after |\n|---|---|---|---|---|\n")
+	for _, r := range table.rows {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.attack, r.victim, r.outcome, r.before, r.after)
+	}
+	fmt.Printf("\nhostile-peer suite:\n\n%s", b.String())
+	if f := os.Getenv("CHANOS_HOSTILE_TABLE"); f != "" {
+		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, "hostile:", err)
+		}
+	}
+}
+
+// join joins the monitor in dir as a domain of the test process.
+func join(t *testing.T, dir string) *chanos.Domain {
+	t.Helper()
+	d, err := chanos.Join(testkit.Context(t), chanos.WithDir(dir), chanos.WithProgram("hostile-bystander"),
+		chanos.WithCallTimeout(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// serves checks that the pingpong service name answers an echo within a
+// second, over a fresh connection: the victim still accepts and serves
+// other clients.
+func serves(ctx context.Context, d *chanos.Domain, name string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	c, err := pingpong.Connect(ctx, d, name)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", name, err)
+	}
+	defer c.Close()
+	v, err := c.Echo(ctx, 42)
+	if err != nil {
+		return fmt.Errorf("echo on %s: %w", name, err)
+	}
+	if v != 42 {
+		return fmt.Errorf("echo on %s returned %d", name, v)
+	}
+	return nil
+}
+
+// monitorServes checks that the monitor serves its other clients within a
+// second: a new domain joins, and ps answers.
+func monitorServes(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("hostile-newcomer"))
+	if err != nil {
+		return fmt.Errorf("join: %w", err)
+	}
+	defer d.Close()
+	if _, err := d.Ps(ctx); err != nil {
+		return fmt.Errorf("ps: %w", err)
+	}
+	return nil
+}
+
+// keepsServing runs check every 100 ms for d, and fails the test at the
+// first failure.
+func keepsServing(t *testing.T, d time.Duration, check func(context.Context) error) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if err := check(ctx); err != nil {
+			t.Fatalf("the victim stopped serving: %v", err)
+		}
+	}
+}
+
+// victim is a server process under attack.
+type victim struct {
+	name string // its pingpong export
+	proc *testkit.Child
+}
+
+// goServer starts the Go pingpong example server as name.
+func goServer(t *testing.T, dir, name string) victim {
+	t.Helper()
+	return startServer(t, dir, name, testkit.GoProgram(t, "github.com/chanos/chanos/examples/pingpong/server"), "-name", name)
+}
+
+// cServer starts the C pingpong example server as name.
+func cServer(t *testing.T, dir, name string) victim {
+	t.Helper()
+	build := testkit.CBuild(t, "examples/pingpong_server")
+	return startServer(t, dir, name, filepath.Join(build, "examples", "pingpong_server"), "-name", name)
+}
+
+func startServer(t *testing.T, dir, name, prog string, args ...string) victim {
+	t.Helper()
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	p := testkit.Start(t, cmd)
+	d := join(t, dir)
+	testkit.Eventually(t, name+" to serve", func() bool { return serves(testkit.Context(t), d, name) == nil })
+	return victim{name, p}
+}
