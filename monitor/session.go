@@ -323,7 +323,7 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 	m.mu.Unlock()
 	// The name may have been removed, or set again, through the
 	// nameservice meanwhile: remove it only if it still names this export.
-	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref == e.ref {
+	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref.WithoutToken() == e.ref.WithoutToken() && sameToken(ref, e.ref) {
 		if err := m.store.Remove(s.ctx, c.Name, names.Owner(s.id)); err != nil && !errors.Is(err, names.ErrNotFound) {
 			s.log.Warn("withdraw: remove the name", "name", c.Name, "err", err)
 		}
