@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -41,6 +42,10 @@ var (
 	// ErrInvalidName: the monitor rejected the name (see the nameservice's
 	// rules: 1 to 256 printable ASCII bytes without spaces).
 	ErrInvalidName = errors.New("chanos: invalid name")
+	// ErrDenied: the monitor refused a bind: the export is private and
+	// was bound by name, the caller's uid or program is not on the
+	// export's allow-list, or the iref's token is wrong (docs/security.md).
+	ErrDenied = errors.New("chanos: denied")
 	// ErrMonitorTimeout: a call to the monitor whose context had no
 	// deadline got no answer within the domain's call timeout (see
 	// WithCallTimeout): the monitor is stopped or wedged.
@@ -335,6 +340,8 @@ func monitorError(re *RemoteError) error {
 		kind = ErrInterfaceMismatch
 	case monitor.StatusInvalid:
 		kind = ErrInvalidName
+	case monitor.StatusDenied:
+		kind = ErrDenied
 	default:
 		return re
 	}
@@ -389,15 +396,81 @@ const withdrawTimeout = 5 * time.Second
 // ones are refused (closed, which the client sees as ErrClosed).
 const acceptQueue = 128
 
+// ExportOption sets the policy of an export: who may bind it
+// (docs/security.md). Without any, the export is public: any domain of
+// the monitor may bind it by name.
+type ExportOption func(*exportOptions)
+
+type exportOptions struct {
+	private  bool
+	uids     []uint32
+	programs []string
+}
+
+// Private makes the export private: a bind by its name is denied
+// (ErrDenied), and only a bind by its iref (ConnectRef with
+// Listener.Ref, token and all) succeeds. The name is still registered,
+// and still a lease, but knowing it grants nothing: the iref is the
+// capability, which the exporter hands to whom it chooses, in a message
+// of any interface with an iref field.
+func Private() ExportOption { return func(o *exportOptions) { o.private = true } }
+
+// AllowUIDs lets only domains of the given uids (the kernel's
+// SO_PEERCRED of their sessions) bind the export, by name or by iref.
+// Repeated, the lists add up. A monitor admits only its own user's
+// domains today, so the list matters where a monitor admits others.
+func AllowUIDs(uids ...uint32) ExportOption {
+	return func(o *exportOptions) { o.uids = append(o.uids, uids...) }
+}
+
+// AllowPrograms lets only domains whose program (WithProgram, the name
+// they give the monitor at Join) is one of programs bind the export, by
+// name or by iref. Repeated, the lists add up. A program names itself, so
+// this keeps honest programs apart, not a hostile one of the same user:
+// for that, export privately and hand out the iref.
+func AllowPrograms(programs ...string) ExportOption {
+	return func(o *exportOptions) { o.programs = append(o.programs, programs...) }
+}
+
+// exportCall builds the monitor's export call of name with opts.
+func exportCall(name string, iface Interface, opts []ExportOption) (*monitor.ExportCall, error) {
+	var o exportOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(name) > monitor.MaxExportNameLen {
+		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalidName, monitor.MaxExportNameLen)
+	}
+	if len(o.uids) > monitor.MaxExportUidsLen {
+		return nil, fmt.Errorf("%d allowed uids; at most %d", len(o.uids), monitor.MaxExportUidsLen)
+	}
+	for _, p := range o.programs {
+		if p == "" || len(p) > monitor.MaxHelloProgramLen || strings.ContainsAny(p, "\n\x00") {
+			return nil, fmt.Errorf("allowed program %q: want 1 to %d bytes without newlines or NULs", p, monitor.MaxHelloProgramLen)
+		}
+	}
+	programs := strings.Join(o.programs, "\n")
+	if len(programs) > monitor.MaxExportProgramsLen {
+		return nil, fmt.Errorf("the allowed programs take %d bytes; at most %d", len(programs), monitor.MaxExportProgramsLen)
+	}
+	return &monitor.ExportCall{
+		Name: name, Iface: iface.Name, MaxFrame: uint32(iface.MaxFrameSize),
+		Private: o.private, Uids: o.uids, Programs: []byte(programs),
+	}, nil
+}
+
 // Export registers name for a service of interface iface and returns the
 // listener of its connections. The name is a lease: it is removed when
-// the listener closes or the domain ends, even by kill -9.
-func Export(ctx context.Context, d *Domain, name string, iface Interface) (*Listener, error) {
+// the listener closes or the domain ends, even by kill -9. opts set who
+// may bind it (Private, AllowUIDs, AllowPrograms); without them any
+// domain of the monitor may, by name.
+func Export(ctx context.Context, d *Domain, name string, iface Interface, opts ...ExportOption) (*Listener, error) {
 	var reply monitor.ExportReply
-	if len(name) > monitor.MaxExportNameLen {
-		return nil, fmt.Errorf("chanos: export %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxExportNameLen)
+	call, err := exportCall(name, iface, opts)
+	if err != nil {
+		return nil, fmt.Errorf("chanos: export %q: %w", name, err)
 	}
-	err := d.call(ctx, &monitor.ExportCall{Name: name, Iface: iface.Name, MaxFrame: uint32(iface.MaxFrameSize)}, &reply)
+	err = d.call(ctx, call, &reply)
 	if err != nil {
 		return nil, fmt.Errorf("chanos: export %q: %w", name, err)
 	}
@@ -421,7 +494,10 @@ func Export(ctx context.Context, d *Domain, name string, iface Interface) (*List
 // Name returns the exported name.
 func (l *Listener) Name() string { return l.name }
 
-// Ref returns the export's iref.
+// Ref returns the export's iref, token and all: the capability to bind
+// the export (ConnectRef), private or not. Whoever holds it may bind, and
+// may pass it on; hand it only to those who should. Withdrawing the
+// export (Close) revokes it.
 func (l *Listener) Ref() wire.Iref { return l.ref }
 
 func (l *Listener) accept(in *monitor.Incoming) {
@@ -518,26 +594,53 @@ func (l *Listener) Close() error {
 
 // Connect binds to the service exported under name, waiting for the name
 // to appear until ctx ends, and returns the connection. The monitor
-// checks that the export speaks iface.
+// checks that the export speaks iface, and that its policy lets this
+// domain bind it by name (ErrDenied for a private export).
 func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Conn, error) {
-	var reply monitor.BindReply
 	if len(name) > monitor.MaxBindNameLen {
 		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
 	}
-	if err := d.callUnbounded(ctx, &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, &reply, false); err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
+	if name == "" {
+		return nil, fmt.Errorf("chanos: connect %q: %w: empty", name, ErrInvalidName)
+	}
+	return d.bind(ctx, fmt.Sprintf("%q", name), &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, iface)
+}
+
+// ConnectRef binds to the export that ref names, by its iref rather than
+// by a name: ref's token must be the export's (ErrDenied otherwise), as
+// Listener.Ref gives it to the exporter, who may have passed it on. This
+// is how a private export is bound. An iref read from the nameservice
+// carries no token and binds nothing. The monitor checks iface and the
+// export's allow-lists as for Connect; there is no waiting: an iref's
+// export exists until it is withdrawn (ErrNotFound then).
+func ConnectRef(ctx context.Context, d *Domain, ref wire.Iref, iface Interface) (*Conn, error) {
+	label := fmt.Sprintf("export %d of machine %016x", ref.Export, ref.Machine)
+	if ref.IsZero() {
+		return nil, fmt.Errorf("chanos: connect by iref: %w: the null iref", ErrInvalidName)
+	}
+	return d.bind(ctx, label, &monitor.BindCall{Iface: iface.Name, Target: ref}, iface)
+}
+
+// bind makes a bind call and opens the connection it gives; label names
+// it in errors (never a token).
+func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall, iface Interface) (*Conn, error) {
+	var reply monitor.BindReply
+	if err := d.callUnbounded(ctx, call, &reply, false); err != nil {
+		if call.Wait && ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
 			err = fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
 		}
-		return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
+		return nil, fmt.Errorf("chanos: connect %s: %w", label, err)
 	}
 	switch reply.Via {
 	case monitor.InterconnectLocal:
 		wire.CloseCaps(reply.Fds)
+		// The reply's iref carries no token; its machine and export id
+		// name the export, which is this domain's own.
 		d.mu.Lock()
 		l := d.exports[reply.Ref.Export]
 		d.mu.Unlock()
-		if l == nil || l.ref != reply.Ref {
-			return nil, fmt.Errorf("chanos: connect %q: %w: the local export is gone", name, ErrNotFound)
+		if l == nil || l.ref.WithoutToken() != reply.Ref.WithoutToken() {
+			return nil, fmt.Errorf("chanos: connect %s: %w: the local export is gone", label, ErrNotFound)
 		}
 		a, b := local.Pair()
 		l.enqueue(newConn(b, l.iface, d.log))
@@ -545,16 +648,16 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 	case monitor.InterconnectUMP:
 		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {
 			wire.CloseCaps(reply.Fds)
-			return nil, fmt.Errorf("chanos: connect %q: %w: the export's frames are up to %d bytes, ours %d", name, ErrInterfaceMismatch, reply.MaxFrame, iface.MaxFrameSize)
+			return nil, fmt.Errorf("chanos: connect %s: %w: the export's frames are up to %d bytes, ours %d", label, ErrInterfaceMismatch, reply.MaxFrame, iface.MaxFrameSize)
 		}
 		u, err := d.openUMP(ump.Attacher, reply.Fds, int(reply.MaxFrame))
 		if err != nil {
-			return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
+			return nil, fmt.Errorf("chanos: connect %s: %w", label, err)
 		}
 		return newConn(ump.NewLink(u), iface, d.log), nil
 	}
 	wire.CloseCaps(reply.Fds)
-	return nil, fmt.Errorf("chanos: connect %q: unknown interconnect %v", name, reply.Via)
+	return nil, fmt.Errorf("chanos: connect %s: unknown interconnect %v", label, reply.Via)
 }
 
 // Serve accepts connections until ctx ends or the listener closes, and

@@ -71,6 +71,11 @@ type ExportInfo struct {
 	Iface    string `json:"iface"`
 	ExportID uint64 `json:"export_id"`
 	MaxFrame uint32 `json:"max_frame"`
+	// Private is set for a private export: bound by iref only.
+	Private bool `json:"private,omitempty"`
+	// AllowUIDs and AllowPrograms are the export's allow-lists, if any.
+	AllowUIDs     []uint32 `json:"allow_uids,omitempty"`
+	AllowPrograms []string `json:"allow_programs,omitempty"`
 }
 
 // ConnInfo describes a connection from one domain's side.

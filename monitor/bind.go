@@ -25,55 +25,86 @@ var errCancelled = errors.New("call cancelled")
 func (s *session) startBind(ctx context.Context, c *proto.BindCall) (wire.Message, error) {
 	if n := s.binds.Add(1); int(n) > s.m.cfg.MaxPendingBinds {
 		s.binds.Add(-1)
-		return nil, fail(proto.StatusLimit, "bind %q: this domain has %d binds in progress, the limit", c.Name, s.m.cfg.MaxPendingBinds)
+		return nil, fail(proto.StatusLimit, "bind %s: this domain has %d binds in progress, the limit", bindLabel(c), s.m.cfg.MaxPendingBinds)
 	}
 	defer s.binds.Add(-1)
 	r, err := s.bind(ctx, c)
 	if err != nil {
 		if errors.Is(err, errCancelled) {
-			s.log.Debug("bind cancelled", "name", c.Name)
+			s.log.Debug("bind cancelled", "bind", bindLabel(c))
 		} else {
-			s.log.Debug("bind failed", "name", c.Name, "err", err)
+			s.log.Debug("bind failed", "bind", bindLabel(c), "err", err)
 		}
 		return nil, err
 	}
 	if ctx.Err() != nil { // cancelled as it completed: nobody takes the descriptors
 		closeCaps(r.Fds)
-		s.log.Debug("bind cancelled", "name", c.Name)
+		s.log.Debug("bind cancelled", "bind", bindLabel(c))
 		return nil, errCancelled
 	}
 	return r, nil
 }
 
-// bind resolves c.Name and connects the caller to its export. ctx ends at
+// bindLabel names a bind in errors and logs: its name, or the export its
+// iref names. Never the token.
+func bindLabel(c *proto.BindCall) string {
+	if c.Name != "" || c.Target.IsZero() {
+		return fmt.Sprintf("%q", c.Name)
+	}
+	return fmt.Sprintf("by iref (export %d of machine %016x)", c.Target.Export, c.Target.Machine)
+}
+
+// bind resolves c.Name, or takes c.Target for a bind by ref, checks the
+// export's token and policy, and connects the caller to it. ctx ends at
 // the call's deadline, at its cancel, or with the session.
 func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply, error) {
 	m := s.m
-	if err := names.ValidName(c.Name); err != nil {
-		return nil, fail(proto.StatusInvalid, "bind: %v", err)
+	byName := c.Name != ""
+	label := bindLabel(c) // what names the bind in errors and logs: never a token
+	var (
+		ref wire.Iref
+		err error
+	)
+	if byName {
+		if !c.Target.IsZero() {
+			return nil, fail(proto.StatusInvalid, "bind %s: both a name and an iref; a bind takes one", label)
+		}
+		if err := names.ValidName(c.Name); err != nil {
+			return nil, fail(proto.StatusInvalid, "bind: %v", err)
+		}
+	} else {
+		if c.Target.IsZero() {
+			return nil, fail(proto.StatusInvalid, "bind: neither a name nor an iref")
+		}
 	}
 	if err := validIface(c.Iface); err != nil {
-		return nil, fail(proto.StatusInvalid, "bind %q: %v", c.Name, err)
+		return nil, fail(proto.StatusInvalid, "bind %s: %v", label, err)
 	}
-	ref, err := m.store.Get(ctx, c.Name)
-	if errors.Is(err, names.ErrNotFound) && c.Wait {
-		ref, err = m.store.WaitFor(ctx, c.Name)
-	}
-	switch {
-	case err == nil:
-	case errors.Is(err, names.ErrNotFound):
-		return nil, fail(proto.StatusNotFound, "bind %q: no such name", c.Name)
-	case errors.Is(err, context.DeadlineExceeded):
-		return nil, fail(proto.StatusNotFound, "bind %q: the name did not appear before the call's deadline", c.Name)
-	case errors.Is(err, context.Canceled):
-		return nil, errCancelled
-	case errors.Is(err, names.ErrClosed):
-		return nil, fail(proto.StatusInternal, "bind %q: the monitor is shutting down", c.Name)
-	default:
-		return nil, fail(proto.StatusInternal, "bind %q: nameservice: %v", c.Name, err)
+	if byName {
+		ref, err = m.store.Get(ctx, c.Name)
+		if errors.Is(err, names.ErrNotFound) && c.Wait {
+			ref, err = m.store.WaitFor(ctx, c.Name)
+		}
+		switch {
+		case err == nil:
+		case errors.Is(err, names.ErrNotFound):
+			return nil, fail(proto.StatusNotFound, "bind %s: no such name", label)
+		case errors.Is(err, context.DeadlineExceeded):
+			return nil, fail(proto.StatusNotFound, "bind %s: the name did not appear before the call's deadline", label)
+		case errors.Is(err, context.Canceled):
+			return nil, errCancelled
+		case errors.Is(err, names.ErrClosed):
+			return nil, fail(proto.StatusInternal, "bind %s: the monitor is shutting down", label)
+		default:
+			return nil, fail(proto.StatusInternal, "bind %s: nameservice: %v", label, err)
+		}
+	} else {
+		// An iref's export exists from the moment the iref does: there
+		// is nothing to wait for.
+		ref = c.Target
 	}
 	if ref.Machine != m.machineID {
-		return nil, fail(proto.StatusNotFound, "bind %q: it names an export of machine %016x; binding across machines is not supported yet", c.Name, ref.Machine)
+		return nil, fail(proto.StatusNotFound, "bind %s: it names an export of machine %016x; binding across machines is not supported yet", label, ref.Machine)
 	}
 
 	m.mu.Lock()
@@ -81,18 +112,31 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	m.mu.Unlock()
 	switch {
 	case e == nil:
-		return nil, fail(proto.StatusNotFound, "bind %q: its export %d has been withdrawn", c.Name, ref.Export)
-	case e.ref.Token != ref.Token:
-		return nil, fail(proto.StatusDenied, "bind %q: the iref registered under the name has a wrong token for export %d", c.Name, ref.Export)
-	case e.iface != c.Iface:
-		return nil, fail(proto.StatusMismatch, "bind %q: it exports interface %q, not %q", c.Name, e.iface, c.Iface)
+		return nil, fail(proto.StatusNotFound, "bind %s: its export %d has been withdrawn", label, ref.Export)
+	case !sameToken(e.ref, ref) && byName:
+		return nil, fail(proto.StatusDenied, "bind %s: the iref registered under the name has a wrong token for export %d (set through the nameservice by a domain that does not hold the export's iref)", label, ref.Export)
+	case !sameToken(e.ref, ref):
+		return nil, fail(proto.StatusDenied, "bind %s: a wrong token for export %d (irefs read from the nameservice carry none)", label, ref.Export)
+	}
+	if err := e.admit(s, byName, label); err != nil {
+		return nil, err
+	}
+	if e.iface != c.Iface {
+		return nil, fail(proto.StatusMismatch, "bind %s: it exports interface %q, not %q", label, e.iface, c.Iface)
 	}
 	if ctx.Err() != nil {
 		return nil, errCancelled
 	}
 
+	// The connection is recorded under the name bound, or for a bind by
+	// ref the name the export has.
 	rec := &connRec{id: m.nextConn.Add(1), name: c.Name, client: s.id, export: e.id}
-	reply := &proto.BindReply{Ref: e.ref, ConnID: rec.id, MaxFrame: e.maxFrame}
+	if !byName {
+		rec.name = e.name
+	}
+	// The reply names the export but carries no token: a bind by name
+	// does not hand the caller the capability to bind again by ref.
+	reply := &proto.BindReply{Ref: e.ref.WithoutToken(), ConnID: rec.id, MaxFrame: e.maxFrame}
 	switch {
 	case e.domain == nil:
 		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
@@ -115,7 +159,7 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 		}
 		reply.Fds = fds
 	}
-	s.log.Info("bind", "name", c.Name, "iface", c.Iface, "conn", rec.id, "server", rec.server, "via", rec.via.String())
+	s.log.Info("bind", "name", rec.name, "by_ref", !byName, "iface", c.Iface, "conn", rec.id, "server", rec.server, "via", rec.via.String())
 	return reply, nil
 }
 

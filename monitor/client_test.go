@@ -126,6 +126,13 @@ func (c *Client) Export(ctx context.Context, name, iface string, maxFrame uint32
 	return r.Ref, err
 }
 
+// ExportCall exports with a call of the caller's making: a policy, say.
+func (c *Client) ExportCall(ctx context.Context, call *proto.ExportCall) (wire.Iref, error) {
+	var r proto.ExportReply
+	err := c.call(ctx, call, &r)
+	return r.Ref, err
+}
+
 func (c *Client) Withdraw(ctx context.Context, name string) error {
 	return c.call(ctx, &proto.WithdrawCall{Name: name}, &proto.WithdrawReply{})
 }
@@ -134,6 +141,15 @@ func (c *Client) Withdraw(ctx context.Context, name string) error {
 func (c *Client) Bind(ctx context.Context, name, iface string, wait bool) (*proto.BindReply, error) {
 	var r proto.BindReply
 	if err := c.call(ctx, &proto.BindCall{Name: name, Iface: iface, Wait: wait}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// BindRef binds by iref; the reply's descriptors are the caller's.
+func (c *Client) BindRef(ctx context.Context, ref wire.Iref, iface string) (*proto.BindReply, error) {
+	var r proto.BindReply
+	if err := c.call(ctx, &proto.BindCall{Iface: iface, Target: ref}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil

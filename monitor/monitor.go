@@ -27,8 +27,8 @@ import (
 const SelfDomainID = 1
 
 // MaxCallFrame bounds the frames a domain sends the monitor: its calls
-// and cancels. The largest call of the protocol (export) is 412 bytes;
-// the rest is room to grow. The monitor receives into a buffer this large
+// and cancels. The largest call of the protocol (export) is at most 2533
+// bytes, with its allow-lists full; the rest is room to grow. The monitor receives into a buffer this large
 // per session, rather than one of the interface's MaxFrameSize, which only
 // its own replies (ps) can reach.
 const MaxCallFrame = 4096
@@ -115,6 +115,7 @@ type export struct {
 	maxFrame uint32
 	ref      wire.Iref
 	domain   *session // nil for the monitor's own nameservice
+	policy   policy
 }
 
 // connRec records a bound connection for ps. The monitor does not see a

@@ -178,13 +178,19 @@ func (c *nsConn) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errv
 	return nsCode(c.store.Set(ctx, name, ref, names.Owner(c.client))), nil
 }
 
+// Reading a name never reveals the token that binds it: get, wait_for
+// and changed hand out the iref without its token (machine and export id
+// only), so that knowing a name is not holding its export's capability.
+// Only the exporter gets the whole iref, from export; it may pass it on
+// (docs/security.md).
+
 // Get implements nameservice.Server.
 func (c *nsConn) Get(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
 	if names.ValidName(name) != nil {
 		return wire.Iref{}, NSInvalidName, nil
 	}
 	ref, err := c.store.Get(ctx, name)
-	return ref, nsCode(err), nil
+	return ref.WithoutToken(), nsCode(err), nil
 }
 
 // WaitFor implements nameservice.Server. ctx ends at the call's deadline,
@@ -207,7 +213,7 @@ func (c *nsConn) WaitFor(ctx context.Context, name string) (wire.Iref, wire.Errv
 		return wire.Iref{}, NSInvalidName, nil
 	}
 	ref, err := c.store.WaitFor(ctx, name)
-	return ref, nsCode(err), nil
+	return ref.WithoutToken(), nsCode(err), nil
 }
 
 // GetCount implements nameservice.Server.
@@ -268,7 +274,7 @@ func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m nameserv
 	go func() {
 		defer c.wg.Done()
 		for ev := range w.C {
-			if err := from.Send(ctx, &nameservice.Changed{Name: ev.Name, Ref: ev.Ref, Removed: ev.Removed}); err != nil {
+			if err := from.Send(ctx, &nameservice.Changed{Name: ev.Name, Ref: ev.Ref.WithoutToken(), Removed: ev.Removed}); err != nil {
 				w.Stop()
 				c.end(fmt.Errorf("watch %q: send changed: %w", prefix, err))
 				return

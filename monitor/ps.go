@@ -82,7 +82,10 @@ func (m *Monitor) snapshot() *chanos.Snapshot {
 }
 
 func exportInfo(e *export) chanos.ExportInfo {
-	return chanos.ExportInfo{Name: e.name, Iface: e.iface, ExportID: e.id, MaxFrame: e.maxFrame}
+	return chanos.ExportInfo{
+		Name: e.name, Iface: e.iface, ExportID: e.id, MaxFrame: e.maxFrame,
+		Private: e.policy.private, AllowUIDs: e.policy.uids, AllowPrograms: e.policy.programs,
+	}
 }
 
 // marshalSnapshot encodes snap as JSON of at most limit bytes, leaving

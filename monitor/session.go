@@ -270,10 +270,15 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	if c.MaxFrame < wire.HeaderSize || c.MaxFrame > m.cfg.MaxFrame {
 		return nil, fail(proto.StatusInvalid, "export %q: max_frame %d out of range [%d, %d]", c.Name, c.MaxFrame, wire.HeaderSize, m.cfg.MaxFrame)
 	}
+	pol, err := newPolicy(c)
+	if err != nil {
+		return nil, fail(proto.StatusInvalid, "export %q: %v", c.Name, err)
+	}
 	e, err := m.newExport(c.Name, c.Iface, c.MaxFrame, s)
 	if err != nil {
 		return nil, fmt.Errorf("export %q: %w", c.Name, err)
 	}
+	e.policy = pol
 	m.mu.Lock()
 	if _, ok := s.exports[c.Name]; ok {
 		m.mu.Unlock()
@@ -301,7 +306,7 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 		}
 		return nil, fail(proto.StatusInternal, "export %q: nameservice: %v", c.Name, err)
 	}
-	s.log.Info("export", "name", c.Name, "iface", c.Iface, "export", e.id, "max_frame", c.MaxFrame)
+	s.log.Info("export", "name", c.Name, "iface", c.Iface, "export", e.id, "max_frame", c.MaxFrame, "policy", pol.String())
 	return &proto.ExportReply{Ref: e.ref}, nil
 }
 
@@ -318,7 +323,7 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 	m.mu.Unlock()
 	// The name may have been removed, or set again, through the
 	// nameservice meanwhile: remove it only if it still names this export.
-	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref == e.ref {
+	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref.WithoutToken() == e.ref.WithoutToken() && sameToken(ref, e.ref) {
 		if err := m.store.Remove(s.ctx, c.Name, names.Owner(s.id)); err != nil && !errors.Is(err, names.ErrNotFound) {
 			s.log.Warn("withdraw: remove the name", "name", c.Name, "err", err)
 		}

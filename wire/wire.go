@@ -54,6 +54,15 @@ func (r Iref) String() string {
 	return fmt.Sprintf("%d/%d/%x", r.Machine, r.Export, r.Token[:])
 }
 
+// WithoutToken returns r with its token zeroed: the iref without its
+// token, which names the export (machine and export id) but does not let
+// anyone bind it. The nameservice hands out irefs so (docs/security.md).
+func (r Iref) WithoutToken() Iref { return Iref{Machine: r.Machine, Export: r.Export} }
+
+// HasToken reports whether r carries a token: whether any of its token's
+// bytes is nonzero.
+func (r Iref) HasToken() bool { return r.Token != [16]byte{} }
+
 // Errval is an error value as carried by the IDL type errval and by rpc
 // error replies: a u64 whose meaning is the application's. 0 means success.
 type Errval uint64

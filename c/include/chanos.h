@@ -205,6 +205,11 @@ static inline int chanos_hdr_check(const struct chanos_hdr *h, unsigned kind)
 
 /*
  * An iref names an export: 32 bytes on the wire. All zero is the null iref.
+ * Its token (128 random bits) is the capability to bind the export
+ * (chanos_connect_ref): whoever holds the whole iref may bind, and may pass
+ * it on in any message with an iref field. The nameservice hands out irefs
+ * with the token zeroed, which name an export but bind nothing
+ * (docs/security.md).
  */
 struct chanos_iref {
     uint64_t machine;
@@ -947,7 +952,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_NOT_FOUND    (-4305) /* monitor: no such name (in time) */
 #define CHANOS_ERR_MISMATCH     (-4306) /* monitor: the export's iface differs */
 #define CHANOS_ERR_LIMIT        (-4307) /* monitor: a limit was reached */
-#define CHANOS_ERR_DENIED       (-4308) /* monitor: the iref's token is wrong */
+#define CHANOS_ERR_DENIED       (-4308) /* monitor: the export's policy refused */
 #define CHANOS_ERR_MONITOR      (-4309) /* monitor: internal or unknown failure */
 #define CHANOS_ERR_UNSAFE_DIR   (-4310) /* the directory is not private */
 #define CHANOS_ERR_BUSY         (-4311) /* concurrent use against the rules */
@@ -978,7 +983,7 @@ struct chanos_join_opts {
 };
 
 /*
- * chanos_join connects to the monitor, says hello (protocol version 1) and
+ * chanos_join connects to the monitor, says hello (protocol version 2) and
  * returns the domain in *out, which the caller owns: free it with
  * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
  * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user.
@@ -1023,6 +1028,36 @@ int chanos_export(chanos_domain *d, const char *name, const char *iface,
                   uint32_t max_frame, chanos_listener **out);
 
 /*
+ * Who may bind an export (docs/security.md). NULL or a zeroed struct is the
+ * default: any domain of the monitor, by name or by iref.
+ */
+#define CHANOS_EXPORT_PRIVATE 1u /* bind by iref only: by name is denied */
+struct chanos_export_opts {
+    unsigned flags; /* CHANOS_EXPORT_PRIVATE, or 0 */
+    /* If nuids > 0, only domains of these uids (SO_PEERCRED) may bind; at
+     * most 16. A monitor admits only its own user's domains today. */
+    const uint32_t *uids;
+    size_t nuids;
+    /* If nprograms > 0, only domains whose program (chanos_join_opts'
+     * program, as they named themselves at hello) is one of these may
+     * bind: 1 to 256 bytes each, no newline, 2048 bytes in all. A program
+     * names itself: this keeps honest programs apart, not a hostile one of
+     * the same user; for that, export privately and hand out the iref. */
+    const char *const *programs;
+    size_t nprograms;
+};
+
+/*
+ * chanos_export_with is chanos_export with a policy, opts (NULL: the
+ * default). CHANOS_ERR_INVALID for flags it does not know or lists over
+ * their bounds.
+ */
+int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
+                       uint32_t max_frame,
+                       const struct chanos_export_opts *opts,
+                       chanos_listener **out);
+
+/*
  * chanos_accept waits at most timeout_ms (-1: forever; 0: do not wait) for
  * a client to connect to the export, reading the monitor's socket
  * meanwhile, and returns the server side of the connection in *out, which
@@ -1032,6 +1067,13 @@ int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out);
 
 /* chanos_listener_name returns the exported name (owned by l). */
 const char *chanos_listener_name(const chanos_listener *l);
+
+/*
+ * chanos_listener_ref stores the export's iref, token and all, in *out: the
+ * capability to bind it (chanos_connect_ref), private or not. Hand it only
+ * to those who should bind; chanos_listener_close revokes it.
+ */
+void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out);
 
 /*
  * chanos_listener_close withdraws the export (the name disappears), closes
@@ -1051,6 +1093,33 @@ int chanos_listener_close(chanos_listener *l);
  */
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out);
+
+/*
+ * chanos_connect_ref binds to the export *ref names, by its iref rather
+ * than a name: ref's token must be the export's, as chanos_listener_ref
+ * gives it to the exporter, who may have passed it on. This is how a
+ * private export is bound. timeout_ms bounds the monitor's answer (there
+ * is no waiting for an export). Errors as chanos_connect; an iref from the
+ * nameservice (no token) gives CHANOS_ERR_DENIED, the null iref
+ * CHANOS_ERR_INVALID, a withdrawn export CHANOS_ERR_NOT_FOUND.
+ */
+int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
+                       const char *iface, uint32_t max_frame, int timeout_ms,
+                       chanos_conn **out);
+
+/*
+ * An iref as text: MACHINE:EXPORT:TOKEN, 16, 16 and 32 hex digits
+ * (CHANOS_IREF_TEXT_LEN characters). The token is a secret: text that
+ * holds it must go only where the iref itself may (not on a command line,
+ * which other users can read in /proc).
+ *
+ * chanos_iref_format writes ref and a NUL into buf of n bytes
+ * (CHANOS_IREF_TEXT_LEN + 1 suffice): the length, or -ENOSPC.
+ * chanos_iref_parse reads exactly that form: 0, or -EINVAL.
+ */
+#define CHANOS_IREF_TEXT_LEN 66
+int chanos_iref_format(const struct chanos_iref *ref, char *buf, size_t n);
+int chanos_iref_parse(const char *s, struct chanos_iref *out);
 
 /* ---- the nameservice (docs/nameservice.md) ---- */
 

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
 #include <stdatomic.h>
@@ -29,12 +30,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROTOCOL_VERSION 1
+#define PROTOCOL_VERSION 2
 #define DEFAULT_HELLO_TIMEOUT_MS 10000
 /* Incoming connections held for chanos_accept (all exports together). */
 #define INCOMING_LIMIT 128
-/* Calls to the monitor are small: the largest, export, is 412 bytes. */
-#define CALL_BUF 512
+/* Calls to the monitor are small: the largest, export, is at most 2533
+ * bytes (with its allow-lists full); the monitor takes up to 4096. */
+#define CALL_BUF 4096
+_Static_assert(MONITOR_EXPORT_CALL_MAX_FRAME_SIZE <= CALL_BUF &&
+                   MONITOR_BIND_CALL_MAX_FRAME_SIZE <= CALL_BUF,
+               "a call to the monitor outgrows CALL_BUF");
 /* How much longer than a bind's deadline to wait for the monitor's answer. */
 #define BIND_GRACE_MS 1000
 
@@ -632,9 +637,44 @@ int chanos_domain_poll(chanos_domain *d, int timeout_ms)
 int chanos_export(chanos_domain *d, const char *name, const char *iface,
                   uint32_t max_frame, chanos_listener **out)
 {
-    struct monitor_export_call call;
+    return chanos_export_with(d, name, iface, max_frame, NULL, out);
+}
+
+/* join_programs writes the allowed programs of o into buf, '\n' between
+ * two, as the export call carries them: the number of bytes, or
+ * CHANOS_ERR_INVALID for a program that is empty, over hello's bound or
+ * holds a newline, or for a list over the call's bound. */
+static int join_programs(const struct chanos_export_opts *o, char *buf,
+                         size_t cap)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < o->nprograms; i++) {
+        const char *p = o->programs[i];
+        size_t len = p != NULL ? strlen(p) : 0;
+
+        if (len == 0 || len > MONITOR_HELLO_PROGRAM_MAX ||
+            memchr(p, '\n', len) != NULL)
+            return CHANOS_ERR_INVALID;
+        if (n + (i > 0) + len > cap)
+            return CHANOS_ERR_INVALID;
+        if (i > 0)
+            buf[n++] = '\n';
+        memcpy(buf + n, p, len);
+        n += len;
+    }
+    return (int)n;
+}
+
+int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
+                       uint32_t max_frame, const struct chanos_export_opts *opts,
+                       chanos_listener **out)
+{
+    static const struct chanos_export_opts none = { 0 };
+    struct monitor_export_call call = { 0 };
     struct monitor_export_reply reply;
     struct chanos_listener *l;
+    char programs[MONITOR_EXPORT_PROGRAMS_MAX];
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
     struct mframe f;
@@ -643,9 +683,25 @@ int chanos_export(chanos_domain *d, const char *name, const char *iface,
     *out = NULL;
     if (name == NULL || iface == NULL)
         return -EINVAL;
+    if (opts == NULL)
+        opts = &none;
+    if ((opts->flags & ~(unsigned)CHANOS_EXPORT_PRIVATE) != 0 ||
+        opts->nuids > MONITOR_EXPORT_UIDS_MAX ||
+        (opts->nuids > 0 && opts->uids == NULL) ||
+        (opts->nprograms > 0 && opts->programs == NULL))
+        return CHANOS_ERR_INVALID;
+    rc = join_programs(opts, programs, sizeof programs);
+    if (rc < 0)
+        return rc;
     call.name = chanos_cstr(name);
     call.iface = chanos_cstr(iface);
     call.max_frame = max_frame;
+    call.private_ = (opts->flags & CHANOS_EXPORT_PRIVATE) != 0;
+    call.nuids = (uint32_t)opts->nuids;
+    if (opts->nuids > 0)
+        memcpy(call.uids, opts->uids, opts->nuids * sizeof opts->uids[0]);
+    call.programs.ptr = (const uint8_t *)programs;
+    call.programs.len = (uint32_t)rc;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_export_call_encode(&call, &b);
     if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
@@ -691,6 +747,11 @@ fail:
 }
 
 const char *chanos_listener_name(const chanos_listener *l) { return l->name; }
+
+void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out)
+{
+    *out = l->ref;
+}
 
 /* take_incoming opens the first queued connection for l, if any: 1 and
  * *out on success, 0 if none is queued, or an error. A connection that
@@ -884,11 +945,11 @@ static int bind_local(struct chanos_domain *d,
     chanos_conn *srv;
     int rc;
 
-    /* the whole iref, as Go compares it: the listener is that export's */
+    /* the reply's iref carries no token: its machine and export id name
+     * the export, which is this domain's own, as Go matches it */
     for (l = d->listeners; l != NULL; l = l->next) {
         if (l->ref.machine == reply->ref.machine &&
-            l->ref.export_id == reply->ref.export_id &&
-            memcmp(l->ref.token, reply->ref.token, sizeof l->ref.token) == 0)
+            l->ref.export_id == reply->ref.export_id)
             break;
     }
     /* closed although the monitor still had the export (a withdraw that
@@ -915,15 +976,17 @@ static int bind_local(struct chanos_domain *d,
 }
 
 /*
- * bind_name binds to the export under name (waiting for the name if wait
- * is set; see chanos_connect) and opens the client side of its ring pair,
- * or makes the pair itself for an export of this domain (bind_local).
+ * bind_export binds to the export under name (waiting for the name if wait is
+ * set; see chanos_connect) or, with name NULL, to the export ref names (a
+ * bind by ref), and opens the client side of its ring pair, or makes the
+ * pair itself for an export of this domain (bind_local).
  */
-static int bind_name(chanos_domain *d, const char *name, const char *iface,
-                     bool wait, uint32_t max_frame, int timeout_ms,
-                     chanos_conn **out)
+static int bind_export(chanos_domain *d, const char *name,
+                       const struct chanos_iref *ref, const char *iface,
+                       bool wait, uint32_t max_frame, int timeout_ms,
+                       chanos_conn **out)
 {
-    struct monitor_bind_call call;
+    struct monitor_bind_call call = { 0 };
     struct monitor_bind_reply reply;
     struct chanos_ump_options uo = { 0 };
     struct chanos_ump_files files;
@@ -934,9 +997,15 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
     int rc;
 
     *out = NULL;
-    if (name == NULL || iface == NULL)
+    if ((name == NULL) == (ref == NULL) || iface == NULL)
         return -EINVAL;
-    call.name = chanos_cstr(name);
+    if (name != NULL) {
+        if (name[0] == '\0')
+            return CHANOS_ERR_INVALID; /* an empty name asks for a ref */
+        call.name = chanos_cstr(name);
+    } else {
+        call.target = *ref;
+    }
     call.iface = chanos_cstr(iface);
     call.wait = wait;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
@@ -998,7 +1067,85 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out)
 {
-    return bind_name(d, name, iface, true, max_frame, timeout_ms, out);
+    if (name == NULL) {
+        *out = NULL;
+        return -EINVAL;
+    }
+    return bind_export(d, name, NULL, iface, true, max_frame, timeout_ms, out);
+}
+
+int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
+                       const char *iface, uint32_t max_frame, int timeout_ms,
+                       chanos_conn **out)
+{
+    static const struct chanos_iref null_ref = { 0 };
+
+    if (ref == NULL) {
+        *out = NULL;
+        return -EINVAL;
+    }
+    if (memcmp(ref, &null_ref, sizeof *ref) == 0) {
+        *out = NULL;
+        return CHANOS_ERR_INVALID;
+    }
+    return bind_export(d, NULL, ref, iface, false, max_frame, timeout_ms,
+                       out);
+}
+
+/* ---- irefs as text ---- */
+
+int chanos_iref_format(const struct chanos_iref *ref, char *buf, size_t n)
+{
+    int w = snprintf(buf, n, "%016" PRIx64 ":%016" PRIx64 ":", ref->machine,
+                     ref->export_id);
+
+    if (w < 0 || (size_t)w >= n)
+        return -ENOSPC;
+    for (size_t i = 0; i < sizeof ref->token; i++) {
+        if ((size_t)w + 2 >= n)
+            return -ENOSPC;
+        w += snprintf(buf + w, n - (size_t)w, "%02x", ref->token[i]);
+    }
+    return w;
+}
+
+/* hex_digits reads exactly n hex digits at s into *v; 0 or -EINVAL. */
+static int hex_digits(const char *s, size_t n, uint64_t *v)
+{
+    *v = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int x;
+
+        if (c >= '0' && c <= '9')
+            x = c - '0';
+        else if (c >= 'a' && c <= 'f')
+            x = c - 'a' + 10;
+        else if (c >= 'A' && c <= 'F')
+            x = c - 'A' + 10;
+        else
+            return -EINVAL;
+        *v = *v << 4 | (uint64_t)x;
+    }
+    return 0;
+}
+
+int chanos_iref_parse(const char *s, struct chanos_iref *out)
+{
+    struct chanos_iref r;
+    uint64_t v;
+
+    if (s == NULL || strlen(s) != CHANOS_IREF_TEXT_LEN || s[16] != ':' ||
+        s[33] != ':' || hex_digits(s, 16, &r.machine) != 0 ||
+        hex_digits(s + 17, 16, &r.export_id) != 0)
+        return -EINVAL;
+    for (size_t i = 0; i < sizeof r.token; i++) {
+        if (hex_digits(s + 34 + 2 * i, 2, &v) != 0)
+            return -EINVAL;
+        r.token[i] = (uint8_t)v;
+    }
+    *out = r;
+    return 0;
 }
 
 /* ---- the nameservice ---- */
@@ -1008,8 +1155,9 @@ int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
 {
     /* as monitor.Client.Nameservice: the monitor always serves it, so the
      * bind does not wait for the name (also the interface's name) */
-    return bind_name(d, CHANOS_NAMESERVICE_NAME, CHANOS_NAMESERVICE_NAME,
-                     false, NAMESERVICE_MAX_FRAME_SIZE, timeout_ms, out);
+    return bind_export(d, CHANOS_NAMESERVICE_NAME, NULL,
+                       CHANOS_NAMESERVICE_NAME, false,
+                       NAMESERVICE_MAX_FRAME_SIZE, timeout_ms, out);
 }
 
 int chanos_nameservice_error(uint64_t code)

@@ -37,7 +37,8 @@ const char *chanos_strerror_more_(int err)
     case CHANOS_ERR_LIMIT:
         return "monitor: a limit was reached";
     case CHANOS_ERR_DENIED:
-        return "monitor: access denied (the iref's token does not match)";
+        return "monitor: denied (a private export bound by name, a caller "
+               "not on the export's allow-list, or a wrong token)";
     case CHANOS_ERR_MONITOR:
         return "monitor: internal failure";
     case CHANOS_ERR_UNSAFE_DIR:

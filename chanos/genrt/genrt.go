@@ -183,10 +183,11 @@ type Listener[T any] struct {
 	conn func(*chanos.Conn) T
 }
 
-// Export registers name for a service of iface on d's machine and returns
-// its listener, whose connections conn makes typed.
-func Export[T any](ctx context.Context, d *chanos.Domain, name string, iface chanos.Interface, conn func(*chanos.Conn) T) (*Listener[T], error) {
-	l, err := chanos.Export(ctx, d, name, iface)
+// Export registers name for a service of iface on d's machine, with the
+// policy opts set, and returns its listener, whose connections conn makes
+// typed.
+func Export[T any](ctx context.Context, d *chanos.Domain, name string, iface chanos.Interface, conn func(*chanos.Conn) T, opts ...chanos.ExportOption) (*Listener[T], error) {
+	l, err := chanos.Export(ctx, d, name, iface, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -204,6 +205,24 @@ func Connect[T any](ctx context.Context, d *chanos.Domain, name string, iface ch
 	}
 	return conn(c), nil
 }
+
+// ConnectRef binds to the service of iface that ref names (see
+// chanos.ConnectRef) and returns the connection made typed by conn.
+func ConnectRef[T any](ctx context.Context, d *chanos.Domain, ref wire.Iref, iface chanos.Interface, conn func(*chanos.Conn) T) (T, error) {
+	c, err := chanos.ConnectRef(ctx, d, ref, iface)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return conn(c), nil
+}
+
+// Ref returns the export's iref, token and all: the capability to bind
+// it (see chanos.Listener.Ref).
+func (l *Listener[T]) Ref() wire.Iref { return l.l.Ref() }
+
+// Name returns the exported name.
+func (l *Listener[T]) Name() string { return l.l.Name() }
 
 // Accept waits for the next connection.
 func (l *Listener[T]) Accept(ctx context.Context) (T, error) {

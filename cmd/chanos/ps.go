@@ -90,7 +90,14 @@ func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 		}
 		var exports, conns []string
 		for _, e := range d.Exports {
-			exports = append(exports, fmt.Sprintf("%s (%s)", e.Name, e.Iface))
+			desc := e.Iface
+			if e.Private {
+				desc += ", private"
+			}
+			if len(e.AllowUIDs) > 0 || len(e.AllowPrograms) > 0 {
+				desc += ", allow-list"
+			}
+			exports = append(exports, fmt.Sprintf("%s (%s)", e.Name, desc))
 		}
 		for _, c := range d.Connections {
 			arrow := "->"

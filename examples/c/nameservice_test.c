@@ -9,7 +9,10 @@
  *                                   watch and the errors (exists,
  *                                   not_found, invalid, not_owner, a
  *                                   wait_for that times out) on names
- *                                   under PREFIX; prints "ok" at the end
+ *                                   under PREFIX, checking that no
+ *                                   answer shows a token; then a private
+ *                                   export, bound by its iref only;
+ *                                   prints "ok" at the end
  *   nameservice_test set NAME       sets NAME to an iref made up from the
  *                                   domain's machine id, prints
  *                                   "set NAME REF" and holds the name until
@@ -18,7 +21,8 @@
  *                                   MS, prints "waiting", then
  *                                   "found NAME REF after N ms"
  *
- * REF is machine:export:token in hex. The monitor directory comes from
+ * REF is machine:export:token in hex (chanos_iref_format); the irefs the
+ * nameservice gives carry no token (zeros). The monitor directory comes from
  * $CHANOS_DIR as usual. Exit status 0 on success; on failure 1, with the
  * reason on stderr.
  */
@@ -66,12 +70,28 @@ static bool iref_equal(const struct chanos_iref *a, const struct chanos_iref *b)
            memcmp(a->token, b->token, sizeof a->token) == 0;
 }
 
+/* without_token returns r with its token zeroed: what the nameservice
+ * gives for r. */
+static struct chanos_iref without_token(struct chanos_iref r)
+{
+    memset(r.token, 0, sizeof r.token);
+    return r;
+}
+
+static bool has_token(const struct chanos_iref *r)
+{
+    static const uint8_t zero[sizeof r->token];
+
+    return memcmp(r->token, zero, sizeof zero) != 0;
+}
+
 /* ---- changed messages that arrive during a call ---- */
 
 static struct {
     int n;           /* changed messages seen */
     char name[257];  /* the last one's name */
     bool removed;
+    bool token;      /* a changed message showed a token */
 } changes;
 
 static void on_changed(const struct chanos_frame *f)
@@ -86,6 +106,7 @@ static void on_changed(const struct chanos_frame *f)
     memcpy(changes.name, m.name.ptr, m.name.len);
     changes.name[m.name.len] = '\0';
     changes.removed = m.removed;
+    changes.token = changes.token || has_token(&m.ref);
 }
 
 static void other(void *arg, const struct chanos_frame *f)
@@ -285,12 +306,63 @@ static struct chanos_iref make_ref(chanos_domain *d, uint64_t export_id)
     return r;
 }
 
+/*
+ * check_private exports PREFIX.private privately: the nameservice shows
+ * its iref without the token; a bind by name is denied, and so is a bind
+ * by that token-less iref; a bind by the listener's iref connects (in this
+ * domain: a local pair); once withdrawn, its iref binds nothing.
+ */
+static int check_private(chanos_domain *d, const char *prefix)
+{
+    struct chanos_export_opts eo = { CHANOS_EXPORT_PRIVATE, NULL, 0, NULL, 0 };
+    struct chanos_iref full, got, back;
+    char name[300], text[CHANOS_IREF_TEXT_LEN + 1];
+    chanos_listener *l;
+    chanos_conn *c, *s;
+
+    snprintf(name, sizeof name, "%s.private", prefix);
+    EXPECT("export private", chanos_export_with(d, name, "x", 4096, &eo, &l), 0);
+    chanos_listener_ref(l, &full);
+    EXPECT("get private", ns_lookup(false, name, CALL_MS, &got), 0);
+    if (!has_token(&full) || has_token(&got) || got.machine != full.machine ||
+        got.export_id != full.export_id) {
+        fprintf(stderr, "nameservice_test: private: the export's iref has %s token, "
+                        "the nameservice's %s\n",
+                has_token(&full) ? "a" : "no", has_token(&got) ? "one" : "none");
+        return 1;
+    }
+    EXPECT("connect to the private export by name",
+           chanos_connect(d, name, "x", 4096, CALL_MS, &c), CHANOS_ERR_DENIED);
+    EXPECT("connect by the nameservice's iref",
+           chanos_connect_ref(d, &got, "x", 4096, CALL_MS, &c), CHANOS_ERR_DENIED);
+    /* the iref survives its text form */
+    if (chanos_iref_format(&full, text, sizeof text) != CHANOS_IREF_TEXT_LEN ||
+        chanos_iref_parse(text, &back) != 0 || !iref_equal(&back, &full)) {
+        fprintf(stderr, "nameservice_test: the iref's text form %s does not read back\n",
+                text);
+        return 1;
+    }
+    EXPECT("connect by the listener's iref",
+           chanos_connect_ref(d, &back, "x", 4096, CALL_MS, &c), 0);
+    EXPECT("accept the connection by iref", chanos_accept(l, CALL_MS, &s), 0);
+    chanos_conn_close(c);
+    chanos_conn_close(s);
+    EXPECT("withdraw private", chanos_listener_close(l), 0);
+    EXPECT("connect by the iref of a withdrawn export",
+           chanos_connect_ref(d, &full, "x", 4096, CALL_MS, &c),
+           CHANOS_ERR_NOT_FOUND);
+    printf("private %s: by name denied, by the nameservice's iref denied, "
+           "by the listener's iref connected\n", name);
+    return 0;
+}
+
 static int check(chanos_domain *d, const char *prefix)
 {
     char n0[300], n1[300], other[300], cls[300], missing[300], watched[300];
     char under[300];
     char want[1024], got[2048];
     struct chanos_iref r0 = make_ref(d, 100), r1 = make_ref(d, 101), r;
+    struct chanos_iref want_ref;
     uint64_t n;
     int64_t t0, took;
     int rc;
@@ -311,9 +383,10 @@ static int check(chanos_domain *d, const char *prefix)
     EXPECT("set a bad name", ns_set("bad name", &r0), CHANOS_ERR_INVALID);
     printf("set: %s %s %s\n", n0, n1, other);
 
-    /* get */
+    /* get: the iref without its token */
     EXPECT("get svc.0", ns_lookup(false, n0, CALL_MS, &r), 0);
-    if (!iref_equal(&r, &r0)) {
+    want_ref = without_token(r0);
+    if (!iref_equal(&r, &want_ref)) {
         fprintf(stderr, "nameservice_test: get svc.0 returned ");
         print_ref(stderr, &r);
         fprintf(stderr, "\n");
@@ -376,9 +449,10 @@ static int check(chanos_domain *d, const char *prefix)
         on_changed(&f);
     }
     if (changes.n != 1 || strcmp(changes.name, watched) != 0 ||
-        changes.removed) {
-        fprintf(stderr, "nameservice_test: watch: %d changes, last %s%s\n",
-                changes.n, changes.name, changes.removed ? " (removed)" : "");
+        changes.removed || changes.token) {
+        fprintf(stderr, "nameservice_test: watch: %d changes, last %s%s%s\n",
+                changes.n, changes.name, changes.removed ? " (removed)" : "",
+                changes.token ? " (with a token)" : "");
         return 1;
     }
     printf("watch %s: changed %s\n", under, changes.name);
@@ -397,6 +471,8 @@ static int check(chanos_domain *d, const char *prefix)
            chanos_strerror(rc), took);
     /* the connection still works after the cancelled call */
     EXPECT("get after the timeout", ns_lookup(false, n1, CALL_MS, &r), 0);
+    if (check_private(d, prefix) != 0)
+        return 1;
     printf("ok\n");
     return 0;
 }

@@ -5,9 +5,14 @@
  * calls, then a 64 KiB bounce. Like the Go client, it times every round
  * trip and prints the median and 99th percentile of each phase.
  *
- *   pingpong_client [-name NAME] [-n N] [-wait MS]
+ *   pingpong_client [-name NAME] [-n N] [-wait MS] [-ref-stdin]
  *
- * The monitor directory comes from $CHANOS_DIR as usual. It prints
+ * With -ref-stdin it binds not by name but by the iref on its first line
+ * of input (MACHINE:EXPORT:TOKEN, as chanos_iref_format writes it): the
+ * capability that a private export needs (docs/security.md). The iref is
+ * read from stdin rather than taken as an argument because anyone on the
+ * machine can read a command line. The monitor directory comes from
+ * $CHANOS_DIR as usual. It prints
  * "connected" once bound, and a line per phase; it exits 0 if every answer
  * was right.
  */
@@ -167,6 +172,9 @@ int main(int argc, char **argv)
     const char *name = "pingsvc";
     long n = 1000;
     int wait_ms = 10000;
+    bool by_ref = false;
+    struct chanos_iref ref;
+    char line[128];
     struct chanos_join_opts jo = { 0 };
     chanos_domain *d;
     chanos_conn *c;
@@ -179,8 +187,11 @@ int main(int argc, char **argv)
             n = strtol(argv[++i], NULL, 10);
         } else if (strcmp(argv[i], "-wait") == 0 && i + 1 < argc) {
             wait_ms = atoi(argv[++i]);
+        } else if (strcmp(argv[i], "-ref-stdin") == 0) {
+            by_ref = true;
         } else {
-            fprintf(stderr, "usage: %s [-name NAME] [-n N] [-wait MS]\n",
+            fprintf(stderr,
+                    "usage: %s [-name NAME] [-n N] [-wait MS] [-ref-stdin]\n",
                     argv[0]);
             return 2;
         }
@@ -189,12 +200,28 @@ int main(int argc, char **argv)
         fprintf(stderr, "pingpong_client: -n must be at least 1\n");
         return 2;
     }
+    if (by_ref) {
+        if (fgets(line, sizeof line, stdin) == NULL) {
+            fprintf(stderr, "pingpong_client: no iref on stdin\n");
+            return 1;
+        }
+        line[strcspn(line, "\n")] = '\0';
+        if (chanos_iref_parse(line, &ref) != 0) {
+            fprintf(stderr, "pingpong_client: not an iref: %s\n", line);
+            return 1;
+        }
+        name = "(by iref)";
+    }
     jo.program = "pingpong_client (C)";
     rc = chanos_join(&d, &jo);
     if (rc != 0)
         return fail("join", rc);
-    rc = chanos_connect(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, wait_ms,
-                        &c);
+    if (by_ref)
+        rc = chanos_connect_ref(d, &ref, "pingpong", PINGPONG_MAX_FRAME_SIZE,
+                                wait_ms, &c);
+    else
+        rc = chanos_connect(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE,
+                            wait_ms, &c);
     if (rc != 0) {
         fprintf(stderr, "pingpong_client: connect %s: %s\n", name,
                 chanos_strerror(rc));

@@ -6,6 +6,8 @@
  * while after the last frame, then sleeps in ppoll(2).
  *
  *   pingpong_server [-name NAME] [-no-reply-to V] [-spin-us US]
+ *                   [-private] [-allow-program P]... [-allow-uid U]...
+ *                   [-print-ref]
  *
  * With -no-reply-to V an echo of V is never answered (for tests of a
  * server killed in the middle of a call); it prints "unanswered echo V"
@@ -14,6 +16,12 @@
  * 20 µs, as a connection's own receive; 0: sleep at once). The monitor
  * directory comes from $CHANOS_DIR as usual. It prints "serving NAME"
  * once exported, and stops on SIGINT or SIGTERM.
+ *
+ * Who may bind (docs/security.md): -private refuses binds by name, so only
+ * a holder of the export's iref binds (chanos_connect_ref); -allow-program
+ * and -allow-uid (each up to 8 times) admit only the domains of those
+ * programs or uids. -print-ref prints "iref REF" (chanos_iref_format)
+ * after the serving line: the capability, for a test to hand on.
  *
  * Waiting, as chanos_ump_recv does for one connection: after the last
  * frame served, every connection is polled with chanos_conn_spin_recv,
@@ -204,6 +212,10 @@ int main(int argc, char **argv)
 {
     const char *name = "pingsvc";
     int64_t spin_ns = CHANOS_UMP_DEFAULT_SPIN_NS;
+    const char *programs[8];
+    uint32_t uids[8];
+    struct chanos_export_opts eo = { 0, uids, 0, programs, 0 };
+    bool print_ref = false;
     struct pollfd pfd[MAX_CONNS + 1];
     struct server s = { 0 };
     chanos_domain *d;
@@ -222,9 +234,21 @@ int main(int argc, char **argv)
             long us = strtol(argv[++i], NULL, 10);
 
             spin_ns = us <= 0 ? 0 : us > 1000000 ? 1000000000 : us * 1000;
+        } else if (strcmp(argv[i], "-private") == 0) {
+            eo.flags |= CHANOS_EXPORT_PRIVATE;
+        } else if (strcmp(argv[i], "-allow-program") == 0 && i + 1 < argc &&
+                   eo.nprograms < 8) {
+            programs[eo.nprograms++] = argv[++i];
+        } else if (strcmp(argv[i], "-allow-uid") == 0 && i + 1 < argc &&
+                   eo.nuids < 8) {
+            uids[eo.nuids++] = (uint32_t)strtoul(argv[++i], NULL, 10);
+        } else if (strcmp(argv[i], "-print-ref") == 0) {
+            print_ref = true;
         } else {
             fprintf(stderr,
-                    "usage: %s [-name NAME] [-no-reply-to V] [-spin-us US]\n",
+                    "usage: %s [-name NAME] [-no-reply-to V] [-spin-us US] "
+                    "[-private] [-allow-program P]... [-allow-uid U]... "
+                    "[-print-ref]\n",
                     argv[0]);
             return 2;
         }
@@ -249,7 +273,8 @@ int main(int argc, char **argv)
         fprintf(stderr, "pingpong_server: join: %s\n", chanos_strerror(rc));
         return 1;
     }
-    rc = chanos_export(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &s.l);
+    rc = chanos_export_with(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &eo,
+                            &s.l);
     if (rc != 0) {
         fprintf(stderr, "pingpong_server: export %s: %s\n", name,
                 chanos_strerror(rc));
@@ -257,6 +282,14 @@ int main(int argc, char **argv)
         return 1;
     }
     printf("serving %s (domain %" PRIu64 ")\n", name, chanos_domain_id(d));
+    if (print_ref) {
+        struct chanos_iref ref;
+        char text[CHANOS_IREF_TEXT_LEN + 1];
+
+        chanos_listener_ref(s.l, &ref);
+        chanos_iref_format(&ref, text, sizeof text);
+        printf("iref %s\n", text);
+    }
     fflush(stdout);
 
     /* last: when a frame was last served (or the thread woke); the spin

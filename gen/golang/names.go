@@ -56,7 +56,7 @@ var packageNames = map[string]bool{
 	"InterfaceName": true, "MaxFrameSize": true, "Msg": true,
 	"Decode": true, "New": true, "Client": true, "Server": true,
 	"Dispatch": true, "UnimplementedServer": true,
-	"Interface": true, "Conn": true, "NewConn": true, "Connect": true,
+	"Interface": true, "Conn": true, "NewConn": true, "Connect": true, "ConnectRef": true,
 	"Listener": true, "Export": true, "Serve": true,
 	"binding": true, "serve": true, "unsupported": true,
 }

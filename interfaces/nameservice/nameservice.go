@@ -780,14 +780,21 @@ func Connect(ctx context.Context, d *chanos.Domain, name string) (*Conn, error) 
 	return genrt.Connect(ctx, d, name, Interface, NewConn)
 }
 
+// ConnectRef binds to the nameservice service that ref names: its iref, whose
+// token is the capability to bind it (chanos.ConnectRef).
+func ConnectRef(ctx context.Context, d *chanos.Domain, ref wire.Iref) (*Conn, error) {
+	return genrt.ConnectRef(ctx, d, ref, Interface, NewConn)
+}
+
 // Listener accepts the connections bound to an export of nameservice.
 type Listener = genrt.Listener[*Conn]
 
 // Export registers name for a nameservice service on d's machine and returns
 // its listener. The name is removed when the listener closes or the
-// domain ends.
-func Export(ctx context.Context, d *chanos.Domain, name string) (*Listener, error) {
-	return genrt.Export(ctx, d, name, Interface, NewConn)
+// domain ends. opts say who may bind it (chanos.Private,
+// chanos.AllowUIDs, chanos.AllowPrograms); by default, any domain by name.
+func Export(ctx context.Context, d *chanos.Domain, name string, opts ...chanos.ExportOption) (*Listener, error) {
+	return genrt.Export(ctx, d, name, Interface, NewConn, opts...)
 }
 
 // Serve accepts connections on l until ctx ends or l closes, and serves

@@ -36,15 +36,17 @@ const (
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
 // when encoding and decoding.
 const (
-	MaxHelloProgramLen = 256     // hello: in String program[256]
-	MaxExportNameLen   = 256     // export: in String name[256]
-	MaxExportIfaceLen  = 128     // export: in String iface[128]
-	MaxWithdrawNameLen = 256     // withdraw: in String name[256]
-	MaxBindNameLen     = 256     // bind: in String name[256]
-	MaxBindIfaceLen    = 128     // bind: in String iface[128]
-	MaxBindFdsLen      = 8       // bind: out give_away_cap fds[nfds, 8]
-	MaxIncomingFdsLen  = 8       // incoming: give_away_cap fds[nfds, 8]
-	MaxPsJSONLen       = 1048576 // ps: out uint8 json[json_len, 1048576]
+	MaxHelloProgramLen   = 256     // hello: in String program[256]
+	MaxExportNameLen     = 256     // export: in String name[256]
+	MaxExportIfaceLen    = 128     // export: in String iface[128]
+	MaxExportUidsLen     = 16      // export: in uint32 uids[nuids, 16]
+	MaxExportProgramsLen = 2048    // export: in uint8 programs[programs_len, 2048]
+	MaxWithdrawNameLen   = 256     // withdraw: in String name[256]
+	MaxBindNameLen       = 256     // bind: in String name[256]
+	MaxBindIfaceLen      = 128     // bind: in String iface[128]
+	MaxBindFdsLen        = 8       // bind: out give_away_cap fds[nfds, 8]
+	MaxIncomingFdsLen    = 8       // incoming: give_away_cap fds[nfds, 8]
+	MaxPsJSONLen         = 1048576 // ps: out uint8 json[json_len, 1048576]
 )
 
 // Interconnect is the IDL enum interconnect:
@@ -206,6 +208,9 @@ func (m *HelloReply) put(b []byte) {
 //		in String name[256],
 //		in String iface[128],
 //		in uint32 max_frame,
+//		in bool private,
+//		in uint32 uids[nuids, 16],
+//		in uint8 programs[programs_len, 2048],
 //		out iref ref);
 type ExportCall struct {
 	// Name is the in argument name: at most MaxExportNameLen bytes, without NUL.
@@ -214,6 +219,12 @@ type ExportCall struct {
 	Iface string
 	// MaxFrame is the in argument max_frame (uint32).
 	MaxFrame uint32
+	// Private is the in argument private (bool).
+	Private bool
+	// Uids is the in argument uids: at most MaxExportUidsLen uint32 elements (its length is nuids in the IDL).
+	Uids []uint32
+	// Programs is the in argument programs: at most MaxExportProgramsLen bytes (its length is programs_len in the IDL).
+	Programs []byte
 }
 
 func (*ExportCall) MsgNumber() uint16  { return MsgExport }
@@ -222,19 +233,35 @@ func (*ExportCall) MsgName() string    { return "monitor.export" }
 func (*ExportCall) isMsg()             {}
 func (m *ExportCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.export call", MsgExport, wire.KindCall, 12)
+	e.Begin(buf, "monitor.export call", MsgExport, wire.KindCall, 21)
 	e.String("name", m.Name, MaxExportNameLen)
 	e.String("iface", m.Iface, MaxExportIfaceLen)
 	e.Uint32(m.MaxFrame)
+	e.Bool(m.Private)
+	if e.Count("uids", len(m.Uids), MaxExportUidsLen) {
+		for i := range m.Uids {
+			e.Uint32(m.Uids[i])
+		}
+	}
+	e.Bytes("programs", m.Programs, MaxExportProgramsLen)
 	return e.Finish()
 }
 
 func (m *ExportCall) Decode(frame []byte, caps []wire.Cap) error {
+	*m = ExportCall{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "monitor.export call", MsgExport, wire.KindCall)
 	m.Name = d.String("name", MaxExportNameLen)
 	m.Iface = d.String("iface", MaxExportIfaceLen)
 	m.MaxFrame = d.Uint32("max_frame")
+	m.Private = d.Bool("private")
+	if n := d.Count("uids", MaxExportUidsLen, 4); n > 0 {
+		m.Uids = make([]uint32, n)
+		for i := range m.Uids {
+			m.Uids[i] = d.Uint32("uids")
+		}
+	}
+	m.Programs = d.Bytes("programs", MaxExportProgramsLen)
 	if err := d.Finish(); err != nil {
 		*m = ExportCall{}
 		return err
@@ -248,6 +275,9 @@ func (m *ExportCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String name[256],
 //		in String iface[128],
 //		in uint32 max_frame,
+//		in bool private,
+//		in uint32 uids[nuids, 16],
+//		in uint8 programs[programs_len, 2048],
 //		out iref ref);
 type ExportReply struct {
 	// Ref is the out argument ref (iref).
@@ -331,6 +361,7 @@ func (*WithdrawReply) Decode(frame []byte, caps []wire.Cap) error {
 //		in String name[256],
 //		in String iface[128],
 //		in bool wait,
+//		in iref target,
 //		out interconnect via,
 //		out iref ref,
 //		out uint64 conn_id,
@@ -343,6 +374,8 @@ type BindCall struct {
 	Iface string
 	// Wait is the in argument wait (bool).
 	Wait bool
+	// Target is the in argument target (iref).
+	Target wire.Iref
 }
 
 func (*BindCall) MsgNumber() uint16  { return MsgBind }
@@ -351,10 +384,11 @@ func (*BindCall) MsgName() string    { return "monitor.bind" }
 func (*BindCall) isMsg()             {}
 func (m *BindCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.bind call", MsgBind, wire.KindCall, 9)
+	e.Begin(buf, "monitor.bind call", MsgBind, wire.KindCall, 41)
 	e.String("name", m.Name, MaxBindNameLen)
 	e.String("iface", m.Iface, MaxBindIfaceLen)
 	e.Bool(m.Wait)
+	e.Iref(m.Target)
 	return e.Finish()
 }
 
@@ -364,6 +398,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Name = d.String("name", MaxBindNameLen)
 	m.Iface = d.String("iface", MaxBindIfaceLen)
 	m.Wait = d.Bool("wait")
+	m.Target = d.Iref("target")
 	if err := d.Finish(); err != nil {
 		*m = BindCall{}
 		return err
@@ -377,6 +412,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String name[256],
 //		in String iface[128],
 //		in bool wait,
+//		in iref target,
 //		out interconnect via,
 //		out iref ref,
 //		out uint64 conn_id,
