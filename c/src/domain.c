@@ -30,12 +30,17 @@
 #include <unistd.h>
 
 #define PROTOCOL_VERSION 1
-#define DEFAULT_HELLO_TIMEOUT_MS 10000
+/* The bound of a call to the monitor given none of its own (hello, export,
+ * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
+ * The Go library's DefaultCallTimeout. */
+#define DEFAULT_CALL_TIMEOUT_MS 10000
 /* Incoming connections held for chanos_accept (all exports together). */
 #define INCOMING_LIMIT 128
 /* Calls to the monitor are small: the largest, export, is 412 bytes. */
 #define CALL_BUF 512
-/* How much longer than a bind's deadline to wait for the monitor's answer. */
+/* How much longer than a bind's deadline to wait for the monitor's answer:
+ * the monitor answers not_found at the deadline, so only a monitor that
+ * says nothing past the grace is taken for stopped (CHANOS_ERR_TIMEDOUT). */
 #define BIND_GRACE_MS 1000
 
 /* A connection waiting for chanos_accept: the six descriptors of an
@@ -54,6 +59,7 @@ struct chanos_domain {
     uint64_t id, machine;
     uint32_t next_call;
     int err; /* why the session ended, or 0 */
+    int call_timeout_ms; /* bound of calls given none; -1: none */
     atomic_flag busy;
     int64_t spin_ns; /* chanos_join_opts.spin_ns, for every connection */
     uint8_t *rbuf; /* MONITOR_MAX_FRAME_SIZE bytes */
@@ -223,13 +229,30 @@ static int fail_session(struct chanos_domain *d, int err)
     return d->err;
 }
 
-static int mon_send(struct chanos_domain *d, const uint8_t *frame, size_t len)
+/*
+ * mon_send sends one frame, waiting until deadline (-1: forever) for room
+ * in the monitor's receive queue: a stopped monitor stops reading, and a
+ * send must not wait for it past the call's bound (CHANOS_ERR_TIMEDOUT).
+ */
+static int mon_send(struct chanos_domain *d, const uint8_t *frame, size_t len,
+                    int64_t deadline)
 {
+    struct pollfd p = { d->sock, POLLOUT, 0 };
     ssize_t n;
+    int rc;
 
-    do
-        n = send(d->sock, frame, len, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    for (;;) {
+        n = send(d->sock, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EINTR && errno != EAGAIN))
+            break;
+        if (errno == EINTR)
+            continue;
+        rc = poll(&p, 1, remaining(deadline));
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+        if (rc == 0)
+            return CHANOS_ERR_TIMEDOUT;
+    }
     if (n < 0) {
         if (errno == EPIPE || errno == ECONNRESET)
             return fail_session(d, CHANOS_ERR_MONITOR_LOST);
@@ -414,7 +437,7 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
                   ? UINT32_MAX
                   : (uint32_t)timeout_ms * 1000;
     chanos_hdr_set_call(b->data, id, tus);
-    rc = mon_send(d, b->data, b->len);
+    rc = mon_send(d, b->data, b->len, deadline);
     if (rc != 0)
         return rc;
     for (;;) {
@@ -425,7 +448,8 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
                                     CHANOS_KIND_CANCEL, 0, id, 0 };
 
             chanos_hdr_put(cancel, &h);
-            (void)mon_send(d, cancel, sizeof cancel);
+            /* best effort, without waiting: the call is given up */
+            (void)mon_send(d, cancel, sizeof cancel, now_ms());
             return CHANOS_ERR_TIMEDOUT;
         }
         if (rc != 0)
@@ -485,7 +509,9 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (opts != NULL)
         o = *opts;
     if (o.timeout_ms == 0)
-        o.timeout_ms = DEFAULT_HELLO_TIMEOUT_MS;
+        o.timeout_ms = DEFAULT_CALL_TIMEOUT_MS;
+    if (o.timeout_ms < 0)
+        o.timeout_ms = -1;
     if (o.program == NULL)
         o.program = program_name();
     if (o.spin_ns == 0 && (rc = spin_from_env(&o.spin_ns)) != 0)
@@ -506,6 +532,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
         return -ENOMEM;
     atomic_flag_clear(&d->busy);
     d->spin_ns = o.spin_ns;
+    d->call_timeout_ms = o.timeout_ms;
     d->rbuf = malloc(MONITOR_MAX_FRAME_SIZE);
     if (d->rbuf == NULL) {
         free(d);
@@ -658,8 +685,8 @@ int chanos_export(chanos_domain *d, const char *name, const char *iface,
     rc = enter(d);
     if (rc != 0)
         goto fail;
-    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, DEFAULT_HELLO_TIMEOUT_MS,
-                  DEFAULT_HELLO_TIMEOUT_MS, &f);
+    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
     if (rc == 0) {
         rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds,
                                          f.nfds);
@@ -772,8 +799,8 @@ int chanos_listener_close(chanos_listener *l)
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_withdraw_call_encode(&call, &b);
     if (rc == 0 && d->err == 0) {
-        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, DEFAULT_HELLO_TIMEOUT_MS,
-                      DEFAULT_HELLO_TIMEOUT_MS, &f);
+        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, d->call_timeout_ms,
+                      d->call_timeout_ms, &f);
         if (rc == 0)
             close_fds(f.fds, f.nfds);
     }
@@ -913,6 +940,9 @@ static int bind_local(struct chanos_domain *d,
  * bind_name binds to the export under name (waiting for the name if wait
  * is set; see chanos_connect) and opens the client side of its ring pair,
  * or makes the pair itself for an export of this domain (bind_local).
+ * timeout_ms -1 is the domain's call timeout; 0 does not wait for the
+ * name. The monitor answers not_found when the name did not appear in
+ * time; no answer within BIND_GRACE_MS more is CHANOS_ERR_TIMEDOUT.
  */
 static int bind_name(chanos_domain *d, const char *name, const char *iface,
                      bool wait, uint32_t max_frame, int timeout_ms,
@@ -931,9 +961,11 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
     *out = NULL;
     if (name == NULL || iface == NULL)
         return -EINVAL;
+    if (timeout_ms < 0)
+        timeout_ms = d->call_timeout_ms; /* may be -1: no bound */
     call.name = chanos_cstr(name);
     call.iface = chanos_cstr(iface);
-    call.wait = wait;
+    call.wait = wait && timeout_ms != 0;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_bind_call_encode(&call, &b);
     if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
@@ -964,8 +996,8 @@ static int bind_name(chanos_domain *d, const char *name, const char *iface,
         return rc;
     }
     leave(d);
-    if (rc == CHANOS_ERR_TIMEDOUT && wait)
-        return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
+    /* CHANOS_ERR_TIMEDOUT: the monitor did not answer, not even its
+     * not_found at the deadline */
     if (rc != 0)
         return rc;
     if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != 6) {
