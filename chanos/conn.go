@@ -104,6 +104,20 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 // for a one-way message is logged and serving goes on; one matching
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
+//
+// When the peer closes the connection or dies (kill -9), the contexts of
+// the calls' handlers then running, inline or concurrent, are canceled at
+// once (context.Cause says that the peer has gone), and their replies are
+// not sent: a handler that waits on its context does not keep the
+// connection, and with it the connection's descriptors and shared memory,
+// past its caller. A call the peer sent before it closed and read after
+// is handled with its context already canceled. One-way messages the
+// peer sent before it closed are still handled, in order, with ctx: they
+// ask for no answer. Serve returns once every handler has; the
+// connection's resources go with its Close (Listener.Serve closes each
+// connection when its handler returns). ServeOne and generated code's
+// Handle, which serve one frame with the context they are given, do not
+// watch for the peer's going.
 func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error), opts ...ServeOption) error {
 	return eng(c).Serve(ctx, handle, opts...)
 }

@@ -34,8 +34,9 @@ var (
 	ErrMonitorLost = errors.New("chanos: lost the monitor")
 	// ErrNameTaken: Export was given a name that is registered already.
 	ErrNameTaken = errors.New("chanos: name already registered")
-	// ErrNotFound: Connect's name is not registered (and the context ended
-	// before it was).
+	// ErrNotFound: Connect's name is not registered (and was not before
+	// the context's deadline, or within the domain's call timeout for a
+	// context without one).
 	ErrNotFound = errors.New("chanos: name not found")
 	// ErrInterfaceMismatch: the name is exported with another interface.
 	ErrInterfaceMismatch = errors.New("chanos: interface mismatch")
@@ -48,7 +49,8 @@ var (
 	ErrDenied = errors.New("chanos: denied")
 	// ErrMonitorTimeout: a call to the monitor whose context had no
 	// deadline got no answer within the domain's call timeout (see
-	// WithCallTimeout): the monitor is stopped or wedged.
+	// WithCallTimeout; for Connect's bind, which waits that long for its
+	// name, a second more): the monitor is stopped or wedged.
 	ErrMonitorTimeout = errors.New("chanos: no answer from the monitor")
 )
 
@@ -79,11 +81,14 @@ func WithDir(dir string) Option { return func(o *options) { o.dir = dir } }
 func WithProgram(name string) Option { return func(o *options) { o.program = name } }
 
 // WithCallTimeout bounds each call to the monitor whose context has no
-// deadline of its own (Join's hello, Export, Ps, a Listener's withdraw),
-// DefaultCallTimeout without it: a stopped or wedged monitor then gives an
-// error matching ErrMonitorTimeout instead of a hang. A d of 0 or less
-// leaves such calls unbounded. Connect's bind waits for its name until its
-// context ends, and is not bounded.
+// deadline of its own (Join's hello, Export, Ps, a Listener's withdraw,
+// Connect's bind), DefaultCallTimeout without it: a stopped or wedged
+// monitor then gives an error matching ErrMonitorTimeout instead of a
+// hang. Connect's bind, which waits for its name, waits d for it: the
+// monitor answers that the name did not appear (ErrNotFound) at d, and a
+// monitor that has not answered a second later gives ErrMonitorTimeout. A
+// d of 0 or less leaves such calls unbounded (Connect then waits for its
+// name as long as it takes).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
 
 // WithLogger sets the logger for the domain's diagnostics.
@@ -275,16 +280,23 @@ func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
 }
 
 // callUnbounded is call without the bound: for a bind that waits for its
-// name as long as its caller's context lasts. bounded says that ctx's
-// deadline is the domain's call timeout.
+// name as long as its caller's context lasts (see bind). bounded says
+// that ctx's deadline is the domain's call timeout.
 func (d *Domain) callUnbounded(ctx context.Context, call, reply wire.Message, bounded bool) error {
-	err := d.conn.Call(ctx, call, reply)
+	err := d.callError(d.conn.Call(ctx, call, reply))
+	if bounded && errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%w to %s within %v: is it stopped? (%w)", ErrMonitorTimeout, call.MsgName(), d.timeout, err)
+	}
+	return err
+}
+
+// callError turns the error of a call to the monitor into this package's:
+// the monitor's status codes, and the session's end.
+func (d *Domain) callError(err error) error {
 	var re *RemoteError
 	switch {
 	case err == nil:
 		return nil
-	case bounded && errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w to %s within %v: is it stopped? (%w)", ErrMonitorTimeout, call.MsgName(), d.timeout, err)
 	case errors.As(err, &re):
 		return monitorError(re)
 	case interconnect.IsEnd(err):
@@ -595,7 +607,11 @@ func (l *Listener) Close() error {
 // Connect binds to the service exported under name, waiting for the name
 // to appear until ctx ends, and returns the connection. The monitor
 // checks that the export speaks iface, and that its policy lets this
-// domain bind it by name (ErrDenied for a private export).
+// domain bind it by name (ErrDenied for a private export). A ctx without a
+// deadline waits the domain's call timeout (WithCallTimeout,
+// DefaultCallTimeout: 10 s) for the name, then fails with an error
+// matching ErrNotFound; a monitor that does not answer by then, and a
+// second more, gives ErrMonitorTimeout.
 func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Conn, error) {
 	if len(name) > monitor.MaxBindNameLen {
 		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
@@ -612,7 +628,8 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 // is how a private export is bound. An iref read from the nameservice
 // carries no token and binds nothing. The monitor checks iface and the
 // export's allow-lists as for Connect; there is no waiting: an iref's
-// export exists until it is withdrawn (ErrNotFound then).
+// export exists until it is withdrawn (ErrNotFound then). A ctx without a
+// deadline is bounded by the domain's call timeout.
 func ConnectRef(ctx context.Context, d *Domain, ref wire.Iref, iface Interface) (*Conn, error) {
 	label := fmt.Sprintf("export %d of machine %016x", ref.Export, ref.Machine)
 	if ref.IsZero() {
@@ -625,10 +642,7 @@ func ConnectRef(ctx context.Context, d *Domain, ref wire.Iref, iface Interface) 
 // it in errors (never a token).
 func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall, iface Interface) (*Conn, error) {
 	var reply monitor.BindReply
-	if err := d.callUnbounded(ctx, call, &reply, false); err != nil {
-		if call.Wait && ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
-			err = fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
-		}
+	if err := d.bindCall(ctx, call, &reply); err != nil {
 		return nil, fmt.Errorf("chanos: connect %s: %w", label, err)
 	}
 	switch reply.Via {
@@ -658,6 +672,45 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 	}
 	wire.CloseCaps(reply.Fds)
 	return nil, fmt.Errorf("chanos: connect %s: unknown interconnect %v", label, reply.Via)
+}
+
+// bindGrace is how much longer than it asks the monitor to wait for a
+// name a bind bounded by the call timeout waits for the monitor's answer,
+// as libchanos does (BIND_GRACE_MS): the monitor answers "not found" at
+// its deadline, and only a monitor that says nothing past the grace is
+// taken for stopped.
+const bindGrace = time.Second
+
+// bindCall makes a bind call. A bind by name waits for the name: with a
+// deadline of ctx's own until then, and an end of ctx is the name's
+// absence (ErrNotFound): the monitor's answer and ctx's end come together.
+// Without one, the domain's call timeout bounds it (unless
+// WithCallTimeout(0)): the monitor is asked to wait that long for the
+// name and answers ErrNotFound then; no answer within bindGrace more is
+// ErrMonitorTimeout. A bind by iref does not wait for anything, and is
+// bounded the same way.
+func (d *Domain) bindCall(ctx context.Context, call *monitor.BindCall, reply *monitor.BindReply) error {
+	if _, ok := ctx.Deadline(); ok || d.timeout <= 0 {
+		err := d.callUnbounded(ctx, call, reply, false)
+		if err != nil && call.Wait && ctx.Err() != nil && !errors.Is(err, ErrNotFound) {
+			err = fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
+		}
+		return err
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.timeout+bindGrace)
+	defer cancel()
+	err := d.callError(eng(d.conn).CallTimeout(wctx, d.timeout, call, reply))
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrNotFound) && call.Wait:
+		return fmt.Errorf("not exported within %v (the domain's call timeout, as the context has no deadline; see WithCallTimeout): %w", d.timeout, err)
+	case ctx.Err() != nil && call.Wait: // canceled
+		return fmt.Errorf("%w (waited until the context ended): %w", ErrNotFound, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return fmt.Errorf("%w within %v while binding (waiting up to %v for the name, if by name): is it stopped? (%w)", ErrMonitorTimeout, d.timeout+bindGrace, d.timeout, err)
+	}
+	return err
 }
 
 // Serve accepts connections until ctx ends or the listener closes, and

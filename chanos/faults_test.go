@@ -7,7 +7,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -19,6 +23,7 @@ import (
 	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/testmonitor"
+	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -26,7 +31,7 @@ import (
 const blockForever = 1<<40 + 7
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Roles{"server": roleServer, "client": roleClient})
+	testkit.Main(m, testkit.Roles{"server": roleServer, "client": roleClient, "caller": roleCaller, "monitor": roleMonitor})
 }
 
 // childServer answers echo, except blockForever: it says that the call
@@ -310,6 +315,115 @@ func TestJoinWedgedMonitor(t *testing.T) {
 		t.Fatalf("Join = %v, want ErrMonitorTimeout", err)
 	}
 	(<-accepted).Close()
+}
+
+// roleMonitor, in a child process, serves a monitor in the directory
+// args[0] and says "ready" once it listens, until killed: a monitor the
+// test can stop (SIGSTOP).
+func roleMonitor(args []string) error {
+	m, err := monitor.New(monitor.Config{Dir: args[0], Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	return m.Serve(context.Background())
+}
+
+// A stopped monitor (SIGSTOP) makes Connect fail once the call timeout
+// and the bind's grace have passed, with ErrMonitorTimeout, rather than
+// hang, though the bind waits for its name: a bind whose context has no
+// deadline is bounded by the call timeout. Export fails the same way. A
+// monitor that runs answers a bind for a name nobody exports with
+// ErrNotFound at the call timeout: the two are told apart.
+func TestConnectStoppedMonitor(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	mon := testkit.Start(t, testkit.Self("monitor", dir))
+	mon.Expect(t, "ready")
+	const timeout = 200 * time.Millisecond
+	ctx := context.Background() // no deadline: the call timeout bounds each call
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithCallTimeout(timeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+
+	// Running: a name nobody exports is not found, at the call timeout.
+	start := time.Now()
+	_, err = pingpong.Connect(ctx, d, "nobody")
+	if took := time.Since(start); !errors.Is(err, chanos.ErrNotFound) || errors.Is(err, chanos.ErrMonitorTimeout) || !strings.Contains(err.Error(), "not exported within") || took < timeout || took > timeout+time.Second {
+		t.Fatalf("Connect to a name nobody exports = %v after %v, want ErrNotFound after %v", err, took, timeout)
+	}
+	// A name exported while the bind waits is bound.
+	srv, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		time.Sleep(timeout / 4)
+		if l, err := pingpong.Export(ctx, srv, "late"); err == nil {
+			t.Cleanup(func() { l.Close() })
+		}
+	}()
+	c, err := pingpong.Connect(ctx, d, "late")
+	if err != nil {
+		t.Fatalf("Connect to a name exported while it waits = %v", err)
+	}
+	c.Close()
+
+	if err := mon.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Cmd.Process.Signal(syscall.SIGCONT)
+	awaitStopped(t, mon.Cmd.Process.Pid)
+	start = time.Now()
+	err = testkit.Within(t, 10*time.Second, "Connect with a stopped monitor", func() error {
+		_, err := pingpong.Connect(ctx, d, "late")
+		return err
+	})
+	if took := time.Since(start); !errors.Is(err, chanos.ErrMonitorTimeout) || !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, chanos.ErrNotFound) || took < timeout {
+		t.Fatalf("Connect with a stopped monitor = %v after %v, want ErrMonitorTimeout", err, took)
+	}
+	t.Logf("Connect with a stopped monitor: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	err = testkit.Within(t, 10*time.Second, "Export with a stopped monitor", func() error {
+		_, err := pingpong.Export(ctx, d, "frozen")
+		return err
+	})
+	if !errors.Is(err, chanos.ErrMonitorTimeout) {
+		t.Fatalf("Export with a stopped monitor = %v, want ErrMonitorTimeout", err)
+	}
+	// A deadline of the caller's own is the bound: the error says that
+	// the name did not come (the monitor's silence and its "not found"
+	// come together then).
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := pingpong.Connect(cctx, d, "late"); !errors.Is(err, chanos.ErrNotFound) {
+		t.Fatalf("Connect with a deadline and a stopped monitor = %v, want ErrNotFound", err)
+	}
+}
+
+// awaitStopped waits until every thread of process pid has stopped: a
+// stop signal is delivered to each in its time, after kill returns.
+func awaitStopped(t *testing.T, pid int) {
+	t.Helper()
+	testkit.Eventually(t, "the monitor stopped", func() bool {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, task := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+			if err != nil {
+				return false
+			}
+			// The state follows the command's name, which ends with ") ".
+			i := strings.LastIndexByte(string(b), ')')
+			if i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+				return false
+			}
+		}
+		return true
+	})
 }
 
 // A reply that answers a call with another rpc's number ends the

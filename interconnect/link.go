@@ -6,8 +6,9 @@
 // process), ump (shared-memory rings between processes), and the control
 // socket between a domain and its monitor. Each implements Link, and may
 // offer more through the optional method sets below (PartsSender,
-// RawReceiver, ValueSender), which the engine looks up once, when it takes
-// the link over, rather than branching on interconnect types per message.
+// RawReceiver, ValueSender, PeerWatcher), which the engine looks up once,
+// when it takes the link over, rather than branching on interconnect types
+// per message.
 package interconnect
 
 import (
@@ -92,6 +93,23 @@ type RawReceiver interface {
 // side.
 type ValueSender interface {
 	SendValue(ctx context.Context, m wire.Message) error
+}
+
+// PeerWatcher is a Link that learns of its peer's end without a receive:
+// Gone returns a channel that is closed once the peer has closed its end
+// or died, or this side has closed the link. Frames the peer sent before
+// may still wait: Receive returns them first, as always, then the end.
+//
+// The engine watches it while it serves the link (Serve), to cancel the
+// contexts of the handlers running for the peer's calls the moment their
+// caller is gone: a handler that runs in the reading goroutine would
+// otherwise hold the connection, and its resources, until it returned,
+// as the end is read only then. A Link offers it where its interconnect
+// learns of the end anyway (ump's liveness socket, local's close) or
+// cheaply; Gone may be called more than once and returns the same
+// channel.
+type PeerWatcher interface {
+	Gone() <-chan struct{}
 }
 
 // Incoming is a message, rpc call, reply or cancel that arrived on a link.

@@ -907,6 +907,17 @@ int64_t chanos_ump_spin_ns(const chanos_ump *c);
  * CHANOS_ERR_PEER_DIED, CHANOS_ERR_PROTOCOL), or 0 while it is open. */
 int chanos_ump_err(const chanos_ump *c);
 
+/*
+ * chanos_ump_peer_gone looks, without waiting, whether the peer's end of
+ * the connection's liveness socket has closed: 0 while the peer is there,
+ * CHANOS_ERR_CLOSED once it closed the connection, CHANOS_ERR_PEER_DIED
+ * once its process ended without closing. Messages the peer sent before
+ * remain to be received. It costs one system call (a peek at the socket)
+ * and may be called from any thread while others send and receive; -EINVAL
+ * for NULL.
+ */
+int chanos_ump_peer_gone(chanos_ump *c);
+
 /* chanos_ump_max_msg returns the connection's maximum message size. */
 size_t chanos_ump_max_msg(const chanos_ump *c);
 
@@ -963,6 +974,10 @@ typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
 typedef struct chanos_conn chanos_conn;         /* opaque */
 
+/* The call timeout of a domain whose chanos_join_opts.timeout_ms is 0:
+ * the Go library's chanos.DefaultCallTimeout. */
+#define CHANOS_DEFAULT_CALL_TIMEOUT_MS 10000
+
 /* Options of chanos_join; NULL or a zeroed struct gives the defaults. */
 struct chanos_join_opts {
     /* The monitor's directory. NULL: $CHANOS_DIR, else
@@ -971,7 +986,13 @@ struct chanos_join_opts {
     /* The program name shown by `chanos ps` (at most 256 bytes used).
      * NULL: the executable's name. */
     const char *program;
-    /* How long to wait for the monitor's hello reply; 0: 10 s. */
+    /* The domain's call timeout: how long a call to the monitor that has
+     * no bound of its own waits for the answer (the hello, chanos_export,
+     * the withdraw of chanos_listener_close) and how long chanos_connect
+     * and chanos_nameservice_connect given -1 wait for their name. 0:
+     * CHANOS_DEFAULT_CALL_TIMEOUT_MS (10 s); negative: no bound. A
+     * monitor that does not answer in time (stopped, wedged) gives
+     * CHANOS_ERR_TIMEDOUT rather than a hang. */
     int timeout_ms;
     /* The spin window of the domain's connections (struct
      * chanos_ump_options' spin_ns): 0 takes $CHANOS_SPIN_WINDOW if set (a
@@ -986,7 +1007,13 @@ struct chanos_join_opts {
  * chanos_join connects to the monitor, says hello (protocol version 2) and
  * returns the domain in *out, which the caller owns: free it with
  * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
- * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user.
+ * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user,
+ * CHANOS_ERR_TIMEDOUT if it does not answer within the call timeout.
+ *
+ * Every call to the monitor is bounded: by its own timeout_ms where it has
+ * one, else by the domain's call timeout (see chanos_join_opts); a
+ * monitor that does not answer in time gives CHANOS_ERR_TIMEDOUT. A call
+ * that timed out may still take effect once a stopped monitor resumes.
  */
 int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts);
 
@@ -1084,12 +1111,16 @@ int chanos_listener_close(chanos_listener *l);
 
 /*
  * chanos_connect binds to the export registered under name, which must be
- * of interface iface, waiting up to timeout_ms (-1: forever) for the name
- * to appear, and returns the client side in *out, which the caller owns
- * (chanos_conn_close). max_frame is the interface's largest frame; a ring
- * pair sized beyond it is refused (0 accepts the export's). Errors:
- * CHANOS_ERR_NOT_FOUND (also when the name did not appear in time),
- * CHANOS_ERR_MISMATCH, CHANOS_ERR_DENIED, CHANOS_ERR_LIMIT, ...
+ * of interface iface, waiting up to timeout_ms for the name to appear (-1:
+ * the domain's call timeout, chanos_join_opts.timeout_ms, 10 s by default;
+ * 0: not at all), and returns the client side in *out, which the caller
+ * owns (chanos_conn_close). max_frame is the interface's largest frame; a
+ * ring pair sized beyond it is refused (0 accepts the export's). The
+ * monitor answers when the time is up; chanos_connect waits one second
+ * more for that answer. Errors: CHANOS_ERR_NOT_FOUND (also when the name
+ * did not appear in time), CHANOS_ERR_TIMEDOUT (the monitor did not
+ * answer: stopped or wedged), CHANOS_ERR_MISMATCH, CHANOS_ERR_DENIED,
+ * CHANOS_ERR_LIMIT, ...
  */
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out);
@@ -1148,8 +1179,9 @@ int chanos_iref_parse(const char *s, struct chanos_iref *out);
  * chanos_nameservice_connect binds the monitor's nameservice, as the Go
  * monitor.Client.Nameservice does (no waiting for the name: the monitor
  * always serves it), and returns the client side in *out, which the
- * caller owns (chanos_conn_close). timeout_ms (-1: forever) bounds the
- * monitor's answer. Names set over the connection are owned by d's
+ * caller owns (chanos_conn_close). timeout_ms (-1: the domain's call
+ * timeout) and a second more bound the monitor's answer;
+ * CHANOS_ERR_TIMEDOUT if none came. Names set over the connection are owned by d's
  * session: they are released, and the connection ended by the monitor,
  * when the session ends (chanos_domain_close, exit, kill -9).
  */
@@ -1198,6 +1230,18 @@ void chanos_conn_close(chanos_conn *c);
 /* chanos_conn_ump returns the underlying ump connection (for
  * chanos_ump_fd, chanos_ump_err, ...), owned by c. */
 chanos_ump *chanos_conn_ump(chanos_conn *c);
+
+/*
+ * chanos_conn_peer_gone tells whether the connection's peer has gone, as
+ * chanos_ump_peer_gone does: 0 while it is there, CHANOS_ERR_CLOSED or
+ * CHANOS_ERR_PEER_DIED once it closed or died. libchanos runs no handlers
+ * and has no contexts to cancel: a server that works long on a call
+ * (between chanos_conn_recv and chanos_conn_reply) calls this now and then
+ * to give up on a call whose caller is gone, where its next receive would
+ * otherwise be the first to tell. It never waits, and may be called from
+ * any thread while others send and receive on c.
+ */
+int chanos_conn_peer_gone(chanos_conn *c);
 
 /*
  * chanos_conn_send sends one encoded frame (a message, or a reply already

@@ -53,6 +53,11 @@ void chanos_conn_close(chanos_conn *c)
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
+int chanos_conn_peer_gone(chanos_conn *c)
+{
+    return chanos_ump_peer_gone(c->u);
+}
+
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        int timeout_ms)
 {

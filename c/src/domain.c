@@ -31,7 +31,10 @@
 #include <unistd.h>
 
 #define PROTOCOL_VERSION 2
-#define DEFAULT_HELLO_TIMEOUT_MS 10000
+/* The bound of a call to the monitor given none of its own (hello, export,
+ * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
+ * The Go library's DefaultCallTimeout. */
+#define DEFAULT_CALL_TIMEOUT_MS 10000
 /* Incoming connections held for chanos_accept (all exports together). */
 #define INCOMING_LIMIT 128
 /* Calls to the monitor are small: the largest, export, is at most 2533
@@ -40,7 +43,9 @@
 _Static_assert(MONITOR_EXPORT_CALL_MAX_FRAME_SIZE <= CALL_BUF &&
                    MONITOR_BIND_CALL_MAX_FRAME_SIZE <= CALL_BUF,
                "a call to the monitor outgrows CALL_BUF");
-/* How much longer than a bind's deadline to wait for the monitor's answer. */
+/* How much longer than a bind's deadline to wait for the monitor's answer:
+ * the monitor answers not_found at the deadline, so only a monitor that
+ * says nothing past the grace is taken for stopped (CHANOS_ERR_TIMEDOUT). */
 #define BIND_GRACE_MS 1000
 
 /* The descriptors of a ump connection from the monitor, in a bind reply
@@ -64,6 +69,7 @@ struct chanos_domain {
     uint64_t id, machine;
     uint32_t next_call;
     int err; /* why the session ended, or 0 */
+    int call_timeout_ms; /* bound of calls given none; -1: none */
     atomic_flag busy;
     int64_t spin_ns; /* chanos_join_opts.spin_ns, for every connection */
     uint8_t *rbuf; /* MONITOR_MAX_FRAME_SIZE bytes */
@@ -233,13 +239,30 @@ static int fail_session(struct chanos_domain *d, int err)
     return d->err;
 }
 
-static int mon_send(struct chanos_domain *d, const uint8_t *frame, size_t len)
+/*
+ * mon_send sends one frame, waiting until deadline (-1: forever) for room
+ * in the monitor's receive queue: a stopped monitor stops reading, and a
+ * send must not wait for it past the call's bound (CHANOS_ERR_TIMEDOUT).
+ */
+static int mon_send(struct chanos_domain *d, const uint8_t *frame, size_t len,
+                    int64_t deadline)
 {
+    struct pollfd p = { d->sock, POLLOUT, 0 };
     ssize_t n;
+    int rc;
 
-    do
-        n = send(d->sock, frame, len, MSG_NOSIGNAL);
-    while (n < 0 && errno == EINTR);
+    for (;;) {
+        n = send(d->sock, frame, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n >= 0 || (errno != EINTR && errno != EAGAIN))
+            break;
+        if (errno == EINTR)
+            continue;
+        rc = poll(&p, 1, remaining(deadline));
+        if (rc < 0 && errno != EINTR)
+            return -errno;
+        if (rc == 0)
+            return CHANOS_ERR_TIMEDOUT;
+    }
     if (n < 0) {
         if (errno == EPIPE || errno == ECONNRESET)
             return fail_session(d, CHANOS_ERR_MONITOR_LOST);
@@ -424,7 +447,7 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
                   ? UINT32_MAX
                   : (uint32_t)timeout_ms * 1000;
     chanos_hdr_set_call(b->data, id, tus);
-    rc = mon_send(d, b->data, b->len);
+    rc = mon_send(d, b->data, b->len, deadline);
     if (rc != 0)
         return rc;
     for (;;) {
@@ -435,7 +458,8 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
                                     CHANOS_KIND_CANCEL, 0, id, 0 };
 
             chanos_hdr_put(cancel, &h);
-            (void)mon_send(d, cancel, sizeof cancel);
+            /* best effort, without waiting: the call is given up */
+            (void)mon_send(d, cancel, sizeof cancel, now_ms());
             return CHANOS_ERR_TIMEDOUT;
         }
         if (rc != 0)
@@ -495,7 +519,9 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (opts != NULL)
         o = *opts;
     if (o.timeout_ms == 0)
-        o.timeout_ms = DEFAULT_HELLO_TIMEOUT_MS;
+        o.timeout_ms = DEFAULT_CALL_TIMEOUT_MS;
+    if (o.timeout_ms < 0)
+        o.timeout_ms = -1;
     if (o.program == NULL)
         o.program = program_name();
     if (o.spin_ns == 0 && (rc = spin_from_env(&o.spin_ns)) != 0)
@@ -516,6 +542,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
         return -ENOMEM;
     atomic_flag_clear(&d->busy);
     d->spin_ns = o.spin_ns;
+    d->call_timeout_ms = o.timeout_ms;
     d->rbuf = malloc(MONITOR_MAX_FRAME_SIZE);
     if (d->rbuf == NULL) {
         free(d);
@@ -719,8 +746,8 @@ int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
     rc = enter(d);
     if (rc != 0)
         goto fail;
-    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, DEFAULT_HELLO_TIMEOUT_MS,
-                  DEFAULT_HELLO_TIMEOUT_MS, &f);
+    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
     if (rc == 0) {
         rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds,
                                          f.nfds);
@@ -840,8 +867,8 @@ int chanos_listener_close(chanos_listener *l)
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_withdraw_call_encode(&call, &b);
     if (rc == 0 && d->err == 0) {
-        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, DEFAULT_HELLO_TIMEOUT_MS,
-                      DEFAULT_HELLO_TIMEOUT_MS, &f);
+        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, d->call_timeout_ms,
+                      d->call_timeout_ms, &f);
         if (rc == 0)
             close_fds(f.fds, f.nfds);
     }
@@ -979,7 +1006,10 @@ static int bind_local(struct chanos_domain *d,
  * bind_export binds to the export under name (waiting for the name if wait is
  * set; see chanos_connect) or, with name NULL, to the export ref names (a
  * bind by ref), and opens the client side of its ring pair, or makes the
- * pair itself for an export of this domain (bind_local).
+ * pair itself for an export of this domain (bind_local). timeout_ms -1 is
+ * the domain's call timeout; 0 does not wait for the name. The monitor
+ * answers not_found when the name did not appear in time; no answer within
+ * BIND_GRACE_MS more is CHANOS_ERR_TIMEDOUT.
  */
 static int bind_export(chanos_domain *d, const char *name,
                        const struct chanos_iref *ref, const char *iface,
@@ -999,6 +1029,8 @@ static int bind_export(chanos_domain *d, const char *name,
     *out = NULL;
     if ((name == NULL) == (ref == NULL) || iface == NULL)
         return -EINVAL;
+    if (timeout_ms < 0)
+        timeout_ms = d->call_timeout_ms; /* may be -1: no bound */
     if (name != NULL) {
         if (name[0] == '\0')
             return CHANOS_ERR_INVALID; /* an empty name asks for a ref */
@@ -1007,7 +1039,7 @@ static int bind_export(chanos_domain *d, const char *name,
         call.target = *ref;
     }
     call.iface = chanos_cstr(iface);
-    call.wait = wait;
+    call.wait = wait && timeout_ms != 0;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_bind_call_encode(&call, &b);
     if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
@@ -1038,8 +1070,8 @@ static int bind_export(chanos_domain *d, const char *name,
         return rc;
     }
     leave(d);
-    if (rc == CHANOS_ERR_TIMEDOUT && wait)
-        return CHANOS_ERR_NOT_FOUND; /* the name did not appear in time */
+    /* CHANOS_ERR_TIMEDOUT: the monitor did not answer, not even its
+     * not_found at the deadline */
     if (rc != 0)
         return rc;
     if (reply.via != MONITOR_INTERCONNECT_UMP || reply.nfds != UMP_NFDS) {

@@ -1447,6 +1447,14 @@ int chanos_ump_err(const chanos_ump *c)
     return e ? e : atomic_load_explicit(&((chanos_ump *)c)->peer_end, memory_order_relaxed);
 }
 
+int chanos_ump_peer_gone(chanos_ump *c)
+{
+    if (!c)
+        return -EINVAL;
+    check_socket(c);
+    return atomic_load_explicit(&c->peer_end, memory_order_relaxed);
+}
+
 size_t chanos_ump_max_msg(const chanos_ump *c)
 {
     return c ? c->max_msg : 0;

@@ -10,6 +10,8 @@
 #include "ctest.h"
 
 #include <errno.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -621,6 +623,134 @@ static void test_spin_env(void)
     unsetenv("CHANOS_SPIN_WINDOW");
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The call timeouts of test_stopped_monitor's domains. */
+#define CALL_MS 200
+#define FAST_MS 5
+
+/*
+ * test_stopped_monitor: every call to the monitor is bounded. A monitor
+ * that runs answers a bind for a name nobody exports with not_found once
+ * the call timeout (chanos_connect given -1) has passed; a stopped one
+ * (SIGSTOP) answers nothing, and the bind, an export, a withdraw and the
+ * nameservice's bind fail with CHANOS_ERR_TIMEDOUT instead of hanging,
+ * however many calls go unanswered (their frames fill the monitor's
+ * queue). After SIGCONT the monitor serves again.
+ */
+static void test_stopped_monitor(void)
+{
+    struct chanos_join_opts o = { 0 };
+    chanos_domain *d = NULL, *d2 = NULL, *fast = NULL;
+    chanos_listener *l = NULL, *l2 = NULL;
+    chanos_conn *c = NULL;
+    int64_t t0, took;
+    int rc;
+
+    o.dir = dir;
+    o.program = "domain_self_test";
+    o.timeout_ms = CALL_MS;
+    CHECK_EQ(chanos_join(&d, &o), 0);
+    require(d != NULL);
+
+    /* running: the monitor's own not_found, at the call timeout */
+    t0 = mono_ms();
+    CHECK_EQ(chanos_connect(d, "self.nobody", "ctest", CTEST_MAX_FRAME_SIZE,
+                            -1, &c),
+             CHANOS_ERR_NOT_FOUND);
+    took = mono_ms() - t0;
+    CHECK(took >= CALL_MS - 5 && took < CALL_MS + 1000);
+    /* 0: no wait for the name */
+    t0 = mono_ms();
+    CHECK_EQ(chanos_connect(d, "self.nobody", "ctest", CTEST_MAX_FRAME_SIZE,
+                            0, &c),
+             CHANOS_ERR_NOT_FOUND);
+    CHECK(mono_ms() - t0 < CALL_MS);
+    l = export(d, "self.frozen-1");
+    /* a domain whose calls give up after FAST_MS (joined while the
+     * monitor answers: a few tries, as the hello must come in time) */
+    o.timeout_ms = FAST_MS;
+    for (int i = 0; i < 50 && fast == NULL; i++)
+        (void)chanos_join(&fast, &o);
+    require(fast != NULL);
+    o.timeout_ms = CALL_MS;
+
+    require(kill(monitor_pid, SIGSTOP) == 0);
+    {
+        /* kill returns before every thread has stopped: wait for that */
+        int status;
+
+        require(waitpid(monitor_pid, &status, WUNTRACED) == monitor_pid &&
+                WIFSTOPPED(status));
+    }
+    t0 = mono_ms();
+    CHECK_EQ(chanos_connect(d, "self.frozen-1", "ctest", CTEST_MAX_FRAME_SIZE,
+                            -1, &c),
+             CHANOS_ERR_TIMEDOUT);
+    took = mono_ms() - t0;
+    CHECK(took >= CALL_MS + 1000 - 5 && took < CALL_MS + 1000 + 2000);
+    CHECK(c == NULL);
+    CHECK_EQ(chanos_nameservice_connect(d, -1, &c), CHANOS_ERR_TIMEDOUT);
+    CHECK(c == NULL);
+    t0 = mono_ms();
+    CHECK_EQ(chanos_export(d, "self.frozen-2", "ctest", CTEST_MAX_FRAME_SIZE,
+                           &l2),
+             CHANOS_ERR_TIMEDOUT);
+    took = mono_ms() - t0;
+    CHECK(l2 == NULL);
+    CHECK(took >= CALL_MS - 5 && took < CALL_MS + 1000);
+    CHECK_EQ(chanos_listener_close(l), CHANOS_ERR_TIMEDOUT);
+    /* more unanswered calls than the monitor's queue holds, from a domain
+     * with a short call timeout: once the socket's send buffer is full
+     * (SIOCOUTQ, what the receiver has not taken, has reached SO_SNDBUF:
+     * a blocking send would wait for the stopped monitor), a call's send
+     * waits within the bound too */
+    {
+        int fd = chanos_domain_fd(fast), i, extra = 0, outq = 0, sndbuf = 0;
+        socklen_t sl = sizeof sndbuf;
+
+        CHECK_EQ(getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sl), 0);
+        for (i = 0; i < 20000 && extra < 3; i++) {
+            t0 = mono_ms();
+            rc = chanos_export(fast, "self.frozen-3", "ctest",
+                               CTEST_MAX_FRAME_SIZE, &l2);
+            took = mono_ms() - t0;
+            if (rc != CHANOS_ERR_TIMEDOUT || took > FAST_MS + 500) {
+                CHECK_EQ(rc, CHANOS_ERR_TIMEDOUT);
+                CHECK(took <= FAST_MS + 500);
+                break;
+            }
+            CHECK_EQ(ioctl(fd, SIOCOUTQ, &outq), 0);
+            if (outq >= sndbuf)
+                extra++; /* sends no longer fit: a few more calls */
+        }
+        CHECK_EQ(extra, 3);
+        printf("domain_self_test: the stopped monitor's socket was full "
+               "after %d unanswered exports\n", i - 3);
+    }
+    chanos_domain_close(fast);
+    /* join too: the hello is bounded by the same timeout */
+    CHECK_EQ(chanos_join(&d2, &o), CHANOS_ERR_TIMEDOUT);
+    CHECK(d2 == NULL);
+    require(kill(monitor_pid, SIGCONT) == 0);
+
+    /* running again: a new domain works (the stopped calls' late replies
+     * are dropped by the old one, which then leaves) */
+    chanos_domain_close(d);
+    d = join();
+    l = export(d, "self.thawed");
+    c = connect_self(d, "self.thawed");
+    chanos_conn_close(c);
+    CHECK_EQ(chanos_listener_close(l), 0);
+    chanos_domain_close(d);
+}
+
 int main(void)
 {
     struct rlimit rl;
@@ -641,6 +771,7 @@ int main(void)
         test_domain_close();
         test_spin();
         test_spin_env();
+        test_stopped_monitor();
     }
     stop_monitor();
     if (failures) {

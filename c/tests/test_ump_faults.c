@@ -7,12 +7,14 @@
  */
 #include "ump_testutil.h"
 
+#include <errno.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define SLOTS 64
 #define MAXMSG 1000
@@ -220,6 +222,109 @@ static void test_scribbler(void)
     }
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* call_frame puts a call of message 1 with no body into b. */
+static void call_frame(uint8_t b[CHANOS_HEADER_SIZE], int kind)
+{
+    struct chanos_hdr h = {CHANOS_HEADER_SIZE, 1, (uint8_t)kind, 0, 0, 0};
+    chanos_hdr_put(b, &h);
+}
+
+/* caller sends a call, then (for close_after_call) a message and closes
+ * its connection in order, says so, and waits to be killed: the parent
+ * sees an orderly close from a process that is still there. */
+static void caller(chanos_ump *u, int close_after_call, int ready)
+{
+    chanos_conn *c;
+    uint8_t b[CHANOS_HEADER_SIZE];
+    uint32_t id;
+    if (chanos_conn_new(u, &c) != 0)
+        _exit(11);
+    call_frame(b, CHANOS_KIND_CALL);
+    if (chanos_conn_send_call(c, b, sizeof b, -1, &id) != 0)
+        _exit(12);
+    if (close_after_call) {
+        call_frame(b, CHANOS_KIND_MESSAGE);
+        if (chanos_conn_send(c, b, sizeof b, -1) != 0)
+            _exit(13);
+        chanos_conn_close(c);
+    }
+    if (write(ready, "r", 1) != 1)
+        _exit(14);
+    pause();
+}
+
+static void call_and_wait(chanos_ump *u, uint8_t *mem, size_t size, int ready)
+{
+    (void)mem;
+    (void)size;
+    caller(u, 0, ready);
+}
+
+static void call_and_close(chanos_ump *u, uint8_t *mem, size_t size, int ready)
+{
+    (void)mem;
+    (void)size;
+    caller(u, 1, ready);
+}
+
+/* await_gone polls chanos_conn_peer_gone, as a handler working on a call
+ * would, until it reports the peer's end, for at most a second. */
+static int await_gone(chanos_conn *c)
+{
+    int64_t limit = mono_ms() + 1000;
+    int gone;
+    while ((gone = chanos_conn_peer_gone(c)) == 0 && mono_ms() < limit) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return gone;
+}
+
+/* A C server has no handler contexts; chanos_conn_peer_gone tells it,
+ * while it works on a call, that its caller died (kill -9) or closed the
+ * connection, without a receive: within a second. What the caller sent
+ * before it closed is still received. */
+static void test_peer_gone(void)
+{
+    for (int closes = 0; closes < 2; closes++) {
+        chanos_ump *u;
+        chanos_conn *c;
+        struct chanos_frame f;
+        int ready;
+        pid_t pid = child_pair(closes ? call_and_close : call_and_wait, &u, &ready);
+        CHECK_EQ(chanos_conn_new(u, &c), 0);
+        CHECK_EQ(chanos_conn_recv(c, 5000, &f), 0);
+        CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+        /* the handler runs: the caller is there */
+        CHECK_EQ(chanos_conn_peer_gone(c), 0);
+        if (closes) {
+            wait_ready(ready); /* the caller has closed, and lives on */
+            CHECK_EQ(await_gone(c), CHANOS_ERR_CLOSED);
+            /* the message sent before the close, then the end */
+            CHECK_EQ(chanos_conn_recv(c, 5000, &f), 0);
+            CHECK_EQ(f.kind, CHANOS_KIND_MESSAGE);
+            CHECK_EQ(chanos_conn_recv(c, 5000, &f), CHANOS_ERR_CLOSED);
+            kill_child(pid);
+        } else {
+            wait_ready(ready);
+            CHECK_EQ(chanos_conn_peer_gone(c), 0);
+            kill_child(pid);
+            CHECK_EQ(await_gone(c), CHANOS_ERR_PEER_DIED);
+            CHECK_EQ(chanos_conn_recv(c, 5000, &f), CHANOS_ERR_PEER_DIED);
+        }
+        CHECK_EQ(chanos_conn_peer_gone(c), closes ? CHANOS_ERR_CLOSED : CHANOS_ERR_PEER_DIED);
+        chanos_conn_close(c);
+    }
+    CHECK_EQ(chanos_ump_peer_gone(NULL), -EINVAL);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -227,6 +332,7 @@ int main(void)
     test_kill_mid_write();
     test_kill_streaming();
     test_scribbler();
+    test_peer_gone();
     CHECK_EQ(count_fds(), fds);
     return check_done("test_ump_faults");
 }

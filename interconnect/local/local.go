@@ -97,7 +97,7 @@ func (p *pipe) watch(ctx context.Context, done <-chan struct{}) {
 }
 
 // Link is one end of a connection within one process. It implements
-// interconnect.Link, PartsSender and ValueSender.
+// interconnect.Link, PartsSender, ValueSender and PeerWatcher.
 type Link struct {
 	in, out *pipe
 }
@@ -278,8 +278,14 @@ func (l *Link) Close() error {
 	return nil
 }
 
+// Gone returns a channel closed once either end has closed the
+// connection (a Close closes both directions): what the peer sent before
+// remains to be received.
+func (l *Link) Gone() <-chan struct{} { return l.in.closed }
+
 var (
 	_ interconnect.Link        = (*Link)(nil)
 	_ interconnect.PartsSender = (*Link)(nil)
 	_ interconnect.ValueSender = (*Link)(nil)
+	_ interconnect.PeerWatcher = (*Link)(nil)
 )

@@ -9,8 +9,8 @@ import (
 )
 
 // Link carries chanos frames over a ring pair: it is the ump interconnect
-// as the connection engine sees it (interconnect.Link, PartsSender and
-// RawReceiver). Frames with capabilities are refused: descriptors do not
+// as the connection engine sees it (interconnect.Link, PartsSender,
+// RawReceiver and PeerWatcher). Frames with capabilities are refused: descriptors do not
 // travel through shared memory.
 //
 // Its Receive and ReceiveRaw use the ring's exclusive receive: the engine
@@ -92,8 +92,16 @@ func (l *Link) Parse(frame []byte, in *interconnect.Incoming) error {
 // Close closes the ring pair.
 func (l *Link) Close() error { return l.c.Close() }
 
+// Gone returns a channel closed once the peer's end of the connection's
+// socket has closed (the peer closed the connection or died) or this
+// side has closed the ring pair: it is closed when the connection's
+// socket watcher exits, which it does only then, having recorded how the
+// peer ended. Messages the peer sent before remain to be received.
+func (l *Link) Gone() <-chan struct{} { return l.c.watchDone }
+
 var (
 	_ interconnect.Link        = (*Link)(nil)
 	_ interconnect.PartsSender = (*Link)(nil)
 	_ interconnect.RawReceiver = (*Link)(nil)
+	_ interconnect.PeerWatcher = (*Link)(nil)
 )

@@ -52,6 +52,7 @@ type Conn struct {
 	parts  interconnect.PartsSender // nil if l has none
 	raw    interconnect.RawReceiver // nil if l has none
 	values interconnect.ValueSender // set if l passes message values (within one process)
+	peer   interconnect.PeerWatcher // nil if l has none: the peer's end is known only when read
 
 	iface Interface
 	log   *slog.Logger
@@ -106,11 +107,13 @@ func New(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
 	parts, _ := l.(interconnect.PartsSender)
 	raw, _ := l.(interconnect.RawReceiver)
 	values, _ := l.(interconnect.ValueSender)
+	peer, _ := l.(interconnect.PeerWatcher)
 	return &Conn{
 		l:        l,
 		parts:    parts,
 		raw:      raw,
 		values:   values,
+		peer:     peer,
 		iface:    iface,
 		log:      log,
 		wake:     make(chan struct{}),
@@ -296,6 +299,29 @@ func timeoutOf(ctx context.Context) uint32 {
 // error reply comes back as a *RemoteError. If ctx ends first, Call tells
 // the peer that the call is abandoned and returns ctx's error.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
+	return c.call(ctx, -1, call, reply)
+}
+
+// CallTimeout is Call with d, rather than what remains of ctx's time, as
+// the timeout the call frame carries: a caller that waits until ctx ends
+// while asking the peer to answer by d (less) gets the peer's own answer
+// at that deadline, and so tells a peer that answered "not in time" from
+// one that did not answer at all. d must be positive.
+func (c *Conn) CallTimeout(ctx context.Context, d time.Duration, call, reply wire.Message) error {
+	return c.call(ctx, d, call, reply)
+}
+
+// callTimeout returns the timeout_us of a call frame: d's, or, if d is
+// negative, ctx's remaining time (timeoutOf).
+func callTimeout(ctx context.Context, d time.Duration) uint32 {
+	if d >= 0 {
+		return wire.TimeoutUS(d)
+	}
+	return timeoutOf(ctx)
+}
+
+// call is Call, with d as the frame's timeout unless it is negative.
+func (c *Conn) call(ctx context.Context, d time.Duration, call, reply wire.Message) error {
 	if call.MsgKind() != wire.KindCall || reply.MsgKind() != wire.KindReply || call.MsgNumber() != reply.MsgNumber() {
 		return fmt.Errorf("chanos: Call with %s %s and %s %s", call.MsgName(), call.MsgKind(), reply.MsgName(), reply.MsgKind())
 	}
@@ -308,7 +334,7 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	// decoded into the caller's value, and a frame makes the call id and
 	// timeout travel as they do elsewhere.
 	if c.ninbox.Load() < inboxLimit && c.turn.CompareAndSwap(false, true) {
-		if done, err := c.callDirect(ctx, call, reply, id); done {
+		if done, err := c.callDirect(ctx, d, call, reply, id); done {
 			return err
 		}
 	}
@@ -316,7 +342,7 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	if err != nil {
 		return err
 	}
-	if err := c.sendEncoded(ctx, call, id, timeoutOf(ctx)); err != nil {
+	if err := c.sendEncoded(ctx, call, id, callTimeout(ctx, d)); err != nil {
 		c.forget(id, p)
 		return err
 	}
@@ -342,19 +368,19 @@ func (c *Conn) register(id uint32, name string, msg uint16, reply wire.Message) 
 	return p, nil
 }
 
-// callDirect makes call id while holding the reading turn, which it
-// releases, and reports done unless the peer's buffer had no room for the
-// call, which it then has not sent. While this goroutine holds the turn
-// nobody else reads the link, so its reply can only come here: the call
-// is not registered as pending.
-func (c *Conn) callDirect(ctx context.Context, call, reply wire.Message, id uint32) (bool, error) {
+// callDirect makes call id (with d as its timeout: see call) while
+// holding the reading turn, which it releases, and reports done unless
+// the peer's buffer had no room for the call, which it then has not sent.
+// While this goroutine holds the turn nobody else reads the link, so its
+// reply can only come here: the call is not registered as pending.
+func (c *Conn) callDirect(ctx context.Context, d time.Duration, call, reply wire.Message, id uint32) (bool, error) {
 	if c.ended.Load() {
 		c.release()
 		return true, c.Err()
 	}
 	// Sending without waiting: a goroutine that holds the turn while it
 	// waits for room could deadlock with a peer that waits for room too.
-	sent, err := c.trySendEncoded(call.Encode, id, timeoutOf(ctx))
+	sent, err := c.trySendEncoded(call.Encode, id, callTimeout(ctx, d))
 	if !sent || err != nil {
 		c.release()
 		return err != nil, err
@@ -947,6 +973,16 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 // for a one-way message is logged and serving goes on; one matching
 // interconnect.ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
+//
+// When the peer closes the connection or dies, the contexts of the calls'
+// handlers then running, inline or concurrent, are canceled at once, on
+// the interconnects that learn of the end without a read
+// (interconnect.PeerWatcher: ump, local, the monitor's socket); a call
+// read after that, one the peer sent before it closed, is handled with a
+// context already canceled, and no reply is sent to a peer that is gone.
+// One-way messages the peer sent before it closed are still handled, with
+// the serving context: they ask for no answer. Serve returns once the
+// handlers have, and the connection's resources go with its Close.
 func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *Incoming) (wire.Message, error), opts ...ServeOption) error {
 	var cfg serveConfig
 	for _, o := range opts {
@@ -961,9 +997,20 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	}
 	// Calls in progress end when serving does, also when the connection
 	// ends (the peer closes or dies) rather than ctx: Serve waits for them.
-	ctx, stop := context.WithCancel(ctx)
+	// The connection's end, if it has ended, is why (context.Cause).
+	ctx, stop := context.WithCancelCause(ctx)
 	defer wg.Wait()
-	defer stop()
+	defer func() { stop(c.Err()) }()
+	// The context of calls' handlers, which the peer's going ends too,
+	// made for the first call: a connection that only gets messages
+	// watches nothing.
+	var watch *peerWatch
+	callers := func() context.Context {
+		if watch == nil {
+			watch = c.watchPeer(ctx)
+		}
+		return watch.context()
+	}
 	handleFrame := func(in *Incoming) error {
 		if in.Kind != wire.KindCall {
 			if _, err := handle(ctx, in); errors.Is(err, interconnect.ErrProtocol) {
@@ -974,11 +1021,16 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return nil
 		}
 		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
-			return c.serveInline(ctx, in, handle)
+			return c.serveInline(ctx, callers(), in, handle)
 		}
-		hctx, cancel := context.WithCancel(ctx)
+		var (
+			hctx   context.Context
+			cancel context.CancelFunc
+		)
 		if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-			hctx, cancel = context.WithTimeout(ctx, d)
+			hctx, cancel = context.WithTimeout(callers(), d)
+		} else {
+			hctx, cancel = context.WithCancel(callers())
 		}
 		// The frame is only valid during this function: copy it.
 		call := *in
@@ -1028,13 +1080,15 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 }
 
 // serveInline runs handle for the call in, in the reading goroutine, and
-// sends its reply. The handler's context has no end of its own unless
-// the caller has a deadline; the peer's cancel cannot be read meanwhile.
-func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+// sends its reply. The handler's context is callers (the serving context,
+// or one that ends also when the peer goes: see peerWatch), with the
+// caller's deadline if it has one: it has no end of its own otherwise, as
+// the peer's cancel cannot be read meanwhile.
+func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
 	in.Inline = true
-	hctx, cc := ctx, (*callContext)(nil)
+	hctx, cc := callers, (*callContext)(nil)
 	if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
-		cc = newCallContext(ctx, d)
+		cc = newCallContext(callers, d)
 		hctx = cc
 	}
 	reply, err := handle(hctx, in)
@@ -1042,11 +1096,63 @@ func (c *Conn) serveInline(ctx context.Context, in *Incoming, handle func(ctx co
 		cc.end(context.Canceled)
 	}
 	if reply != Replied { // else the handler has sent it
+		if callers.Err() != nil && ctx.Err() == nil && !errors.Is(err, interconnect.ErrProtocol) {
+			return nil // the peer has gone: nobody takes the reply
+		}
 		return c.answer(ctx, in, reply, err)
 	} else if interconnect.IsEnd(err) {
 		return err
 	}
 	return nil
+}
+
+// errPeerGone is the cause (context.Cause) of the end of the contexts of
+// calls' handlers whose caller went away.
+var errPeerGone = errors.New("chanos: the peer has gone (it closed the connection or died): nobody waits for the reply")
+
+// peerWatch ends the context of calls' handlers (ctx) when the link
+// reports that the peer has gone (interconnect.PeerWatcher), so that a
+// handler waiting on its context learns at once that its caller is gone,
+// whether it runs inline, holding the reading turn, or concurrently. One
+// goroutine per Serve waits for that until serving ends; the calls
+// themselves cost nothing more.
+type peerWatch struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	gone   <-chan struct{} // nil: the link has no watch
+}
+
+// watchPeer starts the watch of Serve's connection, serving until
+// serving ends. Without a PeerWatcher the context is serving itself.
+func (c *Conn) watchPeer(serving context.Context) *peerWatch {
+	if c.peer == nil {
+		return &peerWatch{ctx: serving}
+	}
+	w := &peerWatch{gone: c.peer.Gone()}
+	w.ctx, w.cancel = context.WithCancelCause(serving)
+	go func() {
+		select {
+		case <-w.gone:
+			w.cancel(errPeerGone)
+		case <-serving.Done():
+			w.cancel(context.Cause(serving))
+		}
+	}()
+	return w
+}
+
+// context returns the context of the handler of a call about to run: a
+// call read once the peer is known to have gone gets it ended already,
+// whether or not the watch's goroutine has run.
+func (w *peerWatch) context() context.Context {
+	if w.gone != nil {
+		select {
+		case <-w.gone:
+			w.cancel(errPeerGone)
+		default:
+		}
+	}
+	return w.ctx
 }
 
 // ServeOne waits for the next message or rpc call and handles it as Serve
@@ -1064,7 +1170,7 @@ func (c *Conn) ServeOne(ctx context.Context, handle func(ctx context.Context, in
 // ServeOne's on the way from a message's arrival to the answer.
 func (c *Conn) ServeIncoming(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
 	if in.Kind == wire.KindCall {
-		return c.serveInline(ctx, in, handle)
+		return c.serveInline(ctx, ctx, in, handle)
 	}
 	_, err := handle(ctx, in)
 	return err
