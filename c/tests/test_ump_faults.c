@@ -302,8 +302,10 @@ static void test_peer_gone(void)
         CHECK_EQ(chanos_conn_new(u, &c), 0);
         CHECK_EQ(chanos_conn_recv(c, 5000, &f), 0);
         CHECK_EQ(f.kind, CHANOS_KIND_CALL);
-        /* the handler runs: the caller is there */
-        CHECK_EQ(chanos_conn_peer_gone(c), 0);
+        /* the handler runs: the caller is there (the closing caller may
+         * have closed already: it does not wait for us) */
+        if (!closes)
+            CHECK_EQ(chanos_conn_peer_gone(c), 0);
         if (closes) {
             wait_ready(ready); /* the caller has closed, and lives on */
             CHECK_EQ(await_gone(c), CHANOS_ERR_CLOSED);
