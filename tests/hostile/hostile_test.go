@@ -207,10 +207,16 @@ func cServer(t *testing.T, dir, name string) victim {
 
 func startServer(t *testing.T, dir, name, prog string, args ...string) victim {
 	t.Helper()
-	cmd := exec.Command(prog, args...)
-	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
-	p := testkit.Start(t, cmd)
+	p := testkit.Start(t, execIn(dir, prog, args...))
 	d := join(t, dir)
 	testkit.Eventually(t, name+" to serve", func() bool { return serves(testkit.Context(t), d, name) == nil })
 	return victim{name, p}
+}
+
+// execIn returns the command running prog as a domain of the monitor in
+// dir.
+func execIn(dir, prog string, args ...string) *exec.Cmd {
+	cmd := exec.Command(prog, args...)
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	return cmd
 }
