@@ -52,6 +52,11 @@ var (
 	// WithCallTimeout; for Connect's bind, which waits that long for its
 	// name, a second more): the monitor is stopped or wedged.
 	ErrMonitorTimeout = errors.New("chanos: no answer from the monitor")
+	// ErrMonitorFull: Join was refused because the monitor has as many
+	// sessions as its cap (`chanos monitor --max-domains`). The error
+	// also matches the monitor's *RemoteError, whose detail says "monitor
+	// full: N of N sessions".
+	ErrMonitorFull = errors.New("chanos: monitor full")
 )
 
 // DefaultCallTimeout bounds a call to the monitor whose context has no
@@ -161,7 +166,9 @@ var monitorInterface = Interface{Name: monitor.InterfaceName, MaxFrameSize: moni
 
 // Join connects this process to its machine's monitor and returns the
 // domain. If no monitor runs, it fails with an error matching ErrNoMonitor
-// that says how to start one.
+// that says how to start one; if the monitor has as many sessions as its
+// cap, with one matching ErrMonitorFull ("monitor full: N of N
+// sessions").
 func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	o := options{program: filepath.Base(os.Args[0]), log: slog.Default(), callTimeout: DefaultCallTimeout}
 	for _, opt := range opts {
@@ -203,6 +210,12 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	var reply monitor.HelloReply
 	if err := d.call(ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
 		d.Close()
+		var re *RemoteError
+		if errors.As(err, &re) && monitor.Status(re.Code) == monitor.StatusLimit {
+			// The monitor answers hello with limit when it has no session
+			// to give: "monitor full: N of N sessions".
+			return nil, fmt.Errorf("chanos: join: %w: %w", ErrMonitorFull, err)
+		}
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
 	d.id, d.machine = reply.DomainID, reply.MachineID
@@ -325,8 +338,21 @@ func (d *Domain) serve() {
 }
 
 // handle takes a message from the monitor: a connection bound to one of
-// the domain's exports. The monitor makes no calls to domains.
+// the domain's exports, or a ping. The monitor makes no calls to domains.
+//
+// A ping needs no answer: the monitor sees from its socket that the
+// domain read it. This goroutine reads whatever the program's own
+// goroutines do (sleep, block, spin), so a domain that joined stays
+// responsive for as long as its process runs.
 func (d *Domain) handle(_ context.Context, in *Incoming) (wire.Message, error) {
+	if in.Kind == wire.KindMessage && in.Header.Msg == monitor.MsgPing {
+		var p monitor.Ping
+		if err := in.Decode(&p); err != nil {
+			wire.CloseCaps(in.Caps)
+			return nil, interconnect.Violation(err)
+		}
+		return nil, nil
+	}
 	if in.Kind != wire.KindMessage || in.Header.Msg != monitor.MsgIncoming {
 		wire.CloseCaps(in.Caps)
 		return nil, interconnect.Violation(fmt.Errorf("unexpected %s %d from the monitor", in.Kind, in.Header.Msg))

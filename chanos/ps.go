@@ -52,6 +52,27 @@ type Limits struct {
 	MaxFrame        uint32 `json:"max_frame"`
 	Exports         int    `json:"exports"`     // current exports, the nameservice's included
 	Connections     int    `json:"connections"` // current connection records
+
+	// The quotas of docs/quotas.md, for all domains together and per
+	// domain, and what is in use of those counted in total.
+	MaxTotalExports      int   `json:"max_exports,omitempty"`
+	MaxNSConns           int   `json:"max_ns_conns_per_domain,omitempty"`
+	MaxTotalNSConns      int   `json:"max_ns_conns,omitempty"`
+	NSConns              int   `json:"ns_conns"`
+	MaxNames             int   `json:"max_names_per_domain,omitempty"`
+	MaxTotalNames        int   `json:"max_names,omitempty"`
+	Names                int   `json:"names"` // set through the nameservice
+	MaxTotalPendingBinds int   `json:"max_pending_binds,omitempty"`
+	PendingBinds         int   `json:"pending_binds"` // binds and nameservice waits in progress
+	MaxTotalWatches      int   `json:"max_watches,omitempty"`
+	Watches              int   `json:"watches"`
+	MaxConnRecords       int   `json:"max_conn_records_per_domain,omitempty"`
+	MaxReplyQueue        int   `json:"max_reply_queue_per_domain,omitempty"`
+	MaxReplyMemory       int   `json:"max_reply_memory_per_domain,omitempty"`
+	MaxTotalReplyMemory  int   `json:"max_reply_memory,omitempty"`
+	ReplyMemory          int   `json:"reply_memory"`
+	Unresponsive         int   `json:"unresponsive"` // sessions that left a ping unread
+	MemoryBound          int64 `json:"memory_bound,omitempty"`
 }
 
 // DomainInfo describes a domain.
@@ -63,6 +84,10 @@ type DomainInfo struct {
 	Joined      time.Time    `json:"joined"`
 	Exports     []ExportInfo `json:"exports"`
 	Connections []ConnInfo   `json:"connections"`
+	// Unresponsive is set while the domain leaves the monitor's ping
+	// unread (docs/quotas.md, "Idle sessions"): it may be dropped when
+	// the monitor runs short of sessions or of reply memory.
+	Unresponsive bool `json:"unresponsive,omitempty"`
 }
 
 // ExportInfo describes an export.

@@ -23,11 +23,17 @@ var errCancelled = errors.New("call cancelled")
 // cancel, or with the session. Beyond MaxPendingBinds in progress, a bind
 // is refused at once.
 func (s *session) startBind(ctx context.Context, c *proto.BindCall) (wire.Message, error) {
-	if n := s.binds.Add(1); int(n) > s.m.cfg.MaxPendingBinds {
+	m := s.m
+	if n := s.binds.Add(1); int(n) > m.cfg.MaxPendingBinds {
 		s.binds.Add(-1)
-		return nil, fail(proto.StatusLimit, "bind %s: this domain has %d binds in progress, the limit", bindLabel(c), s.m.cfg.MaxPendingBinds)
+		return nil, exhausted("bind %s: this domain has %d binds in progress, its quota (--max-pending-binds)", bindLabel(c), m.cfg.MaxPendingBinds)
 	}
 	defer s.binds.Add(-1)
+	if n := m.waits.Add(1); int(n) > m.cfg.MaxTotalPendingBinds {
+		m.waits.Add(-1)
+		return nil, exhausted("bind %s: the monitor has %d binds and nameservice waits in progress, its quota (--max-total-pending-binds)", bindLabel(c), m.cfg.MaxTotalPendingBinds)
+	}
+	defer m.waits.Add(-1)
 	r, err := s.bind(ctx, c)
 	if err != nil {
 		if errors.Is(err, errCancelled) {
@@ -148,7 +154,7 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	case e.domain == s:
 		// The domain exports it itself: it connects in its own process.
 		rec.server, rec.via, reply.Via = s.id, proto.InterconnectLocal, proto.InterconnectLocal
-		if !m.addConn(rec, s) {
+		if !m.addConn(s, rec, s) {
 			return nil, errCancelled
 		}
 	default:
@@ -163,16 +169,55 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	return reply, nil
 }
 
-// addConn records rec unless server (or the monitor) has gone meanwhile:
-// a record must not outlive the cleanup that would remove it.
-func (m *Monitor) addConn(rec *connRec, server *session) bool {
+// addConn records rec, a connection client made, unless client, server
+// (or the monitor) has gone meanwhile: a record must not outlive the
+// cleanup that would remove it.
+func (m *Monitor) addConn(client *session, rec *connRec, server *session) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.closed || (server != nil && m.domains[server.id] != server) {
+	if m.closed || m.domains[client.id] != client || (server != nil && m.domains[server.id] != server) {
 		return false
 	}
-	m.conns[rec.id] = rec
+	m.recordLocked(client, rec)
 	return true
+}
+
+// recordLocked adds rec, a connection of client, to the records ps shows.
+// A client keeps at most MaxConnRecords: its oldest is forgotten (the
+// monitor does not see connections end, so records would otherwise pile
+// up for as long as the domain binds).
+func (m *Monitor) recordLocked(client *session, rec *connRec) {
+	m.conns[rec.id] = rec
+	if rec.server != rec.client {
+		by := m.served[rec.server]
+		if by == nil {
+			by = map[uint64]*connRec{}
+			m.served[rec.server] = by
+		}
+		by[rec.id] = rec
+	}
+	client.records = append(client.records, rec.id)
+	if n := len(client.records) - m.cfg.MaxConnRecords; n > 0 {
+		for _, id := range client.records[:n] {
+			if old := m.conns[id]; old != nil && old.client == client.id {
+				m.dropRecordLocked(old)
+			}
+		}
+		client.records = append(client.records[:0], client.records[n:]...)
+	}
+}
+
+// dropRecordLocked forgets rec.
+func (m *Monitor) dropRecordLocked(rec *connRec) {
+	if m.conns[rec.id] == rec {
+		delete(m.conns, rec.id)
+	}
+	if by := m.served[rec.server]; by != nil && by[rec.id] == rec {
+		delete(by, rec.id)
+		if len(by) == 0 {
+			delete(m.served, rec.server)
+		}
+	}
 }
 
 // ringPair creates a ring pair for frames of up to maxFrame bytes and a
@@ -218,7 +263,7 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 	}
 	// The record goes in first: once the server has the descriptors, ps
 	// should show the connection.
-	if !m.addConn(rec, server) {
+	if !m.addConn(s, rec, server) {
 		closeCaps(creator)
 		closeCaps(attacher)
 		return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
@@ -228,7 +273,7 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 	if err := server.conn.Send(ctx, in); err != nil {
 		closeCaps(attacher)
 		m.mu.Lock()
-		delete(m.conns, rec.id)
+		m.dropRecordLocked(rec)
 		m.mu.Unlock()
 		if errors.Is(err, chanos.ErrClosed) || errors.Is(err, chanos.ErrPeerDied) || errors.Is(err, chanos.ErrProtocol) {
 			return nil, fail(proto.StatusNotFound, "bind %q: the exporting domain %d has gone", rec.name, server.id)
@@ -242,9 +287,37 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 }
 
 // bindNameservice connects s to the monitor's own nameservice: the
-// monitor opens the creator's side and serves it.
+// monitor opens the creator's side and serves it. The connection takes
+// one of the domain's nameservice connections and one of the monitor's,
+// from before its ring is made until it ends.
 func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) {
-	opts := &ump.Options{MaxMessageSize: nameservice.MaxFrameSize, Logger: m.log}
+	m.mu.Lock()
+	switch {
+	case s.nsConns >= m.cfg.MaxNSConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %q: this domain has %d nameservice connections, its quota (--max-ns-conns)", rec.name, m.cfg.MaxNSConns)
+	case m.nsConnCount >= m.cfg.MaxTotalNSConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %q: the monitor has %d nameservice connections, its quota (--max-total-ns-conns)", rec.name, m.cfg.MaxTotalNSConns)
+	}
+	s.nsConns++
+	m.nsConnCount++
+	m.mu.Unlock()
+	attacher, err := m.openNameservice(s, rec)
+	if err != nil {
+		m.mu.Lock()
+		s.nsConns--
+		m.nsConnCount--
+		m.mu.Unlock()
+	}
+	return attacher, err
+}
+
+// openNameservice makes the ring pair of a nameservice connection, small
+// (nsRingSlots, nsRingBulk: the monitor maps it, and a client may touch
+// every page), and starts serving it.
+func (m *Monitor) openNameservice(s *session, rec *connRec) ([]wire.Cap, error) {
+	opts := &ump.Options{MaxMessageSize: nameservice.MaxFrameSize, RingSlots: nsRingSlots, BulkSize: nsRingBulk, Logger: m.log}
 	files, err := ump.NewFiles(opts)
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
@@ -265,7 +338,7 @@ func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) 
 		closeCaps(attacher)
 		return nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
 	}
-	c := newNSConn(m, u, rec.id, s.id, s.log)
+	c := newNSConn(m, u, rec.id, s, s.log)
 	m.mu.Lock()
 	if m.closed || m.domains[s.id] != s {
 		m.mu.Unlock()
@@ -273,7 +346,7 @@ func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) 
 		closeCaps(attacher)
 		return nil, errCancelled
 	}
-	m.conns[rec.id] = rec
+	m.recordLocked(s, rec)
 	m.nsConns[rec.id] = c
 	// s's session goroutine is counted in m.wg until this bind returns, so
 	// the count is above zero here, as Add requires.

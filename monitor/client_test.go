@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/chanos/chanos/chanos"
@@ -27,6 +28,7 @@ type Client struct {
 	hello    proto.HelloReply
 	incoming chan *proto.Incoming
 	done     chan struct{}
+	pings    atomic.Int64 // pings read
 }
 
 // Dial opens a session with the monitor in dir, introducing itself as
@@ -64,6 +66,10 @@ func NewClient(pc *seqpacket.Conn) *Client {
 		defer close(c.done)
 		defer close(c.incoming)
 		c.conn.Serve(context.Background(), func(_ context.Context, in *chanos.Incoming) (wire.Message, error) {
+			if in.Kind == wire.KindMessage && in.Header.Msg == proto.MsgPing {
+				c.pings.Add(1) // reading it is the answer
+				return nil, nil
+			}
 			m := new(proto.Incoming)
 			if err := in.Decode(m); err != nil {
 				wire.CloseCaps(in.Caps)

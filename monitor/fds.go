@@ -1,7 +1,6 @@
 package monitor
 
 import (
-	"net"
 	"syscall"
 
 	"github.com/chanos/chanos/interconnect/ump"
@@ -24,19 +23,18 @@ func closeCaps(caps []wire.Cap) { wire.CloseCaps(caps) }
 // itself: a packet may be at most SO_SNDBUF - 32 bytes.
 const sockSlack = 32
 
-// preparePacketSize raises uc's send buffer so that it can carry frames of
-// up to want bytes, as far as the system allows (net.core.wmem_max), and
-// returns the largest packet it can now send.
-func preparePacketSize(uc *net.UnixConn, want int) int {
-	uc.SetWriteBuffer(want + sockSlack) // capped by net.core.wmem_max
-	rc, err := uc.SyscallConn()
+// probeMaxPacket returns the largest packet, up to want bytes, that a
+// session's socket can carry once its send buffer is raised as far as the
+// system allows (net.core.wmem_max): the bound of the monitor's replies.
+func probeMaxPacket(want int) int {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return want
 	}
-	size := 0
-	rc.Control(func(fd uintptr) {
-		size, err = syscall.GetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_SNDBUF)
-	})
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	syscall.SetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF, want+sockSlack)
+	size, err := syscall.GetsockoptInt(fds[0], syscall.SOL_SOCKET, syscall.SO_SNDBUF)
 	if err != nil || size-sockSlack >= want {
 		return want
 	}

@@ -16,7 +16,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Roles{roleDomain: helperDomain})
+	code := testkit.Run(m, testkit.Roles{roleDomain: helperDomain, roleSleeper: helperSleeper})
+	if chanosBin != "" {
+		os.RemoveAll(filepath.Dir(chanosBin))
+	}
+	os.Exit(code)
 }
 
 // testMonitor is a monitor served in the test's process.

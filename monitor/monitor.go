@@ -33,36 +33,96 @@ const SelfDomainID = 1
 // its own replies (ps) can reach.
 const MaxCallFrame = 4096
 
-// Defaults of Config's limits.
+// Defaults of Config's limits and quotas. docs/quotas.md says what each
+// defends, and how they bound the monitor's memory (Config.MemoryBound).
 const (
-	DefaultMaxDomains      = 1024
-	DefaultMaxExports      = 256
-	DefaultMaxPendingBinds = 64
-	DefaultMaxFrame        = 16 << 20
-	DefaultHelloTimeout    = 10 * time.Second
+	DefaultMaxDomains           = 1024
+	DefaultMaxNSConns           = 16
+	DefaultMaxTotalNSConns      = 128
+	DefaultMaxNames             = 1024
+	DefaultMaxTotalNames        = 16384
+	DefaultMaxExports           = 256
+	DefaultMaxTotalExports      = 4096
+	DefaultMaxPendingBinds      = 64
+	DefaultMaxTotalPendingBinds = 1024
+	DefaultMaxTotalWatches      = 256
+	DefaultMaxConnRecords       = 32
+	DefaultMaxReplyQueue        = 64 << 10
+	DefaultMaxReplyMemory       = 4 << 20
+	DefaultMaxTotalReplyMemory  = 32 << 20
+	DefaultMaxFrame             = 16 << 20
+	DefaultHelloTimeout         = 10 * time.Second
+	DefaultIdleTimeout          = 30 * time.Second
+	DefaultPingTimeout          = 10 * time.Second
 )
 
-// Config configures a monitor. The zero value gives the defaults.
+// Config configures a monitor. The zero value gives the defaults: a zero
+// (or negative) field takes its Default constant.
 type Config struct {
 	// Dir is the monitor's directory, as a --dir flag would give it;
 	// empty means the rule of Dir.
 	Dir string
 	// MaxDomains caps the concurrent sessions, counting those that have
-	// not said hello yet; connections beyond it are closed at once.
-	// Zero means DefaultMaxDomains.
+	// not said hello yet. A connection beyond it has its hello answered
+	// with "monitor full: N of N sessions" (status limit), unless an
+	// unresponsive session can be evicted to make room.
 	MaxDomains int
-	// MaxExports caps the exports of one domain. Zero means
-	// DefaultMaxExports.
-	MaxExports int
+	// MaxNSConns caps the nameservice connections of one domain, and
+	// MaxTotalNSConns those of all domains together; a bind of the
+	// nameservice beyond either is refused with limit.
+	MaxNSConns      int
+	MaxTotalNSConns int
+	// MaxNames caps the names one domain holds through its nameservice
+	// connections (set and not removed), and MaxTotalNames those of all
+	// domains together; a set beyond either fails with NSQuota. Exported
+	// names count as exports, not here.
+	MaxNames      int
+	MaxTotalNames int
+	// MaxExports caps the exports of one domain, and MaxTotalExports
+	// those of all domains together; an export beyond either is refused
+	// with limit.
+	MaxExports      int
+	MaxTotalExports int
 	// MaxPendingBinds caps the binds one domain may have in progress
-	// (waiting for a name, say). Zero means DefaultMaxPendingBinds.
-	MaxPendingBinds int
+	// (waiting for a name, say). MaxTotalPendingBinds caps the waits in
+	// progress in the whole monitor: binds, and the nameservice's wait_for
+	// calls, which wait the same way. A bind beyond either is refused
+	// with limit; a wait_for with NSLimit.
+	MaxPendingBinds      int
+	MaxTotalPendingBinds int
+	// MaxTotalWatches caps the nameservice watches of all connections
+	// together (each connection may have 64); a watch beyond it ends its
+	// connection, as a message has no reply to carry the refusal.
+	MaxTotalWatches int
+	// MaxConnRecords caps the connection records kept for ps per binding
+	// domain: beyond it, the domain's oldest record is forgotten (the
+	// connection itself is not touched: the monitor is not on its path).
+	MaxConnRecords int
+	// MaxReplyQueue is the send buffer of a session's socket, in bytes:
+	// what the kernel may hold of the monitor's small frames to one domain
+	// (replies, incoming connections, pings) that it has not read yet.
+	// Beyond it, the senders to that domain wait.
+	MaxReplyQueue int
+	// MaxReplyMemory caps, in bytes, the memory one domain's large replies
+	// (ps) may hold, from the reservation made before the reply is built
+	// until the domain has read it from its socket; MaxTotalReplyMemory
+	// caps that of all domains together. A request whose reservation
+	// fails is refused with limit, "resource exhausted: ...". A ps
+	// document is cut (truncated) to fit MaxReplyMemory.
+	MaxReplyMemory      int
+	MaxTotalReplyMemory int
 	// MaxFrame is the largest max_frame an export may declare; it sizes
-	// the ring pairs of its connections. Zero means DefaultMaxFrame.
+	// the ring pairs of its connections.
 	MaxFrame uint32
 	// HelloTimeout is how long a new connection may take to send hello.
-	// Zero means DefaultHelloTimeout.
 	HelloTimeout time.Duration
+	// IdleTimeout is how long a session may stay silent before the monitor
+	// pings it, and PingTimeout how long the domain then has to read the
+	// ping (any frame the monitor sent) before its session counts as
+	// unresponsive. An unresponsive session is dropped when the monitor
+	// needs what it holds: a session for a new domain, or reply memory.
+	IdleTimeout time.Duration
+	PingTimeout time.Duration
 	// Store holds the names. Nil means a new names.Memory, which the
 	// monitor closes when it stops; a Store given here is not closed.
 	Store names.Store
@@ -99,7 +159,21 @@ type Monitor struct {
 	nsConns  map[uint64]*nsConn    // nameservice connections, by connection id
 	closed   bool
 
-	wg        sync.WaitGroup // sessions and nameservice connections
+	// Counts of the quotas kept under mu (docs/quotas.md); the sessions
+	// keep their own shares.
+	nsConnCount int                            // nameservice connections, those being bound included
+	names       int                            // names set through the nameservice
+	watches     int                            // nameservice watches
+	replyMem    int                            // reply memory reserved
+	served      map[uint64]map[uint64]*connRec // connection records by server, then id
+	waits       atomic.Int64                   // binds and wait_for calls in progress
+
+	maxPacket int           // the largest frame a session's socket can carry
+	rlog      *rateLog      // rejections, evictions, refusals: a line a second per kind
+	rejectors chan struct{} // connections being refused that wait for their hello
+	stop      chan struct{} // closed when shutdown begins: the janitor ends
+
+	wg        sync.WaitGroup // sessions, nameservice connections, janitor, refusals, pings
 	closeOnce sync.Once
 	done      chan struct{} // closed when shutdown has finished
 	serving   atomic.Bool
@@ -134,23 +208,9 @@ type connRec struct {
 // socket and registers the nameservice. It fails if another monitor
 // already listens there. Serve then accepts domains.
 func New(cfg Config) (*Monitor, error) {
-	if cfg.MaxDomains <= 0 {
-		cfg.MaxDomains = DefaultMaxDomains
-	}
-	if cfg.MaxExports <= 0 {
-		cfg.MaxExports = DefaultMaxExports
-	}
-	if cfg.MaxPendingBinds <= 0 {
-		cfg.MaxPendingBinds = DefaultMaxPendingBinds
-	}
-	if cfg.MaxFrame == 0 {
-		cfg.MaxFrame = DefaultMaxFrame
-	}
-	if cfg.MaxFrame < nameservice.MaxFrameSize {
-		return nil, fmt.Errorf("monitor: MaxFrame %d is below the nameservice's %d", cfg.MaxFrame, nameservice.MaxFrameSize)
-	}
-	if cfg.HelloTimeout <= 0 {
-		cfg.HelloTimeout = DefaultHelloTimeout
+	cfg = cfg.WithDefaults()
+	if err := cfg.check(); err != nil {
+		return nil, err
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -182,7 +242,17 @@ func New(cfg Config) (*Monitor, error) {
 		exports:   map[uint64]*export{},
 		conns:     map[uint64]*connRec{},
 		nsConns:   map[uint64]*nsConn{},
+		served:    map[uint64]map[uint64]*connRec{},
+		maxPacket: probeMaxPacket(proto.MaxFrameSize),
+		rlog:      newRateLog(log, time.Second),
+		rejectors: make(chan struct{}, maxRejectors),
+		stop:      make(chan struct{}),
 		done:      make(chan struct{}),
+	}
+	var rl syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(cfg.FDBound()) {
+		log.Warn("the descriptor limit is below what the quotas allow the monitor to hold; raise it (ulimit -n) or lower the quotas",
+			"limit", rl.Cur, "quotas_allow", cfg.FDBound())
 	}
 	m.nextDomain.Store(SelfDomainID)
 	if m.store == nil {
@@ -215,6 +285,8 @@ func New(cfg Config) (*Monitor, error) {
 		ln.Close()
 		return fail(fmt.Errorf("monitor: register the nameservice: %w", err))
 	}
+	m.wg.Add(1)
+	go m.janitor() // until shutdown: Serve or Close
 	return m, nil
 }
 
@@ -249,7 +321,8 @@ func (m *Monitor) Serve(ctx context.Context) error {
 	stop := context.AfterFunc(ctx, func() { m.shutdown() })
 	defer stop()
 	m.log.Info("monitor started", "socket", m.sockPath, "pid", m.pid,
-		"machine", fmt.Sprintf("%016x", m.machineID), "max_domains", m.cfg.MaxDomains)
+		"machine", fmt.Sprintf("%016x", m.machineID), "max_domains", m.cfg.MaxDomains,
+		"memory_bound", m.cfg.MemoryBound())
 	err := m.acceptLoop()
 	m.shutdown()
 	if err != nil {
@@ -274,6 +347,7 @@ func (m *Monitor) shutdown() {
 	m.closeOnce.Do(func() {
 		m.mu.Lock()
 		m.closed = true
+		close(m.stop)
 		sessions := make([]*session, 0, len(m.sessions))
 		for s := range m.sessions {
 			sessions = append(sessions, s)
@@ -345,45 +419,6 @@ func checkPeer(cred *syscall.Ucred, uid uint32) error {
 		return fmt.Errorf("peer uid %d (pid %d) is not the monitor's uid %d", cred.Uid, cred.Pid, uid)
 	}
 	return nil
-}
-
-// admit checks a new connection's peer and the session cap, and starts
-// its session.
-func (m *Monitor) admit(pc *seqpacket.Conn) {
-	cred, err := pc.PeerCred()
-	if err == nil {
-		err = checkPeer(cred, m.uid)
-	}
-	if err != nil {
-		m.log.Warn("connection refused", "reason", "credentials", "err", err)
-		pc.Close()
-		return
-	}
-	m.mu.Lock()
-	if m.closed {
-		m.mu.Unlock()
-		pc.Close()
-		return
-	}
-	if len(m.sessions) >= m.cfg.MaxDomains {
-		n := len(m.sessions)
-		m.mu.Unlock()
-		m.log.Warn("connection refused: too many domains", "pid", cred.Pid,
-			"max_domains", m.cfg.MaxDomains, "sessions", n,
-			"hint", "raise the cap with --max-domains")
-		pc.Close()
-		return
-	}
-	maxPacket := preparePacketSize(pc.UnixConn(), proto.MaxFrameSize)
-	if m.testMaxPacket > 0 {
-		maxPacket = min(maxPacket, m.testMaxPacket)
-	}
-	pc.SetSendLimit(maxPacket)
-	s := newSession(m, pc, cred, maxPacket)
-	m.sessions[s] = struct{}{}
-	m.wg.Add(1)
-	m.mu.Unlock()
-	go s.run()
 }
 
 // newExport makes an export with a fresh id and token; it does not

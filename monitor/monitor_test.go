@@ -457,16 +457,39 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
-// ps stays within its bound by leaving domains out.
-func TestMarshalSnapshotTruncates(t *testing.T) {
-	snap := &chanos.Snapshot{Version: chanos.PsVersion}
-	for i := range 100 {
-		snap.Domains = append(snap.Domains, chanos.DomainInfo{ID: uint64(i + 1), Program: "some program with a long name"})
+// ps stays within its bound by leaving domains out, and says so.
+func TestPsDocumentTruncates(t *testing.T) {
+	tm := startMonitor(t, Config{})
+	ctx := testkit.Context(t)
+	for i := range 20 {
+		c := tm.dial(t, "some program with a long name")
+		if _, err := c.Export(ctx, fmt.Sprintf("svc.%d", i), "kv", 1024); err != nil {
+			t.Fatal(err)
+		}
 	}
-	full, _ := marshalSnapshot(&chanos.Snapshot{Version: chanos.PsVersion, Domains: snap.Domains}, 1<<20)
-	b, err := marshalSnapshot(snap, len(full)/2)
-	if err != nil || len(b) > len(full)/2 || !snap.Truncated || len(snap.Domains) >= 100 || len(snap.Domains) == 0 {
-		t.Fatalf("%d bytes of %d, %v, truncated %v, %d domains", len(b), len(full)/2, err, snap.Truncated, len(snap.Domains))
+	full, err := tm.psDocument(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var snap chanos.Snapshot
+	if err := json.Unmarshal(full, &snap); err != nil || snap.Truncated || len(snap.Domains) != 21 {
+		t.Fatalf("the whole document: %v, truncated %v, %d domains", err, snap.Truncated, len(snap.Domains))
+	}
+	for _, limit := range []int{len(full), len(full) - 1, len(full) / 2, len(full) / 4} {
+		b, err := tm.psDocument(limit)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cut chanos.Snapshot
+		if err := json.Unmarshal(b, &cut); err != nil || len(b) > limit {
+			t.Fatalf("limit %d: %d bytes, %v\n%s", limit, len(b), err, b)
+		}
+		if want := limit < len(full); cut.Truncated != want || (want && len(cut.Domains) >= 21) || len(cut.Domains) == 0 {
+			t.Fatalf("limit %d: truncated %v, %d domains", limit, cut.Truncated, len(cut.Domains))
+		}
+	}
+	if _, err := tm.psDocument(100); err == nil {
+		t.Fatal("a limit below the monitor's own description: no error")
 	}
 }
 
@@ -496,7 +519,7 @@ func TestLargePs(t *testing.T) {
 		{"cut", 100_000, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			tm := startMonitor(t, Config{MaxExports: 5000}, func(m *Monitor) { m.testMaxPacket = c.maxPacket })
+			tm := startMonitor(t, Config{MaxExports: 5000, MaxTotalExports: 5000}, func(m *Monitor) { m.testMaxPacket = c.maxPacket })
 			ctx := testkit.Context(t)
 			big := tm.dial(t, "big")
 			for i := range 4000 {

@@ -29,6 +29,8 @@ const (
 	NSLimit       wire.Errval = 6 // too many calls in progress on the connection
 	NSInvalidRef  wire.Errval = 7 // set: the null iref
 	NSUnavailable wire.Errval = 8 // the store failed or is shutting down
+	// NSQuota (9, quota.go): set: the domain's or the monitor's quota of
+	// names is reached ("resource exhausted").
 )
 
 // NSError returns the error an errval of the nameservice stands for: nil
@@ -54,6 +56,8 @@ func NSError(code wire.Errval) error {
 		return errors.New("nameservice: null iref")
 	case NSUnavailable:
 		return names.ErrClosed
+	case NSQuota:
+		return ErrNSQuota
 	}
 	return fmt.Errorf("nameservice: unknown error code %d", uint64(code))
 }
@@ -104,8 +108,9 @@ const (
 type nsConn struct {
 	m      *Monitor
 	conn   *chanos.Conn
-	id     uint64 // connection id
-	client uint64 // the binding domain, owner of what it sets
+	id     uint64   // connection id
+	client uint64   // the binding domain, owner of what it sets
+	sess   *session // its session, which holds its quotas
 	log    *slog.Logger
 	store  names.Store
 
@@ -120,12 +125,13 @@ type nsConn struct {
 
 var _ nameservice.Server = (*nsConn)(nil)
 
-func newNSConn(m *Monitor, u *ump.Conn, id, client uint64, log *slog.Logger) *nsConn {
+func newNSConn(m *Monitor, u *ump.Conn, id uint64, s *session, log *slog.Logger) *nsConn {
 	return &nsConn{
 		m:      m,
 		conn:   chanos.NewConn(ump.NewLink(u), nameservice.Interface),
 		id:     id,
-		client: client,
+		client: s.id,
+		sess:   s,
 		log:    log.With("conn", id, "service", nameservice.ServiceName),
 		store:  m.store,
 	}
@@ -151,7 +157,11 @@ func (c *nsConn) serve() {
 	c.wg.Wait()
 	c.m.mu.Lock()
 	delete(c.m.nsConns, c.id)
-	delete(c.m.conns, c.id)
+	if rec := c.m.conns[c.id]; rec != nil {
+		c.m.dropRecordLocked(rec)
+	}
+	c.sess.nsConns--
+	c.m.nsConnCount--
 	c.m.mu.Unlock()
 	switch {
 	case errors.Is(c.reason, chanos.ErrClosed), errors.Is(c.reason, chanos.ErrPeerDied), errors.Is(c.reason, errShutdown), errors.Is(c.reason, errClientLeft):
@@ -175,7 +185,62 @@ func (c *nsConn) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errv
 	if ref.IsZero() {
 		return NSInvalidRef, nil
 	}
-	return nsCode(c.store.Set(ctx, name, ref, names.Owner(c.client))), nil
+	if err := c.reserveName(); err != nil {
+		c.m.rlog.logf(slog.LevelWarn, "refused-nameservice.set", "request refused", "call", "nameservice.set",
+			"domain", c.client, "conn", c.id, "reason", err.Error())
+		return NSQuota, nil
+	}
+	err := c.store.Set(ctx, name, ref, names.Owner(c.client))
+	if c.settleName(name, err == nil) {
+		// The domain's session ended while the name was being set: its
+		// lease has gone, and Release may have come first.
+		c.store.Remove(context.Background(), name, names.Owner(c.client))
+	}
+	return nsCode(err), nil
+}
+
+// reserveName takes one name of the domain's quota and of the monitor's,
+// before a set; settleName keeps it, as the domain's name, or gives it
+// back.
+func (c *nsConn) reserveName() error {
+	m, s := c.m, c.sess
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	switch {
+	case len(s.nsNames)+s.nsNamesPending >= m.cfg.MaxNames:
+		return fmt.Errorf("resource exhausted: this domain holds %d names set through the nameservice, its quota (--max-names)", m.cfg.MaxNames)
+	case m.names >= m.cfg.MaxTotalNames:
+		return fmt.Errorf("resource exhausted: the domains hold %d names set through the nameservice, the monitor's quota (--max-total-names)", m.cfg.MaxTotalNames)
+	}
+	s.nsNamesPending++
+	m.names++
+	return nil
+}
+
+// settleName ends the reservation of a set of name, which succeeded if
+// set. It reports true if the set succeeded for a session that has ended,
+// whose name the caller must remove.
+func (c *nsConn) settleName(name string, set bool) bool {
+	m, s := c.m, c.sess
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s.nsNamesPending--
+	if set && m.domains[s.id] == s {
+		s.nsNames[name] = struct{}{}
+		return false
+	}
+	m.names--
+	return set
+}
+
+// forgetName gives back the quota of a name the domain removed.
+func (m *Monitor) forgetName(s *session, name string) {
+	m.mu.Lock()
+	if _, ok := s.nsNames[name]; ok {
+		delete(s.nsNames, name)
+		m.names--
+	}
+	m.mu.Unlock()
 }
 
 // Reading a name never reveals the token that binds it: get, wait_for
@@ -197,6 +262,15 @@ func (c *nsConn) Get(ctx context.Context, name string) (wire.Iref, wire.Errval, 
 // when the caller cancels (then chanos sends no reply) and when the
 // connection ends.
 func (c *nsConn) WaitFor(ctx context.Context, name string) (wire.Iref, wire.Errval, error) {
+	// A wait_for waits as a bind does, and counts with the binds in
+	// progress against the monitor's quota.
+	if n := c.m.waits.Add(1); int(n) > c.m.cfg.MaxTotalPendingBinds {
+		c.m.waits.Add(-1)
+		c.m.rlog.logf(slog.LevelWarn, "refused-nameservice.wait_for", "request refused", "call", "nameservice.wait_for",
+			"domain", c.client, "conn", c.id, "reason", "resource exhausted: binds and waits in progress (--max-total-pending-binds)")
+		return wire.Iref{}, NSLimit, nil
+	}
+	defer c.m.waits.Add(-1)
 	c.mu.Lock()
 	if c.waits >= nsMaxWaits {
 		c.mu.Unlock()
@@ -230,7 +304,11 @@ func (c *nsConn) Remove(ctx context.Context, name string) (wire.Errval, error) {
 	if names.ValidName(name) != nil {
 		return NSInvalidName, nil
 	}
-	return nsCode(c.store.Remove(ctx, name, names.Owner(c.client))), nil
+	err := c.store.Remove(ctx, name, names.Owner(c.client))
+	if err == nil {
+		c.m.forgetName(c.sess, name)
+	}
+	return nsCode(err), nil
 }
 
 // List implements nameservice.Server.
@@ -264,8 +342,27 @@ func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m nameserv
 	c.watches++
 	c.mu.Unlock()
 	prefix := m.Prefix
+	mon := c.m
+	mon.mu.Lock()
+	if mon.watches >= mon.cfg.MaxTotalWatches {
+		mon.mu.Unlock()
+		// A message has no reply to carry the refusal: end the connection.
+		err := fmt.Errorf("watch %q: resource exhausted: the monitor has %d watches, its quota (--max-total-watches)", prefix, mon.cfg.MaxTotalWatches)
+		mon.rlog.logf(slog.LevelWarn, "refused-nameservice.watch", "request refused", "call", "nameservice.watch",
+			"domain", c.client, "conn", c.id, "reason", err.Error())
+		c.end(err)
+		return nil
+	}
+	mon.watches++
+	mon.mu.Unlock()
+	unwatch := func() {
+		mon.mu.Lock()
+		mon.watches--
+		mon.mu.Unlock()
+	}
 	w, err := c.store.Watch(ctx, prefix)
 	if err != nil {
+		unwatch()
 		// A message has no reply to carry the failure: end the connection.
 		c.end(fmt.Errorf("watch %q: %w", prefix, err))
 		return nil
@@ -273,6 +370,7 @@ func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m nameserv
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
+		defer unwatch()
 		for ev := range w.C {
 			if err := from.Send(ctx, &nameservice.Changed{Name: ev.Name, Ref: ev.Ref.WithoutToken(), Removed: ev.Removed}); err != nil {
 				w.Stop()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
@@ -78,17 +80,39 @@ type session struct {
 	endOnce sync.Once
 	reason  error // why the session ended; set once, by end
 
+	uc *net.UnixConn // the socket, for its send queue (outq) and buffer
+
 	// Set by hello, under m.mu; read by others under m.mu or after hello.
 	id      uint64
 	program string
 	exports map[string]*export // under m.mu
 
+	// The domain's shares of the quotas, under m.mu.
+	nsConns        int                 // nameservice connections, those being bound included
+	nsNames        map[string]struct{} // names set through its nameservice connections
+	nsNamesPending int                 // sets in progress, each holding a name of the quotas
+	records        []uint64            // ids of its connection records as a client, oldest first
+	replyMem       int                 // reply memory reserved
+	replyUnread    int                 // of which: a large reply sent and not read yet
+	replySent      time.Time           // when it was sent
+
 	binds atomic.Int32 // binds in progress
+
+	// Liveness (janitor.go): lastActive is when the domain last proved
+	// it reads (a call, an answered ping), in Unix nanoseconds;
+	// unresponsiveSince is when it left a ping unread for the ping
+	// timeout (0 while it answers). pingSince and pingSeq are the
+	// janitor's alone.
+	lastActive        atomic.Int64
+	unresponsiveSince atomic.Int64
+	pinging           atomic.Bool
+	pingSince         time.Time
+	pingSeq           uint64
 }
 
 func newSession(m *Monitor, pc *seqpacket.Conn, cred *syscall.Ucred, maxPacket int) *session {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &session{
+	s := &session{
 		m:         m,
 		conn:      chanos.NewConn(seqpacket.NewLink(pc), monitorInterface),
 		maxPacket: maxPacket,
@@ -98,8 +122,12 @@ func newSession(m *Monitor, pc *seqpacket.Conn, cred *syscall.Ucred, maxPacket i
 		born:      time.Now(),
 		ctx:       ctx,
 		cancel:    cancel,
+		uc:        pc.UnixConn(),
 		exports:   map[string]*export{},
+		nsNames:   map[string]struct{}{},
 	}
+	s.lastActive.Store(s.born.UnixNano())
+	return s
 }
 
 // run serves the session until it ends, then releases what it held.
@@ -163,10 +191,12 @@ func (s *session) hello() error {
 		m.mu.Lock()
 		s.id = m.nextDomain.Add(1)
 		s.program = c.Program
+		// Before the session is in the table, where the janitor finds it.
+		s.log = s.log.With("domain", s.id, "program", c.Program)
 		m.domains[s.id] = s
 		m.mu.Unlock()
-		s.log = s.log.With("domain", s.id, "program", c.Program)
 		s.log.Info("domain joined", "uid", s.uid)
+		s.lastActive.Store(time.Now().UnixNano())
 		return s.conn.Reply(s.ctx, in, &proto.HelloReply{
 			MonitorVersion: proto.ProtocolVersion,
 			DomainID:       s.id,
@@ -210,6 +240,7 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 		wire.CloseCaps(in.Caps)
 		return nil, s.conn.Violation(fmt.Errorf("a domain sends rpc calls and cancels, not a %s (message %d)", in.Kind, in.Header.Msg))
 	}
+	s.lastActive.Store(time.Now().UnixNano())
 	msg, err := proto.Decode(in.Frame, in.Caps)
 	if err != nil {
 		wire.CloseCaps(in.Caps)
@@ -226,14 +257,22 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 	case *proto.BindCall:
 		r, err = s.startBind(ctx, c)
 	case *proto.PsCall:
-		r, err = s.ps()
+		r, err = s.ps(ctx, in)
 	default:
 		return nil, s.conn.Violation(fmt.Errorf("unexpected %s %s", msg.MsgName(), msg.MsgKind()))
+	}
+	if r == genrt.Replied { // sent by the call itself (ps)
+		return r, err
 	}
 	if err != nil {
 		var re *rpcError
 		if errors.As(err, &re) {
-			s.log.Debug("call failed", "call", msg.MsgName(), "err", err)
+			if re.code == proto.StatusLimit {
+				s.m.rlog.logf(slog.LevelWarn, "refused-"+msg.MsgName(), "request refused", "call", msg.MsgName(),
+					"pid", s.pid, "domain", s.id, "program", s.program, "reason", re.detail)
+			} else {
+				s.log.Debug("call failed", "call", msg.MsgName(), "err", err)
+			}
 		} else if !errors.Is(err, errCancelled) {
 			s.log.Error("call failed", "call", msg.MsgName(), "err", err)
 		}
@@ -286,7 +325,11 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	}
 	if len(s.exports) >= m.cfg.MaxExports {
 		m.mu.Unlock()
-		return nil, fail(proto.StatusLimit, "export %q: this domain has %d exports, the limit", c.Name, m.cfg.MaxExports)
+		return nil, exhausted("export %q: this domain has %d exports, its quota (--max-exports)", c.Name, m.cfg.MaxExports)
+	}
+	if n := len(m.exports) - 1; n >= m.cfg.MaxTotalExports { // the nameservice's is not counted
+		m.mu.Unlock()
+		return nil, exhausted("export %q: the monitor has %d exports, its quota (--max-total-exports)", c.Name, n)
 	}
 	// In the table before the name is, so that a bind that finds the name
 	// finds the export.
@@ -326,6 +369,8 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref.WithoutToken() == e.ref.WithoutToken() && sameToken(ref, e.ref) {
 		if err := m.store.Remove(s.ctx, c.Name, names.Owner(s.id)); err != nil && !errors.Is(err, names.ErrNotFound) {
 			s.log.Warn("withdraw: remove the name", "name", c.Name, "err", err)
+		} else if err == nil {
+			m.forgetName(s, c.Name) // set through the nameservice to the export's iref
 		}
 	}
 	s.log.Info("withdraw", "name", c.Name, "export", e.id)
@@ -333,25 +378,36 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 }
 
 // cleanup releases what an ended session held: its exports, its names,
-// the records of its connections and its nameservice connections.
+// the records of its connections, its nameservice connections and its
+// shares of the quotas.
 func (s *session) cleanup() {
 	m := s.m
 	m.mu.Lock()
 	delete(m.sessions, s)
 	var withdrawn []string
 	if s.id != 0 {
-		delete(m.domains, s.id)
+		if m.domains[s.id] == s {
+			delete(m.domains, s.id)
+		}
 		for name, e := range s.exports {
 			delete(m.exports, e.id)
 			withdrawn = append(withdrawn, name)
 		}
 		clear(s.exports)
-		for id, c := range m.conns {
-			if c.client == s.id || c.server == s.id {
-				delete(m.conns, id)
+		for _, id := range s.records {
+			if rec := m.conns[id]; rec != nil && rec.client == s.id {
+				m.dropRecordLocked(rec)
 			}
 		}
+		s.records = nil
+		for _, rec := range m.served[s.id] {
+			m.dropRecordLocked(rec)
+		}
+		m.names -= len(s.nsNames)
+		clear(s.nsNames)
 	}
+	m.replyMem -= s.replyMem
+	s.replyMem, s.replyUnread = 0, 0
 	var nsConns []*nsConn
 	for _, c := range m.nsConns {
 		if c.client == s.id {
@@ -362,10 +418,13 @@ func (s *session) cleanup() {
 
 	if s.id == 0 {
 		// Never said hello: nothing to release.
-		if errors.Is(s.reason, io.EOF) || errors.Is(s.reason, errShutdown) {
+		switch {
+		case errors.Is(s.reason, io.EOF) || errors.Is(s.reason, errShutdown):
 			s.log.Debug("connection closed before hello", "reason", s.reason)
-		} else {
-			s.log.Warn("connection dropped before hello", "err", s.reason)
+		case errors.Is(s.reason, errEvicted):
+			s.log.Debug("connection dropped before hello", "err", s.reason)
+		default:
+			m.rlog.logf(slog.LevelWarn, rateKindOf("before-hello", s.reason), "connection dropped before hello", "pid", s.pid, "err", s.reason)
 		}
 		return
 	}
@@ -385,6 +444,8 @@ func (s *session) cleanup() {
 		s.log.Info("domain left", attrs...)
 	case errors.Is(s.reason, errShutdown):
 		s.log.Info("domain disconnected: monitor shutting down", attrs...)
+	case errors.Is(s.reason, errEvicted):
+		s.log.Debug("domain dropped", append(attrs, "err", s.reason)...) // evict logged it, at a limited rate
 	default:
 		s.log.Warn("domain dropped", append(attrs, "err", s.reason)...)
 	}

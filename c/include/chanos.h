@@ -969,6 +969,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_BUSY         (-4311) /* concurrent use against the rules */
 #define CHANOS_ERR_REMOTE       (-4312) /* the peer answered with an error reply */
 #define CHANOS_ERR_NOT_OWNER    (-4313) /* nameservice: another domain owns the name */
+#define CHANOS_ERR_MONITOR_FULL (-4314) /* join: the monitor has no free session */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -1008,12 +1009,23 @@ struct chanos_join_opts {
  * returns the domain in *out, which the caller owns: free it with
  * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
  * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user,
- * CHANOS_ERR_TIMEDOUT if it does not answer within the call timeout.
+ * CHANOS_ERR_TIMEDOUT if it does not answer within the call timeout,
+ * CHANOS_ERR_MONITOR_FULL if the monitor answered hello with "monitor
+ * full: N of N sessions" (its --max-domains cap is reached).
  *
  * Every call to the monitor is bounded: by its own timeout_ms where it has
  * one, else by the domain's call timeout (see chanos_join_opts); a
  * monitor that does not answer in time gives CHANOS_ERR_TIMEDOUT. A call
  * that timed out may still take effect once a stopped monitor resumes.
+ *
+ * Idle sessions. The monitor pings a session that has been idle; libchanos
+ * answers by reading the socket, which it does in any call on the domain
+ * (chanos_domain_poll, chanos_accept, ...). A program that leaves its
+ * domain alone for long (it sleeps, say) does not answer; its session is
+ * then dropped only when the monitor runs out of sessions or of reply
+ * memory and it is among the sessions to evict (docs/quotas.md). Calling
+ * chanos_domain_poll(d, 0) from time to time, or polling
+ * chanos_domain_fd, keeps a session answering.
  */
 int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts);
 
@@ -1174,6 +1186,7 @@ int chanos_iref_parse(const char *s, struct chanos_iref *out);
 #define CHANOS_NS_LIMIT         6 /* too many calls in progress */
 #define CHANOS_NS_INVALID_REF   7 /* set: the null iref */
 #define CHANOS_NS_UNAVAILABLE   8 /* the store failed or is shutting down */
+#define CHANOS_NS_QUOTA         9 /* set: the quota of names is reached */
 
 /*
  * chanos_nameservice_connect binds the monitor's nameservice, as the Go
@@ -1192,7 +1205,8 @@ int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
  * chanos_nameservice_error maps a nameservice code (an errval, or the code
  * of an error reply's status) onto a result: 0 for CHANOS_NS_OK, else
  * CHANOS_ERR_EXISTS, _NOT_FOUND, _INVALID (a bad name, the null iref),
- * _NOT_OWNER, _TIMEDOUT, _LIMIT, or _MONITOR (unavailable, unknown codes).
+ * _NOT_OWNER, _TIMEDOUT, _LIMIT (also for CHANOS_NS_QUOTA: resource
+ * exhausted), or _MONITOR (unavailable, unknown codes).
  */
 int chanos_nameservice_error(uint64_t code);
 

@@ -394,6 +394,16 @@ static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
             rc = queue_incoming(d, f);
             if (rc == 0)
                 return 0;
+        } else if (kind == CHANOS_KIND_MESSAGE && h.msg == MONITOR_MSG_PING) {
+            /* The monitor sees from its socket that we read it: reading is
+             * the answer (docs/quotas.md, "Idle sessions"). */
+            struct monitor_ping ping;
+
+            rc = monitor_ping_decode(&ping, d->rbuf, f->len, f->fds, f->nfds);
+            if (rc == 0) {
+                close_fds(f->fds, f->nfds);
+                return 0;
+            }
         } else {
             rc = CHANOS_ERR_HEADER;
         }
@@ -570,6 +580,8 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (rc != 0)
         goto fail;
     rc = mon_call(d, &b, MONITOR_MSG_HELLO, o.timeout_ms, o.timeout_ms, &f);
+    if (rc == CHANOS_ERR_LIMIT)
+        rc = CHANOS_ERR_MONITOR_FULL; /* "monitor full: N of N sessions" */
     if (rc != 0)
         goto fail;
     rc = monitor_hello_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
@@ -1209,6 +1221,7 @@ int chanos_nameservice_error(uint64_t code)
     case CHANOS_NS_TIMEOUT:
         return CHANOS_ERR_TIMEDOUT;
     case CHANOS_NS_LIMIT:
+    case CHANOS_NS_QUOTA:
         return CHANOS_ERR_LIMIT;
     }
     return CHANOS_ERR_MONITOR; /* unavailable, or a code we do not know */

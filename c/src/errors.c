@@ -35,7 +35,7 @@ const char *chanos_strerror_more_(int err)
     case CHANOS_ERR_MISMATCH:
         return "monitor: interface mismatch";
     case CHANOS_ERR_LIMIT:
-        return "monitor: a limit was reached";
+        return "monitor: a limit was reached (resource exhausted)";
     case CHANOS_ERR_DENIED:
         return "monitor: denied (a private export bound by name, a caller "
                "not on the export's allow-list, or a wrong token)";
@@ -51,6 +51,9 @@ const char *chanos_strerror_more_(int err)
         return "the peer answered with an error reply";
     case CHANOS_ERR_NOT_OWNER:
         return "nameservice: the name belongs to another domain";
+    case CHANOS_ERR_MONITOR_FULL:
+        return "monitor full: every session is taken (the monitor's "
+               "--max-domains cap)";
     }
     return "unknown chanos error";
 }

@@ -204,7 +204,8 @@ static void test_nameservice_error(void)
              CHANOS_ERR_INVALID);
     CHECK_EQ(chanos_nameservice_error(CHANOS_NS_UNAVAILABLE),
              CHANOS_ERR_MONITOR);
-    CHECK_EQ(chanos_nameservice_error(9), CHANOS_ERR_MONITOR);
+    CHECK_EQ(chanos_nameservice_error(CHANOS_NS_QUOTA), CHANOS_ERR_LIMIT);
+    CHECK_EQ(chanos_nameservice_error(10), CHANOS_ERR_MONITOR);
     CHECK_EQ(chanos_nameservice_error(UINT64_MAX), CHANOS_ERR_MONITOR);
 }
 
@@ -221,7 +222,7 @@ static void test_join_errors(void)
                           CHANOS_ERR_MONITOR,    CHANOS_ERR_UNSAFE_DIR,
                           CHANOS_ERR_BUSY,       CHANOS_ERR_REMOTE,
                           CHANOS_ERR_NOT_OWNER,  CHANOS_ERR_TIMEDOUT,
-                          CHANOS_ERR_PEER_DIED };
+                          CHANOS_ERR_PEER_DIED,  CHANOS_ERR_MONITOR_FULL };
 
     CHECK(mkdtemp(tmpl) != NULL);
     /* a missing directory: no monitor */

@@ -8,31 +8,150 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/chanos/chanos/monitor"
 )
 
-const monitorUsage = `usage: chanos monitor [--dir DIR] [--max-domains N] [--log-level LEVEL]
+const monitorUsage = `usage: chanos monitor [--dir DIR] [--log-level LEVEL] [QUOTA FLAGS]
 
 Runs this user's monitor: domains export and bind services through it, and
 it hosts the nameservice. It serves until SIGINT or SIGTERM.
 
   --dir DIR          the monitor's directory (default: $CHANOS_DIR, else
                      $XDG_RUNTIME_DIR/chanos, else $TMPDIR/chanos-UID)
-  --max-domains N    most domains connected at once (default %d)
   --log-level LEVEL  debug, info, warn or error (default info)
+
+Quotas (docs/quotas.md says what each defends). A count is per domain, or
+for all domains together where it says total; sizes are bytes, or with a
+suffix K, M or G (powers of 1024).
+
+  --max-domains N              sessions, total (default %d)
+  --max-ns-conns N             nameservice connections per domain (default %d)
+  --max-total-ns-conns N       nameservice connections, total (default %d)
+  --max-names N                names set through the nameservice, per domain (default %d)
+  --max-total-names N          names set through the nameservice, total (default %d)
+  --max-exports N              exports per domain (default %d)
+  --max-total-exports N        exports, total (default %d)
+  --max-pending-binds N        binds in progress per domain (default %d)
+  --max-total-pending-binds N  binds and nameservice waits in progress, total (default %d)
+  --max-total-watches N        nameservice watches, total (default %d)
+  --max-conn-records N         connection records kept for ps per domain (default %d)
+  --max-reply-queue SIZE       a session's socket send buffer (default %s)
+  --max-reply-memory SIZE      memory of one domain's large replies (default %s)
+  --max-total-reply-memory SIZE  memory of all large replies (default %s)
+  --hello-timeout D            time to say hello (default %v)
+  --idle-timeout D             silence before a session is pinged (default %v)
+  --ping-timeout D             time to read a ping (default %v)
+
+The monitor's resident memory stays under a bound computed from the
+quotas (docs/quotas.md); the monitor logs it when it starts and sets the
+Go runtime's soft memory limit to it unless GOMEMLIMIT is set.
 `
+
+func printMonitorUsage() {
+	fmt.Printf(monitorUsage, monitor.DefaultMaxDomains, monitor.DefaultMaxNSConns, monitor.DefaultMaxTotalNSConns,
+		monitor.DefaultMaxNames, monitor.DefaultMaxTotalNames, monitor.DefaultMaxExports, monitor.DefaultMaxTotalExports,
+		monitor.DefaultMaxPendingBinds, monitor.DefaultMaxTotalPendingBinds, monitor.DefaultMaxTotalWatches,
+		monitor.DefaultMaxConnRecords, formatSize(monitor.DefaultMaxReplyQueue), formatSize(monitor.DefaultMaxReplyMemory),
+		formatSize(monitor.DefaultMaxTotalReplyMemory), monitor.DefaultHelloTimeout, monitor.DefaultIdleTimeout,
+		monitor.DefaultPingTimeout)
+}
+
+// sizeFlag is a byte count given as a number with an optional K, M or G
+// suffix (KiB, MiB and GiB are accepted too).
+type sizeFlag int
+
+func (s *sizeFlag) String() string { return formatSize(int(*s)) }
+
+func (s *sizeFlag) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeFlag(n)
+	return nil
+}
+
+func parseSize(v string) (int, error) {
+	t := strings.TrimSuffix(strings.TrimSuffix(strings.ToUpper(strings.TrimSpace(v)), "B"), "I")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult = 1 << 10
+	case strings.HasSuffix(t, "M"):
+		mult = 1 << 20
+	case strings.HasSuffix(t, "G"):
+		mult = 1 << 30
+	}
+	if mult > 1 {
+		t = t[:len(t)-1]
+	}
+	n, err := strconv.Atoi(t)
+	if err != nil || n <= 0 || n > (1<<40)/mult {
+		return 0, fmt.Errorf("%q is not a size: want a positive number of bytes, with an optional K, M or G", v)
+	}
+	return n * mult, nil
+}
+
+func formatSize(n int) string {
+	switch {
+	case n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
+	case n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	}
+	return strconv.Itoa(n)
+}
 
 // runMonitor runs 'chanos monitor'.
 func runMonitor(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("monitor", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", "", "")
-	maxDomains := fs.Int("max-domains", monitor.DefaultMaxDomains, "")
 	logLevel := fs.String("log-level", "info", "")
+	cfg := monitor.Config{}.WithDefaults()
+	counts := []struct {
+		name string
+		v    *int
+	}{
+		{"max-domains", &cfg.MaxDomains},
+		{"max-ns-conns", &cfg.MaxNSConns},
+		{"max-total-ns-conns", &cfg.MaxTotalNSConns},
+		{"max-names", &cfg.MaxNames},
+		{"max-total-names", &cfg.MaxTotalNames},
+		{"max-exports", &cfg.MaxExports},
+		{"max-total-exports", &cfg.MaxTotalExports},
+		{"max-pending-binds", &cfg.MaxPendingBinds},
+		{"max-total-pending-binds", &cfg.MaxTotalPendingBinds},
+		{"max-total-watches", &cfg.MaxTotalWatches},
+		{"max-conn-records", &cfg.MaxConnRecords},
+	}
+	for _, c := range counts {
+		fs.IntVar(c.v, c.name, *c.v, "")
+	}
+	sizes := []struct {
+		name string
+		v    *int
+	}{
+		{"max-reply-queue", &cfg.MaxReplyQueue},
+		{"max-reply-memory", &cfg.MaxReplyMemory},
+		{"max-total-reply-memory", &cfg.MaxTotalReplyMemory},
+	}
+	for _, c := range sizes {
+		fs.Var((*sizeFlag)(c.v), c.name, "")
+	}
+	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", cfg.HelloTimeout, "")
+	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "")
+	fs.DurationVar(&cfg.PingTimeout, "ping-timeout", cfg.PingTimeout, "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fmt.Printf(monitorUsage, monitor.DefaultMaxDomains)
+			printMonitorUsage()
 			return nil
 		}
 		return fmt.Errorf("%w: monitor: %v", errUsage, err)
@@ -40,17 +159,29 @@ func runMonitor(ctx context.Context, args []string) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: monitor: unexpected argument %q", errUsage, fs.Arg(0))
 	}
-	if *maxDomains <= 0 {
-		return fmt.Errorf("%w: monitor: --max-domains must be positive, not %d", errUsage, *maxDomains)
+	for _, c := range counts {
+		if *c.v <= 0 {
+			return fmt.Errorf("%w: monitor: --%s must be positive, not %d", errUsage, c.name, *c.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"hello-timeout", cfg.HelloTimeout}, {"idle-timeout", cfg.IdleTimeout}, {"ping-timeout", cfg.PingTimeout}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%w: monitor: --%s must be positive, not %v", errUsage, d.name, d.v)
+		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("%w: monitor: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	return monitor.Run(ctx, monitor.Config{
-		Dir:        *dir,
-		MaxDomains: *maxDomains,
-		Logger:     log,
-	})
+	cfg.Dir = *dir
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if os.Getenv("GOMEMLIMIT") == "" {
+		// The collector works harder near the bound rather than let
+		// garbage pass it.
+		debug.SetMemoryLimit(cfg.MemoryBound())
+	}
+	return monitor.Run(ctx, cfg)
 }

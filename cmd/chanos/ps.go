@@ -106,7 +106,11 @@ func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 			}
 			conns = append(conns, fmt.Sprintf("#%d %s%d %s/%s", c.ConnID, arrow, c.Peer, c.Name, c.Via))
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", d.ID, d.PID, orDash(printable(d.Program)), orDash(strings.Join(exports, ", ")), orDash(strings.Join(conns, ", ")))
+		program := orDash(printable(d.Program))
+		if d.Unresponsive {
+			program += " (unresponsive)"
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", d.ID, d.PID, program, orDash(strings.Join(exports, ", ")), orDash(strings.Join(conns, ", ")))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -28,8 +28,14 @@ type Roles map[string]func(args []string) error
 // Main is a test binary's TestMain: it runs the role this process was
 // started in, or the tests.
 func Main(m *testing.M, roles Roles) {
+	os.Exit(Run(m, roles))
+}
+
+// Run is Main for a TestMain with work of its own after the tests: it
+// returns the tests' exit code rather than exit (a role still exits).
+func Run(m *testing.M, roles Roles) int {
 	if !InRole() {
-		os.Exit(m.Run())
+		return m.Run()
 	}
 	name := os.Args[2]
 	role, ok := roles[name]
@@ -42,6 +48,7 @@ func Main(m *testing.M, roles Roles) {
 		os.Exit(1)
 	}
 	os.Exit(0)
+	return 0
 }
 
 // InRole reports whether this process was started in a role (by Self or

@@ -104,14 +104,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// startMonitor runs `chanos monitor --dir DIR` in a new private
-// directory and returns DIR once the monitor's socket is there. At the
-// test's end it stops the monitor with SIGTERM, and shows its log if the
-// test failed.
-func startMonitor(t *testing.T) string {
+// startMonitor runs `chanos monitor --dir DIR`, with flags if any, in a
+// new private directory and returns DIR once the monitor's socket is
+// there. At the test's end it stops the monitor with SIGTERM, and shows
+// its log if the test failed.
+func startMonitor(t *testing.T, flags ...string) string {
 	t.Helper()
 	dir := testkit.ShortDir(t)
-	cmd := exec.Command(goBin(t, "chanos"), "monitor", "--dir", dir)
+	cmd := exec.Command(goBin(t, "chanos"), append([]string{"monitor", "--dir", dir}, flags...)...)
 	log := &testkit.Output{}
 	cmd.Stderr = log
 	m := testkit.Start(t, cmd)

@@ -245,12 +245,22 @@ func (c *Conn) encodeLocked(encode func(*wire.Buffer) error, callID, timeoutUS u
 	return nil
 }
 
+// maxKeptSendBuffer bounds the send buffer a connection keeps from one
+// send to the next: a rare large frame (a monitor's ps reply of a
+// megabyte, say) does not pin a buffer of its size for the connection's
+// life, so that a server's memory is not its connections times its
+// largest frame.
+const maxKeptSendBuffer = 64 << 10
+
 // sentLocked finishes a send of sbuf, done or failed: the give_away_caps
 // went with the frame, except within one process, where the receiver now
-// holds them.
+// holds them; a buffer grown past maxKeptSendBuffer is let go.
 func (c *Conn) sentLocked() {
 	if c.values == nil && len(c.sbuf.Caps) > 0 {
 		c.closeGiveAway()
+	}
+	if cap(c.sbuf.B) > maxKeptSendBuffer {
+		c.sbuf.B = nil
 	}
 }
 

@@ -31,6 +31,7 @@ const (
 	MsgBind     uint16 = 4 // bind
 	MsgIncoming uint16 = 5 // incoming
 	MsgPs       uint16 = 6 // ps
+	MsgPing     uint16 = 7 // ping
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -623,6 +624,35 @@ func (m *PsReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
 	return nil
 }
 
+// Ping is the message ping, number 7:
+//
+//	message ping(uint64 seq);
+type Ping struct {
+	// Seq is the argument seq (uint64).
+	Seq uint64
+}
+
+func (*Ping) MsgNumber() uint16  { return MsgPing }
+func (*Ping) MsgKind() wire.Kind { return wire.KindMessage }
+func (*Ping) MsgName() string    { return "monitor.ping" }
+func (*Ping) isMsg()             {}
+func (m *Ping) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgPing, wire.KindMessage, 8))
+	return nil
+}
+func (m *Ping) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgPing, wire.KindMessage, 8); ok {
+		m.Seq = wire.Uint64(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "monitor.ping", MsgPing, wire.KindMessage, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *Ping) put(b []byte) {
+	wire.PutUint64(b[0:], m.Seq)
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if monitor has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -649,6 +679,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(PsCall)
 	case msg == MsgPs && kind == wire.KindReply:
 		return new(PsReply)
+	case msg == MsgPing && kind == wire.KindMessage:
+		return new(Ping)
 	}
 	return nil
 }
