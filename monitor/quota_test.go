@@ -147,6 +147,18 @@ func startMonitorProc(t *testing.T, cfg Config) *monitorProc {
 
 func (p *monitorProc) pid() int { return p.child.Cmd.Process.Pid }
 
+// row adds the test's row to the hostile-peer suite's table
+// (testkit.HostileRow), with the monitor as the victim: what it holds now,
+// and when the test ends.
+func (p *monitorProc) row(t *testing.T, attack string) {
+	t.Helper()
+	before := testkit.Measure(t, p.pid())
+	var after testkit.Usage
+	testkit.HostileRow(t, attack, "monitor", &before, &after)
+	t.Cleanup(func() { after = testkit.Measure(t, p.pid()) }) // runs first
+
+}
+
 // status returns a field of the monitor's /proc/PID/status in bytes
 // (VmRSS, VmHWM).
 func (p *monitorProc) status(t *testing.T, field string) int64 {
@@ -253,6 +265,7 @@ func wantExhausted(t *testing.T, what string, err error, flag string) {
 // MaxTotalNSConns, and the descriptors they cost stay bounded.
 func TestAttackNameserviceConnections(t *testing.T) {
 	p := startMonitorProc(t, Config{MaxNSConns: 4, MaxTotalNSConns: 6})
+	p.row(t, "B1: nameservice connections by the hundred from two domains")
 	ctx := testkit.Context(t)
 	base := p.fds(t)
 	var held []*NSClient
@@ -328,6 +341,7 @@ func TestAttackPsAmplification(t *testing.T) {
 		}
 	}
 	before := p.status(t, "VmRSS")
+	p.row(t, "B2: ps amplification: 8 sessions x 80 ps calls, replies never read (10 x 256 long exports)")
 	// 8 sessions send 80 ps calls each and never read.
 	var attackers []*rawConn
 	for range 8 {
@@ -384,6 +398,7 @@ func TestAttackPsAmplification(t *testing.T) {
 // the names back.
 func TestAttackNames(t *testing.T) {
 	p := startMonitorProc(t, Config{MaxNames: 100, MaxTotalNames: 150})
+	p.row(t, "B3: names set by the thousand through one connection")
 	ctx := testkit.Context(t)
 	fill := func(c *Client, prefix string, want int) *NSClient {
 		ns, err := c.Nameservice(ctx)
@@ -451,6 +466,7 @@ func TestAttackNames(t *testing.T) {
 func TestAttackIdleSessions(t *testing.T) {
 	const cap = 8
 	p := startMonitorProc(t, Config{MaxDomains: cap, IdleTimeout: 100 * time.Millisecond, PingTimeout: 500 * time.Millisecond})
+	p.row(t, "C: sessions that say hello and idle, to the session cap")
 	ctx := testkit.Context(t)
 	sleeper := testkit.Start(t, testkit.Self(roleSleeper, p.dir))
 	sleeperID, _ := strings.CutPrefix(sleeper.Line(t), "joined ")
@@ -537,6 +553,7 @@ func TestMemoryBoundUnderAttack(t *testing.T) {
 	}
 	cfg := Config{IdleTimeout: time.Second, PingTimeout: time.Second}
 	p := startMonitorProc(t, cfg)
+	p.row(t, "all of B and C at once: 1,024 sessions fill every quota at the defaults")
 	c := p.cfg
 	ctx := testkit.Context(t)
 	long := strings.Repeat("x", 230)

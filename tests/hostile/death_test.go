@@ -98,11 +98,11 @@ func settled(t *testing.T, pid int, before usage) usage {
 	var u usage
 	for end := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
 		u = measure(t, pid)
-		if u.fds <= before.fds {
+		if u.FDs <= before.FDs {
 			return u
 		}
 		if time.Now().After(end) {
-			t.Fatalf("the victim holds %d descriptors a second after its client died, %d before", u.fds, before.fds)
+			t.Fatalf("the victim holds %d descriptors a second after its client died, %d before", u.FDs, before.FDs)
 		}
 	}
 }

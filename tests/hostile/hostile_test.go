@@ -5,9 +5,10 @@
 // clients within a second of the attack, and records the victim's
 // resident memory and descriptors before and after.
 //
-// `make test-hostile` runs the suite alone; it prints the table of
-// attacks, victims and outcomes at the end, and writes it as Markdown to
-// the file named by CHANOS_HOSTILE_TABLE, if set. It exits non-zero if any
+// `make test-hostile` runs the suite alone, with the monitor's quota
+// attacks (package monitor), and prints the table of attacks, victims
+// and outcomes that the tests write to the file named by
+// CHANOS_HOSTILE_TABLE (testkit.HostileRow). It exits non-zero if any
 // victim stopped serving. The C victims come from the C build directory
 // named by CHANOS_C_BUILD (skipped without it, unless CI is set).
 package hostile
@@ -18,9 +19,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -30,11 +28,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if testkit.InRole() {
-		testkit.Main(m, roles)
-	}
-	code := m.Run()
-	printTable()
+	code := testkit.Run(m, roles)
 	testkit.CleanPrograms()
 	os.Exit(code)
 }
@@ -44,85 +38,15 @@ var roles = testkit.Roles{
 	"victim-client": victimClient,
 }
 
-// usage is what a victim process holds: its resident memory and its open
-// descriptors.
-type usage struct {
-	rssKB, fds int
-}
+// usage is what a victim process holds.
+type usage = testkit.Usage
 
-func (u usage) String() string {
-	if u.rssKB == 0 && u.fds == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.1f MiB, %d fds", float64(u.rssKB)/1024, u.fds)
-}
+// measure reads what pid holds.
+func measure(t *testing.T, pid int) usage { return testkit.Measure(t, pid) }
 
-// measure reads pid's resident memory and descriptor count from /proc.
-func measure(t *testing.T, pid int) usage {
-	t.Helper()
-	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		t.Fatalf("victim %d: %v", pid, err)
-	}
-	var u usage
-	for _, l := range strings.Split(string(status), "\n") {
-		if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-			u.rssKB, _ = strconv.Atoi(f[1])
-		}
-	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("victim %d: %v", pid, err)
-	}
-	u.fds = len(fds)
-	return u
-}
-
-// A row of the suite's table.
-type row struct {
-	attack, victim, outcome string
-	before, after           usage
-}
-
-var table struct {
-	mu   sync.Mutex
-	rows []row
-}
-
-// record adds the test's row to the table when the test ends: "held" if
-// the test passed, else "FAILED" (skipped tests add none).
+// record adds the test's row to the suite's table when the test ends.
 func record(t *testing.T, attack, victim string, before, after *usage) {
-	t.Cleanup(func() {
-		if t.Skipped() {
-			return
-		}
-		outcome := "held"
-		if t.Failed() {
-			outcome = "FAILED"
-		}
-		table.mu.Lock()
-		table.rows = append(table.rows, row{attack, victim, outcome, *before, *after})
-		table.mu.Unlock()
-	})
-}
-
-func printTable() {
-	table.mu.Lock()
-	defer table.mu.Unlock()
-	if len(table.rows) == 0 {
-		return
-	}
-	var b strings.Builder
-	b.WriteString("| attack | victim | outcome | victim before | victim after |\n|---|---|---|---|---|\n")
-	for _, r := range table.rows {
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", r.attack, r.victim, r.outcome, r.before, r.after)
-	}
-	fmt.Printf("\nhostile-peer suite:\n\n%s", b.String())
-	if f := os.Getenv("CHANOS_HOSTILE_TABLE"); f != "" {
-		if err := os.WriteFile(f, []byte(b.String()), 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, "hostile:", err)
-		}
-	}
+	testkit.HostileRow(t, attack, victim, before, after)
 }
 
 // join joins the monitor in dir as a domain of the test process.

@@ -88,7 +88,8 @@ func TestStoppedMonitor(t *testing.T) {
 			}
 			mon.Cmd.Process.Signal(syscall.SIGCONT)
 			keepsServing(t, time.Second, func(ctx context.Context) error { return serves(ctx, d, v.name) })
-			after = measure(t, v.proc.Cmd.Process.Pid)
+			c.Close()
+			after = settled(t, v.proc.Cmd.Process.Pid, before)
 		})
 	}
 }
