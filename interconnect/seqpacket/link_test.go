@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
@@ -145,90 +144,4 @@ func TestLinkClose(t *testing.T) {
 	if err := lb.Receive(context.Background(), &in); !errors.Is(err, interconnect.ErrClosed) {
 		t.Fatalf("peer's Receive = %v, want ErrClosed", err)
 	}
-}
-
-// Gone is closed once the peer closes its end, though packets it sent
-// before still wait to be received; they come first, then the end. Until
-// then, packets arriving do not close it.
-func TestLinkGone(t *testing.T) {
-	a, b := pair(t, 256)
-	la, lb := NewLink(a), NewLink(b)
-	defer lb.Close()
-	fds := countFDs(t)
-	gone := lb.Gone()
-	if lb.Gone() != gone {
-		t.Fatal("Gone returned another channel the second time")
-	}
-	for i := range 3 {
-		frame, _ := frameOf(t, uint16(i+1), []byte("queued"))
-		if err := la.SendFrame(context.Background(), frame, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-gone:
-		t.Fatal("Gone closed while the peer is there")
-	case <-time.After(50 * time.Millisecond):
-	}
-	la.Close()
-	select {
-	case <-gone:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Gone not closed within 5s of the peer's close")
-	}
-	for i := range 3 {
-		var in interconnect.Incoming
-		if err := lb.Receive(context.Background(), &in); err != nil || in.Header.Msg != uint16(i+1) {
-			t.Fatalf("receive %d after the peer's close = %v, msg %d", i, err, in.Header.Msg)
-		}
-	}
-	var in interconnect.Incoming
-	if err := lb.Receive(context.Background(), &in); !errors.Is(err, interconnect.ErrClosed) {
-		t.Fatalf("receive past the queued packets = %v, want ErrClosed", err)
-	}
-	// The watch's duplicate of the socket has gone with the watch, and
-	// the peer's socket with its close.
-	if n := countFDs(t); n != fds-1 {
-		t.Fatalf("%d descriptors open after the watch ended, want %d", n, fds-1)
-	}
-}
-
-// This side's Close closes Gone too, and releases the watch's descriptor;
-// Gone after Close is closed at once.
-func TestLinkGoneOnClose(t *testing.T) {
-	a, b := pair(t, 256)
-	la, lb := NewLink(a), NewLink(b)
-	defer la.Close()
-	fds := countFDs(t)
-	gone := lb.Gone()
-	if n := countFDs(t); n != fds+1 {
-		t.Fatalf("%d descriptors open while watching, want %d", n, fds+1)
-	}
-	lb.Close()
-	select {
-	case <-gone:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Gone not closed within 5s of this side's close")
-	}
-	if n := countFDs(t); n != fds-1 {
-		t.Fatalf("%d descriptors open after Close, want %d", n, fds-1)
-	}
-	c, _ := pair(t, 256)
-	lc := NewLink(c)
-	lc.Close()
-	select {
-	case <-lc.Gone():
-	default:
-		t.Fatal("Gone after Close is not closed")
-	}
-}
-
-// countFDs returns how many descriptors the process has open.
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }

@@ -987,7 +987,10 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 // When the peer closes the connection or dies, the contexts of the calls'
 // handlers then running, inline or concurrent, are canceled at once, on
 // the interconnects that learn of the end without a read
-// (interconnect.PeerWatcher: ump, local, the monitor's socket); a call
+// (interconnect.PeerWatcher: ump, local). The monitor's socket
+// (seqpacket) is not one: a watch would cost each session a descriptor
+// and a goroutine woken by every packet, and the long calls on it (binds)
+// are served concurrently, so the reader sees the end. A call
 // read after that, one the peer sent before it closed, is handled with a
 // context already canceled, and no reply is sent to a peer that is gone.
 // One-way messages the peer sent before it closed are still handled, with
