@@ -148,15 +148,19 @@ func TestPeerEndCancelsHandler(t *testing.T) {
 	}
 }
 
-func testPeerEndOverUMP(t *testing.T, how string, opts []chanos.ServeOption) {
+// serveGone serves a goneServer under name, from a domain of a new
+// monitor, until the test ends; it returns the monitor's directory, the
+// domain and the server.
+func serveGone(t *testing.T, name string, opts []chanos.ServeOption) (string, *chanos.Domain, *goneServer) {
+	t.Helper()
 	dir := testmonitor.Start(t)
 	ctx := testkit.Context(t)
 	d, err := chanos.Join(ctx, chanos.WithDir(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
-	l, err := pingpong.Export(ctx, d, "mortal")
+	t.Cleanup(func() { d.Close() })
+	l, err := pingpong.Export(ctx, d, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,12 +168,18 @@ func testPeerEndOverUMP(t *testing.T, how string, opts []chanos.ServeOption) {
 	sctx, stop := context.WithCancel(ctx)
 	served := make(chan error, 1)
 	go func() { served <- pingpong.Serve(sctx, l, srv, opts...) }()
-	defer func() {
+	t.Cleanup(func() { // before d.Close
 		srv.let()
 		stop()
 		l.Close()
 		<-served
-	}()
+	})
+	return dir, d, srv
+}
+
+func testPeerEndOverUMP(t *testing.T, how string, opts []chanos.ServeOption) {
+	ctx := testkit.Context(t)
+	dir, _, srv := serveGone(t, "mortal", opts)
 	fds, maps := resources(t)
 
 	cmd := testkit.Self("caller", "mortal", how)
@@ -259,27 +269,8 @@ func testPeerEndOverUMP(t *testing.T, how string, opts []chanos.ServeOption) {
 func TestPeerCloseCancelsLocalHandler(t *testing.T) {
 	for mode, opts := range serveModes {
 		t.Run(mode, func(t *testing.T) {
-			dir := testmonitor.Start(t)
 			ctx := testkit.Context(t)
-			d, err := chanos.Join(ctx, chanos.WithDir(dir))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer d.Close()
-			l, err := pingpong.Export(ctx, d, "neighbour")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := newGoneServer()
-			sctx, stop := context.WithCancel(ctx)
-			served := make(chan error, 1)
-			go func() { served <- pingpong.Serve(sctx, l, srv, opts...) }()
-			defer func() {
-				srv.let()
-				stop()
-				l.Close()
-				<-served
-			}()
+			_, d, srv := serveGone(t, "neighbour", opts)
 			c, err := pingpong.Connect(ctx, d, "neighbour")
 			if err != nil {
 				t.Fatal(err)

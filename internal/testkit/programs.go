@@ -38,7 +38,9 @@ func GoProgram(t testing.TB, pkg string) string {
 		}
 		programs.dir, programs.built = d, map[string]string{}
 	}
-	out := filepath.Join(programs.dir, filepath.Base(pkg))
+	// A directory per package keeps the command's own name (chanos,
+	// server, ...) without two packages of one base name meeting.
+	out := filepath.Join(programs.dir, strings.ReplaceAll(pkg, "/", "_"), filepath.Base(pkg))
 	if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}

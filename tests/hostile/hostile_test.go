@@ -116,6 +116,16 @@ type victim struct {
 	proc *testkit.Child
 }
 
+// server starts the pingpong example server of lang, "go" or "c", as
+// name.
+func server(t *testing.T, lang, dir, name string) victim {
+	t.Helper()
+	if lang == "go" {
+		return goServer(t, dir, name)
+	}
+	return cServer(t, dir, name)
+}
+
 // goServer starts the Go pingpong example server as name.
 func goServer(t *testing.T, dir, name string) victim {
 	t.Helper()

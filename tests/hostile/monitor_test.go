@@ -34,12 +34,7 @@ func TestStoppedMonitor(t *testing.T) {
 	for _, lang := range []string{"go", "c"} {
 		t.Run(lang+"-server", func(t *testing.T) {
 			dir, mon := testkit.StartMonitor(t)
-			var v victim
-			if lang == "go" {
-				v = goServer(t, dir, "victim")
-			} else {
-				v = cServer(t, dir, "victim")
-			}
+			v := server(t, lang, dir, "victim")
 			var before, after usage
 			record(t, attack, lang+" server, and a Go domain calling the monitor", &before, &after)
 			before = measure(t, v.proc.Cmd.Process.Pid)

@@ -50,12 +50,7 @@ func TestWakeupAttack(t *testing.T) {
 	for _, lang := range []string{"go", "c"} {
 		t.Run(lang+"-server", func(t *testing.T) {
 			dir, _ := testkit.StartMonitor(t)
-			var v victim
-			if lang == "go" {
-				v = goServer(t, dir, "victim")
-			} else {
-				v = cServer(t, dir, "victim")
-			}
+			v := server(t, lang, dir, "victim")
 			var before, after usage
 			record(t, attack, lang+" server", &before, &after)
 			before = measure(t, v.proc.Cmd.Process.Pid)

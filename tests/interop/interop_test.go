@@ -21,8 +21,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -38,69 +36,32 @@ import (
 // the test if the C examples are not built.
 func cBuild(t *testing.T) string {
 	t.Helper()
-	dir := os.Getenv("CHANOS_C_BUILD")
-	why := ""
-	if dir == "" {
-		why = "CHANOS_C_BUILD is not set"
-	} else if _, err := os.Stat(filepath.Join(dir, "examples", "pingpong_server")); err != nil {
-		why = fmt.Sprintf("the C examples are not built in %s (%v)", dir, err)
-	}
-	if why != "" {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("%s: run 'make c' and set CHANOS_C_BUILD=build/c", why)
-		}
-		t.Skipf("%s: run 'make c' and set CHANOS_C_BUILD=build/c", why)
-	}
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return abs
+	return testkit.CBuild(t, filepath.Join("examples", "pingpong_server"))
 }
 
 func cProg(t *testing.T, name string) string {
 	return filepath.Join(cBuild(t), "examples", name)
 }
 
-var (
-	goBinOnce sync.Once
-	goBinDir  string
-	goBinErr  error
-)
-
-// goBin builds bin/chanos and the Go pingpong examples once per test run
-// and returns the path of the named program.
+// goBin builds bin/chanos, chanosc or a Go pingpong example once per test
+// run and returns its path.
 func goBin(t *testing.T, name string) string {
 	t.Helper()
-	goBinOnce.Do(func() {
-		goBinDir, goBinErr = os.MkdirTemp("", "interop-bin")
-		if goBinErr != nil {
-			return
-		}
-		for _, p := range []struct{ out, pkg string }{
-			{"chanos", "github.com/chanos/chanos/cmd/chanos"},
-			{"chanosc", "github.com/chanos/chanos/cmd/chanosc"},
-			{"pingpong-server", "github.com/chanos/chanos/examples/pingpong/server"},
-			{"pingpong-client", "github.com/chanos/chanos/examples/pingpong/client"},
-		} {
-			out, err := exec.Command("go", "build", "-o", filepath.Join(goBinDir, p.out), p.pkg).CombinedOutput()
-			if err != nil {
-				goBinErr = fmt.Errorf("go build %s: %v\n%s", p.pkg, err, out)
-				return
-			}
-		}
-	})
-	if goBinErr != nil {
-		t.Fatal(goBinErr)
+	pkg := map[string]string{
+		"chanos":          "github.com/chanos/chanos/cmd/chanos",
+		"chanosc":         "github.com/chanos/chanos/cmd/chanosc",
+		"pingpong-server": "github.com/chanos/chanos/examples/pingpong/server",
+		"pingpong-client": "github.com/chanos/chanos/examples/pingpong/client",
+	}[name]
+	if pkg == "" {
+		t.Fatalf("no Go program %q", name)
 	}
-	return filepath.Join(goBinDir, name)
+	return testkit.GoProgram(t, pkg)
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if goBinDir != "" {
-		os.RemoveAll(goBinDir)
-	}
+	testkit.CleanPrograms()
 	os.Exit(code)
 }
 
@@ -110,23 +71,7 @@ func TestMain(m *testing.M) {
 // its log if the test failed.
 func startMonitor(t *testing.T, flags ...string) string {
 	t.Helper()
-	dir := testkit.ShortDir(t)
-	cmd := exec.Command(goBin(t, "chanos"), append([]string{"monitor", "--dir", dir}, flags...)...)
-	log := &testkit.Output{}
-	cmd.Stderr = log
-	m := testkit.Start(t, cmd)
-	t.Cleanup(func() {
-		m.Cmd.Process.Signal(syscall.SIGTERM)
-		m.Wait(t)
-		if t.Failed() {
-			t.Logf("monitor log:\n%s\n%s", strings.Join(m.Remaining(), "\n"), log)
-		}
-	})
-	sock := filepath.Join(dir, "monitor.sock")
-	testkit.Eventually(t, "the monitor's socket "+sock, func() bool {
-		_, err := os.Stat(sock)
-		return err == nil
-	})
+	dir, _ := testkit.StartMonitor(t, flags...)
 	return dir
 }
 
