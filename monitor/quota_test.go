@@ -265,7 +265,7 @@ func wantExhausted(t *testing.T, what string, err error, flag string) {
 // MaxTotalNSConns, and the descriptors they cost stay bounded.
 func TestAttackNameserviceConnections(t *testing.T) {
 	p := startMonitorProc(t, Config{MaxNSConns: 4, MaxTotalNSConns: 6})
-	p.row(t, "B1: nameservice connections by the hundred from two domains")
+	p.row(t, "B1: nameservice connections from two domains until refused, then 200 more")
 	ctx := testkit.Context(t)
 	base := p.fds(t)
 	var held []*NSClient

@@ -92,8 +92,8 @@ func TestWakeupAttackCClient(t *testing.T) {
 	c := testkit.Start(t, cmd)
 	var before, after usage
 	record(t, attack, "c client (of the attacker's service)", &before, &after)
-	before = measure(t, c.Cmd.Process.Pid)
 	a.Expect(t, "attacking")
+	before = measure(t, c.Cmd.Process.Pid) // bound: under attack from now
 	select {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):
