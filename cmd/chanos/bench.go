@@ -166,7 +166,8 @@ bytes_per_s, cpu_percent, runs, as they apply). Figures are medians over
 runs.
 
 flags:
-  --json         one JSON object per result line
+  --json         one JSON object per result line; a failure ends the
+                 lines with {"error": MESSAGE, "code": CODE}
   --quick        fewer iterations (seconds rather than minutes)
   --repeat N     runs per case, interleaved round-robin (default 3)
   --cpuprofile F write a CPU profile of this process (the measuring side) to F
@@ -208,7 +209,6 @@ func runBench(ctx context.Context, args []string) error {
 		return runBenchCheck(args[1:], os.Stdin, os.Stdout)
 	}
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	jsonOut := fs.Bool("json", false, "")
 	quick := fs.Bool("quick", false, "")
 	repeat := fs.Int("repeat", 0, "")
@@ -220,30 +220,28 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		suiteName, args = args[0], args[1:]
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printBenchUsage(os.Stdout)
-			return nil
-		}
-		return fmt.Errorf("%w: bench: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if suiteName == "" && fs.NArg() > 0 {
 		suiteName = fs.Arg(0)
-		if err := fs.Parse(fs.Args()[1:]); err != nil {
-			return fmt.Errorf("%w: bench: %v", errUsage, err)
+		if err := parseFlags(fs, fs.Args()[1:]); err != nil {
+			return err
 		}
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: bench: unexpected arguments %q", errUsage, fs.Args())
+		return usagef("bench", "unexpected arguments %q", fs.Args())
 	}
-	if suiteName == "" || suiteName == "help" {
-		printBenchUsage(os.Stderr)
-		return fmt.Errorf("%w: bench: no suite given", errUsage)
+	if suiteName == "help" {
+		fmt.Print(usageText("bench"))
+		return nil
+	}
+	if suiteName == "" {
+		return usagef("bench", "no suite given")
 	}
 	suite, ok := benchSuites[suiteName]
 	if !ok {
-		printBenchUsage(os.Stderr)
-		return fmt.Errorf("%w: bench: unknown suite %q", errUsage, suiteName)
+		return usagef("bench", "unknown suite %q", suiteName)
 	}
 	if *cpuProfile != "" {
 		// Profiles this process: the measuring side of each case.
@@ -297,7 +295,7 @@ func runBench(ctx context.Context, args []string) error {
 // the files, together, against bench.Bounds.
 func runBenchCheck(files []string, stdin io.Reader, stdout io.Writer) error {
 	if len(files) == 0 {
-		return fmt.Errorf("%w: bench check: no results file given (- for standard input)", errUsage)
+		return usagef("bench", "check: no results file given (- for standard input)")
 	}
 	var results []bench.Result
 	for _, name := range files {

@@ -18,13 +18,26 @@ import (
 	"github.com/chanos/chanos/internal/rundir"
 )
 
+const demoUsage = `usage: chanos demo [-n N]
+
+Starts a monitor (in a private directory unless CHANOS_DIR is set), the
+pingpong example server and client as separate processes, shows what they
+print, runs chanos names, and stops everything. The examples must be
+beside this executable (make builds them into bin/).
+
+  -n N   round trips of each kind the client makes (default 20000)
+`
+
 // runDemo starts a monitor, the pingpong example server and client as
 // separate processes, shows what they print, and shuts everything down.
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	n := fs.Int("n", 20000, "round trips of each kind the client makes")
-	if err := fs.Parse(args); err != nil {
-		return fmt.Errorf("%w: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("demo", "unexpected argument %q", fs.Arg(0))
 	}
 	self, err := os.Executable()
 	if err != nil {

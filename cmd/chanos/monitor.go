@@ -2,10 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"runtime/debug"
@@ -52,8 +50,8 @@ quotas (docs/quotas.md); the monitor logs it when it starts and sets the
 Go runtime's soft memory limit to it unless GOMEMLIMIT is set.
 `
 
-func printMonitorUsage() {
-	fmt.Printf(monitorUsage, monitor.DefaultMaxDomains, monitor.DefaultMaxNSConns, monitor.DefaultMaxTotalNSConns,
+func monitorUsageText() string {
+	return fmt.Sprintf(monitorUsage, monitor.DefaultMaxDomains, monitor.DefaultMaxNSConns, monitor.DefaultMaxTotalNSConns,
 		monitor.DefaultMaxNames, monitor.DefaultMaxTotalNames, monitor.DefaultMaxExports, monitor.DefaultMaxTotalExports,
 		monitor.DefaultMaxPendingBinds, monitor.DefaultMaxTotalPendingBinds, monitor.DefaultMaxTotalWatches,
 		monitor.DefaultMaxConnRecords, formatSize(monitor.DefaultMaxReplyQueue), formatSize(monitor.DefaultMaxReplyMemory),
@@ -112,7 +110,6 @@ func formatSize(n int) string {
 // runMonitor runs 'chanos monitor'.
 func runMonitor(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("monitor", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", "", "")
 	logLevel := fs.String("log-level", "info", "")
 	cfg := monitor.Config{}.WithDefaults()
@@ -149,19 +146,15 @@ func runMonitor(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", cfg.HelloTimeout, "")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "")
 	fs.DurationVar(&cfg.PingTimeout, "ping-timeout", cfg.PingTimeout, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			printMonitorUsage()
-			return nil
-		}
-		return fmt.Errorf("%w: monitor: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: monitor: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("monitor", "unexpected argument %q", fs.Arg(0))
 	}
 	for _, c := range counts {
 		if *c.v <= 0 {
-			return fmt.Errorf("%w: monitor: --%s must be positive, not %d", errUsage, c.name, *c.v)
+			return usagef("monitor", "--%s must be positive, not %d", c.name, *c.v)
 		}
 	}
 	for _, d := range []struct {
@@ -169,12 +162,12 @@ func runMonitor(ctx context.Context, args []string) error {
 		v    time.Duration
 	}{{"hello-timeout", cfg.HelloTimeout}, {"idle-timeout", cfg.IdleTimeout}, {"ping-timeout", cfg.PingTimeout}} {
 		if d.v <= 0 {
-			return fmt.Errorf("%w: monitor: --%s must be positive, not %v", errUsage, d.name, d.v)
+			return usagef("monitor", "--%s must be positive, not %v", d.name, d.v)
 		}
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
-		return fmt.Errorf("%w: monitor: --log-level %q: want debug, info, warn or error", errUsage, *logLevel)
+		return usagef("monitor", "--log-level %q: want debug, info, warn or error", *logLevel)
 	}
 	cfg.Dir = *dir
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

@@ -2,11 +2,8 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"text/tabwriter"
 
@@ -18,8 +15,13 @@ const namesUsage = `usage: chanos names [PREFIX] [--json] [--dir DIR]
 
 Lists the names registered in this user's nameservice that start with
 PREFIX (all of them by default), with the interface and domain of the
-export each names. --json prints a JSON array of
-{"name", "machine_id", "export_id", "iface", "domain", "program"}.
+export each names.
+
+--json prints one JSON document on one line, an array of
+{"name", "machine_id", "export_id", "iface", "domain", "program"} ([] when
+no name matches); a failure prints {"error": MESSAGE, "code": CODE}
+instead (code no_monitor when no monitor runs), and the exit status is
+not 0.
 `
 
 // nameEntry is one line of 'chanos names'.
@@ -35,18 +37,13 @@ type nameEntry struct {
 // runNames runs 'chanos names'.
 func runNames(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("names", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", "", "")
 	asJSON := fs.Bool("json", false, "")
 	var prefix []string
 	// Flags may come before or after the prefix.
 	for {
-		if err := fs.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				fmt.Print(namesUsage)
-				return nil
-			}
-			return fmt.Errorf("%w: names: %v", errUsage, err)
+		if err := parseFlags(fs, args); err != nil {
+			return err
 		}
 		if fs.NArg() == 0 {
 			break
@@ -55,7 +52,7 @@ func runNames(ctx context.Context, args []string) error {
 		args = fs.Args()[1:]
 	}
 	if len(prefix) > 1 {
-		return fmt.Errorf("%w: names: one prefix at most, got %q", errUsage, prefix)
+		return usagef("names", "one prefix at most, got %q", prefix)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
@@ -106,9 +103,7 @@ func runNames(ctx context.Context, args []string) error {
 		entries = append(entries, e)
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(entries)
+		return writeJSON(os.Stdout, entries)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tIFACE\tDOMAIN\tPROGRAM\tEXPORT")

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -21,8 +19,16 @@ import (
 const psUsage = `usage: chanos ps [--json] [--dir DIR]
 
 Lists the domains connected to this user's monitor, with their exports and
-connections. --json prints the monitor's ps document
-(docs/monitor-protocol.md gives its schema).
+connections: the monitor itself (domain 1) first, then every session by id,
+this command's own included (shown as "(this command)"). The first line
+counts the open sessions against the monitor's cap (--max-domains): these
+are limits.domains and limits.max_domains of the JSON document, and count
+this command's session too, but not the monitor.
+
+--json prints the monitor's ps document as it comes, on one line
+(docs/monitor-protocol.md gives its schema); a failure prints
+{"error": MESSAGE, "code": CODE} instead (code no_monitor when no monitor
+runs), and the exit status is not 0.
 `
 
 // cliTimeout bounds the calls of the inspection commands.
@@ -31,18 +37,13 @@ const cliTimeout = 10 * time.Second
 // runPs runs 'chanos ps'.
 func runPs(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", "", "")
 	asJSON := fs.Bool("json", false, "")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fmt.Print(psUsage)
-			return nil
-		}
-		return fmt.Errorf("%w: ps: %v", errUsage, err)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: ps: unexpected argument %q", errUsage, fs.Arg(0))
+		return usagef("ps", "unexpected argument %q", fs.Arg(0))
 	}
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
@@ -53,15 +54,10 @@ func runPs(ctx context.Context, args []string) error {
 	defer c.Close()
 	snap, err := c.Ps(ctx)
 	if err != nil {
-		return fmt.Errorf("ps: %w", err)
+		return err
 	}
 	if *asJSON {
-		b, err := json.Marshal(snap)
-		if err != nil {
-			return fmt.Errorf("ps: %w", err)
-		}
-		_, err = fmt.Printf("%s\n", b)
-		return err
+		return writeJSON(os.Stdout, snap)
 	}
 	return printPs(os.Stdout, snap, c.ID())
 }
@@ -76,18 +72,16 @@ func dialMonitor(ctx context.Context, flagDir, program string) (*chanos.Domain, 
 	return chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram(program))
 }
 
-// printPs prints snap as a table, leaving out the domain self (the
-// session of this command).
+// printPs prints snap as a table, every domain of it, self (the session
+// of this command) marked as such. Its numbers are the document's, so
+// that the table and --json agree.
 func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 	mi := snap.Monitor
-	fmt.Fprintf(w, "monitor %s  pid %d  socket %s  domains %d of %d\n\n",
-		mi.MachineID, mi.PID, mi.Socket, mi.Limits.Domains-1, mi.Limits.MaxDomains)
+	fmt.Fprintf(w, "monitor %s  pid %d  socket %s  sessions %d of %d\n\n",
+		mi.MachineID, mi.PID, mi.Socket, mi.Limits.Domains, mi.Limits.MaxDomains)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DOMAIN\tPID\tPROGRAM\tEXPORTS\tCONNECTIONS")
 	for _, d := range snap.Domains {
-		if d.ID == self {
-			continue
-		}
 		var exports, conns []string
 		for _, e := range d.Exports {
 			desc := e.Iface
@@ -109,6 +103,9 @@ func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 		program := orDash(printable(d.Program))
 		if d.Unresponsive {
 			program += " (unresponsive)"
+		}
+		if d.ID == self {
+			program += " (this command)"
 		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%s\n", d.ID, d.PID, program, orDash(strings.Join(exports, ", ")), orDash(strings.Join(conns, ", ")))
 	}

@@ -4,13 +4,15 @@
 // Usage:
 //
 //	chanosc [-i FILE]... -lang go|c -o OUTDIR FILE.if
+//	chanosc --version
 //
 // For Go, OUTDIR is the package directory and the package is named after
 // the interface; for C, OUTDIR receives NAME.h and NAME.c. Errors are
 // printed one per line as FILE:LINE:COL: message, and the exit status is 1.
-// It works from go:generate:
+// In a module of your own, add it as a tool (go get -tool
+// github.com/chanos/chanos/cmd/chanosc) and run it from go:generate:
 //
-//	//go:generate go run github.com/chanos/chanos/cmd/chanosc -lang go -o ping ping.if
+//	//go:generate go tool chanosc -lang go -o . ping.if
 //
 // See docs/idl.md for the language.
 package main
@@ -28,6 +30,7 @@ import (
 	cgen "github.com/chanos/chanos/gen/c"
 	"github.com/chanos/chanos/gen/golang"
 	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/internal/buildinfo"
 )
 
 // listFlag collects a repeated flag.
@@ -58,8 +61,9 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	out := fs.String("o", "", "output `DIR` (for Go, the package directory)")
 	noNameCheck := fs.Bool("no-name-check", false, "allow an interface name that differs from the file's base name")
 	messagesOnly := fs.Bool("messages-only", false, "Go: generate messages and codecs only, without client, server and connection plumbing")
+	showVersion := fs.Bool("version", false, "print the version of chanosc and of Go, and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: chanosc [-i FILE]... -lang go|c -o OUTDIR FILE.if\n")
+		fmt.Fprintf(fs.Output(), "usage: chanosc [-i FILE]... -lang go|c -o OUTDIR FILE.if\n       chanosc --version\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -67,6 +71,14 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 			return 0
 		}
 		return 2
+	}
+	if *showVersion {
+		if fs.NArg() > 0 {
+			fs.Usage()
+			return 2
+		}
+		fmt.Fprintln(stdout, buildinfo.Line("chanosc"))
+		return 0
 	}
 	if fs.NArg() != 1 || *out == "" {
 		fs.Usage()
@@ -96,7 +108,6 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 		fmt.Fprintf(stderr, "chanosc: %v\n", err)
 		return 1
 	}
-	_ = stdout
 	return 0
 }
 
