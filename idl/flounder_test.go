@@ -119,7 +119,7 @@ func TestFlounderKeywordsAsNames(t *testing.T) {
 }
 
 func TestFlounderLexer(t *testing.T) {
-	iface, err := compile(t, "t.if", `/* a /* nested */ comment, // and a line comment inside */
+	_, err := compile(t, "t.if", `/* a /* nested */ comment, // and a line comment inside */
 interface t "tab\there, \"quoted\", \65\x42\o103, \^A\NUL\SOH\SO\DEL\&1, gap\
       \end, \1234" {
 	typedef uint8 a[010];    /* ten: a leading 0 is decimal, as in Parsec */
@@ -132,7 +132,7 @@ interface t "tab\there, \"quoted\", \65\x42\o103, \^A\NUL\SOH\SO\DEL\&1, gap\
 		t.Fatalf("want one error (z's length 0), got %v", err)
 	}
 	wantErr(t, err, "t.if:7:18: array z has length 0")
-	iface, err = compile(t, "t.if", `/* a /* nested */ comment, // and a line comment inside */
+	iface, err := compile(t, "t.if", `/* a /* nested */ comment, // and a line comment inside */
 interface t "tab\there, \"quoted\", \65\x42\o103, \^A\NUL\SOH\SO\DEL\&1, gap\
       \end, \1234" {
 	typedef uint8 a[010];
