@@ -107,7 +107,7 @@ func TestFlounderCorpusGo(t *testing.T) {
 			"Alias(ctx context.Context, func_ int32, class uint8) (new_ uint64, this bool, err error)",
 		},
 		"lexical": {
-			`Escapes:`, `"quoted", tab here, ABC, \a\a\x00, a gap, comment end */ and trigraph ??/`, "kept apart, Ӓ.",
+			`Escapes:`, `"quoted", tab here, ABC, \a\a\x00, a gap, comment end */, start /* and`, "trigraph ??/ kept apart, Ӓ.",
 			"type Block [10]byte", "type Page [15]byte", "type Words [15]uint16",
 			"MaxPutDataLen = 256", "MaxPutNameLen = 64", "MaxGetDataLen = 256",
 		},
@@ -160,7 +160,7 @@ func TestFlounderCorpusC(t *testing.T) {
 			"typedef uint16_t keywords_alias_t;", "struct keywords_struct_t struct_;", "int32_t func;", "uint8_t class_;",
 		},
 		"lexical": {
-			`"Escapes: \"quoted\",`, `tab\there, ABC, \a\a\x00, a gap, comment end *\/ and trigraph ?\?/ kept`, `apart, Ӓ".`,
+			`"Escapes: \"quoted\",`, `tab\there, ABC, \a\a\x00, a gap, comment end *\/, start /\* and trigraph ?\?/`, `kept apart, Ӓ".`,
 			"typedef uint8_t lexical_block[10];", "typedef uint8_t lexical_page[15];",
 		},
 	} {

@@ -200,10 +200,10 @@ func (g *generator) headerDoc(p *printer) {
 	title := fmt.Sprintf("%s.h: the C binding of interface %s", n, n)
 	if g.iface.Description != "" {
 		// Quoted, a description has no line breaks or control characters;
-		// what would end the comment (*/) or form a trigraph (??/) is
-		// broken up.
+		// what would end the comment (*/), open one (/*, which -Wcomment
+		// reports) or form a trigraph (??/) is broken up.
 		d := fmt.Sprintf("%q", g.iface.Description)
-		title += ", " + strings.NewReplacer("*/", "*\\/", "??", "?\\?").Replace(d)
+		title += ", " + strings.NewReplacer("*/", "*\\/", "/*", "/\\*", "??", "?\\?").Replace(d)
 	}
 	x := n + "_X"
 	text := title + ".\n\n" +
