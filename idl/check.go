@@ -140,7 +140,7 @@ func (c *checker) parse(src Source) *syntaxFile {
 }
 
 func (c *checker) check(iface *Interface) {
-	c.declareTypes(iface.Types)
+	iface.Types = c.declareTypes(iface.Types)
 	for _, d := range iface.Types {
 		c.resolveDecl(d)
 	}
@@ -154,18 +154,67 @@ func (c *checker) check(iface *Interface) {
 	c.checkMessages(iface.Messages)
 }
 
-func (c *checker) declareTypes(types []*TypeDecl) {
+// declareTypes enters the type declarations into the checker's scope and
+// returns those that declare something. As in Flounder, whose build
+// includes the same type files before every interface, two declarations
+// of a name that say the same thing declare it once (the first counts),
+// and an alias that names a builtin is ignored: a builtin's name always
+// means the builtin (alias errval uint64; alias iref uint32;).
+func (c *checker) declareTypes(types []*TypeDecl) []*TypeDecl {
+	kept := types[:0:0]
 	for _, d := range types {
 		if _, ok := LookupBuiltin(d.Name); ok {
-			c.errs.errorf(d.Pos, "type %s redeclares a builtin type", d.Name)
+			if d.Kind != DeclAlias {
+				c.errs.errorf(d.Pos, "%s %s redeclares a builtin type (only an alias of a builtin, which changes nothing, may name one)", d.Kind, d.Name)
+			} else if _, ok := LookupBuiltin(d.Elem.Name); !ok {
+				c.errs.errorf(d.Elem.Pos, "alias %s: %s is not a builtin type", d.Name, d.Elem.Name)
+			}
 			continue
 		}
 		if prev, ok := c.types[d.Name]; ok {
-			c.errs.errorf(d.Pos, "duplicate type %s (first declared at %s)", d.Name, prev.Pos)
+			if !sameDecl(prev, d) {
+				c.errs.errorf(d.Pos, "type %s is declared again with a different definition (first declared at %s); only identical repeats are allowed", d.Name, prev.Pos)
+			}
 			continue
 		}
 		c.types[d.Name] = d
+		kept = append(kept, d)
 	}
+	return kept
+}
+
+// sameDecl reports whether two declarations of one name say the same
+// thing: the same form, and the same types, lengths, fields and
+// enumerators, spelled alike (int and int32 are alike). Their names
+// resolve in one scope, so the same spelling means the same type.
+func sameDecl(a, b *TypeDecl) bool {
+	if a.Kind != b.Kind || a.Len != b.Len || !sameRef(a.Elem, b.Elem) ||
+		len(a.Fields) != len(b.Fields) || len(a.Enumerators) != len(b.Enumerators) {
+		return false
+	}
+	for i, f := range a.Fields {
+		if f.Name != b.Fields[i].Name || !sameRef(f.Type, b.Fields[i].Type) {
+			return false
+		}
+	}
+	for i, e := range a.Enumerators {
+		if e.Name != b.Enumerators[i].Name {
+			return false
+		}
+	}
+	return true
+}
+
+func sameRef(a, b *TypeRef) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, xok := LookupBuiltin(a.Name)
+	y, yok := LookupBuiltin(b.Name)
+	if xok || yok {
+		return x == y
+	}
+	return a.Name == b.Name
 }
 
 // resolve binds a type reference to a builtin or declaration; false if the

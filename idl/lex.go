@@ -2,8 +2,10 @@ package idl
 
 import (
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // tokenKind classifies a token.
@@ -85,18 +87,22 @@ func (l *lexer) skipSpace() bool {
 				l.advance()
 			}
 		case c == '/' && l.peekByte(1) == '*':
+			// Block comments nest, as in Flounder's lexer (Parsec's
+			// javaStyle): /* a /* b */ c */ is one comment.
 			start := l.pos()
 			l.advance()
 			l.advance()
-			for {
-				if l.off >= len(l.src) {
+			for depth := 1; depth > 0; {
+				switch {
+				case l.off >= len(l.src):
 					l.errs.errorf(start, "comment not terminated")
 					return false
-				}
-				if l.src[l.off] == '*' && l.peekByte(1) == '/' {
+				case l.src[l.off] == '*' && l.peekByte(1) == '/':
+					depth--
 					l.advance()
+				case l.src[l.off] == '/' && l.peekByte(1) == '*':
+					depth++
 					l.advance()
-					break
 				}
 				l.advance()
 			}
@@ -128,21 +134,7 @@ func (l *lexer) next() token {
 		}
 		return token{kind: tokIdent, pos: start, text: string(l.src[begin:l.off])}
 	case '0' <= c && c <= '9':
-		begin := l.off
-		for l.off < len(l.src) && isIdentChar(l.src[l.off]) {
-			l.advance()
-		}
-		text := string(l.src[begin:l.off])
-		n, err := strconv.ParseUint(text, 0, 64)
-		if err != nil || strings.ContainsRune(text, '_') || (len(text) > 1 && text[0] == '0' && text[1] != 'x' && text[1] != 'X') {
-			if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
-				l.errs.errorf(start, "number %s does not fit in 64 bits", text)
-			} else {
-				l.errs.errorf(start, "malformed number %q (write decimal, or hexadecimal with 0x)", text)
-			}
-			return token{kind: tokEOF, pos: start}
-		}
-		return token{kind: tokNumber, pos: start, text: text, num: n}
+		return l.lexNumber(start)
 	case c == '"':
 		return l.lexString(start)
 	case strings.IndexByte("{}()[];,=@", c) >= 0:
@@ -157,6 +149,61 @@ func (l *lexer) next() token {
 	return token{kind: tokEOF, pos: start}
 }
 
+// lexNumber reads a number as Flounder's lexer (Parsec's natural) does:
+// decimal digits, leading zeros allowed (017 is seventeen); 0x or 0X and
+// hexadecimal digits; 0o or 0O and octal digits.
+func (l *lexer) lexNumber(start Pos) token {
+	begin := l.off
+	for l.off < len(l.src) && isIdentChar(l.src[l.off]) {
+		l.advance()
+	}
+	text := string(l.src[begin:l.off])
+	digits, base := text, 10
+	if len(text) > 1 && text[0] == '0' {
+		switch text[1] {
+		case 'x', 'X':
+			digits, base = text[2:], 16
+		case 'o', 'O':
+			digits, base = text[2:], 8
+		}
+	}
+	n, err := strconv.ParseUint(digits, base, 64)
+	if err != nil || strings.ContainsRune(digits, '_') || strings.HasPrefix(digits, "+") {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			l.errs.errorf(start, "number %s does not fit in 64 bits", text)
+		} else {
+			l.errs.errorf(start, "malformed number %q (write decimal, hexadecimal with 0x or octal with 0o)", text)
+		}
+		return token{kind: tokEOF, pos: start}
+	}
+	return token{kind: tokNumber, pos: start, text: text, num: n}
+}
+
+// asciiNames are the escapes \NUL ... \DEL of Haskell string literals,
+// longest first where one name begins another (SOH before SO).
+var asciiNames = []struct {
+	name string
+	code byte
+}{
+	{"NUL", 0}, {"SOH", 1}, {"STX", 2}, {"ETX", 3}, {"EOT", 4}, {"ENQ", 5}, {"ACK", 6},
+	{"BEL", 7}, {"BS", 8}, {"HT", 9}, {"LF", 10}, {"VT", 11}, {"FF", 12}, {"CR", 13},
+	{"SO", 14}, {"SI", 15}, {"DLE", 16}, {"DC1", 17}, {"DC2", 18}, {"DC3", 19},
+	{"DC4", 20}, {"NAK", 21}, {"SYN", 22}, {"ETB", 23}, {"CAN", 24}, {"EM", 25},
+	{"SUB", 26}, {"ESC", 27}, {"FS", 28}, {"GS", 29}, {"RS", 30}, {"US", 31},
+	{"SP", 32}, {"DEL", 127},
+}
+
+func init() {
+	// SOH must be tried before SO, as Parsec tries three-letter names first.
+	sort.SliceStable(asciiNames, func(i, j int) bool { return len(asciiNames[i].name) > len(asciiNames[j].name) })
+}
+
+// lexString reads the interface description, a string literal with the
+// escapes of Flounder's lexer (Parsec's stringLiteral, Haskell's syntax):
+// \a \b \f \n \r \t \v \\ \" \'; a character code in decimal (\65), hexadecimal
+// (\x41) or octal (\o101); a control character (\^A); an ASCII name
+// (\NUL, \ESC, \DEL); the empty escape \&; and a gap, a backslash, white
+// space (line breaks too) and a backslash, which stands for nothing.
 func (l *lexer) lexString(start Pos) token {
 	l.advance() // opening quote
 	var b strings.Builder
@@ -173,25 +220,85 @@ func (l *lexer) lexString(start Pos) token {
 		case '\\':
 			escPos := l.pos()
 			l.advance()
-			if l.off >= len(l.src) {
-				l.errs.errorf(start, "string not terminated")
+			if !l.escape(&b, escPos) {
 				return token{kind: tokEOF, pos: start}
 			}
-			switch e := l.src[l.off]; e {
-			case '"', '\\':
-				b.WriteByte(e)
-			case 'n':
-				b.WriteByte('\n')
-			case 't':
-				b.WriteByte('\t')
-			default:
-				l.errs.errorf(escPos, "unknown escape \\%c in string (use \\\", \\\\, \\n or \\t)", e)
-				return token{kind: tokEOF, pos: start}
-			}
-			l.advance()
 		default:
 			b.WriteByte(c)
 			l.advance()
 		}
 	}
+}
+
+// escape reads one escape after its backslash into b; false after
+// reporting an error.
+func (l *lexer) escape(b *strings.Builder, escPos Pos) bool {
+	if l.off >= len(l.src) {
+		l.errs.errorf(escPos, "string not terminated")
+		return false
+	}
+	e, escOff := l.src[l.off], l.off
+	if i := strings.IndexByte("abfnrtv\\\"'", e); i >= 0 {
+		b.WriteByte("\a\b\f\n\r\t\v\\\"'"[i])
+		l.advance()
+		return true
+	}
+	switch {
+	case e == '&':
+		l.advance()
+		return true
+	case e == ' ' || e == '\t' || e == '\n' || e == '\r' || e == '\f' || e == '\v':
+		for l.off < len(l.src) && strings.IndexByte(" \t\n\r\f\v", l.src[l.off]) >= 0 {
+			l.advance()
+		}
+		if l.off >= len(l.src) || l.src[l.off] != '\\' {
+			l.errs.errorf(escPos, "string gap not closed: a backslash, white space and a backslash stand for nothing")
+			return false
+		}
+		l.advance()
+		return true
+	case e == '^':
+		l.advance()
+		if l.off < len(l.src) && '@' <= l.src[l.off] && l.src[l.off] <= '_' {
+			b.WriteByte(l.src[l.off] - '@')
+			l.advance()
+			return true
+		}
+		l.errs.errorf(escPos, "escape \\^ needs a control letter, @ or one of [\\]^_ after it")
+		return false
+	case '0' <= e && e <= '9' || e == 'x' || e == 'o':
+		base, digit := 10, func(c byte) bool { return '0' <= c && c <= '9' }
+		switch e {
+		case 'x':
+			base, digit = 16, func(c byte) bool {
+				return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+			}
+			l.advance()
+		case 'o':
+			base, digit = 8, func(c byte) bool { return '0' <= c && c <= '7' }
+			l.advance()
+		}
+		begin := l.off
+		for l.off < len(l.src) && digit(l.src[l.off]) {
+			l.advance()
+		}
+		n, err := strconv.ParseUint(string(l.src[begin:l.off]), base, 32)
+		if err != nil || n > unicode.MaxRune || (0xd800 <= n && n < 0xe000) {
+			l.errs.errorf(escPos, "character code in escape \\%s is not a character", l.src[escOff:l.off])
+			return false
+		}
+		b.WriteRune(rune(n))
+		return true
+	}
+	for _, a := range asciiNames {
+		if strings.HasPrefix(string(l.src[l.off:min(l.off+3, len(l.src))]), a.name) {
+			for range a.name {
+				l.advance()
+			}
+			b.WriteByte(a.code)
+			return true
+		}
+	}
+	l.errs.errorf(escPos, "unknown escape \\%c in string (the escapes are Haskell's: \\n, \\t, \\\\, \\\", \\65, \\x41, \\NUL, ...)", e)
+	return false
 }

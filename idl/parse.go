@@ -13,10 +13,12 @@ package idl
 //	param      = ident "=" ( number | ident )
 //	arg        = [ "in" | "out" ] ident ident [ "[" ( number | ident "," number ) "]" ]
 
-// keywords of the IDL itself; they cannot name anything.
+// keywords of the IDL itself; they cannot name anything. They are
+// Flounder's reserved names: alias, typedef, struct and enum are keywords
+// only where a declaration expects them, and name things elsewhere
+// (message struct(uint32 typedef);), as in Flounder.
 var keywords = map[string]bool{
-	"interface": true, "message": true, "rpc": true, "typedef": true,
-	"alias": true, "struct": true, "enum": true, "in": true, "out": true,
+	"interface": true, "message": true, "rpc": true, "in": true, "out": true,
 }
 
 // syntaxFile is a parsed file before checking.
@@ -68,6 +70,15 @@ func (p *parser) fail(pos Pos, format string, args ...any) {
 		p.failed = true
 	}
 	p.tok = token{kind: tokEOF, pos: pos}
+}
+
+// peek returns the token after the current one without consuming it.
+func (p *parser) peek() token {
+	lex, n := *p.lex, len(p.errs.list)
+	t := lex.next()
+	// A lexical error there is reported when the parser gets to it.
+	p.errs.list = p.errs.list[:n]
+	return t
 }
 
 func (p *parser) isPunct(s string) bool { return p.tok.kind == tokPunct && p.tok.text == s }
@@ -179,10 +190,12 @@ func (p *parser) typeDecl(f *syntaxFile) bool {
 	case p.isWord("typedef"):
 		p.next()
 		var d *TypeDecl
-		switch {
-		case p.isWord("struct"):
+		// struct and enum open a body only when a brace follows; otherwise
+		// they are the names of declared types (typedef struct s;).
+		switch next := p.peek(); {
+		case p.isWord("struct") && next.kind == tokPunct && next.text == "{":
 			d = p.structBody()
-		case p.isWord("enum"):
+		case p.isWord("enum") && next.kind == tokPunct && next.text == "{":
 			d = p.enumBody()
 		default:
 			elem, ok := p.typeRef()

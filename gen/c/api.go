@@ -38,7 +38,8 @@ func MessageNumber(iface *idl.Interface, m *idl.Message) string {
 
 // Enumerator returns the C constant of enumerator e of enum d.
 func Enumerator(iface *idl.Interface, d *idl.TypeDecl, e *idl.Enumerator) string {
-	return upper(iface.Name) + "_" + upper(d.Name) + "_" + upper(e.Name)
+	g := generator{iface: iface}
+	return upper(iface.Name) + "_" + upper(g.tname(d)) + "_" + upper(e.Name)
 }
 
 // TypeName returns the C type of a declared type: "struct NAME",

@@ -77,18 +77,21 @@ type generator struct {
 	reach  map[*idl.TypeDecl]bool // structs reachable from a frame
 	hasRPC bool
 	file   *scope
+	// tnames are the types' names in generated code (gen.TypeNames).
+	tnames map[*idl.TypeDecl]string
 }
 
 func newGenerator(iface *idl.Interface) (*generator, error) {
 	g := &generator{
-		iface: iface,
-		pfx:   iface.Name,
-		upfx:  upper(iface.Name),
-		reach: map[*idl.TypeDecl]bool{},
-		file:  newScope(),
+		iface:  iface,
+		pfx:    iface.Name,
+		upfx:   upper(iface.Name),
+		reach:  map[*idl.TypeDecl]bool{},
+		file:   newScope(),
+		tnames: gen.TypeNames(iface),
 	}
 	if strings.EqualFold(iface.Name, "chanos") {
-		return nil, fmt.Errorf("%s: interface name %s is reserved for libchanos in C", iface.Pos, iface.Name)
+		return nil, errorf(iface.Pos, "interface name %s is reserved for libchanos in C", iface.Name)
 	}
 	if err := g.sortTypes(); err != nil {
 		return nil, err
@@ -136,7 +139,7 @@ func (g *generator) sortTypes() error {
 	visit = func(d *idl.TypeDecl) error {
 		switch state[d] {
 		case visiting:
-			return fmt.Errorf("%s: type %s contains itself", d.Pos, d.Name)
+			return errorf(d.Pos, "type %s contains itself", d.Name)
 		case done:
 			return nil
 		}
@@ -199,11 +202,11 @@ func (g *generator) checkTypes() error {
 		switch d.Kind {
 		case idl.DeclAlias, idl.DeclTypedef, idl.DeclArray:
 			if isString(d.Elem) {
-				return fmt.Errorf("%s: type %s: String can only be an argument or a struct field", d.Pos, d.Name)
+				return errorf(d.Pos, "type %s: String can only be an argument or a struct field", d.Name)
 			}
 		case idl.DeclEnum:
 			if len(d.Enumerators) == 0 {
-				return fmt.Errorf("%s: enum %s has no enumerators", d.Pos, d.Name)
+				return errorf(d.Pos, "enum %s has no enumerators", d.Name)
 			}
 			for _, e := range d.Enumerators {
 				if err := g.file.add(g.enumerator(d, e), e.Pos, "enumerator "+e.Name+" of "+d.Name); err != nil {
@@ -223,14 +226,14 @@ func (g *generator) checkTypes() error {
 				}
 			}
 			if g.reach[d] {
-				for _, fn := range []string{"enc_" + d.Name, "dec_" + d.Name} {
+				for _, fn := range []string{"enc_" + g.tname(d), "dec_" + g.tname(d)} {
 					if err := g.file.add(fn, d.Pos, "the helper "+fn+" of "+d.Name); err != nil {
 						return err
 					}
 				}
 			}
 		default:
-			return fmt.Errorf("%s: type %s: unknown declaration kind %v", d.Pos, d.Name, d.Kind)
+			return errorf(d.Pos, "type %s: unknown declaration kind %v", d.Name, d.Kind)
 		}
 	}
 	return nil
@@ -299,32 +302,45 @@ func checkArg(a *idl.Arg) error {
 	switch a.Shape {
 	case idl.ShapeScalar:
 		if isString(a.Type) {
-			return fmt.Errorf("%s: argument %s: String needs a bound, as in String %s[MAX]", a.Pos, a.Name, a.Name)
+			return errorf(a.Pos, "argument %s: String needs a bound, as in String %s[MAX]", a.Name, a.Name)
 		}
 	case idl.ShapeString:
 		if !isString(a.Type) {
-			return fmt.Errorf("%s: argument %s: only String takes a string bound", a.Pos, a.Name)
+			return errorf(a.Pos, "argument %s: only String takes a string bound", a.Name)
 		}
 	case idl.ShapeDynArray:
 		if _, ok := a.Type.FixedSize(); !ok {
-			return fmt.Errorf("%s: argument %s: array elements must have a fixed size", a.Pos, a.Name)
+			return errorf(a.Pos, "argument %s: array elements must have a fixed size", a.Name)
 		}
 	default:
-		return fmt.Errorf("%s: argument %s: unknown shape %d", a.Pos, a.Name, a.Shape)
+		return errorf(a.Pos, "argument %s: unknown shape %d", a.Name, a.Shape)
 	}
 	return nil
 }
 
 // Names.
 
-func (g *generator) typeName(d *idl.TypeDecl) string { return g.pfx + "_" + d.Name }
+func (g *generator) typeName(d *idl.TypeDecl) string { return g.pfx + "_" + g.tname(d) }
+
+// tname is the name of type d in generated code, without the prefix: its
+// IDL name, or that name with _t appended where a message claims it
+// (gen.TypeNames).
+func (g *generator) tname(d *idl.TypeDecl) string {
+	if g.tnames == nil {
+		g.tnames = gen.TypeNames(g.iface)
+	}
+	if n, ok := g.tnames[d]; ok {
+		return n
+	}
+	return d.Name
+}
 
 func (g *generator) enumerator(d *idl.TypeDecl, e *idl.Enumerator) string {
 	return Enumerator(g.iface, d, e)
 }
 
 func (g *generator) fieldBound(d *idl.TypeDecl, f *idl.Field) string {
-	return g.upfx + "_" + upper(d.Name) + "_" + upper(f.Name) + "_MAX"
+	return g.upfx + "_" + upper(g.tname(d)) + "_" + upper(f.Name) + "_MAX"
 }
 
 func (g *generator) argBound(m *idl.Message, a *idl.Arg) string {

@@ -2,6 +2,7 @@ package c
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -186,13 +187,12 @@ func TestCollisions(t *testing.T) {
 		iface func() *idl.Interface
 		want  string
 	}{{
-		"type and message",
+		"enumerator and message number",
 		func() *idl.Interface {
 			b := &builder{file: "/x/p.if"}
-			d := b.strct("ping", b.field("x", builtin(idl.Uint8)))
-			return b.iface("p", []*idl.TypeDecl{d}, b.message("ping"))
+			return b.iface("p", []*idl.TypeDecl{b.enum("msg", "ping")}, b.message("ping"))
 		},
-		"p.if:3:1: C name p_ping of message ping collides with that of type ping at /x/p.if:2:1",
+		"p.if:3:1: C name P_MSG_PING of the number of message ping collides with that of enumerator ping of msg at /x/p.if:2:1",
 	}, {
 		"rpc call and message",
 		func() *idl.Interface {
@@ -254,6 +254,11 @@ func TestCollisions(t *testing.T) {
 			}
 			if !strings.HasPrefix(err.Error(), "/x/") {
 				t.Errorf("error %q does not start with FILE:LINE:COL", err)
+			}
+			// chanosc prints an *idl.Error as it is, without its own name.
+			var ie *idl.Error
+			if !errors.As(err, &ie) {
+				t.Errorf("error %q is a %T, not an *idl.Error", err, err)
 			}
 		})
 	}

@@ -199,7 +199,11 @@ func (g *generator) headerDoc(p *printer) {
 	n := g.iface.Name
 	title := fmt.Sprintf("%s.h: the C binding of interface %s", n, n)
 	if g.iface.Description != "" {
-		title += fmt.Sprintf(", %q", g.iface.Description)
+		// Quoted, a description has no line breaks or control characters;
+		// what would end the comment (*/), open one (/*, which -Wcomment
+		// reports) or form a trigraph (??/) is broken up.
+		d := fmt.Sprintf("%q", g.iface.Description)
+		title += ", " + strings.NewReplacer("*/", "*\\/", "/*", "/\\*", "??", "?\\?").Replace(d)
 	}
 	x := n + "_X"
 	text := title + ".\n\n" +
@@ -503,7 +507,7 @@ func (g *generator) encValue(b *body, level int, e, expr string, t *idl.TypeRef,
 	}
 	switch d.Kind {
 	case idl.DeclStruct:
-		b.p.f("%senc_%s(%s, &%s);", ind(level), d.Name, e, expr)
+		b.p.f("%senc_%s(%s, &%s);", ind(level), g.tname(d), e, expr)
 	case idl.DeclEnum:
 		b.p.f("%schanos_enc_enum(%s, (uint32_t)%s, %d);", ind(level), e, expr, len(d.Enumerators))
 	case idl.DeclArray:
@@ -535,7 +539,7 @@ func (g *generator) decValue(b *body, level int, dec, expr string, t *idl.TypeRe
 	}
 	switch d.Kind {
 	case idl.DeclStruct:
-		b.p.f("%sdec_%s(%s, &%s);", ind(level), d.Name, dec, expr)
+		b.p.f("%sdec_%s(%s, &%s);", ind(level), g.tname(d), dec, expr)
 	case idl.DeclEnum:
 		b.p.f("%s%s = (%s)chanos_dec_enum(%s, %d);", ind(level), expr, g.ctype(t), dec, len(d.Enumerators))
 	case idl.DeclArray:
@@ -605,8 +609,8 @@ func (g *generator) structHelpers(p *printer, d *idl.TypeDecl) {
 		dec.p.f("    (void)d;")
 		dec.p.f("    (void)v;")
 	}
-	p.function(proto("", "static void enc_"+d.Name, []string{"struct chanos_enc *e", "const struct " + name + " *v"}, ""), nil, &enc)
-	p.function(proto("", "static void dec_"+d.Name, []string{"struct chanos_dec *d", "struct " + name + " *v"}, ""), nil, &dec)
+	p.function(proto("", "static void enc_"+g.tname(d), []string{"struct chanos_enc *e", "const struct " + name + " *v"}, ""), nil, &enc)
+	p.function(proto("", "static void dec_"+g.tname(d), []string{"struct chanos_dec *d", "struct " + name + " *v"}, ""), nil, &dec)
 }
 
 func (g *generator) encArg(b *body, e string, m *idl.Message, a *idl.Arg) {

@@ -84,9 +84,16 @@ func newScope() *scope { return &scope{names: map[string]owner{}} }
 // already holds it.
 func (s *scope) add(name string, pos idl.Pos, what string) error {
 	if prev, ok := s.names[name]; ok {
-		return fmt.Errorf("%s: C name %s of %s collides with that of %s at %s",
-			pos, name, what, prev.what, prev.pos)
+		return errorf(pos, "C name %s of %s collides with that of %s at %s",
+			name, what, prev.what, prev.pos)
 	}
 	s.names[name] = owner{pos: pos, what: what}
 	return nil
+}
+
+// errorf returns an error about the interface at pos. It is an *idl.Error,
+// so that chanosc prints it as the front end's errors, FILE:LINE:COL:
+// message, without its own name in front (docs/codegen-c.md).
+func errorf(pos idl.Pos, format string, args ...any) error {
+	return &idl.Error{Pos: pos, Msg: fmt.Sprintf(format, args...)}
 }

@@ -116,14 +116,16 @@ func (g *generator) name() {
 		return
 	}
 	pkg := newScope("package "+g.pkg, &g.errs)
+	typeNames := gen.TypeNames(iface)
 	for _, d := range iface.Types {
-		ti := &typeInfo{decl: d, name: escape(exported(d.Name), packageNames)}
+		base := exported(typeNames[d])
+		ti := &typeInfo{decl: d, name: escape(base, packageNames)}
 		g.types[d] = ti
 		pkg.claim(ti.name, d.Pos, fmt.Sprintf("%s %s", d.Kind, d.Name))
 		switch d.Kind {
 		case idl.DeclEnum:
 			for _, e := range d.Enumerators {
-				c := escape(exported(d.Name)+exported(e.Name), packageNames)
+				c := escape(base+exported(e.Name), packageNames)
 				ti.consts = append(ti.consts, c)
 				pkg.claim(c, e.Pos, fmt.Sprintf("enumerator %s of %s", e.Name, d.Name))
 			}
