@@ -1240,9 +1240,9 @@ struct chanos_status {
 #define CHANOS_CODE_OK                  0  /* success; never sent */
 #define CHANOS_CODE_CANCELED            1  /* the caller gave up */
 #define CHANOS_CODE_UNKNOWN             2  /* an error that says no more */
-#define CHANOS_CODE_INVALID_ARGUMENT    3  /* bad arguments, whatever the state */
+#define CHANOS_CODE_INVALID_ARGUMENT    3  /* bad arguments in any state */
 #define CHANOS_CODE_DEADLINE_EXCEEDED   4  /* the deadline passed first */
-#define CHANOS_CODE_NOT_FOUND           5  /* what the call names does not exist */
+#define CHANOS_CODE_NOT_FOUND           5  /* what the call names is missing */
 #define CHANOS_CODE_ALREADY_EXISTS      6  /* what it would create exists */
 #define CHANOS_CODE_PERMISSION_DENIED   7  /* the caller may not do this */
 #define CHANOS_CODE_RESOURCE_EXHAUSTED  8  /* a quota or limit was reached */
@@ -1250,10 +1250,10 @@ struct chanos_status {
 #define CHANOS_CODE_ABORTED             10 /* a conflict; retry higher up */
 #define CHANOS_CODE_OUT_OF_RANGE        11 /* past the valid range */
 #define CHANOS_CODE_UNIMPLEMENTED       12 /* the server lacks the rpc */
-#define CHANOS_CODE_INTERNAL            13 /* an invariant broke in the server */
+#define CHANOS_CODE_INTERNAL            13 /* an invariant broke server-side */
 #define CHANOS_CODE_UNAVAILABLE         14 /* cannot be reached now; retry */
-#define CHANOS_CODE_DATA_LOSS           15 /* data lost or corrupted for good */
-#define CHANOS_CODE_UNAUTHENTICATED     16 /* the caller's identity is unknown */
+#define CHANOS_CODE_DATA_LOSS           15 /* data lost or corrupted */
+#define CHANOS_CODE_UNAUTHENTICATED     16 /* no identity for the caller */
 #define CHANOS_CODE_APPLICATION         1000 /* the first application code */
 
 /*

@@ -245,7 +245,8 @@ static void test_code_str(void)
     CHECK(strcmp(chanos_code_str(CHANOS_CODE_NOT_FOUND), "not found") == 0);
     CHECK(strcmp(chanos_code_str(CHANOS_CODE_DEADLINE_EXCEEDED),
                  "deadline exceeded") == 0);
-    CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNAVAILABLE), "unavailable") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNAVAILABLE),
+                 "unavailable") == 0);
     CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNAUTHENTICATED),
                  "unauthenticated") == 0);
     for (uint64_t c = 0; c <= CHANOS_CODE_UNAUTHENTICATED; c++) {
