@@ -59,8 +59,8 @@ func wantDenied(t *testing.T, what string, c *pingpong.Conn, err error) {
 	if err == nil {
 		c.Close()
 	}
-	if !errors.Is(err, chanos.ErrDenied) {
-		t.Fatalf("%s: %v, want ErrDenied", what, err)
+	if !errors.Is(err, chanos.ErrDenied) || !errors.Is(err, chanos.CodePermissionDenied) {
+		t.Fatalf("%s: %v, want ErrDenied and CodePermissionDenied", what, err)
 	}
 }
 
@@ -168,8 +168,8 @@ func TestCapabilityPassing(t *testing.T) {
 	if err == nil {
 		conn.Close()
 	}
-	if !errors.Is(err, chanos.ErrNotFound) {
-		t.Fatalf("bind by the iref of a withdrawn export: %v, want ErrNotFound", err)
+	if !errors.Is(err, chanos.ErrNotFound) || !errors.Is(err, chanos.CodeNotFound) || chanos.CodeOf(err) != chanos.CodeNotFound {
+		t.Fatalf("bind by the iref of a withdrawn export: %v, want ErrNotFound and CodeNotFound", err)
 	}
 }
 

@@ -25,14 +25,6 @@ type Interface = engine.Interface
 // Incoming is a message or rpc call that arrived on a connection.
 type Incoming = interconnect.Incoming
 
-// RemoteError is an rpc's failure as reported by the server in an error
-// reply: the code and detail of the reply's status (docs/wire.md).
-type RemoteError = engine.RemoteError
-
-// CodeUnknown is the error code of an rpc error reply made from an error
-// that is not a *RemoteError.
-const CodeUnknown = engine.CodeUnknown
-
 // NewConn returns a Conn speaking iface over l, which it takes over.
 // Domains get their connections from Connect and Listener.Accept; NewConn
 // is for programs that set up links themselves, like the monitor, and for
@@ -90,8 +82,9 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 }
 
 // Reply answers the rpc call in with reply, or with err when err is not
-// nil: a *RemoteError keeps its code, any other error is sent with code
-// CodeUnknown and its text as the detail.
+// nil: the error reply carries CodeOf(err) (CodeUnknown for an error that
+// has no code) and, as its detail, the Detail of a *RemoteError returned
+// as is (see Errorf), else err's text.
 func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
 	return eng(c).Reply(ctx, in, reply, err)
 }

@@ -141,7 +141,7 @@ func TestRemoteErrors(t *testing.T) {
 			t.Fatalf("err = %#v", err)
 		}
 		_, err = c.Echo(ctx, 1<<40+14)
-		if !errors.As(err, &re) || re.Code != chanos.CodeUnknown || re.Detail != "plain failure" {
+		if !errors.As(err, &re) || chanos.CodeOf(err) != chanos.CodeUnknown || re.Detail != "plain failure" {
 			t.Fatalf("err = %#v", err)
 		}
 		// An rpc of no fixed size (another path in the stubs).

@@ -5,6 +5,10 @@
 // values and the reason a connection ended (ErrClosed, ErrPeerDied,
 // ErrProtocol, ErrNetworkLost).
 //
+// An rpc fails with a status code (Code), gRPC's canonical ones or an
+// application's own: a handler returns Errorf(CodeNotFound, ...), and the
+// caller matches errors.Is(err, CodeNotFound) or reads CodeOf(err).
+//
 // Most programs use the typed packages chanosc generates from an
 // interface's IDL (see the interfaces directory and docs/codegen-go.md),
 // which wrap this package's Conn and Listener. The connection engine that

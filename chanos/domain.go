@@ -211,7 +211,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	if err := d.call(ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
 		d.Close()
 		var re *RemoteError
-		if errors.As(err, &re) && monitor.Status(re.Code) == monitor.StatusLimit {
+		if errors.As(err, &re) && Code(re.Code) == CodeResourceExhausted {
 			// The monitor answers hello with limit when it has no session
 			// to give: "monitor full: N of N sessions".
 			return nil, fmt.Errorf("chanos: join: %w: %w", ErrMonitorFull, err)
@@ -366,24 +366,37 @@ func (d *Domain) handle(_ context.Context, in *Incoming) (wire.Message, error) {
 	return nil, nil
 }
 
+// monitorStatus maps the monitor protocol's status codes, which are its
+// own (docs/monitor-protocol.md), onto this package's errors and the
+// canonical codes.
+var monitorStatus = map[monitor.Status]struct {
+	kind error
+	code Code
+}{
+	monitor.StatusInvalid:   {ErrInvalidName, CodeInvalidArgument},
+	monitor.StatusExists:    {ErrNameTaken, CodeAlreadyExists},
+	monitor.StatusNotFound:  {ErrNotFound, CodeNotFound},
+	monitor.StatusMismatch:  {ErrInterfaceMismatch, CodeFailedPrecondition},
+	monitor.StatusLimit:     {nil, CodeResourceExhausted},
+	monitor.StatusDenied:    {ErrDenied, CodePermissionDenied},
+	monitor.StatusNoSession: {nil, CodeFailedPrecondition},
+	monitor.StatusInternal:  {nil, CodeInternal},
+}
+
 // monitorError maps the monitor's status codes onto this package's errors.
+// The *RemoteError in the result carries the canonical code, so that
+// CodeOf and errors.Is(err, CodeNotFound) read a monitor's failure as they
+// read any rpc's.
 func monitorError(re *RemoteError) error {
-	var kind error
-	switch monitor.Status(re.Code) {
-	case monitor.StatusExists:
-		kind = ErrNameTaken
-	case monitor.StatusNotFound:
-		kind = ErrNotFound
-	case monitor.StatusMismatch:
-		kind = ErrInterfaceMismatch
-	case monitor.StatusInvalid:
-		kind = ErrInvalidName
-	case monitor.StatusDenied:
-		kind = ErrDenied
-	default:
+	m, ok := monitorStatus[monitor.Status(re.Code)]
+	if !ok {
+		m.code = CodeUnknown
+	}
+	re = &RemoteError{Msg: re.Msg, Code: wire.Errval(m.code), Detail: re.Detail}
+	if m.kind == nil {
 		return re
 	}
-	return fmt.Errorf("%w: %w", kind, re)
+	return fmt.Errorf("%w: %w", m.kind, re)
 }
 
 // earlyLimit bounds the connections held for an export whose reply has

@@ -2,6 +2,7 @@ package chanos_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -56,4 +57,38 @@ func Example() {
 	v, err := c.Echo(ctx, 42)
 	fmt.Println(v, err, c.Raw().Interconnect())
 	// Output: 42 <nil> local
+}
+
+type shelfServer struct{ pingpong.UnimplementedServer }
+
+// codeNoShelf is an application's own code: from CodeApplication up.
+const codeNoShelf = chanos.CodeApplication + 1
+
+func (shelfServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	switch {
+	case v == 0:
+		return 0, chanos.Errorf(chanos.CodeInvalidArgument, "shelf %d: shelves count from 1", v)
+	case v > 100:
+		return 0, chanos.Errorf(codeNoShelf, "shelf %d: no such shelf", v)
+	}
+	return v, nil
+}
+
+// Handlers fail with a status code; callers match it with errors.Is or
+// read it with CodeOf. Application codes travel intact.
+func ExampleErrorf() {
+	a, b := chanos.LocalPair(pingpong.Interface)
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	ctx := context.Background()
+	go s.Serve(ctx, shelfServer{})
+
+	_, err := c.Echo(ctx, 0)
+	fmt.Println(errors.Is(err, chanos.CodeInvalidArgument), err)
+	_, err = c.Echo(ctx, 101)
+	fmt.Println(chanos.CodeOf(err) == codeNoShelf, err)
+	// Output:
+	// true pingpong.echo: invalid argument: shelf 0: shelves count from 1
+	// true pingpong.echo: code 1001: shelf 101: no such shelf
 }

@@ -248,7 +248,7 @@ func TestUnencodableReply(t *testing.T) {
 		for range 2 {
 			_, err := c.Bounce(ctx, []byte("x"))
 			var re *chanos.RemoteError
-			if !errors.As(err, &re) || re.Code != chanos.CodeUnknown {
+			if !errors.As(err, &re) || chanos.CodeOf(err) != chanos.CodeInternal {
 				t.Fatalf("bounce with an unencodable reply = %v, want a RemoteError", err)
 			}
 		}

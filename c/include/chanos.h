@@ -1231,6 +1231,48 @@ struct chanos_status {
 #define CHANOS_STATUS_DETAIL_MAX 1024
 
 /*
+ * Status codes (docs/wire.md, "Status codes"): the canonical ones, with
+ * gRPC's numbers and meanings, for chanos_conn_reply_error and in
+ * chanos_status.code. 17..999 are reserved; codes from
+ * CHANOS_CODE_APPLICATION up are an application's own and travel intact.
+ * The Go package chanos names the same codes chanos.CodeNotFound, ...
+ */
+#define CHANOS_CODE_OK                  0  /* success; never sent */
+#define CHANOS_CODE_CANCELED            1  /* the caller gave up */
+#define CHANOS_CODE_UNKNOWN             2  /* an error that says no more */
+#define CHANOS_CODE_INVALID_ARGUMENT    3  /* bad arguments in any state */
+#define CHANOS_CODE_DEADLINE_EXCEEDED   4  /* the deadline passed first */
+#define CHANOS_CODE_NOT_FOUND           5  /* what the call names is missing */
+#define CHANOS_CODE_ALREADY_EXISTS      6  /* what it would create exists */
+#define CHANOS_CODE_PERMISSION_DENIED   7  /* the caller may not do this */
+#define CHANOS_CODE_RESOURCE_EXHAUSTED  8  /* a quota or limit was reached */
+#define CHANOS_CODE_FAILED_PRECONDITION 9  /* the state does not allow it */
+#define CHANOS_CODE_ABORTED             10 /* a conflict; retry higher up */
+#define CHANOS_CODE_OUT_OF_RANGE        11 /* past the valid range */
+#define CHANOS_CODE_UNIMPLEMENTED       12 /* the server lacks the rpc */
+#define CHANOS_CODE_INTERNAL            13 /* an invariant broke server-side */
+#define CHANOS_CODE_UNAVAILABLE         14 /* cannot be reached now; retry */
+#define CHANOS_CODE_DATA_LOSS           15 /* data lost or corrupted */
+#define CHANOS_CODE_UNAUTHENTICATED     16 /* no identity for the caller */
+#define CHANOS_CODE_APPLICATION         1000 /* the first application code */
+
+/*
+ * chanos_code_str names a status code, as Go's Code.String does: "not
+ * found" for CHANOS_CODE_NOT_FOUND, ..., and "application code" or
+ * "reserved code" for a code that is not canonical. The string is static;
+ * never free it.
+ */
+const char *chanos_code_str(uint64_t code);
+
+/*
+ * The most abandoned calls a connection remembers (see chanos_conn_recv):
+ * once that many are waiting for their late replies, the oldest is
+ * forgotten, and its reply, should it still come, is received as any
+ * reply to no call of the caller's.
+ */
+#define CHANOS_CONN_ABANDONED_MAX 64
+
+/*
  * chanos_conn_new wraps a ump connection, taking ownership of u (closed on
  * failure too). chanos_accept and chanos_connect use it; it is public for
  * connections set up by other means (chanos_ump_create/attach).
@@ -1278,7 +1320,8 @@ int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
                           int timeout_ms, uint32_t *call_id);
 
 /* chanos_conn_cancel tells the peer that call call_id of rpc msg is
- * abandoned (a CANCEL frame). */
+ * abandoned (a CANCEL frame), and remembers the call so that its late
+ * reply, if the peer sends one anyway, is dropped (chanos_conn_recv). */
 int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
 
 /*
@@ -1288,6 +1331,13 @@ int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
  * header is checked (a bad one is returned as its wire error, and the
  * frame is dropped); the body is the generated decoder's job. After the
  * peer closed or died: CHANOS_ERR_CLOSED or CHANOS_ERR_PEER_DIED.
+ *
+ * A reply to an abandoned call (one that timed out in chanos_conn_call,
+ * or was given up with chanos_conn_cancel) is never returned: it is
+ * dropped by its call id, and the wait goes on for the next frame within
+ * timeout_ms. Up to CHANOS_CONN_ABANDONED_MAX abandoned calls are
+ * remembered. Other replies, such as those to chanos_conn_send_call, are
+ * returned, for the caller to match by hdr.call_id.
  */
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f);
 
@@ -1304,11 +1354,12 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f);
  * chanos_conn_call sends the encoded call in frame[0..len) and waits at
  * most timeout_ms (-1: forever) for its reply, which it returns in *reply
  * (valid until the next receive). Frames that are not this reply are
- * passed to other(arg, frame) if other is not NULL, else dropped; stale
- * replies to abandoned calls are dropped. On CHANOS_ERR_TIMEDOUT the call
- * is cancelled. If the peer answered with an error reply, the result is
- * CHANOS_ERR_REMOTE and *reply is that frame (chanos_frame_status reads
- * it). Uses both the send and the receive side.
+ * passed to other(arg, frame) if other is not NULL, else dropped; other
+ * replies are dropped. On CHANOS_ERR_TIMEDOUT the call is cancelled
+ * (chanos_conn_cancel), and its reply, should it come late, is dropped by
+ * whichever receive meets it. If the peer answered with an error reply,
+ * the result is CHANOS_ERR_REMOTE and *reply is that frame
+ * (chanos_frame_status reads it). Uses both the send and the receive side.
  */
 int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
                      int timeout_ms, struct chanos_frame *reply,
@@ -1318,7 +1369,8 @@ int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
 /*
  * chanos_conn_reply sends the encoded reply in frame[0..len) to call,
  * patching in the call's id. chanos_conn_reply_error sends an error reply
- * (code nonzero; detail a C string of at most 1024 bytes, or NULL).
+ * (code nonzero: a CHANOS_CODE_* or an application's code; detail a C
+ * string of at most 1024 bytes, or NULL).
  */
 int chanos_conn_reply(chanos_conn *c, const struct chanos_frame *call,
                       uint8_t *frame, size_t len, int timeout_ms);

@@ -21,6 +21,18 @@ struct chanos_conn {
     atomic_flag sending;
     atomic_flag receiving;
     uint32_t next_call; /* touched by the sender only */
+    /*
+     * The ids of abandoned calls (timed out or cancelled), whose late
+     * replies the receive side drops: a ring of CHANOS_CONN_ABANDONED_MAX
+     * slots, 0 when free (no call has id 0), the oldest overwritten when
+     * it is full. The sender adds (chanos_conn_cancel) while the receiver
+     * takes, so the ring is guarded by a spin lock held for a few
+     * instructions; nabandoned lets the receiver skip it when empty.
+     */
+    atomic_flag abandon_lock;
+    atomic_uint nabandoned;
+    unsigned abandon_next;
+    uint32_t abandoned[CHANOS_CONN_ABANDONED_MAX];
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -39,6 +51,8 @@ int chanos_conn_new(chanos_ump *u, chanos_conn **out)
     c->u = u;
     atomic_flag_clear(&c->sending);
     atomic_flag_clear(&c->receiving);
+    atomic_flag_clear(&c->abandon_lock);
+    atomic_init(&c->nabandoned, 0);
     *out = c;
     return 0;
 }
@@ -118,20 +132,80 @@ int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
     return rc;
 }
 
+static void abandon_lock(chanos_conn *c)
+{
+    while (atomic_flag_test_and_set_explicit(&c->abandon_lock,
+                                             memory_order_acquire))
+        ;
+}
+
+static void abandon_unlock(chanos_conn *c)
+{
+    atomic_flag_clear_explicit(&c->abandon_lock, memory_order_release);
+}
+
+/* abandon remembers call id, whose reply, should it come, is dropped. */
+static void abandon(chanos_conn *c, uint32_t id)
+{
+    uint32_t *slot;
+
+    if (id == 0)
+        return;
+    abandon_lock(c);
+    slot = &c->abandoned[c->abandon_next];
+    if (*slot == 0)
+        atomic_fetch_add_explicit(&c->nabandoned, 1, memory_order_relaxed);
+    *slot = id; /* full: the oldest is forgotten */
+    c->abandon_next = (c->abandon_next + 1) % CHANOS_CONN_ABANDONED_MAX;
+    abandon_unlock(c);
+}
+
+/* late reports whether f is the reply to an abandoned call, which it then
+ * forgets: each call has one reply. */
+static bool late(chanos_conn *c, const struct chanos_frame *f)
+{
+    bool found = false;
+
+    if ((f->kind != CHANOS_KIND_REPLY && f->kind != CHANOS_KIND_ERROR) ||
+        atomic_load_explicit(&c->nabandoned, memory_order_relaxed) == 0)
+        return false;
+    abandon_lock(c);
+    for (unsigned i = 0; i < CHANOS_CONN_ABANDONED_MAX; i++) {
+        if (c->abandoned[i] == f->hdr.call_id) {
+            c->abandoned[i] = 0;
+            atomic_fetch_sub_explicit(&c->nabandoned, 1, memory_order_relaxed);
+            found = true;
+            break;
+        }
+    }
+    abandon_unlock(c);
+    return found;
+}
+
 int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id)
 {
     uint8_t f[CHANOS_HEADER_SIZE];
     struct chanos_hdr h = { CHANOS_HEADER_SIZE, msg, CHANOS_KIND_CANCEL, 0,
                             call_id, 0 };
 
+    /* before the cancel goes: its reply may be on its way already */
+    abandon(c, call_id);
     chanos_hdr_put(f, &h);
     return chanos_conn_send(c, f, sizeof f, 0);
 }
 
-/* recv_locked receives one frame; spin: without waiting or arming the fd
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* recv_one receives one frame; spin: without waiting or arming the fd
  * (chanos_ump_spin_recv), else as chanos_conn_recv. */
-static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
-                       struct chanos_frame *f)
+static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
+                    struct chanos_frame *f)
 {
     const void *p;
     size_t len;
@@ -158,6 +232,38 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
     return 0;
 }
 
+/*
+ * recv_locked is recv_one, without the late replies to abandoned calls:
+ * it drops them and waits on for a frame within timeout_ms. The clock is
+ * read only when some call is abandoned, so as to cost nothing otherwise.
+ */
+static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
+                       struct chanos_frame *f)
+{
+    int64_t start = -1;
+    int wait = timeout_ms;
+    int rc;
+
+    if (timeout_ms > 0 &&
+        atomic_load_explicit(&c->nabandoned, memory_order_relaxed) != 0)
+        start = now_ms();
+    for (;;) {
+        rc = recv_one(c, wait, spin, f);
+        if (rc != 0 || !late(c, f))
+            return rc;
+        if (timeout_ms > 0) {
+            int64_t left;
+
+            if (start < 0) /* abandoned while we waited */
+                start = now_ms();
+            left = start + timeout_ms - now_ms();
+            if (left <= 0)
+                return CHANOS_ERR_TIMEDOUT;
+            wait = (int)left;
+        }
+    }
+}
+
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 {
     int rc;
@@ -178,14 +284,6 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
     rc = recv_locked(c, 0, true, f);
     atomic_flag_clear(&c->receiving);
     return rc;
-}
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
@@ -224,7 +322,7 @@ int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
         if (reply->kind == CHANOS_KIND_REPLY ||
             reply->kind == CHANOS_KIND_ERROR) {
             if (reply->hdr.call_id != id || reply->hdr.msg != msg)
-                continue; /* a reply to an abandoned call */
+                continue; /* a reply to no call of ours */
             if (reply->kind == CHANOS_KIND_ERROR)
                 rc = CHANOS_ERR_REMOTE;
             break;

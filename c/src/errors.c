@@ -1,6 +1,7 @@
 /*
  * errors.c: the descriptions of the ump and domain result codes, for
- * chanos_strerror (src/wire.c), which covers the wire codes and -errno.
+ * chanos_strerror (src/wire.c), which covers the wire codes and -errno;
+ * and the names of the rpc status codes (chanos_code_str).
  */
 #include <chanos.h>
 
@@ -56,4 +57,34 @@ const char *chanos_strerror_more_(int err)
                "--max-domains cap)";
     }
     return "unknown chanos error";
+}
+
+/* The names of the canonical status codes, as Go's chanos.Code.String. */
+static const char *const code_names[] = {
+    [CHANOS_CODE_OK] = "ok",
+    [CHANOS_CODE_CANCELED] = "canceled",
+    [CHANOS_CODE_UNKNOWN] = "unknown",
+    [CHANOS_CODE_INVALID_ARGUMENT] = "invalid argument",
+    [CHANOS_CODE_DEADLINE_EXCEEDED] = "deadline exceeded",
+    [CHANOS_CODE_NOT_FOUND] = "not found",
+    [CHANOS_CODE_ALREADY_EXISTS] = "already exists",
+    [CHANOS_CODE_PERMISSION_DENIED] = "permission denied",
+    [CHANOS_CODE_RESOURCE_EXHAUSTED] = "resource exhausted",
+    [CHANOS_CODE_FAILED_PRECONDITION] = "failed precondition",
+    [CHANOS_CODE_ABORTED] = "aborted",
+    [CHANOS_CODE_OUT_OF_RANGE] = "out of range",
+    [CHANOS_CODE_UNIMPLEMENTED] = "unimplemented",
+    [CHANOS_CODE_INTERNAL] = "internal",
+    [CHANOS_CODE_UNAVAILABLE] = "unavailable",
+    [CHANOS_CODE_DATA_LOSS] = "data loss",
+    [CHANOS_CODE_UNAUTHENTICATED] = "unauthenticated",
+};
+
+const char *chanos_code_str(uint64_t code)
+{
+    if (code < sizeof code_names / sizeof code_names[0])
+        return code_names[code];
+    if (code >= CHANOS_CODE_APPLICATION)
+        return "application code";
+    return "reserved code";
 }

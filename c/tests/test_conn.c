@@ -127,6 +127,140 @@ static void test_rpc(void)
     chanos_conn_close(cli);
 }
 
+/* reply_to sends srv's reply (an error reply if err) to call id of MSG_ECHO,
+ * carrying v. */
+static void reply_to(chanos_conn *srv, uint32_t id, bool err, uint64_t v)
+{
+    struct chanos_frame call = { .hdr = { .msg = MSG_ECHO, .call_id = id } };
+    uint8_t buf[64];
+    size_t n;
+
+    if (err) {
+        CHECK_EQ(chanos_conn_reply_error(srv, &call, CHANOS_CODE_NOT_FOUND,
+                                         "late", 0),
+                 0);
+        return;
+    }
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_REPLY, v);
+    CHECK_EQ(chanos_conn_reply(srv, &call, buf, n, 0), 0);
+}
+
+/*
+ * A reply that comes after its call was abandoned (timed out in
+ * chanos_conn_call, or cancelled) is dropped by call id: the next receive
+ * gets the next real frame, never the stale reply.
+ */
+static void test_late_replies(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[256];
+    size_t n;
+    uint32_t id, first = 0;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+
+    /* a call times out; the server answers late, then sends a message */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 20, &f, NULL, NULL),
+             CHANOS_ERR_TIMEDOUT);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    id = f.hdr.call_id;
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CANCEL);
+    reply_to(srv, id, false, 1);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 5);
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    CHECK_EQ(chanos_conn_recv(cli, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_MESSAGE);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 5);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+
+    /* a late error reply to a cancelled call, then the reply to a call
+     * still outstanding, which is the caller's to match */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+    reply_to(srv, id, true, 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 3);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    reply_to(srv, id, false, 3);
+    CHECK_EQ(chanos_conn_recv(cli, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+    CHECK_EQ(f.hdr.call_id, id);
+    /* a late reply alone: the receive times out rather than return it,
+     * and the spinning and non-blocking receives find nothing */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 4);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+    reply_to(srv, id, false, 4);
+    CHECK_EQ(chanos_conn_recv(cli, 20, &f), CHANOS_ERR_TIMEDOUT);
+    CHECK_EQ(chanos_conn_spin_recv(cli, &f), CHANOS_ERR_AGAIN);
+    /* a synchronous call passes over a late reply to its own */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 5);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+    reply_to(srv, id, false, 5);
+    reply_to(srv, id + 1, false, 6); /* the next call's id */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 6);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL), 0);
+    CHECK_EQ(f.hdr.call_id, id + 1);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 6);
+    while (chanos_conn_recv(srv, 0, &f) == 0)
+        ; /* the calls and cancels so far */
+
+    /* the quota: one more abandoned call than remembered forgets the
+     * oldest, whose late reply is received as any unmatched reply */
+    for (int i = 0; i <= CHANOS_CONN_ABANDONED_MAX; i++) {
+        n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 7);
+        CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+        CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+        if (i == 0)
+            first = id;
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    }
+    for (uint32_t i = first; i <= id; i++)
+        reply_to(srv, i, false, i);
+    CHECK_EQ(chanos_conn_recv(cli, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+    CHECK_EQ(f.hdr.call_id, first);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
+static void test_code_str(void)
+{
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_OK), "ok") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_CANCELED), "canceled") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNKNOWN), "unknown") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_NOT_FOUND), "not found") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_DEADLINE_EXCEEDED),
+                 "deadline exceeded") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNAVAILABLE),
+                 "unavailable") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_UNAUTHENTICATED),
+                 "unauthenticated") == 0);
+    for (uint64_t c = 0; c <= CHANOS_CODE_UNAUTHENTICATED; c++) {
+        const char *s = chanos_code_str(c);
+
+        CHECK(s != NULL && s[0] != '\0' && strcmp(s, "reserved code") != 0);
+    }
+    CHECK(strcmp(chanos_code_str(17), "reserved code") == 0);
+    CHECK(strcmp(chanos_code_str(999), "reserved code") == 0);
+    CHECK(strcmp(chanos_code_str(CHANOS_CODE_APPLICATION),
+                 "application code") == 0);
+    CHECK(strcmp(chanos_code_str(UINT64_MAX), "application code") == 0);
+}
+
 /* readable reports whether fd polls readable now. */
 static bool readable(int fd)
 {
@@ -246,6 +380,8 @@ static void test_join_errors(void)
 int main(void)
 {
     test_rpc();
+    test_late_replies();
+    test_code_str();
     test_spin_recv();
     test_nameservice_error();
     test_join_errors();

@@ -102,7 +102,8 @@ static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
     rc = pingpong_decode(&m, f->data, f->len, NULL, 0);
     if (rc != 0) {
         if (f->kind == CHANOS_KIND_CALL)
-            return chanos_conn_reply_error(c, f, 1, chanos_strerror(rc), -1);
+            return chanos_conn_reply_error(c, f, CHANOS_CODE_INVALID_ARGUMENT,
+                                           chanos_strerror(rc), -1);
         return rc;
     }
     chanos_buf_init(&b, out, sizeof out, NULL, 0);
@@ -136,7 +137,8 @@ static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
     }
     }
     if (f->kind == CHANOS_KIND_CALL)
-        return chanos_conn_reply_error(c, f, 1, "unsupported", -1);
+        return chanos_conn_reply_error(c, f, CHANOS_CODE_UNIMPLEMENTED,
+                                       "unsupported", -1);
     return 0;
 }
 

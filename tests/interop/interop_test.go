@@ -2,7 +2,8 @@
 // each other and against the Go examples, over a real monitor
 // (`chanos monitor --dir DIR`), with real processes and sockets; it also
 // kills C domains with -9, calls the nameservice from C
-// (examples/c/nameservice_test.c) and installs libchanos with its
+// (examples/c/nameservice_test.c), passes status codes both ways
+// (examples/c/status_test.c) and installs libchanos with its
 // pkg-config file. It holds tests only, so that examples/ keeps only
 // programs to copy.
 //

@@ -909,8 +909,10 @@ func (c *Conn) Violation(err error) error {
 }
 
 // Reply answers the rpc call in with reply, or with err when err is not
-// nil: a *RemoteError keeps its code, any other error is sent with code
-// CodeUnknown and its text as the detail.
+// nil: the error reply carries CodeOf(err) (CodeUnknown for an error that
+// has no code) and, as its detail, the Detail of a *RemoteError returned
+// as is, else err's text. A reply that cannot be encoded is answered with
+// CodeInternal.
 func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
 	if in.Kind != wire.KindCall {
 		return fmt.Errorf("chanos: Reply to a %s", in.Kind)
@@ -918,17 +920,14 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 	id := in.Header.CallID
 	if err == nil {
 		if reply == nil {
-			err = errors.New("handler returned no reply")
+			err = &RemoteError{Code: wire.Errval(CodeInternal), Detail: "handler returned no reply"}
 		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || interconnect.IsEnd(err) {
 			return err
 		}
 		// The reply could not be encoded: the caller still gets an answer.
+		err = &RemoteError{Code: wire.Errval(CodeInternal), Detail: err.Error()}
 	}
-	st := wire.Status{Code: CodeUnknown, Detail: err.Error()}
-	var re *RemoteError
-	if errors.As(err, &re) {
-		st = wire.Status{Code: re.Code, Detail: re.Detail}
-	}
+	st := statusOf(err)
 	if len(st.Detail) > wire.MaxStatusDetail {
 		st.Detail = st.Detail[:wire.MaxStatusDetail]
 	}
@@ -941,10 +940,6 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 	wire.SetCallID(b.B, id)
 	return c.sendRaw(ctx, b.B)
 }
-
-// CodeUnknown is the error code of an rpc error reply made from an error
-// that is not a *RemoteError.
-const CodeUnknown wire.Errval = 1
 
 // ServeOption adjusts Serve.
 type ServeOption func(*serveConfig)

@@ -264,7 +264,7 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 	err := c.sendWith(ctx, encode, in.Header.CallID, 0)
 	if err != nil && !interconnect.IsEnd(err) && ctx.Err() == nil {
 		// The reply could not be encoded: the caller still gets an answer.
-		err = c.Reply(ctx, in, nil, err)
+		err = c.Reply(ctx, in, nil, &RemoteError{Code: wire.Errval(CodeInternal), Detail: err.Error()})
 	}
 	return Replied, err
 }

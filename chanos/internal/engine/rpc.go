@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/chanos/chanos/wire"
 )
@@ -28,23 +27,4 @@ type Transport interface {
 	// left zero. Call keeps neither call nor reply once it returns: the
 	// generated stubs reuse them.
 	Call(ctx context.Context, call, reply wire.Message) error
-}
-
-// RemoteError is an rpc's failure as reported by the server in an error
-// reply: the code and detail of the reply's status (docs/wire.md).
-type RemoteError struct {
-	// Msg is the rpc, like "kv.get".
-	Msg string
-	// Code is the failure's code; never 0.
-	Code wire.Errval
-	// Detail is the server's description of the failure.
-	Detail string
-}
-
-// Error formats e as, for example, "kv.get: remote error 0x2: no such key".
-func (e *RemoteError) Error() string {
-	if e.Detail == "" {
-		return fmt.Sprintf("%s: remote error 0x%x", e.Msg, uint64(e.Code))
-	}
-	return fmt.Sprintf("%s: remote error 0x%x: %s", e.Msg, uint64(e.Code), e.Detail)
 }
