@@ -1097,6 +1097,39 @@ int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
                        chanos_listener **out);
 
 /*
+ * An interface as binding sees it: the generated header's IFACE_INTERFACE
+ * (IFACE_INTERFACE_NAME, IFACE_MAX_FRAME_SIZE, IFACE_FINGERPRINT). The
+ * monitor binds a client to an export only if both name the same
+ * interface and, where both declare a fingerprint (not 0), the same
+ * fingerprint: a client built from another version of the interface gets
+ * CHANOS_ERR_MISMATCH, and chanos_domain_error names the interface and
+ * both fingerprints (docs/idl.md, "Fingerprints").
+ */
+struct chanos_interface {
+    const char *name;
+    uint32_t max_frame;
+    uint64_t fingerprint; /* 0: none declared, not checked */
+};
+
+/*
+ * chanos_export_iface is chanos_export_with for the interface *iface,
+ * whose fingerprint the export declares. chanos_export and
+ * chanos_export_with declare none.
+ */
+int chanos_export_iface(chanos_domain *d, const char *name,
+                        const struct chanos_interface *iface,
+                        const struct chanos_export_opts *opts,
+                        chanos_listener **out);
+
+/*
+ * chanos_domain_error returns the detail of the monitor's last error reply
+ * to d (a refused export or bind, say), or "": a C string owned by d,
+ * valid until its next call to the monitor.
+ */
+#define CHANOS_DOMAIN_ERROR_MAX 1024
+const char *chanos_domain_error(const chanos_domain *d);
+
+/*
  * chanos_accept waits at most timeout_ms (-1: forever; 0: do not wait) for
  * a client to connect to the export, reading the monitor's socket
  * meanwhile, and returns the server side of the connection in *out, which
@@ -1149,6 +1182,20 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
 int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
                        const char *iface, uint32_t max_frame, int timeout_ms,
                        chanos_conn **out);
+
+/*
+ * chanos_connect_iface and chanos_connect_ref_iface are chanos_connect and
+ * chanos_connect_ref for the interface *iface: the bind carries its
+ * fingerprint, and an export of another fingerprint is refused with
+ * CHANOS_ERR_MISMATCH (chanos_domain_error says why). chanos_connect and
+ * chanos_connect_ref declare none.
+ */
+int chanos_connect_iface(chanos_domain *d, const char *name,
+                         const struct chanos_interface *iface, int timeout_ms,
+                         chanos_conn **out);
+int chanos_connect_ref_iface(chanos_domain *d, const struct chanos_iref *ref,
+                             const struct chanos_interface *iface,
+                             int timeout_ms, chanos_conn **out);
 
 /*
  * An iref as text: MACHINE:EXPORT:TOKEN, 16, 16 and 32 hex digits

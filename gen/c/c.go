@@ -114,6 +114,9 @@ func newGenerator(iface *idl.Interface) (*generator, error) {
 	if err := g.checkFrames(); err != nil {
 		return nil, err
 	}
+	if err := g.claimBinding(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -178,6 +178,7 @@ func (g *generator) header() string {
 	p.defines([]string{g.upfx + "_MAX_FRAME_SIZE", g.upfx + "_MAX_CAPS"},
 		[]string{literal(most), literal(min(caps, 255))})
 	p.blank()
+	g.bindingDecls(&p)
 
 	for _, d := range g.types {
 		g.typeDecl(&p, d)
@@ -442,6 +443,7 @@ func (g *generator) source() string {
 	p.blank()
 	p.f("#include \"%s.h\"", g.iface.Name)
 	p.blank()
+	g.bindingDefs(&p)
 	for _, d := range g.types {
 		if g.reach[d] {
 			g.structHelpers(&p, d)
