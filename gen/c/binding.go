@@ -47,4 +47,3 @@ func (g *generator) bindingDefs(p *printer) {
 	p.f("};")
 	p.blank()
 }
-
