@@ -1377,6 +1377,78 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
  * detail is a view into the frame. */
 int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
 
+/*
+ * chanos_conn_buf sets *b up (chanos_buf_init, no capabilities) over the
+ * connection's own scratch buffer of at least size bytes, allocated on
+ * first use and grown as needed, freed by chanos_conn_close: the buffer
+ * the generated stubs and dispatch encode into. -ENOMEM if it cannot grow.
+ * It holds one frame at a time: the stubs and the dispatch of one
+ * connection must not run on two threads at once.
+ */
+int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size);
+
+/* ---- serving: the loop that drives a generated dispatch ---- */
+
+/*
+ * A generated interface IFACE has IFACE_dispatch, which decodes one frame,
+ * calls the handler of its message or rpc in a struct IFACE_server_ops
+ * and sends an rpc's reply (docs/codegen-c.md, "Stubs and dispatch"). Its
+ * type is chanos_dispatch_fn: ops is the struct IFACE_server_ops, ctx is
+ * handed to every handler. It returns 0 to go on serving, or a negative
+ * code that ends serving the connection.
+ */
+typedef int (*chanos_dispatch_fn)(chanos_conn *c, const struct chanos_frame *f,
+                                  const void *ops, void *ctx);
+
+/*
+ * What an rpc handler returns: 0, and the dispatch sends the reply the
+ * handler filled in; a positive code, and it sends an error reply with
+ * that code (the caller's stub returns CHANOS_ERR_REMOTE); or
+ * CHANOS_SERVE_DEFER, and it sends nothing: the handler keeps the call to
+ * answer it later (chanos_conn_reply, from a copy of the frame) or never.
+ * Any other negative code ends serving, as it does from a message's
+ * handler.
+ */
+#define CHANOS_SERVE_DEFER (-4401)
+
+/* The code of the error reply to a call whose handler is NULL, or whose
+ * frame does not decode (its detail says which). */
+#define CHANOS_SERVE_UNIMPLEMENTED 12
+#define CHANOS_SERVE_INVALID       3
+
+/*
+ * chanos_serve receives the frames of c and hands each to dispatch (the
+ * generated IFACE_dispatch, or IFACE_serve which calls this), until the
+ * peer closes (0), no frame comes within timeout_ms of the last (-1: no
+ * limit; CHANOS_ERR_TIMEDOUT), or the connection or dispatch fails (that
+ * code). Cancels are dropped: a handler runs to its end before the next
+ * frame is read. One connection, one thread; to serve several on one
+ * thread, receive from each (chanos_conn_recv, chanos_conn_spin_recv) and
+ * call chanos_serve_frame.
+ */
+int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
+                 void *ctx, int timeout_ms);
+
+/* chanos_serve_frame serves one received frame f as chanos_serve does: 0
+ * or the code that ends serving. */
+int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
+                       chanos_dispatch_fn dispatch, const void *ops,
+                       void *ctx);
+
+/*
+ * The generated dispatch's own helpers, not for programs.
+ * chanos_serve_reply_ finishes a call: rc is the handler's result, or the
+ * encoder's error, and b the encoded reply when rc is 0.
+ * chanos_serve_bad_ answers a frame that failed to decode with rc (an
+ * error reply to a call; a message's error ends serving), and
+ * chanos_serve_unimplemented_ a call that has no handler.
+ */
+int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
+                        int rc, const struct chanos_buf *b);
+int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc);
+int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
+                                const char *what);
+
 /* ==== end domains ==== */
 
 #ifdef __cplusplus

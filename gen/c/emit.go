@@ -187,6 +187,7 @@ func (g *generator) header() string {
 		g.messageDecls(&p, m)
 	}
 	g.unionDecl(&p)
+	g.stubDecls(&p)
 
 	p.f("#ifdef __cplusplus")
 	p.f("}")
@@ -454,6 +455,7 @@ func (g *generator) source() string {
 	}
 	g.ifaceDecode(&p)
 	g.ifaceEncode(&p)
+	g.stubDefs(&p)
 	return strings.TrimSuffix(p.String(), "\n")
 }
 
