@@ -10,7 +10,7 @@ import (
 // dispatch, and the steps every dispatch shares, live in libchanos
 // (chanos_serve, c/src/serve.c).
 
-func (g *generator) opsStruct() string   { return g.pfx + "_server_ops" }
+func (g *generator) opsStruct() string    { return g.pfx + "_server_ops" }
 func (g *generator) dispatchFunc() string { return g.pfx + "_dispatch" }
 func (g *generator) serveFunc() string    { return g.pfx + "_serve" }
 
