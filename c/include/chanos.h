@@ -1421,7 +1421,9 @@ typedef int (*chanos_dispatch_fn)(chanos_conn *c, const struct chanos_frame *f,
  * generated IFACE_dispatch, or IFACE_serve which calls this), until the
  * peer closes (0), no frame comes within timeout_ms of the last (-1: no
  * limit; CHANOS_ERR_TIMEDOUT), or the connection or dispatch fails (that
- * code). Cancels are dropped: a handler runs to its end before the next
+ * code; a frame that breaks the wire format, or a message that does not
+ * decode, fails it, where a call that does not decode is answered with an
+ * error reply). Cancels are dropped: a handler runs to its end before the next
  * frame is read. One connection, one thread; to serve several on one
  * thread, receive from each (chanos_conn_recv, chanos_conn_spin_recv) and
  * call chanos_serve_frame.
@@ -1434,6 +1436,30 @@ int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
 int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
                        chanos_dispatch_fn dispatch, const void *ops,
                        void *ctx);
+
+/*
+ * chanos_serve_export serves every connection of the export l, of the
+ * domain d, on the calling thread until *o->stop is set (0) or accepting
+ * fails (that code): it accepts what the monitor hands over, gives each
+ * connection a turn of frames, each through dispatch (chanos_serve_frame),
+ * and closes a connection that ended or whose dispatch failed. After the
+ * last frame it spins for o->spin_ns, polling every connection without a
+ * system call; then it sleeps in ppoll(2) on the connections and the
+ * monitor's socket, with the signal mask o->sigmask (NULL: the thread's),
+ * so that a program that blocks its stop signals elsewhere sees one at
+ * once. While busy it looks at the listener and the signals every
+ * millisecond. The connections are closed on return; l stays the
+ * caller's. NULL o: the defaults.
+ */
+struct chanos_serve_opts {
+    int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's
+                      * default, CHANOS_UMP_DEFAULT_SPIN_NS */
+    const volatile int *stop; /* stops serving once *stop != 0; NULL: never */
+    const void *sigmask;      /* a sigset_t *, for ppoll; NULL: the thread's */
+};
+int chanos_serve_export(chanos_domain *d, chanos_listener *l,
+                        chanos_dispatch_fn dispatch, const void *ops,
+                        void *ctx, const struct chanos_serve_opts *o);
 
 /*
  * The generated dispatch's own helpers, not for programs.
