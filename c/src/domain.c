@@ -451,6 +451,7 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
 
     if (d->err != 0)
         return d->err;
+    d->detail[0] = '\0';
     id = ++d->next_call;
     if (id == 0)
         id = ++d->next_call;
