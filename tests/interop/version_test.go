@@ -75,6 +75,7 @@ func TestVersionsGo(t *testing.T) {
 	if err == nil {
 		t.Fatal("a calc v2 client bound a calc v1 server")
 	}
+	t.Logf("Connect across versions: %v", err)
 	mismatched(t, "Connect", "", err)
 	_, err = calcv2.ConnectRef(ctx, cli, l.Ref())
 	if err == nil {
