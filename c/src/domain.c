@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROTOCOL_VERSION 2
+#define PROTOCOL_VERSION 3
 /* The bound of a call to the monitor given none of its own (hello, export,
  * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
  * The Go library's DefaultCallTimeout. */
