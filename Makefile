@@ -107,13 +107,15 @@ demo: all
 	./bin/chanos demo
 
 # Installs libchanos (static), chanos.h, DIR/lib/pkgconfig/chanos.pc, the
-# bundled interfaces (DIR/share/chanos/interfaces) and chanosc under PREFIX
-# (docs/c-domains.md).
+# bundled interfaces (DIR/share/chanos/interfaces), chanosc and chanos (the
+# monitor, ps, names) under PREFIX (docs/c-domains.md): all a C-only user
+# needs.
 PREFIX ?= /usr/local
-install: c
+install: c bin/chanos
 	$(CMAKE) --install $(BUILD)/c --prefix $(abspath $(PREFIX))
 	install -d $(PREFIX)/bin
 	install -m 0755 bin/chanosc $(PREFIX)/bin/chanosc
+	install -m 0755 bin/chanos $(PREFIX)/bin/chanos
 
 clean:
 	rm -rf bin $(BUILD)

@@ -38,7 +38,10 @@ var (
 	// the context's deadline, or within the domain's call timeout for a
 	// context without one).
 	ErrNotFound = errors.New("chanos: name not found")
-	// ErrInterfaceMismatch: the name is exported with another interface.
+	// ErrInterfaceMismatch: the name is exported with another interface,
+	// or with another version of it: the fingerprints of the export and
+	// the client differ (docs/idl.md, "Fingerprints"). The error names
+	// the interface and both fingerprints.
 	ErrInterfaceMismatch = errors.New("chanos: interface mismatch")
 	// ErrInvalidName: the monitor rejected the name (see the nameservice's
 	// rules: 1 to 256 printable ASCII bytes without spaces).
@@ -505,7 +508,7 @@ func exportCall(name string, iface Interface, opts []ExportOption) (*monitor.Exp
 		return nil, fmt.Errorf("the allowed programs take %d bytes; at most %d", len(programs), monitor.MaxExportProgramsLen)
 	}
 	return &monitor.ExportCall{
-		Name: name, Iface: iface.Name, MaxFrame: uint32(iface.MaxFrameSize),
+		Name: name, Iface: iface.Name, MaxFrame: uint32(iface.MaxFrameSize), Fingerprint: iface.Fingerprint,
 		Private: o.private, Uids: o.uids, Programs: []byte(programs),
 	}, nil
 }
@@ -658,7 +661,7 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 	if name == "" {
 		return nil, fmt.Errorf("chanos: connect %q: %w: empty", name, ErrInvalidName)
 	}
-	return d.bind(ctx, fmt.Sprintf("%q", name), &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true}, iface)
+	return d.bind(ctx, fmt.Sprintf("%q", name), &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true, Fingerprint: iface.Fingerprint}, iface)
 }
 
 // ConnectRef binds to the export that ref names, by its iref rather than
@@ -674,7 +677,7 @@ func ConnectRef(ctx context.Context, d *Domain, ref wire.Iref, iface Interface) 
 	if ref.IsZero() {
 		return nil, fmt.Errorf("chanos: connect by iref: %w: the null iref", ErrInvalidName)
 	}
-	return d.bind(ctx, label, &monitor.BindCall{Iface: iface.Name, Target: ref}, iface)
+	return d.bind(ctx, label, &monitor.BindCall{Iface: iface.Name, Target: ref, Fingerprint: iface.Fingerprint}, iface)
 }
 
 // bind makes a bind call and opens the connection it gives; label names

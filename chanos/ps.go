@@ -96,6 +96,9 @@ type ExportInfo struct {
 	Iface    string `json:"iface"`
 	ExportID uint64 `json:"export_id"`
 	MaxFrame uint32 `json:"max_frame"`
+	// Fingerprint is the export's interface fingerprint, 16 hex digits,
+	// or empty where the exporter declared none (docs/idl.md).
+	Fingerprint string `json:"fingerprint,omitempty"`
 	// Private is set for a private export: bound by iref only.
 	Private bool `json:"private,omitempty"`
 	// AllowUIDs and AllowPrograms are the export's allow-lists, if any.

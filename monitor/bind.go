@@ -130,6 +130,11 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	if e.iface != c.Iface {
 		return nil, fail(proto.StatusMismatch, "bind %s: it exports interface %q, not %q", label, e.iface, c.Iface)
 	}
+	// 0 declares no fingerprint: hand-written interfaces and older
+	// programs bind by name and frame size alone.
+	if e.fingerprint != 0 && c.Fingerprint != 0 && e.fingerprint != c.Fingerprint {
+		return nil, fail(proto.StatusMismatch, "bind %s: interface %s: the export's fingerprint is %016x, the client's %016x (built from another version of %s)", label, c.Iface, e.fingerprint, c.Fingerprint, c.Iface)
+	}
 	if ctx.Err() != nil {
 		return nil, errCancelled
 	}

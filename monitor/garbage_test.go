@@ -121,7 +121,7 @@ func TestGarbageDropsOnlyItsSession(t *testing.T) {
 	cancelWithBody.B = append(cancelWithBody.B, 0)
 	wire.PutUint32(cancelWithBody.B, uint32(len(cancelWithBody.B)))
 	badBool := encode(t, &proto.BindCall{Name: "x", Iface: "kv", Wait: true}, 4)
-	badBool[len(badBool)-1-wire.IrefSize] = 2 // wait, before the target iref
+	badBool[len(badBool)-1-wire.IrefSize-8] = 2 // wait, before the target iref and the fingerprint
 	longName := encode(t, &proto.WithdrawCall{Name: "x"}, 5)
 	wire.PutUint32(longName[wire.HeaderSize:], 100000) // the name's length, past its bound
 	badFlags := withNCaps(ps, 0)

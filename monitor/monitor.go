@@ -187,9 +187,11 @@ type export struct {
 	name     string
 	iface    string
 	maxFrame uint32
-	ref      wire.Iref
-	domain   *session // nil for the monitor's own nameservice
-	policy   policy
+	// fingerprint is the interface's (docs/idl.md), or 0 for none.
+	fingerprint uint64
+	ref         wire.Iref
+	domain      *session // nil for the monitor's own nameservice
+	policy      policy
 }
 
 // connRec records a bound connection for ps. The monitor does not see a
@@ -277,6 +279,7 @@ func New(cfg Config) (*Monitor, error) {
 	// monitor owns.
 	ns, err := m.newExport(nameservice.ServiceName, nameservice.InterfaceName, nameservice.MaxFrameSize, nil)
 	if err == nil {
+		ns.fingerprint = nameservice.Fingerprint
 		m.exports[ns.id] = ns
 		m.ns = ns
 		err = m.store.Set(context.Background(), nameservice.ServiceName, ns.ref, names.Owner(SelfDomainID))

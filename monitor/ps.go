@@ -219,7 +219,8 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 func exportInfo(e *export) chanos.ExportInfo {
 	return chanos.ExportInfo{
 		Name: e.name, Iface: e.iface, ExportID: e.id, MaxFrame: e.maxFrame,
-		Private: e.policy.private, AllowUIDs: e.policy.uids, AllowPrograms: e.policy.programs,
+		Fingerprint: fingerprintText(e.fingerprint),
+		Private:     e.policy.private, AllowUIDs: e.policy.uids, AllowPrograms: e.policy.programs,
 	}
 }
 
@@ -314,4 +315,13 @@ func appendDomain(buf []byte, d *psDomain, room int) ([]byte, bool) {
 		ok = ok && lit("]}")
 	}
 	return buf, ok
+}
+
+// fingerprintText writes a fingerprint as ps shows it: 16 hex digits (a
+// JSON number would lose its low bits), or "" for none.
+func fingerprintText(fp uint64) string {
+	if fp == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%016x", fp)
 }

@@ -318,6 +318,7 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 		return nil, fmt.Errorf("export %q: %w", c.Name, err)
 	}
 	e.policy = pol
+	e.fingerprint = c.Fingerprint
 	m.mu.Lock()
 	if _, ok := s.exports[c.Name]; ok {
 		m.mu.Unlock()

@@ -1097,6 +1097,39 @@ int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
                        chanos_listener **out);
 
 /*
+ * An interface as binding sees it: the generated header's IFACE_INTERFACE
+ * (IFACE_INTERFACE_NAME, IFACE_MAX_FRAME_SIZE, IFACE_FINGERPRINT). The
+ * monitor binds a client to an export only if both name the same
+ * interface and, where both declare a fingerprint (not 0), the same
+ * fingerprint: a client built from another version of the interface gets
+ * CHANOS_ERR_MISMATCH, and chanos_domain_error names the interface and
+ * both fingerprints (docs/idl.md, "Fingerprints").
+ */
+struct chanos_interface {
+    const char *name;
+    uint32_t max_frame;
+    uint64_t fingerprint; /* 0: none declared, not checked */
+};
+
+/*
+ * chanos_export_iface is chanos_export_with for the interface *iface,
+ * whose fingerprint the export declares. chanos_export and
+ * chanos_export_with declare none.
+ */
+int chanos_export_iface(chanos_domain *d, const char *name,
+                        const struct chanos_interface *iface,
+                        const struct chanos_export_opts *opts,
+                        chanos_listener **out);
+
+/*
+ * chanos_domain_error returns the detail of the monitor's last error reply
+ * to d (a refused export or bind, say), or "": a C string owned by d,
+ * valid until its next call to the monitor.
+ */
+#define CHANOS_DOMAIN_ERROR_MAX 1024
+const char *chanos_domain_error(const chanos_domain *d);
+
+/*
  * chanos_accept waits at most timeout_ms (-1: forever; 0: do not wait) for
  * a client to connect to the export, reading the monitor's socket
  * meanwhile, and returns the server side of the connection in *out, which
@@ -1149,6 +1182,20 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
 int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
                        const char *iface, uint32_t max_frame, int timeout_ms,
                        chanos_conn **out);
+
+/*
+ * chanos_connect_iface and chanos_connect_ref_iface are chanos_connect and
+ * chanos_connect_ref for the interface *iface: the bind carries its
+ * fingerprint, and an export of another fingerprint is refused with
+ * CHANOS_ERR_MISMATCH (chanos_domain_error says why). chanos_connect and
+ * chanos_connect_ref declare none.
+ */
+int chanos_connect_iface(chanos_domain *d, const char *name,
+                         const struct chanos_interface *iface, int timeout_ms,
+                         chanos_conn **out);
+int chanos_connect_ref_iface(chanos_domain *d, const struct chanos_iref *ref,
+                             const struct chanos_interface *iface,
+                             int timeout_ms, chanos_conn **out);
 
 /*
  * An iref as text: MACHINE:EXPORT:TOKEN, 16, 16 and 32 hex digits
@@ -1381,6 +1428,104 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
 /* chanos_frame_status decodes the status of an error reply frame; the
  * detail is a view into the frame. */
 int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
+
+/*
+ * chanos_conn_buf sets *b up (chanos_buf_init, no capabilities) over the
+ * connection's own scratch buffer of at least size bytes, allocated on
+ * first use and grown as needed, freed by chanos_conn_close: the buffer
+ * the generated stubs and dispatch encode into. -ENOMEM if it cannot grow.
+ * It holds one frame at a time: the stubs and the dispatch of one
+ * connection must not run on two threads at once.
+ */
+int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size);
+
+/* ---- serving: the loop that drives a generated dispatch ---- */
+
+/*
+ * A generated interface IFACE has IFACE_dispatch, which decodes one frame,
+ * calls the handler of its message or rpc in a struct IFACE_server_ops
+ * and sends an rpc's reply (docs/codegen-c.md, "Stubs and dispatch"). Its
+ * type is chanos_dispatch_fn: ops is the struct IFACE_server_ops, ctx is
+ * handed to every handler. It returns 0 to go on serving, or a negative
+ * code that ends serving the connection.
+ */
+typedef int (*chanos_dispatch_fn)(chanos_conn *c, const struct chanos_frame *f,
+                                  const void *ops, void *ctx);
+
+/*
+ * What an rpc handler returns: 0, and the dispatch sends the reply the
+ * handler filled in; a positive code, and it sends an error reply with
+ * that code (the caller's stub returns CHANOS_ERR_REMOTE); or
+ * CHANOS_SERVE_DEFER, and it sends nothing: the handler keeps the call to
+ * answer it later (chanos_conn_reply, from a copy of the frame) or never.
+ * Any other negative code ends serving, as it does from a message's
+ * handler.
+ */
+#define CHANOS_SERVE_DEFER (-4401)
+
+/* The code of the error reply to a call whose handler is NULL, or whose
+ * frame does not decode (its detail says which). */
+#define CHANOS_SERVE_UNIMPLEMENTED CHANOS_CODE_UNIMPLEMENTED
+#define CHANOS_SERVE_INVALID       CHANOS_CODE_INVALID_ARGUMENT
+
+/*
+ * chanos_serve receives the frames of c and hands each to dispatch (the
+ * generated IFACE_dispatch, or IFACE_serve which calls this), until the
+ * peer closes (0), no frame comes within timeout_ms of the last (-1: no
+ * limit; CHANOS_ERR_TIMEDOUT), or the connection or dispatch fails (that
+ * code; a frame that breaks the wire format, or a message that does not
+ * decode, fails it, where a call that does not decode is answered with an
+ * error reply). Cancels are dropped: a handler runs to its end before the next
+ * frame is read. One connection, one thread; to serve several on one
+ * thread, receive from each (chanos_conn_recv, chanos_conn_spin_recv) and
+ * call chanos_serve_frame.
+ */
+int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
+                 void *ctx, int timeout_ms);
+
+/* chanos_serve_frame serves one received frame f as chanos_serve does: 0
+ * or the code that ends serving. */
+int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
+                       chanos_dispatch_fn dispatch, const void *ops,
+                       void *ctx);
+
+/*
+ * chanos_serve_export serves every connection of the export l, of the
+ * domain d, on the calling thread until *o->stop is set (0) or accepting
+ * fails (that code): it accepts what the monitor hands over, gives each
+ * connection a turn of frames, each through dispatch (chanos_serve_frame),
+ * and closes a connection that ended or whose dispatch failed. After the
+ * last frame it spins for o->spin_ns, polling every connection without a
+ * system call; then it sleeps in ppoll(2) on the connections and the
+ * monitor's socket, with the signal mask o->sigmask (NULL: the thread's),
+ * so that a program that blocks its stop signals elsewhere sees one at
+ * once. While busy it looks at the listener and the signals every
+ * millisecond. The connections are closed on return; l stays the
+ * caller's. NULL o: the defaults.
+ */
+struct chanos_serve_opts {
+    int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's
+                      * default, CHANOS_UMP_DEFAULT_SPIN_NS */
+    const volatile int *stop; /* stops serving once *stop != 0; NULL: never */
+    const void *sigmask;      /* a sigset_t *, for ppoll; NULL: the thread's */
+};
+int chanos_serve_export(chanos_domain *d, chanos_listener *l,
+                        chanos_dispatch_fn dispatch, const void *ops,
+                        void *ctx, const struct chanos_serve_opts *o);
+
+/*
+ * The generated dispatch's own helpers, not for programs.
+ * chanos_serve_reply_ finishes a call: rc is the handler's result, or the
+ * encoder's error, and b the encoded reply when rc is 0.
+ * chanos_serve_bad_ answers a frame that failed to decode with rc (an
+ * error reply to a call; a message's error ends serving), and
+ * chanos_serve_unimplemented_ a call that has no handler.
+ */
+int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
+                        int rc, const struct chanos_buf *b);
+int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc);
+int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
+                                const char *what);
 
 /* ==== end domains ==== */
 

@@ -33,6 +33,8 @@ struct chanos_conn {
     atomic_uint nabandoned;
     unsigned abandon_next;
     uint32_t abandoned[CHANOS_CONN_ABANDONED_MAX];
+    uint8_t *scratch; /* chanos_conn_buf's, of scratch_len bytes */
+    size_t scratch_len;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -62,7 +64,22 @@ void chanos_conn_close(chanos_conn *c)
     if (c == NULL)
         return;
     chanos_ump_close(c->u);
+    free(c->scratch);
     free(c);
+}
+
+int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
+{
+    if (size > c->scratch_len) {
+        uint8_t *p = realloc(c->scratch, size);
+
+        if (p == NULL)
+            return -ENOMEM;
+        c->scratch = p;
+        c->scratch_len = size;
+    }
+    chanos_buf_init(b, c->scratch, c->scratch_len, NULL, 0);
+    return 0;
 }
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }

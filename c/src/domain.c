@@ -30,7 +30,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROTOCOL_VERSION 2
+#define PROTOCOL_VERSION 3
 /* The bound of a call to the monitor given none of its own (hello, export,
  * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
  * The Go library's DefaultCallTimeout. */
@@ -76,6 +76,8 @@ struct chanos_domain {
     struct pending_in in[INCOMING_LIMIT];
     size_t nin;
     struct chanos_listener *listeners; /* list of open listeners */
+    /* the detail of the monitor's last error reply (chanos_domain_error) */
+    char detail[CHANOS_DOMAIN_ERROR_MAX + 1];
 };
 
 struct chanos_listener {
@@ -449,6 +451,7 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
 
     if (d->err != 0)
         return d->err;
+    d->detail[0] = '\0';
     id = ++d->next_call;
     if (id == 0)
         id = ++d->next_call;
@@ -491,6 +494,14 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
         fr.kind = CHANOS_KIND_ERROR;
         if (chanos_frame_status(&fr, &st) != 0)
             return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+        {
+            size_t n = st.detail.len < CHANOS_DOMAIN_ERROR_MAX
+                           ? st.detail.len
+                           : CHANOS_DOMAIN_ERROR_MAX;
+
+            memcpy(d->detail, st.detail.ptr, n);
+            d->detail[n] = '\0';
+        }
         return status_error(st.code);
     }
     return 0;
@@ -673,10 +684,41 @@ int chanos_domain_poll(chanos_domain *d, int timeout_ms)
     return rc == CHANOS_ERR_TIMEDOUT ? 0 : rc;
 }
 
+/* export_fp makes the export call; fingerprint 0 declares none. */
+static int export_fp(chanos_domain *d, const char *name, const char *iface,
+                     uint32_t max_frame, uint64_t fingerprint,
+                     const struct chanos_export_opts *opts,
+                     chanos_listener **out);
+
 int chanos_export(chanos_domain *d, const char *name, const char *iface,
                   uint32_t max_frame, chanos_listener **out)
 {
-    return chanos_export_with(d, name, iface, max_frame, NULL, out);
+    return export_fp(d, name, iface, max_frame, 0, NULL, out);
+}
+
+int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
+                       uint32_t max_frame, const struct chanos_export_opts *opts,
+                       chanos_listener **out)
+{
+    return export_fp(d, name, iface, max_frame, 0, opts, out);
+}
+
+int chanos_export_iface(chanos_domain *d, const char *name,
+                        const struct chanos_interface *iface,
+                        const struct chanos_export_opts *opts,
+                        chanos_listener **out)
+{
+    if (iface == NULL) {
+        *out = NULL;
+        return -EINVAL;
+    }
+    return export_fp(d, name, iface->name, iface->max_frame,
+                     iface->fingerprint, opts, out);
+}
+
+const char *chanos_domain_error(const chanos_domain *d)
+{
+    return d->detail;
 }
 
 /* join_programs writes the allowed programs of o into buf, '\n' between
@@ -705,9 +747,10 @@ static int join_programs(const struct chanos_export_opts *o, char *buf,
     return (int)n;
 }
 
-int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
-                       uint32_t max_frame, const struct chanos_export_opts *opts,
-                       chanos_listener **out)
+static int export_fp(chanos_domain *d, const char *name, const char *iface,
+                     uint32_t max_frame, uint64_t fingerprint,
+                     const struct chanos_export_opts *opts,
+                     chanos_listener **out)
 {
     static const struct chanos_export_opts none = { 0 };
     struct monitor_export_call call = { 0 };
@@ -735,6 +778,7 @@ int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
     call.name = chanos_cstr(name);
     call.iface = chanos_cstr(iface);
     call.max_frame = max_frame;
+    call.fingerprint = fingerprint;
     call.private_ = (opts->flags & CHANOS_EXPORT_PRIVATE) != 0;
     call.nuids = (uint32_t)opts->nuids;
     if (opts->nuids > 0)
@@ -1025,8 +1069,8 @@ static int bind_local(struct chanos_domain *d,
  */
 static int bind_export(chanos_domain *d, const char *name,
                        const struct chanos_iref *ref, const char *iface,
-                       bool wait, uint32_t max_frame, int timeout_ms,
-                       chanos_conn **out)
+                       uint64_t fingerprint, bool wait, uint32_t max_frame,
+                       int timeout_ms, chanos_conn **out)
 {
     struct monitor_bind_call call = { 0 };
     struct monitor_bind_reply reply;
@@ -1051,6 +1095,7 @@ static int bind_export(chanos_domain *d, const char *name,
         call.target = *ref;
     }
     call.iface = chanos_cstr(iface);
+    call.fingerprint = fingerprint;
     call.wait = wait && timeout_ms != 0;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_bind_call_encode(&call, &b);
@@ -1108,6 +1153,11 @@ static int bind_export(chanos_domain *d, const char *name,
     return chanos_conn_new(u, out);
 }
 
+static int connect_ref_fp(chanos_domain *d, const struct chanos_iref *ref,
+                          const char *iface, uint64_t fingerprint,
+                          uint32_t max_frame, int timeout_ms,
+                          chanos_conn **out);
+
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out)
 {
@@ -1115,12 +1165,45 @@ int chanos_connect(chanos_domain *d, const char *name, const char *iface,
         *out = NULL;
         return -EINVAL;
     }
-    return bind_export(d, name, NULL, iface, true, max_frame, timeout_ms, out);
+    return bind_export(d, name, NULL, iface, 0, true, max_frame, timeout_ms,
+                       out);
+}
+
+int chanos_connect_iface(chanos_domain *d, const char *name,
+                         const struct chanos_interface *iface, int timeout_ms,
+                         chanos_conn **out)
+{
+    if (name == NULL || iface == NULL) {
+        *out = NULL;
+        return -EINVAL;
+    }
+    return bind_export(d, name, NULL, iface->name, iface->fingerprint, true,
+                       iface->max_frame, timeout_ms, out);
+}
+
+int chanos_connect_ref_iface(chanos_domain *d, const struct chanos_iref *ref,
+                             const struct chanos_interface *iface,
+                             int timeout_ms, chanos_conn **out)
+{
+    if (iface == NULL) {
+        *out = NULL;
+        return -EINVAL;
+    }
+    return connect_ref_fp(d, ref, iface->name, iface->fingerprint,
+                          iface->max_frame, timeout_ms, out);
 }
 
 int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
                        const char *iface, uint32_t max_frame, int timeout_ms,
                        chanos_conn **out)
+{
+    return connect_ref_fp(d, ref, iface, 0, max_frame, timeout_ms, out);
+}
+
+static int connect_ref_fp(chanos_domain *d, const struct chanos_iref *ref,
+                          const char *iface, uint64_t fingerprint,
+                          uint32_t max_frame, int timeout_ms,
+                          chanos_conn **out)
 {
     static const struct chanos_iref null_ref = { 0 };
 
@@ -1132,8 +1215,8 @@ int chanos_connect_ref(chanos_domain *d, const struct chanos_iref *ref,
         *out = NULL;
         return CHANOS_ERR_INVALID;
     }
-    return bind_export(d, NULL, ref, iface, false, max_frame, timeout_ms,
-                       out);
+    return bind_export(d, NULL, ref, iface, fingerprint, false, max_frame,
+                       timeout_ms, out);
 }
 
 /* ---- irefs as text ---- */
@@ -1200,7 +1283,7 @@ int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
     /* as monitor.Client.Nameservice: the monitor always serves it, so the
      * bind does not wait for the name (also the interface's name) */
     return bind_export(d, CHANOS_NAMESERVICE_NAME, NULL,
-                       CHANOS_NAMESERVICE_NAME, false,
+                       CHANOS_NAMESERVICE_NAME, NAMESERVICE_FINGERPRINT, false,
                        NAMESERVICE_MAX_FRAME_SIZE, timeout_ms, out);
 }
 

@@ -5,9 +5,18 @@
  * spelled out, decoded back, and put through every error path of the
  * encoder and the decoder. Frames are decoded from heap buffers of exactly
  * their length, so that AddressSanitizer catches any read past the end.
+ * The client stubs and the server dispatch run over a ring pair, the
+ * server on a thread of its own (test_stubs).
  */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* the ring pair of ump_testutil.h */
+#endif
+
 #include "check.h"
 #include "ctest.h"
+#include "ump_testutil.h"
+
+#include <pthread.h>
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -700,6 +709,122 @@ static void test_any(void)
     }
 }
 
+/* ---- stubs and dispatch ---- */
+
+/* The server's state, its handlers' ctx. */
+struct store {
+    ctest_handle h;
+    int scalars;
+    uint64_t last_u64;
+};
+
+static int on_put(void *ctx, chanos_conn *c, const struct ctest_put_call *in,
+                  struct ctest_put_reply *out)
+{
+    struct store *s = ctx;
+
+    (void)c;
+    (void)out;
+    if (in->h == 0)
+        return 7; /* an application's own error code */
+    s->h = in->h;
+    return 0;
+}
+
+static int on_get(void *ctx, chanos_conn *c, const struct ctest_get_call *in,
+                  struct ctest_get_reply *out)
+{
+    const struct store *s = ctx;
+
+    (void)c;
+    (void)in;
+    out->h = s->h;
+    return 0;
+}
+
+static int on_scalars(void *ctx, chanos_conn *c, const struct ctest_scalars *m)
+{
+    struct store *s = ctx;
+
+    (void)c;
+    s->scalars++;
+    s->last_u64 = m->u64;
+    return 0;
+}
+
+static const struct ctest_server_ops store_ops = {
+    .put = on_put,
+    .get = on_get,
+    .scalars = on_scalars,
+    /* lookup and sync unimplemented; the other messages dropped */
+};
+
+struct server_thread {
+    chanos_conn *c;
+    struct store s;
+    int rc;
+};
+
+static void *serve_thread(void *arg)
+{
+    struct server_thread *t = arg;
+
+    t->rc = ctest_serve(t->c, &store_ops, &t->s, 5000);
+    return NULL;
+}
+
+static void test_stubs(void)
+{
+    struct chanos_ump_options o = { 0 };
+    struct server_thread t = { 0 };
+    struct ctest_put_call put = { 42 };
+    struct ctest_put_reply pr;
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr = { 0 };
+    struct ctest_sync_call sc = { 0 };
+    struct ctest_sync_reply sr;
+    struct ctest_scalars m;
+    chanos_ump *ua, *ub;
+    chanos_conn *cli;
+    pthread_t th;
+
+    /* the constants binding takes */
+    CHECK(strcmp(CTEST_INTERFACE_NAME, "ctest") == 0);
+    CHECK(CTEST_FINGERPRINT != 0);
+    CHECK(strcmp(ctest_interface.name, "ctest") == 0);
+    CHECK_EQ(ctest_interface.max_frame, CTEST_MAX_FRAME_SIZE);
+    CHECK(ctest_interface.fingerprint == CTEST_FINGERPRINT);
+
+    o.max_msg = CTEST_MAX_FRAME_SIZE;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &t.c), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    CHECK_EQ(pthread_create(&th, NULL, serve_thread, &t), 0);
+
+    /* rpcs: a reply, the handler's own error code, unimplemented */
+    CHECK_EQ(ctest_put(cli, &put, &pr, 2000), 0);
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 2000), 0);
+    CHECK_EQ(gr.h, 42);
+    put.h = 0;
+    CHECK_EQ(ctest_put(cli, &put, &pr, 2000), CHANOS_ERR_REMOTE);
+    CHECK_EQ(ctest_sync(cli, &sc, &sr, 2000), CHANOS_ERR_REMOTE);
+    /* messages, handled in order before the next call */
+    memset(&m, 0, sizeof m);
+    m.u64 = 1234567890123ull;
+    CHECK_EQ(ctest_scalars_send(cli, &m, 2000), 0);
+    CHECK_EQ(ctest_empty_send(cli, &(struct ctest_empty){ 0 }, 2000), 0);
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 2000), 0);
+    CHECK_EQ(gr.h, 42);
+
+    /* the client closes: the serve loop ends with 0 */
+    chanos_conn_close(cli);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(t.rc, 0);
+    CHECK_EQ(t.s.scalars, 1);
+    CHECK(t.s.last_u64 == 1234567890123ull);
+    chanos_conn_close(t.c);
+}
+
 int main(void)
 {
     test_scalars();
@@ -710,5 +835,6 @@ int main(void)
     test_keywords();
     test_rpc();
     test_any();
+    test_stubs();
     return check_done("codegen_test");
 }

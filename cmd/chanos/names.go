@@ -14,14 +14,14 @@ import (
 const namesUsage = `usage: chanos names [PREFIX] [--json] [--dir DIR]
 
 Lists the names registered in this user's nameservice that start with
-PREFIX (all of them by default), with the interface and domain of the
-export each names.
+PREFIX (all of them by default), with the interface, its fingerprint
+(docs/idl.md) and the domain of the export each names.
 
 --json prints one JSON document on one line, an array of
-{"name", "machine_id", "export_id", "iface", "domain", "program"} ([] when
-no name matches); a failure prints {"error": MESSAGE, "code": CODE}
-instead (code no_monitor when no monitor runs), and the exit status is
-not 0.
+{"name", "machine_id", "export_id", "iface", "fingerprint", "domain",
+"program"} ([] when no name matches); a failure prints {"error": MESSAGE,
+"code": CODE} instead (code no_monitor when no monitor runs), and the exit
+status is not 0.
 `
 
 // nameEntry is one line of 'chanos names'.
@@ -30,8 +30,10 @@ type nameEntry struct {
 	MachineID string `json:"machine_id"`
 	ExportID  uint64 `json:"export_id"`
 	Iface     string `json:"iface,omitempty"`
-	Domain    uint64 `json:"domain,omitempty"`
-	Program   string `json:"program,omitempty"`
+	// Fingerprint is the export's, as ps gives it (16 hex digits).
+	Fingerprint string `json:"fingerprint,omitempty"`
+	Domain      uint64 `json:"domain,omitempty"`
+	Program     string `json:"program,omitempty"`
 }
 
 // runNames runs 'chanos names'.
@@ -76,13 +78,14 @@ func runNames(ctx context.Context, args []string) error {
 	}
 	type owner struct {
 		iface   string
+		fp      string
 		domain  uint64
 		program string
 	}
 	exports := map[uint64]owner{}
 	for _, d := range snap.Domains {
 		for _, e := range d.Exports {
-			exports[e.ExportID] = owner{e.Iface, d.ID, d.Program}
+			exports[e.ExportID] = owner{e.Iface, e.Fingerprint, d.ID, d.Program}
 		}
 	}
 	entries := []nameEntry{}
@@ -97,7 +100,7 @@ func runNames(ctx context.Context, args []string) error {
 		e := nameEntry{Name: name, MachineID: fmt.Sprintf("%016x", ref.Machine), ExportID: ref.Export}
 		if fmt.Sprintf("%016x", c.Machine()) == e.MachineID {
 			if o, ok := exports[ref.Export]; ok {
-				e.Iface, e.Domain, e.Program = o.iface, o.domain, o.program
+				e.Iface, e.Fingerprint, e.Domain, e.Program = o.iface, o.fp, o.domain, o.program
 			}
 		}
 		entries = append(entries, e)
@@ -106,13 +109,13 @@ func runNames(ctx context.Context, args []string) error {
 		return writeJSON(os.Stdout, entries)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIFACE\tDOMAIN\tPROGRAM\tEXPORT")
+	fmt.Fprintln(tw, "NAME\tIFACE\tFINGERPRINT\tDOMAIN\tPROGRAM\tEXPORT")
 	for _, e := range entries {
 		domain := "-"
 		if e.Domain != 0 {
 			domain = fmt.Sprint(e.Domain)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s/%d\n", e.Name, orDash(e.Iface), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%d\n", e.Name, orDash(e.Iface), orDash(e.Fingerprint), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID)
 	}
 	return tw.Flush()
 }

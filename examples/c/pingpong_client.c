@@ -54,7 +54,6 @@ static void report(const char *what, const char *unit, long n, int64_t total,
            (double)rtts[n * 99 / 100] / 1e3);
 }
 
-static uint8_t buf[PINGPONG_BOUNCE_CALL_MAX_FRAME_SIZE];
 static uint8_t payload[PINGPONG_BOUNCE_PAYLOAD_MAX];
 
 static int fail(const char *what, int rc)
@@ -65,7 +64,6 @@ static int fail(const char *what, int rc)
 
 static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
 {
-    struct chanos_buf b;
     struct chanos_frame f;
     int64_t t0, prev;
     int rc;
@@ -80,9 +78,7 @@ static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
         struct pingpong_ping p = { me, (uint32_t)i };
         struct pingpong_pong q;
 
-        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
-        if ((rc = pingpong_ping_encode(&p, &b)) != 0 ||
-            (rc = chanos_conn_send(c, b.data, b.len, CALL_TIMEOUT_MS)) != 0)
+        if ((rc = pingpong_ping_send(c, &p, CALL_TIMEOUT_MS)) != 0)
             return fail("send ping", rc);
         int64_t t = now_ns();
         if (i > 0)
@@ -108,24 +104,8 @@ static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
         struct pingpong_echo_call call = { (uint64_t)i };
         struct pingpong_echo_reply r;
 
-        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
-        if ((rc = pingpong_echo_call_encode(&call, &b)) != 0)
-            return fail("encode echo", rc);
-        rc = chanos_conn_call(c, b.data, b.len, CALL_TIMEOUT_MS, &f, NULL,
-                              NULL);
-        if (rc == CHANOS_ERR_REMOTE) {
-            struct chanos_status st;
-
-            if (chanos_frame_status(&f, &st) == 0)
-                fprintf(stderr, "pingpong_client: echo: error %" PRIu64
-                                ": %.*s\n",
-                        st.code, (int)st.detail.len, st.detail.ptr);
-            return 1;
-        }
-        if (rc != 0)
+        if ((rc = pingpong_echo(c, &call, &r, CALL_TIMEOUT_MS)) != 0)
             return fail("echo", rc);
-        if ((rc = pingpong_echo_reply_decode(&r, f.data, f.len, NULL, 0)) != 0)
-            return fail("decode echo reply", rc);
         int64_t t = now_ns();
         rtts[i] = t - prev;
         prev = t;
@@ -146,16 +126,8 @@ static int run(chanos_conn *c, uint32_t me, long n, int64_t *rtts)
             payload[i] = (uint8_t)i;
         call.payload.ptr = payload;
         call.payload.len = sizeof payload;
-        chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
-        if ((rc = pingpong_bounce_call_encode(&call, &b)) != 0)
-            return fail("encode bounce", rc);
-        rc = chanos_conn_call(c, b.data, b.len, CALL_TIMEOUT_MS, &f, NULL,
-                              NULL);
-        if (rc != 0)
+        if ((rc = pingpong_bounce(c, &call, &r, CALL_TIMEOUT_MS)) != 0)
             return fail("bounce", rc);
-        if ((rc = pingpong_bounce_reply_decode(&r, f.data, f.len, NULL, 0)) !=
-            0)
-            return fail("decode bounce reply", rc);
         if (r.reply.len != sizeof payload ||
             memcmp(r.reply.ptr, payload, sizeof payload) != 0) {
             fprintf(stderr, "pingpong_client: bounce returned a different "
@@ -217,14 +189,14 @@ int main(int argc, char **argv)
     if (rc != 0)
         return fail("join", rc);
     if (by_ref)
-        rc = chanos_connect_ref(d, &ref, "pingpong", PINGPONG_MAX_FRAME_SIZE,
-                                wait_ms, &c);
+        rc = chanos_connect_ref_iface(d, &ref, &pingpong_interface, wait_ms, &c);
     else
-        rc = chanos_connect(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE,
-                            wait_ms, &c);
+        rc = chanos_connect_iface(d, name, &pingpong_interface, wait_ms, &c);
     if (rc != 0) {
         fprintf(stderr, "pingpong_client: connect %s: %s\n", name,
                 chanos_strerror(rc));
+        if (rc == CHANOS_ERR_MISMATCH)
+            fprintf(stderr, "pingpong_client: %s\n", chanos_domain_error(d));
         chanos_domain_close(d);
         return 1;
     }

@@ -23,40 +23,26 @@
  * programs or uids. -print-ref prints "iref REF" (chanos_iref_format)
  * after the serving line: the capability, for a test to hand on.
  *
- * Waiting, as chanos_ump_recv does for one connection: after the last
- * frame served, every connection is polled with chanos_conn_spin_recv,
- * which costs no system call and does not ask the peers to wake us, for
- * the spin window; a ping that comes within it is answered without a
- * wake-up (a round trip of well under a microsecond, rather than ten or
- * more through an eventfd). Then each connection is armed with
- * chanos_conn_recv(c, 0, ...) and the thread sleeps in ppoll until a
- * connection, the monitor's socket or a signal wakes it: idle, it uses no
- * CPU. While frames keep coming the window never ends, so new connections,
- * signals and clients that died without closing are also looked at every
- * CHORES_NS.
+ * It serves every connection on one thread with chanos_serve_export,
+ * which spins over them for the spin window after the last frame (a ping
+ * that comes within it is answered without a wake-up), then sleeps in
+ * ppoll(2) until a connection, the monitor's socket or a signal wakes it.
+ * The signals are blocked except while it waits, so one that comes while
+ * a frame is served still ends the wait that follows.
  */
-#ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* ppoll */
+#ifndef _POSIX_C_SOURCE
+#define _POSIX_C_SOURCE 200809L /* sigaction, sigprocmask */
 #endif
 
 #include <chanos.h>
 
 #include "pingpong.h"
 
-#include <errno.h>
 #include <inttypes.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#define MAX_CONNS 64
-/* Frames served from one connection before the others get their turn. */
-#define BATCH 64
-/* While busy: how often to accept and to take signals (1 ms). */
-#define CHORES_NS 1000000
 
 static volatile sig_atomic_t stopping;
 
@@ -66,149 +52,51 @@ static void on_signal(int sig)
     stopping = 1;
 }
 
-/* reply buffer: large enough for a bounce reply */
-static uint8_t out[PINGPONG_BOUNCE_REPLY_MAX_FRAME_SIZE];
-
 static bool have_no_reply;
 static uint64_t no_reply_to;
 
-static int64_t now_ns(void)
+/* The handlers, which pingpong_dispatch calls (generated from
+ * pingpong.if): each ping is answered by a pong, echo and bounce return
+ * their argument. */
+static int on_ping(void *ctx, chanos_conn *c, const struct pingpong_ping *m)
 {
-    struct timespec ts;
+    struct pingpong_pong p = { m->client_id, m->msg_id };
 
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+    (void)ctx;
+    return pingpong_pong_send(c, &p, -1);
 }
 
-/* cpu_relax eases a spin loop (PAUSE on x86, YIELD on arm64). */
-static inline void cpu_relax(void)
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
 {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
-/* serve_frame handles one frame; a negative result ends the connection. */
-static int serve_frame(chanos_conn *c, const struct chanos_frame *f)
-{
-    struct pingpong_msg m;
-    struct chanos_buf b;
-    int rc;
-
-    if (f->kind == CHANOS_KIND_CANCEL)
-        return 0; /* every call is answered at once: nothing to stop */
-    rc = pingpong_decode(&m, f->data, f->len, NULL, 0);
-    if (rc != 0) {
-        if (f->kind == CHANOS_KIND_CALL)
-            return chanos_conn_reply_error(c, f, CHANOS_CODE_INVALID_ARGUMENT,
-                                           chanos_strerror(rc), -1);
-        return rc;
+    (void)ctx;
+    (void)c;
+    if (have_no_reply && in->val == no_reply_to) {
+        printf("unanswered echo %" PRIu64 "\n", no_reply_to);
+        fflush(stdout);
+        return CHANOS_SERVE_DEFER;
     }
-    chanos_buf_init(&b, out, sizeof out, NULL, 0);
-    switch (m.msg) {
-    case PINGPONG_MSG_PING: {
-        struct pingpong_pong p = { m.u.ping.client_id, m.u.ping.msg_id };
-
-        rc = pingpong_pong_encode(&p, &b);
-        return rc != 0 ? rc : chanos_conn_send(c, b.data, b.len, -1);
-    }
-    case PINGPONG_MSG_DATA:
-        return 0; /* a sink for streaming */
-    case PINGPONG_MSG_ECHO: {
-        struct pingpong_echo_reply r = { m.u.echo_call.val };
-
-        if (have_no_reply && m.u.echo_call.val == no_reply_to) {
-            printf("unanswered echo %" PRIu64 "\n", no_reply_to);
-            fflush(stdout);
-            return 0;
-        }
-        rc = pingpong_echo_reply_encode(&r, &b);
-        return rc != 0 ? rc : chanos_conn_reply(c, f, b.data, b.len, -1);
-    }
-    case PINGPONG_MSG_BOUNCE: {
-        /* the payload view points into the ring: encode before the next
-         * receive */
-        struct pingpong_bounce_reply r = { m.u.bounce_call.payload };
-
-        rc = pingpong_bounce_reply_encode(&r, &b);
-        return rc != 0 ? rc : chanos_conn_reply(c, f, b.data, b.len, -1);
-    }
-    }
-    if (f->kind == CHANOS_KIND_CALL)
-        return chanos_conn_reply_error(c, f, CHANOS_CODE_UNIMPLEMENTED,
-                                       "unsupported", -1);
+    out->result = in->val;
     return 0;
 }
 
-/* The server's connections: one thread serves them all. */
-struct server {
-    chanos_listener *l;
-    chanos_conn *conns[MAX_CONNS];
-    size_t nconns;
+/* the payload is a view into the ring: the reply is encoded before the
+ * next receive */
+static int on_bounce(void *ctx, chanos_conn *c,
+                     const struct pingpong_bounce_call *in,
+                     struct pingpong_bounce_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    out->reply = in->payload;
+    return 0;
+}
+
+/* data has no handler: the server is a sink for streaming */
+static const struct pingpong_server_ops ops = {
+    .ping = on_ping, .echo = on_echo, .bounce = on_bounce,
 };
-
-/* accept_all takes every connection the monitor has handed over (false if
- * the listener failed). Called before every sleep, whether or not the
- * monitor's socket is readable: one may have arrived while export waited
- * for its reply, and libchanos holds it for chanos_accept. */
-static bool accept_all(struct server *s)
-{
-    chanos_conn *nc;
-    int rc;
-
-    while ((rc = chanos_accept(s->l, 0, &nc)) == 0) {
-        if (s->nconns == MAX_CONNS) {
-            chanos_conn_close(nc);
-            continue;
-        }
-        s->conns[s->nconns++] = nc;
-    }
-    if (rc != CHANOS_ERR_TIMEDOUT) {
-        fprintf(stderr, "pingpong_server: accept: %s\n", chanos_strerror(rc));
-        return false;
-    }
-    return true;
-}
-
-/*
- * serve_round gives every connection a turn of up to BATCH frames and
- * returns how many it served. Spinning (arm false), it receives with
- * chanos_conn_spin_recv. Before a sleep (arm true), with
- * chanos_conn_recv(c, 0, ...): a connection that returns AGAIN is then
- * armed, and its fd will wake ppoll for the next frame; if any frame came
- * meanwhile (a result above 0), the caller must not sleep. A connection
- * that ended is closed.
- */
-static long serve_round(struct server *s, bool arm)
-{
-    long served = 0;
-
-    for (size_t i = 0; i < s->nconns;) {
-        chanos_conn *c = s->conns[i];
-        struct chanos_frame f;
-        int rc, n = 0;
-
-        do {
-            rc = arm ? chanos_conn_recv(c, 0, &f) : chanos_conn_spin_recv(c, &f);
-            if (rc != 0)
-                break;
-            served++;
-            rc = serve_frame(c, &f);
-        } while (rc == 0 && ++n < BATCH);
-        if (rc == 0 || rc == CHANOS_ERR_AGAIN) {
-            i++;
-            continue;
-        }
-        if (rc != CHANOS_ERR_CLOSED)
-            fprintf(stderr, "pingpong_server: connection ended: %s\n",
-                    chanos_strerror(rc));
-        chanos_conn_close(c);
-        s->conns[i] = s->conns[--s->nconns];
-    }
-    return served;
-}
 
 int main(int argc, char **argv)
 {
@@ -218,12 +106,11 @@ int main(int argc, char **argv)
     uint32_t uids[8];
     struct chanos_export_opts eo = { 0, uids, 0, programs, 0 };
     bool print_ref = false;
-    struct pollfd pfd[MAX_CONNS + 1];
-    struct server s = { 0 };
+    struct chanos_serve_opts so;
+    chanos_listener *l;
     chanos_domain *d;
     struct chanos_join_opts jo = { 0 };
     struct sigaction sa;
-    int64_t last, chores;
     int rc;
 
     for (int i = 1; i < argc; i++) {
@@ -259,10 +146,10 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* The signals are blocked except while ppoll waits (or looks, every
-     * CHORES_NS while busy), so one that comes while a connection is
-     * being served still ends the wait that follows, rather than being
-     * missed until the next message. */
+    /* The signals are blocked except while chanos_serve_export waits (or
+     * looks, every millisecond while busy), so one that comes while a
+     * frame is served still ends the wait that follows, rather than being
+     * missed until the next frame. */
     sigset_t block, waitmask;
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
@@ -275,8 +162,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "pingpong_server: join: %s\n", chanos_strerror(rc));
         return 1;
     }
-    rc = chanos_export_with(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &eo,
-                            &s.l);
+    rc = chanos_export_iface(d, name, &pingpong_interface, &eo, &l);
     if (rc != 0) {
         fprintf(stderr, "pingpong_server: export %s: %s\n", name,
                 chanos_strerror(rc));
@@ -288,68 +174,19 @@ int main(int argc, char **argv)
         struct chanos_iref ref;
         char text[CHANOS_IREF_TEXT_LEN + 1];
 
-        chanos_listener_ref(s.l, &ref);
+        chanos_listener_ref(l, &ref);
         chanos_iref_format(&ref, text, sizeof text);
         printf("iref %s\n", text);
     }
     fflush(stdout);
 
-    /* last: when a frame was last served (or the thread woke); the spin
-     * window runs from there. chores: when to accept and take signals
-     * next while busy. */
-    last = now_ns();
-    chores = last;
-    while (!stopping) {
-        int64_t t;
-
-        if (serve_round(&s, false) > 0) {
-            last = now_ns();
-            t = last;
-        } else {
-            t = now_ns();
-        }
-        if (t >= chores) {
-            /* a zero wait with the signals unblocked runs the handler of
-             * any pending one */
-            struct timespec zero = { 0, 0 };
-
-            chores = t + CHORES_NS;
-            (void)ppoll(NULL, 0, &zero, &waitmask);
-            if (stopping || !accept_all(&s))
-                break;
-            /* an arming round notices clients that died without closing
-             * (spin_recv does not look); the next spin round disarms */
-            if (serve_round(&s, true) > 0)
-                last = now_ns();
-        }
-        if (t - last < spin_ns) {
-            cpu_relax();
-            continue;
-        }
-        /* The window is over: accept, arm every connection (a frame that
-         * came meanwhile is served, and then there is no sleep), then
-         * sleep until a connection, the monitor or a signal wakes us. */
-        if (!accept_all(&s))
-            break;
-        if (serve_round(&s, true) > 0) {
-            last = now_ns();
-            continue;
-        }
-        pfd[0].fd = chanos_domain_fd(d);
-        pfd[0].events = POLLIN;
-        for (size_t i = 0; i < s.nconns; i++) {
-            pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(s.conns[i]));
-            pfd[i + 1].events = POLLIN;
-        }
-        if (ppoll(pfd, s.nconns + 1, NULL, &waitmask) < 0 && errno != EINTR) {
-            perror("pingpong_server: ppoll");
-            break;
-        }
-        last = now_ns();
-    }
-    for (size_t i = 0; i < s.nconns; i++)
-        chanos_conn_close(s.conns[i]);
-    rc = chanos_listener_close(s.l);
+    so.spin_ns = spin_ns;
+    so.stop = &stopping;
+    so.sigmask = &waitmask;
+    rc = chanos_serve_export(d, l, pingpong_dispatch, &ops, NULL, &so);
+    if (rc != 0)
+        fprintf(stderr, "pingpong_server: serve: %s\n", chanos_strerror(rc));
+    rc = chanos_listener_close(l);
     if (rc != 0)
         fprintf(stderr, "pingpong_server: withdraw: %s\n", chanos_strerror(rc));
     chanos_domain_close(d);

@@ -117,6 +117,12 @@ func newGenerator(iface *idl.Interface) (*generator, error) {
 	if err := g.checkFrames(); err != nil {
 		return nil, err
 	}
+	if err := g.claimBinding(); err != nil {
+		return nil, err
+	}
+	if err := g.claimStubs(); err != nil {
+		return nil, err
+	}
 	return g, nil
 }
 

@@ -302,8 +302,9 @@ func TestCompileAndRun(t *testing.T) {
 }
 
 // compileC writes the code of ifaces to a temporary directory and compiles
-// it, with libchanos's wire.c and errors.c and, if main is not "", runs main linked
-// with it.
+// it and, if main is not "", runs main linked with it and with libchanos's
+// connections (wire.c, errors.c, and ump.c, conn.c and serve.c, which the
+// stubs and dispatch call).
 func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -311,6 +312,9 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 	}
 	dir := t.TempDir()
 	srcs := []string{"../../c/src/wire.c", "../../c/src/errors.c"}
+	if main != "" {
+		srcs = append(srcs, "../../c/src/ump.c", "../../c/src/conn.c", "../../c/src/serve.c")
+	}
 	for _, iface := range ifaces {
 		for _, f := range generate(t, iface) {
 			p := filepath.Join(dir, f.Name)
@@ -335,7 +339,7 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 		return
 	}
 	exe := filepath.Join(dir, "test")
-	san := []string{"-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all"}
+	san := []string{"-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-D_GNU_SOURCE", "-pthread"}
 	args := append(append(append(flags, san...), "-o", exe, main), srcs...)
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("compiling: %v\n%s", err, out)

@@ -178,6 +178,7 @@ func (g *generator) header() string {
 	p.defines([]string{g.upfx + "_MAX_FRAME_SIZE", g.upfx + "_MAX_CAPS"},
 		[]string{literal(most), literal(min(caps, 255))})
 	p.blank()
+	g.bindingDecls(&p)
 
 	for _, d := range g.types {
 		g.typeDecl(&p, d)
@@ -186,6 +187,7 @@ func (g *generator) header() string {
 		g.messageDecls(&p, m)
 	}
 	g.unionDecl(&p)
+	g.stubDecls(&p)
 
 	p.f("#ifdef __cplusplus")
 	p.f("}")
@@ -446,6 +448,7 @@ func (g *generator) source() string {
 	p.blank()
 	p.f("#include \"%s.h\"", g.iface.Name)
 	p.blank()
+	g.bindingDefs(&p)
 	for _, d := range g.types {
 		if g.reach[d] {
 			g.structHelpers(&p, d)
@@ -456,6 +459,7 @@ func (g *generator) source() string {
 	}
 	g.ifaceDecode(&p)
 	g.ifaceEncode(&p)
+	g.stubDefs(&p)
 	return strings.TrimSuffix(p.String(), "\n")
 }
 

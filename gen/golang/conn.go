@@ -71,7 +71,7 @@ func (g *generator) copyMethod(f *frameInfo) {
 func (g *generator) connection() {
 	name := g.iface.Name
 	g.p("// Interface describes %s to the connection engine.", name)
-	g.p("var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}")
+	g.p("var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}")
 	g.p("")
 	g.p("// binding is %s's table for the runtime.", name)
 	g.p("var binding = genrt.Binding[Msg, Server, *Client]{")

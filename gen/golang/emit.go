@@ -142,6 +142,10 @@ func (g *generator) constants() {
 	g.p("// MaxFrameSize is the size in bytes of the largest frame of the interface,")
 	g.p("// header included: its transports need slots or buffers this large.")
 	g.p("const MaxFrameSize = %d", g.iface.MaxFrameSize())
+	g.p("")
+	g.p("// Fingerprint is the hash of the interface's normalised definition: a")
+	g.p("// client binds an export only if their fingerprints agree (docs/idl.md).")
+	g.p("const Fingerprint uint64 = 0x%016x", g.iface.Fingerprint())
 	if len(g.msgs) > 0 {
 		g.p("")
 		g.p("// Message numbers: the position of each message and rpc in the interface.")

@@ -26,6 +26,10 @@ const InterfaceName = "grant"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 1052
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0x7a3394b6aa5d4581
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -247,7 +251,7 @@ func (UnimplementedServer) Request(context.Context, string) (wire.Iref, wire.Err
 }
 
 // Interface describes grant to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
 
 // binding is grant's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -26,6 +26,10 @@ const InterfaceName = "kv"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 65816
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0x41afb578536ce587
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -525,7 +529,7 @@ func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 }
 
 // Interface describes kv to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
 
 // binding is kv's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

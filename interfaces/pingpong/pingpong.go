@@ -26,6 +26,10 @@ const InterfaceName = "pingpong"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 1048604
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0x9d51914526447ea3
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -574,7 +578,7 @@ func (UnimplementedServer) Bounce(context.Context, []byte) ([]byte, error) {
 }
 
 // Interface describes pingpong to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
 
 // binding is pingpong's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -358,10 +359,10 @@ func TestCNameserviceWaitFor(t *testing.T) {
 	waitNames(t, ns, "late.", nil)
 }
 
-// TestInstall installs libchanos (cmake --install of the C build) and
-// chanosc into a temporary prefix, then builds an out-of-tree program with
-// nothing but the installed files and pkg-config, and runs it against the
-// C server.
+// TestInstall installs libchanos (cmake --install of the C build), chanosc
+// and chanos into a temporary prefix, as make install does, then builds an
+// out-of-tree program with nothing but the installed files and pkg-config,
+// and runs it against the C server, under the installed chanos's monitor.
 func TestInstall(t *testing.T) {
 	build := cBuild(t)
 	for _, tool := range []string{"cmake", "pkg-config", "cc"} {
@@ -388,12 +389,14 @@ func TestInstall(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(prefix, "bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile(goBin(t, "chanosc"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(prefix, "bin", "chanosc"), data, 0o755); err != nil {
-		t.Fatal(err)
+	for _, cmd := range []string{"chanosc", "chanos"} {
+		data, err := os.ReadFile(goBin(t, cmd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(prefix, "bin", cmd), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
@@ -434,7 +437,18 @@ func TestInstall(t *testing.T) {
 	args = append([]string{"-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic", "-D_GNU_SOURCE", "-o", "nstest", "nstest.c"}, flags...)
 	sh(proj, nil, "cc", args...)
 
-	dir := startMonitor(t)
+	// The installed chanos runs the monitor.
+	dir := testkit.ShortDir(t)
+	mon := exec.Command(filepath.Join(prefix, "bin", "chanos"), "monitor", "--dir", dir)
+	m := testkit.Start(t, mon)
+	t.Cleanup(func() {
+		m.Cmd.Process.Signal(syscall.SIGTERM)
+		m.Wait(t)
+	})
+	testkit.Eventually(t, "the installed chanos's monitor", func() bool {
+		_, err := os.Stat(filepath.Join(dir, "monitor.sock"))
+		return err == nil
+	})
 	start(t, dir, "serving", cProg(t, "pingpong_server"), "-name", "installed")
 	checkClientOutput(t, run(t, dir, filepath.Join(proj, "client"), "-name", "installed", "-n", "1000"))
 	if out := run(t, dir, filepath.Join(proj, "nstest"), "check", "inst"); !strings.HasSuffix(out, "\nok\n") {

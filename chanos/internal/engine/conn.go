@@ -22,6 +22,10 @@ type Interface struct {
 	Name string
 	// MaxFrameSize is the largest frame of the interface, header included.
 	MaxFrameSize int
+	// Fingerprint is the hash of the interface's definition (the generated
+	// Fingerprint constant); binding refuses an export whose fingerprint
+	// differs. 0 declares none, and is not checked.
+	Fingerprint uint64
 }
 
 // Incoming is a message or rpc call that arrived on a connection.

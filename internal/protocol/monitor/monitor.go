@@ -22,6 +22,10 @@ const InterfaceName = "monitor"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 1048596
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0xf8180ce48ed4a774
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -212,6 +216,7 @@ func (m *HelloReply) put(b []byte) {
 //		in bool private,
 //		in uint32 uids[nuids, 16],
 //		in uint8 programs[programs_len, 2048],
+//		in uint64 fingerprint,
 //		out iref ref);
 type ExportCall struct {
 	// Name is the in argument name: at most MaxExportNameLen bytes, without NUL.
@@ -226,6 +231,8 @@ type ExportCall struct {
 	Uids []uint32
 	// Programs is the in argument programs: at most MaxExportProgramsLen bytes (its length is programs_len in the IDL).
 	Programs []byte
+	// Fingerprint is the in argument fingerprint (uint64).
+	Fingerprint uint64
 }
 
 func (*ExportCall) MsgNumber() uint16  { return MsgExport }
@@ -234,7 +241,7 @@ func (*ExportCall) MsgName() string    { return "monitor.export" }
 func (*ExportCall) isMsg()             {}
 func (m *ExportCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.export call", MsgExport, wire.KindCall, 21)
+	e.Begin(buf, "monitor.export call", MsgExport, wire.KindCall, 29)
 	e.String("name", m.Name, MaxExportNameLen)
 	e.String("iface", m.Iface, MaxExportIfaceLen)
 	e.Uint32(m.MaxFrame)
@@ -245,6 +252,7 @@ func (m *ExportCall) Encode(buf *wire.Buffer) error {
 		}
 	}
 	e.Bytes("programs", m.Programs, MaxExportProgramsLen)
+	e.Uint64(m.Fingerprint)
 	return e.Finish()
 }
 
@@ -263,6 +271,7 @@ func (m *ExportCall) Decode(frame []byte, caps []wire.Cap) error {
 		}
 	}
 	m.Programs = d.Bytes("programs", MaxExportProgramsLen)
+	m.Fingerprint = d.Uint64("fingerprint")
 	if err := d.Finish(); err != nil {
 		*m = ExportCall{}
 		return err
@@ -279,6 +288,7 @@ func (m *ExportCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in bool private,
 //		in uint32 uids[nuids, 16],
 //		in uint8 programs[programs_len, 2048],
+//		in uint64 fingerprint,
 //		out iref ref);
 type ExportReply struct {
 	// Ref is the out argument ref (iref).
@@ -363,6 +373,7 @@ func (*WithdrawReply) Decode(frame []byte, caps []wire.Cap) error {
 //		in String iface[128],
 //		in bool wait,
 //		in iref target,
+//		in uint64 fingerprint,
 //		out interconnect via,
 //		out iref ref,
 //		out uint64 conn_id,
@@ -377,6 +388,8 @@ type BindCall struct {
 	Wait bool
 	// Target is the in argument target (iref).
 	Target wire.Iref
+	// Fingerprint is the in argument fingerprint (uint64).
+	Fingerprint uint64
 }
 
 func (*BindCall) MsgNumber() uint16  { return MsgBind }
@@ -385,11 +398,12 @@ func (*BindCall) MsgName() string    { return "monitor.bind" }
 func (*BindCall) isMsg()             {}
 func (m *BindCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.bind call", MsgBind, wire.KindCall, 41)
+	e.Begin(buf, "monitor.bind call", MsgBind, wire.KindCall, 49)
 	e.String("name", m.Name, MaxBindNameLen)
 	e.String("iface", m.Iface, MaxBindIfaceLen)
 	e.Bool(m.Wait)
 	e.Iref(m.Target)
+	e.Uint64(m.Fingerprint)
 	return e.Finish()
 }
 
@@ -400,6 +414,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Iface = d.String("iface", MaxBindIfaceLen)
 	m.Wait = d.Bool("wait")
 	m.Target = d.Iref("target")
+	m.Fingerprint = d.Uint64("fingerprint")
 	if err := d.Finish(); err != nil {
 		*m = BindCall{}
 		return err
@@ -414,6 +429,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String iface[128],
 //		in bool wait,
 //		in iref target,
+//		in uint64 fingerprint,
 //		out interconnect via,
 //		out iref ref,
 //		out uint64 conn_id,

@@ -8,4 +8,4 @@ package monitor
 
 // ProtocolVersion is the version of the monitor protocol: the version
 // hello's call carries and its reply names.
-const ProtocolVersion = 2
+const ProtocolVersion = 3

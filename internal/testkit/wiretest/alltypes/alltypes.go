@@ -27,6 +27,10 @@ const InterfaceName = "alltypes"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 1052
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0xcf67bdb6670dae43
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -2445,7 +2449,7 @@ func (UnimplementedServer) Goto(context.Context, *Client, Goto) error { return u
 func (UnimplementedServer) Tail(context.Context, *Client, Tail) error { return unsupported("tail") }
 
 // Interface describes alltypes to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
 
 // binding is alltypes's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -26,6 +26,10 @@ const InterfaceName = "pingpong"
 // header included: its transports need slots or buffers this large.
 const MaxFrameSize = 1052
 
+// Fingerprint is the hash of the interface's normalised definition: a
+// client binds an export only if their fingerprints agree (docs/idl.md).
+const Fingerprint uint64 = 0xeb35b788681bcd80
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -459,7 +463,7 @@ func (UnimplementedServer) Add(context.Context, int32, int32) (int32, error) {
 func (UnimplementedServer) Fail(context.Context, uint64) error { return unsupported("fail") }
 
 // Interface describes pingpong to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
 
 // binding is pingpong's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

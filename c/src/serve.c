@@ -1,0 +1,87 @@
+/*
+ * serve.c: the loop that drives a generated dispatch (chanos_serve), and
+ * the few steps every generated dispatch shares, so that the code chanosc
+ * writes per interface holds only the switch over its messages.
+ */
+#include "chanos.h"
+
+#include <stdio.h>
+
+/* is_wire_error tells the wire section's codes (a frame that does not
+ * decode, a reply that does not encode) from the connection's. */
+static int is_wire_error(int rc)
+{
+    return rc <= CHANOS_ERR_TRUNCATED && rc >= CHANOS_ERR_NOSPACE;
+}
+
+int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
+                       chanos_dispatch_fn dispatch, const void *ops,
+                       void *ctx)
+{
+    /* a handler runs to its end before the next frame is read: there is
+     * nothing left to cancel */
+    if (f->kind == CHANOS_KIND_CANCEL)
+        return 0;
+    return dispatch(c, f, ops, ctx);
+}
+
+int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
+                 void *ctx, int timeout_ms)
+{
+    struct chanos_frame f;
+    int rc;
+
+    for (;;) {
+        rc = chanos_conn_recv(c, timeout_ms, &f);
+        /* a frame that breaks the wire format ends the connection, as
+         * one that does not decode does: the peer is broken or hostile */
+        if (rc == CHANOS_ERR_CLOSED)
+            return 0;
+        if (rc == 0)
+            rc = chanos_serve_frame(c, &f, dispatch, ops, ctx);
+        if (rc != 0)
+            return rc;
+    }
+}
+
+int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
+                        int rc, const struct chanos_buf *b)
+{
+    if (rc == 0)
+        return chanos_conn_reply(c, call, b->data, b->len, -1);
+    if (rc == CHANOS_SERVE_DEFER)
+        return 0;
+    if (rc > 0)
+        return chanos_conn_reply_error(c, call, (uint64_t)rc, NULL, -1);
+    if (is_wire_error(rc)) {
+        /* the handler's reply breaks the interface's bounds: the caller
+         * hears of it, and the connection goes on */
+        char detail[96];
+
+        snprintf(detail, sizeof detail, "internal: the reply does not encode: %s",
+                 chanos_strerror(rc));
+        return chanos_conn_reply_error(c, call, CHANOS_SERVE_INVALID, detail,
+                                       -1);
+    }
+    return rc;
+}
+
+int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc)
+{
+    char detail[96];
+
+    if (f->kind != CHANOS_KIND_CALL)
+        return rc;
+    snprintf(detail, sizeof detail, "invalid argument: %s", chanos_strerror(rc));
+    return chanos_conn_reply_error(c, f, CHANOS_SERVE_INVALID, detail, -1);
+}
+
+int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
+                                const char *what)
+{
+    char detail[192];
+
+    snprintf(detail, sizeof detail, "unimplemented: %s", what);
+    return chanos_conn_reply_error(c, f, CHANOS_SERVE_UNIMPLEMENTED, detail,
+                                   -1);
+}
