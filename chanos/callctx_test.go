@@ -71,12 +71,76 @@ func TestCallContext(t *testing.T) {
 	})
 }
 
-// A call with a deadline costs the serving side one allocation, its
-// context, over ump (the calling side none).
+// A call with a deadline allocates nothing over ump either: the reading
+// goroutine reuses its call's context when the handler did not ask for
+// Done.
 func TestDeadlineCallAllocations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if allocs := echoAllocs(t, ctx); allocs > 1 {
-		t.Errorf("an echo rpc with a deadline allocates %v times, want at most 1", allocs)
+	if allocs := echoAllocs(t, ctx); allocs != 0 {
+		t.Errorf("an echo rpc with a deadline allocates %v times, want 0", allocs)
 	}
+}
+
+// By default a slow call holds up no other call on its connection, and
+// its caller's cancel, without a deadline, ends the handler's context.
+func TestSlowCallHandedOff(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &ctxServer{seen: make(chan error, 1), kept: make(chan context.Context, 1)}
+		wait := serve(t, s, srv)
+		slow, cancel := context.WithCancel(context.Background())
+		slowErr := make(chan error, 1)
+		go func() {
+			_, err := c.Echo(slow, 0)
+			slowErr <- err
+		}()
+		time.Sleep(10 * time.Millisecond) // the slow call is running
+		start := time.Now()
+		ctx, cancelFast := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelFast()
+		if v, err := c.Echo(ctx, 3); err != nil || v != 3 {
+			t.Fatalf("a fast call behind a slow one = %d, %v", v, err)
+		}
+		<-srv.kept
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("a fast call behind a slow one took %v", d)
+		}
+		cancel()
+		select {
+		case err := <-srv.seen:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("the slow handler's context ended with %v, want Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the caller's cancel did not reach the handler")
+		}
+		if err := <-slowErr; !errors.Is(err, context.Canceled) {
+			t.Errorf("the canceled call returned %v", err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+}
+
+// With Ordered, calls are served one at a time: a fast call waits for
+// the slow one before it.
+func TestOrderedServing(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &ctxServer{seen: make(chan error, 1), kept: make(chan context.Context, 1)}
+		go s.Serve(context.Background(), srv, chanos.Ordered())
+		slow, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		go c.Echo(slow, 0)
+		time.Sleep(10 * time.Millisecond)
+		start := time.Now()
+		if v, err := c.Echo(context.Background(), 3); err != nil || v != 3 {
+			t.Fatalf("echo = %d, %v", v, err)
+		}
+		if d := time.Since(start); d < 200*time.Millisecond {
+			t.Errorf("an ordered call overtook a slow one (%v)", d)
+		}
+		<-srv.seen
+	})
 }

@@ -97,10 +97,17 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
-// calling handle for each. By default handle runs in the receiving
-// goroutine (no hop), so a call's context carries the caller's deadline
-// but a caller's cancel is not seen until the next frame is read; see
-// Concurrent. A call's result is sent as the reply. An error from handle
+// calling handle for each. By default a call starts in the receiving
+// goroutine, with no goroutine hop; if it has not returned within
+// HandOffAfter, a new goroutine takes over the reading, so a slow call
+// holds up no other and sees its caller's cancel (with or without a
+// deadline) through its context. Up to MaxHandedOff calls run at a time
+// that way; then a slow call keeps the reading until it returns. Ordered
+// runs every call in the receiving goroutine, one at a time; Concurrent
+// runs each in a goroutine of its own. One-way messages are handled in
+// order in the receiving goroutine. A handler's context is valid until
+// the handler returns: a goroutine that outlives it needs a context of
+// its own. A call's result is sent as the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
@@ -142,3 +149,17 @@ func Concurrent(n int) ServeOption { return engine.Concurrent(n) }
 // ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
 // may block, such as a wait); the others run inline, without the hop.
 func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.ConcurrentFor(n, msgs...) }
+
+// Ordered makes Serve run every rpc call in the receiving goroutine, one
+// at a time and in the order the calls arrive: a slow call holds up the
+// connection, and a caller's cancel is not seen until the call returns
+// (its deadline is). For servers whose calls must not overlap.
+func Ordered() ServeOption { return engine.Ordered() }
+
+// HandOffAfter is how long Serve lets a call run in the goroutine reading
+// the connection before another goroutine takes over the reading.
+const HandOffAfter = engine.HandOffAfter
+
+// MaxHandedOff is how many calls of one connection run at a time, handed
+// off, under Serve's default.
+const MaxHandedOff = engine.MaxHandedOff

@@ -952,7 +952,14 @@ type ServeOption func(*serveConfig)
 type serveConfig struct {
 	concurrent int
 	only       map[uint16]bool // if set, the rpcs that run concurrently
+	ordered    bool
 }
+
+// Ordered makes Serve run every rpc call in the reading goroutine, one at
+// a time and in the order they arrive, as Serve did before handing off
+// slow calls: a slow call holds up the connection, and the caller's
+// cancel is not seen until the call returns (its deadline is).
+func Ordered() ServeOption { return func(c *serveConfig) { c.ordered = true } }
 
 // Concurrent makes Serve run up to n rpc calls at a time, each in a
 // goroutine of its own, while it goes on reading: a call that blocks
@@ -976,10 +983,14 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
-// calling handle for each. By default handle runs in the receiving
-// goroutine (no hop), so a call's context carries the caller's deadline
-// but a caller's cancel is not seen until the next frame is read; see
-// Concurrent. A call's result is sent as the reply. An error from handle
+// calling handle for each. By default a call starts in the receiving
+// goroutine (no hop); if it has not returned within HandOffAfter, a new
+// goroutine takes over the reading (see handOff), so a slow call holds up
+// no other, and the caller's cancel, deadline or not, ends the call's
+// context. Ordered keeps every call in the receiving goroutine, and
+// Concurrent runs each in a goroutine of its own. One-way messages are
+// handled in order in the receiving goroutine. A call's result is sent as
+// the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // interconnect.ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
@@ -1024,14 +1035,17 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		}
 		return watch.context()
 	}
+	handleMessage := func(in *Incoming) error {
+		if _, err := handle(ctx, in); errors.Is(err, interconnect.ErrProtocol) {
+			return err
+		} else if err != nil {
+			c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
+		}
+		return nil
+	}
 	handleFrame := func(in *Incoming) error {
 		if in.Kind != wire.KindCall {
-			if _, err := handle(ctx, in); errors.Is(err, interconnect.ErrProtocol) {
-				return err
-			} else if err != nil {
-				c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
-			}
-			return nil
+			return handleMessage(in)
 		}
 		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
 			return c.serveInline(ctx, callers(), in, handle)
@@ -1074,6 +1088,21 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			}
 		}()
 		return nil
+	}
+	serveEnd := func(err error) error {
+		if errors.Is(err, interconnect.ErrClosed) {
+			// Closed, but perhaps for a reason found elsewhere (a call
+			// served concurrently that broke the protocol): say that one.
+			if end := c.Err(); end != nil && !errors.Is(end, interconnect.ErrClosed) {
+				return end
+			}
+			return nil
+		}
+		return err
+	}
+	if sem == nil && !cfg.ordered {
+		h := &handOff{c: c, ctx: ctx, callers: callers, handle: handle, message: handleMessage, wg: &wg, result: make(chan error, 1), limit: MaxHandedOff}
+		return serveEnd(h.serve())
 	}
 	for {
 		err := c.receiveEach(ctx, handleFrame)
