@@ -609,7 +609,9 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
 		return
 	}
-	l.enqueue(newConn(ump.NewLink(u), l.iface, l.d.log))
+	c := newConn(ump.NewLink(u), l.iface, l.d.log)
+	eng(c).SetPeer(l.d.incomingPeer(in))
+	l.enqueue(c)
 }
 
 func (l *Listener) enqueue(c *Conn) {
@@ -744,7 +746,9 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 			return nil, fmt.Errorf("chanos: connect %s: %w: the local export is gone", label, ErrNotFound)
 		}
 		a, b := local.Pair()
-		l.enqueue(newConn(b, l.iface, d.log))
+		srv := newConn(b, l.iface, d.log)
+		eng(srv).SetPeer(d.selfPeer())
+		l.enqueue(srv)
 		return newConn(a, iface, d.log), nil
 	case monitor.InterconnectUMP:
 		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {

@@ -78,6 +78,25 @@ type Conn struct {
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
+
+	peerInfo any // who is at the other end, as SetPeer gave it
+}
+
+// SetPeer records who is at the other end of the connection, for Peer
+// (the chanos package's Peer, given by the monitor).
+func (c *Conn) SetPeer(p any) { c.peerInfo = p }
+
+// Peer returns what SetPeer recorded, or nil.
+func (c *Conn) Peer() any { return c.peerInfo }
+
+// connKey is the key of the connection among the values of the contexts
+// Serve gives handlers.
+type connKey struct{}
+
+// ConnFrom returns the connection whose Serve runs the handler given ctx.
+func ConnFrom(ctx context.Context) (*Conn, bool) {
+	c, ok := ctx.Value(connKey{}).(*Conn)
+	return c, ok
 }
 
 // pendingCall is a call whose reply another goroutine may read. The
@@ -1022,7 +1041,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	// Calls in progress end when serving does, also when the connection
 	// ends (the peer closes or dies) rather than ctx: Serve waits for them.
 	// The connection's end, if it has ended, is why (context.Cause).
-	ctx, stop := context.WithCancelCause(ctx)
+	ctx, stop := context.WithCancelCause(context.WithValue(ctx, connKey{}, c))
 	defer wg.Wait()
 	defer func() { stop(c.Err()) }()
 	// The context of calls' handlers, which the peer's going ends too,
