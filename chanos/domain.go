@@ -472,15 +472,16 @@ func (d *Domain) openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Con
 
 // Listener is an export: it accepts the connections clients bind to it.
 type Listener struct {
-	d     *Domain
-	name  string
-	opts  []ExportOption // to export it again when the domain rejoins
-	ref   wire.Iref      // under mu: a rejoin changes it
-	iface Interface
-	conns chan *Conn
-	mu    sync.Mutex
-	err   error
-	stopC chan struct{}
+	d      *Domain
+	name   string
+	opts   []ExportOption // to export it again when the domain rejoins
+	onConn func(ConnEvent)
+	ref    wire.Iref // under mu: a rejoin changes it
+	iface  Interface
+	conns  chan *Conn
+	mu     sync.Mutex
+	err    error
+	stopC  chan struct{}
 }
 
 // withdrawTimeout bounds Listener.Close's wait for the monitor.
@@ -499,6 +500,7 @@ type exportOptions struct {
 	private  bool
 	uids     []uint32
 	programs []string
+	onConn   func(ConnEvent)
 }
 
 // Private makes the export private: a bind by its name is denied
@@ -569,6 +571,11 @@ func Export(ctx context.Context, d *Domain, name string, iface Interface, opts .
 		return nil, fmt.Errorf("chanos: export %q: %w", name, err)
 	}
 	l := &Listener{d: d, name: name, opts: opts, ref: reply.Ref, iface: iface, conns: make(chan *Conn, acceptQueue), stopC: make(chan struct{})}
+	var o exportOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	l.onConn = o.onConn
 	d.mu.Lock()
 	if d.err != nil {
 		err := d.err
@@ -610,7 +617,7 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		return
 	}
 	c := newConn(ump.NewLink(u), l.iface, l.d.log)
-	eng(c).SetPeer(l.d.incomingPeer(in))
+	l.connected(c, l.d.incomingPeer(in))
 	l.enqueue(c)
 }
 
@@ -747,7 +754,7 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 		}
 		a, b := local.Pair()
 		srv := newConn(b, l.iface, d.log)
-		eng(srv).SetPeer(d.selfPeer())
+		l.connected(srv, d.selfPeer())
 		l.enqueue(srv)
 		return newConn(a, iface, d.log), nil
 	case monitor.InterconnectUMP:

@@ -55,3 +55,41 @@ func (d *Domain) incomingPeer(in *monitor.Incoming) *Peer {
 func (d *Domain) selfPeer() *Peer {
 	return &Peer{Domain: d.ID(), Program: truncate(d.program, monitor.MaxHelloProgramLen), PID: int32(os.Getpid()), UID: uint32(os.Getuid()), Machine: d.Machine()}
 }
+
+// ConnEvent is a connection to an export coming or going, as OnConn
+// reports it.
+type ConnEvent struct {
+	// Connected is set when a client has connected; otherwise the
+	// connection has ended.
+	Connected bool
+	// Peer is the client.
+	Peer Peer
+	// Conn is the connection: the one Accept returns (or has returned).
+	Conn *Conn
+	// Err is why the connection ended (not Connected): it matches
+	// ErrClosed (either side closed it), ErrPeerDied or ErrProtocol.
+	Err error
+}
+
+// OnConn has fn called when a client connects to the export, before
+// Accept returns the connection, and when that connection ends: when the
+// peer closes it or dies (found by whoever reads it, or by Serve's watch
+// of the peer) or when it is closed on this side (Listener.Serve closes
+// each connection when its handler returns). fn runs in the goroutine
+// that finds the event, so it must return soon and must not wait for the
+// connection.
+func OnConn(fn func(ConnEvent)) ExportOption {
+	return func(o *exportOptions) { o.onConn = fn }
+}
+
+// connected records c's peer and reports c's coming, and arranges for its
+// going to be reported.
+func (l *Listener) connected(c *Conn, p *Peer) {
+	eng(c).SetPeer(p)
+	if l.onConn == nil {
+		return
+	}
+	fn := l.onConn
+	eng(c).OnEnd(func(err error) { fn(ConnEvent{Peer: *p, Conn: c, Err: err}) })
+	fn(ConnEvent{Connected: true, Peer: *p, Conn: c})
+}

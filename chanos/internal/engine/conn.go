@@ -79,8 +79,15 @@ type Conn struct {
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
 
-	peerInfo any // who is at the other end, as SetPeer gave it
+	peerInfo any         // who is at the other end, as SetPeer gave it
+	onEnd    func(error) // called once the connection ends, with why
 }
+
+// OnEnd has fn called, once, when the connection ends (with why: what Err
+// returns then), in the goroutine that finds the end; set it before the
+// connection is used. The end is found by whoever reads the connection,
+// by the peer watch of Serve, or by Close.
+func (c *Conn) OnEnd(fn func(error)) { c.onEnd = fn }
 
 // SetPeer records who is at the other end of the connection, for Peer
 // (the chanos package's Peer, given by the monitor).
@@ -174,8 +181,8 @@ func (c *Conn) Close() error {
 // outstanding calls and wakes every waiter.
 func (c *Conn) end(err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.endErr != nil {
+		c.mu.Unlock()
 		return
 	}
 	c.endErr = err
@@ -186,6 +193,10 @@ func (c *Conn) end(err error) {
 		delete(c.pending, id)
 	}
 	c.wakeLocked()
+	c.mu.Unlock()
+	if c.onEnd != nil {
+		c.onEnd(err)
+	}
 }
 
 // wakeLocked wakes the goroutines waiting on c.wake. Without waiters it
