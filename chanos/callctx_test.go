@@ -3,11 +3,14 @@ package chanos_test
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
 )
 
 // ctxServer's echo reports the context it ran with: after waiting for it
@@ -142,5 +145,55 @@ func TestOrderedServing(t *testing.T) {
 			t.Errorf("an ordered call overtook a slow one (%v)", d)
 		}
 		<-srv.seen
+	})
+}
+
+// Interceptors see each call, the first outermost, with its reply, and may
+// refuse it; one-way messages pass them by.
+func TestInterceptors(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		var trace []string
+		var mu sync.Mutex
+		record := func(name string) chanos.Interceptor {
+			return func(ctx context.Context, in *chanos.Incoming, next chanos.Handler) (wire.Message, error) {
+				mu.Lock()
+				trace = append(trace, name)
+				mu.Unlock()
+				if in.Header.Msg == pingpong.MsgEcho && name == "outer" {
+					var call pingpong.EchoCall
+					if err := in.Decode(&call); err != nil {
+						return nil, err
+					}
+					if call.Val == 13 {
+						return nil, errors.New("refused")
+					}
+				}
+				reply, err := next(ctx, in)
+				if r, ok := reply.(*pingpong.EchoReply); ok && name == "inner" {
+					r.Result *= 10
+				}
+				return reply, err
+			}
+		}
+		go s.Serve(context.Background(), &server{}, chanos.WithInterceptor(record("outer"), record("inner")))
+		ctx := context.Background()
+		if v, err := c.Echo(ctx, 4); err != nil || v != 50 {
+			t.Fatalf("echo through the interceptors = %d, %v; want 50", v, err)
+		}
+		var re *chanos.RemoteError
+		if _, err := c.Echo(ctx, 13); !errors.As(err, &re) || !strings.Contains(re.Detail, "refused") {
+			t.Fatalf("echo refused by an interceptor = %v", err)
+		}
+		if err := c.Send(ctx, &pingpong.Ping{MsgID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := strings.Join(trace, " "); got != "outer inner outer" {
+			t.Errorf("interceptors ran %q, want %q", got, "outer inner outer")
+		}
 	})
 }

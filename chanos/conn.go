@@ -163,3 +163,21 @@ const HandOffAfter = engine.HandOffAfter
 // MaxHandedOff is how many calls of one connection run at a time, handed
 // off, under Serve's default.
 const MaxHandedOff = engine.MaxHandedOff
+
+// Handler handles a message or rpc call that Serve received, as Serve's
+// handle does: for a call, its result is the reply.
+type Handler = engine.Handler
+
+// Interceptor wraps the handling of each rpc call Serve runs: it may look
+// at the call (in: its header, its frame) and its context (PeerFrom),
+// give next another context, answer with an error of its own without
+// calling next, or look at next's reply and error. A handler under an
+// interceptor returns its reply as a value, so that the interceptor sees
+// it (generated handlers otherwise send it themselves).
+type Interceptor = engine.Interceptor
+
+// WithInterceptor has Serve run each rpc call through is, the first
+// outermost: for logging, metrics, authorization by peer. One-way
+// messages go to the handler directly. A Serve without interceptors pays
+// nothing for them.
+func WithInterceptor(is ...Interceptor) ServeOption { return engine.WithInterceptor(is...) }

@@ -93,6 +93,21 @@ func (c *callContext) Err() error {
 	return nil
 }
 
+// finish ends the context as its call returns: as end does, but without
+// asking the serving context, which the call's end does not concern.
+func (c *callContext) finish() {
+	c.mu.Lock()
+	if c.done == nil { // nobody waits: no timer, no watch to stop
+		if c.err == nil {
+			c.err = context.Canceled
+		}
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.end(context.Canceled)
+}
+
 // cancel ends the context as the caller's cancel does.
 func (c *callContext) cancel() { c.end(context.Canceled) }
 

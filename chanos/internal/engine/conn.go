@@ -983,6 +983,8 @@ type serveConfig struct {
 	concurrent int
 	only       map[uint16]bool // if set, the rpcs that run concurrently
 	ordered    bool
+	// run each call through these (WithInterceptor)
+	interceptors []Interceptor
 }
 
 // Ordered makes Serve run every rpc call in the reading goroutine, one at
@@ -1041,6 +1043,9 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	var cfg serveConfig
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if len(cfg.interceptors) > 0 {
+		handle = intercepted(handle, cfg.interceptors)
 	}
 	var (
 		wg  sync.WaitGroup

@@ -14,9 +14,12 @@ import (
 )
 
 // HandOffAfter is how long Serve lets a call run in the goroutine that
-// reads the connection before another goroutine takes over the reading.
-// A call that answers within it costs no goroutine hop; one that takes
-// longer holds up the connection for this long at most.
+// reads the connection, at least, before another goroutine takes over the
+// reading: a watchdog looks at the running call every HandOffAfter and
+// hands the reading off when it finds the same call running twice, so
+// after between one and two periods. A call that answers within it costs
+// no goroutine hop; one that takes longer holds up the connection for
+// twice this long at most.
 const HandOffAfter = 100 * time.Microsecond
 
 // MaxHandedOff is how many calls of one connection Serve lets run at a
@@ -34,9 +37,12 @@ const (
 )
 
 // handOff is Serve's default way (neither Ordered nor Concurrent): the
-// reading goroutine, a reader, runs each call inline, and a timer armed
-// for HandOffAfter starts a new reader if the call has not returned by
-// then. The old reader finishes its call, sends its reply and ends; the
+// reading goroutine, a reader, runs each call inline, and a watchdog
+// starts a new reader if the call has not returned within HandOffAfter
+// (to twice that). The watchdog is a timer that ticks while calls run
+// and stops when it finds the reader idle: a call only counts itself
+// (seq) and, if the watchdog is stopped, starts it, so that a call that
+// returns at once pays no timer of its own. The old reader finishes its call, sends its reply and ends; the
 // new one reads on, so other calls, and the caller's cancel of the slow
 // one, are read meanwhile. The frame of a call is copied out of the link
 // before its handler runs, so that the next reader's reads cannot
@@ -57,7 +63,10 @@ type handOff struct {
 type reader struct {
 	h     *handOff
 	state atomic.Int32
-	timer *time.Timer
+	seq   atomic.Uint64            // calls started
+	timer *time.Timer              // the watchdog
+	armed atomic.Bool              // the watchdog is ticking
+	seen  uint64                   // seq at the watchdog's last look; its own
 	take  func(in *Incoming) error // r.takeFrame, made once
 	got   bool                     // take copied a call into in
 	in    Incoming                 // the call being served
@@ -71,7 +80,7 @@ type reader struct {
 func (h *handOff) newReader() *reader {
 	r := &reader{h: h}
 	r.take = r.takeFrame
-	r.timer = time.AfterFunc(time.Hour, r.handOff)
+	r.timer = time.AfterFunc(time.Hour, r.watch)
 	r.timer.Stop()
 	return r
 }
@@ -134,12 +143,14 @@ func (h *handOff) call(r *reader) (bool, error) {
 		r.cc.reset(callers, d, has)
 	}
 	cc := r.cc
+	r.seq.Add(1)
 	r.state.Store(running)
-	r.timer.Reset(HandOffAfter)
+	if !r.armed.Load() && r.armed.CompareAndSwap(false, true) {
+		r.timer.Reset(HandOffAfter)
+	}
 	reply, err := h.handle(cc, in)
 	if r.state.CompareAndSwap(running, idle) {
-		r.timer.Stop()
-		cc.end(context.Canceled)
+		cc.finish()
 		defer r.clear()
 		if reply != Replied {
 			if callers.Err() != nil && h.ctx.Err() == nil && !errors.Is(err, interconnect.ErrProtocol) {
@@ -184,17 +195,36 @@ func (r *reader) clear() {
 	r.in = Incoming{}
 }
 
-// handOff, run by r's timer, starts a new reader if r's call is still
-// running, unless MaxHandedOff calls are already running.
-func (r *reader) handOff() {
+// watch, run by r's watchdog timer, hands r's call off if it is the
+// call that ran at the last look, ticks on while calls run, and stops
+// when r is idle.
+func (r *reader) watch() {
+	seq, state := r.seq.Load(), r.state.Load()
+	if state == running && seq == r.seen && r.handOff() {
+		return // r reads no more: the new reader has a watchdog of its own
+	}
+	r.seen = seq
+	if state != running {
+		r.armed.Store(false)
+		// A call that began meanwhile saw the watchdog ticking: watch it.
+		if r.state.Load() != running || !r.armed.CompareAndSwap(false, true) {
+			return
+		}
+	}
+	r.timer.Reset(HandOffAfter)
+}
+
+// handOff starts a new reader if r's call is still running, unless
+// MaxHandedOff calls are already running, and reports whether it did.
+func (r *reader) handOff() bool {
 	h := r.h
 	if h.running.Add(1) > h.limit {
 		h.running.Add(-1)
-		return
+		return false
 	}
 	if !r.state.CompareAndSwap(running, handingOff) {
 		h.running.Add(-1)
-		return
+		return false
 	}
 	// r.in and r.cc stay as they are until r's call returns. The cancel
 	// is registered before the next reader can read it.
@@ -215,6 +245,7 @@ func (r *reader) handOff() {
 			h.result <- err
 		}
 	}()
+	return true
 }
 
 // String names the hand-off, for debugging.
