@@ -99,9 +99,9 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 // Serve receives messages and rpc calls until the connection or ctx ends,
 // calling handle for each. By default a call starts in the receiving
 // goroutine, with no goroutine hop; if it has not returned within
-// HandOffAfter, a new goroutine takes over the reading, so a slow call
-// holds up no other and sees its caller's cancel (with or without a
-// deadline) through its context. Up to MaxHandedOff calls run at a time
+// HandOffAfter (to twice that), a new goroutine takes over the reading,
+// so a slow call holds up no other and sees its caller's cancel (with or
+// without a deadline) through its context. Up to MaxHandedOff calls run at a time
 // that way; then a slow call keeps the reading until it returns. Ordered
 // runs every call in the receiving goroutine, one at a time; Concurrent
 // runs each in a goroutine of its own. One-way messages are handled in
@@ -157,7 +157,8 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.Concurrent
 func Ordered() ServeOption { return engine.Ordered() }
 
 // HandOffAfter is how long Serve lets a call run in the goroutine reading
-// the connection before another goroutine takes over the reading.
+// the connection, at least, before another goroutine takes over the
+// reading; at most twice as long.
 const HandOffAfter = engine.HandOffAfter
 
 // MaxHandedOff is how many calls of one connection run at a time, handed

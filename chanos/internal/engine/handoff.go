@@ -66,7 +66,7 @@ type reader struct {
 	seq   atomic.Uint64            // calls started
 	timer *time.Timer              // the watchdog
 	armed atomic.Bool              // the watchdog is ticking
-	seen  uint64                   // seq at the watchdog's last look; its own
+	seen  atomic.Uint64            // seq at the watchdog's last look
 	take  func(in *Incoming) error // r.takeFrame, made once
 	got   bool                     // take copied a call into in
 	in    Incoming                 // the call being served
@@ -200,10 +200,10 @@ func (r *reader) clear() {
 // when r is idle.
 func (r *reader) watch() {
 	seq, state := r.seq.Load(), r.state.Load()
-	if state == running && seq == r.seen && r.handOff() {
+	if state == running && seq == r.seen.Load() && r.handOff() {
 		return // r reads no more: the new reader has a watchdog of its own
 	}
-	r.seen = seq
+	r.seen.Store(seq)
 	if state != running {
 		r.armed.Store(false)
 		// A call that began meanwhile saw the watchdog ticking: watch it.
