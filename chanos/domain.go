@@ -688,7 +688,7 @@ func (l *Listener) Close() error {
 		}
 		break
 	}
-	if l.d.Err() != nil {
+	if l.d.Err() != nil || l.d.session().Err() != nil {
 		return nil // the monitor removed the name with the session
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)

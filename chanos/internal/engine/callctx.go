@@ -108,8 +108,21 @@ func (c *callContext) finish() {
 	c.end(context.Canceled)
 }
 
-// cancel ends the context as the caller's cancel does.
-func (c *callContext) cancel() { c.end(context.Canceled) }
+// cancelSlack is how close to a call's deadline a cancel from its
+// caller is taken for the deadline: a caller whose deadline passes
+// cancels the call, and its cancel may arrive a moment before the
+// deadline here, which counts from the call's arrival.
+const cancelSlack = 5 * time.Millisecond
+
+// cancel ends the context as the caller's cancel does: with Canceled, or
+// DeadlineExceeded if the deadline is due within cancelSlack.
+func (c *callContext) cancel() {
+	if c.hasDeadline && time.Until(c.deadline) < cancelSlack {
+		c.end(context.DeadlineExceeded)
+		return
+	}
+	c.end(context.Canceled)
+}
 
 // end ends the context with err unless it has ended already; an end that
 // comes after the deadline or the serving context's is theirs.
