@@ -3,6 +3,7 @@ package chanos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -194,6 +195,71 @@ func TestInterceptors(t *testing.T) {
 		defer mu.Unlock()
 		if got := strings.Join(trace, " "); got != "outer inner outer" {
 			t.Errorf("interceptors ran %q, want %q", got, "outer inner outer")
+		}
+	})
+}
+
+// stressServer echoes v+1, after a while for some values: the calls that
+// take long are handed off, the others run inline.
+type stressServer struct{ pingpong.UnimplementedServer }
+
+func (stressServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	switch v % 4 {
+	case 1:
+		time.Sleep(300 * time.Microsecond)
+	case 2:
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return v + 1, nil
+}
+
+// Many callers at once, fast and slow calls, some canceled midway: each
+// call that is not canceled gets its own answer, whichever goroutine
+// served it.
+func TestHandOffStress(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		wait := serve(t, s, stressServer{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 100 {
+					v := uint64(g*1000 + i)
+					ctx, cancel := context.WithCancel(context.Background())
+					if i%7 == 0 {
+						time.AfterFunc(time.Millisecond, cancel)
+					}
+					got, err := c.Echo(ctx, v)
+					cancel()
+					if err != nil && !errors.Is(err, context.Canceled) {
+						var re *chanos.RemoteError
+						if !errors.As(err, &re) {
+							errs <- err
+							return
+						}
+						continue // the handler saw the cancel first
+					}
+					if err == nil && got != v+1 {
+						errs <- fmt.Errorf("echo %d = %d", v, got)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
 		}
 	})
 }
