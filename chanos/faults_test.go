@@ -550,3 +550,49 @@ func TestMonitorRestartRejoins(t *testing.T) {
 		t.Fatalf("echo on the connection bound before = %d, %v", v, err)
 	}
 }
+
+// A name another domain took while the domain had no monitor is not
+// exported again: the rejoin says so, and the listener stops with why.
+func TestRejoinNameTaken(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	stop := testmonitor.Serve(t, dir)
+	ctx := testkit.Context(t)
+	proceed := make(chan struct{})
+	events := make(chan chanos.MonitorEvent, 2)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) {
+		if ev.Lost {
+			<-proceed // the rejoin waits for this function
+		}
+		events <- ev
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "contested")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop()
+	testmonitor.Serve(t, dir)
+	other, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := pingpong.Export(ctx, other, "contested"); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	if ev := testkit.Await(t, "the loss", events); !ev.Lost {
+		t.Fatalf("event %+v, want the loss", ev)
+	}
+	ev := testkit.Await(t, "the rejoin", events)
+	if ev.Lost || !errors.Is(ev.Err, chanos.ErrNameTaken) {
+		t.Fatalf("event %+v, want a rejoin with ErrNameTaken", ev)
+	}
+	if _, err := l.Accept(ctx); !errors.Is(err, chanos.ErrNameTaken) {
+		t.Fatalf("Accept on the listener whose name was taken = %v", err)
+	}
+}
