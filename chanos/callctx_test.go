@@ -3,11 +3,15 @@ package chanos_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
 )
 
 // ctxServer's echo reports the context it ran with: after waiting for it
@@ -71,12 +75,191 @@ func TestCallContext(t *testing.T) {
 	})
 }
 
-// A call with a deadline costs the serving side one allocation, its
-// context, over ump (the calling side none).
+// A call with a deadline allocates nothing over ump either: the reading
+// goroutine reuses its call's context when the handler did not ask for
+// Done.
 func TestDeadlineCallAllocations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if allocs := echoAllocs(t, ctx); allocs > 1 {
-		t.Errorf("an echo rpc with a deadline allocates %v times, want at most 1", allocs)
+	if allocs := echoAllocs(t, ctx); allocs != 0 {
+		t.Errorf("an echo rpc with a deadline allocates %v times, want 0", allocs)
 	}
+}
+
+// By default a slow call holds up no other call on its connection, and
+// its caller's cancel, without a deadline, ends the handler's context.
+func TestSlowCallHandedOff(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &ctxServer{seen: make(chan error, 1), kept: make(chan context.Context, 1)}
+		wait := serve(t, s, srv)
+		slow, cancel := context.WithCancel(context.Background())
+		slowErr := make(chan error, 1)
+		go func() {
+			_, err := c.Echo(slow, 0)
+			slowErr <- err
+		}()
+		time.Sleep(10 * time.Millisecond) // the slow call is running
+		start := time.Now()
+		ctx, cancelFast := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancelFast()
+		if v, err := c.Echo(ctx, 3); err != nil || v != 3 {
+			t.Fatalf("a fast call behind a slow one = %d, %v", v, err)
+		}
+		<-srv.kept
+		if d := time.Since(start); d > time.Second {
+			t.Errorf("a fast call behind a slow one took %v", d)
+		}
+		cancel()
+		select {
+		case err := <-srv.seen:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("the slow handler's context ended with %v, want Canceled", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("the caller's cancel did not reach the handler")
+		}
+		if err := <-slowErr; !errors.Is(err, context.Canceled) {
+			t.Errorf("the canceled call returned %v", err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+}
+
+// With Ordered, calls are served one at a time: a fast call waits for
+// the slow one before it.
+func TestOrderedServing(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &ctxServer{seen: make(chan error, 1), kept: make(chan context.Context, 1)}
+		go s.Serve(context.Background(), srv, chanos.Ordered())
+		slow, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+		defer cancel()
+		go c.Echo(slow, 0)
+		time.Sleep(10 * time.Millisecond)
+		start := time.Now()
+		if v, err := c.Echo(context.Background(), 3); err != nil || v != 3 {
+			t.Fatalf("echo = %d, %v", v, err)
+		}
+		if d := time.Since(start); d < 200*time.Millisecond {
+			t.Errorf("an ordered call overtook a slow one (%v)", d)
+		}
+		<-srv.seen
+	})
+}
+
+// Interceptors see each call, the first outermost, with its reply, and may
+// refuse it; one-way messages pass them by.
+func TestInterceptors(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		var trace []string
+		var mu sync.Mutex
+		record := func(name string) chanos.Interceptor {
+			return func(ctx context.Context, in *chanos.Incoming, next chanos.Handler) (wire.Message, error) {
+				mu.Lock()
+				trace = append(trace, name)
+				mu.Unlock()
+				if in.Header.Msg == pingpong.MsgEcho && name == "outer" {
+					var call pingpong.EchoCall
+					if err := in.Decode(&call); err != nil {
+						return nil, err
+					}
+					if call.Val == 13 {
+						return nil, errors.New("refused")
+					}
+				}
+				reply, err := next(ctx, in)
+				if r, ok := reply.(*pingpong.EchoReply); ok && name == "inner" {
+					r.Result *= 10
+				}
+				return reply, err
+			}
+		}
+		go s.Serve(context.Background(), &server{}, chanos.WithInterceptor(record("outer"), record("inner")))
+		ctx := context.Background()
+		if v, err := c.Echo(ctx, 4); err != nil || v != 50 {
+			t.Fatalf("echo through the interceptors = %d, %v; want 50", v, err)
+		}
+		var re *chanos.RemoteError
+		if _, err := c.Echo(ctx, 13); !errors.As(err, &re) || !strings.Contains(re.Detail, "refused") {
+			t.Fatalf("echo refused by an interceptor = %v", err)
+		}
+		if err := c.Send(ctx, &pingpong.Ping{MsgID: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if got := strings.Join(trace, " "); got != "outer inner outer" {
+			t.Errorf("interceptors ran %q, want %q", got, "outer inner outer")
+		}
+	})
+}
+
+// stressServer echoes v+1, after a while for some values: the calls that
+// take long are handed off, the others run inline.
+type stressServer struct{ pingpong.UnimplementedServer }
+
+func (stressServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	switch v % 4 {
+	case 1:
+		time.Sleep(300 * time.Microsecond)
+	case 2:
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return v + 1, nil
+}
+
+// Many callers at once, fast and slow calls, some canceled midway: each
+// call that is not canceled gets its own answer, whichever goroutine
+// served it.
+func TestHandOffStress(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		wait := serve(t, s, stressServer{})
+		var wg sync.WaitGroup
+		errs := make(chan error, 8)
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 100 {
+					v := uint64(g*1000 + i)
+					ctx, cancel := context.WithCancel(context.Background())
+					if i%7 == 0 {
+						time.AfterFunc(time.Millisecond, cancel)
+					}
+					got, err := c.Echo(ctx, v)
+					cancel()
+					if err != nil && !errors.Is(err, context.Canceled) {
+						var re *chanos.RemoteError
+						if !errors.As(err, &re) {
+							errs <- err
+							return
+						}
+						continue // the handler saw the cancel first
+					}
+					if err == nil && got != v+1 {
+						errs <- fmt.Errorf("echo %d = %d", v, got)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Error(err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
 }

@@ -90,10 +90,17 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
-// calling handle for each. By default handle runs in the receiving
-// goroutine (no hop), so a call's context carries the caller's deadline
-// but a caller's cancel is not seen until the next frame is read; see
-// Concurrent. A call's result is sent as the reply. An error from handle
+// calling handle for each. By default a call starts in the receiving
+// goroutine, with no goroutine hop; if it has not returned within
+// HandOffAfter (to twice that), a new goroutine takes over the reading,
+// so a slow call holds up no other and sees its caller's cancel (with or
+// without a deadline) through its context. Up to MaxHandedOff calls run at a time
+// that way; then a slow call keeps the reading until it returns. Ordered
+// runs every call in the receiving goroutine, one at a time; Concurrent
+// runs each in a goroutine of its own. One-way messages are handled in
+// order in the receiving goroutine. A handler's context is valid until
+// the handler returns: a goroutine that outlives it needs a context of
+// its own. A call's result is sent as the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
@@ -135,3 +142,36 @@ func Concurrent(n int) ServeOption { return engine.Concurrent(n) }
 // ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
 // may block, such as a wait); the others run inline, without the hop.
 func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.ConcurrentFor(n, msgs...) }
+
+// Ordered makes Serve run every rpc call in the receiving goroutine, one
+// at a time and in the order the calls arrive: a slow call holds up the
+// connection, and a caller's cancel is not seen until the call returns
+// (its deadline is). For servers whose calls must not overlap.
+func Ordered() ServeOption { return engine.Ordered() }
+
+// HandOffAfter is how long Serve lets a call run in the goroutine reading
+// the connection, at least, before another goroutine takes over the
+// reading; at most twice as long.
+const HandOffAfter = engine.HandOffAfter
+
+// MaxHandedOff is how many calls of one connection run at a time, handed
+// off, under Serve's default.
+const MaxHandedOff = engine.MaxHandedOff
+
+// Handler handles a message or rpc call that Serve received, as Serve's
+// handle does: for a call, its result is the reply.
+type Handler = engine.Handler
+
+// Interceptor wraps the handling of each rpc call Serve runs: it may look
+// at the call (in: its header, its frame) and its context (PeerFrom),
+// give next another context, answer with an error of its own without
+// calling next, or look at next's reply and error. A handler under an
+// interceptor returns its reply as a value, so that the interceptor sees
+// it (generated handlers otherwise send it themselves).
+type Interceptor = engine.Interceptor
+
+// WithInterceptor has Serve run each rpc call through is, the first
+// outermost: for logging, metrics, authorization by peer. One-way
+// messages go to the handler directly. A Serve without interceptors pays
+// nothing for them.
+func WithInterceptor(is ...Interceptor) ServeOption { return engine.WithInterceptor(is...) }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -77,6 +78,8 @@ type options struct {
 	spin        time.Duration
 	spinSet     bool // WithSpinWindow was given: the environment is not read
 	callTimeout time.Duration
+	noRejoin    bool
+	onMonitor   func(MonitorEvent)
 }
 
 // WithDir joins the monitor in dir instead of the default ($CHANOS_DIR,
@@ -149,18 +152,24 @@ func spinFromEnv() (time.Duration, error) {
 // domain's calls. A goroutine serves what the monitor sends on its own:
 // the connections bound to the domain's exports.
 type Domain struct {
-	conn    *Conn
-	id      uint64
-	machine uint64
+	id      atomic.Uint64 // changes when the domain rejoins
+	machine atomic.Uint64
 	dir     string
+	program string
 	log     *slog.Logger
 	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
 	timeout time.Duration // bounds the calls to the monitor without a deadline
 
+	noRejoin  bool
+	onMonitor func(MonitorEvent)
+	quit      chan struct{} // closed by Close: a rejoin stops waiting
+
 	mu      sync.Mutex
+	conn    *Conn                // the session with the monitor, or the last one
+	closing bool                 // Close was called
 	exports map[uint64]*Listener // by export id
 	early   map[uint64][]*monitor.Incoming
-	err     error // why the session ended
+	err     error // why the domain ended
 	done    chan struct{}
 }
 
@@ -188,41 +197,61 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	sock := rundir.Socket(dir)
 	if err := rundir.Check(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
+	d := &Domain{
+		dir:       dir,
+		program:   o.program,
+		log:       o.log,
+		spin:      o.spin,
+		timeout:   o.callTimeout,
+		noRejoin:  o.noRejoin,
+		onMonitor: o.onMonitor,
+		quit:      make(chan struct{}),
+		exports:   map[uint64]*Listener{},
+		early:     map[uint64][]*monitor.Incoming{},
+		done:      make(chan struct{}),
+	}
+	conn, end, err := d.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.conn = conn
+	go d.run(conn, end)
+	return d, nil
+}
+
+// open starts a session with the monitor in d's directory: it dials,
+// serves what the monitor sends in a goroutine whose end end receives,
+// and says hello, which gives the domain its id.
+func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
+	sock := rundir.Socket(d.dir)
 	pc, err := seqpacket.Dial(ctx, sock, monitor.MaxFrameSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w at %s: start one with `chanos monitor --dir %s` (or set %s)", ErrNoMonitor, sock, dir, rundir.EnvVar)
+			return nil, nil, fmt.Errorf("%w at %s: start one with `chanos monitor --dir %s` (or set %s)", ErrNoMonitor, sock, d.dir, rundir.EnvVar)
 		}
-		return nil, fmt.Errorf("chanos: join: %w", err)
+		return nil, nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	d := &Domain{
-		conn:    newConn(seqpacket.NewLink(pc), monitorInterface, o.log),
-		dir:     dir,
-		log:     o.log,
-		spin:    o.spin,
-		timeout: o.callTimeout,
-		exports: map[uint64]*Listener{},
-		early:   map[uint64][]*monitor.Incoming{},
-		done:    make(chan struct{}),
-	}
-	go d.serve()
+	conn := newConn(seqpacket.NewLink(pc), monitorInterface, d.log)
+	end := make(chan error, 1)
+	go func() { end <- conn.Serve(context.Background(), d.handle) }()
 	var reply monitor.HelloReply
-	if err := d.call(ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(o.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
-		d.Close()
+	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
+		conn.Close()
+		<-end
 		var re *RemoteError
 		if errors.As(err, &re) && Code(re.Code) == CodeResourceExhausted {
 			// The monitor answers hello with limit when it has no session
 			// to give: "monitor full: N of N sessions".
-			return nil, fmt.Errorf("chanos: join: %w: %w", ErrMonitorFull, err)
+			return nil, nil, fmt.Errorf("chanos: join: %w: %w", ErrMonitorFull, err)
 		}
-		return nil, fmt.Errorf("chanos: join: %w", err)
+		return nil, nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	d.id, d.machine = reply.DomainID, reply.MachineID
-	return d, nil
+	d.id.Store(reply.DomainID)
+	d.machine.Store(reply.MachineID)
+	return conn, end, nil
 }
 
 func truncate(s string, n int) string {
@@ -232,24 +261,29 @@ func truncate(s string, n int) string {
 	return s
 }
 
-// ID returns the domain's id, unique among the monitor's domains.
-func (d *Domain) ID() uint64 { return d.id }
+// ID returns the domain's id, unique among the monitor's domains. A
+// domain that rejoins a new monitor gets a new id.
+func (d *Domain) ID() uint64 { return d.id.Load() }
 
 // Machine returns the monitor's machine id.
-func (d *Domain) Machine() uint64 { return d.machine }
+func (d *Domain) Machine() uint64 { return d.machine.Load() }
 
 // Dir returns the monitor directory the domain joined.
 func (d *Domain) Dir() string { return d.dir }
 
-// Err returns why the session with the monitor ended (matching
-// ErrMonitorLost or ErrClosed), or nil while it lasts.
+// Err returns why the domain ended (matching ErrClosed, or ErrMonitorLost
+// under WithoutRejoin), or nil while it lasts: a domain that rejoins
+// lasts across the monitor's restarts (see OnMonitor).
 func (d *Domain) Err() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.err
 }
 
-// Done is closed when the session with the monitor ends.
+// Done is closed when the domain ends: at Close, or, under WithoutRejoin,
+// as soon as the session with the monitor ends (the monitor exited or was
+// killed). A domain that rejoins reports the monitor's loss and its
+// return through OnMonitor instead.
 func (d *Domain) Done() <-chan struct{} { return d.done }
 
 // Close leaves the monitor: the domain's names are removed and its
@@ -257,9 +291,25 @@ func (d *Domain) Done() <-chan struct{} { return d.done }
 // closed.
 func (d *Domain) Close() error {
 	d.endSession(ErrClosed)
-	err := d.conn.Close()
+	d.mu.Lock()
+	first := !d.closing
+	d.closing = true
+	conn := d.conn
+	d.mu.Unlock()
+	if first {
+		close(d.quit)
+	}
+	err := conn.Close()
 	<-d.done
 	return err
+}
+
+// session returns the current session with the monitor (or the last,
+// while the domain rejoins).
+func (d *Domain) session() *Conn {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.conn
 }
 
 // endSession records why the session ended and stops what waits on it.
@@ -285,6 +335,18 @@ func (d *Domain) endSession(err error) {
 // when ctx has no deadline; the monitor's status codes come back as this
 // package's errors.
 func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
+	return d.callOn(d.session(), ctx, call, reply)
+}
+
+// callUnbounded is call without the bound: for a bind that waits for its
+// name as long as its caller's context lasts (see bind). bounded says
+// that ctx's deadline is the domain's call timeout.
+func (d *Domain) callUnbounded(ctx context.Context, call, reply wire.Message, bounded bool) error {
+	return d.callOnUnbounded(d.session(), ctx, call, reply, bounded)
+}
+
+// callOn is call on the session conn.
+func (d *Domain) callOn(conn *Conn, ctx context.Context, call, reply wire.Message) error {
 	bounded := false
 	if _, ok := ctx.Deadline(); !ok && d.timeout > 0 {
 		var cancel context.CancelFunc
@@ -292,14 +354,11 @@ func (d *Domain) call(ctx context.Context, call, reply wire.Message) error {
 		defer cancel()
 		bounded = true
 	}
-	return d.callUnbounded(ctx, call, reply, bounded)
+	return d.callOnUnbounded(conn, ctx, call, reply, bounded)
 }
 
-// callUnbounded is call without the bound: for a bind that waits for its
-// name as long as its caller's context lasts (see bind). bounded says
-// that ctx's deadline is the domain's call timeout.
-func (d *Domain) callUnbounded(ctx context.Context, call, reply wire.Message, bounded bool) error {
-	err := d.callError(d.conn.Call(ctx, call, reply))
+func (d *Domain) callOnUnbounded(conn *Conn, ctx context.Context, call, reply wire.Message, bounded bool) error {
+	err := d.callError(conn.Call(ctx, call, reply))
 	if bounded && errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("%w to %s within %v: is it stopped? (%w)", ErrMonitorTimeout, call.MsgName(), d.timeout, err)
 	}
@@ -324,20 +383,16 @@ func (d *Domain) callError(err error) error {
 	return err
 }
 
-// serve handles what the monitor sends on its own until the session ends.
-func (d *Domain) serve() {
-	defer close(d.done)
-	err := d.conn.Serve(context.Background(), d.handle)
+// sessionEnd turns the end of serving a session, Serve's error, into why
+// the session ended.
+func (d *Domain) sessionEnd(err error) error {
 	if err == nil {
-		err = ErrMonitorLost // the monitor closed the socket, or exited
-	} else {
-		if errors.Is(err, ErrProtocol) {
-			d.log.Error("chanos: bad frame from the monitor; leaving", "err", err)
-		}
-		err = fmt.Errorf("%w: %w", ErrMonitorLost, err)
+		return ErrMonitorLost // the monitor closed the socket, or exited
 	}
-	d.endSession(err)
-	d.conn.Close()
+	if errors.Is(err, ErrProtocol) {
+		d.log.Error("chanos: bad frame from the monitor; leaving", "err", err)
+	}
+	return fmt.Errorf("%w: %w", ErrMonitorLost, err)
 }
 
 // handle takes a message from the monitor: a connection bound to one of
@@ -433,14 +488,16 @@ func (d *Domain) openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Con
 
 // Listener is an export: it accepts the connections clients bind to it.
 type Listener struct {
-	d     *Domain
-	name  string
-	ref   wire.Iref
-	iface Interface
-	conns chan *Conn
-	mu    sync.Mutex
-	err   error
-	stopC chan struct{}
+	d      *Domain
+	name   string
+	opts   []ExportOption // to export it again when the domain rejoins
+	onConn func(ConnEvent)
+	ref    wire.Iref // under mu: a rejoin changes it
+	iface  Interface
+	conns  chan *Conn
+	mu     sync.Mutex
+	err    error
+	stopC  chan struct{}
 }
 
 // withdrawTimeout bounds Listener.Close's wait for the monitor.
@@ -459,6 +516,7 @@ type exportOptions struct {
 	private  bool
 	uids     []uint32
 	programs []string
+	onConn   func(ConnEvent)
 }
 
 // Private makes the export private: a bind by its name is denied
@@ -528,7 +586,12 @@ func Export(ctx context.Context, d *Domain, name string, iface Interface, opts .
 	if err != nil {
 		return nil, fmt.Errorf("chanos: export %q: %w", name, err)
 	}
-	l := &Listener{d: d, name: name, ref: reply.Ref, iface: iface, conns: make(chan *Conn, acceptQueue), stopC: make(chan struct{})}
+	l := &Listener{d: d, name: name, opts: opts, ref: reply.Ref, iface: iface, conns: make(chan *Conn, acceptQueue), stopC: make(chan struct{})}
+	var o exportOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	l.onConn = o.onConn
 	d.mu.Lock()
 	if d.err != nil {
 		err := d.err
@@ -552,10 +615,14 @@ func (l *Listener) Name() string { return l.name }
 // the export (ConnectRef), private or not. Whoever holds it may bind, and
 // may pass it on; hand it only to those who should. Withdrawing the
 // export (Close) revokes it.
-func (l *Listener) Ref() wire.Iref { return l.ref }
+func (l *Listener) Ref() wire.Iref {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.ref
+}
 
 func (l *Listener) accept(in *monitor.Incoming) {
-	if in.Ref != l.ref {
+	if in.Ref != l.Ref() {
 		wire.CloseCaps(in.Fds)
 		l.d.log.Warn("chanos: connection for an export with another token; refused", "name", l.name)
 		return
@@ -565,7 +632,9 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
 		return
 	}
-	l.enqueue(newConn(ump.NewLink(u), l.iface, l.d.log))
+	c := newConn(ump.NewLink(u), l.iface, l.d.log)
+	l.connected(c, l.d.incomingPeer(in))
+	l.enqueue(c)
 }
 
 func (l *Listener) enqueue(c *Conn) {
@@ -619,9 +688,10 @@ func (l *Listener) stop(err error) {
 // Close withdraws the export (its name is removed) and closes the
 // connections that were not accepted yet.
 func (l *Listener) Close() error {
+	ref := l.Ref()
 	l.d.mu.Lock()
-	if l.d.exports[l.ref.Export] == l {
-		delete(l.d.exports, l.ref.Export)
+	if l.d.exports[ref.Export] == l {
+		delete(l.d.exports, ref.Export)
 	}
 	l.d.mu.Unlock()
 	l.stop(ErrClosed)
@@ -634,7 +704,7 @@ func (l *Listener) Close() error {
 		}
 		break
 	}
-	if l.d.Err() != nil {
+	if l.d.Err() != nil || l.d.session().Err() != nil {
 		return nil // the monitor removed the name with the session
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), withdrawTimeout)
@@ -695,11 +765,13 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 		d.mu.Lock()
 		l := d.exports[reply.Ref.Export]
 		d.mu.Unlock()
-		if l == nil || l.ref.WithoutToken() != reply.Ref.WithoutToken() {
+		if l == nil || l.Ref().WithoutToken() != reply.Ref.WithoutToken() {
 			return nil, fmt.Errorf("chanos: connect %s: %w: the local export is gone", label, ErrNotFound)
 		}
 		a, b := local.Pair()
-		l.enqueue(newConn(b, l.iface, d.log))
+		srv := newConn(b, l.iface, d.log)
+		l.connected(srv, d.selfPeer())
+		l.enqueue(srv)
 		return newConn(a, iface, d.log), nil
 	case monitor.InterconnectUMP:
 		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {
@@ -741,7 +813,7 @@ func (d *Domain) bindCall(ctx context.Context, call *monitor.BindCall, reply *mo
 	}
 	wctx, cancel := context.WithTimeout(ctx, d.timeout+bindGrace)
 	defer cancel()
-	err := d.callError(eng(d.conn).CallTimeout(wctx, d.timeout, call, reply))
+	err := d.callError(eng(d.session()).CallTimeout(wctx, d.timeout, call, reply))
 	switch {
 	case err == nil:
 		return nil

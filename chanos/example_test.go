@@ -92,3 +92,116 @@ func ExampleErrorf() {
 	// true pingpong.echo: invalid argument: shelf 0: shelves count from 1
 	// true pingpong.echo: code 1001: shelf 101: no such shelf
 }
+
+// exampleMonitor starts a private monitor in dir and returns a function
+// that stops it (as if it died).
+func exampleMonitor(dir string) (stop func(), err error) {
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { m.Serve(ctx); close(done) }()
+	return func() { cancel(); <-done }, nil
+}
+
+// A domain whose monitor goes away hears of it at once, and rejoins the
+// monitor that next starts in its directory, exporting its names again.
+func ExampleOnMonitor() {
+	dir, _ := os.MkdirTemp("", "chanos-example-")
+	defer os.RemoveAll(dir)
+	stop, err := exampleMonitor(dir)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	events := make(chan chanos.MonitorEvent, 2)
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "example.rejoin")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+
+	stop() // the monitor goes
+	ev := <-events
+	fmt.Println("lost:", ev.Lost)
+	stop, err = exampleMonitor(dir) // a new one, in the same directory
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ev = <-events
+	fmt.Println("rejoined:", !ev.Lost, ev.Err)
+	// Output:
+	// lost: true
+	// rejoined: true <nil>
+}
+
+type peerEcho struct{ pingpong.UnimplementedServer }
+
+func (peerEcho) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if p, ok := chanos.PeerFrom(ctx); ok {
+		fmt.Println("called by", p.Program)
+	}
+	return v, nil
+}
+
+// A handler sees who calls it.
+func ExamplePeerFrom() {
+	dir, _ := os.MkdirTemp("", "chanos-example-")
+	defer os.RemoveAll(dir)
+	stop, err := exampleMonitor(dir)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("example"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "example.peer")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	go pingpong.Serve(ctx, l, peerEcho{})
+	c, err := pingpong.Connect(ctx, d, "example.peer")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	c.Echo(ctx, 1)
+	// Output: called by example
+}
+
+// A server whose calls must not overlap serves them in order.
+func ExampleOrdered() {
+	a, b, err := chanos.UMPPair(pingpong.Interface)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	go s.Serve(context.Background(), exampleServer{}, chanos.Ordered())
+	v, err := c.Echo(context.Background(), 7)
+	fmt.Println(v, err)
+	// Output: 7 <nil>
+}

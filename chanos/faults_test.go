@@ -184,12 +184,13 @@ func TestClientKilledMidCall(t *testing.T) {
 	c.Close()
 }
 
+// Under WithoutRejoin, a domain ends with its monitor: Done, Err.
 func TestMonitorGoesAway(t *testing.T) {
 	dir := testkit.ShortDir(t)
 	stop := testmonitor.Serve(t, dir)
 	child(t, dir, "server", "steady", "ready")
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithoutRejoin())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -466,5 +467,132 @@ func TestReplyToAnotherRPC(t *testing.T) {
 				t.Fatalf("Echo = %v, connection %v; want ErrProtocol", err, x.Err())
 			}
 		})
+	}
+}
+
+// A monitor killed with SIGKILL and started again in its directory: the
+// domains notice the loss at once (OnMonitor), the connections bound
+// before go on, and the domains rejoin and export their names again by
+// themselves, so that a new client reaches the old server by name.
+func TestMonitorRestartRejoins(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	mon := testkit.Start(t, testkit.Self("monitor", dir))
+	mon.Expect(t, "ready")
+	child(t, dir, "server", "steady", "ready")
+	ctx := testkit.Context(t)
+	events := make(chan chanos.MonitorEvent, 4)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "mine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := pingpong.Connect(ctx, d, "steady")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if v, err := c.Echo(ctx, 1); err != nil || v != 2 {
+		t.Fatalf("echo = %d, %v", v, err)
+	}
+	oldID := d.ID()
+	mon.Kill()
+	ev := testkit.Await(t, "the domain noticing the monitor's death", events)
+	if !ev.Lost || !errors.Is(ev.Err, chanos.ErrMonitorLost) {
+		t.Fatalf("event %+v, want Lost with ErrMonitorLost", ev)
+	}
+	select {
+	case <-d.Done():
+		t.Fatal("a domain that rejoins ended with its monitor")
+	default:
+	}
+	if v, err := c.Echo(ctx, 2); err != nil || v != 3 {
+		t.Fatalf("echo without a monitor = %d, %v", v, err)
+	}
+
+	mon2 := testkit.Start(t, testkit.Self("monitor", dir))
+	mon2.Expect(t, "ready")
+	start := time.Now()
+	d2, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	bctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c2, err := pingpong.Connect(bctx, d2, "steady")
+	if err != nil {
+		t.Fatalf("a new client binding the old server by name after the restart: %v", err)
+	}
+	defer c2.Close()
+	if v, err := c2.Echo(ctx, 7); err != nil || v != 8 {
+		t.Fatalf("echo to the old server through the new monitor = %d, %v", v, err)
+	}
+	t.Logf("the old server was reached through the new monitor %v after it started", time.Since(start))
+	ev = testkit.Await(t, "the domain's rejoin", events)
+	if ev.Lost || ev.Err != nil || ev.Domain == 0 || d.ID() != ev.Domain {
+		t.Fatalf("event %+v (id %d, was %d), want a rejoin without errors", ev, d.ID(), oldID)
+	}
+	// This domain's own name is back, and its old connection still works.
+	m2, err := pingpong.Connect(bctx, d2, "mine")
+	if err != nil {
+		t.Fatalf("connect to the rejoined domain's export: %v", err)
+	}
+	defer m2.Close()
+	if _, err := l.Accept(bctx); err != nil {
+		t.Fatalf("accept after the rejoin: %v", err)
+	}
+	if v, err := c.Echo(ctx, 3); err != nil || v != 4 {
+		t.Fatalf("echo on the connection bound before = %d, %v", v, err)
+	}
+}
+
+// A name another domain took while the domain had no monitor is not
+// exported again: the rejoin says so, and the listener stops with why.
+func TestRejoinNameTaken(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	stop := testmonitor.Serve(t, dir)
+	ctx := testkit.Context(t)
+	proceed := make(chan struct{})
+	events := make(chan chanos.MonitorEvent, 2)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) {
+		if ev.Lost {
+			<-proceed // the rejoin waits for this function
+		}
+		events <- ev
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "contested")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	stop()
+	testmonitor.Serve(t, dir)
+	other, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := pingpong.Export(ctx, other, "contested"); err != nil {
+		t.Fatal(err)
+	}
+	close(proceed)
+	if ev := testkit.Await(t, "the loss", events); !ev.Lost {
+		t.Fatalf("event %+v, want the loss", ev)
+	}
+	ev := testkit.Await(t, "the rejoin", events)
+	if ev.Lost || !errors.Is(ev.Err, chanos.ErrNameTaken) {
+		t.Fatalf("event %+v, want a rejoin with ErrNameTaken", ev)
+	}
+	if _, err := l.Accept(ctx); !errors.Is(err, chanos.ErrNameTaken) {
+		t.Fatalf("Accept on the listener whose name was taken = %v", err)
 	}
 }

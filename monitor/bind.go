@@ -265,6 +265,10 @@ func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connR
 		Via:      proto.InterconnectUMP,
 		MaxFrame: e.maxFrame,
 		Fds:      creator,
+		// Who calls, for the server's handlers (chanos.PeerFrom).
+		ClientPID:     s.pid,
+		ClientUID:     s.uid,
+		ClientProgram: s.program,
 	}
 	// The record goes in first: once the server has the descriptors, ps
 	// should show the connection.

@@ -1002,7 +1002,25 @@ struct chanos_join_opts {
      * sleeps at once. Longer windows pay off when replies take longer than
      * the default to come (large payloads). */
     int64_t spin_ns;
+    /* CHANOS_JOIN_NO_REJOIN, or 0. */
+    unsigned flags;
+    /* If set, called from within a call on the domain (libchanos starts
+     * no thread) when the session with the monitor ends
+     * (CHANOS_MONITOR_LOST, err CHANOS_ERR_MONITOR_LOST) and when the
+     * domain has rejoined a new monitor (CHANOS_MONITOR_REJOINED, err 0,
+     * or the error of the first name that could not be exported again).
+     * It must not call into the domain. */
+    void (*on_monitor)(void *arg, int event, int err);
+    void *on_monitor_arg;
 };
+
+/* chanos_join_opts.flags: end the domain with its session, as before
+ * rejoining existed: every later call fails with CHANOS_ERR_MONITOR_LOST. */
+#define CHANOS_JOIN_NO_REJOIN 1u
+
+/* Events of chanos_join_opts.on_monitor. */
+#define CHANOS_MONITOR_LOST     1
+#define CHANOS_MONITOR_REJOINED 2
 
 /*
  * chanos_join connects to the monitor, says hello (protocol version 2) and
@@ -1045,7 +1063,10 @@ uint64_t chanos_domain_machine(const chanos_domain *d);
 /*
  * chanos_domain_fd returns the monitor socket, for poll: when it is
  * readable, call chanos_domain_poll(d, 0) or chanos_accept(l, 0, ...).
- * It belongs to the domain; do not close it or read from it.
+ * It belongs to the domain; do not close it or read from it. Its number
+ * stays the same across a rejoin: while the domain waits for a new
+ * monitor it is a timer that becomes readable when the next attempt is
+ * due.
  */
 int chanos_domain_fd(const chanos_domain *d);
 
@@ -1053,7 +1074,21 @@ int chanos_domain_fd(const chanos_domain *d);
  * chanos_domain_poll reads what the monitor sent (incoming connections,
  * which it queues for chanos_accept) for at most timeout_ms (-1: until a
  * frame arrives; 0: only what is there). 0, or CHANOS_ERR_MONITOR_LOST
- * once the session ended.
+ * when the session ended.
+ *
+ * Monitor loss and restart. The call that finds the session ended
+ * (chanos_domain_poll, chanos_accept, or any other) returns
+ * CHANOS_ERR_MONITOR_LOST, once, and on_monitor is told. Unless the
+ * domain joined with CHANOS_JOIN_NO_REJOIN, it then rejoins by itself:
+ * chanos_domain_poll and chanos_accept (which return 0 and
+ * CHANOS_ERR_TIMEDOUT meanwhile), and any call on the domain, dial the
+ * directory's socket again when an attempt is due (10 ms, doubling to
+ * 250 ms), say hello (a new domain id) and export every open listener's
+ * name again. Calls that need the monitor fail with
+ * CHANOS_ERR_MONITOR_LOST until then. A listener whose name cannot be
+ * exported again (another domain took it) fails its chanos_accept with
+ * that error. Connections already open never ran through the monitor and
+ * go on throughout.
  */
 int chanos_domain_poll(chanos_domain *d, int timeout_ms);
 
@@ -1500,8 +1535,11 @@ int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
  * monitor's socket, with the signal mask o->sigmask (NULL: the thread's),
  * so that a program that blocks its stop signals elsewhere sees one at
  * once. While busy it looks at the listener and the signals every
- * millisecond. The connections are closed on return; l stays the
- * caller's. NULL o: the defaults.
+ * millisecond. A lost monitor does not end serving while the domain
+ * rejoins (chanos_domain_poll): the connections go on, and the export is
+ * taken up again; with CHANOS_JOIN_NO_REJOIN, serving ends with
+ * CHANOS_ERR_MONITOR_LOST. The connections are closed on return; l stays
+ * the caller's. NULL o: the defaults.
  */
 struct chanos_serve_opts {
     int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/timerfd.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,10 @@ _Static_assert(MONITOR_EXPORT_CALL_MAX_FRAME_SIZE <= CALL_BUF &&
  * the monitor answers not_found at the deadline, so only a monitor that
  * says nothing past the grace is taken for stopped (CHANOS_ERR_TIMEDOUT). */
 #define BIND_GRACE_MS 1000
+/* The waits between attempts to rejoin a new monitor: the first, and the
+ * longest as the wait doubles (as the Go library's). */
+#define REJOIN_FIRST_MS 10
+#define REJOIN_MAX_MS 250
 
 /* The descriptors of a ump connection from the monitor, in a bind reply
  * or an incoming message, in this order: the memfd, this side's data and
@@ -78,6 +83,15 @@ struct chanos_domain {
     struct chanos_listener *listeners; /* list of open listeners */
     /* the detail of the monitor's last error reply (chanos_domain_error) */
     char detail[CHANOS_DOMAIN_ERROR_MAX + 1];
+    /* Rejoining (chanos_domain_poll's comment): the socket's path, the
+     * hello call to say again, and while lost, sock is a timerfd armed
+     * for the next attempt, retry_ms after the last. */
+    char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    uint8_t *hello;
+    size_t hello_len;
+    int rejoin, lost, retry_ms;
+    void (*on_monitor)(void *arg, int event, int err);
+    void *on_monitor_arg;
 };
 
 struct chanos_listener {
@@ -86,6 +100,9 @@ struct chanos_listener {
     struct chanos_iref ref;
     uint32_t max_frame;
     char *name;
+    uint8_t *call; /* the export call, to make again on a rejoin */
+    size_t call_len;
+    int err; /* the name could not be exported again: accept fails */
 };
 
 /* A frame received from the monitor, in d->rbuf. */
@@ -139,10 +156,16 @@ static int64_t deadline_of(int timeout_ms)
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 }
 
+static void rejoin_if_due(struct chanos_domain *d, int wait_ms);
+
+/* enter takes the domain for one call, and first makes a rejoin attempt
+ * that is due, so that any call finds a new monitor. */
 static int enter(struct chanos_domain *d)
 {
     if (atomic_flag_test_and_set(&d->busy))
         return CHANOS_ERR_BUSY;
+    if (d->lost)
+        rejoin_if_due(d, 0);
     return 0;
 }
 
@@ -233,11 +256,17 @@ static int check_dir(const char *dir)
 
 /* ---- frames on the monitor socket ---- */
 
-/* fail_session ends the session: later calls fail with err. */
+static void start_rejoin(struct chanos_domain *d, int tell);
+
+/* fail_session ends the session: later calls fail with err, until a
+ * rejoin (start_rejoin) if the domain rejoins. */
 static int fail_session(struct chanos_domain *d, int err)
 {
-    if (d->err == 0)
+    if (d->err == 0) {
         d->err = err;
+        if (err == CHANOS_ERR_MONITOR_LOST && d->rejoin && !d->lost)
+            start_rejoin(d, 1);
+    }
     return d->err;
 }
 
@@ -507,6 +536,162 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
     return 0;
 }
 
+/* ---- monitor loss and rejoin ---- */
+
+static void tell(struct chanos_domain *d, int event, int err)
+{
+    if (d->on_monitor != NULL)
+        d->on_monitor(d->on_monitor_arg, event, err);
+}
+
+/* arm sets the timer at d->sock to fire in ms milliseconds. */
+static void arm(struct chanos_domain *d, int ms)
+{
+    struct itimerspec it = { { 0, 0 }, { ms / 1000, (long)(ms % 1000) * 1000000 } };
+
+    (void)timerfd_settime(d->sock, 0, &it, NULL);
+}
+
+/* start_rejoin puts a timer in the place of the dead socket, at its
+ * number, so that a program that polls chanos_domain_fd wakes when a
+ * rejoin attempt is due; tell: say that the session was lost. */
+static void start_rejoin(struct chanos_domain *d, int tell_lost)
+{
+    int t = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+
+    if (t >= 0) {
+        if (dup3(t, d->sock, O_CLOEXEC) < 0) {
+            close(d->sock); /* a dead socket: polls of it say so at once */
+            d->sock = t;
+        } else {
+            close(t);
+        }
+    }
+    d->lost = 1;
+    if (tell_lost)
+        d->retry_ms = REJOIN_FIRST_MS;
+    arm(d, d->retry_ms);
+    if (tell_lost)
+        tell(d, CHANOS_MONITOR_LOST, CHANOS_ERR_MONITOR_LOST);
+}
+
+/* reexport exports l's name again on the new session: 0, or why not. */
+static int reexport(struct chanos_domain *d, struct chanos_listener *l)
+{
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct monitor_export_reply reply;
+    struct mframe f;
+    uint64_t old = l->ref.export_id;
+    int rc;
+
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    memcpy(cb, l->call, l->call_len);
+    b.len = l->call_len;
+    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
+    if (rc != 0)
+        return rc;
+    rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
+    close_fds(f.fds, f.nfds);
+    if (rc != 0)
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    /* connections of the old monitor not yet accepted stay l's */
+    for (size_t i = 0; i < d->nin; i++) {
+        if (d->in[i].export_id == old &&
+            memcmp(d->in[i].token, l->ref.token, sizeof l->ref.token) == 0) {
+            d->in[i].export_id = reply.ref.export_id;
+            memcpy(d->in[i].token, reply.ref.token, sizeof reply.ref.token);
+        }
+    }
+    l->ref = reply.ref;
+    return 0;
+}
+
+/* rejoin dials the directory's socket, says hello and exports the
+ * listeners' names again: 0, or CHANOS_ERR_MONITOR_LOST with the next
+ * attempt armed. */
+static int rejoin(struct chanos_domain *d)
+{
+    struct sockaddr_un sa = { 0 };
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct monitor_hello_reply reply;
+    struct mframe f;
+    int s, rc, first = 0;
+
+    sa.sun_family = AF_UNIX;
+    memcpy(sa.sun_path, d->path, sizeof sa.sun_path);
+    s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        dup3(s, d->sock, O_CLOEXEC) < 0) {
+        if (s >= 0)
+            close(s);
+        goto again;
+    }
+    close(s);
+    d->err = 0;
+    d->lost = 0;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    memcpy(cb, d->hello, d->hello_len);
+    b.len = d->hello_len;
+    d->rejoin = 0; /* a failure here is this attempt's, not a new loss */
+    rc = mon_call(d, &b, MONITOR_MSG_HELLO, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
+    if (rc == 0) {
+        rc = monitor_hello_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
+        close_fds(f.fds, f.nfds);
+        if (rc == 0 && reply.monitor_version != PROTOCOL_VERSION)
+            rc = CHANOS_ERR_MONITOR_LOST;
+    }
+    for (struct chanos_listener *l = d->listeners; rc == 0 && l != NULL;
+         l = l->next) {
+        int lrc = reexport(d, l);
+
+        if (d->err != 0)
+            rc = d->err;
+        else if (lrc != 0 && (l->err = lrc, first == 0))
+            first = lrc;
+    }
+    d->rejoin = 1;
+    if (rc != 0) {
+        d->err = CHANOS_ERR_MONITOR_LOST;
+        goto again;
+    }
+    d->id = reply.domain_id;
+    d->machine = reply.machine_id;
+    tell(d, CHANOS_MONITOR_REJOINED, first);
+    return 0;
+again:
+    d->retry_ms = d->retry_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS : d->retry_ms * 2;
+    start_rejoin(d, 0);
+    return CHANOS_ERR_MONITOR_LOST;
+}
+
+/* rejoin_if_due makes a rejoin attempt if one is due within wait_ms (-1:
+ * whenever it is), waiting for it: 0 if the domain rejoined,
+ * CHANOS_ERR_TIMEDOUT if no attempt was due, CHANOS_ERR_MONITOR_LOST if
+ * it failed. */
+static int rejoin_due(struct chanos_domain *d, int wait_ms)
+{
+    struct pollfd p = { d->sock, POLLIN, 0 };
+    uint64_t ticks;
+    int rc;
+
+    do
+        rc = poll(&p, 1, wait_ms);
+    while (rc < 0 && errno == EINTR);
+    if (rc <= 0)
+        return CHANOS_ERR_TIMEDOUT;
+    (void)!read(d->sock, &ticks, sizeof ticks);
+    return rejoin(d);
+}
+
+static void rejoin_if_due(struct chanos_domain *d, int wait_ms)
+{
+    (void)rejoin_due(d, wait_ms);
+}
+
 /* ---- the session ---- */
 
 static const char *program_name(void)
@@ -590,6 +775,14 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     rc = monitor_hello_call_encode(&call, &b);
     if (rc != 0)
         goto fail;
+    d->hello = malloc(b.len);
+    if (d->hello == NULL) {
+        rc = -ENOMEM;
+        goto fail;
+    }
+    memcpy(d->hello, b.data, b.len);
+    d->hello_len = b.len;
+    memcpy(d->path, sa.sun_path, sizeof d->path);
     rc = mon_call(d, &b, MONITOR_MSG_HELLO, o.timeout_ms, o.timeout_ms, &f);
     if (rc == CHANOS_ERR_LIMIT)
         rc = CHANOS_ERR_MONITOR_FULL; /* "monitor full: N of N sessions" */
@@ -603,11 +796,15 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     }
     d->id = reply.domain_id;
     d->machine = reply.machine_id;
+    d->rejoin = (o.flags & CHANOS_JOIN_NO_REJOIN) == 0;
+    d->on_monitor = o.on_monitor;
+    d->on_monitor_arg = o.on_monitor_arg;
     *out = d;
     return 0;
 fail:
     if (d->sock >= 0)
         close(d->sock);
+    free(d->hello);
     free(d->rbuf);
     free(d);
     return rc;
@@ -633,6 +830,7 @@ static void free_listener(struct chanos_listener *l)
             d->in[j++] = d->in[i];
     }
     d->nin = j;
+    free(l->call);
     free(l->name);
     free(l);
 }
@@ -646,6 +844,7 @@ void chanos_domain_close(chanos_domain *d)
     for (size_t i = 0; i < d->nin; i++)
         drop_pending(&d->in[i]);
     close(d->sock);
+    free(d->hello);
     free(d->rbuf);
     free(d);
 }
@@ -656,11 +855,22 @@ uint64_t chanos_domain_machine(const chanos_domain *d) { return d->machine; }
 
 int chanos_domain_fd(const chanos_domain *d) { return d->sock; }
 
-/* pump reads frames until deadline or the first frame (any). */
+/* pump reads frames until deadline or the first frame (any). While the
+ * domain is lost, it waits for rejoin attempts instead, until one
+ * succeeds (0) or deadline. */
 static int pump(struct chanos_domain *d, int64_t deadline)
 {
     struct mframe f;
-    int rc = mon_recv(d, deadline, &f);
+    int rc;
+
+    while (d->lost) {
+        rc = rejoin_due(d, remaining(deadline));
+        if (rc == 0)
+            return 0;
+        if (rc == CHANOS_ERR_TIMEDOUT || remaining(deadline) == 0)
+            return CHANOS_ERR_TIMEDOUT;
+    }
+    rc = mon_recv(d, deadline, &f);
 
     if (rc != 0)
         return rc;
@@ -795,10 +1005,15 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     if (l == NULL)
         return -ENOMEM;
     l->name = strdup(name);
-    if (l->name == NULL) {
+    l->call = malloc(b.len);
+    if (l->name == NULL || l->call == NULL) {
+        free(l->name);
+        free(l->call);
         free(l);
         return -ENOMEM;
     }
+    memcpy(l->call, b.data, b.len);
+    l->call_len = b.len;
     rc = enter(d);
     if (rc != 0)
         goto fail;
@@ -824,6 +1039,7 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     *out = l;
     return 0;
 fail:
+    free(l->call);
     free(l->name);
     free(l);
     return rc;
@@ -893,6 +1109,9 @@ int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out)
     if (rc != 0)
         return rc;
     for (;;) {
+        rc = l->err;
+        if (rc != 0)
+            break;
         rc = take_incoming(l, out);
         if (rc != 0)
             break;

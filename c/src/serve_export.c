@@ -25,6 +25,7 @@ struct server {
     chanos_conn **conns;
     struct pollfd *pfd; /* room for the monitor and every connection */
     size_t nconns, cap;
+    int lost; /* the last accept found the monitor lost */
 };
 
 static int64_t now_ns(void)
@@ -75,7 +76,19 @@ static int accept_all(struct server *s)
         }
         s->conns[s->nconns++] = nc;
     }
-    return rc == CHANOS_ERR_TIMEDOUT ? 0 : rc;
+    /* A lost monitor is said once; a domain that rejoins then answers
+     * CHANOS_ERR_TIMEDOUT until it has, and its connections go on
+     * meanwhile. Said twice in a row, it is for good (the domain joined
+     * with CHANOS_JOIN_NO_REJOIN), and serving ends. */
+    if (rc == CHANOS_ERR_MONITOR_LOST && !s->lost) {
+        s->lost = 1;
+        return 0;
+    }
+    if (rc == CHANOS_ERR_TIMEDOUT) {
+        s->lost = 0;
+        return 0;
+    }
+    return rc;
 }
 
 /*
@@ -118,7 +131,7 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
                         void *ctx, const struct chanos_serve_opts *o)
 {
     static const struct chanos_serve_opts defaults = { -1, NULL, NULL };
-    struct server s = { d, l, dispatch, ops, ctx, NULL, NULL, 0, 0 };
+    struct server s = { d, l, dispatch, ops, ctx, NULL, NULL, 0, 0, 0 };
     const sigset_t *mask;
     int64_t spin_ns, last, chores;
     int rc = 0;

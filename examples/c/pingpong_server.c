@@ -98,6 +98,22 @@ static const struct pingpong_server_ops ops = {
     .ping = on_ping, .echo = on_echo, .bounce = on_bounce,
 };
 
+/* on_monitor reports the loss of the monitor and the rejoin. */
+static void on_monitor(void *arg, int event, int err)
+{
+    chanos_domain **d = arg;
+
+    if (event == CHANOS_MONITOR_LOST)
+        printf("lost the monitor; waiting for a new one\n");
+    else if (err != 0)
+        printf("rejoined the monitor (domain %" PRIu64 "), but: %s\n",
+               chanos_domain_id(*d), chanos_strerror(err));
+    else
+        printf("rejoined the monitor (domain %" PRIu64 ")\n",
+               chanos_domain_id(*d));
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     const char *name = "pingsvc";
@@ -157,6 +173,8 @@ int main(int argc, char **argv)
     sigprocmask(SIG_BLOCK, &block, &waitmask);
 
     jo.program = "pingpong_server (C)";
+    jo.on_monitor = on_monitor;
+    jo.on_monitor_arg = &d;
     rc = chanos_join(&d, &jo);
     if (rc != 0) {
         fprintf(stderr, "pingpong_server: join: %s\n", chanos_strerror(rc));

@@ -90,6 +90,13 @@ func CBuild(t testing.TB, rel string) string {
 func StartMonitor(t testing.TB, flags ...string) (string, *Child) {
 	t.Helper()
 	dir := ShortDir(t)
+	return dir, StartMonitorIn(t, dir, flags...)
+}
+
+// StartMonitorIn is StartMonitor in dir, which may have had a monitor
+// before (one killed, whose socket file is left): a restart.
+func StartMonitorIn(t testing.TB, dir string, flags ...string) *Child {
+	t.Helper()
 	cmd := exec.Command(GoProgram(t, "github.com/chanos/chanos/cmd/chanos"), append([]string{"monitor", "--dir", dir}, flags...)...)
 	log := &Output{}
 	cmd.Stderr = log
@@ -103,9 +110,11 @@ func StartMonitor(t testing.TB, flags ...string) (string, *Child) {
 		}
 	})
 	sock := filepath.Join(dir, "monitor.sock")
+	// A restart finds the socket file of the monitor before: the new one
+	// says when it listens.
 	Eventually(t, "the monitor's socket "+sock, func() bool {
 		_, err := os.Stat(sock)
-		return err == nil
+		return err == nil && log.Count("monitor started") > 0
 	})
-	return dir, m
+	return m
 }

@@ -455,3 +455,36 @@ func TestInstall(t *testing.T) {
 		t.Errorf("installed nameservice_test did not print ok")
 	}
 }
+
+// A monitor killed with SIGKILL and started again in its directory: the
+// C server notices the loss at once (its on_monitor), the C and Go
+// servers rejoin the new monitor and export their names again by
+// themselves, and new clients, C and Go, reach them by name within a few
+// seconds.
+func TestMonitorRestart(t *testing.T) {
+	srv, cli := cProg(t, "pingpong_server"), cProg(t, "pingpong_client")
+	dir, mon := testkit.StartMonitor(t)
+	csrv := start(t, dir, "serving", srv, "-name", "csvc")
+	gosrv := exec.Command(goBin(t, "pingpong-server"), "-name", "gosvc")
+	gosrv.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	testkit.Start(t, gosrv)
+	checkClientOutput(t, run(t, dir, cli, "-name", "gosvc", "-n", "1000", "-wait", "20000"))
+
+	mon.Kill()
+	if line := csrv.Line(t); line != "lost the monitor; waiting for a new one" {
+		t.Fatalf("the C server said %q after the monitor's death", line)
+	}
+	testkit.StartMonitorIn(t, dir)
+	began := time.Now()
+	// The clients wait up to 5 s for the names (-wait).
+	checkClientOutput(t, run(t, dir, cli, "-name", "gosvc", "-n", "1000", "-wait", "5000"))
+	checkClientOutput(t, run(t, dir, cli, "-name", "csvc", "-n", "1000", "-wait", "5000"))
+	out := run(t, dir, goBin(t, "pingpong-client"), "-name", "csvc", "-n", "1000", "-wait", "5s")
+	if !strings.Contains(out, "echo rpcs: 1000 round trips") {
+		t.Errorf("Go client output lacks the echo rpcs")
+	}
+	t.Logf("the new clients reached the old servers within %v of the new monitor", time.Since(began))
+	if line := csrv.Line(t); !strings.HasPrefix(line, "rejoined the monitor (domain ") || strings.Contains(line, "but") {
+		t.Fatalf("the C server said %q after the restart", line)
+	}
+}

@@ -82,6 +82,32 @@ type Conn struct {
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
+
+	peerInfo any         // who is at the other end, as SetPeer gave it
+	onEnd    func(error) // called once the connection ends, with why
+}
+
+// OnEnd has fn called, once, when the connection ends (with why: what Err
+// returns then), in the goroutine that finds the end; set it before the
+// connection is used. The end is found by whoever reads the connection,
+// by the peer watch of Serve, or by Close.
+func (c *Conn) OnEnd(fn func(error)) { c.onEnd = fn }
+
+// SetPeer records who is at the other end of the connection, for Peer
+// (the chanos package's Peer, given by the monitor).
+func (c *Conn) SetPeer(p any) { c.peerInfo = p }
+
+// Peer returns what SetPeer recorded, or nil.
+func (c *Conn) Peer() any { return c.peerInfo }
+
+// connKey is the key of the connection among the values of the contexts
+// Serve gives handlers.
+type connKey struct{}
+
+// ConnFrom returns the connection whose Serve runs the handler given ctx.
+func ConnFrom(ctx context.Context) (*Conn, bool) {
+	c, ok := ctx.Value(connKey{}).(*Conn)
+	return c, ok
 }
 
 // pendingCall is a call whose reply another goroutine may read. The
@@ -159,8 +185,8 @@ func (c *Conn) Close() error {
 // outstanding calls and wakes every waiter.
 func (c *Conn) end(err error) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if c.endErr != nil {
+		c.mu.Unlock()
 		return
 	}
 	c.endErr = err
@@ -171,6 +197,10 @@ func (c *Conn) end(err error) {
 		delete(c.pending, id)
 	}
 	c.wakeLocked()
+	c.mu.Unlock()
+	if c.onEnd != nil {
+		c.onEnd(err)
+	}
 }
 
 // wakeLocked wakes the goroutines waiting on c.wake. Without waiters it
@@ -951,7 +981,16 @@ type ServeOption func(*serveConfig)
 type serveConfig struct {
 	concurrent int
 	only       map[uint16]bool // if set, the rpcs that run concurrently
+	ordered    bool
+	// run each call through these (WithInterceptor)
+	interceptors []Interceptor
 }
+
+// Ordered makes Serve run every rpc call in the reading goroutine, one at
+// a time and in the order they arrive, as Serve did before handing off
+// slow calls: a slow call holds up the connection, and the caller's
+// cancel is not seen until the call returns (its deadline is).
+func Ordered() ServeOption { return func(c *serveConfig) { c.ordered = true } }
 
 // Concurrent makes Serve run up to n rpc calls at a time, each in a
 // goroutine of its own, while it goes on reading: a call that blocks
@@ -975,10 +1014,14 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 }
 
 // Serve receives messages and rpc calls until the connection or ctx ends,
-// calling handle for each. By default handle runs in the receiving
-// goroutine (no hop), so a call's context carries the caller's deadline
-// but a caller's cancel is not seen until the next frame is read; see
-// Concurrent. A call's result is sent as the reply. An error from handle
+// calling handle for each. By default a call starts in the receiving
+// goroutine (no hop); if it has not returned within HandOffAfter, a new
+// goroutine takes over the reading (see handOff), so a slow call holds up
+// no other, and the caller's cancel, deadline or not, ends the call's
+// context. Ordered keeps every call in the receiving goroutine, and
+// Concurrent runs each in a goroutine of its own. One-way messages are
+// handled in order in the receiving goroutine. A call's result is sent as
+// the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // interconnect.ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.
@@ -1000,6 +1043,9 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	for _, o := range opts {
 		o(&cfg)
 	}
+	if len(cfg.interceptors) > 0 {
+		handle = intercepted(handle, cfg.interceptors)
+	}
 	var (
 		wg  sync.WaitGroup
 		sem chan struct{}
@@ -1010,7 +1056,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 	// Calls in progress end when serving does, also when the connection
 	// ends (the peer closes or dies) rather than ctx: Serve waits for them.
 	// The connection's end, if it has ended, is why (context.Cause).
-	ctx, stop := context.WithCancelCause(ctx)
+	ctx, stop := context.WithCancelCause(context.WithValue(ctx, connKey{}, c))
 	defer wg.Wait()
 	defer func() { stop(c.Err()) }()
 	// The context of calls' handlers, which the peer's going ends too,
@@ -1023,14 +1069,17 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		}
 		return watch.context()
 	}
+	handleMessage := func(in *Incoming) error {
+		if _, err := handle(ctx, in); errors.Is(err, interconnect.ErrProtocol) {
+			return err
+		} else if err != nil {
+			c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
+		}
+		return nil
+	}
 	handleFrame := func(in *Incoming) error {
 		if in.Kind != wire.KindCall {
-			if _, err := handle(ctx, in); errors.Is(err, interconnect.ErrProtocol) {
-				return err
-			} else if err != nil {
-				c.log.Warn("chanos: message handler failed", "interface", c.iface.Name, "msg", in.Header.Msg, "err", err)
-			}
-			return nil
+			return handleMessage(in)
 		}
 		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
 			return c.serveInline(ctx, callers(), in, handle)
@@ -1073,6 +1122,21 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			}
 		}()
 		return nil
+	}
+	serveEnd := func(err error) error {
+		if errors.Is(err, interconnect.ErrClosed) {
+			// Closed, but perhaps for a reason found elsewhere (a call
+			// served concurrently that broke the protocol): say that one.
+			if end := c.Err(); end != nil && !errors.Is(end, interconnect.ErrClosed) {
+				return end
+			}
+			return nil
+		}
+		return err
+	}
+	if sem == nil && !cfg.ordered {
+		h := &handOff{c: c, ctx: ctx, callers: callers, handle: handle, message: handleMessage, wg: &wg, result: make(chan error, 1), limit: MaxHandedOff}
+		return serveEnd(h.serve())
 	}
 	for {
 		err := c.receiveEach(ctx, handleFrame)

@@ -50,7 +50,16 @@ func main() {
 }
 
 func run(ctx context.Context, name string) error {
-	d, err := chanos.Join(ctx, chanos.WithProgram("pingpong-server"))
+	// If the monitor dies, the domain says so here, waits for a new one
+	// in the same directory, rejoins it and exports name again; the
+	// clients already connected are served throughout.
+	d, err := chanos.Join(ctx, chanos.WithProgram("pingpong-server"), chanos.OnMonitor(func(ev chanos.MonitorEvent) {
+		if ev.Lost {
+			slog.Warn("pingpong-server: lost the monitor; waiting for a new one", "err", ev.Err)
+		} else {
+			slog.Info("pingpong-server: rejoined the monitor", "domain", ev.Domain, "err", ev.Err)
+		}
+	}))
 	if err != nil {
 		return err
 	}
@@ -61,16 +70,6 @@ func run(ctx context.Context, name string) error {
 	}
 	defer l.Close()
 	slog.Info("pingpong-server: serving", "name", name, "domain", d.ID())
-	// Serve returns when ctx ends (SIGINT, SIGTERM) or the monitor goes.
-	go func() {
-		select {
-		case <-d.Done():
-			slog.Warn("pingpong-server: lost the monitor", "err", d.Err())
-			stop(l)
-		case <-ctx.Done():
-		}
-	}()
+	// Serve returns when ctx ends (SIGINT, SIGTERM).
 	return pingpong.Serve(ctx, l, server{})
 }
-
-func stop(l *pingpong.Listener) { l.Close() }

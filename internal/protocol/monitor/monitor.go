@@ -41,17 +41,18 @@ const (
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
 // when encoding and decoding.
 const (
-	MaxHelloProgramLen   = 256     // hello: in String program[256]
-	MaxExportNameLen     = 256     // export: in String name[256]
-	MaxExportIfaceLen    = 128     // export: in String iface[128]
-	MaxExportUidsLen     = 16      // export: in uint32 uids[nuids, 16]
-	MaxExportProgramsLen = 2048    // export: in uint8 programs[programs_len, 2048]
-	MaxWithdrawNameLen   = 256     // withdraw: in String name[256]
-	MaxBindNameLen       = 256     // bind: in String name[256]
-	MaxBindIfaceLen      = 128     // bind: in String iface[128]
-	MaxBindFdsLen        = 8       // bind: out give_away_cap fds[nfds, 8]
-	MaxIncomingFdsLen    = 8       // incoming: give_away_cap fds[nfds, 8]
-	MaxPsJSONLen         = 1048576 // ps: out uint8 json[json_len, 1048576]
+	MaxHelloProgramLen          = 256     // hello: in String program[256]
+	MaxExportNameLen            = 256     // export: in String name[256]
+	MaxExportIfaceLen           = 128     // export: in String iface[128]
+	MaxExportUidsLen            = 16      // export: in uint32 uids[nuids, 16]
+	MaxExportProgramsLen        = 2048    // export: in uint8 programs[programs_len, 2048]
+	MaxWithdrawNameLen          = 256     // withdraw: in String name[256]
+	MaxBindNameLen              = 256     // bind: in String name[256]
+	MaxBindIfaceLen             = 128     // bind: in String iface[128]
+	MaxBindFdsLen               = 8       // bind: out give_away_cap fds[nfds, 8]
+	MaxIncomingFdsLen           = 8       // incoming: give_away_cap fds[nfds, 8]
+	MaxIncomingClientProgramLen = 256     // incoming: String client_program[256]
+	MaxPsJSONLen                = 1048576 // ps: out uint8 json[json_len, 1048576]
 )
 
 // Interconnect is the IDL enum interconnect:
@@ -500,7 +501,10 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 //		uint64 client,
 //		interconnect via,
 //		uint32 max_frame,
-//		give_away_cap fds[nfds, 8]);
+//		give_away_cap fds[nfds, 8],
+//		int32 client_pid,
+//		uint32 client_uid,
+//		String client_program[256]);
 type Incoming struct {
 	// Ref is the argument ref (iref).
 	Ref wire.Iref
@@ -514,6 +518,12 @@ type Incoming struct {
 	MaxFrame uint32
 	// Fds is the argument fds: at most MaxIncomingFdsLen give_away_cap elements (its length is nfds in the IDL).
 	Fds []wire.Cap
+	// ClientPID is the argument client_pid (int32).
+	ClientPID int32
+	// ClientUID is the argument client_uid (uint32).
+	ClientUID uint32
+	// ClientProgram is the argument client_program: at most MaxIncomingClientProgramLen bytes, without NUL.
+	ClientProgram string
 }
 
 func (*Incoming) MsgNumber() uint16  { return MsgIncoming }
@@ -522,7 +532,7 @@ func (*Incoming) MsgName() string    { return "monitor.incoming" }
 func (*Incoming) isMsg()             {}
 func (m *Incoming) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 60)
+	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 72)
 	e.Iref(m.Ref)
 	e.Uint64(m.ConnID)
 	e.Uint64(m.Client)
@@ -535,6 +545,9 @@ func (m *Incoming) Encode(buf *wire.Buffer) error {
 			e.LeaveIndex("fds", i)
 		}
 	}
+	e.Uint32(uint32(m.ClientPID))
+	e.Uint32(m.ClientUID)
+	e.String("client_program", m.ClientProgram, MaxIncomingClientProgramLen)
 	return e.Finish()
 }
 
@@ -555,6 +568,9 @@ func (m *Incoming) Decode(frame []byte, caps []wire.Cap) error {
 			d.LeaveIndex("fds", i)
 		}
 	}
+	m.ClientPID = int32(d.Uint32("client_pid"))
+	m.ClientUID = d.Uint32("client_uid")
+	m.ClientProgram = d.String("client_program", MaxIncomingClientProgramLen)
 	if err := d.Finish(); err != nil {
 		*m = Incoming{}
 		return err
