@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xf8180ce48ed4a774
+const Fingerprint uint64 = 0x6e719d8fc165f21d
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
