@@ -145,11 +145,12 @@ static inline void cpu_relax(void)
 #define TIGHT_POLLS 512
 
 /* YIELD_AFTER is how many polls a spinning waiter makes before it gives its
- * CPU away (sched_yield) at each of its checks, every 64 polls: with more
- * busy processes than cores, the peer it waits for may be runnable on its
- * own CPU, and spinning only keeps it off. A yield with nothing else
- * runnable returns at once; the first polls, in which a round trip between
- * running sides usually completes, never yield (docs/ump.md, "Waiting"). */
+ * CPU away (sched_yield), once per wait, at its next check: with more busy
+ * processes than cores, the peer it waits for may be runnable on its own
+ * CPU, and spinning only keeps it off. A yield with nothing else runnable
+ * returns at once; the first polls, in which a round trip between running
+ * sides usually completes, never yield. Once per wait: every yield that
+ * does switch costs the waiter a time slice (docs/ump.md, "Waiting"). */
 #define YIELD_AFTER 256
 static inline void spin_pause(void)
 {
@@ -1054,6 +1055,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
     int64_t window = spin_window(c->tx_spin, c->spin_ns, c->tx_misses);
     if (window > 0 && timeout_ms != 0) {
         int64_t start = 0;
+        int yielded = 0;
         for (unsigned i = 1;; i++) {
             spin_pause();
             if ((err = tx_refresh(c)) < 0)
@@ -1076,8 +1078,10 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
                 break;
             } else if (deadline >= 0 && t >= deadline)
                 break;
-            if (i > YIELD_AFTER)
+            if (i > YIELD_AFTER && !yielded) {
                 sched_yield();
+                yielded = 1;
+            }
         }
     }
     for (;;) {
@@ -1374,6 +1378,7 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
         int64_t window = spin_window(c->rx_spin, c->spin_ns, c->rx_misses);
         if (window > 0 && timeout_ms != 0 && !c->rx_announced) {
             int64_t start = 0;
+            int yielded = 0;
             for (unsigned i = 1;; i++) {
                 if (i > TIGHT_POLLS)
                     spin_pause();
@@ -1395,8 +1400,10 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                     break;
                 } else if (deadline >= 0 && t >= deadline)
                     break;
-                if (i > YIELD_AFTER)
+                if (i > YIELD_AFTER && !yielded) {
                     sched_yield();
+                    yielded = 1;
+                }
             }
             if (r < 0)
                 return r;

@@ -392,6 +392,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 	done := ctx.Done()
 	if b, window := &c.txSpin, c.txSpin.window(); window > 0 {
 		var start int64 // nanotime of the first check
+		yielded := false
 		for i := 1; ; i++ {
 			spinPause()
 			if err := t.refresh(); err != nil {
@@ -413,8 +414,9 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 				b.lost()
 				break
 			}
-			if i > yieldAfter {
+			if i > yieldAfter && !yielded {
 				osYield()
+				yielded = true
 			}
 		}
 	}
@@ -618,14 +620,17 @@ func (c *Conn) rxEnded(ctx context.Context, done <-chan struct{}) (retry bool, e
 	return false, nil
 }
 
-// yieldAfter is how many polls a spinning waiter makes before it starts
-// to give its CPU away (sched_yield) at each of its periodic checks, every
-// 64 polls. With more busy processes than cores (a ring of domains on two
-// cores), the peer a spinner waits for may be runnable on the spinner's own
-// CPU, woken there by its own peer's signal: spinning the window only keeps
-// it off the CPU it needs. A yield with nothing else runnable returns at
-// once, and the first polls, in which a round trip between two running
-// sides usually completes, never yield.
+// yieldAfter is how many polls a spinning waiter makes before it gives its
+// CPU away (sched_yield), once per wait, at its next periodic check. With
+// more busy processes than cores (a ring of domains on two cores), the
+// peer a spinner waits for may be runnable on the spinner's own CPU, woken
+// there by its own peer's signal: spinning the window only keeps it off
+// the CPU it needs. A yield with nothing else runnable returns at once,
+// and the first polls, in which a round trip between two running sides
+// usually completes, never yield. Once per wait, because a yield that does
+// switch (to another process, or to one of the runtime's threads) costs
+// the waiter a time slice: yielding at every check showed in the spin
+// path's tail latency.
 const yieldAfter = 256
 
 // waitData waits until the next slot may hold a fragment or the connection
@@ -639,6 +644,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 	}
 	if b, window := &c.rxSpin, c.rxSpin.window(); window > 0 {
 		var start int64 // nanotime of the first check
+		yielded := false
 		for i := 1; ; i++ {
 			if i > tightPolls {
 				spinPause()
@@ -659,8 +665,9 @@ func (c *Conn) waitData(ctx context.Context) error {
 				b.lost()
 				break
 			}
-			if i > yieldAfter {
+			if i > yieldAfter && !yielded {
 				osYield()
+				yielded = true
 			}
 		}
 	}
