@@ -4,6 +4,7 @@
  * links with, because it needs the domain (src/domain.c) as well.
  */
 #include "chanos.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -27,24 +28,6 @@ struct server {
     size_t nconns, cap;
     int lost; /* the last accept found the monitor lost */
 };
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
-/* cpu_relax eases a spin loop (PAUSE on x86, YIELD on arm64). */
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
 
 /* accept_all takes every connection the monitor has handed over: 0, or
  * why the listener failed. Called before every sleep, whether or not the

@@ -7,6 +7,7 @@
  * every length and index before using it.
  */
 #include "chanos.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -122,15 +123,6 @@ struct chanos_ump {
 
 /* ---- small helpers ---- */
 
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#endif
-}
-
 /*
  * spin_pause waits between two polls of a word the peer is about to write.
  * One PAUSE measured best: more pauses
@@ -196,13 +188,6 @@ static int64_t spin_lost(int64_t cur, int64_t max)
 static int64_t spin_window(int64_t cur, int64_t max, unsigned misses)
 {
     return misses % PROBE_EVERY == PROBE_EVERY - 1 ? max : cur;
-}
-
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 /* deadline_of turns a timeout in ms into an absolute time; -1: none. */
