@@ -598,14 +598,21 @@ func Export(ctx context.Context, d *Domain, name string, iface Interface, opts .
 		d.mu.Unlock()
 		return nil, err
 	}
-	d.exports[reply.Ref.Export] = l
-	early := d.early[reply.Ref.Export]
-	delete(d.early, reply.Ref.Export)
+	d.adoptUnlock(l, reply.Ref.Export)
+	return l, nil
+}
+
+// adoptUnlock records l as the listener of export, releases d.mu (which
+// the caller holds), and gives l the connections to export that arrived
+// before it was recorded.
+func (d *Domain) adoptUnlock(l *Listener, export uint64) {
+	d.exports[export] = l
+	early := d.early[export]
+	delete(d.early, export)
 	d.mu.Unlock()
 	for _, in := range early {
 		l.accept(in)
 	}
-	return l, nil
 }
 
 // Name returns the exported name.

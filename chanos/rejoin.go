@@ -167,12 +167,6 @@ func (d *Domain) exportOn(conn *Conn, l *Listener) error {
 		d.callOn(conn, context.Background(), &monitor.WithdrawCall{Name: l.name}, &wr)
 		return nil
 	}
-	d.exports[reply.Ref.Export] = l
-	early := d.early[reply.Ref.Export]
-	delete(d.early, reply.Ref.Export)
-	d.mu.Unlock()
-	for _, in := range early {
-		l.accept(in)
-	}
+	d.adoptUnlock(l, reply.Ref.Export)
 	return nil
 }
