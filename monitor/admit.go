@@ -104,7 +104,8 @@ func (m *Monitor) admit(pc *seqpacket.Conn) {
 // why: a connection that has not said hello within helloGrace, else an
 // unresponsive session (docs/quotas.md, "Idle sessions"), those that hold
 // nothing (no export, nameservice connection or bind in progress) before
-// the others, and among equals the one that joined last: a flood of
+// the others, which go only once unresponsive for a further ping timeout,
+// and among equals the one that joined last: a flood of
 // squatters is newer than the domains it would crowd out. Nil if none.
 func (m *Monitor) evictableLocked(now time.Time) (*session, string) {
 	var best *session
@@ -115,9 +116,18 @@ func (m *Monitor) evictableLocked(now time.Time) (*session, string) {
 		case s.id == 0 && now.Sub(s.born) > helloGrace:
 			rank = 3
 		case s.id != 0 && s.unresponsiveSince.Load() != 0:
-			rank = 1
-			if len(s.exports) == 0 && s.nsConns == 0 && s.pendingBinds() == 0 {
+			since := time.Unix(0, s.unresponsiveSince.Load())
+			switch {
+			case len(s.exports) == 0 && s.nsConns == 0 && s.pendingBinds() == 0:
 				rank = 2
+			case now.Sub(since) >= m.cfg.PingTimeout:
+				// A session that holds something waits one more ping
+				// timeout before it may go: squatters pinged a moment
+				// after it must be marked first, or the domain whose
+				// ping expired first would be dropped in their place.
+				rank = 1
+			default:
+				continue
 			}
 		default:
 			continue
