@@ -205,3 +205,34 @@ func ExampleOrdered() {
 	fmt.Println(v, err)
 	// Output: 7 <nil>
 }
+
+// tenantServer answers echo with its argument plus the tenant's offset,
+// which it finds in the call's metadata.
+type tenantServer struct{ pingpong.UnimplementedServer }
+
+func (tenantServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	md, _ := chanos.MetadataFrom(ctx)
+	if md["tenant"] == "" {
+		return 0, chanos.Error(chanos.CodeUnauthenticated, "no tenant")
+	}
+	return v + uint64(len(md["tenant"])), nil
+}
+
+// Metadata travels with a call by its context, and the handler (or an
+// interceptor) reads it from its own.
+func ExampleWithMetadata() {
+	a, b := chanos.LocalPair(pingpong.Interface)
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	ctx := context.Background()
+	go s.Serve(ctx, tenantServer{})
+
+	v, err := c.Echo(chanos.WithMetadata(ctx, chanos.Metadata{"tenant": "acme"}), 10)
+	fmt.Println(v, err)
+	_, err = c.Echo(ctx, 10)
+	fmt.Println(err)
+	// Output:
+	// 14 <nil>
+	// pingpong.echo: unauthenticated: no tenant
+}

@@ -129,6 +129,10 @@ type Incoming struct {
 	// Msg is the message itself, when it came as a value on a link within
 	// one process; it is the receiver's to keep.
 	Msg wire.Message
+	// Meta is the metadata a call carried (wire.FlagMeta), nil if none:
+	// SetFrame takes it off the frame, so that Frame is the call as it
+	// would have been without it.
+	Meta wire.Metadata
 	// Inline is set by the engine for an rpc call served in the goroutine
 	// reading the connection: the reply is encoded before the next frame
 	// is read, so a handler may return the same reply value every time.
@@ -163,7 +167,24 @@ func (in *Incoming) SetFrame(frame []byte, caps []wire.Cap) error {
 	// Field by field rather than *in = Incoming{...}: a composite value is
 	// built in pieces on the stack and copied whole, which stalls on every
 	// frame (see wire.ParseFrameInto).
-	in.Kind, in.Frame, in.Caps, in.Msg, in.Inline = k, frame, caps, nil, false
+	in.Kind, in.Frame, in.Caps, in.Msg, in.Meta, in.Inline = k, frame, caps, nil, nil, false
+	if in.Header.Flags&wire.FlagMeta != 0 {
+		return in.splitMeta()
+	}
+	return nil
+}
+
+// splitMeta takes the metadata trailer off in's call frame, out of line so
+// that SetFrame stays small: calls without metadata pay one test.
+//
+//go:noinline
+func (in *Incoming) splitMeta() error {
+	frame, md, err := wire.SplitMetadata(&in.Header, in.Frame)
+	if err != nil {
+		*in = Incoming{}
+		return err
+	}
+	in.Frame, in.Meta = frame, md
 	return nil
 }
 

@@ -146,7 +146,7 @@ func (h Header) kind() (k Kind, off int, problem string) {
 			return 0, offCallID, "message with nonzero call_id"
 		}
 		k = KindMessage
-	case FlagCall:
+	case FlagCall, FlagCall | FlagMeta:
 		return KindCall, 0, ""
 	case FlagReply:
 		k = KindReply

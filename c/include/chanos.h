@@ -59,6 +59,10 @@ const char *chanos_strerror(int err);
 #define CHANOS_FLAG_REPLY  0x02
 #define CHANOS_FLAG_ERROR  0x04
 #define CHANOS_FLAG_CANCEL 0x08
+/* With CALL: the call's arguments are followed by a metadata trailer
+ * (docs/wire.md, "Metadata"), which libchanos takes off the frame before
+ * anyone decodes it (chanos_frame_meta). */
+#define CHANOS_FLAG_META   0x10
 
 /* Frame kinds: the flags byte of each valid combination. */
 #define CHANOS_KIND_MESSAGE 0x00
@@ -179,6 +183,7 @@ static inline int chanos_hdr_kind(const struct chanos_hdr *h)
             return CHANOS_ERR_HEADER;
         return CHANOS_KIND_MESSAGE;
     case CHANOS_KIND_CALL:
+    case CHANOS_KIND_CALL | CHANOS_FLAG_META:
         return CHANOS_KIND_CALL;
     case CHANOS_KIND_REPLY:
     case CHANOS_KIND_ERROR:
@@ -1303,7 +1308,51 @@ struct chanos_frame {
     size_t len;
     struct chanos_hdr hdr;
     int kind; /* CHANOS_KIND_* */
+    /* a call's metadata entries, taken off data (see chanos_frame_meta);
+     * NULL and 0 without */
+    const uint8_t *meta;
+    size_t meta_len;
 };
+
+/* The bounds of a call's metadata (docs/wire.md, "Metadata"). */
+#define CHANOS_META_KEYS_MAX 32
+#define CHANOS_META_KEY_MAX 64
+#define CHANOS_META_VALUE_MAX 1024
+#define CHANOS_META_MAX 8192
+
+/*
+ * chanos_frame_meta looks key up in the metadata of the call f: 0 and
+ * *value, a view into f's bytes valid as long as they are, or
+ * CHANOS_ERR_NOT_FOUND (also for a frame without metadata).
+ * chanos_conn_meta does the same for the call c received last: the one a
+ * handler under chanos_serve is serving.
+ */
+int chanos_frame_meta(const struct chanos_frame *f, const char *key,
+                      struct chanos_str *value);
+int chanos_conn_meta(const chanos_conn *c, const char *key,
+                     struct chanos_str *value);
+
+/*
+ * The domain at the other end of a connection chanos_accept returned, as
+ * the monitor knows it. pid and uid come from the peer's socket
+ * (SO_PEERCRED), which the monitor checked; the program is the name the
+ * peer gave at join, so it tells honest programs apart, not a hostile one
+ * of the same user.
+ */
+struct chanos_peer {
+    uint64_t domain;
+    uint64_t machine;
+    int32_t pid;
+    uint32_t uid;
+    char program[257]; /* NUL-terminated */
+};
+
+/*
+ * chanos_conn_peer stores the client of c, a connection chanos_accept
+ * returned, in *out: 0, or CHANOS_ERR_NOT_FOUND for a connection made by
+ * chanos_connect or chanos_conn_new.
+ */
+int chanos_conn_peer(const chanos_conn *c, struct chanos_peer *out);
 
 /* The status body of an error reply (docs/wire.md, "rpc status body"). */
 struct chanos_status {

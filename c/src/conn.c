@@ -9,6 +9,8 @@
  */
 #include <chanos.h>
 
+#include "internal.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
@@ -35,6 +37,10 @@ struct chanos_conn {
     uint32_t abandoned[CHANOS_CONN_ABANDONED_MAX];
     uint8_t *scratch; /* chanos_conn_buf's, of scratch_len bytes */
     size_t scratch_len;
+    /* the metadata of the frame received last (chanos_conn_meta) */
+    const uint8_t *meta;
+    size_t meta_len;
+    struct chanos_peer *peer; /* chanos_accept's client, or NULL */
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -65,6 +71,7 @@ void chanos_conn_close(chanos_conn *c)
         return;
     chanos_ump_close(c->u);
     free(c->scratch);
+    free(c->peer);
     free(c);
 }
 
@@ -219,6 +226,146 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* valid_key reports whether k[0..n) is a metadata key: lower-case
+ * letters, digits, '-', '_' and '.' (docs/wire.md, "Metadata"). */
+static bool valid_key(const uint8_t *k, size_t n)
+{
+    if (n == 0 || n > CHANOS_META_KEY_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        uint8_t ch = k[i];
+
+        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+              ch == '-' || ch == '_' || ch == '.'))
+            return false;
+    }
+    return true;
+}
+
+/* next_entry reads the metadata entry at *off of the entries m[0..n):
+ * 0 and its key and value, or the error that rejects the entries. */
+static int next_entry(const uint8_t *m, size_t n, size_t *off,
+                      struct chanos_str *key, struct chanos_str *value)
+{
+    size_t o = *off, klen, vlen;
+
+    if (o + 1 > n)
+        return CHANOS_ERR_TRUNCATED;
+    klen = m[o];
+    if (o + 1 + klen + 2 > n)
+        return CHANOS_ERR_TRUNCATED;
+    if (!valid_key(m + o + 1, klen))
+        return CHANOS_ERR_HEADER;
+    vlen = chanos_load_u16(m + o + 1 + klen);
+    if (vlen > CHANOS_META_VALUE_MAX || o + 3 + klen + vlen > n)
+        return CHANOS_ERR_BOUND;
+    if (memchr(m + o + 3 + klen, 0, vlen) != NULL)
+        return CHANOS_ERR_NUL;
+    key->ptr = (const char *)m + o + 1;
+    key->len = (uint32_t)klen;
+    value->ptr = (const char *)m + o + 3 + klen;
+    value->len = (uint32_t)vlen;
+    *off = o + 3 + klen + vlen;
+    return 0;
+}
+
+/*
+ * split_meta checks the metadata trailer of the call f and takes it off:
+ * the frame becomes the call as it would have been without it, for the
+ * decoders, and f->meta its entries. The bytes are the connection's own
+ * copy of the message (chanos_ump copies each one out of the ring), so
+ * the header is patched where it lies.
+ */
+static int split_meta(struct chanos_frame *f)
+{
+    uint8_t *d = (uint8_t *)(uintptr_t)f->data;
+    size_t n = f->len, block, start, rel = 0, keys = 0;
+    struct chanos_str k, v;
+    int rc;
+
+    if (n < CHANOS_HEADER_SIZE + 2)
+        return CHANOS_ERR_TRUNCATED;
+    block = chanos_load_u16(d + n - 2);
+    if (block > CHANOS_META_MAX || block > n - 2 - CHANOS_HEADER_SIZE)
+        return CHANOS_ERR_BOUND;
+    start = n - 2 - block;
+    while (rel < block) {
+        size_t at = rel;
+
+        rc = next_entry(d + start, block, &rel, &k, &v);
+        if (rc != 0)
+            return rc;
+        if (++keys > CHANOS_META_KEYS_MAX)
+            return CHANOS_ERR_BOUND;
+        for (size_t o = 0; o < at;) { /* a key given twice */
+            struct chanos_str k2, v2;
+
+            (void)next_entry(d + start, block, &o, &k2, &v2);
+            if (k2.len == k.len && memcmp(k2.ptr, k.ptr, k.len) == 0)
+                return CHANOS_ERR_BOUND;
+        }
+    }
+    d[6] &= (uint8_t)~CHANOS_FLAG_META;
+    chanos_store_u32(d, (uint32_t)start);
+    f->hdr.flags &= (uint8_t)~CHANOS_FLAG_META;
+    f->hdr.size = (uint32_t)start;
+    f->len = start;
+    f->meta = d + start;
+    f->meta_len = block;
+    return 0;
+}
+
+static int find_meta(const uint8_t *m, size_t n, const char *key,
+                     struct chanos_str *value)
+{
+    size_t klen = strlen(key), off = 0;
+    struct chanos_str k, v;
+
+    while (off < n && next_entry(m, n, &off, &k, &v) == 0) {
+        if (k.len == klen && memcmp(k.ptr, key, klen) == 0) {
+            *value = v;
+            return 0;
+        }
+    }
+    return CHANOS_ERR_NOT_FOUND;
+}
+
+int chanos_frame_meta(const struct chanos_frame *f, const char *key,
+                      struct chanos_str *value)
+{
+    if (f->meta == NULL)
+        return CHANOS_ERR_NOT_FOUND;
+    return find_meta(f->meta, f->meta_len, key, value);
+}
+
+int chanos_conn_meta(const chanos_conn *c, const char *key,
+                     struct chanos_str *value)
+{
+    if (c->meta == NULL)
+        return CHANOS_ERR_NOT_FOUND;
+    return find_meta(c->meta, c->meta_len, key, value);
+}
+
+int chanos_conn_peer(const chanos_conn *c, struct chanos_peer *out)
+{
+    if (c->peer == NULL)
+        return CHANOS_ERR_NOT_FOUND;
+    *out = *c->peer;
+    return 0;
+}
+
+int chanos_conn_set_peer_(chanos_conn *c, const struct chanos_peer *p)
+{
+    struct chanos_peer *q = malloc(sizeof *q);
+
+    if (q == NULL)
+        return -ENOMEM;
+    *q = *p;
+    free(c->peer);
+    c->peer = q;
+    return 0;
+}
+
 /* recv_one receives one frame; spin: without waiting or arming the fd
  * (chanos_ump_spin_recv), else as chanos_conn_recv. */
 static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
@@ -246,6 +393,15 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
         return f->kind;
     if (f->hdr.ncaps != 0)
         return CHANOS_ERR_CAP;
+    f->meta = NULL;
+    f->meta_len = 0;
+    if (f->hdr.flags & CHANOS_FLAG_META) {
+        rc = split_meta(f);
+        if (rc != 0)
+            return rc;
+    }
+    c->meta = f->meta;
+    c->meta_len = f->meta_len;
     return 0;
 }
 

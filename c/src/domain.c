@@ -12,6 +12,7 @@
  */
 #include <chanos.h>
 
+#include "internal.h"
 #include "monitor.h"
 #include "chanos/nameservice.h" /* NAMESERVICE_MAX_FRAME_SIZE */
 
@@ -67,6 +68,7 @@ struct pending_in {
     uint32_t max_frame;
     int fds[UMP_NFDS];
     chanos_conn *local;
+    struct chanos_peer peer; /* the client */
 };
 
 struct chanos_domain {
@@ -77,6 +79,7 @@ struct chanos_domain {
     int call_timeout_ms; /* bound of calls given none; -1: none */
     atomic_flag busy;
     int64_t spin_ns; /* chanos_join_opts.spin_ns, for every connection */
+    char program[MONITOR_HELLO_PROGRAM_MAX + 1]; /* as hello gave it */
     uint8_t *rbuf; /* MONITOR_MAX_FRAME_SIZE bytes */
     struct pending_in in[INCOMING_LIMIT];
     size_t nin;
@@ -398,6 +401,12 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     p->max_frame = in.max_frame;
     memcpy(p->fds, in.fds, sizeof p->fds);
     p->local = NULL;
+    p->peer.domain = in.client;
+    p->peer.machine = d->machine;
+    p->peer.pid = in.client_pid;
+    p->peer.uid = in.client_uid;
+    snprintf(p->peer.program, sizeof p->peer.program, "%.*s",
+             (int)in.client_program.len, in.client_program.ptr);
     return 0;
 }
 
@@ -771,6 +780,8 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     call.version = PROTOCOL_VERSION;
     call.program.ptr = o.program;
     call.program.len = (uint32_t)plen;
+    memcpy(d->program, o.program, plen);
+    d->program[plen] = '\0';
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_hello_call_encode(&call, &b);
     if (rc != 0)
@@ -1078,6 +1089,11 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
             continue;
         }
         if (p.local != NULL) {
+            rc = chanos_conn_set_peer_(p.local, &p.peer);
+            if (rc != 0) {
+                chanos_conn_close(p.local);
+                return rc;
+            }
             *out = p.local;
             return 1;
         }
@@ -1093,6 +1109,12 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
         rc = chanos_conn_new(u, out);
         if (rc != 0)
             return rc;
+        rc = chanos_conn_set_peer_(*out, &p.peer);
+        if (rc != 0) {
+            chanos_conn_close(*out);
+            *out = NULL;
+            return rc;
+        }
         return 1;
     }
     return 0;
@@ -1274,6 +1296,11 @@ static int bind_local(struct chanos_domain *d,
     for (int i = 0; i < UMP_NFDS; i++)
         p->fds[i] = -1;
     p->local = srv;
+    p->peer.domain = d->id;
+    p->peer.machine = d->machine;
+    p->peer.pid = (int32_t)getpid();
+    p->peer.uid = (uint32_t)getuid();
+    memcpy(p->peer.program, d->program, sizeof p->peer.program);
     return 0;
 }
 

@@ -377,6 +377,99 @@ static void test_join_errors(void)
     CHECK(strcmp(chanos_strerror(-4399), "unknown chanos error") == 0);
 }
 
+/* with_meta appends to the call frame buf[0..n) a metadata trailer of the
+ * entries kv (key, value, ..., NULL), as a Go caller writes it, and
+ * returns the frame's new length. */
+static size_t with_meta(uint8_t *buf, size_t n, const char *const *kv)
+{
+    size_t start = n;
+
+    for (; kv[0] != NULL; kv += 2) {
+        size_t kl = strlen(kv[0]), vl = strlen(kv[1]);
+
+        buf[n++] = (uint8_t)kl;
+        memcpy(buf + n, kv[0], kl);
+        n += kl;
+        chanos_store_u16(buf + n, (uint16_t)vl);
+        memcpy(buf + n + 2, kv[1], vl);
+        n += 2 + vl;
+    }
+    chanos_store_u16(buf + n, (uint16_t)(n - start));
+    n += 2;
+    buf[6] |= CHANOS_FLAG_META;
+    chanos_store_u32(buf, (uint32_t)n);
+    return n;
+}
+
+/* A call's metadata is taken off the frame, which decodes as the call
+ * would without it, and is read by key; a malformed trailer is refused
+ * with the code of what is wrong. */
+static void test_metadata(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_str v;
+    uint8_t buf[512];
+    size_t n, plain;
+    static const char *const good[] = { "add", "40", "trace-id", "t-1", NULL };
+    static const struct {
+        const char *const kv[5];
+        int mangle; /* 1: trailer longer than the frame */
+        int want;
+    } bad[] = {
+        { { "Add", "1", NULL }, 0, CHANOS_ERR_HEADER },
+        { { "a", "x", "a", "y", NULL }, 0, CHANOS_ERR_BOUND },
+        { { "k", "v", NULL }, 1, CHANOS_ERR_BOUND },
+    };
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+
+    plain = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    n = with_meta(buf, plain, good);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    CHECK_EQ(f.len, plain);
+    CHECK_EQ(f.hdr.size, plain);
+    CHECK_EQ(f.hdr.flags, CHANOS_KIND_CALL);
+    CHECK_EQ(chanos_load_u32(f.data), plain);
+    CHECK_EQ(f.data[6], CHANOS_KIND_CALL);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 2);
+    CHECK_EQ(chanos_frame_meta(&f, "add", &v), 0);
+    CHECK(v.len == 2 && memcmp(v.ptr, "40", 2) == 0);
+    CHECK_EQ(chanos_conn_meta(srv, "trace-id", &v), 0);
+    CHECK(v.len == 3 && memcmp(v.ptr, "t-1", 3) == 0);
+    CHECK_EQ(chanos_frame_meta(&f, "missing", &v), CHANOS_ERR_NOT_FOUND);
+
+    /* the next call, without metadata, has none */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 3);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(chanos_frame_meta(&f, "add", &v), CHANOS_ERR_NOT_FOUND);
+    CHECK_EQ(chanos_conn_meta(srv, "add", &v), CHANOS_ERR_NOT_FOUND);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        pair(&o, &ua, &ub);
+        CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+        CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+        n = with_meta(buf, call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1),
+                      bad[i].kv);
+        if (bad[i].mangle)
+            chanos_store_u16(buf + n - 2, 0xfff0);
+        CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), bad[i].want);
+        chanos_conn_close(srv);
+        chanos_conn_close(cli);
+    }
+}
+
 int main(void)
 {
     test_rpc();
@@ -385,5 +478,6 @@ int main(void)
     test_spin_recv();
     test_nameservice_error();
     test_join_errors();
+    test_metadata();
     return check_done("test_conn");
 }

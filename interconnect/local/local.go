@@ -36,6 +36,7 @@ type frame struct {
 	k     wire.Kind
 	frame []byte
 	caps  []wire.Cap
+	meta  wire.Metadata // a call's, taken off frame
 }
 
 // pipe is one direction of a local connection.
@@ -161,7 +162,13 @@ func own(b []byte, caps []wire.Cap) (*frame, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &frame{h: h, k: k, frame: b, caps: caps}, nil
+	f := &frame{h: h, k: k, frame: b, caps: caps}
+	if h.Flags&wire.FlagMeta != 0 {
+		if f.frame, f.meta, err = wire.SplitMetadata(&f.h, b); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
 }
 
 // copyFrame parses b and copies it, with caps: the caller reuses its
@@ -219,9 +226,9 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	// message (see wire.ParseFrameInto).
 	in.Inline = false
 	if f := it.f; f != nil {
-		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = f.k, f.h, f.frame, f.caps, nil
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = f.k, f.h, f.frame, f.caps, nil, f.meta
 	} else {
-		in.Kind, in.Header, in.Frame, in.Caps, in.Msg = wire.KindMessage, wire.Header{}, nil, nil, it.m
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = wire.KindMessage, wire.Header{}, nil, nil, it.m, nil
 		in.Header.Msg = it.m.MsgNumber()
 	}
 	return nil

@@ -272,7 +272,7 @@ func (c *Conn) encodeLocked(encode func(*wire.Buffer) error, callID, timeoutUS u
 	}
 	if callID != 0 {
 		wire.SetCallID(c.sbuf.B, callID)
-		if len(c.sbuf.B) > 6 && c.sbuf.B[6] == wire.FlagCall {
+		if len(c.sbuf.B) > 6 && c.sbuf.B[6]&wire.FlagCall != 0 {
 			wire.SetTimeout(c.sbuf.B, timeoutUS)
 		}
 	}
@@ -377,8 +377,9 @@ func (c *Conn) call(ctx context.Context, d time.Duration, call, reply wire.Messa
 	// Calls are encoded even on the local interconnect: the reply must be
 	// decoded into the caller's value, and a frame makes the call id and
 	// timeout travel as they do elsewhere.
+	encode := withMetadata(call.Encode, outgoing(ctx))
 	if c.ninbox.Load() < inboxLimit && c.turn.CompareAndSwap(false, true) {
-		if done, err := c.callDirect(ctx, d, call, reply, id); done {
+		if done, err := c.callDirect(ctx, d, call.MsgName(), encode, reply, id); done {
 			return err
 		}
 	}
@@ -386,7 +387,7 @@ func (c *Conn) call(ctx context.Context, d time.Duration, call, reply wire.Messa
 	if err != nil {
 		return err
 	}
-	if err := c.sendEncoded(ctx, call, id, callTimeout(ctx, d)); err != nil {
+	if err := c.sendWith(ctx, encode, id, callTimeout(ctx, d)); err != nil {
 		c.forget(id, p)
 		return err
 	}
@@ -417,21 +418,21 @@ func (c *Conn) register(id uint32, name string, msg uint16, reply wire.Message) 
 // the peer's buffer had no room for the call, which it then has not sent.
 // While this goroutine holds the turn nobody else reads the link, so its
 // reply can only come here: the call is not registered as pending.
-func (c *Conn) callDirect(ctx context.Context, d time.Duration, call, reply wire.Message, id uint32) (bool, error) {
+func (c *Conn) callDirect(ctx context.Context, d time.Duration, name string, encode func(*wire.Buffer) error, reply wire.Message, id uint32) (bool, error) {
 	if c.ended.Load() {
 		c.release()
 		return true, c.Err()
 	}
 	// Sending without waiting: a goroutine that holds the turn while it
 	// waits for room could deadlock with a peer that waits for room too.
-	sent, err := c.trySendEncoded(call.Encode, id, callTimeout(ctx, d))
+	sent, err := c.trySendEncoded(encode, id, callTimeout(ctx, d))
 	if !sent || err != nil {
 		c.release()
 		return err != nil, err
 	}
 	in, err := c.readReply(ctx, id, reply.MsgNumber(), nil)
 	if err == nil {
-		err = c.checkReply(in, id, call.MsgName(), reply.MsgNumber())
+		err = c.checkReply(in, id, name, reply.MsgNumber())
 		if err == nil {
 			err = in.Decode(reply)
 		}
@@ -1167,7 +1168,7 @@ func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle fu
 		cc = newCallContext(callers, d)
 		hctx = cc
 	}
-	reply, err := handle(hctx, in)
+	reply, err := handle(withIncoming(hctx, in), in)
 	if cc != nil {
 		cc.end(context.Canceled)
 	}
@@ -1284,7 +1285,7 @@ func (c *Conn) receiveEach(ctx context.Context, fn func(in *Incoming) error) err
 // serveCall runs handle for one call in a context of its own, hctx, which
 // cancel ends, and sends its reply.
 func (c *Conn) serveCall(ctx, hctx context.Context, cancel context.CancelFunc, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
-	reply, herr := handle(hctx, in)
+	reply, herr := handle(withIncoming(hctx, in), in)
 	// A context of its own: see whether the caller gave up.
 	canceled := hctx.Err() == context.Canceled && ctx.Err() == nil
 	cancel()

@@ -92,6 +92,13 @@ func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []by
 // callFrame is CallFrame with a reply of fixed size, or CallParts if reply
 // is nil (see callWith).
 func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
+	if md := outgoing(ctx); md != nil {
+		frame, err := wire.AppendMetadata(slices.Concat(call, body, tail), md)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		call, body, tail = frame, nil, nil
+	}
 	wire.SetTimeout(call, timeoutOf(ctx))
 	return c.callWith(ctx, name, binary.LittleEndian.Uint16(call[4:]), func(id uint32, wait bool) (bool, error) {
 		wire.SetCallID(call, id)
@@ -105,6 +112,7 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, rep
 // decodes the reply frame into the reply value (its Decode). name is the
 // rpc's name, for errors. Like CallFrame, it keeps neither.
 func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
+	encode = withMetadata(encode, outgoing(ctx))
 	return c.callWith(ctx, name, msg, func(id uint32, wait bool) (bool, error) {
 		if wait {
 			return true, c.sendWith(ctx, encode, id, timeoutOf(ctx))

@@ -148,7 +148,7 @@ func (h *handOff) call(r *reader) (bool, error) {
 	if !r.armed.Load() && r.armed.CompareAndSwap(false, true) {
 		r.timer.Reset(HandOffAfter)
 	}
-	reply, err := h.handle(cc, in)
+	reply, err := h.handle(withIncoming(cc, in), in)
 	if r.state.CompareAndSwap(running, idle) {
 		cc.finish()
 		defer r.clear()

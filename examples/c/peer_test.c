@@ -1,0 +1,106 @@
+/*
+ * peer_test: what a C handler knows of its call (docs/c-domains.md,
+ * "Peers and metadata"): the calling domain (chanos_conn_peer) and the
+ * call's metadata (chanos_conn_meta). The Go tests in tests/interop run
+ * it against a real monitor:
+ *
+ *   peer_test serve NAME    exports pingpong under NAME, prints "serving
+ *                           NAME", and serves one connection with the
+ *                           generated dispatch until it ends:
+ *                           echo(V) answers V plus the metadata "add"
+ *                           (a decimal number; 0 without it), and bounce
+ *                           answers "domain=D pid=P uid=U program=PROG
+ *                           trace=T" of the client and the metadata
+ *                           "trace-id" ("-" without it)
+ *
+ * The monitor directory comes from $CHANOS_DIR as usual. Exit status 0 on
+ * success; on failure 1, with the reason on stderr.
+ */
+#include <chanos.h>
+
+#include "pingpong.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "peer_test: %s: %s (%d)\n", what, chanos_strerror(rc), rc);
+    return 1;
+}
+
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
+{
+    struct chanos_str add;
+    char num[24];
+
+    (void)ctx;
+    out->result = in->val;
+    if (chanos_conn_meta(c, "add", &add) == 0 && add.len < sizeof num) {
+        memcpy(num, add.ptr, add.len);
+        num[add.len] = '\0';
+        out->result += strtoull(num, NULL, 10);
+    }
+    return 0;
+}
+
+static char who[512];
+
+static int on_bounce(void *ctx, chanos_conn *c,
+                     const struct pingpong_bounce_call *in,
+                     struct pingpong_bounce_reply *out)
+{
+    struct chanos_peer p;
+    struct chanos_str trace = { "-", 1 };
+    int rc, n;
+
+    (void)ctx;
+    (void)in;
+    rc = chanos_conn_peer(c, &p);
+    if (rc != 0)
+        return CHANOS_CODE_INTERNAL;
+    (void)chanos_conn_meta(c, "trace-id", &trace);
+    n = snprintf(who, sizeof who,
+                 "domain=%" PRIu64 " pid=%" PRId32 " uid=%" PRIu32
+                 " program=%s trace=%.*s",
+                 p.domain, p.pid, p.uid, p.program, (int)trace.len, trace.ptr);
+    out->reply.ptr = (const uint8_t *)who;
+    out->reply.len = n < 0 ? 0 : (uint32_t)n;
+    return 0;
+}
+
+static const struct pingpong_server_ops ops = {
+    .echo = on_echo, .bounce = on_bounce,
+};
+
+int main(int argc, char **argv)
+{
+    chanos_domain *d;
+    chanos_listener *l;
+    chanos_conn *c;
+    int rc;
+
+    if (argc != 3 || strcmp(argv[1], "serve") != 0) {
+        fprintf(stderr, "usage: peer_test serve NAME\n");
+        return 2;
+    }
+    rc = chanos_join(&d, NULL);
+    if (rc != 0)
+        return fail("join", rc);
+    rc = chanos_export(d, argv[2], "pingpong", PINGPONG_MAX_FRAME_SIZE, &l);
+    if (rc != 0)
+        return fail("export", rc);
+    printf("serving %s\n", argv[2]);
+    fflush(stdout);
+    if ((rc = chanos_accept(l, 20000, &c)) != 0)
+        return fail("accept", rc);
+    rc = pingpong_serve(c, &ops, NULL, 20000);
+    chanos_conn_close(c);
+    chanos_listener_close(l);
+    chanos_domain_close(d);
+    return rc == 0 ? 0 : fail("serve", rc);
+}

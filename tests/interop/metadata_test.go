@@ -1,0 +1,54 @@
+package interop
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// A C handler sees the Go client that calls it, as the monitor knows it
+// (chanos_conn_peer), and the metadata of each call (chanos_conn_meta);
+// calls without metadata bring none.
+func TestPeerAndMetadataCServerGoClient(t *testing.T) {
+	prog := cProg(t, "peer_test")
+	dir := startMonitor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	srv := spawn(t, dir, prog, "serve", "c.peer")
+	if l := srv.Line(t); l != "serving c.peer" {
+		t.Fatalf("peer_test printed %q", l)
+	}
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("go-metadata-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := pingpong.Connect(ctx, d, "c.peer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Echo(chanos.WithMetadata(ctx, chanos.Metadata{"add": "40", "other": "x"}), 2); err != nil || v != 42 {
+		t.Errorf("echo(2) with add=40 = %d, %v; want 42", v, err)
+	}
+	if v, err := c.Echo(ctx, 2); err != nil || v != 2 {
+		t.Errorf("echo(2) without metadata = %d, %v; want 2", v, err)
+	}
+	got, err := c.Bounce(chanos.WithMetadata(ctx, chanos.Metadata{"trace-id": "t-123"}), nil)
+	want := fmt.Sprintf("domain=%d pid=%d uid=%d program=go-metadata-client trace=t-123", d.ID(), os.Getpid(), os.Getuid())
+	if err != nil || string(got) != want {
+		t.Errorf("bounce = %q, %v; want %q", got, err, want)
+	}
+	got, err = c.Bounce(ctx, nil)
+	if err != nil || string(got[len(got)-len("trace=-"):]) != "trace=-" {
+		t.Errorf("bounce without metadata = %q, %v", got, err)
+	}
+	c.Close()
+	if !srv.wait(t, 0) {
+		t.FailNow()
+	}
+}

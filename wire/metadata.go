@@ -1,0 +1,150 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Metadata is what an rpc call may carry beside its arguments, as gRPC's
+// metadata: keys to values, chosen by the caller (a trace id, a tenant,
+// an authorisation token), which the server's handlers and interceptors
+// read. A call without metadata carries none of it on the wire
+// (docs/wire.md, "Metadata").
+type Metadata map[string]string
+
+// FlagMeta, with FlagCall, marks a call frame whose in arguments are
+// followed by a metadata trailer.
+const FlagMeta uint8 = 0x10
+
+// Bounds of a call's metadata, the same in Go and C.
+const (
+	MaxMetadataKeys     = 32   // entries
+	MaxMetadataKeyLen   = 64   // bytes of a key
+	MaxMetadataValueLen = 1024 // bytes of a value
+	MaxMetadataLen      = 8192 // bytes of the trailer's entries
+)
+
+// ValidMetadataKey reports what is wrong with key, or nil: a key is 1 to
+// MaxMetadataKeyLen bytes of lower-case ASCII letters, digits, '-', '_'
+// and '.', so that keys compare byte for byte in every language.
+func ValidMetadataKey(key string) error {
+	if len(key) == 0 || len(key) > MaxMetadataKeyLen {
+		return fmt.Errorf("metadata key %q is %d bytes; keys are 1 to %d: %w", truncated(key), len(key), MaxMetadataKeyLen, ErrBound)
+	}
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Errorf("metadata key %q has byte 0x%02x at %d; keys are lower-case letters, digits, '-', '_' and '.': %w", truncated(key), c, i, ErrHeader)
+		}
+	}
+	return nil
+}
+
+func truncated(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+// AppendMetadata appends md, as a metadata trailer, to the call frame at
+// the start of b (its header's size must be len(b)), and sets the frame's
+// FlagMeta and size. Empty metadata appends nothing. It fails, leaving b
+// as it was, if md breaks a bound or a key is invalid.
+func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
+	if len(md) == 0 {
+		return b, nil
+	}
+	if len(b) < HeaderSize || b[offFlags] != FlagCall {
+		return b, fmt.Errorf("metadata on a frame that is not an rpc call: %w", ErrHeader)
+	}
+	if len(md) > MaxMetadataKeys {
+		return b, fmt.Errorf("metadata of %d keys; at most %d: %w", len(md), MaxMetadataKeys, ErrBound)
+	}
+	keys := make([]string, 0, len(md))
+	n := 0
+	for k, v := range md {
+		if err := ValidMetadataKey(k); err != nil {
+			return b, err
+		}
+		if len(v) > MaxMetadataValueLen {
+			return b, fmt.Errorf("metadata %q: value of %d bytes; at most %d: %w", k, len(v), MaxMetadataValueLen, ErrBound)
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return b, fmt.Errorf("metadata %q: the value holds a NUL byte: %w", k, ErrNUL)
+		}
+		keys = append(keys, k)
+		n += 1 + len(k) + 2 + len(v)
+	}
+	if n > MaxMetadataLen {
+		return b, fmt.Errorf("metadata of %d bytes; at most %d: %w", n, MaxMetadataLen, ErrBound)
+	}
+	slices.Sort(keys) // the same metadata makes the same frame
+	start := len(b)
+	for _, k := range keys {
+		v := md[k]
+		b = append(b, byte(len(k)))
+		b = append(b, k...)
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(v)))
+		b = append(b, v...)
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(b)-start))
+	b[offFlags] |= FlagMeta
+	binary.LittleEndian.PutUint32(b[offSize:], uint32(len(b)))
+	return b, nil
+}
+
+// SplitMetadata parses the metadata trailer of frame, a call frame whose
+// header (h, parsed) has FlagMeta, and returns the frame without it, in
+// a new buffer with FlagMeta cleared and its size set, as the frame would
+// have been without metadata. frame itself is not modified. A malformed
+// trailer fails with an *Error that matches the rejection code: bound,
+// truncated, header (a key of bytes a key may not hold) or nul (a
+// value with a NUL byte).
+func SplitMetadata(h *Header, frame []byte) ([]byte, Metadata, error) {
+	n := len(frame)
+	if n < HeaderSize+2 {
+		return nil, nil, &Error{Err: ErrTruncated, Offset: n, Detail: "call frame with metadata ends before the trailer's length"}
+	}
+	blockLen := int(binary.LittleEndian.Uint16(frame[n-2:]))
+	if blockLen > MaxMetadataLen || blockLen > n-2-HeaderSize {
+		return nil, nil, &Error{Err: ErrBound, Offset: n - 2, Detail: fmt.Sprintf("metadata trailer of %d bytes in a frame of %d (at most %d)", blockLen, n, MaxMetadataLen)}
+	}
+	start := n - 2 - blockLen
+	md := make(Metadata)
+	for off := start; off < n-2; {
+		if off+1 > n-2 {
+			return nil, nil, &Error{Err: ErrTruncated, Offset: off, Detail: "metadata entry cut short"}
+		}
+		klen := int(frame[off])
+		if off+1+klen+2 > n-2 {
+			return nil, nil, &Error{Err: ErrTruncated, Offset: off, Detail: "metadata key cut short"}
+		}
+		k := string(frame[off+1 : off+1+klen])
+		if err := ValidMetadataKey(k); err != nil {
+			return nil, nil, &Error{Err: ErrHeader, Offset: off + 1, Detail: err.Error()}
+		}
+		vlen := int(binary.LittleEndian.Uint16(frame[off+1+klen:]))
+		voff := off + 1 + klen + 2
+		if vlen > MaxMetadataValueLen || voff+vlen > n-2 {
+			return nil, nil, &Error{Err: ErrBound, Offset: off + 1 + klen, Detail: fmt.Sprintf("metadata %q: value of %d bytes", k, vlen)}
+		}
+		v := string(frame[voff : voff+vlen])
+		if strings.IndexByte(v, 0) >= 0 {
+			return nil, nil, &Error{Err: ErrNUL, Offset: voff, Detail: fmt.Sprintf("metadata %q: value holds a NUL byte", k)}
+		}
+		if _, dup := md[k]; dup || len(md) == MaxMetadataKeys {
+			return nil, nil, &Error{Err: ErrBound, Offset: off, Detail: fmt.Sprintf("metadata %q repeated, or more than %d keys", k, MaxMetadataKeys)}
+		}
+		md[k] = v
+		off = voff + vlen
+	}
+	out := make([]byte, start)
+	copy(out, frame[:start])
+	out[offFlags] &^= FlagMeta
+	binary.LittleEndian.PutUint32(out[offSize:], uint32(start))
+	h.Flags &^= FlagMeta
+	h.Size = uint32(start)
+	return out, md, nil
+}
