@@ -161,6 +161,9 @@ func (in *Incoming) Decode(m wire.Message) error {
 func (in *Incoming) SetFrame(frame []byte, caps []wire.Cap) error {
 	k, err := wire.ParseFrameInto(&in.Header, frame)
 	if err != nil {
+		if len(frame) > 6 && frame[6] == wire.FlagCall|wire.FlagMeta {
+			return in.setFrameMeta(frame, caps)
+		}
 		*in = Incoming{}
 		return err
 	}
@@ -168,23 +171,25 @@ func (in *Incoming) SetFrame(frame []byte, caps []wire.Cap) error {
 	// built in pieces on the stack and copied whole, which stalls on every
 	// frame (see wire.ParseFrameInto).
 	in.Kind, in.Frame, in.Caps, in.Msg, in.Meta, in.Inline = k, frame, caps, nil, nil, false
-	if in.Header.Flags&wire.FlagMeta != 0 {
-		return in.splitMeta()
-	}
 	return nil
 }
 
-// splitMeta takes the metadata trailer off in's call frame, out of line so
-// that SetFrame stays small: calls without metadata pay one test.
+// setFrameMeta is SetFrame of a call with metadata, which the header
+// check refuses (decoders never see FlagMeta): it takes the trailer off
+// and sets *in to the call as it would have been without it. Out of
+// line, so that calls without metadata pay nothing for it.
 //
 //go:noinline
-func (in *Incoming) splitMeta() error {
-	frame, md, err := wire.SplitMetadata(&in.Header, in.Frame)
+func (in *Incoming) setFrameMeta(frame []byte, caps []wire.Cap) error {
+	call, md, err := wire.SplitMetadata(frame)
+	if err == nil {
+		err = in.SetFrame(call, caps)
+	}
 	if err != nil {
 		*in = Incoming{}
 		return err
 	}
-	in.Frame, in.Meta = frame, md
+	in.Meta = md
 	return nil
 }
 

@@ -257,7 +257,7 @@ func TestNameserviceGarbage(t *testing.T) {
 		}{
 			{"random", randomBytes(500), "protocol violation"},
 			{"short", []byte{1, 2, 3}, "shorter than the 16-byte header"},
-			{"ncaps", func() []byte { f := setCall("x"); f[7] = 1; return f }(), "capabilities"},
+			{"ncaps", func() []byte { f := setCall("x"); f[7] = 1; return f }(), "descriptors"},
 			{"changed", encode(t, &nameservice.Changed{Name: "x"}, 0), "changed is sent by the nameservice"},
 			{"unknown", func() []byte { f := setCall("x"); f[4] = 77; return f }(), "names no message"},
 		} {

@@ -146,7 +146,7 @@ func (h Header) kind() (k Kind, off int, problem string) {
 			return 0, offCallID, "message with nonzero call_id"
 		}
 		k = KindMessage
-	case FlagCall, FlagCall | FlagMeta:
+	case FlagCall:
 		return KindCall, 0, ""
 	case FlagReply:
 		k = KindReply

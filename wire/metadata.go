@@ -95,14 +95,19 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 	return b, nil
 }
 
-// SplitMetadata parses the metadata trailer of frame, a call frame whose
-// header (h, parsed) has FlagMeta, and returns the frame without it, in
-// a new buffer with FlagMeta cleared and its size set, as the frame would
-// have been without metadata. frame itself is not modified. A malformed
-// trailer fails with an *Error that matches the rejection code: bound,
-// truncated, header (a key of bytes a key may not hold) or nul (a
-// value with a NUL byte).
-func SplitMetadata(h *Header, frame []byte) ([]byte, Metadata, error) {
+// SplitMetadata parses the metadata trailer of frame, a call frame with
+// FlagMeta (flags exactly FlagCall|FlagMeta, and its size field its
+// length), and returns the frame without it, in a new buffer with
+// FlagMeta cleared and its size set, as the frame would have been without
+// metadata: what the connection layer hands the decoders, which refuse
+// FlagMeta. frame itself is not modified. A malformed trailer fails with
+// an *Error that matches the rejection code: bound, truncated, header (a
+// key of bytes a key may not hold) or nul (a value with a NUL byte).
+func SplitMetadata(frame []byte) ([]byte, Metadata, error) {
+	if len(frame) < HeaderSize || frame[offFlags] != FlagCall|FlagMeta ||
+		binary.LittleEndian.Uint32(frame[offSize:]) != uint32(len(frame)) {
+		return nil, nil, &Error{Err: ErrHeader, Offset: offFlags, Detail: "not a call frame with metadata"}
+	}
 	n := len(frame)
 	if n < HeaderSize+2 {
 		return nil, nil, &Error{Err: ErrTruncated, Offset: n, Detail: "call frame with metadata ends before the trailer's length"}
@@ -144,7 +149,5 @@ func SplitMetadata(h *Header, frame []byte) ([]byte, Metadata, error) {
 	copy(out, frame[:start])
 	out[offFlags] &^= FlagMeta
 	binary.LittleEndian.PutUint32(out[offSize:], uint32(start))
-	h.Flags &^= FlagMeta
-	h.Size = uint32(start)
 	return out, md, nil
 }

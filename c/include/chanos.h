@@ -61,7 +61,7 @@ const char *chanos_strerror(int err);
 #define CHANOS_FLAG_CANCEL 0x08
 /* With CALL: the call's arguments are followed by a metadata trailer
  * (docs/wire.md, "Metadata"), which libchanos takes off the frame before
- * anyone decodes it (chanos_frame_meta). */
+ * anyone decodes it (chanos_frame_meta); decoders refuse the flag. */
 #define CHANOS_FLAG_META   0x10
 
 /* Frame kinds: the flags byte of each valid combination. */
@@ -183,7 +183,6 @@ static inline int chanos_hdr_kind(const struct chanos_hdr *h)
             return CHANOS_ERR_HEADER;
         return CHANOS_KIND_MESSAGE;
     case CHANOS_KIND_CALL:
-    case CHANOS_KIND_CALL | CHANOS_FLAG_META:
         return CHANOS_KIND_CALL;
     case CHANOS_KIND_REPLY:
     case CHANOS_KIND_ERROR:
@@ -270,6 +269,9 @@ struct chanos_buf {
     int *fds;
     uint32_t fds_cap;
     uint32_t nfds;
+    /* bit i set: fds[i] is a give_away_cap, which the send closes once it
+     * has succeeded (chanos_conn_send_buf) */
+    uint64_t give[4];
 };
 
 /* chanos_buf_init makes b an empty buffer over the given memory. */
@@ -282,6 +284,7 @@ static inline void chanos_buf_init(struct chanos_buf *b, void *data, size_t cap,
     b->fds = fds;
     b->fds_cap = fds_cap;
     b->nfds = 0;
+    memset(b->give, 0, sizeof b->give);
 }
 
 /* chanos_buf_reset empties b, keeping its memory. */
@@ -289,6 +292,7 @@ static inline void chanos_buf_reset(struct chanos_buf *b)
 {
     b->len = 0;
     b->nfds = 0;
+    memset(b->give, 0, sizeof b->give);
 }
 
 /*
@@ -508,6 +512,13 @@ void chanos_enc_iref(struct chanos_enc *e, const struct chanos_iref *r);
  * failing with CAP past CHANOS_MAX_CAPS capabilities in one frame.
  */
 void chanos_enc_cap(struct chanos_enc *e, int fd);
+
+/*
+ * chanos_enc_give_away_cap is chanos_enc_cap for a give_away_cap: it also
+ * marks fd in the buffer's give set, so that a send of the buffer
+ * (chanos_conn_send_buf) closes it once it has succeeded.
+ */
+void chanos_enc_give_away_cap(struct chanos_enc *e, int fd);
 
 
 
@@ -758,7 +769,7 @@ int chanos_dec_cap(struct chanos_dec *d);
 #define CHANOS_ERR_TOO_LARGE (-4206) /* message over the maximum size */
 
 /* The ring layout version; the slot size and the payload of one slot. */
-#define CHANOS_UMP_VERSION      2
+#define CHANOS_UMP_VERSION      3
 #define CHANOS_UMP_SLOT_SIZE    64
 #define CHANOS_UMP_SLOT_PAYLOAD 56
 #define CHANOS_UMP_DEFAULT_MAX_MSG 65536u
@@ -811,6 +822,9 @@ struct chanos_ump_options {
 struct chanos_ump_files {
     int mem;          /* the sealed memfd with both rings */
     int wake[2][2];   /* wake[side][0]: data socket; wake[side][1]: space socket */
+    int caps[2];      /* caps[side]: its end of the caps socket (a Unix
+                       * seqpacket pair), on which descriptors sent in
+                       * messages travel (docs/ump.md, "Descriptors") */
 };
 
 typedef struct chanos_ump chanos_ump; /* one side of a connection; opaque */
@@ -868,6 +882,27 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
  */
 int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms);
 int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len);
+
+/*
+ * chanos_ump_send_fds is chanos_ump_send of a message with nfds
+ * descriptors attached (at most CHANOS_UMP_MAX_FDS): the receiver gets
+ * duplicates of them (chanos_ump_recv_fds), and the caller keeps fds. It
+ * also waits while the peer has not yet taken the descriptors of earlier
+ * messages (the kernel bounds them in flight); on failure nothing was
+ * sent. chanos_ump_try_send_fds does not wait: CHANOS_ERR_AGAIN.
+ *
+ * chanos_ump_recv_fds takes the n descriptors announced by the message
+ * just received (a chanos frame's ncaps), into fds[0..n): the caller owns
+ * them. Call it after the receive that returned the message and before
+ * the next; descriptors that do not match what the message announces end
+ * the connection (CHANOS_ERR_PROTOCOL), and those received are closed.
+ */
+#define CHANOS_UMP_MAX_FDS 253
+int chanos_ump_send_fds(chanos_ump *c, const void *msg, size_t len,
+                        const int *fds, unsigned nfds, int timeout_ms);
+int chanos_ump_try_send_fds(chanos_ump *c, const void *msg, size_t len,
+                            const int *fds, unsigned nfds);
+int chanos_ump_recv_fds(chanos_ump *c, int *fds, unsigned n);
 
 /*
  * chanos_ump_recv waits at most timeout_ms (-1: forever; 0: do not wait)
@@ -1308,6 +1343,11 @@ struct chanos_frame {
     size_t len;
     struct chanos_hdr hdr;
     int kind; /* CHANOS_KIND_* */
+    /* the descriptors the frame brought (hdr.ncaps of them): the
+     * receiver's to close or keep (chanos_frame_close_fds); valid until
+     * the next receive on the connection, as data is. NULL and 0 without */
+    const int *fds;
+    uint32_t nfds;
     /* a call's metadata entries, taken off data (see chanos_frame_meta);
      * NULL and 0 without */
     const uint8_t *meta;
@@ -1434,12 +1474,33 @@ int chanos_conn_peer_gone(chanos_conn *c);
  * chanos_conn_send sends one encoded frame (a message, or a reply already
  * patched) as is, waiting at most timeout_ms for ring space (-1: forever;
  * 0: do not wait: CHANOS_ERR_AGAIN if full, and chanos_ump_fd of
- * chanos_conn_ump(c) polls readable once there may be room). The ump interconnect
- * carries no capabilities: a frame with ncaps != 0 fails with
- * CHANOS_ERR_CAP. The caller keeps frame.
+ * chanos_conn_ump(c) polls readable once there may be room). A frame with
+ * ncaps != 0 fails with CHANOS_ERR_CAP: send its descriptors with
+ * chanos_conn_send_buf. The caller keeps frame.
  */
 int chanos_conn_send(chanos_conn *c, const void *frame, size_t len,
                      int timeout_ms);
+
+/*
+ * The descriptors of a frame travel beside it (docs/ump.md,
+ * "Descriptors"). chanos_conn_send_buf sends the frame in b with the
+ * descriptors b holds (b->fds[0..nfds), as the generated encoders put
+ * them there; the frame's ncaps must match), as chanos_conn_send; once it
+ * has succeeded it closes those that are give_away_caps (b->give), and
+ * the caller keeps the others. chanos_conn_call_buf and
+ * chanos_conn_reply_buf are chanos_conn_call and chanos_conn_reply with
+ * descriptors, alike. A received frame's descriptors (f->fds) are the
+ * receiver's: chanos_frame_close_fds closes those it does not keep.
+ */
+int chanos_conn_send_buf(chanos_conn *c, const struct chanos_buf *b,
+                         int timeout_ms);
+int chanos_conn_call_buf(chanos_conn *c, const struct chanos_buf *b,
+                         int timeout_ms, struct chanos_frame *reply,
+                         void (*other)(void *arg, const struct chanos_frame *f),
+                         void *arg);
+int chanos_conn_reply_buf(chanos_conn *c, const struct chanos_frame *call,
+                          const struct chanos_buf *b, int timeout_ms);
+void chanos_frame_close_fds(const struct chanos_frame *f);
 
 /*
  * chanos_conn_send_call patches a fresh call id and timeout_us (from

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 struct chanos_conn {
     chanos_ump *u;
@@ -37,6 +38,10 @@ struct chanos_conn {
     uint32_t abandoned[CHANOS_CONN_ABANDONED_MAX];
     uint8_t *scratch; /* chanos_conn_buf's, of scratch_len bytes */
     size_t scratch_len;
+    /* room for the descriptors of a frame being encoded (chanos_conn_buf)
+     * and of the frame received last */
+    int sfds[CHANOS_UMP_MAX_FDS];
+    int rfds[CHANOS_UMP_MAX_FDS];
     /* the metadata of the frame received last (chanos_conn_meta) */
     const uint8_t *meta;
     size_t meta_len;
@@ -85,7 +90,7 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
         c->scratch = p;
         c->scratch_len = size;
     }
-    chanos_buf_init(b, c->scratch, c->scratch_len, NULL, 0);
+    chanos_buf_init(b, c->scratch, c->scratch_len, c->sfds, CHANOS_UMP_MAX_FDS);
     return 0;
 }
 
@@ -97,32 +102,66 @@ int chanos_conn_peer_gone(chanos_conn *c)
 }
 
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
-                       int timeout_ms)
+                       const int *fds, uint32_t nfds, int timeout_ms)
 {
     struct chanos_hdr h;
     int rc = chanos_hdr_parse(&h, frame, len);
 
     if (rc != 0)
         return rc;
+    /* a call may carry metadata, which only decoders refuse */
+    h.flags &= (uint8_t)(h.flags == (CHANOS_KIND_CALL | CHANOS_FLAG_META) ? ~CHANOS_FLAG_META : 0xff);
     if (chanos_hdr_kind(&h) < 0)
         return CHANOS_ERR_HEADER;
-    if (h.ncaps != 0)
-        return CHANOS_ERR_CAP; /* ump carries no descriptors */
+    if (h.ncaps != nfds || nfds > CHANOS_UMP_MAX_FDS)
+        return CHANOS_ERR_CAP;
     if (timeout_ms == 0)
-        return chanos_ump_try_send(c->u, frame, len);
-    return chanos_ump_send(c->u, frame, len, timeout_ms);
+        return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
+    return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
 }
 
-int chanos_conn_send(chanos_conn *c, const void *frame, size_t len,
-                     int timeout_ms)
+/* send_fds is chanos_conn_send with descriptors. */
+static int send_fds(chanos_conn *c, const void *frame, size_t len,
+                    const int *fds, uint32_t nfds, int timeout_ms)
 {
     int rc;
 
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
-    rc = send_locked(c, frame, len, timeout_ms);
+    rc = send_locked(c, frame, len, fds, nfds, timeout_ms);
     atomic_flag_clear(&c->sending);
     return rc;
+}
+
+int chanos_conn_send(chanos_conn *c, const void *frame, size_t len,
+                     int timeout_ms)
+{
+    return send_fds(c, frame, len, NULL, 0, timeout_ms);
+}
+
+/* close_given closes the give_away_caps of b, which has been sent. */
+static void close_given(const struct chanos_buf *b)
+{
+    for (uint32_t i = 0; i < b->nfds && i < 256; i++)
+        if (b->give[i / 64] & (uint64_t)1 << (i % 64))
+            close(b->fds[i]);
+}
+
+int chanos_conn_send_buf(chanos_conn *c, const struct chanos_buf *b,
+                         int timeout_ms)
+{
+    int rc = send_fds(c, b->data, b->len, b->fds, b->nfds, timeout_ms);
+
+    if (rc == 0)
+        close_given(b);
+    return rc;
+}
+
+void chanos_frame_close_fds(const struct chanos_frame *f)
+{
+    for (uint32_t i = 0; i < f->nfds; i++)
+        if (f->fds[i] >= 0)
+            close(f->fds[i]);
 }
 
 static uint32_t timeout_us_of(int timeout_ms)
@@ -134,13 +173,15 @@ static uint32_t timeout_us_of(int timeout_ms)
     return (uint32_t)timeout_ms * 1000;
 }
 
-int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
-                          int timeout_ms, uint32_t *call_id)
+/* send_call is chanos_conn_send_call with descriptors. */
+static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
+                     const int *fds, uint32_t nfds, int timeout_ms,
+                     uint32_t *call_id)
 {
     uint32_t id;
     int rc;
 
-    if (len < CHANOS_HEADER_SIZE || frame[6] != CHANOS_KIND_CALL)
+    if (len < CHANOS_HEADER_SIZE || (frame[6] & ~CHANOS_FLAG_META) != CHANOS_KIND_CALL)
         return CHANOS_ERR_HEADER;
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
@@ -149,11 +190,17 @@ int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
         id = ++c->next_call;
     chanos_hdr_set_call(frame, id, timeout_us_of(timeout_ms));
     /* a call waits for ring space within its own deadline */
-    rc = send_locked(c, frame, len, timeout_ms);
+    rc = send_locked(c, frame, len, fds, nfds, timeout_ms);
     atomic_flag_clear(&c->sending);
     if (rc == 0 && call_id != NULL)
         *call_id = id;
     return rc;
+}
+
+int chanos_conn_send_call(chanos_conn *c, uint8_t *frame, size_t len,
+                          int timeout_ms, uint32_t *call_id)
+{
+    return send_call(c, frame, len, NULL, 0, timeout_ms, call_id);
 }
 
 static void abandon_lock(chanos_conn *c)
@@ -388,20 +435,31 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     rc = chanos_hdr_parse(&f->hdr, f->data, len);
     if (rc != 0)
         return rc;
-    f->kind = chanos_hdr_kind(&f->hdr);
-    if (f->kind < 0)
-        return f->kind;
-    if (f->hdr.ncaps != 0)
-        return CHANOS_ERR_CAP;
     f->meta = NULL;
     f->meta_len = 0;
-    if (f->hdr.flags & CHANOS_FLAG_META) {
-        rc = split_meta(f);
+    f->fds = NULL;
+    f->nfds = 0;
+    /* the descriptors first: whatever is wrong with the frame, those it
+     * announced leave the caps socket with it, and are closed */
+    if (f->hdr.ncaps != 0) {
+        rc = chanos_ump_recv_fds(c->u, c->rfds, f->hdr.ncaps);
         if (rc != 0)
             return rc;
+        f->fds = c->rfds;
+        f->nfds = f->hdr.ncaps;
+    }
+    if (f->hdr.flags == (CHANOS_KIND_CALL | CHANOS_FLAG_META) &&
+        (rc = split_meta(f)) != 0) {
+        chanos_frame_close_fds(f);
+        return rc;
     }
     c->meta = f->meta;
     c->meta_len = f->meta_len;
+    f->kind = chanos_hdr_kind(&f->hdr);
+    if (f->kind < 0) {
+        chanos_frame_close_fds(f);
+        return f->kind;
+    }
     return 0;
 }
 
@@ -424,6 +482,7 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
         rc = recv_one(c, wait, spin, f);
         if (rc != 0 || !late(c, f))
             return rc;
+        chanos_frame_close_fds(f);
         if (timeout_ms > 0) {
             int64_t left;
 
@@ -459,10 +518,11 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
     return rc;
 }
 
-int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
-                     int timeout_ms, struct chanos_frame *reply,
-                     void (*other)(void *arg, const struct chanos_frame *f),
-                     void *arg)
+/* call is chanos_conn_call with descriptors. */
+static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
+                uint32_t nfds, int timeout_ms, struct chanos_frame *reply,
+                void (*other)(void *arg, const struct chanos_frame *f),
+                void *arg, bool *sent)
 {
     int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
     uint16_t msg;
@@ -474,7 +534,8 @@ int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
     msg = chanos_load_u16(frame + 4);
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = chanos_conn_send_call(c, frame, len, timeout_ms, &id);
+    rc = send_call(c, frame, len, fds, nfds, timeout_ms, &id);
+    *sent = rc == 0;
     while (rc == 0) {
         int wait = -1;
 
@@ -494,16 +555,46 @@ int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
             break;
         if (reply->kind == CHANOS_KIND_REPLY ||
             reply->kind == CHANOS_KIND_ERROR) {
-            if (reply->hdr.call_id != id || reply->hdr.msg != msg)
+            if (reply->hdr.call_id != id || reply->hdr.msg != msg) {
+                chanos_frame_close_fds(reply);
                 continue; /* a reply to no call of ours */
-            if (reply->kind == CHANOS_KIND_ERROR)
+            }
+            if (reply->kind == CHANOS_KIND_ERROR) {
+                chanos_frame_close_fds(reply);
                 rc = CHANOS_ERR_REMOTE;
+            }
             break;
         }
         if (other != NULL)
             other(arg, reply);
+        else
+            chanos_frame_close_fds(reply);
     }
     atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+int chanos_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
+                     int timeout_ms, struct chanos_frame *reply,
+                     void (*other)(void *arg, const struct chanos_frame *f),
+                     void *arg)
+{
+    bool sent;
+
+    return call(c, frame, len, NULL, 0, timeout_ms, reply, other, arg, &sent);
+}
+
+int chanos_conn_call_buf(chanos_conn *c, const struct chanos_buf *b,
+                         int timeout_ms, struct chanos_frame *reply,
+                         void (*other)(void *arg, const struct chanos_frame *f),
+                         void *arg)
+{
+    bool sent;
+    int rc = call(c, b->data, b->len, b->fds, b->nfds, timeout_ms, reply,
+                  other, arg, &sent);
+
+    if (sent) /* whatever became of the call, its descriptors went */
+        close_given(b);
     return rc;
 }
 
@@ -514,6 +605,20 @@ int chanos_conn_reply(chanos_conn *c, const struct chanos_frame *call,
         return CHANOS_ERR_HEADER;
     chanos_hdr_set_call(frame, call->hdr.call_id, 0);
     return chanos_conn_send(c, frame, len, timeout_ms);
+}
+
+int chanos_conn_reply_buf(chanos_conn *c, const struct chanos_frame *call,
+                          const struct chanos_buf *b, int timeout_ms)
+{
+    int rc;
+
+    if (b->len < CHANOS_HEADER_SIZE || b->data[6] != CHANOS_KIND_REPLY)
+        return CHANOS_ERR_HEADER;
+    chanos_hdr_set_call(b->data, call->hdr.call_id, 0);
+    rc = send_fds(c, b->data, b->len, b->fds, b->nfds, timeout_ms);
+    if (rc == 0)
+        close_given(b);
+    return rc;
 }
 
 int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,

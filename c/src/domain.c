@@ -55,9 +55,9 @@ _Static_assert(MONITOR_EXPORT_CALL_MAX_FRAME_SIZE <= CALL_BUF &&
 #define REJOIN_MAX_MS 250
 
 /* The descriptors of a ump connection from the monitor, in a bind reply
- * or an incoming message, in this order: the memfd, this side's data and
- * space sockets, its liveness socket (docs/monitor-protocol.md). */
-#define UMP_NFDS 4
+ * or an incoming message, in this order: the memfd, this side's data,
+ * space and caps sockets, its liveness socket (docs/monitor-protocol.md). */
+#define UMP_NFDS 5
 
 /* A connection waiting for chanos_accept: the descriptors of an incoming
  * message, or (local) the server side of a pair made in this process by a
@@ -1100,10 +1100,12 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
         files.mem = p.fds[0];
         files.wake[CHANOS_UMP_CREATOR][0] = p.fds[1];
         files.wake[CHANOS_UMP_CREATOR][1] = p.fds[2];
+        files.caps[CHANOS_UMP_CREATOR] = p.fds[3];
         files.wake[CHANOS_UMP_ATTACHER][0] = files.wake[CHANOS_UMP_ATTACHER][1] = -1;
+        files.caps[CHANOS_UMP_ATTACHER] = -1;
         uo.max_msg = l->max_frame;
         uo.spin_ns = d->spin_ns;
-        rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[3], &uo, &u);
+        rc = chanos_ump_open(CHANOS_UMP_CREATOR, &files, p.fds[4], &uo, &u);
         if (rc != 0)
             continue;
         rc = chanos_conn_new(u, out);
@@ -1186,17 +1188,20 @@ static int split_files(struct chanos_ump_files *f, struct chanos_ump_files *g)
     if (g->mem < 0)
         return -errno;
     g->wake[CHANOS_UMP_CREATOR][0] = g->wake[CHANOS_UMP_CREATOR][1] = -1;
+    g->caps[CHANOS_UMP_CREATOR] = -1;
     for (int k = 0; k < 2; k++) {
         g->wake[CHANOS_UMP_ATTACHER][k] = f->wake[CHANOS_UMP_ATTACHER][k];
         f->wake[CHANOS_UMP_ATTACHER][k] = -1;
     }
+    g->caps[CHANOS_UMP_ATTACHER] = f->caps[CHANOS_UMP_ATTACHER];
+    f->caps[CHANOS_UMP_ATTACHER] = -1;
     return 0;
 }
 
 /*
  * local_pair makes a ring pair inside the process out of what the monitor
- * makes for two domains (a sealed memfd, two wake-up socket pairs, a
- * liveness socket pair), for frames of up to max_frame bytes, and opens
+ * makes for two domains (a sealed memfd, two wake-up socket pairs, a caps
+ * socket pair, a liveness socket pair), for frames of up to max_frame bytes, and opens
  * both sides: the
  * server's (creator) in *srv, the client's (attacher) in *cli. On failure
  * nothing is left open.
@@ -1389,11 +1394,13 @@ static int bind_export(chanos_domain *d, const char *name,
     }
     files.mem = reply.fds[0];
     files.wake[CHANOS_UMP_CREATOR][0] = files.wake[CHANOS_UMP_CREATOR][1] = -1;
+    files.caps[CHANOS_UMP_CREATOR] = -1;
     files.wake[CHANOS_UMP_ATTACHER][0] = reply.fds[1];
     files.wake[CHANOS_UMP_ATTACHER][1] = reply.fds[2];
+    files.caps[CHANOS_UMP_ATTACHER] = reply.fds[3];
     uo.max_msg = max_frame;
     uo.spin_ns = d->spin_ns;
-    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[3], &uo, &u);
+    rc = chanos_ump_open(CHANOS_UMP_ATTACHER, &files, reply.fds[4], &uo, &u);
     if (rc != 0)
         return rc;
     return chanos_conn_new(u, out);

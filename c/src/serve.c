@@ -48,7 +48,7 @@ int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
                         int rc, const struct chanos_buf *b)
 {
     if (rc == 0)
-        return chanos_conn_reply(c, call, b->data, b->len, -1);
+        return chanos_conn_reply_buf(c, call, b, -1);
     if (rc == CHANOS_SERVE_DEFER)
         return 0;
     if (rc > 0)
@@ -70,6 +70,8 @@ int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc)
 {
     char detail[96];
 
+    /* the frame's descriptors go with it: nobody decoded them */
+    chanos_frame_close_fds(f);
     if (f->kind != CHANOS_KIND_CALL)
         return rc;
     snprintf(detail, sizeof detail, "invalid argument: %s", chanos_strerror(rc));

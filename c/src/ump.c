@@ -63,7 +63,9 @@
 #define HELLO_SIZE  16
 /* The hello's descriptors: the memfd, then the attacher's data socket and
  * space socket (docs/ump.md, "Setup"). */
-#define NFDS        3
+#define NFDS        4
+/* A descriptor record: the message's sequence number, its count. */
+#define CAPS_RECORD 8
 /* A drain reads at most DRAIN_READS times DRAIN_BUF bytes: a legitimate
  * peer sends one byte per announcement, and a hostile one that keeps the
  * socket full gets a bounded read per wait, never a loop. */
@@ -87,6 +89,11 @@ struct chanos_ump {
      * ours; we wait on space for "our ring has space" and send on it after
      * publishing our position in the peer's ring. */
     int data, space;
+    /* Our end of the caps socket (docs/ump.md, "Descriptors"), and the
+     * records of descriptors sent (by the only sender) and received (by
+     * the only receiver). */
+    int caps;
+    uint32_t caps_out, caps_in;
     aword *my_closed, *peer_closed;
     _Atomic int err;      /* why the connection ended, 0 while open */
     _Atomic int peer_end; /* set once the peer's socket reached EOF */
@@ -336,9 +343,11 @@ void chanos_ump_files_close(struct chanos_ump_files *f)
     if (!f)
         return;
     close_fd(&f->mem);
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < 2; s++) {
         for (int k = 0; k < 2; k++)
             close_fd(&f->wake[s][k]);
+        close_fd(&f->caps[s]);
+    }
 }
 
 int chanos_ump_files_create(const struct chanos_ump_options *opts,
@@ -348,7 +357,7 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
         return -EINVAL;
     out->mem = -1;
     for (int s = 0; s < 2; s++)
-        out->wake[s][0] = out->wake[s][1] = -1;
+        out->wake[s][0] = out->wake[s][1] = out->caps[s] = -1;
     uint32_t max_msg = opt_max_msg(opts);
     if (max_msg > CHANOS_UMP_MAX_MSG_LIMIT)
         return -EINVAL;
@@ -389,6 +398,8 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
         out->wake[0][k] = sv[0];
         out->wake[1][k] = sv[1];
     }
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, out->caps) < 0)
+        goto fail_errno;
     return 0;
 fail_errno:
     err = -errno;
@@ -425,18 +436,39 @@ static int same_file(const struct stat *a, const struct stat *b)
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino;
 }
 
-/* check_wakes checks side's two wake-up sockets in f: each a Unix stream
- * socket, and three different sockets with the liveness socket sock. The
- * same socket twice would take our own wake-ups for the peer's. */
-static int check_wakes(const int wake[2], int sock)
+/* check_caps makes sure the caps descriptor is a Unix seqpacket socket,
+ * whose records keep their boundaries and their descriptors. */
+static int check_caps(int fd, struct stat *st)
 {
-    struct stat data, space, live;
+    int type, domain;
+    socklen_t n = sizeof type;
+    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &n) < 0 || n != sizeof type)
+        return errno == ENOTSOCK ? CHANOS_ERR_PROTOCOL : -errno;
+    n = sizeof domain;
+    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &n) < 0 || n != sizeof domain)
+        return -errno;
+    if (type != SOCK_SEQPACKET || domain != AF_UNIX)
+        return CHANOS_ERR_PROTOCOL;
+    if (fstat(fd, st) < 0)
+        return -errno;
+    return 0;
+}
+
+/* check_wakes checks side's two wake-up sockets and its caps socket: the
+ * first two Unix stream sockets, the third a Unix seqpacket socket, and
+ * four different sockets with the liveness socket sock. The same socket
+ * twice would take our own wake-ups for the peer's. */
+static int check_wakes(const int wake[2], int caps, int sock)
+{
+    struct stat data, space, cp, live;
     int err;
-    if ((err = check_wake(wake[0], &data)) < 0 || (err = check_wake(wake[1], &space)) < 0)
+    if ((err = check_wake(wake[0], &data)) < 0 || (err = check_wake(wake[1], &space)) < 0 ||
+        (err = check_caps(caps, &cp)) < 0)
         return err;
     if (fstat(sock, &live) < 0)
         return -errno;
-    if (same_file(&data, &space) || same_file(&data, &live) || same_file(&space, &live))
+    if (same_file(&data, &space) || same_file(&data, &live) || same_file(&space, &live) ||
+        same_file(&cp, &data) || same_file(&cp, &space) || same_file(&cp, &live))
         return CHANOS_ERR_PROTOCOL;
     return 0;
 }
@@ -499,7 +531,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     *out = NULL;
     if ((err = check_memfd(f->mem, &size)) < 0)
         goto fail;
-    if ((err = check_wakes(f->wake[side], sock)) < 0)
+    if ((err = check_wakes(f->wake[side], f->caps[side], sock)) < 0)
         goto fail;
     mem = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f->mem, 0);
     if (mem == MAP_FAILED) {
@@ -519,7 +551,7 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
         goto fail;
     }
     c->epfd = -1;
-    c->data = c->space = -1;
+    c->data = c->space = c->caps = -1;
     int s = side, peer = 1 - side;
     c->mem = mem;
     c->mem_size = size;
@@ -554,7 +586,8 @@ int chanos_ump_open(int side, struct chanos_ump_files *f, int sock,
     c->msg_len = -1;
     c->data = f->wake[s][0];
     c->space = f->wake[s][1];
-    f->wake[s][0] = f->wake[s][1] = -1;
+    c->caps = f->caps[s];
+    f->wake[s][0] = f->wake[s][1] = f->caps[s] = -1;
     chanos_ump_files_close(f); /* the peer's ends, if we were given them */
     mem = MAP_FAILED;
     sock = -1;
@@ -638,7 +671,7 @@ int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
 {
     struct chanos_ump_files f;
     int64_t deadline = deadline_of(timeout_ms);
-    int fds[NFDS] = {-1, -1, -1};
+    int fds[NFDS] = {-1, -1, -1, -1};
     if (!out) {
         close(sock);
         return -EINVAL;
@@ -656,7 +689,9 @@ int chanos_ump_create(int sock, const struct chanos_ump_options *opts,
      * once sent, so that only the attacher holds them. */
     fds[1] = f.wake[CHANOS_UMP_ATTACHER][0];
     fds[2] = f.wake[CHANOS_UMP_ATTACHER][1];
+    fds[3] = f.caps[CHANOS_UMP_ATTACHER];
     f.wake[CHANOS_UMP_ATTACHER][0] = f.wake[CHANOS_UMP_ATTACHER][1] = -1;
+    f.caps[CHANOS_UMP_ATTACHER] = -1;
     if ((fds[0] = fcntl(f.mem, F_DUPFD_CLOEXEC, 0)) < 0) {
         err = -errno;
         chanos_ump_files_close(&f);
@@ -711,7 +746,7 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
                       int timeout_ms, chanos_ump **out)
 {
     int64_t deadline = deadline_of(timeout_ms);
-    struct chanos_ump_files f = {.mem = -1, .wake = {{-1, -1}, {-1, -1}}};
+    struct chanos_ump_files f = {.mem = -1, .wake = {{-1, -1}, {-1, -1}}, .caps = {-1, -1}};
     uint8_t hello[HELLO_SIZE];
     union {
         char buf[CMSG_SPACE(16 * sizeof(int))];
@@ -740,6 +775,7 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
         f.mem = got[0];
         f.wake[CHANOS_UMP_ATTACHER][0] = got[1];
         f.wake[CHANOS_UMP_ATTACHER][1] = got[2];
+        f.caps[CHANOS_UMP_ATTACHER] = got[3];
     } else {
         for (int i = 0; i < ngot; i++)
             close(got[i]);
@@ -1006,6 +1042,116 @@ static void tx_unannounce(chanos_ump *c)
 
 int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len)
 {
+    return chanos_ump_try_send_fds(c, msg, len, NULL, 0);
+}
+
+/* send_fds sends the record of the next message with descriptors, fds
+ * attached (docs/ump.md, "Descriptors"), waiting while the peer's queue is
+ * full until deadline (-1: forever), or not at all if wait is 0. */
+static int send_fds(chanos_ump *c, const int *fds, unsigned nfds, int wait,
+                    int64_t deadline)
+{
+    uint8_t rec[CAPS_RECORD];
+    union {
+        char buf[CMSG_SPACE(CHANOS_UMP_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = rec, .iov_len = sizeof rec};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = CMSG_SPACE(nfds * sizeof(int))};
+    struct cmsghdr *cm;
+
+    memset(&u, 0, sizeof u);
+    cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+    memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+    chanos_store_u32(rec, c->caps_out + 1);
+    chanos_store_u32(rec + 4, nfds);
+    for (;;) {
+        int err;
+        if (sendmsg(c->caps, &m, MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof rec) {
+            c->caps_out++;
+            return 0;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EPIPE || errno == ECONNRESET) {
+            err = tx_ended(c);
+            return err < 0 ? err : CHANOS_ERR_PEER_DIED;
+        }
+        if (errno != EAGAIN)
+            return -errno;
+        if (!wait)
+            return CHANOS_ERR_AGAIN;
+        if ((err = tx_ended(c)) < 0)
+            return err;
+        int left = poll_timeout(deadline);
+        if (left == 0)
+            return CHANOS_ERR_TIMEDOUT;
+        /* the peer takes its records as it reads the ring: a short wait
+         * keeps this simple, and the common case never waits */
+        struct pollfd p = {.fd = c->caps, .events = POLLOUT};
+        if (poll(&p, 1, left < 0 || left > 10 ? 10 : left) < 0 && errno != EINTR)
+            return -errno;
+    }
+}
+
+int chanos_ump_recv_fds(chanos_ump *c, int *fds, unsigned n)
+{
+    uint8_t rec[CAPS_RECORD + 1];
+    union {
+        char buf[CMSG_SPACE(CHANOS_UMP_MAX_FDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = rec, .iov_len = sizeof rec};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                       .msg_controllen = sizeof u.buf};
+    unsigned got = 0;
+    ssize_t r;
+
+    if (!c || (n && !fds))
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    if (n > CHANOS_UMP_MAX_FDS)
+        return fail(c, CHANOS_ERR_PROTOCOL);
+    do
+        r = recvmsg(c->caps, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return fail(c, CHANOS_ERR_PROTOCOL); /* announced, never sent */
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (got < n)
+                fds[got] = fd;
+            else
+                close(fd);
+            got++;
+        }
+    }
+    if (r != CAPS_RECORD || (m.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) ||
+        chanos_load_u32(rec) != c->caps_in + 1 || chanos_load_u32(rec + 4) != n ||
+        got != n) {
+        for (unsigned i = 0; i < got && i < n; i++)
+            close(fds[i]);
+        return fail(c, CHANOS_ERR_PROTOCOL);
+    }
+    c->caps_in++;
+    return 0;
+}
+
+int chanos_ump_try_send_fds(chanos_ump *c, const void *msg, size_t len,
+                            const int *fds, unsigned nfds)
+{
+    if (nfds > CHANOS_UMP_MAX_FDS || (nfds && !fds))
+        return -EINVAL;
     int err = tx_prepare(c, msg, len);
     if (err < 0)
         return err;
@@ -1020,15 +1166,26 @@ int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len)
         }
     }
     tx_unannounce(c);
+    if (nfds && (err = send_fds(c, fds, nfds, 0, -1)) < 0)
+        return err;
     tx_write(c, msg, len);
     return 0;
 }
 
 int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
 {
+    return chanos_ump_send_fds(c, msg, len, NULL, 0, timeout_ms);
+}
+
+int chanos_ump_send_fds(chanos_ump *c, const void *msg, size_t len,
+                        const int *fds, unsigned nfds, int timeout_ms)
+{
+    if (nfds > CHANOS_UMP_MAX_FDS || (nfds && !fds))
+        return -EINVAL;
     int err = tx_prepare(c, msg, len);
     if (err < 0)
         return err;
+    int64_t deadline = -1;
     uint64_t nbulk, need = tx_need(c, len, &nbulk);
     if (tx_free(c, need, nbulk))
         goto write;
@@ -1036,7 +1193,7 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
         return err;
     if (tx_free(c, need, nbulk))
         goto write;
-    int64_t deadline = deadline_of(timeout_ms);
+    deadline = deadline_of(timeout_ms);
     int64_t window = spin_window(c->tx_spin, c->spin_ns, c->tx_misses);
     if (window > 0 && timeout_ms != 0) {
         int64_t start = 0;
@@ -1092,6 +1249,14 @@ int chanos_ump_send(chanos_ump *c, const void *msg, size_t len, int timeout_ms)
     }
     tx_unannounce(c);
 write:
+    /* the record goes once the ring has room: a message that cannot be
+     * written leaves none behind */
+    if (nfds) {
+        if (deadline == -1)
+            deadline = deadline_of(timeout_ms);
+        if ((err = send_fds(c, fds, nfds, timeout_ms != 0, deadline)) < 0)
+            return err;
+    }
     tx_write(c, msg, len);
     return 0;
 }
@@ -1471,6 +1636,7 @@ void chanos_ump_close(chanos_ump *c)
     close_fd(&c->epfd);
     close_fd(&c->data);
     close_fd(&c->space);
+    close_fd(&c->caps); /* descriptors still queued on it close with it */
     free(c->buf);
     free(c);
 }

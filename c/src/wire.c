@@ -111,6 +111,15 @@ void chanos_enc_cap(struct chanos_enc *e, int fd)
     chanos_enc_u32(e, k);
 }
 
+void chanos_enc_give_away_cap(struct chanos_enc *e, int fd)
+{
+    uint32_t i = e->buf->nfds + e->ncaps;
+
+    if (i < 64 * sizeof e->buf->give / sizeof e->buf->give[0])
+        e->buf->give[i / 64] |= (uint64_t)1 << (i % 64);
+    chanos_enc_cap(e, fd);
+}
+
 
 
 

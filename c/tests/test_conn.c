@@ -7,6 +7,7 @@
 #include "ump_testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 
@@ -470,6 +471,59 @@ static void test_metadata(void)
     }
 }
 
+/* Descriptors travel with frames: a cap is copied, a give_away_cap is
+ * closed on the sending side once sent; the receiver gets its own; a frame
+ * that announces descriptors it did not send ends the connection. */
+static void test_fds(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_buf b;
+    struct chanos_enc e;
+    uint8_t buf[256];
+    int p[2], q[2];
+    char got[4];
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    CHECK(pipe(p) == 0 && pipe(q) == 0);
+
+    /* a frame with two descriptors: q[1] copied, p[1] given away */
+    CHECK_EQ(chanos_conn_buf(cli, &b, 256), 0);
+    chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
+    chanos_enc_cap(&e, q[1]);
+    chanos_enc_give_away_cap(&e, p[1]);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    CHECK_EQ(b.nfds, 2);
+    CHECK_EQ(chanos_conn_send_buf(cli, &b, 1000), 0);
+    CHECK(fcntl(p[1], F_GETFD) < 0 && errno == EBADF); /* given away */
+    CHECK(fcntl(q[1], F_GETFD) >= 0);                   /* copied */
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.nfds, 2);
+    CHECK(write(f.fds[0], "q", 1) == 1 && write(f.fds[1], "p", 1) == 1);
+    chanos_frame_close_fds(&f);
+    CHECK(read(q[0], got, 1) == 1 && got[0] == 'q');
+    CHECK(read(p[0], got, 1) == 1 && got[0] == 'p');
+    CHECK(read(p[0], got, 1) == 0); /* every write end is closed */
+
+    /* a frame whose header announces a descriptor that never came */
+    call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+    buf[7] = 1;
+    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, CHANOS_HEADER_SIZE + 8, 1000), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_PROTOCOL);
+    /* and chanos_conn_send refuses to send such a frame */
+    CHECK_EQ(chanos_conn_send(cli, buf, CHANOS_HEADER_SIZE + 8, 0), CHANOS_ERR_CAP);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+    close(p[0]);
+    close(q[0]);
+    close(q[1]);
+}
+
 int main(void)
 {
     test_rpc();
@@ -479,5 +533,6 @@ int main(void)
     test_nameservice_error();
     test_join_errors();
     test_metadata();
+    test_fds();
     return check_done("test_conn");
 }

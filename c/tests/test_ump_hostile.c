@@ -151,10 +151,12 @@ static void hostile_creator(struct hostile *h, int keep, chanos_ump **victim)
         h->own[k] = f.wake[0][k];
         h->copy[k] = keep ? fcntl(f.wake[1][k], F_DUPFD_CLOEXEC, 0) : -1;
     }
-    int fds[3] = {f.mem, f.wake[1][0], f.wake[1][1]};
-    send_hello(sv[0], CHANOS_UMP_VERSION, 3, fds, 3);
+    int fds[4] = {f.mem, f.wake[1][0], f.wake[1][1], f.caps[1]};
+    send_hello(sv[0], CHANOS_UMP_VERSION, 4, fds, 4);
     close(f.wake[1][0]);
     close(f.wake[1][1]);
+    close(f.caps[0]);
+    close(f.caps[1]);
     map_mem(h, f.mem);
     CHECK_EQ(chanos_ump_attach(sv[1], &opts, 1000, victim), 0);
     CHECK_EQ(read_ack(sv[0]), 0);
@@ -173,7 +175,7 @@ static void hostile_attacher(struct hostile *h, chanos_ump **victim)
     CHECK_EQ(chanos_ump_create(sv[0], &opts, 1000, victim), 0);
     uint8_t hello[16];
     union {
-        char buf[CMSG_SPACE(3 * sizeof(int))];
+        char buf[CMSG_SPACE(4 * sizeof(int))];
         struct cmsghdr align;
     } u;
     struct iovec iov = {.iov_base = hello, .iov_len = sizeof hello};
@@ -181,11 +183,12 @@ static void hostile_attacher(struct hostile *h, chanos_ump **victim)
                        .msg_control = u.buf, .msg_controllen = sizeof u.buf};
     CHECK(recvmsg(sv[1], &m, MSG_CMSG_CLOEXEC) == (ssize_t)sizeof hello);
     CHECK_EQ(chanos_load_u32(hello + 8), CHANOS_UMP_VERSION);
-    CHECK_EQ(chanos_load_u32(hello + 12), 3);
+    CHECK_EQ(chanos_load_u32(hello + 12), 4);
     struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
-    CHECK(cm && cm->cmsg_len == CMSG_LEN(3 * sizeof(int)));
-    int fds[3];
+    CHECK(cm && cm->cmsg_len == CMSG_LEN(4 * sizeof(int)));
+    int fds[4];
     memcpy(fds, CMSG_DATA(cm), sizeof fds);
+    close(fds[3]); /* the caps socket: this hostile sends no descriptors */
     h->side = CHANOS_UMP_CREATOR;
     h->sock = sv[1];
     h->own[0] = fds[1];
@@ -465,7 +468,7 @@ static void test_bad_handshake(void)
 {
     struct chanos_ump_files f;
     CHECK_EQ(chanos_ump_files_create(&opts, &f), 0);
-    int mem = f.mem, data = f.wake[1][0], space = f.wake[1][1];
+    int mem = f.mem, data = f.wake[1][0], space = f.wake[1][1], caps = f.caps[1];
     int ev1 = eventfd(0, EFD_CLOEXEC), ev2 = eventfd(0, EFD_CLOEXEC);
     int p[2], dg[2], live[2];
     CHECK(pipe(p) == 0);
@@ -474,24 +477,29 @@ static void test_bad_handshake(void)
     int inet = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CHECK(ev1 >= 0 && ev2 >= 0 && inet >= 0);
 
-    attach_bad("eventfds", CHANOS_UMP_VERSION, 3, (int[]){mem, ev1, ev2}, 3);
-    attach_bad("a pipe", CHANOS_UMP_VERSION, 3, (int[]){mem, p[0], p[1]}, 3);
-    attach_bad("the same socket twice", CHANOS_UMP_VERSION, 3, (int[]){mem, data, data}, 3);
-    attach_bad("datagram sockets", CHANOS_UMP_VERSION, 3, (int[]){mem, dg[0], dg[1]}, 3);
-    attach_bad("a seqpacket socket", CHANOS_UMP_VERSION, 3, (int[]){mem, data, live[0]}, 3);
-    attach_bad("an inet socket", CHANOS_UMP_VERSION, 3, (int[]){mem, data, inet}, 3);
-    attach_bad("a memfd as a socket", CHANOS_UMP_VERSION, 3, (int[]){mem, data, mem}, 3);
+    attach_bad("eventfds", CHANOS_UMP_VERSION, 4, (int[]){mem, ev1, ev2, caps}, 4);
+    attach_bad("a pipe", CHANOS_UMP_VERSION, 4, (int[]){mem, p[0], p[1], caps}, 4);
+    attach_bad("the same socket twice", CHANOS_UMP_VERSION, 4, (int[]){mem, data, data, caps}, 4);
+    attach_bad("datagram sockets", CHANOS_UMP_VERSION, 4, (int[]){mem, dg[0], dg[1], caps}, 4);
+    attach_bad("a seqpacket socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, live[0], caps}, 4);
+    attach_bad("a stream socket as the caps socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, space, p[0]}, 4);
+    attach_bad("a wake-up socket as the caps socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, space, data}, 4);
+    attach_bad("a datagram caps socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, space, dg[0]}, 4);
+    attach_bad("an inet socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, inet, caps}, 4);
+    attach_bad("a memfd as a socket", CHANOS_UMP_VERSION, 4, (int[]){mem, data, mem, caps}, 4);
     attach_bad("two descriptors", CHANOS_UMP_VERSION, 3, (int[]){mem, data}, 2);
-    attach_bad("four descriptors", CHANOS_UMP_VERSION, 3, (int[]){mem, data, space, ev1}, 4);
+    attach_bad("three descriptors", CHANOS_UMP_VERSION, 4, (int[]){mem, data, space}, 3);
+    attach_bad("five descriptors", CHANOS_UMP_VERSION, 4, (int[]){mem, data, space, caps, ev1}, 5);
     attach_bad("version 1's five", 1, 5, (int[]){mem, ev1, ev2, ev1, ev2}, 5);
     attach_bad("version 1", 1, 3, (int[]){mem, data, space}, 3);
-    attach_bad("a count of 5", CHANOS_UMP_VERSION, 5, (int[]){mem, data, space}, 3);
+    attach_bad("version 2", 2, 3, (int[]){mem, data, space}, 3);
+    attach_bad("a count of 5", CHANOS_UMP_VERSION, 5, (int[]){mem, data, space, caps}, 4);
 
     /* The attacher's own liveness socket as a wake-up socket: the hello
      * carries the end it receives on. */
     int sv[2];
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    send_hello(sv[0], CHANOS_UMP_VERSION, 3, (int[]){mem, data, sv[1]}, 3);
+    send_hello(sv[0], CHANOS_UMP_VERSION, 4, (int[]){mem, data, sv[1], caps}, 4);
     chanos_ump *c = NULL;
     begin("the liveness socket as a wake-up socket");
     CHECK_EQ(chanos_ump_attach(sv[1], &opts, 1000, &c), CHANOS_ERR_PROTOCOL);
@@ -505,7 +513,7 @@ static void test_bad_handshake(void)
     int lone = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     CHECK(lone >= 0);
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-    send_hello(sv[0], CHANOS_UMP_VERSION, 3, (int[]){mem, lone, space}, 3);
+    send_hello(sv[0], CHANOS_UMP_VERSION, 4, (int[]){mem, lone, space, caps}, 4);
     begin("attach with an unconnected data socket");
     CHECK_EQ(chanos_ump_attach(sv[1], &opts, 1000, &c), 0);
     done();

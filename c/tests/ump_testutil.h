@@ -44,7 +44,7 @@ static inline int count_fds(void)
 
 /* split_files gives the attacher its descriptors out of f, as the monitor
  * hands each side its own: a duplicate of the memfd, and the attacher's
- * ends of the wake-up sockets, moved out of f. */
+ * ends of the wake-up and caps sockets, moved out of f. */
 static inline int split_files(struct chanos_ump_files *f, struct chanos_ump_files *g)
 {
     g->mem = fcntl(f->mem, F_DUPFD_CLOEXEC, 0);
@@ -53,6 +53,9 @@ static inline int split_files(struct chanos_ump_files *f, struct chanos_ump_file
         g->wake[CHANOS_UMP_ATTACHER][k] = f->wake[CHANOS_UMP_ATTACHER][k];
         f->wake[CHANOS_UMP_ATTACHER][k] = -1;
     }
+    g->caps[CHANOS_UMP_CREATOR] = -1;
+    g->caps[CHANOS_UMP_ATTACHER] = f->caps[CHANOS_UMP_ATTACHER];
+    f->caps[CHANOS_UMP_ATTACHER] = -1;
     return g->mem >= 0 ? 0 : -1;
 }
 

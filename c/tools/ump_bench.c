@@ -290,7 +290,8 @@ static void open_pair(const struct chanos_ump_options *o, chanos_ump **x, chanos
     if (err < 0)
         fatal("create ring pair", err);
     /* The attacher gets a duplicate of the memfd and its own ends of the
-     * wake-up sockets, which the creator's open would otherwise close. */
+     * wake-up and caps sockets, which the creator's open would otherwise
+     * close. */
     g.mem = fcntl(f.mem, F_DUPFD_CLOEXEC, 0);
     if (g.mem < 0)
         fatal("dup", -errno);
@@ -299,6 +300,9 @@ static void open_pair(const struct chanos_ump_options *o, chanos_ump **x, chanos
         g.wake[CHANOS_UMP_ATTACHER][k] = f.wake[CHANOS_UMP_ATTACHER][k];
         f.wake[CHANOS_UMP_ATTACHER][k] = -1;
     }
+    g.caps[CHANOS_UMP_CREATOR] = -1;
+    g.caps[CHANOS_UMP_ATTACHER] = f.caps[CHANOS_UMP_ATTACHER];
+    f.caps[CHANOS_UMP_ATTACHER] = -1;
     if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], o, x)) < 0)
         fatal("open", err);
     if ((err = chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, y)) < 0)

@@ -502,8 +502,10 @@ func (g *generator) encValue(b *body, level int, e, expr string, t *idl.TypeRef,
 		switch bt {
 		case idl.Iref:
 			b.p.f("%schanos_enc_iref(%s, &%s);", ind(level), e, expr)
-		case idl.Cap, idl.GiveAwayCap:
+		case idl.Cap:
 			b.p.f("%schanos_enc_cap(%s, %s);", ind(level), e, expr)
+		case idl.GiveAwayCap:
+			b.p.f("%schanos_enc_give_away_cap(%s, %s);", ind(level), e, expr)
 		default:
 			b.p.f("%schanos_enc_%s(%s, %s);", ind(level), wireFunc[bt], e, expr)
 		}

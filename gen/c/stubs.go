@@ -119,9 +119,17 @@ func (g *generator) stubDefs(p *printer) {
 			b.p.f("    if (rc == 0)")
 			b.p.f("        rc = %s_encode(in, &b);", fs[0].cname)
 			b.p.f("    if (rc == 0)")
-			b.p.f("%s", proto("        ", "rc = chanos_conn_call", []string{"c", "b.data", "b.len", "timeout_ms", "&f", "NULL", "NULL"}, ";"))
-			b.p.f("    if (rc == 0)")
-			b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "NULL", "0"}, ";"))
+			b.p.f("%s", proto("        ", "rc = chanos_conn_call_buf", []string{"c", "&b", "timeout_ms", "&f", "NULL", "NULL"}, ";"))
+			if fs[1].maxCaps > 0 {
+				b.p.f("    if (rc == 0) {")
+				b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
+				b.p.f("        if (rc != 0) /* the reply's descriptors go with it */")
+				b.p.f("            chanos_frame_close_fds(&f);")
+				b.p.f("    }")
+			} else {
+				b.p.f("    if (rc == 0)")
+				b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
+			}
 			b.p.f("    return rc;")
 			p.function(proto("", "int "+g.stubName(m), g.stubParams(m), ""),
 				[]string{"struct chanos_buf b;", "struct chanos_frame f;", "int rc;"}, &b)
@@ -129,7 +137,7 @@ func (g *generator) stubDefs(p *printer) {
 			b.p.f("    if (rc == 0)")
 			b.p.f("        rc = %s_encode(m, &b);", fs[0].cname)
 			b.p.f("    if (rc == 0)")
-			b.p.f("        rc = chanos_conn_send(c, b.data, b.len, timeout_ms);")
+			b.p.f("        rc = chanos_conn_send_buf(c, &b, timeout_ms);")
 			b.p.f("    return rc;")
 			p.function(proto("", "int "+g.stubName(m), g.stubParams(m), ""),
 				[]string{"struct chanos_buf b;", "int rc;"}, &b)
@@ -144,7 +152,7 @@ func (g *generator) stubDefs(p *printer) {
 
 func (g *generator) dispatchDef(p *printer) {
 	var b body
-	b.p.f("    rc = %s_decode(&m, f->data, f->len, NULL, 0);", g.pfx)
+	b.p.f("    rc = %s_decode(&m, f->data, f->len, f->fds, f->nfds);", g.pfx)
 	b.p.f("    if (rc != 0)")
 	b.p.f("        return chanos_serve_bad_(c, f, rc);")
 	b.p.f("    switch (m.msg) {")
@@ -153,8 +161,19 @@ func (g *generator) dispatchDef(p *printer) {
 		op := "ops->" + Member(m.Name)
 		b.p.f("    case %s:", g.msgNumber(m))
 		if !m.RPC {
-			b.p.f("        return %s == NULL ? 0 : %s(ctx, c, &m.u.%s);", op, op, fs[0].member)
+			if fs[0].maxCaps == 0 {
+				b.p.f("        return %s == NULL ? 0 : %s(ctx, c, &m.u.%s);", op, op, fs[0].member)
+				continue
+			}
+			b.p.f("        if (%s != NULL)", op)
+			b.p.f("            return %s(ctx, c, &m.u.%s);", op, fs[0].member)
+			b.p.f("        chanos_frame_close_fds(f); /* nobody takes its descriptors */")
+			b.p.f("        return 0;")
 			continue
+		}
+		if fs[0].maxCaps > 0 || fs[1].maxCaps > 0 {
+			b.p.f("        if (m.kind != CHANOS_KIND_CALL || %s == NULL)", op)
+			b.p.f("            chanos_frame_close_fds(f); /* nobody takes its descriptors */")
 		}
 		b.p.f("        if (m.kind != CHANOS_KIND_CALL)")
 		b.p.f("            return 0; /* a server takes calls only */")

@@ -158,17 +158,11 @@ func (l *Link) SendValue(ctx context.Context, m wire.Message) error {
 
 // own parses b, which the caller hands over with caps.
 func own(b []byte, caps []wire.Cap) (*frame, error) {
-	h, k, err := wire.ParseFrame(b)
-	if err != nil {
+	var in interconnect.Incoming
+	if err := in.SetFrame(b, caps); err != nil {
 		return nil, err
 	}
-	f := &frame{h: h, k: k, frame: b, caps: caps}
-	if h.Flags&wire.FlagMeta != 0 {
-		if f.frame, f.meta, err = wire.SplitMetadata(&f.h, b); err != nil {
-			return nil, err
-		}
-	}
-	return f, nil
+	return &frame{h: in.Header, k: in.Kind, frame: in.Frame, caps: caps, meta: in.Meta}, nil
 }
 
 // copyFrame parses b and copies it, with caps: the caller reuses its

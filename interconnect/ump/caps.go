@@ -15,8 +15,9 @@ import (
 
 // CapCount is the number of descriptors that describe a ump connection in a
 // bind reply or an incoming message: the ring pair's memfd, the side's
-// data and space wake-up sockets and its liveness socket, in that order.
-const CapCount = 4
+// data and space wake-up sockets, its caps socket and its liveness
+// socket, in that order.
+const CapCount = 5
 
 // fdCap is a raw descriptor as a wire.Cap. Its Fd method lets seqpacket send
 // it without the side effect of (*os.File).Fd, which would switch the
@@ -57,7 +58,7 @@ func Caps(f *Files, side Side, sock *net.UnixConn) ([]wire.Cap, error) {
 		sock.Close()
 		return nil, err
 	}
-	return []wire.Cap{&fdCap{g.Mem}, &fdCap{g.Wake[side][wakeData]}, &fdCap{g.Wake[side][wakeSpace]}, sock}, nil
+	return []wire.Cap{&fdCap{g.Mem}, &fdCap{g.Wake[side][wakeData]}, &fdCap{g.Wake[side][wakeSpace]}, &fdCap{g.Caps[side]}, sock}, nil
 }
 
 // takeFD returns a descriptor of its own for a received capability and
@@ -80,9 +81,10 @@ func takeFD(c wire.Cap) (int, error) {
 	return fd, derr
 }
 
-// OpenCaps opens side's end of a ump connection from the four descriptors
-// of a bind reply (side Attacher) or an incoming message (side Creator):
-// memfd, data and space wake-up sockets, and liveness socket. It takes
+// OpenCaps opens side's end of a ump connection from the CapCount
+// descriptors of a bind reply (side Attacher) or an incoming message (side
+// Creator): memfd, data and space wake-up sockets, caps socket and
+// liveness socket. It takes
 // ownership of fds, closing them on failure too. o should set
 // MaxMessageSize to the interface's MaxFrameSize, so that a ring pair
 // larger than the interface needs is refused.
@@ -103,10 +105,13 @@ func OpenCaps(side Side, fds []wire.Cap, o *Options) (*Conn, error) {
 			errs = append(errs, fmt.Errorf("descriptor %d: %w", i, err))
 			continue
 		}
-		if i == 0 {
+		switch i {
+		case 0:
 			f.Mem = fd
-		} else {
+		case 1, 2:
 			f.Wake[side][i-1] = fd
+		case 3:
+			f.Caps[side] = fd
 		}
 	}
 	sf, ok := fds[CapCount-1].(*os.File)

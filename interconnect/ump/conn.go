@@ -146,8 +146,14 @@ type Conn struct {
 	txIn   uint64 // 1 while a SendExclusive runs
 	tx     producer
 	txSpin spinBudget
-	txWake int // our data socket, on which we wake the peer's receiver
-	txPark *parker
+	// capsFD is our end of the caps socket, on which descriptors travel
+	// (fds.go); capsOut counts the records sent (under smu), capsIn those
+	// received (by the only receiver).
+	capsFD  int
+	capsOut uint32
+	capsIn  uint32
+	txWake  int // our data socket, on which we wake the peer's receiver
+	txPark  *parker
 
 	rmu     sync.Mutex
 	rxIn    uint64 // 1 while a ReceiveExclusive runs
@@ -319,6 +325,13 @@ func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool
 // that is the only sender (by smu or by promise) of a message of at most
 // the maximum size.
 func (c *Conn) sendLocked(ctx context.Context, head, body, tail []byte, wait bool) (bool, error) {
+	return c.sendLockedFDs(ctx, head, body, tail, nil, wait)
+}
+
+// sendLockedFDs is sendLocked of a message with descriptors fds attached
+// (none if nil): their record goes once the ring has room for the
+// message, so that a message that cannot be written leaves no record.
+func (c *Conn) sendLockedFDs(ctx context.Context, head, body, tail []byte, fds []int, wait bool) (bool, error) {
 	size := len(head) + len(body) + len(tail)
 	need, nbulk := uint64(slotsFor(size)), uint64(0)
 	bulk := c.cfg.usesBulk(size)
@@ -341,6 +354,11 @@ func (c *Conn) sendLocked(ctx context.Context, head, body, tail []byte, wait boo
 				return false, nil
 			}
 		} else if err := c.waitSpace(ctx, need, nbulk); err != nil {
+			return false, err
+		}
+	}
+	if len(fds) > 0 {
+		if sent, err := c.sendFDs(ctx, fds, wait); !sent || err != nil {
 			return false, err
 		}
 	}
@@ -732,6 +750,11 @@ func (c *Conn) Close() error {
 		err = os.NewSyscallError("munmap", e)
 	}
 	c.mem = nil
+	// Descriptors still queued on it are closed with the socket.
+	if e := syscall.Close(c.capsFD); e != nil && err == nil {
+		err = os.NewSyscallError("close", e)
+	}
+	c.capsFD = -1
 	for _, p := range []*parker{c.txPark, c.rxPark} {
 		p.unwatch() // a context must not keep the connection
 		if e := p.f.Close(); e != nil && err == nil {

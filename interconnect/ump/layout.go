@@ -11,7 +11,7 @@ const (
 	// Magic is the first word of a ring pair's memory: "CHANOSUM".
 	magic uint64 = 0x4d55534f4e414843
 	// Version is the layout version written in the header and the handshake.
-	Version = 2
+	Version = 3
 
 	// SlotSize is the size of one ring slot: one cache line.
 	SlotSize = 64

@@ -2,7 +2,7 @@ package ump
 
 import (
 	"context"
-	"fmt"
+	"os"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
@@ -10,8 +10,8 @@ import (
 
 // Link carries chanos frames over a ring pair: it is the ump interconnect
 // as the connection engine sees it (interconnect.Link, PartsSender,
-// RawReceiver and PeerWatcher). Frames with capabilities are refused: descriptors do not
-// travel through shared memory.
+// RawReceiver and PeerWatcher). The descriptors of frames with
+// capabilities travel beside the rings, on the caps socket (fds.go).
 //
 // Its Receive and ReceiveRaw use the ring's exclusive receive: the engine
 // calls them from one goroutine at a time (the holder of its reading
@@ -29,20 +29,31 @@ func (l *Link) Conn() *Conn { return l.c }
 // Kind returns "ump".
 func (l *Link) Kind() string { return "ump" }
 
-// SendFrame sends frame, waiting for room.
+// SendFrame sends frame, waiting for room, with the descriptors of caps
+// beside it (the receiver gets duplicates; the caller keeps caps).
 func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
-	if len(caps) > 0 {
-		return interconnect.ErrCapsUnsupported
+	if len(caps) == 0 {
+		return l.c.Send(ctx, frame)
 	}
-	return l.c.Send(ctx, frame)
+	fds, err := capFDs(caps)
+	if err != nil {
+		return err
+	}
+	defer closeFDs(fds...)
+	return l.c.SendFDs(ctx, frame, fds)
 }
 
-// TrySendFrame sends frame if the ring has room now.
+// TrySendFrame sends frame, with caps, if there is room now.
 func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
-	if len(caps) > 0 {
-		return false, interconnect.ErrCapsUnsupported
+	if len(caps) == 0 {
+		return l.c.TrySend(frame)
 	}
-	return l.c.TrySend(frame)
+	fds, err := capFDs(caps)
+	if err != nil {
+		return false, err
+	}
+	defer closeFDs(fds...)
+	return l.c.TrySendFDs(frame, fds)
 }
 
 // SendParts sends the frame made of head, body and tail, copying each
@@ -73,18 +84,34 @@ func (l *Link) ReceiveRaw(ctx context.Context) ([]byte, error) {
 	return l.c.ReceiveExclusive(ctx)
 }
 
-// Parse sets *in to frame, a frame ReceiveRaw returned. A malformed
-// frame, or one that claims capabilities, ends the connection: the ring
-// is closed so that the peer learns, and the error matches ErrProtocol.
+// Parse sets *in to frame, a frame ReceiveRaw returned, with the
+// descriptors its header announces (as *os.File capabilities, which the
+// receiver owns). A malformed frame, or descriptors that do not match,
+// end the connection: the ring is closed so that the peer learns, and the
+// error matches ErrProtocol.
 func (l *Link) Parse(frame []byte, in *interconnect.Incoming) error {
-	err := in.SetFrame(frame, nil)
-	if err == nil && in.Header.NCaps == 0 {
+	n := 0
+	if len(frame) >= wire.HeaderSize {
+		n = int(frame[7]) // ncaps, taken whatever the rest says: a bad frame's descriptors are closed
+	}
+	var caps []wire.Cap
+	if n > 0 {
+		fds, err := l.c.ReceiveFDs(n)
+		if err != nil {
+			*in = interconnect.Incoming{}
+			l.c.Close()
+			return interconnect.Violation(err)
+		}
+		caps = make([]wire.Cap, len(fds))
+		for i, fd := range fds {
+			caps[i] = os.NewFile(uintptr(fd), "chanos-cap")
+		}
+	}
+	err := in.SetFrame(frame, caps)
+	if err == nil {
 		return nil
 	}
-	if err == nil {
-		err = fmt.Errorf("frame carries %d capabilities, which ump cannot pass", in.Header.NCaps)
-		*in = interconnect.Incoming{}
-	}
+	wire.CloseCaps(caps)
 	l.c.Close()
 	return interconnect.Violation(err)
 }

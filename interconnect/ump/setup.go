@@ -23,11 +23,15 @@ import (
 // its wake-ups are then its own, and no flag the peer sets on its ends can
 // change how they behave (docs/ump.md, "Wake-up sockets").
 //
+// Caps[s] is side s's end of the caps socket, a Unix seqpacket pair on
+// which descriptors sent in messages travel (docs/ump.md, "Descriptors").
+//
 // Whoever holds a Files owns its descriptors: pass it to Open, which takes
 // them over, or call Close. A descriptor of -1 is absent.
 type Files struct {
 	Mem  int
 	Wake [2][2]int
+	Caps [2]int
 }
 
 // The two wake-up sockets of a side, indexes of Files.Wake[side].
@@ -36,7 +40,9 @@ const (
 	wakeSpace = 1
 )
 
-func noFiles() *Files { return &Files{Mem: -1, Wake: [2][2]int{{-1, -1}, {-1, -1}}} }
+func noFiles() *Files {
+	return &Files{Mem: -1, Wake: [2][2]int{{-1, -1}, {-1, -1}}, Caps: [2]int{-1, -1}}
+}
 
 // NewFiles creates the shared memory and wake-up sockets of a ring pair
 // configured by o, with the header written and the memfd sealed against
@@ -76,6 +82,9 @@ func NewFiles(o *Options) (*Files, error) {
 		}
 		f.Wake[Creator][kind], f.Wake[Attacher][kind] = pair[0], pair[1]
 	}
+	if f.Caps, err = capsSocketPair(); err != nil {
+		return fail(err)
+	}
 	return f, nil
 }
 
@@ -85,6 +94,7 @@ func (f *Files) Close() error {
 	for s := range f.Wake {
 		closeFDs(f.Wake[s][:]...)
 	}
+	closeFDs(f.Caps[:]...)
 	*f = *noFiles()
 	return nil
 }
@@ -98,8 +108,8 @@ func (f *Files) take(side Side) (*Files, error) {
 		return nil, err
 	}
 	g := noFiles()
-	g.Mem, g.Wake[side] = mem, f.Wake[side]
-	f.Wake[side] = [2]int{-1, -1}
+	g.Mem, g.Wake[side], g.Caps[side] = mem, f.Wake[side], f.Caps[side]
+	f.Wake[side], f.Caps[side] = [2]int{-1, -1}, -1
 	return g, nil
 }
 
@@ -137,7 +147,11 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	if err := fstatConn(sock, &sockSt); err != nil {
 		return nil, err
 	}
-	if err := checkWakeSockets(f.Wake[side][:], sockSt.Ino); err != nil {
+	seen, err := checkWakeSockets(f.Wake[side][:], sockSt.Ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkCapsSocket(f.Caps[side], seen); err != nil {
 		return nil, err
 	}
 	mem, err := syscall.Mmap(f.Mem, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
@@ -180,6 +194,7 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 		log:         o.logger(),
 		myClosedp:   word(mem, offClosed0+s*blockSize),
 		peerClosedp: word(mem, offClosed0+peer*blockSize),
+		capsFD:      -1,
 		closed:      make(chan struct{}),
 		watchDone:   make(chan struct{}),
 		tx: producer{
@@ -211,6 +226,7 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	}
 	f.Wake[side][wakeSpace] = -1
 	c.txWake, c.rxWake = data, space
+	c.capsFD, f.Caps[side] = f.Caps[side], -1
 	return c, nil
 }
 
@@ -231,14 +247,14 @@ func fstatConn(sc syscall.Conn, st *syscall.Stat_t) error {
 }
 
 // The setup handshake on the socket: the creator sends hello with the
-// attacher's descriptors (SCM_RIGHTS: the memfd, then the attacher's data
-// and space sockets), the attacher answers with an ack once it has mapped
+// attacher's descriptors (SCM_RIGHTS: the memfd, then the attacher's data,
+// space and caps sockets), the attacher answers with an ack once it has mapped
 // the rings.
 const (
 	helloMagic = 0x314f4c4c45484d55 // "UMHELLO1"
 	ackMagic   = 0x314b4341504d55   // "UMPACK1\0"
 	helloSize  = 16
-	helloFDs   = 3
+	helloFDs   = 4
 	ackOK      = 0
 	ackRefused = 1
 )
@@ -274,7 +290,7 @@ func create(ctx context.Context, sock *net.UnixConn, f *Files, o *Options) (*Con
 	}
 	// Sent, then closed: after the hello only the attacher holds its ends.
 	defer theirs.Close()
-	send := []int{theirs.Mem, theirs.Wake[Attacher][wakeData], theirs.Wake[Attacher][wakeSpace]}
+	send := []int{theirs.Mem, theirs.Wake[Attacher][wakeData], theirs.Wake[Attacher][wakeSpace], theirs.Caps[Attacher]}
 	// Map and check our side before the peer can touch the memory.
 	c, err := open(Creator, f, sock, o)
 	if err != nil {
@@ -334,7 +350,7 @@ func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 	fds, perr := parseRights(oob[:oobn])
 	f := noFiles()
 	if len(fds) == helloFDs {
-		f.Mem, f.Wake[Attacher] = fds[0], [2]int{fds[1], fds[2]}
+		f.Mem, f.Wake[Attacher], f.Caps[Attacher] = fds[0], [2]int{fds[1], fds[2]}, fds[3]
 	} else {
 		closeFDs(fds...)
 	}

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -171,32 +172,32 @@ const soDomain = 39
 // non-blocking. A wake-up socket never needs O_NONBLOCK, as every call on
 // it passes MSG_DONTWAIT; it is set so that the runtime's netpoller takes
 // the descriptor.
-func checkWakeSockets(fds []int, sockIno uint64) error {
+func checkWakeSockets(fds []int, sockIno uint64) ([]uint64, error) {
 	seen := []uint64{sockIno}
 	for _, fd := range fds {
 		typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
 		if err != nil {
-			return fmt.Errorf("%w: wake-up descriptor %d is not a socket: %v", ErrProtocol, fd, err)
+			return nil, fmt.Errorf("%w: wake-up descriptor %d is not a socket: %v", ErrProtocol, fd, err)
 		}
 		dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
 		if err != nil || typ != syscall.SOCK_STREAM || dom != syscall.AF_UNIX {
-			return fmt.Errorf("%w: wake-up descriptor %d is not a Unix stream socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
+			return nil, fmt.Errorf("%w: wake-up descriptor %d is not a Unix stream socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
 		}
 		var st syscall.Stat_t
 		if err := syscall.Fstat(fd, &st); err != nil {
-			return os.NewSyscallError("fstat", err)
+			return nil, os.NewSyscallError("fstat", err)
 		}
 		for _, ino := range seen {
 			if st.Ino == ino {
-				return fmt.Errorf("%w: wake-up descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
+				return nil, fmt.Errorf("%w: wake-up descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
 			}
 		}
 		seen = append(seen, st.Ino)
 		if err := syscall.SetNonblock(fd, true); err != nil {
-			return os.NewSyscallError("fcntl", err)
+			return nil, os.NewSyscallError("fcntl", err)
 		}
 	}
-	return nil
+	return seen, nil
 }
 
 // checkMemfd returns the size of a shared-memory descriptor received from
@@ -235,3 +236,28 @@ func closeFDs(fds ...int) {
 // The thread stays runnable, so the call does not block: a RawSyscall, like
 // the wake-up calls.
 func osYield() { syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0) }
+
+// pollFd is struct pollfd.
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const pollOut = 0x4 // POLLOUT
+
+// poll waits at most d for an event on fds (ppoll(2), which every Linux
+// architecture has), and returns how many have one; an interrupted wait
+// returns 0.
+func poll(fds []pollFd, d time.Duration) (int, error) {
+	ts := syscall.NsecToTimespec(int64(d))
+	n, _, e := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)),
+		uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if e == syscall.EINTR {
+		return 0, nil
+	}
+	if e != 0 {
+		return 0, os.NewSyscallError("ppoll", e)
+	}
+	return int(n), nil
+}

@@ -1,0 +1,180 @@
+/*
+ * chanos-caps-peer: the C side of the tests of descriptors in messages
+ * between Go and C domains (tests/interop), over the interface files
+ * (testdata/caps/files.if). The monitor directory comes from $CHANOS_DIR.
+ *
+ *   chanos-caps-peer serve NAME      exports files under NAME, prints
+ *                                    "serving NAME" and serves one
+ *                                    connection until it ends: share
+ *                                    writes the tag into the descriptor,
+ *                                    stat answers its size, dup hands it
+ *                                    back, given away
+ *   chanos-caps-peer call NAME FILE  connects to NAME and prints "size N"
+ *                                    (stat of FILE), "dup size N" (stat,
+ *                                    here, of what dup hands back) and
+ *                                    "share TEXT" (what the server wrote
+ *                                    into a pipe it was given away, read
+ *                                    to its end)
+ *
+ * It prints "leaked fds N" last: how many more descriptors it holds than
+ * when it started, so that a test sees that none leaked. Exit status 0 on success; 1 on failure, with
+ * the reason on stderr.
+ */
+#include "files.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define CALL_MS 10000
+
+static int fail(const char *what, int rc)
+{
+    fprintf(stderr, "chanos-caps-peer: %s: %s (%d)\n", what, chanos_strerror(rc), rc);
+    return 1;
+}
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    if (d == NULL)
+        return -1;
+    while (readdir(d) != NULL)
+        n++;
+    closedir(d);
+    return n - 3; /* ".", ".." and the directory's own */
+}
+
+static int on_share(void *ctx, chanos_conn *c, const struct files_share *m)
+{
+    (void)ctx;
+    (void)c;
+    dprintf(m->fd, "%" PRIu64, m->tag);
+    close(m->fd); /* the message's descriptor is ours */
+    return 0;
+}
+
+static int on_stat(void *ctx, chanos_conn *c, const struct files_stat_call *in,
+                   struct files_stat_reply *out)
+{
+    struct stat st;
+    int rc = fstat(in->fd, &st);
+
+    (void)ctx;
+    (void)c;
+    close(in->fd);
+    if (rc != 0)
+        return CHANOS_CODE_INVALID_ARGUMENT;
+    out->size = (uint64_t)st.st_size;
+    return 0;
+}
+
+/* dup's reply gives the descriptor away: the reply's send closes it */
+static int on_dup(void *ctx, chanos_conn *c, const struct files_dup_call *in,
+                  struct files_dup_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    out->copy = in->fd;
+    return 0;
+}
+
+static const struct files_server_ops ops = {
+    .share = on_share, .stat = on_stat, .dup = on_dup,
+};
+
+static int serve(chanos_domain *d, const char *name)
+{
+    chanos_listener *l;
+    chanos_conn *c;
+    int rc;
+
+    rc = chanos_export_iface(d, name, &files_interface, NULL, &l);
+    if (rc != 0)
+        return fail("export", rc);
+    printf("serving %s\n", name);
+    fflush(stdout);
+    if ((rc = chanos_accept(l, 20000, &c)) != 0)
+        return fail("accept", rc);
+    rc = files_serve(c, &ops, NULL, 20000);
+    chanos_conn_close(c);
+    chanos_listener_close(l);
+    if (rc != 0)
+        return fail("serve", rc);
+    return 0;
+}
+
+static int call(chanos_domain *d, const char *name, const char *path)
+{
+    struct files_stat_call sc;
+    struct files_stat_reply sr;
+    struct files_dup_call dc;
+    struct files_dup_reply dr;
+    struct files_share sh;
+    struct stat st;
+    chanos_conn *c;
+    char text[64];
+    ssize_t n, got = 0;
+    int p[2], rc;
+
+    rc = chanos_connect_iface(d, name, &files_interface, CALL_MS, &c);
+    if (rc != 0)
+        return fail("connect", rc);
+    sc.fd = dc.fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (sc.fd < 0)
+        return fail("open", -1);
+    if ((rc = files_stat(c, &sc, &sr, CALL_MS)) != 0)
+        return fail("stat", rc);
+    printf("size %" PRIu64 "\n", sr.size);
+    if ((rc = files_dup(c, &dc, &dr, CALL_MS)) != 0)
+        return fail("dup", rc);
+    close(dc.fd); /* a cap is copied: ours stays ours */
+    if (fstat(dr.copy, &st) != 0)
+        return fail("fstat of dup's descriptor", -1);
+    close(dr.copy);
+    printf("dup size %lld\n", (long long)st.st_size);
+    if (pipe(p) != 0)
+        return fail("pipe", -1);
+    sh.fd = p[1];
+    sh.tag = 42;
+    if ((rc = files_share_send(c, &sh, CALL_MS)) != 0)
+        return fail("share", rc);
+    /* p[1] was given away: the server's copy is the last, so the pipe
+     * ends once it has written */
+    while ((n = read(p[0], text + got, sizeof text - 1 - (size_t)got)) > 0)
+        got += n;
+    close(p[0]);
+    text[got] = '\0';
+    printf("share %s\n", text);
+    chanos_conn_close(c);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    int start = open_fds();
+    chanos_domain *d;
+    int rc;
+
+    if (!((argc == 3 && strcmp(argv[1], "serve") == 0) ||
+          (argc == 4 && strcmp(argv[1], "call") == 0))) {
+        fprintf(stderr, "usage: chanos-caps-peer serve NAME | call NAME FILE\n");
+        return 2;
+    }
+    rc = chanos_join(&d, NULL);
+    if (rc != 0)
+        return fail("join", rc);
+    if (strcmp(argv[1], "serve") == 0)
+        rc = serve(d, argv[2]);
+    else
+        rc = call(d, argv[2], argv[3]);
+    chanos_domain_close(d);
+    printf("leaked fds %d\n", open_fds() - start);
+    return rc;
+}

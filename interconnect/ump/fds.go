@@ -1,0 +1,252 @@
+package ump
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// Descriptors travel beside the rings (docs/ump.md, "Descriptors"): each
+// side holds its own end of a Unix SOCK_SEQPACKET pair, the caps socket.
+// A sender of a message with n descriptors first sends, on its end, one
+// record (the message's sequence number among those with descriptors, and
+// n) with the descriptors attached (SCM_RIGHTS), then writes the message
+// into the ring. The receiver of a message whose header announces n
+// descriptors takes the next record: it is there already, as it was sent
+// first, and it must be the expected one with exactly n descriptors, or
+// the peer broke the protocol.
+
+const (
+	capsRecordSize = 8
+	// MaxFDs is the most descriptors one message carries over ump: the
+	// kernel's limit for one SCM_RIGHTS message.
+	MaxFDs = 253
+)
+
+// ErrTooManyFDs is returned by a send of a message with more than MaxFDs
+// descriptors.
+var ErrTooManyFDs = errors.New("ump: too many descriptors in one message")
+
+// capsSocketPair returns a connected pair of Unix seqpacket sockets.
+func capsSocketPair() ([2]int, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC|syscall.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return [2]int{-1, -1}, os.NewSyscallError("socketpair", err)
+	}
+	return [2]int{fds[0], fds[1]}, nil
+}
+
+// checkCapsSocket checks that fd, received from a peer, is a Unix
+// seqpacket socket distinct from the connection's other sockets (inodes
+// in seen), and makes our end non-blocking (our end is ours alone: the
+// peer holds the other one).
+func checkCapsSocket(fd int, seen []uint64) error {
+	typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
+	if err != nil {
+		return fmt.Errorf("%w: caps descriptor %d is not a socket: %v", ErrProtocol, fd, err)
+	}
+	dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
+	if err != nil || typ != syscall.SOCK_SEQPACKET || dom != syscall.AF_UNIX {
+		return fmt.Errorf("%w: caps descriptor %d is not a Unix seqpacket socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return os.NewSyscallError("fstat", err)
+	}
+	for _, ino := range seen {
+		if st.Ino == ino {
+			return fmt.Errorf("%w: caps descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
+		}
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return os.NewSyscallError("fcntl", err)
+	}
+	return nil
+}
+
+// sendFDs sends the record of the next message with descriptors, with
+// fds attached, waiting while the peer's queue is full (the kernel bounds
+// the records in flight) until ctx ends, or not at all if wait is false
+// (then it reports false, having sent nothing). The caller holds smu.
+func (c *Conn) sendFDs(ctx context.Context, fds []int, wait bool) (bool, error) {
+	var rec [capsRecordSize]byte
+	binary.LittleEndian.PutUint32(rec[0:], c.capsOut+1)
+	binary.LittleEndian.PutUint32(rec[4:], uint32(len(fds)))
+	oob := syscall.UnixRights(fds...)
+	for {
+		err := syscall.Sendmsg(c.capsFD, rec[:], oob, nil, syscall.MSG_DONTWAIT|syscall.MSG_NOSIGNAL)
+		if err == nil {
+			c.capsOut++
+			return true, nil
+		}
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != syscall.EAGAIN {
+			if err == syscall.EPIPE || err == syscall.ECONNRESET {
+				c.peerGone()
+				return false, c.Err()
+			}
+			return false, fmt.Errorf("ump: send descriptors: %w", os.NewSyscallError("sendmsg", err))
+		}
+		if !wait {
+			return false, nil
+		}
+		if err := c.waitCapsRoom(ctx); err != nil {
+			return false, err
+		}
+	}
+}
+
+// waitCapsRoom waits until the caps socket may take a record, the
+// connection ends or ctx ends. The peer drains its queue as it reads the
+// messages in its ring, so a short poll keeps the code simple at no cost
+// to the common case, which never waits.
+func (c *Conn) waitCapsRoom(ctx context.Context) error {
+	pfd := []pollFd{{fd: int32(c.capsFD), events: pollOut}}
+	for {
+		if err := c.txEnded(ctx, ctx.Done()); err != nil {
+			return err
+		}
+		if n, err := poll(pfd, 10*time.Millisecond); err != nil {
+			return err
+		} else if n > 0 {
+			return nil
+		}
+	}
+}
+
+// recvFDs takes the record of the next message with descriptors, which
+// announces n, and returns them. Whatever does not match (no record, a
+// record out of sequence, another count, descriptors cut off) ends the
+// connection as the peer's protocol violation; descriptors received with
+// a bad record are closed. The caller is the only receiver.
+func (c *Conn) recvFDs(n int) ([]int, error) {
+	var rec [capsRecordSize + 1]byte
+	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
+	var got, oobn, flags int
+	var err error
+	for {
+		got, oobn, flags, _, err = syscall.Recvmsg(c.capsFD, rec[:], oob, syscall.MSG_DONTWAIT|syscall.MSG_CMSG_CLOEXEC)
+		if err != syscall.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		if err == syscall.EAGAIN {
+			return nil, c.fail(protoErr(fmt.Sprintf("a message announces %d descriptors, and none were sent", n)))
+		}
+		return nil, c.fail(protoErr(fmt.Sprintf("receive descriptors: %v", err)))
+	}
+	fds, perr := parseRights(oob[:oobn])
+	le := binary.LittleEndian
+	switch {
+	case perr != nil:
+		closeFDs(fds...)
+		return nil, c.fail(protoErr(perr.Error()))
+	case got == 0:
+		closeFDs(fds...)
+		return nil, c.fail(protoErr(fmt.Sprintf("a message announces %d descriptors, and the peer's caps socket ended", n)))
+	case flags&(syscall.MSG_CTRUNC|syscall.MSG_TRUNC) != 0 || got != capsRecordSize:
+		closeFDs(fds...)
+		return nil, c.fail(protoErr(fmt.Sprintf("malformed descriptor record (%d bytes, flags %#x)", got, flags)))
+	case le.Uint32(rec[0:]) != c.capsIn+1:
+		closeFDs(fds...)
+		return nil, c.fail(protoErr(fmt.Sprintf("descriptor record %d where %d was due", le.Uint32(rec[0:]), c.capsIn+1)))
+	case int(le.Uint32(rec[4:])) != n || len(fds) != n:
+		closeFDs(fds...)
+		return nil, c.fail(protoErr(fmt.Sprintf("a message announces %d descriptors; its record announces %d and carries %d", n, le.Uint32(rec[4:]), len(fds))))
+	}
+	c.capsIn++
+	return fds, nil
+}
+
+// capFDs returns duplicates of the descriptors of caps, which must each
+// have one (a SyscallConn, as *os.File and net connections have, or an
+// Fd method), for sending: the caller closes them once sent. A Cap is
+// read through SyscallConn rather than Fd where it can be, as
+// (*os.File).Fd would switch the descriptor to blocking.
+func capFDs(caps []wire.Cap) ([]int, error) {
+	if len(caps) > MaxFDs {
+		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
+	}
+	fds := make([]int, 0, len(caps))
+	for i, cp := range caps {
+		fd, err := capFD(cp)
+		if err != nil {
+			closeFDs(fds...)
+			return nil, fmt.Errorf("ump: capability %d: %w", i, err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+func capFD(cp wire.Cap) (int, error) {
+	if sc, ok := cp.(syscall.Conn); ok {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return -1, err
+		}
+		fd, derr := -1, error(nil)
+		if err := rc.Control(func(u uintptr) { fd, derr = dupFD(int(u)) }); err != nil {
+			return -1, err
+		}
+		return fd, derr
+	}
+	if f, ok := cp.(interface{ Fd() uintptr }); ok {
+		return dupFD(int(f.Fd()))
+	}
+	return -1, fmt.Errorf("%T has no file descriptor", cp)
+}
+
+// SendFDs is Send of a message with descriptors attached: the receiver,
+// reading the message, gets duplicates of them (ReceiveFDs). The caller
+// keeps fds, which it may close once SendFDs returns. It waits for room in
+// the ring, and for the peer to take earlier messages' descriptors, until
+// ctx ends; on failure nothing was sent.
+func (c *Conn) SendFDs(ctx context.Context, msg []byte, fds []int) error {
+	_, err := c.sendWithFDs(ctx, msg, fds, true)
+	return err
+}
+
+// TrySendFDs is SendFDs without the wait: false when the ring, or the
+// peer's queue of descriptors, has no room now.
+func (c *Conn) TrySendFDs(msg []byte, fds []int) (bool, error) {
+	return c.sendWithFDs(context.Background(), msg, fds, false)
+}
+
+func (c *Conn) sendWithFDs(ctx context.Context, msg []byte, fds []int, wait bool) (bool, error) {
+	if len(fds) == 0 {
+		return c.send(ctx, msg, wait)
+	}
+	if len(fds) > MaxFDs {
+		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(fds), MaxFDs)
+	}
+	if len(msg) > int(c.cfg.maxMsg) {
+		return false, c.tooLarge(len(msg))
+	}
+	c.smu.Lock()
+	defer c.smu.Unlock()
+	return c.sendLockedFDs(ctx, msg, nil, nil, fds, wait)
+}
+
+// ReceiveFDs takes the n descriptors that the message just received
+// announced (a chanos frame's ncaps): the caller owns them. It must be
+// called by the receiver, after the receive that returned the message and
+// before the next; anything amiss ends the connection with ErrProtocol.
+func (c *Conn) ReceiveFDs(n int) ([]int, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if n > MaxFDs {
+		return nil, c.fail(protoErr(fmt.Sprintf("a message announces %d descriptors, at most %d", n, MaxFDs)))
+	}
+	return c.recvFDs(n)
+}

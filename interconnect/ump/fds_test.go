@@ -1,0 +1,175 @@
+package ump
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"io"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// A message carries descriptors: the receiver gets working duplicates,
+// each message exactly its own, in order, whatever their counts; nothing
+// leaks.
+func TestFDsTravel(t *testing.T) {
+	before := countResources(t)
+	func() {
+		a, b := pipe(t, &Options{MaxMessageSize: 4096})
+		defer a.Close()
+		defer b.Close()
+		ctx := testkit.Context(t)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		defer w.Close()
+		wfd := int(w.Fd())
+		// Messages with 0, 1, 2 and MaxFDs descriptors, interleaved.
+		counts := []int{1, 0, 2, 1, MaxFDs, 0, 3}
+		for i, n := range counts {
+			fds := make([]int, n)
+			for j := range fds {
+				fds[j] = wfd
+			}
+			msg := []byte{byte(i), byte(n)}
+			if err := a.SendFDs(ctx, msg, fds); err != nil {
+				t.Fatalf("message %d: %v", i, err)
+			}
+		}
+		for i, n := range counts {
+			m, err := b.Receive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m[0] != byte(i) || int(m[1]) != n {
+				t.Fatalf("message %d is %v", i, m)
+			}
+			fds, err := b.ReceiveFDs(int(m[1]))
+			if err != nil || len(fds) != n {
+				t.Fatalf("message %d: %d descriptors, %v; want %d", i, len(fds), err, n)
+			}
+			for j, fd := range fds {
+				if _, err := syscall.Write(fd, []byte{byte(i), byte(j)}); err != nil {
+					t.Fatalf("write to received descriptor: %v", err)
+				}
+				var got [2]byte
+				if _, err := io.ReadFull(r, got[:]); err != nil || got != [2]byte{byte(i), byte(j)} {
+					t.Fatalf("read %v, %v", got, err)
+				}
+				syscall.Close(fd)
+			}
+		}
+	}()
+	checkNoLeaks(t, before)
+}
+
+// The peer's queue of descriptor records is bounded by the kernel: a
+// sender that runs ahead waits (TrySendFDs reports no room, SendFDs waits
+// until its context ends) and goes on once the receiver takes them; what
+// is left in flight when the connection closes is closed with it.
+func TestFDsInFlight(t *testing.T) {
+	before := countResources(t)
+	func() {
+		a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 1024})
+		defer a.Close()
+		defer b.Close()
+		f, err := os.Open("/dev/null")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		fd := int(f.Fd())
+		sent := 0
+		for ; sent < 10000; sent++ {
+			ok, err := a.TrySendFDs([]byte{1}, []int{fd})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+		}
+		if sent == 10000 {
+			t.Fatal("10000 messages with descriptors in flight, unbounded")
+		}
+		t.Logf("%d messages with descriptors in flight before the sender waits", sent)
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		defer cancel()
+		if err := a.SendFDs(ctx, []byte{1}, []int{fd}); !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("SendFDs to a full queue = %v, want the deadline", err)
+		}
+		rctx := testkit.Context(t)
+		m, err := b.Receive(rctx)
+		if err != nil || len(m) != 1 {
+			t.Fatal(m, err)
+		}
+		fds, err := b.ReceiveFDs(1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		syscall.Close(fds[0])
+		if err := a.SendFDs(rctx, []byte{1}, []int{fd}); err != nil {
+			t.Fatalf("SendFDs once there is room: %v", err)
+		}
+	}()
+	checkNoLeaks(t, before)
+}
+
+// A peer that lies about descriptors ends the connection with
+// ErrProtocol: a message that announces some and has no record, a record
+// with another count, a record out of sequence.
+func TestFDsLies(t *testing.T) {
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	record := func(seq, n uint32, fds ...int) func(a *Conn) error {
+		return func(a *Conn) error {
+			var rec [capsRecordSize]byte
+			binary.LittleEndian.PutUint32(rec[0:], seq)
+			binary.LittleEndian.PutUint32(rec[4:], n)
+			return syscall.Sendmsg(a.capsFD, rec[:], syscall.UnixRights(fds...), nil, 0)
+		}
+	}
+	fd := int(f.Fd())
+	for name, lie := range map[string]func(a *Conn) error{
+		"no record":         func(*Conn) error { return nil },
+		"count differs":     record(1, 2, fd, fd),
+		"count understated": record(1, 1, fd, fd),
+		"out of sequence":   record(7, 1, fd),
+		"no descriptors":    record(1, 1),
+	} {
+		t.Run(name, func(t *testing.T) {
+			before := countResources(t)
+			func() {
+				a, b := pipe(t, &Options{MaxMessageSize: 4096})
+				defer a.Close()
+				defer b.Close()
+				if err := lie(a); err != nil {
+					t.Fatal(err)
+				}
+				ctx := testkit.Context(t)
+				if err := a.Send(ctx, []byte{1}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.Receive(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := b.ReceiveFDs(1); !errors.Is(err, ErrProtocol) {
+					t.Fatalf("ReceiveFDs = %v, want ErrProtocol", err)
+				}
+				if _, err := b.Receive(ctx); !errors.Is(err, ErrProtocol) {
+					t.Fatalf("the next Receive = %v, want ErrProtocol", err)
+				}
+			}()
+			checkNoLeaks(t, before)
+		})
+	}
+}

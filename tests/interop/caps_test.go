@@ -1,0 +1,165 @@
+package interop
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/internal/testkit"
+	files "github.com/chanos/chanos/internal/testkit/files"
+	"github.com/chanos/chanos/wire"
+)
+
+// Descriptors in messages between Go and C domains (docs/ump.md,
+// "Descriptors"), over the interface files (testdata/caps/files.if): a
+// cap is copied, a give_away_cap moves (the sender's copy is closed once
+// sent), and neither side keeps a descriptor it was not meant to.
+
+func capsPeer(t *testing.T) string { return filepath.Join(cBuild(t), "tools", "chanos-caps-peer") }
+
+// openFDs counts this process's descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// settledFDs waits for this process's descriptor count to come back to
+// at most want (goroutines that close a connection's last descriptors
+// may still be running), and returns the count.
+func settledFDs(t *testing.T, want int) int {
+	t.Helper()
+	n := openFDs(t)
+	for deadline := time.Now().Add(5 * time.Second); n > want && time.Now().Before(deadline); n = openFDs(t) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	return n
+}
+
+// sizedFile makes a file of n bytes.
+func sizedFile(t *testing.T, n int) *os.File {
+	t.Helper()
+	f, err := os.CreateTemp(t.TempDir(), "cap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(n)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}
+
+func TestFDsCServerGoClient(t *testing.T) {
+	dir := startMonitor(t)
+	srv := spawn(t, dir, capsPeer(t), "serve", "c.files")
+	if l := srv.Line(t); l != "serving c.files" {
+		t.Fatalf("chanos-caps-peer printed %q", l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	d := join(t, dir)
+	f := sizedFile(t, 12345)
+	before := openFDs(t)
+	c, err := files.Connect(ctx, d, "c.files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if size, err := c.Stat(ctx, f); err != nil || size != 12345 {
+		t.Fatalf("stat = %d, %v; want 12345", size, err)
+	}
+	got, err := c.Dup(ctx, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gf, ok := got.(*os.File)
+	if !ok {
+		t.Fatalf("dup handed back a %T", got)
+	}
+	if st, err := gf.Stat(); err != nil || st.Size() != 12345 {
+		t.Fatalf("the descriptor dup handed back: %v, %v", st, err)
+	}
+	gf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := c.Send(ctx, &files.Share{FD: w, Tag: 42}); err != nil {
+		t.Fatal(err)
+	}
+	// w was given away: closed here once sent, so the pipe ends when the
+	// server has written and closed its copy.
+	if _, err := w.Write([]byte{1}); err == nil {
+		t.Fatal("the give_away_cap is still open on the sending side")
+	}
+	text, err := io.ReadAll(r)
+	if err != nil || string(text) != "42" {
+		t.Fatalf("share: the server wrote %q, %v", text, err)
+	}
+	c.Close()
+	if n := settledFDs(t, before); n > before {
+		t.Errorf("descriptors leaked in the Go client: %d before, %d after", before, n)
+	}
+	if !srv.wait(t, 0) {
+		t.FailNow()
+	}
+}
+
+// goFiles is the Go server of files.
+type goFiles struct{}
+
+func (goFiles) Share(ctx context.Context, from *files.Client, m files.Share) error {
+	f := m.FD.(*os.File)
+	defer f.Close()
+	_, err := f.WriteString(strconv.FormatUint(m.Tag, 10))
+	return err
+}
+
+func (goFiles) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
+	defer fd.Close()
+	st, err := fd.(*os.File).Stat()
+	if err != nil {
+		return 0, chanos.Errorf(chanos.CodeInvalidArgument, "stat: %v", err)
+	}
+	return uint64(st.Size()), nil
+}
+
+// Dup gives the descriptor it was sent back: the reply's send closes it.
+func (goFiles) Dup(ctx context.Context, fd wire.Cap) (wire.Cap, error) { return fd, nil }
+
+func TestFDsGoServerCClient(t *testing.T) {
+	dir := startMonitor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	d := join(t, dir)
+	l, err := files.Export(ctx, d, "go.files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := sizedFile(t, 4321)
+	before := openFDs(t)
+	served := make(chan error, 1)
+	go func() { served <- files.Serve(ctx, l, goFiles{}) }()
+	out := run(t, dir, capsPeer(t), "call", "go.files", f.Name())
+	want := "size 4321\ndup size 4321\nshare 42\nleaked fds 0\n"
+	if out != want {
+		t.Fatalf("chanos-caps-peer call printed %q, want %q", out, want)
+	}
+	l.Close()
+	if err := testkit.Await(t, "Serve's end", served); err != nil && !strings.Contains(err.Error(), "closed") {
+		t.Logf("Serve: %v", err)
+	}
+	if n := settledFDs(t, before); n > before {
+		t.Errorf("descriptors leaked in the Go server: %d before, %d after", before, n)
+	}
+}
