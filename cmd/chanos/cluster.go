@@ -75,7 +75,7 @@ with it and not expired. --root-cert pins the root: the credential must be
 signed by the root in FILE. With --revocations, installs the revocation
 list in FILE ('chanos cluster revoke' wrote it) after checking that the
 cluster's root signed it and that it is not older than the machine's.
-The monitor reads both when it starts.
+Both stay in the monitor directory for the monitor to load.
 
 --json prints {"cluster", "machine", "serial", "key_id", "not_after",
 "dir"}, or with --revocations {"number", "revoked"}.
