@@ -72,10 +72,13 @@ var (
 	// ErrBadCertificate: the peer's credential is not a machine
 	// credential this package issues (not Ed25519, a CA, no machine name).
 	ErrBadCertificate error = &refusal{"bad certificate"}
-	// ErrRefusedByPeer: the peer ended the handshake: it refused this
-	// machine's credential, or does not speak the protocol. Its own log
-	// says why.
+	// ErrRefusedByPeer: the peer ended the handshake with a TLS alert:
+	// it refused this machine's credential. Its own log says why.
 	ErrRefusedByPeer error = &refusal{"refused by peer"}
+	// ErrHandshakeFailed: the handshake broke off for a reason other than
+	// a refusal: the peer closed the connection, or does not speak TLS or
+	// this protocol.
+	ErrHandshakeFailed error = &refusal{"handshake failed"}
 	// ErrHandshakeTimeout: the handshake did not finish within
 	// Options.HandshakeTimeout (or the caller's context).
 	ErrHandshakeTimeout error = &refusal{"handshake timeout"}
@@ -85,7 +88,7 @@ var (
 // "unknown root", "revoked", ...; "" if err is not a refusal.
 func Reason(err error) string {
 	for _, r := range []error{ErrNoCertificate, ErrUnknownRoot, ErrWrongCluster, ErrExpired, ErrRevoked,
-		ErrWrongMachine, ErrBadCertificate, ErrRefusedByPeer, ErrHandshakeTimeout} {
+		ErrWrongMachine, ErrBadCertificate, ErrRefusedByPeer, ErrHandshakeFailed, ErrHandshakeTimeout} {
 		if errors.Is(err, r) {
 			return r.Error()
 		}
@@ -370,14 +373,23 @@ func handshake(ctx context.Context, c net.Conn, id *Identity, o *Options, client
 			err = verr
 		case ctx.Err() != nil || errors.Is(err, os.ErrDeadlineExceeded):
 			err = fmt.Errorf("%w after %v: %v", ErrHandshakeTimeout, o.HandshakeTimeout, err)
-		default:
+		case isRemoteAlert(err):
 			err = fmt.Errorf("%w: %v", ErrRefusedByPeer, err)
+		default:
+			err = fmt.Errorf("%w: %v", ErrHandshakeFailed, err)
 		}
 		return fail(err)
 	}
 	l := &Link{conn: tc, peer: peer, id: id, log: o.Logger, maxFrame: o.MaxFrameSize, done: make(chan struct{})}
 	go l.watch()
 	return l, nil
+}
+
+// isRemoteAlert reports whether err is a TLS alert the peer sent, which
+// crypto/tls reports as a net.OpError of operation "remote error".
+func isRemoteAlert(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "remote error"
 }
 
 // exchangePreamble sends the preamble and reads the peer's, within ctx.

@@ -211,7 +211,8 @@ func TestUnadmittedRefused(t *testing.T) {
 }
 
 // TestNoClientCertificate: a TLS client that presents no certificate is
-// refused, and the reason logged.
+// refused, and so is a client that does not speak TLS, each with its
+// reason logged.
 func TestNoClientCertificate(t *testing.T) {
 	root := newRoot(t, "lab")
 	m := newMachine(t, root, "alpha")
@@ -226,6 +227,17 @@ func TestNoClientCertificate(t *testing.T) {
 		t.Fatal("a client without a certificate read the listener's preamble")
 	}
 	m.log.waitLog(t, "cluster link refused", `reason="no client cert"`)
+
+	// Nor does a client that does not speak TLS get anywhere.
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	if _, err := raw.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	m.log.waitLog(t, "cluster link refused", `reason="handshake failed"`)
 }
 
 // TestRevoked: once a machine loads a list that revokes a peer, its open

@@ -349,9 +349,6 @@ func runClusterJoin(args []string, stdout io.Writer) error {
 		_, err = fmt.Fprintf(stdout, "revocation list number %s installed in %s: %d credentials revoked\n", out.Number, dir, len(out.Revoked))
 		return err
 	}
-	if _, err := cluster.LoadOrCreateKey(dir); err != nil {
-		return fmt.Errorf("cluster join: %w", err)
-	}
 	var pinned *x509.Certificate
 	if *rootCert != "" {
 		if pinned, err = readRootCert(*rootCert); err != nil {
