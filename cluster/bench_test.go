@@ -21,7 +21,7 @@ func BenchmarkLinkHandshake(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { ln.Close(); ln.Wait() }()
+	defer ln.Close()
 	ctx := context.Background()
 	go func() {
 		for {
@@ -53,7 +53,7 @@ func BenchmarkLinkRoundTrip(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer func() { ln.Close(); ln.Wait() }()
+	defer ln.Close()
 	ctx := context.Background()
 	d, err := Dial(ctx, ln.Addr().String(), a, nil)
 	if err != nil {

@@ -139,10 +139,7 @@ func (m *machine) listen(t *testing.T) *Listener {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ln.Close()
-		ln.Wait()
-	})
+	t.Cleanup(func() { ln.Close() })
 	return ln
 }
 

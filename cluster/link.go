@@ -216,7 +216,7 @@ func (l *Listener) loop() {
 			l.mu.Lock()
 			l.err = err
 			l.mu.Unlock()
-			l.Close()
+			l.shutdown()
 			return
 		}
 		select {
@@ -271,6 +271,13 @@ func (l *Listener) Accept(ctx context.Context) (*Link, error) {
 // Close stops listening, ends the handshakes in progress, and waits for
 // their goroutines. Links already accepted stay open.
 func (l *Listener) Close() error {
+	err := l.shutdown()
+	l.wg.Wait()
+	return err
+}
+
+// shutdown is Close without the wait, for the accept loop itself.
+func (l *Listener) shutdown() error {
 	var err error
 	l.once.Do(func() {
 		close(l.done)
@@ -282,9 +289,6 @@ func (l *Listener) Close() error {
 	}
 	return err
 }
-
-// Wait waits until the listener's goroutines have ended, after Close.
-func (l *Listener) Wait() { l.wg.Wait() }
 
 // tlsCert returns the machine's credential as crypto/tls presents it.
 func (id *Identity) tlsCert() tls.Certificate {
