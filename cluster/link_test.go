@@ -3,15 +3,18 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/tls"
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -462,4 +465,50 @@ func TestMalformedFrame(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestExpiryEndsLink: a link whose peer's credential expires while it is
+// open ends then, on the side that checks it, with ErrExpired.
+func TestExpiryEndsLink(t *testing.T) {
+	root := newRoot(t, "lab")
+	b := newMachine(t, root, "beta")
+	// A credential of a few seconds: certificates count whole seconds, so
+	// it has at least 3 s left when the link is made.
+	a := &machine{dir: filepath.Join(testkit.ShortDir(t), "m")}
+	if err := monitor.PrepareDir(a.dir); err != nil {
+		t.Fatal(err)
+	}
+	key, err := LoadOrCreateKey(a.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	cred, err := root.Admit(key.Public().(ed25519.PublicKey), "brief", now.Add(-time.Minute), now.Add(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.id, err = Join(a.dir, root.Bundle(cred), nil); err != nil {
+		t.Fatal(err)
+	}
+	ln := b.listen(t)
+	d, err := Dial(testkit.Context(t), ln.Addr().String(), a.id, a.opts())
+	if errors.Is(err, ErrExpired) {
+		t.Skip("the handshake took longer than the credential's life")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	acc, err := ln.Accept(testkit.Context(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acc.Close()
+	if _, err := receive(t, acc); !errors.Is(err, ErrExpired) || !errors.Is(err, interconnect.ErrClosed) {
+		t.Fatalf("beta's link to brief after its credential expired: %v, want ErrClosed and ErrExpired", err)
+	}
+	if time.Now().Before(cred.NotAfter) {
+		t.Fatalf("the link ended before the credential expired (%v)", cred.NotAfter)
+	}
+	b.log.waitLog(t, "cluster link ended", "peer=brief", "reason=expired")
 }
