@@ -7,6 +7,7 @@
 //	chanos names [PREFIX]        list names (--json)
 //	chanos ps                    list domains, exports, connections (--json)
 //	chanos demo                  monitor, server and client as separate processes
+//	chanos cluster COMMAND       machine identity and admission (init, admit, join, revoke, show)
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
 //	chanos version               print the version (also chanos --version)
 //
@@ -42,6 +43,7 @@ commands:
   names [PREFIX]        list the nameservice's names (--json for JSON)
   ps                    list domains with their exports and connections (--json)
   demo                  run a monitor, a server and a client as separate processes
+  cluster COMMAND       machine identity: init, admit, join, revoke, show
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
   version               print the version (also: chanos --version)
 
@@ -74,6 +76,9 @@ func usagef(cmd, format string, args ...any) error {
 
 // usageText returns the usage of command cmd ("" for chanos itself).
 func usageText(cmd string) string {
+	if u, ok := clusterUsageText(cmd); ok {
+		return u
+	}
 	switch cmd {
 	case "bench":
 		var b strings.Builder
@@ -199,6 +204,8 @@ func run(ctx context.Context, args []string) error {
 	switch args[0] {
 	case "bench":
 		return runBench(ctx, args[1:])
+	case "cluster":
+		return runCluster(ctx, args[1:])
 	case "demo":
 		return runDemo(ctx, args[1:])
 	case "monitor":
