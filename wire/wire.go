@@ -21,7 +21,9 @@ package wire
 
 import (
 	"fmt"
+	"os"
 	"strconv"
+	"syscall"
 )
 
 // Cap is a capability carried beside a frame, out of band: an endpoint or
@@ -125,4 +127,48 @@ func CloseCaps(caps []Cap) {
 			c.Close()
 		}
 	}
+}
+
+// Duper is a capability that can make a copy of itself: a copy refers to
+// the same object, and closing one leaves the other open.
+type Duper interface {
+	Dup() (Cap, error)
+}
+
+// DupCap returns a copy of c that the receiver of a cap (not a
+// give_away_cap) owns, where the capability travels as a value (within
+// one process): c's own Dup, or else a duplicate of its file descriptor
+// (c must then have a SyscallConn, as *os.File has), as an *os.File.
+func DupCap(c Cap) (Cap, error) {
+	if d, ok := c.(Duper); ok {
+		return d.Dup()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, fmt.Errorf("wire: a %T cannot be copied: %w", c, ErrCap)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	fd := -1
+	var derr error
+	if err := rc.Control(func(u uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, u, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
+			return
+		}
+		fd = int(r)
+	}); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	name := "cap"
+	if f, ok := c.(*os.File); ok {
+		name = f.Name()
+	}
+	return os.NewFile(uintptr(fd), name), nil
 }

@@ -1332,6 +1332,38 @@ int chanos_nameservice_connect(chanos_domain *d, int timeout_ms,
  */
 int chanos_nameservice_error(uint64_t code);
 
+/* ---- event objects (docs/capabilities.md) ---- */
+
+/*
+ * An event object is a descriptor a program waits on and signals: the
+ * user-space form of an interrupt object. It travels in messages as a cap
+ * or give_away_cap, so that another domain waits on or signals the same
+ * object. Counting (the default): a wait takes the whole count, so that
+ * two signals before a wait are one wake-up that says 2. Semaphore
+ * (CHANOS_EVENT_SEMAPHORE): a wait takes 1.
+ *
+ * chanos_event_create returns a new event object's descriptor (an eventfd,
+ * close-on-exec, non-blocking), or -errno; the caller owns it (close(2)).
+ * chanos_event_timer returns a timerfd that the kernel signals after
+ * first_ns and then every period_ns (0: once); its count is the number of
+ * expirations. chanos_event_signals returns a signalfd for the n signals
+ * signals[] (SIGUSR1, ...), which the caller must block in every thread
+ * (pthread_sigmask) for them to reach it; a wait takes one signal.
+ *
+ * chanos_event_signal adds n (1 to 2^64-2) to the count; it never waits:
+ * CHANOS_ERR_AGAIN if the count is full. chanos_event_wait waits at most
+ * timeout_ms (-1: forever; 0: do not wait, CHANOS_ERR_AGAIN) for a
+ * count, takes it into *count, and returns 0, CHANOS_ERR_TIMEDOUT or
+ * -errno. Any of these descriptors can also be polled for POLLIN in a
+ * program's own loop.
+ */
+#define CHANOS_EVENT_SEMAPHORE 1u
+int chanos_event_create(unsigned flags);
+int chanos_event_timer(int64_t first_ns, int64_t period_ns);
+int chanos_event_signals(const int *signals, unsigned n);
+int chanos_event_signal(int fd, uint64_t n);
+int chanos_event_wait(int fd, int timeout_ms, uint64_t *count);
+
 /* ---- connections: frames and rpc over a ump ring pair ---- */
 
 /*

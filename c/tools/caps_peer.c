@@ -8,13 +8,16 @@
  *                                    connection until it ends: share
  *                                    writes the tag into the descriptor,
  *                                    stat answers its size, dup hands it
- *                                    back, given away
+ *                                    back, given away, ring signals the
+ *                                    event object it is sent
  *   chanos-caps-peer call NAME FILE  connects to NAME and prints "size N"
  *                                    (stat of FILE), "dup size N" (stat,
  *                                    here, of what dup hands back) and
  *                                    "share TEXT" (what the server wrote
  *                                    into a pipe it was given away, read
- *                                    to its end)
+ *                                    to its end) and "ring N" (the count
+ *                                    of an event object it sent the
+ *                                    server to signal twice)
  *
  * It prints "leaked fds N" last: how many more descriptors it holds than
  * when it started, so that a test sees that none leaked. Exit status 0 on success; 1 on failure, with
@@ -85,8 +88,18 @@ static int on_dup(void *ctx, chanos_conn *c, const struct files_dup_call *in,
     return 0;
 }
 
+static int on_ring(void *ctx, chanos_conn *c, const struct files_ring *m)
+{
+    int rc = chanos_event_signal(m->event, m->times);
+
+    (void)ctx;
+    (void)c;
+    close(m->event);
+    return rc;
+}
+
 static const struct files_server_ops ops = {
-    .share = on_share, .stat = on_stat, .dup = on_dup,
+    .share = on_share, .stat = on_stat, .dup = on_dup, .ring = on_ring,
 };
 
 static int serve(chanos_domain *d, const char *name)
@@ -152,6 +165,21 @@ static int call(chanos_domain *d, const char *name, const char *path)
     close(p[0]);
     text[got] = '\0';
     printf("share %s\n", text);
+    {
+        struct files_ring rg;
+        uint64_t count = 0;
+
+        rg.event = chanos_event_create(0);
+        rg.times = 2;
+        if (rg.event < 0)
+            return fail("event", rg.event);
+        if ((rc = files_ring_send(c, &rg, CALL_MS)) != 0)
+            return fail("ring", rc);
+        if ((rc = chanos_event_wait(rg.event, CALL_MS, &count)) != 0)
+            return fail("wait on the event", rc);
+        close(rg.event); /* a cap is copied: ours stays ours */
+        printf("ring %" PRIu64 "\n", count);
+    }
     chanos_conn_close(c);
     return 0;
 }

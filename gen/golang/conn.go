@@ -10,6 +10,18 @@ import (
 // needsCopy reports whether copying message f for the local interconnect
 // takes more than copying its struct: slices to copy, or bounds and enums
 // to check as Encode does.
+// carriesCaps reports whether frames of f may carry capabilities: those
+// travel as frames on every interconnect, even within one process, so
+// that the connection gives the receiver of a cap a copy of its own.
+func carriesCaps(f *frameInfo) bool {
+	var args []*idl.Arg
+	for _, a := range f.args {
+		args = append(args, a.arg)
+	}
+	_, caps := idl.FrameMax(args)
+	return caps > 0
+}
+
 func needsCopy(f *frameInfo) bool {
 	for _, a := range f.args {
 		_, decl := a.arg.Type.Underlying()

@@ -909,17 +909,19 @@ func (g *generator) clientSend() {
 		g.p("if m == nil {")
 		g.p("break")
 		g.p("}")
-		g.p("if c.c.Local() { // a copy travels, not a frame")
-		if needsCopy(f) {
-			g.p("v, err := m.copy()")
-			g.p("if err != nil {")
-			g.p("return err")
+		if !carriesCaps(f) {
+			g.p("if c.c.Local() { // a copy travels, not a frame")
+			if needsCopy(f) {
+				g.p("v, err := m.copy()")
+				g.p("if err != nil {")
+				g.p("return err")
+				g.p("}")
+				g.p("return c.c.SendValue(ctx, v)")
+			} else {
+				g.p("return genrt.SendCopy(ctx, c.c, m)")
+			}
 			g.p("}")
-			g.p("return c.c.SendValue(ctx, v)")
-		} else {
-			g.p("return genrt.SendCopy(ctx, c.c, m)")
 		}
-		g.p("}")
 		if size, fast := fastFrame(f.args); fast {
 			g.p("var frame [wire.HeaderSize + %d]byte", size)
 			if size > 0 {

@@ -106,6 +106,18 @@ func TestFDsCServerGoClient(t *testing.T) {
 	if err != nil || string(text) != "42" {
 		t.Fatalf("share: the server wrote %q, %v", text, err)
 	}
+	// An event object: the C server signals the same object.
+	ev, err := chanos.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ev.Close()
+	if err := c.Send(ctx, &files.Ring{Event: ev, Times: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ev.Wait(ctx); err != nil || n != 3 {
+		t.Fatalf("the event the C server signalled: %d, %v; want 3", n, err)
+	}
 	c.Close()
 	if n := settledFDs(t, before); n > before {
 		t.Errorf("descriptors leaked in the Go client: %d before, %d after", before, n)
@@ -137,6 +149,15 @@ func (goFiles) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
 // Dup gives the descriptor it was sent back: the reply's send closes it.
 func (goFiles) Dup(ctx context.Context, fd wire.Cap) (wire.Cap, error) { return fd, nil }
 
+func (goFiles) Ring(ctx context.Context, from *files.Client, m files.Ring) error {
+	ev, err := chanos.EventFromCap(m.Event)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	return ev.Add(m.Times)
+}
+
 func TestFDsGoServerCClient(t *testing.T) {
 	dir := startMonitor(t)
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
@@ -151,7 +172,7 @@ func TestFDsGoServerCClient(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- files.Serve(ctx, l, goFiles{}) }()
 	out := run(t, dir, capsPeer(t), "call", "go.files", f.Name())
-	want := "size 4321\ndup size 4321\nshare 42\nleaked fds 0\n"
+	want := "size 4321\ndup size 4321\nshare 42\nring 2\nleaked fds 0\n"
 	if out != want {
 		t.Fatalf("chanos-caps-peer call printed %q, want %q", out, want)
 	}

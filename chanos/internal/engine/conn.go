@@ -242,9 +242,53 @@ func (c *Conn) sendWith(ctx context.Context, encode func(*wire.Buffer) error, ca
 	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return err
 	}
-	err := c.l.SendFrame(ctx, c.sbuf.B, c.sbuf.Caps)
+	caps, err := c.sendCaps()
+	if err != nil {
+		return err
+	}
+	err = c.l.SendFrame(ctx, c.sbuf.B, caps)
+	if err != nil {
+		c.dropCopies(caps)
+	}
 	c.sentLocked()
 	return c.wrap(err)
+}
+
+// dropCopies closes the copies sendCaps made for a frame that did not go.
+func (c *Conn) dropCopies(caps []wire.Cap) {
+	if c.values == nil {
+		return
+	}
+	for i, cp := range caps {
+		if i >= len(c.sbuf.GiveAway) || !c.sbuf.GiveAway[i] {
+			cp.Close()
+		}
+	}
+}
+
+// sendCaps returns the capabilities that go with sbuf's frame: sbuf's,
+// except within one process, where they travel as values and the
+// receiver of a cap (not a give_away_cap) must get a copy of its own, as
+// it would from another process (wire.DupCap).
+func (c *Conn) sendCaps() ([]wire.Cap, error) {
+	caps := c.sbuf.Caps
+	if c.values == nil || len(caps) == 0 {
+		return caps, nil
+	}
+	out := make([]wire.Cap, len(caps))
+	for i, cp := range caps {
+		if i < len(c.sbuf.GiveAway) && c.sbuf.GiveAway[i] {
+			out[i] = cp
+			continue
+		}
+		d, err := wire.DupCap(cp)
+		if err != nil {
+			wire.CloseCaps(out[:i])
+			return nil, fmt.Errorf("chanos: copy capability %d for the receiver: %w", i, err)
+		}
+		out[i] = d
+	}
+	return out, nil
 }
 
 // trySendEncoded is sendEncoded without the wait, of the frame encode
@@ -256,7 +300,14 @@ func (c *Conn) trySendEncoded(encode func(*wire.Buffer) error, callID, timeoutUS
 	if err := c.encodeLocked(encode, callID, timeoutUS); err != nil {
 		return false, err
 	}
-	sent, err := c.l.TrySendFrame(c.sbuf.B, c.sbuf.Caps)
+	caps, err := c.sendCaps()
+	if err != nil {
+		return false, err
+	}
+	sent, err := c.l.TrySendFrame(c.sbuf.B, caps)
+	if !sent || err != nil {
+		c.dropCopies(caps)
+	}
 	if sent || err != nil {
 		c.sentLocked()
 	}

@@ -28,7 +28,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xf0563019d5033213
+const Fingerprint uint64 = 0x1cdf947496209790
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -36,6 +36,7 @@ const (
 	MsgShare uint16 = 1 // share
 	MsgStat  uint16 = 2 // stat
 	MsgDup   uint16 = 3 // dup
+	MsgRing  uint16 = 4 // ring
 )
 
 // Msg is a message, rpc call or rpc reply of files. Only the types of this
@@ -198,6 +199,40 @@ func (m *DupReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// Ring is the message ring, number 4:
+//
+//	message ring(cap event, uint64 times);
+type Ring struct {
+	// Event is the argument event (cap).
+	Event wire.Cap
+	// Times is the argument times (uint64).
+	Times uint64
+}
+
+func (*Ring) MsgNumber() uint16  { return MsgRing }
+func (*Ring) MsgKind() wire.Kind { return wire.KindMessage }
+func (*Ring) MsgName() string    { return "files.ring" }
+func (*Ring) isMsg()             {}
+func (m *Ring) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "files.ring", MsgRing, wire.KindMessage, 12)
+	e.Cap("event", m.Event)
+	e.Uint64(m.Times)
+	return e.Finish()
+}
+
+func (m *Ring) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "files.ring", MsgRing, wire.KindMessage)
+	m.Event = d.Cap("event")
+	m.Times = d.Uint64("times")
+	if err := d.Finish(); err != nil {
+		*m = Ring{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if files has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -212,6 +247,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(DupCall)
 	case msg == MsgDup && kind == wire.KindReply:
 		return new(DupReply)
+	case msg == MsgRing && kind == wire.KindMessage:
+		return new(Ring)
 	}
 	return nil
 }
@@ -239,8 +276,10 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		if m == nil {
 			break
 		}
-		if c.c.Local() { // a copy travels, not a frame
-			return genrt.SendCopy(ctx, c.c, m)
+		return c.c.SendEncoded(ctx, m.Encode)
+	case *Ring:
+		if m == nil {
+			break
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *StatCall, *StatReply:
@@ -278,6 +317,8 @@ type Server interface {
 	Stat(ctx context.Context, fd wire.Cap) (size uint64, err error)
 	// Dup handles the rpc dup.
 	Dup(ctx context.Context, fd wire.Cap) (copy_ wire.Cap, err error)
+	// Ring handles the message ring.
+	Ring(ctx context.Context, from *Client, m Ring) error
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -306,6 +347,9 @@ func (UnimplementedServer) Stat(context.Context, wire.Cap) (uint64, error) {
 func (UnimplementedServer) Dup(context.Context, wire.Cap) (wire.Cap, error) {
 	return nil, unsupported("dup")
 }
+
+// Ring fails with errors.ErrUnsupported.
+func (UnimplementedServer) Ring(context.Context, *Client, Ring) error { return unsupported("ring") }
 
 // Interface describes files to the connection engine.
 var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
@@ -398,6 +442,12 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 			return &DupReply{Copy: copy_}, nil
 		}
 		return from.c.ReplyEncoded(ctx, in, (&DupReply{Copy: copy_}).Encode)
+	case in.Header.Msg == MsgRing && in.Kind == wire.KindMessage:
+		var m Ring
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		return nil, srv.Ring(ctx, from, m)
 	}
 	return nil, from.c.Violation(genrt.Unknown(InterfaceName, in))
 }

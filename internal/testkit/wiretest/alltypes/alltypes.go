@@ -2162,20 +2162,10 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		if m == nil {
 			break
 		}
-		if c.c.Local() { // a copy travels, not a frame
-			return genrt.SendCopy(ctx, c.c, m)
-		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *CapArrays:
 		if m == nil {
 			break
-		}
-		if c.c.Local() { // a copy travels, not a frame
-			v, err := m.copy()
-			if err != nil {
-				return err
-			}
-			return c.c.SendValue(ctx, v)
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *Keywords:
@@ -2193,13 +2183,6 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 	case *Shadows:
 		if m == nil {
 			break
-		}
-		if c.c.Local() { // a copy travels, not a frame
-			v, err := m.copy()
-			if err != nil {
-				return err
-			}
-			return c.c.SendValue(ctx, v)
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *Goto:

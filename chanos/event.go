@@ -1,0 +1,442 @@
+package chanos
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/chanos/chanos/wire"
+)
+
+// An Event is a waitable, signalable object: the user-space form of an
+// interrupt object (seed 002's IRQ objects). It holds a count, which
+// Signal adds to and Wait takes; a goroutine waiting on it is parked by
+// the runtime's netpoller, with no goroutine of its own and no thread
+// blocked. An Event is a capability: it travels in messages (a cap or
+// give_away_cap argument) to another domain on the machine, which then
+// waits on or signals the same object (EventFromCap).
+//
+// Events are kernel objects behind a descriptor: an eventfd (NewEvent), a
+// timerfd (NewTimerEvent), or any pollable descriptor (EventFromFile), and
+// a signal's delivery adapts to one (NewSignalEvent). docs/capabilities.md
+// describes the model.
+//
+// Counting (the default): Wait returns the count and resets it to 0, so
+// that two Signals before a Wait are one wake-up that says 2. Semaphore
+// (NewEvent(Semaphore())): Wait takes 1, and the count's rest stays, so
+// that each Signal is one wake-up.
+//
+// An Event is safe for concurrent use; Waits are served one at a time.
+type Event struct {
+	f    *os.File
+	kind eventKind
+	wmu  sync.Mutex // one Wait at a time: its context sets the read deadline
+
+	cmu    sync.Mutex
+	ch     chan uint64   // C's, made on first use
+	closed chan struct{} // closed by Close
+	once   sync.Once
+	stop   func() bool // a signal adapter's
+}
+
+type eventKind uint8
+
+const (
+	kindCounter  eventKind = iota // an eventfd: 8-byte counts
+	kindTimer                     // a timerfd: 8-byte counts, signalled by the kernel alone
+	kindPollable                  // any descriptor: Wait waits for readability
+)
+
+// EventOption configures NewEvent.
+type EventOption func(*eventConfig)
+
+type eventConfig struct {
+	semaphore bool
+	initial   uint32
+}
+
+// Semaphore makes Wait take 1 from the count rather than all of it.
+func Semaphore() EventOption { return func(c *eventConfig) { c.semaphore = true } }
+
+// InitialCount sets the count the Event starts with.
+func InitialCount(n uint32) EventOption { return func(c *eventConfig) { c.initial = n } }
+
+// ErrNotEvent: a capability or descriptor given to EventFromCap is not an
+// event object.
+var ErrNotEvent = errors.New("chanos: not an event object")
+
+// Linux's eventfd and timerfd flags.
+const (
+	efdSemaphore = 0x1
+	efdCloexec   = syscall.O_CLOEXEC
+	efdNonblock  = syscall.O_NONBLOCK
+	tfdCloexec   = syscall.O_CLOEXEC
+	tfdNonblock  = syscall.O_NONBLOCK
+
+	clockMonotonic = 1 // CLOCK_MONOTONIC
+)
+
+// NewEvent returns a new Event, backed by an eventfd.
+func NewEvent(opts ...EventOption) (*Event, error) {
+	var c eventConfig
+	for _, o := range opts {
+		o(&c)
+	}
+	flags := efdCloexec | efdNonblock
+	if c.semaphore {
+		flags |= efdSemaphore
+	}
+	fd, _, e := syscall.Syscall(syscall.SYS_EVENTFD2, uintptr(c.initial), uintptr(flags), 0)
+	if e != 0 {
+		return nil, fmt.Errorf("chanos: new event: %w", os.NewSyscallError("eventfd2", e))
+	}
+	return newEvent(os.NewFile(fd, "chanos-event"), kindCounter), nil
+}
+
+func newEvent(f *os.File, kind eventKind) *Event {
+	return &Event{f: f, kind: kind, closed: make(chan struct{})}
+}
+
+// NewTimerEvent returns an Event that the kernel signals after d, and
+// then every period if period is not 0: a timerfd, whose count is the
+// number of expirations since the last Wait.
+func NewTimerEvent(d, period time.Duration) (*Event, error) {
+	if d <= 0 {
+		return nil, fmt.Errorf("chanos: timer event: the first expiry must be positive, not %v", d)
+	}
+	fd, _, e := syscall.Syscall(syscall.SYS_TIMERFD_CREATE, uintptr(clockMonotonic), uintptr(tfdCloexec|tfdNonblock), 0)
+	if e != 0 {
+		return nil, fmt.Errorf("chanos: timer event: %w", os.NewSyscallError("timerfd_create", e))
+	}
+	spec := [2]syscall.Timespec{syscall.NsecToTimespec(int64(period)), syscall.NsecToTimespec(int64(d))}
+	if _, _, e := syscall.Syscall6(syscall.SYS_TIMERFD_SETTIME, fd, 0, uintptr(unsafe.Pointer(&spec)), 0, 0, 0); e != 0 {
+		syscall.Close(int(fd))
+		return nil, fmt.Errorf("chanos: timer event: %w", os.NewSyscallError("timerfd_settime", e))
+	}
+	return newEvent(os.NewFile(fd, "chanos-timer"), kindTimer), nil
+}
+
+// NewSignalEvent returns an Event signalled each time the process
+// receives one of sigs (os/signal.Notify, as the Go runtime owns signal
+// delivery): its count is the number of signals since the last Wait. It
+// costs a goroutine, which Close stops.
+func NewSignalEvent(sigs ...os.Signal) (*Event, error) {
+	e, err := NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan os.Signal, 16)
+	signal.Notify(ch, sigs...)
+	done := make(chan struct{})
+	e.stop = func() bool {
+		signal.Stop(ch)
+		close(done)
+		return true
+	}
+	go func() {
+		for {
+			select {
+			case <-ch:
+				e.Signal()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return e, nil
+}
+
+// EventFromFile returns an Event over f, any descriptor the kernel can
+// poll (a UIO device's interrupt descriptor, a GPIO line, a socket), which
+// the Event takes over: Wait returns once f is readable, without reading
+// it (the caller reads what f's kind gives), and its count is 1. Signal
+// is refused.
+func EventFromFile(f *os.File) (*Event, error) {
+	if _, err := f.SyscallConn(); err != nil {
+		return nil, fmt.Errorf("chanos: event from %s: %w", f.Name(), err)
+	}
+	return newEvent(f, kindPollable), nil
+}
+
+// EventFromCap returns the Event a capability received in a message
+// carries, taking it over: an eventfd or timerfd descriptor (the Event
+// counts), as another domain sent with an Event. Any other descriptor is
+// closed and refused with ErrNotEvent.
+func EventFromCap(c wire.Cap) (*Event, error) {
+	if e, ok := c.(*Event); ok { // within one process, the value itself
+		return e, nil
+	}
+	f, ok := c.(*os.File)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("%w: a %T", ErrNotEvent, c)
+	}
+	link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fdOf(f)))
+	kind := kindCounter
+	switch link {
+	case "anon_inode:[eventfd]":
+	case "anon_inode:[timerfd]":
+		kind = kindTimer
+	default:
+		f.Close()
+		return nil, fmt.Errorf("%w: the descriptor is %q", ErrNotEvent, link)
+	}
+	if err := setNonblock(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return newEvent(f, kind), nil
+}
+
+// fdOf returns f's descriptor without (*os.File).Fd's switch to blocking.
+func fdOf(f *os.File) int {
+	fd := -1
+	if rc, err := f.SyscallConn(); err == nil {
+		rc.Control(func(u uintptr) { fd = int(u) })
+	}
+	return fd
+}
+
+// setNonblock makes f's descriptor non-blocking: the sender's copy shares
+// the flag, and an Event never blocks a thread on it either way, but a
+// received descriptor may have come blocking.
+func setNonblock(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(u uintptr) { serr = syscall.SetNonblock(int(u), true) }); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Signal adds 1 to the count, waking a waiter.
+func (e *Event) Signal() error { return e.Add(1) }
+
+// Add adds n (1 to 2^64-2) to the count. A count that would overflow is
+// refused with an error rather than waiting for a Wait to make room.
+func (e *Event) Add(n uint64) error {
+	if e.kind != kindCounter {
+		return fmt.Errorf("chanos: signal of %s: only its source signals it", e)
+	}
+	var b [8]byte
+	binary.NativeEndian.PutUint64(b[:], n)
+	rc, err := e.f.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("chanos: signal event: %w", err)
+	}
+	var werr error
+	if err := rc.Control(func(fd uintptr) {
+		// Never waits: a full count fails with EAGAIN at once, whatever
+		// the descriptor's flags, which another domain may share.
+		_, werr = syscall.Write(int(fd), b[:])
+	}); err != nil {
+		return fmt.Errorf("chanos: signal event: %w", err)
+	}
+	if werr != nil {
+		if werr == syscall.EAGAIN {
+			return fmt.Errorf("chanos: signal event: the count is full")
+		}
+		return fmt.Errorf("chanos: signal event: %w", werr)
+	}
+	return nil
+}
+
+// Wait waits until the count is not 0, or ctx ends, and takes it: all of
+// it for a counting Event (returned), 1 for a semaphore, and 1 for an
+// Event over a pollable descriptor, which is then readable. The waiting
+// goroutine is parked by the netpoller.
+func (e *Event) Wait(ctx context.Context) (uint64, error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	if ctx.Done() != nil {
+		// ctx's end ends the netpoller's wait through the read deadline.
+		stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Unix(1, 0)) })
+		defer func() {
+			stop()
+			e.f.SetReadDeadline(time.Time{})
+		}()
+	}
+	for {
+		n, err := e.take(true)
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			if ctx.Err() != nil {
+				return 0, ctx.Err()
+			}
+			// The deadline an earlier Wait's context set as it ended.
+			e.f.SetReadDeadline(time.Time{})
+			continue
+		}
+		return n, err
+	}
+}
+
+// TryWait is Wait without the wait: false when the count is 0.
+func (e *Event) TryWait() (uint64, bool, error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	n, err := e.take(false)
+	if err == errEmpty {
+		return 0, false, nil
+	}
+	return n, err == nil, err
+}
+
+var errEmpty = errors.New("empty")
+
+// take reads the count, waiting for it if wait is set (else errEmpty).
+func (e *Event) take(wait bool) (uint64, error) {
+	rc, err := e.f.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("chanos: wait on event: %w", err)
+	}
+	var b [8]byte
+	var n uint64
+	var rerr error
+	first := true
+	err = rc.Read(func(fd uintptr) bool {
+		if e.kind == kindPollable {
+			if first && !readable(int(fd)) {
+				first = false
+				if !wait {
+					rerr = errEmpty
+					return true
+				}
+				return false
+			}
+			n = 1
+			return true
+		}
+		k, err := syscall.Read(int(fd), b[:])
+		switch {
+		case err == syscall.EAGAIN && wait:
+			return false
+		case err == syscall.EAGAIN:
+			rerr = errEmpty
+		case err != nil:
+			rerr = err
+		case k != 8:
+			rerr = fmt.Errorf("read %d bytes", k)
+		default:
+			n = binary.NativeEndian.Uint64(b[:])
+		}
+		return true
+	})
+	if err != nil {
+		select {
+		case <-e.closed:
+			return 0, fmt.Errorf("chanos: wait on event: %w", ErrClosed)
+		default:
+		}
+		return 0, fmt.Errorf("chanos: wait on event: %w", err)
+	}
+	if rerr != nil && rerr != errEmpty {
+		return 0, fmt.Errorf("chanos: wait on event: %w", rerr)
+	}
+	return n, rerr
+}
+
+// readable reports whether fd has data (or an urgent condition) now.
+func readable(fd int) bool {
+	pfd := [1]struct {
+		fd      int32
+		events  int16
+		revents int16
+	}{{fd: int32(fd), events: 0x1 | 0x2}} // POLLIN | POLLPRI
+	ts := syscall.Timespec{}
+	n, _, _ := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	return n == 1
+}
+
+// C returns a channel that receives what each Wait takes, for select. It
+// costs a goroutine, started on the first call, that waits on the Event
+// until Close; the channel is closed then. Use Wait where no select is
+// needed: it costs no goroutine.
+func (e *Event) C() <-chan uint64 {
+	e.cmu.Lock()
+	defer e.cmu.Unlock()
+	if e.ch == nil {
+		e.ch = make(chan uint64)
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
+			<-e.closed
+			cancel()
+		}()
+		go func() {
+			defer close(e.ch)
+			for {
+				n, err := e.Wait(ctx)
+				if err != nil {
+					return
+				}
+				select {
+				case e.ch <- n:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}()
+	}
+	return e.ch
+}
+
+// Close releases the Event; a Wait in progress returns ErrClosed. Another
+// domain that holds the same object keeps it.
+func (e *Event) Close() error {
+	var err error
+	e.once.Do(func() {
+		close(e.closed)
+		if e.stop != nil {
+			e.stop()
+		}
+		err = e.f.Close()
+	})
+	return err
+}
+
+// Dup returns a copy of the Event: the same object, behind a descriptor
+// of its own, which the copy's Close closes (a cap sent within one
+// process travels as such a copy).
+func (e *Event) Dup() (wire.Cap, error) {
+	var fd int
+	var derr error
+	rc, err := e.f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	if err := rc.Control(func(u uintptr) {
+		r, _, en := syscall.Syscall(syscall.SYS_FCNTL, u, syscall.F_DUPFD_CLOEXEC, 0)
+		fd = int(r)
+		if en != 0 {
+			derr = os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", en)
+		}
+	}); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, fmt.Errorf("chanos: copy %s: %w", e, derr)
+	}
+	return newEvent(os.NewFile(uintptr(fd), e.f.Name()), e.kind), nil
+}
+
+// SyscallConn gives the Event's descriptor to whoever sends it in a
+// message (the ump interconnect duplicates it).
+func (e *Event) SyscallConn() (syscall.RawConn, error) { return e.f.SyscallConn() }
+
+// String names the Event's kind.
+func (e *Event) String() string {
+	return "chanos.Event(" + strings.TrimPrefix(e.f.Name(), "chanos-") + ")"
+}

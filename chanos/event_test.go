@@ -1,0 +1,213 @@
+package chanos_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"runtime"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/internal/testkit"
+	files "github.com/chanos/chanos/internal/testkit/files"
+	"github.com/chanos/chanos/wire"
+)
+
+func newEvent(t *testing.T, opts ...chanos.EventOption) *chanos.Event {
+	t.Helper()
+	e, err := chanos.NewEvent(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// Counting: a Wait takes every Signal since the last; semaphore: one.
+func TestEventCounting(t *testing.T) {
+	ctx := testkit.Context(t)
+	e := newEvent(t)
+	for range 3 {
+		if err := e.Signal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, err := e.Wait(ctx); err != nil || n != 3 {
+		t.Fatalf("Wait = %d, %v; want 3", n, err)
+	}
+	if _, ok, err := e.TryWait(); ok || err != nil {
+		t.Fatalf("TryWait of an empty event = %v, %v", ok, err)
+	}
+	s := newEvent(t, chanos.Semaphore(), chanos.InitialCount(1))
+	if err := s.Add(2); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if n, err := s.Wait(ctx); err != nil || n != 1 {
+			t.Fatalf("semaphore Wait %d = %d, %v; want 1", i, n, err)
+		}
+	}
+	if _, ok, _ := s.TryWait(); ok {
+		t.Fatal("a fourth take of a semaphore of 3")
+	}
+}
+
+// A Wait ends with its context, and the next Wait is not disturbed; a
+// Wait in progress ends when the event is closed.
+func TestEventWaitEnds(t *testing.T) {
+	e := newEvent(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if _, err := e.Wait(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Wait past its deadline = %v", err)
+	}
+	go func() {
+		time.Sleep(10 * time.Millisecond)
+		e.Signal()
+	}()
+	if n, err := e.Wait(testkit.Context(t)); err != nil || n != 1 {
+		t.Fatalf("the next Wait = %d, %v", n, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.Wait(context.Background())
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond)
+	e.Close()
+	if err := testkit.Await(t, "a Wait on a closed event", done); !errors.Is(err, chanos.ErrClosed) {
+		t.Fatalf("Wait on a closed event = %v, want ErrClosed", err)
+	}
+}
+
+// C is for select; it costs one goroutine, which Close ends.
+func TestEventSelect(t *testing.T) {
+	before := runtime.NumGoroutine()
+	e, err := chanos.NewEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Add(5)
+	select {
+	case n := <-e.C():
+		if n != 5 {
+			t.Fatalf("C gave %d, want 5", n)
+		}
+	case <-time.After(testkit.Limit):
+		t.Fatal("C gave nothing")
+	}
+	e.Close()
+	if _, ok := <-e.C(); ok {
+		t.Fatal("C is open after Close")
+	}
+	waitGoroutines(t, before)
+}
+
+// The adapters: a timerfd, a signal's delivery, a pollable descriptor.
+func TestEventAdapters(t *testing.T) {
+	ctx := testkit.Context(t)
+	tm, err := chanos.NewTimerEvent(5*time.Millisecond, 5*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tm.Close()
+	for range 2 {
+		if n, err := tm.Wait(ctx); err != nil || n < 1 {
+			t.Fatalf("timer Wait = %d, %v", n, err)
+		}
+	}
+	if err := tm.Signal(); err == nil {
+		t.Fatal("a timer event took a Signal: only the kernel signals it")
+	}
+
+	sig, err := chanos.NewSignalEvent(syscall.SIGUSR1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sig.Close()
+	syscall.Kill(os.Getpid(), syscall.SIGUSR1)
+	if n, err := sig.Wait(ctx); err != nil || n < 1 {
+		t.Fatalf("signal Wait = %d, %v", n, err)
+	}
+
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	pe, err := chanos.EventFromFile(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pe.Close()
+	if _, ok, _ := pe.TryWait(); ok {
+		t.Fatal("an empty pipe is ready")
+	}
+	w.Write([]byte("x"))
+	if n, err := pe.Wait(ctx); err != nil || n != 1 {
+		t.Fatalf("pollable Wait = %d, %v", n, err)
+	}
+	if err := pe.Signal(); err == nil {
+		t.Fatal("a pollable event took a Signal")
+	}
+}
+
+// capServer hands the events it is sent back, signalled.
+type capServer struct{ files.UnimplementedServer }
+
+func (capServer) Ring(ctx context.Context, from *files.Client, m files.Ring) error {
+	ev, err := chanos.EventFromCap(m.Event)
+	if err != nil {
+		return err
+	}
+	defer ev.Close()
+	return ev.Add(m.Times)
+}
+
+func (capServer) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
+	if _, err := chanos.EventFromCap(fd); !errors.Is(err, chanos.ErrNotEvent) {
+		return 0, errors.New("a file taken for an event")
+	}
+	return 0, nil
+}
+
+// An Event travels in a message, over each interconnect: the receiver
+// signals the sender's object. A file is refused as an event.
+func TestEventInMessages(t *testing.T) {
+	for name, mk := range map[string]func() (*chanos.Conn, *chanos.Conn, error){
+		"local": func() (*chanos.Conn, *chanos.Conn, error) {
+			a, b := chanos.LocalPair(files.Interface)
+			return a, b, nil
+		},
+		"ump": func() (*chanos.Conn, *chanos.Conn, error) { return chanos.UMPPair(files.Interface) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b, err := mk()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, s := files.NewConn(a), files.NewConn(b)
+			defer c.Close()
+			defer s.Close()
+			go s.Serve(context.Background(), capServer{})
+			ctx := testkit.Context(t)
+			ev := newEvent(t)
+			if err := c.Send(ctx, &files.Ring{Event: ev, Times: 7}); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := ev.Wait(ctx); err != nil || n != 7 {
+				t.Fatalf("Wait = %d, %v; want 7", n, err)
+			}
+			f, err := os.Open(os.DevNull)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if _, err := c.Stat(ctx, f); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
