@@ -533,3 +533,56 @@ func TestCheckSaysWhy(t *testing.T) {
 		t.Errorf("unprivileged test with CI=1: %s", out)
 	}
 }
+
+func TestCleanScript(t *testing.T) {
+	live := tnetns.New(t, 1)
+	id, pid := holder(t)
+	out, err := exec.Command("bash", "../../scripts/netns-clean.sh").CombinedOutput()
+	t.Logf("netns-clean.sh:\n%s", out)
+	if err != nil {
+		t.Fatalf("netns-clean.sh: %v", err)
+	}
+	testkit.Eventually(t, "the orphan's end", func() bool { return !alive(pid) })
+	checkGone(t, id, pid)
+	// A live cluster is left alone.
+	if l := ipList(t, live.Prefix(), "netns", "list"); len(l) != 2 {
+		t.Errorf("the live cluster's namespaces after netns-clean.sh: %q", l)
+	}
+}
+
+// BenchmarkCluster times building and removing a cluster, and cutting a
+// machine off and back.
+func BenchmarkCluster(b *testing.B) {
+	if err := netns.Check(); err != nil {
+		b.Skip(err)
+	}
+	for _, n := range []int{1, 3, 10} {
+		b.Run(fmt.Sprintf("new-close/machines=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				c, err := netns.New(context.Background(), netns.Options{Machines: n, HostLink: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	b.Run("cut-restore", func(b *testing.B) {
+		c, err := netns.New(context.Background(), netns.Options{Machines: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		m := c.Machines[0]
+		for b.Loop() {
+			if err := m.Cut(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			if err := m.Restore(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
