@@ -65,10 +65,10 @@ for id in $ids; do
       rm -f "$lock"
     fi # else its owner closed it meanwhile
   elif [ $force -eq 1 ]; then
-    echo "netns-clean: cluster $id belongs to live pid $(cat "$lock" 2>/dev/null || echo '?'); removing it (--force)"
+    echo "netns-clean: cluster $id is held by pid $(cat "$lock" 2>/dev/null || echo '?'); removing it (--force)"
     remove "$id" || status=1
   else
-    echo "netns-clean: cluster $id belongs to live pid $(cat "$lock" 2>/dev/null || echo '?'); left alone"
+    echo "netns-clean: cluster $id is held by pid $(cat "$lock" 2>/dev/null || echo '?'); left alone"
   fi
   exec {fd}>&-
 done

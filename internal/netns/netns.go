@@ -130,19 +130,25 @@ const hostPort = "host"
 // Check reports whether clusters can be built here: nil, or an error
 // that wraps ErrUnavailable and says what is missing.
 func Check() error {
-	_, err := ipCommand()
+	_, err := check()
+	return err
+}
+
+// check is Check, returning the ip command's path.
+func check() (string, error) {
+	ip, err := ipCommand()
 	if err != nil {
-		return err
+		return "", err
 	}
 	eff, err := effectiveCaps()
 	if err != nil {
-		return fmt.Errorf("netns: reading this process's capabilities: %w", err)
+		return "", fmt.Errorf("netns: reading this process's capabilities: %w", err)
 	}
 	const capNetAdmin, capSysAdmin = 12, 21
 	if eff&(1<<capNetAdmin) == 0 || eff&(1<<capSysAdmin) == 0 {
-		return fmt.Errorf("%w (running as uid %d)", ErrNotPrivileged, os.Getuid())
+		return "", fmt.Errorf("%w (running as uid %d)", ErrNotPrivileged, os.Getuid())
 	}
-	return nil
+	return ip, nil
 }
 
 // ipCommand returns the path of a working ip command.
@@ -180,10 +186,10 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 	if opts.Machines < 1 || opts.Machines > MaxMachines {
 		return nil, fmt.Errorf("netns: %d machines: want 1 to %d", opts.Machines, MaxMachines)
 	}
-	if err := Check(); err != nil {
+	ip, err := check()
+	if err != nil {
 		return nil, err
 	}
-	ip, _ := exec.LookPath("ip")
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -244,7 +244,7 @@ func leftovers(id int) ([]string, error) {
 // alone, so it is safe while other tests run. It returns what it
 // removed. New sweeps before it builds.
 func Sweep(ctx context.Context, log *slog.Logger) ([]string, error) {
-	ip, err := ipCommand()
+	ip, err := check()
 	if err != nil {
 		return nil, err
 	}
@@ -270,6 +270,7 @@ func sweep(ctx context.Context, ip string, log *slog.Logger) ([]string, error) {
 		if l == nil {
 			continue // a live cluster
 		}
+		fmt.Fprintf(l.f, "%d sweeping\n", os.Getpid())
 		left, _ := leftovers(id)
 		killed, err := destroy(ctx, ip, id)
 		if err != nil {
