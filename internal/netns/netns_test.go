@@ -26,7 +26,6 @@ func TestMain(m *testing.M) {
 	code := testkit.Run(m, testkit.Roles{
 		"echo":  echoRole,
 		"park":  parkRole,
-		"hold":  holdRole,
 		"check": checkRole,
 	})
 	testkit.CleanPrograms()
@@ -56,22 +55,6 @@ func echoRole(args []string) error {
 // parkRole prints "parked" and waits to be killed.
 func parkRole([]string) error {
 	fmt.Println("parked")
-	select {}
-}
-
-// holdRole builds a cluster of two machines, parks a process in machine
-// 1, prints "cluster ID PID" and waits to be killed: a harness killed
-// mid-run.
-func holdRole([]string) error {
-	c, err := netns.New(context.Background(), netns.Options{Machines: 2, HostLink: true})
-	if err != nil {
-		return err
-	}
-	pid, err := park(c.Machines[0])
-	if err != nil {
-		return err
-	}
-	fmt.Printf("cluster %d %d\n", c.ID, pid)
 	select {}
 }
 
@@ -427,30 +410,57 @@ func TestFailingTestLeavesNothing(t *testing.T) {
 	}
 }
 
-// holder runs holdRole and kills it with -9 once its cluster is built,
-// and returns the cluster's id and the pid of the process it left in
-// machine 1, after checking that what the harness built outlived it.
+// holdEnv, in a child running TestHoldUntilKilled, says to run it.
+const holdEnv = "CHANOS_NETNS_HOLD"
+
+// TestHoldUntilKilled builds machines with the test kit, parks a process
+// in machine 1, prints "cluster ID PID" and waits to be killed: a test
+// binary killed mid-run, whose cleanups never run. It runs only as the
+// child of holder.
+func TestHoldUntilKilled(t *testing.T) {
+	if os.Getenv(holdEnv) == "" {
+		t.Skip("runs only as a child of the tests of sweeping")
+	}
+	c := tnetns.New(t, 2)
+	pid, err := park(c.Machines[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("cluster %d %d\n", c.ID, pid)
+	select {}
+}
+
+// holder runs this test binary's TestHoldUntilKilled and kills it with
+// -9 once its cluster is built, and returns the cluster's id and the pid
+// of the process it left in machine 1, after checking that what the
+// killed binary built outlived it.
 func holder(t *testing.T) (id, pid int) {
 	tnetns.Require(t)
-	h := testkit.Start(t, testkit.Self("hold"))
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(self, "-test.run=^TestHoldUntilKilled$", "-test.count=1")
+	cmd.Env = append(os.Environ(), holdEnv+"=1")
+	h := testkit.Start(t, cmd)
 	if _, err := fmt.Sscanf(h.Line(t), "cluster %d %d", &id, &pid); err != nil {
 		t.Fatal(err)
 	}
 	h.Cmd.Process.Signal(syscall.SIGKILL)
 	h.Wait(t)
-	// What the harness built is still there, its process too.
+	// If the test fails before it sweeps, what the binary left goes.
+	t.Cleanup(func() {
+		if _, err := netns.Sweep(context.Background(), nil); err != nil {
+			t.Errorf("sweeping after the test: %v", err)
+		}
+	})
+	// What the binary built is still there, its process too.
 	if l := ipList(t, fmt.Sprintf("%s-%d-", netns.Prefix, id), "netns", "list"); len(l) != 3 {
 		t.Errorf("after kill -9, namespaces: %q, want the two machines and the switch", l)
 	}
 	if !alive(pid) {
 		t.Errorf("after kill -9, the process in machine 1 is gone")
 	}
-	// If the test fails before it sweeps, what the harness left goes.
-	t.Cleanup(func() {
-		if _, err := netns.Sweep(context.Background(), nil); err != nil {
-			t.Errorf("sweeping after the test: %v", err)
-		}
-	})
 	return id, pid
 }
 
