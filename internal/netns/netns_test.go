@@ -620,3 +620,38 @@ func BenchmarkCluster(b *testing.B) {
 		}
 	})
 }
+
+func TestDo(t *testing.T) {
+	c := tnetns.New(t, 1)
+	m := c.Machines[0]
+	host := nsOf(t, "/proc/thread-self/ns/net")
+	var inside [2]uint64
+	errX := errors.New("x")
+	if err := m.Do(func() error {
+		inside = nsOf(t, "/proc/thread-self/ns/net")
+		return errX
+	}); !errors.Is(err, errX) {
+		t.Errorf("Do returned %v, want fn's error", err)
+	}
+	if inside != nsOf(t, "/run/netns/"+m.NS) {
+		t.Errorf("fn ran in namespace %v, not the machine's", inside)
+	}
+	func() {
+		defer func() {
+			if v := recover(); v != "boom" {
+				t.Errorf("recovered %v, want fn's panic", v)
+			}
+		}()
+		m.Do(func() error { panic("boom") })
+	}()
+	// Every thread of this process is back in the host's namespace.
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if ns := nsOf(t, "/proc/self/task/"+task.Name()+"/ns/net"); ns != host {
+			t.Errorf("thread %s is left in namespace %v", task.Name(), ns)
+		}
+	}
+}
