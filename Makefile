@@ -6,7 +6,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go examples c test test-go test-c test-hostile lint generate check-generated check-vectors demo install clean FORCE bench-smoke
+.PHONY: all go examples c test test-go test-c test-hostile lint generate check-generated check-vectors demo install clean FORCE bench-smoke netns-clean
 
 all: go c bin/chanos-peers
 
@@ -119,3 +119,8 @@ install: c bin/chanos
 
 clean:
 	rm -rf bin $(BUILD)
+
+# Removes what clusters of machines on one host left when their owner died
+# (docs/netns.md); needs root.
+netns-clean:
+	scripts/netns-clean.sh
