@@ -1,0 +1,1 @@
+int tasks_omp_placeholder;
