@@ -10,7 +10,7 @@
 #include <string.h>
 
 /* fib, without a cutoff: every call but the leaves spawns. */
-static int64_t fib_task(int64_t n)
+static inline int64_t fib_task(int64_t n)
 {
     chanos_task a, b;
 
@@ -22,7 +22,7 @@ static int64_t fib_task(int64_t n)
     return chanos_result_i64(&a) + chanos_result_i64(&b);
 }
 
-static int64_t fib_serial(int64_t n)
+static inline int64_t fib_serial(int64_t n)
 {
     return n < 2 ? n : fib_serial(n - 1) + fib_serial(n - 2);
 }
@@ -31,7 +31,7 @@ static int64_t fib_serial(int64_t n)
  * halves are sorted serially. */
 #define MSORT_CUTOFF 2048
 
-static void merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t hi)
+static inline void merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t hi)
 {
     size_t i = lo, j = mid, k = lo;
 
@@ -44,7 +44,7 @@ static void merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t hi)
     memcpy(a + lo, tmp + lo, (hi - lo) * sizeof(*a));
 }
 
-static void msort_serial(int32_t *a, int32_t *tmp, size_t lo, size_t hi)
+static inline void msort_serial(int32_t *a, int32_t *tmp, size_t lo, size_t hi)
 {
     size_t mid;
 
@@ -74,7 +74,7 @@ struct msort_arg {
     size_t lo, hi;
 };
 
-static void *msort_task(void *p)
+static inline void *msort_task(void *p)
 {
     struct msort_arg *m = p;
     struct msort_arg l = *m, r = *m;
@@ -102,7 +102,7 @@ struct nq_arg {
     uint32_t cols, d1, d2;
 };
 
-static int64_t nq_serial_(int n, int row, uint32_t cols, uint32_t d1, uint32_t d2)
+static inline int64_t nq_serial_(int n, int row, uint32_t cols, uint32_t d1, uint32_t d2)
 {
     uint32_t all = (1u << n) - 1, free_ = all & ~(cols | d1 | d2);
     int64_t count = 0;
@@ -118,14 +118,14 @@ static int64_t nq_serial_(int n, int row, uint32_t cols, uint32_t d1, uint32_t d
     return count;
 }
 
-static int64_t nqueens_serial(int n)
+static inline int64_t nqueens_serial(int n)
 {
     return nq_serial_(n, 0, 0, 0, 0);
 }
 
 #define NQ_SPAWN_ROWS 4
 
-static void *nq_task(void *p)
+static inline void *nq_task(void *p)
 {
     struct nq_arg *q = p;
     uint32_t all = (1u << q->n) - 1, free_ = all & ~(q->cols | q->d1 | q->d2);
@@ -154,7 +154,7 @@ static void *nq_task(void *p)
 
 /* stress: 2^n leaf tasks, each level spawning two and syncing (seed 003's
  * stress test); returns the number of leaves. */
-static int64_t stress_task(int64_t n)
+static inline int64_t stress_task(int64_t n)
 {
     chanos_task a, b;
 
