@@ -95,7 +95,7 @@ static void emit(const char *c, const char *runtime, unsigned workers, double t,
                  const char *extra)
 {
     printf("{\"suite\":\"tasks\",\"case\":\"%s\",\"runtime\":\"%s\",\"workers\":%u,"
-           "\"time_s\":%.6f,\"reps\":%d%s}\n",
+           "\"time_s\":%.9g,\"reps\":%d%s}\n",
            c, runtime, workers, t, reps, extra);
     fflush(stdout);
 }

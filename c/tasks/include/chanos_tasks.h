@@ -77,8 +77,10 @@ struct chanos_tasks_opts {
     /* Bytes of stack of each task stack (a guard page is added below);
      * 0: 256 KiB (1 MiB under AddressSanitizer). */
     size_t stack_size;
-    /* Do not pin workers to CPUs (by default worker i runs on the i-th CPU
-     * of the affinity set, modulo its size). */
+    /* Do not pin workers to CPUs. By default, a runtime with at least as
+     * many workers as CPUs in its affinity set pins worker i to the i-th
+     * of them (modulo their count); one with fewer leaves the placement
+     * to the kernel. */
     bool no_pin;
 };
 

@@ -48,6 +48,7 @@ struct fiber {
     struct frame *frame; /* the innermost task running on it; NULL: none */
     struct fiber *next;  /* pool and ready queue */
     chanos_tasks *rt;
+    struct worker *w;    /* the worker running it, set at each switch to it */
 };
 
 /* A suspended task's wake-up: count is the number of events still to
@@ -100,6 +101,7 @@ struct chanos_tasks {
     struct worker *w;            /* max_workers slots */
     _Alignas(64) atomic_uint nslots; /* slots that ever ran: the victims */
     atomic_uint nworkers;
+    atomic_uint target;          /* what set_workers is making nworkers */
     pthread_mutex_t set_lock;    /* serializes set_workers and stop */
 
     /* Idle workers sleep on epoch (a futex word). */

@@ -299,6 +299,7 @@ static void switch_from(struct worker *w, struct fiber *self, enum after after,
     w->after_fiber = self;
     w->after_wp = wp;
     w->cur = next;
+    next->w = w;
     ctx_switch(&self->ctx, &next->ctx, 0);
     run_after(tasks_worker_());
 }
@@ -368,18 +369,19 @@ static void exec_task(struct fiber *f, chanos_task *t)
     fr.wp.fiber = NULL;
     f->frame = &fr;
     call_task(t);
-    sync_frame(f, &fr);
+    if (fr.spawned > 0)
+        sync_frame(f, &fr);
     f->frame = outer;
 }
 
 static void sync_frame(struct fiber *f, struct frame *fr)
 {
-    struct worker *w = tasks_worker_();
+    struct worker *w = f->w;
     int k;
 
     if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
         worker_leave(w, f, AFTER_READY);
-        w = tasks_worker_();
+        w = f->w;
     }
     /* Our children not stolen are the newest entries of our deque, unless
      * the task moved to another worker since it spawned them. */
@@ -394,7 +396,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
         }
         fr->spawned--;
         exec_task(f, t);
-        w = tasks_worker_();
+        w = f->w; /* the task may have moved while t ran */
     }
     if (fr->spawned == 0)
         return;
@@ -494,7 +496,7 @@ static void sched_loop(struct fiber *self)
     int searching = 0;
 
     for (;;) {
-        struct worker *w = tasks_worker_();
+        struct worker *w = self->w;
         chanos_task *t;
         struct fiber *f;
 
@@ -513,6 +515,7 @@ static void sched_loop(struct fiber *self)
                 w->after = AFTER_RECYCLE;
                 w->after_fiber = self;
                 w->cur = f;
+                f->w = w;
                 ctx_switch(&self->ctx, &f->ctx, 1);
                 abort();
             }
@@ -676,7 +679,11 @@ static void *worker_main(void *arg)
     pthread_attr_t attr;
 
     tls_worker = w;
-    if (rt->pin && rt->ncpus > 0) {
+    /* Pin only a runtime that has a worker for every CPU it may use: one
+     * with fewer leaves the placement to the kernel, so that processes
+     * that each run a few workers (both ends of a connection) do not all
+     * land on the first CPUs. */
+    if (rt->pin && rt->ncpus > 0 && atomic_load(&rt->target) >= rt->ncpus) {
         cpu_set_t set;
 
         CPU_ZERO(&set);
@@ -693,6 +700,7 @@ static void *worker_main(void *arg)
 #endif
     f = fiber_get(rt);
     w->cur = f;
+    f->w = w;
     w->after = AFTER_NONE;
     ctx_switch(&w->home, &f->ctx, 0);
     /* The worker left (worker_leave): what it left to do with the fiber. */
@@ -744,6 +752,7 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
         return -EINVAL;
     pthread_mutex_lock(&rt->set_lock);
     cur = atomic_load(&rt->nworkers);
+    atomic_store(&rt->target, n);
     if (n > cur) {
         if (atomic_load(&rt->nslots) < n)
             atomic_store_explicit(&rt->nslots, n, memory_order_release);

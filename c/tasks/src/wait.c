@@ -26,6 +26,7 @@ struct waitreq {
     int fd;              /* ours (a duplicate), or -1: a timer alone */
     uint32_t events;
     int64_t deadline;    /* CLOCK_MONOTONIC ns, or -1 */
+    int direct;          /* registered by the task, which unregisters it */
     uint32_t revents;    /* out */
     int timed_out;       /* out */
     int err;             /* out: registration failed */
@@ -129,9 +130,11 @@ static void *poller_main(void *arg)
                 take_requests(p);
                 continue;
             }
-            epoll_ctl(p->ep, EPOLL_CTL_DEL, r->fd, NULL);
-            if (r->deadline >= 0)
-                timer_remove(p, r);
+            if (!r->direct) {
+                epoll_ctl(p->ep, EPOLL_CTL_DEL, r->fd, NULL);
+                if (r->deadline >= 0)
+                    timer_remove(p, r);
+            }
             r->revents = evs[i].events;
             complete(p, r);
         }
@@ -214,6 +217,7 @@ static int64_t deadline_of(int timeout_ms)
 
 /* wait_until suspends the task until fd (if >= 0) polls or deadline (if
  * >= 0) passes: the events, CHANOS_ERR_TIMEDOUT, or -errno. */
+
 static int wait_until(struct worker *w, int fd, uint32_t events, int64_t deadline)
 {
     struct poller *p = w->rt->poller;
@@ -228,6 +232,24 @@ static int wait_until(struct worker *w, int fd, uint32_t events, int64_t deadlin
     r.events = events;
     r.deadline = deadline;
     atomic_init(&r.wp.count, 2);
+    if (r.fd >= 0 && deadline < 0) {
+        /* Without a deadline the descriptor is the only way out: register
+         * it here (one-shot: it completes once) rather than through the
+         * poller's queue, which would cost the poller a wake-up. */
+        struct epoll_event ev = { .events = events | EPOLLONESHOT, .data.ptr = &r };
+
+        r.direct = 1;
+        if (epoll_ctl(p->ep, EPOLL_CTL_ADD, r.fd, &ev) != 0) {
+            int err = -errno;
+
+            close(r.fd);
+            return err;
+        }
+        tasks_suspend_(w, &r.wp);
+        epoll_ctl(p->ep, EPOLL_CTL_DEL, r.fd, NULL);
+        close(r.fd);
+        return (int)r.revents;
+    }
     pthread_mutex_lock(&p->lock);
     if (p->tail != NULL)
         p->tail->next = &r;
