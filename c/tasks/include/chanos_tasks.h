@@ -297,6 +297,20 @@ int chanos_task_ump_send(chanos_ump *u, const void *msg, size_t len,
 int chanos_task_conn_recv(chanos_conn *c, int timeout_ms,
                           struct chanos_frame *f);
 
+/*
+ * chanos_task_conn_call is chanos_conn_call for a task: it sends the
+ * encoded call in frame[0..len) and suspends the task until its reply (in
+ * *reply, valid until the next receive), with the same results, the same
+ * handling of other frames (passed to other(arg, f), or dropped) and the
+ * same cancel on CHANOS_ERR_TIMEDOUT. The generated stubs call
+ * chanos_conn_call; a task encodes with the generated encoder and calls
+ * this instead.
+ */
+int chanos_task_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
+                          int timeout_ms, struct chanos_frame *reply,
+                          void (*other)(void *arg, const struct chanos_frame *f),
+                          void *arg);
+
 #ifdef __cplusplus
 }
 #endif

@@ -508,3 +508,47 @@ int chanos_task_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f
         w = tasks_worker_();
     }
 }
+
+int chanos_task_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
+                          int timeout_ms, struct chanos_frame *reply,
+                          void (*other)(void *arg, const struct chanos_frame *f),
+                          void *arg)
+{
+    int64_t deadline = deadline_of(timeout_ms);
+    uint16_t msg;
+    uint32_t id;
+    int rc;
+
+    if (tasks_worker_() == NULL)
+        return chanos_conn_call(c, frame, len, timeout_ms, reply, other, arg);
+    if (len < CHANOS_HEADER_SIZE)
+        return CHANOS_ERR_TRUNCATED;
+    msg = chanos_load_u16(frame + 4);
+    rc = chanos_conn_send_call(c, frame, len, timeout_ms, &id);
+    while (rc == 0) {
+        int wait = -1;
+
+        if (deadline >= 0) {
+            int64_t left = (deadline - tasks_now_ns_()) / 1000000;
+
+            wait = left <= 0 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
+        }
+        rc = chanos_task_conn_recv(c, wait, reply);
+        if (rc == CHANOS_ERR_TIMEDOUT) {
+            (void)chanos_conn_cancel(c, msg, id);
+            return CHANOS_ERR_TIMEDOUT;
+        }
+        if (rc != 0)
+            break;
+        if (reply->kind == CHANOS_KIND_REPLY || reply->kind == CHANOS_KIND_ERROR) {
+            if (reply->hdr.call_id != id || reply->hdr.msg != msg)
+                continue; /* a reply to no call of ours */
+            if (reply->kind == CHANOS_KIND_ERROR)
+                rc = CHANOS_ERR_REMOTE;
+            break;
+        }
+        if (other != NULL)
+            other(arg, reply);
+    }
+    return rc;
+}
