@@ -13,7 +13,6 @@ static int64_t fib_omp(int64_t n)
         return n;
 #pragma omp task shared(x)
     x = fib_omp(n - 1);
-#pragma omp task shared(y)
     y = fib_omp(n - 2);
 #pragma omp taskwait
     return x + y;
@@ -41,7 +40,6 @@ static void msort_omp(int32_t *a, int32_t *tmp, size_t lo, size_t hi, size_t cut
     mid = lo + (hi - lo) / 2;
 #pragma omp task
     msort_omp(a, tmp, lo, mid, cutoff);
-#pragma omp task
     msort_omp(a, tmp, mid, hi, cutoff);
 #pragma omp taskwait
     omp_bench_merge(a, tmp, lo, mid, hi);

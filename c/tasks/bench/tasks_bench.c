@@ -7,7 +7,7 @@
  *
  *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
  *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
- *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp]
+ *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp] [--no-pin]
  */
 #include "../tests/workloads.h"
 #include "omp_bench.h"
@@ -34,6 +34,7 @@ static size_t msort_n = 10000000;
 static int nq_n = 12;
 static int rtt_iters = 20000;
 static int use_omp = TASKS_BENCH_OPENMP;
+static int no_pin;
 static unsigned workers_list[16] = { 1, 2 };
 static int nworkers_list = 2;
 
@@ -106,6 +107,7 @@ static chanos_tasks *start(unsigned workers)
     chanos_tasks *rt;
 
     o.workers = workers;
+    o.no_pin = no_pin != 0;
     if (chanos_tasks_start(&rt, &o) != 0) {
         fprintf(stderr, "tasks_bench: chanos_tasks_start failed\n");
         exit(1);
@@ -508,6 +510,10 @@ int main(int argc, char **argv)
 
         if (strcmp(a, "--no-openmp") == 0) {
             use_omp = 0;
+            continue;
+        }
+        if (strcmp(a, "--no-pin") == 0) {
+            no_pin = 1;
             continue;
         }
         if (v == NULL) {

@@ -149,6 +149,15 @@ void chanos_task_spawn(chanos_task *t);
  */
 void chanos_task_sync(void);
 
+/*
+ * chanos_task_call runs t (filled by chanos_task_init) now, on the calling
+ * task's stack, as a task of its own: a sync inside it waits for its own
+ * children only, and it syncs them before it returns. The Cilk pattern
+ * "x = spawn f(a); y = f(b); sync" is chanos_spawn then chanos_call: the
+ * second half costs no deque operation.
+ */
+void chanos_task_call(chanos_task *t);
+
 /* chanos_task_result returns t's result (after the sync that waited for
  * it). */
 static inline chanos_task_val chanos_task_result(const chanos_task *t)
@@ -164,11 +173,11 @@ int chanos_task_worker(void);
  * Typed helpers, so that the common cases need no casts:
  *
  *   int64_t fib(int64_t n);
- *   chanos_task a;
+ *   chanos_task a, b;
  *   chanos_spawn(&a, fib, n - 1);
- *   int64_t y = fib(n - 2);
+ *   chanos_call(&b, fib, n - 2);
  *   chanos_task_sync();
- *   return chanos_result_i64(&a) + y;
+ *   return chanos_result_i64(&a) + chanos_result_i64(&b);
  *
  * fn may be int64_t (*)(int64_t), void *(*)(void *), double (*)(double) or
  * chanos_task_fn; the argument is converted to fn's parameter type.
@@ -212,6 +221,9 @@ static inline void chanos_task_init_val_(chanos_task *t, chanos_task_fn fn,
 
 #define chanos_spawn(t, fn, arg)                                \
     (chanos_task_set((t), (fn), (arg)), chanos_task_spawn(t))
+
+#define chanos_call(t, fn, arg)                                 \
+    (chanos_task_set((t), (fn), (arg)), chanos_task_call(t))
 
 static inline int64_t chanos_result_i64(const chanos_task *t)
 {

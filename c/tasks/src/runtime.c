@@ -615,9 +615,7 @@ void chanos_task_yield(void)
     switch_from(w, w->cur, AFTER_READY, NULL);
 }
 
-/* tasks_call runs t now, in a frame of its own (so a sync inside waits
- * for its children only). */
-static void tasks_call(chanos_task *t)
+void chanos_task_call(chanos_task *t)
 {
     struct worker *w = tasks_worker_();
 
@@ -651,7 +649,7 @@ static void *pfor_task(void *arg)
     r.lo = mid;
     chanos_spawn(&tr, pfor_task, (void *)&r);
     chanos_task_set(&tl, pfor_task, (void *)&l);
-    tasks_call(&tl);
+    chanos_task_call(&tl);
     chanos_task_sync();
     return NULL;
 }
@@ -666,7 +664,7 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
     if (hi <= lo)
         return;
     chanos_task_set(&t, pfor_task, (void *)&p);
-    tasks_call(&t);
+    chanos_task_call(&t);
 }
 
 /* ---- workers ---- */

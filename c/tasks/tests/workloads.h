@@ -9,7 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* fib, without a cutoff: every call but the leaves spawns. */
+/* fib, without a cutoff: every call but the leaves spawns one half and
+ * calls the other (Cilk's fib). */
 static inline int64_t fib_task(int64_t n)
 {
     chanos_task a, b;
@@ -17,7 +18,7 @@ static inline int64_t fib_task(int64_t n)
     if (n < 2)
         return n;
     chanos_spawn(&a, fib_task, n - 1);
-    chanos_spawn(&b, fib_task, n - 2);
+    chanos_call(&b, fib_task, n - 2);
     chanos_task_sync();
     return chanos_result_i64(&a) + chanos_result_i64(&b);
 }
@@ -89,7 +90,7 @@ static inline void *msort_task(void *p)
     l.hi = mid;
     r.lo = mid;
     chanos_spawn(&tl, msort_task, (void *)&l);
-    chanos_spawn(&tr, msort_task, (void *)&r);
+    chanos_call(&tr, msort_task, (void *)&r);
     chanos_task_sync();
     merge(m->a, m->tmp, m->lo, mid, m->hi);
     return NULL;
