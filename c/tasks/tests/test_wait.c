@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -161,6 +162,41 @@ static void run_root(void *(*fn)(void *))
     CHECK_EQ(chanos_tasks_run(rt, &t), 0);
 }
 
+static int64_t cpu_us(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (int64_t)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000 +
+           ru.ru_utime.tv_usec + ru.ru_stime.tv_usec;
+}
+
+static int64_t one(int64_t v)
+{
+    return v;
+}
+
+/* An idle runtime sleeps: its workers on the futex, its poller in
+ * epoll_wait. Over 500 ms idle the process uses a small fraction of one
+ * CPU (the bound is loose: it only catches workers that keep spinning). */
+static void test_idle(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+    struct timespec settle = { 0, 50 * 1000000 }, idle = { 0, 500 * 1000000 };
+    chanos_task t;
+    int64_t before;
+
+    o.workers = 2;
+    CHECK_EQ(chanos_tasks_start(&rt, &o), 0);
+    chanos_task_set(&t, one, 1);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    nanosleep(&settle, NULL); /* the idle spins end */
+    before = cpu_us();
+    nanosleep(&idle, NULL);
+    CHECK(cpu_us() - before < 50000);
+    chanos_tasks_stop(rt);
+}
+
 int main(void)
 {
     struct chanos_tasks_opts o = { 0 };
@@ -178,6 +214,7 @@ int main(void)
         run_root(pingpong_root);
         chanos_tasks_stop(rt);
     }
+    test_idle();
     /* Outside a runtime the same calls block the thread. */
     CHECK_EQ(chanos_event_set(ev), 0);
     CHECK_EQ(chanos_task_event_wait(ev, 1000), 0);
