@@ -80,7 +80,8 @@ struct chanos_tasks_opts {
     /* Do not pin workers to CPUs. By default, a runtime with at least as
      * many workers as CPUs in its affinity set pins worker i to the i-th
      * of them (modulo their count); one with fewer leaves the placement
-     * to the kernel. */
+     * to the kernel. $CHANOS_TASKS_NO_PIN set to anything but "" or "0"
+     * turns pinning off too. */
     bool no_pin;
 };
 

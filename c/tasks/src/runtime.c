@@ -816,6 +816,12 @@ int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
     rt->page = (size_t)sysconf(_SC_PAGESIZE);
     rt->max_workers = o->max_workers ? o->max_workers : 256;
     rt->pin = !o->no_pin;
+    {
+        const char *env = getenv("CHANOS_TASKS_NO_PIN");
+
+        if (env != NULL && env[0] != '\0' && strcmp(env, "0") != 0)
+            rt->pin = 0;
+    }
 #ifdef CHANOS_TASKS_ASAN
     rt->stack_size = o->stack_size ? o->stack_size : 1024 * 1024;
 #else
