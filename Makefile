@@ -6,7 +6,7 @@ STATICCHECK ?= $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 CMAKE       ?= cmake
 JOBS        ?= 2
 
-.PHONY: all go examples c test test-go test-c test-hostile lint generate check-generated check-vectors demo install clean FORCE bench-smoke netns-clean
+.PHONY: all go examples c test test-go test-c test-tasks-tsan test-hostile lint generate check-generated check-vectors demo install clean FORCE bench-smoke netns-clean
 
 all: go c bin/chanos-peers
 
@@ -87,7 +87,14 @@ test-c: bin/chanosc
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
 
-test: all lint check-generated check-vectors test-go test-c bench-smoke
+# The task runtime's tests (c/tasks) under ThreadSanitizer; test-c runs
+# them under AddressSanitizer and UndefinedBehaviorSanitizer.
+test-tasks-tsan: bin/chanosc
+	$(CMAKE) -S c -B $(BUILD)/c-tsan -DCMAKE_BUILD_TYPE=Debug -DCHANOS_TSAN=ON -DCHANOSC=$(abspath bin/chanosc) >/dev/null
+	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests
+	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^tasks_' --output-on-failure
+
+test: all lint check-generated check-vectors test-go test-c test-tasks-tsan bench-smoke
 
 # `chanos bench all --quick` (about 30 s): every suite runs against its
 # peers, prints a line per case and draws the chart; then chanos's figures

@@ -1,0 +1,554 @@
+/*
+ * tasks_bench: the figures of the task runtime, one JSON object per line in
+ * the bench contract (suite=tasks; case fib, mergesort, nqueens, msg-rtt,
+ * remove-worker; runtime chanos, serial, openmp or ump-raw; workers; time_s,
+ * or rtt_ns_p50 and rtt_ns_p99 for msg-rtt). Times are medians of --reps
+ * runs. Baselines run in the same process run.
+ *
+ *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
+ *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
+ *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp] [--no-pin]
+ */
+#include "../tests/workloads.h"
+#include "omp_bench.h"
+
+#include <chanos_tasks.h>
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef TASKS_BENCH_OPENMP
+#define TASKS_BENCH_OPENMP 0
+#endif
+
+static int reps = 5;
+static int64_t fib_n = 35;
+static size_t msort_n = 10000000;
+static int nq_n = 12;
+static int rtt_iters = 20000;
+static int use_omp = TASKS_BENCH_OPENMP;
+static int no_pin;
+static unsigned workers_list[16] = { 1, 2 };
+static int nworkers_list = 2;
+
+void omp_bench_msort_serial(int32_t *a, int32_t *tmp, size_t lo, size_t hi)
+{
+    msort_serial(a, tmp, lo, hi);
+}
+
+void omp_bench_merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t hi)
+{
+    merge(a, tmp, lo, mid, hi);
+}
+
+int64_t omp_bench_nq_serial(int n, int row, uint32_t cols, uint32_t d1, uint32_t d2)
+{
+    return nq_serial_(n, row, cols, d1, d2);
+}
+
+#if !TASKS_BENCH_OPENMP
+int64_t omp_fib(int64_t n, int threads)
+{
+    (void)n;
+    (void)threads;
+    return -1;
+}
+void omp_msort(int32_t *a, int32_t *tmp, size_t n, size_t cutoff, int threads)
+{
+    (void)a, (void)tmp, (void)n, (void)cutoff, (void)threads;
+}
+int64_t omp_nqueens(int n, int spawn_rows, int threads)
+{
+    (void)n, (void)spawn_rows, (void)threads;
+    return -1;
+}
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(*v), cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static void emit(const char *c, const char *runtime, unsigned workers, double t,
+                 const char *extra)
+{
+    printf("{\"suite\":\"tasks\",\"case\":\"%s\",\"runtime\":\"%s\",\"workers\":%u,"
+           "\"time_s\":%.9g,\"reps\":%d%s}\n",
+           c, runtime, workers, t, reps, extra);
+    fflush(stdout);
+}
+
+static chanos_tasks *start(unsigned workers)
+{
+    struct chanos_tasks_opts o = { 0 };
+    chanos_tasks *rt;
+
+    o.workers = workers;
+    o.no_pin = no_pin != 0;
+    if (chanos_tasks_start(&rt, &o) != 0) {
+        fprintf(stderr, "tasks_bench: chanos_tasks_start failed\n");
+        exit(1);
+    }
+    return rt;
+}
+
+/* ---- fib ---- */
+
+static void bench_fib(void)
+{
+    double t[64];
+    int64_t want = fib_serial(fib_n);
+    char extra[64];
+
+    snprintf(extra, sizeof(extra), ",\"n\":%lld", (long long)fib_n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        volatile int64_t v = fib_serial(fib_n);
+
+        t[r] = now_s() - t0;
+        (void)v;
+    }
+    emit("fib", "serial", 1, median(t, reps), extra);
+    for (int k = 0; k < nworkers_list; k++) {
+        unsigned w = workers_list[k];
+        chanos_tasks *rt = start(w);
+
+        for (int r = 0; r < reps; r++) {
+            chanos_task task;
+            double t0 = now_s();
+
+            chanos_task_set(&task, fib_task, fib_n);
+            chanos_tasks_run(rt, &task);
+            t[r] = now_s() - t0;
+            if (chanos_result_i64(&task) != want) {
+                fprintf(stderr, "tasks_bench: fib wrong\n");
+                exit(1);
+            }
+        }
+        chanos_tasks_stop(rt);
+        emit("fib", "chanos", w, median(t, reps), extra);
+        if (use_omp) {
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                int64_t v = omp_fib(fib_n, (int)w);
+
+                t[r] = now_s() - t0;
+                if (v != want) {
+                    fprintf(stderr, "tasks_bench: omp fib wrong\n");
+                    exit(1);
+                }
+            }
+            emit("fib", "openmp", w, median(t, reps), extra);
+        }
+    }
+}
+
+/* ---- merge sort ---- */
+
+static int32_t *msort_input(void)
+{
+    int32_t *a = malloc(msort_n * sizeof(*a));
+    uint32_t s = 2024;
+
+    if (a == NULL)
+        exit(1);
+    for (size_t i = 0; i < msort_n; i++)
+        a[i] = (int32_t)xorshift32(&s);
+    return a;
+}
+
+static void msort_check(const int32_t *a)
+{
+    for (size_t i = 1; i < msort_n; i++)
+        if (a[i - 1] > a[i]) {
+            fprintf(stderr, "tasks_bench: not sorted\n");
+            exit(1);
+        }
+}
+
+static void bench_msort(void)
+{
+    int32_t *in = msort_input();
+    int32_t *a = malloc(msort_n * sizeof(*a)), *tmp = malloc(msort_n * sizeof(*tmp));
+    double t[64];
+    char extra[64];
+
+    if (a == NULL || tmp == NULL)
+        exit(1);
+    snprintf(extra, sizeof(extra), ",\"n\":%zu", msort_n);
+    for (int r = 0; r < reps; r++) {
+        double t0;
+
+        memcpy(a, in, msort_n * sizeof(*a));
+        t0 = now_s();
+        msort_serial(a, tmp, 0, msort_n);
+        t[r] = now_s() - t0;
+        msort_check(a);
+    }
+    emit("mergesort", "serial", 1, median(t, reps), extra);
+    for (int k = 0; k < nworkers_list; k++) {
+        unsigned w = workers_list[k];
+        chanos_tasks *rt = start(w);
+
+        for (int r = 0; r < reps; r++) {
+            struct msort_arg m = { a, tmp, 0, msort_n };
+            chanos_task task;
+            double t0;
+
+            memcpy(a, in, msort_n * sizeof(*a));
+            t0 = now_s();
+            chanos_task_set(&task, msort_task, (void *)&m);
+            chanos_tasks_run(rt, &task);
+            t[r] = now_s() - t0;
+            msort_check(a);
+        }
+        chanos_tasks_stop(rt);
+        emit("mergesort", "chanos", w, median(t, reps), extra);
+        if (use_omp) {
+            for (int r = 0; r < reps; r++) {
+                double t0;
+
+                memcpy(a, in, msort_n * sizeof(*a));
+                t0 = now_s();
+                omp_msort(a, tmp, msort_n, MSORT_CUTOFF, (int)w);
+                t[r] = now_s() - t0;
+                msort_check(a);
+            }
+            emit("mergesort", "openmp", w, median(t, reps), extra);
+        }
+    }
+    free(in);
+    free(a);
+    free(tmp);
+}
+
+/* ---- N-Queens ---- */
+
+static void bench_nqueens(void)
+{
+    int64_t want = nqueens_serial(nq_n);
+    double t[64];
+    char extra[64];
+
+    snprintf(extra, sizeof(extra), ",\"n\":%d", nq_n);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now_s();
+        volatile int64_t v = nqueens_serial(nq_n);
+
+        t[r] = now_s() - t0;
+        (void)v;
+    }
+    emit("nqueens", "serial", 1, median(t, reps), extra);
+    for (int k = 0; k < nworkers_list; k++) {
+        unsigned w = workers_list[k];
+        chanos_tasks *rt = start(w);
+
+        for (int r = 0; r < reps; r++) {
+            struct nq_arg q = { nq_n, 0, 0, 0, 0 };
+            chanos_task task;
+            double t0 = now_s();
+
+            chanos_task_set(&task, nq_task, (void *)&q);
+            chanos_tasks_run(rt, &task);
+            t[r] = now_s() - t0;
+            if ((int64_t)(intptr_t)chanos_result_ptr(&task) != want) {
+                fprintf(stderr, "tasks_bench: nqueens wrong\n");
+                exit(1);
+            }
+        }
+        chanos_tasks_stop(rt);
+        emit("nqueens", "chanos", w, median(t, reps), extra);
+        if (use_omp) {
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                int64_t v = omp_nqueens(nq_n, NQ_SPAWN_ROWS, (int)w);
+
+                t[r] = now_s() - t0;
+                if (v != want) {
+                    fprintf(stderr, "tasks_bench: omp nqueens wrong\n");
+                    exit(1);
+                }
+            }
+            emit("nqueens", "openmp", w, median(t, reps), extra);
+        }
+    }
+}
+
+/* ---- msg-rtt: a round trip between two processes over ump, through the
+ * runtime (a task at each end), against the plain C ring in the same run
+ * (ump-raw: chanos_ump_send and chanos_ump_recv on the threads). ---- */
+
+static chanos_ump *rtt_conn;
+static double *rtt_samples;
+
+static int64_t echo_task(int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const void *p;
+        size_t len;
+        uint64_t v;
+
+        if (chanos_task_ump_recv(rtt_conn, &p, &len, -1) != 0)
+            return -1;
+        memcpy(&v, p, sizeof(v));
+        if (chanos_task_ump_send(rtt_conn, &v, sizeof(v), -1) != 0)
+            return -1;
+    }
+    return n;
+}
+
+static int64_t ping_task(int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const void *p;
+        size_t len;
+        uint64_t v = (uint64_t)i;
+        double t0 = now_s();
+
+        if (chanos_task_ump_send(rtt_conn, &v, sizeof(v), -1) != 0 ||
+            chanos_task_ump_recv(rtt_conn, &p, &len, -1) != 0)
+            return -1;
+        rtt_samples[i] = now_s() - t0;
+    }
+    return n;
+}
+
+static int raw_echo(int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        const void *p;
+        size_t len;
+        uint64_t v;
+
+        if (chanos_ump_recv(rtt_conn, &p, &len, -1) != 0)
+            return -1;
+        memcpy(&v, p, sizeof(v));
+        if (chanos_ump_send(rtt_conn, &v, sizeof(v), -1) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void rtt_emit(const char *runtime, int n)
+{
+    char extra[160];
+    double p50, p99;
+
+    qsort(rtt_samples, (size_t)n, sizeof(double), cmp_d);
+    p50 = rtt_samples[n / 2];
+    p99 = rtt_samples[(int)((double)n * 0.99)];
+    snprintf(extra, sizeof(extra), ",\"iters\":%d,\"rtt_ns_p50\":%.0f,\"rtt_ns_p99\":%.0f",
+             n, p50 * 1e9, p99 * 1e9);
+    emit("msg-rtt", runtime, 1, p50, extra);
+}
+
+static void bench_rtt(void)
+{
+    for (int mode = 0; mode < 2; mode++) { /* 0: ump-raw, 1: chanos */
+        int sv[2];
+        pid_t pid;
+        int status;
+
+        if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+            exit(1);
+        pid = fork();
+        if (pid < 0)
+            exit(1);
+        if (pid == 0) {
+            int rc = 0;
+
+            close(sv[0]);
+            alarm(300);
+            if (chanos_ump_attach(sv[1], NULL, 10000, &rtt_conn) != 0)
+                _exit(2);
+            if (mode == 0) {
+                rc = raw_echo(rtt_iters);
+            } else {
+                chanos_tasks *rt = start(1);
+                chanos_task task;
+
+                chanos_task_set(&task, echo_task, (int64_t)rtt_iters);
+                chanos_tasks_run(rt, &task);
+                rc = chanos_result_i64(&task) == rtt_iters ? 0 : 1;
+                chanos_tasks_stop(rt);
+            }
+            chanos_ump_close(rtt_conn);
+            _exit(rc);
+        }
+        close(sv[1]);
+        if (chanos_ump_create(sv[0], NULL, 10000, &rtt_conn) != 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            exit(1);
+        }
+        rtt_samples = calloc((size_t)rtt_iters, sizeof(double));
+        if (mode == 0) {
+            for (int i = 0; i < rtt_iters; i++) {
+                const void *p;
+                size_t len;
+                uint64_t v = (uint64_t)i;
+                double t0 = now_s();
+
+                if (chanos_ump_send(rtt_conn, &v, sizeof(v), -1) != 0 ||
+                    chanos_ump_recv(rtt_conn, &p, &len, -1) != 0)
+                    exit(1);
+                rtt_samples[i] = now_s() - t0;
+            }
+            rtt_emit("ump-raw", rtt_iters);
+        } else {
+            chanos_tasks *rt = start(1);
+            chanos_task task;
+
+            chanos_task_set(&task, ping_task, (int64_t)rtt_iters);
+            chanos_tasks_run(rt, &task);
+            chanos_tasks_stop(rt);
+            if (chanos_result_i64(&task) != rtt_iters)
+                exit(1);
+            rtt_emit("chanos", rtt_iters);
+        }
+        free(rtt_samples);
+        waitpid(pid, &status, 0);
+        chanos_ump_close(rtt_conn);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "tasks_bench: msg-rtt peer failed\n");
+            exit(1);
+        }
+    }
+}
+
+/* ---- remove-worker: while fib runs on 2 workers, remove one; the time
+ * set_workers takes is the time until the worker has left and its deque
+ * and stack are in the shared queues, for the other to take. ---- */
+
+struct fib_run {
+    chanos_tasks *rt;
+    chanos_task t;
+};
+
+static void *fib_thread(void *arg)
+{
+    struct fib_run *f = arg;
+
+    chanos_tasks_run(f->rt, &f->t);
+    return NULL;
+}
+
+static void bench_remove(void)
+{
+    double t[64];
+    char extra[64];
+    int64_t n = fib_n > 30 ? 30 : fib_n;
+    int64_t want = fib_serial(n);
+
+    snprintf(extra, sizeof(extra), ",\"n\":%lld", (long long)n);
+    for (int r = 0; r < reps; r++) {
+        struct fib_run f;
+        pthread_t th;
+        struct timespec ts = { 0, 20 * 1000 * 1000 };
+        double t0;
+
+        f.rt = start(2);
+        chanos_task_set(&f.t, fib_task, n);
+        pthread_create(&th, NULL, fib_thread, &f);
+        nanosleep(&ts, NULL);
+        t0 = now_s();
+        chanos_tasks_set_workers(f.rt, 1);
+        t[r] = now_s() - t0;
+        pthread_join(th, NULL);
+        chanos_tasks_stop(f.rt);
+        if (chanos_result_i64(&f.t) != want) {
+            fprintf(stderr, "tasks_bench: remove-worker lost work\n");
+            exit(1);
+        }
+    }
+    emit("remove-worker", "chanos", 2, median(t, reps), extra);
+}
+
+static void parse_workers(const char *s)
+{
+    nworkers_list = 0;
+    while (*s && nworkers_list < 16) {
+        char *end;
+        unsigned long v = strtoul(s, &end, 10);
+
+        if (end == s || v == 0)
+            break;
+        workers_list[nworkers_list++] = (unsigned)v;
+        s = *end == ',' ? end + 1 : end;
+    }
+}
+
+int main(int argc, char **argv)
+{
+    const char *which = "all";
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (strcmp(a, "--no-openmp") == 0) {
+            use_omp = 0;
+            continue;
+        }
+        if (strcmp(a, "--no-pin") == 0) {
+            no_pin = 1;
+            continue;
+        }
+        if (v == NULL) {
+            fprintf(stderr, "tasks_bench: %s needs a value\n", a);
+            return 2;
+        }
+        i++;
+        if (strcmp(a, "--case") == 0)
+            which = v;
+        else if (strcmp(a, "--workers") == 0)
+            parse_workers(v);
+        else if (strcmp(a, "--reps") == 0)
+            reps = atoi(v) < 1 ? 1 : atoi(v) > 64 ? 64 : atoi(v);
+        else if (strcmp(a, "--fib") == 0)
+            fib_n = atoll(v);
+        else if (strcmp(a, "--msort") == 0)
+            msort_n = (size_t)atoll(v);
+        else if (strcmp(a, "--nqueens") == 0)
+            nq_n = atoi(v);
+        else if (strcmp(a, "--rtt-iters") == 0)
+            rtt_iters = atoi(v) < 1 ? 1 : atoi(v);
+        else {
+            fprintf(stderr, "tasks_bench: unknown flag %s\n", a);
+            return 2;
+        }
+    }
+    if (strcmp(which, "all") == 0 || strcmp(which, "fib") == 0)
+        bench_fib();
+    if (strcmp(which, "all") == 0 || strcmp(which, "mergesort") == 0)
+        bench_msort();
+    if (strcmp(which, "all") == 0 || strcmp(which, "nqueens") == 0)
+        bench_nqueens();
+    if (strcmp(which, "all") == 0 || strcmp(which, "msg-rtt") == 0)
+        bench_rtt();
+    if (strcmp(which, "all") == 0 || strcmp(which, "remove-worker") == 0)
+        bench_remove();
+    return 0;
+}

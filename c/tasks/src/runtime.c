@@ -1,0 +1,897 @@
+/*
+ * runtime.c: workers, spawn and sync, task stacks, and the worker set.
+ *
+ * Scheduling is help-first (child stealing): chanos_task_spawn pushes the
+ * child on the worker's Chase-Lev deque (deque.h) and the parent goes on.
+ * At sync the parent takes its children back from the bottom of its deque
+ * and runs them on its own stack, as plain calls; only the children that a
+ * thief took are waited for. A library cannot steal a C continuation
+ * without one stack per spawn, which is what made seed 003's spawns
+ * expensive; child stealing needs a stack only when a task must wait.
+ *
+ * Every worker runs its scheduling loop on a fiber, a stack of its own.
+ * Tasks run on that stack. A task that must wait (stolen children still
+ * running at sync, a message, a timer) suspends the whole fiber, and the
+ * worker carries on with another fiber: a ready one, or a fresh one from
+ * the pool that starts a new scheduling loop. A suspended fiber resumes on
+ * whichever worker takes it from the ready queue.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifdef CHANOS_TASKS_ASAN
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+#ifdef CHANOS_TASKS_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+/* How many rounds an idle worker looks for work before it sleeps, and how
+ * long a sync spins for stolen children before it suspends. */
+#define IDLE_ROUNDS 2048
+#define SYNC_SPIN   256
+
+static _Thread_local struct worker *tls_worker;
+
+/* tasks_worker_ reads the worker of the running thread. A task can resume
+ * on another thread, so the compiler must not keep the thread-local's
+ * address across a switch: the function is opaque to it. */
+__attribute__((noinline)) struct worker *tasks_worker_(void)
+{
+    struct worker *w = tls_worker;
+
+    __asm__ volatile("" : "+r"(w) : : "memory");
+    return w;
+}
+
+int64_t tasks_now_ns_(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void futex_wait(atomic_uint *a, unsigned v)
+{
+    syscall(SYS_futex, a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void futex_wake(atomic_uint *a, int n)
+{
+    syscall(SYS_futex, a, FUTEX_WAKE_PRIVATE, n, NULL, NULL, 0);
+}
+
+static void wake(chanos_tasks *rt, int n)
+{
+    atomic_fetch_add(&rt->epoch, 1);
+    futex_wake(&rt->epoch, n);
+}
+
+/* wake_for_queue wakes a sleeper after work was put in a shared queue: the
+ * fence pairs with the one in worker_sleep, so either the sleeper sees the
+ * work or we see the sleeper. */
+static void wake_for_queue(chanos_tasks *rt)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0)
+        wake(rt, 1);
+}
+
+/* ---- context switches ---- */
+
+static void ctx_switch(struct ctx *from, struct ctx *to, int from_dies)
+{
+#ifdef CHANOS_TASKS_ASAN
+    __sanitizer_start_switch_fiber(from_dies ? NULL : &from->fake_stack,
+                                   to->stack_lo, to->stack_size);
+#else
+    (void)from_dies;
+#endif
+#ifdef CHANOS_TASKS_TSAN
+    __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+    chanos_tasks_ctx_switch_(&from->sp, to->sp);
+#ifdef CHANOS_TASKS_ASAN
+    __sanitizer_finish_switch_fiber(from->fake_stack, NULL, NULL);
+#endif
+}
+
+/* ---- fibers ---- */
+
+static void fiber_entry(void *arg);
+
+static struct fiber *fiber_new(chanos_tasks *rt)
+{
+    struct fiber *f = calloc(1, sizeof(*f));
+    size_t size = rt->stack_size + rt->page;
+    void *m;
+
+    if (f == NULL)
+        abort(); /* a suspended task cannot be refused */
+    m = mmap(NULL, size, PROT_READ | PROT_WRITE,
+             MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (m == MAP_FAILED)
+        abort();
+    if (mprotect(m, rt->page, PROT_NONE) != 0) /* the guard page */
+        abort();
+    f->map = m;
+    f->map_size = size;
+    f->rt = rt;
+    f->ctx.stack_lo = (char *)m + rt->page;
+    f->ctx.stack_size = rt->stack_size;
+    pthread_mutex_lock(&rt->pool_lock);
+    if (rt->nall == rt->capall) {
+        size_t cap = rt->capall ? rt->capall * 2 : 64;
+        struct fiber **all = realloc(rt->all, cap * sizeof(*all));
+
+        if (all == NULL)
+            abort();
+        rt->all = all;
+        rt->capall = cap;
+    }
+    rt->all[rt->nall++] = f;
+    pthread_mutex_unlock(&rt->pool_lock);
+    return f;
+}
+
+/* fiber_get returns a fiber that starts a scheduling loop when switched
+ * to. */
+static struct fiber *fiber_get(chanos_tasks *rt)
+{
+    struct fiber *f;
+
+    pthread_mutex_lock(&rt->pool_lock);
+    f = rt->pool;
+    if (f != NULL)
+        rt->pool = f->next;
+    pthread_mutex_unlock(&rt->pool_lock);
+    if (f == NULL)
+        f = fiber_new(rt);
+    f->next = NULL;
+    f->frame = NULL;
+#ifdef CHANOS_TASKS_ASAN
+    /* The stack was left with frames on it; their poisoning goes. */
+    __asan_unpoison_memory_region(f->ctx.stack_lo, f->ctx.stack_size);
+#endif
+#ifdef CHANOS_TASKS_TSAN
+    if (f->ctx.tsan_fiber != NULL)
+        __tsan_destroy_fiber(f->ctx.tsan_fiber);
+    f->ctx.tsan_fiber = __tsan_create_fiber(0);
+#endif
+    f->ctx.sp = ctx_init((char *)f->ctx.stack_lo + f->ctx.stack_size,
+                         fiber_entry, f);
+    return f;
+}
+
+static void fiber_put(chanos_tasks *rt, struct fiber *f)
+{
+    pthread_mutex_lock(&rt->pool_lock);
+    f->next = rt->pool;
+    rt->pool = f;
+    pthread_mutex_unlock(&rt->pool_lock);
+}
+
+/* ---- shared queues ---- */
+
+static struct fiber *ready_pop(chanos_tasks *rt)
+{
+    struct fiber *f;
+
+    if (atomic_load_explicit(&rt->ready_n, memory_order_relaxed) == 0)
+        return NULL;
+    pthread_mutex_lock(&rt->q_lock);
+    f = rt->ready_head;
+    if (f != NULL) {
+        rt->ready_head = f->next;
+        if (rt->ready_head == NULL)
+            rt->ready_tail = NULL;
+        atomic_fetch_sub_explicit(&rt->ready_n, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&rt->q_lock);
+    return f;
+}
+
+void tasks_make_ready_(chanos_tasks *rt, struct fiber *f)
+{
+    f->next = NULL;
+    pthread_mutex_lock(&rt->q_lock);
+    if (rt->ready_tail != NULL)
+        rt->ready_tail->next = f;
+    else
+        rt->ready_head = f;
+    rt->ready_tail = f;
+    atomic_fetch_add_explicit(&rt->ready_n, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->q_lock);
+    wake_for_queue(rt);
+}
+
+static void inject_push(chanos_tasks *rt, chanos_task *t)
+{
+    t->next_ = NULL;
+    pthread_mutex_lock(&rt->q_lock);
+    if (rt->inj_tail != NULL)
+        rt->inj_tail->next_ = t;
+    else
+        rt->inj_head = t;
+    rt->inj_tail = t;
+    atomic_fetch_add_explicit(&rt->inj_n, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&rt->q_lock);
+}
+
+static chanos_task *inject_pop(chanos_tasks *rt)
+{
+    chanos_task *t;
+
+    if (atomic_load_explicit(&rt->inj_n, memory_order_relaxed) == 0)
+        return NULL;
+    pthread_mutex_lock(&rt->q_lock);
+    t = rt->inj_head;
+    if (t != NULL) {
+        rt->inj_head = t->next_;
+        if (rt->inj_head == NULL)
+            rt->inj_tail = NULL;
+        atomic_fetch_sub_explicit(&rt->inj_n, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&rt->q_lock);
+    return t;
+}
+
+int tasks_has_other_work_(struct worker *w)
+{
+    chanos_tasks *rt = w->rt;
+
+    return cl_nonempty(&w->dq) ||
+           atomic_load_explicit(&rt->ready_n, memory_order_relaxed) > 0 ||
+           atomic_load_explicit(&rt->inj_n, memory_order_relaxed) > 0;
+}
+
+/* ---- suspending and resuming ---- */
+
+void tasks_release_(chanos_tasks *rt, struct waitpoint *wp)
+{
+    if (atomic_fetch_sub_explicit(&wp->count, 1, memory_order_acq_rel) == 1)
+        tasks_make_ready_(rt, wp->fiber);
+}
+
+/* run_after does what the worker left to do once off the old stack. */
+static void run_after(struct worker *w)
+{
+    enum after a = w->after;
+
+    w->after = AFTER_NONE;
+    switch (a) {
+    case AFTER_NONE:
+        break;
+    case AFTER_RECYCLE:
+        fiber_put(w->rt, w->after_fiber);
+        break;
+    case AFTER_READY:
+        tasks_make_ready_(w->rt, w->after_fiber);
+        break;
+    case AFTER_RELEASE:
+        tasks_release_(w->rt, w->after_wp);
+        break;
+    }
+}
+
+/* switch_from leaves the running fiber self for a ready fiber, or else a
+ * fresh scheduling loop, with after to be done on the new stack; it
+ * returns when self is resumed. */
+static void switch_from(struct worker *w, struct fiber *self, enum after after,
+                        struct waitpoint *wp)
+{
+    struct fiber *next = ready_pop(w->rt);
+
+    if (next == NULL)
+        next = fiber_get(w->rt);
+    w->after = after;
+    w->after_fiber = self;
+    w->after_wp = wp;
+    w->cur = next;
+    next->w = w;
+    ctx_switch(&self->ctx, &next->ctx, 0);
+    run_after(tasks_worker_());
+}
+
+void tasks_suspend_(struct worker *w, struct waitpoint *wp)
+{
+    struct fiber *self = w->cur;
+
+    wp->fiber = self;
+    switch_from(w, self, AFTER_RELEASE, wp);
+}
+
+/* worker_leave hands the worker's deque to the shared queue and returns
+ * to the thread's own stack, leaving self to after (AFTER_RECYCLE: self
+ * is done with; AFTER_READY: self goes on elsewhere, and this returns
+ * there). */
+static void worker_leave(struct worker *w, struct fiber *self, enum after after)
+{
+    chanos_tasks *rt = w->rt;
+    chanos_task *t;
+    int moved = 0;
+
+    while ((t = cl_take(&w->dq)) != NULL) {
+        inject_push(rt, t);
+        moved = 1;
+    }
+    if (moved)
+        wake_for_queue(rt);
+    w->after = after;
+    w->after_fiber = self;
+    w->cur = NULL;
+    ctx_switch(&self->ctx, &w->home, after == AFTER_RECYCLE);
+    run_after(tasks_worker_());
+}
+
+/* ---- running tasks ---- */
+
+static void call_task(chanos_task *t)
+{
+    switch (t->kind_) {
+    case CHANOS_TASK_I64:
+        t->result_.i = t->fn_.i64(t->arg_.i);
+        break;
+    case CHANOS_TASK_PTR:
+        t->result_.p = t->fn_.ptr(t->arg_.p);
+        break;
+    case CHANOS_TASK_F64:
+        t->result_.d = t->fn_.f64(t->arg_.d);
+        break;
+    default:
+        t->result_ = t->fn_.val(t->arg_);
+        break;
+    }
+}
+
+static void sync_frame(struct fiber *f, struct frame *fr);
+
+/* exec_task runs t on the current fiber in a frame of its own, and syncs
+ * its children before it returns. */
+static void exec_task(struct fiber *f, chanos_task *t)
+{
+    struct frame fr;
+    struct frame *outer = f->frame;
+
+    fr.spawned = 0;
+    atomic_init(&fr.wp.count, 0);
+    fr.wp.fiber = NULL;
+    f->frame = &fr;
+    call_task(t);
+    if (fr.spawned > 0)
+        sync_frame(f, &fr);
+    f->frame = outer;
+}
+
+static void sync_frame(struct fiber *f, struct frame *fr)
+{
+    struct worker *w = f->w;
+    int k;
+
+    if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+        worker_leave(w, f, AFTER_READY);
+        w = f->w;
+    }
+    /* Our children not stolen are the newest entries of our deque, unless
+     * the task moved to another worker since it spawned them. */
+    while (fr->spawned > 0) {
+        chanos_task *t = cl_take(&w->dq);
+
+        if (t == NULL)
+            break;
+        if (t->frame_ != fr) {
+            cl_push(&w->dq, t);
+            break;
+        }
+        fr->spawned--;
+        exec_task(f, t);
+        w = f->w; /* the task may have moved while t ran */
+    }
+    if (fr->spawned == 0)
+        return;
+    /* The rest run elsewhere, and each drops one from wp.count when done:
+     * add them, and our token. */
+    k = (int)fr->spawned;
+    fr->spawned = 0;
+    if (atomic_fetch_add_explicit(&fr->wp.count, k + 1, memory_order_acq_rel) + k + 1 == 1) {
+        atomic_store_explicit(&fr->wp.count, 0, memory_order_relaxed);
+        return;
+    }
+    for (int i = 0; i < SYNC_SPIN; i++) {
+        if (atomic_load_explicit(&fr->wp.count, memory_order_acquire) == 1) {
+            atomic_store_explicit(&fr->wp.count, 0, memory_order_relaxed);
+            return;
+        }
+        tasks_relax_();
+    }
+    tasks_suspend_(w, &fr->wp);
+    atomic_store_explicit(&fr->wp.count, 0, memory_order_relaxed);
+}
+
+struct root {
+    atomic_uint done;
+};
+
+/* run_top runs a task taken by the scheduling loop (not by its parent's
+ * sync) and tells whoever waits for it. */
+static void run_top(struct fiber *f, chanos_task *t)
+{
+    struct frame *parent;
+    struct root *root;
+
+    exec_task(f, t);
+    parent = t->frame_;
+    root = t->root_;
+    if (parent != NULL) {
+        tasks_release_(f->rt, &parent->wp);
+    } else if (root != NULL) {
+        atomic_store_explicit(&root->done, 1, memory_order_release);
+        futex_wake(&root->done, 1);
+    }
+}
+
+static chanos_task *steal(struct worker *w)
+{
+    chanos_tasks *rt = w->rt;
+    unsigned n = atomic_load_explicit(&rt->nslots, memory_order_acquire);
+
+    for (unsigned i = 0; i < 2 * n; i++) {
+        unsigned v;
+        chanos_task *t;
+
+        w->rng ^= w->rng << 13;
+        w->rng ^= w->rng >> 7;
+        w->rng ^= w->rng << 17;
+        v = (unsigned)(w->rng % n);
+        if (v == w->id)
+            continue;
+        t = cl_steal(&rt->w[v].dq);
+        if (t != NULL && t != CL_ABORT)
+            return t;
+    }
+    return NULL;
+}
+
+static int work_visible(chanos_tasks *rt)
+{
+    unsigned n = atomic_load_explicit(&rt->nslots, memory_order_acquire);
+
+    if (atomic_load_explicit(&rt->ready_n, memory_order_relaxed) > 0 ||
+        atomic_load_explicit(&rt->inj_n, memory_order_relaxed) > 0)
+        return 1;
+    for (unsigned i = 0; i < n; i++)
+        if (cl_nonempty(&rt->w[i].dq))
+            return 1;
+    return 0;
+}
+
+static void worker_sleep(struct worker *w)
+{
+    chanos_tasks *rt = w->rt;
+    unsigned e = atomic_load(&rt->epoch);
+
+    atomic_fetch_add(&rt->sleepers, 1);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (!work_visible(rt) && !atomic_load(&w->leave))
+        futex_wait(&rt->epoch, e);
+    atomic_fetch_sub(&rt->sleepers, 1);
+}
+
+/* sched_loop is the scheduling loop that every fiber starts with. */
+static void sched_loop(struct fiber *self)
+{
+    chanos_tasks *rt = self->rt;
+    unsigned idle = 0;
+    int searching = 0;
+
+    for (;;) {
+        struct worker *w = self->w;
+        chanos_task *t;
+        struct fiber *f;
+
+        if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+            if (searching)
+                atomic_fetch_sub(&rt->searching, 1);
+            worker_leave(w, self, AFTER_RECYCLE);
+            abort(); /* a recycled fiber is never resumed */
+        }
+        t = cl_take(&w->dq);
+        if (t == NULL) {
+            f = ready_pop(rt);
+            if (f != NULL) {
+                if (searching)
+                    atomic_fetch_sub(&rt->searching, 1);
+                w->after = AFTER_RECYCLE;
+                w->after_fiber = self;
+                w->cur = f;
+                f->w = w;
+                ctx_switch(&self->ctx, &f->ctx, 1);
+                abort();
+            }
+            t = inject_pop(rt);
+            if (t == NULL)
+                t = steal(w);
+        }
+        if (t != NULL) {
+            if (searching) {
+                searching = 0;
+                /* The last searcher found work: another sleeper may
+                 * find more. */
+                if (atomic_fetch_sub(&rt->searching, 1) == 1 &&
+                    atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0)
+                    wake(rt, 1);
+            }
+            idle = 0;
+            run_top(self, t);
+            continue;
+        }
+        if (!searching) {
+            searching = 1;
+            atomic_fetch_add(&rt->searching, 1);
+        }
+        if (++idle < IDLE_ROUNDS) {
+            tasks_relax_();
+            continue;
+        }
+        idle = 0;
+        searching = 0;
+        atomic_fetch_sub(&rt->searching, 1);
+        worker_sleep(w);
+    }
+}
+
+static void fiber_entry(void *arg)
+{
+    struct fiber *f = arg;
+
+#ifdef CHANOS_TASKS_ASAN
+    __sanitizer_finish_switch_fiber(NULL, NULL, NULL);
+#endif
+    run_after(tasks_worker_());
+    sched_loop(f);
+    abort();
+}
+
+/* ---- the public task calls ---- */
+
+void chanos_task_spawn(chanos_task *t)
+{
+    struct worker *w = tasks_worker_();
+    struct frame *fr;
+    chanos_tasks *rt;
+
+    if (w == NULL || w->cur == NULL || w->cur->frame == NULL) {
+        call_task(t);
+        return;
+    }
+    fr = w->cur->frame;
+    t->frame_ = fr;
+    t->root_ = NULL;
+    fr->spawned++;
+    cl_push(&w->dq, t);
+    /* No fence here: a sleeper this misses is woken by a later spawn or a
+     * shared queue, and the owner runs its own deque anyway. */
+    rt = w->rt;
+    if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+        atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
+        wake(rt, 1);
+}
+
+void chanos_task_sync(void)
+{
+    struct worker *w = tasks_worker_();
+
+    if (w == NULL || w->cur == NULL || w->cur->frame == NULL)
+        return;
+    sync_frame(w->cur, w->cur->frame);
+}
+
+int chanos_task_worker(void)
+{
+    struct worker *w = tasks_worker_();
+
+    return w != NULL ? (int)w->id : -1;
+}
+
+void chanos_task_yield(void)
+{
+    struct worker *w = tasks_worker_();
+
+    if (w == NULL || w->cur == NULL) {
+        sched_yield();
+        return;
+    }
+    switch_from(w, w->cur, AFTER_READY, NULL);
+}
+
+void chanos_task_call(chanos_task *t)
+{
+    struct worker *w = tasks_worker_();
+
+    if (w == NULL || w->cur == NULL) {
+        call_task(t);
+        return;
+    }
+    exec_task(w->cur, t);
+}
+
+struct pfor {
+    int64_t lo, hi, grain;
+    void (*body)(int64_t, int64_t, void *);
+    void *arg;
+};
+
+static void *pfor_task(void *arg)
+{
+    struct pfor *p = arg;
+    struct pfor l = *p, r = *p;
+    chanos_task tl, tr;
+    int64_t mid;
+
+    if (p->hi - p->lo <= p->grain) {
+        if (p->hi > p->lo)
+            p->body(p->lo, p->hi, p->arg);
+        return NULL;
+    }
+    mid = p->lo + (p->hi - p->lo) / 2;
+    l.hi = mid;
+    r.lo = mid;
+    chanos_spawn(&tr, pfor_task, (void *)&r);
+    chanos_task_set(&tl, pfor_task, (void *)&l);
+    chanos_task_call(&tl);
+    chanos_task_sync();
+    return NULL;
+}
+
+void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
+                         void (*body)(int64_t lo, int64_t hi, void *arg),
+                         void *arg)
+{
+    struct pfor p = { lo, hi, grain > 0 ? grain : 1, body, arg };
+    chanos_task t;
+
+    if (hi <= lo)
+        return;
+    chanos_task_set(&t, pfor_task, (void *)&p);
+    chanos_task_call(&t);
+}
+
+/* ---- workers ---- */
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    chanos_tasks *rt = w->rt;
+    struct fiber *f;
+    pthread_attr_t attr;
+
+    tls_worker = w;
+    /* Pin only a runtime that has a worker for every CPU it may use: one
+     * with fewer leaves the placement to the kernel, so that processes
+     * that each run a few workers (both ends of a connection) do not all
+     * land on the first CPUs. */
+    if (rt->pin && rt->ncpus > 0 && atomic_load(&rt->target) >= rt->ncpus) {
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(rt->cpus[w->id % rt->ncpus], &set);
+        (void)sched_setaffinity(0, sizeof(set), &set); /* best effort */
+    }
+    memset(&w->home, 0, sizeof(w->home));
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        (void)pthread_attr_getstack(&attr, &w->home.stack_lo, &w->home.stack_size);
+        pthread_attr_destroy(&attr);
+    }
+#ifdef CHANOS_TASKS_TSAN
+    w->home.tsan_fiber = __tsan_get_current_fiber();
+#endif
+    f = fiber_get(rt);
+    w->cur = f;
+    f->w = w;
+    w->after = AFTER_NONE;
+    ctx_switch(&w->home, &f->ctx, 0);
+    /* The worker left (worker_leave): what it left to do with the fiber. */
+    run_after(w);
+    tls_worker = NULL;
+    return NULL;
+}
+
+static int worker_start(chanos_tasks *rt, unsigned i)
+{
+    struct worker *w = &rt->w[i];
+    int err;
+
+    w->rt = rt;
+    w->id = i;
+    w->rng = 0x9E3779B97F4A7C15ull * (i + 1) ^ (uint64_t)tasks_now_ns_();
+    if (w->rng == 0)
+        w->rng = 1;
+    atomic_store(&w->leave, 0);
+    w->cur = NULL;
+    w->after = AFTER_NONE;
+    err = pthread_create(&w->thread, NULL, worker_main, w);
+    if (err != 0)
+        return -err;
+    w->running = 1;
+    return 0;
+}
+
+static void workers_leave(chanos_tasks *rt, unsigned from, unsigned to)
+{
+    for (unsigned i = from; i < to; i++)
+        if (rt->w[i].running)
+            atomic_store(&rt->w[i].leave, 1);
+    wake(rt, INT32_MAX);
+    for (unsigned i = from; i < to; i++) {
+        if (!rt->w[i].running)
+            continue;
+        pthread_join(rt->w[i].thread, NULL);
+        rt->w[i].running = 0;
+    }
+}
+
+int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
+{
+    unsigned cur;
+    int err = 0;
+
+    if (rt == NULL || n < 1 || n > rt->max_workers || tasks_worker_() != NULL)
+        return -EINVAL;
+    pthread_mutex_lock(&rt->set_lock);
+    cur = atomic_load(&rt->nworkers);
+    atomic_store(&rt->target, n);
+    if (n > cur) {
+        if (atomic_load(&rt->nslots) < n)
+            atomic_store_explicit(&rt->nslots, n, memory_order_release);
+        for (unsigned i = cur; i < n; i++) {
+            err = worker_start(rt, i);
+            if (err != 0) {
+                n = i;
+                break;
+            }
+        }
+    } else if (n < cur) {
+        workers_leave(rt, n, cur);
+    }
+    atomic_store(&rt->nworkers, n);
+    pthread_mutex_unlock(&rt->set_lock);
+    return err;
+}
+
+unsigned chanos_tasks_workers(chanos_tasks *rt)
+{
+    return atomic_load(&rt->nworkers);
+}
+
+int chanos_tasks_run(chanos_tasks *rt, chanos_task *t)
+{
+    struct root r;
+
+    if (rt == NULL || t == NULL)
+        return -EINVAL;
+    if (tasks_worker_() != NULL) {
+        /* From a task: a child, waited for at once. */
+        chanos_task_spawn(t);
+        chanos_task_sync();
+        return 0;
+    }
+    atomic_init(&r.done, 0);
+    t->frame_ = NULL;
+    t->root_ = &r;
+    inject_push(rt, t);
+    wake_for_queue(rt);
+    while (atomic_load_explicit(&r.done, memory_order_acquire) == 0)
+        futex_wait(&r.done, 0);
+    return 0;
+}
+
+int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
+{
+    struct chanos_tasks_opts def = { 0 };
+    chanos_tasks *rt;
+    cpu_set_t set;
+    unsigned n;
+    int err;
+
+    if (out == NULL)
+        return -EINVAL;
+    *out = NULL;
+    if (o == NULL)
+        o = &def;
+    rt = aligned_alloc(64, (sizeof(*rt) + 63) & ~(size_t)63);
+    if (rt == NULL)
+        return -ENOMEM;
+    memset(rt, 0, sizeof(*rt));
+    rt->page = (size_t)sysconf(_SC_PAGESIZE);
+    rt->max_workers = o->max_workers ? o->max_workers : 256;
+    rt->pin = !o->no_pin;
+    {
+        const char *env = getenv("CHANOS_TASKS_NO_PIN");
+
+        if (env != NULL && env[0] != '\0' && strcmp(env, "0") != 0)
+            rt->pin = 0;
+    }
+#ifdef CHANOS_TASKS_ASAN
+    rt->stack_size = o->stack_size ? o->stack_size : 1024 * 1024;
+#else
+    rt->stack_size = o->stack_size ? o->stack_size : 256 * 1024;
+#endif
+    rt->stack_size = (rt->stack_size + rt->page - 1) & ~(rt->page - 1);
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
+        rt->cpus = calloc((size_t)CPU_COUNT(&set), sizeof(int));
+        if (rt->cpus == NULL) {
+            free(rt);
+            return -ENOMEM;
+        }
+        for (int c = 0; c < CPU_SETSIZE; c++)
+            if (CPU_ISSET(c, &set))
+                rt->cpus[rt->ncpus++] = c;
+    }
+    n = o->workers ? o->workers : (rt->ncpus ? rt->ncpus : 1);
+    if (n > rt->max_workers) {
+        free(rt->cpus);
+        free(rt);
+        return -EINVAL;
+    }
+    rt->w = aligned_alloc(64, ((size_t)rt->max_workers * sizeof(struct worker) + 63) & ~(size_t)63);
+    if (rt->w == NULL) {
+        free(rt->cpus);
+        free(rt);
+        return -ENOMEM;
+    }
+    memset(rt->w, 0, (size_t)rt->max_workers * sizeof(struct worker));
+    for (unsigned i = 0; i < rt->max_workers; i++)
+        cl_init(&rt->w[i].dq, 256);
+    pthread_mutex_init(&rt->set_lock, NULL);
+    pthread_mutex_init(&rt->q_lock, NULL);
+    pthread_mutex_init(&rt->pool_lock, NULL);
+    err = poller_start_(rt);
+    if (err == 0)
+        err = chanos_tasks_set_workers(rt, n);
+    if (err != 0) {
+        chanos_tasks_stop(rt);
+        return err;
+    }
+    *out = rt;
+    return 0;
+}
+
+void chanos_tasks_stop(chanos_tasks *rt)
+{
+    if (rt == NULL)
+        return;
+    pthread_mutex_lock(&rt->set_lock);
+    workers_leave(rt, 0, rt->max_workers);
+    atomic_store(&rt->nworkers, 0);
+    pthread_mutex_unlock(&rt->set_lock);
+    poller_stop_(rt);
+    for (size_t i = 0; i < rt->nall; i++) {
+#ifdef CHANOS_TASKS_TSAN
+        if (rt->all[i]->ctx.tsan_fiber != NULL)
+            __tsan_destroy_fiber(rt->all[i]->ctx.tsan_fiber);
+#endif
+        munmap(rt->all[i]->map, rt->all[i]->map_size);
+        free(rt->all[i]);
+    }
+    free(rt->all);
+    for (unsigned i = 0; i < rt->max_workers; i++)
+        cl_destroy(&rt->w[i].dq);
+    pthread_mutex_destroy(&rt->set_lock);
+    pthread_mutex_destroy(&rt->q_lock);
+    pthread_mutex_destroy(&rt->pool_lock);
+    free(rt->w);
+    free(rt->cpus);
+    free(rt);
+}

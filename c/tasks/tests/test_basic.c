@@ -1,0 +1,280 @@
+/* test_basic: spawn and sync, checked against serial runs: fib, merge
+ * sort, N-Queens, parallel_for, the typed helpers, implicit sync, roots from
+ * several threads, and seed 003's 2^24-task stress test. */
+#include "../../tests/check.h"
+#include "workloads.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static chanos_tasks *rt;
+
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+
+    return (x > y) - (x < y);
+}
+
+static void test_fib(void)
+{
+    for (int64_t n = 0; n <= 25; n += 5) {
+        chanos_task t;
+
+        chanos_task_set(&t, fib_task, n);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), fib_serial(n));
+    }
+}
+
+static void test_msort(void)
+{
+    size_t n = 1u << 20;
+    int32_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b)),
+            *tmp = malloc(n * sizeof(*tmp));
+    uint32_t s = 12345;
+    struct msort_arg m = { a, tmp, 0, n };
+    chanos_task t;
+
+    CHECK(a != NULL && b != NULL && tmp != NULL);
+    for (size_t i = 0; i < n; i++)
+        a[i] = b[i] = (int32_t)xorshift32(&s);
+    chanos_task_set(&t, msort_task, (void *)&m);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    qsort(b, n, sizeof(*b), cmp_i32);
+    CHECK(memcmp(a, b, n * sizeof(*a)) == 0);
+    free(a);
+    free(b);
+    free(tmp);
+}
+
+static void test_nqueens(void)
+{
+    for (int n = 4; n <= 10; n++) {
+        struct nq_arg q = { n, 0, 0, 0, 0 };
+        chanos_task t;
+
+        chanos_task_set(&t, nq_task, (void *)&q);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ((int64_t)(intptr_t)chanos_result_ptr(&t), nqueens_serial(n));
+    }
+}
+
+/* parallel_for marks every index once. */
+static void pf_body(int64_t lo, int64_t hi, void *arg)
+{
+    atomic_int *hits = arg;
+
+    for (int64_t i = lo; i < hi; i++)
+        atomic_fetch_add_explicit(&hits[i], 1, memory_order_relaxed);
+}
+
+struct pf_case {
+    int64_t n, grain;
+    atomic_int *hits;
+};
+
+static void *pf_root(void *arg)
+{
+    struct pf_case *c = arg;
+
+    chanos_parallel_for(0, c->n, c->grain, pf_body, c->hits);
+    return NULL;
+}
+
+static void test_parallel_for(void)
+{
+    int64_t sizes[] = { 0, 1, 7, 1000, 100003 };
+    int64_t grains[] = { 0, 1, 3, 64, 100000 };
+
+    for (size_t i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++)
+        for (size_t j = 0; j < sizeof(grains) / sizeof(grains[0]); j++) {
+            struct pf_case c = { sizes[i], grains[j], NULL };
+            chanos_task t;
+            int64_t bad = 0;
+
+            c.hits = calloc((size_t)c.n + 1, sizeof(atomic_int));
+            CHECK(c.hits != NULL);
+            chanos_task_set(&t, pf_root, (void *)&c);
+            CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+            for (int64_t k = 0; k < c.n; k++)
+                if (atomic_load(&c.hits[k]) != 1)
+                    bad++;
+            CHECK_EQ(bad, 0);
+            free(c.hits);
+        }
+    /* From outside the workers it runs on the caller. */
+    {
+        atomic_int hits[10] = { 0 };
+        int bad = 0;
+
+        chanos_parallel_for(0, 10, 3, pf_body, hits);
+        for (int k = 0; k < 10; k++)
+            bad += atomic_load(&hits[k]) != 1;
+        CHECK_EQ(bad, 0);
+    }
+}
+
+/* The typed helpers: double and the general form. */
+static double halve(double x)
+{
+    chanos_task t;
+
+    if (x < 1.0)
+        return x;
+    chanos_spawn(&t, halve, x / 2);
+    chanos_task_sync();
+    return chanos_result_f64(&t);
+}
+
+static chanos_task_val square(chanos_task_val v)
+{
+    return (chanos_task_val){ .i = v.i * v.i };
+}
+
+static void test_typed(void)
+{
+    chanos_task t;
+
+    chanos_task_set(&t, halve, 100.0);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK(chanos_result_f64(&t) == 100.0 / 128);
+    chanos_task_set(&t, square, ((chanos_task_val){ .i = 12 }));
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_task_result(&t).i, 144);
+    /* Outside the runtime, spawn runs at once. */
+    chanos_spawn(&t, fib_task, 10);
+    chanos_task_sync();
+    CHECK_EQ(chanos_result_i64(&t), 55);
+}
+
+/* Implicit sync: a task that returns without syncing still waits for its
+ * children, so the parent sees all their writes after its own sync. */
+static atomic_long leaves;
+
+static int64_t nosync(int64_t n)
+{
+    chanos_task *t;
+
+    if (n == 0) {
+        atomic_fetch_add(&leaves, 1);
+        return 0;
+    }
+    /* The children's storage must outlive the implicit sync at return:
+     * a heap block, which the root frees. */
+    t = malloc(2 * sizeof(*t));
+    if (t == NULL)
+        abort();
+    chanos_spawn(&t[0], nosync, n - 1);
+    chanos_spawn(&t[1], nosync, n - 1);
+    /* No sync: the runtime syncs when this returns. */
+    return (int64_t)(intptr_t)t;
+}
+
+static int64_t nosync_root(int64_t n)
+{
+    chanos_task t;
+    int64_t blocks = 0;
+
+    chanos_spawn(&t, nosync, n);
+    chanos_task_sync();
+    /* Every nosync task's children have finished; free the blocks. The
+     * results are the block pointers, a tree of them. */
+    {
+        int64_t stack[64];
+        int sp = 0;
+
+        stack[sp++] = chanos_result_i64(&t);
+        while (sp > 0) {
+            chanos_task *b = (chanos_task *)(intptr_t)stack[--sp];
+
+            if (b == NULL)
+                continue;
+            blocks++;
+            stack[sp++] = chanos_result_i64(&b[0]);
+            stack[sp++] = chanos_result_i64(&b[1]);
+            free(b);
+        }
+    }
+    return blocks;
+}
+
+static void test_implicit_sync(void)
+{
+    chanos_task t;
+
+    atomic_store(&leaves, 0);
+    chanos_task_set(&t, nosync_root, 12);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(atomic_load(&leaves), 1 << 12);
+    CHECK_EQ(chanos_result_i64(&t), (1 << 12) - 1);
+}
+
+/* Roots from several threads at once. */
+static void *root_thread(void *arg)
+{
+    int64_t n = (int64_t)(intptr_t)arg;
+    chanos_task t;
+
+    for (int i = 0; i < 20; i++) {
+        chanos_task_set(&t, fib_task, n);
+        if (chanos_tasks_run(rt, &t) != 0 || chanos_result_i64(&t) != fib_serial(n))
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_roots(void)
+{
+    pthread_t th[4];
+
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, root_thread, (void *)(intptr_t)(12 + i)), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+
+        pthread_join(th[i], &r);
+        CHECK(r == NULL);
+    }
+}
+
+static void test_stress(void)
+{
+    chanos_task t;
+    int64_t n = 24;
+    const char *env = getenv("CHANOS_TASKS_STRESS_N");
+
+    if (env != NULL)
+        n = atoi(env);
+    chanos_task_set(&t, stress_task, n);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), (int64_t)1 << n);
+}
+
+int main(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+
+    /* More workers than this machine's CPUs on purpose: stealing, stolen
+     * children and suspended syncs all happen. */
+    o.workers = 4;
+    CHECK_EQ(chanos_tasks_start(&rt, &o), 0);
+    CHECK_EQ(chanos_tasks_workers(rt), 4);
+    test_fib();
+    test_msort();
+    test_nqueens();
+    test_parallel_for();
+    test_typed();
+    test_implicit_sync();
+    test_roots();
+    test_stress();
+    chanos_tasks_stop(rt);
+    /* A default runtime: as many workers as CPUs the process may use. */
+    CHECK_EQ(chanos_tasks_start(&rt, NULL), 0);
+    CHECK(chanos_tasks_workers(rt) >= 1);
+    test_fib();
+    chanos_tasks_stop(rt);
+    return check_done("tasks_basic");
+}
