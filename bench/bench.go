@@ -69,6 +69,13 @@ type Result struct {
 	// time, so that a change in the machine's speed from one round to the
 	// next stays out of the ratio.
 	PairedRatio *float64 `json:"paired_ratio,omitempty"`
+	// Runtime, Workers, N and TimeS are the task suite's: the runtime
+	// (chanos, serial, openmp, ump-raw), its workers, the problem's size
+	// and the median time of a run in seconds (docs/tasks.md).
+	Runtime string   `json:"runtime,omitempty"`
+	Workers int      `json:"workers,omitempty"`
+	N       int64    `json:"n,omitempty"`
+	TimeS   *float64 `json:"time_s,omitempty"`
 }
 
 // Key names the case of a result: case/transport/peers/size.

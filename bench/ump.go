@@ -348,7 +348,12 @@ func memcpyRate(size int, dur time.Duration) Result {
 // FindCTool returns the path of a helper program of the C build: in
 // $CHANOS_C_BUILD/tools, else in build/c/tools of the repository that
 // holds this executable or the working directory.
-func FindCTool(name string) (string, error) {
+func FindCTool(name string) (string, error) { return FindCProgram(filepath.Join("tools", name)) }
+
+// FindCProgram is FindCTool for a program at rel in the C build
+// directory (tasks/bench/tasks_bench, say).
+func FindCProgram(rel string) (string, error) {
+	name := rel
 	var dirs []string
 	if d := os.Getenv("CHANOS_C_BUILD"); d != "" {
 		dirs = append(dirs, d)
@@ -374,7 +379,7 @@ func FindCTool(name string) (string, error) {
 	}
 	var tried []string
 	for _, d := range dirs {
-		p := filepath.Join(d, "tools", name)
+		p := filepath.Join(d, rel)
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
 			return p, nil
 		}

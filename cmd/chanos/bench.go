@@ -75,6 +75,13 @@ var benchSuites = map[string]benchSuite{
 		},
 		summary: bench.RingSummary,
 	},
+	"tasks": {
+		help: "the C task runtime: fib, merge sort, N-Queens, task messaging, worker removal, against serial C and OpenMP (docs/tasks.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunTasks(ctx, bench.TasksConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
+		},
+		table: bench.TasksTable,
+	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
