@@ -411,23 +411,9 @@ func (e *Event) Close() error {
 // of its own, which the copy's Close closes (a cap sent within one
 // process travels as such a copy).
 func (e *Event) Dup() (wire.Cap, error) {
-	var fd int
-	var derr error
-	rc, err := e.f.SyscallConn()
+	fd, err := wire.DupFD(e.f)
 	if err != nil {
-		return nil, err
-	}
-	if err := rc.Control(func(u uintptr) {
-		r, _, en := syscall.Syscall(syscall.SYS_FCNTL, u, syscall.F_DUPFD_CLOEXEC, 0)
-		fd = int(r)
-		if en != 0 {
-			derr = os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", en)
-		}
-	}); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, fmt.Errorf("chanos: copy %s: %w", e, derr)
+		return nil, fmt.Errorf("chanos: copy %s: %w", e, err)
 	}
 	return newEvent(os.NewFile(uintptr(fd), e.f.Name()), e.kind), nil
 }

@@ -138,37 +138,48 @@ type Duper interface {
 // DupCap returns a copy of c that the receiver of a cap (not a
 // give_away_cap) owns, where the capability travels as a value (within
 // one process): c's own Dup, or else a duplicate of its file descriptor
-// (c must then have a SyscallConn, as *os.File has), as an *os.File.
+// (DupFD), as an *os.File.
 func DupCap(c Cap) (Cap, error) {
 	if d, ok := c.(Duper); ok {
 		return d.Dup()
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil, fmt.Errorf("wire: a %T cannot be copied: %w", c, ErrCap)
-	}
-	rc, err := sc.SyscallConn()
+	fd, err := DupFD(c)
 	if err != nil {
 		return nil, err
-	}
-	fd := -1
-	var derr error
-	if err := rc.Control(func(u uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, u, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			derr = os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
-			return
-		}
-		fd = int(r)
-	}); err != nil {
-		return nil, err
-	}
-	if derr != nil {
-		return nil, derr
 	}
 	name := "cap"
 	if f, ok := c.(*os.File); ok {
 		name = f.Name()
 	}
 	return os.NewFile(uintptr(fd), name), nil
+}
+
+// DupFD returns a duplicate (close-on-exec) of c's file descriptor, which
+// the caller owns. c must have one: a SyscallConn, as *os.File and net
+// connections have, through which it is read (rather than through
+// (*os.File).Fd, which would switch the descriptor to blocking), or else
+// an Fd method.
+func DupFD(c Cap) (int, error) {
+	dup := func(fd uintptr) (int, error) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			return -1, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
+		}
+		return int(r), nil
+	}
+	if sc, ok := c.(syscall.Conn); ok {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return -1, err
+		}
+		fd, derr := -1, error(nil)
+		if err := rc.Control(func(u uintptr) { fd, derr = dup(u) }); err != nil {
+			return -1, err
+		}
+		return fd, derr
+	}
+	if f, ok := c.(interface{ Fd() uintptr }); ok {
+		return dup(f.Fd())
+	}
+	return -1, fmt.Errorf("wire: a %T has no file descriptor: %w", c, ErrCap)
 }

@@ -407,12 +407,9 @@ fail_errno:
     return err;
 }
 
-/* check_wake makes sure a wake-up descriptor, which may come from a
- * hostile peer, is a Unix stream socket: the MSG_DONTWAIT of our sends and
- * receives holds on sockets only, and a pipe or an eventfd in its place
- * could block them. It is made non-blocking too, though nothing relies on
- * that: whoever shares its open file description can clear the flag. */
-static int check_wake(int fd, struct stat *st)
+/* check_unix_socket makes sure fd, which may come from a hostile peer, is a
+ * Unix socket of the given type, and stats it. */
+static int check_unix_socket(int fd, int want_type, struct stat *st)
 {
     int type, domain;
     socklen_t n = sizeof type;
@@ -421,10 +418,23 @@ static int check_wake(int fd, struct stat *st)
     n = sizeof domain;
     if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &n) < 0 || n != sizeof domain)
         return -errno;
-    if (type != SOCK_STREAM || domain != AF_UNIX)
+    if (type != want_type || domain != AF_UNIX)
         return CHANOS_ERR_PROTOCOL;
     if (fstat(fd, st) < 0)
         return -errno;
+    return 0;
+}
+
+/* check_wake makes sure a wake-up descriptor, which may come from a
+ * hostile peer, is a Unix stream socket: the MSG_DONTWAIT of our sends and
+ * receives holds on sockets only, and a pipe or an eventfd in its place
+ * could block them. It is made non-blocking too, though nothing relies on
+ * that: whoever shares its open file description can clear the flag. */
+static int check_wake(int fd, struct stat *st)
+{
+    int err = check_unix_socket(fd, SOCK_STREAM, st);
+    if (err < 0)
+        return err;
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         return -errno;
@@ -440,18 +450,7 @@ static int same_file(const struct stat *a, const struct stat *b)
  * whose records keep their boundaries and their descriptors. */
 static int check_caps(int fd, struct stat *st)
 {
-    int type, domain;
-    socklen_t n = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &n) < 0 || n != sizeof type)
-        return errno == ENOTSOCK ? CHANOS_ERR_PROTOCOL : -errno;
-    n = sizeof domain;
-    if (getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &n) < 0 || n != sizeof domain)
-        return -errno;
-    if (type != SOCK_SEQPACKET || domain != AF_UNIX)
-        return CHANOS_ERR_PROTOCOL;
-    if (fstat(fd, st) < 0)
-        return -errno;
-    return 0;
+    return check_unix_socket(fd, SOCK_SEQPACKET, st);
 }
 
 /* check_wakes checks side's two wake-up sockets and its caps socket: the

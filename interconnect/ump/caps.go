@@ -62,23 +62,10 @@ func Caps(f *Files, side Side, sock *net.UnixConn) ([]wire.Cap, error) {
 }
 
 // takeFD returns a descriptor of its own for a received capability and
-// closes the capability. It reads the descriptor through SyscallConn
-// rather than Fd, which would make it (and the peer's copy) blocking.
+// closes the capability.
 func takeFD(c wire.Cap) (int, error) {
 	defer c.Close()
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return -1, fmt.Errorf("capability %T has no descriptor", c)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd, derr := -1, error(nil)
-	if err := rc.Control(func(u uintptr) { fd, derr = dupFD(int(u)) }); err != nil {
-		return -1, err
-	}
-	return fd, derr
+	return wire.DupFD(c)
 }
 
 // OpenCaps opens side's end of a ump connection from the CapCount

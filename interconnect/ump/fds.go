@@ -42,34 +42,6 @@ func capsSocketPair() ([2]int, error) {
 	return [2]int{fds[0], fds[1]}, nil
 }
 
-// checkCapsSocket checks that fd, received from a peer, is a Unix
-// seqpacket socket distinct from the connection's other sockets (inodes
-// in seen), and makes our end non-blocking (our end is ours alone: the
-// peer holds the other one).
-func checkCapsSocket(fd int, seen []uint64) error {
-	typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
-	if err != nil {
-		return fmt.Errorf("%w: caps descriptor %d is not a socket: %v", ErrProtocol, fd, err)
-	}
-	dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
-	if err != nil || typ != syscall.SOCK_SEQPACKET || dom != syscall.AF_UNIX {
-		return fmt.Errorf("%w: caps descriptor %d is not a Unix seqpacket socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
-	}
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return os.NewSyscallError("fstat", err)
-	}
-	for _, ino := range seen {
-		if st.Ino == ino {
-			return fmt.Errorf("%w: caps descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
-		}
-	}
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		return os.NewSyscallError("fcntl", err)
-	}
-	return nil
-}
-
 // sendFDs sends the record of the next message with descriptors, with
 // fds attached, waiting while the peer's queue is full (the kernel bounds
 // the records in flight) until ctx ends, or not at all if wait is false
@@ -167,18 +139,15 @@ func (c *Conn) recvFDs(n int) ([]int, error) {
 	return fds, nil
 }
 
-// capFDs returns duplicates of the descriptors of caps, which must each
-// have one (a SyscallConn, as *os.File and net connections have, or an
-// Fd method), for sending: the caller closes them once sent. A Cap is
-// read through SyscallConn rather than Fd where it can be, as
-// (*os.File).Fd would switch the descriptor to blocking.
+// capFDs returns duplicates of the descriptors of caps (wire.DupFD), for
+// sending: the caller closes them once sent.
 func capFDs(caps []wire.Cap) ([]int, error) {
 	if len(caps) > MaxFDs {
 		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
 	}
 	fds := make([]int, 0, len(caps))
 	for i, cp := range caps {
-		fd, err := capFD(cp)
+		fd, err := wire.DupFD(cp)
 		if err != nil {
 			closeFDs(fds...)
 			return nil, fmt.Errorf("ump: capability %d: %w", i, err)
@@ -186,24 +155,6 @@ func capFDs(caps []wire.Cap) ([]int, error) {
 		fds = append(fds, fd)
 	}
 	return fds, nil
-}
-
-func capFD(cp wire.Cap) (int, error) {
-	if sc, ok := cp.(syscall.Conn); ok {
-		rc, err := sc.SyscallConn()
-		if err != nil {
-			return -1, err
-		}
-		fd, derr := -1, error(nil)
-		if err := rc.Control(func(u uintptr) { fd, derr = dupFD(int(u)) }); err != nil {
-			return -1, err
-		}
-		return fd, derr
-	}
-	if f, ok := cp.(interface{ Fd() uintptr }); ok {
-		return dupFD(int(f.Fd()))
-	}
-	return -1, fmt.Errorf("%T has no file descriptor", cp)
 }
 
 // SendFDs is Send of a message with descriptors attached: the receiver,

@@ -151,7 +151,7 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := checkCapsSocket(f.Caps[side], seen); err != nil {
+	if _, err := checkSocket(f.Caps[side], syscall.SOCK_SEQPACKET, "caps", seen); err != nil {
 		return nil, err
 	}
 	mem, err := syscall.Mmap(f.Mem, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)

@@ -175,29 +175,41 @@ const soDomain = 39
 func checkWakeSockets(fds []int, sockIno uint64) ([]uint64, error) {
 	seen := []uint64{sockIno}
 	for _, fd := range fds {
-		typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
-		if err != nil {
-			return nil, fmt.Errorf("%w: wake-up descriptor %d is not a socket: %v", ErrProtocol, fd, err)
-		}
-		dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
-		if err != nil || typ != syscall.SOCK_STREAM || dom != syscall.AF_UNIX {
-			return nil, fmt.Errorf("%w: wake-up descriptor %d is not a Unix stream socket (domain %d, type %d)", ErrProtocol, fd, dom, typ)
-		}
-		var st syscall.Stat_t
-		if err := syscall.Fstat(fd, &st); err != nil {
-			return nil, os.NewSyscallError("fstat", err)
-		}
-		for _, ino := range seen {
-			if st.Ino == ino {
-				return nil, fmt.Errorf("%w: wake-up descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, fd)
-			}
-		}
-		seen = append(seen, st.Ino)
-		if err := syscall.SetNonblock(fd, true); err != nil {
-			return nil, os.NewSyscallError("fcntl", err)
+		var err error
+		if seen, err = checkSocket(fd, syscall.SOCK_STREAM, "wake-up", seen); err != nil {
+			return nil, err
 		}
 	}
 	return seen, nil
+}
+
+// checkSocket checks that fd, received from a possibly hostile peer, is a
+// Unix socket of type typ (what names it in errors), a different socket
+// from those whose inodes are in seen, to which it adds its own, and
+// makes it non-blocking: only so that Go's netpoller takes it, as every
+// call on it passes MSG_DONTWAIT.
+func checkSocket(fd, typ int, what string, seen []uint64) ([]uint64, error) {
+	got, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s descriptor %d is not a socket: %v", ErrProtocol, what, fd, err)
+	}
+	dom, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, soDomain)
+	if err != nil || got != typ || dom != syscall.AF_UNIX {
+		return nil, fmt.Errorf("%w: %s descriptor %d is not a Unix socket of type %d (domain %d, type %d)", ErrProtocol, what, fd, typ, dom, got)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		return nil, os.NewSyscallError("fstat", err)
+	}
+	for _, ino := range seen {
+		if st.Ino == ino {
+			return nil, fmt.Errorf("%w: %s descriptor %d is the same socket as another descriptor of the ring pair", ErrProtocol, what, fd)
+		}
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return nil, os.NewSyscallError("fcntl", err)
+	}
+	return append(seen, st.Ino), nil
 }
 
 // checkMemfd returns the size of a shared-memory descriptor received from
