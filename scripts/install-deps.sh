@@ -38,3 +38,31 @@ if [ "${go_minor:-0}" -lt 26 ]; then
   echo "install-deps: Go 1.26 or later is required, found $(go env GOVERSION)" >&2
   exit 1
 fi
+
+# etcd, for cluster mode's names and machines (cluster/etcd and its tests
+# start real etcd processes). The server comes pinned from Debian's
+# packages. The package's postinst may start a system etcd on :2379; it is
+# stopped and disabled here, since chanos starts its own members (and its
+# tests always pick their own free ports).
+ETCD_DEB_VERSION=3.4.23-4+b4
+if ! command -v etcd >/dev/null; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing etcd; run this script as root or install etcd-server=$ETCD_DEB_VERSION" >&2
+    exit 1
+  fi
+  echo "install-deps: installing etcd-server=$ETCD_DEB_VERSION"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  # policy-rc.d 101 keeps the package from starting its service at all.
+  policy=/usr/sbin/policy-rc.d
+  made_policy=
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod 0755 "$policy" && made_policy=1
+  fi
+  apt-get install -y -qq --no-install-recommends "etcd-server=$ETCD_DEB_VERSION" || { [ -n "$made_policy" ] && rm -f "$policy"; exit 1; }
+  [ -n "$made_policy" ] && rm -f "$policy"
+  if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then
+    systemctl disable --now etcd >/dev/null 2>&1 || true
+  fi
+fi
+etcd --version | head -1
