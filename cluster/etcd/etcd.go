@@ -1,6 +1,6 @@
 // Package etcd puts a chanos machine into a cluster whose shared state
-// lives in etcd: the machine's lease (Session) and the cluster-wide
-// nameservice (Names, a names.Store). It is the only package, tests
+// lives in etcd: the machine's lease (Session), the cluster-wide
+// nameservice (Names, a names.Store) and the list of machines (Registry). It is the only package, tests
 // aside, that imports etcd's client, so that the rest of chanos builds
 // and runs without it; a single machine keeps names.Memory and needs no
 // etcd at all.
@@ -80,11 +80,12 @@ type Config struct {
 }
 
 // Machine is this machine's place in the cluster: its etcd client, its
-// Session and its Names store.
+// Session, its Names store and the Registry of machines.
 type Machine struct {
 	client  *clientv3.Client
-	session *Session
-	names   *Names
+	session  *Session
+	names    *Names
+	registry *Registry
 
 	closeOnce sync.Once
 	closeErr  error
@@ -123,7 +124,14 @@ func Open(ctx context.Context, cfg Config) (*Machine, error) {
 		client.Close()
 		return nil, err
 	}
-	return &Machine{client: client, session: sess, names: store}, nil
+	reg, err := newRegistry(ctx, client, sess, &cfg)
+	if err != nil {
+		store.Close()
+		sess.close(true)
+		client.Close()
+		return nil, err
+	}
+	return &Machine{client: client, session: sess, names: store, registry: reg}, nil
 }
 
 func (cfg *Config) fill() error {
@@ -176,6 +184,10 @@ func validCluster(name string) error {
 // Names returns the machine's view of the cluster-wide nameservice.
 func (m *Machine) Names() *Names { return m.names }
 
+// Registry returns the cluster's list of machines, where this machine
+// registers itself.
+func (m *Machine) Registry() *Registry { return m.registry }
+
 // Session returns the machine's lease.
 func (m *Machine) Session() *Session { return m.session }
 
@@ -186,6 +198,7 @@ func (m *Machine) Session() *Session { return m.session }
 func (m *Machine) Close() error {
 	m.closeOnce.Do(func() {
 		m.names.Close()
+		m.registry.close()
 		err := m.session.close(true)
 		if cerr := m.client.Close(); err == nil && cerr != nil && !errors.Is(cerr, context.Canceled) {
 			err = cerr

@@ -40,6 +40,7 @@ type Session struct {
 	healthy bool             // the last renewal (or grant) succeeded
 	renewed time.Time        // when etcd last confirmed the lease
 	lost    []func(old int64)
+	fresh   []func(lease int64)
 	paused  bool // tests: stop renewing, as a machine that froze
 
 	stop chan struct{}
@@ -103,6 +104,13 @@ func (s *Session) Healthy() bool {
 	return s.healthy && s.lease != 0 && !s.paused
 }
 
+// LastRenewed returns when etcd last confirmed the lease.
+func (s *Session) LastRenewed() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.renewed
+}
+
 // TTL returns the lease's time to live: a machine that stops renewing is
 // gone from the cluster at most this long after its last renewal.
 func (s *Session) TTL() time.Duration { return s.ttl }
@@ -116,6 +124,15 @@ func (s *Session) KeepAliveInterval() time.Duration { return s.interval }
 func (s *Session) OnLost(fn func(old int64)) {
 	s.mu.Lock()
 	s.lost = append(s.lost, fn)
+	s.mu.Unlock()
+}
+
+// OnFresh registers fn, called with the new lease's id each time the
+// session has taken a fresh lease after a loss. fn runs on the session's
+// goroutine and must not block.
+func (s *Session) OnFresh(fn func(lease int64)) {
+	s.mu.Lock()
+	s.fresh = append(s.fresh, fn)
 	s.mu.Unlock()
 }
 
@@ -219,8 +236,12 @@ func (s *Session) regrant() {
 	}
 	s.mu.Lock()
 	s.lease, s.healthy, s.renewed = id, true, time.Now()
+	subs := append([]func(int64){}, s.fresh...)
 	s.mu.Unlock()
 	s.log.Info("etcd: the machine has a fresh lease", "lease", fmt.Sprintf("%x", int64(id)))
+	for _, fn := range subs {
+		fn(int64(id))
+	}
 }
 
 // close stops renewing. With revoke, the lease is revoked, so that what was
