@@ -82,7 +82,7 @@ type Config struct {
 // Machine is this machine's place in the cluster: its etcd client, its
 // Session, its Names store and the Registry of machines.
 type Machine struct {
-	client  *clientv3.Client
+	client   *clientv3.Client
 	session  *Session
 	names    *Names
 	registry *Registry
