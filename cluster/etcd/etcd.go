@@ -22,6 +22,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/chanos/chanos/names"
 )
@@ -109,6 +111,19 @@ func Open(ctx context.Context, cfg Config) (*Machine, error) {
 		// The client's own log goes nowhere: what matters is reported
 		// through errors and cfg.Logger.
 		Logger: zap.NewNop(),
+		// gRPC's default reconnect backoff grows to two minutes, and a
+		// connect may take 20 s: a machine cut off for a while would then
+		// reconnect long after its network came back, and lose a lease
+		// it could have kept. Redial within a second, each try bounded.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff: backoff.Config{
+				BaseDelay:  100 * time.Millisecond,
+				Multiplier: 1.6,
+				Jitter:     0.2,
+				MaxDelay:   time.Second,
+			},
+			MinConnectTimeout: cfg.KeepAlive,
+		})},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("etcd %s: %w: %v", strings.Join(cfg.Endpoints, ","), names.ErrUnavailable, err)
