@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -66,9 +65,9 @@ type Names struct {
 	waiters  map[string][]chan wire.Iref
 	watchers map[*names.Watcher]*watcher
 	mine     map[string]*held // names this machine set and has not removed
-	rev      int64            // the cache holds every change up to rev
+	gone     map[string]int64 // names deleted at a revision the watch has not reached
+	rev      int64            // the watch has delivered every change up to rev
 	synced   bool             // the watch is running from rev
-	advance  chan struct{}    // closed (and replaced) when rev or synced change
 	closed   bool
 
 	cancel context.CancelFunc
@@ -80,6 +79,7 @@ type entry struct {
 	owner   names.Owner
 	machine uint64
 	create  int64 // the key's create revision: the fence
+	mod     int64 // the revision of the last change applied to it
 }
 
 type held struct {
@@ -147,7 +147,7 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 		waiters:  map[string][]chan wire.Iref{},
 		watchers: map[*names.Watcher]*watcher{},
 		mine:     map[string]*held{},
-		advance:  make(chan struct{}),
+		gone:     map[string]int64{},
 		done:     make(chan struct{}),
 	}
 	if err := s.resync(ctx); err != nil {
@@ -186,7 +186,6 @@ func (s *Names) run(ctx context.Context) {
 		s.watch(ctx, rev)
 		s.mu.Lock()
 		s.synced = false
-		s.bumpLocked()
 		s.mu.Unlock()
 	}
 }
@@ -207,7 +206,7 @@ func (s *Names) watch(ctx context.Context, rev int64) {
 		for _, ev := range resp.Events {
 			lost = s.applyLocked(ev, lost)
 		}
-		s.bumpLocked()
+		s.pruneLocked()
 		s.mu.Unlock()
 		s.tell(lost)
 	}
@@ -223,29 +222,70 @@ func (s *Names) applyLocked(ev *clientv3.Event, lost []lostName) []lostName {
 	if !ok {
 		return lost
 	}
-	old, had := s.entries[name]
 	switch ev.Type {
 	case mvccpb.PUT:
-		if had && old.create == ev.Kv.CreateRevision {
-			break // the same name's value changed; chanos never does that
-		}
 		e, err := decodeRecord(ev.Kv.Value)
 		if err != nil {
 			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
 			break
 		}
-		e.create = ev.Kv.CreateRevision
-		if had {
-			lost = s.removeLocked(name, old, lost)
-		}
-		s.insertLocked(name, e)
+		e.create, e.mod = ev.Kv.CreateRevision, ev.Kv.ModRevision
+		lost = s.putLocked(name, e, lost)
 	case mvccpb.DELETE:
-		if had {
-			lost = s.removeLocked(name, old, lost)
-		}
+		lost = s.deleteLocked(name, ev.Kv.ModRevision, lost)
 	}
 	s.rev = max(s.rev, ev.Kv.ModRevision)
 	return lost
+}
+
+// putLocked applies the put of name at revision e.mod, unless the cache
+// already holds a later change to it: this machine applies its own
+// changes as soon as etcd confirms them, before the watch brings them
+// (with whatever came before them), so events may arrive late.
+func (s *Names) putLocked(name string, e entry, lost []lostName) []lostName {
+	old, had := s.entries[name]
+	if had && e.mod <= old.mod {
+		return lost
+	}
+	if at, ok := s.gone[name]; ok {
+		if e.mod <= at {
+			return lost
+		}
+		delete(s.gone, name)
+	}
+	if had {
+		if old.create == e.create {
+			s.entries[name] = e // the same name's value changed; chanos never does that
+			return lost
+		}
+		lost = s.removeLocked(name, old, lost)
+	}
+	s.insertLocked(name, e)
+	return lost
+}
+
+// deleteLocked applies the delete of name at revision rev.
+func (s *Names) deleteLocked(name string, rev int64, lost []lostName) []lostName {
+	if old, had := s.entries[name]; had {
+		if rev <= old.mod {
+			return lost
+		}
+		lost = s.removeLocked(name, old, lost)
+	}
+	if rev > s.rev {
+		s.gone[name] = max(s.gone[name], rev)
+	}
+	return lost
+}
+
+// pruneLocked forgets the deletes the watch has gone past: no older
+// change to those names can arrive any more.
+func (s *Names) pruneLocked() {
+	for name, at := range s.gone {
+		if at <= s.rev {
+			delete(s.gone, name)
+		}
+	}
 }
 
 // resync reloads every name, and turns the difference from the cache into
@@ -265,14 +305,16 @@ func (s *Names) resync(ctx context.Context) error {
 			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
 			continue
 		}
-		e.create = kv.CreateRevision
+		e.create, e.mod = kv.CreateRevision, kv.ModRevision
 		fresh[name] = e
 	}
+	at := resp.Header.Revision
 	var lost []lostName
 	s.mu.Lock()
 	for _, name := range slices.Clone(s.sorted) {
 		old := s.entries[name]
-		if e, ok := fresh[name]; !ok || e.create != old.create {
+		// A name this machine applied after the snapshot stays.
+		if e, ok := fresh[name]; (!ok || e.create != old.create) && old.mod <= at {
 			lost = s.removeLocked(name, old, lost)
 		}
 	}
@@ -284,11 +326,11 @@ func (s *Names) resync(ctx context.Context) error {
 	}
 	slices.Sort(added)
 	for _, name := range added {
-		s.insertLocked(name, fresh[name])
+		lost = s.putLocked(name, fresh[name], lost)
 	}
-	s.rev = max(s.rev, resp.Header.Revision)
+	s.rev = max(s.rev, at)
 	s.synced = true
-	s.bumpLocked()
+	s.pruneLocked()
 	s.mu.Unlock()
 	s.tell(lost)
 	return nil
@@ -348,12 +390,6 @@ func (s *Names) dropLocked(w *names.Watcher, err error) {
 	close(sub.ended)
 }
 
-// bumpLocked wakes whoever waits for the cache to advance.
-func (s *Names) bumpLocked() {
-	close(s.advance)
-	s.advance = make(chan struct{})
-}
-
 // leaseLost is the session's report that etcd dropped the lease old:
 // every name held under it is gone, and each owner is told once.
 func (s *Names) leaseLost(old int64) {
@@ -387,28 +423,6 @@ func (s *Names) tell(lost []lostName) {
 // and the lease's last renewal succeeded.
 func (s *Names) availableLocked() bool { return s.synced && s.sess.Healthy() }
 
-// waitRev waits until the cache has seen every change up to rev.
-func (s *Names) waitRev(ctx context.Context, rev int64) error {
-	for {
-		s.mu.Lock()
-		if s.closed {
-			s.mu.Unlock()
-			return names.ErrClosed
-		}
-		if s.rev >= rev {
-			s.mu.Unlock()
-			return nil
-		}
-		ch := s.advance
-		s.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
 // Set implements names.Store: a transaction that puts the name under the
 // machine's lease only if no key of that name exists.
 func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names.Owner) error {
@@ -440,23 +454,52 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 		return unavailable(ctx, fmt.Sprintf("set %q", name), err)
 	}
 	if !resp.Succeeded {
-		// Let this machine's cache catch up with the name it was refused.
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			_ = s.waitRev(octx, kvs[0].ModRevision)
-		}
+		// This machine now reads the name it was refused.
+		s.applyRead(name, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
 		return fmt.Errorf("set %q: %w", name, names.ErrExists)
 	}
+	// This machine reads its own write at once; the watch's event for it
+	// comes later and changes nothing.
 	rev := resp.Header.Revision
 	s.mu.Lock()
+	var lost []lostName
 	if !s.closed {
 		s.mine[name] = &held{owner: owner, create: rev, lease: lease}
+		lost = s.putLocked(name, entry{ref: ref, owner: owner, machine: s.machine, create: rev, mod: rev}, nil)
 	}
 	s.mu.Unlock()
-	if err := s.waitRev(octx, rev); err != nil && !errors.Is(err, names.ErrClosed) {
-		// The name is set; only this machine's view of it lags.
-		s.log.Warn("etcd: the names' cache is behind a set", "name", name, "err", err)
-	}
+	s.tell(lost)
 	return nil
+}
+
+// applyRead applies what a transaction read of name at revision rev:
+// its key (kvs), or that it had none.
+func (s *Names) applyRead(name string, kvs []*mvccpb.KeyValue, rev int64) {
+	var lost []lostName
+	s.mu.Lock()
+	if !s.closed {
+		if len(kvs) == 0 {
+			lost = s.deleteLocked(name, rev, nil)
+		} else if e, err := decodeRecord(kvs[0].Value); err == nil {
+			e.create, e.mod = kvs[0].CreateRevision, kvs[0].ModRevision
+			lost = s.putLocked(name, e, nil)
+		}
+	}
+	s.mu.Unlock()
+	s.tell(lost)
+}
+
+// applyDeletes applies this machine's own deletes of list at rev.
+func (s *Names) applyDeletes(list []string, rev int64) {
+	var lost []lostName
+	s.mu.Lock()
+	if !s.closed {
+		for _, name := range list {
+			lost = s.deleteLocked(name, rev, lost)
+		}
+	}
+	s.mu.Unlock()
+	s.tell(lost)
 }
 
 // Get implements names.Store, from the cache.
@@ -594,14 +637,16 @@ func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) erro
 		return unavailable(ctx, fmt.Sprintf("remove %q", name), err)
 	}
 	if !resp.Succeeded {
+		// The name went, or went and was taken, since the cache saw it.
 		s.unmark([]string{name})
-		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-			_ = s.waitRev(octx, kvs[0].ModRevision)
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		s.applyRead(name, kvs, resp.Header.Revision)
+		if len(kvs) > 0 {
 			return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
 		}
 		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
 	}
-	_ = s.waitRev(octx, resp.Header.Revision)
+	s.applyDeletes([]string{name}, resp.Header.Revision)
 	return nil
 }
 
@@ -701,7 +746,6 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 
 	octx, cancel := context.WithTimeout(ctx, s.opTO)
 	defer cancel()
-	var rev int64
 	for start := 0; start < len(mine); start += releaseBatch {
 		end := min(start+releaseBatch, len(mine))
 		var conds []clientv3.Cmp
@@ -716,8 +760,8 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 			s.unmark(mine[start:])
 			return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
 		}
-		rev = max(rev, resp.Header.Revision)
 		if resp.Succeeded {
+			s.applyDeletes(mine[start:end], resp.Header.Revision)
 			continue
 		}
 		// Some name of the batch is no longer ours: delete the others
@@ -731,14 +775,13 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 				s.unmark(mine[i:])
 				return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
 			}
-			if !r.Succeeded {
+			if r.Succeeded {
+				s.applyDeletes(mine[i:i+1], r.Header.Revision)
+			} else {
+				// Lost meanwhile: the watch tells its owner.
 				s.unmark(mine[i : i+1])
 			}
-			rev = max(rev, r.Header.Revision)
 		}
-	}
-	if rev > 0 {
-		_ = s.waitRev(octx, rev)
 	}
 	return nil
 }
@@ -767,6 +810,5 @@ func (s *Names) Close() error {
 	for w := range s.watchers {
 		s.dropLocked(w, names.ErrClosed)
 	}
-	s.bumpLocked()
 	return nil
 }
