@@ -74,8 +74,9 @@ type Config struct {
 	// or frozen longer than the TTL) or someone deleted the key behind
 	// chanos's back. The name is not put back: another machine may hold
 	// it by now. The monitor tells the owning domain through its
-	// monitor-loss path. OnLost runs on the store's goroutine, once per
-	// name, and must not block.
+	// monitor-loss path. OnLost is called once per name, outside the
+	// store's lock, on whichever goroutine learned of the loss (the
+	// watch's, the session's, or a store call's); it must not block.
 	OnLost func(owner names.Owner, name string)
 	// Logger receives the cluster's warnings (default slog.Default()).
 	Logger *slog.Logger
