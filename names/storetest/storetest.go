@@ -39,6 +39,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WaitFor", waitFor},
 		{"List", list},
 		{"WatchAndRelease", watchAndRelease},
+		{"WatchOverflow", watchOverflow},
 		{"CloseEndsWaitsAndWatches", closeEnds},
 	}
 	for _, tc := range tests {
@@ -221,6 +222,46 @@ func watchAndRelease(t *testing.T, s Store) {
 	if w.Err() != nil {
 		t.Fatalf("Err after cancel = %v", w.Err())
 	}
+}
+
+// overflowSets is more sets than any store's watcher may fall behind by
+// (1024 for both stores).
+const overflowSets = 1100
+
+func watchOverflow(t *testing.T, s Store) {
+	ctx := testkit.Context(t)
+	w, err := s.Watch(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Concurrent sets, so that a replicated store is quick about it; the
+	// watcher reads nothing until they are done.
+	const workers = 16
+	errc := make(chan error, workers)
+	for k := range workers {
+		go func() {
+			for i := k; i < overflowSets; i += workers {
+				if err := s.Set(ctx, fmt.Sprintf("n.%d", i), Ref(1), 1); err != nil {
+					errc <- err
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range workers {
+		if err := testkit.Await(t, "the sets", errc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	for range w.C {
+		n++
+	}
+	if n >= overflowSets || !errors.Is(w.Err(), names.ErrWatchOverflow) {
+		t.Fatalf("got %d events of %d, err %v", n, overflowSets, w.Err())
+	}
+	w.Stop() // after the drop: harmless
 }
 
 func closeEnds(t *testing.T, s Store) {
