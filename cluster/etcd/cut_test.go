@@ -105,6 +105,7 @@ func (k *link) close() {
 // TestCutShort: a machine cut off from etcd for less than its lease's TTL
 // loses nothing: the same lease, its names, and no OnLost.
 func TestCutShort(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()
@@ -153,6 +154,7 @@ func TestCutShort(t *testing.T) {
 // another machine takes one; when the link is back the first is told of
 // each loss once, holds none of them, and both read the new holder.
 func TestCutLong(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()

@@ -260,6 +260,7 @@ func TestRaceSet(t *testing.T) {
 // losing two makes operations fail promptly with names.ErrUnavailable;
 // bringing them back brings naming back, in the same store.
 func TestQuorumLoss(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{Members: 3})
 	ctx := testkit.Context(t)
 	const opTimeout = 2 * time.Second
@@ -342,6 +343,7 @@ func TestQuorumLoss(t *testing.T) {
 // TestDeadMachine: a machine's monitor is killed with SIGKILL; its names
 // vanish from the other machines once its lease expires.
 func TestDeadMachine(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()
@@ -376,6 +378,7 @@ func TestDeadMachine(t *testing.T) {
 // another takes one; when the first comes back it is told, does not get
 // the name back, and both machines read the new holder's iref.
 func TestFencing(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()
@@ -466,6 +469,7 @@ func TestFencing(t *testing.T) {
 // TestOpenUnavailable: a machine that cannot reach etcd fails to open with
 // names.ErrUnavailable, promptly.
 func TestOpenUnavailable(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	etcdtest.Need(t)
 	ctx := testkit.Context(t)
 	err := testkit.Within(t, 10*time.Second, "open without etcd", func() error {

@@ -23,6 +23,7 @@ func ids(r *Registry) string {
 // another's id; a machine that leaves vanishes from the list, and one
 // whose lease was lost registers again under its fresh lease.
 func TestRegistry(t *testing.T) {
+	t.Parallel() // it mostly waits out leases and elections
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()
