@@ -499,3 +499,27 @@ func TestConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestRestartedMonitor: a monitor restarted under the same machine id
+// numbers its owners afresh, so it may not remove the names its previous
+// run left (they expire with that run's lease), even for an owner of the
+// same number.
+func TestRestartedMonitor(t *testing.T) {
+	ec := etcdtest.Start(t, etcdtest.Options{})
+	ctx := testkit.Context(t)
+	cluster := freshCluster()
+	before := open(t, ec.Endpoints(), cluster, 1)
+	if err := before.Names().Set(ctx, "old", storetest.Ref(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	after := open(t, ec.Endpoints(), cluster, 1)
+	if err := after.Names().Remove(ctx, "old", 1); !errors.Is(err, names.ErrNotOwner) {
+		t.Fatalf("remove by the restarted monitor: %v, want ErrNotOwner", err)
+	}
+	if err := after.Names().Release(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := after.Names().Get(ctx, "old"); err != nil || r != storetest.Ref(1) {
+		t.Fatalf("the old name after the new run's release = %v, %v", r, err)
+	}
+}

@@ -600,8 +600,9 @@ func (s *Names) Count(ctx context.Context, class string) (uint64, error) {
 	return s.classes[class], nil
 }
 
-// Remove implements names.Store: only the owner on this machine may
-// remove a name, and the delete is fenced by the name's create revision.
+// Remove implements names.Store: only the owner that set the name through
+// this store may remove it, and the delete is fenced by the name's create
+// revision.
 func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) error {
 	s.mu.Lock()
 	if s.closed {
@@ -617,9 +618,18 @@ func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) erro
 		s.mu.Unlock()
 		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
 	}
-	if e.machine != s.machine || e.owner != owner {
+	// Owners are numbered by this machine's monitor: only names this
+	// store set are theirs (a name of the same machine id from before a
+	// restart belongs to a domain that is gone, and expires with its
+	// lease).
+	h, ok := s.mine[name]
+	if !ok || h.owner != owner || h.create != e.create {
 		s.mu.Unlock()
 		return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
+	}
+	if h.removing { // by a Remove or Release under way
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
 	}
 	s.markLocked([]string{name}, true)
 	s.mu.Unlock()
@@ -721,8 +731,8 @@ func (s *Names) Watch(ctx context.Context, prefix string) (*names.Watcher, error
 	return w, nil
 }
 
-// Release implements names.Store: every name owner holds on this machine
-// goes, in transactions of up to releaseBatch deletes, each fenced by the
+// Release implements names.Store: every name owner set through this
+// store goes, in transactions of up to releaseBatch deletes, each fenced by the
 // names' create revisions.
 func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 	s.mu.Lock()
@@ -731,15 +741,15 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 		return names.ErrClosed
 	}
 	var mine []string
-	for name, e := range s.entries {
-		if e.machine == s.machine && e.owner == owner {
+	for name, h := range s.mine {
+		if h.owner == owner && !h.removing {
 			mine = append(mine, name)
 		}
 	}
 	slices.Sort(mine)
 	creates := make([]int64, len(mine))
 	for i, name := range mine {
-		creates[i] = s.entries[name].create
+		creates[i] = s.mine[name].create
 	}
 	s.markLocked(mine, true)
 	s.mu.Unlock()
