@@ -132,7 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Machine, error) {
 	sess, err := newSession(ctx, client, &cfg)
 	if err != nil {
 		client.Close()
-		return nil, unavailable(ctx, "open", err)
+		return nil, unavailable(ctx, "etcd "+strings.Join(cfg.Endpoints, ","), err)
 	}
 	store, err := newNames(ctx, client, sess, &cfg)
 	if err != nil {

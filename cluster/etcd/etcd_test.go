@@ -523,3 +523,32 @@ func TestRestartedMonitor(t *testing.T) {
 		t.Fatalf("the old name after the new run's release = %v, %v", r, err)
 	}
 }
+
+// TestTLS: against an etcd that serves TLS and requires client
+// certificates, a machine with the cluster's CA and a client certificate
+// names as usual; one without a certificate is refused, promptly.
+func TestTLS(t *testing.T) {
+	ec := etcdtest.Start(t, etcdtest.Options{TLS: true})
+	ctx := testkit.Context(t)
+	cluster := freshCluster()
+	m := open(t, ec.Endpoints(), cluster, 1, func(c *Config) { c.TLS = ec.ClientTLS() })
+	if err := m.Names().Set(ctx, "secure", storetest.Ref(1), 1); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := m.Names().Get(ctx, "secure"); err != nil || r != storetest.Ref(1) {
+		t.Fatalf("get = %v, %v", r, err)
+	}
+	noCert := ec.ClientTLS()
+	noCert.Certificates = nil
+	err := testkit.Within(t, 10*time.Second, "open without a client certificate", func() error {
+		_, err := Open(ctx, Config{
+			Endpoints: ec.Endpoints(), TLS: noCert, Cluster: cluster, Machine: 2,
+			DialTimeout: time.Second, OpTimeout: time.Second, Logger: quiet(),
+		})
+		return err
+	})
+	if !errors.Is(err, names.ErrUnavailable) {
+		t.Fatalf("open without a client certificate = %v, want ErrUnavailable", err)
+	}
+	t.Logf("refused: %v", err)
+}

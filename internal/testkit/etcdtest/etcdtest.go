@@ -14,6 +14,7 @@ package etcdtest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -45,6 +46,10 @@ type Options struct {
 	// HeartbeatMs and ElectionMs are etcd's raft timers; they default to
 	// etcd's own (100 and 1000 ms), which stay stable on a loaded host.
 	HeartbeatMs, ElectionMs int
+	// TLS serves the client port over TLS with a test CA made for the
+	// cluster, and requires client certificates from it (etcd's
+	// --client-cert-auth); ClientTLS returns a client's configuration.
+	TLS bool
 }
 
 // Cluster is a running etcd cluster.
@@ -53,6 +58,7 @@ type Cluster struct {
 	opt     Options
 	members []*member
 	token   string
+	pki     *pki // with Options.TLS
 }
 
 type member struct {
@@ -62,6 +68,7 @@ type member struct {
 	clientPort int
 	peerPort   int
 	dir        string
+	tls        bool
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
@@ -112,6 +119,13 @@ func Start(t testing.TB, opt Options) *Cluster {
 	}
 	base := t.TempDir()
 	c := &Cluster{t: t, opt: opt}
+	if opt.TLS {
+		hosts := opt.Hosts
+		if hosts == nil {
+			hosts = []string{"127.0.0.1"}
+		}
+		c.pki = newPKI(t, base, hosts)
+	}
 	t.Cleanup(c.stopAll)
 	// A free port may be taken by someone else between our probe and
 	// etcd's bind; such a start is retried on fresh ports.
@@ -126,6 +140,7 @@ func Start(t testing.TB, opt Options) *Cluster {
 			if opt.Prefixes != nil {
 				m.prefix = opt.Prefixes[i]
 			}
+			m.tls = opt.TLS
 			m.clientPort, m.peerPort = freePort(t), freePort(t)
 			c.members = append(c.members, m)
 		}
@@ -171,7 +186,11 @@ func freePort(t testing.TB) int {
 }
 
 func (m *member) clientURL() string {
-	return "http://" + net.JoinHostPort(m.host, strconv.Itoa(m.clientPort))
+	scheme := "http://"
+	if m.tls {
+		scheme = "https://"
+	}
+	return scheme + net.JoinHostPort(m.host, strconv.Itoa(m.clientPort))
 }
 
 func (m *member) peerURL() string {
@@ -206,6 +225,11 @@ func (c *Cluster) start(i int, state string) {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 	)
+	if c.pki != nil {
+		args = append(args,
+			"--cert-file", c.pki.serverCert, "--key-file", c.pki.serverKey,
+			"--trusted-ca-file", c.pki.caFile, "--client-cert-auth")
+	}
 	cmd := exec.Command(args[0], args[1:]...)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -295,9 +319,22 @@ func (c *Cluster) WaitHealthy() {
 	}
 }
 
+// ClientTLS returns the configuration of a client the cluster admits:
+// the test CA and a client certificate it signed. It is nil without
+// Options.TLS.
+func (c *Cluster) ClientTLS() *tls.Config {
+	if c.pki == nil {
+		return nil
+	}
+	return c.pki.client.Clone()
+}
+
 func (c *Cluster) waitHealthy(limit time.Duration, which []int) error {
 	deadline := time.Now().Add(limit)
 	client := &http.Client{Timeout: time.Second}
+	if c.pki != nil {
+		client.Transport = &http.Transport{TLSClientConfig: c.ClientTLS()}
+	}
 	for _, i := range which {
 		m := c.members[i]
 		for {
