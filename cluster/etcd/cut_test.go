@@ -160,7 +160,7 @@ func TestCutLong(t *testing.T) {
 	cluster := freshCluster()
 	k := newLink(t, ec.Endpoint(0)[len("http://"):])
 	lost := make(chan string, 16)
-	a := open(t, []string{k.endpoint()}, cluster, 1, func(c *Config) {
+	a := open(t, []string{k.endpoint()}, cluster, 1, short, func(c *Config) {
 		c.OnLost = func(_ names.Owner, n string) { lost <- n }
 	})
 	b := open(t, ec.Endpoints(), cluster, 2)

@@ -27,7 +27,7 @@ func TestRegistry(t *testing.T) {
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	ctx := testkit.Context(t)
 	cluster := freshCluster()
-	a := open(t, ec.Endpoints(), cluster, 1)
+	a := open(t, ec.Endpoints(), cluster, 1, short)
 	b := open(t, ec.Endpoints(), cluster, 2)
 	infoA := MachineInfo{Name: "a", Addr: "10.0.0.1:7070", Identity: "sha256:aa", Version: "test"}
 	if err := a.Registry().Register(ctx, infoA); err != nil {
