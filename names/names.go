@@ -30,6 +30,10 @@ var (
 	ErrWatchOverflow = errors.New("watcher fell behind")
 	// ErrClosed: the store has been closed.
 	ErrClosed = errors.New("store closed")
+	// ErrUnavailable: a replicated store cannot reach its quorum (etcd is
+	// down, cut off or without a leader) within the operation's bound;
+	// the operation may be retried later.
+	ErrUnavailable = errors.New("name store unavailable")
 )
 
 // MaxNameLen is the longest name, in bytes; it equals the bound in

@@ -1,0 +1,824 @@
+package etcd
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/wire"
+)
+
+// watchBuffer is how many events a watcher may fall behind before it is
+// dropped with names.ErrWatchOverflow, as in names.Memory.
+const watchBuffer = 1024
+
+// releaseBatch is how many deletes one Release transaction carries, well
+// under etcd's default limit of 128 operations per transaction.
+const releaseBatch = 64
+
+// Names is the cluster-wide names.Store on etcd, as one machine sees it.
+//
+// Each name is a key /chanos/<cluster>/names/<name> whose value is a
+// record (JSON: {"machine":M,"owner":O,"ref":{"machine":M,"export":E,
+// "token":"<32 hex digits>"}}) put under the machine's lease. Set is a
+// transaction that puts only if the key does not exist; Remove and
+// Release delete only if the key still has the create revision this
+// machine's put gave it, so a name that was lost and taken by another
+// machine is never removed or overwritten by the one that lost it.
+//
+// Reads (Get, Count, List, and WaitFor's first look) are served from a
+// local cache that a watch on the names keeps, in revision order. Set,
+// Remove and Release return once the cache has seen their own change, so
+// that this machine reads its own writes. A change made on another
+// machine shows here once the watch delivers it (typically a millisecond
+// on a LAN); WaitFor registers with the cache under the lock that applies
+// the watch's events, so a set at any time, before or after, wakes it.
+//
+// When etcd cannot be reached, or has no quorum, the reads fail with
+// names.ErrUnavailable rather than serve a view that may be stale: the
+// machine knows this from its lease's renewals and from the watch, which
+// asks for a leader. Every request to etcd is bounded by
+// Config.OpTimeout.
+type Names struct {
+	client  *clientv3.Client
+	sess    *Session
+	machine uint64
+	prefix  string
+	opTO    time.Duration
+	onLost  func(names.Owner, string)
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	entries  map[string]entry
+	sorted   []string // the keys of entries, sorted, for List
+	classes  map[string]uint64
+	waiters  map[string][]chan wire.Iref
+	watchers map[*names.Watcher]*watcher
+	mine     map[string]*held // names this machine set and has not removed
+	gone     map[string]int64 // names deleted at a revision the watch has not reached
+	rev      int64            // the watch has delivered every change up to rev
+	synced   bool             // the watch is running from rev
+	closed   bool
+
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+type entry struct {
+	ref     wire.Iref
+	owner   names.Owner
+	machine uint64
+	create  int64 // the key's create revision: the fence
+	mod     int64 // the revision of the last change applied to it
+}
+
+type held struct {
+	owner    names.Owner
+	create   int64
+	lease    int64
+	removing bool // our own Remove or Release is deleting it
+}
+
+type watcher struct {
+	prefix string
+	send   func(names.Event) bool
+	end    func(error)
+	ended  chan struct{} // closed when the watch ends
+}
+
+// record is a name's value in etcd.
+type record struct {
+	Machine uint64    `json:"machine"`
+	Owner   uint64    `json:"owner"`
+	Ref     recordRef `json:"ref"`
+}
+
+type recordRef struct {
+	Machine uint64 `json:"machine"`
+	Export  uint64 `json:"export"`
+	Token   string `json:"token"`
+}
+
+func encodeRecord(machine uint64, owner names.Owner, ref wire.Iref) string {
+	b, _ := json.Marshal(record{Machine: machine, Owner: uint64(owner), Ref: recordRef{
+		Machine: ref.Machine, Export: ref.Export, Token: hex.EncodeToString(ref.Token[:]),
+	}})
+	return string(b)
+}
+
+func decodeRecord(v []byte) (entry, error) {
+	var r record
+	if err := json.Unmarshal(v, &r); err != nil {
+		return entry{}, err
+	}
+	tok, err := hex.DecodeString(r.Ref.Token)
+	if err != nil || len(tok) != 16 {
+		return entry{}, fmt.Errorf("token %q is not 32 hex digits", r.Ref.Token)
+	}
+	e := entry{owner: names.Owner(r.Owner), machine: r.Machine}
+	e.ref.Machine, e.ref.Export = r.Ref.Machine, r.Ref.Export
+	copy(e.ref.Token[:], tok)
+	return e, nil
+}
+
+var _ names.Store = (*Names)(nil)
+
+func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *Config) (*Names, error) {
+	s := &Names{
+		client:   client,
+		sess:     sess,
+		machine:  cfg.Machine,
+		prefix:   "/chanos/" + cfg.Cluster + "/names/",
+		opTO:     cfg.OpTimeout,
+		onLost:   cfg.OnLost,
+		log:      cfg.Logger,
+		entries:  map[string]entry{},
+		classes:  map[string]uint64{},
+		waiters:  map[string][]chan wire.Iref{},
+		watchers: map[*names.Watcher]*watcher{},
+		mine:     map[string]*held{},
+		gone:     map[string]int64{},
+		done:     make(chan struct{}),
+	}
+	if err := s.resync(ctx); err != nil {
+		return nil, unavailable(ctx, "load the names", err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	sess.OnLost(s.leaseLost)
+	go s.run(runCtx)
+	return s, nil
+}
+
+func (s *Names) key(name string) string { return s.prefix + name }
+
+// run keeps the cache: a watch from the cache's revision, and a full
+// reload whenever the watch breaks (no leader, compaction, etcd gone).
+func (s *Names) run(ctx context.Context) {
+	defer close(s.done)
+	retry := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		s.mu.Lock()
+		synced, rev := s.synced, s.rev
+		s.mu.Unlock()
+		if !synced {
+			if err := s.resync(ctx); err != nil {
+				select {
+				case <-ctx.Done():
+				case <-time.After(retry):
+				}
+				continue
+			}
+			s.mu.Lock()
+			rev = s.rev
+			s.mu.Unlock()
+		}
+		s.watch(ctx, rev)
+		s.mu.Lock()
+		s.synced = false
+		s.mu.Unlock()
+	}
+}
+
+// watch applies the watch's events from rev+1 until it breaks.
+func (s *Names) watch(ctx context.Context, rev int64) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.client.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
+		if err := resp.Err(); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("etcd: the names' watch broke; reloading", "err", err)
+			}
+			return
+		}
+		var lost []lostName
+		s.mu.Lock()
+		for _, ev := range resp.Events {
+			lost = s.applyLocked(ev, lost)
+		}
+		s.pruneLocked()
+		s.mu.Unlock()
+		s.tell(lost)
+	}
+}
+
+type lostName struct {
+	owner names.Owner
+	name  string
+}
+
+func (s *Names) applyLocked(ev *clientv3.Event, lost []lostName) []lostName {
+	name, ok := strings.CutPrefix(string(ev.Kv.Key), s.prefix)
+	if !ok {
+		return lost
+	}
+	switch ev.Type {
+	case mvccpb.PUT:
+		e, err := decodeRecord(ev.Kv.Value)
+		if err != nil {
+			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
+			break
+		}
+		e.create, e.mod = ev.Kv.CreateRevision, ev.Kv.ModRevision
+		lost = s.putLocked(name, e, lost)
+	case mvccpb.DELETE:
+		lost = s.deleteLocked(name, ev.Kv.ModRevision, lost)
+	}
+	s.rev = max(s.rev, ev.Kv.ModRevision)
+	return lost
+}
+
+// putLocked applies the put of name at revision e.mod, unless the cache
+// already holds a later change to it: this machine applies its own
+// changes as soon as etcd confirms them, before the watch brings them
+// (with whatever came before them), so events may arrive late.
+func (s *Names) putLocked(name string, e entry, lost []lostName) []lostName {
+	old, had := s.entries[name]
+	if had && e.mod <= old.mod {
+		return lost
+	}
+	if at, ok := s.gone[name]; ok {
+		if e.mod <= at {
+			return lost
+		}
+		delete(s.gone, name)
+	}
+	if had {
+		if old.create == e.create {
+			s.entries[name] = e // the same name's value changed; chanos never does that
+			return lost
+		}
+		lost = s.removeLocked(name, old, lost)
+	}
+	s.insertLocked(name, e)
+	return lost
+}
+
+// deleteLocked applies the delete of name at revision rev.
+func (s *Names) deleteLocked(name string, rev int64, lost []lostName) []lostName {
+	if old, had := s.entries[name]; had {
+		if rev <= old.mod {
+			return lost
+		}
+		lost = s.removeLocked(name, old, lost)
+	}
+	if rev > s.rev {
+		s.gone[name] = max(s.gone[name], rev)
+	}
+	return lost
+}
+
+// pruneLocked forgets the deletes the watch has gone past: no older
+// change to those names can arrive any more.
+func (s *Names) pruneLocked() {
+	for name, at := range s.gone {
+		if at <= s.rev {
+			delete(s.gone, name)
+		}
+	}
+}
+
+// resync reloads every name, and turns the difference from the cache into
+// the events the watch would have delivered.
+func (s *Names) resync(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), s.opTO)
+	defer cancel()
+	resp, err := s.client.Get(rctx, s.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	fresh := map[string]entry{}
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), s.prefix)
+		e, err := decodeRecord(kv.Value)
+		if err != nil {
+			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
+			continue
+		}
+		e.create, e.mod = kv.CreateRevision, kv.ModRevision
+		fresh[name] = e
+	}
+	at := resp.Header.Revision
+	var lost []lostName
+	s.mu.Lock()
+	for _, name := range slices.Clone(s.sorted) {
+		old := s.entries[name]
+		// A name this machine applied after the snapshot stays.
+		if e, ok := fresh[name]; (!ok || e.create != old.create) && old.mod <= at {
+			lost = s.removeLocked(name, old, lost)
+		}
+	}
+	var added []string
+	for name := range fresh {
+		if _, ok := s.entries[name]; !ok {
+			added = append(added, name)
+		}
+	}
+	slices.Sort(added)
+	for _, name := range added {
+		lost = s.putLocked(name, fresh[name], lost)
+	}
+	s.rev = max(s.rev, at)
+	s.synced = true
+	s.pruneLocked()
+	s.mu.Unlock()
+	s.tell(lost)
+	return nil
+}
+
+func (s *Names) insertLocked(name string, e entry) {
+	s.entries[name] = e
+	i, _ := slices.BinarySearch(s.sorted, name)
+	s.sorted = slices.Insert(s.sorted, i, name)
+	s.classes[names.Class(name)]++
+	for _, w := range s.waiters[name] {
+		w <- e.ref // buffered with room for exactly this value
+	}
+	delete(s.waiters, name)
+	s.notifyLocked(names.Event{Name: name, Ref: e.ref})
+}
+
+// removeLocked drops name from the cache; if this machine held it and did
+// not remove it itself, it is lost.
+func (s *Names) removeLocked(name string, e entry, lost []lostName) []lostName {
+	delete(s.entries, name)
+	if i, ok := slices.BinarySearch(s.sorted, name); ok {
+		s.sorted = slices.Delete(s.sorted, i, i+1)
+	}
+	class := names.Class(name)
+	if s.classes[class]--; s.classes[class] == 0 {
+		delete(s.classes, class)
+	}
+	if h, ok := s.mine[name]; ok && h.create == e.create {
+		delete(s.mine, name)
+		if !h.removing {
+			lost = append(lost, lostName{h.owner, name})
+		}
+	}
+	s.notifyLocked(names.Event{Name: name, Ref: e.ref, Removed: true})
+	return lost
+}
+
+func (s *Names) notifyLocked(ev names.Event) {
+	for w, sub := range s.watchers {
+		if !strings.HasPrefix(ev.Name, sub.prefix) {
+			continue
+		}
+		if !sub.send(ev) {
+			s.dropLocked(w, names.ErrWatchOverflow)
+		}
+	}
+}
+
+func (s *Names) dropLocked(w *names.Watcher, err error) {
+	sub, ok := s.watchers[w]
+	if !ok {
+		return
+	}
+	delete(s.watchers, w)
+	sub.end(err)
+	close(sub.ended)
+}
+
+// leaseLost is the session's report that etcd dropped the lease old:
+// every name held under it is gone, and each owner is told once.
+func (s *Names) leaseLost(old int64) {
+	var lost []lostName
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	for name, h := range s.mine {
+		if h.lease == old && !h.removing {
+			delete(s.mine, name)
+			lost = append(lost, lostName{h.owner, name})
+		}
+	}
+	s.mu.Unlock()
+	slices.SortFunc(lost, func(a, b lostName) int { return strings.Compare(a.name, b.name) })
+	s.tell(lost)
+}
+
+func (s *Names) tell(lost []lostName) {
+	for _, l := range lost {
+		s.log.Warn("etcd: a name was lost with the machine's lease", "name", l.name, "owner", uint64(l.owner))
+		if s.onLost != nil {
+			s.onLost(l.owner, l.name)
+		}
+	}
+}
+
+// availableLocked reports whether the cache may be served: the watch runs
+// and the lease's last renewal succeeded.
+func (s *Names) availableLocked() bool { return s.synced && s.sess.Healthy() }
+
+// Set implements names.Store: a transaction that puts the name under the
+// machine's lease only if no key of that name exists.
+func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names.Owner) error {
+	if err := names.ValidName(name); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return names.ErrClosed
+	}
+	lease := s.sess.Lease()
+	if lease == 0 {
+		return fmt.Errorf("set %q: %w: the machine's lease was lost and is being renewed", name, names.ErrUnavailable)
+	}
+	octx, cancel := context.WithTimeout(ctx, s.opTO)
+	defer cancel()
+	key := s.key(name)
+	resp, err := s.client.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, encodeRecord(s.machine, owner, ref), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		if isLeaseNotFound(err) {
+			return fmt.Errorf("set %q: %w: the machine's lease expired", name, names.ErrUnavailable)
+		}
+		return unavailable(ctx, fmt.Sprintf("set %q", name), err)
+	}
+	if !resp.Succeeded {
+		// This machine now reads the name it was refused.
+		s.applyRead(name, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
+		return fmt.Errorf("set %q: %w", name, names.ErrExists)
+	}
+	// This machine reads its own write at once; the watch's event for it
+	// comes later and changes nothing.
+	rev := resp.Header.Revision
+	s.mu.Lock()
+	var lost []lostName
+	if !s.closed {
+		s.mine[name] = &held{owner: owner, create: rev, lease: lease}
+		lost = s.putLocked(name, entry{ref: ref, owner: owner, machine: s.machine, create: rev, mod: rev}, nil)
+	}
+	s.mu.Unlock()
+	s.tell(lost)
+	return nil
+}
+
+// applyRead applies what a transaction read of name at revision rev:
+// its key (kvs), or that it had none.
+func (s *Names) applyRead(name string, kvs []*mvccpb.KeyValue, rev int64) {
+	var lost []lostName
+	s.mu.Lock()
+	if !s.closed {
+		if len(kvs) == 0 {
+			lost = s.deleteLocked(name, rev, nil)
+		} else if e, err := decodeRecord(kvs[0].Value); err == nil {
+			e.create, e.mod = kvs[0].CreateRevision, kvs[0].ModRevision
+			lost = s.putLocked(name, e, nil)
+		}
+	}
+	s.mu.Unlock()
+	s.tell(lost)
+}
+
+// applyDeletes applies this machine's own deletes of list at rev.
+func (s *Names) applyDeletes(list []string, rev int64) {
+	var lost []lostName
+	s.mu.Lock()
+	if !s.closed {
+		for _, name := range list {
+			lost = s.deleteLocked(name, rev, lost)
+		}
+	}
+	s.mu.Unlock()
+	s.tell(lost)
+}
+
+// Get implements names.Store, from the cache.
+func (s *Names) Get(ctx context.Context, name string) (wire.Iref, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return wire.Iref{}, names.ErrClosed
+	}
+	if !s.availableLocked() {
+		return wire.Iref{}, fmt.Errorf("get %q: %w", name, names.ErrUnavailable)
+	}
+	e, ok := s.entries[name]
+	if !ok {
+		return wire.Iref{}, fmt.Errorf("get %q: %w", name, names.ErrNotFound)
+	}
+	return e.ref, nil
+}
+
+// Lookup is Get that also returns the machine that holds the name and the
+// owner there.
+func (s *Names) Lookup(ctx context.Context, name string) (ref wire.Iref, machine uint64, owner names.Owner, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return wire.Iref{}, 0, 0, names.ErrClosed
+	}
+	if !s.availableLocked() {
+		return wire.Iref{}, 0, 0, fmt.Errorf("lookup %q: %w", name, names.ErrUnavailable)
+	}
+	e, ok := s.entries[name]
+	if !ok {
+		return wire.Iref{}, 0, 0, fmt.Errorf("lookup %q: %w", name, names.ErrNotFound)
+	}
+	return e.ref, e.machine, e.owner, nil
+}
+
+// WaitFor implements names.Store. It looks in the cache and, under the same
+// lock, registers to be woken by the watch, which delivers every change
+// after the cache's revision: a set that races with the look is never
+// missed. While etcd is unreachable it keeps waiting, until ctx ends.
+func (s *Names) WaitFor(ctx context.Context, name string) (wire.Iref, error) {
+	if err := names.ValidName(name); err != nil {
+		return wire.Iref{}, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return wire.Iref{}, names.ErrClosed
+	}
+	if e, ok := s.entries[name]; ok {
+		s.mu.Unlock()
+		return e.ref, nil
+	}
+	ch := make(chan wire.Iref, 1)
+	s.waiters[name] = append(s.waiters[name], ch)
+	s.mu.Unlock()
+
+	select {
+	case ref, ok := <-ch:
+		if !ok {
+			return wire.Iref{}, names.ErrClosed
+		}
+		return ref, nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		select {
+		case ref, ok := <-ch:
+			if ok {
+				return ref, nil
+			}
+		default:
+		}
+		ws := s.waiters[name]
+		if i := slices.Index(ws, ch); i >= 0 {
+			ws = slices.Delete(ws, i, i+1)
+		}
+		if len(ws) == 0 {
+			delete(s.waiters, name)
+		} else {
+			s.waiters[name] = ws
+		}
+		return wire.Iref{}, fmt.Errorf("wait for %q: %w", name, ctx.Err())
+	}
+}
+
+// Count implements names.Store, from the cache.
+func (s *Names) Count(ctx context.Context, class string) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return 0, names.ErrClosed
+	}
+	if !s.availableLocked() {
+		return 0, fmt.Errorf("count %q: %w", class, names.ErrUnavailable)
+	}
+	return s.classes[class], nil
+}
+
+// Remove implements names.Store: only the owner that set the name through
+// this store may remove it, and the delete is fenced by the name's create
+// revision.
+func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return names.ErrClosed
+	}
+	if !s.availableLocked() {
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %w", name, names.ErrUnavailable)
+	}
+	e, ok := s.entries[name]
+	if !ok {
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
+	}
+	// Owners are numbered by this machine's monitor: only names this
+	// store set are theirs (a name of the same machine id from before a
+	// restart belongs to a domain that is gone, and expires with its
+	// lease).
+	h, ok := s.mine[name]
+	if !ok || h.owner != owner || h.create != e.create {
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
+	}
+	if h.removing { // by a Remove or Release under way
+		s.mu.Unlock()
+		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
+	}
+	s.markLocked([]string{name}, true)
+	s.mu.Unlock()
+
+	octx, cancel := context.WithTimeout(ctx, s.opTO)
+	defer cancel()
+	key := s.key(name)
+	resp, err := s.client.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.create)).
+		Then(clientv3.OpDelete(key)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		s.unmark([]string{name})
+		return unavailable(ctx, fmt.Sprintf("remove %q", name), err)
+	}
+	if !resp.Succeeded {
+		// The name went, or went and was taken, since the cache saw it.
+		s.unmark([]string{name})
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		s.applyRead(name, kvs, resp.Header.Revision)
+		if len(kvs) > 0 {
+			return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
+		}
+		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
+	}
+	s.applyDeletes([]string{name}, resp.Header.Revision)
+	return nil
+}
+
+// markLocked sets or clears the removing mark of the names this machine
+// holds, so that their deletes are not reported as lost.
+func (s *Names) markLocked(list []string, on bool) {
+	for _, name := range list {
+		if h, ok := s.mine[name]; ok {
+			h.removing = on
+		}
+	}
+}
+
+func (s *Names) unmark(list []string) {
+	s.mu.Lock()
+	s.markLocked(list, false)
+	s.mu.Unlock()
+}
+
+// List implements names.Store, from the cache.
+func (s *Names) List(ctx context.Context, prefix, after string, limit int) ([]string, bool, error) {
+	if limit <= 0 {
+		return nil, false, fmt.Errorf("list: limit %d must be positive", limit)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false, names.ErrClosed
+	}
+	if !s.availableLocked() {
+		return nil, false, fmt.Errorf("list %q: %w", prefix, names.ErrUnavailable)
+	}
+	start := max(prefix, after)
+	i, found := slices.BinarySearch(s.sorted, start)
+	if found && start == after {
+		i++ // after itself was on the previous page
+	}
+	var out []string
+	for ; i < len(s.sorted) && strings.HasPrefix(s.sorted[i], prefix); i++ {
+		if len(out) == limit {
+			return out, true, nil
+		}
+		out = append(out, s.sorted[i])
+	}
+	return out, false, nil
+}
+
+// Watch implements names.Store: the sets and removes of names anywhere in
+// the cluster, as this machine's watch delivers them.
+func (s *Names) Watch(ctx context.Context, prefix string) (*names.Watcher, error) {
+	var w *names.Watcher
+	w, send, end := names.NewWatcher(watchBuffer, func() {
+		s.mu.Lock()
+		s.dropLocked(w, nil)
+		s.mu.Unlock()
+	})
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, names.ErrClosed
+	}
+	sub := &watcher{prefix: prefix, send: send, end: end, ended: make(chan struct{})}
+	s.watchers[w] = sub
+	s.mu.Unlock()
+	go func() {
+		select {
+		case <-ctx.Done():
+			w.Stop()
+		case <-sub.ended:
+		}
+	}()
+	return w, nil
+}
+
+// Release implements names.Store: every name owner set through this
+// store goes, in transactions of up to releaseBatch deletes, each fenced by the
+// names' create revisions.
+func (s *Names) Release(ctx context.Context, owner names.Owner) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return names.ErrClosed
+	}
+	var mine []string
+	for name, h := range s.mine {
+		if h.owner == owner && !h.removing {
+			mine = append(mine, name)
+		}
+	}
+	slices.Sort(mine)
+	creates := make([]int64, len(mine))
+	for i, name := range mine {
+		creates[i] = s.mine[name].create
+	}
+	s.markLocked(mine, true)
+	s.mu.Unlock()
+
+	octx, cancel := context.WithTimeout(ctx, s.opTO)
+	defer cancel()
+	for start := 0; start < len(mine); start += releaseBatch {
+		end := min(start+releaseBatch, len(mine))
+		var conds []clientv3.Cmp
+		var dels []clientv3.Op
+		for i := start; i < end; i++ {
+			key := s.key(mine[i])
+			conds = append(conds, clientv3.Compare(clientv3.CreateRevision(key), "=", creates[i]))
+			dels = append(dels, clientv3.OpDelete(key))
+		}
+		resp, err := s.client.Txn(octx).If(conds...).Then(dels...).Commit()
+		if err != nil {
+			s.unmark(mine[start:])
+			return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
+		}
+		if resp.Succeeded {
+			s.applyDeletes(mine[start:end], resp.Header.Revision)
+			continue
+		}
+		// Some name of the batch is no longer ours: delete the others
+		// one by one, each with its own fence.
+		for i := start; i < end; i++ {
+			key := s.key(mine[i])
+			r, err := s.client.Txn(octx).
+				If(clientv3.Compare(clientv3.CreateRevision(key), "=", creates[i])).
+				Then(clientv3.OpDelete(key)).Commit()
+			if err != nil {
+				s.unmark(mine[i:])
+				return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
+			}
+			if r.Succeeded {
+				s.applyDeletes(mine[i:i+1], r.Header.Revision)
+			} else {
+				// Lost meanwhile: the watch tells its owner.
+				s.unmark(mine[i : i+1])
+			}
+		}
+	}
+	return nil
+}
+
+// Close ends every watch and wait; later calls fail with names.ErrClosed.
+// The names stay in etcd under the machine's lease: Machine.Close revokes
+// it.
+func (s *Names) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ws := range s.waiters {
+		for _, w := range ws {
+			close(w)
+		}
+	}
+	s.waiters = nil
+	for w := range s.watchers {
+		s.dropLocked(w, names.ErrClosed)
+	}
+	return nil
+}
