@@ -898,6 +898,28 @@ int chanos_ump_try_send(chanos_ump *c, const void *msg, size_t len);
  * the connection (CHANOS_ERR_PROTOCOL), and those received are closed.
  */
 #define CHANOS_UMP_MAX_FDS 253
+
+/*
+ * An endpoint is the far side of a fresh ring pair as one descriptor,
+ * which a message carries to another process (docs/ump.md, "Endpoints"):
+ * a Unix stream socket on which the hello of the handshake, with the
+ * attacher's descriptors and a label, waits, and which becomes the
+ * attacher's liveness socket. chanos_ump_endpoint_new makes the pair,
+ * opens its creator side in *mine and returns the endpoint in *ep (the
+ * caller's to send, as a give_away_cap, or close); label (at most
+ * CHANOS_UMP_MAX_LABEL bytes) travels with it. chanos_ump_endpoint_open
+ * opens the attacher side from ep, which it takes over (closed on failure
+ * too), copies the label into label[0..cap) and its length into *len; it
+ * never waits: CHANOS_ERR_PROTOCOL for what is not an endpoint (or one
+ * opened already), CHANOS_ERR_TOO_LARGE for a label over cap.
+ */
+#define CHANOS_UMP_MAX_LABEL 1024
+int chanos_ump_endpoint_new(const struct chanos_ump_options *opts,
+                            const void *label, size_t len, chanos_ump **mine,
+                            int *ep);
+int chanos_ump_endpoint_open(int ep, const struct chanos_ump_options *opts,
+                             void *label, size_t cap, size_t *len,
+                             chanos_ump **out);
 int chanos_ump_send_fds(chanos_ump *c, const void *msg, size_t len,
                         const int *fds, unsigned nfds, int timeout_ms);
 int chanos_ump_try_send_fds(chanos_ump *c, const void *msg, size_t len,
@@ -1185,6 +1207,24 @@ struct chanos_interface {
     uint32_t max_frame;
     uint64_t fingerprint; /* 0: none declared, not checked */
 };
+
+/*
+ * Channel endpoints as capabilities (docs/capabilities.md): a fresh
+ * connection of *iface between this program and whichever domain opens
+ * the endpoint, with no monitor and no name. chanos_endpoint_new returns
+ * this side's connection in *mine (the caller's: chanos_conn_close) and
+ * the endpoint in *ep, a descriptor to send in a message as a
+ * give_away_cap (or close: the connection then sees its peer gone).
+ * chanos_endpoint_open opens an endpoint received in a message, which it
+ * takes over, into *out; an endpoint of another interface, or of another
+ * fingerprint, is refused with CHANOS_ERR_MISMATCH and closed, and one
+ * that is not an endpoint (or was opened already) with
+ * CHANOS_ERR_PROTOCOL. Neither waits.
+ */
+int chanos_endpoint_new(const struct chanos_interface *iface,
+                        chanos_conn **mine, int *ep);
+int chanos_endpoint_open(int ep, const struct chanos_interface *iface,
+                         chanos_conn **out);
 
 /*
  * chanos_export_iface is chanos_export_with for the interface *iface,

@@ -821,6 +821,149 @@ fail:
     return err;
 }
 
+/* ---- endpoints (docs/ump.md, "Endpoints") ---- */
+
+int chanos_ump_endpoint_new(const struct chanos_ump_options *opts,
+                            const void *label, size_t len, chanos_ump **mine,
+                            int *ep)
+{
+    struct chanos_ump_files f;
+    uint8_t msg[HELLO_SIZE + 4 + CHANOS_UMP_MAX_LABEL];
+    int fds[NFDS], sv[2], err;
+    union {
+        char buf[CMSG_SPACE(NFDS * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = msg, .iov_len = HELLO_SIZE + 4 + len};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *cm;
+
+    if (!mine || !ep || len > CHANOS_UMP_MAX_LABEL || (len && !label))
+        return -EINVAL;
+    *mine = NULL;
+    *ep = -1;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    if ((err = chanos_ump_files_create(opts, &f)) < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return err;
+    }
+    /* the attacher's part leaves f (sent, then closed: only the endpoint
+     * holds it); chanos_ump_open takes the rest, and sv[0] */
+    fds[0] = fcntl(f.mem, F_DUPFD_CLOEXEC, 0);
+    fds[1] = f.wake[CHANOS_UMP_ATTACHER][0];
+    fds[2] = f.wake[CHANOS_UMP_ATTACHER][1];
+    fds[3] = f.caps[CHANOS_UMP_ATTACHER];
+    f.wake[CHANOS_UMP_ATTACHER][0] = f.wake[CHANOS_UMP_ATTACHER][1] = -1;
+    f.caps[CHANOS_UMP_ATTACHER] = -1;
+    if (fds[0] < 0) {
+        err = -errno;
+        chanos_ump_files_close(&f);
+        close(sv[0]);
+        goto done;
+    }
+    if ((err = chanos_ump_open(CHANOS_UMP_CREATOR, &f, sv[0], opts, mine)) < 0)
+        goto done;
+    chanos_store_u64(msg, HELLO_MAGIC);
+    chanos_store_u32(msg + 8, CHANOS_UMP_VERSION);
+    chanos_store_u32(msg + 12, NFDS);
+    chanos_store_u32(msg + HELLO_SIZE, (uint32_t)len);
+    if (len)
+        memcpy(msg + HELLO_SIZE + 4, label, len);
+    memset(&u, 0, sizeof u);
+    cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_SOCKET;
+    cm->cmsg_type = SCM_RIGHTS;
+    cm->cmsg_len = CMSG_LEN(sizeof fds);
+    memcpy(CMSG_DATA(cm), fds, sizeof fds);
+    /* a fresh socket pair's buffer is empty: this never waits */
+    if (sendmsg((*mine)->sock, &m, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)iov.iov_len) {
+        err = -errno;
+        chanos_ump_close(*mine);
+        *mine = NULL;
+        goto done;
+    }
+    *ep = sv[1];
+    sv[1] = -1;
+done:
+    for (int i = 0; i < NFDS; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    if (sv[1] >= 0)
+        close(sv[1]);
+    return err;
+}
+
+int chanos_ump_endpoint_open(int ep, const struct chanos_ump_options *opts,
+                             void *label, size_t cap, size_t *len,
+                             chanos_ump **out)
+{
+    struct chanos_ump_files f = {.mem = -1, .wake = {{-1, -1}, {-1, -1}}, .caps = {-1, -1}};
+    uint8_t msg[HELLO_SIZE + 4 + CHANOS_UMP_MAX_LABEL + 1];
+    union {
+        char buf[CMSG_SPACE(16 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
+    struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
+                       .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    int got[16], ngot = 0, err = CHANOS_ERR_PROTOCOL;
+    ssize_t n;
+    uint32_t ln;
+
+    if (!out || !len || (cap && !label)) {
+        close(ep);
+        return -EINVAL;
+    }
+    *out = NULL;
+    /* the creator queued everything in one message before the endpoint
+     * left it: one receive that never waits takes it, or it is not an
+     * endpoint (or one already opened) */
+    do
+        n = recvmsg(ep, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    while (n < 0 && errno == EINTR);
+    if (n >= 0) {
+        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
+            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+                continue;
+            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k && ngot < 16; i++)
+                memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+        }
+    }
+    if (ngot == NFDS) {
+        f.mem = got[0];
+        f.wake[CHANOS_UMP_ATTACHER][0] = got[1];
+        f.wake[CHANOS_UMP_ATTACHER][1] = got[2];
+        f.caps[CHANOS_UMP_ATTACHER] = got[3];
+    } else {
+        for (int i = 0; i < ngot; i++)
+            close(got[i]);
+    }
+    if (n < HELLO_SIZE + 4 || (m.msg_flags & MSG_CTRUNC) || ngot != NFDS ||
+        chanos_load_u64(msg) != HELLO_MAGIC ||
+        chanos_load_u32(msg + 8) != CHANOS_UMP_VERSION ||
+        chanos_load_u32(msg + 12) != NFDS)
+        goto fail;
+    ln = chanos_load_u32(msg + HELLO_SIZE);
+    if (ln > CHANOS_UMP_MAX_LABEL || (size_t)n != HELLO_SIZE + 4 + ln)
+        goto fail;
+    if (ln > cap) {
+        err = CHANOS_ERR_TOO_LARGE;
+        goto fail;
+    }
+    if (ln)
+        memcpy(label, msg + HELLO_SIZE + 4, ln);
+    *len = ln;
+    return chanos_ump_open(CHANOS_UMP_ATTACHER, &f, ep, opts, out);
+fail:
+    chanos_ump_files_close(&f);
+    close(ep);
+    return err;
+}
+
 /* ---- sending ---- */
 
 /* tx_refresh re-reads the consumer's positions (head, then bulk_head,

@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 
 #define MSG_ECHO 4
@@ -524,6 +525,39 @@ static void test_fds(void)
     close(q[1]);
 }
 
+/* A fresh connection's endpoint opens into a connection of its
+ * interface, once; another interface is refused, and so is a socket that
+ * is not an endpoint. */
+static void test_endpoints(void)
+{
+    static const struct chanos_interface a = { "a", 4096, 1 }, b = { "b", 4096, 2 };
+    chanos_conn *mine, *theirs;
+    struct chanos_frame f;
+    uint8_t buf[64];
+    int ep, sv[2];
+    size_t n;
+
+    CHECK_EQ(chanos_endpoint_new(&a, &mine, &ep), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 9);
+    CHECK_EQ(chanos_conn_send(mine, buf, n, 1000), 0); /* waits in the ring */
+    CHECK_EQ(chanos_endpoint_open(ep, &a, &theirs), 0);
+    CHECK_EQ(chanos_conn_recv(theirs, 1000, &f), 0);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 9);
+    chanos_conn_close(theirs);
+    CHECK_EQ(chanos_conn_recv(mine, 1000, &f), CHANOS_ERR_CLOSED);
+    chanos_conn_close(mine);
+
+    CHECK_EQ(chanos_endpoint_new(&a, &mine, &ep), 0);
+    CHECK_EQ(chanos_endpoint_open(ep, &b, &theirs), CHANOS_ERR_MISMATCH);
+    CHECK(theirs == NULL);
+    CHECK(chanos_conn_recv(mine, 1000, &f) < 0); /* its peer went */
+    chanos_conn_close(mine);
+
+    CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    CHECK_EQ(chanos_endpoint_open(sv[0], &a, &theirs), CHANOS_ERR_PROTOCOL);
+    close(sv[1]);
+}
+
 int main(void)
 {
     test_rpc();
@@ -534,5 +568,6 @@ int main(void)
     test_join_errors();
     test_metadata();
     test_fds();
+    test_endpoints();
     return check_done("test_conn");
 }

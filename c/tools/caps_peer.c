@@ -9,7 +9,11 @@
  *                                    writes the tag into the descriptor,
  *                                    stat answers its size, dup hands it
  *                                    back, given away, ring signals the
- *                                    event object it is sent
+ *                                    event object it is sent, hand opens
+ *                                    the pingpong endpoint it is given,
+ *                                    which it serves (echo answers its
+ *                                    argument) once the files connection
+ *                                    has ended
  *   chanos-caps-peer call NAME FILE  connects to NAME and prints "size N"
  *                                    (stat of FILE), "dup size N" (stat,
  *                                    here, of what dup hands back) and
@@ -17,13 +21,17 @@
  *                                    into a pipe it was given away, read
  *                                    to its end) and "ring N" (the count
  *                                    of an event object it sent the
- *                                    server to signal twice)
+ *                                    server to signal twice) and
+ *                                    "endpoint echo N" (an echo over a
+ *                                    pingpong connection whose endpoint
+ *                                    it handed the server)
  *
  * It prints "leaked fds N" last: how many more descriptors it holds than
  * when it started, so that a test sees that none leaked. Exit status 0 on success; 1 on failure, with
  * the reason on stderr.
  */
 #include "files.h"
+#include "pingpong.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -98,9 +106,37 @@ static int on_ring(void *ctx, chanos_conn *c, const struct files_ring *m)
     return rc;
 }
 
+/* the pingpong connection a hand opened, served after files' */
+static chanos_conn *handed;
+
+static int on_hand(void *ctx, chanos_conn *c, const struct files_hand *m)
+{
+    (void)ctx;
+    (void)c;
+    if (handed != NULL || m->iface.len != strlen("pingpong") ||
+        memcmp(m->iface.ptr, "pingpong", m->iface.len) != 0) {
+        close(m->endpoint);
+        return 0;
+    }
+    return chanos_endpoint_open(m->endpoint, &pingpong_interface, &handed);
+}
+
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    out->result = in->val;
+    return 0;
+}
+
 static const struct files_server_ops ops = {
     .share = on_share, .stat = on_stat, .dup = on_dup, .ring = on_ring,
+    .hand = on_hand,
 };
+
+static const struct pingpong_server_ops pp_ops = { .echo = on_echo };
 
 static int serve(chanos_domain *d, const char *name)
 {
@@ -120,6 +156,12 @@ static int serve(chanos_domain *d, const char *name)
     chanos_listener_close(l);
     if (rc != 0)
         return fail("serve", rc);
+    if (handed != NULL) {
+        rc = pingpong_serve(handed, &pp_ops, NULL, 20000);
+        chanos_conn_close(handed);
+        if (rc != 0)
+            return fail("serve the handed connection", rc);
+    }
     return 0;
 }
 
@@ -179,6 +221,23 @@ static int call(chanos_domain *d, const char *name, const char *path)
             return fail("wait on the event", rc);
         close(rg.event); /* a cap is copied: ours stays ours */
         printf("ring %" PRIu64 "\n", count);
+    }
+    {
+        struct files_hand h;
+        struct pingpong_echo_call ec = { 77 };
+        struct pingpong_echo_reply er;
+        chanos_conn *pc;
+
+        if ((rc = chanos_endpoint_new(&pingpong_interface, &pc, &h.endpoint)) != 0)
+            return fail("endpoint", rc);
+        h.iface.ptr = "pingpong";
+        h.iface.len = 8;
+        if ((rc = files_hand_send(c, &h, CALL_MS)) != 0) /* gives it away */
+            return fail("hand", rc);
+        if ((rc = pingpong_echo(pc, &ec, &er, CALL_MS)) != 0)
+            return fail("echo over the handed connection", rc);
+        printf("endpoint echo %" PRIu64 "\n", er.result);
+        chanos_conn_close(pc);
     }
     chanos_conn_close(c);
     return 0;

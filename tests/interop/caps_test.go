@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
 	files "github.com/chanos/chanos/internal/testkit/files"
 	"github.com/chanos/chanos/wire"
@@ -118,7 +119,21 @@ func TestFDsCServerGoClient(t *testing.T) {
 	if n, err := ev.Wait(ctx); err != nil || n != 3 {
 		t.Fatalf("the event the C server signalled: %d, %v; want 3", n, err)
 	}
+	// A channel endpoint: a fresh pingpong connection, handed over; the C
+	// server serves it once the files connection has ended.
+	mine, ep, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: "pingpong"}); err != nil {
+		t.Fatal(err)
+	}
 	c.Close()
+	pc := pingpong.NewConn(mine)
+	if v, err := pc.Echo(ctx, 41); err != nil || v != 41 {
+		t.Fatalf("echo over the handed connection = %d, %v", v, err)
+	}
+	pc.Close()
 	if n := settledFDs(t, before); n > before {
 		t.Errorf("descriptors leaked in the Go client: %d before, %d after", before, n)
 	}
@@ -149,6 +164,26 @@ func (goFiles) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
 // Dup gives the descriptor it was sent back: the reply's send closes it.
 func (goFiles) Dup(ctx context.Context, fd wire.Cap) (wire.Cap, error) { return fd, nil }
 
+// Hand opens the pingpong endpoint it is given and serves it (echo
+// answers its argument) until its peer closes it.
+func (goFiles) Hand(ctx context.Context, from *files.Client, m files.Hand) error {
+	c, err := chanos.OpenEndpoint(m.Endpoint, pingpong.Interface)
+	if err != nil {
+		return err
+	}
+	p := pingpong.NewConn(c)
+	go func() {
+		defer p.Close()
+		p.Serve(context.Background(), echoServer{})
+	}()
+	return nil
+}
+
+// echoServer answers echo with its argument.
+type echoServer struct{ pingpong.UnimplementedServer }
+
+func (echoServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v, nil }
+
 func (goFiles) Ring(ctx context.Context, from *files.Client, m files.Ring) error {
 	ev, err := chanos.EventFromCap(m.Event)
 	if err != nil {
@@ -172,7 +207,7 @@ func TestFDsGoServerCClient(t *testing.T) {
 	served := make(chan error, 1)
 	go func() { served <- files.Serve(ctx, l, goFiles{}) }()
 	out := run(t, dir, capsPeer(t), "call", "go.files", f.Name())
-	want := "size 4321\ndup size 4321\nshare 42\nring 2\nleaked fds 0\n"
+	want := "size 4321\ndup size 4321\nshare 42\nring 2\nendpoint echo 77\nleaked fds 0\n"
 	if out != want {
 		t.Fatalf("chanos-caps-peer call printed %q, want %q", out, want)
 	}

@@ -28,7 +28,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x1cdf947496209790
+const Fingerprint uint64 = 0x4c5ce59d303f9d63
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -37,6 +37,13 @@ const (
 	MsgStat  uint16 = 2 // stat
 	MsgDup   uint16 = 3 // dup
 	MsgRing  uint16 = 4 // ring
+	MsgHand  uint16 = 5 // hand
+)
+
+// Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
+// when encoding and decoding.
+const (
+	MaxHandIfaceLen = 64 // hand: String iface[64]
 )
 
 // Msg is a message, rpc call or rpc reply of files. Only the types of this
@@ -233,6 +240,50 @@ func (m *Ring) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// Hand is the message hand, number 5:
+//
+//	message hand(give_away_cap endpoint, String iface[64]);
+type Hand struct {
+	// Endpoint is the argument endpoint (give_away_cap).
+	Endpoint wire.Cap
+	// Iface is the argument iface: at most MaxHandIfaceLen bytes, without NUL.
+	Iface string
+}
+
+func (*Hand) MsgNumber() uint16  { return MsgHand }
+func (*Hand) MsgKind() wire.Kind { return wire.KindMessage }
+func (*Hand) MsgName() string    { return "files.hand" }
+func (*Hand) isMsg()             {}
+func (m *Hand) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "files.hand", MsgHand, wire.KindMessage, 8)
+	e.GiveAwayCap("endpoint", m.Endpoint)
+	e.String("iface", m.Iface, MaxHandIfaceLen)
+	return e.Finish()
+}
+
+func (m *Hand) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "files.hand", MsgHand, wire.KindMessage)
+	m.Endpoint = d.GiveAwayCap("endpoint")
+	m.Iface = d.String("iface", MaxHandIfaceLen)
+	if err := d.Finish(); err != nil {
+		*m = Hand{}
+		return err
+	}
+	return nil
+}
+
+// copy returns a copy of m that shares no memory with it, checked as
+// Encode would check it: what the local interconnect passes.
+func (m *Hand) copy() (*Hand, error) {
+	if err := wire.First(wire.CheckString("files.hand", "iface", m.Iface, MaxHandIfaceLen)); err != nil {
+		return nil, err
+	}
+	c := *m
+	return &c, nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if files has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -249,6 +300,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(DupReply)
 	case msg == MsgRing && kind == wire.KindMessage:
 		return new(Ring)
+	case msg == MsgHand && kind == wire.KindMessage:
+		return new(Hand)
 	}
 	return nil
 }
@@ -278,6 +331,11 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *Ring:
+		if m == nil {
+			break
+		}
+		return c.c.SendEncoded(ctx, m.Encode)
+	case *Hand:
 		if m == nil {
 			break
 		}
@@ -319,6 +377,8 @@ type Server interface {
 	Dup(ctx context.Context, fd wire.Cap) (copy_ wire.Cap, err error)
 	// Ring handles the message ring.
 	Ring(ctx context.Context, from *Client, m Ring) error
+	// Hand handles the message hand.
+	Hand(ctx context.Context, from *Client, m Hand) error
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -350,6 +410,9 @@ func (UnimplementedServer) Dup(context.Context, wire.Cap) (wire.Cap, error) {
 
 // Ring fails with errors.ErrUnsupported.
 func (UnimplementedServer) Ring(context.Context, *Client, Ring) error { return unsupported("ring") }
+
+// Hand fails with errors.ErrUnsupported.
+func (UnimplementedServer) Hand(context.Context, *Client, Hand) error { return unsupported("hand") }
 
 // Interface describes files to the connection engine.
 var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
@@ -448,6 +511,12 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 			return nil, from.c.Violation(err)
 		}
 		return nil, srv.Ring(ctx, from, m)
+	case in.Header.Msg == MsgHand && in.Kind == wire.KindMessage:
+		var m Hand
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		return nil, srv.Hand(ctx, from, m)
 	}
 	return nil, from.c.Violation(genrt.Unknown(InterfaceName, in))
 }
