@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -217,5 +218,54 @@ func TestFDsGoServerCClient(t *testing.T) {
 	}
 	if n := settledFDs(t, before); n > before {
 		t.Errorf("descriptors leaked in the Go server: %d before, %d after", before, n)
+	}
+}
+
+// Descriptors in flight are never stranded: a Go domain gives away the
+// write ends of pipes to a C server that has stopped reading, and the
+// server is killed -9 with them queued (in its caps socket, or received
+// and not yet handled); each pipe's read end then reaches its end of file,
+// which it does only once no copy of the write end is left anywhere.
+func TestFDsInFlightWhenThePeerIsKilled(t *testing.T) {
+	dir := startMonitor(t)
+	srv := spawn(t, dir, capsPeer(t), "serve", "c.files")
+	if l := srv.Line(t); l != "serving c.files" {
+		t.Fatalf("chanos-caps-peer printed %q", l)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	d := join(t, dir)
+	before := openFDs(t)
+	c, err := files.Connect(ctx, d, "c.files")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Cmd.Process.Signal(syscall.SIGSTOP)
+	var reads []*os.File
+	for i := range 20 {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		reads = append(reads, r)
+		if err := c.Send(ctx, &files.Share{FD: w, Tag: uint64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.kill(t)
+	for i, r := range reads {
+		r.SetReadDeadline(time.Now().Add(10 * time.Second))
+		rest, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatalf("pipe %d: %v: a copy of its write end outlived the killed peer", i, err)
+		}
+		if len(rest) > 0 && string(rest) != strconv.Itoa(i) {
+			t.Fatalf("pipe %d: read %q", i, rest)
+		}
+		r.Close()
+	}
+	c.Close()
+	if n := settledFDs(t, before); n > before {
+		t.Errorf("descriptors leaked in the Go client: %d before, %d after", before, n)
 	}
 }
