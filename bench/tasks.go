@@ -8,7 +8,6 @@ import (
 	"io"
 	"os/exec"
 	"slices"
-	"strings"
 	"text/tabwriter"
 )
 
@@ -22,8 +21,9 @@ type TasksConfig struct {
 
 // RunTasks runs the task runtime's figures (docs/tasks.md): the C program
 // tasks_bench of the C build, which runs each workload on chanos's
-// runtime and on its baselines (serial C, OpenMP, a raw ump round trip)
-// in one process run and prints a JSON object per figure. With Quick the
+// runtime and on its baselines (serial C, OpenMP, oneTBB where installed,
+// a raw ump round trip) in one process run and prints a JSON object per
+// figure, then the same workloads as Go goroutines. With Quick the
 // problems are small: the run checks that every case runs, and its times
 // say little.
 func RunTasks(ctx context.Context, cfg TasksConfig, emit func(Result) error) error {
@@ -31,22 +31,38 @@ func RunTasks(ctx context.Context, cfg TasksConfig, emit func(Result) error) err
 	if err != nil {
 		return err
 	}
-	args := []string{"--case", "all"}
-	if len(cfg.Cases) > 0 {
-		args = []string{"--case", strings.Join(cfg.Cases, ",")}
+	fib, msortN, nq, reps := int64(35), 10_000_000, 12, 5
+	if cfg.Quick {
+		fib, msortN, nq, reps = 25, 200_000, 9, 1
 	}
 	if cfg.Repeat > 0 {
-		args = append(args, "--reps", fmt.Sprint(cfg.Repeat))
+		reps = cfg.Repeat
 	}
+	args := []string{"--fib", fmt.Sprint(fib), "--msort", fmt.Sprint(msortN), "--nqueens", fmt.Sprint(nq), "--reps", fmt.Sprint(reps)}
 	if cfg.Quick {
-		args = append(args, "--fib", "25", "--msort", "200000", "--nqueens", "9", "--rtt-iters", "2000")
-		if cfg.Repeat == 0 {
-			args = append(args, "--reps", "1")
+		args = append(args, "--rtt-iters", "2000")
+	}
+	cases := cfg.Cases
+	if len(cases) == 0 {
+		cases = []string{"all"}
+	}
+	for _, c := range cases {
+		if err := runTasksProgram(ctx, prog, append([]string{"--case", c}, args...), cfg.Progress, emit); err != nil {
+			return err
 		}
 	}
+	var goCases []string
+	if len(cfg.Cases) > 0 {
+		goCases = cfg.Cases
+	}
+	return runGoTasks(fib, msortN, nq, reps, goCases, emit)
+}
+
+// runTasksProgram runs tasks_bench with args and emits what it prints.
+func runTasksProgram(ctx context.Context, prog string, args []string, progress io.Writer, emit func(Result) error) error {
 	cmd := exec.CommandContext(ctx, prog, args...)
-	if cfg.Progress != nil {
-		cmd.Stderr = cfg.Progress
+	if progress != nil {
+		cmd.Stderr = progress
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -63,10 +79,6 @@ func RunTasks(ctx context.Context, cfg TasksConfig, emit func(Result) error) err
 			emitErr = fmt.Errorf("tasks: %s printed %q, not a result", prog, sc.Text())
 			break
 		}
-		if r.Runtime == "" {
-			r.Runtime = r.Transport
-		}
-		r.Transport, r.Peers = r.Runtime, fmt.Sprintf("workers=%d", r.Workers)
 		if emitErr = emit(r); emitErr != nil {
 			break
 		}
@@ -83,8 +95,9 @@ func RunTasks(ctx context.Context, cfg TasksConfig, emit func(Result) error) err
 }
 
 // TasksTable prints the task suite's results and its ratios: the work
-// overhead T1/T_serial, the speed-up T1/T2, and the time of OpenMP's
-// tasks over chanos's at the same number of workers.
+// overhead T1/T_serial, the speed-up T1/T2, and the time of each
+// baseline (OpenMP's tasks, oneTBB's task_group, goroutines) over
+// chanos's at 2 workers.
 func TasksTable(w io.Writer, results []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\truntime\tworkers\tn\ttime_s\trtt_ns_p50\trtt_ns_p99")
@@ -102,15 +115,20 @@ func TasksTable(w io.Writer, results []Result) {
 		return &results[i]
 	}
 	for _, c := range []string{"fib", "mergesort", "nqueens"} {
-		serial, t1, t2, omp2 := find(c, "serial", 0), find(c, "chanos", 1), find(c, "chanos", 2), find(c, "openmp", 2)
+		serial, t1, t2, omp2, tbb2, go2 := find(c, "serial", 0), find(c, "chanos", 1), find(c, "chanos", 2), find(c, "openmp", 2), find(c, "tbb", 2), find(c, "go", 2)
 		if t1 != nil && serial != nil {
 			fmt.Fprintf(w, "%s: T1/T_serial %.2f\n", c, *t1.TimeS / *serial.TimeS)
 		}
 		if t1 != nil && t2 != nil {
 			fmt.Fprintf(w, "%s: T1/T2 %.2f\n", c, *t1.TimeS / *t2.TimeS)
 		}
-		if t2 != nil && omp2 != nil {
-			fmt.Fprintf(w, "%s: OpenMP / chanos, 2 workers %.2f\n", c, *omp2.TimeS / *t2.TimeS)
+		for _, b := range []struct {
+			name string
+			r    *Result
+		}{{"OpenMP", omp2}, {"oneTBB", tbb2}, {"Go", go2}} {
+			if t2 != nil && b.r != nil {
+				fmt.Fprintf(w, "%s: %s / chanos, 2 workers %.2f\n", c, b.name, *b.r.TimeS / *t2.TimeS)
+			}
 		}
 	}
 	ci := slices.IndexFunc(results, func(r Result) bool { return r.Case == "msg-rtt" && r.Runtime == "chanos" && r.RTTp50 != nil })

@@ -14,6 +14,8 @@ command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
 command -v ip >/dev/null || need+=(iproute2)
+# oneTBB, a baseline of `chanos bench tasks` (c/tasks/bench/tbb_bench.cpp)
+[ -e /usr/include/tbb/task_group.h ] || [ -e /usr/include/oneapi/tbb/task_group.h ] || need+=(libtbb-dev)
 if ! echo 'int main(void){return 0;}' | cc -x c -fsanitize=address,undefined -o /dev/null - 2>/dev/null; then
   need+=(libasan8 libubsan1)
 fi

@@ -7,10 +7,12 @@
  *
  *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
  *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
- *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp] [--no-pin]
+ *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp] [--no-tbb]
+ *               [--no-pin]
  */
 #include "../tests/workloads.h"
 #include "omp_bench.h"
+#include "tbb_bench.h"
 
 #include <chanos_tasks.h>
 
@@ -27,6 +29,9 @@
 #ifndef TASKS_BENCH_OPENMP
 #define TASKS_BENCH_OPENMP 0
 #endif
+#ifndef TASKS_BENCH_TBB
+#define TASKS_BENCH_TBB 0
+#endif
 
 static int reps = 5;
 static int64_t fib_n = 35;
@@ -34,6 +39,7 @@ static size_t msort_n = 10000000;
 static int nq_n = 12;
 static int rtt_iters = 20000;
 static int use_omp = TASKS_BENCH_OPENMP;
+static int use_tbb = TASKS_BENCH_TBB;
 static int no_pin;
 static unsigned workers_list[16] = { 1, 2 };
 static int nworkers_list = 2;
@@ -52,6 +58,32 @@ int64_t omp_bench_nq_serial(int n, int row, uint32_t cols, uint32_t d1, uint32_t
 {
     return nq_serial_(n, row, cols, d1, d2);
 }
+
+#if !TASKS_BENCH_TBB
+int64_t tbb_fib(int64_t n, int threads)
+{
+    (void)n;
+    (void)threads;
+    return -1;
+}
+
+void tbb_msort(int32_t *a, int32_t *tmp, size_t n, size_t cutoff, int threads)
+{
+    (void)a;
+    (void)tmp;
+    (void)n;
+    (void)cutoff;
+    (void)threads;
+}
+
+int64_t tbb_nqueens(int n, int spawn_rows, int threads)
+{
+    (void)n;
+    (void)spawn_rows;
+    (void)threads;
+    return -1;
+}
+#endif
 
 #if !TASKS_BENCH_OPENMP
 int64_t omp_fib(int64_t n, int threads)
@@ -163,6 +195,19 @@ static void bench_fib(void)
             }
             emit("fib", "openmp", w, median(t, reps), extra);
         }
+        if (use_tbb) {
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                int64_t v = tbb_fib(fib_n, (int)w);
+
+                t[r] = now_s() - t0;
+                if (v != want) {
+                    fprintf(stderr, "tasks_bench: tbb fib wrong\n");
+                    exit(1);
+                }
+            }
+            emit("fib", "tbb", w, median(t, reps), extra);
+        }
     }
 }
 
@@ -239,6 +284,18 @@ static void bench_msort(void)
             }
             emit("mergesort", "openmp", w, median(t, reps), extra);
         }
+        if (use_tbb) {
+            for (int r = 0; r < reps; r++) {
+                double t0;
+
+                memcpy(a, in, msort_n * sizeof(*a));
+                t0 = now_s();
+                tbb_msort(a, tmp, msort_n, MSORT_CUTOFF, (int)w);
+                t[r] = now_s() - t0;
+                msort_check(a);
+            }
+            emit("mergesort", "tbb", w, median(t, reps), extra);
+        }
     }
     free(in);
     free(a);
@@ -293,6 +350,19 @@ static void bench_nqueens(void)
                 }
             }
             emit("nqueens", "openmp", w, median(t, reps), extra);
+        }
+        if (use_tbb) {
+            for (int r = 0; r < reps; r++) {
+                double t0 = now_s();
+                int64_t v = tbb_nqueens(nq_n, NQ_SPAWN_ROWS, (int)w);
+
+                t[r] = now_s() - t0;
+                if (v != want) {
+                    fprintf(stderr, "tasks_bench: tbb nqueens wrong\n");
+                    exit(1);
+                }
+            }
+            emit("nqueens", "tbb", w, median(t, reps), extra);
         }
     }
 }
@@ -510,6 +580,10 @@ int main(int argc, char **argv)
 
         if (strcmp(a, "--no-openmp") == 0) {
             use_omp = 0;
+            continue;
+        }
+        if (strcmp(a, "--no-tbb") == 0) {
+            use_tbb = 0;
             continue;
         }
         if (strcmp(a, "--no-pin") == 0) {

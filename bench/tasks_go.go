@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The Go baselines of the tasks suite: the same algorithms as the C
+// runtime's workloads (c/tasks/tests/workloads.h), a goroutine where the
+// C code spawns a task, run with GOMAXPROCS set to the workers.
+
+func fibGo(n int64) int64 {
+	if n < 2 {
+		return n
+	}
+	var x int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		x = fibGo(n - 1)
+		wg.Done()
+	}()
+	y := fibGo(n - 2)
+	wg.Wait()
+	return x + y
+}
+
+func fibSerial(n int64) int64 {
+	if n < 2 {
+		return n
+	}
+	return fibSerial(n-1) + fibSerial(n-2)
+}
+
+const (
+	msortCutoff = 2048 // MSORT_CUTOFF
+	nqSpawnRows = 4    // NQ_SPAWN_ROWS
+)
+
+func mergeGo(a, tmp []int32, lo, mid, hi int) {
+	i, j, k := lo, mid, lo
+	for i < mid && j < hi {
+		if a[j] < a[i] {
+			tmp[k] = a[j]
+			j++
+		} else {
+			tmp[k] = a[i]
+			i++
+		}
+		k++
+	}
+	k += copy(tmp[k:], a[i:mid])
+	copy(tmp[k:], a[j:hi])
+	copy(a[lo:hi], tmp[lo:hi])
+}
+
+func msortSerialGo(a, tmp []int32, lo, hi int) {
+	if hi-lo <= 16 {
+		slices.Sort(a[lo:hi])
+		return
+	}
+	mid := lo + (hi-lo)/2
+	msortSerialGo(a, tmp, lo, mid)
+	msortSerialGo(a, tmp, mid, hi)
+	mergeGo(a, tmp, lo, mid, hi)
+}
+
+func msortGo(a, tmp []int32, lo, hi int) {
+	if hi-lo <= msortCutoff {
+		msortSerialGo(a, tmp, lo, hi)
+		return
+	}
+	mid := lo + (hi-lo)/2
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		msortGo(a, tmp, lo, mid)
+		wg.Done()
+	}()
+	msortGo(a, tmp, mid, hi)
+	wg.Wait()
+	mergeGo(a, tmp, lo, mid, hi)
+}
+
+func nqSerialGo(n, row int, cols, d1, d2 uint32) int64 {
+	if row == n {
+		return 1
+	}
+	free := (uint32(1)<<n - 1) &^ (cols | d1 | d2)
+	var count int64
+	for free != 0 {
+		bit := free & -free
+		free ^= bit
+		count += nqSerialGo(n, row+1, cols|bit, (d1|bit)<<1, (d2|bit)>>1)
+	}
+	return count
+}
+
+func nqGo(n, row int, cols, d1, d2 uint32) int64 {
+	if row >= nqSpawnRows || row == n {
+		return nqSerialGo(n, row, cols, d1, d2)
+	}
+	free := (uint32(1)<<n - 1) &^ (cols | d1 | d2)
+	counts := make([]int64, 0, n) // at most n free columns: slots never move
+	var wg sync.WaitGroup
+	for free != 0 {
+		bit := free & -free
+		free ^= bit
+		counts = append(counts, 0)
+		slot := &counts[len(counts)-1]
+		wg.Add(1)
+		go func() {
+			*slot = nqGo(n, row+1, cols|bit, (d1|bit)<<1, (d2|bit)>>1)
+			wg.Done()
+		}()
+	}
+	wg.Wait()
+	var sum int64
+	for _, c := range counts {
+		sum += c
+	}
+	return sum
+}
+
+// msortInput is the C program's input: xorshift32 from 2024.
+func msortInput(n int) []int32 {
+	a := make([]int32, n)
+	s := uint32(2024)
+	for i := range a {
+		s ^= s << 13
+		s ^= s >> 17
+		s ^= s << 5
+		a[i] = int32(s)
+	}
+	return a
+}
+
+// runGoTasks measures the Go baselines of the cases in want (all if
+// empty) with workers 1 and 2, reps runs each (their median), and emits
+// them with runtime "go".
+func runGoTasks(fib int64, msortN, nq, reps int, want []string, emit func(Result) error) error {
+	has := func(c string) bool { return len(want) == 0 || slices.Contains(want, c) }
+	old := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(old)
+	median := func(run func() bool) (float64, bool) {
+		ts := make([]float64, reps)
+		ok := true
+		for i := range ts {
+			t0 := time.Now()
+			ok = run() && ok
+			ts[i] = time.Since(t0).Seconds()
+		}
+		slices.Sort(ts)
+		return ts[(len(ts)-1)/2], ok
+	}
+	for _, w := range []int{1, 2} {
+		runtime.GOMAXPROCS(w)
+		type gocase struct {
+			name string
+			n    int64
+			run  func() func() bool // makes the input, returns a run that checks its result
+		}
+		cases := []gocase{
+			{"fib", fib, func() func() bool {
+				want := fibSerial(fib)
+				return func() bool { return fibGo(fib) == want }
+			}},
+			{"mergesort", int64(msortN), func() func() bool {
+				in := msortInput(msortN)
+				a, tmp := make([]int32, msortN), make([]int32, msortN)
+				return func() bool {
+					copy(a, in)
+					msortGo(a, tmp, 0, msortN)
+					return slices.IsSorted(a)
+				}
+			}},
+			{"nqueens", int64(nq), func() func() bool {
+				want := nqSerialGo(nq, 0, 0, 0, 0)
+				return func() bool { return nqGo(nq, 0, 0, 0, 0) == want }
+			}},
+		}
+		for _, c := range cases {
+			if !has(c.name) {
+				continue
+			}
+			t, ok := median(c.run())
+			if !ok {
+				return fmt.Errorf("tasks: the Go baseline of %s computed a wrong result", c.name)
+			}
+			if err := emit(Result{Suite: "tasks", Case: c.name, Runtime: "go", Workers: w, N: c.n, TimeS: f64(t)}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
