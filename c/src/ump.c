@@ -741,6 +741,38 @@ done:
     return err;
 }
 
+/* hello_fds takes the descriptors a received hello (m) brought: into f,
+ * as the attacher's, if they are the NFDS expected, else closed, however
+ * many came. It returns how many came. */
+static int hello_fds(struct msghdr *m, struct chanos_ump_files *f)
+{
+    int got[NFDS], n = 0;
+
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(m); cm; cm = CMSG_NXTHDR(m, cm)) {
+        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < k; i++, n++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+            if (n < NFDS)
+                got[n] = fd;
+            else
+                close(fd);
+        }
+    }
+    if (n == NFDS) {
+        f->mem = got[0];
+        f->wake[CHANOS_UMP_ATTACHER][0] = got[1];
+        f->wake[CHANOS_UMP_ATTACHER][1] = got[2];
+        f->caps[CHANOS_UMP_ATTACHER] = got[3];
+    } else {
+        for (int i = 0; i < n && i < NFDS; i++)
+            close(got[i]);
+    }
+    return n;
+}
+
 int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
                       int timeout_ms, chanos_ump **out)
 {
@@ -762,23 +794,7 @@ int chanos_ump_attach(int sock, const struct chanos_ump_options *opts,
         err = -errno;
         goto fail;
     }
-    int got[16], ngot = 0;
-    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-        if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-            continue;
-        size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-        for (size_t i = 0; i < k && ngot < 16; i++)
-            memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-    }
-    if (ngot == NFDS) {
-        f.mem = got[0];
-        f.wake[CHANOS_UMP_ATTACHER][0] = got[1];
-        f.wake[CHANOS_UMP_ATTACHER][1] = got[2];
-        f.caps[CHANOS_UMP_ATTACHER] = got[3];
-    } else {
-        for (int i = 0; i < ngot; i++)
-            close(got[i]);
-    }
+    int ngot = hello_fds(&m, &f);
     if (n == 0) {
         err = CHANOS_ERR_PEER_DIED;
         goto fail;
@@ -909,7 +925,7 @@ int chanos_ump_endpoint_open(int ep, const struct chanos_ump_options *opts,
     struct iovec iov = {.iov_base = msg, .iov_len = sizeof msg};
     struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1,
                        .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    int got[16], ngot = 0, err = CHANOS_ERR_PROTOCOL;
+    int ngot = 0, err = CHANOS_ERR_PROTOCOL;
     ssize_t n;
     uint32_t ln;
 
@@ -924,24 +940,8 @@ int chanos_ump_endpoint_open(int ep, const struct chanos_ump_options *opts,
     do
         n = recvmsg(ep, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
     while (n < 0 && errno == EINTR);
-    if (n >= 0) {
-        for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {
-            if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-                continue;
-            size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k && ngot < 16; i++)
-                memcpy(&got[ngot++], CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
-        }
-    }
-    if (ngot == NFDS) {
-        f.mem = got[0];
-        f.wake[CHANOS_UMP_ATTACHER][0] = got[1];
-        f.wake[CHANOS_UMP_ATTACHER][1] = got[2];
-        f.caps[CHANOS_UMP_ATTACHER] = got[3];
-    } else {
-        for (int i = 0; i < ngot; i++)
-            close(got[i]);
-    }
+    if (n >= 0)
+        ngot = hello_fds(&m, &f);
     if (n < HELLO_SIZE + 4 || (m.msg_flags & MSG_CTRUNC) || ngot != NFDS ||
         chanos_load_u64(msg) != HELLO_MAGIC ||
         chanos_load_u32(msg + 8) != CHANOS_UMP_VERSION ||

@@ -128,12 +128,7 @@ func openEndpoint(sock *net.UnixConn, o *Options) (*Conn, []byte, error) {
 	if rerr == nil {
 		fds, perr = parseRights(oob[:oobn])
 	}
-	f := noFiles()
-	if len(fds) == helloFDs {
-		f.Mem, f.Wake[Attacher], f.Caps[Attacher] = fds[0], [2]int{fds[1], fds[2]}, fds[3]
-	} else {
-		closeFDs(fds...)
-	}
+	f := attacherFiles(fds)
 	defer f.Close()
 	switch {
 	case rerr != nil:

@@ -348,12 +348,7 @@ func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 		return nil, ctxErr(ctx, err)
 	}
 	fds, perr := parseRights(oob[:oobn])
-	f := noFiles()
-	if len(fds) == helloFDs {
-		f.Mem, f.Wake[Attacher], f.Caps[Attacher] = fds[0], [2]int{fds[1], fds[2]}, fds[3]
-	} else {
-		closeFDs(fds...)
-	}
+	f := attacherFiles(fds)
 	defer f.Close()
 	switch {
 	case perr != nil:
@@ -402,6 +397,19 @@ func refuse(sock *net.UnixConn) {
 	binary.LittleEndian.PutUint64(ack[0:], ackMagic)
 	binary.LittleEndian.PutUint32(ack[8:], ackRefused)
 	sock.Write(ack[:])
+}
+
+// attacherFiles returns the Files of the attacher's descriptors a hello
+// brought, fds, if they are the helloFDs expected; otherwise it closes
+// them and returns no Files.
+func attacherFiles(fds []int) *Files {
+	f := noFiles()
+	if len(fds) == helloFDs {
+		f.Mem, f.Wake[Attacher], f.Caps[Attacher] = fds[0], [2]int{fds[1], fds[2]}, fds[3]
+	} else {
+		closeFDs(fds...)
+	}
+	return f
 }
 
 // parseRights returns every descriptor carried by the control messages,
