@@ -1441,6 +1441,23 @@ struct chanos_frame {
  */
 int chanos_frame_meta(const struct chanos_frame *f, const char *key,
                       struct chanos_str *value);
+
+/*
+ * chanos_conn_set_meta makes every rpc call made on c from now on (the
+ * generated stubs' too) carry the n entries kv, which it copies; n 0
+ * clears them. Keys are 1 to CHANOS_META_KEY_MAX bytes of a-z, 0-9, '-',
+ * '_' and '.' (else CHANOS_ERR_HEADER), values NUL-terminated strings of
+ * at most CHANOS_META_VALUE_MAX bytes, each key once, at most
+ * CHANOS_META_KEYS_MAX entries and CHANOS_META_MAX bytes in all (else
+ * CHANOS_ERR_BOUND); metadata that fails leaves c's as it was. A call
+ * with metadata must still fit the connection's largest frame.
+ */
+struct chanos_meta {
+    const char *key;
+    const char *value;
+};
+int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
+                         unsigned n);
 int chanos_conn_meta(const chanos_conn *c, const char *key,
                      struct chanos_str *value);
 

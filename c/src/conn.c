@@ -45,6 +45,12 @@ struct chanos_conn {
     /* the metadata of the frame received last (chanos_conn_meta) */
     const uint8_t *meta;
     size_t meta_len;
+    /* the trailer every call carries (chanos_conn_set_meta), entries and
+     * length, and the buffer a call is copied into to append it */
+    uint8_t *out_meta;
+    size_t out_meta_len;
+    uint8_t *meta_frame;
+    size_t meta_frame_cap;
     struct chanos_peer *peer; /* chanos_accept's client, or NULL */
 };
 
@@ -77,6 +83,8 @@ void chanos_conn_close(chanos_conn *c)
     chanos_ump_close(c->u);
     free(c->scratch);
     free(c->peer);
+    free(c->out_meta);
+    free(c->meta_frame);
     free(c);
 }
 
@@ -185,6 +193,28 @@ static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
         return CHANOS_ERR_HEADER;
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
+    if (c->out_meta_len != 0 && frame[6] == CHANOS_KIND_CALL) {
+        /* the call and the connection's metadata trailer, in a buffer of
+         * the connection's: the caller's has no room to spare */
+        size_t total = len + c->out_meta_len;
+
+        if (total > c->meta_frame_cap) {
+            uint8_t *p = realloc(c->meta_frame, total);
+
+            if (p == NULL) {
+                atomic_flag_clear(&c->sending);
+                return -ENOMEM;
+            }
+            c->meta_frame = p;
+            c->meta_frame_cap = total;
+        }
+        memcpy(c->meta_frame, frame, len);
+        memcpy(c->meta_frame + len, c->out_meta, c->out_meta_len);
+        c->meta_frame[6] |= CHANOS_FLAG_META;
+        chanos_store_u32(c->meta_frame, (uint32_t)total);
+        frame = c->meta_frame;
+        len = total;
+    }
     id = ++c->next_call;
     if (id == 0)
         id = ++c->next_call;
@@ -375,6 +405,62 @@ static int find_meta(const uint8_t *m, size_t n, const char *key,
         }
     }
     return CHANOS_ERR_NOT_FOUND;
+}
+
+static int key_order(const void *a, const void *b)
+{
+    return strcmp(((const struct chanos_meta *)a)->key,
+                  ((const struct chanos_meta *)b)->key);
+}
+
+int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
+                         unsigned n)
+{
+    struct chanos_meta sorted[CHANOS_META_KEYS_MAX];
+    uint8_t *t;
+    size_t len = 0, off = 0;
+
+    if (n > CHANOS_META_KEYS_MAX)
+        return CHANOS_ERR_BOUND;
+    for (unsigned i = 0; i < n; i++) {
+        size_t kl = strlen(kv[i].key), vl = strlen(kv[i].value);
+
+        if (!valid_key((const uint8_t *)kv[i].key, kl))
+            return CHANOS_ERR_HEADER;
+        if (vl > CHANOS_META_VALUE_MAX)
+            return CHANOS_ERR_BOUND;
+        for (unsigned j = 0; j < i; j++)
+            if (strcmp(kv[j].key, kv[i].key) == 0)
+                return CHANOS_ERR_BOUND;
+        len += 3 + kl + vl;
+        sorted[i] = kv[i];
+    }
+    if (len > CHANOS_META_MAX)
+        return CHANOS_ERR_BOUND;
+    free(c->out_meta);
+    c->out_meta = NULL;
+    c->out_meta_len = 0;
+    if (n == 0)
+        return 0;
+    /* sorted by key, as Go's sender writes them: the same metadata makes
+     * the same frame */
+    qsort(sorted, n, sizeof sorted[0], key_order);
+    t = malloc(len + 2);
+    if (t == NULL)
+        return -ENOMEM;
+    for (unsigned i = 0; i < n; i++) {
+        size_t kl = strlen(sorted[i].key), vl = strlen(sorted[i].value);
+
+        t[off] = (uint8_t)kl;
+        memcpy(t + off + 1, sorted[i].key, kl);
+        chanos_store_u16(t + off + 1 + kl, (uint16_t)vl);
+        memcpy(t + off + 3 + kl, sorted[i].value, vl);
+        off += 3 + kl + vl;
+    }
+    chanos_store_u16(t + off, (uint16_t)len);
+    c->out_meta = t;
+    c->out_meta_len = len + 2;
+    return 0;
 }
 
 int chanos_frame_meta(const struct chanos_frame *f, const char *key,

@@ -448,6 +448,32 @@ static void test_metadata(void)
     CHECK(v.len == 3 && memcmp(v.ptr, "t-1", 3) == 0);
     CHECK_EQ(chanos_frame_meta(&f, "missing", &v), CHANOS_ERR_NOT_FOUND);
 
+    /* a connection's own metadata rides on each call it sends */
+    {
+        static const struct chanos_meta md[] = { { "zeta", "1" }, { "alpha", "2" } };
+        static const struct chanos_meta bad_key[] = { { "Alpha", "x" } };
+        static const struct chanos_meta twice[] = { { "a", "x" }, { "a", "y" } };
+        char big[CHANOS_META_VALUE_MAX + 2];
+        struct chanos_meta too_long[] = { { "a", big } };
+        uint32_t id;
+
+        memset(big, 'v', sizeof big - 1);
+        big[sizeof big - 1] = '\0';
+        CHECK_EQ(chanos_conn_set_meta(cli, bad_key, 1), CHANOS_ERR_HEADER);
+        CHECK_EQ(chanos_conn_set_meta(cli, twice, 2), CHANOS_ERR_BOUND);
+        CHECK_EQ(chanos_conn_set_meta(cli, too_long, 1), CHANOS_ERR_BOUND);
+        CHECK_EQ(chanos_conn_set_meta(cli, md, 2), 0);
+        n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 5);
+        CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+        CHECK_EQ(f.len, n);
+        CHECK_EQ(chanos_frame_meta(&f, "alpha", &v), 0);
+        CHECK(v.len == 1 && v.ptr[0] == '2');
+        CHECK_EQ(chanos_frame_meta(&f, "zeta", &v), 0);
+        CHECK(v.len == 1 && v.ptr[0] == '1');
+        CHECK_EQ(chanos_conn_set_meta(cli, NULL, 0), 0);
+    }
+
     /* the next call, without metadata, has none */
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 3);
     CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);

@@ -12,6 +12,11 @@
  *                           answers "domain=D pid=P uid=U program=PROG
  *                           trace=T" of the client and the metadata
  *                           "trace-id" ("-" without it)
+ *   peer_test call NAME     connects to NAME, and calls bounce with the
+ *                           metadata trace-id=c-trace (set on the
+ *                           connection: chanos_conn_set_meta), then
+ *                           without it, printing each reply: "with X"
+ *                           and "without Y"
  *
  * The monitor directory comes from $CHANOS_DIR as usual. Exit status 0 on
  * success; on failure 1, with the reason on stderr.
@@ -77,6 +82,32 @@ static const struct pingpong_server_ops ops = {
     .echo = on_echo, .bounce = on_bounce,
 };
 
+/* call calls bounce on NAME with metadata, then without. */
+static int call(chanos_domain *d, const char *name)
+{
+    static const struct chanos_meta md[] = { { "trace-id", "c-trace" } };
+    struct pingpong_bounce_call in = { { NULL, 0 } };
+    struct pingpong_bounce_reply out;
+    chanos_conn *c;
+    int rc;
+
+    rc = chanos_connect_iface(d, name, &pingpong_interface, 10000, &c);
+    if (rc != 0)
+        return fail("connect", rc);
+    if ((rc = chanos_conn_set_meta(c, md, 1)) != 0)
+        return fail("set metadata", rc);
+    if ((rc = pingpong_bounce(c, &in, &out, 10000)) != 0)
+        return fail("bounce with metadata", rc);
+    printf("with %.*s\n", (int)out.reply.len, (const char *)out.reply.ptr);
+    if ((rc = chanos_conn_set_meta(c, NULL, 0)) != 0)
+        return fail("clear metadata", rc);
+    if ((rc = pingpong_bounce(c, &in, &out, 10000)) != 0)
+        return fail("bounce without metadata", rc);
+    printf("without %.*s\n", (int)out.reply.len, (const char *)out.reply.ptr);
+    chanos_conn_close(c);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     chanos_domain *d;
@@ -84,13 +115,18 @@ int main(int argc, char **argv)
     chanos_conn *c;
     int rc;
 
-    if (argc != 3 || strcmp(argv[1], "serve") != 0) {
-        fprintf(stderr, "usage: peer_test serve NAME\n");
+    if (argc != 3 || (strcmp(argv[1], "serve") != 0 && strcmp(argv[1], "call") != 0)) {
+        fprintf(stderr, "usage: peer_test serve|call NAME\n");
         return 2;
     }
     rc = chanos_join(&d, NULL);
     if (rc != 0)
         return fail("join", rc);
+    if (strcmp(argv[1], "call") == 0) {
+        rc = call(d, argv[2]);
+        chanos_domain_close(d);
+        return rc;
+    }
     rc = chanos_export(d, argv[2], "pingpong", PINGPONG_MAX_FRAME_SIZE, &l);
     if (rc != 0)
         return fail("export", rc);

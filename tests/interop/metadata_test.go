@@ -52,3 +52,32 @@ func TestPeerAndMetadataCServerGoClient(t *testing.T) {
 		t.FailNow()
 	}
 }
+
+// traceServer answers bounce with the metadata trace-id of the call, or
+// "-".
+type traceServer struct{ pingpong.UnimplementedServer }
+
+func (traceServer) Bounce(ctx context.Context, payload []byte) ([]byte, error) {
+	md, ok := chanos.MetadataFrom(ctx)
+	if !ok {
+		return []byte("-"), nil
+	}
+	return []byte(md["trace-id"]), nil
+}
+
+// A C client's metadata (chanos_conn_set_meta) reaches a Go handler, and
+// calls after it is cleared carry none.
+func TestMetadataCClientGoServer(t *testing.T) {
+	prog := cProg(t, "peer_test")
+	dir := startMonitor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	l, err := pingpong.Export(ctx, join(t, dir), "go.trace")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pingpong.Serve(ctx, l, traceServer{})
+	if out := run(t, dir, prog, "call", "go.trace"); out != "with c-trace\nwithout -\n" {
+		t.Fatalf("peer_test call printed %q", out)
+	}
+}
