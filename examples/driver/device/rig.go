@@ -159,4 +159,3 @@ func capFile(c interface {
 
 // dupFile returns a duplicate of f, to give away.
 func dupFile(f *os.File) (*os.File, error) { return capFile(f) }
-
