@@ -98,10 +98,11 @@ func Run(regs []byte, irq *chanos.Event, script []byte, repeat int, period time.
 		for _, b := range script {
 			if period > 0 {
 				next += int64(period)
-				for d := next - Monotonic(); d > 0; d = next - Monotonic() {
-					if d > int64(100*time.Microsecond) {
-						time.Sleep(time.Duration(d) - 50*time.Microsecond)
-					}
+				// Asleep, not spinning, so that the device leaves the CPU
+				// to the driver: the stamp is taken when the interrupt is
+				// raised, whenever the sleep ends.
+				if d := next - Monotonic(); d > 0 {
+					time.Sleep(time.Duration(d))
 				}
 			}
 			h := atomic.LoadUint32(head)
