@@ -23,6 +23,7 @@
 enum {
     REG_HEAD = 0x00,   /* uint32: scancode bytes produced so far */
     REG_STATUS = 0x04, /* uint32: bit 0 set once the device is removed */
+    REG_TAIL = 0x08,   /* uint32: scancode bytes consumed so far (ours) */
     REG_FIFO = 0x40,   /* 64 entries of 16 bytes: uint64 stamp, uint8 code */
     FIFO_LEN = 64,
     ENTRY_SIZE = 16,
@@ -94,7 +95,7 @@ static int on_attach(void *ctx, chanos_conn *c,
                      struct keyboard_attach_reply *out)
 {
     struct device *d = ctx;
-    void *regs = mmap(NULL, REGS_SIZE, PROT_READ, MAP_SHARED, in->regs, 0);
+    void *regs = mmap(NULL, REGS_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, in->regs, 0);
 
     (void)c;
     (void)out;
@@ -153,14 +154,11 @@ int main(void)
     }
     _Atomic uint32_t *headp = (_Atomic uint32_t *)(d.regs + REG_HEAD);
     _Atomic uint32_t *status = (_Atomic uint32_t *)(d.regs + REG_STATUS);
+    _Atomic uint32_t *tailp = (_Atomic uint32_t *)(d.regs + REG_TAIL);
     for (;;) {
         if ((rc = wait_irq(&d)) != 0)
             return fail("interrupt", rc);
         head = atomic_load_explicit(headp, memory_order_acquire);
-        if (head - tail > FIFO_LEN) { /* the device overwrote what we had not read */
-            gone.overruns += head - tail - FIFO_LEN;
-            tail = head - FIFO_LEN;
-        }
         for (; tail != head; tail++) {
             const uint8_t *e = d.regs + REG_FIFO + ENTRY_SIZE * (tail % FIFO_LEN);
             if (!decode(&dec, e[8], &k))
@@ -169,6 +167,8 @@ int main(void)
             if ((rc = keyboard_key_send(c, &k, SEND_MS)) != 0)
                 return fail("send a key", rc);
         }
+        /* room in the FIFO again */
+        atomic_store_explicit(tailp, tail, memory_order_release);
         if (atomic_load_explicit(status, memory_order_acquire) & STATUS_GONE)
             break;
     }

@@ -8,14 +8,17 @@
 //
 // The registers, little-endian:
 //
-//	0x00 uint32 head:   scancode bytes produced so far
+//	0x00 uint32 head:   scancode bytes produced so far (the device's)
 //	0x04 uint32 status: bit 0 set once the device is removed
-//	0x40 FIFO: 64 entries of 16 bytes, entry head%64 the latest:
+//	0x08 uint32 tail:   scancode bytes consumed so far (the driver's)
+//	0x40 FIFO: 64 entries of 16 bytes, entry n%64 holding byte n:
 //	     uint64 stamp (CLOCK_MONOTONIC, ns, at the interrupt), uint8 scancode
 //
-// The device writes an entry, then head, then signals the interrupt; a
-// driver that falls more than 64 bytes behind loses the oldest (it counts
-// them as overruns).
+// The device writes an entry, then head, then signals the interrupt. The
+// driver reads the entries from tail to head and then writes tail. While
+// the FIFO is full the device holds its next byte back, as a keyboard
+// does while the host inhibits it: no byte is lost, however late the
+// driver runs, and a byte's stamp is the time it was raised.
 package device
 
 import (
@@ -38,6 +41,7 @@ import (
 const (
 	RegHead    = 0x00
 	RegStatus  = 0x04
+	RegTail    = 0x08
 	RegFIFO    = 0x40
 	FIFOLen    = 64
 	EntrySize  = 16
@@ -93,6 +97,7 @@ func Run(regs []byte, irq *chanos.Event, script []byte, repeat int, period time.
 	}
 	head := (*uint32)(unsafe.Pointer(&regs[RegHead]))
 	status := (*uint32)(unsafe.Pointer(&regs[RegStatus]))
+	tail := (*uint32)(unsafe.Pointer(&regs[RegTail]))
 	next := Monotonic()
 	for range repeat {
 		for _, b := range script {
@@ -106,6 +111,9 @@ func Run(regs []byte, irq *chanos.Event, script []byte, repeat int, period time.
 				}
 			}
 			h := atomic.LoadUint32(head)
+			for h-atomic.LoadUint32(tail) >= FIFOLen {
+				time.Sleep(10 * time.Microsecond)
+			}
 			e := regs[RegFIFO+EntrySize*(h%FIFOLen):][:EntrySize]
 			binary.LittleEndian.PutUint64(e, uint64(Monotonic()))
 			e[8] = b

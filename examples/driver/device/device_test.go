@@ -69,12 +69,9 @@ func TestDrivers(t *testing.T) {
 				}
 				const repeat = 3
 				x := device.Experiment{Driver: drv, Device: self(t, "device"), Spin: spin, Repeat: repeat, Period: 200 * time.Microsecond}
-				events, overruns, err := x.Run(context.Background())
+				events, err := x.Run(context.Background())
 				if err != nil {
 					t.Fatal(err)
-				}
-				if overruns != 0 {
-					t.Errorf("%d overruns at 5,000 interrupts a second", overruns)
 				}
 				var want []device.Key
 				for range repeat {

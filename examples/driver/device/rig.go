@@ -40,59 +40,59 @@ type Event struct {
 }
 
 // Run runs the experiment and returns the key events in the order
-// received, and the overruns the driver counted.
-func (x Experiment) Run(ctx context.Context) ([]Event, uint32, error) {
+// received.
+func (x Experiment) Run(ctx context.Context) ([]Event, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	fd, err := unix.MemfdCreate("kbd-regs", unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, 0, fmt.Errorf("registers: %w", os.NewSyscallError("memfd_create", err))
+		return nil, fmt.Errorf("registers: %w", os.NewSyscallError("memfd_create", err))
 	}
 	regs := os.NewFile(uintptr(fd), "kbd-regs")
 	defer regs.Close()
 	if err := regs.Truncate(RegsSize); err != nil {
-		return nil, 0, fmt.Errorf("registers: %w", err)
+		return nil, fmt.Errorf("registers: %w", err)
 	}
 	irq, err := chanos.NewEvent()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	defer irq.Close()
 	raw, ep, err := chanos.NewEndpoint(keyboard.Interface)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	c := keyboard.NewConn(raw)
 	defer c.Close()
 	epFile, err := capFile(ep)
 	ep.Close() // the driver's copy must be the only one
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	driver := exec.CommandContext(ctx, x.Driver[0], x.Driver[1:]...)
 	driver.ExtraFiles, driver.Stderr = []*os.File{epFile}, os.Stderr
 	err = driver.Start()
 	epFile.Close()
 	if err != nil {
-		return nil, 0, fmt.Errorf("driver: %w", err)
+		return nil, fmt.Errorf("driver: %w", err)
 	}
 	defer stop(driver)
 
 	irqCap, err := irq.Dup()
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	regsCap, err := dupFile(regs)
 	if err != nil {
 		irqCap.Close()
-		return nil, 0, err
+		return nil, err
 	}
 	if err := c.Attach(ctx, regsCap, irqCap, x.Spin); err != nil {
-		return nil, 0, fmt.Errorf("attach: %w", err)
+		return nil, fmt.Errorf("attach: %w", err)
 	}
 	irqFile, err := capFile(irq)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	args := append(x.Device[1:len(x.Device):len(x.Device)], strconv.Itoa(x.Repeat), x.Period.String())
 	device := exec.CommandContext(ctx, x.Device[0], args...)
@@ -100,7 +100,7 @@ func (x Experiment) Run(ctx context.Context) ([]Event, uint32, error) {
 	err = device.Start()
 	irqFile.Close()
 	if err != nil {
-		return nil, 0, fmt.Errorf("device: %w", err)
+		return nil, fmt.Errorf("device: %w", err)
 	}
 	defer stop(device)
 
@@ -108,7 +108,7 @@ func (x Experiment) Run(ctx context.Context) ([]Event, uint32, error) {
 	for {
 		m, err := c.Receive(ctx)
 		if err != nil {
-			return events, 0, fmt.Errorf("driver ended before the device was removed: %w", err)
+			return events, fmt.Errorf("driver ended before the device was removed: %w", err)
 		}
 		switch m := m.(type) {
 		case *keyboard.Key:
@@ -116,14 +116,14 @@ func (x Experiment) Run(ctx context.Context) ([]Event, uint32, error) {
 			events = append(events, Event{Key{m.Code, m.Pressed}, lat})
 		case *keyboard.Gone:
 			if err := device.Wait(); err != nil {
-				return events, m.Overruns, fmt.Errorf("device: %w", err)
+				return events, fmt.Errorf("device: %w", err)
 			}
 			if err := driver.Wait(); err != nil {
-				return events, m.Overruns, fmt.Errorf("driver: %w", err)
+				return events, fmt.Errorf("driver: %w", err)
 			}
-			return events, m.Overruns, nil
+			return events, nil
 		default:
-			return events, 0, fmt.Errorf("driver sent %s", m.MsgName())
+			return events, fmt.Errorf("driver sent %s", m.MsgName())
 		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 const (
 	regHead    = 0x00 // uint32: scancode bytes produced so far
 	regStatus  = 0x04 // uint32: bit 0 set once the device is removed
+	regTail    = 0x08 // uint32: scancode bytes consumed so far (ours)
 	regFIFO    = 0x40 // 64 entries of 16 bytes: uint64 stamp, uint8 scancode
 	fifoLen    = 64
 	entrySize  = 16
@@ -50,7 +51,7 @@ func (d *device) Attach(ctx context.Context, regs, irq wire.Cap, spin bool) erro
 		irq.Close()
 		return errors.New("driver: the registers are not a descriptor")
 	}
-	m, err := syscall.Mmap(int(f.Fd()), 0, regsSize, syscall.PROT_READ, syscall.MAP_SHARED)
+	m, err := syscall.Mmap(int(f.Fd()), 0, regsSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		irq.Close()
 		return fmt.Errorf("driver: map the registers: %w", err)
@@ -78,17 +79,14 @@ func Run(ctx context.Context, c *keyboard.Conn) error {
 	regs := d.regs
 	head := (*uint32)(unsafe.Pointer(&regs[regHead]))
 	status := (*uint32)(unsafe.Pointer(&regs[regStatus]))
+	tailReg := (*uint32)(unsafe.Pointer(&regs[regTail]))
 	var dec Decoder
-	var tail, overruns uint32
+	var tail uint32
 	for {
 		if err := waitIRQ(ctx, d.irq, d.spin); err != nil {
 			return fmt.Errorf("driver: interrupt: %w", err)
 		}
 		h := atomic.LoadUint32(head)
-		if h-tail > fifoLen { // the device overwrote what we had not read
-			overruns += h - tail - fifoLen
-			tail = h - fifoLen
-		}
 		for ; tail != h; tail++ {
 			e := regs[regFIFO+entrySize*(tail%fifoLen):][:entrySize]
 			code, pressed, ok := dec.Feed(e[8])
@@ -100,8 +98,9 @@ func Run(ctx context.Context, c *keyboard.Conn) error {
 				return fmt.Errorf("driver: send: %w", err)
 			}
 		}
+		atomic.StoreUint32(tailReg, tail) // room in the FIFO again
 		if atomic.LoadUint32(status)&statusGone != 0 {
-			return c.Send(ctx, &keyboard.Gone{Overruns: overruns})
+			return c.Send(ctx, &keyboard.Gone{})
 		}
 	}
 }

@@ -28,7 +28,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xa4266b7cffc2e557
+const Fingerprint uint64 = 0x242050bbe732017e
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -143,31 +143,22 @@ func (m *Key) Decode(frame []byte, caps []wire.Cap) error {
 
 // Gone is the message gone, number 3:
 //
-//	message gone(uint32 overruns);
-type Gone struct {
-	// Overruns is the argument overruns (uint32).
-	Overruns uint32
-}
+//	message gone();
+type Gone struct{}
 
 func (*Gone) MsgNumber() uint16  { return MsgGone }
 func (*Gone) MsgKind() wire.Kind { return wire.KindMessage }
 func (*Gone) MsgName() string    { return "keyboard.gone" }
 func (*Gone) isMsg()             {}
-func (m *Gone) Encode(buf *wire.Buffer) error {
-	m.put(wire.AppendFixed(buf, MsgGone, wire.KindMessage, 4))
+func (*Gone) Encode(buf *wire.Buffer) error {
+	wire.AppendFixed(buf, MsgGone, wire.KindMessage, 0)
 	return nil
 }
-func (m *Gone) Decode(frame []byte, caps []wire.Cap) error {
-	if b, ok := wire.FixedBody(frame, caps, MsgGone, wire.KindMessage, 4); ok {
-		m.Overruns = wire.Uint32(b[0:])
+func (*Gone) Decode(frame []byte, caps []wire.Cap) error {
+	if _, ok := wire.FixedBody(frame, caps, MsgGone, wire.KindMessage, 0); ok {
 		return nil
 	}
-	return wire.FixedError(frame, caps, "keyboard.gone", MsgGone, wire.KindMessage, 4)
-}
-
-// put writes m into b, the body of its frame.
-func (m *Gone) put(b []byte) {
-	wire.PutUint32(b[0:], m.Overruns)
+	return wire.FixedError(frame, caps, "keyboard.gone", MsgGone, wire.KindMessage, 0)
 }
 
 // New returns a new zero message, call or reply of number msg and kind
@@ -220,8 +211,8 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		if c.c.Local() { // a copy travels, not a frame
 			return genrt.SendCopy(ctx, c.c, m)
 		}
-		var frame [wire.HeaderSize + 4]byte
-		m.put(wire.PutFixed(frame[:], MsgGone, wire.KindMessage))
+		var frame [wire.HeaderSize + 0]byte
+		wire.PutFixed(frame[:], MsgGone, wire.KindMessage)
 		return c.c.SendFrame(ctx, frame[:])
 	case *AttachCall, *AttachReply:
 		return errors.New("keyboard: Send of an attach call or reply: use Client.Attach")
