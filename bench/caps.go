@@ -8,6 +8,7 @@ package bench
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -47,6 +48,9 @@ type CapsConfig struct {
 	// Scale multiplies the iteration counts (zero means 1): below 1 for
 	// smoke tests.
 	Scale float64
+	// CBench is the C side of the event-wake/chanos-c cases
+	// (c/tools/caps_bench.c); empty means FindCTool("chanos-caps-bench").
+	CBench string
 	// CDriver is the C keyboard driver (examples/c/kbd_driver.c); empty
 	// means FindCProgram("examples/kbd_driver").
 	CDriver string
@@ -115,6 +119,16 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 		}})
 		add(capsCase{kase: "event-wake", transport: "chanos", peers: mode, base: "event-wake/eventfd/" + mode + "/0", run: func(ctx context.Context) (Result, error) {
 			return eventRTT(ctx, peer, "chanos", mode, warmup, iters)
+		}})
+		add(capsCase{kase: "event-wake", transport: "chanos-c", peers: mode, base: "event-wake/eventfd/" + mode + "/0", run: func(ctx context.Context) (Result, error) {
+			if cfg.CBench == "" {
+				p, err := FindCTool("chanos-caps-bench")
+				if err != nil {
+					return Result{}, fmt.Errorf("the C side: %w (or select other cases with --cases)", err)
+				}
+				cfg.CBench = p
+			}
+			return eventRTTC(ctx, cfg.CBench, mode, warmup, iters)
 		}})
 	}
 	var cDriver []string
@@ -217,6 +231,8 @@ func CapsSummary(w io.Writer, results []Result) {
 	line("endpoint ump / connect", find("endpoint", "ump", "go-go"), find("endpoint", "connect", "go-go"), 0.5)
 	line("event-wake chanos / eventfd, parked", find("event-wake", "chanos", "parked"), find("event-wake", "eventfd", "parked"), 1.1)
 	line("event-wake chanos / eventfd, spin", find("event-wake", "chanos", "spin"), find("event-wake", "eventfd", "spin"), 0)
+	line("event-wake chanos-c / eventfd, parked", find("event-wake", "chanos-c", "parked"), find("event-wake", "eventfd", "parked"), 0)
+	line("event-wake chanos-c / eventfd, spin", find("event-wake", "chanos-c", "spin"), find("event-wake", "eventfd", "spin"), 0)
 	for _, mode := range []string{"parked", "spin"} {
 		line("driver go / c, "+mode, find("driver", "go", mode), find("driver", "c", mode), 0)
 	}
@@ -550,6 +566,57 @@ func eventSides(transport, mode string, out, in *os.File, dup bool) (signal, wai
 		}
 	}
 	return signal, wait, nil
+}
+
+// eventRTTC is eventRTT between two C processes, on chanos's C event
+// objects (c/tools/caps_bench.c): the same ping-pong, timed by the C
+// client.
+func eventRTTC(ctx context.Context, tool, mode string, warmup, iters int) (Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	var evs []*os.File
+	defer func() {
+		for _, f := range evs {
+			f.Close()
+		}
+	}()
+	for range 2 {
+		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		if err != nil {
+			return Result{}, os.NewSyscallError("eventfd", err)
+		}
+		evs = append(evs, os.NewFile(uintptr(fd), "event"))
+	}
+	var out strings.Builder
+	peer := exec.CommandContext(ctx, tool, "event-peer", mode, strconv.Itoa(warmup+iters))
+	client := exec.CommandContext(ctx, tool, "event-client", mode, strconv.Itoa(warmup), strconv.Itoa(iters))
+	for _, c := range []*exec.Cmd{peer, client} {
+		c.ExtraFiles, c.Stderr = evs, os.Stderr
+	}
+	client.Stdout = &out
+	if err := peer.Start(); err != nil {
+		return Result{}, err
+	}
+	defer stopCmd(peer)
+	if err := client.Run(); err != nil {
+		return Result{}, fmt.Errorf("C client: %w", err)
+	}
+	if err := peer.Wait(); err != nil {
+		return Result{}, fmt.Errorf("C peer: %w", err)
+	}
+	var r Result
+	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
+		return Result{}, fmt.Errorf("C client's output %q: %w", out.String(), err)
+	}
+	return r, nil
+}
+
+// stopCmd kills c if it has not been waited for, and waits for it.
+func stopCmd(c *exec.Cmd) {
+	if c.ProcessState == nil {
+		c.Process.Kill()
+		c.Wait()
+	}
 }
 
 // driverLatency runs the driver experiment and reports the latency from
