@@ -141,7 +141,7 @@ int main(void)
     struct keyboard_key k;
     struct keyboard_gone gone = { 0 };
     chanos_conn *c;
-    uint32_t tail = 0, head;
+    uint32_t tail = 0, head, gone_now;
     int rc;
 
     if ((rc = chanos_endpoint_open(3, &keyboard_interface, &c)) != 0)
@@ -158,6 +158,9 @@ int main(void)
     for (;;) {
         if ((rc = wait_irq(&d)) != 0)
             return fail("interrupt", rc);
+        /* the status before the head: once the device is removed, the
+         * head read after it is its last */
+        gone_now = atomic_load_explicit(status, memory_order_acquire) & STATUS_GONE;
         head = atomic_load_explicit(headp, memory_order_acquire);
         for (; tail != head; tail++) {
             const uint8_t *e = d.regs + REG_FIFO + ENTRY_SIZE * (tail % FIFO_LEN);
@@ -169,7 +172,7 @@ int main(void)
         }
         /* room in the FIFO again */
         atomic_store_explicit(tailp, tail, memory_order_release);
-        if (atomic_load_explicit(status, memory_order_acquire) & STATUS_GONE)
+        if (gone_now)
             break;
     }
     rc = keyboard_gone_send(c, &gone, SEND_MS);

@@ -3,8 +3,6 @@ package device_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,37 +10,16 @@ import (
 	"github.com/chanos/chanos/bench"
 	"github.com/chanos/chanos/examples/driver/device"
 	"github.com/chanos/chanos/examples/driver/gokbd"
+	"github.com/chanos/chanos/internal/testkit"
 )
 
-// The test binary runs the device and the Go driver in processes of their
-// own, under this variable.
-const roleEnv = "CHANOS_KBD_ROLE"
-
+// The test binary plays the device and the Go driver in processes of
+// their own.
 func TestMain(m *testing.M) {
-	var err error
-	switch os.Getenv(roleEnv) {
-	case "":
-		os.Exit(m.Run())
-	case "device":
-		err = device.Main(os.Args[1:])
-	case "driver":
-		err = gokbd.Main(context.Background())
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// self returns a command that runs this test binary in role.
-func self(t *testing.T, role string) []string {
-	t.Setenv(roleEnv, "")
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return []string{"/usr/bin/env", roleEnv + "=" + role, exe}
+	testkit.Main(m, testkit.Roles{
+		"device": device.Main,
+		"driver": func([]string) error { return gokbd.Main(context.Background()) },
+	})
 }
 
 func cDriver(t *testing.T) []string {
@@ -57,18 +34,15 @@ func cDriver(t *testing.T) []string {
 // spinning: the client must receive every key of the device's script, in
 // order, decoded.
 func TestDrivers(t *testing.T) {
-	if _, err := exec.LookPath("/usr/bin/env"); err != nil {
-		t.Skip("no /usr/bin/env")
-	}
 	for _, lang := range []string{"go", "c"} {
 		for _, spin := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/spin=%v", lang, spin), func(t *testing.T) {
-				drv := self(t, "driver")
+				drv := testkit.Command("driver")
 				if lang == "c" {
 					drv = cDriver(t)
 				}
 				const repeat = 3
-				x := device.Experiment{Driver: drv, Device: self(t, "device"), Spin: spin, Repeat: repeat, Period: 200 * time.Microsecond}
+				x := device.Experiment{Driver: drv, Device: testkit.Command("device"), Spin: spin, Repeat: repeat, Period: 200 * time.Microsecond}
 				events, err := x.Run(context.Background())
 				if err != nil {
 					t.Fatal(err)

@@ -86,6 +86,9 @@ func Run(ctx context.Context, c *keyboard.Conn) error {
 		if err := waitIRQ(ctx, d.irq, d.spin); err != nil {
 			return fmt.Errorf("driver: interrupt: %w", err)
 		}
+		// The status before the head: once the device is removed, the
+		// head read after it is its last.
+		gone := atomic.LoadUint32(status)&statusGone != 0
 		h := atomic.LoadUint32(head)
 		for ; tail != h; tail++ {
 			e := regs[regFIFO+entrySize*(tail%fifoLen):][:entrySize]
@@ -99,7 +102,7 @@ func Run(ctx context.Context, c *keyboard.Conn) error {
 			}
 		}
 		atomic.StoreUint32(tailReg, tail) // room in the FIFO again
-		if atomic.LoadUint32(status)&statusGone != 0 {
+		if gone {
 			return c.Send(ctx, &keyboard.Gone{})
 		}
 	}
