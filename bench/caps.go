@@ -599,14 +599,14 @@ func eventRTTC(ctx context.Context, tool, mode string, warmup, iters int) (Resul
 	}
 	defer stopCmd(peer)
 	if err := client.Run(); err != nil {
-		return Result{}, fmt.Errorf("C client: %w", err)
+		return Result{}, fmt.Errorf("the C client: %w", err)
 	}
 	if err := peer.Wait(); err != nil {
-		return Result{}, fmt.Errorf("C peer: %w", err)
+		return Result{}, fmt.Errorf("the C peer: %w", err)
 	}
 	var r Result
 	if err := json.Unmarshal([]byte(out.String()), &r); err != nil {
-		return Result{}, fmt.Errorf("C client's output %q: %w", out.String(), err)
+		return Result{}, fmt.Errorf("the C client's output %q: %w", out.String(), err)
 	}
 	return r, nil
 }
