@@ -93,12 +93,7 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 	}
 	period := 500 * time.Microsecond
 
-	fs, err := startFilesPeer(ctx, peer)
-	if err != nil {
-		return err
-	}
-	defer fs.close()
-
+	var fs *filesPeer // started below if a selected case needs it
 	var cases []capsCase
 	add := func(c capsCase) { cases = append(cases, c) }
 	add(capsCase{kase: "rtt-fd", transport: "uds-scm", peers: "go-go", run: func(ctx context.Context) (Result, error) {
@@ -138,7 +133,7 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 				drv := append(peer[:len(peer):len(peer)], "kbd-driver")
 				if lang == "c" {
 					if cDriver == nil {
-						p := cfg.CDriver
+						p, err := cfg.CDriver, error(nil)
 						if p == "" {
 							if p, err = FindCProgram(filepath.Join("examples", "kbd_driver")); err != nil {
 								return Result{}, fmt.Errorf("the C driver: %w (or select other cases with --cases)", err)
@@ -162,6 +157,13 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 		if len(cases) == 0 {
 			return fmt.Errorf("no caps case matches %q", cfg.Cases)
 		}
+	}
+	if slices.ContainsFunc(cases, func(c capsCase) bool { return c.kase == "rtt-fd" && c.transport == "ump" || c.kase == "endpoint" }) {
+		var err error
+		if fs, err = startFilesPeer(ctx, peer); err != nil {
+			return err
+		}
+		defer fs.close()
 	}
 	repeat := cfg.Repeat
 	if repeat <= 0 {
