@@ -86,6 +86,7 @@ test-c: bin/chanosc
 	# the cross-language tests (c/tools), under the sanitizers too.
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
+	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/driver/...
 
 # The task runtime's tests (c/tasks) under ThreadSanitizer; test-c runs
 # them under AddressSanitizer and UndefinedBehaviorSanitizer.

@@ -27,6 +27,7 @@ func TestMain(m *testing.M) {
 		roleCompareServer: func(args []string) error { return CompareServer(ctx, args) },
 		roleRPCServer:     func(args []string) error { return RPCServer(ctx, args) },
 		roleRingStage:     func(args []string) error { return RingStage(ctx, args) },
+		roleCapsPeer:      func(args []string) error { return CapsPeer(ctx, args) },
 	})
 }
 

@@ -82,6 +82,13 @@ var benchSuites = map[string]benchSuite{
 		},
 		table: bench.TasksTable,
 	},
+	"caps": {
+		help: "descriptors, endpoints and events in messages against raw SCM_RIGHTS, Connect and eventfd; seed 002's keyboard driver in Go and C (docs/benchmarks.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunCaps(ctx, bench.CapsConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
+		},
+		summary: bench.CapsSummary,
+	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
@@ -211,6 +218,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 && args[0] == bench.RingStageCommand {
 		return bench.RingStage(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == bench.CapsPeerCommand {
+		return bench.CapsPeer(ctx, args[1:])
 	}
 	if len(args) > 0 && args[0] == "check" {
 		return runBenchCheck(args[1:], os.Stdin, os.Stdout)
