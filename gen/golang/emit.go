@@ -44,7 +44,7 @@ func (g *generator) file() {
 	g.p("import (")
 	if !g.messagesOnly {
 		g.p(`"context"`)
-		if len(g.msgs) > 0 {
+		if g.hasRPC() { // Client.Send refuses rpc frames with errors.New
 			g.p(`"errors"`)
 		}
 		g.p(`"fmt"`)
@@ -61,6 +61,16 @@ func (g *generator) file() {
 	g.p(")")
 	g.p("")
 	g.out.Write(body)
+}
+
+// hasRPC reports whether the interface declares an rpc.
+func (g *generator) hasRPC() bool {
+	for _, mi := range g.msgs {
+		if mi.msg.RPC {
+			return true
+		}
+	}
+	return false
 }
 
 func (g *generator) hasEnum() bool {

@@ -188,6 +188,21 @@ func TestNoMessages(t *testing.T) {
 	}
 }
 
+// An interface of one-way messages only uses no errors (Client.Send
+// refuses rpc frames with it) and must not import it.
+func TestNoRPCs(t *testing.T) {
+	files, err := New().Generate(compile(t, `interface edge { message ping(uint32 x); };`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(files[0].Data, []byte(`"errors"`)) {
+		t.Error("imports errors without rpcs")
+	}
+	if !testing.Short() {
+		vet(t, files[0].Name, files[0].Data)
+	}
+}
+
 func TestMessagesOnly(t *testing.T) {
 	files, err := (&Backend{MessagesOnly: true}).Generate(compile(t, edge))
 	if err != nil {
