@@ -82,6 +82,13 @@ var benchSuites = map[string]benchSuite{
 		},
 		table: bench.TasksTable,
 	},
+	"spawn": {
+		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+		},
+		summary: bench.SpawnSummary,
+	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
@@ -202,6 +209,9 @@ suites:
 func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == bench.PeerCommand {
 		return bench.Peer(ctx, args[1:], os.Stdout)
+	}
+	if len(args) > 0 && args[0] == bench.SpawnChildCommand {
+		return bench.SpawnChild(ctx, args[1:])
 	}
 	if len(args) > 0 && args[0] == bench.RPCServerCommand {
 		return bench.RPCServer(ctx, args[1:])
