@@ -84,7 +84,7 @@ test-c: bin/chanosc
 	$(SANITIZER_ENV) ctest --test-dir $(BUILD)/c-san --output-on-failure
 	# The C programs that talk to a real monitor, and the C ring peer of
 	# the cross-language tests (c/tools), under the sanitizers too.
-	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/
+	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/ ./tests/spawn/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
 
 # The task runtime's tests (c/tasks) under ThreadSanitizer; test-c runs

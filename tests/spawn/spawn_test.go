@@ -318,3 +318,25 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("wait --json: %q, %v", out, err)
 	}
 }
+
+// The spawn service from C: examples/c/spawn_test spawns /bin/echo,
+// waits for it, reads its output, and kills a sleep, through the C code
+// chanosc generates for spawn.if (under the sanitizers when
+// CHANOS_C_BUILD is a sanitizer build).
+func TestFromC(t *testing.T) {
+	prog := filepath.Join(testkit.CBuild(t, "examples/spawn_test"), "examples/spawn_test")
+	e := setup(t)
+	cmd := exec.Command(prog, "from-c")
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+e.dir,
+		"ASAN_OPTIONS=exitcode=23:abort_on_error=0:detect_leaks=1",
+		"UBSAN_OPTIONS=halt_on_error=1:exitcode=23:abort_on_error=0:print_stacktrace=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("spawn_test: %v\n%s", err, out)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	want := []string{"exit 0", "output from-c", "killed by 15", "ok"}
+	if len(lines) != 5 || !strings.HasPrefix(lines[0], "spawned ") || strings.Join(lines[1:], "|") != strings.Join(want, "|") {
+		t.Fatalf("spawn_test printed:\n%s\nwant spawned ID, then %q", out, want)
+	}
+}
