@@ -33,6 +33,32 @@ const (
 	spawnMaxCalls = 32
 )
 
+// spawnMemoryBound is what the spawn service adds to Config.MemoryBound:
+// its connections, as the nameservice's (BoundNSConn: the list reply is
+// as large), and for each program, running or kept, its output buffer;
+// for each running one also its reader's buffer, two goroutines and its
+// exec.Cmd (spawnBoundProc).
+func spawnMemoryBound(c spawn.Config) int64 {
+	c = c.WithDefaults()
+	return int64(spawnMaxTotalConns)*BoundNSConn +
+		int64(c.MaxRunning+c.MaxKept)*int64(c.LogBytes) +
+		int64(c.MaxRunning)*spawnBoundProc
+}
+
+// spawnBoundProc: a running program's reader buffer (16 KiB), its two
+// goroutines' stacks, its exec.Cmd and records.
+const spawnBoundProc = 64 << 10
+
+// spawnFDBound is what the spawn service adds to Config.FDBound: five per
+// connection (as the nameservice's), the two ends of the output pipe of
+// each program counted as running (the write end is closed once it has
+// started), and the exec's own pipe of the one being started (the
+// spawner thread starts them in turn).
+func spawnFDBound(c spawn.Config) int {
+	c = c.WithDefaults()
+	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2
+}
+
 // spawnHost is the monitor's spawn service.
 type spawnHost struct {
 	svc  *spawn.Service

@@ -37,7 +37,8 @@ const (
 	DefaultGrace               = 2 * time.Second
 )
 
-// Config configures a Service. A zero field takes its default.
+// Config configures a Service. A zero field takes its default
+// (WithDefaults).
 type Config struct {
 	// Allow lists the directories whose programs may be spawned (after
 	// symbolic links are resolved, in the directory or below it); empty
@@ -70,7 +71,8 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-func (c Config) withDefaults() Config {
+// WithDefaults returns c with each zero field set to its default.
+func (c Config) WithDefaults() Config {
 	def := func(v *int, d int) {
 		if *v <= 0 {
 			*v = d
@@ -133,7 +135,7 @@ type proc struct {
 
 // New returns a service configured by cfg. Close ends it.
 func New(cfg Config) (*Service, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	s := &Service{
 		cfg:     cfg,
 		log:     cfg.Logger,
