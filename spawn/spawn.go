@@ -390,6 +390,10 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 	}
 	s.mu.Lock()
 	s.procs[id] = p
+	if s.closed {
+		// Close began while it started, and did not see it: end it here.
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
 	s.mu.Unlock()
 	s.wg.Add(2)
 	go s.read(p)
@@ -586,7 +590,8 @@ func (s *Service) Kill(id uint64, sig syscall.Signal, who Caller) error {
 	if p.exited {
 		return nil
 	}
-	// Under mu, so the reaper has not reaped it: the pid is still ours.
+	// os.Process signals through a pidfd, and refuses once the process
+	// has been waited for, so a pid reused since is never signalled.
 	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 		return fmt.Errorf("%w: kill %d: %v", api.ErrFailed, id, err)
 	}
