@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,7 +31,8 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
                 spawning on another machine is not supported yet)
   --name NAME   a label for 'chanos ps --all'
   --env K=V     add to the program's environment (repeatable)
-  --dir DIR     its working directory (default: the monitor's)
+  --dir DIR     its working directory (default: the monitor's); it and a
+                PROGRAM with a / are taken relative to this directory
   --cpus LIST   pin it to these CPUs (0-2,5)
   --limit L     mem=SIZE (address space, K/M/G suffixes) and cpu=SECONDS
                 (CPU time), comma-separated; rlimits
@@ -215,8 +217,21 @@ func runSpawn(ctx context.Context, args []string) error {
 	default:
 		return fmt.Errorf("spawn --on %s: %w", *on, spawnif.ErrRemote)
 	}
+	// Paths relative to this command's directory mean the same to the
+	// monitor, which runs on this machine in a directory of its own.
+	program, wd := fs.Arg(0), *workDir
+	if strings.Contains(program, "/") {
+		if program, err = filepath.Abs(program); err != nil {
+			return err
+		}
+	}
+	if wd != "" {
+		if wd, err = filepath.Abs(wd); err != nil {
+			return err
+		}
+	}
 	st, err := c.Start(callCtx, spawnif.Request{
-		Program: fs.Arg(0), Args: fs.Args()[1:], Env: env, Dir: *workDir, CPUs: *cpus, Mem: mem, CPU: cpu, Name: *name,
+		Program: program, Args: fs.Args()[1:], Env: env, Dir: wd, CPUs: *cpus, Mem: mem, CPU: cpu, Name: *name,
 	})
 	if err != nil {
 		return err

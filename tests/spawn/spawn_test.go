@@ -302,6 +302,14 @@ func TestCLI(t *testing.T) {
 	if out, err := cli("ps", "--all"); err != nil || !strings.Contains(out, "exited 4") {
 		t.Fatalf("ps --all: %q, %v", out, err)
 	}
+	// logs -f follows the output as it is written, to the program's end.
+	out, err = cli("spawn", "--", "/bin/sh", "-c", "echo a; sleep 0.2; echo b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cli("logs", "-f", strings.TrimSpace(out)); err != nil || out != "a\nb\n" {
+		t.Fatalf("logs -f: %q, %v", out, err)
+	}
 	out, err = cli("spawn", "--on", "12345", "--", "/bin/true")
 	if err == nil || !strings.Contains(out, "not supported yet") {
 		t.Fatalf("spawn --on another machine: %q, %v", out, err)
