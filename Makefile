@@ -102,7 +102,7 @@ test: all lint check-generated check-vectors test-go test-c test-tasks-tsan benc
 # (`chanos bench check`, docs/bench-compare.md "Regression bounds").
 bench-smoke: all
 	CHANOS_C_BUILD=$(abspath $(BUILD)/c) ./bin/chanos bench all --quick --json --plot $(BUILD)/bench-smoke.png > $(BUILD)/bench-smoke.jsonl
-	@for s in pingpong stream rpc ump bind clients ring; do \
+	@for s in pingpong stream rpc ump bind clients ring spawn; do \
 		grep -q "\"suite\":\"$$s\"" $(BUILD)/bench-smoke.jsonl || { echo "bench-smoke: no $$s results" >&2; exit 1; }; \
 	done
 	@# The ratios paired by round: rpc against the raw ring, go-go against c-c.
