@@ -59,6 +59,17 @@ func spawnFDBound(c spawn.Config) int {
 	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2
 }
 
+// spawnClass is the class of the spawn services' names.
+const spawnClass = spawnif.ServicePrefix
+
+// monitorClass reports whether name is of the class that only monitors
+// register (spawnd): a domain may neither export nor set such a name, so
+// that get_count("spawnd") counts the machines that can spawn, and
+// spawnd.N always names a monitor's spawn service.
+func monitorClass(name string) bool {
+	return names.Class(name) == spawnClass && name != spawnClass
+}
+
 // spawnHost is the monitor's spawn service.
 type spawnHost struct {
 	svc  *spawn.Service

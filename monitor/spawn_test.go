@@ -31,6 +31,19 @@ func TestSpawndExport(t *testing.T) {
 			t.Fatalf("get_count(spawnd): %d, %v", n, err)
 		}
 		name := spawnif.ServiceName(tm.MachineID())
+		// The class is the monitors' own: a domain can neither set nor
+		// export a name of it, so the count stays that of the machines.
+		if code, err := ns.Set(ctx, "spawnd.42", iref(1)); err != nil || code != NSNotOwner {
+			t.Fatalf("set spawnd.42: code %d, %v; want not_owner", code, err)
+		}
+		_, err = c.Export(ctx, "spawnd.43", "spawn", 1024)
+		wantStatus(t, "export of spawnd.43", err, proto.StatusDenied)
+		if code, err := ns.Set(ctx, "spawnd.x", iref(1)); err != nil || code != NSOK {
+			t.Fatalf("set spawnd.x (another class): code %d, %v", code, err)
+		}
+		if code, err := ns.Remove(ctx, "spawnd.x"); err != nil || code != NSOK {
+			t.Fatalf("remove spawnd.x: code %d, %v", code, err)
+		}
 		var fds [][]wire.Cap
 		for range spawnMaxConns {
 			r, err := c.Bind(ctx, name, spawnif.InterfaceName, false)
