@@ -292,6 +292,7 @@ func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte,
 
 // Wait implements spawnif.Server; ctx ends at the call's deadline.
 func (c *spawnConn) Wait(ctx context.Context, id uint64) (int32, int32, wire.Errval, error) {
+	c.log.Debug("spawn: wait", "call", "spawn.wait", "id", id)
 	e, err := c.m.spawnd.svc.Wait(ctx, id)
 	if err != nil {
 		return 0, 0, spawnif.Code(err), nil
@@ -309,6 +310,7 @@ func (c *spawnConn) Kill(ctx context.Context, id uint64, sig int32) (wire.Errval
 
 // Logs implements spawnif.Server.
 func (c *spawnConn) Logs(ctx context.Context, id, from uint64, follow bool) ([]byte, uint64, bool, wire.Errval, error) {
+	c.log.Debug("spawn: logs", "call", "spawn.logs", "id", id, "from", from, "follow", follow)
 	data, start, done, err := c.m.spawnd.svc.Logs(ctx, id, from, spawnif.MaxLogsDataLen, follow)
 	if err != nil {
 		return nil, 0, false, spawnif.Code(err), nil
@@ -319,6 +321,7 @@ func (c *spawnConn) Logs(ctx context.Context, id, from uint64, follow bool) ([]b
 // List implements spawnif.Server: the processes, newest first, as many
 // as fit the reply.
 func (c *spawnConn) List(ctx context.Context) ([]byte, error) {
+	c.log.Debug("spawn: list", "call", "spawn.list")
 	procs := c.m.spawnd.svc.List()
 	for {
 		b, err := json.Marshal(procs)
