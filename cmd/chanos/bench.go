@@ -82,13 +82,6 @@ var benchSuites = map[string]benchSuite{
 		},
 		table: bench.TasksTable,
 	},
-	"spawn": {
-		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
-		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
-		},
-		summary: bench.SpawnSummary,
-	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {

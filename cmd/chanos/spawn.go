@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
+	"github.com/chanos/chanos/bench"
 	"github.com/chanos/chanos/chanos"
 	spawnif "github.com/chanos/chanos/interfaces/spawn"
 	"github.com/chanos/chanos/spawn"
@@ -60,6 +61,18 @@ Prints the output (stdout and stderr as written) that spawned program ID
 has left in its bounded buffer. -f follows it until the program ends.
 When the buffer has dropped output, a line on stderr says how much.
 `
+
+// The spawn suite of chanos bench, registered beside the commands it
+// measures.
+func init() {
+	benchSuites["spawn"] = benchSuite{
+		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+		},
+		summary: bench.SpawnSummary,
+	}
+}
 
 // spawnFlags adds the spawn service's flags to the monitor's.
 func spawnFlags(fs *flag.FlagSet, cfg *spawn.Config) {
