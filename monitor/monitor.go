@@ -63,6 +63,9 @@ type Config struct {
 	// Dir is the monitor's directory, as a --dir flag would give it;
 	// empty means the rule of Dir.
 	Dir string
+	// Spawn configures the spawn service the monitor hosts (spawn.go,
+	// docs/spawn.md); the zero value gives its defaults.
+	Spawn spawn.Config
 	// MaxDomains caps the concurrent sessions, counting those that have
 	// not said hello yet. A connection beyond it has its hello answered
 	// with "monitor full: N of N sessions" (status limit), unless an
@@ -130,9 +133,6 @@ type Config struct {
 	// Logger receives the monitor's structured logs. Nil means
 	// slog.Default().
 	Logger *slog.Logger
-	// Spawn configures the spawn service the monitor hosts (spawn.go,
-	// docs/spawn.md); the zero value gives its defaults.
-	Spawn spawn.Config
 }
 
 // Monitor is a running monitor. Create one with New, run it with Serve,

@@ -43,11 +43,11 @@ commands:
   monitor [--dir DIR]   run this machine's monitor (one per user by default)
   names [PREFIX]        list the nameservice's names (--json for JSON)
   ps                    list domains with their exports and connections (--json)
-  spawn -- PROGRAM ARGS  start a program through the spawn service; then
-  wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
   demo                  run a monitor, a server and a client as separate processes
   cluster COMMAND       machine identity: init, admit, join, revoke, show
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
+  spawn -- PROGRAM ARGS  start a program through the spawn service; then
+  wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
   version               print the version (also: chanos --version)
 
 'chanos COMMAND -h' prints a command's usage. With --json, stdout holds one
@@ -90,7 +90,7 @@ func usageText(cmd string) string {
 	case "demo":
 		return demoUsage
 	case "monitor":
-		return monitorUsageText()
+		return monitorUsageText() + spawnMonitorUsage
 	case "names":
 		return namesUsage
 	case "ps":

@@ -56,7 +56,7 @@ func monitorUsageText() string {
 		monitor.DefaultMaxPendingBinds, monitor.DefaultMaxTotalPendingBinds, monitor.DefaultMaxTotalWatches,
 		monitor.DefaultMaxConnRecords, formatSize(monitor.DefaultMaxReplyQueue), formatSize(monitor.DefaultMaxReplyMemory),
 		formatSize(monitor.DefaultMaxTotalReplyMemory), monitor.DefaultHelloTimeout, monitor.DefaultIdleTimeout,
-		monitor.DefaultPingTimeout) + spawnMonitorUsage
+		monitor.DefaultPingTimeout)
 }
 
 // sizeFlag is a byte count given as a number with an optional K, M or G
@@ -113,6 +113,7 @@ func runMonitor(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "")
 	logLevel := fs.String("log-level", "info", "")
 	cfg := monitor.Config{}.WithDefaults()
+	spawnFlags(fs, &cfg.Spawn)
 	counts := []struct {
 		name string
 		v    *int
@@ -146,7 +147,6 @@ func runMonitor(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", cfg.HelloTimeout, "")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "")
 	fs.DurationVar(&cfg.PingTimeout, "ping-timeout", cfg.PingTimeout, "")
-	spawnFlags(fs, &cfg.Spawn)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
