@@ -24,7 +24,6 @@ import (
 	"time"
 
 	api "github.com/chanos/chanos/interfaces/spawn"
-	"golang.org/x/sys/unix"
 )
 
 // Defaults of Config's limits (docs/spawn.md#quotas).
@@ -219,7 +218,7 @@ func (s *Service) Close() {
 // startReq is a start for the spawner thread.
 type startReq struct {
 	cmd  *exec.Cmd
-	cpus *unix.CPUSet // nil: no pinning
+	cpus *CPUSet // nil: no pinning
 	err  chan error
 }
 
@@ -235,8 +234,8 @@ func (s *Service) spawner(ready chan<- struct{}) {
 	// Never unlocked: when the goroutine returns, its thread exits with
 	// it, and the programs still running get their Pdeathsig, which is
 	// right then (Close has already stopped them).
-	var all unix.CPUSet
-	haveAll := unix.SchedGetaffinity(0, &all) == nil
+	var all CPUSet
+	haveAll := schedAffinity(false, &all) == nil
 	close(ready)
 	for {
 		select {
@@ -246,14 +245,14 @@ func (s *Service) spawner(ready chan<- struct{}) {
 					r.err <- errors.New("the monitor cannot read its own CPU affinity")
 					continue
 				}
-				if err := unix.SchedSetaffinity(0, r.cpus); err != nil {
+				if err := schedAffinity(true, r.cpus); err != nil {
 					r.err <- fmt.Errorf("%w: set the CPU affinity: %v", api.ErrInvalid, err)
 					continue
 				}
 			}
 			err := r.cmd.Start()
 			if r.cpus != nil {
-				if rerr := unix.SchedSetaffinity(0, &all); rerr != nil {
+				if rerr := schedAffinity(true, &all); rerr != nil {
 					s.log.Error("spawn: restore the spawner thread's CPU affinity", "err", rerr)
 				}
 			}
@@ -286,7 +285,7 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 			return api.Started{}, fmt.Errorf("%w: environment entry %q is not K=V", api.ErrInvalid, e)
 		}
 	}
-	var cpus *unix.CPUSet
+	var cpus *CPUSet
 	if r.CPUs != "" {
 		set, err := ParseCPUs(r.CPUs)
 		if err != nil {
@@ -438,13 +437,13 @@ func (s *Service) resolve(program string) (string, error) {
 // setLimits applies the rlimits of a request to pid.
 func setLimits(pid int, mem, cpu uint64) error {
 	if mem > 0 {
-		if err := unix.Prlimit(pid, unix.RLIMIT_AS, &unix.Rlimit{Cur: mem, Max: mem}, nil); err != nil {
+		if err := prlimit(pid, syscall.RLIMIT_AS, &syscall.Rlimit{Cur: mem, Max: mem}); err != nil {
 			return fmt.Errorf("RLIMIT_AS: %w", err)
 		}
 	}
 	if cpu > 0 {
 		// The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
-		if err := unix.Prlimit(pid, unix.RLIMIT_CPU, &unix.Rlimit{Cur: cpu, Max: cpu + 1}, nil); err != nil {
+		if err := prlimit(pid, syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
 			return fmt.Errorf("RLIMIT_CPU: %w", err)
 		}
 	}
@@ -675,9 +674,9 @@ func procUsage(pid int) (cpu float64, rss uint64) {
 }
 
 // ParseCPUs parses a CPU list ("0-2,5") into a set.
-func ParseCPUs(list string) (*unix.CPUSet, error) {
-	var set unix.CPUSet
-	bad := func() (*unix.CPUSet, error) {
+func ParseCPUs(list string) (*CPUSet, error) {
+	var set CPUSet
+	bad := func() (*CPUSet, error) {
 		return nil, fmt.Errorf("%w: CPU list %q (want a list such as 0-2,5)", api.ErrInvalid, list)
 	}
 	max := len(set) * 64
