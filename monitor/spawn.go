@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
@@ -98,16 +99,50 @@ func (m *Monitor) startSpawnd() error {
 	}
 	name := spawnif.ServiceName(m.machineID)
 	e, err := m.newExport(name, spawnif.InterfaceName, spawnif.MaxFrameSize, nil)
+	later := false
 	if err == nil {
 		e.fingerprint = spawnif.Fingerprint
 		err = m.store.Set(context.Background(), name, e.ref, names.Owner(SelfDomainID))
+		// Taken: in a store shared with other machines, a previous run of
+		// this machine may hold it until its lease expires. The service
+		// runs, and the name is set once it is free.
+		later = errors.Is(err, names.ErrExists)
 	}
-	if err != nil {
+	if err != nil && !later {
 		svc.Close()
 		return fmt.Errorf("monitor: register the spawn service: %w", err)
 	}
 	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[uint64]int{}}
+	if later {
+		m.log.Warn("the spawn service's name is taken, by an earlier run of this machine; it is set once free", "name", name)
+		m.wg.Add(1)
+		go m.registerSpawndLater()
+	}
 	return nil
+}
+
+// registerSpawndLater sets the spawn service's name once it is free,
+// trying each second until the monitor stops.
+func (m *Monitor) registerSpawndLater() {
+	defer m.wg.Done()
+	h := m.spawnd
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		err := m.store.Set(context.Background(), h.name, h.exp.ref, names.Owner(SelfDomainID))
+		switch {
+		case err == nil:
+			m.log.Info("the spawn service's name is set", "name", h.name)
+			return
+		case !errors.Is(err, names.ErrExists):
+			m.log.Warn("set the spawn service's name", "name", h.name, "err", err)
+		}
+	}
 }
 
 // spawnExport returns the spawn service's export if id is its id.
@@ -137,6 +172,11 @@ func (m *Monitor) stopSpawnd() {
 	}
 	h.wg.Wait()
 	h.svc.Close()
+	// In a store of the monitor's own this is moot; a shared one keeps
+	// the name otherwise until the machine's lease expires.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m.store.Remove(ctx, h.name, names.Owner(SelfDomainID))
 }
 
 // domainOfPID returns the domain whose session's peer is pid: the
