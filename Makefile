@@ -84,7 +84,7 @@ test-c: bin/chanosc
 	$(SANITIZER_ENV) ctest --test-dir $(BUILD)/c-san --output-on-failure
 	# The C programs that talk to a real monitor, and the C ring peer of
 	# the cross-language tests (c/tools), under the sanitizers too.
-	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/
+	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./tests/interop/ ./tests/spawn/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/driver/...
 
@@ -103,7 +103,7 @@ test: all lint check-generated check-vectors test-go test-c test-tasks-tsan benc
 # (`chanos bench check`, docs/bench-compare.md "Regression bounds").
 bench-smoke: all
 	CHANOS_C_BUILD=$(abspath $(BUILD)/c) ./bin/chanos bench all --quick --json --plot $(BUILD)/bench-smoke.png > $(BUILD)/bench-smoke.jsonl
-	@for s in pingpong stream rpc ump bind clients ring; do \
+	@for s in pingpong stream rpc ump bind clients ring spawn; do \
 		grep -q "\"suite\":\"$$s\"" $(BUILD)/bench-smoke.jsonl || { echo "bench-smoke: no $$s results" >&2; exit 1; }; \
 	done
 	@# The ratios paired by round: rpc against the raw ring, go-go against c-c.

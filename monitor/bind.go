@@ -116,6 +116,9 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	m.mu.Lock()
 	e := m.exports[ref.Export]
 	m.mu.Unlock()
+	if e == nil {
+		e = m.spawnExport(ref.Export)
+	}
 	switch {
 	case e == nil:
 		return nil, fail(proto.StatusNotFound, "bind %s: its export %d has been withdrawn", label, ref.Export)
@@ -149,6 +152,13 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	// does not hand the caller the capability to bind again by ref.
 	reply := &proto.BindReply{Ref: e.ref.WithoutToken(), ConnID: rec.id, MaxFrame: e.maxFrame}
 	switch {
+	case e.domain == nil && e == m.spawnExport(e.id):
+		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
+		fds, err := m.bindSpawnd(s, rec)
+		if err != nil {
+			return nil, err
+		}
+		reply.Fds = fds
 	case e.domain == nil:
 		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
 		fds, err := m.bindNameservice(s, rec)

@@ -7,6 +7,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/interfaces/spawn"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/testmonitor"
 )
@@ -58,7 +59,7 @@ func TestWithChanos(t *testing.T) {
 		t.Fatalf("set %v %v", code, err)
 	}
 	names, more, err := ns.List(ctx, "", "")
-	if string(names) != "nameservice\npp\nx.1" || more || err != nil {
+	if string(names) != "nameservice\npp\n"+spawn.ServiceName(d2.Machine())+"\nx.1" || more || err != nil {
 		t.Fatalf("list %q %v %v", names, more, err)
 	}
 	if _, err := pingpong.Export(ctx, d2, "pp"); err == nil {

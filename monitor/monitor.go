@@ -18,6 +18,7 @@ import (
 	"github.com/chanos/chanos/interfaces/nameservice"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/spawn"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -62,6 +63,9 @@ type Config struct {
 	// Dir is the monitor's directory, as a --dir flag would give it;
 	// empty means the rule of Dir.
 	Dir string
+	// Spawn configures the spawn service the monitor hosts (spawn.go,
+	// docs/spawn.md); the zero value gives its defaults.
+	Spawn spawn.Config
 	// MaxDomains caps the concurrent sessions, counting those that have
 	// not said hello yet. A connection beyond it has its hello answered
 	// with "monitor full: N of N sessions" (status limit), unless an
@@ -146,6 +150,7 @@ type Monitor struct {
 	pid       int
 	started   time.Time
 	ns        *export // the nameservice's export
+	spawnd    *spawnHost
 
 	nextDomain atomic.Uint64
 	nextExport atomic.Uint64
@@ -284,6 +289,9 @@ func New(cfg Config) (*Monitor, error) {
 		m.ns = ns
 		err = m.store.Set(context.Background(), nameservice.ServiceName, ns.ref, names.Owner(SelfDomainID))
 	}
+	if err == nil {
+		err = m.startSpawnd()
+	}
 	if err != nil {
 		ln.Close()
 		return fail(fmt.Errorf("monitor: register the nameservice: %w", err))
@@ -370,6 +378,7 @@ func (m *Monitor) shutdown() {
 		for _, c := range nsConns {
 			c.end(errShutdown)
 		}
+		m.stopSpawnd()
 		m.wg.Wait()
 		if m.ownStore != nil {
 			m.ownStore.Close()

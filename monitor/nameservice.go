@@ -185,6 +185,9 @@ func (c *nsConn) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errv
 	if ref.IsZero() {
 		return NSInvalidRef, nil
 	}
+	if monitorClass(name) {
+		return NSNotOwner, nil // spawnd.N: the monitors' own names
+	}
 	if err := c.reserveName(); err != nil {
 		c.m.rlog.logf(slog.LevelWarn, "refused-nameservice.set", "request refused", "call", "nameservice.set",
 			"domain", c.client, "conn", c.id, "reason", err.Error())

@@ -181,6 +181,9 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 		if m.ns != nil {
 			d.exports = append(d.exports, exportInfo(m.ns))
 		}
+		if m.spawnd != nil {
+			d.exports = append(d.exports, exportInfo(m.spawnd.exp))
+		}
 	} else {
 		s := m.domains[id]
 		if s == nil {

@@ -151,7 +151,8 @@ func (c Config) MemoryBound() int64 {
 		int64(c.MaxTotalPendingBinds)*BoundWait +
 		int64(c.MaxTotalWatches)*BoundWatch +
 		int64(c.MaxDomains)*int64(c.MaxConnRecords)*BoundConnRecord +
-		int64(c.MaxTotalReplyMemory)
+		int64(c.MaxTotalReplyMemory) +
+		spawnMemoryBound(c.Spawn)
 	return n
 }
 
@@ -164,7 +165,7 @@ func (c Config) MemoryBound() int64 {
 // not.
 func (c Config) FDBound() int {
 	c = c.WithDefaults()
-	return 32 + c.MaxDomains + maxRejectors + 5*c.MaxTotalNSConns + 12*c.MaxTotalPendingBinds
+	return 32 + c.MaxDomains + maxRejectors + 5*c.MaxTotalNSConns + 12*c.MaxTotalPendingBinds + spawnFDBound(c.Spawn)
 }
 
 // The nameservice's rings, which the monitor makes smaller than ump's

@@ -306,6 +306,9 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	if err := validIface(c.Iface); err != nil {
 		return nil, fail(proto.StatusInvalid, "export %q: %v", c.Name, err)
 	}
+	if monitorClass(c.Name) {
+		return nil, fail(proto.StatusDenied, "export %q: names of the class %s are the monitors' own", c.Name, spawnClass)
+	}
 	if c.MaxFrame < wire.HeaderSize || c.MaxFrame > m.cfg.MaxFrame {
 		return nil, fail(proto.StatusInvalid, "export %q: max_frame %d out of range [%d, %d]", c.Name, c.MaxFrame, wire.HeaderSize, m.cfg.MaxFrame)
 	}

@@ -210,6 +210,9 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == bench.PeerCommand {
 		return bench.Peer(ctx, args[1:], os.Stdout)
 	}
+	if len(args) > 0 && args[0] == bench.SpawnChildCommand {
+		return bench.SpawnChild(ctx, args[1:])
+	}
 	if len(args) > 0 && args[0] == bench.RPCServerCommand {
 		return bench.RPCServer(ctx, args[1:])
 	}

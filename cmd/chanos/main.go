@@ -6,6 +6,7 @@
 //	chanos monitor [--dir DIR]   run this machine's monitor
 //	chanos names [PREFIX]        list names (--json)
 //	chanos ps                    list domains, exports, connections (--json)
+//	chanos spawn -- PROGRAM      start a program through the spawn service (also wait, kill, logs)
 //	chanos demo                  monitor, server and client as separate processes
 //	chanos cluster COMMAND       machine identity and admission (init, admit, join, revoke, show)
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
@@ -45,6 +46,8 @@ commands:
   demo                  run a monitor, a server and a client as separate processes
   cluster COMMAND       machine identity: init, admit, join, revoke, show
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
+  spawn -- PROGRAM ARGS  start a program through the spawn service; then
+  wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
   version               print the version (also: chanos --version)
 
 'chanos COMMAND -h' prints a command's usage. With --json, stdout holds one
@@ -87,11 +90,19 @@ func usageText(cmd string) string {
 	case "demo":
 		return demoUsage
 	case "monitor":
-		return monitorUsageText()
+		return monitorUsageText() + spawnMonitorUsage
 	case "names":
 		return namesUsage
 	case "ps":
 		return psUsage
+	case "spawn":
+		return spawnUsage
+	case "wait":
+		return waitUsage
+	case "kill":
+		return killUsage
+	case "logs":
+		return logsUsage
 	case "version":
 		return versionUsage
 	}
@@ -214,6 +225,14 @@ func run(ctx context.Context, args []string) error {
 		return runNames(ctx, args[1:])
 	case "ps":
 		return runPs(ctx, args[1:])
+	case "spawn":
+		return runSpawn(ctx, args[1:])
+	case "wait":
+		return runWait(ctx, args[1:])
+	case "kill":
+		return runKill(ctx, args[1:])
+	case "logs":
+		return runLogs(ctx, args[1:])
 	case "version":
 		return runVersion(args[1:], os.Stdout)
 	case "-version", "--version", "-v":

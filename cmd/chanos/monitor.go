@@ -113,6 +113,7 @@ func runMonitor(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "")
 	logLevel := fs.String("log-level", "info", "")
 	cfg := monitor.Config{}.WithDefaults()
+	spawnFlags(fs, &cfg.Spawn)
 	counts := []struct {
 		name string
 		v    *int

@@ -16,7 +16,7 @@ import (
 	"github.com/chanos/chanos/monitor"
 )
 
-const psUsage = `usage: chanos ps [--json] [--dir DIR]
+const psUsage = `usage: chanos ps [--all] [--json] [--dir DIR]
 
 Lists the domains connected to this user's monitor, with their exports and
 connections: the monitor itself (domain 1) first, then every session by id,
@@ -29,6 +29,9 @@ this command's session too, but not the monitor.
 (docs/monitor-protocol.md gives its schema); a failure prints
 {"error": MESSAGE, "code": CODE} instead (code no_monitor when no monitor
 runs), and the exit status is not 0.
+
+--all adds the programs the spawn service started (docs/spawn.md); with
+--json the document is then {"ps": PS, "spawned": [...]}.
 `
 
 // cliTimeout bounds the calls of the inspection commands.
@@ -39,6 +42,7 @@ func runPs(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("ps", flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
 	asJSON := fs.Bool("json", false, "")
+	all := fs.Bool("all", false, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -55,6 +59,9 @@ func runPs(ctx context.Context, args []string) error {
 	snap, err := c.Ps(ctx)
 	if err != nil {
 		return err
+	}
+	if *all {
+		return psAll(ctx, c, snap, *asJSON)
 	}
 	if *asJSON {
 		return writeJSON(os.Stdout, snap)

@@ -1,0 +1,459 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/chanos/chanos/bench"
+	"github.com/chanos/chanos/chanos"
+	spawnif "github.com/chanos/chanos/interfaces/spawn"
+	"github.com/chanos/chanos/spawn"
+)
+
+const spawnUsage = `usage: chanos spawn [--on MACHINE|any] [--name NAME] [--env K=V]... [--dir DIR]
+                    [--cpus LIST] [--limit mem=SIZE,cpu=SECONDS] [--wait] [--json]
+                    -- PROGRAM ARGS...
+
+Starts PROGRAM through the spawn service of this user's monitor
+(docs/spawn.md) and prints its id at once. The program runs under the
+monitor's uid, with CHANOS_DIR set so that it joins that monitor; its
+stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
+
+  --on MACHINE  where to run it: this machine's id, or any (this machine:
+                spawning on another machine is not supported yet)
+  --name NAME   a label for 'chanos ps --all'
+  --env K=V     add to the program's environment (repeatable)
+  --dir DIR     its working directory (default: the monitor's); it and a
+                PROGRAM with a / are taken relative to this directory
+  --cpus LIST   pin it to these CPUs (0-2,5)
+  --limit L     mem=SIZE (address space, K/M/G suffixes) and cpu=SECONDS
+                (CPU time), comma-separated; rlimits
+  --wait        wait for its end and print how it ended
+  --monitor-dir DIR  the monitor's directory (default: as chanos ps)
+
+--json prints {"id", "pid", "machine"} (and "exit_code", "signal" with --wait).
+`
+
+const waitUsage = `usage: chanos wait [--timeout D] [--json] [--dir DIR] ID
+
+Waits until the spawned program ID has ended and prints its exit status or
+the signal that ended it. --json prints {"id", "exit_code", "signal"}.
+`
+
+const killUsage = `usage: chanos kill [--signal SIG] [--dir DIR] ID
+
+Sends SIG (a name such as TERM or KILL, or a number; default TERM) to the
+spawned program ID.
+`
+
+const logsUsage = `usage: chanos logs [-f] [--from OFFSET] [--dir DIR] ID
+
+Prints the output (stdout and stderr as written) that spawned program ID
+has left in its bounded buffer. -f follows it until the program ends.
+When the buffer has dropped output, a line on stderr says how much.
+`
+
+// The spawn suite of chanos bench, registered beside the commands it
+// measures.
+func init() {
+	benchSuites["spawn"] = benchSuite{
+		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+		},
+		summary: bench.SpawnSummary,
+	}
+}
+
+// spawnFlags adds the spawn service's flags to the monitor's.
+func spawnFlags(fs *flag.FlagSet, cfg *spawn.Config) {
+	fs.Var((*listFlag)(&cfg.Allow), "spawn-allow", "")
+	fs.Func("spawn-policy", "", func(file string) error {
+		dirs, err := readSpawnPolicy(file)
+		cfg.Allow = append(cfg.Allow, dirs...)
+		return err
+	})
+	fs.IntVar(&cfg.MaxRunning, "spawn-max", spawn.DefaultMaxRunning, "")
+	fs.IntVar(&cfg.MaxRunningPerDomain, "spawn-max-per-domain", spawn.DefaultMaxRunningPerDomain, "")
+	cfg.LogBytes = spawn.DefaultLogBytes
+	fs.Var((*sizeFlag)(&cfg.LogBytes), "spawn-log-size", "")
+	fs.IntVar(&cfg.MaxKept, "spawn-max-kept", spawn.DefaultMaxKept, "")
+	fs.DurationVar(&cfg.Keep, "spawn-keep", spawn.DefaultKeep, "")
+}
+
+// spawnMonitorUsage is the part of the monitor's usage on the spawn
+// service.
+var spawnMonitorUsage = fmt.Sprintf(`
+The spawn service (docs/spawn.md):
+
+  --spawn-allow DIR            programs may be spawned only from DIR (repeatable;
+                               default: any program)
+  --spawn-policy FILE          a policy file: "allow DIR" lines, # comments
+  --spawn-max N                spawned programs running, total (default %d)
+  --spawn-max-per-domain N     spawned programs running, per domain (default %d)
+  --spawn-log-size SIZE        output kept per program (default %s)
+  --spawn-max-kept N           ended programs kept for wait and logs (default %d)
+  --spawn-keep D               how long an ended program is kept (default %v)
+`, spawn.DefaultMaxRunning, spawn.DefaultMaxRunningPerDomain, formatSize(spawn.DefaultLogBytes),
+	spawn.DefaultMaxKept, spawn.DefaultKeep)
+
+// readSpawnPolicy reads a spawn policy file: one "allow DIR" per line,
+// blank lines and lines starting with # ignored.
+func readSpawnPolicy(file string) ([]string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("spawn policy: %w", err)
+	}
+	var dirs []string
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		verb, arg, _ := strings.Cut(line, " ")
+		arg = strings.TrimSpace(arg)
+		if verb != "allow" || arg == "" {
+			return nil, fmt.Errorf("spawn policy %s:%d: want \"allow DIR\", got %q", file, i+1, line)
+		}
+		dirs = append(dirs, arg)
+	}
+	return dirs, nil
+}
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// dialSpawn joins the monitor and connects to its spawn service.
+func dialSpawn(ctx context.Context, dir, program string) (*chanos.Domain, *spawnif.Conn, error) {
+	d, err := dialMonitor(ctx, dir, program)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		d.Close()
+		return nil, nil, fmt.Errorf("connect to the spawn service: %w", err)
+	}
+	return d, c, nil
+}
+
+// parseLimit parses --limit's mem=SIZE,cpu=SECONDS.
+func parseLimit(v string) (mem, cpu uint64, err error) {
+	for part := range strings.SplitSeq(v, ",") {
+		k, val, ok := strings.Cut(part, "=")
+		switch {
+		case !ok:
+			return 0, 0, fmt.Errorf("--limit %q: want mem=SIZE,cpu=SECONDS", v)
+		case k == "mem":
+			n, err := parseSize(val)
+			if err != nil {
+				return 0, 0, fmt.Errorf("--limit mem: %w", err)
+			}
+			mem = uint64(n)
+		case k == "cpu":
+			d, err := strconv.ParseUint(strings.TrimSuffix(val, "s"), 10, 64)
+			if err != nil || d == 0 {
+				return 0, 0, fmt.Errorf("--limit cpu=%q: want a positive number of seconds", val)
+			}
+			cpu = d
+		default:
+			return 0, 0, fmt.Errorf("--limit %q: unknown limit %q (mem, cpu)", v, k)
+		}
+	}
+	return mem, cpu, nil
+}
+
+// parseID parses a spawn id argument.
+func parseID(cmd string, fs *flag.FlagSet) (uint64, error) {
+	if fs.NArg() != 1 {
+		return 0, usagef(cmd, "want one ID")
+	}
+	id, err := strconv.ParseUint(fs.Arg(0), 10, 64)
+	if err != nil || id == 0 {
+		return 0, usagef(cmd, "%q is not a spawn id", fs.Arg(0))
+	}
+	return id, nil
+}
+
+// runSpawn runs 'chanos spawn'.
+func runSpawn(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("spawn", flag.ContinueOnError)
+	dir := fs.String("monitor-dir", "", "")
+	on := fs.String("on", "", "")
+	name := fs.String("name", "", "")
+	var env listFlag
+	fs.Var(&env, "env", "")
+	workDir := fs.String("dir", "", "")
+	cpus := fs.String("cpus", "", "")
+	limit := fs.String("limit", "", "")
+	wait := fs.Bool("wait", false, "")
+	asJSON := fs.Bool("json", false, "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() == 0 {
+		return usagef("spawn", "no program: chanos spawn [FLAGS] -- PROGRAM ARGS...")
+	}
+	var mem, cpu uint64
+	if *limit != "" {
+		var err error
+		if mem, cpu, err = parseLimit(*limit); err != nil {
+			return usagef("spawn", "%v", err)
+		}
+	}
+	callCtx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	d, c, err := dialSpawn(callCtx, *dir, "chanos spawn")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer c.Close()
+	machine := strconv.FormatUint(d.Machine(), 10)
+	switch *on {
+	case "", machine, fmt.Sprintf("%016x", d.Machine()):
+	case "any":
+		// One machine: the choice is made, and said.
+		fmt.Fprintf(os.Stderr, "placed on machine %s (the only machine: chanos has no net interconnect yet)\n", machine)
+	default:
+		return fmt.Errorf("spawn --on %s: %w", *on, spawnif.ErrRemote)
+	}
+	// Paths relative to this command's directory mean the same to the
+	// monitor, which runs on this machine in a directory of its own.
+	program, wd := fs.Arg(0), *workDir
+	if strings.Contains(program, "/") {
+		if program, err = filepath.Abs(program); err != nil {
+			return err
+		}
+	}
+	if wd != "" {
+		if wd, err = filepath.Abs(wd); err != nil {
+			return err
+		}
+	}
+	st, err := c.Start(callCtx, spawnif.Request{
+		Program: program, Args: fs.Args()[1:], Env: env, Dir: wd, CPUs: *cpus, Mem: mem, CPU: cpu, Name: *name,
+	})
+	if err != nil {
+		return err
+	}
+	out := map[string]any{"id": st.ID, "pid": st.PID, "machine": machine}
+	if !*asJSON {
+		fmt.Println(st.ID)
+	}
+	if *wait {
+		e, err := c.WaitExit(ctx, st.ID)
+		if err != nil {
+			return err
+		}
+		out["exit_code"], out["signal"] = e.Code, int(e.Signal)
+		if !*asJSON {
+			fmt.Println(e)
+		}
+	}
+	if *asJSON {
+		return writeJSON(os.Stdout, out)
+	}
+	return nil
+}
+
+// runWait runs 'chanos wait'.
+func runWait(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	timeout := fs.Duration("timeout", 0, "")
+	asJSON := fs.Bool("json", false, "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := parseID("wait", fs)
+	if err != nil {
+		return err
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	d, c, err := dialSpawn(dialCtx, *dir, "chanos wait")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer c.Close()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	e, err := c.WaitExit(ctx, id)
+	if err != nil {
+		if errors.Is(err, chanos.ErrPeerDied) || errors.Is(err, chanos.ErrClosed) || d.Err() != nil {
+			return fmt.Errorf("wait %d: the monitor went away before the program ended; its exit status is lost: %w", id, err)
+		}
+		return err
+	}
+	if *asJSON {
+		return writeJSON(os.Stdout, map[string]any{"id": id, "exit_code": e.Code, "signal": int(e.Signal)})
+	}
+	_, err = fmt.Println(e)
+	return err
+}
+
+// parseSignal parses a signal name (TERM, SIGTERM) or number.
+func parseSignal(v string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(v); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), nil
+	}
+	name := strings.TrimPrefix(strings.ToUpper(v), "SIG")
+	for n := syscall.Signal(1); n < 32; n++ {
+		if strings.EqualFold(strings.ReplaceAll(unixSignalName(n), "SIG", ""), name) {
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("%q is not a signal", v)
+}
+
+// unixSignalName returns the SIGXXX name of sig.
+func unixSignalName(sig syscall.Signal) string {
+	names := map[syscall.Signal]string{
+		syscall.SIGHUP: "SIGHUP", syscall.SIGINT: "SIGINT", syscall.SIGQUIT: "SIGQUIT", syscall.SIGKILL: "SIGKILL",
+		syscall.SIGUSR1: "SIGUSR1", syscall.SIGUSR2: "SIGUSR2", syscall.SIGTERM: "SIGTERM", syscall.SIGSTOP: "SIGSTOP",
+		syscall.SIGCONT: "SIGCONT", syscall.SIGALRM: "SIGALRM", syscall.SIGPIPE: "SIGPIPE", syscall.SIGABRT: "SIGABRT",
+	}
+	return names[sig]
+}
+
+// runKill runs 'chanos kill'.
+func runKill(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("kill", flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	sigName := fs.String("signal", "TERM", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := parseID("kill", fs)
+	if err != nil {
+		return err
+	}
+	sig, err := parseSignal(*sigName)
+	if err != nil {
+		return usagef("kill", "--signal: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	d, c, err := dialSpawn(ctx, *dir, "chanos kill")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer c.Close()
+	return c.Signal(ctx, id, sig)
+}
+
+// runLogs runs 'chanos logs'.
+func runLogs(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	follow := fs.Bool("f", false, "")
+	from := fs.Uint64("from", 0, "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	id, err := parseID("logs", fs)
+	if err != nil {
+		return err
+	}
+	dialCtx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	d, c, err := dialSpawn(dialCtx, *dir, "chanos logs")
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	defer c.Close()
+	return copyLogs(ctx, c, id, *from, *follow, os.Stdout, os.Stderr)
+}
+
+// copyLogs writes program id's output from offset from to w, until it
+// has all there is, or, with follow, until the program has ended.
+func copyLogs(ctx context.Context, c *spawnif.Conn, id, from uint64, follow bool, w, notes io.Writer) error {
+	for {
+		// Each call is bounded, so that a follow outlives no monitor.
+		callCtx, cancel := context.WithTimeout(ctx, cliTimeout)
+		data, start, done, err := c.Output(callCtx, id, from, follow)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) && follow && ctx.Err() == nil {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if start > from {
+			fmt.Fprintf(notes, "[%d bytes of output dropped: the buffer keeps the newest]\n", start-from)
+		}
+		if _, err := w.Write(data); err != nil {
+			return err
+		}
+		from = start + uint64(len(data))
+		if done || (!follow && len(data) == 0) {
+			return nil
+		}
+	}
+}
+
+// printSpawned prints the spawned programs as a table.
+func printSpawned(w io.Writer, procs []spawnif.Proc) error {
+	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "SPAWNED\tPID\tSTATE\tDOMAIN\tCPU\tMEM\tBY\tNAME\tPROGRAM")
+	for _, p := range procs {
+		state := p.State
+		switch p.State {
+		case "exited":
+			state = fmt.Sprintf("exited %d", p.ExitCode)
+		case "signalled":
+			state = "signal " + syscall.Signal(p.Signal).String()
+		}
+		dom := "-"
+		if p.Domain != 0 {
+			dom = strconv.FormatUint(p.Domain, 10)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.2fs\t%s\t%d\t%s\t%s\n", p.ID, p.PID, state, dom, p.CPUSeconds,
+			formatSize(int(p.MemBytes)), p.StartedBy.Domain, p.Name, strings.Join(append([]string{p.Program}, p.Args...), " "))
+	}
+	return tw.Flush()
+}
+
+// psAll prints, after ps's own table or in its JSON document as
+// "spawned", the programs the spawn service started.
+func psAll(ctx context.Context, d *chanos.Domain, snap *chanos.Snapshot, asJSON bool) error {
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		return fmt.Errorf("ps --all: connect to the spawn service: %w", err)
+	}
+	defer c.Close()
+	procs, err := c.Procs(ctx)
+	if err != nil {
+		return fmt.Errorf("ps --all: %w", err)
+	}
+	if asJSON {
+		if procs == nil {
+			procs = []spawnif.Proc{}
+		}
+		return writeJSON(os.Stdout, map[string]any{"ps": snap, "spawned": procs})
+	}
+	if err := printPs(os.Stdout, snap, d.ID()); err != nil {
+		return err
+	}
+	fmt.Println()
+	return printSpawned(os.Stdout, procs)
+}

@@ -1,0 +1,286 @@
+package spawn
+
+// This file is written by hand, beside the generated code: the error
+// codes of the spawn service and typed calls for Go clients, which the
+// IDL cannot say.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/wire"
+)
+
+// ServicePrefix is the class of the spawn services' names: every monitor
+// exports its spawn service as ServicePrefix + "." + its machine id in
+// decimal, so that a nameservice count of the class "spawnd" is the
+// number of machines that can spawn.
+const ServicePrefix = "spawnd"
+
+// ServiceName returns the name of machine's spawn service.
+func ServiceName(machine uint64) string {
+	return ServicePrefix + "." + strconv.FormatUint(machine, 10)
+}
+
+// The spawn service's error codes: the errval out argument of spawn,
+// wait, kill and logs (docs/spawn.md). 0 is success.
+const (
+	CodeOK          wire.Errval = 0 // success
+	CodeNotFound    wire.Errval = 1 // no such id (never spawned, or forgotten)
+	CodeDenied      wire.Errval = 2 // the spawn policy refuses the program
+	CodeInvalid     wire.Errval = 3 // a bad argument
+	CodeExhausted   wire.Errval = 4 // a quota is reached
+	CodeTimeout     wire.Errval = 5 // the call's deadline passed first
+	CodeFailed      wire.Errval = 6 // the program could not be started
+	CodeUnavailable wire.Errval = 7 // the monitor is shutting down
+)
+
+// Errors of the spawn service, matched with errors.Is against what the
+// calls of this file return.
+var (
+	ErrNotFound    = errors.New("spawn: no such process")
+	ErrDenied      = errors.New("spawn: denied by the spawn policy")
+	ErrInvalid     = errors.New("spawn: invalid argument")
+	ErrExhausted   = errors.New("spawn: resource exhausted")
+	ErrFailed      = errors.New("spawn: the program could not be started")
+	ErrUnavailable = errors.New("spawn: the spawn service is unavailable")
+	// ErrRemote: spawning on another machine needs the net interconnect,
+	// which chanos does not have yet.
+	ErrRemote = errors.New("spawn: spawning on another machine is not supported yet (it needs the net interconnect)")
+)
+
+// Error returns the error code stands for, with detail (may be empty):
+// nil for CodeOK. CodeTimeout matches context.DeadlineExceeded.
+func Error(code wire.Errval, detail string) error {
+	var base error
+	switch code {
+	case CodeOK:
+		return nil
+	case CodeNotFound:
+		base = ErrNotFound
+	case CodeDenied:
+		base = ErrDenied
+	case CodeInvalid:
+		base = ErrInvalid
+	case CodeExhausted:
+		base = ErrExhausted
+	case CodeTimeout:
+		base = fmt.Errorf("spawn: %w", context.DeadlineExceeded)
+	case CodeFailed:
+		base = ErrFailed
+	case CodeUnavailable:
+		base = ErrUnavailable
+	default:
+		base = fmt.Errorf("spawn: unknown error code %d", uint64(code))
+	}
+	// The server's detail usually begins with base's own words.
+	detail = strings.TrimPrefix(strings.TrimPrefix(detail, base.Error()), ": ")
+	if detail == "" {
+		return base
+	}
+	return fmt.Errorf("%w: %s", base, detail)
+}
+
+// Code returns the code of err, an error of this package (CodeFailed for
+// any other).
+func Code(err error) wire.Errval {
+	switch {
+	case err == nil:
+		return CodeOK
+	case errors.Is(err, ErrNotFound):
+		return CodeNotFound
+	case errors.Is(err, ErrDenied):
+		return CodeDenied
+	case errors.Is(err, ErrInvalid):
+		return CodeInvalid
+	case errors.Is(err, ErrExhausted):
+		return CodeExhausted
+	case errors.Is(err, context.DeadlineExceeded):
+		return CodeTimeout
+	case errors.Is(err, ErrUnavailable):
+		return CodeUnavailable
+	}
+	return CodeFailed
+}
+
+// Dial connects to the spawn service of d's machine, waiting for it
+// until ctx ends.
+func Dial(ctx context.Context, d *chanos.Domain) (*Conn, error) {
+	return Connect(ctx, d, ServiceName(d.Machine()))
+}
+
+// Request describes a program to spawn.
+type Request struct {
+	Program string   // an absolute path, or a name looked up in the monitor's PATH
+	Args    []string // argv[1:]
+	Env     []string // "K=V", added to the monitor's environment
+	Dir     string   // working directory; "" for the monitor's
+	CPUs    string   // CPU list to pin it to ("0-2,5"); "" for none
+	Mem     uint64   // address-space limit in bytes; 0 for none
+	CPU     uint64   // CPU-time limit in seconds; 0 for none
+	Name    string   // a label for list
+}
+
+// Started is what a spawn returns: the process's id in the spawn service
+// and its pid.
+type Started struct {
+	ID  uint64
+	PID int
+}
+
+// joinList joins list with '\0' for the wire; an entry may not hold one.
+func joinList(what string, list []string) ([]byte, error) {
+	for _, s := range list {
+		if strings.IndexByte(s, 0) >= 0 {
+			return nil, fmt.Errorf("%w: %s %q holds a NUL byte", ErrInvalid, what, s)
+		}
+	}
+	return []byte(strings.Join(list, "\x00")), nil
+}
+
+// SplitList splits a '\0'-separated list of the wire; empty gives none.
+func SplitList(b []byte) []string {
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(string(b), "\x00")
+}
+
+// Start spawns r and returns its id at once, without waiting for the
+// program to do anything.
+func (c *Client) Start(ctx context.Context, r Request) (Started, error) {
+	args, err := joinList("argument", r.Args)
+	if err != nil {
+		return Started{}, err
+	}
+	env, err := joinList("environment entry", r.Env)
+	if err != nil {
+		return Started{}, err
+	}
+	if len(args) > MaxSpawnArgsLen || len(env) > MaxSpawnEnvLen {
+		return Started{}, fmt.Errorf("%w: arguments (%d bytes, at most %d) or environment (%d bytes, at most %d) too long",
+			ErrInvalid, len(args), MaxSpawnArgsLen, len(env), MaxSpawnEnvLen)
+	}
+	id, pid, code, detail, err := c.Spawn(ctx, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+	if err != nil {
+		return Started{}, fmt.Errorf("spawn %s: %w", r.Program, err)
+	}
+	if err := Error(code, string(detail)); err != nil {
+		return Started{}, fmt.Errorf("spawn %s: %w", r.Program, err)
+	}
+	return Started{ID: id, PID: int(pid)}, nil
+}
+
+// Exit is how a spawned program ended.
+type Exit struct {
+	Code   int            // exit status; -1 when a signal ended it
+	Signal syscall.Signal // the signal that ended it, or 0
+}
+
+// String says how the program ended, as the CLI prints it.
+func (e Exit) String() string {
+	if e.Signal != 0 {
+		return "signal " + e.Signal.String()
+	}
+	return "exit status " + strconv.Itoa(e.Code)
+}
+
+// WaitExit waits until process id has ended, or ctx ends (then the error
+// matches context.DeadlineExceeded or context.Canceled).
+func (c *Client) WaitExit(ctx context.Context, id uint64) (Exit, error) {
+	code, sig, ev, err := c.Wait(ctx, id)
+	if err != nil {
+		return Exit{}, fmt.Errorf("wait %d: %w", id, err)
+	}
+	if err := Error(ev, ""); err != nil {
+		return Exit{}, fmt.Errorf("wait %d: %w", id, err)
+	}
+	return Exit{Code: int(code), Signal: syscall.Signal(sig)}, nil
+}
+
+// Signal sends sig to process id.
+func (c *Client) Signal(ctx context.Context, id uint64, sig syscall.Signal) error {
+	ev, err := c.Kill(ctx, id, int32(sig))
+	if err == nil {
+		err = Error(ev, "")
+	}
+	if err != nil {
+		return fmt.Errorf("kill %d: %w", id, err)
+	}
+	return nil
+}
+
+// Output returns the output of process id from offset from: data, the
+// offset it starts at (above from when older output was dropped), and
+// whether the program has ended and all its output has been returned.
+// With follow, it waits for new output, the program's end, or ctx.
+func (c *Client) Output(ctx context.Context, id, from uint64, follow bool) (data []byte, start uint64, done bool, err error) {
+	data, start, done, ev, err := c.Logs(ctx, id, from, follow)
+	if err == nil {
+		err = Error(ev, "")
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("logs %d: %w", id, err)
+	}
+	return data, start, done, nil
+}
+
+// Proc describes one spawned process, as list returns it.
+type Proc struct {
+	ID      uint64   `json:"id"`
+	PID     int      `json:"pid"`
+	Name    string   `json:"name,omitempty"`
+	Program string   `json:"program"`
+	Args    []string `json:"args,omitempty"`
+	// State is "running", "exited" or "signalled".
+	State    string `json:"state"`
+	ExitCode int    `json:"exit_code"`
+	Signal   int    `json:"signal,omitempty"`
+	// Domain is the id of the domain the process became when it joined
+	// the monitor (matched by pid), or 0 while it has not.
+	Domain    uint64    `json:"domain,omitempty"`
+	StartedBy Caller    `json:"started_by"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended,omitzero"`
+	// CPUSeconds is user and system time; MemBytes the resident set
+	// while running, the peak resident set once ended.
+	CPUSeconds float64 `json:"cpu_s"`
+	MemBytes   uint64  `json:"mem_bytes"`
+	// LogBytes is all the output the program wrote; LogDropped what the
+	// bounded buffer no longer holds.
+	LogBytes   uint64 `json:"log_bytes"`
+	LogDropped uint64 `json:"log_dropped"`
+	CPUs       string `json:"cpus,omitempty"`
+	MemLimit   uint64 `json:"mem_limit,omitempty"`
+	CPULimit   uint64 `json:"cpu_limit,omitempty"`
+}
+
+// Caller is who asked for a spawn: the asking domain, as its monitor
+// knows it.
+type Caller struct {
+	Domain  uint64 `json:"domain"`
+	PID     int32  `json:"pid"`
+	UID     uint32 `json:"uid"`
+	Program string `json:"program,omitempty"`
+}
+
+// Procs lists the spawned processes, newest first.
+func (c *Client) Procs(ctx context.Context) ([]Proc, error) {
+	b, err := c.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list: %w", err)
+	}
+	var out []Proc
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(&out); err != nil {
+		return nil, fmt.Errorf("list: decode: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,376 @@
+package monitor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect/ump"
+	spawnif "github.com/chanos/chanos/interfaces/spawn"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/spawn"
+	"github.com/chanos/chanos/wire"
+)
+
+// The monitor hosts the spawn service (package spawn) as it hosts the
+// nameservice: an export of its own, spawnd.<machine id>, whose
+// connections it serves over the creator's side of a ring pair
+// (docs/spawn.md).
+
+// Limits of the spawn service's connections: per domain and in all; a
+// bind beyond either is refused with limit ("resource exhausted").
+const (
+	spawnMaxConns      = 8
+	spawnMaxTotalConns = 64
+	// spawnMaxCalls caps the calls of one connection running at once:
+	// wait and logs with follow block, the others run inline.
+	spawnMaxCalls = 32
+)
+
+// spawnMemoryBound is what the spawn service adds to Config.MemoryBound:
+// its connections, as the nameservice's (BoundNSConn: the list reply is
+// as large), and for each program, running or kept, its output buffer;
+// for each running one also its reader's buffer, two goroutines and its
+// exec.Cmd (spawnBoundProc).
+func spawnMemoryBound(c spawn.Config) int64 {
+	c = c.WithDefaults()
+	return int64(spawnMaxTotalConns)*BoundNSConn +
+		int64(c.MaxRunning+c.MaxKept)*int64(c.LogBytes) +
+		int64(c.MaxRunning)*spawnBoundProc
+}
+
+// spawnBoundProc: a running program's reader buffer (16 KiB), its two
+// goroutines' stacks, its exec.Cmd and records.
+const spawnBoundProc = 64 << 10
+
+// spawnFDBound is what the spawn service adds to Config.FDBound: five per
+// connection (as the nameservice's), the two ends of the output pipe of
+// each program counted as running (the write end is closed once it has
+// started), and the exec's own pipe of the one being started (the
+// spawner thread starts them in turn).
+func spawnFDBound(c spawn.Config) int {
+	c = c.WithDefaults()
+	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2
+}
+
+// spawnClass is the class of the spawn services' names.
+const spawnClass = spawnif.ServicePrefix
+
+// monitorClass reports whether name is of the class that only monitors
+// register (spawnd): a domain may neither export nor set such a name, so
+// that get_count("spawnd") counts the machines that can spawn, and
+// spawnd.N always names a monitor's spawn service.
+func monitorClass(name string) bool {
+	return names.Class(name) == spawnClass && name != spawnClass
+}
+
+// spawnHost is the monitor's spawn service.
+type spawnHost struct {
+	svc  *spawn.Service
+	exp  *export
+	name string
+
+	// Under Monitor.mu.
+	conns  map[uint64]*spawnConn
+	byDom  map[uint64]int
+	closed bool
+	wg     sync.WaitGroup
+}
+
+// startSpawnd starts the spawn service and registers its name. Programs
+// it spawns join this monitor: CHANOS_DIR names its directory.
+func (m *Monitor) startSpawnd() error {
+	cfg := m.cfg.Spawn
+	cfg.Env = append(append([]string(nil), cfg.Env...), "CHANOS_DIR="+m.dir)
+	if cfg.Logger == nil {
+		cfg.Logger = m.log.With("service", "spawnd")
+	}
+	cfg.DomainOf = m.domainOfPID
+	svc, err := spawn.New(cfg)
+	if err != nil {
+		return err
+	}
+	name := spawnif.ServiceName(m.machineID)
+	e, err := m.newExport(name, spawnif.InterfaceName, spawnif.MaxFrameSize, nil)
+	later := false
+	if err == nil {
+		e.fingerprint = spawnif.Fingerprint
+		err = m.store.Set(context.Background(), name, e.ref, names.Owner(SelfDomainID))
+		// Taken: in a store shared with other machines, a previous run of
+		// this machine may hold it until its lease expires. The service
+		// runs, and the name is set once it is free.
+		later = errors.Is(err, names.ErrExists)
+	}
+	if err != nil && !later {
+		svc.Close()
+		return fmt.Errorf("monitor: register the spawn service: %w", err)
+	}
+	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[uint64]int{}}
+	if later {
+		m.log.Warn("the spawn service's name is taken, by an earlier run of this machine; it is set once free", "name", name)
+		m.wg.Add(1)
+		go m.registerSpawndLater()
+	}
+	return nil
+}
+
+// registerSpawndLater sets the spawn service's name once it is free,
+// trying each second until the monitor stops.
+func (m *Monitor) registerSpawndLater() {
+	defer m.wg.Done()
+	h := m.spawnd
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		err := m.store.Set(context.Background(), h.name, h.exp.ref, names.Owner(SelfDomainID))
+		switch {
+		case err == nil:
+			m.log.Info("the spawn service's name is set", "name", h.name)
+			return
+		case !errors.Is(err, names.ErrExists):
+			m.log.Warn("set the spawn service's name", "name", h.name, "err", err)
+		}
+	}
+}
+
+// spawnExport returns the spawn service's export if id is its id.
+func (m *Monitor) spawnExport(id uint64) *export {
+	if h := m.spawnd; h != nil && h.exp.id == id {
+		return h.exp
+	}
+	return nil
+}
+
+// stopSpawnd ends the spawn service's connections and its programs
+// (spawn.Service.Close: SIGTERM, then SIGKILL after the grace period).
+func (m *Monitor) stopSpawnd() {
+	h := m.spawnd
+	if h == nil {
+		return
+	}
+	m.mu.Lock()
+	h.closed = true
+	conns := make([]*spawnConn, 0, len(h.conns))
+	for _, c := range h.conns {
+		conns = append(conns, c)
+	}
+	m.mu.Unlock()
+	for _, c := range conns {
+		c.conn.Close()
+	}
+	h.wg.Wait()
+	h.svc.Close()
+	// In a store of the monitor's own this is moot; a shared one keeps
+	// the name otherwise until the machine's lease expires.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	m.store.Remove(ctx, h.name, names.Owner(SelfDomainID))
+}
+
+// domainOfPID returns the domain whose session's peer is pid: the
+// domain a spawned program became. A program proves it is the one
+// spawned by its pid, which the kernel gives the monitor (SO_PEERCRED),
+// rather than by a token in hello (docs/spawn.md).
+func (m *Monitor) domainOfPID(pid int32) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, s := range m.domains {
+		if s.pid == pid {
+			return id
+		}
+	}
+	return 0
+}
+
+// bindSpawnd connects s to the spawn service, within its quotas.
+func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
+	h := m.spawnd
+	m.mu.Lock()
+	switch {
+	case h.byDom[s.id] >= spawnMaxConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %q: this domain has %d spawn service connections, its quota", rec.name, spawnMaxConns)
+	case len(h.conns) >= spawnMaxTotalConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %q: the monitor has %d spawn service connections, its quota", rec.name, spawnMaxTotalConns)
+	}
+	m.mu.Unlock()
+	opts := &ump.Options{MaxMessageSize: spawnif.MaxFrameSize, RingSlots: nsRingSlots, BulkSize: nsRingBulk, Logger: m.log}
+	files, err := ump.NewFiles(opts)
+	if err != nil {
+		return nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
+	}
+	a, b, err := ump.SocketPair()
+	if err != nil {
+		files.Close()
+		return nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
+	}
+	attacher, err := ump.Caps(files, ump.Attacher, b)
+	if err != nil {
+		files.Close()
+		a.Close()
+		return nil, fail(proto.StatusInternal, "bind %q: duplicate the ring descriptors: %v", rec.name, err)
+	}
+	u, err := ump.Open(ump.Creator, files, a, opts) // takes files and a
+	if err != nil {
+		closeCaps(attacher)
+		return nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
+	}
+	c := &spawnConn{
+		m:    m,
+		conn: chanos.NewConn(ump.NewLink(u), spawnif.Interface),
+		id:   rec.id,
+		sess: s,
+		who:  spawn.Caller{Domain: s.id, PID: s.pid, UID: s.uid, Program: s.program},
+		log:  s.log.With("conn", rec.id, "service", h.name),
+	}
+	m.mu.Lock()
+	if m.closed || h.closed || m.domains[s.id] != s {
+		m.mu.Unlock()
+		u.Close()
+		closeCaps(attacher)
+		return nil, errCancelled
+	}
+	m.recordLocked(s, rec)
+	h.conns[rec.id] = c
+	h.byDom[s.id]++
+	h.wg.Add(1)
+	m.mu.Unlock()
+	go c.serve()
+	return attacher, nil
+}
+
+// spawnConn is one connection to the spawn service; it implements
+// spawnif.Server for the domain that bound it.
+type spawnConn struct {
+	m    *Monitor
+	conn *chanos.Conn
+	id   uint64
+	sess *session
+	who  spawn.Caller
+	log  *slog.Logger
+}
+
+var _ spawnif.Server = (*spawnConn)(nil)
+
+func (c *spawnConn) serve() {
+	h := c.m.spawnd
+	defer h.wg.Done()
+	err := spawnif.NewConn(c.conn).Serve(c.conn.Context(), c,
+		chanos.ConcurrentFor(spawnMaxCalls, spawnif.MsgWait, spawnif.MsgLogs))
+	if cerr := c.conn.Err(); cerr != nil {
+		err = cerr
+	}
+	c.conn.Close()
+	m := c.m
+	m.mu.Lock()
+	delete(h.conns, c.id)
+	if h.byDom[c.who.Domain]--; h.byDom[c.who.Domain] <= 0 {
+		delete(h.byDom, c.who.Domain)
+	}
+	if rec := m.conns[c.id]; rec != nil {
+		m.dropRecordLocked(rec)
+	}
+	m.mu.Unlock()
+	switch {
+	case err == nil, errors.Is(err, chanos.ErrClosed), errors.Is(err, chanos.ErrPeerDied), errors.Is(err, context.Canceled):
+		c.log.Debug("spawn service connection ended", "reason", err)
+	default:
+		c.log.Warn("spawn service connection dropped", "err", err)
+	}
+}
+
+// joined reports whether the connection's domain is still joined: a
+// domain that has left the monitor may not spawn through a connection it
+// kept (the nameservice's connections end with the session; these are
+// refused at their next call).
+func (c *spawnConn) joined() bool {
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	return c.m.domains[c.sess.id] == c.sess
+}
+
+func detail(err error) []byte {
+	b := []byte(err.Error())
+	if len(b) > spawnif.MaxSpawnDetailLen {
+		b = b[:spawnif.MaxSpawnDetailLen]
+	}
+	return b
+}
+
+// Spawn implements spawnif.Server.
+func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, name string) (uint64, int32, wire.Errval, []byte, error) {
+	if !c.joined() {
+		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
+		return 0, 0, spawnif.CodeDenied, detail(err), nil
+	}
+	st, err := c.m.spawnd.svc.Spawn(spawn.Request{
+		Program: program, Args: spawnif.SplitList(args), Env: spawnif.SplitList(env),
+		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, Name: name,
+	}, c.who)
+	if err != nil {
+		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
+			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn",
+				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
+		}
+		return 0, 0, spawnif.Code(err), detail(err), nil
+	}
+	return st.ID, int32(st.PID), spawnif.CodeOK, nil, nil
+}
+
+// Wait implements spawnif.Server; ctx ends at the call's deadline.
+func (c *spawnConn) Wait(ctx context.Context, id uint64) (int32, int32, wire.Errval, error) {
+	c.log.Debug("spawn: wait", "call", "spawn.wait", "id", id)
+	e, err := c.m.spawnd.svc.Wait(ctx, id)
+	if err != nil {
+		return 0, 0, spawnif.Code(err), nil
+	}
+	return int32(e.Code), int32(e.Signal), spawnif.CodeOK, nil
+}
+
+// Kill implements spawnif.Server.
+func (c *spawnConn) Kill(ctx context.Context, id uint64, sig int32) (wire.Errval, error) {
+	if !c.joined() {
+		return spawnif.CodeDenied, nil
+	}
+	return spawnif.Code(c.m.spawnd.svc.Kill(id, syscall.Signal(sig), c.who)), nil
+}
+
+// Logs implements spawnif.Server.
+func (c *spawnConn) Logs(ctx context.Context, id, from uint64, follow bool) ([]byte, uint64, bool, wire.Errval, error) {
+	c.log.Debug("spawn: logs", "call", "spawn.logs", "id", id, "from", from, "follow", follow)
+	data, start, done, err := c.m.spawnd.svc.Logs(ctx, id, from, spawnif.MaxLogsDataLen, follow)
+	if err != nil {
+		return nil, 0, false, spawnif.Code(err), nil
+	}
+	return data, start, done, spawnif.CodeOK, nil
+}
+
+// List implements spawnif.Server: the processes, newest first, as many
+// as fit the reply.
+func (c *spawnConn) List(ctx context.Context) ([]byte, error) {
+	c.log.Debug("spawn: list", "call", "spawn.list")
+	procs := c.m.spawnd.svc.List()
+	for {
+		b, err := json.Marshal(procs)
+		if err != nil {
+			return nil, &chanos.RemoteError{Msg: "spawn.list", Code: spawnif.CodeFailed, Detail: err.Error()}
+		}
+		if len(b) <= spawnif.MaxListJSONLen || len(procs) == 0 {
+			return b, nil
+		}
+		procs = procs[:len(procs)*3/4]
+	}
+}

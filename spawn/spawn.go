@@ -1,0 +1,703 @@
+// Package spawn is the server side of the spawn service (docs/spawn.md):
+// it starts programs as child processes of the monitor, keeps their
+// output in bounded buffers, reaps them and keeps their exit status for
+// a while, and enforces the spawn policy and quotas. The monitor hosts
+// it as the export spawnd.<machine>; clients use the generated package
+// interfaces/spawn.
+package spawn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	api "github.com/chanos/chanos/interfaces/spawn"
+)
+
+// Defaults of Config's limits (docs/spawn.md#quotas).
+const (
+	DefaultMaxRunning          = 64
+	DefaultMaxRunningPerDomain = 16
+	DefaultLogBytes            = 64 << 10
+	DefaultMaxKept             = 64
+	DefaultKeep                = 10 * time.Minute
+	DefaultGrace               = 2 * time.Second
+)
+
+// Config configures a Service. A zero field takes its default
+// (WithDefaults).
+type Config struct {
+	// Allow lists the directories whose programs may be spawned (after
+	// symbolic links are resolved, in the directory or below it); empty
+	// allows any program the monitor's uid can run.
+	Allow []string
+	// Env is added to every program's environment after the monitor's
+	// own and before the request's (the monitor sets CHANOS_DIR here).
+	Env []string
+	// MaxRunning caps the programs running at once, and
+	// MaxRunningPerDomain those one domain started; a spawn beyond either
+	// is refused with ErrExhausted.
+	MaxRunning          int
+	MaxRunningPerDomain int
+	// LogBytes is the size of each program's output buffer: the newest
+	// LogBytes of its stdout and stderr are kept. The output memory is at
+	// most (MaxRunning+MaxKept)*LogBytes in all, and
+	// MaxRunningPerDomain*LogBytes for the running programs of one domain.
+	LogBytes int
+	// MaxKept caps the ended programs kept for wait, logs and list, and
+	// Keep is how long one is kept; the oldest is forgotten first.
+	MaxKept int
+	Keep    time.Duration
+	// Grace is how long Close waits after SIGTERM before it sends SIGKILL.
+	Grace time.Duration
+	// DomainOf returns the domain that the process pid became when it
+	// joined the monitor, or 0; nil for none.
+	DomainOf func(pid int32) uint64
+	// Logger receives a line per request, with who asked. Nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with each zero field set to its default.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxRunning, DefaultMaxRunning)
+	def(&c.MaxRunningPerDomain, DefaultMaxRunningPerDomain)
+	def(&c.LogBytes, DefaultLogBytes)
+	def(&c.MaxKept, DefaultMaxKept)
+	if c.Keep <= 0 {
+		c.Keep = DefaultKeep
+	}
+	if c.Grace <= 0 {
+		c.Grace = DefaultGrace
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Caller is who asks: the domain, as the monitor knows it.
+type Caller = api.Caller
+
+// Request is what to spawn.
+type Request = api.Request
+
+// Service runs the spawned programs of one monitor.
+type Service struct {
+	cfg   Config
+	log   *slog.Logger
+	allow []string // Config.Allow, resolved
+
+	starts chan *startReq // to the spawner thread
+	wg     sync.WaitGroup // the spawner, readers and reapers
+
+	mu      sync.Mutex
+	procs   map[uint64]*proc
+	nextID  uint64
+	running int
+	byDom   map[uint64]int // running programs by the domain that started them
+	closed  bool
+	stopped chan struct{} // closed by Close
+}
+
+// proc is one spawned program.
+type proc struct {
+	info api.Proc // under Service.mu; State and the end fields change
+	cmd  *exec.Cmd
+	pipe *os.File // the output's read end, which read closes
+	out  *ring    // under Service.mu
+	// changed is closed, and replaced, whenever out, eof or exited
+	// changes (under Service.mu).
+	changed chan struct{}
+	eof     bool // all writers of the output pipe have closed it
+	exited  bool
+	exit    api.Exit
+	ended   chan struct{} // closed once exited
+}
+
+// New returns a service configured by cfg. Close ends it.
+func New(cfg Config) (*Service, error) {
+	cfg = cfg.WithDefaults()
+	s := &Service{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		starts:  make(chan *startReq),
+		procs:   map[uint64]*proc{},
+		byDom:   map[uint64]int{},
+		stopped: make(chan struct{}),
+	}
+	for _, d := range cfg.Allow {
+		abs, err := filepath.Abs(d)
+		if err == nil {
+			abs, err = filepath.EvalSymlinks(abs)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("spawn: allowed directory %q: %w", d, err)
+		}
+		s.allow = append(s.allow, abs)
+	}
+	ready := make(chan struct{})
+	s.wg.Add(1)
+	go s.spawner(ready)
+	<-ready
+	return s, nil
+}
+
+// Close refuses new spawns, sends SIGTERM to the running programs, and
+// SIGKILL to those still running after Config.Grace, and waits until
+// they are reaped.
+func (s *Service) Close() {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.wg.Wait()
+		return
+	}
+	s.closed = true
+	close(s.stopped)
+	var live []*proc
+	for _, p := range s.procs {
+		if !p.exited {
+			live = append(live, p)
+		}
+	}
+	s.mu.Unlock()
+	// Each program leads its own process group (Setpgid): the signals
+	// go to the group, so that what a program started ends with it.
+	for _, p := range live {
+		syscall.Kill(-p.info.PID, syscall.SIGTERM)
+	}
+	t := time.NewTimer(s.cfg.Grace)
+	defer t.Stop()
+	killed := false
+	for _, p := range live {
+		select {
+		case <-p.ended:
+		case <-t.C:
+			killed = true
+		}
+		if killed {
+			break
+		}
+	}
+	for _, p := range live {
+		if killed {
+			syscall.Kill(-p.info.PID, syscall.SIGKILL)
+		}
+		<-p.ended
+	}
+	// A process that left the group may still hold an output pipe: stop
+	// reading them, rather than wait for it.
+	s.mu.Lock()
+	for _, p := range s.procs {
+		if !p.eof {
+			p.pipe.Close()
+		}
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+}
+
+// startReq is a start for the spawner thread.
+type startReq struct {
+	cmd  *exec.Cmd
+	cpus *CPUSet // nil: no pinning
+	err  chan error
+}
+
+// spawner starts every program, on one OS thread that it never leaves,
+// for two reasons: a child inherits the affinity of the thread that forks
+// it, so pinning that thread for the fork pins the program from its
+// first instruction, without a helper process; and Pdeathsig fires when
+// the thread that forked the child exits, so that thread must live as
+// long as the monitor.
+func (s *Service) spawner(ready chan<- struct{}) {
+	defer s.wg.Done()
+	runtime.LockOSThread()
+	// Never unlocked: when the goroutine returns, its thread exits with
+	// it, and the programs still running get their Pdeathsig, which is
+	// right then (Close has already stopped them).
+	var all CPUSet
+	haveAll := schedAffinity(false, &all) == nil
+	close(ready)
+	for {
+		select {
+		case r := <-s.starts:
+			if r.cpus != nil {
+				if !haveAll {
+					r.err <- errors.New("the monitor cannot read its own CPU affinity")
+					continue
+				}
+				if err := schedAffinity(true, r.cpus); err != nil {
+					r.err <- fmt.Errorf("%w: set the CPU affinity: %v", api.ErrInvalid, err)
+					continue
+				}
+			}
+			err := r.cmd.Start()
+			if r.cpus != nil {
+				if rerr := schedAffinity(true, &all); rerr != nil {
+					s.log.Error("spawn: restore the spawner thread's CPU affinity", "err", rerr)
+				}
+			}
+			r.err <- err
+		case <-s.stopped:
+			return
+		}
+	}
+}
+
+// Spawn starts r for who and returns its id and pid.
+func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
+	log := s.log.With("call", "spawn.spawn", "domain", who.Domain, "pid", who.PID, "uid", who.UID, "by", who.Program,
+		"program", r.Program, "args", r.Args)
+	st, err := s.spawn(r, who)
+	if err != nil {
+		log.Warn("spawn refused", "err", err)
+		return st, err
+	}
+	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU)
+	return st, nil
+}
+
+func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
+	if r.Program == "" {
+		return api.Started{}, fmt.Errorf("%w: no program", api.ErrInvalid)
+	}
+	for _, e := range r.Env {
+		if k, _, ok := strings.Cut(e, "="); !ok || k == "" {
+			return api.Started{}, fmt.Errorf("%w: environment entry %q is not K=V", api.ErrInvalid, e)
+		}
+	}
+	var cpus *CPUSet
+	if r.CPUs != "" {
+		set, err := ParseCPUs(r.CPUs)
+		if err != nil {
+			return api.Started{}, err
+		}
+		cpus = set
+	}
+	path, err := s.resolve(r.Program)
+	if err != nil {
+		return api.Started{}, err
+	}
+	if r.Dir != "" {
+		if fi, err := os.Stat(r.Dir); err != nil || !fi.IsDir() {
+			return api.Started{}, fmt.Errorf("%w: directory %q: not a directory", api.ErrInvalid, r.Dir)
+		}
+	}
+
+	// The reservation: a running slot, of the monitor and of the domain,
+	// before anything is made.
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		s.mu.Unlock()
+		return api.Started{}, fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+	case s.running >= s.cfg.MaxRunning:
+		s.mu.Unlock()
+		return api.Started{}, fmt.Errorf("%w: %d programs are running, the monitor's quota (--spawn-max)", api.ErrExhausted, s.running)
+	case s.byDom[who.Domain] >= s.cfg.MaxRunningPerDomain:
+		s.mu.Unlock()
+		return api.Started{}, fmt.Errorf("%w: domain %d has %d programs running, its quota (--spawn-max-per-domain)", api.ErrExhausted, who.Domain, s.byDom[who.Domain])
+	}
+	s.running++
+	s.byDom[who.Domain]++
+	s.nextID++
+	id := s.nextID
+	s.mu.Unlock()
+	release := func() {
+		s.mu.Lock()
+		s.releaseLocked(who.Domain)
+		s.mu.Unlock()
+	}
+
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		release()
+		return api.Started{}, fmt.Errorf("%w: output pipe: %v", api.ErrFailed, err)
+	}
+	cmd := &exec.Cmd{
+		Path:   path,
+		Args:   append([]string{r.Program}, r.Args...),
+		Env:    append(append(append(os.Environ(), s.cfg.Env...), "CHANOS_SPAWN_ID="+strconv.FormatUint(id, 10)), r.Env...),
+		Dir:    r.Dir,
+		Stdout: pw, // one pipe for both: the output interleaved as written
+		Stderr: pw,
+		SysProcAttr: &syscall.SysProcAttr{
+			// Its own process group: a terminal's ^C to the monitor is not
+			// sent to the programs too.
+			Setpgid: true,
+			// The program is told when the monitor dies (see spawner).
+			Pdeathsig: syscall.SIGTERM,
+		},
+	}
+	req := &startReq{cmd: cmd, cpus: cpus, err: make(chan error, 1)}
+	select {
+	case s.starts <- req:
+		err = <-req.err
+	case <-s.stopped:
+		err = fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+	}
+	pw.Close() // the child holds its copy
+	if err != nil {
+		pr.Close()
+		release()
+		if errors.Is(err, api.ErrUnavailable) || errors.Is(err, api.ErrInvalid) {
+			return api.Started{}, err
+		}
+		return api.Started{}, fmt.Errorf("%w: %v", api.ErrFailed, err)
+	}
+	pid := cmd.Process.Pid
+	// rlimits are set right after the start, with prlimit(2): os/exec
+	// cannot run code between fork and exec, and a helper process would
+	// cost a second exec. The program runs unlimited for the few
+	// microseconds until then (docs/spawn.md).
+	if lerr := setLimits(pid, r.Mem, r.CPU); lerr != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		pr.Close()
+		release()
+		return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, lerr)
+	}
+	p := &proc{
+		info: api.Proc{
+			ID: id, PID: pid, Name: r.Name, Program: path, Args: r.Args, State: "running",
+			StartedBy: who, Started: time.Now(), CPUs: r.CPUs, MemLimit: r.Mem, CPULimit: r.CPU,
+		},
+		cmd:     cmd,
+		pipe:    pr,
+		out:     newRing(s.cfg.LogBytes),
+		changed: make(chan struct{}),
+		ended:   make(chan struct{}),
+	}
+	s.mu.Lock()
+	s.procs[id] = p
+	if s.closed {
+		// Close began while it started, and did not see it: end it here.
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	s.mu.Unlock()
+	s.wg.Add(2)
+	go s.read(p)
+	go s.reap(p)
+	return api.Started{ID: id, PID: pid}, nil
+}
+
+func (s *Service) releaseLocked(dom uint64) {
+	s.running--
+	if s.byDom[dom]--; s.byDom[dom] <= 0 {
+		delete(s.byDom, dom)
+	}
+}
+
+// resolve finds program and checks it against the policy.
+func (s *Service) resolve(program string) (string, error) {
+	path, err := exec.LookPath(program)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", api.ErrFailed, err)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return "", fmt.Errorf("%w: %v", api.ErrFailed, err)
+	}
+	if len(s.allow) == 0 {
+		return path, nil
+	}
+	// The check is on the file the path resolves to, and the program run
+	// is that file: a symbolic link in an allowed directory does not let
+	// a program from elsewhere in.
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v", api.ErrFailed, err)
+	}
+	for _, d := range s.allow {
+		if rel, err := filepath.Rel(d, real); err == nil && rel != ".." && !strings.HasPrefix(rel, "../") {
+			return real, nil
+		}
+	}
+	return "", fmt.Errorf("%w: %s (%s) is outside the allowed directories %v", api.ErrDenied, program, real, s.cfg.Allow)
+}
+
+// setLimits applies the rlimits of a request to pid.
+func setLimits(pid int, mem, cpu uint64) error {
+	if mem > 0 {
+		if err := prlimit(pid, syscall.RLIMIT_AS, &syscall.Rlimit{Cur: mem, Max: mem}); err != nil {
+			return fmt.Errorf("RLIMIT_AS: %w", err)
+		}
+	}
+	if cpu > 0 {
+		// The soft limit sends SIGXCPU, the hard one a second later SIGKILL.
+		if err := prlimit(pid, syscall.RLIMIT_CPU, &syscall.Rlimit{Cur: cpu, Max: cpu + 1}); err != nil {
+			return fmt.Errorf("RLIMIT_CPU: %w", err)
+		}
+	}
+	return nil
+}
+
+// notifyLocked wakes those waiting for p to change.
+func (p *proc) notifyLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+// read copies p's output into its ring until every writer has closed
+// the pipe.
+func (s *Service) read(p *proc) {
+	defer s.wg.Done()
+	r := p.pipe
+	defer r.Close()
+	buf := make([]byte, 16<<10)
+	for {
+		n, err := r.Read(buf)
+		s.mu.Lock()
+		if n > 0 {
+			p.out.write(buf[:n])
+		}
+		if err != nil {
+			p.eof = true
+		}
+		p.notifyLocked()
+		s.mu.Unlock()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, os.ErrClosed) {
+				s.log.Warn("spawn: read the output", "id", p.info.ID, "err", err)
+			}
+			return
+		}
+	}
+}
+
+// reap waits for p's end and records it.
+func (s *Service) reap(p *proc) {
+	defer s.wg.Done()
+	err := p.cmd.Wait()
+	st := p.cmd.ProcessState
+	var exit api.Exit
+	state := "exited"
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		exit = api.Exit{Code: -1, Signal: ws.Signal()}
+		state = "signalled"
+	} else {
+		exit = api.Exit{Code: st.ExitCode()}
+	}
+	if err != nil && st == nil {
+		s.log.Warn("spawn: wait", "id", p.info.ID, "err", err)
+	}
+	s.mu.Lock()
+	p.exited, p.exit = true, exit
+	p.info.State, p.info.ExitCode, p.info.Signal = state, exit.Code, int(exit.Signal)
+	p.info.Ended = time.Now()
+	p.info.CPUSeconds = (st.UserTime() + st.SystemTime()).Seconds()
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+		p.info.MemBytes = uint64(ru.Maxrss) * 1024
+	}
+	s.releaseLocked(p.info.StartedBy.Domain)
+	p.notifyLocked()
+	close(p.ended)
+	s.forgetLocked(time.Now())
+	s.mu.Unlock()
+	s.log.Info("spawned program ended", "id", p.info.ID, "child_pid", p.info.PID, "program", p.info.Program, "how", exit.String())
+}
+
+// forgetLocked forgets the ended programs kept past Config.Keep, and the
+// oldest beyond Config.MaxKept.
+func (s *Service) forgetLocked(now time.Time) {
+	var ended []*proc
+	for id, p := range s.procs {
+		if !p.exited {
+			continue
+		}
+		if now.Sub(p.info.Ended) > s.cfg.Keep {
+			delete(s.procs, id)
+			continue
+		}
+		ended = append(ended, p)
+	}
+	if n := len(ended) - s.cfg.MaxKept; n > 0 {
+		slices.SortFunc(ended, func(a, b *proc) int { return a.info.Ended.Compare(b.info.Ended) })
+		for _, p := range ended[:n] {
+			delete(s.procs, p.info.ID)
+		}
+	}
+}
+
+func (s *Service) get(id uint64) (*proc, error) {
+	p := s.procs[id]
+	if p == nil {
+		return nil, fmt.Errorf("%w: %d (never spawned here, or forgotten after its end)", api.ErrNotFound, id)
+	}
+	return p, nil
+}
+
+// Wait waits until program id has ended, or ctx ends.
+func (s *Service) Wait(ctx context.Context, id uint64) (api.Exit, error) {
+	s.mu.Lock()
+	s.forgetLocked(time.Now())
+	p, err := s.get(id)
+	s.mu.Unlock()
+	if err != nil {
+		return api.Exit{}, err
+	}
+	select {
+	case <-p.ended:
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return p.exit, nil
+	case <-ctx.Done():
+		return api.Exit{}, ctx.Err()
+	case <-s.stopped:
+		// Close ends the programs; wait for that rather than answer
+		// "unavailable" for a program that is about to end anyway.
+		select {
+		case <-p.ended:
+			return p.exit, nil
+		case <-ctx.Done():
+			return api.Exit{}, ctx.Err()
+		}
+	}
+}
+
+// Kill sends sig to program id, who asking. A program that has ended is
+// not signalled (its pid may be another process's by now).
+func (s *Service) Kill(id uint64, sig syscall.Signal, who Caller) error {
+	if sig < 0 || sig > 64 {
+		return fmt.Errorf("%w: signal %d", api.ErrInvalid, sig)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, err := s.get(id)
+	if err != nil {
+		return err
+	}
+	s.log.Info("spawn: kill", "call", "spawn.kill", "id", id, "signal", sig, "domain", who.Domain, "pid", who.PID, "by", who.Program)
+	if p.exited {
+		return nil
+	}
+	// os.Process signals through a pidfd, and refuses once the process
+	// has been waited for, so a pid reused since is never signalled.
+	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return fmt.Errorf("%w: kill %d: %v", api.ErrFailed, id, err)
+	}
+	return nil
+}
+
+// Logs returns at most max bytes of program id's output from offset
+// from; see the logs rpc. With follow and nothing new, it waits for
+// output, the program's end or ctx.
+func (s *Service) Logs(ctx context.Context, id, from uint64, max int, follow bool) (data []byte, start uint64, done bool, err error) {
+	for {
+		s.mu.Lock()
+		p, err := s.get(id)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, 0, false, err
+		}
+		data, start = p.out.read(from, max)
+		over := p.eof && p.exited
+		done = over && start+uint64(len(data)) == p.out.end
+		changed := p.changed
+		s.mu.Unlock()
+		if len(data) > 0 || done || !follow {
+			return data, start, done, nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return nil, start, false, ctx.Err()
+		}
+	}
+}
+
+// List describes the programs, newest first.
+func (s *Service) List() []api.Proc {
+	s.mu.Lock()
+	s.forgetLocked(time.Now())
+	out := make([]api.Proc, 0, len(s.procs))
+	var running []int
+	for _, p := range s.procs {
+		p.info.LogBytes = p.out.end
+		p.info.LogDropped = p.out.start()
+		if !p.exited {
+			running = append(running, len(out))
+			if p.info.Domain == 0 && s.cfg.DomainOf != nil {
+				p.info.Domain = s.cfg.DomainOf(int32(p.info.PID))
+			}
+		}
+		out = append(out, p.info)
+	}
+	s.mu.Unlock()
+	for _, i := range running {
+		out[i].CPUSeconds, out[i].MemBytes = procUsage(out[i].PID)
+	}
+	slices.SortFunc(out, func(a, b api.Proc) int { return int(b.ID) - int(a.ID) })
+	return out
+}
+
+// procUsage reads a running process's CPU seconds and resident set from
+// /proc; zeros if it has gone.
+func procUsage(pid int) (cpu float64, rss uint64) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, 0
+	}
+	// Fields after the command, which is in parentheses and may hold
+	// spaces: utime and stime are fields 14 and 15, rss 24 (in pages).
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 22 {
+		return 0, 0
+	}
+	ut, _ := strconv.ParseUint(f[11], 10, 64)
+	st, _ := strconv.ParseUint(f[12], 10, 64)
+	pages, _ := strconv.ParseUint(f[21], 10, 64)
+	// USER_HZ is 100 on every Linux ABI Go supports.
+	return float64(ut+st) / 100, pages * uint64(os.Getpagesize())
+}
+
+// ParseCPUs parses a CPU list ("0-2,5") into a set.
+func ParseCPUs(list string) (*CPUSet, error) {
+	var set CPUSet
+	bad := func() (*CPUSet, error) {
+		return nil, fmt.Errorf("%w: CPU list %q (want a list such as 0-2,5)", api.ErrInvalid, list)
+	}
+	max := len(set) * 64
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return bad()
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil {
+				return bad()
+			}
+		}
+		if a < 0 || b < a || b >= max {
+			return bad()
+		}
+		for c := a; c <= b; c++ {
+			set.Set(c)
+		}
+	}
+	return &set, nil
+}

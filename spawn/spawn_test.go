@@ -1,0 +1,276 @@
+package spawn
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	api "github.com/chanos/chanos/interfaces/spawn"
+)
+
+func TestRing(t *testing.T) {
+	r := newRing(8)
+	r.write([]byte("abc"))
+	if b, s := r.read(0, 100); string(b) != "abc" || s != 0 {
+		t.Fatalf("read %q at %d", b, s)
+	}
+	r.write([]byte("defgh")) // exactly full
+	r.write([]byte("ij"))    // drops "ab"
+	if b, s := r.read(0, 100); string(b) != "cdefghij" || s != 2 {
+		t.Fatalf("after wrap: %q at %d, want cdefghij at 2", b, s)
+	}
+	if b, s := r.read(5, 2); string(b) != "fg" || s != 5 {
+		t.Fatalf("read(5, 2): %q at %d", b, s)
+	}
+	r.write([]byte("0123456789")) // larger than the ring
+	if b, s := r.read(0, 100); string(b) != "23456789" || s != 12 || r.end != 20 {
+		t.Fatalf("after an oversized write: %q at %d, end %d", b, s, r.end)
+	}
+	if b, s := r.read(20, 100); b != nil || s != 20 {
+		t.Fatalf("read at the end: %q at %d", b, s)
+	}
+}
+
+func TestParseCPUs(t *testing.T) {
+	set, err := ParseCPUs("0-2,5")
+	if err != nil || set.Count() != 4 || !set.IsSet(5) || set.IsSet(3) {
+		t.Fatalf("0-2,5: %v, %v", set, err)
+	}
+	for _, bad := range []string{"", "a", "2-1", "-1", "0-", "1,,2", "99999"} {
+		if _, err := ParseCPUs(bad); !errors.Is(err, api.ErrInvalid) {
+			t.Errorf("%q: %v, want ErrInvalid", bad, err)
+		}
+	}
+}
+
+func newService(t *testing.T, cfg Config) *Service {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
+func ctxFor(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// run spawns r, waits for its end and returns its whole output.
+func run(t *testing.T, s *Service, r Request) (string, api.Exit) {
+	t.Helper()
+	ctx := ctxFor(t)
+	st, err := s.Spawn(r, Caller{Domain: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Wait(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var from uint64
+	for {
+		b, start, done, err := s.Logs(ctx, st.ID, from, 1<<16, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+		from = start + uint64(len(b))
+		if done {
+			return string(out), e
+		}
+	}
+}
+
+func TestExitStatusAndOutput(t *testing.T) {
+	s := newService(t, Config{})
+	out, e := run(t, s, Request{Program: "/bin/sh", Args: []string{"-c", "echo hi; echo $FOO >&2; exit 3"}, Env: []string{"FOO=bar"}})
+	if out != "hi\nbar\n" || e.Code != 3 || e.Signal != 0 {
+		t.Fatalf("output %q, %v; want \"hi\\nbar\\n\", exit status 3", out, e)
+	}
+}
+
+// The buffer keeps the newest LogBytes; Logs says where its data starts.
+func TestOutputBounded(t *testing.T) {
+	s := newService(t, Config{LogBytes: 4096})
+	run(t, s, Request{Program: "/bin/sh", Args: []string{"-c", "head -c 100000 /dev/zero | tr '\\0' x; echo END"}})
+	// All of it has been read: what is kept is the newest 4096 bytes.
+	b, start, done, err := s.Logs(ctxFor(t), 1, 0, 1<<16, false)
+	if err != nil || !done || start != 100004-4096 {
+		t.Fatalf("logs from 0: start %d, done %v, %v", start, done, err)
+	}
+	out := string(b)
+	if len(out) != 4096 || !strings.HasSuffix(out, "xEND\n") {
+		t.Fatalf("kept %d bytes ending %q, want 4096 ending xEND", len(out), out[max(0, len(out)-8):])
+	}
+	p := s.List()[0]
+	if p.LogBytes != 100004 || p.LogDropped != 100004-4096 {
+		t.Fatalf("log bytes %d, dropped %d", p.LogBytes, p.LogDropped)
+	}
+}
+
+func TestCPUsAndLimits(t *testing.T) {
+	s := newService(t, Config{})
+	out, _ := run(t, s, Request{Program: "/bin/sh", Args: []string{"-c", "grep Cpus_allowed_list /proc/self/status; ulimit -v; ulimit -t"},
+		CPUs: "0", Mem: 256 << 20, CPU: 7})
+	want := "Cpus_allowed_list:\t0\n262144\n7\n"
+	if out != want {
+		t.Fatalf("output %q, want %q", out, want)
+	}
+	// The spawner thread is back on every CPU: the next program is not
+	// pinned.
+	out, _ = run(t, s, Request{Program: "/bin/grep", Args: []string{"Cpus_allowed_list", "/proc/self/status"}})
+	if out == "Cpus_allowed_list:\t0\n" && len(mustAffinity(t)) > 1 {
+		t.Fatalf("an unpinned program is pinned: %q", out)
+	}
+}
+
+func mustAffinity(t *testing.T) string {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "Cpus_allowed_list:\t"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func TestKillAndWaitDeadline(t *testing.T) {
+	s := newService(t, Config{})
+	st, err := s.Spawn(Request{Program: "sleep", Args: []string{"100"}}, Caller{Domain: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Wait(short, st.ID); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait past the deadline: %v", err)
+	}
+	if err := s.Kill(st.ID, syscall.SIGTERM, Caller{Domain: 7}); err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Wait(ctxFor(t), st.ID)
+	if err != nil || e.Signal != syscall.SIGTERM || e.Code != -1 {
+		t.Fatalf("wait after SIGTERM: %v, %v", e, err)
+	}
+	// Killing an ended program is not an error, and signals nothing.
+	if err := s.Kill(st.ID, syscall.SIGKILL, Caller{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctxFor(t), 999); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("wait for an unknown id: %v", err)
+	}
+}
+
+func TestPolicyAndQuotas(t *testing.T) {
+	s := newService(t, Config{Allow: []string{"/bin", "/usr/bin"}, MaxRunningPerDomain: 2, MaxRunning: 3})
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Spawn(Request{Program: exe}, Caller{Domain: 1}); !errors.Is(err, api.ErrDenied) {
+		t.Fatalf("a program outside the allowed directories: %v", err)
+	}
+	if _, err := s.Spawn(Request{Program: "/nonexistent/x"}, Caller{Domain: 1}); !errors.Is(err, api.ErrFailed) {
+		t.Fatalf("a missing program: %v", err)
+	}
+	var ids []uint64
+	spawn := func(dom uint64) error {
+		st, err := s.Spawn(Request{Program: "sleep", Args: []string{"100"}}, Caller{Domain: dom})
+		if err == nil {
+			ids = append(ids, st.ID)
+		}
+		return err
+	}
+	for range 2 {
+		if err := spawn(1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := spawn(1); !errors.Is(err, api.ErrExhausted) {
+		t.Fatalf("beyond the domain's quota: %v", err)
+	}
+	if err := spawn(2); err != nil {
+		t.Fatal(err)
+	}
+	if err := spawn(3); !errors.Is(err, api.ErrExhausted) {
+		t.Fatalf("beyond the monitor's quota: %v", err)
+	}
+	for _, id := range ids {
+		s.Kill(id, syscall.SIGKILL, Caller{})
+		s.Wait(ctxFor(t), id)
+	}
+	// Ended programs give their slots back.
+	if err := spawn(1); err != nil {
+		t.Fatalf("after the others ended: %v", err)
+	}
+	s.Kill(ids[len(ids)-1], syscall.SIGKILL, Caller{})
+}
+
+// Ended programs are kept for wait up to MaxKept, the oldest forgotten
+// first.
+func TestKeptBounded(t *testing.T) {
+	s := newService(t, Config{MaxKept: 2})
+	var ids []uint64
+	for range 3 {
+		st, err := s.Spawn(Request{Program: "/bin/true"}, Caller{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Wait(ctxFor(t), st.ID); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, st.ID)
+	}
+	if _, err := s.Wait(ctxFor(t), ids[0]); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("the oldest of 3 ended programs, 2 kept: %v", err)
+	}
+	if n := len(s.List()); n != 2 {
+		t.Fatalf("list: %d programs, want 2", n)
+	}
+}
+
+// Close ends the programs still running: SIGTERM, then SIGKILL for one
+// that ignores it.
+func TestCloseEndsPrograms(t *testing.T) {
+	s, err := New(Config{Grace: 200 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Spawn(Request{Program: "sleep", Args: []string{"100"}}, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Spawn(Request{Program: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo ready; sleep 100 & wait"}}, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The trap is set once it has said so.
+	if _, _, _, err := s.Logs(ctxFor(t), b.ID, 0, 100, true); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	for _, st := range []api.Started{a, b} {
+		if err := syscall.Kill(st.PID, 0); !errors.Is(err, syscall.ESRCH) {
+			t.Errorf("pid %d still exists after Close: %v", st.PID, err)
+		}
+	}
+	if _, err := s.Spawn(Request{Program: "/bin/true"}, Caller{}); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("spawn after Close: %v", err)
+	}
+}
