@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime/debug"
 	"slices"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/internal/buildinfo"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 )
 
@@ -21,7 +21,7 @@ func (m *Monitor) machines() (*proto.MachinesReply, error) {
 		list = m.cfg.Machines()
 	} else {
 		host, _ := os.Hostname()
-		list = []chanos.MachineInfo{{ID: self, Name: host, Version: Version(), State: "up", Domains: m.Domains()}}
+		list = []chanos.MachineInfo{{ID: self, Name: host, Version: buildinfo.Version(), State: "up", Domains: m.Domains()}}
 	}
 	for i := range list {
 		list[i].Self = list[i].ID == self
@@ -37,22 +37,4 @@ func (m *Monitor) machines() (*proto.MachinesReply, error) {
 		}
 		doc.Machines = slices.Clip(doc.Machines[:len(doc.Machines)-1])
 	}
-}
-
-// Version returns the chanos version this binary was built from: its
-// module's version, or its VCS revision, or "devel".
-func Version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-			return "devel-" + s.Value[:12]
-		}
-	}
-	return "devel"
 }

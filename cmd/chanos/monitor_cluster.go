@@ -1,0 +1,446 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/cluster"
+	"github.com/chanos/chanos/cluster/etcd"
+	"github.com/chanos/chanos/interconnect"
+	"github.com/chanos/chanos/internal/buildinfo"
+	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/names"
+)
+
+const monitorClusterUsage = `
+Cluster mode (docs/cluster.md): the machine joins the cluster NAME, whose
+names and machines live in etcd. The machine must have joined the cluster
+first ('chanos cluster join' puts its credential in the monitor's
+directory).
+
+  --cluster NAME        the cluster to join; without it the monitor runs alone
+  --etcd URLS           etcd's client URLs, comma-separated
+  --etcd-ca FILE        the CA that signed etcd's certificates (https URLs)
+  --etcd-cert FILE      this machine's client certificate for etcd
+  --etcd-key FILE       its key
+  --listen ADDR         where the control link from other monitors listens
+                        (host:port); none when empty
+  --machine-name NAME   the machine's name for people (default: its
+                        credential's)
+  --lease-ttl D         the machine's lease: a dead machine's names go this
+                        long after its last renewal (default %v)
+  --keep-alive D        how often the lease is renewed (default %v, at most
+                        a third of the TTL)
+`
+
+// clusterFlags are the cluster mode's flags of 'chanos monitor'.
+type clusterFlags struct {
+	cluster, endpoints        string
+	caFile, certFile, keyFile string
+	listen, machineName       string
+	leaseTTL, keepAlive       time.Duration
+}
+
+func (c *clusterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.cluster, "cluster", "", "")
+	fs.StringVar(&c.endpoints, "etcd", "", "")
+	fs.StringVar(&c.caFile, "etcd-ca", "", "")
+	fs.StringVar(&c.certFile, "etcd-cert", "", "")
+	fs.StringVar(&c.keyFile, "etcd-key", "", "")
+	fs.StringVar(&c.listen, "listen", "", "")
+	fs.StringVar(&c.machineName, "machine-name", "", "")
+	fs.DurationVar(&c.leaseTTL, "lease-ttl", etcd.DefaultTTL, "")
+	fs.DurationVar(&c.keepAlive, "keep-alive", 0, "")
+}
+
+// check refuses the cluster flags given without --cluster, and a cluster
+// without etcd.
+func (c *clusterFlags) check() error {
+	if c.cluster == "" {
+		if c.endpoints != "" || c.caFile != "" || c.certFile != "" || c.keyFile != "" || c.listen != "" || c.machineName != "" {
+			return usagef("monitor", "--etcd, --etcd-ca, --etcd-cert, --etcd-key, --listen and --machine-name need --cluster")
+		}
+		return nil
+	}
+	if c.endpoints == "" {
+		return usagef("monitor", "--cluster needs --etcd URLS")
+	}
+	if (c.certFile == "") != (c.keyFile == "") {
+		return usagef("monitor", "--etcd-cert and --etcd-key go together")
+	}
+	if c.listen != "" {
+		if err := hostPort(c.listen); err != nil {
+			return usagef("monitor", "--listen %v", err)
+		}
+	}
+	return nil
+}
+
+// MachineIDOf derives a machine's id from its identity: the first 8 bytes
+// of the SHA-256 of its Ed25519 public key, big-endian (1 if they are all
+// zero). The id is stable across restarts and credentials, as long as the
+// machine keeps its key, and two machines' ids collide with probability
+// about n²/2⁶⁵; the registry refuses a second live machine with the same
+// id (etcd.ErrMachineTaken).
+func MachineIDOf(id *cluster.Identity) uint64 {
+	sum := sha256.Sum256(id.PublicKey())
+	if v := binary.BigEndian.Uint64(sum[:8]); v != 0 {
+		return v
+	}
+	return 1
+}
+
+// clusterMember is a monitor's membership of its cluster: its place in
+// etcd and its control link.
+type clusterMember struct {
+	id      *cluster.Identity
+	machine *etcd.Machine
+	self    uint64
+	log     *slog.Logger
+	listen  *cluster.Listener
+	lost    atomic.Pointer[func(names.Owner, string)]
+
+	mu    sync.Mutex
+	links map[uint64]*cluster.Link // outbound links, by machine id
+	wg    sync.WaitGroup
+	stop  chan struct{}
+}
+
+// joinCluster loads the machine's identity from dir, opens etcd and
+// prepares cfg to run the monitor as a machine of the cluster. The caller
+// starts the member with start once the monitor exists, and closes it
+// after the monitor has stopped.
+func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor.Config, log *slog.Logger) (*clusterMember, error) {
+	id, err := cluster.LoadIdentity(dir)
+	if errors.Is(err, cluster.ErrNotJoined) {
+		return nil, fmt.Errorf("monitor: cluster mode needs this machine's credential in %s: run 'chanos cluster join' first (docs/cluster.md): %w", dir, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("monitor: machine identity: %w", err)
+	}
+	if id.Cluster() != cf.cluster {
+		return nil, fmt.Errorf("monitor: this machine joined cluster %q, not %q", id.Cluster(), cf.cluster)
+	}
+	tlsCfg, err := etcdTLS(cf)
+	if err != nil {
+		return nil, err
+	}
+	c := &clusterMember{id: id, self: MachineIDOf(id), log: log, links: map[uint64]*cluster.Link{}, stop: make(chan struct{})}
+	ecfg := etcd.Config{
+		Endpoints: strings.Split(cf.endpoints, ","),
+		TLS:       tlsCfg,
+		Cluster:   cf.cluster,
+		Machine:   c.self,
+		TTL:       cf.leaseTTL,
+		KeepAlive: cf.keepAlive,
+		Logger:    log,
+		OnLost: func(owner names.Owner, name string) {
+			if fn := c.lost.Load(); fn != nil {
+				(*fn)(owner, name)
+			}
+		},
+	}
+	c.machine, err = etcd.Open(ctx, ecfg)
+	if err != nil {
+		return nil, fmt.Errorf("monitor: join cluster %s: %w", cf.cluster, err)
+	}
+	if cf.listen != "" {
+		c.listen, err = cluster.Listen(cf.listen, id, &cluster.Options{Logger: log})
+		if err != nil {
+			c.machine.Close()
+			return nil, fmt.Errorf("monitor: control link: %w", err)
+		}
+	}
+	name := cf.machineName
+	if name == "" {
+		name = id.Machine()
+	}
+	addr := ""
+	if c.listen != nil {
+		addr = c.listen.Addr().String()
+	}
+	info := etcd.MachineInfo{Name: name, Addr: addr, Identity: id.KeyID(), Version: buildinfo.Version()}
+	if err := c.machine.Registry().Register(ctx, info); err != nil {
+		c.close()
+		return nil, fmt.Errorf("monitor: register in cluster %s: %w", cf.cluster, err)
+	}
+	cfg.MachineID = c.self
+	cfg.Store = c.machine.Names()
+	cfg.SharedStore = true
+	cfg.Cluster = cf.cluster
+	cfg.Machines = c.machines
+	log.Info("joined the cluster", "cluster", cf.cluster, "machine", fmt.Sprintf("%016x", c.self), "name", name,
+		"key_id", id.KeyID(), "control_link", addr, "lease_ttl", c.machine.Session().TTL(),
+		"keep_alive", c.machine.Session().KeepAliveInterval())
+	return c, nil
+}
+
+// etcdTLS builds the TLS configuration of etcd's client from the flags:
+// nil when none is given.
+func etcdTLS(cf *clusterFlags) (*tls.Config, error) {
+	if cf.caFile == "" && cf.certFile == "" {
+		return nil, nil
+	}
+	t := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cf.caFile != "" {
+		b, err := os.ReadFile(cf.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("monitor: --etcd-ca: %w", err)
+		}
+		t.RootCAs = x509.NewCertPool()
+		if !t.RootCAs.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("monitor: --etcd-ca %s: no PEM certificate in it", cf.caFile)
+		}
+	}
+	if cf.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(cf.certFile, cf.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("monitor: --etcd-cert, --etcd-key: %w", err)
+		}
+		t.Certificates = []tls.Certificate{cert}
+	}
+	return t, nil
+}
+
+// start ties the member to the running monitor m: names lost by fencing
+// go to m, the machine's load is kept up to date, the control link
+// accepts peers and dials every machine of the cluster, and the
+// revocation list is reread from dir when it changes.
+func (c *clusterMember) start(m *monitor.Monitor, dir string) {
+	lost := m.NameLost
+	c.lost.Store(&lost)
+	c.wg.Add(3)
+	go c.keepLoad(m)
+	go c.dialPeers()
+	go c.watchRevocations(filepath.Join(dir, cluster.RevocationsFile))
+	if c.listen != nil {
+		c.wg.Add(1)
+		go c.accept()
+	}
+}
+
+// loadInterval is how often the machine's load is checked, and put in its
+// record when it changed.
+const loadInterval = 2 * time.Second
+
+func (c *clusterMember) keepLoad(m *monitor.Monitor) {
+	defer c.wg.Done()
+	last := -1
+	t := time.NewTicker(loadInterval)
+	defer t.Stop()
+	for {
+		if n := m.Domains(); n != last {
+			ctx, cancel := context.WithTimeout(context.Background(), etcd.DefaultOpTimeout)
+			if err := c.machine.Registry().SetLoad(ctx, etcd.Load{Domains: n}); err == nil {
+				last = n
+			} else {
+				c.log.Debug("cluster: update the machine's load", "err", err)
+			}
+			cancel()
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// accept takes the control links other machines open, and keeps each
+// until it ends. Refusals are logged by the listener, with their reason.
+func (c *clusterMember) accept() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-c.stop; cancel() }()
+	for {
+		link, err := c.listen.Accept(ctx)
+		if err != nil {
+			return
+		}
+		p := link.Peer()
+		c.log.Info("control link accepted", "peer", p.Machine, "key_id", p.KeyID, "remote", link.RemoteAddr().String())
+		c.wg.Add(1)
+		go c.hold(link, "accepted")
+	}
+}
+
+// hold keeps a link until it ends: no traffic runs on it yet (binding
+// across machines is the net interconnect's), but its end is logged.
+func (c *clusterMember) hold(link *cluster.Link, side string) {
+	defer c.wg.Done()
+	go func() { <-c.stop; link.Close() }()
+	var in interconnect.Incoming
+	var err error
+	for err == nil {
+		err = link.Receive(context.Background(), &in)
+	}
+	select {
+	case <-c.stop:
+	default:
+		c.log.Info("control link ended", "side", side, "peer", link.Peer().Machine, "err", err)
+	}
+}
+
+// redialInterval is how long the monitor waits before it dials again a
+// machine whose control link failed or ended.
+const redialInterval = 5 * time.Second
+
+// dialPeers opens a control link to every other machine of the registry
+// that has an address, and again after redialInterval when one fails; a
+// refusal is logged with its reason by cluster.Dial.
+func (c *clusterMember) dialPeers() {
+	defer c.wg.Done()
+	reg := c.machine.Registry()
+	tried := map[uint64]time.Time{}
+	for {
+		changed := reg.Changed()
+		for _, mi := range reg.Machines() {
+			if mi.ID == c.self || mi.Addr == "" {
+				continue
+			}
+			c.mu.Lock()
+			up := c.links[mi.ID] != nil
+			c.mu.Unlock()
+			if up || time.Since(tried[mi.ID]) < redialInterval {
+				continue
+			}
+			tried[mi.ID] = time.Now()
+			c.wg.Add(1)
+			go c.dial(mi)
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-changed:
+		case <-time.After(redialInterval):
+		}
+	}
+}
+
+func (c *clusterMember) dial(mi etcd.MachineInfo) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-c.stop:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	link, err := cluster.Dial(ctx, mi.Addr, c.id, &cluster.Options{Logger: c.log})
+	cancel()
+	if err != nil {
+		c.log.Warn("control link to a machine failed", "machine", fmt.Sprintf("%016x", mi.ID), "name", mi.Name,
+			"addr", mi.Addr, "reason", cluster.Reason(err), "err", err)
+		return
+	}
+	p := link.Peer()
+	if p.KeyID != mi.Identity {
+		c.log.Warn("control link refused: the machine's key is not the one its record names", "machine", fmt.Sprintf("%016x", mi.ID),
+			"addr", mi.Addr, "key_id", p.KeyID, "record", mi.Identity)
+		link.Close()
+		return
+	}
+	c.log.Info("control link up", "peer", p.Machine, "machine", fmt.Sprintf("%016x", mi.ID), "addr", mi.Addr, "key_id", p.KeyID)
+	c.mu.Lock()
+	c.links[mi.ID] = link
+	c.mu.Unlock()
+	c.wg.Add(1)
+	c.hold(link, "dialled")
+	c.mu.Lock()
+	if c.links[mi.ID] == link {
+		delete(c.links, mi.ID)
+	}
+	c.mu.Unlock()
+}
+
+// revocationsPoll is how often the monitor looks for a new revocation
+// list in its directory ('chanos cluster join --revocations' installs one).
+const revocationsPoll = time.Second
+
+// watchRevocations rereads the revocation list file when it changes; the
+// control link then refuses the machines it revokes, and closes their
+// links.
+func (c *clusterMember) watchRevocations(path string) {
+	defer c.wg.Done()
+	var last []byte
+	if b, err := os.ReadFile(path); err == nil {
+		last = b
+	}
+	t := time.NewTicker(revocationsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-t.C:
+		}
+		b, err := os.ReadFile(path)
+		if err != nil || bytes.Equal(b, last) {
+			continue
+		}
+		last = b
+		if err := c.id.Revocations.Update(b); err != nil {
+			c.log.Warn("cluster: a revocation list in the directory was not taken", "file", path, "err", err)
+			continue
+		}
+		c.log.Info("cluster: revocation list updated", "number", c.id.Revocations.Number(), "revoked", len(c.id.Revocations.Serials()))
+	}
+}
+
+// machines lists the cluster's machines for the monitor's machines call.
+func (c *clusterMember) machines() []chanos.MachineInfo {
+	list := c.machine.Registry().Machines()
+	out := make([]chanos.MachineInfo, 0, len(list))
+	for _, mi := range list {
+		out = append(out, chanos.MachineInfo{ID: fmt.Sprintf("%016x", mi.ID), Name: mi.Name, Addr: mi.Addr,
+			Identity: mi.Identity, Version: mi.Version, State: "up", Domains: mi.Load.Domains})
+	}
+	return out
+}
+
+// close leaves the cluster: it closes the control links and revokes the
+// machine's lease, so that its names go at once.
+func (c *clusterMember) close() {
+	select {
+	case <-c.stop:
+	default:
+		close(c.stop)
+	}
+	if c.listen != nil {
+		c.listen.Close()
+	}
+	c.wg.Wait()
+	if err := c.machine.Close(); err != nil {
+		c.log.Warn("cluster: leave", "err", err)
+	}
+}
+
+// hostPort reports whether addr is a host:port a peer can dial: a
+// listen address with no host, or an unspecified one, is not.
+func hostPort(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("%q: give the address the other machines reach this one at, not a wildcard", addr)
+	}
+	return nil
+}
