@@ -42,6 +42,7 @@ commands:
   monitor [--dir DIR]   run this machine's monitor (one per user by default)
   names [PREFIX]        list the nameservice's names (--json for JSON)
   ps                    list domains with their exports and connections (--json)
+  machines              list the machines of the monitor's cluster (--json)
   demo                  run a monitor, a server and a client as separate processes
   cluster COMMAND       machine identity: init, admit, join, revoke, show
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
@@ -90,6 +91,8 @@ func usageText(cmd string) string {
 		return monitorUsageText()
 	case "names":
 		return namesUsage
+	case "machines":
+		return machinesUsage
 	case "ps":
 		return psUsage
 	case "version":
@@ -212,6 +215,8 @@ func run(ctx context.Context, args []string) error {
 		return runMonitor(ctx, args[1:])
 	case "names":
 		return runNames(ctx, args[1:])
+	case "machines":
+		return runMachines(ctx, args[1:])
 	case "ps":
 		return runPs(ctx, args[1:])
 	case "version":

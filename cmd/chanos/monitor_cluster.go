@@ -128,8 +128,8 @@ type clusterMember struct {
 // after the monitor has stopped.
 func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor.Config, log *slog.Logger) (*clusterMember, error) {
 	id, err := cluster.LoadIdentity(dir)
-	if errors.Is(err, cluster.ErrNotJoined) {
-		return nil, fmt.Errorf("monitor: cluster mode needs this machine's credential in %s: run 'chanos cluster join' first (docs/cluster.md): %w", dir, err)
+	if errors.Is(err, cluster.ErrNotJoined) || errors.Is(err, cluster.ErrNoKey) {
+		return nil, fmt.Errorf("monitor: cluster mode needs this machine's credential in %s: have it admitted and run 'chanos cluster join' first (docs/cluster.md): %w", dir, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("monitor: machine identity: %w", err)

@@ -1,0 +1,289 @@
+// Package cluster tests chanos machines in a cluster end to end: the real
+// chanos binary runs a monitor in each machine (a network namespace on a
+// bridge, internal/testkit/netns), against a real etcd whose members run
+// in the machines too; domains are this test binary in roles. Everything
+// (processes, namespaces, directories) is removed when a test ends.
+//
+// The tests need root and etcd; without them they skip, except under CI,
+// where they fail.
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	hostnet "github.com/chanos/chanos/internal/netns"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/etcdtest"
+	"github.com/chanos/chanos/internal/testkit/netns"
+)
+
+func TestMain(m *testing.M) {
+	code := testkit.Run(m, testkit.Roles{"server": server, "client": client})
+	testkit.CleanPrograms()
+	os.Exit(code)
+}
+
+// svc is the interface the test's server exports.
+var svc = chanos.Interface{Name: "clustertest", MaxFrameSize: 256}
+
+// server joins the monitor in args[0], exports the name args[1], prints
+// "exported", then prints a line for every change in its session with
+// the monitor ("lost: ERR", "rejoined: ERR") until it is killed.
+func server(args []string) error {
+	dir, name := args[0], args[1]
+	events := make(chan chanos.MonitorEvent, 16)
+	d, err := chanos.Join(context.Background(), chanos.WithDir(dir), chanos.WithProgram("clustertest-server"),
+		chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
+	if err != nil {
+		return err
+	}
+	if _, err := chanos.Export(context.Background(), d, name, svc); err != nil {
+		return err
+	}
+	fmt.Println("exported")
+	for ev := range events {
+		if ev.Lost {
+			fmt.Printf("lost: %v\n", ev.Err)
+		} else {
+			fmt.Printf("rejoined: %v\n", ev.Err)
+		}
+	}
+	return nil
+}
+
+// client joins the monitor in args[0], connects to the name args[1] and
+// prints the outcome: "no route: ERR", or "other: ERR", or "connected".
+func client(args []string) error {
+	dir, name := args[0], args[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("clustertest-client"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	c, err := chanos.Connect(ctx, d, name, svc)
+	switch {
+	case errors.Is(err, chanos.ErrNoRoute):
+		fmt.Printf("no route: %v\n", err)
+	case err != nil:
+		fmt.Printf("other: %v\n", err)
+	default:
+		c.Close()
+		fmt.Println("connected")
+	}
+	return nil
+}
+
+// Lease settings of the tests' monitors: short, so that the tests that
+// wait one out stay short (etcd refuses TTLs much below 2 s).
+const (
+	leaseTTL  = 2 * time.Second
+	keepAlive = 500 * time.Millisecond
+)
+
+// world is a test's cluster: machines, etcd, the cluster's root and a
+// monitor per machine.
+type world struct {
+	t        *testing.T
+	bin      string
+	net      *hostnet.Cluster
+	etcd     *etcdtest.Cluster
+	root     string
+	name     string
+	dirs     []string          // each machine's monitor directory
+	monitors []*testkit.Child  // each machine's monitor, nil if none runs
+	logs     []*testkit.Output // each machine's monitor log
+}
+
+// newWorld builds n machines, etcd members on the first members of them,
+// and a cluster root; it admits no machine yet.
+func newWorld(t *testing.T, n, members int) *world {
+	t.Helper()
+	etcdtest.Need(t)
+	w := &world{t: t, name: "ct", bin: testkit.GoProgram(t, "github.com/chanos/chanos/cmd/chanos")}
+	w.net = netns.New(t, n)
+	hosts := make([]string, members)
+	prefixes := make([][]string, members)
+	for i := range members {
+		hosts[i] = w.net.Machines[i].Addr.String()
+		prefixes[i] = []string{"ip", "netns", "exec", w.net.Machines[i].NS}
+	}
+	w.etcd = etcdtest.Start(t, etcdtest.Options{Members: members, Hosts: hosts, Prefixes: prefixes})
+	w.root = filepath.Join(t.TempDir(), "root")
+	w.cli("cluster", "init", "--root", w.root, "--name", w.name)
+	w.dirs = make([]string, n)
+	w.monitors = make([]*testkit.Child, n)
+	w.logs = make([]*testkit.Output, n)
+	for i := range n {
+		w.dirs[i] = testkit.ShortDir(t)
+	}
+	return w
+}
+
+// cli runs the chanos binary on the host and returns its stdout.
+func (w *world) cli(args ...string) string {
+	w.t.Helper()
+	out, err := exec.Command(w.bin, args...).Output()
+	if err != nil {
+		w.t.Fatalf("chanos %s: %v\n%s", strings.Join(args, " "), err, stderrOf(err))
+	}
+	return string(out)
+}
+
+func stderrOf(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return string(ee.Stderr)
+	}
+	return ""
+}
+
+// admit has root admit machine i (0-based) under the name mach<i+1>, and
+// installs the credential in its directory. It returns the credential's
+// serial.
+func (w *world) admit(i int, root string) string {
+	w.t.Helper()
+	req := filepath.Join(w.t.TempDir(), "req")
+	cred := filepath.Join(w.t.TempDir(), "cred")
+	name := fmt.Sprintf("mach%d", i+1)
+	w.cli("cluster", "show", "--dir", w.dirs[i], "--request", req, "--name", name)
+	var out struct {
+		Serial string `json:"serial"`
+	}
+	if err := json.Unmarshal([]byte(w.cli("cluster", "admit", "--root", root, "--name", name, "--out", cred, "--json", req)), &out); err != nil {
+		w.t.Fatal(err)
+	}
+	w.cli("cluster", "join", "--dir", w.dirs[i], cred)
+	return out.Serial
+}
+
+// start runs machine i's monitor in the cluster, its control link on
+// port 7070 of the machine's address.
+func (w *world) start(i int) {
+	w.t.Helper()
+	m := w.net.Machines[i]
+	cmd := m.Command(w.bin, "monitor", "--dir", w.dirs[i], "--cluster", w.name,
+		"--etcd", strings.Join(w.etcd.Endpoints(), ","), "--listen", m.Addr.String()+":7070",
+		"--lease-ttl", leaseTTL.String(), "--keep-alive", keepAlive.String())
+	log := &testkit.Output{}
+	cmd.Stderr = log
+	c := testkit.Start(w.t, cmd)
+	w.monitors[i], w.logs[i] = c, log
+	w.t.Cleanup(func() {
+		c.Cmd.Process.Signal(syscall.SIGCONT)
+		c.Cmd.Process.Signal(syscall.SIGTERM)
+		c.Wait(w.t)
+		if w.t.Failed() {
+			w.t.Logf("monitor of %s:\n%s", m.Name, log)
+		}
+	})
+	log.Wait(w.t, "monitor started")
+}
+
+// serve runs a server domain on machine i exporting name; it returns once
+// the export is made.
+func (w *world) serve(i int, name string) *testkit.Child {
+	w.t.Helper()
+	argv := testkit.Command("server", w.dirs[i], name)
+	c := testkit.Start(w.t, w.net.Machines[i].Command(argv[0], argv[1:]...))
+	c.Expect(w.t, "exported")
+	return c
+}
+
+// nameRow is a line of 'chanos names --json'.
+type nameRow struct {
+	Name      string `json:"name"`
+	MachineID string `json:"machine_id"`
+	Machine   string `json:"machine"`
+}
+
+// names runs 'chanos names --json' inside machine i, against its own
+// monitor, and returns the machines each name lives on, by name (nil
+// when the monitor cannot answer).
+func (w *world) names(i int) map[string]nameRow {
+	w.t.Helper()
+	out, err := w.net.Machines[i].Command(w.bin, "names", "--json", "--dir", w.dirs[i]).Output()
+	if err != nil {
+		return nil
+	}
+	var rows []nameRow
+	if err := json.Unmarshal(out, &rows); err != nil {
+		w.t.Fatalf("chanos names --json: %v: %s", err, out)
+	}
+	m := map[string]nameRow{}
+	for _, r := range rows {
+		m[r.Name] = r
+	}
+	return m
+}
+
+// machineID returns machine i's id as its monitor logged it.
+func (w *world) machineID(i int) string {
+	w.t.Helper()
+	for _, l := range strings.Split(w.logs[i].String(), "\n") {
+		if strings.Contains(l, `msg="joined the cluster"`) {
+			for _, f := range strings.Fields(l) {
+				if v, ok := strings.CutPrefix(f, "machine="); ok {
+					return v
+				}
+			}
+		}
+	}
+	w.t.Fatalf("machine %d logged no id", i+1)
+	return ""
+}
+
+// TestNamesAcrossMachines: a name exported on machine 1 is seen from
+// machines 2 and 3, with its machine; a Connect from machine 2 fails at
+// once with ErrNoRoute; when machine 1's monitor is killed with -9, its
+// name vanishes from the others within the lease's TTL and one keep-alive
+// interval.
+func TestNamesAcrossMachines(t *testing.T) {
+	w := newWorld(t, 3, 3)
+	for i := range 3 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.serve(0, "kv")
+	id1 := w.machineID(0)
+	for _, i := range []int{1, 2} {
+		testkit.Eventually(t, fmt.Sprintf("kv seen from machine %d", i+1), func() bool {
+			r, ok := w.names(i)["kv"]
+			return ok && r.MachineID == id1 && r.Machine == "mach1"
+		})
+	}
+	argv := testkit.Command("client", w.dirs[1], "kv")
+	c := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+	if l := c.Line(t); !strings.HasPrefix(l, "no route: ") || !strings.Contains(l, id1) {
+		t.Fatalf("connect from machine 2 to a name of machine 1: %s; want no route to machine %s", l, id1)
+	} else {
+		t.Logf("machine 2: %s", l)
+	}
+	c.Wait(t)
+
+	killed := time.Now()
+	w.monitors[0].Cmd.Process.Signal(syscall.SIGKILL)
+	gone := make([]time.Duration, 2)
+	for k, i := range []int{1, 2} {
+		testkit.Eventually(t, fmt.Sprintf("kv gone from machine %d", i+1), func() bool {
+			names := w.names(i)
+			_, ok := names["kv"]
+			return names != nil && !ok
+		})
+		gone[k] = time.Since(killed)
+	}
+	t.Logf("machine 1 killed (-9): its name gone from machine 2 after %v, from machine 3 after %v (TTL %v, keep-alive %v)",
+		gone[0].Round(time.Millisecond), gone[1].Round(time.Millisecond), leaseTTL, keepAlive)
+}
