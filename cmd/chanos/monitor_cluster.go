@@ -298,8 +298,14 @@ func (c *clusterMember) hold(link *cluster.Link, side string) {
 }
 
 // redialInterval is how long the monitor waits before it dials again a
-// machine whose control link failed or ended.
-const redialInterval = 5 * time.Second
+// machine whose control link failed or ended, and refusedInterval one
+// that was refused (not admitted, revoked): its record must change, or
+// this long pass, before the next try, so that the log says it once in a
+// while rather than at every try.
+const (
+	redialInterval  = 5 * time.Second
+	refusedInterval = time.Minute
+)
 
 // dialPeers opens a control link to every other machine of the registry
 // that has an address, and again after redialInterval when one fails; a
@@ -307,7 +313,9 @@ const redialInterval = 5 * time.Second
 func (c *clusterMember) dialPeers() {
 	defer c.wg.Done()
 	reg := c.machine.Registry()
-	tried := map[uint64]time.Time{}
+	next := map[uint64]time.Time{}        // when to try each machine again
+	seen := map[uint64]etcd.MachineInfo{} // its record at the last try
+	results := make(chan dialResult, 16)
 	for {
 		changed := reg.Changed()
 		for _, mi := range reg.Machines() {
@@ -317,23 +325,44 @@ func (c *clusterMember) dialPeers() {
 			c.mu.Lock()
 			up := c.links[mi.ID] != nil
 			c.mu.Unlock()
-			if up || time.Since(tried[mi.ID]) < redialInterval {
+			if up || (seen[mi.ID] == mi && time.Now().Before(next[mi.ID])) {
 				continue
 			}
-			tried[mi.ID] = time.Now()
+			seen[mi.ID] = mi
+			next[mi.ID] = time.Now().Add(24 * time.Hour) // until the dial says
 			c.wg.Add(1)
-			go c.dial(mi)
+			go func() {
+				r := dialResult{mi.ID, c.dial(mi)}
+				select {
+				case results <- r:
+				case <-c.stop:
+				}
+			}()
 		}
 		select {
 		case <-c.stop:
 			return
 		case <-changed:
+		case r := <-results:
+			wait := redialInterval
+			if errors.Is(r.err, cluster.ErrRefused) {
+				wait = refusedInterval
+			}
+			next[r.id] = time.Now().Add(wait)
 		case <-time.After(redialInterval):
 		}
 	}
 }
 
-func (c *clusterMember) dial(mi etcd.MachineInfo) {
+// dialResult is how a dial, and the link it made, ended.
+type dialResult struct {
+	id  uint64
+	err error
+}
+
+// dial opens a control link to mi and holds it until it ends; it returns
+// the dial's error, or nil once the link has ended.
+func (c *clusterMember) dial(mi etcd.MachineInfo) error {
 	defer c.wg.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() {
@@ -348,14 +377,14 @@ func (c *clusterMember) dial(mi etcd.MachineInfo) {
 	if err != nil {
 		c.log.Warn("control link to a machine failed", "machine", fmt.Sprintf("%016x", mi.ID), "name", mi.Name,
 			"addr", mi.Addr, "reason", cluster.Reason(err), "err", err)
-		return
+		return err
 	}
 	p := link.Peer()
 	if p.KeyID != mi.Identity {
 		c.log.Warn("control link refused: the machine's key is not the one its record names", "machine", fmt.Sprintf("%016x", mi.ID),
 			"addr", mi.Addr, "key_id", p.KeyID, "record", mi.Identity)
 		link.Close()
-		return
+		return cluster.ErrWrongMachine
 	}
 	c.log.Info("control link up", "peer", p.Machine, "machine", fmt.Sprintf("%016x", mi.ID), "addr", mi.Addr, "key_id", p.KeyID)
 	c.mu.Lock()
@@ -368,6 +397,7 @@ func (c *clusterMember) dial(mi etcd.MachineInfo) {
 		delete(c.links, mi.ID)
 	}
 	c.mu.Unlock()
+	return nil
 }
 
 // revocationsPoll is how often the monitor looks for a new revocation

@@ -107,8 +107,9 @@ type world struct {
 	logs     []*testkit.Output // each machine's monitor log
 }
 
-// newWorld builds n machines, etcd members on the first members of them,
-// and a cluster root; it admits no machine yet.
+// newWorld builds n machines, etcd members on the last members of them
+// (so that a test may cut machine 1 off without cutting etcd in two), and
+// a cluster root; it admits no machine yet.
 func newWorld(t *testing.T, n, members int) *world {
 	t.Helper()
 	etcdtest.Need(t)
@@ -117,8 +118,9 @@ func newWorld(t *testing.T, n, members int) *world {
 	hosts := make([]string, members)
 	prefixes := make([][]string, members)
 	for i := range members {
-		hosts[i] = w.net.Machines[i].Addr.String()
-		prefixes[i] = []string{"ip", "netns", "exec", w.net.Machines[i].NS}
+		m := w.net.Machines[n-members+i]
+		hosts[i] = m.Addr.String()
+		prefixes[i] = []string{"ip", "netns", "exec", m.NS}
 	}
 	w.etcd = etcdtest.Start(t, etcdtest.Options{Members: members, Hosts: hosts, Prefixes: prefixes})
 	w.root = filepath.Join(t.TempDir(), "root")
@@ -286,4 +288,120 @@ func TestNamesAcrossMachines(t *testing.T) {
 	}
 	t.Logf("machine 1 killed (-9): its name gone from machine 2 after %v, from machine 3 after %v (TTL %v, keep-alive %v)",
 		gone[0].Round(time.Millisecond), gone[1].Round(time.Millisecond), leaseTTL, keepAlive)
+}
+
+// TestCut: a machine cut off for less than the lease's TTL loses nothing;
+// cut off for longer, its names go, another machine takes one of them,
+// and once it is back no name is held twice and the domain whose name was
+// taken is told.
+func TestCut(t *testing.T) {
+	// etcd runs on machines 2 to 4: cutting machine 1 cuts it from etcd,
+	// and etcd keeps its quorum.
+	w := newWorld(t, 4, 3)
+	for i := range 4 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	srv := w.serve(0, "kv")
+	id1 := w.machineID(0)
+	seen := func(i int, id string) func() bool {
+		return func() bool { r, ok := w.names(i)["kv"]; return ok && r.MachineID == id }
+	}
+	testkit.Eventually(t, "kv of machine 1 seen from machine 2", seen(1, id1))
+	ctx := testkit.Context(t)
+	m1 := w.net.Machines[0]
+
+	// Shorter than the TTL: a renewal or two fail, none is missed for
+	// good.
+	if err := m1.Cut(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(leaseTTL / 3)
+	if err := m1.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Long enough for the lease to have expired, had it not been renewed.
+	time.Sleep(2 * leaseTTL)
+	if !seen(1, id1)() || !seen(0, id1)() {
+		t.Fatalf("after a cut of %v (TTL %v), kv is gone: machine 1 sees %v, machine 2 %v", leaseTTL/3, leaseTTL, w.names(0), w.names(1))
+	}
+	if n := w.logs[0].Count("a name was lost"); n != 0 {
+		t.Fatalf("machine 1 lost names after a short cut:\n%s", w.logs[0])
+	}
+
+	// Longer than the TTL.
+	cut := time.Now()
+	if err := m1.Cut(ctx); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "kv gone from machine 2 while machine 1 is cut off", func() bool {
+		names := w.names(1)
+		_, ok := names["kv"]
+		return names != nil && !ok
+	})
+	t.Logf("machine 1 cut off: its name gone from machine 2 after %v (TTL %v)", time.Since(cut).Round(time.Millisecond), leaseTTL)
+	w.serve(1, "kv")
+	id2 := w.machineID(1)
+	if err := m1.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The domain that held kv on machine 1 is told: its session ends,
+	// and exporting again on the rejoin finds kv taken.
+	if l := srv.Line(t); !strings.HasPrefix(l, "lost: ") {
+		t.Fatalf("machine 1's server: %q, want its session lost", l)
+	}
+	if l := srv.Line(t); !strings.HasPrefix(l, "rejoined: ") || !strings.Contains(l, "kv") {
+		t.Fatalf("machine 1's server: %q, want a rejoin whose export of kv failed", l)
+	} else {
+		t.Logf("machine 1's server: %s", l)
+	}
+	for i := range 4 {
+		testkit.Eventually(t, fmt.Sprintf("kv of machine 2 seen from machine %d", i+1), seen(i, id2))
+	}
+	if w.logs[0].Count("a name was lost", `name=kv`) == 0 {
+		t.Fatalf("machine 1 did not log the loss of kv:\n%s", w.logs[0])
+	}
+}
+
+// TestAdmission: the control link between admitted machines comes up; a
+// machine whose credential another root issued, and one whose credential
+// was revoked, are refused, and the refusal is logged with its reason.
+func TestAdmission(t *testing.T) {
+	w := newWorld(t, 4, 1)
+	w.admit(0, w.root)
+	w.admit(1, w.root)
+	// Machine 3: admitted by a root of its own, for a cluster of the same
+	// name.
+	other := filepath.Join(t.TempDir(), "other")
+	w.cli("cluster", "init", "--root", other, "--name", w.name)
+	w.admit(2, other)
+	// Machine 4: admitted, then revoked; machines 1 and 2 learn of it.
+	w.admit(3, w.root)
+	crl := filepath.Join(t.TempDir(), "revoked.crl")
+	w.cli("cluster", "revoke", "--root", w.root, "--machine", "mach4", "--out", crl)
+	for _, i := range []int{0, 1} {
+		w.cli("cluster", "join", "--dir", w.dirs[i], "--revocations", crl)
+	}
+	for i := range 4 {
+		w.start(i)
+	}
+	w.logs[0].Wait(t, "control link up", "peer=mach2")
+	w.logs[1].Wait(t, "control link up", "peer=mach1")
+	// TLS 1.3 checks the listener's credential first: each side refuses
+	// the other on whichever side of the handshake it finds out.
+	w.logs[0].Wait(t, "cluster link refused", `reason="unknown root"`, "remote="+w.net.Machines[2].Addr.String())
+	w.logs[0].Wait(t, "cluster link refused", "reason=revoked", "remote="+w.net.Machines[3].Addr.String())
+	w.logs[2].Wait(t, "control link to a machine failed", "name=mach1")
+	w.logs[3].Wait(t, "control link to a machine failed", "name=mach1")
+	for i, l := range w.logs {
+		for _, line := range strings.Split(l.String(), "\n") {
+			if strings.Contains(line, "refused") || strings.Contains(line, "link up") {
+				t.Logf("machine %d: %s", i+1, line)
+			}
+		}
+	}
+	if n := w.logs[0].Count("control link up", "peer=mach3") + w.logs[0].Count("control link up", "peer=mach4") +
+		w.logs[0].Count("control link accepted", "peer=mach3") + w.logs[0].Count("control link accepted", "peer=mach4"); n != 0 {
+		t.Fatalf("machine 1 let an unadmitted or revoked machine in:\n%s", w.logs[0])
+	}
 }
