@@ -120,13 +120,13 @@ func runNames(ctx context.Context, args []string) error {
 		return writeJSON(os.Stdout, entries)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tMACHINE\tIFACE\tFINGERPRINT\tDOMAIN\tPROGRAM\tEXPORT")
+	fmt.Fprintln(tw, "NAME\tIFACE\tFINGERPRINT\tDOMAIN\tPROGRAM\tEXPORT\tMACHINE")
 	for _, e := range entries {
 		domain := "-"
 		if e.Domain != 0 {
 			domain = fmt.Sprint(e.Domain)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s/%d\n", e.Name, orDash(printable(e.Machine)), orDash(e.Iface), orDash(e.Fingerprint), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%d\t%s\n", e.Name, orDash(e.Iface), orDash(e.Fingerprint), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID, orDash(printable(e.Machine)))
 	}
 	return tw.Flush()
 }
