@@ -86,7 +86,7 @@ func usageText(cmd string) string {
 		printBenchUsage(&b)
 		return b.String()
 	case "demo":
-		return demoUsage
+		return demoUsage + demoMachinesUsage
 	case "monitor":
 		return monitorUsageText()
 	case "names":
