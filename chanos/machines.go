@@ -31,8 +31,11 @@ type MachineInfo struct {
 	// State is "up" for a machine whose lease is alive; the machines
 	// whose lease has expired are not listed.
 	State string `json:"state"`
-	// Domains is its load: the domains joined to its monitor.
-	Domains int `json:"domains"`
+	// Domains and CPU are its load: the domains joined to its monitor,
+	// and the share of its CPUs' time that was busy (0 to 1), as of its
+	// last update.
+	Domains int     `json:"domains"`
+	CPU     float64 `json:"cpu"`
 	// Self marks the machine whose monitor answered.
 	Self bool `json:"self,omitempty"`
 }

@@ -12,12 +12,13 @@ const machinesUsage = `usage: chanos machines [--json] [--dir DIR]
 
 Lists the machines of the cluster this machine's monitor is in, as the
 monitor sees them: id, name, state, load (domains), the address of its
-control link and the key id of its identity. A monitor in no cluster
+control link and the key id of its identity. CPU is the share of the
+machine's CPU time that was busy, measured every 2 s. A monitor in no cluster
 lists itself alone.
 
 --json prints one JSON document on one line: {"cluster", "machines":
 [{"id", "name", "addr", "identity", "version", "state", "domains",
-"self"}]}; a failure prints {"error": MESSAGE, "code": CODE} instead.
+"cpu", "self"}]}; a failure prints {"error": MESSAGE, "code": CODE} instead.
 `
 
 // runMachines runs 'chanos machines'.
@@ -51,13 +52,13 @@ func runMachines(ctx context.Context, args []string) error {
 		fmt.Printf("cluster %s: %d machines\n", list.Cluster, len(list.Machines))
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "MACHINE\tNAME\tSTATE\tDOMAINS\tADDR\tIDENTITY\tVERSION")
+	fmt.Fprintln(tw, "MACHINE\tNAME\tSTATE\tDOMAINS\tCPU\tADDR\tIDENTITY\tVERSION")
 	for _, m := range list.Machines {
 		name := printable(m.Name)
 		if m.Self {
 			name += " (this one)"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", m.ID, orDash(name), m.State, m.Domains, orDash(m.Addr), orDash(m.Identity), orDash(m.Version))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f%%\t%s\t%s\t%s\n", m.ID, orDash(name), m.State, m.Domains, 100*m.CPU, orDash(m.Addr), orDash(m.Identity), orDash(m.Version))
 	}
 	return tw.Flush()
 }

@@ -11,9 +11,11 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,20 +237,30 @@ func (c *clusterMember) start(m *monitor.Monitor, dir string) {
 	}
 }
 
-// loadInterval is how often the machine's load is checked, and put in its
-// record when it changed.
-const loadInterval = 2 * time.Second
+// loadInterval is how often the machine's load is measured, and put in
+// its record when it changed: the domain count, or the CPU use by more
+// than cpuStep.
+const (
+	loadInterval = 2 * time.Second
+	cpuStep      = 0.05
+)
 
 func (c *clusterMember) keepLoad(m *monitor.Monitor) {
 	defer c.wg.Done()
-	last := -1
+	last := etcd.Load{Domains: -1}
+	prev, _ := readCPU()
 	t := time.NewTicker(loadInterval)
 	defer t.Stop()
 	for {
-		if n := m.Domains(); n != last {
+		load := etcd.Load{Domains: m.Domains(), CPU: last.CPU}
+		if now, err := readCPU(); err == nil {
+			load.CPU = now.usedSince(prev)
+			prev = now
+		}
+		if load.Domains != last.Domains || math.Abs(load.CPU-last.CPU) >= cpuStep {
 			ctx, cancel := context.WithTimeout(context.Background(), etcd.DefaultOpTimeout)
-			if err := c.machine.Registry().SetLoad(ctx, etcd.Load{Domains: n}); err == nil {
-				last = n
+			if err := c.machine.Registry().SetLoad(ctx, load); err == nil {
+				last = load
 			} else {
 				c.log.Debug("cluster: update the machine's load", "err", err)
 			}
@@ -260,6 +272,43 @@ func (c *clusterMember) keepLoad(m *monitor.Monitor) {
 		case <-t.C:
 		}
 	}
+}
+
+// cpuTimes are the machine's CPU times, in clock ticks, from the first
+// line of /proc/stat.
+type cpuTimes struct{ busy, total uint64 }
+
+func readCPU() (cpuTimes, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 5 || f[0] != "cpu" {
+		return cpuTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var t cpuTimes
+	for i, v := range f[1:] {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return cpuTimes{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		t.total += n
+		if i != 3 && i != 4 { // idle and iowait
+			t.busy += n
+		}
+	}
+	return t, nil
+}
+
+// usedSince returns the share of the CPUs' time that was busy between
+// prev and t, from 0 to 1.
+func (t cpuTimes) usedSince(prev cpuTimes) float64 {
+	if t.total <= prev.total || t.busy < prev.busy {
+		return 0
+	}
+	return min(float64(t.busy-prev.busy)/float64(t.total-prev.total), 1)
 }
 
 // accept takes the control links other machines open, and keeps each
@@ -440,7 +489,7 @@ func (c *clusterMember) machines() []chanos.MachineInfo {
 	out := make([]chanos.MachineInfo, 0, len(list))
 	for _, mi := range list {
 		out = append(out, chanos.MachineInfo{ID: fmt.Sprintf("%016x", mi.ID), Name: mi.Name, Addr: mi.Addr,
-			Identity: mi.Identity, Version: mi.Version, State: "up", Domains: mi.Load.Domains})
+			Identity: mi.Identity, Version: mi.Version, State: "up", Domains: mi.Load.Domains, CPU: mi.Load.CPU})
 	}
 	return out
 }
