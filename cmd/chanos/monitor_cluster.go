@@ -178,7 +178,7 @@ func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor
 		addr = c.listen.Addr().String()
 	}
 	info := etcd.MachineInfo{Name: name, Addr: addr, Identity: id.KeyID(), Version: buildinfo.Version()}
-	if err := c.machine.Registry().Register(ctx, info); err != nil {
+	if err := c.register(ctx, info); err != nil {
 		c.close()
 		return nil, fmt.Errorf("monitor: register in cluster %s: %w", cf.cluster, err)
 	}
@@ -191,6 +191,37 @@ func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor
 		"key_id", id.KeyID(), "control_link", addr, "lease_ttl", c.machine.Session().TTL(),
 		"keep_alive", c.machine.Session().KeepAliveInterval())
 	return c, nil
+}
+
+// previousRunWait bounds how long a monitor waits for the record of its
+// machine's previous run to expire.
+const previousRunWait = time.Minute
+
+// register puts the machine's record in the registry. The id derives from
+// the machine's key, so a live record under another lease is the
+// machine's previous run, killed before it could revoke its lease (or a
+// copy of its key elsewhere): the monitor waits for that lease to expire,
+// and only then opens its socket, so that its domains, rejoining, export
+// their names again once the previous run's are gone.
+func (c *clusterMember) register(ctx context.Context, info etcd.MachineInfo) error {
+	deadline := time.Now().Add(previousRunWait)
+	logged := false
+	for {
+		err := c.machine.Registry().Register(ctx, info)
+		if !errors.Is(err, etcd.ErrMachineTaken) || time.Now().After(deadline) {
+			return err
+		}
+		if !logged {
+			c.log.Warn("the machine's id is still registered, by its previous run (killed?) or a copy of its key; waiting for that lease to expire",
+				"machine", fmt.Sprintf("%016x", c.self), "wait_at_most", previousRunWait)
+			logged = true
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // etcdTLS builds the TLS configuration of etcd's client from the flags:

@@ -251,14 +251,15 @@ func (w *world) machineID(i int) string {
 // machines 2 and 3, with its machine; a Connect from machine 2 fails at
 // once with ErrNoRoute; when machine 1's monitor is killed with -9, its
 // name vanishes from the others within the lease's TTL and one keep-alive
-// interval.
+// interval; restarted, its server exports the name again, also when the
+// restart comes before the killed run's lease has expired.
 func TestNamesAcrossMachines(t *testing.T) {
 	w := newWorld(t, 3, 3)
 	for i := range 3 {
 		w.admit(i, w.root)
 		w.start(i)
 	}
-	w.serve(0, "kv")
+	srv := w.serve(0, "kv")
 	id1 := w.machineID(0)
 	for _, i := range []int{1, 2} {
 		testkit.Eventually(t, fmt.Sprintf("kv seen from machine %d", i+1), func() bool {
@@ -288,6 +289,40 @@ func TestNamesAcrossMachines(t *testing.T) {
 	}
 	t.Logf("machine 1 killed (-9): its name gone from machine 2 after %v, from machine 3 after %v (TTL %v, keep-alive %v)",
 		gone[0].Round(time.Millisecond), gone[1].Round(time.Millisecond), leaseTTL, keepAlive)
+
+	// Restarted at once, machine 1 waits for its previous run's lease to
+	// go; its server, which waited for a new monitor, exports kv again.
+	w.start(0)
+	for _, i := range []int{0, 1, 2} {
+		testkit.Eventually(t, fmt.Sprintf("kv back, seen from machine %d", i+1), func() bool {
+			r, ok := w.names(i)["kv"]
+			return ok && r.MachineID == id1
+		})
+	}
+	if l := srv.Line(t); !strings.HasPrefix(l, "lost: ") {
+		t.Fatalf("machine 1's server: %q, want its session lost", l)
+	}
+	if l := srv.Line(t); l != "rejoined: <nil>" {
+		t.Fatalf("machine 1's server: %q, want a rejoin with its name exported again", l)
+	}
+
+	// Killed and restarted at once: the new run waits until the previous
+	// run's lease has expired, then the server exports kv again.
+	w.monitors[0].Cmd.Process.Signal(syscall.SIGKILL)
+	w.start(0)
+	if w.logs[0].Count("waiting for that lease to expire") != 1 {
+		t.Fatalf("the restarted monitor did not wait for its previous run's lease:\n%s", w.logs[0])
+	}
+	if l := srv.Line(t); !strings.HasPrefix(l, "lost: ") {
+		t.Fatalf("machine 1's server: %q, want its session lost", l)
+	}
+	if l := srv.Line(t); l != "rejoined: <nil>" {
+		t.Fatalf("machine 1's server after a quick restart: %q, want a rejoin with its name exported again", l)
+	}
+	testkit.Eventually(t, "kv back after a quick restart, seen from machine 2", func() bool {
+		r, ok := w.names(1)["kv"]
+		return ok && r.MachineID == id1
+	})
 }
 
 // TestCut: a machine cut off for less than the lease's TTL loses nothing;
