@@ -258,10 +258,11 @@ func etcdTLS(cf *clusterFlags) (*tls.Config, error) {
 func (c *clusterMember) start(m *monitor.Monitor, dir string) {
 	lost := m.NameLost
 	c.lost.Store(&lost)
-	c.wg.Add(3)
+	c.wg.Add(4)
 	go c.keepLoad(m)
 	go c.dialPeers()
 	go c.watchRevocations(filepath.Join(dir, cluster.RevocationsFile))
+	go c.shareRevocations(dir)
 	if c.listen != nil {
 		c.wg.Add(1)
 		go c.accept()
@@ -506,11 +507,84 @@ func (c *clusterMember) watchRevocations(path string) {
 			continue
 		}
 		last = b
+		before := c.id.Revocations.Number()
 		if err := c.id.Revocations.Update(b); err != nil {
-			c.log.Warn("cluster: a revocation list in the directory was not taken", "file", path, "err", err)
+			if !errors.Is(err, cluster.ErrStaleRevocations) {
+				c.log.Warn("cluster: a revocation list in the directory was not taken", "file", path, "err", err)
+			}
 			continue
 		}
-		c.log.Info("cluster: revocation list updated", "number", c.id.Revocations.Number(), "revoked", len(c.id.Revocations.Serials()))
+		if before == nil || before.Cmp(c.id.Revocations.Number()) != 0 {
+			c.log.Info("cluster: revocation list updated", "file", path, "number", c.id.Revocations.Number(), "revoked", len(c.id.Revocations.Serials()))
+		}
+	}
+}
+
+// shareRevocations shares the revocation list through etcd: a list newer
+// than etcd's, installed on this machine, is published there, and a list
+// newer than this machine's, published by another, is taken (and
+// installed in the directory, for the next start). Only lists the root
+// signed are taken (Revocations.Update checks), so whoever can write to
+// etcd can delay a revocation at most, never forge or undo one.
+func (c *clusterMember) shareRevocations(dir string) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-c.stop; cancel() }()
+	var sh *etcd.Shared
+	for sh == nil {
+		var err error
+		if sh, err = c.machine.Shared(ctx, "revocations"); err != nil {
+			c.log.Warn("cluster: load the shared revocation list", "err", err)
+			select {
+			case <-c.stop:
+				return
+			case <-time.After(redialInterval):
+			}
+		}
+	}
+	defer sh.Close()
+	for {
+		changed, held := sh.Changed(), c.id.Revocations.Changed()
+		val, rev := sh.Value()
+		if len(val) > 0 {
+			before := c.id.Revocations.Number()
+			err := c.id.Revocations.Update(val)
+			switch {
+			case err == nil && (before == nil || before.Cmp(c.id.Revocations.Number()) != 0):
+				c.log.Info("cluster: revocation list updated from etcd", "number", c.id.Revocations.Number(), "revoked", len(c.id.Revocations.Serials()))
+				if err := cluster.InstallRevocations(dir, val); err != nil {
+					c.log.Warn("cluster: store the revocation list", "err", err)
+				}
+			case err != nil && !errors.Is(err, cluster.ErrStaleRevocations):
+				c.log.Warn("cluster: the revocation list in etcd was refused", "err", err)
+			}
+		}
+		if mine := c.id.Revocations.Number(); mine != nil {
+			theirs, err := cluster.ParseRevocations(val, c.id.Root())
+			if len(val) == 0 || err != nil || theirs.Number.Cmp(mine) < 0 {
+				err := sh.Replace(ctx, rev, cluster.CRLPEM(c.id.Revocations.Bytes()))
+				switch {
+				case err == nil:
+					c.log.Info("cluster: revocation list published to etcd", "number", mine)
+				case !errors.Is(err, etcd.ErrConflict) && ctx.Err() == nil:
+					c.log.Warn("cluster: publish the revocation list", "err", err)
+				}
+				if err != nil {
+					select {
+					case <-c.stop:
+						return
+					case <-time.After(time.Second):
+					}
+				}
+				continue
+			}
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-changed:
+		case <-held:
+		}
 	}
 }
 

@@ -440,3 +440,33 @@ func TestAdmission(t *testing.T) {
 		t.Fatalf("machine 1 let an unadmitted or revoked machine in:\n%s", w.logs[0])
 	}
 }
+
+// TestRevocationShared: a revocation list installed on one machine
+// reaches the others through etcd; they close their links to the revoked
+// machine and refuse it from then on.
+func TestRevocationShared(t *testing.T) {
+	w := newWorld(t, 3, 1)
+	for i := range 3 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.logs[1].Wait(t, "control link up", "peer=mach3")
+	w.logs[0].Wait(t, "control link up", "peer=mach3")
+	crl := filepath.Join(t.TempDir(), "revoked.crl")
+	w.cli("cluster", "revoke", "--root", w.root, "--machine", "mach3", "--out", crl)
+	w.cli("cluster", "join", "--dir", w.dirs[0], "--revocations", crl)
+	w.logs[0].Wait(t, "revocation list published to etcd")
+	w.logs[1].Wait(t, "revocation list updated from etcd")
+	w.logs[1].Wait(t, "control link ended", "peer=mach3")
+	w.logs[1].Wait(t, "cluster link refused", "reason=revoked")
+	// The list is installed on machine 2 too, for its next start.
+	var show struct {
+		Revoked []string `json:"revoked"`
+	}
+	if err := json.Unmarshal([]byte(w.cli("cluster", "show", "--dir", w.dirs[1], "--json")), &show); err != nil {
+		t.Fatal(err)
+	}
+	if len(show.Revoked) != 1 {
+		t.Fatalf("machine 2 holds a list that revokes %v, want mach3's credential", show.Revoked)
+	}
+}
