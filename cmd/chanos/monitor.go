@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/cluster/etcd"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -194,6 +195,12 @@ func runClusterMonitor(ctx context.Context, cf *clusterFlags, cfg monitor.Config
 	dir, err := monitor.Dir(cfg.Dir)
 	if err != nil {
 		return fmt.Errorf("monitor: %w", err)
+	}
+	// A second monitor of the machine would find its id registered, and
+	// wait for the first's lease: say at once why it cannot start.
+	if c, err := seqpacket.Dial(ctx, monitor.SocketPath(dir), 64); err == nil {
+		c.Close()
+		return fmt.Errorf("monitor: another monitor is already running on %s: %w", monitor.SocketPath(dir), seqpacket.ErrInUse)
 	}
 	member, err := joinCluster(ctx, cf, dir, &cfg, cfg.Logger)
 	if err != nil {
