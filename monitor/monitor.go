@@ -127,10 +127,6 @@ type Config struct {
 	// Store holds the names. Nil means a new names.Memory, which the
 	// monitor closes when it stops; a Store given here is not closed.
 	Store names.Store
-	// Logger receives the monitor's structured logs. Nil means
-	// slog.Default().
-	Logger *slog.Logger
-
 	// MachineID, when not 0, is this machine's id, which its irefs carry.
 	// A machine of a cluster takes a stable one, derived from its
 	// identity; 0 means a random id per start, as a lone machine has.
@@ -146,6 +142,9 @@ type Config struct {
 	// Machines, when set, lists the machines of the cluster for the
 	// machines call (nil: this machine alone). It must not block.
 	Machines func() []chanos.MachineInfo
+	// Logger receives the monitor's structured logs. Nil means
+	// slog.Default().
+	Logger *slog.Logger
 }
 
 // Monitor is a running monitor. Create one with New, run it with Serve,
