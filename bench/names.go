@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/cluster"
 	"github.com/chanos/chanos/cluster/etcd"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/monitor"
@@ -26,6 +28,9 @@ type NamesConfig struct {
 	Quick    bool
 	Repeat   int
 	Progress io.Writer
+	// Chanos is the chanos executable, which the detect-dead case runs as
+	// a machine's monitor and kills; "" leaves that case out.
+	Chanos string
 }
 
 func (cfg *NamesConfig) progress(format string, args ...any) {
@@ -50,6 +55,8 @@ type namesWorld struct {
 	d, de          *chanos.Domain
 	ns, nse        *nameservice.Conn
 	raw, rawRemote *etcd.Baseline
+	endpoint       string
+	root           *cluster.Root
 }
 
 func newNamesWorld(ctx context.Context) (w *namesWorld, err error) {
@@ -80,6 +87,7 @@ func newNamesWorld(ctx context.Context) (w *namesWorld, err error) {
 	if err := waitHealthy(ctx, cu); err != nil {
 		return nil, err
 	}
+	w.endpoint = cu
 	quiet := slog.New(slog.DiscardHandler)
 	open := func(id uint64) (*etcd.Machine, error) {
 		return etcd.Open(ctx, etcd.Config{Endpoints: []string{cu}, Cluster: "bench", Machine: id, Logger: quiet})
@@ -338,7 +346,108 @@ func RunNames(ctx context.Context, cfg NamesConfig, emit func(Result) error) err
 			return err
 		}
 	}
-	return nil
+	if cfg.Chanos == "" {
+		return nil
+	}
+	// The default lease, as a user runs it; 2 s in a quick run.
+	ttl := etcd.DefaultTTL
+	if cfg.Quick {
+		ttl = 2 * time.Second
+	}
+	samples := make([]int64, 0, repeat)
+	for round := range repeat {
+		cfg.progress("names: run %d/%d: detect-dead/chanos (lease %v)", round+1, repeat, ttl)
+		d, err := w.detectDead(ctx, cfg.Chanos, ttl, round)
+		if err != nil {
+			return fmt.Errorf("names case detect-dead: %w", err)
+		}
+		samples = append(samples, d.Nanoseconds())
+	}
+	r := rttResult(samples, 0, nil)
+	r.RTTMean = nil
+	r.Suite, r.Case, r.Transport, r.Peers, r.Runs = "names", "detect-dead", "chanos", "go", repeat
+	return emit(r)
+}
+
+// detectDead runs a machine's monitor (the chanos executable, in cluster
+// mode, with a lease of ttl), waits until this machine's registry lists
+// it, kills it with SIGKILL and returns how long its record took to
+// vanish from the registry: the time to detect a dead machine.
+func (w *namesWorld) detectDead(ctx context.Context, chanosBin string, ttl time.Duration, round int) (time.Duration, error) {
+	dir := filepath.Join(w.tmp, fmt.Sprintf("dead%d", round))
+	if err := w.admit(dir); err != nil {
+		return 0, err
+	}
+	cmd := exec.Command(chanosBin, "monitor", "--dir", dir, "--cluster", "bench", "--etcd", w.endpoint,
+		"--lease-ttl", ttl.String(), "--log-level", "error")
+	if err := cmd.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	reg := w.local.Registry()
+	listed := func() (uint64, bool) {
+		for _, m := range reg.Machines() {
+			if m.ID != 1 && m.ID != 2 {
+				return m.ID, true
+			}
+		}
+		return 0, false
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second+2*ttl)
+	defer cancel()
+	for {
+		changed := reg.Changed()
+		if _, ok := listed(); ok {
+			break
+		}
+		select {
+		case <-changed:
+		case <-wctx.Done():
+			return 0, fmt.Errorf("the machine did not register: %w", wctx.Err())
+		}
+	}
+	cmd.Process.Kill()
+	t0 := time.Now()
+	for {
+		changed := reg.Changed()
+		if _, ok := listed(); !ok {
+			return time.Since(t0), nil
+		}
+		select {
+		case <-changed:
+		case <-wctx.Done():
+			return 0, fmt.Errorf("the dead machine's record did not vanish: %w", wctx.Err())
+		}
+	}
+}
+
+// admit gives dir a machine key and a credential of the bench's own
+// cluster root, made on first use.
+func (w *namesWorld) admit(dir string) error {
+	if w.root == nil {
+		root, err := cluster.InitRoot(filepath.Join(w.tmp, "root"), "bench", 24*time.Hour)
+		if err != nil {
+			return err
+		}
+		w.root = root
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	key, err := cluster.LoadOrCreateKey(dir)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	cred, err := w.root.Admit(key.Public().(ed25519.PublicKey), filepath.Base(dir), now.Add(-time.Minute), now.Add(23*time.Hour))
+	if err != nil {
+		return err
+	}
+	_, err = cluster.Join(dir, w.root.Bundle(cred), w.root.Certificate())
+	return err
 }
 
 // timeOnce runs op warmup times, then iters times, timing each: for
@@ -423,5 +532,8 @@ func NamesSummary(w io.Writer, results []Result) {
 	}
 	if c, e := find("get", "chanos"), find("get", "embedded"); c != nil && e != nil && *e != 0 {
 		fmt.Fprintf(w, "a domain's get, cluster mode / embedded store (p50): %.2f\n", *c / *e)
+	}
+	if d := find("detect-dead", "chanos"); d != nil {
+		fmt.Fprintf(w, "time to detect a dead machine (p50): %.2f s (goal <= 10 s: %s)\n", *d/1e9, verdict(*d <= 10e9))
 	}
 }
