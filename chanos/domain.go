@@ -439,6 +439,7 @@ var monitorStatus = map[monitor.Status]struct {
 	monitor.StatusDenied:    {ErrDenied, CodePermissionDenied},
 	monitor.StatusNoSession: {nil, CodeFailedPrecondition},
 	monitor.StatusInternal:  {nil, CodeInternal},
+	monitor.StatusNoRoute:   {ErrNoRoute, CodeUnavailable},
 }
 
 // monitorError maps the monitor's status codes onto this package's errors.

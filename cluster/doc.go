@@ -27,6 +27,6 @@
 //     interconnect.Link carrying wire frames, so the connection engine can
 //     run an IDL interface over it.
 //
-// docs/cluster-identity.md describes the model, the threats it covers and
+// docs/cluster.md describes the model, the threats it covers and
 // those it does not, and how an admin runs it.
 package cluster

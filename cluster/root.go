@@ -346,7 +346,7 @@ func (r *Root) SerialsOf(machine string) ([]*big.Int, error) {
 // signRevocations signs a list of entries with the given number, stores
 // it in RootRevocationsFile and returns it in DER. The list names its
 // next update as the root's expiry: machines do not refuse a list for
-// being old (docs/cluster-identity.md says why), only one older than the
+// being old (docs/cluster.md says why), only one older than the
 // list they hold.
 func (r *Root) signRevocations(entries []x509.RevocationListEntry, number *big.Int) ([]byte, error) {
 	now := time.Now()

@@ -86,7 +86,10 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	if err := validIface(c.Iface); err != nil {
 		return nil, fail(proto.StatusInvalid, "bind %s: %v", label, err)
 	}
-	if byName {
+	if byName && c.Name == nameservice.ServiceName {
+		// Each machine serves its own nameservice, in a cluster too.
+		ref = m.ns.ref
+	} else if byName {
 		ref, err = m.store.Get(ctx, c.Name)
 		if errors.Is(err, names.ErrNotFound) && c.Wait {
 			ref, err = m.store.WaitFor(ctx, c.Name)
@@ -110,7 +113,7 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 		ref = c.Target
 	}
 	if ref.Machine != m.machineID {
-		return nil, fail(proto.StatusNotFound, "bind %s: it names an export of machine %016x; binding across machines is not supported yet", label, ref.Machine)
+		return nil, fail(proto.StatusNoRoute, "bind %s: no route to machine %016x, where its export lives (the net interconnect between machines is not built yet)", label, ref.Machine)
 	}
 
 	m.mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
@@ -130,6 +131,21 @@ type Config struct {
 	// Store holds the names. Nil means a new names.Memory, which the
 	// monitor closes when it stops; a Store given here is not closed.
 	Store names.Store
+	// MachineID, when not 0, is this machine's id, which its irefs carry.
+	// A machine of a cluster takes a stable one, derived from its
+	// identity; 0 means a random id per start, as a lone machine has.
+	MachineID uint64
+	// SharedStore says that Store is shared with the monitors of other
+	// machines (a cluster). The monitor then does not register the name
+	// "nameservice" in it: every machine serves its own nameservice, and a
+	// bind of "nameservice" always reaches this machine's.
+	SharedStore bool
+	// Cluster names the machine's cluster in the machines call's answer;
+	// "" for a lone machine.
+	Cluster string
+	// Machines, when set, lists the machines of the cluster for the
+	// machines call (nil: this machine alone). It must not block.
+	Machines func() []chanos.MachineInfo
 	// Logger receives the monitor's structured logs. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -230,9 +246,11 @@ func New(cfg Config) (*Monitor, error) {
 	if err := PrepareDir(dir); err != nil {
 		return nil, err // "monitor directory: ..."
 	}
-	machineID, err := randomID()
-	if err != nil {
-		return nil, fmt.Errorf("monitor: machine id: %w", err)
+	machineID := cfg.MachineID
+	if machineID == 0 {
+		if machineID, err = randomID(); err != nil {
+			return nil, fmt.Errorf("monitor: machine id: %w", err)
+		}
 	}
 	m := &Monitor{
 		cfg:       cfg,
@@ -287,7 +305,9 @@ func New(cfg Config) (*Monitor, error) {
 		ns.fingerprint = nameservice.Fingerprint
 		m.exports[ns.id] = ns
 		m.ns = ns
-		err = m.store.Set(context.Background(), nameservice.ServiceName, ns.ref, names.Owner(SelfDomainID))
+		if !cfg.SharedStore {
+			err = m.store.Set(context.Background(), nameservice.ServiceName, ns.ref, names.Owner(SelfDomainID))
+		}
 	}
 	if err == nil {
 		err = m.startSpawnd()
@@ -318,8 +338,41 @@ func (m *Monitor) Dir() string { return m.dir }
 // Socket returns the path of the monitor's socket.
 func (m *Monitor) Socket() string { return m.sockPath }
 
-// MachineID returns the monitor's machine id, random per start.
+// MachineID returns the monitor's machine id: Config.MachineID, or
+// random per start.
 func (m *Monitor) MachineID() uint64 { return m.machineID }
+
+// Domains returns how many domains are joined to the monitor: the load a
+// machine of a cluster reports.
+func (m *Monitor) Domains() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.domains)
+}
+
+// errNameLost ends the session of a domain whose name the store lost.
+var errNameLost = errors.New("a name of this domain was lost")
+
+// NameLost tells the monitor that the store lost name, held by owner,
+// without the owner removing it: the machine's lease on a cluster's store
+// expired (it was cut off longer than the lease's TTL), and another
+// machine may hold the name by now. The monitor ends the owner's session,
+// so that the domain goes through its monitor-loss path: it rejoins and
+// exports its names again, and an export whose name another machine took
+// meanwhile stops with ErrNameTaken (docs/cluster.md, "Fencing"). It
+// does not block: the store calls it from its own goroutines.
+func (m *Monitor) NameLost(owner names.Owner, name string) {
+	m.mu.Lock()
+	s := m.domains[uint64(owner)]
+	m.mu.Unlock()
+	if s == nil {
+		m.log.Warn("a name was lost by the store; its domain has gone", "name", name, "domain", uint64(owner))
+		return
+	}
+	m.log.Warn("a name was lost by the store; ending its domain's session so that it exports again",
+		"name", name, "domain", uint64(owner), "program", s.program)
+	go s.end(fmt.Errorf("%w: %q (the machine's lease expired)", errNameLost, name))
+}
 
 // Serve accepts domains until ctx ends or Close is called, then shuts the
 // monitor down: it stops accepting, ends every session, removes the socket

@@ -181,7 +181,7 @@ func TestBindByRef(t *testing.T) {
 	elsewhere := ref
 	elsewhere.Machine++
 	_, err = cli.BindRef(ctx, elsewhere, "kv")
-	wantStatus(t, "bind by an iref of another machine", err, proto.StatusNotFound)
+	wantStatus(t, "bind by an iref of another machine", err, proto.StatusNoRoute)
 	err = cli.call(ctx, &proto.BindCall{Name: "pub", Iface: "kv", Target: ref}, &proto.BindReply{})
 	wantStatus(t, "bind by name and iref at once", err, proto.StatusInvalid)
 	err = cli.call(ctx, &proto.BindCall{Iface: "kv"}, &proto.BindReply{})

@@ -258,6 +258,8 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 		r, err = s.startBind(ctx, c)
 	case *proto.PsCall:
 		r, err = s.ps(ctx, in)
+	case *proto.MachinesCall:
+		r, err = s.m.machines()
 	default:
 		return nil, s.conn.Violation(fmt.Errorf("unexpected %s %s", msg.MsgName(), msg.MsgKind()))
 	}

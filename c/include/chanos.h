@@ -1032,6 +1032,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_REMOTE       (-4312) /* the peer answered with an error reply */
 #define CHANOS_ERR_NOT_OWNER    (-4313) /* nameservice: another domain owns the name */
 #define CHANOS_ERR_MONITOR_FULL (-4314) /* join: the monitor has no free session */
+#define CHANOS_ERR_NO_ROUTE     (-4315) /* monitor: the export is on another machine */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -1280,7 +1281,8 @@ int chanos_listener_close(chanos_listener *l);
  * more for that answer. Errors: CHANOS_ERR_NOT_FOUND (also when the name
  * did not appear in time), CHANOS_ERR_TIMEDOUT (the monitor did not
  * answer: stopped or wedged), CHANOS_ERR_MISMATCH, CHANOS_ERR_DENIED,
- * CHANOS_ERR_LIMIT, ...
+ * CHANOS_ERR_LIMIT, CHANOS_ERR_NO_ROUTE (the name is of an export on
+ * another machine of the cluster: not reachable yet), ...
  */
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out);

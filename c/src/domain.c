@@ -468,6 +468,8 @@ static int status_error(uint64_t code)
         return CHANOS_ERR_LIMIT;
     case MONITOR_STATUS_DENIED:
         return CHANOS_ERR_DENIED;
+    case MONITOR_STATUS_NO_ROUTE:
+        return CHANOS_ERR_NO_ROUTE;
     }
     return CHANOS_ERR_MONITOR;
 }

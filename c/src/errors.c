@@ -52,6 +52,9 @@ const char *chanos_strerror_more_(int err)
         return "the peer answered with an error reply";
     case CHANOS_ERR_NOT_OWNER:
         return "nameservice: the name belongs to another domain";
+    case CHANOS_ERR_NO_ROUTE:
+        return "monitor: no route to the machine of the export (binding "
+               "across machines needs the net interconnect, not built yet)";
     case CHANOS_ERR_MONITOR_FULL:
         return "monitor full: every session is taken (the monitor's "
                "--max-domains cap)";

@@ -358,7 +358,8 @@ static void test_join_errors(void)
                           CHANOS_ERR_MONITOR,    CHANOS_ERR_UNSAFE_DIR,
                           CHANOS_ERR_BUSY,       CHANOS_ERR_REMOTE,
                           CHANOS_ERR_NOT_OWNER,  CHANOS_ERR_TIMEDOUT,
-                          CHANOS_ERR_PEER_DIED,  CHANOS_ERR_MONITOR_FULL };
+                          CHANOS_ERR_PEER_DIED,  CHANOS_ERR_MONITOR_FULL,
+                          CHANOS_ERR_NO_ROUTE };
 
     CHECK(mkdtemp(tmpl) != NULL);
     /* a missing directory: no monitor */

@@ -24,7 +24,7 @@ import (
 
 const clusterUsage = `usage: chanos cluster COMMAND [flags]
 
-Machine identity and admission (docs/cluster-identity.md). The admin keeps
+Machine identity and admission (docs/cluster.md). The admin keeps
 the cluster's root in a directory of their own; each machine keeps its key
 and credential in its monitor's directory.
 
@@ -87,9 +87,9 @@ Revokes credentials the root issued, by serial or by machine name (all of
 that machine's credentials), and signs the root's new revocation list,
 which it stores in DIR/revoked.crl and writes to FILE if given. With no
 --serial or --machine it signs the same list again. Machines learn of it
-through 'chanos cluster join --revocations FILE' (or, once the monitor
-runs in a cluster, through etcd); from then on their control links refuse
-the revoked machines.
+through 'chanos cluster join --revocations FILE' on one machine: its
+running monitor takes it within a second and shares it through etcd with
+the others. From then on their control links refuse the revoked machines.
 
 --json prints {"cluster", "number", "revoked", "out"}: revoked lists every
 serial the list revokes.

@@ -19,6 +19,7 @@ import (
 )
 
 const demoUsage = `usage: chanos demo [-n N]
+       chanos demo --machines N
 
 Starts a monitor (in a private directory unless CHANOS_DIR is set), the
 pingpong example server and client as separate processes, shows what they
@@ -33,11 +34,15 @@ beside this executable (make builds them into bin/).
 func runDemo(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	n := fs.Int("n", 20000, "round trips of each kind the client makes")
+	machines := fs.Int("machines", 0, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("demo", "unexpected argument %q", fs.Arg(0))
+	}
+	if *machines != 0 {
+		return runClusterDemo(ctx, *machines)
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -43,6 +43,7 @@ commands:
   monitor [--dir DIR]   run this machine's monitor (one per user by default)
   names [PREFIX]        list the nameservice's names (--json for JSON)
   ps                    list domains with their exports and connections (--json)
+  machines              list the machines of the monitor's cluster (--json)
   demo                  run a monitor, a server and a client as separate processes
   cluster COMMAND       machine identity: init, admit, join, revoke, show
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
@@ -88,11 +89,13 @@ func usageText(cmd string) string {
 		printBenchUsage(&b)
 		return b.String()
 	case "demo":
-		return demoUsage
+		return demoUsage + demoMachinesUsage
 	case "monitor":
 		return monitorUsageText() + spawnMonitorUsage
 	case "names":
 		return namesUsage
+	case "machines":
+		return machinesUsage
 	case "ps":
 		return psUsage
 	case "spawn":
@@ -223,6 +226,8 @@ func run(ctx context.Context, args []string) error {
 		return runMonitor(ctx, args[1:])
 	case "names":
 		return runNames(ctx, args[1:])
+	case "machines":
+		return runMachines(ctx, args[1:])
 	case "ps":
 		return runPs(ctx, args[1:])
 	case "spawn":

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/chanos/chanos/cluster/etcd"
+	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -51,12 +53,12 @@ Go runtime's soft memory limit to it unless GOMEMLIMIT is set.
 `
 
 func monitorUsageText() string {
-	return fmt.Sprintf(monitorUsage, monitor.DefaultMaxDomains, monitor.DefaultMaxNSConns, monitor.DefaultMaxTotalNSConns,
+	return fmt.Sprintf(monitorUsage+monitorClusterUsage, monitor.DefaultMaxDomains, monitor.DefaultMaxNSConns, monitor.DefaultMaxTotalNSConns,
 		monitor.DefaultMaxNames, monitor.DefaultMaxTotalNames, monitor.DefaultMaxExports, monitor.DefaultMaxTotalExports,
 		monitor.DefaultMaxPendingBinds, monitor.DefaultMaxTotalPendingBinds, monitor.DefaultMaxTotalWatches,
 		monitor.DefaultMaxConnRecords, formatSize(monitor.DefaultMaxReplyQueue), formatSize(monitor.DefaultMaxReplyMemory),
 		formatSize(monitor.DefaultMaxTotalReplyMemory), monitor.DefaultHelloTimeout, monitor.DefaultIdleTimeout,
-		monitor.DefaultPingTimeout)
+		monitor.DefaultPingTimeout, etcd.DefaultTTL, etcd.DefaultKeepAlive)
 }
 
 // sizeFlag is a byte count given as a number with an optional K, M or G
@@ -147,11 +149,16 @@ func runMonitor(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", cfg.HelloTimeout, "")
 	fs.DurationVar(&cfg.IdleTimeout, "idle-timeout", cfg.IdleTimeout, "")
 	fs.DurationVar(&cfg.PingTimeout, "ping-timeout", cfg.PingTimeout, "")
+	var cf clusterFlags
+	cf.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("monitor", "unexpected argument %q", fs.Arg(0))
+	}
+	if err := cf.check(); err != nil {
+		return err
 	}
 	for _, c := range counts {
 		if *c.v <= 0 {
@@ -177,5 +184,34 @@ func runMonitor(ctx context.Context, args []string) error {
 		// garbage pass it.
 		debug.SetMemoryLimit(cfg.MemoryBound())
 	}
-	return monitor.Run(ctx, cfg)
+	if cf.cluster == "" {
+		return monitor.Run(ctx, cfg)
+	}
+	return runClusterMonitor(ctx, &cf, cfg)
+}
+
+// runClusterMonitor runs the monitor as a machine of the cluster cf names
+// until ctx ends, then leaves the cluster.
+func runClusterMonitor(ctx context.Context, cf *clusterFlags, cfg monitor.Config) error {
+	dir, err := monitor.Dir(cfg.Dir)
+	if err != nil {
+		return fmt.Errorf("monitor: %w", err)
+	}
+	// A second monitor of the machine would find its id registered, and
+	// wait for the first's lease: say at once why it cannot start.
+	if c, err := seqpacket.Dial(ctx, monitor.SocketPath(dir), 64); err == nil {
+		c.Close()
+		return fmt.Errorf("monitor: another monitor is already running on %s: %w", monitor.SocketPath(dir), seqpacket.ErrInUse)
+	}
+	member, err := joinCluster(ctx, cf, dir, &cfg, cfg.Logger)
+	if err != nil {
+		return err
+	}
+	defer member.close()
+	m, err := monitor.New(cfg)
+	if err != nil {
+		return err
+	}
+	member.start(m, m.Dir())
+	return m.Serve(ctx)
 }

@@ -15,11 +15,12 @@ const namesUsage = `usage: chanos names [PREFIX] [--json] [--dir DIR]
 
 Lists the names registered in this user's nameservice that start with
 PREFIX (all of them by default), with the interface, its fingerprint
-(docs/idl.md) and the domain of the export each names.
+(docs/idl.md), the machine it lives on (by name, in a cluster) and the
+domain of the export each names (for the names of this machine).
 
 --json prints one JSON document on one line, an array of
-{"name", "machine_id", "export_id", "iface", "fingerprint", "domain",
-"program"} ([] when no name matches); a failure prints {"error": MESSAGE,
+{"name", "machine_id", "machine", "export_id", "iface", "fingerprint",
+"domain", "program"} ([] when no name matches); a failure prints {"error": MESSAGE,
 "code": CODE} instead (code no_monitor when no monitor runs), and the exit
 status is not 0.
 `
@@ -28,8 +29,11 @@ status is not 0.
 type nameEntry struct {
 	Name      string `json:"name"`
 	MachineID string `json:"machine_id"`
-	ExportID  uint64 `json:"export_id"`
-	Iface     string `json:"iface,omitempty"`
+	// Machine is the name of the machine, as the cluster's registry
+	// gives it ("" when the registry does not list it).
+	Machine  string `json:"machine,omitempty"`
+	ExportID uint64 `json:"export_id"`
+	Iface    string `json:"iface,omitempty"`
 	// Fingerprint is the export's, as ps gives it (16 hex digits).
 	Fingerprint string `json:"fingerprint,omitempty"`
 	Domain      uint64 `json:"domain,omitempty"`
@@ -76,6 +80,12 @@ func runNames(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("names: %w", err)
 	}
+	machines := map[string]string{}
+	if ml, err := c.Machines(ctx); err == nil {
+		for _, m := range ml.Machines {
+			machines[m.ID] = m.Name
+		}
+	}
 	type owner struct {
 		iface   string
 		fp      string
@@ -98,6 +108,7 @@ func runNames(ctx context.Context, args []string) error {
 			continue // removed since the list
 		}
 		e := nameEntry{Name: name, MachineID: fmt.Sprintf("%016x", ref.Machine), ExportID: ref.Export}
+		e.Machine = machines[e.MachineID]
 		if fmt.Sprintf("%016x", c.Machine()) == e.MachineID {
 			if o, ok := exports[ref.Export]; ok {
 				e.Iface, e.Fingerprint, e.Domain, e.Program = o.iface, o.fp, o.domain, o.program
@@ -109,13 +120,13 @@ func runNames(ctx context.Context, args []string) error {
 		return writeJSON(os.Stdout, entries)
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tIFACE\tFINGERPRINT\tDOMAIN\tPROGRAM\tEXPORT")
+	fmt.Fprintln(tw, "NAME\tIFACE\tFINGERPRINT\tDOMAIN\tPROGRAM\tEXPORT\tMACHINE")
 	for _, e := range entries {
 		domain := "-"
 		if e.Domain != 0 {
 			domain = fmt.Sprint(e.Domain)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%d\n", e.Name, orDash(e.Iface), orDash(e.Fingerprint), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s/%d\t%s\n", e.Name, orDash(e.Iface), orDash(e.Fingerprint), domain, orDash(printable(e.Program)), e.MachineID, e.ExportID, orDash(printable(e.Machine)))
 	}
 	return tw.Flush()
 }

@@ -351,8 +351,12 @@ static int check_private(chanos_domain *d, const char *prefix)
     EXPECT("connect by the iref of a withdrawn export",
            chanos_connect_ref(d, &full, "x", 4096, CALL_MS, &c),
            CHANOS_ERR_NOT_FOUND);
+    full.machine ^= 1;
+    EXPECT("connect by the iref of an export on another machine",
+           chanos_connect_ref(d, &full, "x", 4096, CALL_MS, &c),
+           CHANOS_ERR_NO_ROUTE);
     printf("private %s: by name denied, by the nameservice's iref denied, "
-           "by the listener's iref connected\n", name);
+           "by the listener's iref connected, another machine's: no route\n", name);
     return 0;
 }
 

@@ -302,7 +302,7 @@ func TestCNameservice(t *testing.T) {
 		"remove cns.svc.0: count now 1\n",
 		"watch cns.: changed cns.watched\n",
 		"wait_for cns.missing: timed out after ",
-		"private cns.private: by name denied, by the nameservice's iref denied, by the listener's iref connected\n",
+		"private cns.private: by name denied, by the nameservice's iref denied, by the listener's iref connected, another machine's: no route\n",
 		"\nok\n",
 	} {
 		if !strings.Contains(out, want) {

@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x6e719d8fc165f21d
+const Fingerprint uint64 = 0xa87c1d9943e9be65
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -36,6 +36,7 @@ const (
 	MsgIncoming uint16 = 5 // incoming
 	MsgPs       uint16 = 6 // ps
 	MsgPing     uint16 = 7 // ping
+	MsgMachines uint16 = 8 // machines
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -53,6 +54,7 @@ const (
 	MaxIncomingFdsLen           = 8       // incoming: give_away_cap fds[nfds, 8]
 	MaxIncomingClientProgramLen = 256     // incoming: String client_program[256]
 	MaxPsJSONLen                = 1048576 // ps: out uint8 json[json_len, 1048576]
+	MaxMachinesJSONLen          = 65536   // machines: out uint8 json[json_len, 65536]
 )
 
 // Interconnect is the IDL enum interconnect:
@@ -79,7 +81,7 @@ func (v Interconnect) String() string {
 
 // Status is the IDL enum status:
 //
-//	typedef enum { ok, invalid, exists, not_found, mismatch, limit, denied, no_session, internal } status;
+//	typedef enum { ok, invalid, exists, not_found, mismatch, limit, denied, no_session, internal, no_route } status;
 type Status uint32
 
 // The values of Status.
@@ -93,6 +95,7 @@ const (
 	StatusDenied    Status = 6 // denied
 	StatusNoSession Status = 7 // no_session
 	StatusInternal  Status = 8 // internal
+	StatusNoRoute   Status = 9 // no_route
 )
 
 // String returns the IDL name of v, or Status(N) for a value out of range.
@@ -116,6 +119,8 @@ func (v Status) String() string {
 		return "no_session"
 	case StatusInternal:
 		return "internal"
+	case StatusNoRoute:
+		return "no_route"
 	}
 	return "Status(" + strconv.FormatUint(uint64(v), 10) + ")"
 }
@@ -685,6 +690,84 @@ func (m *Ping) put(b []byte) {
 	wire.PutUint64(b[0:], m.Seq)
 }
 
+// MachinesCall holds the in arguments of the rpc machines, number 8:
+//
+//	rpc machines(out uint8 json[json_len, 65536]);
+type MachinesCall struct{}
+
+func (*MachinesCall) MsgNumber() uint16  { return MsgMachines }
+func (*MachinesCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*MachinesCall) MsgName() string    { return "monitor.machines" }
+func (*MachinesCall) isMsg()             {}
+func (*MachinesCall) Encode(buf *wire.Buffer) error {
+	wire.AppendFixed(buf, MsgMachines, wire.KindCall, 0)
+	return nil
+}
+func (*MachinesCall) Decode(frame []byte, caps []wire.Cap) error {
+	if _, ok := wire.FixedBody(frame, caps, MsgMachines, wire.KindCall, 0); ok {
+		return nil
+	}
+	return wire.FixedError(frame, caps, "monitor.machines call", MsgMachines, wire.KindCall, 0)
+}
+
+// MachinesReply holds the out arguments of the rpc machines, number 8:
+//
+//	rpc machines(out uint8 json[json_len, 65536]);
+type MachinesReply struct {
+	// JSON is the out argument json: at most MaxMachinesJSONLen bytes (its length is json_len in the IDL).
+	JSON []byte
+}
+
+func (*MachinesReply) MsgNumber() uint16  { return MsgMachines }
+func (*MachinesReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*MachinesReply) MsgName() string    { return "monitor.machines" }
+func (*MachinesReply) isMsg()             {}
+func (m *MachinesReply) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 4]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.JSON...), tail...)
+	}
+	return err
+}
+
+func (m *MachinesReply) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// parts writes the frame's header and the fields around m.JSON, checked
+// against its bound, into f: the frame is head, m.JSON, tail.
+func (m *MachinesReply) parts(f *[wire.HeaderSize + 4]byte) (head, tail []byte, err error) {
+	n := len(m.JSON)
+	if err := wire.CheckCount("monitor.machines reply", "json", n, MaxMachinesJSONLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgMachines, wire.KindReply, 4+n)
+	wire.PutUint32(f[wire.HeaderSize:], uint32(n))
+	return f[:wire.HeaderSize+4], f[wire.HeaderSize+4:], nil
+}
+
+// decode is Decode taking the frame's json as take says.
+func (m *MachinesReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgMachines, wire.KindReply, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxMachinesJSONLen && uint64(n) == uint64(len(b)-4) {
+			m.JSON = take.Bytes(m.JSON, b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.JSON
+	*m = MachinesReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "monitor.machines reply", MsgMachines, wire.KindReply)
+	m.JSON = d.BytesAs("json", MaxMachinesJSONLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = MachinesReply{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if monitor has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -713,6 +796,10 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(PsReply)
 	case msg == MsgPing && kind == wire.KindMessage:
 		return new(Ping)
+	case msg == MsgMachines && kind == wire.KindCall:
+		return new(MachinesCall)
+	case msg == MsgMachines && kind == wire.KindReply:
+		return new(MachinesReply)
 	}
 	return nil
 }
