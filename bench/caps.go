@@ -307,15 +307,7 @@ func (p *filesPeer) close() {
 		p.d.Close()
 	}
 	if p.cmd != nil {
-		p.stdin.Close()
-		done := make(chan struct{})
-		go func() { p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			p.cmd.Process.Kill()
-			<-done
-		}
+		endByStdin(p.cmd, p.stdin)
 	}
 	p.stopMonitor()
 }

@@ -241,17 +241,23 @@ func (w *world) close() {
 		w.d.Close()
 	}
 	if w.server != nil {
-		w.stdin.Close()
-		done := make(chan struct{})
-		go func() { w.server.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			w.server.Process.Kill()
-			<-done
-		}
+		endByStdin(w.server, w.stdin)
 	}
 	w.stop()
+}
+
+// endByStdin ends a child that stops when its standard input closes:
+// closes stdin, then kills it if it has not exited within 5 s, and waits.
+func endByStdin(cmd *exec.Cmd, stdin io.Closer) {
+	stdin.Close()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		cmd.Process.Kill()
+		<-done
+	}
 }
 
 // timeRTT runs op warmup times, then iters times, timing each, then iters

@@ -335,30 +335,42 @@ func (m *Monitor) bindNameservice(s *session, rec *connRec) ([]wire.Cap, error) 
 	return attacher, err
 }
 
-// openNameservice makes the ring pair of a nameservice connection, small
-// (nsRingSlots, nsRingBulk: the monitor maps it, and a client may touch
-// every page), and starts serving it.
-func (m *Monitor) openNameservice(s *session, rec *connRec) ([]wire.Cap, error) {
-	opts := &ump.Options{MaxMessageSize: nameservice.MaxFrameSize, RingSlots: nsRingSlots, BulkSize: nsRingBulk, Logger: m.log}
+// openOwnRing makes the ring pair of a connection to a service the monitor
+// serves itself (the nameservice, the spawn service), for frames of up to
+// maxFrame bytes: it opens the monitor's side and returns the attacher's
+// descriptors, for the bind reply.
+func (m *Monitor) openOwnRing(rec *connRec, maxFrame int) (*ump.Conn, []wire.Cap, error) {
+	opts := &ump.Options{MaxMessageSize: maxFrame, RingSlots: nsRingSlots, BulkSize: nsRingBulk, Logger: m.log}
 	files, err := ump.NewFiles(opts)
 	if err != nil {
-		return nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
+		return nil, nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
 	}
 	a, b, err := ump.SocketPair()
 	if err != nil {
 		files.Close()
-		return nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
+		return nil, nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
 	}
 	attacher, err := ump.Caps(files, ump.Attacher, b)
 	if err != nil {
 		files.Close()
 		a.Close()
-		return nil, fail(proto.StatusInternal, "bind %q: duplicate the ring descriptors: %v", rec.name, err)
+		return nil, nil, fail(proto.StatusInternal, "bind %q: duplicate the ring descriptors: %v", rec.name, err)
 	}
 	u, err := ump.Open(ump.Creator, files, a, opts) // takes files and a
 	if err != nil {
 		closeCaps(attacher)
-		return nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
+		return nil, nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
+	}
+	return u, attacher, nil
+}
+
+// openNameservice makes the ring pair of a nameservice connection, small
+// (nsRingSlots, nsRingBulk: the monitor maps it, and a client may touch
+// every page), and starts serving it.
+func (m *Monitor) openNameservice(s *session, rec *connRec) ([]wire.Cap, error) {
+	u, attacher, err := m.openOwnRing(rec, nameservice.MaxFrameSize)
+	if err != nil {
+		return nil, err
 	}
 	c := newNSConn(m, u, rec.id, s, s.log)
 	m.mu.Lock()

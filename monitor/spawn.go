@@ -13,7 +13,6 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
 	spawnif "github.com/chanos/chanos/interfaces/spawn"
-	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/spawn"
 	"github.com/chanos/chanos/wire"
@@ -207,26 +206,9 @@ func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 		return nil, exhausted("bind %q: the monitor has %d spawn service connections, its quota", rec.name, spawnMaxTotalConns)
 	}
 	m.mu.Unlock()
-	opts := &ump.Options{MaxMessageSize: spawnif.MaxFrameSize, RingSlots: nsRingSlots, BulkSize: nsRingBulk, Logger: m.log}
-	files, err := ump.NewFiles(opts)
+	u, attacher, err := m.openOwnRing(rec, spawnif.MaxFrameSize)
 	if err != nil {
-		return nil, fail(proto.StatusInternal, "bind %q: create the ring pair: %v", rec.name, err)
-	}
-	a, b, err := ump.SocketPair()
-	if err != nil {
-		files.Close()
-		return nil, fail(proto.StatusInternal, "bind %q: create the liveness socket: %v", rec.name, err)
-	}
-	attacher, err := ump.Caps(files, ump.Attacher, b)
-	if err != nil {
-		files.Close()
-		a.Close()
-		return nil, fail(proto.StatusInternal, "bind %q: duplicate the ring descriptors: %v", rec.name, err)
-	}
-	u, err := ump.Open(ump.Creator, files, a, opts) // takes files and a
-	if err != nil {
-		closeCaps(attacher)
-		return nil, fail(proto.StatusInternal, "bind %q: open the ring pair: %v", rec.name, err)
+		return nil, err
 	}
 	c := &spawnConn{
 		m:    m,
