@@ -338,10 +338,11 @@ static void worker_leave(struct worker *w, struct fiber *self, enum after after)
 /* ---- running tasks ---- */
 
 /* publish makes the worker's private deque entries stealable, because a
- * thief or a sleeper asked (deque.h), and wakes a sleeper if no worker is
- * searching. With nothing private to publish, the request stays, so that
- * the next spawn publishes. A sleeper that asked went to sleep after its
- * count in sleepers, which cl_publish's acquire makes visible here. */
+ * thief or a sleeper asked (deque.h) or because a worker sleeps, and wakes
+ * a sleeper if no worker is searching. With nothing private to publish,
+ * the request stays, so that the next spawn publishes. A sleeper asks
+ * after it added itself to sleepers, so cl_publish's acquire, reading its
+ * request, makes that count visible here. */
 static __attribute__((noinline)) void publish(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
@@ -608,6 +609,7 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     struct worker *w = tls_worker;
     struct fiber *f;
     struct frame *fr;
+    chanos_tasks *rt;
 
     if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL) {
         call_task(t);
@@ -615,10 +617,17 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     }
     t->frame_ = fr;
     fr->spawned++;
-    /* The push is private: no fence and no shared line. Thieves see the
-     * task once we publish, which we do when one asked. */
+    /* The push is private: no fence and no store to a shared line.
+     * Thieves see the task once we publish: when one asked, or when a
+     * worker sleeps and none searches (the wake-up a spawn always gave).
+     * The sleeper check keeps a task that runs long after this spawn from
+     * sitting private while a worker sleeps; it takes no fence, and a
+     * sleeper it misses asked us before it slept (worker_sleep). */
     cl_push(&w->dq, t);
-    if (__builtin_expect(cl_wanted(&w->dq), 0))
+    rt = w->rt;
+    if (__builtin_expect(cl_wanted(&w->dq) ||
+                         (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+                          atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0), 0))
         publish(w);
 }
 
