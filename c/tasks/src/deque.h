@@ -249,6 +249,16 @@ static inline chanos_task *cl_take(struct cl_deque *q)
     return cl_take_public(q);
 }
 
+/* cl_peek_private: owner only, with a private entry (head > pub); the
+ * newest entry, left in place. */
+static inline chanos_task *cl_peek_private(struct cl_deque *q)
+{
+    struct cl_array *a = q->arr;
+
+    return atomic_load_explicit(&a->slot[(q->head - 1) & (a->size - 1)],
+                                memory_order_relaxed);
+}
+
 /* cl_owner_nonempty: owner only; whether a take could find an entry. */
 static inline int cl_owner_nonempty(struct cl_deque *q)
 {
