@@ -172,6 +172,20 @@ static inline void cl_push(struct cl_deque *q, chanos_task *x)
     q->head = h + 1;
 }
 
+/* cl_push_fast: owner only. cl_push when the owner's bound of top shows
+ * room; 0 (and nothing pushed) when cl_push must check. */
+static inline int cl_push_fast(struct cl_deque *q, chanos_task *x)
+{
+    int64_t h = q->head;
+    struct cl_array *a = q->arr;
+
+    if (h - q->top_low > a->size - 1)
+        return 0;
+    atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
+    q->head = h + 1;
+    return 1;
+}
+
 /* cl_wanted: owner only; whether a thief or a sleeper asked the owner to
  * publish. A hint: a relaxed load of a line that thieves only read while
  * they find work. */

@@ -598,6 +598,20 @@ static void fiber_entry(void *arg)
 
 /* ---- the public task calls ---- */
 
+/* spawn_push_slow pushes when the array may be full (cl_push reloads top
+ * and grows it), then publishes as chanos_task_spawn does. Apart, so that
+ * the fast path saves no registers. */
+static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_task *t)
+{
+    chanos_tasks *rt = w->rt;
+
+    cl_push(&w->dq, t);
+    if (cl_wanted(&w->dq) ||
+        (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0))
+        publish(w);
+}
+
 /*
  * The three calls below read the thread-local worker directly, not through
  * tasks_worker_: each reads it once, on entry, before anything can switch
@@ -623,7 +637,10 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
      * The sleeper check keeps a task that runs long after this spawn from
      * sitting private while a worker sleeps; it takes no fence, and a
      * sleeper it misses asked us before it slept (worker_sleep). */
-    cl_push(&w->dq, t);
+    if (__builtin_expect(!cl_push_fast(&w->dq, t), 0)) {
+        spawn_push_slow(w, t);
+        return;
+    }
     rt = w->rt;
     if (__builtin_expect(cl_wanted(&w->dq) ||
                          (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
