@@ -198,15 +198,17 @@ static inline int cl_wanted(struct cl_deque *q)
  * push's release fence and bottom store, once for all of them. The
  * exchange clears the request; its acquire pairs with the release store
  * of the request, so that the owner then sees what the requester did
- * before it asked (a sleeper's count in rt->sleepers). */
-static inline void cl_publish(struct cl_deque *q)
+ * before it asked (a sleeper's count in rt->sleepers). With nothing
+ * private, the request stays for the next spawn; 0 then, else 1. */
+static inline int cl_publish(struct cl_deque *q)
 {
-    (void)atomic_exchange_explicit(&q->want, 0, memory_order_acquire);
     if (q->head == q->pub)
-        return;
+        return 0;
+    (void)atomic_exchange_explicit(&q->want, 0, memory_order_acquire);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&q->bottom, q->head, CL_BOT_STORE);
     q->pub = q->head;
+    return 1;
 }
 
 /* cl_take_public: owner only, with no private entry (head == pub ==

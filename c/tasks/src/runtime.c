@@ -347,9 +347,8 @@ static __attribute__((noinline)) void publish(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
 
-    if (w->dq.head == w->dq.pub)
+    if (!cl_publish(&w->dq))
         return;
-    cl_publish(&w->dq);
     if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
         wake(rt, 1);
