@@ -501,7 +501,6 @@ static void worker_sleep(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
     unsigned e = atomic_load(&rt->epoch);
-
     unsigned n = atomic_load_explicit(&rt->nslots, memory_order_acquire);
 
     atomic_fetch_add(&rt->sleepers, 1);
@@ -651,7 +650,6 @@ __attribute__((noinline)) void chanos_task_sync(void)
 {
     struct worker *w = tls_worker;
     struct fiber *f;
-
     struct frame *fr;
     struct cl_deque *q;
 
