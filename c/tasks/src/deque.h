@@ -33,8 +33,15 @@
  * fails its CAS on top, as in Chase-Lev. Publishing k entries is k
  * Chase-Lev pushes of which thieves do not see the intermediate bottoms:
  * the slot stores come before the release fence, and the bottom store
- * after it. A private pop is a pop of an entry no thief can have read,
- * because bottom never covered it. The owner keeps private copies of the
+ * after it. A private entry is a Chase-Lev push that has written its slot
+ * but not yet bottom, and a private pop undoes that push. No thief can
+ * take it: a steal of index t succeeds only after the thief read, past its
+ * seq_cst fence, a bottom above t; bottom covered the index only before a
+ * take lowered it (the take's bottom store, then its fence), and a thief
+ * whose top read shows t came after that fence in the seq_cst order, so
+ * it reads the lowered bottom or a later one (C11 [atomics.order], the
+ * fence rules that Le et al.'s proof uses for the take). The owner keeps
+ * private copies of the
  * values only it writes (bottom, array) and a lower bound of top (top only
  * grows), and reloads top only when the bound says the array may be full.
  *
