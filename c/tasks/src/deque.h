@@ -40,7 +40,9 @@
  * take lowered it (the take's bottom store, then its fence), and a thief
  * whose top read shows t came after that fence in the seq_cst order, so
  * it reads the lowered bottom or a later one (C11 [atomics.order], the
- * fence rules that Le et al.'s proof uses for the take). The owner keeps
+ * fence rules that Le et al.'s proof uses for the take); if top was t
+ * already at that fence, the take found the last entry and its CAS moved
+ * top past t, so a steal from t fails. The owner keeps
  * private copies of the
  * values only it writes (bottom, array) and a lower bound of top (top only
  * grows), and reloads top only when the bound says the array may be full.
