@@ -123,17 +123,15 @@ unsigned chanos_tasks_workers(chanos_tasks *rt);
 
 /* ---- tasks ---- */
 
-/* chanos_task_init fills t to run fn(arg). */
+/* chanos_task_init fills t to run fn(arg). It sets only what the task
+ * runs: spawn, call and run set the runtime's fields themselves, and the
+ * run sets the result. */
 static inline void chanos_task_init(chanos_task *t, chanos_task_fn fn,
                                     chanos_task_val arg)
 {
     t->fn_.val = fn;
     t->kind_ = CHANOS_TASK_VAL;
     t->arg_ = arg;
-    t->result_.u = 0;
-    t->frame_ = NULL;
-    t->next_ = NULL;
-    t->root_ = NULL;
 }
 
 /*

@@ -1,12 +1,51 @@
 /*
  * deque.h: the per-worker work-stealing deque of chanos_tasks.
  *
- * The Chase-Lev deque (Chase and Lev, "Dynamic Circular Work-Stealing
- * Deque", SPAA'05) in C11 atomics, with the memory orders of the version
- * proven correct by N. M. Lê, A. Pop, A. Cohen and F. Zappa Nardelli,
- * "Correct and Efficient Work-Stealing for Weak Memory Models", PPoPP'13
- * (their Figure 1). The owner pushes and takes at the bottom; thieves steal
- * at the top. Nothing takes a lock.
+ * A split deque: a private part that only its owner touches, below a
+ * Chase-Lev deque that thieves steal from.
+ *
+ * The public part is the Chase-Lev deque (Chase and Lev, "Dynamic Circular
+ * Work-Stealing Deque", SPAA'05) in C11 atomics, with the memory orders of
+ * the version proven correct by N. M. Le, A. Pop, A. Cohen and F. Zappa
+ * Nardelli, "Correct and Efficient Work-Stealing for Weak Memory Models",
+ * PPoPP'13 (their Figure 1). Thieves steal at top with exactly that
+ * algorithm.
+ *
+ * The split follows Wool's private tasks (K.-F. Faxen, "Efficient Work
+ * Stealing for Fine Grained Parallelism", ICPP 2010) and Lace's split
+ * deque (T. van Dijk and J. van de Pol, "Lace: Non-blocking Split Deque
+ * for Work-Stealing", Euro-Par 2014 workshops): the entries [top, bottom)
+ * are public, and [bottom, head) are private. Thieves see bottom only, so
+ * the owner pushes and pops private entries with plain owner-only
+ * accesses: no fence, no read-modify-write, no access to a line a thief
+ * writes except the want flag, which it only reads. A thief that finds the
+ * public part empty sets want (as does a worker about to sleep); the
+ * owner, at its next spawn or pop, publishes every private entry at once
+ * with the Chase-Lev push's release fence and bottom store. Once the
+ * private part is empty, the owner pops with the Chase-Lev take and its
+ * sequentially consistent fence. So only an entry a thief could see costs
+ * synchronisation.
+ *
+ * Why this is Chase-Lev for the thieves. Thieves read only top, bottom,
+ * array and the slots in [top, bottom). The owner writes a private entry
+ * only at index head >= bottom, with head - top < size (grow otherwise),
+ * so never a slot a thief may still take; a thief holding a stale top
+ * fails its CAS on top, as in Chase-Lev. Publishing k entries is k
+ * Chase-Lev pushes of which thieves do not see the intermediate bottoms:
+ * the slot stores come before the release fence, and the bottom store
+ * after it. A private entry is a Chase-Lev push that has written its slot
+ * but not yet bottom, and a private pop undoes that push. No thief can
+ * take it: a steal of index t succeeds only after the thief read, past its
+ * seq_cst fence, a bottom above t; bottom covered the index only before a
+ * take lowered it (the take's bottom store, then its fence), and a thief
+ * whose top read shows t came after that fence in the seq_cst order, so
+ * it reads the lowered bottom or a later one (C11 [atomics.order], the
+ * fence rules that Le et al.'s proof uses for the take); if top was t
+ * already at that fence, the take found the last entry and its CAS moved
+ * top past t, so a steal from t fails. The owner keeps
+ * private copies of the
+ * values only it writes (bottom, array) and a lower bound of top (top only
+ * grows), and reloads top only when the bound says the array may be full.
  *
  * ThreadSanitizer does not model stand-alone fences, so under it the slot
  * and bottom accesses that the fences order are made release/acquire
@@ -42,9 +81,17 @@ struct cl_array {
 
 struct cl_deque {
     _Alignas(64) _Atomic int64_t top;
+    /* What thieves read: the public end, the array, and the request to
+     * publish (set by thieves, cleared by the owner). */
     _Alignas(64) _Atomic int64_t bottom;
     _Atomic(struct cl_array *) array;
-    char pad_[64 - sizeof(void *)];
+    atomic_int want;
+    /* The owner's alone: the private end, its copies of bottom and array,
+     * and a lower bound of top. */
+    _Alignas(64) int64_t head;
+    int64_t pub;
+    int64_t top_low;
+    struct cl_array *arr;
 };
 
 /* What cl_steal returns when it lost a race: try again or elsewhere. */
@@ -67,7 +114,12 @@ static inline void cl_init(struct cl_deque *q, int64_t size)
 {
     atomic_init(&q->top, 0);
     atomic_init(&q->bottom, 0);
-    atomic_init(&q->array, cl_array_new(size));
+    q->arr = cl_array_new(size);
+    atomic_init(&q->array, q->arr);
+    atomic_init(&q->want, 0);
+    q->head = 0;
+    q->pub = 0;
+    q->top_low = 0;
 }
 
 static inline void cl_destroy(struct cl_deque *q)
@@ -80,43 +132,100 @@ static inline void cl_destroy(struct cl_deque *q)
         a = p;
     }
     atomic_store_explicit(&q->array, NULL, memory_order_relaxed);
+    q->arr = NULL;
 }
 
-/* cl_grow doubles the owner's array, copying the live entries [t, b). */
-static inline struct cl_array *cl_grow(struct cl_deque *q, struct cl_array *a,
-                                       int64_t t, int64_t b)
+/* cl_grow doubles the owner's array, copying the entries [t, h), public
+ * and private. Thieves that loaded the old array still find the public
+ * entries there; the release store orders the copy before the array, and
+ * the array before any later bottom store (publish), so a thief that sees
+ * the later bottom sees this array. */
+static __attribute__((unused)) struct cl_array *cl_grow(struct cl_deque *q, struct cl_array *a,
+                                int64_t t, int64_t h)
 {
     struct cl_array *n = cl_array_new(a->size * 2);
 
-    for (int64_t i = t; i < b; i++)
+    for (int64_t i = t; i < h; i++)
         atomic_store_explicit(&n->slot[i & (n->size - 1)],
                               atomic_load_explicit(&a->slot[i & (a->size - 1)],
                                                    memory_order_relaxed),
                               memory_order_relaxed);
     n->prev = a;
     atomic_store_explicit(&q->array, n, memory_order_release);
+    q->arr = n;
     return n;
 }
 
-/* cl_push: owner only. */
-static inline void cl_push(struct cl_deque *q, chanos_task *x)
+/* cl_full_slow: owner only. The array may be full: reload top, and grow
+ * if it is. */
+static __attribute__((noinline, unused)) struct cl_array *cl_full_slow(struct cl_deque *q)
 {
-    int64_t b = atomic_load_explicit(&q->bottom, memory_order_relaxed);
-    int64_t t = atomic_load_explicit(&q->top, memory_order_acquire);
-    struct cl_array *a = atomic_load_explicit(&q->array, memory_order_relaxed);
+    struct cl_array *a = q->arr;
 
-    if (b - t > a->size - 1)
-        a = cl_grow(q, a, t, b);
-    atomic_store_explicit(&a->slot[b & (a->size - 1)], x, CL_SLOT_STORE);
-    atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&q->bottom, b + 1, CL_BOT_STORE);
+    q->top_low = atomic_load_explicit(&q->top, memory_order_acquire);
+    if (q->head - q->top_low > a->size - 1)
+        a = cl_grow(q, a, q->top_low, q->head);
+    return a;
 }
 
-/* cl_take: owner only; NULL when empty. */
-static inline chanos_task *cl_take(struct cl_deque *q)
+/* cl_push: owner only. Pushes x on the private part: no thief can see it
+ * until cl_publish. */
+static inline void cl_push(struct cl_deque *q, chanos_task *x)
 {
-    int64_t b = atomic_load_explicit(&q->bottom, memory_order_relaxed) - 1;
-    struct cl_array *a = atomic_load_explicit(&q->array, memory_order_relaxed);
+    int64_t h = q->head;
+    struct cl_array *a = q->arr;
+
+    if (__builtin_expect(h - q->top_low > a->size - 1, 0))
+        a = cl_full_slow(q);
+    atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
+    q->head = h + 1;
+}
+
+/* cl_push_fast: owner only. cl_push when the owner's bound of top shows
+ * room; 0 (and nothing pushed) when cl_push must check. */
+static inline int cl_push_fast(struct cl_deque *q, chanos_task *x)
+{
+    int64_t h = q->head;
+    struct cl_array *a = q->arr;
+
+    if (h - q->top_low > a->size - 1)
+        return 0;
+    atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
+    q->head = h + 1;
+    return 1;
+}
+
+/* cl_wanted: owner only; whether a thief or a sleeper asked the owner to
+ * publish. A hint: a relaxed load of a line that thieves only read while
+ * they find work. */
+static inline int cl_wanted(struct cl_deque *q)
+{
+    return atomic_load_explicit(&q->want, memory_order_relaxed) != 0;
+}
+
+/* cl_publish: owner only. Makes every private entry public: the Chase-Lev
+ * push's release fence and bottom store, once for all of them. The
+ * exchange clears the request; its acquire pairs with the release store
+ * of the request, so that the owner then sees what the requester did
+ * before it asked (a sleeper's count in rt->sleepers). With nothing
+ * private, the request stays for the next spawn; 0 then, else 1. */
+static inline int cl_publish(struct cl_deque *q)
+{
+    if (q->head == q->pub)
+        return 0;
+    (void)atomic_exchange_explicit(&q->want, 0, memory_order_acquire);
+    atomic_thread_fence(memory_order_release);
+    atomic_store_explicit(&q->bottom, q->head, CL_BOT_STORE);
+    q->pub = q->head;
+    return 1;
+}
+
+/* cl_take_public: owner only, with no private entry (head == pub ==
+ * bottom): the Chase-Lev take. */
+static __attribute__((noinline, unused)) chanos_task *cl_take_public(struct cl_deque *q)
+{
+    int64_t b = q->pub - 1;
+    struct cl_array *a = q->arr;
     int64_t t;
     chanos_task *x;
 
@@ -132,11 +241,54 @@ static inline chanos_task *cl_take(struct cl_deque *q)
                     memory_order_relaxed))
                 x = NULL;
             atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
+            q->head = q->pub = b + 1;
+            q->top_low = b + 1;
+            return x;
         }
+        q->head = q->pub = b;
+        q->top_low = t;
         return x;
     }
     atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
+    q->head = q->pub = b + 1;
+    q->top_low = t;
     return NULL;
+}
+
+/* cl_take: owner only; NULL when empty. A private entry costs no
+ * synchronisation; a public one costs the Chase-Lev take. */
+static inline chanos_task *cl_take(struct cl_deque *q)
+{
+    int64_t h = q->head;
+
+    if (h > q->pub) {
+        struct cl_array *a = q->arr;
+
+        q->head = --h;
+        return atomic_load_explicit(&a->slot[h & (a->size - 1)],
+                                    memory_order_relaxed);
+    }
+    /* top only grows: pub <= top_low means the public part is empty too. */
+    if (q->pub <= q->top_low)
+        return NULL;
+    return cl_take_public(q);
+}
+
+/* cl_peek_private: owner only, with a private entry (head > pub); the
+ * newest entry, left in place. */
+static inline chanos_task *cl_peek_private(struct cl_deque *q)
+{
+    struct cl_array *a = q->arr;
+
+    return atomic_load_explicit(&a->slot[(q->head - 1) & (a->size - 1)],
+                                memory_order_relaxed);
+}
+
+/* cl_owner_nonempty: owner only; whether a take could find an entry. */
+static inline int cl_owner_nonempty(struct cl_deque *q)
+{
+    return q->head > q->pub ||
+           atomic_load_explicit(&q->top, memory_order_acquire) < q->pub;
 }
 
 /* cl_steal: any thread; NULL when empty, CL_ABORT when it lost a race. */
@@ -161,7 +313,17 @@ static inline chanos_task *cl_steal(struct cl_deque *q)
     return NULL;
 }
 
-/* cl_nonempty: a hint, from any thread. */
+/* cl_ask: any thread but the owner; asks the owner to publish its private
+ * entries at its next spawn or pop. The release pairs with cl_publish's
+ * acquire. The load first keeps idle thieves from writing the line over
+ * and over. */
+static inline void cl_ask(struct cl_deque *q)
+{
+    if (atomic_load_explicit(&q->want, memory_order_relaxed) == 0)
+        atomic_store_explicit(&q->want, 1, memory_order_release);
+}
+
+/* cl_nonempty: a hint, from any thread; the public part only. */
 static inline int cl_nonempty(struct cl_deque *q)
 {
     int64_t t = atomic_load_explicit(&q->top, memory_order_acquire);

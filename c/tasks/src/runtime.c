@@ -251,7 +251,7 @@ int tasks_has_other_work_(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
 
-    return cl_nonempty(&w->dq) ||
+    return cl_owner_nonempty(&w->dq) ||
            atomic_load_explicit(&rt->ready_n, memory_order_relaxed) > 0 ||
            atomic_load_explicit(&rt->inj_n, memory_order_relaxed) > 0;
 }
@@ -337,6 +337,23 @@ static void worker_leave(struct worker *w, struct fiber *self, enum after after)
 
 /* ---- running tasks ---- */
 
+/* publish makes the worker's private deque entries stealable, because a
+ * thief or a sleeper asked (deque.h) or because a worker sleeps, and wakes
+ * a sleeper if no worker is searching. With nothing private to publish,
+ * the request stays, so that the next spawn publishes. A sleeper asks
+ * after it added itself to sleepers, so cl_publish's acquire, reading its
+ * request, makes that count visible here. */
+static __attribute__((noinline)) void publish(struct worker *w)
+{
+    chanos_tasks *rt = w->rt;
+
+    if (!cl_publish(&w->dq))
+        return;
+    if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+        atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
+        wake(rt, 1);
+}
+
 static void call_task(chanos_task *t)
 {
     switch (t->kind_) {
@@ -365,8 +382,7 @@ static void exec_task(struct fiber *f, chanos_task *t)
     struct frame *outer = f->frame;
 
     fr.spawned = 0;
-    atomic_init(&fr.wp.count, 0);
-    fr.wp.fiber = NULL;
+    atomic_init(&fr.wp.count, 0); /* wp.fiber is set by a suspension */
     f->frame = &fr;
     call_task(t);
     if (fr.spawned > 0)
@@ -386,7 +402,11 @@ static void sync_frame(struct fiber *f, struct frame *fr)
     /* Our children not stolen are the newest entries of our deque, unless
      * the task moved to another worker since it spawned them. */
     while (fr->spawned > 0) {
-        chanos_task *t = cl_take(&w->dq);
+        chanos_task *t;
+
+        if (__builtin_expect(cl_wanted(&w->dq), 0))
+            publish(w);
+        t = cl_take(&w->dq);
 
         if (t == NULL)
             break;
@@ -432,10 +452,9 @@ static void run_top(struct fiber *f, chanos_task *t)
 
     exec_task(f, t);
     parent = t->frame_;
-    root = t->root_;
     if (parent != NULL) {
         tasks_release_(f->rt, &parent->wp);
-    } else if (root != NULL) {
+    } else if ((root = t->root_) != NULL) {
         atomic_store_explicit(&root->done, 1, memory_order_release);
         futex_wake(&root->done, 1);
     }
@@ -459,6 +478,8 @@ static chanos_task *steal(struct worker *w)
         t = cl_steal(&rt->w[v].dq);
         if (t != NULL && t != CL_ABORT)
             return t;
+        if (t == NULL) /* its private entries, if any: ask for them */
+            cl_ask(&rt->w[v].dq);
     }
     return NULL;
 }
@@ -480,8 +501,16 @@ static void worker_sleep(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
     unsigned e = atomic_load(&rt->epoch);
+    unsigned n = atomic_load_explicit(&rt->nslots, memory_order_acquire);
 
     atomic_fetch_add(&rt->sleepers, 1);
+    /* Every worker's private entries are invisible here: ask each owner
+     * to publish them at its next spawn or pop, where it will see our
+     * count in sleepers (cl_ask's release, cl_publish's acquire) and wake
+     * a sleeper. */
+    for (unsigned i = 0; i < n; i++)
+        if (i != w->id)
+            cl_ask(&rt->w[i].dq);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_visible(rt) && !atomic_load(&w->leave))
         futex_wait(&rt->epoch, e);
@@ -506,6 +535,8 @@ static void sched_loop(struct fiber *self)
             worker_leave(w, self, AFTER_RECYCLE);
             abort(); /* a recycled fiber is never resumed */
         }
+        if (cl_wanted(&w->dq))
+            publish(w);
         t = cl_take(&w->dq);
         if (t == NULL) {
             f = ready_pop(rt);
@@ -565,36 +596,81 @@ static void fiber_entry(void *arg)
 
 /* ---- the public task calls ---- */
 
-void chanos_task_spawn(chanos_task *t)
+/* spawn_push_slow pushes when the array may be full (cl_push reloads top
+ * and grows it), then publishes as chanos_task_spawn does. Apart, so that
+ * the fast path saves no registers. */
+static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_task *t)
 {
-    struct worker *w = tasks_worker_();
+    chanos_tasks *rt = w->rt;
+
+    cl_push(&w->dq, t);
+    if (cl_wanted(&w->dq) ||
+        (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0))
+        publish(w);
+}
+
+/*
+ * The three calls below read the thread-local worker directly, not through
+ * tasks_worker_: each reads it once, on entry, before anything can switch
+ * stacks, and noinline keeps a caller in this file from merging that read
+ * with one of its own across a switch.
+ */
+__attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
+{
+    struct worker *w = tls_worker;
+    struct fiber *f;
     struct frame *fr;
     chanos_tasks *rt;
 
-    if (w == NULL || w->cur == NULL || w->cur->frame == NULL) {
+    if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL) {
         call_task(t);
         return;
     }
-    fr = w->cur->frame;
     t->frame_ = fr;
-    t->root_ = NULL;
     fr->spawned++;
-    cl_push(&w->dq, t);
-    /* No fence here: a sleeper this misses is woken by a later spawn or a
-     * shared queue, and the owner runs its own deque anyway. */
+    /* The push is private: no fence and no store to a shared line.
+     * Thieves see the task once we publish: when one asked, or when a
+     * worker sleeps and none searches (the wake-up a spawn always gave).
+     * The sleeper check keeps a task that runs long after this spawn from
+     * sitting private while a worker sleeps; it takes no fence, and a
+     * sleeper it misses asked us before it slept (worker_sleep). */
+    if (__builtin_expect(!cl_push_fast(&w->dq, t), 0)) {
+        spawn_push_slow(w, t);
+        return;
+    }
     rt = w->rt;
-    if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
-        atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
-        wake(rt, 1);
+    if (__builtin_expect(cl_wanted(&w->dq) ||
+                         (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+                          atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0), 0))
+        publish(w);
 }
 
-void chanos_task_sync(void)
+__attribute__((noinline)) void chanos_task_sync(void)
 {
-    struct worker *w = tasks_worker_();
+    struct worker *w = tls_worker;
+    struct fiber *f;
+    struct frame *fr;
+    struct cl_deque *q;
 
-    if (w == NULL || w->cur == NULL || w->cur->frame == NULL)
+    if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL)
         return;
-    sync_frame(w->cur, w->cur->frame);
+    /* The common case, without sync_frame's loop: one child left, the
+     * newest private entry (so no thief can have it), and no request to
+     * publish or to leave. */
+    q = &w->dq;
+    if (fr->spawned == 1 && q->head > q->pub && !cl_wanted(q) &&
+        !atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+        chanos_task *t = cl_peek_private(q);
+
+        if (t->frame_ == fr) {
+            q->head--;
+            fr->spawned = 0;
+            exec_task(f, t);
+            return;
+        }
+    }
+    sync_frame(f, fr);
 }
 
 int chanos_task_worker(void)
@@ -615,9 +691,9 @@ void chanos_task_yield(void)
     switch_from(w, w->cur, AFTER_READY, NULL);
 }
 
-void chanos_task_call(chanos_task *t)
+__attribute__((noinline)) void chanos_task_call(chanos_task *t)
 {
-    struct worker *w = tasks_worker_();
+    struct worker *w = tls_worker;
 
     if (w == NULL || w->cur == NULL) {
         call_task(t);

@@ -1,6 +1,7 @@
 /* test_basic: spawn and sync, checked against serial runs: fib, merge
  * sort, N-Queens, parallel_for, the typed helpers, implicit sync, roots from
- * several threads, and seed 003's 2^24-task stress test. */
+ * several threads, a private child published to an idle worker, and seed
+ * 003's 2^24-task stress test. */
 #include "../../tests/check.h"
 #include "workloads.h"
 
@@ -8,6 +9,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 static chanos_tasks *rt;
 
@@ -240,6 +242,79 @@ static void test_roots(void)
     }
 }
 
+/*
+ * A child that its parent keeps private while the parent works on is
+ * published, and stolen, once an idle worker asks for it: the parent
+ * spawns one child, then keeps running bursts of spawns of its own
+ * (each in a task of its own, so that their syncs leave the child alone)
+ * until the child has run. The child must run before the parent's sync,
+ * so on another worker; the deadline only turns a hang into a failure.
+ */
+static atomic_int marked_on = -1;
+
+static int64_t mark_task(int64_t unused)
+{
+    (void)unused;
+    atomic_store(&marked_on, chanos_task_worker());
+    return 0;
+}
+
+static int64_t noop_task(int64_t x)
+{
+    return x;
+}
+
+static int64_t burst_task(int64_t n)
+{
+    chanos_task d[16];
+
+    for (int i = 0; i < 16; i++)
+        chanos_spawn(&d[i], noop_task, n + i);
+    chanos_task_sync();
+    return 0;
+}
+
+static int64_t now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+static int64_t publish_root(int64_t unused)
+{
+    chanos_task c, b;
+    int64_t deadline = now_s() + 30;
+    int64_t bursts = 0;
+    int64_t ran;
+
+    (void)unused;
+    chanos_spawn(&c, mark_task, 0);
+    while (atomic_load(&marked_on) < 0 && now_s() < deadline) {
+        chanos_call(&b, burst_task, bursts);
+        bursts++;
+    }
+    /* 1: the child ran before its parent's sync, so some other worker
+     * took it (by a steal, or after a burst's sync moved this task). */
+    ran = atomic_load(&marked_on) >= 0;
+    chanos_task_sync();
+    return ran;
+}
+
+static void test_published(void)
+{
+    for (int round = 0; round < 20; round++) {
+        chanos_task t;
+
+        atomic_store(&marked_on, -1);
+        chanos_task_set(&t, publish_root, 0);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), 1);
+        CHECK(atomic_load(&marked_on) >= 0);
+    }
+}
+
 static void test_stress(void)
 {
     chanos_task t;
@@ -269,6 +344,7 @@ int main(void)
     test_typed();
     test_implicit_sync();
     test_roots();
+    test_published();
     test_stress();
     chanos_tasks_stop(rt);
     /* A default runtime: as many workers as CPUs the process may use. */
