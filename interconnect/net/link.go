@@ -143,6 +143,17 @@ func (l *Link) Kind() string { return "net" }
 // token that resumes the connection: it is not to be shown to others.
 func (l *Link) ID() [16]byte { return l.id }
 
+// Resumes returns how many times the connection has been resumed on a
+// new TCP connection.
+func (l *Link) Resumes() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen == 0 {
+		return 0
+	}
+	return l.gen - 1
+}
+
 // Gone returns a channel closed once the peer has closed its end or the
 // link has ended.
 func (l *Link) Gone() <-chan struct{} { return l.gone }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	mrand "math/rand/v2"
 	stdnet "net"
 	"os"
 	"runtime"
@@ -568,5 +569,96 @@ func TestResumeUnknownConnection(t *testing.T) {
 	var in interconnect.Incoming
 	if err := cl.Receive(ctx, &in); !errors.Is(err, interconnect.ErrPeerDied) {
 		t.Errorf("receive: %v, want ErrPeerDied", err)
+	}
+}
+
+// streamBothWays sends n data frames of random sizes each way between a
+// and b, checking on each side that every frame arrives once, in order
+// and intact, then closes a and checks that b sees the end after them.
+func streamBothWays(t *testing.T, a, b *cnet.Link, n int, maxPayload int) {
+	ctx := testkit.Context(t)
+	var wg sync.WaitGroup
+	send := func(l *cnet.Link, seed uint64) {
+		defer wg.Done()
+		sizes := mrand.New(mrand.NewPCG(seed, 1))
+		for i := 0; i < n; i++ {
+			p := make([]byte, sizes.IntN(maxPayload))
+			for j := range p {
+				p[j] = byte(i + j)
+			}
+			if err := l.SendFrame(ctx, frame(t, &pingpong.Data{Seq: uint64(i), Payload: p}), nil); err != nil {
+				t.Errorf("send %d: %v", i, err)
+				return
+			}
+		}
+	}
+	recv := func(l *cnet.Link, seed uint64) {
+		defer wg.Done()
+		sizes := mrand.New(mrand.NewPCG(seed, 1))
+		var in interconnect.Incoming
+		for i := 0; i < n; i++ {
+			if err := l.Receive(ctx, &in); err != nil {
+				t.Errorf("receive %d: %v", i, err)
+				return
+			}
+			var m pingpong.Data
+			if err := in.Decode(&m); err != nil {
+				t.Errorf("frame %d: %v", i, err)
+				return
+			}
+			want := sizes.IntN(maxPayload)
+			if m.Seq != uint64(i) || len(m.Payload) != want {
+				t.Errorf("frame %d: seq %d with %d bytes, want %d bytes", i, m.Seq, len(m.Payload), want)
+				return
+			}
+			for j, c := range m.Payload {
+				if c != byte(i+j) {
+					t.Errorf("frame %d: byte %d is %#x", i, j, c)
+					return
+				}
+			}
+		}
+	}
+	wg.Add(4)
+	go send(a, 1)
+	go send(b, 2)
+	go recv(b, 1)
+	go recv(a, 2)
+	wg.Wait()
+	a.Close()
+	var in interconnect.Incoming
+	if err := b.Receive(ctx, &in); !errors.Is(err, interconnect.ErrClosed) {
+		t.Errorf("after the stream: %v, want ErrClosed", err)
+	}
+}
+
+// Frames of random sizes, up to many TCP segments each, stream both ways
+// through a proxy that resets the connection at random points: each
+// arrives once, in order, intact, and Close delivers them all.
+func TestStreamThroughCuts(t *testing.T) {
+	noLeaks(t)
+	o := &cnet.Options{RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond, WindowFrames: 32, WindowBytes: 256 << 10}
+	L := listen(t, o)
+	p := proxy(t, L)
+	p.Seed(4, 21)
+	cl, sl := connect(t, L, p.Addr(), o)
+	p.CutRandom(1, 200<<10)
+	streamBothWays(t, cl, sl, 2000, 20000)
+	t.Logf("%d cuts, %d TCP connections", p.Cuts(), p.Accepted())
+	if p.Cuts() < 100 {
+		t.Errorf("only %d cuts", p.Cuts())
+	}
+}
+
+// A throttled connection is slow, not broken: nothing is resumed.
+func TestThrottled(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, nil)
+	p := proxy(t, L)
+	cl, sl := connect(t, L, p.Addr(), nil)
+	p.Throttle(4 << 20)
+	streamBothWays(t, cl, sl, 100, 20000)
+	if p.Accepted() != 1 {
+		t.Errorf("%d TCP connections, want 1", p.Accepted())
 	}
 }
