@@ -83,6 +83,7 @@ type Link struct {
 
 	ctx       context.Context // ends when the link does: it bounds redials
 	cancelCtx context.CancelFunc
+	peerFP    [32]byte // the accepting side's record of the client certificate, with TLS
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	onEnd     func()
@@ -825,6 +826,11 @@ func (l *Link) handshake(ctx context.Context, resume bool) (stdnet.Conn, *bufio.
 	if tc, ok := c.(*stdnet.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	if l.o.TLS != nil {
+		if c, err = l.o.TLS.client(ctx, c); err != nil {
+			return nil, nil, hello{}, err
+		}
+	}
 	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	l.mu.Lock()
@@ -859,8 +865,11 @@ func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
 	if rh.typ == recReject {
 		var code [4]byte
 		io.ReadFull(br, code[:])
-		if code[0] == rejectUnknown {
+		switch code[0] {
+		case rejectUnknown:
 			return hello{}, errRejectedUnknown
+		case rejectAuth:
+			return hello{}, fmt.Errorf("%w: the peer does not admit this side's certificate", ErrAuth)
 		}
 		return hello{}, fmt.Errorf("net: the peer refused the connection (code %d)", code[0])
 	}

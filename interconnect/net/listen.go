@@ -157,18 +157,31 @@ func (L *Listener) loop() {
 func (L *Listener) handshake(c stdnet.Conn) {
 	defer L.wg.Done()
 	keep := false
+	raw0 := c
 	defer func() {
 		L.mu.Lock()
-		delete(L.pending, c)
+		delete(L.pending, raw0)
 		L.mu.Unlock()
 		if !keep {
-			c.Close()
+			raw0.Close()
 		}
 	}()
 	if tc, ok := c.(*stdnet.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
 	c.SetDeadline(time.Now().Add(L.o.HandshakeTimeout))
+	raw := c
+	var fp [32]byte
+	if L.o.TLS != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), L.o.HandshakeTimeout)
+		tc, got, err := L.o.TLS.server(ctx, raw)
+		cancel()
+		if err != nil {
+			L.o.Logger.Debug("net: tls handshake", "from", raw.RemoteAddr(), "err", err)
+			return
+		}
+		c, fp = tc, got
+	}
 	br := bufio.NewReaderSize(c, 64<<10)
 	var hb [recHeaderSize]byte
 	if _, err := io.ReadFull(br, hb[:]); err != nil {
@@ -194,7 +207,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		L.mu.Lock()
 		l := L.links[h.id]
 		L.mu.Unlock()
-		if l == nil {
+		if l == nil || L.o.TLS != nil && l.peerFP != fp {
 			c.Write(rejectRecord(rejectUnknown))
 			return
 		}
@@ -214,7 +227,13 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		c.Write(rejectRecord(rejectBadHello))
 		return
 	}
+	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(fp)) {
+		L.o.Logger.Debug("net: a client certificate not admitted", "from", raw.RemoteAddr())
+		c.Write(rejectRecord(rejectAuth))
+		return
+	}
 	l := newLink(L.o, h.id, false)
+	l.peerFP = fp
 	L.mu.Lock()
 	if L.closed || L.links[h.id] != nil || len(L.accepted) == cap(L.accepted) {
 		L.mu.Unlock()

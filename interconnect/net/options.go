@@ -54,6 +54,11 @@ type Options struct {
 	// AcceptBacklog bounds the new connections a Listener holds before
 	// Accept takes them; more are refused. Default 64.
 	AcceptBacklog int
+	// TLS, if not nil, makes every TCP connection of the link a TLS 1.3
+	// connection with pinned certificates (authenticated and encrypted).
+	// Nil is plain TCP: neither authenticated nor encrypted, for tests
+	// and trusted networks only.
+	TLS *TLS
 	// Logger, if not nil, is told of breaks, resumes and ends.
 	Logger *slog.Logger
 }

@@ -34,6 +34,7 @@ const (
 	rejectUnknown  = 1 // resume of a connection the acceptor does not hold
 	rejectBadHello = 2 // a hello that is malformed or of another version
 	rejectBusy     = 3 // too many connections wait to be accepted
+	rejectAuth     = 4 // the client's certificate is not admitted
 )
 
 var helloMagic = [4]byte{'c', 'h', 'n', 't'}
