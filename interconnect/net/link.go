@@ -64,6 +64,7 @@ type Link struct {
 	peerClosed    bool
 	cur           []byte   // the frame the last Receive returned
 	free          [][]byte // buffers to reuse
+	freeBytes     int
 	endErr        error
 	endNow        bool // Receive returns endErr before what is left in the inbox
 
@@ -143,6 +144,14 @@ func (l *Link) Kind() string { return "net" }
 // ID returns the connection's id, which both sides share. It is the
 // token that resumes the connection: it is not to be shown to others.
 func (l *Link) ID() [16]byte { return l.id }
+
+// Pending returns how many frames have arrived that Receive has not
+// taken.
+func (l *Link) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inbox) - l.inboxHead
+}
 
 // Resumes returns how many times the connection has been resumed on a
 // new TCP connection.
@@ -248,6 +257,7 @@ func (l *Link) getBufLocked(n int) []byte {
 		b := l.free[k-1]
 		if cap(b) >= n {
 			l.free = l.free[:k-1]
+			l.freeBytes -= cap(b)
 			return b[:n]
 		}
 	}
@@ -255,8 +265,11 @@ func (l *Link) getBufLocked(n int) []byte {
 }
 
 func (l *Link) putBufLocked(b []byte) {
-	if b != nil && len(l.free) < 64 && cap(b) <= 64<<10 {
+	// Kept up to a window's worth, the most a link holds at once either
+	// way, so that a steady stream allocates nothing.
+	if b != nil && cap(b) <= 64<<10 && l.freeBytes+cap(b) <= l.o.WindowBytes {
 		l.free = append(l.free, b)
+		l.freeBytes += cap(b)
 	}
 }
 
@@ -737,7 +750,7 @@ func (l *Link) run() {
 			}
 			connected = true
 		case <-graceC:
-			l.fail(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)))
+			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
 			return
 		}
 	}
@@ -784,7 +797,7 @@ func (l *Link) redial() bool {
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			l.fail(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)))
+			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
 			return false
 		}
 		ctx, cancel := context.WithTimeout(l.ctx, min(left, l.o.HandshakeTimeout))
@@ -799,7 +812,7 @@ func (l *Link) redial() bool {
 		}
 		switch {
 		case errors.Is(err, errRejectedUnknown):
-			l.fail(interconnect.Ended(interconnect.ErrPeerDied, fmt.Errorf("chanos: peer died: %w", err)))
+			l.end(interconnect.Ended(interconnect.ErrPeerDied, fmt.Errorf("chanos: peer died: %w", err)), false)
 			return false
 		case interconnect.IsEnd(err):
 			l.fail(err)

@@ -662,3 +662,33 @@ func TestThrottled(t *testing.T) {
 		t.Errorf("%d TCP connections, want 1", p.Accepted())
 	}
 }
+
+// Frames that arrived before the network was lost are received before
+// the end.
+func TestNetworkLostAfterReceived(t *testing.T) {
+	noLeaks(t)
+	o := &cnet.Options{Grace: 200 * time.Millisecond, RedialMin: 5 * time.Millisecond}
+	L := listen(t, o)
+	p := proxy(t, L)
+	cl, sl := connect(t, L, p.Addr(), o)
+	ctx := testkit.Context(t)
+	for i := uint32(0); i < 3; i++ {
+		if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: i}), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testkit.Eventually(t, "the frames to arrive", func() bool {
+		return cl.Err() == nil && sl.Pending() == 3
+	})
+	p.Partition(time.Minute)
+	testkit.Eventually(t, "the end", func() bool { return sl.Err() != nil })
+	var in interconnect.Incoming
+	for i := 0; i < 3; i++ {
+		if err := sl.Receive(ctx, &in); err != nil {
+			t.Fatalf("frame %d: %v", i, err)
+		}
+	}
+	if err := sl.Receive(ctx, &in); !errors.Is(err, interconnect.ErrNetworkLost) {
+		t.Errorf("after the frames: %v, want ErrNetworkLost", err)
+	}
+}
