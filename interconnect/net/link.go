@@ -36,10 +36,11 @@ type Link struct {
 	dialer bool
 	addr   string // the dialing side's peer
 
-	wmu  sync.Mutex // the TCP connection's writer
-	bw   *bufio.Writer
-	hdr  [recHeaderSize]byte
-	live bool // bw writes to the current connection (under wmu)
+	wmu     sync.Mutex // the TCP connection's writer
+	bw      *bufio.Writer
+	hdr     [recHeaderSize]byte
+	scratch []outFrame // the records pump writes (under wmu)
+	live    bool       // bw writes to the current connection (under wmu)
 
 	mu            sync.Mutex
 	conn          stdnet.Conn // the current TCP connection; nil once ended
@@ -284,21 +285,33 @@ func (l *Link) ackValueLocked() uint64 {
 }
 
 // pump writes to the current TCP connection every queued record it has
-// not carried yet, in order, with the current acknowledgement.
+// not carried yet, in order, with the current acknowledgement. It holds
+// mu only to pick the records: a write may block until the peer reads,
+// and the peer's reader must never wait on this side's lock.
 func (l *Link) pump() {
 	l.wmu.Lock()
 	defer l.wmu.Unlock()
 	if !l.live {
 		return
 	}
-	var err error
 	l.mu.Lock()
 	ack := l.ackValueLocked()
 	i := len(l.unacked)
 	for i > 0 && l.unacked[i-1].seq > l.written {
 		i--
 	}
-	for _, f := range l.unacked[i:] {
+	l.scratch = append(l.scratch[:0], l.unacked[i:]...)
+	if n := len(l.scratch); n > 0 {
+		// Counted as written before the write: the peer may acknowledge a
+		// record as soon as its bytes leave. A record's buffer is reused
+		// only once acknowledged, that is once written.
+		l.written = l.scratch[n-1].seq
+	}
+	l.ackSent = ack
+	l.sinceAck = 0
+	l.mu.Unlock()
+	var err error
+	for _, f := range l.scratch {
 		putHeader(l.hdr[:], f.typ, len(f.buf), f.seq, ack)
 		if _, err = l.bw.Write(l.hdr[:]); err == nil {
 			_, err = l.bw.Write(f.buf)
@@ -306,11 +319,8 @@ func (l *Link) pump() {
 		if err != nil {
 			break
 		}
-		l.written = f.seq
 	}
-	l.ackSent = ack
-	l.sinceAck = 0
-	l.mu.Unlock()
+	clear(l.scratch)
 	if err == nil {
 		err = l.bw.Flush()
 	}
@@ -540,9 +550,11 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 		}
 	}
 	l.wmu.Unlock()
-	l.pump()
+	// The reader first: the peer retransmits too, perhaps more than the
+	// socket buffers hold, and reads only while this side reads.
 	l.wg.Add(1)
 	go l.read(c, br, gen)
+	l.pump()
 	signal(l.ackKick)
 	return nil
 }
