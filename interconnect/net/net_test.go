@@ -692,3 +692,61 @@ func TestNetworkLostAfterReceived(t *testing.T) {
 		t.Errorf("after the frames: %v, want ErrNetworkLost", err)
 	}
 }
+
+// A full window blocks the sender until the receiver takes a frame, or
+// the sender's context ends; a try-send reports no room.
+func TestWindowBlocksSender(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, &cnet.Options{WindowFrames: 4})
+	cl, sl := connect(t, L, L.Addr().String(), nil)
+	ctx := testkit.Context(t)
+	f := frame(t, &pingpong.Ping{})
+	for i := 0; i < 4; i++ {
+		if err := cl.SendFrame(ctx, f, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if err := cl.SendFrame(short, f, nil); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a send into a full window: %v, want the context's end", err)
+	}
+	if sent, err := cl.TrySendFrame(f, nil); sent || err != nil {
+		t.Errorf("a try-send into a full window: %v, %v; want false, nil", sent, err)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- cl.SendFrame(ctx, f, nil) }()
+	var in interconnect.Incoming
+	if err := sl.Receive(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	if err := testkit.Await(t, "the blocked send", sent); err != nil {
+		t.Errorf("the send once the receiver took a frame: %v", err)
+	}
+	for i := 0; i < 4; i++ {
+		if err := sl.Receive(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if sl.Pending() != 0 {
+		t.Errorf("%d frames more than were sent", sl.Pending())
+	}
+}
+
+// Close while the network is down returns after its linger, and the
+// peer, which never heard of it, ends with "network lost" after its
+// grace period.
+func TestCloseDuringPartition(t *testing.T) {
+	noLeaks(t)
+	o := &cnet.Options{Grace: 300 * time.Millisecond, Linger: 100 * time.Millisecond, RedialMin: 5 * time.Millisecond}
+	L := listen(t, o)
+	p := proxy(t, L)
+	cl, sl := connect(t, L, p.Addr(), o)
+	ctx := testkit.Context(t)
+	p.Partition(time.Minute)
+	testkit.Within(t, 10*time.Second, "Close", cl.Close)
+	var in interconnect.Incoming
+	if err := sl.Receive(ctx, &in); !errors.Is(err, interconnect.ErrNetworkLost) {
+		t.Errorf("the peer of a close that never arrived: %v, want ErrNetworkLost", err)
+	}
+}
