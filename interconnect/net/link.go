@@ -333,7 +333,15 @@ func (l *Link) pump() {
 // writeAck writes an acknowledgement record if there is something new to
 // acknowledge, or always if force (a keepalive).
 func (l *Link) writeAck(force bool) {
-	l.wmu.Lock()
+	if !l.wmu.TryLock() {
+		// A sender is writing: its record carries an acknowledgement, and
+		// the delayed one is tried again. The link's goroutine never
+		// waits behind a write the network holds up.
+		if !l.ackArmed.Swap(true) {
+			signal(l.ackArm)
+		}
+		return
+	}
 	defer l.wmu.Unlock()
 	if !l.live {
 		return
@@ -562,7 +570,9 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 // read reads c's records until it fails, then reports the break.
 func (l *Link) read(c stdnet.Conn, br *bufio.Reader, gen uint64) {
 	defer l.wg.Done()
+	stop := l.watch(c)
 	err := l.readLoop(br)
+	stop()
 	c.Close()
 	if interconnect.IsEnd(err) {
 		return
@@ -571,6 +581,38 @@ func (l *Link) read(c stdnet.Conn, br *bufio.Reader, gen uint64) {
 	select {
 	case l.brokenCh <- gen:
 	case <-l.done:
+	}
+}
+
+// watch closes c once nothing has been read from it for DeadAfter (a cut
+// cable resets nothing), so that its reader and any write blocked on it
+// fail, and the connection is resumed. It runs on a timer of its own,
+// apart from the goroutines that may block on c. The returned function
+// stops it.
+func (l *Link) watch(c stdnet.Conn) func() {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	period := max(l.o.DeadAfter/4, time.Millisecond)
+	mu.Lock()
+	t = time.AfterFunc(period, func() {
+		if time.Duration(now()-l.lastRead.Load()) > l.o.DeadAfter {
+			l.o.Logger.Debug("net: nothing read for too long; taking the connection for broken")
+			c.Close()
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(period)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
 	}
 }
 
@@ -712,11 +754,7 @@ func (l *Link) run() {
 			if !connected {
 				continue
 			}
-			t := now()
-			if time.Duration(t-l.lastRead.Load()) > l.o.DeadAfter {
-				l.o.Logger.Debug("net: nothing read for too long; taking the connection for broken")
-				l.dropConn()
-			} else if time.Duration(t-l.lastWrt.Load()) >= l.o.KeepAlive {
+			if time.Duration(now()-l.lastWrt.Load()) >= l.o.KeepAlive {
 				l.writeAck(true)
 			}
 		case gen := <-l.brokenCh:

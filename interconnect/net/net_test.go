@@ -329,7 +329,11 @@ func TestStallResumes(t *testing.T) {
 	before := p.Accepted()
 	p.Stall()
 	go func() {
-		time.Sleep(400 * time.Millisecond)
+		// Stalled until the link has given up on its connection and
+		// redialed: the echo can complete only on a new connection.
+		for p.Accepted() == before {
+			time.Sleep(5 * time.Millisecond)
+		}
 		p.Resume()
 	}()
 	if v, err := c.Echo(ctx, 9); err != nil || v != 9 {

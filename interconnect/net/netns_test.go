@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,10 +25,14 @@ func TestBetweenMachinesAcrossACut(t *testing.T) {
 	cluster := netns.New(t, 2)
 	m1, m2 := cluster.Machines[0], cluster.Machines[1]
 	ctx := testkit.Context(t)
+	var dials atomic.Int64
 	o := &cnet.Options{
 		KeepAlive: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond, HandshakeTimeout: 300 * time.Millisecond,
 		RedialMin: 10 * time.Millisecond, RedialMax: 50 * time.Millisecond,
-		Dial: func(ctx context.Context, addr string) (stdnet.Conn, error) { return m1.Dial(ctx, "tcp", addr) },
+		Dial: func(ctx context.Context, addr string) (stdnet.Conn, error) {
+			dials.Add(1)
+			return m1.Dial(ctx, "tcp", addr)
+		},
 	}
 	ln, err := m2.Listen(ctx, "tcp", netip.AddrPortFrom(m2.Addr, 0).String())
 	if err != nil {
@@ -46,7 +51,11 @@ func TestBetweenMachinesAcrossACut(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		time.Sleep(700 * time.Millisecond)
+		// Restored once the link has taken its connection for broken
+		// (a cut resets nothing) and redials.
+		for dials.Load() < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
 		if err := m2.Restore(ctx); err != nil {
 			t.Error(err)
 		}
