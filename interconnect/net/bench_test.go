@@ -1,0 +1,137 @@
+package net_test
+
+import (
+	"context"
+	"io"
+	stdnet "net"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	cnet "github.com/chanos/chanos/interconnect/net"
+	"github.com/chanos/chanos/interfaces/pingpong"
+)
+
+// benchEcho measures the echo rpc's round trip over a net connection on
+// loopback, the server serving inline.
+func benchEcho(b *testing.B, so, co *cnet.Options) {
+	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	L := cnet.Listen(ln, so)
+	defer L.Close()
+	ctx := context.Background()
+	cl, err := cnet.Dial(ctx, ln.Addr().String(), co)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := pingpong.NewConn(chanos.NewConn(sl, pingpong.Interface))
+	go s.Serve(ctx, &orderServer{})
+	c := pingpong.NewConn(chanos.NewConn(cl, pingpong.Interface))
+	defer s.Close()
+	defer c.Close()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Echo(ctx, uint64(i)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRTTNetPlain and BenchmarkRTTNetTLS are the echo rpc's round
+// trip over net; BenchmarkRTTRawTCP is the baseline: 8 bytes each way
+// over a bare TCP connection (TCP_NODELAY, Go's default), the same path.
+func BenchmarkRTTNetPlain(b *testing.B) { benchEcho(b, nil, nil) }
+
+func BenchmarkRTTNetTLS(b *testing.B) {
+	srv, _ := cnet.NewIdentity()
+	cli, _ := cnet.NewIdentity()
+	benchEcho(b, &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(fp [32]byte) bool { return fp == cli.Fingerprint }}},
+		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}})
+}
+
+func BenchmarkRTTRawTCP(b *testing.B) {
+	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		var buf [8]byte
+		for {
+			if _, err := io.ReadFull(s, buf[:]); err != nil {
+				return
+			}
+			if _, err := s.Write(buf[:]); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := stdnet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	var buf [8]byte
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(buf[:]); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf[:]); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkStream64 is one-way 64-byte messages over net; it reports
+// messages a second.
+func BenchmarkStream64(b *testing.B) {
+	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	L := cnet.Listen(ln, nil)
+	defer L.Close()
+	ctx := context.Background()
+	cl, err := cnet.Dial(ctx, ln.Addr().String(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	defer sl.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var in chanos.Incoming
+		for i := 0; i < b.N; i++ {
+			if err := sl.Receive(ctx, &in); err != nil {
+				return
+			}
+		}
+	}()
+	f := frame(b, &pingpong.Data{Payload: make([]byte, 64-28)})
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := cl.SendFrame(ctx, f, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}

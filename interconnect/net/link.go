@@ -1,0 +1,957 @@
+package net
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	stdnet "net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/chanos/chanos/interconnect"
+	"github.com/chanos/chanos/wire"
+)
+
+// ErrTooLarge is returned by a send of a frame larger than the
+// connection's maximum frame size. The link stays open.
+var ErrTooLarge = errors.New("net: frame larger than the connection's maximum frame size")
+
+// Link is one end of a net connection (interconnect.Link, PartsSender and
+// PeerWatcher): chanos frames over TCP, sequenced, acknowledged and kept
+// until acknowledged, so that a broken TCP connection is resumed on a new
+// one without loss, duplicate or reordering.
+//
+// A send copies its frame into the send window and writes it to the
+// current TCP connection, if there is one; it blocks only while the
+// window is full. One goroutine per TCP connection reads records; one more
+// per link sends delayed acknowledgements and keepalives and, when the
+// TCP connection breaks, redials (the dialing side) or waits for the
+// peer's redial (the accepting side).
+type Link struct {
+	o      Options
+	id     [16]byte
+	dialer bool
+	addr   string // the dialing side's peer
+
+	wmu     sync.Mutex // the TCP connection's writer
+	bw      *bufio.Writer
+	hdr     [recHeaderSize]byte
+	scratch []outFrame // the records pump writes (under wmu)
+	live    bool       // bw writes to the current connection (under wmu)
+
+	mu            sync.Mutex
+	conn          stdnet.Conn // the current TCP connection; nil once ended
+	gen           uint64      // counts TCP connections; a reader reports its own
+	peerMax       int
+	peerWinFrames int
+	peerWinBytes  int
+	nextSeq       uint64
+	unacked       []outFrame // sent, not yet acknowledged, in order
+	unackedBytes  int
+	peerAcked     uint64
+	written       uint64 // the last sequence number written on the current connection
+	closeSeq      uint64 // the sequence number of this side's close record
+	closing       bool
+	inbox         []inFrame // received, not yet taken
+	inboxHead     int
+	inboxBytes    int
+	received      uint64
+	consumed      uint64
+	sinceAck      int // frames taken since the last acknowledgement written
+	ackSent       uint64
+	peerClosed    bool
+	cur           []byte   // the frame the last Receive returned
+	free          [][]byte // buffers to reuse
+	freeBytes     int
+	endErr        error
+	endNow        bool // Receive returns endErr before what is left in the inbox
+
+	done     chan struct{} // closed when the link ends
+	gone     chan struct{} // closed when the peer has closed or the link ended
+	goneOnce sync.Once
+	roomCh   chan struct{} // closed when the window gains room, if waited on (under mu)
+	inboxSig chan struct{}
+	ackedSig chan struct{}
+	ackKick  chan struct{}
+	ackArm   chan struct{}
+	ackArmed atomic.Bool
+	brokenCh chan uint64
+	resumeCh chan *resumeReq
+	lastRead atomic.Int64
+	lastWrt  atomic.Int64
+
+	ctx       context.Context // ends when the link does: it bounds redials
+	cancelCtx context.CancelFunc
+	peerFP    [32]byte // the accepting side's record of the client certificate, with TLS
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+	onEnd     func()
+}
+
+type outFrame struct {
+	seq uint64
+	typ uint8
+	buf []byte
+}
+
+type inFrame struct {
+	seq uint64
+	buf []byte
+}
+
+// resumeReq hands the accepting side's link a TCP connection whose hello
+// asks to resume it.
+type resumeReq struct {
+	c  stdnet.Conn
+	br *bufio.Reader
+	h  hello
+}
+
+func newLink(o Options, id [16]byte, dialer bool) *Link {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Link{
+		ctx:       ctx,
+		cancelCtx: cancel,
+		o:         o,
+		id:        id,
+		dialer:    dialer,
+		nextSeq:   1,
+		done:      make(chan struct{}),
+		gone:      make(chan struct{}),
+		inboxSig:  make(chan struct{}, 1),
+		ackedSig:  make(chan struct{}, 1),
+		ackKick:   make(chan struct{}, 1),
+		ackArm:    make(chan struct{}, 1),
+		brokenCh:  make(chan uint64, 1),
+		resumeCh:  make(chan *resumeReq),
+	}
+}
+
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
+}
+
+func now() int64 { return time.Now().UnixNano() }
+
+// Kind returns "net".
+func (l *Link) Kind() string { return "net" }
+
+// ID returns the connection's id, which both sides share. It is the
+// token that resumes the connection: it is not to be shown to others.
+func (l *Link) ID() [16]byte { return l.id }
+
+// Pending returns how many frames have arrived that Receive has not
+// taken.
+func (l *Link) Pending() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.inbox) - l.inboxHead
+}
+
+// Resumes returns how many times the connection has been resumed on a
+// new TCP connection.
+func (l *Link) Resumes() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gen == 0 {
+		return 0
+	}
+	return l.gen - 1
+}
+
+// Gone returns a channel closed once the peer has closed its end or the
+// link has ended.
+func (l *Link) Gone() <-chan struct{} { return l.gone }
+
+func (l *Link) closeGone() { l.goneOnce.Do(func() { close(l.gone) }) }
+
+// SendFrame sends frame, waiting for room in the send window until ctx
+// ends. A frame with capabilities is refused with
+// interconnect.ErrCapsUnsupported: descriptors do not cross machines.
+func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
+	if len(caps) > 0 {
+		return fmt.Errorf("net: a frame with %d capabilities: %w", len(caps), interconnect.ErrCapsUnsupported)
+	}
+	_, err := l.send(ctx, true, frame, nil, nil)
+	return err
+}
+
+// TrySendFrame sends frame if the send window has room now.
+func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
+	if len(caps) > 0 {
+		return false, fmt.Errorf("net: a frame with %d capabilities: %w", len(caps), interconnect.ErrCapsUnsupported)
+	}
+	return l.send(context.Background(), false, frame, nil, nil)
+}
+
+// SendParts sends the frame made of head, body and tail, each copied once
+// into the send window.
+func (l *Link) SendParts(ctx context.Context, head, body, tail []byte) error {
+	_, err := l.send(ctx, true, head, body, tail)
+	return err
+}
+
+// TrySendParts is SendParts if the send window has room now.
+func (l *Link) TrySendParts(head, body, tail []byte) (bool, error) {
+	return l.send(context.Background(), false, head, body, tail)
+}
+
+func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bool, error) {
+	n := len(head) + len(body) + len(tail)
+	l.mu.Lock()
+	if n > l.peerMax || n > l.o.MaxFrameSize {
+		limit := min(l.peerMax, l.o.MaxFrameSize)
+		l.mu.Unlock()
+		return false, fmt.Errorf("net: a frame of %d bytes, the limit is %d: %w", n, limit, ErrTooLarge)
+	}
+	for {
+		if l.endErr != nil {
+			err := l.endErr
+			l.mu.Unlock()
+			return false, err
+		}
+		if l.closing || l.peerClosed {
+			l.mu.Unlock()
+			return false, interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed"))
+		}
+		if len(l.unacked) < l.peerWinFrames && l.unackedBytes+n <= l.peerWinBytes {
+			break
+		}
+		if !wait {
+			l.mu.Unlock()
+			return false, nil
+		}
+		// Several senders may wait (the engine sends replies and calls
+		// from several goroutines), so room is broadcast: roomCh closes.
+		if l.roomCh == nil {
+			l.roomCh = make(chan struct{})
+		}
+		room := l.roomCh
+		l.mu.Unlock()
+		select {
+		case <-room:
+		case <-l.done:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+		l.mu.Lock()
+	}
+	buf := l.getBufLocked(n)
+	copy(buf[copy(buf[copy(buf, head):], body):], tail)
+	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf})
+	l.nextSeq++
+	l.unackedBytes += n
+	l.mu.Unlock()
+	l.pump()
+	return true, nil
+}
+
+// getBufLocked returns a buffer of n bytes, reused if one is free.
+func (l *Link) getBufLocked(n int) []byte {
+	if k := len(l.free); k > 0 {
+		b := l.free[k-1]
+		if cap(b) >= n {
+			l.free = l.free[:k-1]
+			l.freeBytes -= cap(b)
+			return b[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+func (l *Link) putBufLocked(b []byte) {
+	// Kept up to a window's worth, the most a link holds at once either
+	// way, so that a steady stream allocates nothing.
+	if b != nil && cap(b) <= 64<<10 && l.freeBytes+cap(b) <= l.o.WindowBytes {
+		l.free = append(l.free, b)
+		l.freeBytes += cap(b)
+	}
+}
+
+// ackValueLocked is the acknowledgement this side gives: the frames
+// Receive has taken, or everything once the peer has closed (it waits
+// for the acknowledgement of its close, and will send nothing more).
+func (l *Link) ackValueLocked() uint64 {
+	if l.peerClosed {
+		return l.received
+	}
+	return l.consumed
+}
+
+// pump writes to the current TCP connection every queued record it has
+// not carried yet, in order, with the current acknowledgement. It holds
+// mu only to pick the records: a write may block until the peer reads,
+// and the peer's reader must never wait on this side's lock.
+func (l *Link) pump() {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	if !l.live {
+		return
+	}
+	l.mu.Lock()
+	ack := l.ackValueLocked()
+	i := len(l.unacked)
+	for i > 0 && l.unacked[i-1].seq > l.written {
+		i--
+	}
+	l.scratch = append(l.scratch[:0], l.unacked[i:]...)
+	if n := len(l.scratch); n > 0 {
+		// Counted as written before the write: the peer may acknowledge a
+		// record as soon as its bytes leave. A record's buffer is reused
+		// only once acknowledged, that is once written.
+		l.written = l.scratch[n-1].seq
+	}
+	l.ackSent = ack
+	l.sinceAck = 0
+	l.mu.Unlock()
+	var err error
+	for _, f := range l.scratch {
+		putHeader(l.hdr[:], f.typ, len(f.buf), f.seq, ack)
+		if _, err = l.bw.Write(l.hdr[:]); err == nil {
+			_, err = l.bw.Write(f.buf)
+		}
+		if err != nil {
+			break
+		}
+	}
+	clear(l.scratch)
+	if err == nil {
+		err = l.bw.Flush()
+	}
+	l.lastWrt.Store(now())
+	if err != nil {
+		l.breakLocked(err)
+	}
+}
+
+// writeAck writes an acknowledgement record if there is something new to
+// acknowledge, or always if force (a keepalive).
+func (l *Link) writeAck(force bool) {
+	if !l.wmu.TryLock() {
+		// A sender is writing: its record carries an acknowledgement, and
+		// the delayed one is tried again. The link's goroutine never
+		// waits behind a write the network holds up.
+		if !l.ackArmed.Swap(true) {
+			signal(l.ackArm)
+		}
+		return
+	}
+	defer l.wmu.Unlock()
+	if !l.live {
+		return
+	}
+	l.mu.Lock()
+	ack := l.ackValueLocked()
+	if ack == l.ackSent && !force {
+		l.mu.Unlock()
+		return
+	}
+	l.ackSent = ack
+	l.sinceAck = 0
+	l.mu.Unlock()
+	putHeader(l.hdr[:], recAck, 0, 0, ack)
+	_, err := l.bw.Write(l.hdr[:])
+	if err == nil {
+		err = l.bw.Flush()
+	}
+	l.lastWrt.Store(now())
+	if err != nil {
+		l.breakLocked(err)
+	}
+}
+
+// breakLocked takes the current TCP connection for broken (a write
+// failed): nothing more is written to it, and closing it ends its reader,
+// which reports the break. The caller holds wmu.
+func (l *Link) breakLocked(err error) {
+	l.live = false
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	l.o.Logger.Debug("net: write failed", "err", err)
+	if c != nil {
+		c.Close()
+	}
+}
+
+// Receive waits for the next frame and sets *in to it; in.Frame is valid
+// until the next Receive. A malformed frame ends the link with
+// ErrProtocol.
+func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
+	l.mu.Lock()
+	if l.cur != nil {
+		l.putBufLocked(l.cur)
+		l.cur = nil
+	}
+	for l.inboxHead == len(l.inbox) || l.endNow {
+		if l.endErr != nil {
+			err := l.endErr
+			l.mu.Unlock()
+			*in = interconnect.Incoming{}
+			return err
+		}
+		if l.peerClosed {
+			l.mu.Unlock()
+			*in = interconnect.Incoming{}
+			return interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by the peer"))
+		}
+		l.mu.Unlock()
+		select {
+		case <-l.inboxSig:
+		case <-l.done:
+		case <-ctx.Done():
+			*in = interconnect.Incoming{}
+			return ctx.Err()
+		}
+		l.mu.Lock()
+	}
+	f := l.inbox[l.inboxHead]
+	l.inbox[l.inboxHead] = inFrame{}
+	l.inboxHead++
+	if l.inboxHead == len(l.inbox) {
+		l.inbox, l.inboxHead = l.inbox[:0], 0
+	}
+	l.inboxBytes -= len(f.buf)
+	l.consumed = f.seq
+	l.cur = f.buf
+	l.sinceAck++
+	kick := l.sinceAck >= max(1, l.o.WindowFrames/4)
+	l.mu.Unlock()
+	if kick {
+		signal(l.ackKick)
+	} else if !l.ackArmed.Swap(true) {
+		signal(l.ackArm)
+	}
+	if err := in.SetFrame(f.buf, nil); err != nil {
+		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
+	}
+	if in.Header.NCaps != 0 {
+		*in = interconnect.Incoming{}
+		return l.fail(interconnect.Violation(errors.New("a frame announces capabilities on a net connection")))
+	}
+	return nil
+}
+
+// fail ends the link with err and returns err.
+func (l *Link) fail(err error) error {
+	l.end(err, true)
+	return err
+}
+
+// end ends the link with err, the first reason winning; now says whether
+// Receive stops at once rather than after what it holds.
+func (l *Link) end(err error, now bool) {
+	l.mu.Lock()
+	if l.endErr != nil {
+		l.mu.Unlock()
+		return
+	}
+	l.endErr, l.endNow = err, now
+	c := l.conn
+	l.conn = nil
+	close(l.done)
+	l.mu.Unlock()
+	l.cancelCtx()
+	l.closeGone()
+	if c != nil {
+		c.Close()
+	}
+	l.o.Logger.Debug("net: link ended", "err", err)
+	if l.onEnd != nil {
+		l.onEnd()
+	}
+}
+
+// Err returns why the link ended, or nil while it goes on.
+func (l *Link) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.endErr
+}
+
+// Close ends the link in order: it sends a close record after every frame
+// sent before, and waits until the peer has acknowledged it (the peer then
+// holds everything), the link has ended otherwise, or Options.Linger has
+// passed. The peer's Receive returns what was sent, then ErrClosed. When
+// Close returns, the link's goroutines have ended and its TCP connection
+// is closed.
+func (l *Link) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closing = true
+		l.roomLocked()
+		skip := l.endErr != nil || l.peerClosed
+		if !skip {
+			l.closeSeq = l.nextSeq
+			l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recClose})
+			l.nextSeq++
+		}
+		l.mu.Unlock()
+		if !skip {
+			l.pump()
+			t := time.NewTimer(l.o.Linger)
+		wait:
+			for {
+				l.mu.Lock()
+				ok := l.peerAcked >= l.closeSeq || l.endErr != nil || l.peerClosed
+				l.mu.Unlock()
+				if ok {
+					break
+				}
+				select {
+				case <-l.ackedSig:
+				case <-l.done:
+				case <-t.C:
+					break wait
+				}
+			}
+			t.Stop()
+		}
+		l.end(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by this side")), true)
+		l.wg.Wait()
+	})
+	return nil
+}
+
+// attach makes c the link's TCP connection, after a hello exchange whose
+// peer hello is h; reply, if not nil, is this side's hello, written first.
+// It retransmits what the peer has not received and starts c's reader.
+func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) error {
+	l.mu.Lock()
+	if l.endErr != nil {
+		l.mu.Unlock()
+		c.Close()
+		return l.endErr
+	}
+	if h.received < l.peerAcked || h.received >= l.nextSeq {
+		l.mu.Unlock()
+		c.Close()
+		return l.fail(interconnect.Violation(fmt.Errorf("the peer resumes having received %d, but %d were acknowledged and %d sent", h.received, l.peerAcked, l.nextSeq-1)))
+	}
+	if l.gen == 0 {
+		l.peerMax, l.peerWinFrames, l.peerWinBytes = int(h.maxFrame), int(h.winFrames), int(h.winBytes)
+	}
+	l.gen++
+	gen := l.gen
+	l.conn = c
+	l.written = h.received
+	l.ackSent = 0
+	l.mu.Unlock()
+	l.lastRead.Store(now())
+
+	l.wmu.Lock()
+	if l.bw == nil {
+		l.bw = bufio.NewWriterSize(c, 64<<10)
+	} else {
+		l.bw.Reset(c)
+	}
+	l.live = true
+	if reply != nil {
+		if _, err := l.bw.Write(reply); err != nil {
+			l.breakLocked(err)
+		}
+	}
+	l.wmu.Unlock()
+	// The reader first: the peer retransmits too, perhaps more than the
+	// socket buffers hold, and reads only while this side reads.
+	l.wg.Add(1)
+	go l.read(c, br, gen)
+	l.pump()
+	signal(l.ackKick)
+	return nil
+}
+
+// read reads c's records until it fails, then reports the break.
+func (l *Link) read(c stdnet.Conn, br *bufio.Reader, gen uint64) {
+	defer l.wg.Done()
+	stop := l.watch(c)
+	err := l.readLoop(br)
+	stop()
+	c.Close()
+	if interconnect.IsEnd(err) {
+		return
+	}
+	l.o.Logger.Debug("net: connection broke", "err", err, "gen", gen)
+	select {
+	case l.brokenCh <- gen:
+	case <-l.done:
+	}
+}
+
+// watch closes c once nothing has been read from it for DeadAfter (a cut
+// cable resets nothing), so that its reader and any write blocked on it
+// fail, and the connection is resumed. It runs on a timer of its own,
+// apart from the goroutines that may block on c. The returned function
+// stops it.
+func (l *Link) watch(c stdnet.Conn) func() {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	period := max(l.o.DeadAfter/4, time.Millisecond)
+	mu.Lock()
+	t = time.AfterFunc(period, func() {
+		if time.Duration(now()-l.lastRead.Load()) > l.o.DeadAfter {
+			l.o.Logger.Debug("net: nothing read for too long; taking the connection for broken")
+			c.Close()
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(period)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+func (l *Link) readLoop(br *bufio.Reader) error {
+	var hb [recHeaderSize]byte
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			return err
+		}
+		l.lastRead.Store(now())
+		r := parseHeader(hb[:])
+		if r.flags != 0 || hb[2] != 0 || hb[3] != 0 {
+			return l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x", r.flags)))
+		}
+		switch r.typ {
+		case recData:
+			if r.length < wire.HeaderSize || int64(r.length) > int64(l.o.MaxFrameSize) {
+				return l.fail(interconnect.Violation(fmt.Errorf("a frame of %d bytes (the limit is %d)", r.length, l.o.MaxFrameSize)))
+			}
+			n := int(r.length)
+			l.mu.Lock()
+			if r.seq != l.received+1 {
+				want := l.received + 1
+				l.mu.Unlock()
+				return l.fail(interconnect.Violation(fmt.Errorf("frame %d where %d was due", r.seq, want)))
+			}
+			if len(l.inbox)-l.inboxHead >= l.o.WindowFrames || l.inboxBytes+n > l.o.WindowBytes {
+				l.mu.Unlock()
+				return l.fail(interconnect.Violation(errors.New("the peer overran the receive window")))
+			}
+			buf := l.getBufLocked(n)
+			l.mu.Unlock()
+			if _, err := io.ReadFull(br, buf); err != nil {
+				return err
+			}
+			l.mu.Lock()
+			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf})
+			l.inboxBytes += n
+			l.received = r.seq
+			err := l.ackLocked(r.ack)
+			l.mu.Unlock()
+			if err != nil {
+				return l.fail(err)
+			}
+			signal(l.inboxSig)
+		case recAck:
+			if r.length != 0 || r.seq != 0 {
+				return l.fail(interconnect.Violation(errors.New("a malformed acknowledgement")))
+			}
+			l.mu.Lock()
+			err := l.ackLocked(r.ack)
+			l.mu.Unlock()
+			if err != nil {
+				return l.fail(err)
+			}
+		case recClose:
+			l.mu.Lock()
+			if r.length != 0 || r.seq != l.received+1 {
+				l.mu.Unlock()
+				return l.fail(interconnect.Violation(errors.New("a malformed close")))
+			}
+			l.received = r.seq
+			l.peerClosed = true
+			l.roomLocked()
+			err := l.ackLocked(r.ack)
+			l.mu.Unlock()
+			if err != nil {
+				return l.fail(err)
+			}
+			l.closeGone()
+			signal(l.inboxSig)
+			signal(l.ackKick)
+		default:
+			return l.fail(interconnect.Violation(fmt.Errorf("a record of type %d", r.typ)))
+		}
+	}
+}
+
+// roomLocked wakes the senders waiting for room.
+func (l *Link) roomLocked() {
+	if l.roomCh != nil {
+		close(l.roomCh)
+		l.roomCh = nil
+	}
+}
+
+// ackLocked applies the peer's cumulative acknowledgement a.
+func (l *Link) ackLocked(a uint64) error {
+	if a <= l.peerAcked {
+		return nil
+	}
+	if a > l.written {
+		return interconnect.Violation(fmt.Errorf("the peer acknowledges %d, but %d were sent", a, l.written))
+	}
+	i := 0
+	for i < len(l.unacked) && l.unacked[i].seq <= a {
+		f := l.unacked[i]
+		l.unackedBytes -= len(f.buf)
+		l.putBufLocked(f.buf)
+		l.unacked[i] = outFrame{}
+		i++
+	}
+	l.unacked = append(l.unacked[:0], l.unacked[i:]...)
+	l.peerAcked = a
+	l.roomLocked()
+	signal(l.ackedSig)
+	return nil
+}
+
+// run is the link's own goroutine: delayed acknowledgements, keepalives,
+// and the resumption of broken TCP connections, until the link ends.
+func (l *Link) run() {
+	defer l.wg.Done()
+	ackT := time.NewTimer(time.Hour)
+	ackT.Stop()
+	defer ackT.Stop()
+	tick := time.NewTicker(l.o.KeepAlive / 2)
+	defer tick.Stop()
+	var graceC <-chan time.Time
+	var graceT *time.Timer
+	defer func() {
+		if graceT != nil {
+			graceT.Stop()
+		}
+	}()
+	connected := true
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.ackKick:
+			l.writeAck(false)
+		case <-l.ackArm:
+			ackT.Reset(l.o.AckDelay)
+		case <-ackT.C:
+			l.ackArmed.Store(false)
+			l.writeAck(false)
+		case <-tick.C:
+			if !connected {
+				continue
+			}
+			if time.Duration(now()-l.lastWrt.Load()) >= l.o.KeepAlive {
+				l.writeAck(true)
+			}
+		case gen := <-l.brokenCh:
+			l.mu.Lock()
+			stale := gen != l.gen
+			pc := l.peerClosed
+			l.mu.Unlock()
+			if stale {
+				continue
+			}
+			l.wmu.Lock()
+			l.live = false
+			l.wmu.Unlock()
+			connected = false
+			if pc {
+				// The peer has closed: nothing is left to resume.
+				continue
+			}
+			if l.dialer {
+				if !l.redial() {
+					return
+				}
+				connected = true
+				continue
+			}
+			graceT = time.NewTimer(l.o.Grace)
+			graceC = graceT.C
+		case r := <-l.resumeCh:
+			if connected {
+				// The peer redialed before this side saw the break.
+				l.dropConn()
+				l.awaitReader()
+			}
+			if graceT != nil {
+				graceT.Stop()
+				graceT, graceC = nil, nil
+			}
+			l.mu.Lock()
+			rh := hello{id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
+			l.mu.Unlock()
+			if err := l.attach(r.c, r.br, r.h, rh.encode()); err != nil {
+				return
+			}
+			connected = true
+		case <-graceC:
+			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
+			return
+		}
+	}
+}
+
+// dropConn closes the current TCP connection, whose reader then reports
+// the break.
+func (l *Link) dropConn() {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c != nil {
+		c.Close() // first: a writer blocked on c, holding wmu, fails now
+	}
+	l.wmu.Lock()
+	l.live = false
+	l.wmu.Unlock()
+}
+
+// awaitReader waits for the current connection's reader to report its
+// end, so that nothing more is received on it.
+func (l *Link) awaitReader() {
+	l.mu.Lock()
+	gen := l.gen
+	l.mu.Unlock()
+	for {
+		select {
+		case g := <-l.brokenCh:
+			if g == gen {
+				return
+			}
+		case <-l.done:
+			return
+		}
+	}
+}
+
+// redial resumes the connection from the dialing side, with backoff,
+// until it succeeds (true) or the grace period passes or the peer refuses
+// (the link ends; false).
+func (l *Link) redial() bool {
+	deadline := time.Now().Add(l.o.Grace)
+	delay := l.o.RedialMin
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
+			return false
+		}
+		ctx, cancel := context.WithTimeout(l.ctx, min(left, l.o.HandshakeTimeout))
+		c, br, h, err := l.handshake(ctx, true)
+		cancel()
+		if err == nil {
+			if l.attach(c, br, h, nil) != nil {
+				return false
+			}
+			l.o.Logger.Debug("net: resumed", "id", fmt.Sprintf("%x", l.id[:4]))
+			return true
+		}
+		switch {
+		case errors.Is(err, errRejectedUnknown):
+			l.end(interconnect.Ended(interconnect.ErrPeerDied, fmt.Errorf("chanos: peer died: %w", err)), false)
+			return false
+		case interconnect.IsEnd(err):
+			l.fail(err)
+			return false
+		}
+		l.o.Logger.Debug("net: redial failed", "err", err)
+		t := time.NewTimer(min(delay, time.Until(deadline)))
+		select {
+		case <-t.C:
+		case <-l.done:
+			t.Stop()
+			return false
+		}
+		delay = min(2*delay, l.o.RedialMax)
+	}
+}
+
+// handshake dials the peer and exchanges hellos.
+func (l *Link) handshake(ctx context.Context, resume bool) (stdnet.Conn, *bufio.Reader, hello, error) {
+	c, err := l.o.Dial(ctx, l.addr)
+	if err != nil {
+		return nil, nil, hello{}, fmt.Errorf("net: dial %s: %w", l.addr, err)
+	}
+	if tc, ok := c.(*stdnet.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	if l.o.TLS != nil {
+		if c, err = l.o.TLS.client(ctx, c); err != nil {
+			return nil, nil, hello{}, err
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { c.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	l.mu.Lock()
+	mine := hello{resume: resume, id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
+	l.mu.Unlock()
+	br := bufio.NewReaderSize(c, 64<<10)
+	h, err := exchange(c, br, mine.encode())
+	if err == nil && h.id != l.id {
+		err = interconnect.Violation(errors.New("the peer's hello names another connection"))
+	}
+	if err == nil && !stop() {
+		err = ctx.Err()
+	}
+	if err != nil {
+		c.Close()
+		return nil, nil, hello{}, err
+	}
+	c.SetDeadline(time.Time{})
+	return c, br, h, nil
+}
+
+// exchange writes this side's hello and reads the peer's.
+func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
+	if _, err := c.Write(mine); err != nil {
+		return hello{}, err
+	}
+	var hb [recHeaderSize]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return hello{}, err
+	}
+	rh := parseHeader(hb[:])
+	if rh.typ == recReject {
+		var code [4]byte
+		io.ReadFull(br, code[:])
+		switch code[0] {
+		case rejectUnknown:
+			return hello{}, errRejectedUnknown
+		case rejectAuth:
+			return hello{}, fmt.Errorf("%w: the peer does not admit this side's certificate", ErrAuth)
+		}
+		return hello{}, fmt.Errorf("net: the peer refused the connection (code %d)", code[0])
+	}
+	if rh.length != helloSize {
+		return hello{}, interconnect.Violation(fmt.Errorf("a record of type %d where a hello was due", rh.typ))
+	}
+	p := make([]byte, helloSize)
+	if _, err := io.ReadFull(br, p); err != nil {
+		return hello{}, err
+	}
+	h, err := parseHello(rh, p)
+	if err != nil {
+		return hello{}, interconnect.Violation(err)
+	}
+	return h, nil
+}
+
+var (
+	_ interconnect.Link        = (*Link)(nil)
+	_ interconnect.PartsSender = (*Link)(nil)
+	_ interconnect.PeerWatcher = (*Link)(nil)
+)

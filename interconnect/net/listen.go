@@ -1,0 +1,267 @@
+package net
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	stdnet "net"
+	"sync"
+	"time"
+
+	"github.com/chanos/chanos/interconnect"
+)
+
+// ErrListenerClosed is returned by Accept once the Listener is closed.
+var ErrListenerClosed = errors.New("net: listener closed")
+
+// Dial opens a net connection to the Listener at addr (host:port). It
+// returns once the hellos are exchanged. The link redials addr by itself
+// whenever its TCP connection breaks.
+func Dial(ctx context.Context, addr string, opts *Options) (*Link, error) {
+	var id [16]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("net: connection id: %w", err)
+	}
+	l := newLink(opts.resolve(), id, true)
+	l.addr = addr
+	hctx, cancel := context.WithTimeout(ctx, l.o.HandshakeTimeout)
+	c, br, h, err := l.handshake(hctx, false)
+	cancel()
+	if err != nil {
+		l.cancelCtx()
+		return nil, err
+	}
+	if err := l.attach(c, br, h, nil); err != nil {
+		return nil, err
+	}
+	l.wg.Add(1)
+	go l.run()
+	return l, nil
+}
+
+// Listener accepts net connections on a TCP listener, and hands the
+// connections it holds the TCP connections that resume them.
+type Listener struct {
+	ln stdnet.Listener
+	o  Options
+
+	accepted chan *Link
+	done     chan struct{}
+	wg       sync.WaitGroup
+
+	mu      sync.Mutex
+	closed  bool
+	links   map[[16]byte]*Link
+	pending map[stdnet.Conn]struct{} // TCP connections in their hello
+}
+
+// Listen accepts net connections on ln, which it takes over.
+func Listen(ln stdnet.Listener, opts *Options) *Listener {
+	L := &Listener{
+		ln:      ln,
+		o:       opts.resolve(),
+		done:    make(chan struct{}),
+		links:   make(map[[16]byte]*Link),
+		pending: make(map[stdnet.Conn]struct{}),
+	}
+	L.accepted = make(chan *Link, L.o.AcceptBacklog)
+	L.wg.Add(1)
+	go L.loop()
+	return L
+}
+
+// Addr returns the listener's address.
+func (L *Listener) Addr() stdnet.Addr { return L.ln.Addr() }
+
+// Accept waits for the next new connection.
+func (L *Listener) Accept(ctx context.Context) (*Link, error) {
+	select {
+	case l := <-L.accepted:
+		return l, nil
+	case <-L.done:
+		return nil, ErrListenerClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting. Connections that Accept returned go on, but can
+// no longer be resumed; those it had not returned are closed.
+func (L *Listener) Close() error {
+	L.mu.Lock()
+	if L.closed {
+		L.mu.Unlock()
+		return nil
+	}
+	L.closed = true
+	close(L.done)
+	for c := range L.pending {
+		c.Close()
+	}
+	L.mu.Unlock()
+	err := L.ln.Close()
+	L.wg.Wait()
+	for {
+		select {
+		case l := <-L.accepted:
+			l.Close()
+		default:
+			return err
+		}
+	}
+}
+
+func (L *Listener) loop() {
+	defer L.wg.Done()
+	delay := 5 * time.Millisecond
+	for {
+		c, err := L.ln.Accept()
+		if err != nil {
+			select {
+			case <-L.done:
+				return
+			default:
+			}
+			// Out of descriptors, say: wait rather than spin.
+			L.o.Logger.Warn("net: accept", "err", err)
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-L.done:
+				t.Stop()
+				return
+			}
+			delay = min(2*delay, time.Second)
+			continue
+		}
+		delay = 5 * time.Millisecond
+		L.mu.Lock()
+		if L.closed {
+			L.mu.Unlock()
+			c.Close()
+			return
+		}
+		L.pending[c] = struct{}{}
+		L.mu.Unlock()
+		L.wg.Add(1)
+		go L.handshake(c)
+	}
+}
+
+// handshake reads a TCP connection's hello and opens or resumes the
+// connection it names. A connection whose hello is wrong is closed; no
+// other is affected.
+func (L *Listener) handshake(c stdnet.Conn) {
+	defer L.wg.Done()
+	keep := false
+	raw0 := c
+	defer func() {
+		L.mu.Lock()
+		delete(L.pending, raw0)
+		L.mu.Unlock()
+		if !keep {
+			raw0.Close()
+		}
+	}()
+	if tc, ok := c.(*stdnet.TCPConn); ok {
+		tc.SetNoDelay(true)
+	}
+	c.SetDeadline(time.Now().Add(L.o.HandshakeTimeout))
+	raw := c
+	var fp [32]byte
+	if L.o.TLS != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), L.o.HandshakeTimeout)
+		tc, got, err := L.o.TLS.server(ctx, raw)
+		cancel()
+		if err != nil {
+			L.o.Logger.Debug("net: tls handshake", "from", raw.RemoteAddr(), "err", err)
+			return
+		}
+		c, fp = tc, got
+	}
+	br := bufio.NewReaderSize(c, 64<<10)
+	var hb [recHeaderSize]byte
+	if _, err := io.ReadFull(br, hb[:]); err != nil {
+		return
+	}
+	rh := parseHeader(hb[:])
+	if rh.typ != recHello || rh.length != helloSize {
+		L.o.Logger.Debug("net: a connection that does not begin with a hello", "from", c.RemoteAddr())
+		c.Write(rejectRecord(rejectBadHello))
+		return
+	}
+	p := make([]byte, helloSize)
+	if _, err := io.ReadFull(br, p); err != nil {
+		return
+	}
+	h, err := parseHello(rh, p)
+	if err != nil {
+		L.o.Logger.Debug("net: a bad hello", "from", c.RemoteAddr(), "err", err)
+		c.Write(rejectRecord(rejectBadHello))
+		return
+	}
+	if h.resume {
+		L.mu.Lock()
+		l := L.links[h.id]
+		L.mu.Unlock()
+		if l == nil || L.o.TLS != nil && l.peerFP != fp {
+			c.Write(rejectRecord(rejectUnknown))
+			return
+		}
+		c.SetDeadline(time.Time{})
+		t := time.NewTimer(L.o.HandshakeTimeout)
+		defer t.Stop()
+		select {
+		case l.resumeCh <- &resumeReq{c: c, br: br, h: h}:
+			keep = true
+		case <-l.done:
+		case <-L.done:
+		case <-t.C:
+		}
+		return
+	}
+	if h.received != 0 {
+		c.Write(rejectRecord(rejectBadHello))
+		return
+	}
+	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(fp)) {
+		L.o.Logger.Debug("net: a client certificate not admitted", "from", raw.RemoteAddr())
+		c.Write(rejectRecord(rejectAuth))
+		return
+	}
+	l := newLink(L.o, h.id, false)
+	l.peerFP = fp
+	L.mu.Lock()
+	if L.closed || L.links[h.id] != nil || len(L.accepted) == cap(L.accepted) {
+		L.mu.Unlock()
+		c.Write(rejectRecord(rejectBusy))
+		l.cancelCtx()
+		return
+	}
+	L.links[h.id] = l
+	L.mu.Unlock()
+	l.onEnd = func() {
+		L.mu.Lock()
+		if L.links[h.id] == l {
+			delete(L.links, h.id)
+		}
+		L.mu.Unlock()
+	}
+	c.SetDeadline(time.Time{})
+	reply := hello{id: h.id, maxFrame: uint32(L.o.MaxFrameSize), winFrames: uint32(L.o.WindowFrames), winBytes: uint32(L.o.WindowBytes)}
+	if err := l.attach(c, br, h, reply.encode()); err != nil {
+		return
+	}
+	keep = true
+	l.wg.Add(1)
+	go l.run()
+	select {
+	case L.accepted <- l:
+	default:
+		l.fail(interconnect.Ended(interconnect.ErrClosed, errors.New("net: the accept backlog is full")))
+		l.Close()
+	}
+}
