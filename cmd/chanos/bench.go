@@ -97,6 +97,12 @@ var benchSuites = map[string]benchSuite{
 		},
 		summary: bench.NamesSummary,
 	},
+	"net": {
+		help: "the net interconnect over loopback: round trips and a 64-byte stream, with TLS and plain, against raw TCP; resume after a cut (docs/net.md)",
+		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
+			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Progress: o.progress}, emit)
+		},
+	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
