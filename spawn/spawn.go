@@ -348,6 +348,26 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 			Pdeathsig: syscall.SIGTERM,
 		},
 	}
+	// With limits, the program starts behind a gate: /bin/sh waits for a
+	// line on descriptor 3, which comes once the limits are set on its
+	// process, and then becomes the program (exec keeps rlimits). os/exec
+	// cannot run code between fork and exec, so without the gate the
+	// program would run unlimited until prlimit(2) reached it.
+	var gate *os.File
+	if r.Mem > 0 || r.CPU > 0 {
+		gr, gw, err := os.Pipe()
+		if err != nil {
+			pr.Close()
+			pw.Close()
+			release()
+			return api.Started{}, fmt.Errorf("%w: limit gate: %v", api.ErrFailed, err)
+		}
+		defer gr.Close()
+		gate = gw
+		cmd.Path = "/bin/sh"
+		cmd.Args = append([]string{"sh", "-c", `read -r _ <&3 || exit 125; exec 3<&-; exec "$0" "$@"`, path}, r.Args...)
+		cmd.ExtraFiles = []*os.File{gr}
+	}
 	req := &startReq{cmd: cmd, cpus: cpus, err: make(chan error, 1)}
 	select {
 	case s.starts <- req:
@@ -357,6 +377,9 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 	}
 	pw.Close() // the child holds its copy
 	if err != nil {
+		if gate != nil {
+			gate.Close()
+		}
 		pr.Close()
 		release()
 		if errors.Is(err, api.ErrUnavailable) || errors.Is(err, api.ErrInvalid) {
@@ -365,16 +388,20 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 		return api.Started{}, fmt.Errorf("%w: %v", api.ErrFailed, err)
 	}
 	pid := cmd.Process.Pid
-	// rlimits are set right after the start, with prlimit(2): os/exec
-	// cannot run code between fork and exec, and a helper process would
-	// cost a second exec. The program runs unlimited for the few
-	// microseconds until then (docs/spawn.md).
-	if lerr := setLimits(pid, r.Mem, r.CPU); lerr != nil {
-		cmd.Process.Kill()
-		cmd.Wait()
-		pr.Close()
-		release()
-		return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, lerr)
+	if gate != nil {
+		// The limits, on the gate's process, before the program runs.
+		lerr := setLimits(pid, r.Mem, r.CPU)
+		if lerr == nil {
+			_, lerr = gate.Write([]byte("\n"))
+		}
+		gate.Close()
+		if lerr != nil {
+			cmd.Process.Kill()
+			cmd.Wait()
+			pr.Close()
+			release()
+			return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, lerr)
+		}
 	}
 	p := &proc{
 		info: api.Proc{
