@@ -238,29 +238,21 @@ func (r *Registry) waitRev(ctx context.Context, rev int64) error {
 
 func (r *Registry) run(ctx context.Context) {
 	defer close(r.done)
-	for ctx.Err() == nil {
-		r.mu.Lock()
-		synced, rev := r.synced, r.rev
-		r.mu.Unlock()
-		if !synced {
+	r.mu.Lock()
+	from := r.rev // as loaded by the constructor
+	r.mu.Unlock()
+	follow(ctx, r.client, r.prefix, true, from, retryInterval,
+		func(ctx context.Context) (int64, error) {
 			if err := r.resync(ctx); err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(retryInterval):
-				}
-				continue
+				return 0, err
 			}
 			r.mu.Lock()
-			rev = r.rev
-			r.mu.Unlock()
-		}
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range r.client.Watch(wctx, r.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-			if resp.Err() != nil {
-				break
-			}
+			defer r.mu.Unlock()
+			return r.rev, nil
+		},
+		func(evs []*clientv3.Event) {
 			r.mu.Lock()
-			for _, ev := range resp.Events {
+			for _, ev := range evs {
 				id, err := strconv.ParseUint(strings.TrimPrefix(string(ev.Kv.Key), r.prefix), 10, 64)
 				if err != nil {
 					continue
@@ -274,12 +266,12 @@ func (r *Registry) run(ctx context.Context) {
 			}
 			r.bumpLocked()
 			r.mu.Unlock()
-		}
-		cancel()
-		r.mu.Lock()
-		r.synced = false
-		r.mu.Unlock()
-	}
+		},
+		func(error) {
+			r.mu.Lock()
+			r.synced = false
+			r.mu.Unlock()
+		})
 }
 
 func decodeMachine(v []byte) (MachineInfo, error) {

@@ -162,54 +162,40 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 
 func (s *Names) key(name string) string { return s.prefix + name }
 
-// run keeps the cache: a watch from the cache's revision, and a full
-// reload whenever the watch breaks (no leader, compaction, etcd gone).
+// run keeps the cache (follow): a watch from the cache's revision, and a
+// full reload whenever the watch breaks (no leader, compaction, etcd gone).
 func (s *Names) run(ctx context.Context) {
 	defer close(s.done)
-	retry := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		s.mu.Lock()
-		synced, rev := s.synced, s.rev
-		s.mu.Unlock()
-		if !synced {
+	s.mu.Lock()
+	from := s.rev // as loaded by the constructor
+	s.mu.Unlock()
+	follow(ctx, s.client, s.prefix, true, from, 100*time.Millisecond,
+		func(ctx context.Context) (int64, error) {
 			if err := s.resync(ctx); err != nil {
-				select {
-				case <-ctx.Done():
-				case <-time.After(retry):
-				}
-				continue
+				return 0, err
 			}
 			s.mu.Lock()
-			rev = s.rev
+			defer s.mu.Unlock()
+			return s.rev, nil
+		},
+		func(evs []*clientv3.Event) {
+			var lost []lostName
+			s.mu.Lock()
+			for _, ev := range evs {
+				lost = s.applyLocked(ev, lost)
+			}
+			s.pruneLocked()
 			s.mu.Unlock()
-		}
-		s.watch(ctx, rev)
-		s.mu.Lock()
-		s.synced = false
-		s.mu.Unlock()
-	}
-}
-
-// watch applies the watch's events from rev+1 until it breaks.
-func (s *Names) watch(ctx context.Context, rev int64) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	for resp := range s.client.Watch(wctx, s.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1)) {
-		if err := resp.Err(); err != nil {
-			if ctx.Err() == nil {
+			s.tell(lost)
+		},
+		func(err error) {
+			if err != nil && ctx.Err() == nil {
 				s.log.Warn("etcd: the names' watch broke; reloading", "err", err)
 			}
-			return
-		}
-		var lost []lostName
-		s.mu.Lock()
-		for _, ev := range resp.Events {
-			lost = s.applyLocked(ev, lost)
-		}
-		s.pruneLocked()
-		s.mu.Unlock()
-		s.tell(lost)
-	}
+			s.mu.Lock()
+			s.synced = false
+			s.mu.Unlock()
+		})
 }
 
 type lostName struct {

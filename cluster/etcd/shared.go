@@ -124,38 +124,32 @@ func (s *Shared) load(ctx context.Context) error {
 	return nil
 }
 
-// run keeps the copy with a watch from the revision it is as of, and
-// loads it again whenever the watch breaks.
+// run keeps the copy (follow) with a watch from the revision it is as of,
+// and loads it again whenever the watch breaks.
 func (s *Shared) run(ctx context.Context) {
 	defer close(s.done)
-	for ctx.Err() == nil {
-		s.mu.Lock()
-		from := s.seen + 1
-		s.mu.Unlock()
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		for resp := range s.client.Watch(wctx, s.key, clientv3.WithRev(from)) {
-			if resp.Err() != nil {
-				break
+	s.mu.Lock()
+	from := s.seen
+	s.mu.Unlock()
+	follow(ctx, s.client, s.key, false, from, retryInterval,
+		func(ctx context.Context) (int64, error) {
+			if err := s.load(ctx); err != nil {
+				return 0, err
 			}
-			for _, ev := range resp.Events {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.seen, nil
+		},
+		func(evs []*clientv3.Event) {
+			for _, ev := range evs {
 				if ev.Type == mvccpb.DELETE {
 					s.apply(nil, 0, ev.Kv.ModRevision)
 				} else {
 					s.apply(ev.Kv.Value, ev.Kv.ModRevision, ev.Kv.ModRevision)
 				}
 			}
-		}
-		cancel()
-		for ctx.Err() == nil {
-			if err := s.load(ctx); err == nil {
-				break
-			}
-			select {
-			case <-ctx.Done():
-			case <-time.After(retryInterval):
-			}
-		}
-	}
+		},
+		nil)
 }
 
 // Close stops keeping the value.
