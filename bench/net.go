@@ -87,7 +87,7 @@ func netPair(ctx context.Context, tr string, onConn func(stdnet.Conn)) (c, s *cn
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		so.TLS = &cnet.TLS{Identity: srv, Admit: func(fp [32]byte) bool { return fp == cli.Fingerprint }}
+		so.TLS = &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}
 		co.TLS = &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}
 	}
 	if onConn != nil {

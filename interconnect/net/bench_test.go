@@ -51,7 +51,7 @@ func BenchmarkRTTNetPlain(b *testing.B) { benchEcho(b, nil, nil) }
 func BenchmarkRTTNetTLS(b *testing.B) {
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
-	benchEcho(b, &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(fp [32]byte) bool { return fp == cli.Fingerprint }}},
+	benchEcho(b, &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
 		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}})
 }
 

@@ -83,12 +83,13 @@ type Link struct {
 	lastRead atomic.Int64
 	lastWrt  atomic.Int64
 
-	ctx       context.Context // ends when the link does: it bounds redials
-	cancelCtx context.CancelFunc
-	peerFP    [32]byte // the accepting side's record of the client certificate, with TLS
-	closeOnce sync.Once
-	wg        sync.WaitGroup
-	onEnd     func()
+	ctx        context.Context // ends when the link does: it bounds redials
+	cancelCtx  context.CancelFunc
+	peerFP     [32]byte // the accepting side's record of the client certificate, with TLS
+	serverName string   // the server name the connection opened with, with TLS (accepting side)
+	closeOnce  sync.Once
+	wg         sync.WaitGroup
+	onEnd      func()
 }
 
 type outFrame struct {
@@ -141,6 +142,16 @@ func now() int64 { return time.Now().UnixNano() }
 
 // Kind returns "net".
 func (l *Link) Kind() string { return "net" }
+
+// ServerName returns, on the accepting side of a TLS connection, the
+// server name the dialing side asked for (TLS.ServerName), which tells an
+// accepting program which of the connections it was told to expect this
+// one is; "" otherwise.
+func (l *Link) ServerName() string { return l.serverName }
+
+// PeerFingerprint returns, on the accepting side of a TLS connection, the
+// fingerprint of the client's certificate; zero otherwise.
+func (l *Link) PeerFingerprint() [32]byte { return l.peerFP }
 
 // ID returns the connection's id, which both sides share. It is the
 // token that resumes the connection: it is not to be shown to others.

@@ -171,16 +171,19 @@ func (L *Listener) handshake(c stdnet.Conn) {
 	}
 	c.SetDeadline(time.Now().Add(L.o.HandshakeTimeout))
 	raw := c
-	var fp [32]byte
+	var (
+		fp   [32]byte
+		name string
+	)
 	if L.o.TLS != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), L.o.HandshakeTimeout)
-		tc, got, err := L.o.TLS.server(ctx, raw)
+		tc, sn, got, err := L.o.TLS.server(ctx, raw)
 		cancel()
 		if err != nil {
 			L.o.Logger.Debug("net: tls handshake", "from", raw.RemoteAddr(), "err", err)
 			return
 		}
-		c, fp = tc, got
+		c, name, fp = tc, sn, got
 	}
 	br := bufio.NewReaderSize(c, 64<<10)
 	var hb [recHeaderSize]byte
@@ -207,7 +210,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		L.mu.Lock()
 		l := L.links[h.id]
 		L.mu.Unlock()
-		if l == nil || L.o.TLS != nil && l.peerFP != fp {
+		if l == nil || L.o.TLS != nil && (l.peerFP != fp || l.serverName != name) {
 			c.Write(rejectRecord(rejectUnknown))
 			return
 		}
@@ -227,13 +230,13 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		c.Write(rejectRecord(rejectBadHello))
 		return
 	}
-	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(fp)) {
+	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(name, fp)) {
 		L.o.Logger.Debug("net: a client certificate not admitted", "from", raw.RemoteAddr())
 		c.Write(rejectRecord(rejectAuth))
 		return
 	}
 	l := newLink(L.o, h.id, false)
-	l.peerFP = fp
+	l.peerFP, l.serverName = fp, name
 	L.mu.Lock()
 	if L.closed || L.links[h.id] != nil || len(L.accepted) == cap(L.accepted) {
 		L.mu.Unlock()

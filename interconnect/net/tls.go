@@ -57,23 +57,75 @@ func NewIdentity() (*Identity, error) {
 	}, nil
 }
 
+// Marshal returns the identity's certificate (DER) and private key
+// (PKCS#8, DER), for a monitor to hand the domain that will use it.
+func (id *Identity) Marshal() (cert, key []byte, err error) {
+	if len(id.Cert.Certificate) != 1 {
+		return nil, nil, fmt.Errorf("net: identity: %d certificates, want 1", len(id.Cert.Certificate))
+	}
+	key, err = x509.MarshalPKCS8PrivateKey(id.Cert.PrivateKey)
+	if err != nil {
+		return nil, nil, fmt.Errorf("net: identity key: %w", err)
+	}
+	return id.Cert.Certificate[0], key, nil
+}
+
+// ParseIdentity reads back what Marshal wrote, checking that the key is
+// the certificate's.
+func ParseIdentity(cert, key []byte) (*Identity, error) {
+	c, err := x509.ParseCertificate(cert)
+	if err != nil {
+		return nil, fmt.Errorf("%w: identity certificate: %w", ErrAuth, err)
+	}
+	k, err := x509.ParsePKCS8PrivateKey(key)
+	if err != nil {
+		return nil, fmt.Errorf("%w: identity key: %w", ErrAuth, err)
+	}
+	pk, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("%w: identity key: %T, want ECDSA", ErrAuth, k)
+	}
+	if pub, ok := c.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&pk.PublicKey) {
+		return nil, fmt.Errorf("%w: identity: the key is not the certificate's", ErrAuth)
+	}
+	return &Identity{
+		Cert:        tls.Certificate{Certificate: [][]byte{cert}, PrivateKey: pk},
+		Fingerprint: sha256.Sum256(cert),
+	}, nil
+}
+
 // TLS makes a link's TCP connections TLS 1.3 connections whose two
 // certificates are pinned: each side presents its Identity and checks
 // the peer's certificate against the fingerprint its monitor gave it. No
 // certificate authority is involved.
 type TLS struct {
-	// Identity is this side's credential.
+	// Identity is this side's credential. On the accepting side it is
+	// the one presented when Select is nil or returns nil.
 	Identity *Identity
 	// Peer, on the dialing side, is the fingerprint the accepting side's
 	// certificate must have.
 	Peer [32]byte
-	// Admit, on the accepting side, says whether a new connection whose
-	// client certificate has fingerprint fp may open (the monitors'
-	// grant of this one connection; it should admit a fingerprint once).
-	// A resume must present the certificate that opened the connection.
-	// Nil admits none.
-	Admit func(fp [32]byte) bool
+	// ServerName, on the dialing side, is the label the accepting side
+	// selects its certificate by (TLS's server name indication): the one
+	// its monitor gave it for this connection. Default "chanos". It is
+	// sent in the clear, so it names a connection without granting it.
+	ServerName string
+	// Select, on the accepting side, returns the identity to present to
+	// a client that asked for serverName, so that one listener serves
+	// many connections with a certificate each. Nil, or a nil result,
+	// presents Identity; with neither, the handshake fails.
+	Select func(serverName string) *Identity
+	// Admit, on the accepting side, says whether a new connection that
+	// asked for serverName, with a client certificate of fingerprint fp,
+	// may open (the monitors' grant of this one connection; it should
+	// admit a fingerprint once). A resume must present the server name
+	// and the certificate that opened the connection. Nil admits none.
+	Admit func(serverName string, fp [32]byte) bool
 }
+
+// defaultServerName is the server name a dialing side sends when it was
+// given none.
+const defaultServerName = "chanos"
 
 // tlsConn is a TLS connection whose Close closes the TCP connection under
 // it at once: a link closes a connection it takes for broken, and TLS's
@@ -86,12 +138,20 @@ type tlsConn struct {
 func (c *tlsConn) Close() error { return c.raw.Close() }
 
 func (t *TLS) config(pin *[32]byte, got *[32]byte) *tls.Config {
+	name := t.ServerName
+	if name == "" {
+		name = defaultServerName
+	}
+	var certs []tls.Certificate
+	if t.Identity != nil {
+		certs = []tls.Certificate{t.Identity.Cert}
+	}
 	return &tls.Config{
 		MinVersion:         tls.VersionTLS13,
-		Certificates:       []tls.Certificate{t.Identity.Cert},
+		Certificates:       certs,
 		ClientAuth:         tls.RequireAnyClientCert,
 		InsecureSkipVerify: true, // the peer's certificate is pinned below, not chained to an authority
-		ServerName:         "chanos",
+		ServerName:         name,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) != 1 {
 				return fmt.Errorf("%w: %d certificates", ErrAuth, len(raw))
@@ -118,12 +178,25 @@ func (t *TLS) client(ctx context.Context, c stdnet.Conn) (stdnet.Conn, error) {
 }
 
 // server runs the accepting side's TLS handshake on c, and returns the
-// client certificate's fingerprint.
-func (t *TLS) server(ctx context.Context, c stdnet.Conn) (stdnet.Conn, [32]byte, error) {
+// server name the client asked for and its certificate's fingerprint.
+func (t *TLS) server(ctx context.Context, c stdnet.Conn) (stdnet.Conn, string, [32]byte, error) {
 	var got [32]byte
-	tc := tls.Server(c, t.config(nil, &got))
-	if err := tc.HandshakeContext(ctx); err != nil {
-		return nil, got, fmt.Errorf("net: tls: %w", err)
+	cfg := t.config(nil, &got)
+	cfg.GetCertificate = func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		if t.Select != nil {
+			if id := t.Select(h.ServerName); id != nil {
+				return &id.Cert, nil
+			}
+		}
+		if t.Identity != nil {
+			return &t.Identity.Cert, nil
+		}
+		return nil, fmt.Errorf("%w: no certificate for server name %q", ErrAuth, h.ServerName)
 	}
-	return &tlsConn{Conn: tc, raw: c}, got, nil
+	cfg.Certificates = nil
+	tc := tls.Server(c, cfg)
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, "", got, fmt.Errorf("net: tls: %w", err)
+	}
+	return &tlsConn{Conn: tc, raw: c}, tc.ConnectionState().ServerName, got, nil
 }

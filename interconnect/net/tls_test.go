@@ -27,7 +27,7 @@ func identities(t *testing.T) (srv, cli *cnet.Identity, so, co *cnet.Options) {
 		t.Fatal(err)
 	}
 	var once sync.Once
-	so = &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(fp [32]byte) bool {
+	so = &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool {
 		ok := false
 		if fp == cli.Fingerprint {
 			once.Do(func() { ok = true })
@@ -114,5 +114,83 @@ func TestTLSRefusals(t *testing.T) {
 	}
 	if err := cl.Err(); err != nil {
 		t.Errorf("the connection ended: %v", err)
+	}
+}
+
+// One listener serves several connections, each with its own server
+// certificate chosen by the server name the client asks for, and admits
+// each client certificate only with the name it was granted for.
+func TestTLSSelectByServerName(t *testing.T) {
+	noLeaks(t)
+	ctx := testkit.Context(t)
+	type grant struct{ srv, cli *cnet.Identity }
+	grants := map[string]grant{}
+	for _, name := range []string{"c0001", "c0002"} {
+		srv, err := cnet.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cli, err := cnet.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		grants[name] = grant{srv, cli}
+	}
+	so := &cnet.Options{TLS: &cnet.TLS{
+		Select: func(name string) *cnet.Identity { return grants[name].srv },
+		Admit: func(name string, fp [32]byte) bool {
+			g, ok := grants[name]
+			return ok && g.cli.Fingerprint == fp
+		},
+	}}
+	L := listen(t, so)
+	for name, g := range grants {
+		cl, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: g.cli, Peer: g.srv.Fingerprint, ServerName: name}})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		sl, err := L.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sl.ServerName() != name || sl.PeerFingerprint() != g.cli.Fingerprint {
+			t.Errorf("accepted %q with %x, want %q with %x", sl.ServerName(), sl.PeerFingerprint(), name, g.cli.Fingerprint)
+		}
+		sl.Close()
+		cl.Close()
+	}
+	// A client granted for one name cannot open under another, nor under
+	// a name the listener does not know.
+	a, b := grants["c0001"], grants["c0002"]
+	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: a.cli, Peer: b.srv.Fingerprint, ServerName: "c0002"}}); !errors.Is(err, cnet.ErrAuth) {
+		t.Errorf("a client under another connection's name: %v, want ErrAuth", err)
+	}
+	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: a.cli, Peer: a.srv.Fingerprint, ServerName: "c9999"}}); err == nil {
+		t.Error("a server name the listener does not know: connected")
+	}
+}
+
+// An identity survives Marshal and ParseIdentity, and a key that is not
+// the certificate's is refused.
+func TestIdentityMarshal(t *testing.T) {
+	a, err := cnet.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := cnet.NewIdentity()
+	cert, key, err := a.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := cnet.ParseIdentity(cert, key)
+	if err != nil || got.Fingerprint != a.Fingerprint {
+		t.Fatalf("parsed %v, %v", got, err)
+	}
+	_, otherKey, _ := b.Marshal()
+	if _, err := cnet.ParseIdentity(cert, otherKey); !errors.Is(err, cnet.ErrAuth) {
+		t.Errorf("another identity's key: %v, want ErrAuth", err)
+	}
+	if _, err := cnet.ParseIdentity(cert[:10], key); !errors.Is(err, cnet.ErrAuth) {
+		t.Errorf("a truncated certificate: %v, want ErrAuth", err)
 	}
 }
