@@ -169,7 +169,8 @@ type Domain struct {
 	closing bool                 // Close was called
 	exports map[uint64]*Listener // by export id
 	early   map[uint64][]*monitor.Incoming
-	err     error // why the domain ended
+	net     *netServer // connections from other machines, once the monitor announces one
+	err     error      // why the domain ended
 	done    chan struct{}
 }
 
@@ -238,7 +239,7 @@ func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
 	end := make(chan error, 1)
 	go func() { end <- conn.Serve(context.Background(), d.handle) }()
 	var reply monitor.HelloReply
-	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen)}, &reply); err != nil {
+	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen), Features: monitor.FeatureNet}, &reply); err != nil {
 		conn.Close()
 		<-end
 		var re *RemoteError
@@ -301,6 +302,12 @@ func (d *Domain) Close() error {
 	}
 	err := conn.Close()
 	<-d.done
+	d.mu.Lock()
+	ns := d.net
+	d.mu.Unlock()
+	if ns != nil {
+		ns.close()
+	}
 	return err
 }
 
@@ -635,6 +642,10 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: connection for an export with another token; refused", "name", l.name)
 		return
 	}
+	if in.Via == monitor.InterconnectNet {
+		l.acceptNet(in)
+		return
+	}
 	u, err := l.d.openUMP(ump.Creator, in.Fds, l.iface.MaxFrameSize)
 	if err != nil {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
@@ -791,6 +802,9 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 			return nil, fmt.Errorf("chanos: connect %s: %w", label, err)
 		}
 		return newConn(ump.NewLink(u), iface, d.log), nil
+	case monitor.InterconnectNet:
+		wire.CloseCaps(reply.Fds)
+		return d.dialNet(ctx, label, &reply, iface)
 	}
 	wire.CloseCaps(reply.Fds)
 	return nil, fmt.Errorf("chanos: connect %s: unknown interconnect %v", label, reply.Via)

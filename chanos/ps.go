@@ -115,8 +115,11 @@ type ConnInfo struct {
 	Role     string `json:"role"`
 	Name     string `json:"name"`
 	ExportID uint64 `json:"export_id"`
-	// Via is "local" or "ump".
+	// Via is "local", "ump" or "net".
 	Via string `json:"via"`
+	// Machine, for a connection between machines, is the other machine's
+	// id (hex): Peer is a domain there.
+	Machine string `json:"machine,omitempty"`
 }
 
 // Ps asks the monitor for its ps document: the monitor, its domains,

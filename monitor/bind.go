@@ -113,7 +113,7 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 		ref = c.Target
 	}
 	if ref.Machine != m.machineID {
-		return nil, fail(proto.StatusNoRoute, "bind %s: no route to machine %016x, where its export lives (the net interconnect between machines is not built yet)", label, ref.Machine)
+		return s.bindRemote(ctx, c, ref, byName, label)
 	}
 
 	m.mu.Lock()
@@ -203,21 +203,21 @@ func (m *Monitor) addConn(client *session, rec *connRec, server *session) bool {
 // recordLocked adds rec, a connection of client, to the records ps shows.
 // A client keeps at most MaxConnRecords: its oldest is forgotten (the
 // monitor does not see connections end, so records would otherwise pile
-// up for as long as the domain binds).
+// up for as long as the domain binds). For a connection from another
+// machine, client is nil (addInbound bounds those).
 func (m *Monitor) recordLocked(client *session, rec *connRec) {
 	m.conns[rec.id] = rec
-	if rec.server != rec.client {
-		by := m.served[rec.server]
-		if by == nil {
-			by = map[uint64]*connRec{}
-			m.served[rec.server] = by
-		}
-		by[rec.id] = rec
+	if client == nil {
+		m.servedLocked(rec)
+		return
+	}
+	if rec.server != rec.client && rec.machine == 0 {
+		m.servedLocked(rec)
 	}
 	client.records = append(client.records, rec.id)
 	if n := len(client.records) - m.cfg.MaxConnRecords; n > 0 {
 		for _, id := range client.records[:n] {
-			if old := m.conns[id]; old != nil && old.client == client.id {
+			if old := m.conns[id]; old != nil && old.client == client.id && !old.inbound {
 				m.dropRecordLocked(old)
 			}
 		}
@@ -225,10 +225,23 @@ func (m *Monitor) recordLocked(client *session, rec *connRec) {
 	}
 }
 
+// servedLocked lists rec among the connections its server domain serves.
+func (m *Monitor) servedLocked(rec *connRec) {
+	by := m.served[rec.server]
+	if by == nil {
+		by = map[uint64]*connRec{}
+		m.served[rec.server] = by
+	}
+	by[rec.id] = rec
+}
+
 // dropRecordLocked forgets rec.
 func (m *Monitor) dropRecordLocked(rec *connRec) {
 	if m.conns[rec.id] == rec {
 		delete(m.conns, rec.id)
+	}
+	if rec.machine != 0 && !rec.inbound {
+		return // its server is a domain of another machine
 	}
 	if by := m.served[rec.server]; by != nil && by[rec.id] == rec {
 		delete(by, rec.id)

@@ -143,6 +143,12 @@ type Config struct {
 	// Cluster names the machine's cluster in the machines call's answer;
 	// "" for a lone machine.
 	Cluster string
+	// NetHost is an address of this machine that the cluster's other
+	// machines reach (the host of the control link's address): the
+	// monitor opens there the TCP listeners on which its domains accept
+	// connections from other machines. Empty: binds from other machines
+	// are refused (docs/net.md, "Binding between machines").
+	NetHost string
 	// Machines, when set, lists the machines of the cluster for the
 	// machines call (nil: this machine alone). It must not block.
 	Machines func() []chanos.MachineInfo
@@ -187,7 +193,10 @@ type Monitor struct {
 	watches     int                            // nameservice watches
 	replyMem    int                            // reply memory reserved
 	served      map[uint64]map[uint64]*connRec // connection records by server, then id
-	waits       atomic.Int64                   // binds and wait_for calls in progress
+	// machineConns routes binds to other machines: the machine protocol
+	// over the control link this monitor dialled to each (remote.go).
+	machineConns map[uint64]*chanos.Conn
+	waits        atomic.Int64 // binds and wait_for calls in progress
 
 	maxPacket int           // the largest frame a session's socket can carry
 	rlog      *rateLog      // rejections, evictions, refusals: a line a second per kind
@@ -224,7 +233,12 @@ type connRec struct {
 	via    proto.Interconnect
 	client uint64 // domain ids
 	server uint64
-	export uint64
+	// machine is the other machine of a connection between machines (0
+	// on this one), and inbound says its client is there (the server is
+	// here); client or server is then a domain of that machine.
+	machine uint64
+	inbound bool
+	export  uint64
 }
 
 // New prepares the monitor's directory (see PrepareDir), listens on its
@@ -253,26 +267,27 @@ func New(cfg Config) (*Monitor, error) {
 		}
 	}
 	m := &Monitor{
-		cfg:       cfg,
-		dir:       dir,
-		sockPath:  SocketPath(dir),
-		log:       log,
-		store:     cfg.Store,
-		machineID: machineID,
-		uid:       uint32(os.Getuid()),
-		pid:       os.Getpid(),
-		started:   time.Now(),
-		sessions:  map[*session]struct{}{},
-		domains:   map[uint64]*session{},
-		exports:   map[uint64]*export{},
-		conns:     map[uint64]*connRec{},
-		nsConns:   map[uint64]*nsConn{},
-		served:    map[uint64]map[uint64]*connRec{},
-		maxPacket: probeMaxPacket(proto.MaxFrameSize),
-		rlog:      newRateLog(log, time.Second),
-		rejectors: make(chan struct{}, maxRejectors),
-		stop:      make(chan struct{}),
-		done:      make(chan struct{}),
+		cfg:          cfg,
+		dir:          dir,
+		sockPath:     SocketPath(dir),
+		log:          log,
+		store:        cfg.Store,
+		machineID:    machineID,
+		uid:          uint32(os.Getuid()),
+		pid:          os.Getpid(),
+		started:      time.Now(),
+		sessions:     map[*session]struct{}{},
+		domains:      map[uint64]*session{},
+		exports:      map[uint64]*export{},
+		conns:        map[uint64]*connRec{},
+		nsConns:      map[uint64]*nsConn{},
+		served:       map[uint64]map[uint64]*connRec{},
+		machineConns: map[uint64]*chanos.Conn{},
+		maxPacket:    probeMaxPacket(proto.MaxFrameSize),
+		rlog:         newRateLog(log, time.Second),
+		rejectors:    make(chan struct{}, maxRejectors),
+		stop:         make(chan struct{}),
+		done:         make(chan struct{}),
 	}
 	var rl syscall.Rlimit
 	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl) == nil && rl.Cur < uint64(cfg.FDBound()) {

@@ -198,7 +198,7 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 		slices.SortFunc(d.exports, func(a, b chanos.ExportInfo) int { return cmp.Compare(a.Name, b.Name) })
 		d.exports = d.exports[:min(len(d.exports), maxItems)]
 		for _, cid := range s.records {
-			if rec := m.conns[cid]; rec != nil && rec.client == id {
+			if rec := m.conns[cid]; rec != nil && rec.client == id && !rec.inbound {
 				recs = append(recs, rec)
 			}
 		}
@@ -210,11 +210,14 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 	recs = recs[:min(len(recs), maxItems)]
 	d.conns = make([]chanos.ConnInfo, 0, len(recs))
 	for _, c := range recs {
-		if c.client == id {
-			d.conns = append(d.conns, chanos.ConnInfo{ConnID: c.id, Peer: c.server, Role: "client", Name: c.name, ExportID: c.export, Via: c.via.String()})
-		} else {
-			d.conns = append(d.conns, chanos.ConnInfo{ConnID: c.id, Peer: c.client, Role: "server", Name: c.name, ExportID: c.export, Via: c.via.String()})
+		ci := chanos.ConnInfo{ConnID: c.id, Peer: c.client, Role: "server", Name: c.name, ExportID: c.export, Via: c.via.String()}
+		if c.client == id && !c.inbound {
+			ci.Peer, ci.Role = c.server, "client"
 		}
+		if c.machine != 0 {
+			ci.Machine = machineText(c.machine)
+		}
+		d.conns = append(d.conns, ci)
 	}
 	return d, true
 }

@@ -83,9 +83,12 @@ type session struct {
 	uc *net.UnixConn // the socket, for its send queue (outq) and buffer
 
 	// Set by hello, under m.mu; read by others under m.mu or after hello.
-	id      uint64
-	program string
-	exports map[string]*export // under m.mu
+	id       uint64
+	program  string
+	features uint32             // hello's: proto.FeatureNet
+	exports  map[string]*export // under m.mu
+	netAddr  string             // where it accepts connections from other machines (remote.go), under m.mu
+	inbound  []uint64           // ids of its connection records from other machines, oldest first, under m.mu
 
 	// The domain's shares of the quotas, under m.mu.
 	nsConns        int                 // nameservice connections, those being bound included
@@ -191,6 +194,7 @@ func (s *session) hello() error {
 		m.mu.Lock()
 		s.id = m.nextDomain.Add(1)
 		s.program = c.Program
+		s.features = c.Features
 		// Before the session is in the table, where the janitor finds it.
 		s.log = s.log.With("domain", s.id, "program", c.Program)
 		m.domains[s.id] = s
@@ -401,11 +405,11 @@ func (s *session) cleanup() {
 		}
 		clear(s.exports)
 		for _, id := range s.records {
-			if rec := m.conns[id]; rec != nil && rec.client == s.id {
+			if rec := m.conns[id]; rec != nil && rec.client == s.id && !rec.inbound {
 				m.dropRecordLocked(rec)
 			}
 		}
-		s.records = nil
+		s.records, s.inbound = nil, nil
 		for _, rec := range m.served[s.id] {
 			m.dropRecordLocked(rec)
 		}

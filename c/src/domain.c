@@ -32,7 +32,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define PROTOCOL_VERSION 3
+#define PROTOCOL_VERSION 4
 /* The bound of a call to the monitor given none of its own (hello, export,
  * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
  * The Go library's DefaultCallTimeout. */
@@ -780,6 +780,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (plen > MONITOR_HELLO_PROGRAM_MAX)
         plen = MONITOR_HELLO_PROGRAM_MAX;
     call.version = PROTOCOL_VERSION;
+    call.features = 0; /* no net interconnect in libchanos yet */
     call.program.ptr = o.program;
     call.program.len = (uint32_t)plen;
     memcpy(d->program, o.program, plen);

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
@@ -24,10 +25,10 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/cluster"
 	"github.com/chanos/chanos/cluster/etcd"
-	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/internal/buildinfo"
 	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/wire"
 )
 
 const monitorClusterUsage = `
@@ -101,7 +102,12 @@ func (c *clusterFlags) check() error {
 // about n²/2⁶⁵; the registry refuses a second live machine with the same
 // id (etcd.ErrMachineTaken).
 func MachineIDOf(id *cluster.Identity) uint64 {
-	sum := sha256.Sum256(id.PublicKey())
+	return machineIDOfKey(id.PublicKey())
+}
+
+// machineIDOfKey is MachineIDOf of the machine whose public key is pub.
+func machineIDOfKey(pub []byte) uint64 {
+	sum := sha256.Sum256(pub)
 	if v := binary.BigEndian.Uint64(sum[:8]); v != 0 {
 		return v
 	}
@@ -117,6 +123,7 @@ type clusterMember struct {
 	log     *slog.Logger
 	listen  *cluster.Listener
 	lost    atomic.Pointer[func(names.Owner, string)]
+	mon     *monitor.Monitor // set by start, before the links are dialled or accepted
 
 	mu    sync.Mutex
 	links map[uint64]*cluster.Link // outbound links, by machine id
@@ -187,6 +194,9 @@ func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor
 	cfg.SharedStore = true
 	cfg.Cluster = cf.cluster
 	cfg.Machines = c.machines
+	if addr != "" {
+		cfg.NetHost, _, _ = net.SplitHostPort(addr)
+	}
 	log.Info("joined the cluster", "cluster", cf.cluster, "machine", fmt.Sprintf("%016x", c.self), "name", name,
 		"key_id", id.KeyID(), "control_link", addr, "lease_ttl", c.machine.Session().TTL(),
 		"keep_alive", c.machine.Session().KeepAliveInterval())
@@ -258,6 +268,7 @@ func etcdTLS(cf *clusterFlags) (*tls.Config, error) {
 func (c *clusterMember) start(m *monitor.Monitor, dir string) {
 	lost := m.NameLost
 	c.lost.Store(&lost)
+	c.mon = m
 	c.wg.Add(4)
 	go c.keepLoad(m)
 	go c.dialPeers()
@@ -356,21 +367,44 @@ func (c *clusterMember) accept() {
 		}
 		p := link.Peer()
 		c.log.Info("control link accepted", "peer", p.Machine, "key_id", p.KeyID, "remote", link.RemoteAddr().String())
+		pub, ok := p.Certificate.PublicKey.(ed25519.PublicKey)
+		if !ok { // the handshake admits Ed25519 credentials only
+			link.Close()
+			continue
+		}
 		c.wg.Add(1)
-		go c.hold(link, "accepted")
+		go c.hold(link, "accepted", machineIDOfKey(pub))
 	}
 }
 
-// hold keeps a link until it ends: no traffic runs on it yet (binding
-// across machines is the net interconnect's), but its end is logged.
-func (c *clusterMember) hold(link *cluster.Link, side string) {
+// hold runs the machine protocol (interfaces/machine.if) over link until
+// it ends, and logs its end. On a link this machine dialled, the monitor
+// calls the peer's monitor (binds of its exports); on one it accepted, it
+// serves the peer's calls.
+func (c *clusterMember) hold(link *cluster.Link, side string, peer uint64) {
 	defer c.wg.Done()
-	go func() { <-c.stop; link.Close() }()
-	var in interconnect.Incoming
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	conn := chanos.NewConn(link, monitor.MachineInterface())
 	var err error
-	for err == nil {
-		err = link.Receive(context.Background(), &in)
+	if side == "dialled" {
+		c.mon.AddMachine(peer, conn)
+		err = conn.Serve(ctx, func(_ context.Context, in *chanos.Incoming) (wire.Message, error) {
+			wire.CloseCaps(in.Caps)
+			return nil, conn.Violation(fmt.Errorf("machine %016x sent %s %d on the link this machine dialled, which only carries its calls", peer, in.Kind, in.Header.Msg))
+		})
+		c.mon.RemoveMachine(peer, conn)
+	} else {
+		err = c.mon.ServeMachine(ctx, peer, conn)
 	}
+	conn.Close()
 	select {
 	case <-c.stop:
 	default:
@@ -472,7 +506,7 @@ func (c *clusterMember) dial(mi etcd.MachineInfo) error {
 	c.links[mi.ID] = link
 	c.mu.Unlock()
 	c.wg.Add(1)
-	c.hold(link, "dialled")
+	c.hold(link, "dialled", mi.ID)
 	c.mu.Lock()
 	if c.links[mi.ID] == link {
 		delete(c.links, mi.ID)

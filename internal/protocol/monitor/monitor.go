@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xa87c1d9943e9be65
+const Fingerprint uint64 = 0x15a381ba882d2b6b
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -51,21 +51,29 @@ const (
 	MaxBindNameLen              = 256     // bind: in String name[256]
 	MaxBindIfaceLen             = 128     // bind: in String iface[128]
 	MaxBindFdsLen               = 8       // bind: out give_away_cap fds[nfds, 8]
+	MaxBindNetAddrLen           = 256     // bind: out String net_addr[256]
+	MaxBindNetNameLen           = 64      // bind: out String net_name[64]
+	MaxBindNetCertLen           = 2048    // bind: out uint8 net_cert[net_cert_len, 2048]
+	MaxBindNetKeyLen            = 512     // bind: out uint8 net_key[net_key_len, 512]
 	MaxIncomingFdsLen           = 8       // incoming: give_away_cap fds[nfds, 8]
 	MaxIncomingClientProgramLen = 256     // incoming: String client_program[256]
+	MaxIncomingNetNameLen       = 64      // incoming: String net_name[64]
+	MaxIncomingNetCertLen       = 2048    // incoming: uint8 net_cert[net_cert_len, 2048]
+	MaxIncomingNetKeyLen        = 512     // incoming: uint8 net_key[net_key_len, 512]
 	MaxPsJSONLen                = 1048576 // ps: out uint8 json[json_len, 1048576]
 	MaxMachinesJSONLen          = 65536   // machines: out uint8 json[json_len, 65536]
 )
 
 // Interconnect is the IDL enum interconnect:
 //
-//	typedef enum { local, ump } interconnect;
+//	typedef enum { local, ump, net } interconnect;
 type Interconnect uint32
 
 // The values of Interconnect.
 const (
 	InterconnectLocal Interconnect = 0 // local
 	InterconnectUMP   Interconnect = 1 // ump
+	InterconnectNet   Interconnect = 2 // net
 )
 
 // String returns the IDL name of v, or Interconnect(N) for a value out of range.
@@ -75,8 +83,23 @@ func (v Interconnect) String() string {
 		return "local"
 	case InterconnectUMP:
 		return "ump"
+	case InterconnectNet:
+		return "net"
 	}
 	return "Interconnect(" + strconv.FormatUint(uint64(v), 10) + ")"
+}
+
+// CertFingerprint is the IDL array cert_fingerprint:
+//
+//	typedef uint8 cert_fingerprint[32];
+type CertFingerprint [32]byte
+
+func (a *CertFingerprint) encode(e *wire.Encoder) {
+	e.Raw(a[:])
+}
+
+func (a *CertFingerprint) decode(d *wire.Decoder) {
+	d.Raw("", a[:])
 }
 
 // Status is the IDL enum status:
@@ -137,6 +160,7 @@ type Msg interface {
 //	rpc hello(
 //		in uint32 version,
 //		in String program[256],
+//		in uint32 features,
 //		out uint32 monitor_version,
 //		out uint64 domain_id,
 //		out uint64 machine_id);
@@ -145,6 +169,8 @@ type HelloCall struct {
 	Version uint32
 	// Program is the in argument program: at most MaxHelloProgramLen bytes, without NUL.
 	Program string
+	// Features is the in argument features (uint32).
+	Features uint32
 }
 
 func (*HelloCall) MsgNumber() uint16  { return MsgHello }
@@ -153,9 +179,10 @@ func (*HelloCall) MsgName() string    { return "monitor.hello" }
 func (*HelloCall) isMsg()             {}
 func (m *HelloCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.hello call", MsgHello, wire.KindCall, 8)
+	e.Begin(buf, "monitor.hello call", MsgHello, wire.KindCall, 12)
 	e.Uint32(m.Version)
 	e.String("program", m.Program, MaxHelloProgramLen)
+	e.Uint32(m.Features)
 	return e.Finish()
 }
 
@@ -164,6 +191,7 @@ func (m *HelloCall) Decode(frame []byte, caps []wire.Cap) error {
 	d.Begin(frame, caps, "monitor.hello call", MsgHello, wire.KindCall)
 	m.Version = d.Uint32("version")
 	m.Program = d.String("program", MaxHelloProgramLen)
+	m.Features = d.Uint32("features")
 	if err := d.Finish(); err != nil {
 		*m = HelloCall{}
 		return err
@@ -176,6 +204,7 @@ func (m *HelloCall) Decode(frame []byte, caps []wire.Cap) error {
 //	rpc hello(
 //		in uint32 version,
 //		in String program[256],
+//		in uint32 features,
 //		out uint32 monitor_version,
 //		out uint64 domain_id,
 //		out uint64 machine_id);
@@ -384,7 +413,12 @@ func (*WithdrawReply) Decode(frame []byte, caps []wire.Cap) error {
 //		out iref ref,
 //		out uint64 conn_id,
 //		out uint32 max_frame,
-//		out give_away_cap fds[nfds, 8]);
+//		out give_away_cap fds[nfds, 8],
+//		out String net_addr[256],
+//		out String net_name[64],
+//		out cert_fingerprint net_peer,
+//		out uint8 net_cert[net_cert_len, 2048],
+//		out uint8 net_key[net_key_len, 512]);
 type BindCall struct {
 	// Name is the in argument name: at most MaxBindNameLen bytes, without NUL.
 	Name string
@@ -440,7 +474,12 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		out iref ref,
 //		out uint64 conn_id,
 //		out uint32 max_frame,
-//		out give_away_cap fds[nfds, 8]);
+//		out give_away_cap fds[nfds, 8],
+//		out String net_addr[256],
+//		out String net_name[64],
+//		out cert_fingerprint net_peer,
+//		out uint8 net_cert[net_cert_len, 2048],
+//		out uint8 net_key[net_key_len, 512]);
 type BindReply struct {
 	// Via is the out argument via (interconnect).
 	Via Interconnect
@@ -452,6 +491,16 @@ type BindReply struct {
 	MaxFrame uint32
 	// Fds is the out argument fds: at most MaxBindFdsLen give_away_cap elements (its length is nfds in the IDL).
 	Fds []wire.Cap
+	// NetAddr is the out argument net_addr: at most MaxBindNetAddrLen bytes, without NUL.
+	NetAddr string
+	// NetName is the out argument net_name: at most MaxBindNetNameLen bytes, without NUL.
+	NetName string
+	// NetPeer is the out argument net_peer (cert_fingerprint).
+	NetPeer CertFingerprint
+	// NetCert is the out argument net_cert: at most MaxBindNetCertLen bytes (its length is net_cert_len in the IDL).
+	NetCert []byte
+	// NetKey is the out argument net_key: at most MaxBindNetKeyLen bytes (its length is net_key_len in the IDL).
+	NetKey []byte
 }
 
 func (*BindReply) MsgNumber() uint16  { return MsgBind }
@@ -460,8 +509,8 @@ func (*BindReply) MsgName() string    { return "monitor.bind" }
 func (*BindReply) isMsg()             {}
 func (m *BindReply) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.bind reply", MsgBind, wire.KindReply, 52)
-	e.Enum("via", uint32(m.Via), 2)
+	e.Begin(buf, "monitor.bind reply", MsgBind, wire.KindReply, 100)
+	e.Enum("via", uint32(m.Via), 3)
 	e.Iref(m.Ref)
 	e.Uint64(m.ConnID)
 	e.Uint32(m.MaxFrame)
@@ -472,6 +521,13 @@ func (m *BindReply) Encode(buf *wire.Buffer) error {
 			e.LeaveIndex("fds", i)
 		}
 	}
+	e.String("net_addr", m.NetAddr, MaxBindNetAddrLen)
+	e.String("net_name", m.NetName, MaxBindNetNameLen)
+	e.Enter()
+	m.NetPeer.encode(&e)
+	e.Leave("net_peer")
+	e.Bytes("net_cert", m.NetCert, MaxBindNetCertLen)
+	e.Bytes("net_key", m.NetKey, MaxBindNetKeyLen)
 	return e.Finish()
 }
 
@@ -479,7 +535,7 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 	*m = BindReply{}
 	var d wire.Decoder
 	d.Begin(frame, caps, "monitor.bind reply", MsgBind, wire.KindReply)
-	m.Via = Interconnect(d.Enum("via", 2))
+	m.Via = Interconnect(d.Enum("via", 3))
 	m.Ref = d.Iref("ref")
 	m.ConnID = d.Uint64("conn_id")
 	m.MaxFrame = d.Uint32("max_frame")
@@ -491,6 +547,13 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 			d.LeaveIndex("fds", i)
 		}
 	}
+	m.NetAddr = d.String("net_addr", MaxBindNetAddrLen)
+	m.NetName = d.String("net_name", MaxBindNetNameLen)
+	d.Enter()
+	m.NetPeer.decode(&d)
+	d.Leave("net_peer")
+	m.NetCert = d.Bytes("net_cert", MaxBindNetCertLen)
+	m.NetKey = d.Bytes("net_key", MaxBindNetKeyLen)
 	if err := d.Finish(); err != nil {
 		*m = BindReply{}
 		return err
@@ -509,7 +572,12 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 //		give_away_cap fds[nfds, 8],
 //		int32 client_pid,
 //		uint32 client_uid,
-//		String client_program[256]);
+//		String client_program[256],
+//		uint64 client_machine,
+//		String net_name[64],
+//		cert_fingerprint net_peer,
+//		uint8 net_cert[net_cert_len, 2048],
+//		uint8 net_key[net_key_len, 512]);
 type Incoming struct {
 	// Ref is the argument ref (iref).
 	Ref wire.Iref
@@ -529,6 +597,16 @@ type Incoming struct {
 	ClientUID uint32
 	// ClientProgram is the argument client_program: at most MaxIncomingClientProgramLen bytes, without NUL.
 	ClientProgram string
+	// ClientMachine is the argument client_machine (uint64).
+	ClientMachine uint64
+	// NetName is the argument net_name: at most MaxIncomingNetNameLen bytes, without NUL.
+	NetName string
+	// NetPeer is the argument net_peer (cert_fingerprint).
+	NetPeer CertFingerprint
+	// NetCert is the argument net_cert: at most MaxIncomingNetCertLen bytes (its length is net_cert_len in the IDL).
+	NetCert []byte
+	// NetKey is the argument net_key: at most MaxIncomingNetKeyLen bytes (its length is net_key_len in the IDL).
+	NetKey []byte
 }
 
 func (*Incoming) MsgNumber() uint16  { return MsgIncoming }
@@ -537,11 +615,11 @@ func (*Incoming) MsgName() string    { return "monitor.incoming" }
 func (*Incoming) isMsg()             {}
 func (m *Incoming) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 72)
+	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 124)
 	e.Iref(m.Ref)
 	e.Uint64(m.ConnID)
 	e.Uint64(m.Client)
-	e.Enum("via", uint32(m.Via), 2)
+	e.Enum("via", uint32(m.Via), 3)
 	e.Uint32(m.MaxFrame)
 	if e.Count("fds", len(m.Fds), MaxIncomingFdsLen) {
 		for i := range m.Fds {
@@ -553,6 +631,13 @@ func (m *Incoming) Encode(buf *wire.Buffer) error {
 	e.Uint32(uint32(m.ClientPID))
 	e.Uint32(m.ClientUID)
 	e.String("client_program", m.ClientProgram, MaxIncomingClientProgramLen)
+	e.Uint64(m.ClientMachine)
+	e.String("net_name", m.NetName, MaxIncomingNetNameLen)
+	e.Enter()
+	m.NetPeer.encode(&e)
+	e.Leave("net_peer")
+	e.Bytes("net_cert", m.NetCert, MaxIncomingNetCertLen)
+	e.Bytes("net_key", m.NetKey, MaxIncomingNetKeyLen)
 	return e.Finish()
 }
 
@@ -563,7 +648,7 @@ func (m *Incoming) Decode(frame []byte, caps []wire.Cap) error {
 	m.Ref = d.Iref("ref")
 	m.ConnID = d.Uint64("conn_id")
 	m.Client = d.Uint64("client")
-	m.Via = Interconnect(d.Enum("via", 2))
+	m.Via = Interconnect(d.Enum("via", 3))
 	m.MaxFrame = d.Uint32("max_frame")
 	if n := d.Count("fds", MaxIncomingFdsLen, 4); n > 0 {
 		m.Fds = make([]wire.Cap, n)
@@ -576,6 +661,13 @@ func (m *Incoming) Decode(frame []byte, caps []wire.Cap) error {
 	m.ClientPID = int32(d.Uint32("client_pid"))
 	m.ClientUID = d.Uint32("client_uid")
 	m.ClientProgram = d.String("client_program", MaxIncomingClientProgramLen)
+	m.ClientMachine = d.Uint64("client_machine")
+	m.NetName = d.String("net_name", MaxIncomingNetNameLen)
+	d.Enter()
+	m.NetPeer.decode(&d)
+	d.Leave("net_peer")
+	m.NetCert = d.Bytes("net_cert", MaxIncomingNetCertLen)
+	m.NetKey = d.Bytes("net_key", MaxIncomingNetKeyLen)
 	if err := d.Finish(); err != nil {
 		*m = Incoming{}
 		return err

@@ -8,4 +8,8 @@ package monitor
 
 // ProtocolVersion is the version of the monitor protocol: the version
 // hello's call carries and its reply names.
-const ProtocolVersion = 3
+const ProtocolVersion = 4
+
+// FeatureNet is hello's feature bit of a domain whose library takes
+// connections over the net interconnect (binds between machines).
+const FeatureNet uint32 = 1
