@@ -16,6 +16,7 @@ import (
 	"github.com/chanos/chanos/chanos/internal/engine"
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/local"
+	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/internal/protocol/monitor"
@@ -169,8 +170,9 @@ type Domain struct {
 	closing bool                 // Close was called
 	exports map[uint64]*Listener // by export id
 	early   map[uint64][]*monitor.Incoming
-	net     *netServer // connections from other machines, once the monitor announces one
-	err     error      // why the domain ended
+	net     *netServer            // connections from other machines, once the monitor announces one
+	netConn map[uint64]*cnet.Link // connections with other machines, by the monitor's connection id
+	err     error                 // why the domain ended
 	done    chan struct{}
 }
 
@@ -212,6 +214,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		quit:      make(chan struct{}),
 		exports:   map[uint64]*Listener{},
 		early:     map[uint64][]*monitor.Incoming{},
+		netConn:   map[uint64]*cnet.Link{},
 		done:      make(chan struct{}),
 	}
 	conn, end, err := d.open(ctx)
@@ -416,6 +419,15 @@ func (d *Domain) handle(_ context.Context, in *Incoming) (wire.Message, error) {
 			wire.CloseCaps(in.Caps)
 			return nil, interconnect.Violation(err)
 		}
+		return nil, nil
+	}
+	if in.Kind == wire.KindMessage && in.Header.Msg == monitor.MsgPeerGone {
+		var g monitor.PeerGone
+		if err := in.Decode(&g); err != nil {
+			wire.CloseCaps(in.Caps)
+			return nil, interconnect.Violation(err)
+		}
+		d.peerGone(g.ConnID, g.NetworkLost)
 		return nil, nil
 	}
 	if in.Kind != wire.KindMessage || in.Header.Msg != monitor.MsgIncoming {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/chanos/chanos/interconnect"
 	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
@@ -51,6 +52,7 @@ type netGrant struct {
 	peer    [32]byte
 	l       *Listener
 	who     *Peer
+	conn    uint64 // the monitor's connection id
 	used    bool
 	expires time.Time
 }
@@ -71,6 +73,7 @@ func (d *Domain) dialNet(ctx context.Context, label string, reply *monitor.BindR
 	if err != nil {
 		return nil, fmt.Errorf("chanos: connect %s: dial %s: %w", label, reply.NetAddr, err)
 	}
+	d.trackNet(reply.ConnID, link)
 	return newConn(link, iface, d.log), nil
 }
 
@@ -95,7 +98,7 @@ func (l *Listener) acceptNet(in *monitor.Incoming) {
 		}
 	}
 	who := &Peer{Domain: in.Client, Program: in.ClientProgram, PID: in.ClientPID, UID: in.ClientUID, Machine: in.ClientMachine}
-	s.grant(in.NetName, &netGrant{id: id, peer: in.NetPeer, l: l, who: who, expires: time.Now().Add(netGrantTTL)})
+	s.grant(in.NetName, &netGrant{id: id, peer: in.NetPeer, l: l, who: who, conn: in.ConnID, expires: time.Now().Add(netGrantTTL)})
 }
 
 // netServer returns the domain's netServer, made on first use; nil once
@@ -217,6 +220,7 @@ func (s *netServer) accept(L *cnet.Listener) {
 			link.Close()
 			continue
 		}
+		s.d.trackNet(g.conn, link)
 		c := newConn(link, g.l.iface, s.d.log)
 		g.l.connected(c, g.who)
 		g.l.enqueue(c)
@@ -238,4 +242,35 @@ func (s *netServer) close() {
 		}
 	}
 	s.wg.Wait()
+}
+
+// trackNet records link as the connection the monitor knows as id, so
+// that the monitor's peer_gone can end it. Links that have ended are
+// forgotten as new ones come.
+func (d *Domain) trackNet(id uint64, link *cnet.Link) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for k, l := range d.netConn {
+		if l.Err() != nil {
+			delete(d.netConn, k)
+		}
+	}
+	d.netConn[id] = link
+}
+
+// peerGone ends the connection the monitor knows as id, whose peer's
+// domain has ended or whose peer's machine has left the cluster.
+func (d *Domain) peerGone(id uint64, networkLost bool) {
+	d.mu.Lock()
+	link := d.netConn[id]
+	delete(d.netConn, id)
+	d.mu.Unlock()
+	if link == nil {
+		return
+	}
+	if networkLost {
+		link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster")))
+		return
+	}
+	link.End(interconnect.Ended(interconnect.ErrPeerDied, errors.New("chanos: peer died: its monitor says its domain has ended")))
 }

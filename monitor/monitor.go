@@ -238,7 +238,10 @@ type connRec struct {
 	// here); client or server is then a domain of that machine.
 	machine uint64
 	inbound bool
-	export  uint64
+	// peerConn is the other machine's record of the same connection,
+	// which conn_gone names.
+	peerConn uint64
+	export   uint64
 }
 
 // New prepares the monitor's directory (see PrepareDir), listens on its

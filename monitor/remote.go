@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/chanos/chanos/chanos"
 	cnet "github.com/chanos/chanos/interconnect/net"
@@ -58,9 +59,17 @@ func (m *Monitor) RemoveMachine(id uint64, conn *chanos.Conn) {
 // MaxPendingBinds binds in progress here.
 func (m *Monitor) ServeMachine(ctx context.Context, from uint64, conn *chanos.Conn) error {
 	handle := func(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+		if in.Kind == wire.KindMessage && in.Header.Msg == machproto.MsgConnGone {
+			var g machproto.ConnGone
+			if err := in.Decode(&g); err != nil {
+				return nil, conn.Violation(err)
+			}
+			m.connGone(from, g.ConnID)
+			return nil, nil
+		}
 		if in.Kind != wire.KindCall || in.Header.Msg != machproto.MsgBind {
 			wire.CloseCaps(in.Caps)
-			return nil, conn.Violation(fmt.Errorf("machine %016x sent %s %d, not a bind call", from, in.Kind, in.Header.Msg))
+			return nil, conn.Violation(fmt.Errorf("machine %016x sent %s %d, not a bind call or conn_gone", from, in.Kind, in.Header.Msg))
 		}
 		var c machproto.BindCall
 		if err := in.Decode(&c); err != nil {
@@ -106,9 +115,11 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
 	var r machproto.BindReply
+	cid := m.nextConn.Add(1)
 	err = conn.Call(ctx, &machproto.BindCall{
 		Target: ref, ByName: byName, Name: c.Name, Iface: c.Iface, Fingerprint: c.Fingerprint,
 		Client: s.id, ClientPID: s.pid, ClientUID: s.uid, ClientProgram: s.program, ClientCert: id.Fingerprint,
+		ClientConn: cid,
 	}, &r)
 	if err != nil {
 		var re *chanos.RemoteError
@@ -123,8 +134,9 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 		}
 		return nil, fail(proto.StatusNoRoute, "bind %s: the control link to machine %016x: %v", label, ref.Machine, err)
 	}
-	rec := &connRec{id: m.nextConn.Add(1), name: r.ExportName, client: s.id, server: r.Server, machine: ref.Machine, via: proto.InterconnectNet, export: ref.Export}
+	rec := &connRec{id: cid, name: r.ExportName, client: s.id, server: r.Server, machine: ref.Machine, peerConn: r.ConnID, via: proto.InterconnectNet, export: ref.Export}
 	if !m.addConn(s, rec, nil) {
+		m.tellMachinesGone([]*connRec{rec})
 		return nil, errCancelled
 	}
 	s.log.Info("bind", "name", rec.name, "by_ref", !byName, "iface", c.Iface, "conn", rec.id,
@@ -195,7 +207,7 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
-	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: server.id, machine: from, inbound: true, via: proto.InterconnectNet, export: e.id}
+	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: server.id, machine: from, inbound: true, peerConn: c.ClientConn, via: proto.InterconnectNet, export: e.id}
 	in := &proto.Incoming{
 		Ref: e.ref, ConnID: rec.id, Client: c.Client, Via: proto.InterconnectNet, MaxFrame: e.maxFrame,
 		ClientPID: c.ClientPID, ClientUID: c.ClientUID, ClientProgram: c.ClientProgram, ClientMachine: from,
@@ -286,4 +298,91 @@ func (m *Monitor) addInbound(rec *connRec, server *session) bool {
 		server.inbound = append(server.inbound[:0], server.inbound[n:]...)
 	}
 	return true
+}
+
+// notifyTimeout bounds each message that tells of a connection's end: to
+// the other machine's monitor (conn_gone), or to a domain (peer_gone).
+const notifyTimeout = 5 * time.Second
+
+// tellMachinesGone tells the other machines' monitors that this machine's
+// domain of each of recs has ended, so that their domains learn that
+// their peer died at once, not after the net link's grace period. It
+// does not wait.
+func (m *Monitor) tellMachinesGone(recs []*connRec) {
+	for _, rec := range recs {
+		m.mu.Lock()
+		conn := m.machineConns[rec.machine]
+		m.mu.Unlock()
+		if conn == nil {
+			continue // its domain finds out through the link's grace period
+		}
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), notifyTimeout)
+			defer cancel()
+			if err := conn.Send(ctx, &machproto.ConnGone{ConnID: rec.peerConn}); err != nil {
+				m.log.Debug("conn_gone not sent", "machine", machineText(rec.machine), "err", err)
+			}
+		}()
+	}
+}
+
+// connGone handles machine from's news that its domain of connection id
+// (this monitor's record) has ended: the local domain is told its peer
+// died. A machine may end only the connections it is the other end of.
+func (m *Monitor) connGone(from, id uint64) {
+	m.mu.Lock()
+	rec := m.conns[id]
+	if rec == nil || rec.machine != from {
+		m.mu.Unlock()
+		return
+	}
+	m.dropRecordLocked(rec)
+	local := rec.client
+	if rec.inbound {
+		local = rec.server
+	}
+	s := m.domains[local]
+	m.mu.Unlock()
+	m.tellPeerGone(s, rec, false)
+}
+
+// MachineGone ends the connections between this machine's domains and
+// machine id, which has left the cluster: each local domain is told its
+// connection's network is lost.
+func (m *Monitor) MachineGone(id uint64) {
+	type gone struct {
+		s   *session
+		rec *connRec
+	}
+	var list []gone
+	m.mu.Lock()
+	for _, rec := range m.conns {
+		if rec.machine != id {
+			continue
+		}
+		m.dropRecordLocked(rec)
+		local := rec.client
+		if rec.inbound {
+			local = rec.server
+		}
+		list = append(list, gone{m.domains[local], rec})
+	}
+	m.mu.Unlock()
+	for _, g := range list {
+		m.tellPeerGone(g.s, g.rec, true)
+	}
+}
+
+// tellPeerGone sends s the peer_gone of rec, without waiting.
+func (m *Monitor) tellPeerGone(s *session, rec *connRec, networkLost bool) {
+	if s == nil || s.features&proto.FeatureNet == 0 {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(s.ctx, notifyTimeout)
+		defer cancel()
+		if err := s.conn.Send(ctx, &proto.PeerGone{ConnID: rec.id, NetworkLost: networkLost}); err != nil {
+			s.log.Debug("peer_gone not sent", "conn", rec.id, "err", err)
+		}
+	}()
 }

@@ -395,6 +395,7 @@ func (s *session) cleanup() {
 	m.mu.Lock()
 	delete(m.sessions, s)
 	var withdrawn []string
+	var remote []*connRec // its connections with other machines' domains
 	if s.id != 0 {
 		if m.domains[s.id] == s {
 			delete(m.domains, s.id)
@@ -407,11 +408,17 @@ func (s *session) cleanup() {
 		for _, id := range s.records {
 			if rec := m.conns[id]; rec != nil && rec.client == s.id && !rec.inbound {
 				m.dropRecordLocked(rec)
+				if rec.machine != 0 {
+					remote = append(remote, rec)
+				}
 			}
 		}
 		s.records, s.inbound = nil, nil
 		for _, rec := range m.served[s.id] {
 			m.dropRecordLocked(rec)
+			if rec.machine != 0 {
+				remote = append(remote, rec)
+			}
 		}
 		m.names -= len(s.nsNames)
 		clear(s.nsNames)
@@ -441,6 +448,7 @@ func (s *session) cleanup() {
 	for _, c := range nsConns {
 		c.end(errClientLeft)
 	}
+	m.tellMachinesGone(remote)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err := m.store.Release(ctx, names.Owner(s.id))
 	cancel()

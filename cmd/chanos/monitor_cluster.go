@@ -431,9 +431,24 @@ func (c *clusterMember) dialPeers() {
 	next := map[uint64]time.Time{}        // when to try each machine again
 	seen := map[uint64]etcd.MachineInfo{} // its record at the last try
 	results := make(chan dialResult, 16)
+	present := map[uint64]bool{} // the machines of the registry, at the last look
 	for {
 		changed := reg.Changed()
-		for _, mi := range reg.Machines() {
+		list := reg.Machines()
+		now := make(map[uint64]bool, len(list))
+		for _, mi := range list {
+			now[mi.ID] = true
+		}
+		for id := range present {
+			if !now[id] {
+				// Its lease has expired (or it left): connections
+				// with its domains end with "network lost" at once.
+				c.log.Info("a machine left the cluster", "machine", fmt.Sprintf("%016x", id))
+				c.mon.MachineGone(id)
+			}
+		}
+		present = now
+		for _, mi := range list {
 			if mi.ID == c.self || mi.Addr == "" {
 				continue
 			}

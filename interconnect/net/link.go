@@ -479,6 +479,14 @@ func (l *Link) end(err error, now bool) {
 	}
 }
 
+// End ends the link at once with err (interconnect.Ended of ErrPeerDied
+// or ErrNetworkLost, say), without the close exchange: Receive returns
+// what it holds, then err; sends and the calls waiting for replies fail
+// with it. A domain ends a connection this way when its monitor reports
+// that the peer died, or that the peer's machine left the cluster, rather
+// than wait for the grace period.
+func (l *Link) End(err error) { l.end(err, false) }
+
 // Err returns why the link ended, or nil while it goes on.
 func (l *Link) Err() error {
 	l.mu.Lock()

@@ -79,16 +79,19 @@ func ppServer(args []string) error {
 // prints "bind: KIND: ERR".
 func ppClient(args []string) error {
 	dir, name := args[0], args[1]
-	dur, err := time.ParseDuration(args[2])
-	if err != nil {
-		return err
-	}
 	ctx := context.Background()
 	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("pp-client"))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
+	if args[2] == "hold" {
+		return holdClient(ctx, d, name)
+	}
+	dur, err := time.ParseDuration(args[2])
+	if err != nil {
+		return err
+	}
 	var c *pingpong.Conn
 	if f := strings.Split(name, "/"); len(f) == 3 {
 		var ref wire.Iref
@@ -147,6 +150,35 @@ func ppClient(args []string) error {
 	}
 	fmt.Printf("done rpcs=%d data=%d maxpause=%v\n", rpcs, data, maxPause.Round(time.Millisecond))
 	return nil
+}
+
+// holdClient connects to name, prints "connected via=V", then makes an
+// echo rpc every 10 ms until one fails, and prints "ended KIND after D",
+// KIND being "peer died", "network lost" or the error, D the time since
+// the last rpc that succeeded.
+func holdClient(ctx context.Context, d *chanos.Domain, name string) error {
+	c, err := pingpong.Connect(ctx, d, name)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	fmt.Printf("connected via=%s\n", c.Raw().Interconnect())
+	last := time.Now()
+	for i := uint64(0); ; i++ {
+		if _, err := c.Echo(ctx, i); err != nil {
+			kind := err.Error()
+			switch {
+			case errors.Is(err, chanos.ErrPeerDied):
+				kind = "peer died"
+			case errors.Is(err, chanos.ErrNetworkLost):
+				kind = "network lost"
+			}
+			fmt.Printf("ended %s after %v\n", kind, time.Since(last).Round(time.Millisecond))
+			return nil
+		}
+		last = time.Now()
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // psJSON is what the test reads of 'chanos ps --json'.
@@ -265,5 +297,62 @@ func TestBindAcrossMachines(t *testing.T) {
 	} else {
 		t.Logf("client: %s", l)
 	}
+	cl.Wait(t)
+}
+
+// TestPeerGoneAcrossMachines: when the server domain on machine 1 is
+// killed with -9, the client on machine 2 learns through the two
+// monitors that its peer died, well before the net link's grace period
+// (10 s); when machine 1 leaves the cluster (its monitor killed, its lease
+// expired), a client's connection to it ends with "network lost".
+func TestPeerGoneAcrossMachines(t *testing.T) {
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	id1 := w.machineID(0)
+	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
+		return w.logs[1].Count("control link up", "machine="+id1) > 0
+	})
+	serve := func(name string) *testkit.Child {
+		argv := testkit.Command("ppserver", w.dirs[0], name)
+		srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+		if l := srv.Line(t); !strings.HasPrefix(l, "exported ") {
+			t.Fatalf("server: %q", l)
+		}
+		return srv
+	}
+	hold := func(name string) *testkit.Child {
+		argv := testkit.Command("ppclient", w.dirs[1], name, "hold")
+		cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+		if l := cl.Line(t); l != "connected via=net" {
+			t.Fatalf("client: %q", l)
+		}
+		return cl
+	}
+
+	srv := serve("pp1")
+	cl := hold("pp1")
+	srv.Line(t) // its peer line
+	time.Sleep(100 * time.Millisecond)
+	killed := time.Now()
+	srv.Kill()
+	l := cl.Line(t)
+	if !strings.HasPrefix(l, "ended peer died after ") {
+		t.Fatalf("client after its server was killed: %q, want peer died", l)
+	}
+	t.Logf("client on machine 2, its server on machine 1 killed with -9: %s; %v after the kill (the link's grace is 10 s)", l, time.Since(killed).Round(time.Millisecond))
+	cl.Wait(t)
+
+	serve("pp2")
+	cl = hold("pp2")
+	killed = time.Now()
+	w.monitors[0].Cmd.Process.Kill()
+	l = cl.Line(t)
+	if !strings.HasPrefix(l, "ended network lost after ") {
+		t.Fatalf("client after the server's machine left the cluster: %q, want network lost", l)
+	}
+	t.Logf("client on machine 2, machine 1's monitor killed (lease %v): %s; %v after the kill", leaseTTL, l, time.Since(killed).Round(time.Millisecond))
 	cl.Wait(t)
 }

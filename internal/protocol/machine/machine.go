@@ -22,12 +22,13 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x9f2e877d83685a57
+const Fingerprint uint64 = 0x0afb5e70185f180d
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
-	MsgBind uint16 = 1 // bind
+	MsgBind     uint16 = 1 // bind
+	MsgConnGone uint16 = 2 // conn_gone
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -74,6 +75,7 @@ type Msg interface {
 //		in uint32 client_uid,
 //		in String client_program[256],
 //		in cert_fingerprint client_cert,
+//		in uint64 client_conn,
 //		out uint64 conn_id,
 //		out uint64 server,
 //		out String export_name[256],
@@ -102,6 +104,8 @@ type BindCall struct {
 	ClientProgram string
 	// ClientCert is the in argument client_cert (cert_fingerprint).
 	ClientCert CertFingerprint
+	// ClientConn is the in argument client_conn (uint64).
+	ClientConn uint64
 }
 
 func (*BindCall) MsgNumber() uint16  { return MsgBind }
@@ -110,7 +114,7 @@ func (*BindCall) MsgName() string    { return "machine.bind" }
 func (*BindCall) isMsg()             {}
 func (m *BindCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "machine.bind call", MsgBind, wire.KindCall, 101)
+	e.Begin(buf, "machine.bind call", MsgBind, wire.KindCall, 109)
 	e.Iref(m.Target)
 	e.Bool(m.ByName)
 	e.String("name", m.Name, MaxBindNameLen)
@@ -123,6 +127,7 @@ func (m *BindCall) Encode(buf *wire.Buffer) error {
 	e.Enter()
 	m.ClientCert.encode(&e)
 	e.Leave("client_cert")
+	e.Uint64(m.ClientConn)
 	return e.Finish()
 }
 
@@ -141,6 +146,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 	d.Enter()
 	m.ClientCert.decode(&d)
 	d.Leave("client_cert")
+	m.ClientConn = d.Uint64("client_conn")
 	if err := d.Finish(); err != nil {
 		*m = BindCall{}
 		return err
@@ -161,6 +167,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in uint32 client_uid,
 //		in String client_program[256],
 //		in cert_fingerprint client_cert,
+//		in uint64 client_conn,
 //		out uint64 conn_id,
 //		out uint64 server,
 //		out String export_name[256],
@@ -223,6 +230,35 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// ConnGone is the message conn_gone, number 2:
+//
+//	message conn_gone(uint64 conn_id);
+type ConnGone struct {
+	// ConnID is the argument conn_id (uint64).
+	ConnID uint64
+}
+
+func (*ConnGone) MsgNumber() uint16  { return MsgConnGone }
+func (*ConnGone) MsgKind() wire.Kind { return wire.KindMessage }
+func (*ConnGone) MsgName() string    { return "machine.conn_gone" }
+func (*ConnGone) isMsg()             {}
+func (m *ConnGone) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgConnGone, wire.KindMessage, 8))
+	return nil
+}
+func (m *ConnGone) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgConnGone, wire.KindMessage, 8); ok {
+		m.ConnID = wire.Uint64(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "machine.conn_gone", MsgConnGone, wire.KindMessage, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *ConnGone) put(b []byte) {
+	wire.PutUint64(b[0:], m.ConnID)
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if machine has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -231,6 +267,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(BindCall)
 	case msg == MsgBind && kind == wire.KindReply:
 		return new(BindReply)
+	case msg == MsgConnGone && kind == wire.KindMessage:
+		return new(ConnGone)
 	}
 	return nil
 }

@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x15a381ba882d2b6b
+const Fingerprint uint64 = 0xe03678905f678d33
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -37,6 +37,7 @@ const (
 	MsgPs       uint16 = 6 // ps
 	MsgPing     uint16 = 7 // ping
 	MsgMachines uint16 = 8 // machines
+	MsgPeerGone uint16 = 9 // peer_gone
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -860,6 +861,40 @@ func (m *MachinesReply) decode(frame []byte, caps []wire.Cap, take wire.Take) er
 	return nil
 }
 
+// PeerGone is the message peer_gone, number 9:
+//
+//	message peer_gone(uint64 conn_id, bool network_lost);
+type PeerGone struct {
+	// ConnID is the argument conn_id (uint64).
+	ConnID uint64
+	// NetworkLost is the argument network_lost (bool).
+	NetworkLost bool
+}
+
+func (*PeerGone) MsgNumber() uint16  { return MsgPeerGone }
+func (*PeerGone) MsgKind() wire.Kind { return wire.KindMessage }
+func (*PeerGone) MsgName() string    { return "monitor.peer_gone" }
+func (*PeerGone) isMsg()             {}
+func (m *PeerGone) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "monitor.peer_gone", MsgPeerGone, wire.KindMessage, 9)
+	e.Uint64(m.ConnID)
+	e.Bool(m.NetworkLost)
+	return e.Finish()
+}
+
+func (m *PeerGone) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "monitor.peer_gone", MsgPeerGone, wire.KindMessage)
+	m.ConnID = d.Uint64("conn_id")
+	m.NetworkLost = d.Bool("network_lost")
+	if err := d.Finish(); err != nil {
+		*m = PeerGone{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if monitor has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -892,6 +927,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(MachinesCall)
 	case msg == MsgMachines && kind == wire.KindReply:
 		return new(MachinesReply)
+	case msg == MsgPeerGone && kind == wire.KindMessage:
+		return new(PeerGone)
 	}
 	return nil
 }
