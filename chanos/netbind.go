@@ -32,29 +32,22 @@ const (
 
 // netServer accepts the domain's connections from other machines.
 type netServer struct {
-	d *Domain
+	d      *Domain
+	grants *cnet.Grants
 
 	mu        sync.Mutex
 	listeners []*cnet.Listener
-	grants    map[string]*netGrant // by server name
-	order     []string             // grant names, oldest first
-	arrived   chan struct{}        // closed, and replaced, when a grant is added
 	closed    bool
 	wg        sync.WaitGroup
-	cancel    context.CancelFunc
 	ctx       context.Context
+	cancel    context.CancelFunc
 }
 
-// netGrant is one expected connection: the credential to present, the
-// client's certificate to admit once, and where the connection goes.
+// netGrant is where a granted connection goes once accepted.
 type netGrant struct {
-	id      *cnet.Identity
-	peer    [32]byte
-	l       *Listener
-	who     *Peer
-	conn    uint64 // the monitor's connection id
-	used    bool
-	expires time.Time
+	l    *Listener
+	who  *Peer
+	conn uint64 // the monitor's connection id
 }
 
 // dialNet opens the client's side of a connection to an export on another
@@ -98,7 +91,7 @@ func (l *Listener) acceptNet(in *monitor.Incoming) {
 		}
 	}
 	who := &Peer{Domain: in.Client, Program: in.ClientProgram, PID: in.ClientPID, UID: in.ClientUID, Machine: in.ClientMachine}
-	s.grant(in.NetName, &netGrant{id: id, peer: in.NetPeer, l: l, who: who, conn: in.ConnID, expires: time.Now().Add(netGrantTTL)})
+	s.grants.Add(in.NetName, id, in.NetPeer, &netGrant{l: l, who: who, conn: in.ConnID})
 }
 
 // netServer returns the domain's netServer, made on first use; nil once
@@ -108,7 +101,7 @@ func (d *Domain) netServer() *netServer {
 	defer d.mu.Unlock()
 	if d.net == nil && !d.closing {
 		ctx, cancel := context.WithCancel(context.Background())
-		d.net = &netServer{d: d, grants: map[string]*netGrant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
+		d.net = &netServer{d: d, grants: cnet.NewGrants(netGrantTTL, netMaxGrants, netSelectWait), ctx: ctx, cancel: cancel}
 	}
 	return d.net
 }
@@ -132,7 +125,7 @@ func (s *netServer) listen(c wire.Cap, maxFrame int) error {
 	}
 	L := cnet.Listen(ln, &cnet.Options{
 		MaxFrameSize: maxFrame,
-		TLS:          &cnet.TLS{Select: s.identity, Admit: s.admit},
+		TLS:          s.grants.TLS(),
 		Logger:       s.d.log,
 	})
 	s.mu.Lock()
@@ -148,62 +141,6 @@ func (s *netServer) listen(c wire.Cap, maxFrame int) error {
 	return nil
 }
 
-// grant records g under name, dropping expired grants and, beyond
-// netMaxGrants, the oldest.
-func (s *netServer) grant(name string, g *netGrant) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := time.Now()
-	for len(s.order) > 0 {
-		old := s.grants[s.order[0]]
-		if old != nil && now.Before(old.expires) && len(s.order) < netMaxGrants {
-			break
-		}
-		delete(s.grants, s.order[0])
-		s.order = s.order[1:]
-	}
-	s.grants[name] = g
-	s.order = append(s.order, name)
-	close(s.arrived)
-	s.arrived = make(chan struct{})
-}
-
-// identity is the listeners' TLS.Select: the credential of the
-// connection named name. The client may dial before the monitor's
-// announcement has been read: it waits a moment for it.
-func (s *netServer) identity(name string) *cnet.Identity {
-	deadline := time.NewTimer(netSelectWait)
-	defer deadline.Stop()
-	for {
-		s.mu.Lock()
-		g, arrived := s.grants[name], s.arrived
-		s.mu.Unlock()
-		if g != nil {
-			return g.id
-		}
-		select {
-		case <-arrived:
-		case <-deadline.C:
-			return nil
-		case <-s.ctx.Done():
-			return nil
-		}
-	}
-}
-
-// admit is the listeners' TLS.Admit: a client certificate is admitted
-// once, for the connection it was announced for.
-func (s *netServer) admit(name string, fp [32]byte) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g := s.grants[name]
-	if g == nil || g.used || g.peer != fp {
-		return false
-	}
-	g.used = true
-	return true
-}
-
 // accept hands each connection L accepts to the listener of its export.
 func (s *netServer) accept(L *cnet.Listener) {
 	defer s.wg.Done()
@@ -212,14 +149,12 @@ func (s *netServer) accept(L *cnet.Listener) {
 		if err != nil {
 			return
 		}
-		s.mu.Lock()
-		g := s.grants[link.ServerName()]
-		delete(s.grants, link.ServerName())
-		s.mu.Unlock()
-		if g == nil { // dropped as too old between admission and here
+		v, ok := s.grants.Take(link.ServerName())
+		if !ok { // dropped as too old between admission and here
 			link.Close()
 			continue
 		}
+		g := v.(*netGrant)
 		s.d.trackNet(g.conn, link)
 		c := newConn(link, g.l.iface, s.d.log)
 		g.l.connected(c, g.who)
@@ -236,6 +171,7 @@ func (s *netServer) close() {
 	s.listeners = nil
 	s.mu.Unlock()
 	s.cancel()
+	s.grants.Close()
 	for _, L := range ls {
 		if err := L.Close(); err != nil && !errors.Is(err, net.ErrClosed) {
 			s.d.log.Debug("chanos: closing a net listener", "err", err)

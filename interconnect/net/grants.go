@@ -1,0 +1,122 @@
+package net
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// Grants holds the connections an accepting side was told to expect,
+// each under its server name: the identity to present, the client
+// certificate to admit once, and a value for the program that accepts
+// it. Its TLS is the listener's: one listener serves every granted
+// connection, each with its own certificates (docs/net.md, "Binding
+// between machines").
+//
+// What a grant holds is bounded: a grant not used within its time to
+// live is dropped, and beyond the maximum the oldest goes.
+type Grants struct {
+	ttl  time.Duration
+	max  int
+	wait time.Duration
+
+	mu      sync.Mutex
+	grants  map[string]*grant
+	order   []string      // names, oldest first
+	arrived chan struct{} // closed, and replaced, when a grant is added
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+type grant struct {
+	id      *Identity
+	client  [32]byte
+	value   any
+	used    bool
+	expires time.Time
+}
+
+// NewGrants returns an empty Grants whose grants live at most ttl unused,
+// at most max of them at once. A handshake that asks for a name not yet
+// granted waits up to wait for it: the dialing side may be told of the
+// connection before the accepting side is.
+func NewGrants(ttl time.Duration, max int, wait time.Duration) *Grants {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
+}
+
+// Add grants the connection under name: present id, admit the client
+// certificate whose fingerprint is client, once; Take returns value.
+func (g *Grants) Add(name string, id *Identity, client [32]byte, value any) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	for len(g.order) > 0 {
+		old := g.grants[g.order[0]]
+		if old != nil && now.Before(old.expires) && len(g.order) < g.max {
+			break
+		}
+		delete(g.grants, g.order[0])
+		g.order = g.order[1:]
+	}
+	g.grants[name] = &grant{id: id, client: client, value: value, expires: now.Add(g.ttl)}
+	g.order = append(g.order, name)
+	close(g.arrived)
+	g.arrived = make(chan struct{})
+}
+
+// Take removes the grant of a connection the listener accepted
+// (Link.ServerName) and returns its value; false if it has gone (dropped
+// as too old meanwhile).
+func (g *Grants) Take(name string) (any, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr := g.grants[name]
+	delete(g.grants, name)
+	if gr == nil {
+		return nil, false
+	}
+	return gr.value, true
+}
+
+// TLS returns the accepting side's TLS of a listener that serves the
+// granted connections.
+func (g *Grants) TLS() *TLS { return &TLS{Select: g.identity, Admit: g.admit} }
+
+// Close ends the waits of handshakes for names not granted.
+func (g *Grants) Close() { g.cancel() }
+
+// identity is TLS.Select: the identity granted under name, waiting a
+// moment for its grant.
+func (g *Grants) identity(name string) *Identity {
+	deadline := time.NewTimer(g.wait)
+	defer deadline.Stop()
+	for {
+		g.mu.Lock()
+		gr, arrived := g.grants[name], g.arrived
+		g.mu.Unlock()
+		if gr != nil {
+			return gr.id
+		}
+		select {
+		case <-arrived:
+		case <-deadline.C:
+			return nil
+		case <-g.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// admit is TLS.Admit: a client certificate is admitted once, for the
+// connection it was granted for.
+func (g *Grants) admit(name string, fp [32]byte) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	gr := g.grants[name]
+	if gr == nil || gr.used || gr.client != fp {
+		return false
+	}
+	gr.used = true
+	return true
+}

@@ -1,0 +1,96 @@
+package net_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	cnet "github.com/chanos/chanos/interconnect/net"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// Grants: one listener accepts each granted connection once, with its
+// own certificate; a grant not yet made is waited for a moment; the
+// oldest grants go beyond the bound, and unused ones after their time to
+// live.
+func TestGrants(t *testing.T) {
+	noLeaks(t)
+	ctx := testkit.Context(t)
+	g := cnet.NewGrants(time.Hour, 2, time.Second)
+	defer g.Close()
+	L := listen(t, &cnet.Options{TLS: g.TLS()})
+	newID := func() *cnet.Identity {
+		id, err := cnet.NewIdentity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	srv, cli := newID(), newID()
+	dial := func(name string, cli, srv *cnet.Identity) (*cnet.Link, error) {
+		return cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, ServerName: name}})
+	}
+
+	// Granted after the client dials: the handshake waits for it.
+	type dialed struct {
+		l   *cnet.Link
+		err error
+	}
+	done := make(chan dialed, 1)
+	go func() {
+		cl, err := dial("a", cli, srv)
+		done <- dialed{cl, err}
+	}()
+	time.Sleep(100 * time.Millisecond)
+	g.Add("a", srv, cli.Fingerprint, 7)
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("a dial before its grant: %v", r.err)
+	}
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := g.Take(sl.ServerName()); !ok || v != 7 {
+		t.Errorf("Take(%q) = %v, %v; want 7", sl.ServerName(), v, ok)
+	}
+	r.l.Close()
+	sl.Close()
+	// Once only.
+	if _, err := dial("a", cli, srv); !errors.Is(err, cnet.ErrAuth) && err == nil {
+		t.Error("a grant used twice")
+	}
+
+	// Beyond the bound, the oldest goes.
+	ids := map[string][2]*cnet.Identity{}
+	for _, name := range []string{"b", "c", "d"} {
+		s, c := newID(), newID()
+		ids[name] = [2]*cnet.Identity{s, c}
+		g.Add(name, s, c.Fingerprint, name)
+	}
+	if _, err := dial("b", ids["b"][1], ids["b"][0]); err == nil {
+		t.Error("the oldest grant beyond the bound was kept")
+	}
+	cl, err := dial("d", ids["d"][1], ids["d"][0])
+	if err != nil {
+		t.Fatalf("the newest grant: %v", err)
+	}
+	if sl, err = L.Accept(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cl.Close()
+	sl.Close()
+
+	// Unused past its time to live, a grant goes (at the next Add).
+	g2 := cnet.NewGrants(10*time.Millisecond, 10, 0)
+	defer g2.Close()
+	g2.Add("old", srv, cli.Fingerprint, 1)
+	time.Sleep(20 * time.Millisecond)
+	g2.Add("new", srv, cli.Fingerprint, 2)
+	if _, ok := g2.Take("old"); ok {
+		t.Error("an expired grant was kept")
+	}
+	if v, ok := g2.Take("new"); !ok || v != 2 {
+		t.Errorf("Take(new) = %v, %v", v, ok)
+	}
+}
