@@ -155,6 +155,7 @@ func (s *netServer) accept(L *cnet.Listener) {
 			continue
 		}
 		g := v.(*netGrant)
+		s.grants.ForgetWhenGone(link)
 		s.d.trackNet(g.conn, link)
 		c := newConn(link, g.l.iface, s.d.log)
 		g.l.connected(c, g.who)

@@ -196,7 +196,10 @@ type Monitor struct {
 	// machineConns routes binds to other machines: the machine protocol
 	// over the control link this monitor dialled to each (remote.go).
 	machineConns map[uint64]*chanos.Conn
-	waits        atomic.Int64 // binds and wait_for calls in progress
+	// own is the listener on which the monitor accepts connections from
+	// other machines to the services it serves itself (spawn.go).
+	own   *ownNet
+	waits atomic.Int64 // binds and wait_for calls in progress
 
 	maxPacket int           // the largest frame a session's socket can carry
 	rlog      *rateLog      // rejections, evictions, refusals: a line a second per kind

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect"
 	cnet "github.com/chanos/chanos/interconnect/net"
 	machproto "github.com/chanos/chanos/internal/protocol/machine"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
@@ -173,6 +174,9 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 	m.mu.Lock()
 	e := m.exports[c.Target.Export]
 	m.mu.Unlock()
+	if e == nil {
+		e = m.spawnExport(c.Target.Export)
+	}
 	switch {
 	case e == nil:
 		return nil, fail(proto.StatusNotFound, "bind %s: its export %d has been withdrawn", label, c.Target.Export)
@@ -186,8 +190,10 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 		return nil, fail(proto.StatusMismatch, "bind %s: it exports interface %q, not %q", label, e.iface, c.Iface)
 	case e.fingerprint != 0 && c.Fingerprint != 0 && e.fingerprint != c.Fingerprint:
 		return nil, fail(proto.StatusMismatch, "bind %s: interface %s: the export's fingerprint is %016x, the client's %016x (built from another version of %s)", label, c.Iface, e.fingerprint, c.Fingerprint, c.Iface)
+	case e.domain == nil && m.spawnExport(e.id) == e:
+		return m.bindSpawndFromMachine(from, c, e, label)
 	case e.domain == nil:
-		return nil, fail(proto.StatusNoRoute, "bind %s: the monitor serves that export itself, over ump to its own machine's domains only", label)
+		return nil, fail(proto.StatusNoRoute, "bind %s: each machine serves its own nameservice, to its own domains", label)
 	case e.domain.features&proto.FeatureNet == 0:
 		return nil, fail(proto.StatusNoRoute, "bind %s: the exporting domain's library cannot take connections over the net interconnect", label)
 	}
@@ -200,9 +206,7 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
-	var token [16]byte
-	rand.Read(token[:])
-	name := "c" + hex.EncodeToString(token[:])
+	name := serverName()
 	addr, listener, err := m.netListener(server)
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
@@ -344,6 +348,27 @@ func (m *Monitor) connGone(from, id uint64) {
 	s := m.domains[local]
 	m.mu.Unlock()
 	m.tellPeerGone(s, rec, false)
+	m.endOwnConn(rec, false)
+}
+
+// endOwnConn ends rec's connection if it is one the monitor serves itself
+// (the spawn service's, from a domain of another machine) and that domain
+// has gone, or its machine has left.
+func (m *Monitor) endOwnConn(rec *connRec, networkLost bool) {
+	if !rec.inbound || rec.server != SelfDomainID || m.spawnd == nil {
+		return
+	}
+	m.mu.Lock()
+	c := m.spawnd.conns[rec.id]
+	m.mu.Unlock()
+	if c == nil || c.link == nil {
+		return
+	}
+	if networkLost {
+		c.link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster")))
+	} else {
+		c.link.End(interconnect.Ended(interconnect.ErrPeerDied, errors.New("chanos: peer died: its monitor says its domain has ended")))
+	}
 }
 
 // MachineGone ends the connections between this machine's domains and
@@ -370,6 +395,7 @@ func (m *Monitor) MachineGone(id uint64) {
 	m.mu.Unlock()
 	for _, g := range list {
 		m.tellPeerGone(g.s, g.rec, true)
+		m.endOwnConn(g.rec, true)
 	}
 }
 
@@ -385,4 +411,12 @@ func (m *Monitor) tellPeerGone(s *session, rec *connRec, networkLost bool) {
 			s.log.Debug("peer_gone not sent", "conn", rec.id, "err", err)
 		}
 	}()
+}
+
+// serverName makes the TLS server name of a connection between machines:
+// "c" and 32 hex digits of 16 random bytes.
+func serverName() string {
+	var token [16]byte
+	rand.Read(token[:])
+	return "c" + hex.EncodeToString(token[:])
 }

@@ -6,13 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect"
+	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/interconnect/ump"
 	spawnif "github.com/chanos/chanos/interfaces/spawn"
+	machproto "github.com/chanos/chanos/internal/protocol/machine"
+	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/spawn"
 	"github.com/chanos/chanos/wire"
@@ -78,7 +84,7 @@ type spawnHost struct {
 
 	// Under Monitor.mu.
 	conns  map[uint64]*spawnConn
-	byDom  map[uint64]int
+	byDom  map[spawn.Caller]int // connections by domain (its Domain and Machine)
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -111,7 +117,7 @@ func (m *Monitor) startSpawnd() error {
 		svc.Close()
 		return fmt.Errorf("monitor: register the spawn service: %w", err)
 	}
-	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[uint64]int{}}
+	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[spawn.Caller]int{}}
 	if later {
 		m.log.Warn("the spawn service's name is taken, by an earlier run of this machine; it is set once free", "name", name)
 		m.wg.Add(1)
@@ -169,6 +175,7 @@ func (m *Monitor) stopSpawnd() {
 	for _, c := range conns {
 		c.conn.Close()
 	}
+	m.closeOwnNet()
 	h.wg.Wait()
 	h.svc.Close()
 	// In a store of the monitor's own this is moot; a shared one keeps
@@ -198,7 +205,7 @@ func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 	h := m.spawnd
 	m.mu.Lock()
 	switch {
-	case h.byDom[s.id] >= spawnMaxConns:
+	case h.byDom[spawn.Caller{Domain: s.id}] >= spawnMaxConns:
 		m.mu.Unlock()
 		return nil, exhausted("bind %q: this domain has %d spawn service connections, its quota", rec.name, spawnMaxConns)
 	case len(h.conns) >= spawnMaxTotalConns:
@@ -227,7 +234,7 @@ func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 	}
 	m.recordLocked(s, rec)
 	h.conns[rec.id] = c
-	h.byDom[s.id]++
+	h.byDom[spawn.Caller{Domain: s.id}]++
 	h.wg.Add(1)
 	m.mu.Unlock()
 	go c.serve()
@@ -240,9 +247,12 @@ type spawnConn struct {
 	m    *Monitor
 	conn *chanos.Conn
 	id   uint64
-	sess *session
+	sess *session // nil for a domain of another machine
 	who  spawn.Caller
 	log  *slog.Logger
+	// link, for a domain of another machine, is its net connection, which
+	// ends when that machine's monitor says the domain has gone.
+	link *cnet.Link
 }
 
 var _ spawnif.Server = (*spawnConn)(nil)
@@ -259,8 +269,9 @@ func (c *spawnConn) serve() {
 	m := c.m
 	m.mu.Lock()
 	delete(h.conns, c.id)
-	if h.byDom[c.who.Domain]--; h.byDom[c.who.Domain] <= 0 {
-		delete(h.byDom, c.who.Domain)
+	key := spawn.Caller{Domain: c.who.Domain, Machine: c.who.Machine}
+	if h.byDom[key]--; h.byDom[key] <= 0 {
+		delete(h.byDom, key)
 	}
 	if rec := m.conns[c.id]; rec != nil {
 		m.dropRecordLocked(rec)
@@ -279,6 +290,9 @@ func (c *spawnConn) serve() {
 // kept (the nameservice's connections end with the session; these are
 // refused at their next call).
 func (c *spawnConn) joined() bool {
+	if c.sess == nil {
+		return c.conn.Err() == nil // its monitor ends the connection when it leaves
+	}
 	c.m.mu.Lock()
 	defer c.m.mu.Unlock()
 	return c.m.domains[c.sess.id] == c.sess
@@ -355,4 +369,141 @@ func (c *spawnConn) List(ctx context.Context) ([]byte, error) {
 		}
 		procs = procs[:len(procs)*3/4]
 	}
+}
+
+// Connections from other machines' domains to the spawn service: the
+// monitor accepts them itself, on a TCP listener of its own (ownNet),
+// opened on NetHost the first time another machine binds spawnd.
+
+// ownNet is the monitor's listener for connections from other machines
+// to the services it serves itself.
+type ownNet struct {
+	L      *cnet.Listener
+	grants *cnet.Grants
+	addr   string
+	done   chan struct{}
+}
+
+// spawnGrant is a connection to the spawn service granted to a domain of
+// another machine.
+type spawnGrant struct {
+	rec *connRec
+	who spawn.Caller
+}
+
+// ownNetListener returns the address of the monitor's own listener,
+// opening it the first time.
+func (m *Monitor) ownNetListener() (*ownNet, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.own != nil {
+		return m.own, nil
+	}
+	if m.closed {
+		return nil, errors.New("the monitor is shutting down")
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(m.cfg.NetHost, "0"))
+	if err != nil {
+		return nil, fmt.Errorf("open the monitor's TCP listener on %s: %w", m.cfg.NetHost, err)
+	}
+	g := cnet.NewGrants(time.Minute, spawnMaxTotalConns, 2*time.Second)
+	o := &ownNet{grants: g, addr: net.JoinHostPort(m.cfg.NetHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), done: make(chan struct{})}
+	o.L = cnet.Listen(ln, &cnet.Options{MaxFrameSize: spawnif.MaxFrameSize, TLS: g.TLS(), Logger: m.log})
+	m.own = o
+	go m.acceptOwnNet(o)
+	return o, nil
+}
+
+// closeOwnNet closes the monitor's own listener, if open, and waits for
+// its accept loop.
+func (m *Monitor) closeOwnNet() {
+	m.mu.Lock()
+	o := m.own
+	m.mu.Unlock()
+	if o == nil {
+		return
+	}
+	o.grants.Close()
+	o.L.Close()
+	<-o.done
+}
+
+// acceptOwnNet serves the spawn service on each connection o accepts.
+func (m *Monitor) acceptOwnNet(o *ownNet) {
+	defer close(o.done)
+	h := m.spawnd
+	for {
+		link, err := o.L.Accept(context.Background())
+		if err != nil {
+			return
+		}
+		v, ok := o.grants.Take(link.ServerName())
+		if !ok {
+			link.Close()
+			continue
+		}
+		g := v.(*spawnGrant)
+		o.grants.ForgetWhenGone(link)
+		c := &spawnConn{
+			m:    m,
+			conn: chanos.NewConn(link, spawnif.Interface),
+			id:   g.rec.id,
+			who:  g.who,
+			log:  m.log.With("conn", g.rec.id, "service", h.name, "machine", g.who.Machine, "domain", g.who.Domain),
+			link: link,
+		}
+		key := spawn.Caller{Domain: g.who.Domain, Machine: g.who.Machine}
+		m.mu.Lock()
+		if m.closed || h.closed || h.byDom[key] >= spawnMaxConns || len(h.conns) >= spawnMaxTotalConns {
+			m.mu.Unlock()
+			link.End(interconnect.Ended(interconnect.ErrClosed, errors.New("spawn service: no room for the connection")))
+			link.Close()
+			continue
+		}
+		m.recordLocked(nil, g.rec)
+		h.conns[c.id] = c
+		h.byDom[key]++
+		h.wg.Add(1)
+		m.mu.Unlock()
+		c.log.Info("spawn service connection from another machine")
+		go c.serve()
+	}
+}
+
+// bindSpawndFromMachine grants a domain of machine from a connection to
+// the spawn service, within its quotas, unless the spawn policy refuses
+// other machines.
+func (m *Monitor) bindSpawndFromMachine(from uint64, c *machproto.BindCall, e *export, label string) (*machproto.BindReply, error) {
+	if m.cfg.Spawn.NoRemote {
+		return nil, fail(proto.StatusDenied, "bind %s: this machine's spawn policy refuses spawns from other machines", label)
+	}
+	h := m.spawnd
+	key := spawn.Caller{Domain: c.Client, Machine: machineText(from)}
+	m.mu.Lock()
+	switch {
+	case h.byDom[key] >= spawnMaxConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %s: this domain has %d spawn service connections, its quota", label, spawnMaxConns)
+	case len(h.conns) >= spawnMaxTotalConns:
+		m.mu.Unlock()
+		return nil, exhausted("bind %s: the monitor has %d spawn service connections, its quota", label, spawnMaxTotalConns)
+	}
+	m.mu.Unlock()
+	o, err := m.ownNetListener()
+	if err != nil {
+		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
+	}
+	id, err := cnet.NewIdentity()
+	if err != nil {
+		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
+	}
+	name := serverName()
+	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: SelfDomainID, machine: from, inbound: true, peerConn: c.ClientConn, via: proto.InterconnectNet, export: e.id}
+	who := spawn.Caller{Domain: c.Client, PID: c.ClientPID, UID: c.ClientUID, Program: c.ClientProgram, Machine: machineText(from)}
+	o.grants.Add(name, id, c.ClientCert, &spawnGrant{rec: rec, who: who})
+	m.log.Info("bind from another machine", "name", e.name, "iface", c.Iface, "conn", rec.id, "machine", machineText(from), "client", c.Client, "via", "net", "addr", o.addr)
+	return &machproto.BindReply{
+		ConnID: rec.id, Server: SelfDomainID, ExportName: e.name, MaxFrame: e.maxFrame,
+		Addr: o.addr, ServerName: name, ServerCert: machproto.CertFingerprint(id.Fingerprint),
+	}, nil
 }

@@ -43,6 +43,10 @@ type Config struct {
 	// symbolic links are resolved, in the directory or below it); empty
 	// allows any program the monitor's uid can run.
 	Allow []string
+	// NoRemote refuses spawn service connections from other machines of
+	// the cluster (the monitor checks it at bind); by default a machine
+	// admitted to the cluster may spawn here.
+	NoRemote bool
 	// Env is added to every program's environment after the monitor's
 	// own and before the request's (the monitor sets CHANOS_DIR here).
 	Env []string
@@ -96,6 +100,9 @@ func (c Config) WithDefaults() Config {
 // Caller is who asks: the domain, as the monitor knows it.
 type Caller = api.Caller
 
+// domainOf is the key of who's quota: its domain, on its machine.
+func domainOf(who Caller) Caller { return Caller{Domain: who.Domain, Machine: who.Machine} }
+
 // Request is what to spawn.
 type Request = api.Request
 
@@ -112,7 +119,7 @@ type Service struct {
 	procs   map[uint64]*proc
 	nextID  uint64
 	running int
-	byDom   map[uint64]int // running programs by the domain that started them
+	byDom   map[Caller]int // running programs by the domain that started them (Domain and Machine only)
 	closed  bool
 	stopped chan struct{} // closed by Close
 }
@@ -140,7 +147,7 @@ func New(cfg Config) (*Service, error) {
 		log:     cfg.Logger,
 		starts:  make(chan *startReq),
 		procs:   map[uint64]*proc{},
-		byDom:   map[uint64]int{},
+		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
 	for _, d := range cfg.Allow {
@@ -267,6 +274,9 @@ func (s *Service) spawner(ready chan<- struct{}) {
 func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
 	log := s.log.With("call", "spawn.spawn", "domain", who.Domain, "pid", who.PID, "uid", who.UID, "by", who.Program,
 		"program", r.Program, "args", r.Args)
+	if who.Machine != "" {
+		log = log.With("from_machine", who.Machine)
+	}
 	st, err := s.spawn(r, who)
 	if err != nil {
 		log.Warn("spawn refused", "err", err)
@@ -313,18 +323,18 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 	case s.running >= s.cfg.MaxRunning:
 		s.mu.Unlock()
 		return api.Started{}, fmt.Errorf("%w: %d programs are running, the monitor's quota (--spawn-max)", api.ErrExhausted, s.running)
-	case s.byDom[who.Domain] >= s.cfg.MaxRunningPerDomain:
+	case s.byDom[domainOf(who)] >= s.cfg.MaxRunningPerDomain:
 		s.mu.Unlock()
-		return api.Started{}, fmt.Errorf("%w: domain %d has %d programs running, its quota (--spawn-max-per-domain)", api.ErrExhausted, who.Domain, s.byDom[who.Domain])
+		return api.Started{}, fmt.Errorf("%w: domain %d has %d programs running, its quota (--spawn-max-per-domain)", api.ErrExhausted, who.Domain, s.byDom[domainOf(who)])
 	}
 	s.running++
-	s.byDom[who.Domain]++
+	s.byDom[domainOf(who)]++
 	s.nextID++
 	id := s.nextID
 	s.mu.Unlock()
 	release := func() {
 		s.mu.Lock()
-		s.releaseLocked(who.Domain)
+		s.releaseLocked(domainOf(who))
 		s.mu.Unlock()
 	}
 
@@ -427,7 +437,7 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 	return api.Started{ID: id, PID: pid}, nil
 }
 
-func (s *Service) releaseLocked(dom uint64) {
+func (s *Service) releaseLocked(dom Caller) {
 	s.running--
 	if s.byDom[dom]--; s.byDom[dom] <= 0 {
 		delete(s.byDom, dom)
@@ -534,7 +544,7 @@ func (s *Service) reap(p *proc) {
 	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
 		p.info.MemBytes = uint64(ru.Maxrss) * 1024
 	}
-	s.releaseLocked(p.info.StartedBy.Domain)
+	s.releaseLocked(domainOf(p.info.StartedBy))
 	p.notifyLocked()
 	close(p.ended)
 	s.forgetLocked(time.Now())
@@ -612,7 +622,7 @@ func (s *Service) Kill(id uint64, sig syscall.Signal, who Caller) error {
 	if err != nil {
 		return err
 	}
-	s.log.Info("spawn: kill", "call", "spawn.kill", "id", id, "signal", sig, "domain", who.Domain, "pid", who.PID, "by", who.Program)
+	s.log.Info("spawn: kill", "call", "spawn.kill", "id", id, "signal", sig, "domain", who.Domain, "pid", who.PID, "by", who.Program, "from_machine", who.Machine)
 	if p.exited {
 		return nil
 	}

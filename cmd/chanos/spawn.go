@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -28,8 +29,9 @@ Starts PROGRAM through the spawn service of this user's monitor
 monitor's uid, with CHANOS_DIR set so that it joins that monitor; its
 stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
 
-  --on MACHINE  where to run it: this machine's id, or any (this machine:
-                spawning on another machine is not supported yet)
+  --on MACHINE  where to run it: a machine's name or id ('chanos machines'),
+                or any: the least loaded (the choice is printed on stderr);
+                default this machine
   --name NAME   a label for 'chanos ps --all'
   --env K=V     add to the program's environment (repeatable)
   --dir DIR     its working directory (default: the monitor's); it and a
@@ -43,23 +45,25 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
 --json prints {"id", "pid", "machine"} (and "exit_code", "signal" with --wait).
 `
 
-const waitUsage = `usage: chanos wait [--timeout D] [--json] [--dir DIR] ID
+const waitUsage = `usage: chanos wait [--on MACHINE] [--timeout D] [--json] [--dir DIR] ID
 
 Waits until the spawned program ID has ended and prints its exit status or
 the signal that ended it. --json prints {"id", "exit_code", "signal"}.
+--on names the machine it was spawned on (default this one).
 `
 
-const killUsage = `usage: chanos kill [--signal SIG] [--dir DIR] ID
+const killUsage = `usage: chanos kill [--on MACHINE] [--signal SIG] [--dir DIR] ID
 
 Sends SIG (a name such as TERM or KILL, or a number; default TERM) to the
-spawned program ID.
+spawned program ID, of the machine --on names (default this one).
 `
 
-const logsUsage = `usage: chanos logs [-f] [--from OFFSET] [--dir DIR] ID
+const logsUsage = `usage: chanos logs [--on MACHINE] [-f] [--from OFFSET] [--dir DIR] ID
 
 Prints the output (stdout and stderr as written) that spawned program ID
 has left in its bounded buffer. -f follows it until the program ends.
 When the buffer has dropped output, a line on stderr says how much.
+--on names the machine it was spawned on (default this one).
 `
 
 // The spawn suite of chanos bench, registered beside the commands it
@@ -78,10 +82,12 @@ func init() {
 func spawnFlags(fs *flag.FlagSet, cfg *spawn.Config) {
 	fs.Var((*listFlag)(&cfg.Allow), "spawn-allow", "")
 	fs.Func("spawn-policy", "", func(file string) error {
-		dirs, err := readSpawnPolicy(file)
+		dirs, noRemote, err := readSpawnPolicy(file)
 		cfg.Allow = append(cfg.Allow, dirs...)
+		cfg.NoRemote = cfg.NoRemote || noRemote
 		return err
 	})
+	fs.BoolVar(&cfg.NoRemote, "spawn-no-remote", false, "")
 	fs.IntVar(&cfg.MaxRunning, "spawn-max", spawn.DefaultMaxRunning, "")
 	fs.IntVar(&cfg.MaxRunningPerDomain, "spawn-max-per-domain", spawn.DefaultMaxRunningPerDomain, "")
 	cfg.LogBytes = spawn.DefaultLogBytes
@@ -97,7 +103,9 @@ The spawn service (docs/spawn.md):
 
   --spawn-allow DIR            programs may be spawned only from DIR (repeatable;
                                default: any program)
-  --spawn-policy FILE          a policy file: "allow DIR" lines, # comments
+  --spawn-policy FILE          a policy file: "allow DIR" lines, "remote off",
+                               # comments
+  --spawn-no-remote            refuse spawns from other machines of the cluster
   --spawn-max N                spawned programs running, total (default %d)
   --spawn-max-per-domain N     spawned programs running, per domain (default %d)
   --spawn-log-size SIZE        output kept per program (default %s)
@@ -106,14 +114,14 @@ The spawn service (docs/spawn.md):
 `, spawn.DefaultMaxRunning, spawn.DefaultMaxRunningPerDomain, formatSize(spawn.DefaultLogBytes),
 	spawn.DefaultMaxKept, spawn.DefaultKeep)
 
-// readSpawnPolicy reads a spawn policy file: one "allow DIR" per line,
+// readSpawnPolicy reads a spawn policy file: "allow DIR" lines, and
+// "remote off" (refuse spawns from other machines) or "remote on";
 // blank lines and lines starting with # ignored.
-func readSpawnPolicy(file string) ([]string, error) {
+func readSpawnPolicy(file string) (dirs []string, noRemote bool, err error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return nil, fmt.Errorf("spawn policy: %w", err)
+		return nil, false, fmt.Errorf("spawn policy: %w", err)
 	}
-	var dirs []string
 	for i, line := range strings.Split(string(b), "\n") {
 		line = strings.TrimSpace(line)
 		if line == "" || strings.HasPrefix(line, "#") {
@@ -121,12 +129,16 @@ func readSpawnPolicy(file string) ([]string, error) {
 		}
 		verb, arg, _ := strings.Cut(line, " ")
 		arg = strings.TrimSpace(arg)
-		if verb != "allow" || arg == "" {
-			return nil, fmt.Errorf("spawn policy %s:%d: want \"allow DIR\", got %q", file, i+1, line)
+		switch {
+		case verb == "allow" && arg != "":
+			dirs = append(dirs, arg)
+		case verb == "remote" && (arg == "off" || arg == "on"):
+			noRemote = arg == "off"
+		default:
+			return nil, false, fmt.Errorf("spawn policy %s:%d: want \"allow DIR\" or \"remote off|on\", got %q", file, i+1, line)
 		}
-		dirs = append(dirs, arg)
 	}
-	return dirs, nil
+	return dirs, noRemote, nil
 }
 
 // listFlag is a repeatable string flag.
@@ -135,18 +147,98 @@ type listFlag []string
 func (l *listFlag) String() string     { return strings.Join(*l, ",") }
 func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
 
-// dialSpawn joins the monitor and connects to its spawn service.
-func dialSpawn(ctx context.Context, dir, program string) (*chanos.Domain, *spawnif.Conn, error) {
+// dialSpawn joins the monitor and connects to the spawn service of the
+// machine on names (see placeOn).
+func dialSpawn(ctx context.Context, dir, program, on string) (*chanos.Domain, *spawnif.Conn, chanos.MachineInfo, error) {
 	d, err := dialMonitor(ctx, dir, program)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, chanos.MachineInfo{}, err
 	}
-	c, err := spawnif.Dial(ctx, d)
+	m, err := placeOn(ctx, d, on)
 	if err != nil {
 		d.Close()
-		return nil, nil, fmt.Errorf("connect to the spawn service: %w", err)
+		return nil, nil, m, err
 	}
-	return d, c, nil
+	id, _ := strconv.ParseUint(m.ID, 16, 64)
+	c, err := spawnif.DialMachine(ctx, d, id)
+	if err != nil {
+		d.Close()
+		return nil, nil, m, fmt.Errorf("connect to the spawn service of machine %s: %w", machineLabel(m), err)
+	}
+	return d, c, m, nil
+}
+
+// placeOn finds the machine that on names among the cluster's: "" is
+// this one; "any" the least loaded; otherwise a machine's id (16 hex
+// digits) or name. The least loaded is the one whose spawn service runs
+// the fewest programs (asked now, so that spawns in a row spread), then
+// whose published CPU use is lowest, then with the fewest domains; a
+// machine whose spawn service does not answer is passed over.
+func placeOn(ctx context.Context, d *chanos.Domain, on string) (chanos.MachineInfo, error) {
+	list, err := d.Machines(ctx)
+	if err != nil {
+		return chanos.MachineInfo{}, err
+	}
+	var (
+		best        *chanos.MachineInfo
+		bestRunning int
+	)
+	for i := range list.Machines {
+		m := &list.Machines[i]
+		switch {
+		case on == "" && m.Self, on != "" && on != "any" && (m.ID == on || m.Name == on):
+			return *m, nil
+		case on == "any" && m.State == "up":
+			running, err := runningOn(ctx, d, m)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "spawn --on any: machine %s passed over: %v\n", machineLabel(*m), err)
+				continue
+			}
+			if best == nil || cmp.Or(cmp.Compare(running, bestRunning), cmp.Compare(m.CPU, best.CPU), cmp.Compare(m.Domains, best.Domains)) < 0 {
+				best, bestRunning = m, running
+			}
+		}
+	}
+	if best != nil {
+		return *best, nil
+	}
+	if on == "" || on == "any" {
+		return chanos.MachineInfo{}, errors.New("the monitor lists no machine")
+	}
+	names := make([]string, 0, len(list.Machines))
+	for _, m := range list.Machines {
+		names = append(names, machineLabel(m))
+	}
+	return chanos.MachineInfo{}, fmt.Errorf("no machine %q in the cluster (machines: %s)", on, strings.Join(names, ", "))
+}
+
+// runningOn counts the programs m's spawn service runs.
+func runningOn(ctx context.Context, d *chanos.Domain, m *chanos.MachineInfo) (int, error) {
+	id, _ := strconv.ParseUint(m.ID, 16, 64)
+	c, err := spawnif.DialMachine(ctx, d, id)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	procs, err := c.Procs(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range procs {
+		if p.State == "running" {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// machineLabel names a machine for people: "name (id)".
+func machineLabel(m chanos.MachineInfo) string {
+	if m.Name == "" {
+		return m.ID
+	}
+	return m.Name + " (" + m.ID + ")"
 }
 
 // parseLimit parses --limit's mem=SIZE,cpu=SECONDS.
@@ -215,23 +307,19 @@ func runSpawn(ctx context.Context, args []string) error {
 	}
 	callCtx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
-	d, c, err := dialSpawn(callCtx, *dir, "chanos spawn")
+	d, c, m, err := dialSpawn(callCtx, *dir, "chanos spawn", *on)
 	if err != nil {
-		return err
+		return fmt.Errorf("spawn --on %q: %w", *on, err)
 	}
 	defer d.Close()
 	defer c.Close()
-	machine := strconv.FormatUint(d.Machine(), 10)
-	switch *on {
-	case "", machine, fmt.Sprintf("%016x", d.Machine()):
-	case "any":
-		// One machine: the choice is made, and said.
-		fmt.Fprintf(os.Stderr, "placed on machine %s (the only machine: chanos has no net interconnect yet)\n", machine)
-	default:
-		return fmt.Errorf("spawn --on %s: %w", *on, spawnif.ErrRemote)
+	machine := m.ID
+	if *on == "any" {
+		fmt.Fprintf(os.Stderr, "placed on machine %s, the least loaded (CPU %.0f%%, %d domains)\n", machineLabel(m), 100*m.CPU, m.Domains)
 	}
 	// Paths relative to this command's directory mean the same to the
-	// monitor, which runs on this machine in a directory of its own.
+	// monitor when it runs on this machine; on another, they name that
+	// machine's files.
 	program, wd := fs.Arg(0), *workDir
 	if strings.Contains(program, "/") {
 		if program, err = filepath.Abs(program); err != nil {
@@ -273,6 +361,7 @@ func runSpawn(ctx context.Context, args []string) error {
 func runWait(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
+	on := fs.String("on", "", "")
 	timeout := fs.Duration("timeout", 0, "")
 	asJSON := fs.Bool("json", false, "")
 	if err := parseFlags(fs, args); err != nil {
@@ -284,7 +373,7 @@ func runWait(ctx context.Context, args []string) error {
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
-	d, c, err := dialSpawn(dialCtx, *dir, "chanos wait")
+	d, c, _, err := dialSpawn(dialCtx, *dir, "chanos wait", *on)
 	if err != nil {
 		return err
 	}
@@ -336,6 +425,7 @@ func unixSignalName(sig syscall.Signal) string {
 // runKill runs 'chanos kill'.
 func runKill(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("kill", flag.ContinueOnError)
+	on := fs.String("on", "", "")
 	dir := fs.String("dir", "", "")
 	sigName := fs.String("signal", "TERM", "")
 	if err := parseFlags(fs, args); err != nil {
@@ -351,7 +441,7 @@ func runKill(ctx context.Context, args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
-	d, c, err := dialSpawn(ctx, *dir, "chanos kill")
+	d, c, _, err := dialSpawn(ctx, *dir, "chanos kill", *on)
 	if err != nil {
 		return err
 	}
@@ -363,6 +453,7 @@ func runKill(ctx context.Context, args []string) error {
 // runLogs runs 'chanos logs'.
 func runLogs(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("logs", flag.ContinueOnError)
+	on := fs.String("on", "", "")
 	dir := fs.String("dir", "", "")
 	follow := fs.Bool("f", false, "")
 	from := fs.Uint64("from", 0, "")
@@ -375,7 +466,7 @@ func runLogs(ctx context.Context, args []string) error {
 	}
 	dialCtx, cancel := context.WithTimeout(ctx, cliTimeout)
 	defer cancel()
-	d, c, err := dialSpawn(dialCtx, *dir, "chanos logs")
+	d, c, _, err := dialSpawn(dialCtx, *dir, "chanos logs", *on)
 	if err != nil {
 		return err
 	}
@@ -412,9 +503,9 @@ func copyLogs(ctx context.Context, c *spawnif.Conn, id, from uint64, follow bool
 }
 
 // printSpawned prints the spawned programs as a table.
-func printSpawned(w io.Writer, procs []spawnif.Proc) error {
+func printSpawned(w io.Writer, procs []spawnif.Proc, names map[string]string) error {
 	tw := tabwriter.NewWriter(w, 0, 8, 2, ' ', 0)
-	fmt.Fprintln(tw, "SPAWNED\tPID\tSTATE\tDOMAIN\tCPU\tMEM\tBY\tNAME\tPROGRAM")
+	fmt.Fprintln(tw, "MACHINE\tSPAWNED\tPID\tSTATE\tDOMAIN\tCPU\tMEM\tBY\tNAME\tPROGRAM")
 	for _, p := range procs {
 		state := p.State
 		switch p.State {
@@ -427,33 +518,52 @@ func printSpawned(w io.Writer, procs []spawnif.Proc) error {
 		if p.Domain != 0 {
 			dom = strconv.FormatUint(p.Domain, 10)
 		}
-		fmt.Fprintf(tw, "%d\t%d\t%s\t%s\t%.2fs\t%s\t%d\t%s\t%s\n", p.ID, p.PID, state, dom, p.CPUSeconds,
-			formatSize(int(p.MemBytes)), p.StartedBy.Domain, p.Name, strings.Join(append([]string{p.Program}, p.Args...), " "))
+		by := strconv.FormatUint(p.StartedBy.Domain, 10)
+		if p.StartedBy.Machine != "" {
+			by += "@" + cmp.Or(names[p.StartedBy.Machine], p.StartedBy.Machine)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%.2fs\t%s\t%s\t%s\t%s\n", cmp.Or(names[p.Machine], p.Machine), p.ID, p.PID, state, dom, p.CPUSeconds,
+			formatSize(int(p.MemBytes)), by, p.Name, strings.Join(append([]string{p.Program}, p.Args...), " "))
 	}
 	return tw.Flush()
 }
 
 // psAll prints, after ps's own table or in its JSON document as
-// "spawned", the programs the spawn service started.
+// "spawned", the programs the spawn services of the cluster's machines
+// started, each machine's newest first. A machine whose spawn service
+// cannot be reached is said on stderr and left out.
 func psAll(ctx context.Context, d *chanos.Domain, snap *chanos.Snapshot, asJSON bool) error {
-	c, err := spawnif.Dial(ctx, d)
-	if err != nil {
-		return fmt.Errorf("ps --all: connect to the spawn service: %w", err)
-	}
-	defer c.Close()
-	procs, err := c.Procs(ctx)
+	list, err := d.Machines(ctx)
 	if err != nil {
 		return fmt.Errorf("ps --all: %w", err)
 	}
-	if asJSON {
-		if procs == nil {
-			procs = []spawnif.Proc{}
+	names := map[string]string{}
+	procs := []spawnif.Proc{}
+	for _, m := range list.Machines {
+		names[m.ID] = m.Name
+		id, _ := strconv.ParseUint(m.ID, 16, 64)
+		c, err := spawnif.DialMachine(ctx, d, id)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ps --all: machine %s: connect to its spawn service: %v\n", machineLabel(m), err)
+			continue
 		}
+		ps, err := c.Procs(ctx)
+		c.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ps --all: machine %s: %v\n", machineLabel(m), err)
+			continue
+		}
+		for i := range ps {
+			ps[i].Machine = m.ID
+		}
+		procs = append(procs, ps...)
+	}
+	if asJSON {
 		return writeJSON(os.Stdout, map[string]any{"ps": snap, "spawned": procs})
 	}
 	if err := printPs(os.Stdout, snap, d.ID()); err != nil {
 		return err
 	}
 	fmt.Println()
-	return printSpawned(os.Stdout, procs)
+	return printSpawned(os.Stdout, procs, names)
 }

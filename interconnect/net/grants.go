@@ -22,8 +22,9 @@ type Grants struct {
 
 	mu      sync.Mutex
 	grants  map[string]*grant
-	order   []string      // names, oldest first
-	arrived chan struct{} // closed, and replaced, when a grant is added
+	taken   map[string]*Identity // accepted connections' identities, for their resumes, until Forget
+	order   []string             // names, oldest first
+	arrived chan struct{}        // closed, and replaced, when a grant is added
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
@@ -42,7 +43,7 @@ type grant struct {
 // connection before the accepting side is.
 func NewGrants(ttl time.Duration, max int, wait time.Duration) *Grants {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
+	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, taken: map[string]*Identity{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // Add grants the connection under name: present id, admit the client
@@ -67,7 +68,9 @@ func (g *Grants) Add(name string, id *Identity, client [32]byte, value any) {
 
 // Take removes the grant of a connection the listener accepted
 // (Link.ServerName) and returns its value; false if it has gone (dropped
-// as too old meanwhile).
+// as too old meanwhile). The grant's identity is kept, for the
+// connection's resumes (each a TLS handshake under the same name), until
+// Forget.
 func (g *Grants) Take(name string) (any, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -76,7 +79,24 @@ func (g *Grants) Take(name string) (any, bool) {
 	if gr == nil {
 		return nil, false
 	}
+	g.taken[name] = gr.id
 	return gr.value, true
+}
+
+// Forget drops the identity of a connection Take returned, once it can no
+// longer resume (it ended, or its peer closed it: Link.Gone).
+func (g *Grants) Forget(name string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.taken, name)
+}
+
+// ForgetWhenGone calls Forget(link.ServerName()) once link is gone.
+func (g *Grants) ForgetWhenGone(link *Link) {
+	go func() {
+		<-link.Gone()
+		g.Forget(link.ServerName())
+	}()
 }
 
 // TLS returns the accepting side's TLS of a listener that serves the
@@ -94,9 +114,13 @@ func (g *Grants) identity(name string) *Identity {
 	for {
 		g.mu.Lock()
 		gr, arrived := g.grants[name], g.arrived
+		live := g.taken[name]
 		g.mu.Unlock()
 		if gr != nil {
 			return gr.id
+		}
+		if live != nil {
+			return live
 		}
 		select {
 		case <-arrived:

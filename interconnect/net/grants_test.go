@@ -94,3 +94,39 @@ func TestGrants(t *testing.T) {
 		t.Errorf("Take(new) = %v, %v", v, ok)
 	}
 }
+
+// A granted connection resumes after its TCP connection breaks: the
+// identity of its name outlives its admission, until the link is gone.
+func TestGrantsResume(t *testing.T) {
+	noLeaks(t)
+	ctx := testkit.Context(t)
+	g := cnet.NewGrants(time.Hour, 16, time.Second)
+	defer g.Close()
+	o := &cnet.Options{TLS: g.TLS(), RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond}
+	L := listen(t, o)
+	p := proxy(t, L)
+	srv, _ := cnet.NewIdentity()
+	cli, _ := cnet.NewIdentity()
+	g.Add("r", srv, cli.Fingerprint, nil)
+	cl, err := cnet.Dial(ctx, p.Addr(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, ServerName: "r"},
+		RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.Take(sl.ServerName()); !ok {
+		t.Fatal("no grant")
+	}
+	g.ForgetWhenGone(sl)
+	p.CutRandom(8<<10, 64<<10)
+	streamBothWays(t, cl, sl, 200, 2000)
+	if cl.Resumes() == 0 {
+		t.Error("no resume happened")
+	}
+	t.Logf("%d resumes, %d cuts, err %v %v", cl.Resumes(), p.Cuts(), cl.Err(), sl.Err())
+	cl.Close()
+	sl.Close()
+}

@@ -354,6 +354,11 @@ func (l *Link) writeAck(force bool) {
 		return
 	}
 	defer l.wmu.Unlock()
+	l.writeAckLocked(force)
+}
+
+// writeAckLocked is writeAck for a caller that holds wmu.
+func (l *Link) writeAckLocked(force bool) {
 	if !l.live {
 		return
 	}
@@ -506,12 +511,22 @@ func (l *Link) Close() error {
 		l.closing = true
 		l.roomLocked()
 		skip := l.endErr != nil || l.peerClosed
+		// The peer closed first and waits for the acknowledgement of its
+		// close: write it now, before the TCP connection goes, rather
+		// than leave it to the link's goroutine, which may come too late
+		// and leave the peer to wait for its Linger.
+		finalAck := l.endErr == nil && l.peerClosed
 		if !skip {
 			l.closeSeq = l.nextSeq
 			l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recClose})
 			l.nextSeq++
 		}
 		l.mu.Unlock()
+		if finalAck {
+			l.wmu.Lock()
+			l.writeAckLocked(false)
+			l.wmu.Unlock()
+		}
 		if !skip {
 			l.pump()
 			t := time.NewTimer(l.o.Linger)

@@ -52,9 +52,6 @@ var (
 	ErrExhausted   = errors.New("spawn: resource exhausted")
 	ErrFailed      = errors.New("spawn: the program could not be started")
 	ErrUnavailable = errors.New("spawn: the spawn service is unavailable")
-	// ErrRemote: spawning on another machine needs the net interconnect,
-	// which chanos does not have yet.
-	ErrRemote = errors.New("spawn: spawning on another machine is not supported yet (it needs the net interconnect)")
 )
 
 // Error returns the error code stands for, with detail (may be empty):
@@ -115,6 +112,13 @@ func Code(err error) wire.Errval {
 // until ctx ends.
 func Dial(ctx context.Context, d *chanos.Domain) (*Conn, error) {
 	return Connect(ctx, d, ServiceName(d.Machine()))
+}
+
+// DialMachine connects to the spawn service of machine, another machine
+// of d's cluster or d's own: over the net interconnect for another
+// (docs/spawn.md, "Other machines").
+func DialMachine(ctx context.Context, d *chanos.Domain, machine uint64) (*Conn, error) {
+	return Connect(ctx, d, ServiceName(machine))
 }
 
 // Request describes a program to spawn.
@@ -235,6 +239,9 @@ func (c *Client) Output(ctx context.Context, id, from uint64, follow bool) (data
 
 // Proc describes one spawned process, as list returns it.
 type Proc struct {
+	// Machine is the id of the machine whose spawn service started it;
+	// set by a client that lists several machines (chanos ps --all).
+	Machine string   `json:"machine,omitempty"`
 	ID      uint64   `json:"id"`
 	PID     int      `json:"pid"`
 	Name    string   `json:"name,omitempty"`
@@ -270,6 +277,9 @@ type Caller struct {
 	PID     int32  `json:"pid"`
 	UID     uint32 `json:"uid"`
 	Program string `json:"program,omitempty"`
+	// Machine is the caller's machine id (hex) when it asked from another
+	// machine of the cluster: Domain, PID and UID are that machine's.
+	Machine string `json:"machine,omitempty"`
 }
 
 // Procs lists the spawned processes, newest first.

@@ -173,12 +173,15 @@ func (w *world) admit(i int, root string) string {
 
 // start runs machine i's monitor in the cluster, its control link on
 // port 7070 of the machine's address.
-func (w *world) start(i int) {
+func (w *world) start(i int) { w.startWith(i) }
+
+// startWith is start with more flags for the monitor.
+func (w *world) startWith(i int, flags ...string) {
 	w.t.Helper()
 	m := w.net.Machines[i]
-	cmd := m.Command(w.bin, "monitor", "--dir", w.dirs[i], "--cluster", w.name,
-		"--etcd", strings.Join(w.etcd.Endpoints(), ","), "--listen", m.Addr.String()+":7070",
-		"--lease-ttl", leaseTTL.String(), "--keep-alive", keepAlive.String())
+	cmd := m.Command(w.bin, append([]string{"monitor", "--dir", w.dirs[i], "--cluster", w.name,
+		"--etcd", strings.Join(w.etcd.Endpoints(), ","), "--listen", m.Addr.String() + ":7070",
+		"--lease-ttl", leaseTTL.String(), "--keep-alive", keepAlive.String()}, flags...)...)
 	log := &testkit.Output{}
 	cmd.Stderr = log
 	c := testkit.Start(w.t, cmd)

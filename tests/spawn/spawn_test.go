@@ -311,8 +311,8 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("logs -f: %q, %v", out, err)
 	}
 	out, err = cli("spawn", "--on", "12345", "--", "/bin/true")
-	if err == nil || !strings.Contains(out, "not supported yet") {
-		t.Fatalf("spawn --on another machine: %q, %v", out, err)
+	if err == nil || !strings.Contains(out, `no machine "12345" in the cluster`) {
+		t.Fatalf("spawn --on a machine that is not there: %q, %v", out, err)
 	}
 	out, err = cli("spawn", "--", "sleep", "100")
 	if err != nil {
