@@ -49,10 +49,23 @@ func benchEcho(b *testing.B, so, co *cnet.Options) {
 func BenchmarkRTTNetPlain(b *testing.B) { benchEcho(b, nil, nil) }
 
 func BenchmarkRTTNetTLS(b *testing.B) {
+	so, co := tlsPair(false)
+	benchEcho(b, so, co)
+}
+
+// BenchmarkRTTNetAuth is the round trip in the authenticated-only mode.
+func BenchmarkRTTNetAuth(b *testing.B) {
+	so, co := tlsPair(true)
+	benchEcho(b, so, co)
+}
+
+// tlsPair returns the options of an accepting and a dialing side that
+// pin each other's certificates.
+func tlsPair(authOnly bool) (so, co *cnet.Options) {
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
-	benchEcho(b, &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
-		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}})
+	return &cnet.Options{TLS: &cnet.TLS{Identity: srv, AuthOnly: authOnly, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
+		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, AuthOnly: authOnly}}
 }
 
 func BenchmarkRTTRawTCP(b *testing.B) {

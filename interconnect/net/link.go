@@ -3,6 +3,7 @@ package net
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,7 @@ type Link struct {
 	hdr     [recHeaderSize]byte
 	scratch []outFrame // the records pump writes (under wmu)
 	live    bool       // bw writes to the current connection (under wmu)
+	wmac    *recordMAC // tags this side's records, in the authenticated-only mode (under wmu)
 
 	mu            sync.Mutex
 	conn          stdnet.Conn // the current TCP connection; nil once ended
@@ -82,6 +84,7 @@ type Link struct {
 	resumeCh chan *resumeReq
 	lastRead atomic.Int64
 	lastWrt  atomic.Int64
+	badTags  atomic.Uint64
 
 	ctx        context.Context // ends when the link does: it bounds redials
 	cancelCtx  context.CancelFunc
@@ -152,6 +155,11 @@ func (l *Link) ServerName() string { return l.serverName }
 // PeerFingerprint returns, on the accepting side of a TLS connection, the
 // fingerprint of the client's certificate; zero otherwise.
 func (l *Link) PeerFingerprint() [32]byte { return l.peerFP }
+
+// AuthFailures returns how many records, in the authenticated-only mode
+// (TLS.AuthOnly), failed their authentication: each ended its TCP
+// connection, and the connection resumed on a new one.
+func (l *Link) AuthFailures() uint64 { return l.badTags.Load() }
 
 // ID returns the connection's id, which both sides share. It is the
 // token that resumes the connection: it is not to be shown to others.
@@ -323,11 +331,7 @@ func (l *Link) pump() {
 	l.mu.Unlock()
 	var err error
 	for _, f := range l.scratch {
-		putHeader(l.hdr[:], f.typ, len(f.buf), f.seq, ack)
-		if _, err = l.bw.Write(l.hdr[:]); err == nil {
-			_, err = l.bw.Write(f.buf)
-		}
-		if err != nil {
+		if err = l.writeRecord(f.typ, f.buf, f.seq, ack); err != nil {
 			break
 		}
 	}
@@ -366,8 +370,7 @@ func (l *Link) writeAck(force bool) {
 	l.ackSent = ack
 	l.sinceAck = 0
 	l.mu.Unlock()
-	putHeader(l.hdr[:], recAck, 0, 0, ack)
-	_, err := l.bw.Write(l.hdr[:])
+	err := l.writeRecord(recAck, nil, 0, ack)
 	if err == nil {
 		err = l.bw.Flush()
 	}
@@ -375,6 +378,41 @@ func (l *Link) writeAck(force bool) {
 	if err != nil {
 		l.breakLocked(err)
 	}
+}
+
+// writeRecord writes a record to bw, with its tag in the
+// authenticated-only mode. The caller holds wmu.
+func (l *Link) writeRecord(typ uint8, p []byte, seq, ack uint64) error {
+	putHeader(l.hdr[:], typ, len(p), seq, ack)
+	m := l.wmac
+	if m == nil {
+		if _, err := l.bw.Write(l.hdr[:]); err != nil {
+			return err
+		}
+		_, err := l.bw.Write(p)
+		return err
+	}
+	// The tag covers header and payload together: they are put side by
+	// side in the writer's own buffer when they fit (no copy more than
+	// without the tag), else in the MAC's.
+	n := recHeaderSize + len(p) + tagSize
+	var rec []byte
+	if n <= l.bw.Size() {
+		if l.bw.Available() < n {
+			if err := l.bw.Flush(); err != nil {
+				return err
+			}
+		}
+		rec = l.bw.AvailableBuffer()
+	} else {
+		rec = m.buf[:0]
+	}
+	rec = m.seal(append(append(rec, l.hdr[:]...), p...))
+	if n > l.bw.Size() {
+		m.buf = rec[:0]
+	}
+	_, err := l.bw.Write(rec)
+	return err
 }
 
 // breakLocked takes the current TCP connection for broken (a write
@@ -530,10 +568,35 @@ func (l *Link) Close() error {
 	return nil
 }
 
+// open makes c, on which the hellos were exchanged (the peer's is h), the
+// link's TCP connection; reply, if not nil, is this side's hello, still
+// to be written. In the authenticated-only mode the reply goes in TLS,
+// and the records that follow in the clear on the TCP connection.
+func (l *Link) open(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) error {
+	tc, ok := c.(*tlsConn)
+	if !ok || !tc.authOnly {
+		return l.attach(c, br, h, reply, nil, nil)
+	}
+	if reply != nil {
+		if _, err := tc.Write(reply); err != nil {
+			// Broken already: its reader fails at once and reports it.
+			tc.Close()
+		}
+	}
+	raw, rbr, mine, peer, err := plainAfterHellos(tc, br, l.dialer)
+	if err != nil {
+		c.Close()
+		return l.fail(interconnect.Violation(err))
+	}
+	return l.attach(raw, rbr, h, nil, mine, peer)
+}
+
 // attach makes c the link's TCP connection, after a hello exchange whose
 // peer hello is h; reply, if not nil, is this side's hello, written first.
-// It retransmits what the peer has not received and starts c's reader.
-func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) error {
+// wmac and rmac, in the authenticated-only mode, tag this side's records
+// and check the peer's. It retransmits what the peer has not received and
+// starts c's reader.
+func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wmac, rmac *recordMAC) error {
 	l.mu.Lock()
 	if l.endErr != nil {
 		l.mu.Unlock()
@@ -563,6 +626,7 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 		l.bw.Reset(c)
 	}
 	l.live = true
+	l.wmac = wmac
 	if reply != nil {
 		if _, err := l.bw.Write(reply); err != nil {
 			l.breakLocked(err)
@@ -572,17 +636,17 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 	// The reader first: the peer retransmits too, perhaps more than the
 	// socket buffers hold, and reads only while this side reads.
 	l.wg.Add(1)
-	go l.read(c, br, gen)
+	go l.read(c, br, rmac, gen)
 	l.pump()
 	signal(l.ackKick)
 	return nil
 }
 
 // read reads c's records until it fails, then reports the break.
-func (l *Link) read(c stdnet.Conn, br *bufio.Reader, gen uint64) {
+func (l *Link) read(c stdnet.Conn, br *bufio.Reader, rmac *recordMAC, gen uint64) {
 	defer l.wg.Done()
 	stop := l.watch(c)
-	err := l.readLoop(br)
+	err := l.readLoop(br, rmac)
 	stop()
 	c.Close()
 	if interconnect.IsEnd(err) {
@@ -627,11 +691,21 @@ func (l *Link) watch(c stdnet.Conn) func() {
 	}
 }
 
-func (l *Link) readLoop(br *bufio.Reader) error {
+// readLoop reads records from br and acts on them; m, in the
+// authenticated-only mode, checks their tags first.
+func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
 	var hb [recHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			return err
+		var payload []byte // the record's, read with its tag (m != nil)
+		if m == nil {
+			if _, err := io.ReadFull(br, hb[:]); err != nil {
+				return err
+			}
+		} else {
+			var err error
+			if payload, err = l.readTagged(br, m, &hb); err != nil {
+				return err
+			}
 		}
 		l.lastRead.Store(now())
 		r := parseHeader(hb[:])
@@ -654,12 +728,15 @@ func (l *Link) readLoop(br *bufio.Reader) error {
 				l.mu.Unlock()
 				return l.fail(interconnect.Violation(errors.New("the peer overran the receive window")))
 			}
-			buf := l.getBufLocked(n)
-			l.mu.Unlock()
-			if _, err := io.ReadFull(br, buf); err != nil {
-				return err
+			buf := payload
+			if buf == nil {
+				buf = l.getBufLocked(n)
+				l.mu.Unlock()
+				if _, err := io.ReadFull(br, buf); err != nil {
+					return err
+				}
+				l.mu.Lock()
 			}
-			l.mu.Lock()
 			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf})
 			l.inboxBytes += n
 			l.received = r.seq
@@ -700,6 +777,67 @@ func (l *Link) readLoop(br *bufio.Reader) error {
 			return l.fail(interconnect.Violation(fmt.Errorf("a record of type %d", r.typ)))
 		}
 	}
+}
+
+// readTagged reads a record of the authenticated-only mode into hb and
+// the returned payload (a window buffer; nil if empty), and checks its
+// tag. Until the tag is checked nothing in the header is trusted but its
+// length, bounded by the maximum frame size, and a record that fails is a
+// broken TCP connection (errBadTag), not the peer's violation.
+func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) ([]byte, error) {
+	h, err := br.Peek(recHeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	copy(hb[:], h)
+	n := int64(binary.LittleEndian.Uint32(hb[4:]))
+	if n > int64(l.o.MaxFrameSize) {
+		return nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
+	}
+	total := recHeaderSize + int(n) + tagSize
+	var payload []byte
+	if n > 0 {
+		l.mu.Lock()
+		payload = l.getBufLocked(int(n))
+		l.mu.Unlock()
+	}
+	var ok bool
+	if total <= br.Size() {
+		// The whole record in the reader's buffer: checked in place.
+		rec, err := br.Peek(total)
+		if err != nil {
+			return nil, err
+		}
+		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
+		copy(payload, rec[recHeaderSize:])
+		br.Discard(total)
+	} else {
+		rec := m.buf[:0]
+		if cap(rec) < total {
+			rec = make([]byte, 0, total)
+		}
+		rec = rec[:total]
+		if _, err := io.ReadFull(br, rec); err != nil {
+			return nil, err
+		}
+		m.buf = rec[:0]
+		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
+		copy(payload, rec[recHeaderSize:])
+	}
+	if !ok {
+		l.mu.Lock()
+		l.putBufLocked(payload)
+		l.mu.Unlock()
+		return nil, l.badTag(errBadTag)
+	}
+	return payload, nil
+}
+
+// badTag counts a record that failed its authentication and returns err.
+func (l *Link) badTag(err error) error {
+	l.badTags.Add(1)
+	l.o.Logger.Warn("net: a record failed authentication; the TCP connection is dropped and resumed", "err", err)
+	return err
 }
 
 // roomLocked wakes the senders waiting for room.
@@ -806,7 +944,7 @@ func (l *Link) run() {
 			l.mu.Lock()
 			rh := hello{id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
 			l.mu.Unlock()
-			if err := l.attach(r.c, r.br, r.h, rh.encode()); err != nil {
+			if err := l.open(r.c, r.br, r.h, rh.encode()); err != nil {
 				return
 			}
 			connected = true
@@ -865,7 +1003,7 @@ func (l *Link) redial() bool {
 		c, br, h, err := l.handshake(ctx, true)
 		cancel()
 		if err == nil {
-			if l.attach(c, br, h, nil) != nil {
+			if l.open(c, br, h, nil) != nil {
 				return false
 			}
 			l.o.Logger.Debug("net: resumed", "id", fmt.Sprintf("%x", l.id[:4]))
@@ -944,6 +1082,8 @@ func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
 			return hello{}, errRejectedUnknown
 		case rejectAuth:
 			return hello{}, fmt.Errorf("%w: the peer does not admit this side's certificate", ErrAuth)
+		case rejectMode:
+			return hello{}, fmt.Errorf("%w: the peer refused this side's mode", ErrMode)
 		}
 		return hello{}, fmt.Errorf("net: the peer refused the connection (code %d)", code[0])
 	}
