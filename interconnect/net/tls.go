@@ -161,10 +161,6 @@ type tlsConn struct {
 	// authOnly: the hellos travel in TLS, then the records in the clear
 	// on raw (the mode the handshake negotiated).
 	authOnly bool
-	// bounded, when not nil, is what the TLS connection reads through:
-	// it stops at the end of each TLS record, so that the first byte
-	// after the peer's hello is still in the socket at the switch.
-	bounded *recordReader
 }
 
 func (c *tlsConn) Close() error { return c.raw.Close() }
@@ -208,11 +204,12 @@ func (t *TLS) client(ctx context.Context, c stdnet.Conn) (stdnet.Conn, error) {
 	cfg := t.config(&t.Peer, &got)
 	want := alpnEncrypted
 	var tr stdnet.Conn = c
-	var bounded *recordReader
 	if t.AuthOnly {
+		// TLS reads the handshake and the peer's hello record by record,
+		// so that the first clear record after the hello is still in the
+		// socket at the switch.
 		want = alpnAuthOnly
-		bounded = &recordReader{Conn: c}
-		tr = bounded
+		tr = &recordReader{Conn: c}
 	}
 	cfg.NextProtos = []string{want}
 	tc := tls.Client(tr, cfg)
@@ -220,13 +217,13 @@ func (t *TLS) client(ctx context.Context, c stdnet.Conn) (stdnet.Conn, error) {
 		c.Close()
 		return nil, fmt.Errorf("net: tls: %w", err)
 	}
-	// An accepting side that ignores ALPN answers with none: one of
-	// before the modes, which encrypts.
+	// An accepting side that knows no modes selects no protocol, and
+	// encrypts.
 	if got := tc.ConnectionState().NegotiatedProtocol; got != want && (t.AuthOnly || got != "") {
 		c.Close()
 		return nil, fmt.Errorf("%w: asked for %q, the peer chose %q", ErrMode, want, got)
 	}
-	return &tlsConn{Conn: tc, raw: c, authOnly: t.AuthOnly, bounded: bounded}, nil
+	return &tlsConn{Conn: tc, raw: c, authOnly: t.AuthOnly}, nil
 }
 
 // server runs the accepting side's TLS handshake on c, and returns the
