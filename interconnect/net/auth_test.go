@@ -352,3 +352,59 @@ func TestModeMismatch(t *testing.T) {
 		sl.Close()
 	}
 }
+
+// Whatever a dialing side sent on a TCP connection in the
+// authenticated-only mode (handshake, hello, clear records), replayed on
+// a new TCP connection, opens nothing: the TLS handshake fails before the
+// hello is read, and the connection it was taken from goes on.
+func TestAuthReplayedConnectionOpensNothing(t *testing.T) {
+	noLeaks(t)
+	srv, _ := cnet.NewIdentity()
+	cli, _ := cnet.NewIdentity()
+	var asked atomic.Int32
+	so := &cnet.Options{TLS: &cnet.TLS{Identity: srv, AuthOnly: true, Admit: func(_ string, fp [32]byte) bool {
+		// Admits the client every time, so that only the handshake stops
+		// a replay.
+		asked.Add(1)
+		return fp == cli.Fingerprint
+	}}}
+	co := &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, AuthOnly: true}}
+	L := listen(t, so)
+	p := newTamperProxy(t, L.Addr().String(), 1<<40, 1)
+	cl, sl := connect(t, L, p.addr(), co)
+	ctx := testkit.Context(t)
+	var in interconnect.Incoming
+	for i := uint32(0); i < 10; i++ {
+		if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: i}), nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := sl.Receive(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.mu.Lock()
+	sent := append([]byte(nil), p.sent.Bytes()...)
+	p.mu.Unlock()
+
+	c, err := stdnet.Dial("tcp", L.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Write(sent); err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, c) // until the listener closes it
+	if n := asked.Load(); n != 1 {
+		t.Errorf("the listener was asked to admit %d connections, want 1", n)
+	}
+	if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 10}), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := sl.Receive(ctx, &in); err != nil {
+		t.Fatalf("the connection after the replay: %v", err)
+	}
+	if cl.Resumes() != 0 {
+		t.Errorf("%d resumes", cl.Resumes())
+	}
+}
