@@ -36,6 +36,8 @@ type Link struct {
 	id     [16]byte
 	dialer bool
 	addr   string // the dialing side's peer
+	// authOnly: TLS.AuthOnly, records in the clear with tags.
+	authOnly bool
 
 	wmu     sync.Mutex // the TCP connection's writer
 	bw      *bufio.Writer
@@ -99,11 +101,28 @@ type outFrame struct {
 	seq uint64
 	typ uint8
 	buf []byte
+	// rec, for a frame too large for the buffered writer in the
+	// authenticated-only mode, is the window buffer buf lies in, with
+	// room for the record's header before it and its tag after it, so
+	// that the record is tagged and written without a copy.
+	rec []byte
 }
 
 type inFrame struct {
 	seq uint64
 	buf []byte
+	rec []byte // the window buffer buf lies in, if not buf itself
+}
+
+// bufSize is the size of the buffered reader and writer of each TCP
+// connection.
+const bufSize = 64 << 10
+
+// wholeRecord says whether a frame of n bytes is kept, in the
+// authenticated-only mode, in a buffer with room for its record around
+// it: when the record is larger than the buffered reader and writer.
+func (l *Link) wholeRecord(n int) bool {
+	return l.authOnly && recHeaderSize+n+tagSize > bufSize
 }
 
 // resumeReq hands the accepting side's link a TCP connection whose hello
@@ -122,6 +141,7 @@ func newLink(o Options, id [16]byte, dialer bool) *Link {
 		o:         o,
 		id:        id,
 		dialer:    dialer,
+		authOnly:  o.TLS != nil && o.TLS.AuthOnly,
 		nextSeq:   1,
 		done:      make(chan struct{}),
 		gone:      make(chan struct{}),
@@ -261,9 +281,15 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 		}
 		l.mu.Lock()
 	}
-	buf := l.getBufLocked(n)
+	var buf, rec []byte
+	if l.wholeRecord(n) {
+		rec = l.getBufLocked(recHeaderSize + n + tagSize)
+		buf = rec[recHeaderSize : recHeaderSize+n]
+	} else {
+		buf = l.getBufLocked(n)
+	}
 	copy(buf[copy(buf[copy(buf, head):], body):], tail)
-	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf})
+	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf, rec: rec})
 	l.nextSeq++
 	l.unackedBytes += n
 	l.mu.Unlock()
@@ -287,7 +313,7 @@ func (l *Link) getBufLocked(n int) []byte {
 func (l *Link) putBufLocked(b []byte) {
 	// Kept up to a window's worth, the most a link holds at once either
 	// way, so that a steady stream allocates nothing.
-	if b != nil && cap(b) <= 64<<10 && l.freeBytes+cap(b) <= l.o.WindowBytes {
+	if b != nil && cap(b) <= bufSize+recHeaderSize+tagSize && l.freeBytes+cap(b) <= l.o.WindowBytes {
 		l.free = append(l.free, b)
 		l.freeBytes += cap(b)
 	}
@@ -331,7 +357,7 @@ func (l *Link) pump() {
 	l.mu.Unlock()
 	var err error
 	for _, f := range l.scratch {
-		if err = l.writeRecord(f.typ, f.buf, f.seq, ack); err != nil {
+		if err = l.writeRecord(f.typ, f.buf, f.rec, f.seq, ack); err != nil {
 			break
 		}
 	}
@@ -370,7 +396,7 @@ func (l *Link) writeAck(force bool) {
 	l.ackSent = ack
 	l.sinceAck = 0
 	l.mu.Unlock()
-	err := l.writeRecord(recAck, nil, 0, ack)
+	err := l.writeRecord(recAck, nil, nil, 0, ack)
 	if err == nil {
 		err = l.bw.Flush()
 	}
@@ -380,11 +406,17 @@ func (l *Link) writeAck(force bool) {
 	}
 }
 
-// writeRecord writes a record to bw, with its tag in the
-// authenticated-only mode. The caller holds wmu.
-func (l *Link) writeRecord(typ uint8, p []byte, seq, ack uint64) error {
+// writeRecord writes a record of payload p to bw, with its tag in the
+// authenticated-only mode; rec, if not nil, is the buffer p lies in with
+// room for the header and the tag (outFrame.rec). The caller holds wmu.
+func (l *Link) writeRecord(typ uint8, p, rec []byte, seq, ack uint64) error {
 	putHeader(l.hdr[:], typ, len(p), seq, ack)
 	m := l.wmac
+	if m != nil && rec != nil {
+		copy(rec, l.hdr[:])
+		_, err := l.bw.Write(m.seal(rec[:recHeaderSize+len(p)]))
+		return err
+	}
 	if m == nil {
 		if _, err := l.bw.Write(l.hdr[:]); err != nil {
 			return err
@@ -396,7 +428,6 @@ func (l *Link) writeRecord(typ uint8, p []byte, seq, ack uint64) error {
 	// side in the writer's own buffer when they fit (no copy more than
 	// without the tag), else in the MAC's.
 	n := recHeaderSize + len(p) + tagSize
-	var rec []byte
 	if n <= l.bw.Size() {
 		if l.bw.Available() < n {
 			if err := l.bw.Flush(); err != nil {
@@ -469,6 +500,9 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	l.inboxBytes -= len(f.buf)
 	l.consumed = f.seq
 	l.cur = f.buf
+	if f.rec != nil {
+		l.cur = f.rec
+	}
 	l.sinceAck++
 	kick := l.sinceAck >= max(1, l.o.WindowFrames/4)
 	l.mu.Unlock()
@@ -621,7 +655,7 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 
 	l.wmu.Lock()
 	if l.bw == nil {
-		l.bw = bufio.NewWriterSize(c, 64<<10)
+		l.bw = bufio.NewWriterSize(c, bufSize)
 	} else {
 		l.bw.Reset(c)
 	}
@@ -696,14 +730,16 @@ func (l *Link) watch(c stdnet.Conn) func() {
 func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
 	var hb [recHeaderSize]byte
 	for {
-		var payload []byte // the record's, read with its tag (m != nil)
+		// The record's payload and the buffer it lies in, read with the
+		// tag (m != nil).
+		var payload, rec []byte
 		if m == nil {
 			if _, err := io.ReadFull(br, hb[:]); err != nil {
 				return err
 			}
 		} else {
 			var err error
-			if payload, err = l.readTagged(br, m, &hb); err != nil {
+			if payload, rec, err = l.readTagged(br, m, &hb); err != nil {
 				return err
 			}
 		}
@@ -737,7 +773,7 @@ func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
 				}
 				l.mu.Lock()
 			}
-			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf})
+			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf, rec: rec})
 			l.inboxBytes += n
 			l.received = r.seq
 			err := l.ackLocked(r.ack)
@@ -779,58 +815,61 @@ func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
 	}
 }
 
-// readTagged reads a record of the authenticated-only mode into hb and
-// the returned payload (a window buffer; nil if empty), and checks its
-// tag. Until the tag is checked nothing in the header is trusted but its
-// length, bounded by the maximum frame size, and a record that fails is a
-// broken TCP connection (errBadTag), not the peer's violation.
-func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) ([]byte, error) {
+// readTagged reads a record of the authenticated-only mode into hb and a
+// window buffer, and checks its tag. It returns the payload (nil if
+// empty) and, when the payload lies in a larger buffer (a record larger
+// than the reader's buffer, read whole), that buffer. Until the tag is
+// checked nothing in the header is trusted but its length, bounded by the
+// maximum frame size, and a record that fails is a broken TCP connection
+// (errBadTag), not the peer's violation.
+func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
 	h, err := br.Peek(recHeaderSize)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	copy(hb[:], h)
 	n := int64(binary.LittleEndian.Uint32(hb[4:]))
 	if n > int64(l.o.MaxFrameSize) {
-		return nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
+		return nil, nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
 	}
 	total := recHeaderSize + int(n) + tagSize
-	var payload []byte
-	if n > 0 {
-		l.mu.Lock()
-		payload = l.getBufLocked(int(n))
-		l.mu.Unlock()
-	}
 	var ok bool
 	if total <= br.Size() {
 		// The whole record in the reader's buffer: checked in place.
 		rec, err := br.Peek(total)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if n > 0 {
+			l.mu.Lock()
+			payload = l.getBufLocked(int(n))
+			l.mu.Unlock()
 		}
 		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
 		copy(payload, rec[recHeaderSize:])
 		br.Discard(total)
 	} else {
-		rec := m.buf[:0]
-		if cap(rec) < total {
-			rec = make([]byte, 0, total)
+		// Read whole into a window buffer; the payload stays where it is.
+		l.mu.Lock()
+		whole = l.getBufLocked(total)
+		l.mu.Unlock()
+		if _, err := io.ReadFull(br, whole); err != nil {
+			return nil, nil, err
 		}
-		rec = rec[:total]
-		if _, err := io.ReadFull(br, rec); err != nil {
-			return nil, err
-		}
-		m.buf = rec[:0]
-		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
-		copy(payload, rec[recHeaderSize:])
+		ok = m.open(whole[:total-tagSize], whole[total-tagSize:])
+		payload = whole[recHeaderSize : recHeaderSize+int(n)]
 	}
 	if !ok {
 		l.mu.Lock()
-		l.putBufLocked(payload)
+		if whole != nil {
+			l.putBufLocked(whole)
+		} else {
+			l.putBufLocked(payload)
+		}
 		l.mu.Unlock()
-		return nil, l.badTag(errBadTag)
+		return nil, nil, l.badTag(errBadTag)
 	}
-	return payload, nil
+	return payload, whole, nil
 }
 
 // badTag counts a record that failed its authentication and returns err.
@@ -860,7 +899,11 @@ func (l *Link) ackLocked(a uint64) error {
 	for i < len(l.unacked) && l.unacked[i].seq <= a {
 		f := l.unacked[i]
 		l.unackedBytes -= len(f.buf)
-		l.putBufLocked(f.buf)
+		if f.rec != nil {
+			l.putBufLocked(f.rec)
+		} else {
+			l.putBufLocked(f.buf)
+		}
 		l.unacked[i] = outFrame{}
 		i++
 	}
@@ -1048,7 +1091,7 @@ func (l *Link) handshake(ctx context.Context, resume bool) (stdnet.Conn, *bufio.
 	l.mu.Lock()
 	mine := hello{resume: resume, id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
 	l.mu.Unlock()
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, bufSize)
 	h, err := exchange(c, br, mine.encode())
 	if err == nil && h.id != l.id {
 		err = interconnect.Violation(errors.New("the peer's hello names another connection"))

@@ -185,7 +185,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		}
 		c, name, fp = tc, sn, got
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, bufSize)
 	var hb [recHeaderSize]byte
 	if _, err := io.ReadFull(br, hb[:]); err != nil {
 		return

@@ -156,7 +156,7 @@ type recordMAC struct {
 	gcm   cipher.AEAD
 	count uint64
 	nonce [12]byte
-	buf   []byte // a record's header and payload together, when too large for the buffered reader or writer
+	buf   []byte // a record's header and payload together, when too large for the buffered writer and not kept with room for them
 }
 
 func newRecordMAC(key []byte) (*recordMAC, error) {
