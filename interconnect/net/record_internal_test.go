@@ -2,6 +2,7 @@ package net
 
 import (
 	"crypto/rand"
+	"encoding/hex"
 	"testing"
 )
 
@@ -60,5 +61,38 @@ func TestRecordMAC(t *testing.T) {
 	}
 	if r, tag := split(sealed[0]); mac(k2).open(r, tag) {
 		t.Error("record under another key: accepted")
+	}
+}
+
+// The tags of docs/net.md's example, which another implementation can
+// check itself against (computed independently with Python's
+// cryptography AESGCM too).
+func TestRecordMACExample(t *testing.T) {
+	key := make([]byte, macKeySize)
+	for i := range key {
+		key[i] = byte(i)
+	}
+	m, err := newRecordMAC(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, recHeaderSize+16)
+	putHeader(data, recData, 16, 1, 0)
+	for i := range 16 {
+		data[recHeaderSize+i] = byte(0x10 + i)
+	}
+	ack := make([]byte, recHeaderSize)
+	putHeader(ack, recAck, 0, 0, 7)
+	for i, c := range []struct{ rec, hex, tag string }{
+		{string(data), "010000001000000001000000000000000000000000000000101112131415161718191a1b1c1d1e1f", "cf66b36147ee972191a8dc3344b110b8"},
+		{string(ack), "020000000000000000000000000000000700000000000000", "d8f00a1ecde5924c86110e5ebf3f8783"},
+	} {
+		if got := hex.EncodeToString([]byte(c.rec)); got != c.hex {
+			t.Fatalf("record %d: %s, want %s", i, got, c.hex)
+		}
+		out := m.seal([]byte(c.rec))
+		if got := hex.EncodeToString(out[len(c.rec):]); got != c.tag {
+			t.Errorf("record %d: tag %s, want %s", i, got, c.tag)
+		}
 	}
 }
