@@ -226,6 +226,7 @@ func TestAuthTamperedRecordResumes(t *testing.T) {
 			for _, o := range []*cnet.Options{so, co} {
 				o.TLS.AuthOnly = mode.authOnly
 				o.RedialMin, o.RedialMax, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 32
+				o.KeepAlive, o.DeadAfter = 20*time.Millisecond, 500*time.Millisecond
 			}
 			L := listen(t, so)
 			p := newTamperProxy(t, L.Addr().String(), 8<<10, 64<<10)
@@ -250,6 +251,10 @@ func TestAuthTamperedSmallRecords(t *testing.T) {
 	so, co := authOnly(t)
 	for _, o := range []*cnet.Options{so, co} {
 		o.RedialMin, o.RedialMax, o.Grace, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 20*time.Second, 64
+		// A flipped length within the maximum has the receiver wait for
+		// that many bytes: keepalives bring them, or the silence ends
+		// the TCP connection, soon.
+		o.KeepAlive, o.DeadAfter = 20*time.Millisecond, 500*time.Millisecond
 	}
 	L := listen(t, so)
 	p := newTamperProxy(t, L.Addr().String(), 4<<10, 16<<10)
