@@ -28,21 +28,23 @@ func (cfg *NetConfig) progress(format string, args ...any) {
 // RunNet runs the net suite (docs/net.md), both sides in this process
 // over TCP on loopback:
 //
-//   - rtt, size 8: the echo rpc over net with TLS ("net"), over net in
-//     plain mode ("net-plain"), and 8 bytes each way over a bare TCP
-//     connection ("tcp", the baseline);
-//   - stream, size 64: one-way messages of 64 bytes, net, net-plain and
-//     tcp;
+//   - rtt, size 8: the echo rpc over net with TLS ("net"), over net with
+//     TLS's authentication and no encryption (TLS.AuthOnly, "net-auth"),
+//     over net in plain mode ("net-plain"), and 8 bytes each way over a
+//     bare TCP connection ("tcp", the baseline);
+//   - stream, sizes 64 and 65536: one-way messages of that many bytes
+//     (frame included), the same transports;
 //   - resume, net: the time from a reset of the TCP connection to the
 //     completion of an echo call across it.
 //
 // Between network namespaces, gRPC-Go and the C side are not built yet.
 func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) error {
-	iters, streamN, resumes := 20000, 200000, 200
+	iters, streamN, bigN, resumes := 20000, 200000, 20000, 200
 	if cfg.Quick {
-		iters, streamN, resumes = 2000, 20000, 20
+		iters, streamN, bigN, resumes = 2000, 20000, 2000, 20
 	}
-	for _, tr := range []string{"tcp", "net-plain", "net"} {
+	transports := []string{"tcp", "net-plain", "net-auth", "net"}
+	for _, tr := range transports {
 		cfg.progress("net: rtt %s", tr)
 		r, err := netRTT(ctx, tr, iters)
 		if err != nil {
@@ -52,14 +54,20 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) error {
 			return err
 		}
 	}
-	for _, tr := range []string{"tcp", "net-plain", "net"} {
-		cfg.progress("net: stream %s", tr)
-		r, err := netStream(ctx, tr, streamN)
-		if err != nil {
-			return fmt.Errorf("net stream %s: %w", tr, err)
+	for _, size := range []int{64, 65536} {
+		n := streamN
+		if size > 64 {
+			n = bigN
 		}
-		if err := emit(r); err != nil {
-			return err
+		for _, tr := range transports {
+			cfg.progress("net: stream %s %d", tr, size)
+			r, err := netStream(ctx, tr, n, size)
+			if err != nil {
+				return fmt.Errorf("net stream %s %d: %w", tr, size, err)
+			}
+			if err := emit(r); err != nil {
+				return err
+			}
 		}
 	}
 	cfg.progress("net: resume")
@@ -70,7 +78,8 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) error {
 	return emit(r)
 }
 
-// netPair opens a net connection on loopback, with TLS when tr is "net";
+// netPair opens a net connection on loopback, with TLS when tr is "net"
+// and with TLS's authentication alone when it is "net-auth";
 // the dialing side's TCP connections are reported to onConn.
 func netPair(ctx context.Context, tr string, onConn func(stdnet.Conn)) (c, s *cnet.Link, stop func(), err error) {
 	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
@@ -78,7 +87,7 @@ func netPair(ctx context.Context, tr string, onConn func(stdnet.Conn)) (c, s *cn
 		return nil, nil, nil, err
 	}
 	so, co := &cnet.Options{}, &cnet.Options{}
-	if tr == "net" {
+	if tr == "net" || tr == "net-auth" {
 		srv, err := cnet.NewIdentity()
 		if err != nil {
 			return nil, nil, nil, err
@@ -89,6 +98,7 @@ func netPair(ctx context.Context, tr string, onConn func(stdnet.Conn)) (c, s *cn
 		}
 		so.TLS = &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}
 		co.TLS = &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}
+		so.TLS.AuthOnly, co.TLS.AuthOnly = tr == "net-auth", tr == "net-auth"
 	}
 	if onConn != nil {
 		co.Dial = func(ctx context.Context, addr string) (stdnet.Conn, error) {
@@ -196,8 +206,7 @@ func tcpEchoPair() (stdnet.Conn, func(), error) {
 	return c, func() { c.Close(); ln.Close(); wg.Wait() }, nil
 }
 
-func netStream(ctx context.Context, tr string, n int) (Result, error) {
-	const size = 64
+func netStream(ctx context.Context, tr string, n, size int) (Result, error) {
 	var total int64
 	if tr == "tcp" {
 		ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
@@ -213,7 +222,7 @@ func netStream(ctx context.Context, tr string, n int) (Result, error) {
 				return
 			}
 			defer s.Close()
-			_, err = io.CopyN(io.Discard, s, int64(n)*size)
+			_, err = io.CopyN(io.Discard, s, int64(n)*int64(size))
 			done <- err
 		}()
 		c, err := stdnet.Dial("tcp", ln.Addr().String())
@@ -221,10 +230,10 @@ func netStream(ctx context.Context, tr string, n int) (Result, error) {
 			return Result{}, err
 		}
 		defer c.Close()
-		var b [size]byte
+		b := make([]byte, size)
 		t0 := nanotime()
 		for range n {
-			if _, err := c.Write(b[:]); err != nil {
+			if _, err := c.Write(b); err != nil {
 				return Result{}, err
 			}
 		}
@@ -254,6 +263,9 @@ func netStream(ctx context.Context, tr string, n int) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
+		if len(frame) != size {
+			return Result{}, fmt.Errorf("a frame of %d bytes, want %d", len(frame), size)
+		}
 		t0 := nanotime()
 		for range n {
 			if err := cl.SendFrame(ctx, frame, nil); err != nil {
@@ -267,7 +279,7 @@ func netStream(ctx context.Context, tr string, n int) (Result, error) {
 	}
 	secs := float64(total) / 1e9
 	return Result{Suite: "net", Case: "stream", Transport: tr, Peers: "Go/Go", Size: size, Iters: n, TotalNS: total,
-		MsgsPerS: f64(float64(n) / secs), BytesPerS: f64(float64(n) * size / secs)}, nil
+		MsgsPerS: f64(float64(n) / secs), BytesPerS: f64(float64(n) * float64(size) / secs)}, nil
 }
 
 // netResume resets the TCP connection under a net connection n times and

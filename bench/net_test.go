@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"testing"
 )
 
@@ -15,13 +16,14 @@ func TestRunNetQuick(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]bool{
-		"rtt/tcp": true, "rtt/net-plain": true, "rtt/net": true,
-		"stream/tcp": true, "stream/net-plain": true, "stream/net": true,
-		"resume/net": true,
+	want := map[string]bool{"resume/net/0": true}
+	for _, tr := range []string{"tcp", "net-plain", "net-auth", "net"} {
+		want["rtt/"+tr+"/8"] = true
+		want["stream/"+tr+"/64"] = true
+		want["stream/"+tr+"/65536"] = true
 	}
 	for _, r := range got {
-		k := r.Case + "/" + r.Transport
+		k := fmt.Sprintf("%s/%s/%d", r.Case, r.Transport, r.Size)
 		if !want[k] {
 			t.Errorf("unexpected or repeated case %s", k)
 		}

@@ -49,10 +49,23 @@ func benchEcho(b *testing.B, so, co *cnet.Options) {
 func BenchmarkRTTNetPlain(b *testing.B) { benchEcho(b, nil, nil) }
 
 func BenchmarkRTTNetTLS(b *testing.B) {
+	so, co := tlsPair(false)
+	benchEcho(b, so, co)
+}
+
+// BenchmarkRTTNetAuth is the round trip in the authenticated-only mode.
+func BenchmarkRTTNetAuth(b *testing.B) {
+	so, co := tlsPair(true)
+	benchEcho(b, so, co)
+}
+
+// tlsPair returns the options of an accepting and a dialing side that
+// pin each other's certificates.
+func tlsPair(authOnly bool) (so, co *cnet.Options) {
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
-	benchEcho(b, &cnet.Options{TLS: &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
-		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint}})
+	return &cnet.Options{TLS: &cnet.TLS{Identity: srv, AuthOnly: authOnly, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
+		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, AuthOnly: authOnly}}
 }
 
 func BenchmarkRTTRawTCP(b *testing.B) {
@@ -95,16 +108,39 @@ func BenchmarkRTTRawTCP(b *testing.B) {
 }
 
 // BenchmarkStream64 is one-way 64-byte messages over net; it reports
-// messages a second.
-func BenchmarkStream64(b *testing.B) {
+// messages a second; the Auth and TLS variants are authenticated only
+// and encrypted; 64K, frames of 64 KiB.
+func BenchmarkStream64(b *testing.B) { benchStream(b, 64, nil, nil) }
+
+func BenchmarkStream64Auth(b *testing.B) {
+	so, co := tlsPair(true)
+	benchStream(b, 64, so, co)
+}
+
+func BenchmarkStream64TLS(b *testing.B) {
+	so, co := tlsPair(false)
+	benchStream(b, 64, so, co)
+}
+
+func BenchmarkStream64KAuth(b *testing.B) {
+	so, co := tlsPair(true)
+	benchStream(b, 64<<10, so, co)
+}
+
+func BenchmarkStream64KTLS(b *testing.B) {
+	so, co := tlsPair(false)
+	benchStream(b, 64<<10, so, co)
+}
+
+func benchStream(b *testing.B, size int, so, co *cnet.Options) {
 	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	L := cnet.Listen(ln, nil)
+	L := cnet.Listen(ln, so)
 	defer L.Close()
 	ctx := context.Background()
-	cl, err := cnet.Dial(ctx, ln.Addr().String(), nil)
+	cl, err := cnet.Dial(ctx, ln.Addr().String(), co)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -124,7 +160,8 @@ func BenchmarkStream64(b *testing.B) {
 			}
 		}
 	}()
-	f := frame(b, &pingpong.Data{Payload: make([]byte, 64-28)})
+	f := frame(b, &pingpong.Data{Payload: make([]byte, size-28)})
+	b.SetBytes(int64(len(f)))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

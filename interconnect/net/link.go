@@ -3,6 +3,7 @@ package net
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -35,12 +36,15 @@ type Link struct {
 	id     [16]byte
 	dialer bool
 	addr   string // the dialing side's peer
+	// authOnly: TLS.AuthOnly, records in the clear with tags.
+	authOnly bool
 
 	wmu     sync.Mutex // the TCP connection's writer
 	bw      *bufio.Writer
 	hdr     [recHeaderSize]byte
 	scratch []outFrame // the records pump writes (under wmu)
 	live    bool       // bw writes to the current connection (under wmu)
+	wmac    *recordMAC // tags this side's records, in the authenticated-only mode (under wmu)
 
 	mu            sync.Mutex
 	conn          stdnet.Conn // the current TCP connection; nil once ended
@@ -82,6 +86,7 @@ type Link struct {
 	resumeCh chan *resumeReq
 	lastRead atomic.Int64
 	lastWrt  atomic.Int64
+	badTags  atomic.Uint64
 
 	ctx        context.Context // ends when the link does: it bounds redials
 	cancelCtx  context.CancelFunc
@@ -96,11 +101,28 @@ type outFrame struct {
 	seq uint64
 	typ uint8
 	buf []byte
+	// rec, for a frame too large for the buffered writer in the
+	// authenticated-only mode, is the window buffer buf lies in, with
+	// room for the record's header before it and its tag after it, so
+	// that the record is tagged and written without a copy.
+	rec []byte
 }
 
 type inFrame struct {
 	seq uint64
 	buf []byte
+	rec []byte // the window buffer buf lies in, if not buf itself
+}
+
+// bufSize is the size of the buffered reader and writer of each TCP
+// connection.
+const bufSize = 64 << 10
+
+// wholeRecord says whether a frame of n bytes is kept, in the
+// authenticated-only mode, in a buffer with room for its record around
+// it: when the record is larger than the buffered reader and writer.
+func (l *Link) wholeRecord(n int) bool {
+	return l.authOnly && recHeaderSize+n+tagSize > bufSize
 }
 
 // resumeReq hands the accepting side's link a TCP connection whose hello
@@ -119,6 +141,7 @@ func newLink(o Options, id [16]byte, dialer bool) *Link {
 		o:         o,
 		id:        id,
 		dialer:    dialer,
+		authOnly:  o.TLS != nil && o.TLS.AuthOnly,
 		nextSeq:   1,
 		done:      make(chan struct{}),
 		gone:      make(chan struct{}),
@@ -152,6 +175,11 @@ func (l *Link) ServerName() string { return l.serverName }
 // PeerFingerprint returns, on the accepting side of a TLS connection, the
 // fingerprint of the client's certificate; zero otherwise.
 func (l *Link) PeerFingerprint() [32]byte { return l.peerFP }
+
+// AuthFailures returns how many records, in the authenticated-only mode
+// (TLS.AuthOnly), failed their authentication: each ended its TCP
+// connection, and the connection resumed on a new one.
+func (l *Link) AuthFailures() uint64 { return l.badTags.Load() }
 
 // ID returns the connection's id, which both sides share. It is the
 // token that resumes the connection: it is not to be shown to others.
@@ -253,9 +281,15 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 		}
 		l.mu.Lock()
 	}
-	buf := l.getBufLocked(n)
+	var buf, rec []byte
+	if l.wholeRecord(n) {
+		rec = l.getBufLocked(recHeaderSize + n + tagSize)
+		buf = rec[recHeaderSize : recHeaderSize+n]
+	} else {
+		buf = l.getBufLocked(n)
+	}
 	copy(buf[copy(buf[copy(buf, head):], body):], tail)
-	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf})
+	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf, rec: rec})
 	l.nextSeq++
 	l.unackedBytes += n
 	l.mu.Unlock()
@@ -279,7 +313,7 @@ func (l *Link) getBufLocked(n int) []byte {
 func (l *Link) putBufLocked(b []byte) {
 	// Kept up to a window's worth, the most a link holds at once either
 	// way, so that a steady stream allocates nothing.
-	if b != nil && cap(b) <= 64<<10 && l.freeBytes+cap(b) <= l.o.WindowBytes {
+	if b != nil && cap(b) <= bufSize+recHeaderSize+tagSize && l.freeBytes+cap(b) <= l.o.WindowBytes {
 		l.free = append(l.free, b)
 		l.freeBytes += cap(b)
 	}
@@ -323,11 +357,7 @@ func (l *Link) pump() {
 	l.mu.Unlock()
 	var err error
 	for _, f := range l.scratch {
-		putHeader(l.hdr[:], f.typ, len(f.buf), f.seq, ack)
-		if _, err = l.bw.Write(l.hdr[:]); err == nil {
-			_, err = l.bw.Write(f.buf)
-		}
-		if err != nil {
+		if err = l.writeRecord(f.typ, f.buf, f.rec, f.seq, ack); err != nil {
 			break
 		}
 	}
@@ -371,8 +401,7 @@ func (l *Link) writeAckLocked(force bool) {
 	l.ackSent = ack
 	l.sinceAck = 0
 	l.mu.Unlock()
-	putHeader(l.hdr[:], recAck, 0, 0, ack)
-	_, err := l.bw.Write(l.hdr[:])
+	err := l.writeRecord(recAck, nil, nil, 0, ack)
 	if err == nil {
 		err = l.bw.Flush()
 	}
@@ -380,6 +409,46 @@ func (l *Link) writeAckLocked(force bool) {
 	if err != nil {
 		l.breakLocked(err)
 	}
+}
+
+// writeRecord writes a record of payload p to bw, with its tag in the
+// authenticated-only mode; rec, if not nil, is the buffer p lies in with
+// room for the header and the tag (outFrame.rec). The caller holds wmu.
+func (l *Link) writeRecord(typ uint8, p, rec []byte, seq, ack uint64) error {
+	putHeader(l.hdr[:], typ, len(p), seq, ack)
+	m := l.wmac
+	if m != nil && rec != nil {
+		copy(rec, l.hdr[:])
+		_, err := l.bw.Write(m.seal(rec[:recHeaderSize+len(p)]))
+		return err
+	}
+	if m == nil {
+		if _, err := l.bw.Write(l.hdr[:]); err != nil {
+			return err
+		}
+		_, err := l.bw.Write(p)
+		return err
+	}
+	// The tag covers header and payload together: they are put side by
+	// side in the writer's own buffer when they fit (no copy more than
+	// without the tag), else in the MAC's.
+	n := recHeaderSize + len(p) + tagSize
+	if n <= l.bw.Size() {
+		if l.bw.Available() < n {
+			if err := l.bw.Flush(); err != nil {
+				return err
+			}
+		}
+		rec = l.bw.AvailableBuffer()
+	} else {
+		rec = m.buf[:0]
+	}
+	rec = m.seal(append(append(rec, l.hdr[:]...), p...))
+	if n > l.bw.Size() {
+		m.buf = rec[:0]
+	}
+	_, err := l.bw.Write(rec)
+	return err
 }
 
 // breakLocked takes the current TCP connection for broken (a write
@@ -436,6 +505,9 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	l.inboxBytes -= len(f.buf)
 	l.consumed = f.seq
 	l.cur = f.buf
+	if f.rec != nil {
+		l.cur = f.rec
+	}
 	l.sinceAck++
 	kick := l.sinceAck >= max(1, l.o.WindowFrames/4)
 	l.mu.Unlock()
@@ -553,10 +625,35 @@ func (l *Link) Close() error {
 	return nil
 }
 
+// open makes c, on which the hellos were exchanged (the peer's is h), the
+// link's TCP connection; reply, if not nil, is this side's hello, still
+// to be written. In the authenticated-only mode the reply goes in TLS,
+// and the records that follow in the clear on the TCP connection.
+func (l *Link) open(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) error {
+	tc, ok := c.(*tlsConn)
+	if !ok || !tc.authOnly {
+		return l.attach(c, br, h, reply, nil, nil)
+	}
+	if reply != nil {
+		if _, err := tc.Write(reply); err != nil {
+			// Broken already: its reader fails at once and reports it.
+			tc.Close()
+		}
+	}
+	raw, rbr, mine, peer, err := plainAfterHellos(tc, br, l.dialer)
+	if err != nil {
+		c.Close()
+		return l.fail(interconnect.Violation(err))
+	}
+	return l.attach(raw, rbr, h, nil, mine, peer)
+}
+
 // attach makes c the link's TCP connection, after a hello exchange whose
 // peer hello is h; reply, if not nil, is this side's hello, written first.
-// It retransmits what the peer has not received and starts c's reader.
-func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) error {
+// wmac and rmac, in the authenticated-only mode, tag this side's records
+// and check the peer's. It retransmits what the peer has not received and
+// starts c's reader.
+func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wmac, rmac *recordMAC) error {
 	l.mu.Lock()
 	if l.endErr != nil {
 		l.mu.Unlock()
@@ -581,11 +678,12 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 
 	l.wmu.Lock()
 	if l.bw == nil {
-		l.bw = bufio.NewWriterSize(c, 64<<10)
+		l.bw = bufio.NewWriterSize(c, bufSize)
 	} else {
 		l.bw.Reset(c)
 	}
 	l.live = true
+	l.wmac = wmac
 	if reply != nil {
 		if _, err := l.bw.Write(reply); err != nil {
 			l.breakLocked(err)
@@ -595,17 +693,17 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte) er
 	// The reader first: the peer retransmits too, perhaps more than the
 	// socket buffers hold, and reads only while this side reads.
 	l.wg.Add(1)
-	go l.read(c, br, gen)
+	go l.read(c, br, rmac, gen)
 	l.pump()
 	signal(l.ackKick)
 	return nil
 }
 
 // read reads c's records until it fails, then reports the break.
-func (l *Link) read(c stdnet.Conn, br *bufio.Reader, gen uint64) {
+func (l *Link) read(c stdnet.Conn, br *bufio.Reader, rmac *recordMAC, gen uint64) {
 	defer l.wg.Done()
 	stop := l.watch(c)
-	err := l.readLoop(br)
+	err := l.readLoop(br, rmac)
 	stop()
 	c.Close()
 	if interconnect.IsEnd(err) {
@@ -650,11 +748,23 @@ func (l *Link) watch(c stdnet.Conn) func() {
 	}
 }
 
-func (l *Link) readLoop(br *bufio.Reader) error {
+// readLoop reads records from br and acts on them; m, in the
+// authenticated-only mode, checks their tags first.
+func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
 	var hb [recHeaderSize]byte
 	for {
-		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			return err
+		// The record's payload and the buffer it lies in, read with the
+		// tag (m != nil).
+		var payload, rec []byte
+		if m == nil {
+			if _, err := io.ReadFull(br, hb[:]); err != nil {
+				return err
+			}
+		} else {
+			var err error
+			if payload, rec, err = l.readTagged(br, m, &hb); err != nil {
+				return err
+			}
 		}
 		l.lastRead.Store(now())
 		r := parseHeader(hb[:])
@@ -677,13 +787,16 @@ func (l *Link) readLoop(br *bufio.Reader) error {
 				l.mu.Unlock()
 				return l.fail(interconnect.Violation(errors.New("the peer overran the receive window")))
 			}
-			buf := l.getBufLocked(n)
-			l.mu.Unlock()
-			if _, err := io.ReadFull(br, buf); err != nil {
-				return err
+			buf := payload
+			if buf == nil {
+				buf = l.getBufLocked(n)
+				l.mu.Unlock()
+				if _, err := io.ReadFull(br, buf); err != nil {
+					return err
+				}
+				l.mu.Lock()
 			}
-			l.mu.Lock()
-			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf})
+			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf, rec: rec})
 			l.inboxBytes += n
 			l.received = r.seq
 			err := l.ackLocked(r.ack)
@@ -725,6 +838,70 @@ func (l *Link) readLoop(br *bufio.Reader) error {
 	}
 }
 
+// readTagged reads a record of the authenticated-only mode into hb and a
+// window buffer, and checks its tag. It returns the payload (nil if
+// empty) and, when the payload lies in a larger buffer (a record larger
+// than the reader's buffer, read whole), that buffer. Until the tag is
+// checked nothing in the header is trusted but its length, bounded by the
+// maximum frame size, and a record that fails is a broken TCP connection
+// (errBadTag), not the peer's violation.
+func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
+	h, err := br.Peek(recHeaderSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	copy(hb[:], h)
+	n := int64(binary.LittleEndian.Uint32(hb[4:]))
+	if n > int64(l.o.MaxFrameSize) {
+		return nil, nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
+	}
+	total := recHeaderSize + int(n) + tagSize
+	var ok bool
+	if total <= br.Size() {
+		// The whole record in the reader's buffer: checked in place.
+		rec, err := br.Peek(total)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n > 0 {
+			l.mu.Lock()
+			payload = l.getBufLocked(int(n))
+			l.mu.Unlock()
+		}
+		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
+		copy(payload, rec[recHeaderSize:])
+		br.Discard(total)
+	} else {
+		// Read whole into a window buffer; the payload stays where it is.
+		l.mu.Lock()
+		whole = l.getBufLocked(total)
+		l.mu.Unlock()
+		if _, err := io.ReadFull(br, whole); err != nil {
+			return nil, nil, err
+		}
+		ok = m.open(whole[:total-tagSize], whole[total-tagSize:])
+		payload = whole[recHeaderSize : recHeaderSize+int(n)]
+	}
+	if !ok {
+		l.mu.Lock()
+		if whole != nil {
+			l.putBufLocked(whole)
+		} else {
+			l.putBufLocked(payload)
+		}
+		l.mu.Unlock()
+		return nil, nil, l.badTag(errBadTag)
+	}
+	return payload, whole, nil
+}
+
+// badTag counts a record that failed its authentication and returns err.
+func (l *Link) badTag(err error) error {
+	l.badTags.Add(1)
+	l.o.Logger.Warn("net: a record failed authentication; the TCP connection is dropped and resumed", "err", err)
+	return err
+}
+
 // roomLocked wakes the senders waiting for room.
 func (l *Link) roomLocked() {
 	if l.roomCh != nil {
@@ -745,7 +922,11 @@ func (l *Link) ackLocked(a uint64) error {
 	for i < len(l.unacked) && l.unacked[i].seq <= a {
 		f := l.unacked[i]
 		l.unackedBytes -= len(f.buf)
-		l.putBufLocked(f.buf)
+		if f.rec != nil {
+			l.putBufLocked(f.rec)
+		} else {
+			l.putBufLocked(f.buf)
+		}
 		l.unacked[i] = outFrame{}
 		i++
 	}
@@ -829,7 +1010,7 @@ func (l *Link) run() {
 			l.mu.Lock()
 			rh := hello{id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
 			l.mu.Unlock()
-			if err := l.attach(r.c, r.br, r.h, rh.encode()); err != nil {
+			if err := l.open(r.c, r.br, r.h, rh.encode()); err != nil {
 				return
 			}
 			connected = true
@@ -888,7 +1069,7 @@ func (l *Link) redial() bool {
 		c, br, h, err := l.handshake(ctx, true)
 		cancel()
 		if err == nil {
-			if l.attach(c, br, h, nil) != nil {
+			if l.open(c, br, h, nil) != nil {
 				return false
 			}
 			l.o.Logger.Debug("net: resumed", "id", fmt.Sprintf("%x", l.id[:4]))
@@ -933,7 +1114,7 @@ func (l *Link) handshake(ctx context.Context, resume bool) (stdnet.Conn, *bufio.
 	l.mu.Lock()
 	mine := hello{resume: resume, id: l.id, maxFrame: uint32(l.o.MaxFrameSize), winFrames: uint32(l.o.WindowFrames), winBytes: uint32(l.o.WindowBytes), received: l.received}
 	l.mu.Unlock()
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, bufSize)
 	h, err := exchange(c, br, mine.encode())
 	if err == nil && h.id != l.id {
 		err = interconnect.Violation(errors.New("the peer's hello names another connection"))
@@ -967,6 +1148,8 @@ func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
 			return hello{}, errRejectedUnknown
 		case rejectAuth:
 			return hello{}, fmt.Errorf("%w: the peer does not admit this side's certificate", ErrAuth)
+		case rejectMode:
+			return hello{}, fmt.Errorf("%w: the peer refused this side's mode", ErrMode)
 		}
 		return hello{}, fmt.Errorf("net: the peer refused the connection (code %d)", code[0])
 	}

@@ -34,7 +34,7 @@ func Dial(ctx context.Context, addr string, opts *Options) (*Link, error) {
 		l.cancelCtx()
 		return nil, err
 	}
-	if err := l.attach(c, br, h, nil); err != nil {
+	if err := l.open(c, br, h, nil); err != nil {
 		return nil, err
 	}
 	l.wg.Add(1)
@@ -185,7 +185,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		}
 		c, name, fp = tc, sn, got
 	}
-	br := bufio.NewReaderSize(c, 64<<10)
+	br := bufio.NewReaderSize(c, bufSize)
 	var hb [recHeaderSize]byte
 	if _, err := io.ReadFull(br, hb[:]); err != nil {
 		return
@@ -204,6 +204,13 @@ func (L *Listener) handshake(c stdnet.Conn) {
 	if err != nil {
 		L.o.Logger.Debug("net: a bad hello", "from", c.RemoteAddr(), "err", err)
 		c.Write(rejectRecord(rejectBadHello))
+		return
+	}
+	if tc, ok := c.(*tlsConn); ok && tc.authOnly != L.o.TLS.AuthOnly {
+		// Before admission, which a client of the wrong mode does not
+		// spend.
+		L.o.Logger.Debug("net: a client of the other mode", "from", raw.RemoteAddr(), "auth-only", tc.authOnly)
+		c.Write(rejectRecord(rejectMode))
 		return
 	}
 	if h.resume {
@@ -255,7 +262,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 	}
 	c.SetDeadline(time.Time{})
 	reply := hello{id: h.id, maxFrame: uint32(L.o.MaxFrameSize), winFrames: uint32(L.o.WindowFrames), winBytes: uint32(L.o.WindowBytes)}
-	if err := l.attach(c, br, h, reply.encode()); err != nil {
+	if err := l.open(c, br, h, reply.encode()); err != nil {
 		return
 	}
 	keep = true

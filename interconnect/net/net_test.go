@@ -195,20 +195,34 @@ func TestCutsExactlyOnceInOrder(t *testing.T) {
 	p := proxy(t, L)
 	p.Seed(21, 4)
 	cl, sl := connect(t, L, p.Addr(), o)
+	const wantCuts = 300
+	p.CutRandom(1, 4000)
+	exactlyOnceInOrder(t, cl, sl, func() bool { return p.Cuts() < wantCuts })
+	p.NoCuts()
+	t.Logf("%d cuts, %d TCP connections", p.Cuts(), p.Accepted())
+	if p.Cuts() < wantCuts {
+		t.Errorf("only %d cuts", p.Cuts())
+	}
+}
+
+// exactlyOnceInOrder serves pingpong on sl and, from cl, sends numbered
+// pings and calls numbered echoes at once, at least 1000 and 500 and for
+// as long as more says, checking that every pong and every reply comes
+// once and in order; then closes cl and checks that the server saw an
+// orderly end.
+func exactlyOnceInOrder(t *testing.T, cl, sl *cnet.Link, more func() bool) {
 	_, errc := serve(t, sl, &orderServer{t: t})
 	c := pingpong.NewConn(chanos.NewConn(cl, pingpong.Interface))
 	defer c.Close()
 	ctx := testkit.Context(t)
 
-	const wantCuts = 300
-	p.CutRandom(1, 4000)
 	var wg sync.WaitGroup
 	sent := make(chan uint32, 1)
 	wg.Add(3)
 	go func() { // pings, until enough cuts happened
 		defer wg.Done()
 		i := uint32(0)
-		for ; p.Cuts() < wantCuts || i < 1000; i++ {
+		for ; more() || i < 1000; i++ {
 			if err := c.Send(ctx, &pingpong.Ping{ClientID: 7, MsgID: i}); err != nil {
 				t.Errorf("ping %d: %v", i, err)
 				break
@@ -218,7 +232,7 @@ func TestCutsExactlyOnceInOrder(t *testing.T) {
 	}()
 	go func() { // rpcs, interleaved with the pings
 		defer wg.Done()
-		for i := uint64(0); p.Cuts() < wantCuts || i < 500; i++ {
+		for i := uint64(0); more() || i < 500; i++ {
 			if v, err := c.Echo(ctx, i); err != nil || v != i {
 				t.Errorf("echo %d = %d, %v", i, v, err)
 				return
@@ -256,11 +270,6 @@ func TestCutsExactlyOnceInOrder(t *testing.T) {
 		}
 	}()
 	wg.Wait()
-	p.NoCuts()
-	t.Logf("%d cuts, %d TCP connections", p.Cuts(), p.Accepted())
-	if p.Cuts() < wantCuts {
-		t.Errorf("only %d cuts", p.Cuts())
-	}
 	c.Close()
 	if err := <-errc; err != nil {
 		t.Errorf("the server's Serve ended with %v, want nil (the peer closed)", err)

@@ -55,9 +55,10 @@ type Options struct {
 	// Accept takes them; more are refused. Default 64.
 	AcceptBacklog int
 	// TLS, if not nil, makes every TCP connection of the link a TLS 1.3
-	// connection with pinned certificates (authenticated and encrypted).
-	// Nil is plain TCP: neither authenticated nor encrypted, for tests
-	// and trusted networks only.
+	// connection with pinned certificates (authenticated and encrypted,
+	// or with TLS.AuthOnly authenticated and in the clear). Nil is plain
+	// TCP: neither authenticated nor encrypted, for tests and loopback
+	// only.
 	TLS *TLS
 	// Logger, if not nil, is told of breaks, resumes and ends.
 	Logger *slog.Logger

@@ -1,6 +1,7 @@
 package net
 
 import (
+	"bufio"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -8,6 +9,7 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/big"
@@ -121,7 +123,30 @@ type TLS struct {
 	// admit a fingerprint once). A resume must present the server name
 	// and the certificate that opened the connection. Nil admits none.
 	Admit func(serverName string, fp [32]byte) bool
+	// AuthOnly turns encryption off and keeps authentication: the TLS
+	// handshake and the hellos run as with encryption, then the records
+	// travel in the clear on the TCP connection, each with an AES-256-GMAC
+	// tag keyed from the TLS session (docs/net.md#without-encryption).
+	// The peer can read the frames but cannot change, forge, replay,
+	// reorder or drop one unnoticed. For trusted networks only. Both
+	// sides must agree: a mismatch fails the handshake with ErrMode.
+	AuthOnly bool
 }
+
+// ErrMode is returned when the two sides of a connection disagree on
+// encryption: one runs TLS.AuthOnly and the other does not.
+var ErrMode = errors.New("net: the peers disagree on encryption (TLS.AuthOnly)")
+
+// The ALPN protocol names that carry the mode in the TLS handshake, so
+// that the transcript, which both certificates sign, binds it.
+const (
+	alpnEncrypted = "chanos-net"
+	alpnAuthOnly  = "chanos-net-auth"
+)
+
+// authLabel is the TLS exporter label of the authenticated-only mode's
+// record keys (RFC 8446 section 7.5).
+const authLabel = "EXPORTER-chanos-net-auth"
 
 // defaultServerName is the server name a dialing side sends when it was
 // given none.
@@ -133,6 +158,9 @@ const defaultServerName = "chanos"
 type tlsConn struct {
 	*tls.Conn
 	raw stdnet.Conn
+	// authOnly: the hellos travel in TLS, then the records in the clear
+	// on raw (the mode the handshake negotiated).
+	authOnly bool
 }
 
 func (c *tlsConn) Close() error { return c.raw.Close() }
@@ -152,6 +180,10 @@ func (t *TLS) config(pin *[32]byte, got *[32]byte) *tls.Config {
 		ClientAuth:         tls.RequireAnyClientCert,
 		InsecureSkipVerify: true, // the peer's certificate is pinned below, not chained to an authority
 		ServerName:         name,
+		// A post-handshake message after the accepting side's hello would
+		// land among the clear records of the authenticated-only mode;
+		// and every resume is a full handshake with both certificates.
+		SessionTicketsDisabled: true,
 		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
 			if len(raw) != 1 {
 				return fmt.Errorf("%w: %d certificates", ErrAuth, len(raw))
@@ -169,12 +201,29 @@ func (t *TLS) config(pin *[32]byte, got *[32]byte) *tls.Config {
 // client runs the dialing side's TLS handshake on c.
 func (t *TLS) client(ctx context.Context, c stdnet.Conn) (stdnet.Conn, error) {
 	var got [32]byte
-	tc := tls.Client(c, t.config(&t.Peer, &got))
+	cfg := t.config(&t.Peer, &got)
+	want := alpnEncrypted
+	var tr stdnet.Conn = c
+	if t.AuthOnly {
+		// TLS reads the handshake and the peer's hello record by record,
+		// so that the first clear record after the hello is still in the
+		// socket at the switch.
+		want = alpnAuthOnly
+		tr = &recordReader{Conn: c}
+	}
+	cfg.NextProtos = []string{want}
+	tc := tls.Client(tr, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("net: tls: %w", err)
 	}
-	return &tlsConn{Conn: tc, raw: c}, nil
+	// An accepting side that knows no modes selects no protocol, and
+	// encrypts.
+	if got := tc.ConnectionState().NegotiatedProtocol; got != want && (t.AuthOnly || got != "") {
+		c.Close()
+		return nil, fmt.Errorf("%w: asked for %q, the peer chose %q", ErrMode, want, got)
+	}
+	return &tlsConn{Conn: tc, raw: c, authOnly: t.AuthOnly}, nil
 }
 
 // server runs the accepting side's TLS handshake on c, and returns the
@@ -194,9 +243,80 @@ func (t *TLS) server(ctx context.Context, c stdnet.Conn) (stdnet.Conn, string, [
 		return nil, fmt.Errorf("%w: no certificate for server name %q", ErrAuth, h.ServerName)
 	}
 	cfg.Certificates = nil
+	// Both modes are offered, so that a client of the other mode reaches
+	// the hello and is refused with a reject that says why.
+	cfg.NextProtos = []string{alpnEncrypted, alpnAuthOnly}
 	tc := tls.Server(c, cfg)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		return nil, "", got, fmt.Errorf("net: tls: %w", err)
 	}
-	return &tlsConn{Conn: tc, raw: c}, tc.ConnectionState().ServerName, got, nil
+	st := tc.ConnectionState()
+	return &tlsConn{Conn: tc, raw: c, authOnly: st.NegotiatedProtocol == alpnAuthOnly}, st.ServerName, got, nil
+}
+
+// recordReader reads a TCP connection for crypto/tls one TLS record at a
+// time (its 5-byte header, then its body), never past the record's end.
+// crypto/tls reads ahead otherwise, and in the authenticated-only mode the
+// bytes after the accepting side's hello are clear records that the link,
+// not TLS, must read.
+type recordReader struct {
+	stdnet.Conn
+	hdr    [5]byte
+	inHdr  int // header bytes read of the current record
+	inBody int // body bytes left of the current record
+}
+
+func (r *recordReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if r.inHdr < len(r.hdr) {
+		n, err := r.Conn.Read(p[:min(len(p), len(r.hdr)-r.inHdr)])
+		copy(r.hdr[r.inHdr:], p[:n])
+		r.inHdr += n
+		if r.inHdr == len(r.hdr) {
+			r.inBody = int(binary.BigEndian.Uint16(r.hdr[3:]))
+			if r.inBody == 0 {
+				r.inHdr = 0
+			}
+		}
+		return n, err
+	}
+	n, err := r.Conn.Read(p[:min(len(p), r.inBody)])
+	r.inBody -= n
+	if r.inBody == 0 {
+		r.inHdr = 0
+	}
+	return n, err
+}
+
+// plainAfterHellos returns, in the authenticated-only mode, the TCP
+// connection under c with a reader for the clear records that follow the
+// hellos, and the GMACs of this side's records and of the peer's. br is
+// what read the peer's hello from c: it must hold nothing more, for the
+// peer sends nothing in TLS after its hello. dialer says which side this
+// is, and so which of the two exported keys is its own.
+func plainAfterHellos(c *tlsConn, br *bufio.Reader, dialer bool) (stdnet.Conn, *bufio.Reader, *recordMAC, *recordMAC, error) {
+	if br.Buffered() != 0 {
+		return nil, nil, nil, nil, errors.New("TLS data after the peer's hello")
+	}
+	st := c.ConnectionState()
+	ekm, err := st.ExportKeyingMaterial(authLabel, nil, 2*macKeySize)
+	if err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("net: exporting the record keys: %w", err)
+	}
+	dk, ak := ekm[:macKeySize], ekm[macKeySize:]
+	if !dialer {
+		dk, ak = ak, dk
+	}
+	mine, err := newRecordMAC(dk)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	peer, err := newRecordMAC(ak)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	br.Reset(c.raw)
+	return c.raw, br, mine, peer, nil
 }

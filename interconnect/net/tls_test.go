@@ -60,9 +60,12 @@ func TestTLSStreamThroughCuts(t *testing.T) {
 
 // A server whose certificate is not the pinned one, and a client whose
 // certificate is not admitted (or admitted once already), are refused.
-func TestTLSRefusals(t *testing.T) {
+func TestTLSRefusals(t *testing.T) { refusals(t, false) }
+
+func refusals(t *testing.T, authOnly bool) {
 	noLeaks(t)
 	_, cli, so, co := identities(t)
+	so.TLS.AuthOnly, co.TLS.AuthOnly = authOnly, authOnly
 	ctx := testkit.Context(t)
 	L := listen(t, so)
 	cl, err := cnet.Dial(ctx, L.Addr().String(), co)
@@ -80,16 +83,20 @@ func TestTLSRefusals(t *testing.T) {
 		t.Errorf("a second connection with a certificate admitted once: %v, want ErrAuth", err)
 	}
 	other, _ := cnet.NewIdentity()
-	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: other, Peer: so.TLS.Identity.Fingerprint}}); !errors.Is(err, cnet.ErrAuth) {
+	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: other, Peer: so.TLS.Identity.Fingerprint, AuthOnly: authOnly}}); !errors.Is(err, cnet.ErrAuth) {
 		t.Errorf("a client not admitted: %v, want ErrAuth", err)
 	}
-	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: other.Fingerprint}}); !errors.Is(err, cnet.ErrAuth) {
+	if _, err := cnet.Dial(ctx, L.Addr().String(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: other.Fingerprint, AuthOnly: authOnly}}); !errors.Is(err, cnet.ErrAuth) {
 		t.Errorf("a server whose certificate is not pinned: %v, want ErrAuth", err)
 	}
 
 	// Whoever learnt the connection's id, without its certificate, cannot
 	// resume it: the listener answers as if it did not know the id.
-	tc, err := tls.Dial("tcp", L.Addr().String(), &tls.Config{Certificates: []tls.Certificate{other.Cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	proto := "chanos-net"
+	if authOnly {
+		proto = "chanos-net-auth"
+	}
+	tc, err := tls.Dial("tcp", L.Addr().String(), &tls.Config{Certificates: []tls.Certificate{other.Cert}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13, NextProtos: []string{proto}})
 	if err != nil {
 		t.Fatal(err)
 	}
