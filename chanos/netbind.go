@@ -59,7 +59,7 @@ func (d *Domain) dialNet(ctx context.Context, label string, reply *monitor.BindR
 	}
 	opts := &cnet.Options{
 		MaxFrameSize: max(int(reply.MaxFrame), iface.MaxFrameSize),
-		TLS:          &cnet.TLS{Identity: id, Peer: reply.NetPeer, ServerName: reply.NetName},
+		TLS:          &cnet.TLS{Identity: id, Peer: reply.NetPeer, ServerName: reply.NetName, AuthOnly: reply.NetAuthOnly},
 		Logger:       d.log,
 	}
 	link, err := cnet.Dial(ctx, reply.NetAddr, opts)
@@ -91,7 +91,7 @@ func (l *Listener) acceptNet(in *monitor.Incoming) {
 		}
 	}
 	who := &Peer{Domain: in.Client, Program: in.ClientProgram, PID: in.ClientPID, UID: in.ClientUID, Machine: in.ClientMachine}
-	s.grants.Add(in.NetName, id, in.NetPeer, &netGrant{l: l, who: who, conn: in.ConnID})
+	s.grants.Add(in.NetName, id, in.NetPeer, in.NetAuthOnly, &netGrant{l: l, who: who, conn: in.ConnID})
 }
 
 // netServer returns the domain's netServer, made on first use; nil once

@@ -120,6 +120,9 @@ type ConnInfo struct {
 	// Machine, for a connection between machines, is the other machine's
 	// id (hex): Peer is a domain there.
 	Machine string `json:"machine,omitempty"`
+	// AuthOnly marks a connection between machines that is authenticated
+	// but not encrypted (both machines' monitors run --net-auth-only).
+	AuthOnly bool `json:"auth_only,omitempty"`
 }
 
 // Ps asks the monitor for its ps document: the monitor, its domains,

@@ -149,6 +149,11 @@ type Config struct {
 	// connections from other machines. Empty: binds from other machines
 	// are refused (docs/net.md, "Binding between machines").
 	NetHost string
+	// NetAuthOnly lets connections between this machine's domains and
+	// another's go unencrypted, authenticated only (net's TLS.AuthOnly),
+	// when that machine lets them too: for trusted networks. Off, they
+	// are encrypted.
+	NetAuthOnly bool
 	// Machines, when set, lists the machines of the cluster for the
 	// machines call (nil: this machine alone). It must not block.
 	Machines func() []chanos.MachineInfo
@@ -244,6 +249,8 @@ type connRec struct {
 	// peerConn is the other machine's record of the same connection,
 	// which conn_gone names.
 	peerConn uint64
+	// authOnly: a net connection authenticated but not encrypted.
+	authOnly bool
 	export   uint64
 }
 

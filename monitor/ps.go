@@ -216,6 +216,7 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 		}
 		if c.machine != 0 {
 			ci.Machine = machineText(c.machine)
+			ci.AuthOnly = c.authOnly
 		}
 		d.conns = append(d.conns, ci)
 	}

@@ -120,7 +120,7 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 	err = conn.Call(ctx, &machproto.BindCall{
 		Target: ref, ByName: byName, Name: c.Name, Iface: c.Iface, Fingerprint: c.Fingerprint,
 		Client: s.id, ClientPID: s.pid, ClientUID: s.uid, ClientProgram: s.program, ClientCert: id.Fingerprint,
-		ClientConn: cid,
+		ClientConn: cid, AuthOnlyOk: m.cfg.NetAuthOnly,
 	}, &r)
 	if err != nil {
 		var re *chanos.RemoteError
@@ -135,7 +135,7 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 		}
 		return nil, fail(proto.StatusNoRoute, "bind %s: the control link to machine %016x: %v", label, ref.Machine, err)
 	}
-	rec := &connRec{id: cid, name: r.ExportName, client: s.id, server: r.Server, machine: ref.Machine, peerConn: r.ConnID, via: proto.InterconnectNet, export: ref.Export}
+	rec := &connRec{id: cid, name: r.ExportName, client: s.id, server: r.Server, machine: ref.Machine, peerConn: r.ConnID, authOnly: r.AuthOnly, via: proto.InterconnectNet, export: ref.Export}
 	if !m.addConn(s, rec, nil) {
 		m.tellMachinesGone([]*connRec{rec})
 		return nil, errCancelled
@@ -145,6 +145,7 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 	return &proto.BindReply{
 		Via: proto.InterconnectNet, Ref: ref.WithoutToken(), ConnID: rec.id, MaxFrame: r.MaxFrame,
 		NetAddr: r.Addr, NetName: r.ServerName, NetPeer: proto.CertFingerprint(r.ServerCert), NetCert: cert, NetKey: key,
+		NetAuthOnly: r.AuthOnly,
 	}, nil
 }
 
@@ -211,11 +212,12 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
-	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: server.id, machine: from, inbound: true, peerConn: c.ClientConn, via: proto.InterconnectNet, export: e.id}
+	authOnly := c.AuthOnlyOk && m.cfg.NetAuthOnly
+	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: server.id, machine: from, inbound: true, peerConn: c.ClientConn, authOnly: authOnly, via: proto.InterconnectNet, export: e.id}
 	in := &proto.Incoming{
 		Ref: e.ref, ConnID: rec.id, Client: c.Client, Via: proto.InterconnectNet, MaxFrame: e.maxFrame,
 		ClientPID: c.ClientPID, ClientUID: c.ClientUID, ClientProgram: c.ClientProgram, ClientMachine: from,
-		NetName: name, NetPeer: proto.CertFingerprint(c.ClientCert), NetCert: cert, NetKey: key,
+		NetName: name, NetPeer: proto.CertFingerprint(c.ClientCert), NetCert: cert, NetKey: key, NetAuthOnly: authOnly,
 	}
 	if listener != nil {
 		in.Fds = []wire.Cap{listener}
@@ -241,7 +243,7 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 		"machine", machineText(from), "client", c.Client, "via", rec.via.String(), "addr", addr)
 	return &machproto.BindReply{
 		ConnID: rec.id, Server: server.id, ExportName: e.name, MaxFrame: e.maxFrame,
-		Addr: addr, ServerName: name, ServerCert: machproto.CertFingerprint(id.Fingerprint),
+		Addr: addr, ServerName: name, ServerCert: machproto.CertFingerprint(id.Fingerprint), AuthOnly: authOnly,
 	}, nil
 }
 

@@ -500,10 +500,12 @@ func (m *Monitor) bindSpawndFromMachine(from uint64, c *machproto.BindCall, e *e
 	name := serverName()
 	rec := &connRec{id: m.nextConn.Add(1), name: e.name, client: c.Client, server: SelfDomainID, machine: from, inbound: true, peerConn: c.ClientConn, via: proto.InterconnectNet, export: e.id}
 	who := spawn.Caller{Domain: c.Client, PID: c.ClientPID, UID: c.ClientUID, Program: c.ClientProgram, Machine: machineText(from)}
-	o.grants.Add(name, id, c.ClientCert, &spawnGrant{rec: rec, who: who})
+	authOnly := c.AuthOnlyOk && m.cfg.NetAuthOnly
+	rec.authOnly = authOnly
+	o.grants.Add(name, id, c.ClientCert, authOnly, &spawnGrant{rec: rec, who: who})
 	m.log.Info("bind from another machine", "name", e.name, "iface", c.Iface, "conn", rec.id, "machine", machineText(from), "client", c.Client, "via", "net", "addr", o.addr)
 	return &machproto.BindReply{
 		ConnID: rec.id, Server: SelfDomainID, ExportName: e.name, MaxFrame: e.maxFrame,
-		Addr: o.addr, ServerName: name, ServerCert: machproto.CertFingerprint(id.Fingerprint),
+		Addr: o.addr, ServerName: name, ServerCert: machproto.CertFingerprint(id.Fingerprint), AuthOnly: authOnly,
 	}, nil
 }

@@ -50,6 +50,10 @@ directory).
                         long after its last renewal (default %v)
   --keep-alive D        how often the lease is renewed (default %v, at most
                         a third of the TTL)
+  --net-auth-only       connections between this machine's domains and
+                        another's are authenticated but not encrypted when
+                        that machine sets it too (trusted networks only;
+                        docs/net.md, "Without encryption")
 `
 
 // clusterFlags are the cluster mode's flags of 'chanos monitor'.
@@ -58,6 +62,7 @@ type clusterFlags struct {
 	caFile, certFile, keyFile string
 	listen, machineName       string
 	leaseTTL, keepAlive       time.Duration
+	netAuthOnly               bool
 }
 
 func (c *clusterFlags) register(fs *flag.FlagSet) {
@@ -70,14 +75,15 @@ func (c *clusterFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.machineName, "machine-name", "", "")
 	fs.DurationVar(&c.leaseTTL, "lease-ttl", etcd.DefaultTTL, "")
 	fs.DurationVar(&c.keepAlive, "keep-alive", 0, "")
+	fs.BoolVar(&c.netAuthOnly, "net-auth-only", false, "")
 }
 
 // check refuses the cluster flags given without --cluster, and a cluster
 // without etcd.
 func (c *clusterFlags) check() error {
 	if c.cluster == "" {
-		if c.endpoints != "" || c.caFile != "" || c.certFile != "" || c.keyFile != "" || c.listen != "" || c.machineName != "" {
-			return usagef("monitor", "--etcd, --etcd-ca, --etcd-cert, --etcd-key, --listen and --machine-name need --cluster")
+		if c.endpoints != "" || c.caFile != "" || c.certFile != "" || c.keyFile != "" || c.listen != "" || c.machineName != "" || c.netAuthOnly {
+			return usagef("monitor", "--etcd, --etcd-ca, --etcd-cert, --etcd-key, --listen, --machine-name and --net-auth-only need --cluster")
 		}
 		return nil
 	}
@@ -197,6 +203,7 @@ func joinCluster(ctx context.Context, cf *clusterFlags, dir string, cfg *monitor
 	if addr != "" {
 		cfg.NetHost, _, _ = net.SplitHostPort(addr)
 	}
+	cfg.NetAuthOnly = cf.netAuthOnly
 	log.Info("joined the cluster", "cluster", cf.cluster, "machine", fmt.Sprintf("%016x", c.self), "name", name,
 		"key_id", id.KeyID(), "control_link", addr, "lease_ttl", c.machine.Session().TTL(),
 		"keep_alive", c.machine.Session().KeepAliveInterval())

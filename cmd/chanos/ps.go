@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -105,7 +106,14 @@ func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 			if c.Role == "server" {
 				arrow = "<-"
 			}
-			conns = append(conns, fmt.Sprintf("#%d %s%d %s/%s", c.ConnID, arrow, c.Peer, c.Name, c.Via))
+			peer, via := strconv.FormatUint(c.Peer, 10), c.Via
+			if c.Machine != "" {
+				peer += "@" + c.Machine
+			}
+			if c.AuthOnly {
+				via += " (authenticated only)"
+			}
+			conns = append(conns, fmt.Sprintf("#%d %s%s %s/%s", c.ConnID, arrow, peer, c.Name, via))
 		}
 		program := orDash(printable(d.Program))
 		if d.Unresponsive {

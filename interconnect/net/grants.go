@@ -22,7 +22,7 @@ type Grants struct {
 
 	mu      sync.Mutex
 	grants  map[string]*grant
-	taken   map[string]*Identity // accepted connections' identities, for their resumes, until Forget
+	taken   map[string]*grant // accepted connections' grants, for their resumes, until Forget
 	order   []string             // names, oldest first
 	arrived chan struct{}        // closed, and replaced, when a grant is added
 	ctx     context.Context
@@ -30,8 +30,9 @@ type Grants struct {
 }
 
 type grant struct {
-	id      *Identity
-	client  [32]byte
+	id       *Identity
+	client   [32]byte
+	authOnly bool
 	value   any
 	used    bool
 	expires time.Time
@@ -43,12 +44,13 @@ type grant struct {
 // connection before the accepting side is.
 func NewGrants(ttl time.Duration, max int, wait time.Duration) *Grants {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, taken: map[string]*Identity{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
+	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, taken: map[string]*grant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // Add grants the connection under name: present id, admit the client
-// certificate whose fingerprint is client, once; Take returns value.
-func (g *Grants) Add(name string, id *Identity, client [32]byte, value any) {
+// certificate whose fingerprint is client, once, in the mode authOnly
+// says (TLS.AuthOnly); Take returns value.
+func (g *Grants) Add(name string, id *Identity, client [32]byte, authOnly bool, value any) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
@@ -60,7 +62,7 @@ func (g *Grants) Add(name string, id *Identity, client [32]byte, value any) {
 		delete(g.grants, g.order[0])
 		g.order = g.order[1:]
 	}
-	g.grants[name] = &grant{id: id, client: client, value: value, expires: now.Add(g.ttl)}
+	g.grants[name] = &grant{id: id, client: client, authOnly: authOnly, value: value, expires: now.Add(g.ttl)}
 	g.order = append(g.order, name)
 	close(g.arrived)
 	g.arrived = make(chan struct{})
@@ -79,7 +81,7 @@ func (g *Grants) Take(name string) (any, bool) {
 	if gr == nil {
 		return nil, false
 	}
-	g.taken[name] = gr.id
+	g.taken[name] = gr
 	return gr.value, true
 }
 
@@ -101,7 +103,20 @@ func (g *Grants) ForgetWhenGone(link *Link) {
 
 // TLS returns the accepting side's TLS of a listener that serves the
 // granted connections.
-func (g *Grants) TLS() *TLS { return &TLS{Select: g.identity, Admit: g.admit} }
+func (g *Grants) TLS() *TLS { return &TLS{Select: g.identity, Admit: g.admit, ModeOf: g.authOnly} }
+
+// authOnly is TLS.ModeOf: the mode of the connection granted under name.
+func (g *Grants) authOnly(name string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if gr := g.grants[name]; gr != nil {
+		return gr.authOnly
+	}
+	if gr := g.taken[name]; gr != nil {
+		return gr.authOnly
+	}
+	return false
+}
 
 // Close ends the waits of handshakes for names not granted.
 func (g *Grants) Close() { g.cancel() }
@@ -120,7 +135,7 @@ func (g *Grants) identity(name string) *Identity {
 			return gr.id
 		}
 		if live != nil {
-			return live
+			return live.id
 		}
 		select {
 		case <-arrived:

@@ -42,7 +42,7 @@ func TestGrants(t *testing.T) {
 		done <- dialed{cl, err}
 	}()
 	time.Sleep(100 * time.Millisecond)
-	g.Add("a", srv, cli.Fingerprint, 7)
+	g.Add("a", srv, cli.Fingerprint, false, 7)
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("a dial before its grant: %v", r.err)
@@ -66,7 +66,7 @@ func TestGrants(t *testing.T) {
 	for _, name := range []string{"b", "c", "d"} {
 		s, c := newID(), newID()
 		ids[name] = [2]*cnet.Identity{s, c}
-		g.Add(name, s, c.Fingerprint, name)
+		g.Add(name, s, c.Fingerprint, false, name)
 	}
 	if _, err := dial("b", ids["b"][1], ids["b"][0]); err == nil {
 		t.Error("the oldest grant beyond the bound was kept")
@@ -84,9 +84,9 @@ func TestGrants(t *testing.T) {
 	// Unused past its time to live, a grant goes (at the next Add).
 	g2 := cnet.NewGrants(10*time.Millisecond, 10, 0)
 	defer g2.Close()
-	g2.Add("old", srv, cli.Fingerprint, 1)
+	g2.Add("old", srv, cli.Fingerprint, false, 1)
 	time.Sleep(20 * time.Millisecond)
-	g2.Add("new", srv, cli.Fingerprint, 2)
+	g2.Add("new", srv, cli.Fingerprint, false, 2)
 	if _, ok := g2.Take("old"); ok {
 		t.Error("an expired grant was kept")
 	}
@@ -107,7 +107,7 @@ func TestGrantsResume(t *testing.T) {
 	p := proxy(t, L)
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
-	g.Add("r", srv, cli.Fingerprint, nil)
+	g.Add("r", srv, cli.Fingerprint, false, nil)
 	cl, err := cnet.Dial(ctx, p.Addr(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, ServerName: "r"},
 		RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond})
 	if err != nil {

@@ -206,7 +206,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		c.Write(rejectRecord(rejectBadHello))
 		return
 	}
-	if tc, ok := c.(*tlsConn); ok && tc.authOnly != L.o.TLS.AuthOnly {
+	if tc, ok := c.(*tlsConn); ok && tc.authOnly != L.o.TLS.authOnlyFor(name) {
 		// Before admission, which a client of the wrong mode does not
 		// spend.
 		L.o.Logger.Debug("net: a client of the other mode", "from", raw.RemoteAddr(), "auth-only", tc.authOnly)

@@ -131,6 +131,19 @@ type TLS struct {
 	// reorder or drop one unnoticed. For trusted networks only. Both
 	// sides must agree: a mismatch fails the handshake with ErrMode.
 	AuthOnly bool
+	// ModeOf, on the accepting side, says whether the connection asked
+	// for under serverName is authenticated only, so that one listener
+	// serves connections of both modes; nil takes AuthOnly for all.
+	ModeOf func(serverName string) (authOnly bool)
+}
+
+// authOnlyFor is the mode the accepting side expects of a connection
+// under serverName.
+func (t *TLS) authOnlyFor(serverName string) bool {
+	if t.ModeOf != nil {
+		return t.ModeOf(serverName)
+	}
+	return t.AuthOnly
 }
 
 // ErrMode is returned when the two sides of a connection disagree on

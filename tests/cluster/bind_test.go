@@ -186,9 +186,10 @@ type psJSON struct {
 	Domains []struct {
 		Program string `json:"program"`
 		Conns   []struct {
-			Via     string `json:"via"`
-			Machine string `json:"machine"`
-			Role    string `json:"role"`
+			Via      string `json:"via"`
+			Machine  string `json:"machine"`
+			Role     string `json:"role"`
+			AuthOnly bool   `json:"auth_only"`
 		} `json:"connections"`
 	} `json:"domains"`
 }
@@ -355,4 +356,62 @@ func TestPeerGoneAcrossMachines(t *testing.T) {
 	}
 	t.Logf("client on machine 2, machine 1's monitor killed (lease %v): %s; %v after the kill", leaseTTL, l, time.Since(killed).Round(time.Millisecond))
 	cl.Wait(t)
+}
+
+// TestAuthOnlyAcrossMachines: with --net-auth-only on both machines, a
+// bind between them is authenticated only (ps says so), and rpcs and
+// messages run; with it on one machine only, connections stay encrypted.
+func TestAuthOnlyAcrossMachines(t *testing.T) {
+	w := newWorld(t, 3, 3)
+	for i := range 3 {
+		w.admit(i, w.root)
+	}
+	w.startWith(0, "--net-auth-only")
+	w.startWith(1, "--net-auth-only")
+	w.start(2)
+	id1 := w.machineID(0)
+	for _, i := range []int{1, 2} {
+		testkit.Eventually(t, fmt.Sprintf("machine %d's control link to machine 1", i+1), func() bool {
+			return w.logs[i].Count("control link up", "machine="+id1) > 0
+		})
+	}
+	argv := testkit.Command("ppserver", w.dirs[0], "pp")
+	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+	if l := srv.Line(t); !strings.HasPrefix(l, "exported ") {
+		t.Fatalf("server: %q", l)
+	}
+	for i, want := range map[int]bool{1: true, 2: false} {
+		argv := testkit.Command("ppclient", w.dirs[i], "pp", "300ms")
+		cl := testkit.Start(t, w.net.Machines[i].Command(argv[0], argv[1:]...))
+		if l := cl.Line(t); l != "connected via=net" {
+			t.Fatalf("client on machine %d: %q", i+1, l)
+		}
+		// While it runs, machine 1's ps shows the connection's mode.
+		var ps psJSON
+		out, err := w.net.Machines[0].Command(w.bin, "ps", "--json", "--dir", w.dirs[0]).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &ps); err != nil {
+			t.Fatal(err)
+		}
+		var modes []bool
+		for _, d := range ps.Domains {
+			for _, c := range d.Conns {
+				if c.Machine == w.machineID(i) {
+					modes = append(modes, c.AuthOnly)
+				}
+			}
+		}
+		if len(modes) == 0 || modes[len(modes)-1] != want {
+			t.Fatalf("machine %d's connection: authenticated only %v, want %v (ps: %s)", i+1, modes, want, out)
+		}
+		cl.Line(t) // ps line
+		if l := cl.Line(t); !strings.HasPrefix(l, "done ") {
+			t.Fatalf("client on machine %d: %q", i+1, l)
+		} else {
+			t.Logf("client on machine %d (authenticated only %v): %s", i+1, want, l)
+		}
+		cl.Wait(t)
+	}
 }

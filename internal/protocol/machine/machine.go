@@ -22,7 +22,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x0afb5e70185f180d
+const Fingerprint uint64 = 0x64381b8892a4ad0d
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -76,13 +76,15 @@ type Msg interface {
 //		in String client_program[256],
 //		in cert_fingerprint client_cert,
 //		in uint64 client_conn,
+//		in bool auth_only_ok,
 //		out uint64 conn_id,
 //		out uint64 server,
 //		out String export_name[256],
 //		out uint32 max_frame,
 //		out String addr[256],
 //		out String server_name[64],
-//		out cert_fingerprint server_cert);
+//		out cert_fingerprint server_cert,
+//		out bool auth_only);
 type BindCall struct {
 	// Target is the in argument target (iref).
 	Target wire.Iref
@@ -106,6 +108,8 @@ type BindCall struct {
 	ClientCert CertFingerprint
 	// ClientConn is the in argument client_conn (uint64).
 	ClientConn uint64
+	// AuthOnlyOk is the in argument auth_only_ok (bool).
+	AuthOnlyOk bool
 }
 
 func (*BindCall) MsgNumber() uint16  { return MsgBind }
@@ -114,7 +118,7 @@ func (*BindCall) MsgName() string    { return "machine.bind" }
 func (*BindCall) isMsg()             {}
 func (m *BindCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "machine.bind call", MsgBind, wire.KindCall, 109)
+	e.Begin(buf, "machine.bind call", MsgBind, wire.KindCall, 110)
 	e.Iref(m.Target)
 	e.Bool(m.ByName)
 	e.String("name", m.Name, MaxBindNameLen)
@@ -128,6 +132,7 @@ func (m *BindCall) Encode(buf *wire.Buffer) error {
 	m.ClientCert.encode(&e)
 	e.Leave("client_cert")
 	e.Uint64(m.ClientConn)
+	e.Bool(m.AuthOnlyOk)
 	return e.Finish()
 }
 
@@ -147,6 +152,7 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.ClientCert.decode(&d)
 	d.Leave("client_cert")
 	m.ClientConn = d.Uint64("client_conn")
+	m.AuthOnlyOk = d.Bool("auth_only_ok")
 	if err := d.Finish(); err != nil {
 		*m = BindCall{}
 		return err
@@ -168,13 +174,15 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String client_program[256],
 //		in cert_fingerprint client_cert,
 //		in uint64 client_conn,
+//		in bool auth_only_ok,
 //		out uint64 conn_id,
 //		out uint64 server,
 //		out String export_name[256],
 //		out uint32 max_frame,
 //		out String addr[256],
 //		out String server_name[64],
-//		out cert_fingerprint server_cert);
+//		out cert_fingerprint server_cert,
+//		out bool auth_only);
 type BindReply struct {
 	// ConnID is the out argument conn_id (uint64).
 	ConnID uint64
@@ -190,6 +198,8 @@ type BindReply struct {
 	ServerName string
 	// ServerCert is the out argument server_cert (cert_fingerprint).
 	ServerCert CertFingerprint
+	// AuthOnly is the out argument auth_only (bool).
+	AuthOnly bool
 }
 
 func (*BindReply) MsgNumber() uint16  { return MsgBind }
@@ -198,7 +208,7 @@ func (*BindReply) MsgName() string    { return "machine.bind" }
 func (*BindReply) isMsg()             {}
 func (m *BindReply) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "machine.bind reply", MsgBind, wire.KindReply, 64)
+	e.Begin(buf, "machine.bind reply", MsgBind, wire.KindReply, 65)
 	e.Uint64(m.ConnID)
 	e.Uint64(m.Server)
 	e.String("export_name", m.ExportName, MaxBindExportNameLen)
@@ -208,6 +218,7 @@ func (m *BindReply) Encode(buf *wire.Buffer) error {
 	e.Enter()
 	m.ServerCert.encode(&e)
 	e.Leave("server_cert")
+	e.Bool(m.AuthOnly)
 	return e.Finish()
 }
 
@@ -223,6 +234,7 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 	d.Enter()
 	m.ServerCert.decode(&d)
 	d.Leave("server_cert")
+	m.AuthOnly = d.Bool("auth_only")
 	if err := d.Finish(); err != nil {
 		*m = BindReply{}
 		return err

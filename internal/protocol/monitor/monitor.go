@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xe03678905f678d33
+const Fingerprint uint64 = 0xfd4017695c6d0a29
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -419,7 +419,8 @@ func (*WithdrawReply) Decode(frame []byte, caps []wire.Cap) error {
 //		out String net_name[64],
 //		out cert_fingerprint net_peer,
 //		out uint8 net_cert[net_cert_len, 2048],
-//		out uint8 net_key[net_key_len, 512]);
+//		out uint8 net_key[net_key_len, 512],
+//		out bool net_auth_only);
 type BindCall struct {
 	// Name is the in argument name: at most MaxBindNameLen bytes, without NUL.
 	Name string
@@ -480,7 +481,8 @@ func (m *BindCall) Decode(frame []byte, caps []wire.Cap) error {
 //		out String net_name[64],
 //		out cert_fingerprint net_peer,
 //		out uint8 net_cert[net_cert_len, 2048],
-//		out uint8 net_key[net_key_len, 512]);
+//		out uint8 net_key[net_key_len, 512],
+//		out bool net_auth_only);
 type BindReply struct {
 	// Via is the out argument via (interconnect).
 	Via Interconnect
@@ -502,6 +504,8 @@ type BindReply struct {
 	NetCert []byte
 	// NetKey is the out argument net_key: at most MaxBindNetKeyLen bytes (its length is net_key_len in the IDL).
 	NetKey []byte
+	// NetAuthOnly is the out argument net_auth_only (bool).
+	NetAuthOnly bool
 }
 
 func (*BindReply) MsgNumber() uint16  { return MsgBind }
@@ -510,7 +514,7 @@ func (*BindReply) MsgName() string    { return "monitor.bind" }
 func (*BindReply) isMsg()             {}
 func (m *BindReply) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.bind reply", MsgBind, wire.KindReply, 100)
+	e.Begin(buf, "monitor.bind reply", MsgBind, wire.KindReply, 101)
 	e.Enum("via", uint32(m.Via), 3)
 	e.Iref(m.Ref)
 	e.Uint64(m.ConnID)
@@ -529,6 +533,7 @@ func (m *BindReply) Encode(buf *wire.Buffer) error {
 	e.Leave("net_peer")
 	e.Bytes("net_cert", m.NetCert, MaxBindNetCertLen)
 	e.Bytes("net_key", m.NetKey, MaxBindNetKeyLen)
+	e.Bool(m.NetAuthOnly)
 	return e.Finish()
 }
 
@@ -555,6 +560,7 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 	d.Leave("net_peer")
 	m.NetCert = d.Bytes("net_cert", MaxBindNetCertLen)
 	m.NetKey = d.Bytes("net_key", MaxBindNetKeyLen)
+	m.NetAuthOnly = d.Bool("net_auth_only")
 	if err := d.Finish(); err != nil {
 		*m = BindReply{}
 		return err
@@ -578,7 +584,8 @@ func (m *BindReply) Decode(frame []byte, caps []wire.Cap) error {
 //		String net_name[64],
 //		cert_fingerprint net_peer,
 //		uint8 net_cert[net_cert_len, 2048],
-//		uint8 net_key[net_key_len, 512]);
+//		uint8 net_key[net_key_len, 512],
+//		bool net_auth_only);
 type Incoming struct {
 	// Ref is the argument ref (iref).
 	Ref wire.Iref
@@ -608,6 +615,8 @@ type Incoming struct {
 	NetCert []byte
 	// NetKey is the argument net_key: at most MaxIncomingNetKeyLen bytes (its length is net_key_len in the IDL).
 	NetKey []byte
+	// NetAuthOnly is the argument net_auth_only (bool).
+	NetAuthOnly bool
 }
 
 func (*Incoming) MsgNumber() uint16  { return MsgIncoming }
@@ -616,7 +625,7 @@ func (*Incoming) MsgName() string    { return "monitor.incoming" }
 func (*Incoming) isMsg()             {}
 func (m *Incoming) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 124)
+	e.Begin(buf, "monitor.incoming", MsgIncoming, wire.KindMessage, 125)
 	e.Iref(m.Ref)
 	e.Uint64(m.ConnID)
 	e.Uint64(m.Client)
@@ -639,6 +648,7 @@ func (m *Incoming) Encode(buf *wire.Buffer) error {
 	e.Leave("net_peer")
 	e.Bytes("net_cert", m.NetCert, MaxIncomingNetCertLen)
 	e.Bytes("net_key", m.NetKey, MaxIncomingNetKeyLen)
+	e.Bool(m.NetAuthOnly)
 	return e.Finish()
 }
 
@@ -669,6 +679,7 @@ func (m *Incoming) Decode(frame []byte, caps []wire.Cap) error {
 	d.Leave("net_peer")
 	m.NetCert = d.Bytes("net_cert", MaxIncomingNetCertLen)
 	m.NetKey = d.Bytes("net_key", MaxIncomingNetKeyLen)
+	m.NetAuthOnly = d.Bool("net_auth_only")
 	if err := d.Finish(); err != nil {
 		*m = Incoming{}
 		return err
