@@ -16,11 +16,14 @@ import (
 	"github.com/chanos/chanos/monitor"
 )
 
-const monitorUsage = `usage: chanos monitor [--dir DIR] [--log-level LEVEL] [QUOTA FLAGS]
+const monitorUsage = `usage: chanos monitor [--config FILE] [--dir DIR] [--log-level LEVEL] [QUOTA FLAGS]
 
 Runs this user's monitor: domains export and bind services through it, and
 it hosts the nameservice. It serves until SIGINT or SIGTERM.
 
+  --config FILE      read flags from FILE: one per line, its name without
+                     dashes, then its value ("cluster lab", "etcd = URLS",
+                     "net-auth-only"); # comments; the command line wins
   --dir DIR          the monitor's directory (default: $CHANOS_DIR, else
                      $XDG_RUNTIME_DIR/chanos, else $TMPDIR/chanos-UID)
   --log-level LEVEL  debug, info, warn or error (default info)
@@ -151,8 +154,14 @@ func runMonitor(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.PingTimeout, "ping-timeout", cfg.PingTimeout, "")
 	var cf clusterFlags
 	cf.register(fs)
+	config := fs.String("config", "", "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *config != "" {
+		if err := applyConfig(fs, *config); err != nil {
+			return usagef("monitor", "%v", err)
+		}
 	}
 	if fs.NArg() > 0 {
 		return usagef("monitor", "unexpected argument %q", fs.Arg(0))
@@ -214,4 +223,47 @@ func runClusterMonitor(ctx context.Context, cf *clusterFlags, cfg monitor.Config
 	}
 	member.start(m, m.Dir())
 	return m.Serve(ctx)
+}
+
+// applyConfig sets fs's flags from a configuration file: one flag per
+// line, its name without dashes, then its value ("cluster lab", "etcd =
+// https://10.0.0.1:2379", a lone "net-auth-only" for a boolean); blank
+// lines and lines starting with # are skipped. A flag given on the command
+// line wins over the file. A repeatable flag (spawn-allow) may be given on
+// several lines.
+func applyConfig(fs *flag.FlagSet, file string) error {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	for i, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		name, value, hasValue := strings.Cut(line, " ")
+		name = strings.TrimSpace(name)
+		if k, v, ok := strings.Cut(line, "="); ok && !strings.ContainsAny(strings.TrimSpace(k), " \t") {
+			name, value, hasValue = strings.TrimSpace(k), v, true
+		}
+		value = strings.TrimSpace(value)
+		f := fs.Lookup(name)
+		switch {
+		case f == nil || name == "config":
+			return fmt.Errorf("config %s:%d: no flag %q of chanos monitor", file, i+1, name)
+		case onCommandLine[name]:
+			continue
+		case !hasValue:
+			if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
+				return fmt.Errorf("config %s:%d: %s needs a value", file, i+1, name)
+			}
+			value = "true"
+		}
+		if err := fs.Set(name, value); err != nil {
+			return fmt.Errorf("config %s:%d: %s: %w", file, i+1, name, err)
+		}
+	}
+	return nil
 }
