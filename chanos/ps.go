@@ -127,9 +127,16 @@ type ConnInfo struct {
 
 // Ps asks the monitor for its ps document: the monitor, its domains,
 // their exports and connections.
-func (d *Domain) Ps(ctx context.Context) (*Snapshot, error) {
+func (d *Domain) Ps(ctx context.Context) (*Snapshot, error) { return d.PsOf(ctx, 0) }
+
+// PsOf asks for the ps document of machine, another machine of the
+// cluster (as Machines lists them; 0 is this one): this monitor asks that
+// machine's over their control link. Another machine's document is at
+// most 256 KiB (Truncated says when domains were left out); a machine
+// this one has no control link to gives an error matching ErrNoRoute.
+func (d *Domain) PsOf(ctx context.Context, machine uint64) (*Snapshot, error) {
 	var r monitor.PsReply
-	if err := d.call(ctx, &monitor.PsCall{}, &r); err != nil {
+	if err := d.call(ctx, &monitor.PsCall{Machine: machine}, &r); err != nil {
 		return nil, fmt.Errorf("chanos: ps: %w", err)
 	}
 	var s Snapshot

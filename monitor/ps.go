@@ -11,6 +11,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interconnect"
+	machproto "github.com/chanos/chanos/internal/protocol/machine"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/wire"
 )
@@ -55,8 +56,18 @@ func (m *Monitor) psReservation(limit int) int {
 // worst case of its reply, builds the document, makes room for it in the
 // socket and sends it, then keeps the reply's bytes reserved until the
 // domain has read them (refreshReply).
-func (s *session) ps(ctx context.Context, in *chanos.Incoming) (wire.Message, error) {
+func (s *session) ps(ctx context.Context, in *chanos.Incoming, machine uint64) (wire.Message, error) {
 	m := s.m
+	remote := machine != 0 && machine != m.machineID
+	var conn *chanos.Conn
+	if remote {
+		m.mu.Lock()
+		conn = m.machineConns[machine]
+		m.mu.Unlock()
+		if conn == nil {
+			return nil, fail(proto.StatusNoRoute, "ps of machine %016x: this machine has no control link to it", machine)
+		}
+	}
 	s.refreshReply()
 	m.mu.Lock()
 	unread := s.replyUnread
@@ -68,12 +79,30 @@ func (s *session) ps(ctx context.Context, in *chanos.Incoming) (wire.Message, er
 		return nil, exhausted("ps: %d bytes of earlier replies to this domain are unread (its reply queue is %d bytes, --max-reply-queue)", q, m.cfg.MaxReplyQueue)
 	}
 	limit := m.psLimit(s)
+	if remote {
+		limit = min(limit, machproto.MaxPsJSONLen)
+	}
 	need := m.psReservation(limit)
 	if err := m.reserveReply(s, need); err != nil {
 		return nil, err
 	}
-	b, err := m.psDocument(limit)
-	if err != nil {
+	var b []byte
+	var err error
+	if remote {
+		var r machproto.PsReply
+		if err = conn.Call(ctx, &machproto.PsCall{}, &r); err != nil {
+			m.releaseReply(s, need)
+			if ctx.Err() != nil {
+				return nil, errCancelled
+			}
+			return nil, fail(proto.StatusNoRoute, "ps of machine %016x: %v", machine, err)
+		}
+		if len(r.JSON) > limit {
+			m.releaseReply(s, need)
+			return nil, fail(proto.StatusLimit, "ps of machine %016x: %d bytes, over this domain's %d", machine, len(r.JSON), limit)
+		}
+		b = r.JSON
+	} else if b, err = m.psDocument(limit); err != nil {
 		m.releaseReply(s, need)
 		return nil, fail(proto.StatusInternal, "%v", err)
 	}

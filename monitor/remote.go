@@ -68,9 +68,20 @@ func (m *Monitor) ServeMachine(ctx context.Context, from uint64, conn *chanos.Co
 			m.connGone(from, g.ConnID)
 			return nil, nil
 		}
+		if in.Kind == wire.KindCall && in.Header.Msg == machproto.MsgPs {
+			var c machproto.PsCall
+			if err := in.Decode(&c); err != nil {
+				return nil, conn.Violation(err)
+			}
+			b, err := m.psDocument(machproto.MaxPsJSONLen)
+			if err != nil {
+				return nil, remote(c.MsgName(), fail(proto.StatusInternal, "%v", err))
+			}
+			return &machproto.PsReply{JSON: b}, nil
+		}
 		if in.Kind != wire.KindCall || in.Header.Msg != machproto.MsgBind {
 			wire.CloseCaps(in.Caps)
-			return nil, conn.Violation(fmt.Errorf("machine %016x sent %s %d, not a bind call or conn_gone", from, in.Kind, in.Header.Msg))
+			return nil, conn.Violation(fmt.Errorf("machine %016x sent %s %d, not a bind or ps call or conn_gone", from, in.Kind, in.Header.Msg))
 		}
 		var c machproto.BindCall
 		if err := in.Decode(&c); err != nil {

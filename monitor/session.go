@@ -261,7 +261,7 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 	case *proto.BindCall:
 		r, err = s.startBind(ctx, c)
 	case *proto.PsCall:
-		r, err = s.ps(ctx, in)
+		r, err = s.ps(ctx, in, c.Machine)
 	case *proto.MachinesCall:
 		r, err = s.m.machines()
 	default:

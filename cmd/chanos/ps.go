@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -17,7 +18,7 @@ import (
 	"github.com/chanos/chanos/monitor"
 )
 
-const psUsage = `usage: chanos ps [--all] [--json] [--dir DIR]
+const psUsage = `usage: chanos ps [--all | --cluster] [--json] [--dir DIR]
 
 Lists the domains connected to this user's monitor, with their exports and
 connections: the monitor itself (domain 1) first, then every session by id,
@@ -31,8 +32,14 @@ this command's session too, but not the monitor.
 {"error": MESSAGE, "code": CODE} instead (code no_monitor when no monitor
 runs), and the exit status is not 0.
 
---all adds the programs the spawn service started (docs/spawn.md); with
---json the document is then {"ps": PS, "spawned": [...]}.
+--all adds the programs the spawn services of the cluster's machines
+started (docs/spawn.md); with --json the document is then {"ps": PS,
+"spawned": [...]}.
+
+--cluster lists every machine of the cluster, this one first, each as its
+monitor answers (at most 256 KiB of another machine's document); with
+--json: {"cluster": NAME, "machines": [{"id", "name", "ps": PS} or
+{"id", "name", "error": MESSAGE}]}.
 `
 
 // cliTimeout bounds the calls of the inspection commands.
@@ -44,6 +51,7 @@ func runPs(ctx context.Context, args []string) error {
 	dir := fs.String("dir", "", "")
 	asJSON := fs.Bool("json", false, "")
 	all := fs.Bool("all", false, "")
+	cluster := fs.Bool("cluster", false, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -57,6 +65,9 @@ func runPs(ctx context.Context, args []string) error {
 		return err
 	}
 	defer c.Close()
+	if *cluster {
+		return psCluster(ctx, c, *asJSON)
+	}
 	snap, err := c.Ps(ctx)
 	if err != nil {
 		return err
@@ -149,4 +160,68 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// psCluster prints the ps of every machine of the cluster, this one's
+// first, each as its monitor answers it; a machine that does not answer
+// is named with the error. --json prints {"cluster", "machines": [{"id",
+// "name", "ps"} or {"id", "name", "error"}]}.
+func psCluster(ctx context.Context, d *chanos.Domain, asJSON bool) error {
+	list, err := d.Machines(ctx)
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(list.Machines, func(a, b chanos.MachineInfo) int {
+		switch {
+		case a.Self == b.Self:
+			return 0
+		case a.Self:
+			return -1
+		}
+		return 1
+	})
+	type entry struct {
+		ID    string           `json:"id"`
+		Name  string           `json:"name"`
+		Ps    *chanos.Snapshot `json:"ps,omitempty"`
+		Error string           `json:"error,omitempty"`
+	}
+	out := struct {
+		Cluster  string  `json:"cluster"`
+		Machines []entry `json:"machines"`
+	}{Cluster: list.Cluster, Machines: []entry{}}
+	for i, m := range list.Machines {
+		id, _ := strconv.ParseUint(m.ID, 16, 64)
+		if m.Self {
+			id = 0
+		}
+		snap, err := d.PsOf(ctx, id)
+		e := entry{ID: m.ID, Name: m.Name, Ps: snap}
+		if err != nil {
+			e.Error = err.Error()
+		}
+		out.Machines = append(out.Machines, e)
+		if asJSON {
+			continue
+		}
+		if i > 0 {
+			fmt.Println()
+		}
+		fmt.Printf("== machine %s\n", machineLabel(m))
+		if err != nil {
+			fmt.Printf("(no answer: %v)\n", err)
+			continue
+		}
+		self := uint64(0)
+		if m.Self {
+			self = d.ID()
+		}
+		if err := printPs(os.Stdout, snap, self); err != nil {
+			return err
+		}
+	}
+	if asJSON {
+		return writeJSON(os.Stdout, out)
+	}
+	return nil
 }

@@ -23,8 +23,8 @@ type Grants struct {
 	mu      sync.Mutex
 	grants  map[string]*grant
 	taken   map[string]*grant // accepted connections' grants, for their resumes, until Forget
-	order   []string             // names, oldest first
-	arrived chan struct{}        // closed, and replaced, when a grant is added
+	order   []string          // names, oldest first
+	arrived chan struct{}     // closed, and replaced, when a grant is added
 	ctx     context.Context
 	cancel  context.CancelFunc
 }
@@ -33,9 +33,9 @@ type grant struct {
 	id       *Identity
 	client   [32]byte
 	authOnly bool
-	value   any
-	used    bool
-	expires time.Time
+	value    any
+	used     bool
+	expires  time.Time
 }
 
 // NewGrants returns an empty Grants whose grants live at most ttl unused,

@@ -254,6 +254,29 @@ func TestBindAcrossMachines(t *testing.T) {
 	if !found {
 		t.Errorf("chanos ps on machine 1 does not show the connection from machine 2: %s", out)
 	}
+	// ps --cluster on machine 2 shows machine 1's server too.
+	var cps struct {
+		Machines []struct {
+			ID string  `json:"id"`
+			Ps *psJSON `json:"ps"`
+		} `json:"machines"`
+	}
+	out, err = w.net.Machines[1].Command(w.bin, "ps", "--cluster", "--json", "--dir", w.dirs[1]).Output()
+	if err != nil {
+		t.Fatalf("chanos ps --cluster on machine 2: %v", err)
+	}
+	if err := json.Unmarshal(out, &cps); err != nil {
+		t.Fatalf("chanos ps --cluster --json: %v: %s", err, out)
+	}
+	seen := map[string]bool{}
+	for _, m := range cps.Machines {
+		for _, d := range m.Ps.Domains {
+			seen[m.ID+"/"+d.Program] = true
+		}
+	}
+	if !seen[id1+"/pp-server"] || !seen[id2+"/pp-client"] {
+		t.Errorf("chanos ps --cluster on machine 2: %v, want pp-server on machine 1 and pp-client on machine 2", seen)
+	}
 	ctx := testkit.Context(t)
 	time.Sleep(500 * time.Millisecond)
 	m1 := w.net.Machines[0]

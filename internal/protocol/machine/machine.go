@@ -18,28 +18,30 @@ const InterfaceName = "machine"
 
 // MaxFrameSize is the size in bytes of the largest frame of the interface,
 // header included: its transports need slots or buffers this large.
-const MaxFrameSize = 1052
+const MaxFrameSize = 262164
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x64381b8892a4ad0d
+const Fingerprint uint64 = 0xc632a4f42c3aa726
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
 	MsgBind     uint16 = 1 // bind
 	MsgConnGone uint16 = 2 // conn_gone
+	MsgPs       uint16 = 3 // ps
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
 // when encoding and decoding.
 const (
-	MaxBindNameLen          = 256 // bind: in String name[256]
-	MaxBindIfaceLen         = 128 // bind: in String iface[128]
-	MaxBindClientProgramLen = 256 // bind: in String client_program[256]
-	MaxBindExportNameLen    = 256 // bind: out String export_name[256]
-	MaxBindAddrLen          = 256 // bind: out String addr[256]
-	MaxBindServerNameLen    = 64  // bind: out String server_name[64]
+	MaxBindNameLen          = 256    // bind: in String name[256]
+	MaxBindIfaceLen         = 128    // bind: in String iface[128]
+	MaxBindClientProgramLen = 256    // bind: in String client_program[256]
+	MaxBindExportNameLen    = 256    // bind: out String export_name[256]
+	MaxBindAddrLen          = 256    // bind: out String addr[256]
+	MaxBindServerNameLen    = 64     // bind: out String server_name[64]
+	MaxPsJSONLen            = 262144 // ps: out uint8 json[json_len, 262144]
 )
 
 // CertFingerprint is the IDL array cert_fingerprint:
@@ -271,6 +273,84 @@ func (m *ConnGone) put(b []byte) {
 	wire.PutUint64(b[0:], m.ConnID)
 }
 
+// PsCall holds the in arguments of the rpc ps, number 3:
+//
+//	rpc ps(out uint8 json[json_len, 262144]);
+type PsCall struct{}
+
+func (*PsCall) MsgNumber() uint16  { return MsgPs }
+func (*PsCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*PsCall) MsgName() string    { return "machine.ps" }
+func (*PsCall) isMsg()             {}
+func (*PsCall) Encode(buf *wire.Buffer) error {
+	wire.AppendFixed(buf, MsgPs, wire.KindCall, 0)
+	return nil
+}
+func (*PsCall) Decode(frame []byte, caps []wire.Cap) error {
+	if _, ok := wire.FixedBody(frame, caps, MsgPs, wire.KindCall, 0); ok {
+		return nil
+	}
+	return wire.FixedError(frame, caps, "machine.ps call", MsgPs, wire.KindCall, 0)
+}
+
+// PsReply holds the out arguments of the rpc ps, number 3:
+//
+//	rpc ps(out uint8 json[json_len, 262144]);
+type PsReply struct {
+	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is json_len in the IDL).
+	JSON []byte
+}
+
+func (*PsReply) MsgNumber() uint16  { return MsgPs }
+func (*PsReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*PsReply) MsgName() string    { return "machine.ps" }
+func (*PsReply) isMsg()             {}
+func (m *PsReply) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 4]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.JSON...), tail...)
+	}
+	return err
+}
+
+func (m *PsReply) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// parts writes the frame's header and the fields around m.JSON, checked
+// against its bound, into f: the frame is head, m.JSON, tail.
+func (m *PsReply) parts(f *[wire.HeaderSize + 4]byte) (head, tail []byte, err error) {
+	n := len(m.JSON)
+	if err := wire.CheckCount("machine.ps reply", "json", n, MaxPsJSONLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgPs, wire.KindReply, 4+n)
+	wire.PutUint32(f[wire.HeaderSize:], uint32(n))
+	return f[:wire.HeaderSize+4], f[wire.HeaderSize+4:], nil
+}
+
+// decode is Decode taking the frame's json as take says.
+func (m *PsReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgPs, wire.KindReply, 4); ok {
+		if n := wire.Uint32(b[0:]); n <= MaxPsJSONLen && uint64(n) == uint64(len(b)-4) {
+			m.JSON = take.Bytes(m.JSON, b[4:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.JSON
+	*m = PsReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "machine.ps reply", MsgPs, wire.KindReply)
+	m.JSON = d.BytesAs("json", MaxPsJSONLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = PsReply{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if machine has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -281,6 +361,10 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(BindReply)
 	case msg == MsgConnGone && kind == wire.KindMessage:
 		return new(ConnGone)
+	case msg == MsgPs && kind == wire.KindCall:
+		return new(PsCall)
+	case msg == MsgPs && kind == wire.KindReply:
+		return new(PsReply)
 	}
 	return nil
 }

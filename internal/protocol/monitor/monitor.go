@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xfd4017695c6d0a29
+const Fingerprint uint64 = 0x18c132f5be9b2a8b
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -689,27 +689,36 @@ func (m *Incoming) Decode(frame []byte, caps []wire.Cap) error {
 
 // PsCall holds the in arguments of the rpc ps, number 6:
 //
-//	rpc ps(out uint8 json[json_len, 1048576]);
-type PsCall struct{}
+//	rpc ps(in uint64 machine, out uint8 json[json_len, 1048576]);
+type PsCall struct {
+	// Machine is the in argument machine (uint64).
+	Machine uint64
+}
 
 func (*PsCall) MsgNumber() uint16  { return MsgPs }
 func (*PsCall) MsgKind() wire.Kind { return wire.KindCall }
 func (*PsCall) MsgName() string    { return "monitor.ps" }
 func (*PsCall) isMsg()             {}
-func (*PsCall) Encode(buf *wire.Buffer) error {
-	wire.AppendFixed(buf, MsgPs, wire.KindCall, 0)
+func (m *PsCall) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgPs, wire.KindCall, 8))
 	return nil
 }
-func (*PsCall) Decode(frame []byte, caps []wire.Cap) error {
-	if _, ok := wire.FixedBody(frame, caps, MsgPs, wire.KindCall, 0); ok {
+func (m *PsCall) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgPs, wire.KindCall, 8); ok {
+		m.Machine = wire.Uint64(b[0:])
 		return nil
 	}
-	return wire.FixedError(frame, caps, "monitor.ps call", MsgPs, wire.KindCall, 0)
+	return wire.FixedError(frame, caps, "monitor.ps call", MsgPs, wire.KindCall, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *PsCall) put(b []byte) {
+	wire.PutUint64(b[0:], m.Machine)
 }
 
 // PsReply holds the out arguments of the rpc ps, number 6:
 //
-//	rpc ps(out uint8 json[json_len, 1048576]);
+//	rpc ps(in uint64 machine, out uint8 json[json_len, 1048576]);
 type PsReply struct {
 	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is json_len in the IDL).
 	JSON []byte
