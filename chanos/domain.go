@@ -508,7 +508,11 @@ func (d *Domain) openUMP(side ump.Side, caps []wire.Cap, maxFrame int) (*ump.Con
 
 // Listener is an export: it accepts the connections clients bind to it.
 type Listener struct {
-	d      *Domain
+	d *Domain
+	// relay, for an endpoint exported for another machine (netcaps.go),
+	// takes the link of the one connection that binds it, instead of
+	// Accept.
+	relay  func(interconnect.Link)
 	name   string
 	opts   []ExportOption // to export it again when the domain rejoins
 	onConn func(ConnEvent)
@@ -663,6 +667,10 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.d.log.Warn("chanos: could not open an incoming connection", "name", l.name, "err", err)
 		return
 	}
+	if l.relay != nil {
+		l.relay(ump.NewLink(u))
+		return
+	}
 	c := newConn(ump.NewLink(u), l.iface, l.d.log)
 	l.connected(c, l.d.incomingPeer(in))
 	l.enqueue(c)
@@ -800,6 +808,10 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 			return nil, fmt.Errorf("chanos: connect %s: %w: the local export is gone", label, ErrNotFound)
 		}
 		a, b := local.Pair()
+		if l.relay != nil {
+			l.relay(b)
+			return newConn(a, iface, d.log), nil
+		}
 		srv := newConn(b, l.iface, d.log)
 		l.connected(srv, d.selfPeer())
 		l.enqueue(srv)

@@ -67,6 +67,8 @@ func (e *Endpoint) SyscallConn() (syscall.RawConn, error) { return e.f.SyscallCo
 func OpenEndpoint(c wire.Cap, iface Interface) (*Conn, error) {
 	var f *os.File
 	switch v := c.(type) {
+	case *remoteEndpoint: // from another machine: bind what re-binds it
+		return v.open(iface)
 	case *Endpoint: // within one process, the value itself
 		f = v.f
 	case *os.File:

@@ -67,7 +67,7 @@ func (d *Domain) dialNet(ctx context.Context, label string, reply *monitor.BindR
 		return nil, fmt.Errorf("chanos: connect %s: dial %s: %w", label, reply.NetAddr, err)
 	}
 	d.trackNet(reply.ConnID, link)
-	return newConn(link, iface, d.log), nil
+	return newConn(&netCapsLink{Link: link, d: d}, iface, d.log), nil
 }
 
 // acceptNet records the connection the monitor announced to l from
@@ -157,7 +157,11 @@ func (s *netServer) accept(L *cnet.Listener) {
 		g := v.(*netGrant)
 		s.grants.ForgetWhenGone(link)
 		s.d.trackNet(g.conn, link)
-		c := newConn(link, g.l.iface, s.d.log)
+		if g.l.relay != nil {
+			g.l.relay(&netCapsLink{Link: link, d: s.d})
+			continue
+		}
+		c := newConn(&netCapsLink{Link: link, d: s.d}, g.l.iface, s.d.log)
 		g.l.connected(c, g.who)
 		g.l.enqueue(c)
 	}

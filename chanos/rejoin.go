@@ -110,7 +110,14 @@ func (d *Domain) rejoin() (*Conn, chan error) {
 		}
 		d.conn = conn
 		listeners := make([]*Listener, 0, len(d.exports))
+		var relays []*Listener
 		for _, l := range d.exports {
+			if l.relay != nil {
+				// An endpoint's export for another machine dies with the
+				// monitor that held its iref: its receiver cannot open it.
+				relays = append(relays, l)
+				continue
+			}
 			listeners = append(listeners, l)
 		}
 		clear(d.exports)
@@ -121,6 +128,9 @@ func (d *Domain) rejoin() (*Conn, chan error) {
 		}
 		clear(d.early)
 		d.mu.Unlock()
+		for _, l := range relays {
+			l.stop(ErrMonitorLost)
+		}
 		err = d.reexport(conn, listeners)
 		d.log.Info("chanos: rejoined the monitor", "dir", d.dir, "domain", d.ID(), "exports", len(listeners))
 		d.event(MonitorEvent{Err: err, Domain: d.ID()})

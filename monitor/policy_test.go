@@ -3,6 +3,7 @@ package monitor
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -344,4 +345,32 @@ func TestSameToken(t *testing.T) {
 			t.Fatalf("tokens differing in byte %d are the same", i)
 		}
 	}
+}
+
+// An export without a name must be private; it enters no names store, is
+// bound by its iref only, and is withdrawn by "#ID".
+func TestAnonymousExport(t *testing.T) {
+	tm := startMonitor(t, Config{Logger: discardLogger()})
+	ctx := testkit.Context(t)
+	srv := tm.dial(t, "server")
+	defer srv.Close()
+	cli := tm.dial(t, "client")
+	defer cli.Close()
+	_, err := srv.ExportCall(ctx, &proto.ExportCall{Iface: "kv", MaxFrame: 1024})
+	wantStatus(t, "an export without a name, public", err, proto.StatusInvalid)
+	ref, err := srv.ExportCall(ctx, &proto.ExportCall{Iface: "kv", MaxFrame: 1024, Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, _, err := tm.store.List(ctx, "", "", 100); err != nil || len(names) != 2 { // the nameservice and spawnd
+		t.Errorf("names after an anonymous export: %v, %v", names, err)
+	}
+	if _, err := cli.BindRef(ctx, ref, "kv"); err != nil {
+		t.Fatalf("bind by the anonymous export's iref: %v", err)
+	}
+	if err := srv.Withdraw(ctx, fmt.Sprintf("#%d", ref.Export)); err != nil {
+		t.Fatalf("withdraw #%d: %v", ref.Export, err)
+	}
+	_, err = cli.BindRef(ctx, ref, "kv")
+	wantStatus(t, "bind of a withdrawn anonymous export", err, proto.StatusNotFound)
 }

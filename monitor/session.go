@@ -306,7 +306,11 @@ func validIface(iface string) error {
 
 func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	m := s.m
-	if err := names.ValidName(c.Name); err != nil {
+	anonymous := c.Name == ""
+	if anonymous && !c.Private {
+		return nil, fail(proto.StatusInvalid, "export: an export without a name must be private (bound by its iref only)")
+	}
+	if err := names.ValidName(c.Name); err != nil && !anonymous {
 		return nil, fail(proto.StatusInvalid, "export: %v", err)
 	}
 	if err := validIface(c.Iface); err != nil {
@@ -328,8 +332,13 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	}
 	e.policy = pol
 	e.fingerprint = c.Fingerprint
+	key := c.Name
+	if anonymous {
+		// No name: the domain withdraws it by "#ID", which no name can be.
+		key = fmt.Sprintf("#%d", e.id)
+	}
 	m.mu.Lock()
-	if _, ok := s.exports[c.Name]; ok {
+	if _, ok := s.exports[key]; ok {
 		m.mu.Unlock()
 		return nil, fail(proto.StatusExists, "export %q: this domain already exports it", c.Name)
 	}
@@ -344,8 +353,12 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	// In the table before the name is, so that a bind that finds the name
 	// finds the export.
 	m.exports[e.id] = e
-	s.exports[c.Name] = e
+	s.exports[key] = e
 	m.mu.Unlock()
+	if anonymous {
+		s.log.Info("export", "name", key, "iface", c.Iface, "export", e.id, "max_frame", c.MaxFrame, "policy", pol.String())
+		return &proto.ExportReply{Ref: e.ref}, nil
+	}
 	if err := m.store.Set(s.ctx, c.Name, e.ref, names.Owner(s.id)); err != nil {
 		m.mu.Lock()
 		delete(m.exports, e.id)
@@ -374,6 +387,10 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 	delete(s.exports, c.Name)
 	delete(m.exports, e.id)
 	m.mu.Unlock()
+	if e.name == "" {
+		s.log.Info("withdraw", "name", c.Name, "export", e.id)
+		return &proto.WithdrawReply{}, nil
+	}
 	// The name may have been removed, or set again, through the
 	// nameservice meanwhile: remove it only if it still names this export.
 	if ref, err := m.store.Get(s.ctx, c.Name); err == nil && ref.WithoutToken() == e.ref.WithoutToken() && sameToken(ref, e.ref) {

@@ -211,11 +211,17 @@ func (l *Link) Gone() <-chan struct{} { return l.gone }
 func (l *Link) closeGone() { l.goneOnce.Do(func() { close(l.gone) }) }
 
 // SendFrame sends frame, waiting for room in the send window until ctx
-// ends. A frame with capabilities is refused with
+// ends. Its capabilities must be RefCaps, which travel as their irefs
+// (docs/net.md, "Capabilities"); any other is refused with
 // interconnect.ErrCapsUnsupported: descriptors do not cross machines.
 func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) error {
 	if len(caps) > 0 {
-		return fmt.Errorf("net: a frame with %d capabilities: %w", len(caps), interconnect.ErrCapsUnsupported)
+		refs, err := refTrailer(caps)
+		if err != nil {
+			return err
+		}
+		_, err = l.send(ctx, true, frame, refs, nil)
+		return err
 	}
 	_, err := l.send(ctx, true, frame, nil, nil)
 	return err
@@ -224,9 +230,39 @@ func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) err
 // TrySendFrame sends frame if the send window has room now.
 func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 	if len(caps) > 0 {
-		return false, fmt.Errorf("net: a frame with %d capabilities: %w", len(caps), interconnect.ErrCapsUnsupported)
+		refs, err := refTrailer(caps)
+		if err != nil {
+			return false, err
+		}
+		return l.send(context.Background(), false, frame, refs, nil)
 	}
 	return l.send(context.Background(), false, frame, nil, nil)
+}
+
+// RefCap is a capability that crosses machines: an iref, token and all,
+// which the receiver binds to reach what the sender handed over (a
+// channel endpoint, re-bound through the monitors). A net link carries a
+// frame's RefCaps after the frame, and gives the receiver RefCaps. Closing
+// one does nothing; the sender withdraws what it names.
+type RefCap struct{ Ref wire.Iref }
+
+// Close implements wire.Cap.
+func (*RefCap) Close() error { return nil }
+
+// refTrailer encodes caps, which must all be RefCaps, as a record's
+// trailer: their irefs in order.
+func refTrailer(caps []wire.Cap) ([]byte, error) {
+	b := make([]byte, 0, len(caps)*wire.IrefSize)
+	for i, c := range caps {
+		r, ok := c.(*RefCap)
+		if !ok {
+			return nil, fmt.Errorf("net: capability %d of the frame is a %T, not an iref: %w", i, c, interconnect.ErrCapsUnsupported)
+		}
+		b = binary.LittleEndian.AppendUint64(b, r.Ref.Machine)
+		b = binary.LittleEndian.AppendUint64(b, r.Ref.Export)
+		b = append(b, r.Ref.Token[:]...)
+	}
+	return b, nil
 }
 
 // SendParts sends the frame made of head, body and tail, each copied once
@@ -516,12 +552,13 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	} else if !l.ackArmed.Swap(true) {
 		signal(l.ackArm)
 	}
-	if err := in.SetFrame(f.buf, nil); err != nil {
-		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
-	}
-	if in.Header.NCaps != 0 {
+	frame, caps, err := splitRefs(f.buf)
+	if err != nil {
 		*in = interconnect.Incoming{}
-		return l.fail(interconnect.Violation(errors.New("a frame announces capabilities on a net connection")))
+		return l.fail(interconnect.Violation(err))
+	}
+	if err := in.SetFrame(frame, caps); err != nil {
+		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
 	}
 	return nil
 }
@@ -1172,3 +1209,31 @@ var (
 	_ interconnect.PartsSender = (*Link)(nil)
 	_ interconnect.PeerWatcher = (*Link)(nil)
 )
+
+// splitRefs splits a DATA record's payload into its frame and the RefCaps
+// of its trailer: the frame's header says how many (ncaps) and how long
+// the frame is; the trailer must be exactly ncaps irefs.
+func splitRefs(p []byte) ([]byte, []wire.Cap, error) {
+	if len(p) < wire.HeaderSize {
+		return p, nil, nil // SetFrame says what is wrong
+	}
+	ncaps := int(p[7])
+	if ncaps == 0 {
+		return p, nil, nil
+	}
+	size := int(binary.LittleEndian.Uint32(p))
+	if size < wire.HeaderSize || size+ncaps*wire.IrefSize != len(p) {
+		return nil, nil, fmt.Errorf("a frame of %d bytes with %d capabilities in a record of %d bytes (want %d irefs after the frame)", size, ncaps, len(p), ncaps)
+	}
+	caps := make([]wire.Cap, ncaps)
+	for i := range caps {
+		b := p[size+i*wire.IrefSize:]
+		r := &RefCap{Ref: wire.Iref{Machine: binary.LittleEndian.Uint64(b), Export: binary.LittleEndian.Uint64(b[8:])}}
+		copy(r.Ref.Token[:], b[16:32])
+		if r.Ref.IsZero() {
+			return nil, nil, fmt.Errorf("capability %d of a frame is the null iref", i)
+		}
+		caps[i] = r
+	}
+	return p[:size], caps, nil
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/faultproxy"
+	"github.com/chanos/chanos/internal/testkit/files"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -426,6 +427,48 @@ func TestCapsRefused(t *testing.T) {
 	}
 }
 
+// Capabilities that are irefs (RefCap) travel after their frame and
+// arrive as RefCaps, in order; a frame may mix none of anything else.
+func TestRefCaps(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, nil)
+	cl, sl := connect(t, L, L.Addr().String(), nil)
+	ctx := testkit.Context(t)
+	refs := []wire.Cap{
+		&cnet.RefCap{Ref: wire.Iref{Machine: 7, Export: 3, Token: [16]byte{1, 2, 3}}},
+		&cnet.RefCap{Ref: wire.Iref{Machine: 9, Export: 4, Token: [16]byte{4, 5, 6}}},
+	}
+	var b wire.Buffer
+	if err := (&files.Share{FD: refs[0], Tag: 11}).Encode(&b); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.SendFrame(ctx, b.B, b.Caps); err != nil {
+		t.Fatal(err)
+	}
+	var in interconnect.Incoming
+	if err := sl.Receive(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	var m files.Share
+	if err := in.Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	if r, ok := m.FD.(*cnet.RefCap); !ok || r.Ref != refs[0].(*cnet.RefCap).Ref || m.Tag != 11 {
+		t.Fatalf("received %#v tag %d, want %v", m.FD, m.Tag, refs[0])
+	}
+	// A descriptor among them is refused at send.
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b = wire.Buffer{}
+	(&files.Share{FD: f, Tag: 12}).Encode(&b)
+	if err := cl.SendFrame(ctx, b.B, b.Caps); !errors.Is(err, interconnect.ErrCapsUnsupported) {
+		t.Errorf("a descriptor: %v, want ErrCapsUnsupported", err)
+	}
+}
+
 // A frame over the connection's maximum is refused at send; the link
 // goes on.
 func TestFrameTooLargeRefused(t *testing.T) {
@@ -524,6 +567,26 @@ func TestGarbageEndsOneConnection(t *testing.T) {
 			for i := 24; i < len(b); i++ {
 				b[i] = 0xee
 			}
+			return b
+		}},
+		{"capabilities without their irefs", func() []byte {
+			f := frame(t, &pingpong.Ping{})
+			f[7] = 2 // ncaps, with no trailer
+			b := make([]byte, 24+len(f))
+			b[0] = 1
+			binary.LittleEndian.PutUint32(b[4:], uint32(len(f)))
+			binary.LittleEndian.PutUint64(b[8:], 1)
+			copy(b[24:], f)
+			return b
+		}},
+		{"a null iref as a capability", func() []byte {
+			f := frame(t, &pingpong.Ping{})
+			f[7] = 1
+			b := make([]byte, 24+len(f)+32)
+			b[0] = 1
+			binary.LittleEndian.PutUint32(b[4:], uint32(len(f)+32))
+			binary.LittleEndian.PutUint64(b[8:], 1)
+			copy(b[24:], f)
 			return b
 		}},
 		{"acknowledgement of what was never sent", func() []byte {

@@ -29,10 +29,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := testkit.Run(m, testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient})
+	code := testkit.Run(m, roles)
 	testkit.CleanPrograms()
 	os.Exit(code)
 }
+
+// roles are the parts this test binary plays in the machines' processes.
+var roles = testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient}
 
 // svc is the interface the test's server exports.
 var svc = chanos.Interface{Name: "clustertest", MaxFrameSize: 256}

@@ -1,0 +1,137 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/files"
+)
+
+func init() {
+	roles["hands"] = handsServer
+	roles["handclient"] = handClient
+}
+
+// handsServer joins the monitor in args[0] and exports the files
+// interface under args[1]; for each hand message it opens the pingpong
+// endpoint it carries and serves echo on it, printing "opened via=V".
+func handsServer(args []string) error {
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(args[0]), chanos.WithProgram("hands"))
+	if err != nil {
+		return err
+	}
+	l, err := files.Export(ctx, d, args[1])
+	if err != nil {
+		return err
+	}
+	fmt.Println("exported")
+	return files.Serve(ctx, l, handsSrv{ctx: ctx})
+}
+
+type handsSrv struct {
+	files.UnimplementedServer
+	ctx context.Context
+}
+
+func (s handsSrv) Hand(_ context.Context, _ *files.Client, m files.Hand) error {
+	raw, err := chanos.OpenEndpoint(m.Endpoint, pingpong.Interface)
+	if err != nil {
+		fmt.Printf("open: %v\n", err)
+		return nil
+	}
+	fmt.Printf("opened via=%s\n", raw.Interconnect())
+	c := pingpong.NewConn(raw)
+	go func() {
+		defer c.Close()
+		c.Serve(s.ctx, &echoServer{})
+	}()
+	return nil
+}
+
+// handClient joins the monitor in args[0], connects to the files export
+// named args[1] (on another machine), makes a pingpong endpoint, hands it
+// over and makes echo rpcs on its own end, printing "echo ok N"; then it
+// tries to send a file descriptor and prints how that failed.
+func handClient(args []string) error {
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(args[0]), chanos.WithProgram("handclient"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	c, err := files.Connect(ctx, d, args[1])
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	near, ep, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		return err
+	}
+	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: pingpong.InterfaceName}); err != nil {
+		fmt.Printf("hand: %v\n", err)
+		return nil
+	}
+	p := pingpong.NewConn(near)
+	n := 0
+	for i := uint64(0); i < 1000; i++ {
+		r, err := p.Echo(ctx, i)
+		if err != nil || r != i+1 {
+			fmt.Printf("echo %d: %d, %v\n", i, r, err)
+			return nil
+		}
+		n++
+	}
+	fmt.Printf("echo ok %d\n", n)
+	p.Close()
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		return err
+	}
+	err = c.Send(ctx, &files.Share{FD: f, Tag: 1})
+	fmt.Printf("fd: caps unsupported %v\n", errors.Is(err, chanos.ErrCapsUnsupported))
+	return nil
+}
+
+// TestEndpointAcrossMachines: a channel endpoint sent to a domain of
+// another machine arrives as a working net connection (re-bound through
+// the monitors), and rpcs run over it; a file descriptor sent to another
+// machine fails at send with ErrCapsUnsupported, and the connection goes
+// on.
+func TestEndpointAcrossMachines(t *testing.T) {
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	id1 := w.machineID(0)
+	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
+		return w.logs[1].Count("control link up", "machine="+id1) > 0
+	})
+	argv := testkit.Command("hands", w.dirs[0], "hands")
+	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+	srv.Expect(t, "exported")
+	argv = testkit.Command("handclient", w.dirs[1], "hands")
+	cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+	if l := srv.Line(t); l != "opened via=net" {
+		t.Fatalf("server: %q, want the endpoint opened over net", l)
+	}
+	if l := cl.Line(t); l != "echo ok 1000" {
+		t.Fatalf("client: %q", l)
+	}
+	if l := cl.Line(t); l != "fd: caps unsupported true" {
+		t.Fatalf("client: %q", l)
+	}
+	cl.Wait(t)
+	if strings.Contains(w.logs[0].String(), "level=ERROR") {
+		t.Errorf("machine 1's monitor logged an error:\n%s", w.logs[0])
+	}
+}
