@@ -144,6 +144,16 @@ func (L *Listener) loop() {
 			c.Close()
 			return
 		}
+		if len(L.pending) >= L.o.MaxHandshakes {
+			// Whoever opens TCP connections and says nothing holds a
+			// handshake each until its timeout: beyond the bound, new
+			// ones are dropped at once, and the connections already
+			// open are not touched.
+			L.mu.Unlock()
+			L.o.Logger.Debug("net: too many handshakes in progress; a connection dropped", "from", c.RemoteAddr(), "max", L.o.MaxHandshakes)
+			c.Close()
+			continue
+		}
 		L.pending[c] = struct{}{}
 		L.mu.Unlock()
 		L.wg.Add(1)

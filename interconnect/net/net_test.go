@@ -826,3 +826,43 @@ func TestCloseDuringPartition(t *testing.T) {
 		t.Errorf("the peer of a close that never arrived: %v, want ErrNetworkLost", err)
 	}
 }
+
+// Connections that open and say nothing hold at most MaxHandshakes
+// handshakes; beyond, new ones are dropped at once, and the connection
+// already open goes on.
+func TestHandshakeBound(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, &cnet.Options{MaxHandshakes: 4, HandshakeTimeout: 5 * time.Second})
+	cl, sl := connect(t, L, L.Addr().String(), nil)
+	ctx := testkit.Context(t)
+	var idle []stdnet.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range 4 {
+		c, err := stdnet.Dial("tcp", L.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(100 * time.Millisecond)
+	extra, err := stdnet.Dial("tcp", L.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer extra.Close()
+	extra.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := extra.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Errorf("a connection beyond the bound: read %v, want it closed at once (EOF)", err)
+	}
+	if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 5}), nil); err != nil {
+		t.Fatal(err)
+	}
+	var in interconnect.Incoming
+	if err := sl.Receive(ctx, &in); err != nil {
+		t.Fatalf("the open connection: %v", err)
+	}
+}

@@ -54,6 +54,10 @@ type Options struct {
 	// AcceptBacklog bounds the new connections a Listener holds before
 	// Accept takes them; more are refused. Default 64.
 	AcceptBacklog int
+	// MaxHandshakes bounds the TCP connections a Listener holds in their
+	// handshake (TLS and hello) at once; more are closed as they come.
+	// Default 64.
+	MaxHandshakes int
 	// TLS, if not nil, makes every TCP connection of the link a TLS 1.3
 	// connection with pinned certificates (authenticated and encrypted,
 	// or with TLS.AuthOnly authenticated and in the clear). Nil is plain
@@ -105,6 +109,9 @@ func (o *Options) resolve() Options {
 	}
 	if r.AcceptBacklog <= 0 {
 		r.AcceptBacklog = 64
+	}
+	if r.MaxHandshakes <= 0 {
+		r.MaxHandshakes = 64
 	}
 	if r.Logger == nil {
 		r.Logger = slog.New(slog.DiscardHandler)
