@@ -866,3 +866,45 @@ func TestHandshakeBound(t *testing.T) {
 		t.Fatalf("the open connection: %v", err)
 	}
 }
+
+// blockServer's echo blocks until its context ends and reports why.
+type blockServer struct {
+	pingpong.UnimplementedServer
+	ended chan error
+}
+
+func (s *blockServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	<-ctx.Done()
+	s.ended <- ctx.Err()
+	return 0, ctx.Err()
+}
+
+// A caller's deadline, and its cancel without one, reach the handler on
+// the other side of a net connection.
+func TestDeadlineAndCancelReachHandler(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, nil)
+	cl, sl := connect(t, L, L.Addr().String(), nil)
+	srv := &blockServer{ended: make(chan error, 2)}
+	serve(t, sl, srv)
+	c := pingpong.NewConn(chanos.NewConn(cl, pingpong.Interface))
+	defer c.Close()
+	ctx := testkit.Context(t)
+	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err := c.Echo(dctx, 1)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, chanos.CodeDeadlineExceeded) {
+		t.Errorf("a call past its deadline: %v", err)
+	}
+	if err := testkit.Await(t, "the handler's end", srv.ended); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("the handler's context ended with %v, want DeadlineExceeded", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	if _, err := c.Echo(cctx, 2); !errors.Is(err, context.Canceled) && !errors.Is(err, chanos.CodeCanceled) {
+		t.Errorf("a cancelled call: %v", err)
+	}
+	if err := testkit.Await(t, "the handler's end", srv.ended); !errors.Is(err, context.Canceled) {
+		t.Errorf("the handler's context ended with %v, want Canceled", err)
+	}
+}
