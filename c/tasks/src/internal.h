@@ -49,6 +49,7 @@ struct fiber {
     struct fiber *next;  /* pool and ready queue */
     chanos_tasks *rt;
     struct worker *w;    /* the worker running it, set at each switch to it */
+    chanos_ctx cctx;     /* the fast path's context: cctx.q_ is w's deque */
 };
 
 /* A suspended task's wake-up: count is the number of events still to

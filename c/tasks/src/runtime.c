@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -110,6 +111,20 @@ static void ctx_switch(struct ctx *from, struct ctx *to, int from_dies)
 /* ---- fibers ---- */
 
 static void fiber_entry(void *arg);
+
+/* fiber_bind makes w the worker running f, and f's context point at w's
+ * deque: whatever runs on f next reads it there. */
+static inline void fiber_bind(struct fiber *f, struct worker *w)
+{
+    f->w = w;
+    f->cctx.q_ = &w->dq.o;
+    f->cctx.moves_++;
+}
+
+static inline struct fiber *fiber_of(chanos_ctx *c)
+{
+    return (struct fiber *)(void *)((char *)c - offsetof(struct fiber, cctx));
+}
 
 static struct fiber *fiber_new(chanos_tasks *rt)
 {
@@ -299,7 +314,7 @@ static void switch_from(struct worker *w, struct fiber *self, enum after after,
     w->after_fiber = self;
     w->after_wp = wp;
     w->cur = next;
-    next->w = w;
+    fiber_bind(next, w);
     ctx_switch(&self->ctx, &next->ctx, 0);
     run_after(tasks_worker_());
 }
@@ -354,9 +369,15 @@ static __attribute__((noinline)) void publish(struct worker *w)
         wake(rt, 1);
 }
 
-static void call_task(chanos_task *t)
+/* call_task runs t's function; f is the fiber it runs on, NULL outside
+ * the workers. */
+static void call_task(struct fiber *f, chanos_task *t)
 {
-    switch (t->kind_) {
+    unsigned kind = t->kind_ & CHANOS_TASK_KIND_MASK_;
+
+    if (kind >= CHANOS_TASK_CVAL && f == NULL)
+        abort(); /* the fast form runs on workers only (chanos_tasks.h) */
+    switch (kind) {
     case CHANOS_TASK_I64:
         t->result_.i = t->fn_.i64(t->arg_.i);
         break;
@@ -365,6 +386,18 @@ static void call_task(chanos_task *t)
         break;
     case CHANOS_TASK_F64:
         t->result_.d = t->fn_.f64(t->arg_.d);
+        break;
+    case CHANOS_TASK_CI64:
+        t->result_.i = t->fn_.ci64(&f->cctx, t->arg_.i);
+        break;
+    case CHANOS_TASK_CPTR:
+        t->result_.p = t->fn_.cptr(&f->cctx, t->arg_.p);
+        break;
+    case CHANOS_TASK_CF64:
+        t->result_.d = t->fn_.cf64(&f->cctx, t->arg_.d);
+        break;
+    case CHANOS_TASK_CVAL:
+        t->result_ = t->fn_.cval(&f->cctx, t->arg_);
         break;
     default:
         t->result_ = t->fn_.val(t->arg_);
@@ -384,7 +417,7 @@ static void exec_task(struct fiber *f, chanos_task *t)
     fr.spawned = 0;
     atomic_init(&fr.wp.count, 0); /* wp.fiber is set by a suspension */
     f->frame = &fr;
-    call_task(t);
+    call_task(f, t);
     if (fr.spawned > 0)
         sync_frame(f, &fr);
     f->frame = outer;
@@ -410,7 +443,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
 
         if (t == NULL)
             break;
-        if (t->frame_ != fr) {
+        if ((t->kind_ & CHANOS_TASK_FAST_) || t->frame_ != fr) {
             cl_push(&w->dq, t);
             break;
         }
@@ -443,6 +476,22 @@ struct root {
     atomic_uint done;
 };
 
+/* A chanos_fspawn'd task's join_: NULL while it may run, JOIN_DONE once it
+ * ran elsewhere, or the waitpoint of its owner waiting for it. */
+#define JOIN_DONE ((void *)(uintptr_t)1)
+
+/* fast_done: t, spawned by chanos_fspawn, ran on a worker other than its
+ * owner's sync (a thief, or the scheduling loop after its owner's stack
+ * left the worker). The exchange's release publishes t's result to the
+ * owner's acquire; if the owner already waits, wake it. */
+static void fast_done(chanos_tasks *rt, chanos_task *t)
+{
+    void *old = __atomic_exchange_n(&t->join_, JOIN_DONE, __ATOMIC_ACQ_REL);
+
+    if (old != NULL)
+        tasks_release_(rt, old);
+}
+
 /* run_top runs a task taken by the scheduling loop (not by its parent's
  * sync) and tells whoever waits for it. */
 static void run_top(struct fiber *f, chanos_task *t)
@@ -451,6 +500,10 @@ static void run_top(struct fiber *f, chanos_task *t)
     struct root *root;
 
     exec_task(f, t);
+    if (t->kind_ & CHANOS_TASK_FAST_) {
+        fast_done(f->rt, t);
+        return;
+    }
     parent = t->frame_;
     if (parent != NULL) {
         tasks_release_(f->rt, &parent->wp);
@@ -546,7 +599,7 @@ static void sched_loop(struct fiber *self)
                 w->after = AFTER_RECYCLE;
                 w->after_fiber = self;
                 w->cur = f;
-                f->w = w;
+                fiber_bind(f, w);
                 ctx_switch(&self->ctx, &f->ctx, 1);
                 abort();
             }
@@ -624,7 +677,7 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     chanos_tasks *rt;
 
     if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL) {
-        call_task(t);
+        call_task(w != NULL ? w->cur : NULL, t);
         return;
     }
     t->frame_ = fr;
@@ -659,18 +712,97 @@ __attribute__((noinline)) void chanos_task_sync(void)
      * newest private entry (so no thief can have it), and no request to
      * publish or to leave. */
     q = &w->dq;
-    if (fr->spawned == 1 && q->head > q->pub && !cl_wanted(q) &&
+    if (fr->spawned == 1 && q->o.head > q->o.pub && !cl_wanted(q) &&
         !atomic_load_explicit(&w->leave, memory_order_relaxed)) {
         chanos_task *t = cl_peek_private(q);
 
-        if (t->frame_ == fr) {
-            q->head--;
+        if (!(t->kind_ & CHANOS_TASK_FAST_) && t->frame_ == fr) {
+            q->o.head--;
             fr->spawned = 0;
             exec_task(f, t);
             return;
         }
     }
     sync_frame(f, fr);
+}
+
+/* ---- the fast path's out-of-line halves (chanos_tasks.h) ----
+ *
+ * chanos_fspawn and chanos_fsync run inline in the program, on the deque
+ * of the worker that c->q_ names. They call in here only when the array
+ * may be full, when someone asked this worker to publish (a thief, a
+ * sleeper, or set_workers asking it to leave), and at a sync whose task is
+ * not the newest private entry: a thief took it, or it went public, or the
+ * task's stack moved to another worker since the spawn. */
+
+/* chanos_fwant_: the request flag was set. Publish, then leave if asked:
+ * cl_publish's acquire exchange of the flag pairs with set_workers'
+ * release store of it, after its store of leave. */
+void chanos_fwant_(chanos_ctx *c)
+{
+    struct fiber *f = fiber_of(c);
+    struct worker *w = f->w;
+
+    publish(w);
+    if (atomic_load_explicit(&w->leave, memory_order_relaxed))
+        worker_leave(w, f, AFTER_READY);
+}
+
+void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t)
+{
+    struct cl_deque *q = &fiber_of(c)->w->dq;
+
+    cl_push(q, t);
+    if (cl_wanted(q))
+        chanos_fwant_(c);
+}
+
+/* chanos_fsync_slow_: t was not the newest private entry. Take the newest
+ * entry, public or private, with cl_take (the Chase-Lev take when it is
+ * public): if it is t, the caller runs it. Otherwise t ran, or runs,
+ * elsewhere (stolen, handed over by a worker that left, or taken by the
+ * scheduling loop of the worker this stack left): wait for its join_. */
+int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t)
+{
+    struct fiber *f = fiber_of(c);
+    struct worker *w = f->w;
+    struct waitpoint wp;
+    void *expect = NULL;
+    chanos_task *x;
+
+    if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+        worker_leave(w, f, AFTER_READY);
+        w = f->w;
+    }
+    if (cl_wanted(&w->dq))
+        publish(w);
+    x = cl_take(&w->dq);
+    if (x == t)
+        return 1;
+    if (x != NULL) /* another stack's entry, left on this worker */
+        cl_push(&w->dq, x);
+    for (int i = 0; i < SYNC_SPIN; i++) {
+        if (__atomic_load_n(&t->join_, __ATOMIC_ACQUIRE) == JOIN_DONE)
+            return 0;
+        tasks_relax_();
+    }
+    /* Two to come: fast_done's release, and our token, dropped once this
+     * stack is left. The CAS fails only if t is done meanwhile. */
+    atomic_init(&wp.count, 2);
+    if (!__atomic_compare_exchange_n(&t->join_, &expect, (void *)&wp, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+    tasks_suspend_(w, &wp);
+    return 0;
+}
+
+chanos_ctx *chanos_task_ctx(void)
+{
+    struct worker *w = tasks_worker_();
+
+    if (w == NULL || w->cur == NULL)
+        return NULL;
+    return &w->cur->cctx;
 }
 
 int chanos_task_worker(void)
@@ -696,7 +828,7 @@ __attribute__((noinline)) void chanos_task_call(chanos_task *t)
     struct worker *w = tls_worker;
 
     if (w == NULL || w->cur == NULL) {
-        call_task(t);
+        call_task(NULL, t);
         return;
     }
     exec_task(w->cur, t);
@@ -774,7 +906,7 @@ static void *worker_main(void *arg)
 #endif
     f = fiber_get(rt);
     w->cur = f;
-    f->w = w;
+    fiber_bind(f, w);
     w->after = AFTER_NONE;
     ctx_switch(&w->home, &f->ctx, 0);
     /* The worker left (worker_leave): what it left to do with the fiber. */
@@ -805,9 +937,14 @@ static int worker_start(chanos_tasks *rt, unsigned i)
 
 static void workers_leave(chanos_tasks *rt, unsigned from, unsigned to)
 {
+    /* The request flag too: the fast path reads only that. Stored, not
+     * asked (cl_ask), so that the owner's clearing of an earlier request
+     * cannot hide this one; the release orders leave before it. */
     for (unsigned i = from; i < to; i++)
-        if (rt->w[i].running)
+        if (rt->w[i].running) {
             atomic_store(&rt->w[i].leave, 1);
+            atomic_store_explicit(&rt->w[i].dq.want, 1, memory_order_release);
+        }
     wake(rt, INT32_MAX);
     for (unsigned i = from; i < to; i++) {
         if (!rt->w[i].running)

@@ -104,7 +104,12 @@ static void *load_thread(void *arg)
         } else if ((xorshift32(&seed) & 1) == 0) {
             int64_t n = 18 + (int64_t)(xorshift32(&seed) % 4);
 
-            chanos_task_set(&t, fib_task, n);
+            /* The general form, or the fast path, whose spawns leave
+             * at a publish request and whose syncs find their tasks moved. */
+            if (xorshift32(&seed) & 1)
+                chanos_task_set(&t, fib_task, n);
+            else
+                chanos_task_set(&t, fib_fast, n);
             chanos_tasks_run(rt, &t);
             if (chanos_result_i64(&t) != fib_serial(n))
                 atomic_fetch_add(&bad, 1);
@@ -118,7 +123,10 @@ static void *load_thread(void *arg)
                 abort();
             for (size_t i = 0; i < n; i++)
                 a[i] = (int32_t)xorshift32(&seed);
-            chanos_task_set(&t, msort_task, (void *)&m);
+            if (xorshift32(&seed) & 1)
+                chanos_task_set(&t, msort_task, (void *)&m);
+            else
+                chanos_task_set(&t, msort_fast, (void *)&m);
             chanos_tasks_run(rt, &t);
             for (size_t i = 1; i < n; i++)
                 sorted &= a[i - 1] <= a[i];
