@@ -52,7 +52,9 @@ struct chanos_deq_own_ {
     int64_t top_low;           /* a lower bound of top */
     struct chanos_task **slot; /* the current array (atomic slots) */
     int64_t mask;              /* its size - 1 */
-    int *want;                 /* the publish request (an atomic int) */
+    int64_t limit;             /* a spawn at a lower index needs no check:
+                                * top_low + size, or INT64_MIN once someone
+                                * asked for a publish (atomic) */
 };
 
 /*
@@ -65,10 +67,10 @@ struct chanos_deq_own_ {
 typedef struct chanos_ctx {
     struct chanos_deq_own_ *q_; /* the deque of the worker now running
                                  * this stack */
-    uint64_t moves_;            /* how many times the stack was switched
-                                 * to: a spawn and its sync saw the same
-                                 * count only if the stack never left its
-                                 * worker in between */
+    uint64_t moves_;            /* bumped when the stack is switched to,
+                                 * and when its worker publishes: a spawn
+                                 * and its sync see the same count only if
+                                 * the task stayed private on one worker */
 } chanos_ctx;
 
 /*
@@ -385,7 +387,6 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
 
 /* The out-of-line halves of the fast path (src/runtime.c). */
 void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t);
-void chanos_fwant_(chanos_ctx *c);
 int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t);
 
 /* Slot accesses are atomic (a thief may read a slot the owner writes);
@@ -403,8 +404,9 @@ int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t);
 #endif
 
 /* chanos_fpush_ pushes t on the private end of the running worker's
- * deque: owner-only fields, one slot store, and a relaxed read of the
- * request flag. */
+ * deque: owner-only fields and one slot store. One compare covers both
+ * rare cases: the array may be full, or someone asked for a publish (the
+ * asker lowers limit to INT64_MIN). */
 static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
 {
     struct chanos_deq_own_ *q = c->q_;
@@ -412,30 +414,27 @@ static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
 
     t->idx_ = h;
     t->moves_ = c->moves_;
-    if (__builtin_expect(h - q->top_low > q->mask, 0)) {
+    if (__builtin_expect(h >= __atomic_load_n(&q->limit, __ATOMIC_RELAXED), 0)) {
         chanos_fpush_slow_(c, t);
         return;
     }
     __atomic_store_n(&q->slot[h & q->mask], t, CHANOS_SLOT_STORE_);
     q->head = h + 1;
-    if (__builtin_expect(__atomic_load_n(q->want, __ATOMIC_RELAXED) != 0, 0))
-        chanos_fwant_(c);
 }
 
 /* chanos_fpop_ returns 1 when t is back in the caller's hands (the caller
  * runs it), 0 when a thief ran it (its result is in t). The common case:
- * the stack never left its worker since the spawn (same moves_), so t is
- * still in that worker's deque, at index idx_; and it is private
- * (idx_ >= pub) and the newest (head == idx_ + 1). Plain loads of the
- * owner's fields and of t, and one store. */
+ * since the spawn, the stack never left its worker and the worker did not
+ * publish (same moves_), so t is still a private entry of that worker's
+ * deque, at index idx_, and the newest (head == idx_ + 1). Plain loads of
+ * t, of the context and of head, and one store. */
 static inline int chanos_fpop_(chanos_ctx *c, chanos_task *t)
 {
     struct chanos_deq_own_ *q = c->q_;
     int64_t h = t->idx_;
 
     if (__builtin_expect(t->moves_ == c->moves_, 1) &&
-        __builtin_expect(q->head == h + 1, 1) &&
-        __builtin_expect(h >= q->pub, 1)) {
+        __builtin_expect(q->head == h + 1, 1)) {
         q->head = h;
         return 1;
     }

@@ -93,6 +93,10 @@ struct cl_deque {
     struct cl_array *arr;
 };
 
+/* The owner's limit once someone asked for a publish: every spawn of the
+ * fast path then takes its slow path. */
+#define CL_LIMIT_ASK INT64_MIN
+
 /* What cl_steal returns when it lost a race: try again or elsewhere. */
 #define CL_ABORT ((chanos_task *)(uintptr_t)1)
 
@@ -120,6 +124,20 @@ static inline void cl_set_arr(struct cl_deque *q, struct cl_array *a)
     q->o.mask = a->size - 1;
 }
 
+/* cl_limit: owner only; raises the fast path's limit after top_low or the
+ * array grew, unless a request lowered it (then the CAS fails, or is not
+ * tried, and the request stays for the next spawn). A stale limit is only
+ * lower than it could be: top_low and the size only grow. */
+static inline void cl_limit(struct cl_deque *q)
+{
+    int64_t old = __atomic_load_n(&q->o.limit, __ATOMIC_RELAXED);
+
+    if (old != CL_LIMIT_ASK)
+        (void)__atomic_compare_exchange_n(&q->o.limit, &old,
+                                          q->o.top_low + q->arr->size, 0,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 static inline void cl_init(struct cl_deque *q, int64_t size)
 {
     atomic_init(&q->top, 0);
@@ -130,7 +148,7 @@ static inline void cl_init(struct cl_deque *q, int64_t size)
     q->o.head = 0;
     q->o.pub = 0;
     q->o.top_low = 0;
-    q->o.want = (int *)&q->want;
+    q->o.limit = size;
 }
 
 static inline void cl_destroy(struct cl_deque *q)
@@ -177,6 +195,7 @@ static __attribute__((noinline, unused)) struct cl_array *cl_full_slow(struct cl
     q->o.top_low = atomic_load_explicit(&q->top, memory_order_acquire);
     if (q->o.head - q->o.top_low > a->size - 1)
         a = cl_grow(q, a, q->o.top_low, q->o.head);
+    cl_limit(q);
     return a;
 }
 
@@ -217,14 +236,19 @@ static inline int cl_wanted(struct cl_deque *q)
 
 /* cl_publish: owner only. Makes every private entry public: the Chase-Lev
  * push's release fence and bottom store, once for all of them. The
- * exchange clears the request; its acquire pairs with the release store
- * of the request, so that the owner then sees what the requester did
- * before it asked (a sleeper's count in rt->sleepers). With nothing
- * private, the request stays for the next spawn; 0 then, else 1. */
+ * exchanges clear the request, the limit first: a request whose limit
+ * store the first misses (it comes later) leaves the limit lowered for
+ * the next spawn; one whose limit store it reads (acquire), the second
+ * reads its want too. The acquire of want pairs with the release store of
+ * the request, so that the owner then sees what the requester did before
+ * it asked (a sleeper's count in rt->sleepers). With nothing private, the
+ * request stays for the next spawn; 0 then, else 1. */
 static inline int cl_publish(struct cl_deque *q)
 {
     if (q->o.head == q->o.pub)
         return 0;
+    (void)__atomic_exchange_n(&q->o.limit, q->o.top_low + q->arr->size,
+                              __ATOMIC_ACQUIRE);
     (void)atomic_exchange_explicit(&q->want, 0, memory_order_acquire);
     atomic_thread_fence(memory_order_release);
     atomic_store_explicit(&q->bottom, q->o.head, CL_BOT_STORE);
@@ -255,15 +279,18 @@ static __attribute__((noinline, unused)) chanos_task *cl_take_public(struct cl_d
             atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
             q->o.head = q->o.pub = b + 1;
             q->o.top_low = b + 1;
+            cl_limit(q);
             return x;
         }
         q->o.head = q->o.pub = b;
         q->o.top_low = t;
+        cl_limit(q);
         return x;
     }
     atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
     q->o.head = q->o.pub = b + 1;
     q->o.top_low = t;
+    cl_limit(q);
     return NULL;
 }
 
@@ -325,14 +352,26 @@ static inline chanos_task *cl_steal(struct cl_deque *q)
     return NULL;
 }
 
+/* cl_ask_limit: any thread; lowers the owner's limit so that its next
+ * fast-path spawn takes the slow path and publishes. After the store of
+ * want, with release: cl_publish's acquire exchange of the limit, reading
+ * it, then reads want set. Written only when want was clear, so that
+ * idle thieves do not write the owner's line over and over. */
+static inline void cl_ask_limit(struct cl_deque *q)
+{
+    __atomic_store_n(&q->o.limit, CL_LIMIT_ASK, __ATOMIC_RELEASE);
+}
+
 /* cl_ask: any thread but the owner; asks the owner to publish its private
  * entries at its next spawn or pop. The release pairs with cl_publish's
  * acquire. The load first keeps idle thieves from writing the line over
  * and over. */
 static inline void cl_ask(struct cl_deque *q)
 {
-    if (atomic_load_explicit(&q->want, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&q->want, memory_order_relaxed) == 0) {
         atomic_store_explicit(&q->want, 1, memory_order_release);
+        cl_ask_limit(q);
+    }
 }
 
 /* cl_nonempty: a hint, from any thread; the public part only. */

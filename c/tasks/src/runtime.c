@@ -364,6 +364,10 @@ static __attribute__((noinline)) void publish(struct worker *w)
 
     if (!cl_publish(&w->dq))
         return;
+    /* Entries of the running stack went public: its fast syncs must not
+     * take them as private (chanos_fpop_). */
+    if (w->cur != NULL)
+        w->cur->cctx.moves_++;
     if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
         wake(rt, 1);
@@ -735,10 +739,10 @@ __attribute__((noinline)) void chanos_task_sync(void)
  * not the newest private entry: a thief took it, or it went public, or the
  * task's stack moved to another worker since the spawn. */
 
-/* chanos_fwant_: the request flag was set. Publish, then leave if asked:
+/* fast_want: someone asked for a publish. Publish, then leave if asked:
  * cl_publish's acquire exchange of the flag pairs with set_workers'
  * release store of it, after its store of leave. */
-void chanos_fwant_(chanos_ctx *c)
+static void fast_want(chanos_ctx *c)
 {
     struct fiber *f = fiber_of(c);
     struct worker *w = f->w;
@@ -748,13 +752,17 @@ void chanos_fwant_(chanos_ctx *c)
         worker_leave(w, f, AFTER_READY);
 }
 
+/* chanos_fpush_slow_: the spawn's index reached the limit: the array may
+ * be full (cl_push reloads top, grows it if so, and raises the limit), or
+ * someone asked for a publish. */
 void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t)
 {
     struct cl_deque *q = &fiber_of(c)->w->dq;
 
     cl_push(q, t);
-    if (cl_wanted(q))
-        chanos_fwant_(c);
+    if (__atomic_load_n(&q->o.limit, __ATOMIC_RELAXED) == CL_LIMIT_ASK ||
+        cl_wanted(q))
+        fast_want(c);
 }
 
 /* chanos_fsync_slow_: t was not the newest private entry. Take the newest
@@ -944,6 +952,7 @@ static void workers_leave(chanos_tasks *rt, unsigned from, unsigned to)
         if (rt->w[i].running) {
             atomic_store(&rt->w[i].leave, 1);
             atomic_store_explicit(&rt->w[i].dq.want, 1, memory_order_release);
+            cl_ask_limit(&rt->w[i].dq);
         }
     wake(rt, INT32_MAX);
     for (unsigned i = from; i < to; i++) {
