@@ -374,6 +374,18 @@ static inline void cl_ask(struct cl_deque *q)
     }
 }
 
+/* cl_ask_sleeper: cl_ask for a worker about to sleep, which added itself
+ * to sleepers first: it stores the request even when one is pending, so
+ * that the owner's acquire exchange in cl_publish reads this store (and
+ * then sees the count) or a later one (then the request stays for the
+ * owner's next spawn). A pending thief's request, written before the
+ * count, would not carry it. Once per sleep. */
+static inline void cl_ask_sleeper(struct cl_deque *q)
+{
+    atomic_store_explicit(&q->want, 1, memory_order_release);
+    cl_ask_limit(q);
+}
+
 /* cl_nonempty: a hint, from any thread; the public part only. */
 static inline int cl_nonempty(struct cl_deque *q)
 {

@@ -563,11 +563,11 @@ static void worker_sleep(struct worker *w)
     atomic_fetch_add(&rt->sleepers, 1);
     /* Every worker's private entries are invisible here: ask each owner
      * to publish them at its next spawn or pop, where it will see our
-     * count in sleepers (cl_ask's release, cl_publish's acquire) and wake
+     * count in sleepers (cl_ask_sleeper's release, cl_publish's acquire) and wake
      * a sleeper. */
     for (unsigned i = 0; i < n; i++)
         if (i != w->id)
-            cl_ask(&rt->w[i].dq);
+            cl_ask_sleeper(&rt->w[i].dq);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_visible(rt) && !atomic_load(&w->leave))
         futex_wait(&rt->epoch, e);
@@ -658,12 +658,8 @@ static void fiber_entry(void *arg)
  * the fast path saves no registers. */
 static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_task *t)
 {
-    chanos_tasks *rt = w->rt;
-
     cl_push(&w->dq, t);
-    if (cl_wanted(&w->dq) ||
-        (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
-         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0))
+    if (cl_wanted(&w->dq))
         publish(w);
 }
 
@@ -678,7 +674,6 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     struct worker *w = tls_worker;
     struct fiber *f;
     struct frame *fr;
-    chanos_tasks *rt;
 
     if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL) {
         call_task(w != NULL ? w->cur : NULL, t);
@@ -687,19 +682,16 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     t->frame_ = fr;
     fr->spawned++;
     /* The push is private: no fence and no store to a shared line.
-     * Thieves see the task once we publish: when one asked, or when a
-     * worker sleeps and none searches (the wake-up a spawn always gave).
-     * The sleeper check keeps a task that runs long after this spawn from
-     * sitting private while a worker sleeps; it takes no fence, and a
-     * sleeper it misses asked us before it slept (worker_sleep). */
+     * Thieves see the task once we publish, when one asked; a worker
+     * about to sleep asks too (worker_sleep), so a sleeper is woken by
+     * the first spawn after it slept. Publishing on "a worker sleeps"
+     * alone woke it at every spawn until it ran, a futex system call
+     * each, while the machine gave it no CPU. */
     if (__builtin_expect(!cl_push_fast(&w->dq, t), 0)) {
         spawn_push_slow(w, t);
         return;
     }
-    rt = w->rt;
-    if (__builtin_expect(cl_wanted(&w->dq) ||
-                         (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
-                          atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0), 0))
+    if (__builtin_expect(cl_wanted(&w->dq), 0))
         publish(w);
 }
 
