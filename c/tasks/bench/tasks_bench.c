@@ -519,8 +519,9 @@ static void bench_rtt(void)
 }
 
 /* ---- remove-worker: while fib runs on 2 workers, remove one; the time
- * set_workers takes is the time until the worker has left and its deque
- * and stack are in the shared queues, for the other to take. ---- */
+ * from the request until the worker has left (its thread exited), its
+ * deque and stack handed to the shared queues, for the other to take.
+ * set_workers itself returns at once. ---- */
 
 struct fib_run {
     chanos_tasks *rt;
@@ -555,6 +556,7 @@ static void bench_remove(void)
         nanosleep(&ts, NULL);
         t0 = now_s();
         chanos_tasks_set_workers(f.rt, 1);
+        chanos_tasks_wait_removed(f.rt);
         t[r] = now_s() - t0;
         pthread_join(th, NULL);
         chanos_tasks_stop(f.rt);

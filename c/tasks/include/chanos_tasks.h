@@ -160,17 +160,32 @@ int chanos_tasks_run(chanos_tasks *rt, chanos_task *t);
 /*
  * chanos_tasks_set_workers sets the number of workers to n (1 to
  * max_workers) while tasks run. New workers start stealing at once. A
- * removed worker leaves at its next sync or when it is between tasks: it
- * hands the tasks of its deque to the runtime's queue and its current task
- * (the stack it runs on) to the ready queue, where other workers take them
- * up; nothing is lost or run twice. Returns once the removed workers have
- * left: 0, -EINVAL, or -errno (from pthread_create). Call it from a thread
- * that is not a worker; calls are serialized.
+ * removed worker is asked to leave, and leaves at its next sync, its next
+ * chanos_fspawn after the request, or when it is between tasks: it hands
+ * the tasks of its deque to the runtime's queue and its current task (the
+ * stack it runs on) to the ready queue, where other workers take them up;
+ * nothing is lost or run twice. Shrinking returns at once, without waiting
+ * for the removed workers to leave (one running a long task without
+ * syncs leaves when the task gets there); chanos_tasks_threads tells
+ * whether they have, and chanos_tasks_wait_removed waits for them. Growing again takes back a request that a worker has not yet
+ * acted on, and keeps that thread. 0, -EINVAL, or -errno (from
+ * pthread_create). Call it from a thread that is not a worker; calls are
+ * serialized.
  */
 int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n);
 
-/* chanos_tasks_workers returns the number of workers. */
+/* chanos_tasks_workers returns the number of workers set (by start or
+ * set_workers). */
 unsigned chanos_tasks_workers(chanos_tasks *rt);
+
+/* chanos_tasks_threads returns the number of worker threads still
+ * running: the workers set, plus the removed ones that have not left. */
+unsigned chanos_tasks_threads(chanos_tasks *rt);
+
+/* chanos_tasks_wait_removed blocks until every worker removed so far has
+ * left (chanos_tasks_threads down to chanos_tasks_workers, as it stood
+ * when called). Call it from a thread that is not a worker. */
+void chanos_tasks_wait_removed(chanos_tasks *rt);
 
 /* ---- tasks ---- */
 

@@ -327,6 +327,18 @@ void tasks_suspend_(struct worker *w, struct waitpoint *wp)
     switch_from(w, self, AFTER_RELEASE, wp);
 }
 
+/* leave_claim: whether the worker was asked to leave (leave 1), and, if
+ * so, claims the leaving (leave 2), which set_workers can no longer take
+ * back; a set_workers that grows again first takes back a request not yet
+ * claimed (1 to 0), and keeps the thread. */
+static int leave_claim(struct worker *w)
+{
+    int one = 1;
+
+    return atomic_load_explicit(&w->leave, memory_order_relaxed) == 1 &&
+           atomic_compare_exchange_strong(&w->leave, &one, 2);
+}
+
 /* worker_leave hands the worker's deque to the shared queue and returns
  * to the thread's own stack, leaving self to after (AFTER_RECYCLE: self
  * is done with; AFTER_READY: self goes on elsewhere, and this returns
@@ -432,7 +444,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
     struct worker *w = f->w;
     int k;
 
-    if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+    if (leave_claim(w)) {
         worker_leave(w, f, AFTER_READY);
         w = f->w;
     }
@@ -586,7 +598,7 @@ static void sched_loop(struct fiber *self)
         chanos_task *t;
         struct fiber *f;
 
-        if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+        if (leave_claim(w)) {
             if (searching)
                 atomic_fetch_sub(&rt->searching, 1);
             worker_leave(w, self, AFTER_RECYCLE);
@@ -740,7 +752,7 @@ static void fast_want(chanos_ctx *c)
     struct worker *w = f->w;
 
     publish(w);
-    if (atomic_load_explicit(&w->leave, memory_order_relaxed))
+    if (leave_claim(w))
         worker_leave(w, f, AFTER_READY);
 }
 
@@ -770,7 +782,7 @@ int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t)
     void *expect = NULL;
     chanos_task *x;
 
-    if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+    if (leave_claim(w)) {
         worker_leave(w, f, AFTER_READY);
         w = f->w;
     }
@@ -912,6 +924,8 @@ static void *worker_main(void *arg)
     /* The worker left (worker_leave): what it left to do with the fiber. */
     run_after(w);
     tls_worker = NULL;
+    atomic_fetch_sub(&rt->nthreads, 1);
+    futex_wake(&rt->nthreads, INT32_MAX);
     return NULL;
 }
 
@@ -928,31 +942,41 @@ static int worker_start(chanos_tasks *rt, unsigned i)
     atomic_store(&w->leave, 0);
     w->cur = NULL;
     w->after = AFTER_NONE;
+    atomic_fetch_add(&rt->nthreads, 1);
     err = pthread_create(&w->thread, NULL, worker_main, w);
-    if (err != 0)
+    if (err != 0) {
+        atomic_fetch_sub(&rt->nthreads, 1);
         return -err;
+    }
     w->running = 1;
     return 0;
 }
 
-static void workers_leave(chanos_tasks *rt, unsigned from, unsigned to)
+/* workers_ask_leave asks the workers of slots [from, to) to leave, and
+ * returns without waiting: each leaves at its next spawn that checks
+ * (the fast path's), sync, or between tasks. The request flag too: the
+ * fast path reads only that. Stored, not asked (cl_ask), so that the
+ * owner's clearing of an earlier request cannot hide this one; the
+ * release orders leave before it. */
+static void workers_ask_leave(chanos_tasks *rt, unsigned from, unsigned to)
 {
-    /* The request flag too: the fast path reads only that. Stored, not
-     * asked (cl_ask), so that the owner's clearing of an earlier request
-     * cannot hide this one; the release orders leave before it. */
-    for (unsigned i = from; i < to; i++)
-        if (rt->w[i].running) {
-            atomic_store(&rt->w[i].leave, 1);
-            atomic_store_explicit(&rt->w[i].dq.want, 1, memory_order_release);
-            cl_ask_limit(&rt->w[i].dq);
-        }
-    wake(rt, INT32_MAX);
     for (unsigned i = from; i < to; i++) {
+        int zero = 0;
+
         if (!rt->w[i].running)
             continue;
-        pthread_join(rt->w[i].thread, NULL);
-        rt->w[i].running = 0;
+        (void)atomic_compare_exchange_strong(&rt->w[i].leave, &zero, 1);
+        atomic_store_explicit(&rt->w[i].dq.want, 1, memory_order_release);
+        cl_ask_limit(&rt->w[i].dq);
     }
+    wake(rt, INT32_MAX);
+}
+
+/* worker_join waits for the thread of slot i, which claimed its leave. */
+static void worker_join(chanos_tasks *rt, unsigned i)
+{
+    pthread_join(rt->w[i].thread, NULL);
+    rt->w[i].running = 0;
 }
 
 int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
@@ -969,6 +993,16 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
         if (atomic_load(&rt->nslots) < n)
             atomic_store_explicit(&rt->nslots, n, memory_order_release);
         for (unsigned i = cur; i < n; i++) {
+            if (rt->w[i].running) {
+                /* Removed earlier and not gone yet: take the request
+                 * back if the worker has not claimed it, else wait for
+                 * it, which is on its way out. */
+                int one = 1;
+
+                if (atomic_compare_exchange_strong(&rt->w[i].leave, &one, 0))
+                    continue;
+                worker_join(rt, i);
+            }
             err = worker_start(rt, i);
             if (err != 0) {
                 n = i;
@@ -976,7 +1010,7 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
             }
         }
     } else if (n < cur) {
-        workers_leave(rt, n, cur);
+        workers_ask_leave(rt, n, cur);
     }
     atomic_store(&rt->nworkers, n);
     pthread_mutex_unlock(&rt->set_lock);
@@ -986,6 +1020,19 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
 unsigned chanos_tasks_workers(chanos_tasks *rt)
 {
     return atomic_load(&rt->nworkers);
+}
+
+unsigned chanos_tasks_threads(chanos_tasks *rt)
+{
+    return atomic_load(&rt->nthreads);
+}
+
+void chanos_tasks_wait_removed(chanos_tasks *rt)
+{
+    unsigned want = atomic_load(&rt->nworkers), v;
+
+    while ((v = atomic_load(&rt->nthreads)) > want)
+        futex_wait(&rt->nthreads, v);
 }
 
 int chanos_tasks_run(chanos_tasks *rt, chanos_task *t)
@@ -1087,7 +1134,10 @@ void chanos_tasks_stop(chanos_tasks *rt)
     if (rt == NULL)
         return;
     pthread_mutex_lock(&rt->set_lock);
-    workers_leave(rt, 0, rt->max_workers);
+    workers_ask_leave(rt, 0, rt->max_workers);
+    for (unsigned i = 0; i < rt->max_workers; i++)
+        if (rt->w[i].running)
+            worker_join(rt, i);
     atomic_store(&rt->nworkers, 0);
     pthread_mutex_unlock(&rt->set_lock);
     poller_stop_(rt);
