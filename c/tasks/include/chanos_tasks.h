@@ -182,9 +182,10 @@ unsigned chanos_tasks_workers(chanos_tasks *rt);
  * running: the workers set, plus the removed ones that have not left. */
 unsigned chanos_tasks_threads(chanos_tasks *rt);
 
-/* chanos_tasks_wait_removed blocks until every worker removed so far has
- * left (chanos_tasks_threads down to chanos_tasks_workers, as it stood
- * when called). Call it from a thread that is not a worker. */
+/* chanos_tasks_wait_removed blocks until every removed worker has left,
+ * or been taken back by a set_workers that grew again:
+ * chanos_tasks_threads down to chanos_tasks_workers. Call it from a
+ * thread that is not a worker. */
 void chanos_tasks_wait_removed(chanos_tasks *rt);
 
 /* ---- tasks ---- */

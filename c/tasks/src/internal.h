@@ -106,6 +106,8 @@ struct chanos_tasks {
     atomic_uint nworkers;
     atomic_uint target;          /* what set_workers is making nworkers */
     atomic_uint nthreads;        /* worker threads not yet exited */
+    atomic_uint wver;            /* bumped at each change of the two
+                                  * (a futex word) */
     pthread_mutex_t set_lock;    /* serializes set_workers and stop */
 
     /* Idle workers sleep on epoch (a futex word). */

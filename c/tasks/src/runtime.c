@@ -889,6 +889,13 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
 
 /* ---- workers ---- */
 
+/* workers_changed tells chanos_tasks_wait_removed to look again. */
+static void workers_changed(chanos_tasks *rt)
+{
+    atomic_fetch_add(&rt->wver, 1);
+    futex_wake(&rt->wver, INT32_MAX);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -925,7 +932,7 @@ static void *worker_main(void *arg)
     run_after(w);
     tls_worker = NULL;
     atomic_fetch_sub(&rt->nthreads, 1);
-    futex_wake(&rt->nthreads, INT32_MAX);
+    workers_changed(rt);
     return NULL;
 }
 
@@ -1014,6 +1021,7 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
     }
     atomic_store(&rt->nworkers, n);
     pthread_mutex_unlock(&rt->set_lock);
+    workers_changed(rt);
     return err;
 }
 
@@ -1029,10 +1037,13 @@ unsigned chanos_tasks_threads(chanos_tasks *rt)
 
 void chanos_tasks_wait_removed(chanos_tasks *rt)
 {
-    unsigned want = atomic_load(&rt->nworkers), v;
+    for (;;) {
+        unsigned e = atomic_load(&rt->wver);
 
-    while ((v = atomic_load(&rt->nthreads)) > want)
-        futex_wait(&rt->nthreads, v);
+        if (atomic_load(&rt->nthreads) <= atomic_load(&rt->nworkers))
+            return;
+        futex_wait(&rt->wver, e);
+    }
 }
 
 int chanos_tasks_run(chanos_tasks *rt, chanos_task *t)

@@ -4,7 +4,7 @@
  * events) while the main thread sets the worker count between 1 and 5;
  * every result and every message is checked: none lost, none twice, in
  * order. Then: removing a worker that runs a long task returns without
- * waiting for the task. */
+ * waiting for the task, and growing back takes the removal back. */
 #include "../../tests/ump_testutil.h"
 #include "workloads.h"
 
@@ -178,6 +178,16 @@ static void *long_root(void *arg)
     return NULL;
 }
 
+static atomic_int waited;
+
+static void *wait_removed_thread(void *arg)
+{
+    (void)arg;
+    chanos_tasks_wait_removed(rt);
+    atomic_store(&waited, 1);
+    return NULL;
+}
+
 /* Two roots, one per worker, each a long task; set_workers(1) must return
  * while both still run (the release comes after it), and both finish. */
 static void test_shrink_long(void)
@@ -198,6 +208,23 @@ static void test_shrink_long(void)
     CHECK_EQ(chanos_tasks_workers(rt), 1);
     /* Both long tasks still run: the removed worker has not left. */
     CHECK_EQ(chanos_tasks_threads(rt), 2);
+    /* A waiter for the removal; growing back takes the request back
+     * (the worker, in its long task, has not acted on it), which must
+     * end the wait too. */
+    {
+        pthread_t wt;
+        int64_t deadline = now_s() + 30;
+
+        atomic_store(&waited, 0);
+        CHECK_EQ(pthread_create(&wt, NULL, wait_removed_thread, NULL), 0);
+        CHECK_EQ(chanos_tasks_set_workers(rt, 2), 0);
+        while (!atomic_load(&waited) && now_s() < deadline)
+            sched_yield();
+        CHECK_EQ(atomic_load(&waited), 1);
+        pthread_join(wt, NULL);
+        CHECK_EQ(chanos_tasks_threads(rt), 2);
+    }
+    CHECK_EQ(chanos_tasks_set_workers(rt, 1), 0);
     atomic_store(&long_release, 1);
     for (int i = 0; i < 2; i++)
         pthread_join(th[i], NULL);
