@@ -575,8 +575,8 @@ static void worker_sleep(struct worker *w)
     atomic_fetch_add(&rt->sleepers, 1);
     /* Every worker's private entries are invisible here: ask each owner
      * to publish them at its next spawn or pop, where it will see our
-     * count in sleepers (cl_ask_sleeper's release, cl_publish's acquire) and wake
-     * a sleeper. */
+     * count in sleepers (cl_ask_sleeper's release, cl_publish's
+     * acquire) and wake a sleeper. */
     for (unsigned i = 0; i < n; i++)
         if (i != w->id)
             cl_ask_sleeper(&rt->w[i].dq);
@@ -696,9 +696,9 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     /* The push is private: no fence and no store to a shared line.
      * Thieves see the task once we publish, when one asked; a worker
      * about to sleep asks too (worker_sleep), so a sleeper is woken by
-     * the first spawn after it slept. Publishing on "a worker sleeps"
-     * alone woke it at every spawn until it ran, a futex system call
-     * each, while the machine gave it no CPU. */
+     * the first spawn after it slept. Publishing whenever a worker
+     * sleeps, unasked, would wake it at every spawn until it runs: a
+     * futex call each, for as long as a loaded machine gives it no CPU. */
     if (__builtin_expect(!cl_push_fast(&w->dq, t), 0)) {
         spawn_push_slow(w, t);
         return;
