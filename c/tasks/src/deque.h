@@ -47,6 +47,13 @@
  * values only it writes (bottom, array) and a lower bound of top (top only
  * grows), and reloads top only when the bound says the array may be full.
  *
+ * The inline fast path of chanos_tasks.h (chanos_fspawn) reads neither
+ * want nor top: it compares head with o.limit, which is top_low + size
+ * (the array may be full at or above it) or CL_LIMIT_ASK, written by
+ * whoever asks for a publish (cl_ask_limit, after want), so that one
+ * compare covers both. docs/tasks.md, "Why it is safe against thieves",
+ * has the argument.
+ *
  * ThreadSanitizer does not model stand-alone fences, so under it the slot
  * and bottom accesses that the fences order are made release/acquire
  * themselves (a stronger ordering; the algorithm is unchanged).
@@ -86,9 +93,10 @@ struct cl_deque {
     _Alignas(64) _Atomic int64_t bottom;
     _Atomic(struct cl_array *) array;
     atomic_int want;
-    /* The owner's alone: the private end, its copies of bottom and of
-     * the array (its slots and mask too, for the inline fast path of
-     * chanos_tasks.h), a lower bound of top, and where want is. */
+    /* The owner's: the private end, its copies of bottom and of the
+     * array (its slots and mask too, for the inline fast path of
+     * chanos_tasks.h), a lower bound of top, and the fast path's limit,
+     * which requesters also write (cl_ask_limit). */
     _Alignas(64) struct chanos_deq_own_ o;
     struct cl_array *arr;
 };
