@@ -397,8 +397,8 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  *
  * A task spawned this way that nobody stole costs no call into the
  * library, no fence and no read-modify-write: the spawn writes the record
- * and one deque slot, the sync compares the newest private slot with t and
- * calls fn directly.
+ * and one deque slot, the sync compares t's index and move count with the
+ * deque's head and the context's count, and calls fn directly.
  */
 
 /* The out-of-line halves of the fast path (src/runtime.c). */
