@@ -97,7 +97,8 @@ func runTasksProgram(ctx context.Context, prog string, args []string, progress i
 // TasksTable prints the task suite's results and its ratios: the work
 // overhead T1/T_serial, the speed-up T1/T2, and the time of each
 // baseline (OpenMP's tasks, oneTBB's task_group, goroutines) over
-// chanos's at 2 workers.
+// chanos's at 2 workers; for fib, whose chanos rows are the fast path,
+// the same two ratios of the general form (runtime chanos-general).
 func TasksTable(w io.Writer, results []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "case\truntime\tworkers\tn\ttime_s\trtt_ns_p50\trtt_ns_p99")
@@ -121,6 +122,15 @@ func TasksTable(w io.Writer, results []Result) {
 		}
 		if t1 != nil && t2 != nil {
 			fmt.Fprintf(w, "%s: T1/T2 %.2f\n", c, *t1.TimeS / *t2.TimeS)
+		}
+		// fib's chanos rows are its fast path (chanos_fspawn); the
+		// general form (chanos_spawn) is measured beside it.
+		g1, g2 := find(c, "chanos-general", 1), find(c, "chanos-general", 2)
+		if g1 != nil && serial != nil {
+			fmt.Fprintf(w, "%s: general form, T1/T_serial %.2f\n", c, *g1.TimeS / *serial.TimeS)
+		}
+		if g1 != nil && g2 != nil {
+			fmt.Fprintf(w, "%s: general form, T1/T2 %.2f\n", c, *g1.TimeS / *g2.TimeS)
 		}
 		for _, b := range []struct {
 			name string

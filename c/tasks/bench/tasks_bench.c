@@ -1,7 +1,8 @@
 /*
  * tasks_bench: the figures of the task runtime, one JSON object per line in
  * the bench contract (suite=tasks; case fib, mergesort, nqueens, msg-rtt,
- * remove-worker; runtime chanos, serial, openmp or ump-raw; workers; time_s,
+ * remove-worker; runtime chanos, chanos-general (fib: the general form
+ * beside the fast path), serial, openmp, tbb or ump-raw; workers; time_s,
  * or rtt_ns_p50 and rtt_ns_p99 for msg-rtt). Times are medians of --reps
  * runs. Baselines run in the same process run.
  *
@@ -168,20 +169,28 @@ static void bench_fib(void)
         unsigned w = workers_list[k];
         chanos_tasks *rt = start(w);
 
-        for (int r = 0; r < reps; r++) {
-            chanos_task task;
-            double t0 = now_s();
+        /* runtime=chanos: the fast path (chanos_fspawn, chanos_fsync);
+         * runtime=chanos-general: the general form (chanos_spawn,
+         * chanos_call, chanos_task_sync). Same runtime, same tree. */
+        for (int form = 0; form < 2; form++) {
+            for (int r = 0; r < reps; r++) {
+                chanos_task task;
+                double t0 = now_s();
 
-            chanos_task_set(&task, fib_task, fib_n);
-            chanos_tasks_run(rt, &task);
-            t[r] = now_s() - t0;
-            if (chanos_result_i64(&task) != want) {
-                fprintf(stderr, "tasks_bench: fib wrong\n");
-                exit(1);
+                if (form == 0)
+                    chanos_task_set(&task, fib_fast, fib_n);
+                else
+                    chanos_task_set(&task, fib_task, fib_n);
+                chanos_tasks_run(rt, &task);
+                t[r] = now_s() - t0;
+                if (chanos_result_i64(&task) != want) {
+                    fprintf(stderr, "tasks_bench: fib wrong\n");
+                    exit(1);
+                }
             }
+            emit("fib", form == 0 ? "chanos" : "chanos-general", w, median(t, reps), extra);
         }
         chanos_tasks_stop(rt);
-        emit("fib", "chanos", w, median(t, reps), extra);
         if (use_omp) {
             for (int r = 0; r < reps; r++) {
                 double t0 = now_s();
@@ -510,8 +519,9 @@ static void bench_rtt(void)
 }
 
 /* ---- remove-worker: while fib runs on 2 workers, remove one; the time
- * set_workers takes is the time until the worker has left and its deque
- * and stack are in the shared queues, for the other to take. ---- */
+ * from the request until the worker has left (its thread exited), its
+ * deque and stack handed to the shared queues, for the other to take.
+ * set_workers itself returns at once. ---- */
 
 struct fib_run {
     chanos_tasks *rt;
@@ -546,6 +556,7 @@ static void bench_remove(void)
         nanosleep(&ts, NULL);
         t0 = now_s();
         chanos_tasks_set_workers(f.rt, 1);
+        chanos_tasks_wait_removed(f.rt);
         t[r] = now_s() - t0;
         pthread_join(th, NULL);
         chanos_tasks_stop(f.rt);

@@ -42,6 +42,38 @@ typedef union chanos_task_val {
 typedef chanos_task_val (*chanos_task_fn)(chanos_task_val arg);
 
 /*
+ * The owner's end of a worker's deque (src/deque.h), which the inline
+ * chanos_fspawn and chanos_fsync read and write on the worker that owns it
+ * and nowhere else. The runtime's: no field is for the program.
+ */
+struct chanos_deq_own_ {
+    int64_t head;              /* entries [pub, head) are private */
+    int64_t pub;               /* the owner's copy of bottom */
+    int64_t top_low;           /* a lower bound of top */
+    struct chanos_task **slot; /* the current array (atomic slots) */
+    int64_t mask;              /* its size - 1 */
+    int64_t limit;             /* a spawn at a lower index needs no check:
+                                * top_low + size, or INT64_MIN once someone
+                                * asked for a publish (atomic) */
+};
+
+/*
+ * A task context: what the fast path (chanos_fspawn, chanos_fsync) passes
+ * down instead of reading a thread-local. The runtime hands one to every
+ * function of the fast form, int64_t f(chanos_ctx *, int64_t) and the
+ * like; it belongs to the task stack, not to the worker, so it stays
+ * right when the task resumes on another worker. Opaque to the program.
+ */
+typedef struct chanos_ctx {
+    struct chanos_deq_own_ *q_; /* the deque of the worker now running
+                                 * this stack */
+    uint64_t moves_;            /* bumped when the stack is switched to,
+                                 * and when its worker publishes: a spawn
+                                 * and its sync see the same count only if
+                                 * the task stayed private on one worker */
+} chanos_ctx;
+
+/*
  * A task: caller-owned storage. Fill it with chanos_task_init (or let
  * chanos_spawn do it); read the result with chanos_task_result after the
  * sync that waited for it. The fields ending in _ belong to the runtime.
@@ -52,20 +84,39 @@ typedef struct chanos_task {
         int64_t (*i64)(int64_t);
         void *(*ptr)(void *);
         double (*f64)(double);
+        chanos_task_val (*cval)(chanos_ctx *, chanos_task_val);
+        int64_t (*ci64)(chanos_ctx *, int64_t);
+        void *(*cptr)(chanos_ctx *, void *);
+        double (*cf64)(chanos_ctx *, double);
     } fn_;
     unsigned kind_;
     chanos_task_val arg_;
     chanos_task_val result_;
-    void *frame_;               /* the spawning task's frame */
+    union {
+        void *frame_;           /* the spawning task's frame */
+        int64_t idx_;           /* chanos_fspawn: its deque index */
+    };
     struct chanos_task *next_;  /* the runtime's queues */
-    void *root_;                /* a root task's completion */
+    union {
+        void *root_;            /* a root task's completion */
+        void *join_;            /* chanos_fspawn: NULL, the waiter, or done */
+    };
+    uint64_t moves_;            /* chanos_fspawn: the context's moves_ */
 } chanos_task;
 
-/* The kinds of task function (chanos_task.kind_). */
+/* The kinds of task function (chanos_task.kind_): the low bits; the
+ * CTX kinds take a chanos_ctx * first. CHANOS_TASK_FAST_ marks a task
+ * spawned by chanos_fspawn (joined through join_, not a frame). */
 #define CHANOS_TASK_VAL 0
 #define CHANOS_TASK_I64 1
 #define CHANOS_TASK_PTR 2
 #define CHANOS_TASK_F64 3
+#define CHANOS_TASK_CVAL 4
+#define CHANOS_TASK_CI64 5
+#define CHANOS_TASK_CPTR 6
+#define CHANOS_TASK_CF64 7
+#define CHANOS_TASK_KIND_MASK_ 7u
+#define CHANOS_TASK_FAST_ 8u
 
 /* Options of chanos_tasks_start; NULL or a zeroed struct: the defaults. */
 struct chanos_tasks_opts {
@@ -109,17 +160,33 @@ int chanos_tasks_run(chanos_tasks *rt, chanos_task *t);
 /*
  * chanos_tasks_set_workers sets the number of workers to n (1 to
  * max_workers) while tasks run. New workers start stealing at once. A
- * removed worker leaves at its next sync or when it is between tasks: it
- * hands the tasks of its deque to the runtime's queue and its current task
- * (the stack it runs on) to the ready queue, where other workers take them
- * up; nothing is lost or run twice. Returns once the removed workers have
- * left: 0, -EINVAL, or -errno (from pthread_create). Call it from a thread
- * that is not a worker; calls are serialized.
+ * removed worker is asked to leave, and leaves at its next sync, its next
+ * chanos_fspawn after the request, or when it is between tasks: it hands
+ * the tasks of its deque to the runtime's queue and its current task (the
+ * stack it runs on) to the ready queue, where other workers take them up;
+ * nothing is lost or run twice. Shrinking returns at once, without waiting
+ * for the removed workers to leave (one running a long task without
+ * syncs leaves when the task gets there); chanos_tasks_threads tells
+ * whether they have, and chanos_tasks_wait_removed waits for them. Growing again takes back a request that a worker has not yet
+ * acted on, and keeps that thread. 0, -EINVAL, or -errno (from
+ * pthread_create). Call it from a thread that is not a worker; calls are
+ * serialized.
  */
 int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n);
 
-/* chanos_tasks_workers returns the number of workers. */
+/* chanos_tasks_workers returns the number of workers set (by start or
+ * set_workers). */
 unsigned chanos_tasks_workers(chanos_tasks *rt);
+
+/* chanos_tasks_threads returns the number of worker threads still
+ * running: the workers set, plus the removed ones that have not left. */
+unsigned chanos_tasks_threads(chanos_tasks *rt);
+
+/* chanos_tasks_wait_removed blocks until every removed worker has left,
+ * or been taken back by a set_workers that grew again:
+ * chanos_tasks_threads down to chanos_tasks_workers. Call it from a
+ * thread that is not a worker. */
+void chanos_tasks_wait_removed(chanos_tasks *rt);
 
 /* ---- tasks ---- */
 
@@ -211,12 +278,55 @@ static inline void chanos_task_init_val_(chanos_task *t, chanos_task_fn fn,
     chanos_task_init(t, fn, a);
 }
 
-#define chanos_task_set(t, fn, arg)                             \
-    _Generic((fn),                                              \
-        int64_t (*)(int64_t): chanos_task_init_i64_,            \
-        void *(*)(void *): chanos_task_init_ptr_,               \
-        double (*)(double): chanos_task_init_f64_,              \
-        chanos_task_fn: chanos_task_init_val_)((t), (fn), (arg))
+static inline void chanos_task_init_ci64_(chanos_task *t,
+                                          int64_t (*fn)(chanos_ctx *, int64_t),
+                                          int64_t a)
+{
+    t->fn_.ci64 = fn;
+    t->kind_ = CHANOS_TASK_CI64;
+    t->arg_.i = a;
+}
+
+static inline void chanos_task_init_cptr_(chanos_task *t,
+                                          void *(*fn)(chanos_ctx *, void *),
+                                          void *a)
+{
+    t->fn_.cptr = fn;
+    t->kind_ = CHANOS_TASK_CPTR;
+    t->arg_.p = a;
+}
+
+static inline void chanos_task_init_cf64_(chanos_task *t,
+                                          double (*fn)(chanos_ctx *, double),
+                                          double a)
+{
+    t->fn_.cf64 = fn;
+    t->kind_ = CHANOS_TASK_CF64;
+    t->arg_.d = a;
+}
+
+static inline void chanos_task_init_cval_(chanos_task *t,
+                                          chanos_task_val (*fn)(chanos_ctx *, chanos_task_val),
+                                          chanos_task_val a)
+{
+    t->fn_.cval = fn;
+    t->kind_ = CHANOS_TASK_CVAL;
+    t->arg_ = a;
+}
+
+/* fn may also be of the fast form, with a chanos_ctx * first: the runtime
+ * passes the context when it runs the task. */
+#define chanos_task_set(t, fn, arg)                                       \
+    _Generic((fn),                                                        \
+        int64_t (*)(int64_t): chanos_task_init_i64_,                      \
+        void *(*)(void *): chanos_task_init_ptr_,                         \
+        double (*)(double): chanos_task_init_f64_,                        \
+        chanos_task_fn: chanos_task_init_val_,                            \
+        int64_t (*)(chanos_ctx *, int64_t): chanos_task_init_ci64_,       \
+        void *(*)(chanos_ctx *, void *): chanos_task_init_cptr_,          \
+        double (*)(chanos_ctx *, double): chanos_task_init_cf64_,         \
+        chanos_task_val (*)(chanos_ctx *, chanos_task_val):               \
+            chanos_task_init_cval_)((t), (fn), (arg))
 
 #define chanos_spawn(t, fn, arg)                                \
     (chanos_task_set((t), (fn), (arg)), chanos_task_spawn(t))
@@ -248,6 +358,204 @@ static inline double chanos_result_f64(const chanos_task *t)
 void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
                          void (*body)(int64_t lo, int64_t hi, void *arg),
                          void *arg);
+
+/* ---- the fast path: spawn and sync inline, with a context ----
+ *
+ * For fine-grained recursion (docs/tasks.md, "The fast path"). A function
+ * of the fast form takes the context the runtime gives it and passes it
+ * down:
+ *
+ *   static int64_t fib(chanos_ctx *c, int64_t n)
+ *   {
+ *       chanos_task t;
+ *       int64_t b;
+ *
+ *       if (n < 2)
+ *           return n;
+ *       chanos_fspawn(c, &t, fib, n - 1);
+ *       b = fib(c, n - 2);                 // a plain call
+ *       return chanos_fsync(c, &t, fib) + b;
+ *   }
+ *
+ *   chanos_task root;
+ *   chanos_task_set(&root, fib, 35);       // any worker runs it with a context
+ *   chanos_tasks_run(rt, &root);
+ *
+ * chanos_fspawn(c, &t, fn, arg) makes t stealable; chanos_fsync(c, &t, fn)
+ * returns fn's result for t: it calls fn itself if no thief took t, or
+ * waits for the thief (suspending the task, not the worker). The rules:
+ *
+ *  - every chanos_fspawn is matched by one chanos_fsync, with the same fn,
+ *    in the same function, and the syncs come in the reverse order of the
+ *    spawns (the last spawned is synced first);
+ *  - there is no implicit sync for these: a function returns only after
+ *    it synced what it spawned this way;
+ *  - c is the context the runtime passed in, passed down unchanged;
+ *  - the functions of the fast form run only on workers: run them with
+ *    chanos_tasks_run, chanos_spawn or chanos_call (never from outside a
+ *    worker, where they have no context).
+ *
+ * A task spawned this way that nobody stole costs no call into the
+ * library, no fence and no read-modify-write: the spawn writes the record
+ * and one deque slot, the sync compares t's index and move count with the
+ * deque's head and the context's count, and calls fn directly.
+ */
+
+/* The out-of-line halves of the fast path (src/runtime.c). */
+void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t);
+int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t);
+
+/* Slot accesses are atomic (a thief may read a slot the owner writes);
+ * relaxed is a plain mov. ThreadSanitizer does not model the fences that
+ * order them, so under it the store releases, as src/deque.h does. */
+#if defined(__SANITIZE_THREAD__)
+#define CHANOS_SLOT_STORE_ __ATOMIC_RELEASE
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define CHANOS_SLOT_STORE_ __ATOMIC_RELEASE
+#endif
+#endif
+#ifndef CHANOS_SLOT_STORE_
+#define CHANOS_SLOT_STORE_ __ATOMIC_RELAXED
+#endif
+
+/* chanos_fpush_ pushes t on the private end of the running worker's
+ * deque: owner-only fields and one slot store. One compare covers both
+ * rare cases: the array may be full, or someone asked for a publish (the
+ * asker lowers limit to INT64_MIN). */
+static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
+{
+    struct chanos_deq_own_ *q = c->q_;
+    int64_t h = q->head;
+
+    t->idx_ = h;
+    t->moves_ = c->moves_;
+    if (__builtin_expect(h >= __atomic_load_n(&q->limit, __ATOMIC_RELAXED), 0)) {
+        chanos_fpush_slow_(c, t);
+        return;
+    }
+    __atomic_store_n(&q->slot[h & q->mask], t, CHANOS_SLOT_STORE_);
+    q->head = h + 1;
+}
+
+/* chanos_fpop_ returns 1 when t is back in the caller's hands (the caller
+ * runs it), 0 when a thief ran it (its result is in t). The common case:
+ * since the spawn, the stack never left its worker and the worker did not
+ * publish (same moves_), so t is still a private entry of that worker's
+ * deque, at index idx_, and the newest (head == idx_ + 1). Plain loads of
+ * t, of the context and of head, and one store. */
+static inline int chanos_fpop_(chanos_ctx *c, chanos_task *t)
+{
+    struct chanos_deq_own_ *q = c->q_;
+    int64_t h = t->idx_;
+
+    if (__builtin_expect(t->moves_ == c->moves_, 1) &&
+        __builtin_expect(q->head == h + 1, 1)) {
+        q->head = h;
+        return 1;
+    }
+    return chanos_fsync_slow_(c, t);
+}
+
+static inline void chanos_fspawn_i64_(chanos_ctx *c, chanos_task *t,
+                                      int64_t (*fn)(chanos_ctx *, int64_t),
+                                      int64_t a)
+{
+    t->fn_.ci64 = fn;
+    t->kind_ = CHANOS_TASK_CI64 | CHANOS_TASK_FAST_;
+    t->arg_.i = a;
+    t->join_ = NULL;
+    chanos_fpush_(c, t);
+}
+
+static inline void chanos_fspawn_ptr_(chanos_ctx *c, chanos_task *t,
+                                      void *(*fn)(chanos_ctx *, void *),
+                                      void *a)
+{
+    t->fn_.cptr = fn;
+    t->kind_ = CHANOS_TASK_CPTR | CHANOS_TASK_FAST_;
+    t->arg_.p = a;
+    t->join_ = NULL;
+    chanos_fpush_(c, t);
+}
+
+static inline void chanos_fspawn_f64_(chanos_ctx *c, chanos_task *t,
+                                      double (*fn)(chanos_ctx *, double),
+                                      double a)
+{
+    t->fn_.cf64 = fn;
+    t->kind_ = CHANOS_TASK_CF64 | CHANOS_TASK_FAST_;
+    t->arg_.d = a;
+    t->join_ = NULL;
+    chanos_fpush_(c, t);
+}
+
+static inline void chanos_fspawn_val_(chanos_ctx *c, chanos_task *t,
+                                      chanos_task_val (*fn)(chanos_ctx *, chanos_task_val),
+                                      chanos_task_val a)
+{
+    t->fn_.cval = fn;
+    t->kind_ = CHANOS_TASK_CVAL | CHANOS_TASK_FAST_;
+    t->arg_ = a;
+    t->join_ = NULL;
+    chanos_fpush_(c, t);
+}
+
+static inline int64_t chanos_fsync_i64_(chanos_ctx *c, chanos_task *t,
+                                        int64_t (*fn)(chanos_ctx *, int64_t))
+{
+    if (chanos_fpop_(c, t))
+        return fn(c, t->arg_.i);
+    return t->result_.i;
+}
+
+static inline void *chanos_fsync_ptr_(chanos_ctx *c, chanos_task *t,
+                                      void *(*fn)(chanos_ctx *, void *))
+{
+    if (chanos_fpop_(c, t))
+        return fn(c, t->arg_.p);
+    return t->result_.p;
+}
+
+static inline double chanos_fsync_f64_(chanos_ctx *c, chanos_task *t,
+                                       double (*fn)(chanos_ctx *, double))
+{
+    if (chanos_fpop_(c, t))
+        return fn(c, t->arg_.d);
+    return t->result_.d;
+}
+
+static inline chanos_task_val chanos_fsync_val_(chanos_ctx *c, chanos_task *t,
+                                                chanos_task_val (*fn)(chanos_ctx *, chanos_task_val))
+{
+    if (chanos_fpop_(c, t))
+        return fn(c, t->arg_);
+    return t->result_;
+}
+
+/* chanos_fspawn(c, t, fn, arg): t (caller-owned, as for chanos_spawn) runs
+ * fn(c', arg) on this worker at the matching chanos_fsync, or on a thief. */
+#define chanos_fspawn(c, t, fn, arg)                                      \
+    _Generic((fn),                                                        \
+        int64_t (*)(chanos_ctx *, int64_t): chanos_fspawn_i64_,           \
+        void *(*)(chanos_ctx *, void *): chanos_fspawn_ptr_,              \
+        double (*)(chanos_ctx *, double): chanos_fspawn_f64_,             \
+        chanos_task_val (*)(chanos_ctx *, chanos_task_val):               \
+            chanos_fspawn_val_)((c), (t), (fn), (arg))
+
+/* chanos_fsync(c, t, fn): fn's result for t, of fn's result type. */
+#define chanos_fsync(c, t, fn)                                            \
+    _Generic((fn),                                                        \
+        int64_t (*)(chanos_ctx *, int64_t): chanos_fsync_i64_,            \
+        void *(*)(chanos_ctx *, void *): chanos_fsync_ptr_,               \
+        double (*)(chanos_ctx *, double): chanos_fsync_f64_,              \
+        chanos_task_val (*)(chanos_ctx *, chanos_task_val):               \
+            chanos_fsync_val_)((c), (t), (fn))
+
+/* chanos_task_ctx returns the context of the running task, for a task of
+ * the general form that calls a function of the fast form; NULL outside
+ * the workers. */
+chanos_ctx *chanos_task_ctx(void);
 
 /* ---- waiting without holding the worker ----
  *

@@ -47,6 +47,13 @@
  * values only it writes (bottom, array) and a lower bound of top (top only
  * grows), and reloads top only when the bound says the array may be full.
  *
+ * The inline fast path of chanos_tasks.h (chanos_fspawn) reads neither
+ * want nor top: it compares head with o.limit, which is top_low + size
+ * (the array may be full at or above it) or CL_LIMIT_ASK, written by
+ * whoever asks for a publish (cl_ask_limit, after want), so that one
+ * compare covers both. docs/tasks.md, "Why it is safe against thieves",
+ * has the argument.
+ *
  * ThreadSanitizer does not model stand-alone fences, so under it the slot
  * and bottom accesses that the fences order are made release/acquire
  * themselves (a stronger ordering; the algorithm is unchanged).
@@ -86,13 +93,17 @@ struct cl_deque {
     _Alignas(64) _Atomic int64_t bottom;
     _Atomic(struct cl_array *) array;
     atomic_int want;
-    /* The owner's alone: the private end, its copies of bottom and array,
-     * and a lower bound of top. */
-    _Alignas(64) int64_t head;
-    int64_t pub;
-    int64_t top_low;
+    /* The owner's: the private end, its copies of bottom and of the
+     * array (its slots and mask too, for the inline fast path of
+     * chanos_tasks.h), a lower bound of top, and the fast path's limit,
+     * which requesters also write (cl_ask_limit). */
+    _Alignas(64) struct chanos_deq_own_ o;
     struct cl_array *arr;
 };
+
+/* The owner's limit once someone asked for a publish: every spawn of the
+ * fast path then takes its slow path. */
+#define CL_LIMIT_ASK INT64_MIN
 
 /* What cl_steal returns when it lost a race: try again or elsewhere. */
 #define CL_ABORT ((chanos_task *)(uintptr_t)1)
@@ -110,16 +121,42 @@ static inline struct cl_array *cl_array_new(int64_t size)
     return a;
 }
 
+/* cl_set_arr: owner only; makes a the owner's array, with the copies
+ * the inline fast path reads. The slots are _Atomic(chanos_task *), which
+ * chanos_tasks.h reads and writes with __atomic builtins as plain
+ * pointers: the same representation. */
+static inline void cl_set_arr(struct cl_deque *q, struct cl_array *a)
+{
+    q->arr = a;
+    q->o.slot = (chanos_task **)a->slot;
+    q->o.mask = a->size - 1;
+}
+
+/* cl_limit: owner only; raises the fast path's limit after top_low or the
+ * array grew, unless a request lowered it (then the CAS fails, or is not
+ * tried, and the request stays for the next spawn). A stale limit is only
+ * lower than it could be: top_low and the size only grow. */
+static inline void cl_limit(struct cl_deque *q)
+{
+    int64_t old = __atomic_load_n(&q->o.limit, __ATOMIC_RELAXED);
+
+    if (old != CL_LIMIT_ASK)
+        (void)__atomic_compare_exchange_n(&q->o.limit, &old,
+                                          q->o.top_low + q->arr->size, 0,
+                                          __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+}
+
 static inline void cl_init(struct cl_deque *q, int64_t size)
 {
     atomic_init(&q->top, 0);
     atomic_init(&q->bottom, 0);
-    q->arr = cl_array_new(size);
-    atomic_init(&q->array, q->arr);
     atomic_init(&q->want, 0);
-    q->head = 0;
-    q->pub = 0;
-    q->top_low = 0;
+    cl_set_arr(q, cl_array_new(size));
+    atomic_init(&q->array, q->arr);
+    q->o.head = 0;
+    q->o.pub = 0;
+    q->o.top_low = 0;
+    q->o.limit = size;
 }
 
 static inline void cl_destroy(struct cl_deque *q)
@@ -133,6 +170,7 @@ static inline void cl_destroy(struct cl_deque *q)
     }
     atomic_store_explicit(&q->array, NULL, memory_order_relaxed);
     q->arr = NULL;
+    q->o.slot = NULL;
 }
 
 /* cl_grow doubles the owner's array, copying the entries [t, h), public
@@ -152,7 +190,7 @@ static __attribute__((unused)) struct cl_array *cl_grow(struct cl_deque *q, stru
                               memory_order_relaxed);
     n->prev = a;
     atomic_store_explicit(&q->array, n, memory_order_release);
-    q->arr = n;
+    cl_set_arr(q, n);
     return n;
 }
 
@@ -162,9 +200,10 @@ static __attribute__((noinline, unused)) struct cl_array *cl_full_slow(struct cl
 {
     struct cl_array *a = q->arr;
 
-    q->top_low = atomic_load_explicit(&q->top, memory_order_acquire);
-    if (q->head - q->top_low > a->size - 1)
-        a = cl_grow(q, a, q->top_low, q->head);
+    q->o.top_low = atomic_load_explicit(&q->top, memory_order_acquire);
+    if (q->o.head - q->o.top_low > a->size - 1)
+        a = cl_grow(q, a, q->o.top_low, q->o.head);
+    cl_limit(q);
     return a;
 }
 
@@ -172,26 +211,26 @@ static __attribute__((noinline, unused)) struct cl_array *cl_full_slow(struct cl
  * until cl_publish. */
 static inline void cl_push(struct cl_deque *q, chanos_task *x)
 {
-    int64_t h = q->head;
+    int64_t h = q->o.head;
     struct cl_array *a = q->arr;
 
-    if (__builtin_expect(h - q->top_low > a->size - 1, 0))
+    if (__builtin_expect(h - q->o.top_low > a->size - 1, 0))
         a = cl_full_slow(q);
     atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
-    q->head = h + 1;
+    q->o.head = h + 1;
 }
 
 /* cl_push_fast: owner only. cl_push when the owner's bound of top shows
  * room; 0 (and nothing pushed) when cl_push must check. */
 static inline int cl_push_fast(struct cl_deque *q, chanos_task *x)
 {
-    int64_t h = q->head;
+    int64_t h = q->o.head;
     struct cl_array *a = q->arr;
 
-    if (h - q->top_low > a->size - 1)
+    if (h - q->o.top_low > a->size - 1)
         return 0;
     atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
-    q->head = h + 1;
+    q->o.head = h + 1;
     return 1;
 }
 
@@ -205,18 +244,23 @@ static inline int cl_wanted(struct cl_deque *q)
 
 /* cl_publish: owner only. Makes every private entry public: the Chase-Lev
  * push's release fence and bottom store, once for all of them. The
- * exchange clears the request; its acquire pairs with the release store
- * of the request, so that the owner then sees what the requester did
- * before it asked (a sleeper's count in rt->sleepers). With nothing
- * private, the request stays for the next spawn; 0 then, else 1. */
+ * exchanges clear the request, the limit first: a request whose limit
+ * store the first misses (it comes later) leaves the limit lowered for
+ * the next spawn; one whose limit store it reads (acquire), the second
+ * reads its want too. The acquire of want pairs with the release store of
+ * the request, so that the owner then sees what the requester did before
+ * it asked (a sleeper's count in rt->sleepers). With nothing private, the
+ * request stays for the next spawn; 0 then, else 1. */
 static inline int cl_publish(struct cl_deque *q)
 {
-    if (q->head == q->pub)
+    if (q->o.head == q->o.pub)
         return 0;
+    (void)__atomic_exchange_n(&q->o.limit, q->o.top_low + q->arr->size,
+                              __ATOMIC_ACQUIRE);
     (void)atomic_exchange_explicit(&q->want, 0, memory_order_acquire);
     atomic_thread_fence(memory_order_release);
-    atomic_store_explicit(&q->bottom, q->head, CL_BOT_STORE);
-    q->pub = q->head;
+    atomic_store_explicit(&q->bottom, q->o.head, CL_BOT_STORE);
+    q->o.pub = q->o.head;
     return 1;
 }
 
@@ -224,7 +268,7 @@ static inline int cl_publish(struct cl_deque *q)
  * bottom): the Chase-Lev take. */
 static __attribute__((noinline, unused)) chanos_task *cl_take_public(struct cl_deque *q)
 {
-    int64_t b = q->pub - 1;
+    int64_t b = q->o.pub - 1;
     struct cl_array *a = q->arr;
     int64_t t;
     chanos_task *x;
@@ -241,17 +285,20 @@ static __attribute__((noinline, unused)) chanos_task *cl_take_public(struct cl_d
                     memory_order_relaxed))
                 x = NULL;
             atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
-            q->head = q->pub = b + 1;
-            q->top_low = b + 1;
+            q->o.head = q->o.pub = b + 1;
+            q->o.top_low = b + 1;
+            cl_limit(q);
             return x;
         }
-        q->head = q->pub = b;
-        q->top_low = t;
+        q->o.head = q->o.pub = b;
+        q->o.top_low = t;
+        cl_limit(q);
         return x;
     }
     atomic_store_explicit(&q->bottom, b + 1, memory_order_relaxed);
-    q->head = q->pub = b + 1;
-    q->top_low = t;
+    q->o.head = q->o.pub = b + 1;
+    q->o.top_low = t;
+    cl_limit(q);
     return NULL;
 }
 
@@ -259,17 +306,17 @@ static __attribute__((noinline, unused)) chanos_task *cl_take_public(struct cl_d
  * synchronisation; a public one costs the Chase-Lev take. */
 static inline chanos_task *cl_take(struct cl_deque *q)
 {
-    int64_t h = q->head;
+    int64_t h = q->o.head;
 
-    if (h > q->pub) {
+    if (h > q->o.pub) {
         struct cl_array *a = q->arr;
 
-        q->head = --h;
+        q->o.head = --h;
         return atomic_load_explicit(&a->slot[h & (a->size - 1)],
                                     memory_order_relaxed);
     }
     /* top only grows: pub <= top_low means the public part is empty too. */
-    if (q->pub <= q->top_low)
+    if (q->o.pub <= q->o.top_low)
         return NULL;
     return cl_take_public(q);
 }
@@ -280,15 +327,15 @@ static inline chanos_task *cl_peek_private(struct cl_deque *q)
 {
     struct cl_array *a = q->arr;
 
-    return atomic_load_explicit(&a->slot[(q->head - 1) & (a->size - 1)],
+    return atomic_load_explicit(&a->slot[(q->o.head - 1) & (a->size - 1)],
                                 memory_order_relaxed);
 }
 
 /* cl_owner_nonempty: owner only; whether a take could find an entry. */
 static inline int cl_owner_nonempty(struct cl_deque *q)
 {
-    return q->head > q->pub ||
-           atomic_load_explicit(&q->top, memory_order_acquire) < q->pub;
+    return q->o.head > q->o.pub ||
+           atomic_load_explicit(&q->top, memory_order_acquire) < q->o.pub;
 }
 
 /* cl_steal: any thread; NULL when empty, CL_ABORT when it lost a race. */
@@ -313,14 +360,38 @@ static inline chanos_task *cl_steal(struct cl_deque *q)
     return NULL;
 }
 
+/* cl_ask_limit: any thread; lowers the owner's limit so that its next
+ * fast-path spawn takes the slow path and publishes. After the store of
+ * want, with release: cl_publish's acquire exchange of the limit, reading
+ * it, then reads want set. Written only when want was clear, so that
+ * idle thieves do not write the owner's line over and over. */
+static inline void cl_ask_limit(struct cl_deque *q)
+{
+    __atomic_store_n(&q->o.limit, CL_LIMIT_ASK, __ATOMIC_RELEASE);
+}
+
 /* cl_ask: any thread but the owner; asks the owner to publish its private
  * entries at its next spawn or pop. The release pairs with cl_publish's
  * acquire. The load first keeps idle thieves from writing the line over
  * and over. */
 static inline void cl_ask(struct cl_deque *q)
 {
-    if (atomic_load_explicit(&q->want, memory_order_relaxed) == 0)
+    if (atomic_load_explicit(&q->want, memory_order_relaxed) == 0) {
         atomic_store_explicit(&q->want, 1, memory_order_release);
+        cl_ask_limit(q);
+    }
+}
+
+/* cl_ask_sleeper: cl_ask for a worker about to sleep, which added itself
+ * to sleepers first: it stores the request even when one is pending, so
+ * that the owner's acquire exchange in cl_publish reads this store (and
+ * then sees the count) or a later one (then the request stays for the
+ * owner's next spawn). A pending thief's request, written before the
+ * count, would not carry it. Once per sleep. */
+static inline void cl_ask_sleeper(struct cl_deque *q)
+{
+    atomic_store_explicit(&q->want, 1, memory_order_release);
+    cl_ask_limit(q);
 }
 
 /* cl_nonempty: a hint, from any thread; the public part only. */

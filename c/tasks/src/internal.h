@@ -49,6 +49,7 @@ struct fiber {
     struct fiber *next;  /* pool and ready queue */
     chanos_tasks *rt;
     struct worker *w;    /* the worker running it, set at each switch to it */
+    chanos_ctx cctx;     /* the fast path's context: cctx.q_ is w's deque */
 };
 
 /* A suspended task's wake-up: count is the number of events still to
@@ -79,8 +80,10 @@ struct worker {
     chanos_tasks *rt;
     unsigned id;
     pthread_t thread;
-    int running;      /* a thread runs this slot (set_workers' lock) */
-    atomic_int leave; /* asked to leave by set_workers or stop */
+    int running;      /* a thread runs this slot, or has left it and
+                       * waits to be joined (set_workers' lock) */
+    atomic_int leave; /* 0; 1: asked to leave by set_workers or stop;
+                       * 2: leaving (claimed by the worker) */
     struct ctx home;  /* the thread's own stack */
     struct fiber *cur;
     enum after after;
@@ -102,6 +105,9 @@ struct chanos_tasks {
     _Alignas(64) atomic_uint nslots; /* slots that ever ran: the victims */
     atomic_uint nworkers;
     atomic_uint target;          /* what set_workers is making nworkers */
+    atomic_uint nthreads;        /* worker threads not yet exited */
+    atomic_uint wver;            /* bumped at each change of the two
+                                  * (a futex word) */
     pthread_mutex_t set_lock;    /* serializes set_workers and stop */
 
     /* Idle workers sleep on epoch (a futex word). */

@@ -19,6 +19,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -110,6 +111,20 @@ static void ctx_switch(struct ctx *from, struct ctx *to, int from_dies)
 /* ---- fibers ---- */
 
 static void fiber_entry(void *arg);
+
+/* fiber_bind makes w the worker running f, and f's context point at w's
+ * deque: whatever runs on f next reads it there. */
+static inline void fiber_bind(struct fiber *f, struct worker *w)
+{
+    f->w = w;
+    f->cctx.q_ = &w->dq.o;
+    f->cctx.moves_++;
+}
+
+static inline struct fiber *fiber_of(chanos_ctx *c)
+{
+    return (struct fiber *)(void *)((char *)c - offsetof(struct fiber, cctx));
+}
 
 static struct fiber *fiber_new(chanos_tasks *rt)
 {
@@ -299,7 +314,7 @@ static void switch_from(struct worker *w, struct fiber *self, enum after after,
     w->after_fiber = self;
     w->after_wp = wp;
     w->cur = next;
-    next->w = w;
+    fiber_bind(next, w);
     ctx_switch(&self->ctx, &next->ctx, 0);
     run_after(tasks_worker_());
 }
@@ -310,6 +325,18 @@ void tasks_suspend_(struct worker *w, struct waitpoint *wp)
 
     wp->fiber = self;
     switch_from(w, self, AFTER_RELEASE, wp);
+}
+
+/* leave_claim: whether the worker was asked to leave (leave 1), and, if
+ * so, claims the leaving (leave 2), which set_workers can no longer take
+ * back; a set_workers that grows again first takes back a request not yet
+ * claimed (1 to 0), and keeps the thread. */
+static int leave_claim(struct worker *w)
+{
+    int one = 1;
+
+    return atomic_load_explicit(&w->leave, memory_order_relaxed) == 1 &&
+           atomic_compare_exchange_strong(&w->leave, &one, 2);
 }
 
 /* worker_leave hands the worker's deque to the shared queue and returns
@@ -349,14 +376,24 @@ static __attribute__((noinline)) void publish(struct worker *w)
 
     if (!cl_publish(&w->dq))
         return;
+    /* Entries of the running stack went public: its fast syncs must not
+     * take them as private (chanos_fpop_). */
+    if (w->cur != NULL)
+        w->cur->cctx.moves_++;
     if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
         wake(rt, 1);
 }
 
-static void call_task(chanos_task *t)
+/* call_task runs t's function; f is the fiber it runs on, NULL outside
+ * the workers. */
+static void call_task(struct fiber *f, chanos_task *t)
 {
-    switch (t->kind_) {
+    unsigned kind = t->kind_ & CHANOS_TASK_KIND_MASK_;
+
+    if (kind >= CHANOS_TASK_CVAL && f == NULL)
+        abort(); /* the fast form runs on workers only (chanos_tasks.h) */
+    switch (kind) {
     case CHANOS_TASK_I64:
         t->result_.i = t->fn_.i64(t->arg_.i);
         break;
@@ -365,6 +402,18 @@ static void call_task(chanos_task *t)
         break;
     case CHANOS_TASK_F64:
         t->result_.d = t->fn_.f64(t->arg_.d);
+        break;
+    case CHANOS_TASK_CI64:
+        t->result_.i = t->fn_.ci64(&f->cctx, t->arg_.i);
+        break;
+    case CHANOS_TASK_CPTR:
+        t->result_.p = t->fn_.cptr(&f->cctx, t->arg_.p);
+        break;
+    case CHANOS_TASK_CF64:
+        t->result_.d = t->fn_.cf64(&f->cctx, t->arg_.d);
+        break;
+    case CHANOS_TASK_CVAL:
+        t->result_ = t->fn_.cval(&f->cctx, t->arg_);
         break;
     default:
         t->result_ = t->fn_.val(t->arg_);
@@ -384,7 +433,7 @@ static void exec_task(struct fiber *f, chanos_task *t)
     fr.spawned = 0;
     atomic_init(&fr.wp.count, 0); /* wp.fiber is set by a suspension */
     f->frame = &fr;
-    call_task(t);
+    call_task(f, t);
     if (fr.spawned > 0)
         sync_frame(f, &fr);
     f->frame = outer;
@@ -395,7 +444,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
     struct worker *w = f->w;
     int k;
 
-    if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+    if (leave_claim(w)) {
         worker_leave(w, f, AFTER_READY);
         w = f->w;
     }
@@ -410,7 +459,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
 
         if (t == NULL)
             break;
-        if (t->frame_ != fr) {
+        if ((t->kind_ & CHANOS_TASK_FAST_) || t->frame_ != fr) {
             cl_push(&w->dq, t);
             break;
         }
@@ -443,6 +492,22 @@ struct root {
     atomic_uint done;
 };
 
+/* A chanos_fspawn'd task's join_: NULL while it may run, JOIN_DONE once it
+ * ran elsewhere, or the waitpoint of its owner waiting for it. */
+#define JOIN_DONE ((void *)(uintptr_t)1)
+
+/* fast_done: t, spawned by chanos_fspawn, ran on a worker other than its
+ * owner's sync (a thief, or the scheduling loop after its owner's stack
+ * left the worker). The exchange's release publishes t's result to the
+ * owner's acquire; if the owner already waits, wake it. */
+static void fast_done(chanos_tasks *rt, chanos_task *t)
+{
+    void *old = __atomic_exchange_n(&t->join_, JOIN_DONE, __ATOMIC_ACQ_REL);
+
+    if (old != NULL)
+        tasks_release_(rt, old);
+}
+
 /* run_top runs a task taken by the scheduling loop (not by its parent's
  * sync) and tells whoever waits for it. */
 static void run_top(struct fiber *f, chanos_task *t)
@@ -451,6 +516,10 @@ static void run_top(struct fiber *f, chanos_task *t)
     struct root *root;
 
     exec_task(f, t);
+    if (t->kind_ & CHANOS_TASK_FAST_) {
+        fast_done(f->rt, t);
+        return;
+    }
     parent = t->frame_;
     if (parent != NULL) {
         tasks_release_(f->rt, &parent->wp);
@@ -506,11 +575,11 @@ static void worker_sleep(struct worker *w)
     atomic_fetch_add(&rt->sleepers, 1);
     /* Every worker's private entries are invisible here: ask each owner
      * to publish them at its next spawn or pop, where it will see our
-     * count in sleepers (cl_ask's release, cl_publish's acquire) and wake
-     * a sleeper. */
+     * count in sleepers (cl_ask_sleeper's release, cl_publish's
+     * acquire) and wake a sleeper. */
     for (unsigned i = 0; i < n; i++)
         if (i != w->id)
-            cl_ask(&rt->w[i].dq);
+            cl_ask_sleeper(&rt->w[i].dq);
     atomic_thread_fence(memory_order_seq_cst);
     if (!work_visible(rt) && !atomic_load(&w->leave))
         futex_wait(&rt->epoch, e);
@@ -529,7 +598,7 @@ static void sched_loop(struct fiber *self)
         chanos_task *t;
         struct fiber *f;
 
-        if (atomic_load_explicit(&w->leave, memory_order_relaxed)) {
+        if (leave_claim(w)) {
             if (searching)
                 atomic_fetch_sub(&rt->searching, 1);
             worker_leave(w, self, AFTER_RECYCLE);
@@ -546,7 +615,7 @@ static void sched_loop(struct fiber *self)
                 w->after = AFTER_RECYCLE;
                 w->after_fiber = self;
                 w->cur = f;
-                f->w = w;
+                fiber_bind(f, w);
                 ctx_switch(&self->ctx, &f->ctx, 1);
                 abort();
             }
@@ -601,12 +670,8 @@ static void fiber_entry(void *arg)
  * the fast path saves no registers. */
 static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_task *t)
 {
-    chanos_tasks *rt = w->rt;
-
     cl_push(&w->dq, t);
-    if (cl_wanted(&w->dq) ||
-        (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
-         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0))
+    if (cl_wanted(&w->dq))
         publish(w);
 }
 
@@ -621,28 +686,24 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
     struct worker *w = tls_worker;
     struct fiber *f;
     struct frame *fr;
-    chanos_tasks *rt;
 
     if (w == NULL || (f = w->cur) == NULL || (fr = f->frame) == NULL) {
-        call_task(t);
+        call_task(w != NULL ? w->cur : NULL, t);
         return;
     }
     t->frame_ = fr;
     fr->spawned++;
     /* The push is private: no fence and no store to a shared line.
-     * Thieves see the task once we publish: when one asked, or when a
-     * worker sleeps and none searches (the wake-up a spawn always gave).
-     * The sleeper check keeps a task that runs long after this spawn from
-     * sitting private while a worker sleeps; it takes no fence, and a
-     * sleeper it misses asked us before it slept (worker_sleep). */
+     * Thieves see the task once we publish, when one asked; a worker
+     * about to sleep asks too (worker_sleep), so a sleeper is woken by
+     * the first spawn after it slept. Publishing whenever a worker
+     * sleeps, unasked, would wake it at every spawn until it runs: a
+     * futex call each, for as long as a loaded machine gives it no CPU. */
     if (__builtin_expect(!cl_push_fast(&w->dq, t), 0)) {
         spawn_push_slow(w, t);
         return;
     }
-    rt = w->rt;
-    if (__builtin_expect(cl_wanted(&w->dq) ||
-                         (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
-                          atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0), 0))
+    if (__builtin_expect(cl_wanted(&w->dq), 0))
         publish(w);
 }
 
@@ -659,18 +720,101 @@ __attribute__((noinline)) void chanos_task_sync(void)
      * newest private entry (so no thief can have it), and no request to
      * publish or to leave. */
     q = &w->dq;
-    if (fr->spawned == 1 && q->head > q->pub && !cl_wanted(q) &&
+    if (fr->spawned == 1 && q->o.head > q->o.pub && !cl_wanted(q) &&
         !atomic_load_explicit(&w->leave, memory_order_relaxed)) {
         chanos_task *t = cl_peek_private(q);
 
-        if (t->frame_ == fr) {
-            q->head--;
+        if (!(t->kind_ & CHANOS_TASK_FAST_) && t->frame_ == fr) {
+            q->o.head--;
             fr->spawned = 0;
             exec_task(f, t);
             return;
         }
     }
     sync_frame(f, fr);
+}
+
+/* ---- the fast path's out-of-line halves (chanos_tasks.h) ----
+ *
+ * chanos_fspawn and chanos_fsync run inline in the program, on the deque
+ * of the worker that c->q_ names. They call in here only when the array
+ * may be full, when someone asked this worker to publish (a thief, a
+ * sleeper, or set_workers asking it to leave), and at a sync whose task is
+ * not the newest private entry: a thief took it, or it went public, or the
+ * task's stack moved to another worker since the spawn. */
+
+/* fast_want: someone asked for a publish. Publish, then leave if asked:
+ * cl_publish's acquire exchange of the flag pairs with set_workers'
+ * release store of it, after its store of leave. */
+static void fast_want(chanos_ctx *c)
+{
+    struct fiber *f = fiber_of(c);
+    struct worker *w = f->w;
+
+    publish(w);
+    if (leave_claim(w))
+        worker_leave(w, f, AFTER_READY);
+}
+
+/* chanos_fpush_slow_: the spawn's index reached the limit: the array may
+ * be full (cl_push reloads top, grows it if so, and raises the limit), or
+ * someone asked for a publish. */
+void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t)
+{
+    struct cl_deque *q = &fiber_of(c)->w->dq;
+
+    cl_push(q, t);
+    if (__atomic_load_n(&q->o.limit, __ATOMIC_RELAXED) == CL_LIMIT_ASK ||
+        cl_wanted(q))
+        fast_want(c);
+}
+
+/* chanos_fsync_slow_: t was not the newest private entry. Take the newest
+ * entry, public or private, with cl_take (the Chase-Lev take when it is
+ * public): if it is t, the caller runs it. Otherwise t ran, or runs,
+ * elsewhere (stolen, handed over by a worker that left, or taken by the
+ * scheduling loop of the worker this stack left): wait for its join_. */
+int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t)
+{
+    struct fiber *f = fiber_of(c);
+    struct worker *w = f->w;
+    struct waitpoint wp;
+    void *expect = NULL;
+    chanos_task *x;
+
+    if (leave_claim(w)) {
+        worker_leave(w, f, AFTER_READY);
+        w = f->w;
+    }
+    if (cl_wanted(&w->dq))
+        publish(w);
+    x = cl_take(&w->dq);
+    if (x == t)
+        return 1;
+    if (x != NULL) /* another stack's entry, left on this worker */
+        cl_push(&w->dq, x);
+    for (int i = 0; i < SYNC_SPIN; i++) {
+        if (__atomic_load_n(&t->join_, __ATOMIC_ACQUIRE) == JOIN_DONE)
+            return 0;
+        tasks_relax_();
+    }
+    /* Two to come: fast_done's release, and our token, dropped once this
+     * stack is left. The CAS fails only if t is done meanwhile. */
+    atomic_init(&wp.count, 2);
+    if (!__atomic_compare_exchange_n(&t->join_, &expect, (void *)&wp, 0,
+                                     __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        return 0;
+    tasks_suspend_(w, &wp);
+    return 0;
+}
+
+chanos_ctx *chanos_task_ctx(void)
+{
+    struct worker *w = tasks_worker_();
+
+    if (w == NULL || w->cur == NULL)
+        return NULL;
+    return &w->cur->cctx;
 }
 
 int chanos_task_worker(void)
@@ -696,7 +840,7 @@ __attribute__((noinline)) void chanos_task_call(chanos_task *t)
     struct worker *w = tls_worker;
 
     if (w == NULL || w->cur == NULL) {
-        call_task(t);
+        call_task(NULL, t);
         return;
     }
     exec_task(w->cur, t);
@@ -745,6 +889,13 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
 
 /* ---- workers ---- */
 
+/* workers_changed tells chanos_tasks_wait_removed to look again. */
+static void workers_changed(chanos_tasks *rt)
+{
+    atomic_fetch_add(&rt->wver, 1);
+    futex_wake(&rt->wver, INT32_MAX);
+}
+
 static void *worker_main(void *arg)
 {
     struct worker *w = arg;
@@ -774,12 +925,14 @@ static void *worker_main(void *arg)
 #endif
     f = fiber_get(rt);
     w->cur = f;
-    f->w = w;
+    fiber_bind(f, w);
     w->after = AFTER_NONE;
     ctx_switch(&w->home, &f->ctx, 0);
     /* The worker left (worker_leave): what it left to do with the fiber. */
     run_after(w);
     tls_worker = NULL;
+    atomic_fetch_sub(&rt->nthreads, 1);
+    workers_changed(rt);
     return NULL;
 }
 
@@ -796,25 +949,41 @@ static int worker_start(chanos_tasks *rt, unsigned i)
     atomic_store(&w->leave, 0);
     w->cur = NULL;
     w->after = AFTER_NONE;
+    atomic_fetch_add(&rt->nthreads, 1);
     err = pthread_create(&w->thread, NULL, worker_main, w);
-    if (err != 0)
+    if (err != 0) {
+        atomic_fetch_sub(&rt->nthreads, 1);
         return -err;
+    }
     w->running = 1;
     return 0;
 }
 
-static void workers_leave(chanos_tasks *rt, unsigned from, unsigned to)
+/* workers_ask_leave asks the workers of slots [from, to) to leave, and
+ * returns without waiting: each leaves at its next spawn that checks
+ * (the fast path's), sync, or between tasks. The request flag too: the
+ * fast path reads only that. Stored, not asked (cl_ask), so that the
+ * owner's clearing of an earlier request cannot hide this one; the
+ * release orders leave before it. */
+static void workers_ask_leave(chanos_tasks *rt, unsigned from, unsigned to)
 {
-    for (unsigned i = from; i < to; i++)
-        if (rt->w[i].running)
-            atomic_store(&rt->w[i].leave, 1);
-    wake(rt, INT32_MAX);
     for (unsigned i = from; i < to; i++) {
+        int zero = 0;
+
         if (!rt->w[i].running)
             continue;
-        pthread_join(rt->w[i].thread, NULL);
-        rt->w[i].running = 0;
+        (void)atomic_compare_exchange_strong(&rt->w[i].leave, &zero, 1);
+        atomic_store_explicit(&rt->w[i].dq.want, 1, memory_order_release);
+        cl_ask_limit(&rt->w[i].dq);
     }
+    wake(rt, INT32_MAX);
+}
+
+/* worker_join waits for the thread of slot i, which claimed its leave. */
+static void worker_join(chanos_tasks *rt, unsigned i)
+{
+    pthread_join(rt->w[i].thread, NULL);
+    rt->w[i].running = 0;
 }
 
 int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
@@ -831,6 +1000,16 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
         if (atomic_load(&rt->nslots) < n)
             atomic_store_explicit(&rt->nslots, n, memory_order_release);
         for (unsigned i = cur; i < n; i++) {
+            if (rt->w[i].running) {
+                /* Removed earlier and not gone yet: take the request
+                 * back if the worker has not claimed it, else wait for
+                 * it, which is on its way out. */
+                int one = 1;
+
+                if (atomic_compare_exchange_strong(&rt->w[i].leave, &one, 0))
+                    continue;
+                worker_join(rt, i);
+            }
             err = worker_start(rt, i);
             if (err != 0) {
                 n = i;
@@ -838,16 +1017,33 @@ int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n)
             }
         }
     } else if (n < cur) {
-        workers_leave(rt, n, cur);
+        workers_ask_leave(rt, n, cur);
     }
     atomic_store(&rt->nworkers, n);
     pthread_mutex_unlock(&rt->set_lock);
+    workers_changed(rt);
     return err;
 }
 
 unsigned chanos_tasks_workers(chanos_tasks *rt)
 {
     return atomic_load(&rt->nworkers);
+}
+
+unsigned chanos_tasks_threads(chanos_tasks *rt)
+{
+    return atomic_load(&rt->nthreads);
+}
+
+void chanos_tasks_wait_removed(chanos_tasks *rt)
+{
+    for (;;) {
+        unsigned e = atomic_load(&rt->wver);
+
+        if (atomic_load(&rt->nthreads) <= atomic_load(&rt->nworkers))
+            return;
+        futex_wait(&rt->wver, e);
+    }
 }
 
 int chanos_tasks_run(chanos_tasks *rt, chanos_task *t)
@@ -949,7 +1145,10 @@ void chanos_tasks_stop(chanos_tasks *rt)
     if (rt == NULL)
         return;
     pthread_mutex_lock(&rt->set_lock);
-    workers_leave(rt, 0, rt->max_workers);
+    workers_ask_leave(rt, 0, rt->max_workers);
+    for (unsigned i = 0; i < rt->max_workers; i++)
+        if (rt->w[i].running)
+            worker_join(rt, i);
     atomic_store(&rt->nworkers, 0);
     pthread_mutex_unlock(&rt->set_lock);
     poller_stop_(rt);

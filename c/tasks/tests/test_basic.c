@@ -1,7 +1,10 @@
 /* test_basic: spawn and sync, checked against serial runs: fib, merge
  * sort, N-Queens, parallel_for, the typed helpers, implicit sync, roots from
  * several threads, a private child published to an idle worker, and seed
- * 003's 2^24-task stress test. */
+ * 003's 2^24-task stress test; and the same through the fast path
+ * (chanos_fspawn, chanos_fsync), with its other types, a deque that grows,
+ * tasks that move between workers between spawn and sync, and the fast
+ * and general forms mixed. */
 #include "../../tests/check.h"
 #include "workloads.h"
 
@@ -328,6 +331,278 @@ static void test_stress(void)
     CHECK_EQ(chanos_result_i64(&t), (int64_t)1 << n);
 }
 
+/* ---- the fast path ---- */
+
+static void test_fast_fib(void)
+{
+    for (int64_t n = 0; n <= 27; n++) {
+        chanos_task t;
+
+        chanos_task_set(&t, fib_fast, n);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), fib_serial(n));
+    }
+}
+
+static void test_fast_msort(void)
+{
+    size_t n = 1u << 20;
+    int32_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b)),
+            *tmp = malloc(n * sizeof(*tmp));
+    uint32_t s = 54321;
+    struct msort_arg m = { a, tmp, 0, n };
+    chanos_task t;
+
+    CHECK(a != NULL && b != NULL && tmp != NULL);
+    for (size_t i = 0; i < n; i++)
+        a[i] = b[i] = (int32_t)xorshift32(&s);
+    chanos_task_set(&t, msort_fast, (void *)&m);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    qsort(b, n, sizeof(*b), cmp_i32);
+    CHECK(memcmp(a, b, n * sizeof(*a)) == 0);
+    free(a);
+    free(b);
+    free(tmp);
+}
+
+/* The other types, and 3000 spawns outstanding at once, more than the
+ * deque's first array holds: a grow under the fast path, with thieves. */
+static double fhalf(chanos_ctx *c, double x)
+{
+    chanos_task t;
+
+    if (x < 1.0)
+        return x;
+    chanos_fspawn(c, &t, fhalf, x / 2);
+    return chanos_fsync(c, &t, fhalf);
+}
+
+static chanos_task_val fsquare(chanos_ctx *c, chanos_task_val v)
+{
+    (void)c;
+    return (chanos_task_val){ .i = v.i * v.i };
+}
+
+static void *fident(chanos_ctx *c, void *p)
+{
+    (void)c;
+    return p;
+}
+
+#define FAN 3000
+
+static int64_t fan_root(chanos_ctx *c, int64_t n)
+{
+    chanos_task *t = malloc(FAN * sizeof(*t));
+    int64_t sum = 0;
+
+    if (t == NULL)
+        abort();
+    for (int64_t i = 0; i < n; i++) {
+        if (i % 3 == 0)
+            chanos_fspawn(c, &t[i], fib_fast, i % 15);
+        else if (i % 3 == 1)
+            chanos_fspawn(c, &t[i], fsquare, ((chanos_task_val){ .i = i }));
+        else
+            chanos_fspawn(c, &t[i], fident, (void *)(intptr_t)i);
+    }
+    for (int64_t i = n - 1; i >= 0; i--) {
+        if (i % 3 == 0)
+            sum += chanos_fsync(c, &t[i], fib_fast) - fib_serial(i % 15);
+        else if (i % 3 == 1)
+            sum += chanos_fsync(c, &t[i], fsquare).i - i * i;
+        else
+            sum += (intptr_t)chanos_fsync(c, &t[i], fident) - i;
+    }
+    free(t);
+    return sum;
+}
+
+static void test_fast_types(void)
+{
+    chanos_task t;
+
+    chanos_task_set(&t, fhalf, 100.0);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK(chanos_result_f64(&t) == 100.0 / 128);
+    chanos_task_set(&t, fsquare, ((chanos_task_val){ .i = 12 }));
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_task_result(&t).i, 144);
+    for (int round = 0; round < 20; round++) {
+        chanos_task_set(&t, fan_root, FAN);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), 0);
+    }
+}
+
+/* Tasks whose stack moves to another worker between a spawn and its sync:
+ * a yield (or a sleep) suspends the stack, and another worker may resume
+ * it, while the spawned task is left behind in the first worker's deque. */
+static int64_t fmove(chanos_ctx *c, int64_t n)
+{
+    chanos_task a, b;
+    int64_t x;
+
+    if (n < 2)
+        return n;
+    chanos_fspawn(c, &a, fmove, n - 1);
+    chanos_fspawn(c, &b, fib_fast, n - 2);
+    if (n % 4 == 0)
+        chanos_task_yield();
+    else if (n == 9)
+        chanos_task_sleep(1);
+    x = chanos_fsync(c, &b, fib_fast);
+    return x + chanos_fsync(c, &a, fmove);
+}
+
+static void test_fast_move(void)
+{
+    for (int64_t n = 10; n <= 16; n++) {
+        chanos_task t;
+
+        chanos_task_set(&t, fmove, n);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), fib_serial(n));
+    }
+}
+
+/* The forms mixed: a task of the general form calls the fast form through
+ * chanos_task_ctx and spawns it with chanos_spawn; a fast task spawns
+ * general-form children (scoped to the task that runs it). */
+static int64_t fmixed(chanos_ctx *c, int64_t n)
+{
+    chanos_task g, f;
+    int64_t x;
+
+    if (n < 2)
+        return n;
+    chanos_fspawn(c, &f, fib_fast, n - 1);
+    chanos_spawn(&g, fib_task, n - 2);
+    chanos_task_sync();
+    x = chanos_result_i64(&g);
+    return x + chanos_fsync(c, &f, fib_fast);
+}
+
+static int64_t gmixed(int64_t n)
+{
+    chanos_task a, b;
+    chanos_ctx *c = chanos_task_ctx();
+    int64_t x;
+
+    CHECK(c != NULL);
+    chanos_spawn(&a, fmixed, n);
+    chanos_spawn(&b, fib_fast, n - 1);
+    x = fmixed(c, n - 2);
+    chanos_task_sync();
+    return x + chanos_result_i64(&a) + chanos_result_i64(&b);
+}
+
+static void test_fast_mixed(void)
+{
+    for (int64_t n = 2; n <= 22; n += 4) {
+        chanos_task t;
+
+        chanos_task_set(&t, gmixed, n);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), fib_serial(n) + fib_serial(n - 1) + fib_serial(n - 2));
+    }
+    CHECK(chanos_task_ctx() == NULL);
+}
+
+/* A child the fast path keeps private is published once an idle worker
+ * asks: as test_published, with chanos_fspawn. */
+static int64_t fmark(chanos_ctx *c, int64_t unused)
+{
+    (void)c;
+    return mark_task(unused);
+}
+
+static int64_t fsquare_i64(chanos_ctx *c, int64_t x)
+{
+    (void)c;
+    return x * x;
+}
+
+static int64_t fburst(chanos_ctx *c, int64_t n)
+{
+    chanos_task d[16];
+    int64_t s = 0;
+
+    for (int i = 0; i < 16; i++)
+        chanos_fspawn(c, &d[i], fsquare_i64, n + i);
+    for (int i = 15; i >= 0; i--)
+        s += chanos_fsync(c, &d[i], fsquare_i64);
+    return s;
+}
+
+static int64_t fpublish_root(chanos_ctx *c, int64_t unused)
+{
+    chanos_task m;
+    int64_t deadline = now_s() + 30;
+    int64_t bursts = 0;
+    int64_t ran;
+
+    (void)unused;
+    chanos_fspawn(c, &m, fmark, 0);
+    while (atomic_load(&marked_on) < 0 && now_s() < deadline)
+        (void)fburst(c, bursts++);
+    ran = atomic_load(&marked_on) >= 0;
+    (void)chanos_fsync(c, &m, fmark);
+    return ran;
+}
+
+static void test_fast_published(void)
+{
+    for (int round = 0; round < 20; round++) {
+        chanos_task t;
+
+        atomic_store(&marked_on, -1);
+        chanos_task_set(&t, fpublish_root, 0);
+        CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), 1);
+    }
+}
+
+static void *fast_root_thread(void *arg)
+{
+    int64_t n = (int64_t)(intptr_t)arg;
+    chanos_task t;
+
+    for (int i = 0; i < 20; i++) {
+        chanos_task_set(&t, fib_fast, n);
+        if (chanos_tasks_run(rt, &t) != 0 || chanos_result_i64(&t) != fib_serial(n))
+            return (void *)1;
+    }
+    return NULL;
+}
+
+static void test_fast_roots(void)
+{
+    pthread_t th[4];
+
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, fast_root_thread, (void *)(intptr_t)(14 + i)), 0);
+    for (int i = 0; i < 4; i++) {
+        void *r;
+
+        pthread_join(th[i], &r);
+        CHECK(r == NULL);
+    }
+}
+
+static void test_fast_stress(void)
+{
+    chanos_task t;
+    int64_t n = 24;
+    const char *env = getenv("CHANOS_TASKS_STRESS_N");
+
+    if (env != NULL)
+        n = atoi(env);
+    chanos_task_set(&t, stress_fast, n);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), (int64_t)1 << n);
+}
+
 int main(void)
 {
     struct chanos_tasks_opts o = { 0 };
@@ -346,11 +621,20 @@ int main(void)
     test_roots();
     test_published();
     test_stress();
+    test_fast_fib();
+    test_fast_msort();
+    test_fast_types();
+    test_fast_move();
+    test_fast_mixed();
+    test_fast_published();
+    test_fast_roots();
+    test_fast_stress();
     chanos_tasks_stop(rt);
     /* A default runtime: as many workers as CPUs the process may use. */
     CHECK_EQ(chanos_tasks_start(&rt, NULL), 0);
     CHECK(chanos_tasks_workers(rt) >= 1);
     test_fib();
+    test_fast_fib();
     chanos_tasks_stop(rt);
     return check_done("tasks_basic");
 }

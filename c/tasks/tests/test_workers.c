@@ -3,7 +3,8 @@
  * of tasks that exchange numbered messages over in-process ump rings and
  * events) while the main thread sets the worker count between 1 and 5;
  * every result and every message is checked: none lost, none twice, in
- * order. */
+ * order. Then: removing a worker that runs a long task returns without
+ * waiting for the task, and growing back takes the removal back. */
 #include "../../tests/ump_testutil.h"
 #include "workloads.h"
 
@@ -11,6 +12,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <time.h>
@@ -104,7 +106,12 @@ static void *load_thread(void *arg)
         } else if ((xorshift32(&seed) & 1) == 0) {
             int64_t n = 18 + (int64_t)(xorshift32(&seed) % 4);
 
-            chanos_task_set(&t, fib_task, n);
+            /* The general form, or the fast path, whose spawns leave
+             * at a publish request and whose syncs find their tasks moved. */
+            if (xorshift32(&seed) & 1)
+                chanos_task_set(&t, fib_task, n);
+            else
+                chanos_task_set(&t, fib_fast, n);
             chanos_tasks_run(rt, &t);
             if (chanos_result_i64(&t) != fib_serial(n))
                 atomic_fetch_add(&bad, 1);
@@ -118,7 +125,10 @@ static void *load_thread(void *arg)
                 abort();
             for (size_t i = 0; i < n; i++)
                 a[i] = (int32_t)xorshift32(&seed);
-            chanos_task_set(&t, msort_task, (void *)&m);
+            if (xorshift32(&seed) & 1)
+                chanos_task_set(&t, msort_task, (void *)&m);
+            else
+                chanos_task_set(&t, msort_fast, (void *)&m);
             chanos_tasks_run(rt, &t);
             for (size_t i = 1; i < n; i++)
                 sorted &= a[i - 1] <= a[i];
@@ -130,6 +140,112 @@ static void *load_thread(void *arg)
         atomic_fetch_add(&rounds, 1);
     }
     return NULL;
+}
+
+/* ---- a shrink does not wait for a long task ---- */
+
+static atomic_int long_started, long_release;
+
+static int64_t now_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec;
+}
+
+/* long_task runs until released, with no spawn and no sync; 1 if it was
+ * released, 0 if the deadline (which only turns a hang into a failure)
+ * ended it. */
+static int64_t long_task(int64_t unused)
+{
+    int64_t deadline = now_s() + 30;
+
+    (void)unused;
+    atomic_fetch_add(&long_started, 1);
+    while (!atomic_load(&long_release))
+        if (now_s() > deadline)
+            return 0;
+    return 1;
+}
+
+static void *long_root(void *arg)
+{
+    chanos_task *t = arg;
+
+    chanos_task_set(t, long_task, 0);
+    chanos_tasks_run(rt, t);
+    return NULL;
+}
+
+static atomic_int waited;
+
+static void *wait_removed_thread(void *arg)
+{
+    (void)arg;
+    chanos_tasks_wait_removed(rt);
+    atomic_store(&waited, 1);
+    return NULL;
+}
+
+/* Two roots, one per worker, each a long task; set_workers(1) must return
+ * while both still run (the release comes after it), and both finish. */
+static void test_shrink_long(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+    chanos_task t[2];
+    pthread_t th[2];
+
+    o.workers = 2;
+    CHECK_EQ(chanos_tasks_start(&rt, &o), 0);
+    atomic_store(&long_started, 0);
+    atomic_store(&long_release, 0);
+    for (int i = 0; i < 2; i++)
+        CHECK_EQ(pthread_create(&th[i], NULL, long_root, &t[i]), 0);
+    while (atomic_load(&long_started) < 2)
+        sched_yield();
+    CHECK_EQ(chanos_tasks_set_workers(rt, 1), 0);
+    CHECK_EQ(chanos_tasks_workers(rt), 1);
+    /* Both long tasks still run: the removed worker has not left. */
+    CHECK_EQ(chanos_tasks_threads(rt), 2);
+    /* A waiter for the removal; growing back takes the request back
+     * (the worker, in its long task, has not acted on it), which must
+     * end the wait too. */
+    {
+        pthread_t wt;
+        int64_t deadline = now_s() + 30;
+
+        atomic_store(&waited, 0);
+        CHECK_EQ(pthread_create(&wt, NULL, wait_removed_thread, NULL), 0);
+        CHECK_EQ(chanos_tasks_set_workers(rt, 2), 0);
+        while (!atomic_load(&waited) && now_s() < deadline)
+            sched_yield();
+        CHECK_EQ(atomic_load(&waited), 1);
+        pthread_join(wt, NULL);
+        CHECK_EQ(chanos_tasks_threads(rt), 2);
+    }
+    CHECK_EQ(chanos_tasks_set_workers(rt, 1), 0);
+    atomic_store(&long_release, 1);
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    CHECK_EQ(chanos_result_i64(&t[0]), 1);
+    CHECK_EQ(chanos_result_i64(&t[1]), 1);
+    chanos_tasks_wait_removed(rt);
+    CHECK_EQ(chanos_tasks_threads(rt), 1);
+    /* Shrink and grow back before the removed worker could act: the
+     * request is taken back or the thread joined; either way two run. */
+    CHECK_EQ(chanos_tasks_set_workers(rt, 2), 0);
+    CHECK_EQ(chanos_tasks_set_workers(rt, 1), 0);
+    CHECK_EQ(chanos_tasks_set_workers(rt, 2), 0);
+    CHECK_EQ(chanos_tasks_workers(rt), 2);
+    {
+        chanos_task f;
+
+        chanos_task_set(&f, fib_fast, 20);
+        CHECK_EQ(chanos_tasks_run(rt, &f), 0);
+        CHECK_EQ(chanos_result_i64(&f), fib_serial(20));
+    }
+    chanos_tasks_stop(rt);
 }
 
 int main(void)
@@ -171,5 +287,6 @@ int main(void)
         chanos_ump_close(pairs[i].b);
         chanos_event_free(pairs[i].ev);
     }
+    test_shrink_long();
     return check_done("tasks_workers");
 }

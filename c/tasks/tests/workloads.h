@@ -23,6 +23,20 @@ static inline int64_t fib_task(int64_t n)
     return chanos_result_i64(&a) + chanos_result_i64(&b);
 }
 
+/* fib on the fast path (chanos_fspawn, chanos_fsync): the same tree,
+ * spawn and sync inline. */
+static inline int64_t fib_fast(chanos_ctx *c, int64_t n)
+{
+    chanos_task t;
+    int64_t b;
+
+    if (n < 2)
+        return n;
+    chanos_fspawn(c, &t, fib_fast, n - 1);
+    b = fib_fast(c, n - 2);
+    return chanos_fsync(c, &t, fib_fast) + b;
+}
+
 static inline int64_t fib_serial(int64_t n)
 {
     return n < 2 ? n : fib_serial(n - 1) + fib_serial(n - 2);
@@ -96,6 +110,28 @@ static inline void *msort_task(void *p)
     return NULL;
 }
 
+/* Merge sort on the fast path. */
+static inline void *msort_fast(chanos_ctx *c, void *p)
+{
+    struct msort_arg *m = p;
+    struct msort_arg l = *m, r = *m;
+    chanos_task tl;
+    size_t mid;
+
+    if (m->hi - m->lo <= MSORT_CUTOFF) {
+        msort_serial(m->a, m->tmp, m->lo, m->hi);
+        return NULL;
+    }
+    mid = m->lo + (m->hi - m->lo) / 2;
+    l.hi = mid;
+    r.lo = mid;
+    chanos_fspawn(c, &tl, msort_fast, (void *)&l);
+    msort_fast(c, &r);
+    chanos_fsync(c, &tl, msort_fast);
+    merge(m->a, m->tmp, m->lo, mid, m->hi);
+    return NULL;
+}
+
 /* N-Queens: the number of solutions, spawning one task per column of the
  * first rows. */
 struct nq_arg {
@@ -165,6 +201,20 @@ static inline int64_t stress_task(int64_t n)
     chanos_spawn(&b, stress_task, n - 1);
     chanos_task_sync();
     return chanos_result_i64(&a) + chanos_result_i64(&b);
+}
+
+/* stress on the fast path: two spawns, synced in reverse order. */
+static inline int64_t stress_fast(chanos_ctx *c, int64_t n)
+{
+    chanos_task a, b;
+    int64_t x;
+
+    if (n == 0)
+        return 1;
+    chanos_fspawn(c, &a, stress_fast, n - 1);
+    chanos_fspawn(c, &b, stress_fast, n - 1);
+    x = chanos_fsync(c, &b, stress_fast);
+    return x + chanos_fsync(c, &a, stress_fast);
 }
 
 static inline uint32_t xorshift32(uint32_t *s)
