@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/chanos/chanos/internal/protocol/monitor"
@@ -112,9 +113,10 @@ func (d *Domain) rejoin() (*Conn, chan error) {
 		listeners := make([]*Listener, 0, len(d.exports))
 		var relays []*Listener
 		for _, l := range d.exports {
-			if l.relay != nil {
-				// An endpoint's export for another machine dies with the
-				// monitor that held its iref: its receiver cannot open it.
+			if l.relay != nil || strings.HasPrefix(l.name, "#") {
+				// An export without a name (an endpoint's for another
+				// machine, one adopted without a name) was reachable by
+				// its iref only, which dies with the monitor that made it.
 				relays = append(relays, l)
 				continue
 			}

@@ -129,6 +129,11 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 		return nil, fail(proto.StatusDenied, "bind %s: the iref registered under the name has a wrong token for export %d (set through the nameservice by a domain that does not hold the export's iref)", label, ref.Export)
 	case !sameToken(e.ref, ref):
 		return nil, fail(proto.StatusDenied, "bind %s: a wrong token for export %d (irefs read from the nameservice carry none)", label, ref.Export)
+	case !m.awaitAdoption(ctx, e):
+		if ctx.Err() != nil {
+			return nil, errCancelled
+		}
+		return nil, fail(proto.StatusNotFound, "bind %s: its export %d was handed over and withdrawn unadopted", label, ref.Export)
 	}
 	if err := e.admit(s, byName, label); err != nil {
 		return nil, err
@@ -155,28 +160,28 @@ func (s *session) bind(ctx context.Context, c *proto.BindCall) (*proto.BindReply
 	// does not hand the caller the capability to bind again by ref.
 	reply := &proto.BindReply{Ref: e.ref.WithoutToken(), ConnID: rec.id, MaxFrame: e.maxFrame}
 	switch {
-	case e.domain == nil && e == m.spawnExport(e.id):
+	case e.server() == nil && e == m.spawnExport(e.id):
 		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
 		fds, err := m.bindSpawnd(s, rec)
 		if err != nil {
 			return nil, err
 		}
 		reply.Fds = fds
-	case e.domain == nil:
+	case e.server() == nil:
 		rec.server, rec.via, reply.Via = SelfDomainID, proto.InterconnectUMP, proto.InterconnectUMP
 		fds, err := m.bindNameservice(s, rec)
 		if err != nil {
 			return nil, err
 		}
 		reply.Fds = fds
-	case e.domain == s:
+	case e.server() == s:
 		// The domain exports it itself: it connects in its own process.
 		rec.server, rec.via, reply.Via = s.id, proto.InterconnectLocal, proto.InterconnectLocal
 		if !m.addConn(s, rec, s) {
 			return nil, errCancelled
 		}
 	default:
-		rec.server, rec.via, reply.Via = e.domain.id, proto.InterconnectUMP, proto.InterconnectUMP
+		rec.server, rec.via, reply.Via = e.server().id, proto.InterconnectUMP, proto.InterconnectUMP
 		fds, err := m.bindUMP(ctx, s, e, rec)
 		if err != nil {
 			return nil, err
@@ -279,7 +284,7 @@ func ringPair(maxFrame uint32) (creator, attacher []wire.Cap, err error) {
 // domain an incoming message with the creator's descriptors and returns
 // the attacher's for the reply.
 func (m *Monitor) bindUMP(ctx context.Context, s *session, e *export, rec *connRec) ([]wire.Cap, error) {
-	server := e.domain
+	server := e.server()
 	creator, attacher, err := ringPair(e.maxFrame)
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %q: %v", rec.name, err)

@@ -128,6 +128,9 @@ type Config struct {
 	// needs what it holds: a session for a new domain, or reply memory.
 	IdleTimeout time.Duration
 	PingTimeout time.Duration
+	// HandOverTTL is how long an export handed over waits for its
+	// adopter before it is withdrawn; default HandOverTTL.
+	HandOverTTL time.Duration
 	// Store holds the names. Nil means a new names.Memory, which the
 	// monitor closes when it stops; a Store given here is not closed.
 	Store names.Store
@@ -221,6 +224,7 @@ type Monitor struct {
 
 // export is one exported service.
 type export struct {
+	m        *Monitor
 	id       uint64
 	name     string
 	iface    string
@@ -228,8 +232,17 @@ type export struct {
 	// fingerprint is the interface's (docs/idl.md), or 0 for none.
 	fingerprint uint64
 	ref         wire.Iref
-	domain      *session // nil for the monitor's own nameservice
+	domain      *session // nil for the monitor's own nameservice; changes when adopted (under mu)
 	policy      policy
+	transit     *transit // while handed over and not adopted yet (under mu)
+}
+
+// server returns the domain that serves e: the exporting domain, or nil
+// for the monitor's own services.
+func (e *export) server() *session {
+	e.m.mu.Lock()
+	defer e.m.mu.Unlock()
+	return e.domain
 }
 
 // connRec records a bound connection for ps. The monitor does not see a
@@ -518,6 +531,7 @@ func checkPeer(cred *syscall.Ucred, uid uint32) error {
 // register it.
 func (m *Monitor) newExport(name, iface string, maxFrame uint32, s *session) (*export, error) {
 	e := &export{
+		m:        m,
 		id:       m.nextExport.Add(1),
 		name:     name,
 		iface:    iface,

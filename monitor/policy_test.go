@@ -3,13 +3,16 @@ package monitor
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
 	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -373,4 +376,34 @@ func TestAnonymousExport(t *testing.T) {
 	}
 	_, err = cli.BindRef(ctx, ref, "kv")
 	wantStatus(t, "bind of a withdrawn anonymous export", err, proto.StatusNotFound)
+}
+
+// An export handed over and not adopted within Config.HandOverTTL is
+// withdrawn with its name, and the bind that waited for its adopter fails
+// with not_found; the domain that handed it over can no longer withdraw
+// it, and a grant for it adopts nothing.
+func TestHandOverExpires(t *testing.T) {
+	tm := startMonitor(t, Config{Logger: discardLogger(), HandOverTTL: 200 * time.Millisecond})
+	ctx := testkit.Context(t)
+	srv := tm.dial(t, "server")
+	defer srv.Close()
+	cli := tm.dial(t, "client")
+	defer cli.Close()
+	ref, err := srv.Export(ctx, "gate", "kv", 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r proto.HandOverReply
+	if err := srv.call(ctx, &proto.HandOverCall{Export: ref.Export}, &r); err != nil {
+		t.Fatal(err)
+	}
+	var again proto.HandOverReply
+	wantStatus(t, "a second hand_over", srv.call(ctx, &proto.HandOverCall{Export: ref.Export}, &again), proto.StatusNotFound)
+	_, err = cli.Bind(ctx, "gate", "kv", false)
+	wantStatus(t, "a bind that waited for an adopter that never came", err, proto.StatusNotFound)
+	if _, err := tm.store.Get(ctx, "gate"); !errors.Is(err, names.ErrNotFound) {
+		t.Errorf("the name after the hand-over expired: %v, want not found", err)
+	}
+	var ar proto.AdoptReply
+	wantStatus(t, "adopt after expiry", cli.call(ctx, &proto.AdoptCall{Grant: r.Grant, Iface: "kv"}, &ar), proto.StatusNotFound)
 }

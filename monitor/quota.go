@@ -44,7 +44,7 @@ func (c Config) WithDefaults() Config {
 	for _, d := range []struct {
 		v *time.Duration
 		d time.Duration
-	}{{&c.HelloTimeout, DefaultHelloTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}, {&c.PingTimeout, DefaultPingTimeout}} {
+	}{{&c.HelloTimeout, DefaultHelloTimeout}, {&c.IdleTimeout, DefaultIdleTimeout}, {&c.PingTimeout, DefaultPingTimeout}, {&c.HandOverTTL, HandOverTTL}} {
 		if *d.v <= 0 {
 			*d.v = d.d
 		}

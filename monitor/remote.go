@@ -202,14 +202,16 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 		return nil, fail(proto.StatusMismatch, "bind %s: it exports interface %q, not %q", label, e.iface, c.Iface)
 	case e.fingerprint != 0 && c.Fingerprint != 0 && e.fingerprint != c.Fingerprint:
 		return nil, fail(proto.StatusMismatch, "bind %s: interface %s: the export's fingerprint is %016x, the client's %016x (built from another version of %s)", label, c.Iface, e.fingerprint, c.Fingerprint, c.Iface)
-	case e.domain == nil && m.spawnExport(e.id) == e:
+	case !m.awaitAdoption(ctx, e):
+		return nil, fail(proto.StatusNotFound, "bind %s: its export %d was handed over and withdrawn unadopted", label, c.Target.Export)
+	case e.server() == nil && m.spawnExport(e.id) == e:
 		return m.bindSpawndFromMachine(from, c, e, label)
-	case e.domain == nil:
+	case e.server() == nil:
 		return nil, fail(proto.StatusNoRoute, "bind %s: each machine serves its own nameservice, to its own domains", label)
-	case e.domain.features&proto.FeatureNet == 0:
+	case e.server().features&proto.FeatureNet == 0:
 		return nil, fail(proto.StatusNoRoute, "bind %s: the exporting domain's library cannot take connections over the net interconnect", label)
 	}
-	server := e.domain
+	server := e.server()
 	id, err := cnet.NewIdentity()
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)

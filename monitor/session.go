@@ -264,6 +264,10 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 		r, err = s.ps(ctx, in, c.Machine)
 	case *proto.MachinesCall:
 		r, err = s.m.machines()
+	case *proto.HandOverCall:
+		r, err = s.handOver(ctx, c)
+	case *proto.AdoptCall:
+		r, err = s.adopt(ctx, c)
 	default:
 		return nil, s.conn.Violation(fmt.Errorf("unexpected %s %s", msg.MsgName(), msg.MsgKind()))
 	}

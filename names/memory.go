@@ -159,6 +159,25 @@ func (m *Memory) Remove(ctx context.Context, name string, owner Owner) error {
 	return nil
 }
 
+// Transfer implements Store.
+func (m *Memory) Transfer(ctx context.Context, name string, from, to Owner) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return ErrClosed
+	}
+	e, ok := m.entries[name]
+	switch {
+	case !ok:
+		return fmt.Errorf("transfer %q: %w", name, ErrNotFound)
+	case e.owner != from:
+		return fmt.Errorf("transfer %q: %w", name, ErrNotOwner)
+	}
+	e.owner = to
+	m.entries[name] = e
+	return nil
+}
+
 func (m *Memory) removeLocked(name string, e entry) {
 	delete(m.entries, name)
 	if i, ok := slices.BinarySearch(m.sorted, name); ok {

@@ -74,6 +74,10 @@ type Store interface {
 	Watch(ctx context.Context, prefix string) (*Watcher, error)
 	// Release removes every name owner holds, as when its domain dies.
 	Release(ctx context.Context, owner Owner) error
+	// Transfer makes to the owner of name, which from must hold, as when
+	// an export is handed over to another domain: the name stays
+	// registered, to the same iref, and no longer goes with from.
+	Transfer(ctx context.Context, name string, from, to Owner) error
 }
 
 // ValidName checks a name: 1 to MaxNameLen bytes of printable ASCII

@@ -589,6 +589,54 @@ func (s *Names) Count(ctx context.Context, class string) (uint64, error) {
 // Remove implements names.Store: only the owner that set the name through
 // this store may remove it, and the delete is fenced by the name's create
 // revision.
+// Transfer implements names.Store: the name's record is rewritten with
+// its new owner, under the same lease, if it is still the one this store
+// set (its create revision); ownership is this machine's to check.
+func (s *Names) Transfer(ctx context.Context, name string, from, to names.Owner) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return names.ErrClosed
+	}
+	e, ok := s.entries[name]
+	h, mine := s.mine[name]
+	switch {
+	case !ok:
+		s.mu.Unlock()
+		return fmt.Errorf("transfer %q: %w", name, names.ErrNotFound)
+	case !mine || h.owner != from || h.create != e.create || h.removing:
+		s.mu.Unlock()
+		return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
+	}
+	lease := h.lease
+	s.mu.Unlock()
+	octx, cancel := context.WithTimeout(ctx, s.opTO)
+	defer cancel()
+	key := s.key(name)
+	resp, err := s.client.Txn(octx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.create)).
+		Then(clientv3.OpPut(key, encodeRecord(s.machine, to, e.ref), clientv3.WithLease(clientv3.LeaseID(lease)))).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return unavailable(ctx, fmt.Sprintf("transfer %q", name), err)
+	}
+	if !resp.Succeeded {
+		s.applyRead(name, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
+		return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
+	}
+	s.mu.Lock()
+	if h := s.mine[name]; h != nil && h.create == e.create {
+		h.owner = to
+	}
+	if cur, ok := s.entries[name]; ok && cur.create == e.create {
+		cur.owner = to
+		s.entries[name] = cur
+	}
+	s.mu.Unlock()
+	return nil
+}
+
 func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) error {
 	s.mu.Lock()
 	if s.closed {

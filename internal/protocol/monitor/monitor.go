@@ -24,20 +24,22 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x18c132f5be9b2a8b
+const Fingerprint uint64 = 0xd5b47fa38c142cfc
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
-	MsgHello    uint16 = 1 // hello
-	MsgExport   uint16 = 2 // export
-	MsgWithdraw uint16 = 3 // withdraw
-	MsgBind     uint16 = 4 // bind
-	MsgIncoming uint16 = 5 // incoming
-	MsgPs       uint16 = 6 // ps
-	MsgPing     uint16 = 7 // ping
-	MsgMachines uint16 = 8 // machines
-	MsgPeerGone uint16 = 9 // peer_gone
+	MsgHello    uint16 = 1  // hello
+	MsgExport   uint16 = 2  // export
+	MsgWithdraw uint16 = 3  // withdraw
+	MsgBind     uint16 = 4  // bind
+	MsgIncoming uint16 = 5  // incoming
+	MsgPs       uint16 = 6  // ps
+	MsgPing     uint16 = 7  // ping
+	MsgMachines uint16 = 8  // machines
+	MsgPeerGone uint16 = 9  // peer_gone
+	MsgHandOver uint16 = 10 // hand_over
+	MsgAdopt    uint16 = 11 // adopt
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -63,6 +65,8 @@ const (
 	MaxIncomingNetKeyLen        = 512     // incoming: uint8 net_key[net_key_len, 512]
 	MaxPsJSONLen                = 1048576 // ps: out uint8 json[json_len, 1048576]
 	MaxMachinesJSONLen          = 65536   // machines: out uint8 json[json_len, 65536]
+	MaxAdoptIfaceLen            = 128     // adopt: in String iface[128]
+	MaxAdoptNameLen             = 256     // adopt: out String name[256]
 )
 
 // Interconnect is the IDL enum interconnect:
@@ -915,6 +919,158 @@ func (m *PeerGone) Decode(frame []byte, caps []wire.Cap) error {
 	return nil
 }
 
+// HandOverCall holds the in arguments of the rpc hand_over, number 10:
+//
+//	rpc hand_over(in uint64 export, out iref grant);
+type HandOverCall struct {
+	// Export is the in argument export (uint64).
+	Export uint64
+}
+
+func (*HandOverCall) MsgNumber() uint16  { return MsgHandOver }
+func (*HandOverCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*HandOverCall) MsgName() string    { return "monitor.hand_over" }
+func (*HandOverCall) isMsg()             {}
+func (m *HandOverCall) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgHandOver, wire.KindCall, 8))
+	return nil
+}
+func (m *HandOverCall) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgHandOver, wire.KindCall, 8); ok {
+		m.Export = wire.Uint64(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "monitor.hand_over call", MsgHandOver, wire.KindCall, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *HandOverCall) put(b []byte) {
+	wire.PutUint64(b[0:], m.Export)
+}
+
+// HandOverReply holds the out arguments of the rpc hand_over, number 10:
+//
+//	rpc hand_over(in uint64 export, out iref grant);
+type HandOverReply struct {
+	// Grant is the out argument grant (iref).
+	Grant wire.Iref
+}
+
+func (*HandOverReply) MsgNumber() uint16  { return MsgHandOver }
+func (*HandOverReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*HandOverReply) MsgName() string    { return "monitor.hand_over" }
+func (*HandOverReply) isMsg()             {}
+func (m *HandOverReply) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgHandOver, wire.KindReply, 32))
+	return nil
+}
+func (m *HandOverReply) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgHandOver, wire.KindReply, 32); ok {
+		m.Grant = wire.GetIref(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "monitor.hand_over reply", MsgHandOver, wire.KindReply, 32)
+}
+
+// put writes m into b, the body of its frame.
+func (m *HandOverReply) put(b []byte) {
+	wire.PutIref(b[0:], m.Grant)
+}
+
+// AdoptCall holds the in arguments of the rpc adopt, number 11:
+//
+//	rpc adopt(
+//		in iref grant,
+//		in String iface[128],
+//		in uint64 fingerprint,
+//		out iref ref,
+//		out String name[256],
+//		out uint32 max_frame,
+//		out bool private);
+type AdoptCall struct {
+	// Grant is the in argument grant (iref).
+	Grant wire.Iref
+	// Iface is the in argument iface: at most MaxAdoptIfaceLen bytes, without NUL.
+	Iface string
+	// Fingerprint is the in argument fingerprint (uint64).
+	Fingerprint uint64
+}
+
+func (*AdoptCall) MsgNumber() uint16  { return MsgAdopt }
+func (*AdoptCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*AdoptCall) MsgName() string    { return "monitor.adopt" }
+func (*AdoptCall) isMsg()             {}
+func (m *AdoptCall) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "monitor.adopt call", MsgAdopt, wire.KindCall, 44)
+	e.Iref(m.Grant)
+	e.String("iface", m.Iface, MaxAdoptIfaceLen)
+	e.Uint64(m.Fingerprint)
+	return e.Finish()
+}
+
+func (m *AdoptCall) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "monitor.adopt call", MsgAdopt, wire.KindCall)
+	m.Grant = d.Iref("grant")
+	m.Iface = d.String("iface", MaxAdoptIfaceLen)
+	m.Fingerprint = d.Uint64("fingerprint")
+	if err := d.Finish(); err != nil {
+		*m = AdoptCall{}
+		return err
+	}
+	return nil
+}
+
+// AdoptReply holds the out arguments of the rpc adopt, number 11:
+//
+//	rpc adopt(
+//		in iref grant,
+//		in String iface[128],
+//		in uint64 fingerprint,
+//		out iref ref,
+//		out String name[256],
+//		out uint32 max_frame,
+//		out bool private);
+type AdoptReply struct {
+	// Ref is the out argument ref (iref).
+	Ref wire.Iref
+	// Name is the out argument name: at most MaxAdoptNameLen bytes, without NUL.
+	Name string
+	// MaxFrame is the out argument max_frame (uint32).
+	MaxFrame uint32
+	// Private is the out argument private (bool).
+	Private bool
+}
+
+func (*AdoptReply) MsgNumber() uint16  { return MsgAdopt }
+func (*AdoptReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*AdoptReply) MsgName() string    { return "monitor.adopt" }
+func (*AdoptReply) isMsg()             {}
+func (m *AdoptReply) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "monitor.adopt reply", MsgAdopt, wire.KindReply, 41)
+	e.Iref(m.Ref)
+	e.String("name", m.Name, MaxAdoptNameLen)
+	e.Uint32(m.MaxFrame)
+	e.Bool(m.Private)
+	return e.Finish()
+}
+
+func (m *AdoptReply) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "monitor.adopt reply", MsgAdopt, wire.KindReply)
+	m.Ref = d.Iref("ref")
+	m.Name = d.String("name", MaxAdoptNameLen)
+	m.MaxFrame = d.Uint32("max_frame")
+	m.Private = d.Bool("private")
+	if err := d.Finish(); err != nil {
+		*m = AdoptReply{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if monitor has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -949,6 +1105,14 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(MachinesReply)
 	case msg == MsgPeerGone && kind == wire.KindMessage:
 		return new(PeerGone)
+	case msg == MsgHandOver && kind == wire.KindCall:
+		return new(HandOverCall)
+	case msg == MsgHandOver && kind == wire.KindReply:
+		return new(HandOverReply)
+	case msg == MsgAdopt && kind == wire.KindCall:
+		return new(AdoptCall)
+	case msg == MsgAdopt && kind == wire.KindReply:
+		return new(AdoptReply)
 	}
 	return nil
 }
