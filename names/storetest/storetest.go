@@ -41,6 +41,7 @@ func Run(t *testing.T, open func(t *testing.T) Store) {
 		{"WatchAndRelease", watchAndRelease},
 		{"WatchOverflow", watchOverflow},
 		{"CloseEndsWaitsAndWatches", closeEnds},
+		{"Transfer", transfer},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -80,6 +81,42 @@ func setGetRemove(t *testing.T, s Store) {
 	}
 	if r, err := s.Get(ctx, "kv"); err != nil || r != Ref(3) {
 		t.Fatalf("get after set again = %v, %v", r, err)
+	}
+}
+
+// transfer: a name passes to another owner, keeping its iref; the old
+// owner can no longer remove or release it, the new one can.
+func transfer(t *testing.T, s Store) {
+	ctx := testkit.Context(t)
+	if err := s.Set(ctx, "gate", Ref(4), 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Transfer(ctx, "gate", 8, 9); !errors.Is(err, names.ErrNotOwner) {
+		t.Fatalf("transfer by one who does not hold it: %v, want ErrNotOwner", err)
+	}
+	if err := s.Transfer(ctx, "none", 7, 9); !errors.Is(err, names.ErrNotFound) {
+		t.Fatalf("transfer of a name not set: %v, want ErrNotFound", err)
+	}
+	if err := s.Transfer(ctx, "gate", 7, 9); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := s.Get(ctx, "gate"); err != nil || r != Ref(4) {
+		t.Fatalf("get after transfer = %v, %v", r, err)
+	}
+	if err := s.Remove(ctx, "gate", 7); !errors.Is(err, names.ErrNotOwner) {
+		t.Fatalf("remove by the old owner: %v, want ErrNotOwner", err)
+	}
+	if err := s.Release(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "gate"); err != nil {
+		t.Fatalf("the name after its old owner's release: %v", err)
+	}
+	if err := s.Release(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get(ctx, "gate"); !errors.Is(err, names.ErrNotFound) {
+		t.Fatalf("the name after its new owner's release: %v, want ErrNotFound", err)
 	}
 }
 
