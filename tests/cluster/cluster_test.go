@@ -313,6 +313,10 @@ func TestNamesAcrossMachines(t *testing.T) {
 	// Killed and restarted at once: the new run waits until the previous
 	// run's lease has expired, then the server exports kv again.
 	w.monitors[0].Cmd.Process.Signal(syscall.SIGKILL)
+	// At once, but after the process is gone: a loaded machine may take
+	// a moment to close a killed process's socket, and the new monitor
+	// rightly refuses a socket something still listens on.
+	<-w.monitors[0].Done()
 	w.start(0)
 	if w.logs[0].Count("waiting for that lease to expire") != 1 {
 		t.Fatalf("the restarted monitor did not wait for its previous run's lease:\n%s", w.logs[0])
