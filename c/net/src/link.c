@@ -829,7 +829,9 @@ bool net_link_resume(chanos_net_link *c, struct tconn t, const struct hello *h,
                      const uint8_t fp[CHANOS_NET_FP_SIZE])
 {
     pthread_mutex_lock(&c->mu);
-    if (c->end_err || c->stop || c->peer_closed ||
+    /* A resume after the peer's close is taken: the peer may still wait
+     * for the acknowledgement of its close. */
+    if (c->end_err || c->stop ||
         (c->has_fp && memcmp(fp, c->peer_fp, CHANOS_NET_FP_SIZE) != 0)) {
         pthread_mutex_unlock(&c->mu);
         return false;
