@@ -259,8 +259,8 @@ func TestNetCDialerRefused(t *testing.T) {
 			p := spawn(t, "", peer, "dial", L.Addr().String(), "1", "-pin", hex.EncodeToString(c.pin[:]))
 			field(t, p.Line(t), "fp")
 			io.WriteString(p.stdin, "go\n")
-			if got := field(t, p.Line(t), "error"); !strings.HasPrefix(got, "-4402 ") {
-				t.Errorf("the C dialer: error %s, want -4402 (CHANOS_ERR_AUTH)", got)
+			if got := field(t, p.Line(t), "error"); !strings.HasPrefix(got, "-4502 ") {
+				t.Errorf("the C dialer: error %s, want -4502 (CHANOS_ERR_AUTH)", got)
 			}
 			p.wait(t, 2)
 			if n := asked.Swap(0); n != c.asked {

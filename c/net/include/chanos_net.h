@@ -42,10 +42,11 @@ extern "C" {
  * fails with CHANOS_ERR_CAP, of one over the maximum frame size with
  * CHANOS_ERR_TOO_LARGE; neither ends the link.
  */
-#define CHANOS_ERR_NETWORK_LOST (-4401) /* no resume within the grace period */
-#define CHANOS_ERR_AUTH         (-4402) /* peer not authenticated (pin, admission) */
-#define CHANOS_ERR_TLS          (-4403) /* the TLS handshake failed otherwise */
-#define CHANOS_ERR_REFUSED      (-4404) /* the listener refused the hello (bad, busy) */
+/* libchanos_net's own codes lie in -45xx (chanos.h uses -41xx to -44xx). */
+#define CHANOS_ERR_NETWORK_LOST (-4501) /* no resume within the grace period */
+#define CHANOS_ERR_AUTH         (-4502) /* peer not authenticated (pin, admission) */
+#define CHANOS_ERR_TLS          (-4503) /* the TLS handshake failed otherwise */
+#define CHANOS_ERR_REFUSED      (-4504) /* the listener refused the hello (bad, busy) */
 
 /* The size of a fingerprint: SHA-256 of a certificate's DER form. */
 #define CHANOS_NET_FP_SIZE 32

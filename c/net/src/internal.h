@@ -30,7 +30,7 @@
 
 /* A result of the handshake only: the listener no longer holds the
  * connection (a resume's REJECT 1). */
-#define NET_REJECTED_UNKNOWN (-4490)
+#define NET_REJECTED_UNKNOWN (-4590)
 
 struct hello {
     bool resume;
