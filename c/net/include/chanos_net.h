@@ -230,6 +230,16 @@ int chanos_net_peer_fingerprint(const chanos_net_link *c,
  */
 int chanos_net_close(chanos_net_link *c);
 
+/*
+ * chanos_net_conn_new wraps link c in a chanos connection
+ * (chanos_conn_new_link), so that generated C stubs, chanos_conn_call and
+ * chanos_serve run over it. It takes ownership of c (closed on failure
+ * too); chanos_conn_close closes it in order (chanos_net_close).
+ * chanos_conn_peer_gone answers 0 while the link goes on,
+ * CHANOS_ERR_CLOSED once the peer's close arrived, else the link's end.
+ */
+int chanos_net_conn_new(chanos_net_link *c, chanos_conn **out);
+
 /* chanos_net_strerror describes a result of this library, or defers to
  * chanos_strerror. The string is static. */
 const char *chanos_net_strerror(int err);

@@ -1070,6 +1070,52 @@ int chanos_net_close(chanos_net_link *c)
     return rc;
 }
 
+/* ---- under a chanos connection ---- */
+
+static int op_send(void *link, const void *frame, size_t len, int timeout_ms)
+{
+    if (timeout_ms == 0)
+        return chanos_net_try_send(link, frame, len);
+    return chanos_net_send(link, frame, len, timeout_ms);
+}
+
+static int op_recv(void *link, const void **frame, size_t *len,
+                   int timeout_ms)
+{
+    return chanos_net_recv(link, frame, len, timeout_ms);
+}
+
+static int op_peer_gone(void *link)
+{
+    chanos_net_link *c = link;
+    pthread_mutex_lock(&c->mu);
+    int r = c->peer_closed ? CHANOS_ERR_CLOSED : c->end_err;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+static void op_close(void *link)
+{
+    chanos_net_close(link);
+}
+
+static const struct chanos_link_ops net_ops = {
+    .send = op_send,
+    .recv = op_recv,
+    .peer_gone = op_peer_gone,
+    .close = op_close,
+};
+
+int chanos_net_conn_new(chanos_net_link *c, chanos_conn **out)
+{
+    if (!c) {
+        if (out)
+            *out = NULL;
+        return -EINVAL;
+    }
+    return chanos_conn_new_link(&net_ops, c, out);
+}
+
 const char *chanos_net_strerror(int err)
 {
     switch (err) {
