@@ -97,7 +97,7 @@ test-tasks-tsan: bin/chanosc
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^tasks_' --output-on-failure
 	# libchanos_net (c/net): its links' and listeners' threads.
 	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_net_tests
-	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^net_' --output-on-failure
+	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^net_test_' --output-on-failure
 
 test: all lint check-generated check-vectors test-go test-c test-tasks-tsan bench-smoke
 
