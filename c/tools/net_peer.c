@@ -4,6 +4,7 @@
  *
  *   chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME]
  *   chanos-net-peer listen COUNT [-admit HEX] [-sni NAME]
+ *   chanos-net-peer serve [-admit HEX] [-sni NAME]
  *
  * With -pin (dial) or -admit (listen) the link is TLS: the program makes
  * an identity and prints "fp HEX", its fingerprint. listen prints
@@ -19,8 +20,13 @@
  * "received COUNT resumes R", close and print "closed". A failure prints
  * "error CODE TEXT" and exits with status 2 for a refused authentication,
  * 1 otherwise.
+ *
+ * serve listens as listen does, then serves the pingpong interface with
+ * its generated C stubs (pingpong_serve over chanos_net_conn_new) until
+ * the client closes, and prints "served".
  */
 #include <chanos_net.h>
+#include <pingpong.h>
 
 #include <pthread.h>
 #include <stdio.h>
@@ -149,18 +155,50 @@ static int stream(chanos_net_link *c, uint64_t n)
     return 0;
 }
 
+static int on_ping(void *ctx, chanos_conn *c, const struct pingpong_ping *m)
+{
+    struct pingpong_pong p = {m->client_id, m->msg_id};
+    (void)ctx;
+    return pingpong_pong_send(c, &p, -1);
+}
+
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    out->result = in->val;
+    return 0;
+}
+
+static int on_bounce(void *ctx, chanos_conn *c,
+                     const struct pingpong_bounce_call *in,
+                     struct pingpong_bounce_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    out->reply = in->payload;
+    return 0;
+}
+
+static const struct pingpong_server_ops pingpong_ops = {
+    .ping = on_ping, .echo = on_echo, .bounce = on_bounce,
+};
+
 int main(int argc, char **argv)
 {
-    if (argc < 3)
+    if (argc < 2)
         goto usage;
     bool dial = strcmp(argv[1], "dial") == 0;
-    if (!dial && strcmp(argv[1], "listen") != 0)
+    bool serve = strcmp(argv[1], "serve") == 0;
+    if (!dial && !serve && strcmp(argv[1], "listen") != 0)
         goto usage;
     int a = 2;
     const char *addr = dial ? argv[a++] : NULL;
-    if (a >= argc)
+    if (!serve && a >= argc)
         goto usage;
-    uint64_t n = strtoull(argv[a++], NULL, 10);
+    uint64_t n = serve ? 0 : strtoull(argv[a++], NULL, 10);
     const char *hex = NULL;
     for (; a + 1 < argc; a += 2) {
         if (strcmp(argv[a], "-pin") == 0 || strcmp(argv[a], "-admit") == 0)
@@ -214,6 +252,19 @@ int main(int argc, char **argv)
             return fail("accept", r);
         }
     }
+    if (serve) {
+        chanos_conn *conn;
+        r = chanos_net_conn_new(c, &conn);
+        if (r == 0)
+            r = pingpong_serve(conn, &pingpong_ops, NULL, 60000);
+        chanos_conn_close(conn);
+        chanos_net_listener_close(l);
+        chanos_net_identity_free(me);
+        if (r != 0)
+            return fail("serve", r);
+        printf("served\n");
+        return 0;
+    }
     int st = stream(c, n);
     r = chanos_net_close(c);
     chanos_net_listener_close(l);
@@ -226,6 +277,7 @@ int main(int argc, char **argv)
     return 0;
 usage:
     fprintf(stderr, "usage: chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME]\n"
-                    "       chanos-net-peer listen COUNT [-admit HEX] [-sni NAME]\n");
+                    "       chanos-net-peer listen COUNT [-admit HEX] [-sni NAME]\n"
+                    "       chanos-net-peer serve [-admit HEX] [-sni NAME]\n");
     return 64;
 }

@@ -20,8 +20,10 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect"
 	cnet "github.com/chanos/chanos/interconnect/net"
+	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/internal/testkit/faultproxy"
 	"github.com/chanos/chanos/wire"
@@ -303,6 +305,84 @@ func TestNetGoDialerRefused(t *testing.T) {
 			}
 			// The C listener still waits for a connection it would admit.
 			p.kill(t)
+		})
+	}
+}
+
+// The generated C stubs serve a Go client over a net link (pingpong_serve
+// on chanos_net_conn_new, in chanos-net-peer serve), through resets:
+// every ping gets its pong in order and every echo its value; then the
+// 64 KiB bounce comes back intact.
+func TestNetGoClientCServer(t *testing.T) {
+	for _, tls := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[tls], func(t *testing.T) {
+			peer := netPeer(t)
+			o := &cnet.Options{}
+			args := []string{"serve"}
+			var cli *cnet.Identity
+			if tls {
+				var err error
+				if cli, err = cnet.NewIdentity(); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "-admit", hex.EncodeToString(cli.Fingerprint[:]))
+			}
+			p := spawn(t, "", peer, args...)
+			if tls {
+				o.TLS = &cnet.TLS{Identity: cli, Peer: fingerprint(t, field(t, p.Line(t), "fp"))}
+			}
+			px, err := faultproxy.New("127.0.0.1:" + field(t, p.Line(t), "port"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer px.Close()
+			ctx := testkit.Context(t)
+			l, err := cnet.Dial(ctx, px.Addr(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := pingpong.NewConn(chanos.NewConn(l, pingpong.Interface))
+			defer c.Close()
+			px.Seed(3, 5)
+			if tls {
+				px.CutRandom(2_000, 12_000)
+			} else {
+				px.CutRandom(1, 4_000)
+			}
+			for i := range uint32(500) {
+				if err := c.Send(ctx, &pingpong.Ping{ClientID: 9, MsgID: i}); err != nil {
+					t.Fatalf("ping %d: %v", i, err)
+				}
+				m, err := c.Receive(ctx)
+				if err != nil {
+					t.Fatalf("pong %d: %v", i, err)
+				}
+				if pg, ok := m.(*pingpong.Pong); !ok || pg.MsgID != i || pg.ClientID != 9 {
+					t.Fatalf("got %#v, want pong %d", m, i)
+				}
+			}
+			for i := range uint64(1000) {
+				if v, err := c.Echo(ctx, i); err != nil || v != i {
+					t.Fatalf("echo %d = %d, %v", i, v, err)
+				}
+			}
+			// A record crosses whole or not at all: a 64 KiB frame needs
+			// a connection that lives past 64 KiB.
+			px.NoCuts()
+			payload := make([]byte, 64<<10)
+			for i := range payload {
+				payload[i] = byte(i * 13)
+			}
+			if got, err := c.Bounce(ctx, payload); err != nil || !bytes.Equal(got, payload) {
+				t.Fatalf("bounce: %d bytes, %v", len(got), err)
+			}
+			t.Logf("%d cuts, %d TCP connections, the Go link resumed %d times", px.Cuts(), px.Accepted(), l.Resumes())
+			if px.Cuts() < 20 {
+				t.Errorf("only %d cuts", px.Cuts())
+			}
+			c.Close()
+			p.Expect(t, "served")
+			p.wait(t, 0)
 		})
 	}
 }
