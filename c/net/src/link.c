@@ -483,6 +483,8 @@ static void redial(chanos_net_link *c)
             end_link(c, CHANOS_ERR_PROTOCOL, true);
             return;
         }
+        if (r == CHANOS_ERR_CLOSED)
+            return; /* stopped by close */
         int64_t until = net_now() + delay;
         if (until > deadline)
             until = deadline;
