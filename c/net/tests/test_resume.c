@@ -2,7 +2,8 @@
  * test_resume.c: libchanos_net across broken TCP connections. A relay
  * (a real TCP proxy, in a thread) between the two links resets each TCP
  * connection (RST) after a random number of bytes; streams both ways must
- * arrive exactly once and in order, plain and with TLS. Then a partition
+ * arrive exactly once and in order, plain and with TLS. A stall is noticed
+ * by the keepalives and resumed. Then a partition
  * longer than the grace period ends both sides with "network lost", and a
  * listener that no longer holds the connection ends it with "peer died".
  */
@@ -33,6 +34,7 @@ struct relay {
     long lo, hi; /* each connection is reset after [lo, hi) bytes; lo < 0: never */
     atomic_bool stop;
     atomic_bool parted; /* reset every connection at once */
+    atomic_bool stalled; /* relay nothing, close nothing: a black hole */
     atomic_int cuts;
     atomic_bool active; /* a pair is being relayed */
     unsigned seed;
@@ -81,8 +83,12 @@ static void pump(struct relay *r, int a, int b)
     for (;;) {
         if (atomic_load(&r->stop) || atomic_load(&r->parted))
             break;
+        if (atomic_load(&r->stalled)) {
+            usleep(1000);
+            continue;
+        }
         struct pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
-        if (poll(p, 2, 20) <= 0)
+        if (poll(p, 2, 20) <= 0 || atomic_load(&r->stalled))
             continue;
         for (int i = 0; i < 2; i++) {
             if (!p[i].revents)
@@ -329,6 +335,45 @@ static void test_partition(void)
     chanos_net_listener_close(L);
 }
 
+/* A stall (a black hole: nothing relayed, nothing closed) is noticed by
+ * the keepalives: each side takes the connection for broken after
+ * dead_after, the dialing side redials, and the stream goes on. */
+static void test_stall(void)
+{
+    check_context = "stall";
+    struct chanos_net_options o = {.keepalive_ms = 50, .dead_after_ms = 200};
+    chanos_net_listener *L;
+    CHECK_EQ(chanos_net_listen("127.0.0.1:0", &o, &L), 0);
+    struct relay r;
+    relay_start(&r, chanos_net_listener_port(L), -1, 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", r.port);
+    chanos_net_link *a = NULL, *b = NULL;
+    CHECK_EQ(chanos_net_dial(addr, &o, &a), 0);
+    CHECK_EQ(chanos_net_accept(L, 5000, &b), 0);
+    if (a && b) {
+        uint8_t buf[64];
+        size_t len = frame_make(buf, 0);
+        const void *f;
+        size_t n;
+        CHECK_EQ(chanos_net_send(a, buf, len, 1000), 0);
+        CHECK_EQ(chanos_net_recv(b, &f, &n, 5000), 0);
+        atomic_store(&r.stalled, true);
+        CHECK_EQ(chanos_net_send(a, buf, len, 1000), 0);
+        /* Nothing crosses a black hole, for longer than dead_after. */
+        CHECK_EQ(chanos_net_recv(b, &f, &n, 600), CHANOS_ERR_TIMEDOUT);
+        atomic_store(&r.stalled, false);
+        CHECK_EQ(chanos_net_recv(b, &f, &n, 5000), 0);
+        CHECK(chanos_net_resumes(a) >= 1);
+        CHECK_EQ(chanos_net_err(a), 0);
+        CHECK_EQ(chanos_net_err(b), 0);
+    }
+    CHECK_EQ(chanos_net_close(a), 0);
+    CHECK_EQ(chanos_net_close(b), 0);
+    relay_stop(&r);
+    chanos_net_listener_close(L);
+}
+
 /* The peer's process restarted: a new listener on the relay's target
  * does not know the connection, and the resume ends it with peer died. */
 static void test_peer_died(void)
@@ -381,6 +426,8 @@ int main(int argc, char **argv)
         test_cuts(false);
     if (want(argc, argv, "tls"))
         test_cuts(true);
+    if (want(argc, argv, "stall"))
+        test_stall();
     if (want(argc, argv, "partition"))
         test_partition();
     if (want(argc, argv, "peer-died"))
