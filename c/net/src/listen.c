@@ -8,6 +8,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -191,11 +192,14 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
     pthread_cond_init(&L->cv, &ca);
     pthread_condattr_destroy(&ca);
     int r = 0;
-    int fl = 1;
-    (void)fl;
+    /* Nonblocking: a connection gone between poll and accept must not
+     * block the listener's thread. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        r = -errno;
     L->queue = calloc((size_t)L->o.backlog, sizeof *L->queue);
     L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (!L->queue || L->wakefd < 0)
+    if (r == 0 && (!L->queue || L->wakefd < 0))
         r = -ENOMEM;
     if (r == 0 && L->o.tls) {
         L->tls = L->o.t;
