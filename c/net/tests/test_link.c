@@ -9,11 +9,14 @@
 
 #include <chanos_net.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* frame_make writes frame i of a stream: a message whose payload is i,
  * then (i * 7919) % 3000 bytes of filler that depend on i. */
@@ -309,11 +312,38 @@ static void test_listener_gone(void)
     CHECK_EQ(chanos_net_dial(addr, NULL, &a), -ECONNREFUSED);
 }
 
+/* A listener on a socket the caller made (chanos_net_listen_fd). */
+static void test_listen_fd(void)
+{
+    check_context = "listen fd";
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t sl = sizeof sa;
+    CHECK_EQ(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
+    CHECK_EQ(listen(fd, 8), 0);
+    CHECK_EQ(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+    chanos_net_listener *L;
+    CHECK_EQ(chanos_net_listen_fd(fd, NULL, &L), 0);
+    CHECK_EQ(chanos_net_listener_port(L), ntohs(sa.sin_port));
+    char addr[64];
+    snprintf(addr, sizeof addr, "localhost:%d", ntohs(sa.sin_port));
+    chanos_net_link *a = NULL, *b = NULL;
+    CHECK_EQ(chanos_net_dial(addr, NULL, &a), 0);
+    CHECK_EQ(chanos_net_accept(L, 5000, &b), 0);
+    if (a && b)
+        exchange(a, b, 10);
+    CHECK_EQ(chanos_net_close(a), 0);
+    CHECK_EQ(chanos_net_close(b), 0);
+    chanos_net_listener_close(L);
+}
+
 int main(void)
 {
     test_plain();
     test_window();
     test_tls();
     test_listener_gone();
+    test_listen_fd();
     return check_done("test_link");
 }
