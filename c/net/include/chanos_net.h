@@ -223,9 +223,11 @@ int chanos_net_peer_fingerprint(const chanos_net_link *c,
  * chanos_net_close ends the link in order: it sends a close record after
  * every frame sent before, and waits until the peer has acknowledged it
  * (the peer then holds everything), the link has ended otherwise, or the
- * linger time has passed. It then closes the TCP connection, joins the
- * link's thread and frees c. It returns 0 if the peer acknowledged the
- * close (or had closed too), else why not (the link's end, or
+ * linger time has passed; and until the socket has taken the close and
+ * the acknowledgement of the peer's close, if any. It then closes the TCP
+ * connection, joins the link's thread and frees c. It returns 0 if the
+ * peer took everything sent before (it acknowledged the close, or every
+ * frame before it, or had closed too), else why not (the link's end, or
  * CHANOS_ERR_TIMEDOUT). NULL is allowed.
  */
 int chanos_net_close(chanos_net_link *c);

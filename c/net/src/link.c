@@ -105,6 +105,9 @@ struct chanos_net_link {
     uint32_t peer_max, peer_win_frames, peer_win_bytes;
     uint64_t next_seq, peer_acked, written, close_seq, received, consumed,
         ack_sent, gen;
+    /* what the socket has taken, written to the end: the last sequence
+     * number and the acknowledgement (close waits on them) */
+    uint64_t flushed_seq, flushed_ack;
     struct deque unacked;
     size_t unacked_bytes, unacked_data;
     struct deque inbox;
@@ -122,6 +125,7 @@ struct chanos_net_link {
     struct tconn t;
     uint8_t *out;
     size_t out_len, out_off, out_cap;
+    uint64_t out_seq, out_ack; /* what out carries, once written */
     uint8_t rbuf[RBUF];
     uint8_t hdr[REC_HDR];
     size_t hdr_have;
@@ -234,6 +238,8 @@ static void fill_out_locked(chanos_net_link *c, int64_t now)
     c->since_ack = 0;
     c->ack_due = 0;
     c->force_ack = false;
+    c->out_seq = c->written;
+    c->out_ack = ack;
 }
 
 static void drop_conn(chanos_net_link *c)
@@ -379,6 +385,8 @@ static int attach(chanos_net_link *c, struct pending *p)
         if (out_reserve(c, REC_HDR + HELLO_SIZE) == 0) {
             net_hello_encode(&mine, c->out);
             c->out_len = REC_HDR + HELLO_SIZE;
+            c->out_seq = c->written;
+            c->out_ack = c->flushed_ack;
         }
     }
     pthread_cond_broadcast(&c->cv);
@@ -547,6 +555,14 @@ static void run_connected(chanos_net_link *c)
         want_w = 0;
         /* More may be ready to go at once. */
         pthread_mutex_lock(&c->mu);
+        if (c->out_len && (c->out_seq > c->flushed_seq ||
+                           c->out_ack > c->flushed_ack)) {
+            if (c->out_seq > c->flushed_seq)
+                c->flushed_seq = c->out_seq;
+            if (c->out_ack > c->flushed_ack)
+                c->flushed_ack = c->out_ack;
+            pthread_cond_broadcast(&c->cv);
+        }
         bool more = c->written - c->peer_acked < c->unacked.n || c->force_ack;
         pthread_mutex_unlock(&c->mu);
         if (more)
@@ -1042,14 +1058,26 @@ int chanos_net_close(chanos_net_link *c)
                     break;
                 }
             }
-            if (c->peer_acked < c->close_seq && !c->peer_closed && c->end_err)
-                rc = c->end_err;
         } else {
             rc = -ENOMEM;
         }
-    } else if (c->end_err && !c->peer_closed) {
-        rc = c->end_err;
     }
+    /* Before the connection goes: the socket has taken this side's close
+     * and the acknowledgement of the peer's, which the peer waits for. */
+    int64_t deadline = net_now() + c->o.linger;
+    while (!c->end_err && c->connected &&
+           ((c->close_seq && c->flushed_seq < c->close_seq) ||
+            (c->peer_closed && c->flushed_ack < c->received))) {
+        if (!wait_locked(c, deadline))
+            break;
+    }
+    /* A close sent succeeds once the peer acknowledged every frame before
+     * it: then even a peer that no longer knows the connection when the
+     * close ends otherwise (their closes crossed, and the acknowledgement
+     * of this side's was lost) took everything. */
+    if (rc == 0 && c->end_err && !c->peer_closed &&
+        (!c->close_seq || c->peer_acked < c->close_seq - 1))
+        rc = c->end_err;
     end_locked(c, CHANOS_ERR_CLOSED, true);
     c->stop = true;
     wake(c);
