@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +313,42 @@ static void test_listener_gone(void)
     CHECK_EQ(chanos_net_dial(addr, NULL, &a), -ECONNREFUSED);
 }
 
+static void *close_main(void *arg)
+{
+    chanos_net_link *c = arg;
+    return (void *)(intptr_t)chanos_net_close(c);
+}
+
+/* Both sides close at once, many times: their closes cross, and each
+ * returns 0 (the peer took everything), the listener's thread resuming
+ * nothing. */
+static void test_crossing_closes(void)
+{
+    check_context = "crossing closes";
+    struct chanos_net_options o = {.linger_ms = 5000};
+    chanos_net_listener *L;
+    CHECK_EQ(chanos_net_listen("127.0.0.1:0", &o, &L), 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", chanos_net_listener_port(L));
+    for (int i = 0; i < 50; i++) {
+        chanos_net_link *a = NULL, *b = NULL;
+        CHECK_EQ(chanos_net_dial(addr, &o, &a), 0);
+        CHECK_EQ(chanos_net_accept(L, 5000, &b), 0);
+        if (!a || !b)
+            break;
+        exchange(a, b, 20);
+        pthread_t ta, tb;
+        void *ra, *rb;
+        pthread_create(&ta, NULL, close_main, a);
+        pthread_create(&tb, NULL, close_main, b);
+        pthread_join(ta, &ra);
+        pthread_join(tb, &rb);
+        CHECK_EQ((intptr_t)ra, 0);
+        CHECK_EQ((intptr_t)rb, 0);
+    }
+    chanos_net_listener_close(L);
+}
+
 /* A listener on a socket the caller made (chanos_net_listen_fd). */
 static void test_listen_fd(void)
 {
@@ -345,5 +382,6 @@ int main(void)
     test_tls();
     test_listener_gone();
     test_listen_fd();
+    test_crossing_closes();
     return check_done("test_link");
 }
