@@ -9,6 +9,7 @@ package interop
 
 import (
 	"bytes"
+	"crypto/tls"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -385,4 +386,85 @@ func TestNetGoClientCServer(t *testing.T) {
 			p.wait(t, 0)
 		})
 	}
+}
+
+// A C listener answers a resume that presents another certificate than
+// the one that opened the connection as an unknown connection (REJECT 1),
+// even with the right connection id, and takes one with the opening
+// certificate; the connection goes on.
+func TestNetCListenerResumeNeedsSameCertificate(t *testing.T) {
+	peer := netPeer(t)
+	cli, err := cnet.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	thief, err := cnet.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := spawn(t, "", peer, "listen", fmt.Sprint(netFrames), "-admit", hex.EncodeToString(cli.Fingerprint[:]))
+	pin := fingerprint(t, field(t, p.Line(t), "fp"))
+	addr := "127.0.0.1:" + field(t, p.Line(t), "port")
+	ctx := testkit.Context(t)
+	l, err := cnet.Dial(ctx, addr, &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: pin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+
+	// resume sends a hello that resumes the connection, over TLS with
+	// cert, and returns the type of the record that answers it and the
+	// code of a REJECT.
+	resume := func(cert tls.Certificate) (byte, uint32) {
+		raw, err := (&stdnet.Dialer{}).DialContext(ctx, "tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer raw.Close()
+		tc := tls.Client(raw, &tls.Config{
+			MinVersion:         tls.VersionTLS13,
+			Certificates:       []tls.Certificate{cert},
+			InsecureSkipVerify: true, // who the server is does not matter here
+			ServerName:         "chanos",
+		})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			t.Fatal(err)
+		}
+		id := l.ID()
+		hello := make([]byte, 24+36)
+		hello[0] = 4 // HELLO; its ack, the last received, is 0
+		binary.LittleEndian.PutUint32(hello[4:], 36)
+		copy(hello[24:], "chnt")
+		binary.LittleEndian.PutUint16(hello[28:], 1) // version
+		binary.LittleEndian.PutUint16(hello[30:], 1) // RESUME
+		copy(hello[32:48], id[:])
+		binary.LittleEndian.PutUint32(hello[48:], 1<<16)
+		binary.LittleEndian.PutUint32(hello[52:], 64)
+		binary.LittleEndian.PutUint32(hello[56:], 1<<20)
+		if _, err := tc.Write(hello); err != nil {
+			t.Fatal(err)
+		}
+		reply := make([]byte, 28)
+		if _, err := io.ReadFull(tc, reply); err != nil {
+			t.Fatalf("reading the answer to a resume: %v", err)
+		}
+		return reply[0], binary.LittleEndian.Uint32(reply[24:])
+	}
+	// The thief knows the id, but has a certificate of its own.
+	if typ, code := resume(thief.Cert); typ != 5 || code != 1 {
+		t.Errorf("the stolen resume was answered with record type %d, code %d; want REJECT 1", typ, code)
+	}
+	// The same resume with the opening certificate is taken (a HELLO
+	// answers it): the id was right. The Go link's own connection is
+	// dropped for it, and the Go link resumes in turn.
+	if typ, _ := resume(cli.Cert); typ != 4 {
+		t.Errorf("the resume with the opening certificate was answered with record type %d, want HELLO", typ)
+	}
+
+	netStream(t, l)
+	if n := l.Resumes(); n == 0 {
+		t.Errorf("the Go link was not resumed after its connection was taken over")
+	}
+	l.Close()
+	checkPeerDone(t, p)
 }
