@@ -313,6 +313,29 @@ static void test_listener_gone(void)
     CHECK_EQ(chanos_net_dial(addr, NULL, &a), -ECONNREFUSED);
 }
 
+/* IPv6 addresses, where the host has ::1. */
+static void test_ipv6(void)
+{
+    check_context = "ipv6";
+    chanos_net_listener *L;
+    if (chanos_net_listen("[::1]:0", NULL, &L) != 0) {
+        fprintf(stderr, "ipv6: no ::1 here, skipped\n");
+        return;
+    }
+    char addr[64];
+    snprintf(addr, sizeof addr, "[::1]:%d", chanos_net_listener_port(L));
+    chanos_net_link *a = NULL, *b = NULL;
+    CHECK_EQ(chanos_net_dial(addr, NULL, &a), 0);
+    CHECK_EQ(chanos_net_accept(L, 5000, &b), 0);
+    if (a && b)
+        exchange(a, b, 10);
+    CHECK_EQ(chanos_net_close(a), 0);
+    CHECK_EQ(chanos_net_close(b), 0);
+    chanos_net_listener_close(L);
+    CHECK_EQ(chanos_net_listen("[::1", NULL, &L), -EINVAL);
+    CHECK_EQ(chanos_net_dial("nocolon", NULL, &a), -EINVAL);
+}
+
 static void *close_main(void *arg)
 {
     chanos_net_link *c = arg;
@@ -383,5 +406,6 @@ int main(void)
     test_listener_gone();
     test_listen_fd();
     test_crossing_closes();
+    test_ipv6();
     return check_done("test_link");
 }
