@@ -126,6 +126,7 @@ struct chanos_net_link {
     uint8_t *out;
     size_t out_len, out_off, out_cap;
     uint64_t out_seq, out_ack; /* what out carries, once written */
+    short rd_want; /* what the last read waits for (TLS may need to write) */
     uint8_t rbuf[RBUF];
     uint8_t hdr[REC_HDR];
     size_t hdr_have;
@@ -247,6 +248,7 @@ static void drop_conn(chanos_net_link *c)
     tconn_close(&c->t);
     c->out_len = c->out_off = 0;
     c->hdr_have = 0;
+    c->rd_want = POLLIN;
     free(c->pay);
     c->pay = NULL;
     pthread_mutex_lock(&c->mu);
@@ -568,6 +570,8 @@ static void run_connected(chanos_net_link *c)
         if (more)
             next = now;
     }
+    if (c->rd_want == POLLOUT)
+        want_w = POLLOUT;
     struct pollfd pf[2] = {{c->t.fd, (short)(want_r | want_w), 0},
                            {c->wakefd, POLLIN, 0}};
     int pr = poll(pf, 2, poll_ms(next - net_now()));
@@ -584,6 +588,7 @@ static void run_connected(chanos_net_link *c)
             drop_conn(c);
             return;
         }
+        c->rd_want = r == 0 ? want : POLLIN;
         if (r == 0)
             break;
         c->last_read = net_now();
