@@ -88,12 +88,16 @@ test-c: bin/chanosc
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/driver/...
 
-# The task runtime's tests (c/tasks) under ThreadSanitizer; test-c runs
-# them under AddressSanitizer and UndefinedBehaviorSanitizer.
+# The task runtime's tests (c/tasks) and libchanos_net's (c/net) under
+# ThreadSanitizer; test-c runs them under AddressSanitizer and
+# UndefinedBehaviorSanitizer.
 test-tasks-tsan: bin/chanosc
 	$(CMAKE) -S c -B $(BUILD)/c-tsan -DCMAKE_BUILD_TYPE=Debug -DCHANOS_TSAN=ON -DCHANOSC=$(abspath bin/chanosc) >/dev/null
 	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^tasks_' --output-on-failure
+	# libchanos_net (c/net): its links' and listeners' threads.
+	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_net_tests
+	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^net_test_' --output-on-failure
 
 test: all lint check-generated check-vectors test-go test-c test-tasks-tsan bench-smoke
 

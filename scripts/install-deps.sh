@@ -2,8 +2,9 @@
 # Installs the tools chanos builds and tests with, when they are missing:
 # Go (>= 1.26), a C11 compiler with AddressSanitizer and UBSan (gcc), g++
 # (the generated C headers are checked as C++), CMake (>= 3.20), make,
-# pkg-config and etcd's server (pinned). Go modules (staticcheck, ...) are
-# fetched by the go command itself. Safe to run repeatedly.
+# pkg-config, OpenSSL's development files (libssl-dev) and etcd's server
+# (pinned). Go modules (staticcheck, ...) are fetched by the go command
+# itself. Safe to run repeatedly.
 set -euo pipefail
 
 need=()
@@ -14,6 +15,8 @@ command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
 command -v ip >/dev/null || need+=(iproute2)
+# OpenSSL's headers and pkg-config file, for libchanos_net's TLS (c/net)
+[ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 # oneTBB, a baseline of `chanos bench tasks` (c/tasks/bench/tbb_bench.cpp)
 [ -e /usr/include/tbb/task_group.h ] || [ -e /usr/include/oneapi/tbb/task_group.h ] || need+=(libtbb-dev)
 if ! echo 'int main(void){return 0;}' | cc -x c -fsanitize=address,undefined -o /dev/null - 2>/dev/null; then

@@ -1541,12 +1541,38 @@ const char *chanos_code_str(uint64_t code);
  */
 int chanos_conn_new(chanos_ump *u, chanos_conn **out);
 
+/*
+ * A connection may also run on a link other than a ump ring pair, such as
+ * libchanos_net's (chanos_net_conn_new): the link's operations, with the
+ * shapes of the ump calls, each taking the link as its first argument.
+ * send and recv with timeout_ms 0 do not wait (CHANOS_ERR_AGAIN); a frame
+ * recv returns stays valid until the next recv. Such a link carries no
+ * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP,
+ * chanos_conn_spin_recv looks as a receive that does not wait, and
+ * chanos_conn_ump returns NULL (so the ump-only helpers, chanos_serve_export
+ * and libchanos_tasks' waits, are not for it). peer_gone answers as
+ * chanos_conn_peer_gone; close closes and frees the link.
+ */
+struct chanos_link_ops {
+    int (*send)(void *link, const void *frame, size_t len, int timeout_ms);
+    int (*recv)(void *link, const void **frame, size_t *len, int timeout_ms);
+    int (*peer_gone)(void *link);
+    void (*close)(void *link);
+};
+
+/* chanos_conn_new_link wraps link, whose operations are ops (kept by
+ * reference: static ones), taking ownership of link (closed on failure
+ * too). */
+int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
+                         chanos_conn **out);
+
 /* chanos_conn_close closes the connection (the peer sees
  * CHANOS_ERR_CLOSED) and frees it. NULL is allowed. */
 void chanos_conn_close(chanos_conn *c);
 
 /* chanos_conn_ump returns the underlying ump connection (for
- * chanos_ump_fd, chanos_ump_err, ...), owned by c. */
+ * chanos_ump_fd, chanos_ump_err, ...), owned by c; NULL for a connection
+ * on another link (chanos_conn_new_link). */
 chanos_ump *chanos_conn_ump(chanos_conn *c);
 
 /*

@@ -21,6 +21,9 @@
 
 struct chanos_conn {
     chanos_ump *u;
+    /* or another link (chanos_conn_new_link), u being NULL */
+    const struct chanos_link_ops *ops;
+    void *link;
     atomic_flag sending;
     atomic_flag receiving;
     uint32_t next_call; /* touched by the sender only */
@@ -80,7 +83,10 @@ void chanos_conn_close(chanos_conn *c)
 {
     if (c == NULL)
         return;
-    chanos_ump_close(c->u);
+    if (c->ops != NULL)
+        c->ops->close(c->link);
+    else
+        chanos_ump_close(c->u);
     free(c->scratch);
     free(c->peer);
     free(c->out_meta);
@@ -104,8 +110,31 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
+int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
+                         chanos_conn **out)
+{
+    int rc;
+
+    if (ops == NULL || link == NULL || out == NULL) {
+        if (ops != NULL && link != NULL)
+            ops->close(link);
+        return -EINVAL;
+    }
+    /* chanos_conn_new without a ump sets up the rest. */
+    rc = chanos_conn_new(NULL, out);
+    if (rc != 0) {
+        ops->close(link);
+        return rc;
+    }
+    (*out)->ops = ops;
+    (*out)->link = link;
+    return 0;
+}
+
 int chanos_conn_peer_gone(chanos_conn *c)
 {
+    if (c->ops != NULL)
+        return c->ops->peer_gone(c->link);
     return chanos_ump_peer_gone(c->u);
 }
 
@@ -123,6 +152,9 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
         return CHANOS_ERR_HEADER;
     if (h.ncaps != nfds || nfds > CHANOS_UMP_MAX_FDS)
         return CHANOS_ERR_CAP;
+    if (c->ops != NULL)
+        return nfds != 0 ? CHANOS_ERR_CAP
+                         : c->ops->send(c->link, frame, len, timeout_ms);
     if (timeout_ms == 0)
         return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
     return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
@@ -508,7 +540,9 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     size_t len;
     int rc;
 
-    if (spin)
+    if (c->ops != NULL)
+        rc = c->ops->recv(c->link, &p, &len, spin ? 0 : timeout_ms);
+    else if (spin)
         rc = chanos_ump_spin_recv(c->u, &p, &len);
     else if (timeout_ms == 0)
         rc = chanos_ump_try_recv(c->u, &p, &len);

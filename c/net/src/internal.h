@@ -1,0 +1,141 @@
+/*
+ * internal.h: what the parts of libchanos_net share: the record format,
+ * transport connections (plain TCP or TLS over it), the link and its
+ * registry on the accepting side.
+ */
+#ifndef CHANOS_NET_INTERNAL_H
+#define CHANOS_NET_INTERNAL_H
+
+#include "chanos_net.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <openssl/ssl.h>
+
+/* Records (docs/net.md, "Records"). */
+#define REC_DATA   1
+#define REC_ACK    2
+#define REC_CLOSE  3
+#define REC_HELLO  4
+#define REC_REJECT 5
+#define REC_HDR    24
+#define HELLO_SIZE 36
+#define PROTO_VERSION 1
+#define HELLO_RESUME 1
+#define REJECT_UNKNOWN 1
+#define REJECT_BAD     2
+#define REJECT_BUSY    3
+#define REJECT_AUTH    4
+
+/* A result of the handshake only: the listener no longer holds the
+ * connection (a resume's REJECT 1). */
+#define NET_REJECTED_UNKNOWN (-4590)
+
+struct hello {
+    bool resume;
+    uint8_t id[16];
+    uint32_t max_frame, win_frames, win_bytes;
+    uint64_t received;
+};
+
+void net_put_header(uint8_t *b, uint8_t type, uint32_t len, uint64_t seq,
+                    uint64_t ack);
+void net_hello_encode(const struct hello *h, uint8_t out[REC_HDR + HELLO_SIZE]);
+/* net_hello_parse checks a hello's header hdr and payload p: 0 or
+ * CHANOS_ERR_PROTOCOL. */
+int net_hello_parse(const uint8_t hdr[REC_HDR], const uint8_t *p,
+                    struct hello *h);
+
+/* Resolved options. Durations in nanoseconds. */
+struct net_opts {
+    uint32_t max_frame, win_frames, win_bytes;
+    int64_t grace, keepalive, dead_after, ack_delay, redial_min, redial_max,
+        handshake, linger;
+    int backlog;
+    bool tls;
+    struct chanos_net_tls t;
+};
+void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r);
+
+int64_t net_now(void);
+
+/* A transport connection: a TCP socket, with TLS over it if ssl. */
+struct tconn {
+    int fd;
+    SSL *ssl;
+};
+#define TCONN_NONE ((struct tconn){-1, NULL})
+void tconn_close(struct tconn *t);
+/* Nonblocking: > 0 bytes moved; 0 would block (*want: POLLIN or POLLOUT);
+ * < 0 the connection failed or ended. */
+ssize_t tconn_read(struct tconn *t, void *buf, size_t n, short *want);
+ssize_t tconn_write(struct tconn *t, const void *buf, size_t n, short *want);
+/*
+ * Blocking with a deadline (net_now's clock): wait for fd (events) or
+ * wakefd readable. 0: fd ready; 1: woken (wakefd drained); or
+ * CHANOS_ERR_TIMEDOUT.
+ */
+int net_wait(int fd, short events, int wakefd, int64_t deadline);
+/* All of buf, or a failure: 0, -EPIPE, CHANOS_ERR_TIMEDOUT, or
+ * CHANOS_ERR_CLOSED if *stop became true. */
+int tconn_write_all(struct tconn *t, const void *buf, size_t n, int wakefd,
+                    int64_t deadline, const bool *stop, pthread_mutex_t *mu);
+int tconn_read_all(struct tconn *t, void *buf, size_t n, int wakefd,
+                   int64_t deadline, const bool *stop, pthread_mutex_t *mu);
+/* net_connect opens a TCP connection to addr ("host:port"), with
+ * TCP_NODELAY, nonblocking. */
+int net_connect(const char *addr, int wakefd, int64_t deadline,
+                const bool *stop, pthread_mutex_t *mu);
+void net_tune(int fd);
+
+/* TLS (tls.c). */
+struct chanos_net_identity {
+    EVP_PKEY *key;
+    X509 *cert;
+    uint8_t fp[CHANOS_NET_FP_SIZE];
+};
+/* A client context: identity, pinned peer. */
+SSL_CTX *net_tls_client_ctx(const struct chanos_net_tls *t);
+/* A server context whose certificate identity_for picks by name. */
+SSL_CTX *net_tls_server_ctx(const struct chanos_net_tls *t);
+/* Runs the client's handshake on t->fd, which t->ssl then holds: 0,
+ * CHANOS_ERR_AUTH (pin), CHANOS_ERR_TLS, CHANOS_ERR_TIMEDOUT,
+ * CHANOS_ERR_CLOSED (stop). */
+int net_tls_client(SSL_CTX *ctx, const uint8_t pin[CHANOS_NET_FP_SIZE],
+                   const char *server_name, struct tconn *t, int wakefd,
+                   int64_t deadline, const bool *stop, pthread_mutex_t *mu);
+/* The server's: also the client certificate's fingerprint and the server
+ * name asked for (name[0..cap), "" if none). */
+int net_tls_server(SSL_CTX *ctx, struct tconn *t, int wakefd,
+                   int64_t deadline, const bool *stop, pthread_mutex_t *mu,
+                   uint8_t fp[CHANOS_NET_FP_SIZE], char *name, size_t cap);
+
+/* The links a listener holds, by id, shared with them (reference counted)
+ * so that a link outliving its listener can still take itself out. */
+struct registry {
+    pthread_mutex_t mu;
+    int refs;
+    bool closed;
+    chanos_net_link **links;
+    size_t n, cap;
+};
+void registry_put(struct registry *r); /* drops a reference */
+
+/* link.c, for listen.c: a new accepting link on t, whose peer's hello is h
+ * (the link answers it); registered in reg, which the caller has locked. */
+chanos_net_link *net_link_accepted(const struct net_opts *o,
+                                   struct registry *reg, struct tconn t,
+                                   const struct hello *h,
+                                   const uint8_t fp[CHANOS_NET_FP_SIZE]);
+/* Hands link l the resume on t; reg->mu held. false: l does not take it
+ * (ended, or another certificate): the caller rejects it as unknown. */
+bool net_link_resume(chanos_net_link *l, struct tconn t, const struct hello *h,
+                     const uint8_t fp[CHANOS_NET_FP_SIZE]);
+const uint8_t *net_link_id(const chanos_net_link *l);
+
+/* Blocks every signal in the thread started between the two calls. */
+void net_block_signals(sigset_t *old);
+void net_restore_signals(const sigset_t *old);
+
+#endif

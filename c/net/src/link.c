@@ -1,0 +1,1174 @@
+/*
+ * link.c: one end of a net connection (docs/net.md). Sends copy frames
+ * into the send window under the link's mutex and wake the link's I/O
+ * thread, which alone touches the socket: it writes what the peer has not
+ * received, reads records, applies acknowledgements, writes delayed
+ * acknowledgements and keepalives, takes a silent connection for broken,
+ * and resumes: the dialing side redials with backoff, the accepting side
+ * waits for the listener to hand it the peer's redial, both until the
+ * grace period ends.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <openssl/crypto.h>
+
+/* One record kept for (re)transmission, or one frame received. */
+struct rec {
+    uint64_t seq;
+    uint8_t type;
+    uint32_t len;
+    uint8_t *buf;
+};
+
+/* A growable ring of records. */
+struct deque {
+    struct rec *v;
+    size_t cap, head, n;
+};
+
+static struct rec *dq_at(struct deque *d, size_t i)
+{
+    return &d->v[(d->head + i) & (d->cap - 1)];
+}
+
+static int dq_push(struct deque *d, struct rec r)
+{
+    if (d->n == d->cap) {
+        size_t nc = d->cap ? 2 * d->cap : 64;
+        struct rec *v = malloc(nc * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        for (size_t i = 0; i < d->n; i++)
+            v[i] = *dq_at(d, i);
+        free(d->v);
+        d->v = v;
+        d->cap = nc;
+        d->head = 0;
+    }
+    *dq_at(d, d->n++) = r;
+    return 0;
+}
+
+static struct rec dq_pop(struct deque *d)
+{
+    struct rec r = *dq_at(d, 0);
+    d->head = (d->head + 1) & (d->cap - 1);
+    d->n--;
+    return r;
+}
+
+static void dq_free(struct deque *d)
+{
+    while (d->n)
+        free(dq_pop(d).buf);
+    free(d->v);
+    d->v = NULL;
+}
+
+/* A TCP connection handed to the link's thread to attach: the first, or
+ * a resume the listener accepted. */
+struct pending {
+    bool set;
+    struct tconn t;
+    struct hello h;
+    bool reply; /* the accepting side answers with its own hello */
+};
+
+#define RBUF 65536
+#define OUT_BATCH (256u << 10)
+
+struct chanos_net_link {
+    struct net_opts o;
+    uint8_t id[16];
+    bool dialer;
+    char *addr;
+    char *server_name;
+    SSL_CTX *cctx;
+    struct registry *reg;
+    bool has_fp;
+    uint8_t peer_fp[CHANOS_NET_FP_SIZE];
+    int wakefd;
+    pthread_t thr;
+    bool thr_started;
+
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* broadcast on any change waiters look at */
+    /* under mu */
+    uint32_t peer_max, peer_win_frames, peer_win_bytes;
+    uint64_t next_seq, peer_acked, written, close_seq, received, consumed,
+        ack_sent, gen;
+    /* what the socket has taken, written to the end: the last sequence
+     * number and the acknowledgement (close waits on them) */
+    uint64_t flushed_seq, flushed_ack;
+    struct deque unacked;
+    size_t unacked_bytes, unacked_data;
+    struct deque inbox;
+    size_t inbox_bytes;
+    uint32_t since_ack;
+    int64_t ack_due; /* when a delayed acknowledgement is due; 0: none */
+    bool force_ack, closing, peer_closed, stop, connected;
+    int end_err;
+    bool end_now;
+    int dial_rc; /* 1 while the first dial runs */
+    struct pending pend;
+    uint8_t *cur;
+
+    /* the I/O thread's own */
+    struct tconn t;
+    uint8_t *out;
+    size_t out_len, out_off, out_cap;
+    uint64_t out_seq, out_ack; /* what out carries, once written */
+    short rd_want; /* what the last read waits for (TLS may need to write) */
+    uint8_t rbuf[RBUF];
+    uint8_t hdr[REC_HDR];
+    size_t hdr_have;
+    uint8_t *pay;
+    uint32_t pay_len, pay_have;
+    uint64_t pay_seq, pay_ack;
+    int64_t last_read, last_write;
+};
+
+static void wake(chanos_net_link *c)
+{
+    uint64_t one = 1;
+    if (write(c->wakefd, &one, sizeof one) < 0) {
+        /* the counter is full: the thread is being woken anyway */
+    }
+}
+
+/* end_locked ends the link with err, the first reason winning; now says
+ * whether receives stop at once rather than after what arrived. */
+static void end_locked(chanos_net_link *c, int err, bool now)
+{
+    if (c->end_err)
+        return;
+    c->end_err = err;
+    c->end_now = now;
+    pthread_cond_broadcast(&c->cv);
+    wake(c);
+}
+
+static void end_link(chanos_net_link *c, int err, bool now)
+{
+    pthread_mutex_lock(&c->mu);
+    end_locked(c, err, now);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static uint64_t ack_value_locked(const chanos_net_link *c)
+{
+    return c->peer_closed ? c->received : c->consumed;
+}
+
+/* apply_ack_locked applies the peer's cumulative acknowledgement a. */
+static int apply_ack_locked(chanos_net_link *c, uint64_t a)
+{
+    if (a <= c->peer_acked)
+        return 0;
+    if (a > c->written)
+        return CHANOS_ERR_PROTOCOL;
+    while (c->unacked.n && dq_at(&c->unacked, 0)->seq <= a) {
+        struct rec r = dq_pop(&c->unacked);
+        if (r.type == REC_DATA) {
+            c->unacked_bytes -= r.len;
+            c->unacked_data--;
+        }
+        free(r.buf);
+    }
+    c->peer_acked = a;
+    pthread_cond_broadcast(&c->cv);
+    return 0;
+}
+
+/* ---- the I/O thread ---- */
+
+static int out_reserve(chanos_net_link *c, size_t more)
+{
+    if (c->out_len + more <= c->out_cap)
+        return 0;
+    size_t nc = c->out_cap ? c->out_cap : 4096;
+    while (nc < c->out_len + more)
+        nc *= 2;
+    uint8_t *b = realloc(c->out, nc);
+    if (!b)
+        return -ENOMEM;
+    c->out = b;
+    c->out_cap = nc;
+    return 0;
+}
+
+/* fill_out_locked puts into the output buffer, which is empty, the
+ * records the peer has not received, or an acknowledgement that is due. */
+static void fill_out_locked(chanos_net_link *c, int64_t now)
+{
+    uint64_t ack = ack_value_locked(c);
+    c->out_len = c->out_off = 0;
+    size_t i = (size_t)(c->written - c->peer_acked);
+    for (; i < c->unacked.n && c->out_len < OUT_BATCH; i++) {
+        struct rec *r = dq_at(&c->unacked, i);
+        if (out_reserve(c, REC_HDR + r->len) < 0)
+            break;
+        net_put_header(c->out + c->out_len, r->type, r->len, r->seq, ack);
+        if (r->len)
+            memcpy(c->out + c->out_len + REC_HDR, r->buf, r->len);
+        c->out_len += REC_HDR + r->len;
+        /* Counted as written before the write: the peer may acknowledge
+         * a record as soon as its bytes leave. */
+        c->written = r->seq;
+    }
+    if (c->out_len == 0) {
+        uint32_t quarter = c->o.win_frames / 4 ? c->o.win_frames / 4 : 1;
+        bool due = c->force_ack ||
+                   (ack != c->ack_sent &&
+                    (c->since_ack >= quarter || (c->ack_due && now >= c->ack_due))) ||
+                   now - c->last_write >= c->o.keepalive;
+        if (!due || out_reserve(c, REC_HDR) < 0)
+            return;
+        net_put_header(c->out, REC_ACK, 0, 0, ack);
+        c->out_len = REC_HDR;
+    }
+    c->ack_sent = ack;
+    c->since_ack = 0;
+    c->ack_due = 0;
+    c->force_ack = false;
+    c->out_seq = c->written;
+    c->out_ack = ack;
+}
+
+static void drop_conn(chanos_net_link *c)
+{
+    tconn_close(&c->t);
+    c->out_len = c->out_off = 0;
+    c->hdr_have = 0;
+    c->rd_want = POLLIN;
+    free(c->pay);
+    c->pay = NULL;
+    pthread_mutex_lock(&c->mu);
+    c->connected = false;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* process handles n bytes read, record by record: 0, or the link's end. */
+static int process(chanos_net_link *c, const uint8_t *b, size_t n)
+{
+    int err = 0;
+    bool got = false;
+    pthread_mutex_lock(&c->mu);
+    while (n > 0 && !err) {
+        if (c->pay) {
+            size_t k = c->pay_len - c->pay_have;
+            if (k > n)
+                k = n;
+            memcpy(c->pay + c->pay_have, b, k);
+            c->pay_have += (uint32_t)k;
+            b += k;
+            n -= k;
+            if (c->pay_have < c->pay_len)
+                break;
+            struct rec r = {c->pay_seq, REC_DATA, c->pay_len, c->pay};
+            c->pay = NULL;
+            if (dq_push(&c->inbox, r) < 0) {
+                free(r.buf);
+                err = -ENOMEM;
+                break;
+            }
+            c->inbox_bytes += r.len;
+            c->received = r.seq;
+            got = true;
+            err = apply_ack_locked(c, c->pay_ack);
+            continue;
+        }
+        size_t k = REC_HDR - c->hdr_have;
+        if (k > n)
+            k = n;
+        memcpy(c->hdr + c->hdr_have, b, k);
+        c->hdr_have += k;
+        b += k;
+        n -= k;
+        if (c->hdr_have < REC_HDR)
+            break;
+        c->hdr_have = 0;
+        const uint8_t *h = c->hdr;
+        uint32_t len = chanos_load_u32(h + 4);
+        uint64_t seq = chanos_load_u64(h + 8), ack = chanos_load_u64(h + 16);
+        if (h[1] || h[2] || h[3]) {
+            err = CHANOS_ERR_PROTOCOL;
+            break;
+        }
+        switch (h[0]) {
+        case REC_DATA:
+            if (len < CHANOS_HEADER_SIZE || len > c->o.max_frame ||
+                seq != c->received + 1 || c->inbox.n >= c->o.win_frames ||
+                c->inbox_bytes + len > c->o.win_bytes) {
+                err = CHANOS_ERR_PROTOCOL;
+                break;
+            }
+            c->pay = malloc(len);
+            if (!c->pay) {
+                err = -ENOMEM;
+                break;
+            }
+            c->pay_len = len;
+            c->pay_have = 0;
+            c->pay_seq = seq;
+            c->pay_ack = ack;
+            break;
+        case REC_ACK:
+            if (len != 0 || seq != 0) {
+                err = CHANOS_ERR_PROTOCOL;
+                break;
+            }
+            err = apply_ack_locked(c, ack);
+            break;
+        case REC_CLOSE:
+            if (len != 0 || seq != c->received + 1) {
+                err = CHANOS_ERR_PROTOCOL;
+                break;
+            }
+            c->received = seq;
+            c->peer_closed = true;
+            c->force_ack = true;
+            got = true;
+            err = apply_ack_locked(c, ack);
+            break;
+        default:
+            err = CHANOS_ERR_PROTOCOL;
+        }
+    }
+    if (got)
+        pthread_cond_broadcast(&c->cv);
+    if (err)
+        end_locked(c, err, true);
+    pthread_mutex_unlock(&c->mu);
+    return err;
+}
+
+/* attach makes p's connection the link's, after a hello exchange. */
+static int attach(chanos_net_link *c, struct pending *p)
+{
+    pthread_mutex_lock(&c->mu);
+    if (c->end_err) {
+        int e = c->end_err;
+        pthread_mutex_unlock(&c->mu);
+        tconn_close(&p->t);
+        return e;
+    }
+    if (p->h.received < c->peer_acked || p->h.received >= c->next_seq) {
+        end_locked(c, CHANOS_ERR_PROTOCOL, true);
+        pthread_mutex_unlock(&c->mu);
+        tconn_close(&p->t);
+        return CHANOS_ERR_PROTOCOL;
+    }
+    if (c->gen == 0 && c->peer_max == 0) {
+        c->peer_max = p->h.max_frame;
+        c->peer_win_frames = p->h.win_frames;
+        c->peer_win_bytes = p->h.win_bytes;
+    }
+    c->gen++;
+    c->written = p->h.received;
+    /* Acknowledgements written on the broken connection may be lost. */
+    c->force_ack = true;
+    c->connected = true;
+    c->out_len = c->out_off = 0;
+    if (p->reply) {
+        struct hello mine = {.max_frame = c->o.max_frame,
+                             .win_frames = c->o.win_frames,
+                             .win_bytes = c->o.win_bytes,
+                             .received = c->received};
+        memcpy(mine.id, c->id, 16);
+        if (out_reserve(c, REC_HDR + HELLO_SIZE) == 0) {
+            net_hello_encode(&mine, c->out);
+            c->out_len = REC_HDR + HELLO_SIZE;
+            c->out_seq = c->written;
+            c->out_ack = c->flushed_ack;
+        }
+    }
+    pthread_cond_broadcast(&c->cv);
+    pthread_mutex_unlock(&c->mu);
+    c->t = p->t;
+    p->t = TCONN_NONE;
+    c->last_read = c->last_write = net_now();
+    return 0;
+}
+
+/* handshake dials the peer and exchanges hellos (the dialing side). */
+static int handshake(chanos_net_link *c, bool resume, int64_t deadline,
+                     struct pending *p)
+{
+    int fd = net_connect(c->addr, c->wakefd, deadline, &c->stop, &c->mu);
+    if (fd < 0)
+        return fd;
+    p->t = (struct tconn){fd, NULL};
+    int r = 0;
+    if (c->cctx)
+        r = net_tls_client(c->cctx, c->o.t.peer, c->server_name, &p->t,
+                           c->wakefd, deadline, &c->stop, &c->mu);
+    struct hello mine = {.resume = resume,
+                         .max_frame = c->o.max_frame,
+                         .win_frames = c->o.win_frames,
+                         .win_bytes = c->o.win_bytes};
+    memcpy(mine.id, c->id, 16);
+    pthread_mutex_lock(&c->mu);
+    mine.received = c->received;
+    pthread_mutex_unlock(&c->mu);
+    uint8_t hb[REC_HDR + HELLO_SIZE];
+    net_hello_encode(&mine, hb);
+    if (r == 0)
+        r = tconn_write_all(&p->t, hb, sizeof hb, c->wakefd, deadline,
+                            &c->stop, &c->mu);
+    if (r == 0)
+        r = tconn_read_all(&p->t, hb, REC_HDR, c->wakefd, deadline, &c->stop,
+                           &c->mu);
+    if (r == 0 && hb[0] == REC_REJECT) {
+        uint8_t code[4] = {0};
+        r = tconn_read_all(&p->t, code, 4, c->wakefd, deadline, &c->stop,
+                           &c->mu);
+        switch (chanos_load_u32(code)) {
+        case REJECT_UNKNOWN:
+            r = NET_REJECTED_UNKNOWN;
+            break;
+        case REJECT_AUTH:
+            r = CHANOS_ERR_AUTH;
+            break;
+        default:
+            r = CHANOS_ERR_REFUSED;
+        }
+    } else if (r == 0) {
+        if (chanos_load_u32(hb + 4) != HELLO_SIZE)
+            r = CHANOS_ERR_PROTOCOL;
+        if (r == 0)
+            r = tconn_read_all(&p->t, hb + REC_HDR, HELLO_SIZE, c->wakefd,
+                               deadline, &c->stop, &c->mu);
+        if (r == 0)
+            r = net_hello_parse(hb, hb + REC_HDR, &p->h);
+        if (r == 0 && memcmp(p->h.id, c->id, 16) != 0)
+            r = CHANOS_ERR_PROTOCOL;
+    }
+    if (r != 0) {
+        tconn_close(&p->t);
+        return r;
+    }
+    p->reply = false;
+    return 0;
+}
+
+/* redial resumes the connection from the dialing side, with backoff,
+ * until it succeeds, the grace period passes or the peer refuses. */
+static void redial(chanos_net_link *c)
+{
+    int64_t deadline = net_now() + c->o.grace;
+    int64_t delay = c->o.redial_min;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        bool stop = c->stop || c->end_err;
+        pthread_mutex_unlock(&c->mu);
+        if (stop)
+            return;
+        int64_t now = net_now();
+        if (now >= deadline) {
+            end_link(c, CHANOS_ERR_NETWORK_LOST, false);
+            return;
+        }
+        int64_t hd = now + c->o.handshake < deadline ? now + c->o.handshake
+                                                      : deadline;
+        struct pending p = {0};
+        int r = handshake(c, true, hd, &p);
+        if (r == 0) {
+            attach(c, &p);
+            return;
+        }
+        if (r == NET_REJECTED_UNKNOWN) {
+            end_link(c, CHANOS_ERR_PEER_DIED, false);
+            return;
+        }
+        if (r == CHANOS_ERR_PROTOCOL) {
+            end_link(c, CHANOS_ERR_PROTOCOL, true);
+            return;
+        }
+        if (r == CHANOS_ERR_CLOSED)
+            return; /* stopped by close */
+        int64_t until = net_now() + delay;
+        if (until > deadline)
+            until = deadline;
+        while (net_wait(-1, 0, c->wakefd, until) == 1) {
+            pthread_mutex_lock(&c->mu);
+            stop = c->stop || c->end_err;
+            pthread_mutex_unlock(&c->mu);
+            if (stop)
+                return;
+        }
+        delay = 2 * delay < c->o.redial_max ? 2 * delay : c->o.redial_max;
+    }
+}
+
+static int poll_ms(int64_t d)
+{
+    if (d <= 0)
+        return 0;
+    int64_t ms = (d + 999999) / 1000000;
+    return ms > 1000000 ? 1000000 : (int)ms;
+}
+
+static void drain_wake(chanos_net_link *c)
+{
+    uint64_t v;
+    if (read(c->wakefd, &v, sizeof v) < 0) {
+        /* nothing to drain */
+    }
+}
+
+/* run_connected runs one round of a connected link: write, wait, read. */
+static void run_connected(chanos_net_link *c)
+{
+    int64_t now = net_now();
+    pthread_mutex_lock(&c->mu);
+    if (c->out_off == c->out_len)
+        fill_out_locked(c, now);
+    int64_t next = c->last_write + c->o.keepalive;
+    if (c->ack_due && c->ack_due < next && ack_value_locked(c) != c->ack_sent)
+        next = c->ack_due;
+    if (c->last_read + c->o.dead_after < next)
+        next = c->last_read + c->o.dead_after;
+    pthread_mutex_unlock(&c->mu);
+
+    short want_w = 0, want_r = POLLIN;
+    while (c->out_off < c->out_len) {
+        ssize_t w = tconn_write(&c->t, c->out + c->out_off,
+                                c->out_len - c->out_off, &want_w);
+        if (w < 0) {
+            drop_conn(c);
+            return;
+        }
+        if (w == 0)
+            break;
+        c->out_off += (size_t)w;
+        c->last_write = net_now();
+        want_w = 0;
+    }
+    if (c->out_off == c->out_len) {
+        want_w = 0;
+        /* More may be ready to go at once. */
+        pthread_mutex_lock(&c->mu);
+        if (c->out_len && (c->out_seq > c->flushed_seq ||
+                           c->out_ack > c->flushed_ack)) {
+            if (c->out_seq > c->flushed_seq)
+                c->flushed_seq = c->out_seq;
+            if (c->out_ack > c->flushed_ack)
+                c->flushed_ack = c->out_ack;
+            pthread_cond_broadcast(&c->cv);
+        }
+        bool more = c->written - c->peer_acked < c->unacked.n || c->force_ack;
+        pthread_mutex_unlock(&c->mu);
+        if (more)
+            next = now;
+    }
+    if (c->rd_want == POLLOUT)
+        want_w = POLLOUT;
+    struct pollfd pf[2] = {{c->t.fd, (short)(want_r | want_w), 0},
+                           {c->wakefd, POLLIN, 0}};
+    int pr = poll(pf, 2, poll_ms(next - net_now()));
+    if (pr < 0 && errno != EINTR) {
+        drop_conn(c);
+        return;
+    }
+    if (pf[1].revents & POLLIN)
+        drain_wake(c);
+    for (;;) {
+        short want;
+        ssize_t r = tconn_read(&c->t, c->rbuf, sizeof c->rbuf, &want);
+        if (r < 0) {
+            drop_conn(c);
+            return;
+        }
+        c->rd_want = r == 0 ? want : POLLIN;
+        if (r == 0)
+            break;
+        c->last_read = net_now();
+        if (process(c, c->rbuf, (size_t)r) != 0) {
+            drop_conn(c);
+            return;
+        }
+    }
+    if (net_now() - c->last_read > c->o.dead_after)
+        drop_conn(c); /* a cut cable resets nothing */
+}
+
+static void *io_main(void *arg)
+{
+    chanos_net_link *c = arg;
+    if (c->dialer) {
+        pthread_mutex_lock(&c->mu);
+        bool first = c->dial_rc == 1;
+        pthread_mutex_unlock(&c->mu);
+        if (first) {
+            struct pending p = {0};
+            int r = handshake(c, false, net_now() + c->o.handshake, &p);
+            if (r == NET_REJECTED_UNKNOWN)
+                r = CHANOS_ERR_REFUSED;
+            if (r == 0)
+                r = attach(c, &p);
+            pthread_mutex_lock(&c->mu);
+            c->dial_rc = r;
+            pthread_cond_broadcast(&c->cv);
+            pthread_mutex_unlock(&c->mu);
+            if (r != 0)
+                return NULL;
+        }
+    }
+    int64_t grace_end = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        if (c->stop || c->end_err) {
+            pthread_mutex_unlock(&c->mu);
+            break;
+        }
+        struct pending p = {0};
+        if (c->pend.set) {
+            p = c->pend;
+            c->pend = (struct pending){0};
+            c->pend.t = TCONN_NONE;
+        }
+        bool peer_closed = c->peer_closed;
+        pthread_mutex_unlock(&c->mu);
+        if (p.set) {
+            /* The peer redialed, perhaps before this side saw the break:
+             * what was read on the old connection is final, this thread
+             * being its only reader. */
+            if (c->t.fd >= 0)
+                drop_conn(c);
+            attach(c, &p);
+            grace_end = 0;
+            continue;
+        }
+        if (c->t.fd >= 0) {
+            run_connected(c);
+            continue;
+        }
+        if (peer_closed) {
+            /* Nothing is left to resume. */
+            net_wait(-1, 0, c->wakefd, net_now() + 3600 * (int64_t)1000000000);
+            continue;
+        }
+        if (c->dialer) {
+            redial(c);
+            continue;
+        }
+        if (!grace_end)
+            grace_end = net_now() + c->o.grace;
+        if (net_wait(-1, 0, c->wakefd, grace_end) == CHANOS_ERR_TIMEDOUT)
+            end_link(c, CHANOS_ERR_NETWORK_LOST, false);
+    }
+    tconn_close(&c->t);
+    pthread_mutex_lock(&c->mu);
+    c->connected = false;
+    pthread_mutex_unlock(&c->mu);
+    return NULL;
+}
+
+/* ---- making and freeing links ---- */
+
+static chanos_net_link *link_new(const struct net_opts *o, bool dialer)
+{
+    chanos_net_link *c = calloc(1, sizeof *c);
+    if (!c)
+        return NULL;
+    c->o = *o;
+    c->dialer = dialer;
+    c->next_seq = 1;
+    c->t = TCONN_NONE;
+    c->pend.t = TCONN_NONE;
+    c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->wakefd < 0) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&c->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    return c;
+}
+
+static void link_free(chanos_net_link *c)
+{
+    tconn_close(&c->t);
+    if (c->pend.set)
+        tconn_close(&c->pend.t);
+    dq_free(&c->unacked);
+    dq_free(&c->inbox);
+    free(c->cur);
+    free(c->pay);
+    free(c->out);
+    free(c->addr);
+    free(c->server_name);
+    SSL_CTX_free(c->cctx);
+    close(c->wakefd);
+    pthread_cond_destroy(&c->cv);
+    pthread_mutex_destroy(&c->mu);
+    OPENSSL_cleanse(c->id, sizeof c->id);
+    free(c);
+}
+
+static int start_thread(chanos_net_link *c)
+{
+    sigset_t old;
+    net_block_signals(&old);
+    int r = pthread_create(&c->thr, NULL, io_main, c);
+    net_restore_signals(&old);
+    if (r != 0)
+        return -r;
+    c->thr_started = true;
+    return 0;
+}
+
+static int64_t deadline_of(int timeout_ms)
+{
+    return net_now() + (int64_t)timeout_ms * 1000000;
+}
+
+static void timespec_of(int64_t t, struct timespec *ts)
+{
+    ts->tv_sec = t / 1000000000;
+    ts->tv_nsec = t % 1000000000;
+}
+
+/* wait_locked waits on c->cv until deadline (-1: none): false on
+ * timeout. */
+static bool wait_locked(chanos_net_link *c, int64_t deadline)
+{
+    if (deadline < 0) {
+        pthread_cond_wait(&c->cv, &c->mu);
+        return true;
+    }
+    struct timespec ts;
+    timespec_of(deadline, &ts);
+    return pthread_cond_timedwait(&c->cv, &c->mu, &ts) != ETIMEDOUT ||
+           net_now() < deadline;
+}
+
+int chanos_net_dial(const char *addr, const struct chanos_net_options *opts,
+                    chanos_net_link **out)
+{
+    if (!addr || !out)
+        return -EINVAL;
+    *out = NULL;
+    struct net_opts o;
+    net_opts_resolve(opts, &o);
+    chanos_net_link *c = link_new(&o, true);
+    if (!c)
+        return -ENOMEM;
+    c->addr = strdup(addr);
+    if (o.tls) {
+        c->server_name = strdup(o.t.server_name ? o.t.server_name
+                                                 : CHANOS_NET_DEFAULT_SERVER_NAME);
+        c->cctx = net_tls_client_ctx(&o.t);
+        c->has_fp = true;
+        memcpy(c->peer_fp, o.t.peer, CHANOS_NET_FP_SIZE);
+        if (!c->cctx) {
+            link_free(c);
+            return o.t.identity ? CHANOS_ERR_TLS : -EINVAL;
+        }
+    }
+    /* Only the dialing side keeps the TLS options, and not the pointers
+     * it was given: the identity is in cctx now. */
+    c->o.t.identity = NULL;
+    c->o.t.server_name = NULL;
+    if (!c->addr || (o.tls && !c->server_name) ||
+        getrandom(c->id, sizeof c->id, 0) != (ssize_t)sizeof c->id) {
+        link_free(c);
+        return -ENOMEM;
+    }
+    c->dial_rc = 1;
+    int r = start_thread(c);
+    if (r < 0) {
+        link_free(c);
+        return r;
+    }
+    pthread_mutex_lock(&c->mu);
+    while (c->dial_rc == 1)
+        pthread_cond_wait(&c->cv, &c->mu);
+    r = c->dial_rc;
+    pthread_mutex_unlock(&c->mu);
+    if (r != 0) {
+        pthread_join(c->thr, NULL);
+        link_free(c);
+        return r;
+    }
+    *out = c;
+    return 0;
+}
+
+chanos_net_link *net_link_accepted(const struct net_opts *o,
+                                   struct registry *reg, struct tconn t,
+                                   const struct hello *h,
+                                   const uint8_t fp[CHANOS_NET_FP_SIZE])
+{
+    chanos_net_link *c = link_new(o, false);
+    if (!c)
+        return NULL;
+    memset(&c->o.t, 0, sizeof c->o.t);
+    memcpy(c->id, h->id, 16);
+    if (o->tls) {
+        c->has_fp = true;
+        memcpy(c->peer_fp, fp, CHANOS_NET_FP_SIZE);
+    }
+    if (reg->n == reg->cap) {
+        size_t nc = reg->cap ? 2 * reg->cap : 16;
+        chanos_net_link **v = realloc(reg->links, nc * sizeof *v);
+        if (!v) {
+            link_free(c);
+            return NULL;
+        }
+        reg->links = v;
+        reg->cap = nc;
+    }
+    /* Set before the link is returned: limits are fixed from here on. */
+    c->peer_max = h->max_frame;
+    c->peer_win_frames = h->win_frames;
+    c->peer_win_bytes = h->win_bytes;
+    c->pend = (struct pending){.set = true, .t = t, .h = *h, .reply = true};
+    if (start_thread(c) < 0) {
+        c->pend.set = false;
+        link_free(c);
+        return NULL;
+    }
+    reg->links[reg->n++] = c;
+    reg->refs++;
+    c->reg = reg;
+    return c;
+}
+
+bool net_link_resume(chanos_net_link *c, struct tconn t, const struct hello *h,
+                     const uint8_t fp[CHANOS_NET_FP_SIZE])
+{
+    pthread_mutex_lock(&c->mu);
+    /* A resume after the peer's close is taken: the peer may still wait
+     * for the acknowledgement of its close. */
+    if (c->end_err || c->stop ||
+        (c->has_fp && memcmp(fp, c->peer_fp, CHANOS_NET_FP_SIZE) != 0)) {
+        pthread_mutex_unlock(&c->mu);
+        return false;
+    }
+    if (c->pend.set)
+        tconn_close(&c->pend.t);
+    c->pend = (struct pending){.set = true, .t = t, .h = *h, .reply = true};
+    wake(c);
+    pthread_mutex_unlock(&c->mu);
+    return true;
+}
+
+const uint8_t *net_link_id(const chanos_net_link *c)
+{
+    return c->id;
+}
+
+/* ---- the API ---- */
+
+static int send_frame(chanos_net_link *c, const void *frame, size_t len,
+                      int timeout_ms)
+{
+    if (!c || (!frame && len))
+        return -EINVAL;
+    struct chanos_hdr h;
+    int r = chanos_hdr_parse(&h, frame, len);
+    if (r < 0)
+        return r;
+    if (h.ncaps != 0)
+        return CHANOS_ERR_CAP; /* descriptors do not cross machines */
+    pthread_mutex_lock(&c->mu);
+    if (len > c->peer_max || len > c->o.max_frame) {
+        pthread_mutex_unlock(&c->mu);
+        return CHANOS_ERR_TOO_LARGE;
+    }
+    int64_t deadline = timeout_ms < 0 ? -1 : deadline_of(timeout_ms);
+    for (;;) {
+        if (c->end_err) {
+            r = c->end_err;
+            goto out;
+        }
+        if (c->closing || c->peer_closed) {
+            r = CHANOS_ERR_CLOSED;
+            goto out;
+        }
+        if (c->unacked_data < c->peer_win_frames &&
+            c->unacked_bytes + len <= c->peer_win_bytes)
+            break;
+        if (timeout_ms == 0) {
+            r = CHANOS_ERR_AGAIN;
+            goto out;
+        }
+        if (!wait_locked(c, deadline)) {
+            r = CHANOS_ERR_TIMEDOUT;
+            goto out;
+        }
+    }
+    uint8_t *buf = malloc(len);
+    if (!buf) {
+        r = -ENOMEM;
+        goto out;
+    }
+    memcpy(buf, frame, len);
+    struct rec rec = {c->next_seq, REC_DATA, (uint32_t)len, buf};
+    if (dq_push(&c->unacked, rec) < 0) {
+        free(buf);
+        r = -ENOMEM;
+        goto out;
+    }
+    c->next_seq++;
+    c->unacked_bytes += len;
+    c->unacked_data++;
+    r = 0;
+    if (c->connected)
+        wake(c);
+out:
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+int chanos_net_send(chanos_net_link *c, const void *frame, size_t len,
+                    int timeout_ms)
+{
+    int r = send_frame(c, frame, len, timeout_ms);
+    return r == CHANOS_ERR_AGAIN ? CHANOS_ERR_TIMEDOUT : r;
+}
+
+int chanos_net_try_send(chanos_net_link *c, const void *frame, size_t len)
+{
+    return send_frame(c, frame, len, 0);
+}
+
+int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
+                    int timeout_ms)
+{
+    if (!c || !frame || !len)
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    free(c->cur);
+    c->cur = NULL;
+    int64_t deadline = timeout_ms < 0 ? -1 : deadline_of(timeout_ms);
+    int r;
+    while (c->inbox.n == 0 || (c->end_err && c->end_now)) {
+        if (c->end_err) {
+            r = c->end_err;
+            goto out;
+        }
+        if (c->peer_closed) {
+            r = CHANOS_ERR_CLOSED;
+            goto out;
+        }
+        if (timeout_ms == 0) {
+            r = CHANOS_ERR_AGAIN;
+            goto out;
+        }
+        if (!wait_locked(c, deadline)) {
+            r = CHANOS_ERR_TIMEDOUT;
+            goto out;
+        }
+    }
+    struct rec f = dq_pop(&c->inbox);
+    c->inbox_bytes -= f.len;
+    c->consumed = f.seq;
+    c->cur = f.buf;
+    c->since_ack++;
+    uint32_t quarter = c->o.win_frames / 4 ? c->o.win_frames / 4 : 1;
+    if (c->since_ack >= quarter) {
+        wake(c);
+    } else if (!c->ack_due) {
+        c->ack_due = net_now() + c->o.ack_delay;
+        wake(c);
+    }
+    struct chanos_hdr h;
+    if (chanos_hdr_parse(&h, f.buf, f.len) < 0 || h.ncaps != 0) {
+        end_locked(c, CHANOS_ERR_PROTOCOL, true);
+        r = CHANOS_ERR_PROTOCOL;
+        goto out;
+    }
+    *frame = f.buf;
+    *len = f.len;
+    r = 0;
+out:
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+int chanos_net_err(chanos_net_link *c)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->mu);
+    int e = c->end_err;
+    pthread_mutex_unlock(&c->mu);
+    return e;
+}
+
+bool chanos_net_peer_closed(chanos_net_link *c)
+{
+    pthread_mutex_lock(&c->mu);
+    bool pc = c->peer_closed;
+    pthread_mutex_unlock(&c->mu);
+    return pc;
+}
+
+uint64_t chanos_net_resumes(chanos_net_link *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t g = c->gen ? c->gen - 1 : 0;
+    pthread_mutex_unlock(&c->mu);
+    return g;
+}
+
+size_t chanos_net_max_frame(const chanos_net_link *c)
+{
+    /* Both are fixed once the link is returned. */
+    return c->peer_max < c->o.max_frame ? c->peer_max : c->o.max_frame;
+}
+
+int chanos_net_peer_fingerprint(const chanos_net_link *c,
+                                uint8_t fp[CHANOS_NET_FP_SIZE])
+{
+    if (!c || !c->has_fp)
+        return -EINVAL;
+    memcpy(fp, c->peer_fp, CHANOS_NET_FP_SIZE);
+    return 0;
+}
+
+int chanos_net_close(chanos_net_link *c)
+{
+    if (!c)
+        return 0;
+    int rc = 0;
+    pthread_mutex_lock(&c->mu);
+    c->closing = true;
+    pthread_cond_broadcast(&c->cv);
+    if (!c->end_err && !c->peer_closed) {
+        struct rec r = {c->next_seq, REC_CLOSE, 0, NULL};
+        if (dq_push(&c->unacked, r) == 0) {
+            c->close_seq = c->next_seq++;
+            wake(c);
+            int64_t deadline = net_now() + c->o.linger;
+            while (c->peer_acked < c->close_seq && !c->end_err &&
+                   !c->peer_closed) {
+                if (!wait_locked(c, deadline)) {
+                    rc = CHANOS_ERR_TIMEDOUT;
+                    break;
+                }
+            }
+        } else {
+            rc = -ENOMEM;
+        }
+    }
+    /* Before the connection goes: the socket has taken this side's close
+     * and the acknowledgement of the peer's, which the peer waits for. */
+    int64_t deadline = net_now() + c->o.linger;
+    while (!c->end_err && c->connected &&
+           ((c->close_seq && c->flushed_seq < c->close_seq) ||
+            (c->peer_closed && c->flushed_ack < c->received))) {
+        if (!wait_locked(c, deadline))
+            break;
+    }
+    /* A close sent succeeds once the peer acknowledged every frame before
+     * it: then even a peer that no longer knows the connection when the
+     * close ends otherwise (their closes crossed, and the acknowledgement
+     * of this side's was lost) took everything. */
+    if (rc == 0 && c->end_err && !c->peer_closed &&
+        (!c->close_seq || c->peer_acked < c->close_seq - 1))
+        rc = c->end_err;
+    end_locked(c, CHANOS_ERR_CLOSED, true);
+    c->stop = true;
+    wake(c);
+    pthread_mutex_unlock(&c->mu);
+    if (c->reg) {
+        struct registry *reg = c->reg;
+        pthread_mutex_lock(&reg->mu);
+        for (size_t i = 0; i < reg->n; i++) {
+            if (reg->links[i] == c) {
+                reg->links[i] = reg->links[--reg->n];
+                break;
+            }
+        }
+        pthread_mutex_unlock(&reg->mu);
+        registry_put(reg);
+    }
+    if (c->thr_started)
+        pthread_join(c->thr, NULL);
+    link_free(c);
+    return rc;
+}
+
+/* ---- under a chanos connection ---- */
+
+static int op_send(void *link, const void *frame, size_t len, int timeout_ms)
+{
+    if (timeout_ms == 0)
+        return chanos_net_try_send(link, frame, len);
+    return chanos_net_send(link, frame, len, timeout_ms);
+}
+
+static int op_recv(void *link, const void **frame, size_t *len,
+                   int timeout_ms)
+{
+    return chanos_net_recv(link, frame, len, timeout_ms);
+}
+
+static int op_peer_gone(void *link)
+{
+    chanos_net_link *c = link;
+    pthread_mutex_lock(&c->mu);
+    int r = c->peer_closed ? CHANOS_ERR_CLOSED : c->end_err;
+    pthread_mutex_unlock(&c->mu);
+    return r;
+}
+
+static void op_close(void *link)
+{
+    chanos_net_close(link);
+}
+
+static const struct chanos_link_ops net_ops = {
+    .send = op_send,
+    .recv = op_recv,
+    .peer_gone = op_peer_gone,
+    .close = op_close,
+};
+
+int chanos_net_conn_new(chanos_net_link *c, chanos_conn **out)
+{
+    if (!c) {
+        if (out)
+            *out = NULL;
+        return -EINVAL;
+    }
+    return chanos_conn_new_link(&net_ops, c, out);
+}
+
+const char *chanos_net_strerror(int err)
+{
+    switch (err) {
+    case CHANOS_ERR_NETWORK_LOST:
+        return "network lost: no resume within the grace period";
+    case CHANOS_ERR_AUTH:
+        return "peer not authenticated: its certificate is not the pinned "
+               "one, or this side's was not admitted";
+    case CHANOS_ERR_TLS:
+        return "the TLS handshake failed";
+    case CHANOS_ERR_REFUSED:
+        return "the listener refused the connection (a bad hello, or busy)";
+    case CHANOS_ERR_PROTOCOL:
+        return "the peer broke the net protocol";
+    case CHANOS_ERR_PEER_DIED:
+        return "peer died: it no longer holds the connection";
+    case CHANOS_ERR_CAP:
+        return "a frame with capabilities: descriptors do not cross machines";
+    }
+    return chanos_strerror(err);
+}

@@ -1,0 +1,363 @@
+/*
+ * listen.c: the accepting side. One thread per listener accepts TCP
+ * connections and runs their handshakes (TLS, then the hello), one at a
+ * time, each within the handshake timeout: a new connection becomes a
+ * link queued for chanos_net_accept; a resume is handed to the link it
+ * names, whose own thread answers it.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+struct chanos_net_listener {
+    struct net_opts o;
+    struct chanos_net_tls tls; /* o.t, which the server context refers to */
+    SSL_CTX *sctx;
+    int fd;
+    int wakefd;
+    pthread_t thr;
+    struct registry *reg;
+    /* under reg->mu */
+    bool stop;
+    chanos_net_link **queue; /* new links awaiting accept */
+    size_t qhead, qn;
+    pthread_cond_t cv;
+};
+
+void registry_put(struct registry *r)
+{
+    pthread_mutex_lock(&r->mu);
+    bool last = --r->refs == 0;
+    pthread_mutex_unlock(&r->mu);
+    if (last) {
+        pthread_mutex_destroy(&r->mu);
+        free(r->links);
+        free(r);
+    }
+}
+
+static void reject(struct tconn *t, uint32_t code, int wakefd)
+{
+    uint8_t b[REC_HDR + 4];
+    net_put_header(b, REC_REJECT, 4, 0, 0);
+    chanos_store_u32(b + REC_HDR, code);
+    /* Best effort, briefly: the connection closes either way. */
+    tconn_write_all(t, b, sizeof b, wakefd, net_now() + 100000000, NULL, NULL);
+}
+
+/* handle runs one TCP connection's handshake; it takes fd over. */
+static void handle(chanos_net_listener *L, int fd)
+{
+    struct registry *reg = L->reg;
+    struct tconn t = {fd, NULL};
+    net_tune(fd);
+    int64_t deadline = net_now() + L->o.handshake;
+    uint8_t fp[CHANOS_NET_FP_SIZE] = {0};
+    char name[256] = "";
+    int r = 0;
+    if (L->sctx)
+        r = net_tls_server(L->sctx, &t, L->wakefd, deadline, &L->stop,
+                           &reg->mu, fp, name, sizeof name);
+    uint8_t hb[REC_HDR + HELLO_SIZE];
+    if (r == 0)
+        r = tconn_read_all(&t, hb, REC_HDR, L->wakefd, deadline, &L->stop,
+                           &reg->mu);
+    if (r != 0)
+        goto drop;
+    if (hb[0] != REC_HELLO || chanos_load_u32(hb + 4) != HELLO_SIZE) {
+        reject(&t, REJECT_BAD, L->wakefd);
+        goto drop;
+    }
+    if (tconn_read_all(&t, hb + REC_HDR, HELLO_SIZE, L->wakefd, deadline,
+                       &L->stop, &reg->mu) != 0)
+        goto drop;
+    struct hello h;
+    if (net_hello_parse(hb, hb + REC_HDR, &h) != 0) {
+        reject(&t, REJECT_BAD, L->wakefd);
+        goto drop;
+    }
+    if (h.resume) {
+        bool taken = false;
+        pthread_mutex_lock(&reg->mu);
+        for (size_t i = 0; i < reg->n && !reg->closed; i++) {
+            if (memcmp(net_link_id(reg->links[i]), h.id, 16) == 0) {
+                /* Another certificate than the opening one is answered
+                 * as an unknown connection. */
+                taken = net_link_resume(reg->links[i], t, &h, fp);
+                break;
+            }
+        }
+        pthread_mutex_unlock(&reg->mu);
+        if (taken)
+            return;
+        reject(&t, REJECT_UNKNOWN, L->wakefd);
+        goto drop;
+    }
+    if (h.received != 0) {
+        reject(&t, REJECT_BAD, L->wakefd);
+        goto drop;
+    }
+    if (L->sctx && (!L->tls.admit || !L->tls.admit(L->tls.arg, name, fp))) {
+        reject(&t, REJECT_AUTH, L->wakefd);
+        goto drop;
+    }
+    pthread_mutex_lock(&reg->mu);
+    bool busy = reg->closed || L->qn >= (size_t)L->o.backlog;
+    for (size_t i = 0; i < reg->n && !busy; i++)
+        busy = memcmp(net_link_id(reg->links[i]), h.id, 16) == 0;
+    chanos_net_link *c = NULL;
+    if (!busy)
+        c = net_link_accepted(&L->o, reg, t, &h, fp);
+    if (c) {
+        L->queue[(L->qhead + L->qn++) % (size_t)L->o.backlog] = c;
+        pthread_cond_broadcast(&L->cv);
+    }
+    pthread_mutex_unlock(&reg->mu);
+    if (c)
+        return;
+    reject(&t, REJECT_BUSY, L->wakefd);
+drop:
+    tconn_close(&t);
+}
+
+static void *listen_main(void *arg)
+{
+    chanos_net_listener *L = arg;
+    int64_t delay = 5000000;
+    for (;;) {
+        pthread_mutex_lock(&L->reg->mu);
+        bool stop = L->stop;
+        pthread_mutex_unlock(&L->reg->mu);
+        if (stop)
+            break;
+        struct pollfd p[2] = {{L->fd, POLLIN, 0}, {L->wakefd, POLLIN, 0}};
+        if (poll(p, 2, -1) < 0)
+            continue;
+        if (p[1].revents & POLLIN) {
+            uint64_t v;
+            if (read(L->wakefd, &v, sizeof v) < 0) {
+                /* drained */
+            }
+            continue;
+        }
+        int fd = accept4(L->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
+                continue;
+            /* Out of descriptors, say: wait rather than spin. */
+            net_wait(-1, 0, L->wakefd, net_now() + delay);
+            delay = delay * 2 < 1000000000 ? delay * 2 : 1000000000;
+            continue;
+        }
+        delay = 5000000;
+        handle(L, fd);
+    }
+    return NULL;
+}
+
+int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
+                         chanos_net_listener **out)
+{
+    if (fd < 0 || !out) {
+        if (fd >= 0)
+            close(fd);
+        return -EINVAL;
+    }
+    *out = NULL;
+    chanos_net_listener *L = calloc(1, sizeof *L);
+    struct registry *reg = calloc(1, sizeof *reg);
+    if (!L || !reg) {
+        free(L);
+        free(reg);
+        close(fd);
+        return -ENOMEM;
+    }
+    net_opts_resolve(opts, &L->o);
+    L->fd = fd;
+    L->reg = reg;
+    reg->refs = 1;
+    pthread_mutex_init(&reg->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&L->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    int r = 0;
+    /* Nonblocking: a connection gone between poll and accept must not
+     * block the listener's thread. */
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        r = -errno;
+    L->queue = calloc((size_t)L->o.backlog, sizeof *L->queue);
+    L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r == 0 && (!L->queue || L->wakefd < 0))
+        r = -ENOMEM;
+    if (r == 0 && L->o.tls) {
+        L->tls = L->o.t;
+        if (!L->tls.identity_for)
+            r = -EINVAL;
+        else if (!(L->sctx = net_tls_server_ctx(&L->tls)))
+            r = CHANOS_ERR_TLS;
+    }
+    if (r == 0) {
+        sigset_t old;
+        net_block_signals(&old);
+        r = -pthread_create(&L->thr, NULL, listen_main, L);
+        net_restore_signals(&old);
+    }
+    if (r != 0) {
+        SSL_CTX_free(L->sctx);
+        if (L->wakefd >= 0)
+            close(L->wakefd);
+        close(fd);
+        free(L->queue);
+        pthread_cond_destroy(&L->cv);
+        registry_put(reg);
+        free(L);
+        return r;
+    }
+    *out = L;
+    return 0;
+}
+
+int chanos_net_listen(const char *addr, const struct chanos_net_options *opts,
+                      chanos_net_listener **out)
+{
+    if (!addr || !out)
+        return -EINVAL;
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (!colon || (size_t)(colon - addr) >= sizeof host)
+        return -EINVAL;
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = 0;
+    char *h = host;
+    if (h[0] == '[') {
+        h++;
+        size_t n = strlen(h);
+        if (n == 0 || h[n - 1] != ']')
+            return -EINVAL;
+        h[n - 1] = 0;
+    }
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    if (*end || port < 0 || port > 65535)
+        return -EINVAL;
+    struct sockaddr_storage ss = {0};
+    socklen_t sl;
+    int fam;
+    struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, h[0] ? h : "0.0.0.0", &s4->sin_addr) == 1) {
+        fam = s4->sin_family = AF_INET;
+        s4->sin_port = htons((uint16_t)port);
+        sl = sizeof *s4;
+    } else if (inet_pton(AF_INET6, h, &s6->sin6_addr) == 1) {
+        fam = s6->sin6_family = AF_INET6;
+        s6->sin6_port = htons((uint16_t)port);
+        sl = sizeof *s6;
+    } else {
+        return -EINVAL;
+    }
+    int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    return chanos_net_listen_fd(fd, opts, out);
+}
+
+int chanos_net_listener_port(const chanos_net_listener *L)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    if (!L || getsockname(L->fd, (struct sockaddr *)&ss, &sl) < 0)
+        return -EINVAL;
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+}
+
+int chanos_net_accept(chanos_net_listener *L, int timeout_ms,
+                      chanos_net_link **out)
+{
+    if (!L || !out)
+        return -EINVAL;
+    *out = NULL;
+    struct registry *reg = L->reg;
+    int64_t deadline = net_now() + (int64_t)timeout_ms * 1000000;
+    int r = 0;
+    pthread_mutex_lock(&reg->mu);
+    while (L->qn == 0) {
+        if (reg->closed) {
+            r = CHANOS_ERR_CLOSED;
+            break;
+        }
+        if (timeout_ms == 0) {
+            r = CHANOS_ERR_TIMEDOUT;
+            break;
+        }
+        if (timeout_ms < 0) {
+            pthread_cond_wait(&L->cv, &reg->mu);
+            continue;
+        }
+        struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
+        if (pthread_cond_timedwait(&L->cv, &reg->mu, &ts) == ETIMEDOUT &&
+            net_now() >= deadline) {
+            r = L->qn ? 0 : CHANOS_ERR_TIMEDOUT;
+            break;
+        }
+    }
+    if (r == 0) {
+        *out = L->queue[L->qhead];
+        L->qhead = (L->qhead + 1) % (size_t)L->o.backlog;
+        L->qn--;
+    }
+    pthread_mutex_unlock(&reg->mu);
+    return r;
+}
+
+void chanos_net_listener_close(chanos_net_listener *L)
+{
+    if (!L)
+        return;
+    struct registry *reg = L->reg;
+    pthread_mutex_lock(&reg->mu);
+    L->stop = true;
+    pthread_mutex_unlock(&reg->mu);
+    uint64_t one = 1;
+    if (write(L->wakefd, &one, sizeof one) < 0) {
+        /* the counter is full: the thread is being woken anyway */
+    }
+    pthread_join(L->thr, NULL);
+    pthread_mutex_lock(&reg->mu);
+    reg->closed = true;
+    pthread_cond_broadcast(&L->cv);
+    size_t n = L->qn, head = L->qhead;
+    chanos_net_link **q = L->queue;
+    L->qn = 0;
+    pthread_mutex_unlock(&reg->mu);
+    for (size_t i = 0; i < n; i++)
+        chanos_net_close(q[(head + i) % (size_t)L->o.backlog]);
+    close(L->fd);
+    close(L->wakefd);
+    SSL_CTX_free(L->sctx);
+    free(L->queue);
+    pthread_cond_destroy(&L->cv);
+    free(L);
+    registry_put(reg);
+}
