@@ -91,9 +91,9 @@ type upload struct {
 	owner uint64 // the connection that began it: only it may add to it
 	dom   Caller
 	temp  string
-	timer *time.Timer // ends it when idle
 
-	mu   sync.Mutex
+	mu    sync.Mutex
+	timer *time.Timer // ends it when idle
 	f    *os.File // nil once closed
 	h    hash.Hash
 	got  int64
@@ -271,7 +271,9 @@ func (c *cache) begin(hash string, size int64, owner uint64, who Caller) (uint64
 	c.uploads[u.id] = u
 	c.byDom[dom]++
 	c.reserved += size
+	u.mu.Lock()
 	u.timer = time.AfterFunc(c.cfg.UploadIdle, func() { c.idle(u) })
+	u.mu.Unlock()
 	return u.id, false, nil
 }
 
@@ -333,7 +335,9 @@ func (u *upload) closeLocked() {
 
 // finish forgets u and releases what it reserved.
 func (c *cache) finish(u *upload) {
+	u.mu.Lock()
 	u.timer.Stop()
+	u.mu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.uploads[u.id] != u {

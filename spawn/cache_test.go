@@ -35,6 +35,34 @@ func putAll(t *testing.T, s *Service, owner uint64, b []byte, chunk int) error {
 	return s.PutEnd(id, owner)
 }
 
+// runShipped spawns the cached file hash as r, waits for its end and
+// returns its whole output.
+func runShipped(t *testing.T, s *Service, hash string, r Request) (string, api.Exit) {
+	t.Helper()
+	ctx := ctxFor(t)
+	st, err := s.SpawnShipped(hash, r, Caller{Domain: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := s.Wait(ctx, st.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var from uint64
+	for {
+		b, start, done, err := s.Logs(ctx, st.ID, from, 1<<16, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+		from = start + uint64(len(b))
+		if done {
+			return string(out), e
+		}
+	}
+}
+
 // temps lists the files of uploads in progress in the cache.
 func temps(t *testing.T, dir string) []string {
 	t.Helper()
@@ -67,17 +95,10 @@ func TestShipAndRun(t *testing.T) {
 	if size, ok, err := s.Cached(sum(prog)); !ok || err != nil || size != int64(len(prog)) {
 		t.Fatalf("cached: %d %v %v", size, ok, err)
 	}
-	st, err := s.SpawnShipped(sum(prog), Request{Program: "myprog", Args: []string{"a", "b"}}, Caller{Domain: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if e, err := s.Wait(ctxFor(t), st.ID); err != nil || e.Code != 0 {
-		t.Fatalf("wait: %v %v", e, err)
-	}
-	out, _, _, _ := s.Logs(ctxFor(t), st.ID, 0, 1<<16, false)
-	if want := "shipped " + filepath.Join(dir, sum(prog)) + " a b\n"; string(out) != want {
+	out, e := runShipped(t, s, sum(prog), Request{Program: "myprog", Args: []string{"a", "b"}})
+	if want := "shipped " + filepath.Join(dir, sum(prog)) + " a b\n"; out != want || e.Code != 0 {
 		// A script's $0 is the file the kernel ran: the cached one.
-		t.Fatalf("output %q, want %q", out, want)
+		t.Fatalf("output %q, %v; want %q, exit 0", out, e, want)
 	}
 	if got := s.List()[0].Program; got != filepath.Join(dir, sum(prog)) {
 		t.Fatalf("list: program %q, want the cached file", got)
@@ -164,12 +185,7 @@ func TestShipRefused(t *testing.T) {
 	if err := s.PutEnd(okID, 10); err != nil {
 		t.Fatal(err)
 	}
-	st, err := s.SpawnShipped(h, Request{Program: "good"}, Caller{Domain: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	s.Wait(ctxFor(t), st.ID)
-	if out, _, _, _ := s.Logs(ctxFor(t), st.ID, 0, 1<<16, false); string(out) != "good\n" {
+	if out, _ := runShipped(t, s, h, Request{Program: "good"}); out != "good\n" {
 		t.Fatalf("output %q", out)
 	}
 	if got := temps(t, dir); len(got) != 0 {

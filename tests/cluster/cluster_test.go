@@ -29,7 +29,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	code := testkit.Run(m, testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient})
+	code := testkit.Run(m, testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient, "shipper": shipper})
 	testkit.CleanPrograms()
 	os.Exit(code)
 }
