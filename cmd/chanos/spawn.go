@@ -75,12 +75,35 @@ When the buffer has dropped output, a line on stderr says how much.
 // measures.
 func init() {
 	benchSuites["spawn"] = benchSuite{
-		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
+		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe; " +
+			"with root and etcd, on two machines in network namespaces: remote spawn vs local spawn plus a net round trip, " +
+			"and --ship of 10 MB vs a raw TCP copy (docs/spawn.md)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress,
+				Machines: spawnBenchMachines}, emit)
 		},
 		summary: bench.SpawnSummary,
 	}
+}
+
+// spawnBenchMachines builds the two machines of the spawn suite's remote
+// cases, as 'chanos demo --machines 2' does, quietly.
+func spawnBenchMachines(ctx context.Context) (*bench.SpawnMachines, func() error, error) {
+	d, err := startMachines(ctx, 2, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := &bench.SpawnMachines{
+		Command: func(i int, argv ...string) *exec.Cmd {
+			cmd := d.net.Machines[i].Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[i])
+			return cmd
+		},
+	}
+	for i := range m.Addrs {
+		m.Addrs[i] = d.net.Machines[i].Addr.String()
+	}
+	return m, d.close, nil
 }
 
 // spawnFlags adds the spawn service's flags to the monitor's.
