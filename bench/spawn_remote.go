@@ -291,7 +291,7 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 	path := filepath.Join(dir, "payload")
 	body := make([]byte, ShipBytes)
 	rand.Read(body)
-	var shipS, copyS []time.Duration
+	var shipS, copyS, hashS []time.Duration
 	for i := -1; i < ships; i++ {
 		rand.Read(body[len(body)-32:])
 		if err := os.WriteFile(path, body, 0o600); err != nil {
@@ -311,8 +311,14 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 			return fmt.Errorf("tcp copy: %w", err)
 		}
 		cp := time.Since(t0)
+		// What the ship spent on hashing the file before it asked, alone.
+		t0 = time.Now()
+		if _, _, err := spawnif.HashFile(path); err != nil {
+			return err
+		}
+		hs := time.Since(t0)
 		if i >= 0 { // the first of each is a warm-up
-			shipS, copyS = append(shipS, ship), append(copyS, cp)
+			shipS, copyS, hashS = append(shipS, ship), append(copyS, cp), append(hashS, hs)
 		}
 	}
 
@@ -327,6 +333,7 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 		{"net-round-trip", "net", rtts, 0},
 		{"ship-10MB", "spawnd-net", shipS, ShipBytes},
 		{"tcp-copy-10MB", "tcp", copyS, ShipBytes},
+		{"sha256-10MB", "none", hashS, ShipBytes},
 	} {
 		r := spawnResult(c.kase, c.transport, c.samples)
 		if c.size > 0 {
@@ -353,6 +360,9 @@ func spawnRemoteSummary(w io.Writer, results []Result) {
 		r := *s.RTTp50 / *c.RTTp50
 		fmt.Fprintf(w, "--ship of 10 MB / raw TCP copy (p50: %.1f ms / %.1f ms): %.2f (goal <= 1.2: %s)\n",
 			*s.RTTp50/1e6, *c.RTTp50/1e6, r, verdict(r <= 1.2))
+		if h := by["sha256-10MB"]; h != nil {
+			fmt.Fprintf(w, "  of which the caller's SHA-256 of the file, before it asks the target: %.1f ms\n", *h.RTTp50/1e6)
+		}
 	}
 	if rs, ls, rt := by["remote-spawn-to-first-message"], by["local-spawn-to-first-message-m2"], by["net-round-trip"]; rs != nil && ls != nil && rt != nil {
 		base := *ls.RTTp50 + *rt.RTTp50

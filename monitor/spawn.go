@@ -44,12 +44,14 @@ const (
 // its connections, as the nameservice's (BoundNSConn: the list reply is
 // as large), and for each program, running or kept, its output buffer;
 // for each running one also its reader's buffer, two goroutines and its
-// exec.Cmd (spawnBoundProc).
+// exec.Cmd (spawnBoundProc); for each upload in progress its chunks
+// (spawn.UploadBufferBytes).
 func spawnMemoryBound(c spawn.Config) int64 {
 	c = c.WithDefaults()
 	return int64(spawnMaxTotalConns)*BoundNSConn +
 		int64(c.MaxRunning+c.MaxKept)*int64(c.LogBytes) +
-		int64(c.MaxRunning)*spawnBoundProc
+		int64(c.MaxRunning)*spawnBoundProc +
+		int64(c.MaxUploads)*spawn.UploadBufferBytes
 }
 
 // spawnBoundProc: a running program's reader buffer (16 KiB), its two

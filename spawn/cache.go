@@ -83,7 +83,19 @@ func stampOf(fi os.FileInfo) stamp {
 		mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
 }
 
-// upload is an upload in progress.
+// UploadQueue is how many chunks of an upload wait for its writer at
+// most: the reading of the connection goes on while the writer hashes
+// and writes the chunks before them, and stops when this many wait.
+const UploadQueue = 8
+
+// UploadBufferBytes bounds the memory of one upload's chunks: those
+// queued, the one the writer holds and the one being copied.
+const UploadBufferBytes = (UploadQueue + 2) * api.MaxPutDataDataLen
+
+// upload is an upload in progress. The connection's reading goroutine
+// checks each chunk and queues a copy (put); the upload's writer
+// goroutine hashes the chunks and writes them to the upload's file, so
+// that receiving, hashing and writing overlap.
 type upload struct {
 	id    uint64
 	hash  string
@@ -92,14 +104,58 @@ type upload struct {
 	dom   Caller
 	temp  string
 
-	mu    sync.Mutex
-	timer *time.Timer // ends it when idle
-	f    *os.File // nil once closed
+	mu     sync.Mutex
+	timer  *time.Timer // ends it when idle
+	queued int64       // the bytes put has accepted
+	err    error       // the first fault; the upload then takes no more bytes
+	last   time.Time
+	done   bool // no more bytes: ended, failed or dropped; work is closed
+	keep   bool // put_end ends it: the writer leaves the file to it
+
+	work    chan []byte   // to the writer
+	free    chan []byte   // the writer's spent buffers
+	drained chan struct{} // closed by the writer once it has written all it was given
+
+	// The writer's; read by others only once drained is closed.
+	f    *os.File
 	h    hash.Hash
 	got  int64
-	err  error // the first fault; the upload then takes no more bytes
-	last time.Time
-	done bool // ended: put_end, abort or idle
+	werr error
+}
+
+// writer hashes and writes u's chunks until work is closed. Unless
+// put_end is to keep the file, it then removes it.
+func (u *upload) writer() {
+	for b := range u.work {
+		if u.werr == nil {
+			if _, err := u.f.Write(b); err != nil {
+				u.werr = fmt.Errorf("%w: write the upload's file: %v", api.ErrFailed, err)
+			} else {
+				u.h.Write(b)
+				u.got += int64(len(b))
+			}
+		}
+		select {
+		case u.free <- b[:cap(b)]:
+		default:
+		}
+	}
+	u.mu.Lock()
+	keep := u.keep
+	u.mu.Unlock()
+	if !keep {
+		u.f.Close()
+		os.Remove(u.temp)
+	}
+	close(u.drained)
+}
+
+// stopLocked takes no more bytes for u.
+func (u *upload) stopLocked() {
+	if !u.done {
+		u.done = true
+		close(u.work)
+	}
 }
 
 // ValidHash reports whether h is a SHA-256 as the cache names files: 64
@@ -261,13 +317,15 @@ func (c *cache) begin(hash string, size int64, owner uint64, who Caller) (uint64
 			api.ErrExhausted, size, c.reserved, c.cfg.CacheBytes)
 	}
 	c.nextID++
-	u := &upload{id: c.nextID, hash: hash, size: size, owner: owner, dom: dom, h: sha256.New(), last: time.Now()}
+	u := &upload{id: c.nextID, hash: hash, size: size, owner: owner, dom: dom, h: sha256.New(), last: time.Now(),
+		work: make(chan []byte, UploadQueue), free: make(chan []byte, UploadQueue+1), drained: make(chan struct{})}
 	u.temp = filepath.Join(c.dir, tempPrefix+strconv.FormatUint(u.id, 10))
 	f, err := os.OpenFile(u.temp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return 0, false, fmt.Errorf("%w: the upload's file: %v", api.ErrFailed, err)
 	}
 	u.f = f
+	go u.writer()
 	c.uploads[u.id] = u
 	c.byDom[dom]++
 	c.reserved += size
@@ -288,8 +346,10 @@ func (c *cache) get(id, owner uint64) (*upload, error) {
 	return u, nil
 }
 
-// put adds data at offset to owner's upload id. A fault fails the
-// upload: it takes no more bytes, its file goes, and end reports it.
+// put adds data at offset to owner's upload id: it checks the chunk and
+// queues a copy for the upload's writer, waiting while UploadQueue
+// chunks wait. A fault fails the upload: it takes no more bytes, its
+// file goes, and end reports it.
 func (c *cache) put(id, owner, offset uint64, data []byte) error {
 	u, err := c.get(id, owner)
 	if err != nil {
@@ -298,39 +358,43 @@ func (c *cache) put(id, owner, offset uint64, data []byte) error {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	switch {
-	case u.done || u.err != nil:
-		return u.err
-	case offset != uint64(u.got):
-		u.failLocked(fmt.Errorf("%w: a chunk at offset %d, where %d was next", api.ErrInvalid, offset, u.got))
-	case int64(len(data)) > u.size-u.got:
-		u.failLocked(fmt.Errorf("%w: %d bytes at offset %d pass the upload's size, %d", api.ErrInvalid, len(data), offset, u.size))
-	default:
-		if _, err := u.f.Write(data); err != nil {
-			u.failLocked(fmt.Errorf("%w: write the upload's file: %v", api.ErrFailed, err))
-			break
+	case u.done:
+		if u.err == nil {
+			return fmt.Errorf("%w: upload %d has ended", api.ErrNotFound, id)
 		}
-		u.h.Write(data)
-		u.got += int64(len(data))
-		u.last = time.Now()
+		return u.err
+	case offset != uint64(u.queued):
+		u.failLocked(fmt.Errorf("%w: a chunk at offset %d, where %d was next", api.ErrInvalid, offset, u.queued))
+		return u.err
+	case int64(len(data)) > u.size-u.queued:
+		u.failLocked(fmt.Errorf("%w: %d bytes at offset %d pass the upload's size, %d", api.ErrInvalid, len(data), offset, u.size))
+		return u.err
+	case len(data) == 0:
+		return nil
 	}
-	return u.err
+	var b []byte
+	select {
+	case b = <-u.free:
+	default:
+		b = make([]byte, max(len(data), api.MaxPutDataDataLen))
+	}
+	b = append(b[:0], data...)
+	u.queued += int64(len(b))
+	u.last = time.Now()
+	// Under u.mu, so that no close of work comes between; the writer
+	// takes no lock until work is closed.
+	u.work <- b
+	return nil
 }
 
-// failLocked records u's first fault and drops its file at once, so that
-// a peer that sends garbage holds no disk space for it.
+// failLocked records u's first fault and stops it; its writer then
+// removes its file, so that a peer that sends garbage holds no disk
+// space for it.
 func (u *upload) failLocked(err error) {
 	if u.err == nil {
 		u.err = err
 	}
-	u.closeLocked()
-}
-
-func (u *upload) closeLocked() {
-	if u.f != nil {
-		u.f.Close()
-		u.f = nil
-		os.Remove(u.temp)
-	}
+	u.stopLocked()
 }
 
 // finish forgets u and releases what it reserved.
@@ -359,17 +423,36 @@ func (c *cache) end(id, owner uint64) error {
 	}
 	defer c.finish(u)
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	if u.done {
-		return fmt.Errorf("%w: upload %d has ended", api.ErrNotFound, id)
+		err := u.err
+		u.mu.Unlock()
+		<-u.drained
+		if err == nil {
+			err = fmt.Errorf("%w: upload %d has ended", api.ErrNotFound, id)
+		}
+		return err
 	}
-	u.done = true
-	defer u.closeLocked()
+	u.keep = true
+	u.stopLocked()
+	u.mu.Unlock()
+	<-u.drained
+	// The file is put_end's now.
+	if err := u.commit(c); err != nil {
+		u.f.Close()
+		os.Remove(u.temp)
+		return err
+	}
+	return nil
+}
+
+// commit moves u's file into the cache, once drained, if it is whole and
+// its bytes' SHA-256 is u's hash.
+func (u *upload) commit(c *cache) error {
 	switch {
-	case u.err != nil:
-		return u.err
+	case u.werr != nil:
+		return u.werr
 	case u.got != u.size:
-		return fmt.Errorf("%w: upload %d ended after %d of its %d bytes", api.ErrInvalid, id, u.got, u.size)
+		return fmt.Errorf("%w: upload %d ended after %d of its %d bytes", api.ErrInvalid, u.id, u.got, u.size)
 	}
 	if sum := hex.EncodeToString(u.h.Sum(nil)); sum != u.hash {
 		return fmt.Errorf("%w: the bytes uploaded have the SHA-256 %s, not %s", api.ErrInvalid, sum, u.hash)
@@ -378,17 +461,14 @@ func (c *cache) end(id, owner uint64) error {
 	if err := u.f.Chmod(0o500); err != nil {
 		return fmt.Errorf("%w: %v", api.ErrFailed, err)
 	}
-	if err := u.f.Close(); err != nil {
-		u.f = nil
+	fi, err := u.f.Stat()
+	if err != nil {
 		return fmt.Errorf("%w: %v", api.ErrFailed, err)
 	}
-	u.f = nil
-	fi, err := os.Stat(u.temp)
-	if err == nil {
-		err = os.Rename(u.temp, c.path(u.hash))
+	if err := u.f.Close(); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrFailed, err)
 	}
-	if err != nil {
-		os.Remove(u.temp)
+	if err := os.Rename(u.temp, c.path(u.hash)); err != nil {
 		return fmt.Errorf("%w: %v", api.ErrFailed, err)
 	}
 	c.mu.Lock()
@@ -416,9 +496,9 @@ func (c *cache) idle(u *upload) {
 		u.mu.Unlock()
 		return
 	}
-	u.done = true
-	u.closeLocked()
+	u.stopLocked()
 	u.mu.Unlock()
+	<-u.drained
 	c.log.Warn("spawn cache: upload dropped, idle", "upload", u.id, "hash", u.hash, "got", u.got, "size", u.size,
 		"domain", u.dom.Domain, "from_machine", u.dom.Machine)
 	c.finish(u)
@@ -438,9 +518,9 @@ func (c *cache) abort(owner uint64) {
 	for _, u := range us {
 		u.mu.Lock()
 		was := u.done
-		u.done = true
-		u.closeLocked()
+		u.stopLocked()
 		u.mu.Unlock()
+		<-u.drained
 		if !was {
 			c.log.Info("spawn cache: upload dropped, its connection ended", "upload", u.id, "hash", u.hash, "got", u.got, "size", u.size)
 		}
