@@ -23,7 +23,9 @@ const demoMachinesUsage = `
 With --machines N (2 to 8), runs the cluster demo instead: N machines,
 each a network namespace on a bridge with its own monitor in cluster
 mode, a three-member etcd running on the machines, the pingpong server
-exported on machine 1, its name seen from every other machine, a client
+shipped from machine 2 to machine 1 and spawned there through machine
+1's spawn service (chanos spawn --ship --on m1), exporting a name seen
+from every other machine, a client
 on machine 2 sending it messages and rpcs over the net interconnect
 (encrypted, with credentials the two monitors made for that one
 connection), another client whose connection lives through a cut of
@@ -93,11 +95,27 @@ func runClusterDemo(ctx context.Context, n int) (err error) {
 		fmt.Print(indent(string(out)))
 	}
 
-	srv := d.net.Machines[0].Command(d.server, "-name", demoName)
-	srv.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[0])
-	if err := d.start(srv, filepath.Join(d.tmp, "m1-server.log")); err != nil {
-		return err
+	// The server runs on machine 1, started from machine 2 through
+	// machine 1's spawn service, shipped: machine 1 runs it from its
+	// cache, checked against its SHA-256.
+	spawn := d.net.Machines[1].Command(d.self, "spawn", "--ship", "--on", "m1", "--monitor-dir", d.dirs[1],
+		"--name", "pingpong-server", "--json", "--", d.server, "-name", demoName)
+	var spawnErr strings.Builder
+	spawn.Stderr = &spawnErr
+	out, err := spawn.Output()
+	if err != nil {
+		return fmt.Errorf("demo: chanos spawn --ship --on m1 (on machine 2): %w: %s", err, spawnErr.String())
 	}
+	var st struct {
+		ID     uint64 `json:"id"`
+		PID    int    `json:"pid"`
+		SHA256 string `json:"sha256"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return fmt.Errorf("demo: chanos spawn: %w: %s", err, out)
+	}
+	d.say("machine 2 ran 'chanos spawn --ship --on m1 -- pingpong-server': shipped over net into machine 1's cache (sha256 %.12s...), spawned on machine m1 through its spawn service (id %d, pid %d)",
+		st.SHA256, st.ID, st.PID)
 	if err := d.waitFor(ctx, demoName+" on machine 1", func() (bool, error) { return d.hasName(0) }); err != nil {
 		return err
 	}
@@ -115,7 +133,8 @@ func runClusterDemo(ctx context.Context, n int) (err error) {
 	client := filepath.Join(filepath.Dir(self), "pingpong-client")
 	cl := d.net.Machines[1].Command(client, "-name", demoName, "-n", "2000")
 	cl.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[1])
-	out, cerr := cl.CombinedOutput()
+	var cerr error
+	out, cerr = cl.CombinedOutput()
 	if cerr != nil {
 		return fmt.Errorf("the client on machine 2: %w: %s", cerr, out)
 	}
