@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -327,5 +328,36 @@ func TestShipPolicy(t *testing.T) {
 	noCache := newService(t, Config{})
 	if _, _, err := noCache.PutBegin(sum(prog), 1, 1, Caller{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("put_begin without a cache: %v, want ErrUnavailable", err)
+	}
+}
+
+// BenchmarkPut10MB is the service's side of a 10 MB upload, with no
+// transport: the chunks as put_data brings them, the hash and the
+// writes, and put_end.
+func BenchmarkPut10MB(b *testing.B) {
+	s, err := New(Config{CacheDir: filepath.Join(b.TempDir(), "cache"), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	body := make([]byte, 10<<20)
+	b.SetBytes(int64(len(body)))
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		body[0], body[1], body[2] = byte(i), byte(i>>8), byte(i>>16)
+		h := sum(body)
+		b.StartTimer()
+		id, _, err := s.PutBegin(h, uint64(len(body)), 1, Caller{Domain: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := 0; off < len(body); off += api.MaxPutDataDataLen {
+			if err := s.PutData(id, 1, uint64(off), body[off:min(off+api.MaxPutDataDataLen, len(body))]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if err := s.PutEnd(id, 1); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
