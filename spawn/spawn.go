@@ -179,6 +179,14 @@ func New(cfg Config) (*Service, error) {
 		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
+	// The cache first: made if missing, it may be an allowed directory.
+	if cfg.CacheDir != "" {
+		c, err := openCache(cfg.CacheDir, &s.cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.cache = c
+	}
 	for _, d := range cfg.Allow {
 		abs, err := filepath.Abs(d)
 		if err == nil {
@@ -188,13 +196,6 @@ func New(cfg Config) (*Service, error) {
 			return nil, fmt.Errorf("spawn: allowed directory %q: %w", d, err)
 		}
 		s.allow = append(s.allow, abs)
-	}
-	if cfg.CacheDir != "" {
-		c, err := openCache(cfg.CacheDir, &s.cfg)
-		if err != nil {
-			return nil, err
-		}
-		s.cache = c
 	}
 	ready := make(chan struct{})
 	s.wg.Add(1)
