@@ -25,7 +25,9 @@ import (
 // SpawnChildCommand is the hidden `chanos bench` suite name under which
 // the chanos binary plays the spawned program: "pipe" writes a byte to
 // stdout and exits; "join NAME" joins the monitor CHANOS_DIR names,
-// connects to NAME and calls echo once, then exits.
+// connects to NAME and calls echo once, then exits. For the remote
+// cases it also plays their driver ("remote SINK N SHIPS ARGV") and the
+// TCP sink of the ship's baseline ("sink ADDR DIR").
 const SpawnChildCommand = "__spawn-child"
 
 // SpawnConfig configures RunSpawn.
