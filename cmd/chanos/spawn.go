@@ -409,6 +409,13 @@ func runSpawn(ctx context.Context, args []string) error {
 		defer cancel()
 	}
 	st, err := c.Start(callCtx, req)
+	if *ship && errors.Is(err, spawnif.ErrNotFound) {
+		// The target's cache evicted the file between the ship and the
+		// spawn (other uploads needed the room): once more.
+		if _, err = c.Ship(ctx, local); err == nil {
+			st, err = c.Start(callCtx, req)
+		}
+	}
 	if err != nil {
 		return err
 	}
