@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
@@ -114,5 +115,11 @@ func TestShip(t *testing.T) {
 	s = open.start(t, spawnif.Request{Hash: sh.Hash, Program: "p"})
 	if got := open.output(t, s.ID); got != "policy\n" {
 		t.Fatalf("output %q", got)
+	}
+
+	// The monitor's flags for the cache's limits.
+	small := shipEnv(t, testkit.ShortDir(t), "--spawn-ship-max", "16")
+	if _, err := small.c.Ship(ctx, prog2); !errors.Is(err, spawnif.ErrExhausted) || !strings.Contains(err.Error(), "--spawn-ship-max") {
+		t.Fatalf("ship of %d bytes to a monitor with --spawn-ship-max 16: %v, want ErrExhausted naming the flag", len(body), err)
 	}
 }
