@@ -7,11 +7,14 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
@@ -22,7 +25,9 @@ import (
 // SpawnChildCommand is the hidden `chanos bench` suite name under which
 // the chanos binary plays the spawned program: "pipe" writes a byte to
 // stdout and exits; "join NAME" joins the monitor CHANOS_DIR names,
-// connects to NAME and calls echo once, then exits.
+// connects to NAME and calls echo once, then exits. For the remote
+// cases it also plays their driver ("remote SINK N SHIPS ARGV") and the
+// TCP sink of the ship's baseline ("sink ADDR DIR").
 const SpawnChildCommand = "__spawn-child"
 
 // SpawnConfig configures RunSpawn.
@@ -33,6 +38,13 @@ type SpawnConfig struct {
 	// Program is the command that plays the spawned program (its mode is
 	// appended); nil means this executable with SpawnChildCommand.
 	Program []string
+	// Machines builds two machines of a cluster for the remote cases and
+	// returns them with their teardown; nil, or an error (which says why,
+	// on Progress or stderr), skips those cases.
+	Machines func(ctx context.Context) (*SpawnMachines, func() error, error)
+	// Ships is how many times the ship cases send their file; 0: 10 (3
+	// with Quick).
+	Ships int
 }
 
 // SpawnChild is the spawned program of the spawn suite.
@@ -40,6 +52,21 @@ func SpawnChild(ctx context.Context, args []string) error {
 	if len(args) >= 1 && args[0] == "pipe" {
 		_, err := os.Stdout.Write([]byte{'!'})
 		return err
+	}
+	if len(args) == 3 && args[0] == "sink" {
+		return spawnSink(ctx, args[1], args[2])
+	}
+	if len(args) == 5 && args[0] == "remote" {
+		n, err1 := strconv.Atoi(args[2])
+		ships, err2 := strconv.Atoi(args[3])
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		var argv []string
+		if err := json.Unmarshal([]byte(args[4]), &argv); err != nil || len(argv) == 0 {
+			return fmt.Errorf("%s remote: the program's argv %q: %v", SpawnChildCommand, args[4], err)
+		}
+		return spawnRemoteDriver(ctx, args[1], n, ships, argv)
 	}
 	if len(args) != 2 || args[0] != "join" {
 		return fmt.Errorf("%s: want pipe, or join NAME", SpawnChildCommand)
@@ -183,7 +210,36 @@ func RunSpawn(ctx context.Context, cfg SpawnConfig, emit func(Result) error) err
 			return err
 		}
 	}
-	return nil
+	return runSpawnMachines(ctx, cfg, argv, n, emit)
+}
+
+// runSpawnMachines runs the remote cases, or says why not.
+func runSpawnMachines(ctx context.Context, cfg SpawnConfig, argv []string, n int, emit func(Result) error) error {
+	notes := cfg.Progress
+	if notes == nil {
+		notes = os.Stderr
+	}
+	if cfg.Machines == nil {
+		fmt.Fprintln(notes, "spawn: the remote cases (remote spawn, --ship) are skipped: no machines to run them on")
+		return nil
+	}
+	m, teardown, err := cfg.Machines(ctx)
+	if err != nil {
+		fmt.Fprintf(notes, "spawn: the remote cases (remote spawn, --ship) are skipped: %v\n", err)
+		return nil
+	}
+	ships := cfg.Ships
+	if ships <= 0 {
+		ships = 10
+		if cfg.Quick {
+			ships = 3
+		}
+	}
+	err = runSpawnRemote(ctx, cfg, m, argv, n, ships, emit)
+	if terr := teardown(); err == nil {
+		err = terr
+	}
+	return err
 }
 
 // spawnResult is a case's Result: its p50, p99 and mean in the rtt
@@ -213,9 +269,9 @@ func SpawnSummary(w io.Writer, results []Result) {
 			fk = &results[i]
 		}
 	}
-	if sp == nil || fk == nil || sp.RTTp50 == nil || fk.RTTp50 == nil {
-		return
+	if sp != nil && fk != nil && sp.RTTp50 != nil && fk.RTTp50 != nil {
+		r := *sp.RTTp50 / *fk.RTTp50
+		fmt.Fprintf(w, "spawn to first message / fork+exec to first write (p50): %.2f (goal <= 1.5: %s)\n", r, verdict(r <= 1.5))
 	}
-	r := *sp.RTTp50 / *fk.RTTp50
-	fmt.Fprintf(w, "spawn to first message / fork+exec to first write (p50): %.2f (goal <= 1.5: %s)\n", r, verdict(r <= 1.5))
+	spawnRemoteSummary(w, results)
 }

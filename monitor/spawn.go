@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -43,12 +44,14 @@ const (
 // its connections, as the nameservice's (BoundNSConn: the list reply is
 // as large), and for each program, running or kept, its output buffer;
 // for each running one also its reader's buffer, two goroutines and its
-// exec.Cmd (spawnBoundProc).
+// exec.Cmd (spawnBoundProc); for each upload in progress its chunks
+// (spawn.UploadBufferBytes).
 func spawnMemoryBound(c spawn.Config) int64 {
 	c = c.WithDefaults()
 	return int64(spawnMaxTotalConns)*BoundNSConn +
 		int64(c.MaxRunning+c.MaxKept)*int64(c.LogBytes) +
-		int64(c.MaxRunning)*spawnBoundProc
+		int64(c.MaxRunning)*spawnBoundProc +
+		int64(c.MaxUploads)*spawn.UploadBufferBytes
 }
 
 // spawnBoundProc: a running program's reader buffer (16 KiB), its two
@@ -59,11 +62,16 @@ const spawnBoundProc = 64 << 10
 // connection (as the nameservice's), the two ends of the output pipe of
 // each program counted as running (the write end is closed once it has
 // started), and the exec's own pipe of the one being started (the
-// spawner thread starts them in turn).
+// spawner thread starts them in turn); the file of each upload in
+// progress, and the cached file being checked before a spawn.
 func spawnFDBound(c spawn.Config) int {
 	c = c.WithDefaults()
-	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2
+	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2 + c.MaxUploads + 1
 }
+
+// spawnCacheDir is the directory, in the monitor's, of the cache of
+// shipped programs (spawn.Config.CacheDir).
+const spawnCacheDir = "spawn-cache"
 
 // spawnClass is the class of the spawn services' names.
 const spawnClass = spawnif.ServicePrefix
@@ -98,6 +106,9 @@ func (m *Monitor) startSpawnd() error {
 		cfg.Logger = m.log.With("service", "spawnd")
 	}
 	cfg.DomainOf = m.domainOfPID
+	if cfg.CacheDir == "" {
+		cfg.CacheDir = filepath.Join(m.dir, spawnCacheDir)
+	}
 	svc, err := spawn.New(cfg)
 	if err != nil {
 		return err
@@ -266,6 +277,8 @@ func (c *spawnConn) serve() {
 		err = cerr
 	}
 	c.conn.Close()
+	// A peer that stops halfway loses its own uploads, and nothing else.
+	h.svc.AbortUploads(c.id)
 	m := c.m
 	m.mu.Lock()
 	delete(h.conns, c.id)
@@ -369,6 +382,70 @@ func (c *spawnConn) List(ctx context.Context) ([]byte, error) {
 		}
 		procs = procs[:len(procs)*3/4]
 	}
+}
+
+// Cached implements spawnif.Server.
+func (c *spawnConn) Cached(ctx context.Context, hash string) (bool, uint64, wire.Errval, error) {
+	size, ok, err := c.m.spawnd.svc.Cached(hash)
+	if err != nil {
+		return false, 0, spawnif.Code(err), nil
+	}
+	return ok, uint64(size), spawnif.CodeOK, nil
+}
+
+// PutBegin implements spawnif.Server: an upload of this connection's own.
+func (c *spawnConn) PutBegin(ctx context.Context, hash string, size uint64) (uint64, bool, wire.Errval, []byte, error) {
+	if !c.joined() {
+		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
+		return 0, false, spawnif.CodeDenied, detail(err), nil
+	}
+	id, present, err := c.m.spawnd.svc.PutBegin(hash, size, c.id, c.who)
+	if err != nil {
+		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
+			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.put_begin", "request refused", "call", "spawn.put_begin",
+				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
+		}
+		return 0, false, spawnif.Code(err), detail(err), nil
+	}
+	return id, present, spawnif.CodeOK, nil, nil
+}
+
+// PutData implements spawnif.Server. A fault fails the upload, which
+// put_end reports; the connection goes on.
+func (c *spawnConn) PutData(ctx context.Context, from *spawnif.Client, m spawnif.PutData) error {
+	if err := c.m.spawnd.svc.PutData(m.Upload, c.id, m.Offset, m.Data); err != nil {
+		c.m.rlog.logf(slog.LevelWarn, "refused-spawn.put_data", "upload data refused", "call", "spawn.put_data",
+			"domain", c.who.Domain, "conn", c.id, "upload", m.Upload, "reason", err.Error())
+	}
+	return nil
+}
+
+// PutEnd implements spawnif.Server.
+func (c *spawnConn) PutEnd(ctx context.Context, upload uint64) (wire.Errval, []byte, error) {
+	if err := c.m.spawnd.svc.PutEnd(upload, c.id); err != nil {
+		return spawnif.Code(err), detail(err), nil
+	}
+	return spawnif.CodeOK, nil, nil
+}
+
+// SpawnShipped implements spawnif.Server.
+func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, name string) (uint64, int32, wire.Errval, []byte, error) {
+	if !c.joined() {
+		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
+		return 0, 0, spawnif.CodeDenied, detail(err), nil
+	}
+	st, err := c.m.spawnd.svc.SpawnShipped(hash, spawn.Request{
+		Program: program, Args: spawnif.SplitList(args), Env: spawnif.SplitList(env),
+		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, Name: name,
+	}, c.who)
+	if err != nil {
+		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
+			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn_shipped",
+				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
+		}
+		return 0, 0, spawnif.Code(err), detail(err), nil
+	}
+	return st.ID, int32(st.PID), spawnif.CodeOK, nil, nil
 }
 
 // Connections from other machines' domains to the spawn service: the

@@ -72,6 +72,23 @@ type Config struct {
 	// Logger receives a line per request, with who asked. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+
+	// CacheDir is the directory of the cache of shipped programs (made
+	// 0700 if missing); "" keeps none, and shipping is then unavailable.
+	CacheDir string
+	// CacheBytes caps the bytes of the cache's files and of the uploads
+	// in progress together: the least recently used files are removed to
+	// make room, and an upload that still does not fit is refused with
+	// ErrExhausted. MaxShipBytes is the largest file an upload may bring.
+	CacheBytes   int64
+	MaxShipBytes int64
+	// MaxUploads caps the uploads in progress, and MaxUploadsPerDomain
+	// those of one domain; a put_begin beyond either is refused with
+	// ErrExhausted. An upload that receives nothing for UploadIdle is
+	// dropped, as is every upload of a connection that ends.
+	MaxUploads          int
+	MaxUploadsPerDomain int
+	UploadIdle          time.Duration
 }
 
 // WithDefaults returns c with each zero field set to its default.
@@ -94,6 +111,17 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.CacheBytes <= 0 {
+		c.CacheBytes = DefaultCacheBytes
+	}
+	if c.MaxShipBytes <= 0 {
+		c.MaxShipBytes = min(DefaultMaxShipBytes, c.CacheBytes)
+	}
+	def(&c.MaxUploads, DefaultMaxUploads)
+	def(&c.MaxUploadsPerDomain, DefaultMaxUploadsPerDomain)
+	if c.UploadIdle <= 0 {
+		c.UploadIdle = DefaultUploadIdle
+	}
 	return c
 }
 
@@ -111,6 +139,7 @@ type Service struct {
 	cfg   Config
 	log   *slog.Logger
 	allow []string // Config.Allow, resolved
+	cache *cache   // nil without Config.CacheDir
 
 	starts chan *startReq // to the spawner thread
 	wg     sync.WaitGroup // the spawner, readers and reapers
@@ -150,6 +179,14 @@ func New(cfg Config) (*Service, error) {
 		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
+	// The cache first: made if missing, it may be an allowed directory.
+	if cfg.CacheDir != "" {
+		c, err := openCache(cfg.CacheDir, &s.cfg)
+		if err != nil {
+			return nil, err
+		}
+		s.cache = c
+	}
 	for _, d := range cfg.Allow {
 		abs, err := filepath.Abs(d)
 		if err == nil {
@@ -179,6 +216,9 @@ func (s *Service) Close() {
 	}
 	s.closed = true
 	close(s.stopped)
+	if s.cache != nil {
+		s.cache.close()
+	}
 	var live []*proc
 	for _, p := range s.procs {
 		if !p.exited {
@@ -277,7 +317,7 @@ func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
 	if who.Machine != "" {
 		log = log.With("from_machine", who.Machine)
 	}
-	st, err := s.spawn(r, who)
+	st, err := s.spawn(r, who, "")
 	if err != nil {
 		log.Warn("spawn refused", "err", err)
 		return st, err
@@ -286,7 +326,9 @@ func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
 	return st, nil
 }
 
-func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
+// spawn starts r for who: the file shipped (a verified path of the
+// cache) if not "", else r.Program as resolve finds it.
+func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, error) {
 	if r.Program == "" {
 		return api.Started{}, fmt.Errorf("%w: no program", api.ErrInvalid)
 	}
@@ -303,9 +345,12 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 		}
 		cpus = set
 	}
-	path, err := s.resolve(r.Program)
-	if err != nil {
-		return api.Started{}, err
+	path := shipped
+	if path == "" {
+		var err error
+		if path, err = s.resolve(r.Program); err != nil {
+			return api.Started{}, err
+		}
 	}
 	if r.Dir != "" {
 		if fi, err := os.Stat(r.Dir); err != nil || !fi.IsDir() {
@@ -378,12 +423,24 @@ func (s *Service) spawn(r Request, who Caller) (api.Started, error) {
 		cmd.Args = append([]string{"sh", "-c", `read -r _ <&3 || exit 125; exec 3<&-; exec "$0" "$@"`, path}, r.Args...)
 		cmd.ExtraFiles = []*os.File{gr}
 	}
-	req := &startReq{cmd: cmd, cpus: cpus, err: make(chan error, 1)}
-	select {
-	case s.starts <- req:
-		err = <-req.err
-	case <-s.stopped:
-		err = fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+	for try := 0; ; try++ {
+		req := &startReq{cmd: cmd, cpus: cpus, err: make(chan error, 1)}
+		select {
+		case s.starts <- req:
+			err = <-req.err
+		case <-s.stopped:
+			err = fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+		}
+		// A file just shipped may still be open for writing in a child
+		// that another goroutine forked while the upload wrote it, until
+		// that child execs: the kernel then refuses to run it for a
+		// moment (ETXTBSY).
+		if !errors.Is(err, syscall.ETXTBSY) || shipped == "" || try >= 20 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
+			SysProcAttr: cmd.SysProcAttr, ExtraFiles: cmd.ExtraFiles}
 	}
 	pw.Close() // the child holds its copy
 	if err != nil {

@@ -23,7 +23,9 @@ const demoMachinesUsage = `
 With --machines N (2 to 8), runs the cluster demo instead: N machines,
 each a network namespace on a bridge with its own monitor in cluster
 mode, a three-member etcd running on the machines, the pingpong server
-exported on machine 1, its name seen from every other machine, a client
+shipped from machine 2 to machine 1 and spawned there through machine
+1's spawn service (chanos spawn --ship --on m1), exporting a name seen
+from every other machine, a client
 on machine 2 sending it messages and rpcs over the net interconnect
 (encrypted, with credentials the two monitors made for that one
 connection), another client whose connection lives through a cut of
@@ -53,10 +55,14 @@ type clusterDemo struct {
 	procs        []*exec.Cmd // everything started, stopped in reverse
 	monitors     []*exec.Cmd
 	begin, step  time.Time
+	quiet        bool // say prints nothing
 }
 
 // say prints one step of the story with the time since the last one.
 func (d *clusterDemo) say(format string, args ...any) {
+	if d.quiet {
+		return
+	}
 	now := time.Now()
 	fmt.Printf("[%6.2fs +%5.2fs] %s\n", now.Sub(d.begin).Seconds(), now.Sub(d.step).Seconds(), fmt.Sprintf(format, args...))
 	d.step = now
@@ -70,84 +76,46 @@ func runClusterDemo(ctx context.Context, n int) (err error) {
 	if err != nil {
 		return err
 	}
-	d := &clusterDemo{self: self, server: filepath.Join(filepath.Dir(self), "pingpong-server"), begin: time.Now()}
-	d.step = d.begin
-	if _, err := os.Stat(d.server); err != nil {
+	server := filepath.Join(filepath.Dir(self), "pingpong-server")
+	if _, err := os.Stat(server); err != nil {
 		return fmt.Errorf("demo: pingpong-server is missing: build the examples with `make` (they go beside chanos in %s)", filepath.Dir(self))
 	}
-	etcdBin, err := exec.LookPath("etcd")
+	d, err := startMachines(ctx, n, false)
 	if err != nil {
-		return errors.New("demo: etcd is not installed: run scripts/install-deps.sh")
+		return fmt.Errorf("demo: %w", err)
 	}
-	if err := hostnet.Check(); err != nil {
-		return fmt.Errorf("demo: %w (the cluster demo builds network namespaces: run it as root)", err)
-	}
-	if d.tmp, err = os.MkdirTemp("", "chanos-cluster-demo-"); err != nil {
-		return err
-	}
+	d.server = server
 	defer func() {
 		if cerr := d.close(); err == nil {
 			err = cerr
 		}
 	}()
-	fmt.Printf("cluster demo: %d machines, working directory %s\n", n, d.tmp)
-
-	d.net, err = hostnet.New(ctx, hostnet.Options{Machines: n, HostLink: true})
-	if err != nil {
-		return fmt.Errorf("demo: build the machines: %w", err)
-	}
-	var addrs []string
-	for _, m := range d.net.Machines {
-		addrs = append(addrs, m.Name+" "+m.Addr.String())
-	}
-	d.say("built %d machines on a bridge, each a network namespace: %s", n, strings.Join(addrs, ", "))
-
-	endpoints, err := d.startEtcd(ctx, etcdBin)
-	if err != nil {
-		return err
-	}
-	d.say("etcd: 3 members running on the machines, healthy (%s)", strings.Join(endpoints, ","))
-
-	if err := d.admit(n); err != nil {
-		return err
-	}
-	d.say("cluster %q: a root made, and each machine admitted with a credential of its own key", demoCluster)
-
-	for i, m := range d.net.Machines {
-		cmd := m.Command(self, "monitor", "--dir", d.dirs[i], "--cluster", demoCluster, "--etcd", strings.Join(endpoints, ","),
-			"--listen", m.Addr.String()+":7070", "--lease-ttl", demoLease, "--keep-alive", demoKeepAlive)
-		if err := d.start(cmd, filepath.Join(d.tmp, m.Name+"-monitor.log")); err != nil {
-			return err
-		}
-		d.monitors = append(d.monitors, cmd)
-	}
-	for i := range d.net.Machines {
-		if err := waitForMonitor(ctx, d.dirs[i]); err != nil {
-			return err
-		}
-	}
-	if err := d.waitFor(ctx, "every machine registered", func() (bool, error) {
-		out, err := d.cli(1, "machines", "--json")
-		if err != nil {
-			return false, nil
-		}
-		var list struct {
-			Machines []json.RawMessage `json:"machines"`
-		}
-		return json.Unmarshal(out, &list) == nil && len(list.Machines) == n, nil
-	}); err != nil {
-		return err
-	}
 	d.say("a monitor in cluster mode on each machine (lease %s, keep-alive %s); machine 2 sees:", demoLease, demoKeepAlive)
 	if out, err := d.cli(1, "machines"); err == nil {
 		fmt.Print(indent(string(out)))
 	}
 
-	srv := d.net.Machines[0].Command(d.server, "-name", demoName)
-	srv.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[0])
-	if err := d.start(srv, filepath.Join(d.tmp, "m1-server.log")); err != nil {
-		return err
+	// The server runs on machine 1, started from machine 2 through
+	// machine 1's spawn service, shipped: machine 1 runs it from its
+	// cache, checked against its SHA-256.
+	spawn := d.net.Machines[1].Command(d.self, "spawn", "--ship", "--on", "m1", "--monitor-dir", d.dirs[1],
+		"--name", "pingpong-server", "--json", "--", d.server, "-name", demoName)
+	var spawnErr strings.Builder
+	spawn.Stderr = &spawnErr
+	out, err := spawn.Output()
+	if err != nil {
+		return fmt.Errorf("demo: chanos spawn --ship --on m1 (on machine 2): %w: %s", err, spawnErr.String())
 	}
+	var st struct {
+		ID     uint64 `json:"id"`
+		PID    int    `json:"pid"`
+		SHA256 string `json:"sha256"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return fmt.Errorf("demo: chanos spawn: %w: %s", err, out)
+	}
+	d.say("machine 2 ran 'chanos spawn --ship --on m1 -- pingpong-server': shipped over net into machine 1's cache (sha256 %.12s...), spawned on machine m1 through its spawn service (id %d, pid %d)",
+		st.SHA256, st.ID, st.PID)
 	if err := d.waitFor(ctx, demoName+" on machine 1", func() (bool, error) { return d.hasName(0) }); err != nil {
 		return err
 	}
@@ -165,7 +133,8 @@ func runClusterDemo(ctx context.Context, n int) (err error) {
 	client := filepath.Join(filepath.Dir(self), "pingpong-client")
 	cl := d.net.Machines[1].Command(client, "-name", demoName, "-n", "2000")
 	cl.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[1])
-	out, cerr := cl.CombinedOutput()
+	var cerr error
+	out, cerr = cl.CombinedOutput()
 	if cerr != nil {
 		return fmt.Errorf("the client on machine 2: %w: %s", cerr, out)
 	}
@@ -216,6 +185,85 @@ func runClusterDemo(ctx context.Context, n int) (err error) {
 	}
 	fmt.Println("cluster demo: done; removing the machines")
 	return nil
+}
+
+// startMachines builds n machines, each a network namespace, starts a
+// three-member etcd on them and a monitor in cluster mode on each, and
+// waits until every machine is registered; quiet keeps the story to
+// itself. It needs root and etcd, and says so. The caller's close
+// removes everything; on an error, startMachines does.
+func startMachines(ctx context.Context, n int, quiet bool) (d *clusterDemo, err error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	etcdBin, err := exec.LookPath("etcd")
+	if err != nil {
+		return nil, errors.New("etcd is not installed: run scripts/install-deps.sh")
+	}
+	if err := hostnet.Check(); err != nil {
+		return nil, fmt.Errorf("%w (the machines are network namespaces: run it as root)", err)
+	}
+	d = &clusterDemo{self: self, begin: time.Now(), quiet: quiet}
+	d.step = d.begin
+	if d.tmp, err = os.MkdirTemp("", "chanos-cluster-demo-"); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	if !quiet {
+		fmt.Printf("cluster demo: %d machines, working directory %s\n", n, d.tmp)
+	}
+
+	d.net, err = hostnet.New(ctx, hostnet.Options{Machines: n, HostLink: true})
+	if err != nil {
+		return d, fmt.Errorf("build the machines: %w", err)
+	}
+	var addrs []string
+	for _, m := range d.net.Machines {
+		addrs = append(addrs, m.Name+" "+m.Addr.String())
+	}
+	d.say("built %d machines on a bridge, each a network namespace: %s", n, strings.Join(addrs, ", "))
+
+	endpoints, err := d.startEtcd(ctx, etcdBin)
+	if err != nil {
+		return d, err
+	}
+	d.say("etcd: 3 members running on the machines, healthy (%s)", strings.Join(endpoints, ","))
+
+	if err := d.admit(n); err != nil {
+		return d, err
+	}
+	d.say("cluster %q: a root made, and each machine admitted with a credential of its own key", demoCluster)
+
+	for i, m := range d.net.Machines {
+		cmd := m.Command(self, "monitor", "--dir", d.dirs[i], "--cluster", demoCluster, "--etcd", strings.Join(endpoints, ","),
+			"--listen", m.Addr.String()+":7070", "--lease-ttl", demoLease, "--keep-alive", demoKeepAlive)
+		if err := d.start(cmd, filepath.Join(d.tmp, m.Name+"-monitor.log")); err != nil {
+			return d, err
+		}
+		d.monitors = append(d.monitors, cmd)
+	}
+	for i := range d.net.Machines {
+		if err := waitForMonitor(ctx, d.dirs[i]); err != nil {
+			return d, err
+		}
+	}
+	err = d.waitFor(ctx, "every machine registered", func() (bool, error) {
+		out, err := d.cli(1, "machines", "--json")
+		if err != nil {
+			return false, nil
+		}
+		var list struct {
+			Machines []json.RawMessage `json:"machines"`
+		}
+		return json.Unmarshal(out, &list) == nil && len(list.Machines) == n, nil
+	})
+	return d, err
 }
 
 func indent(s string) string {

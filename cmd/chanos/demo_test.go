@@ -78,6 +78,7 @@ func TestClusterDemo(t *testing.T) {
 	}
 	for _, want := range []string{
 		"etcd: 3 members running on the machines, healthy",
+		"spawned on machine m1 through its spawn service",
 		`machine 2 sees "demo.pingpong", on machine m1`,
 		`machine 3 sees "demo.pingpong", on machine m1`,
 		`connected to "demo.pingpong" over net`,

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -20,7 +21,7 @@ import (
 	"github.com/chanos/chanos/spawn"
 )
 
-const spawnUsage = `usage: chanos spawn [--on MACHINE|any] [--name NAME] [--env K=V]... [--dir DIR]
+const spawnUsage = `usage: chanos spawn [--on MACHINE|any] [--ship] [--name NAME] [--env K=V]... [--dir DIR]
                     [--cpus LIST] [--limit mem=SIZE,cpu=SECONDS] [--wait] [--json]
                     -- PROGRAM ARGS...
 
@@ -32,6 +33,9 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
   --on MACHINE  where to run it: a machine's name or id ('chanos machines'),
                 or any: the least loaded (the choice is printed on stderr);
                 default this machine
+  --ship        send PROGRAM, a file of this machine, to the target's cache
+                of shipped programs (only if the cache lacks its SHA-256)
+                and run it from there: the target needs no copy of its own
   --name NAME   a label for 'chanos ps --all'
   --env K=V     add to the program's environment (repeatable)
   --dir DIR     its working directory (default: the monitor's); it and a
@@ -42,7 +46,8 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
   --wait        wait for its end and print how it ended
   --monitor-dir DIR  the monitor's directory (default: as chanos ps)
 
---json prints {"id", "pid", "machine"} (and "exit_code", "signal" with --wait).
+--json prints {"id", "pid", "machine"} (and "exit_code", "signal" with --wait;
+"sha256" and "uploaded" with --ship).
 `
 
 const waitUsage = `usage: chanos wait [--on MACHINE] [--timeout D] [--json] [--dir DIR] ID
@@ -70,12 +75,35 @@ When the buffer has dropped output, a line on stderr says how much.
 // measures.
 func init() {
 	benchSuites["spawn"] = benchSuite{
-		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe (docs/spawn.md)",
+		help: "local spawn to the spawned domain's first message vs fork+exec of the same program to its first write on a pipe; " +
+			"with root and etcd, on two machines in network namespaces: remote spawn vs local spawn plus a net round trip, " +
+			"and --ship of 10 MB vs a raw TCP copy (docs/spawn.md)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
+			return bench.RunSpawn(ctx, bench.SpawnConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress,
+				Machines: spawnBenchMachines}, emit)
 		},
 		summary: bench.SpawnSummary,
 	}
+}
+
+// spawnBenchMachines builds the two machines of the spawn suite's remote
+// cases, as 'chanos demo --machines 2' does, quietly.
+func spawnBenchMachines(ctx context.Context) (*bench.SpawnMachines, func() error, error) {
+	d, err := startMachines(ctx, 2, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := &bench.SpawnMachines{
+		Command: func(i int, argv ...string) *exec.Cmd {
+			cmd := d.net.Machines[i].Command(argv[0], argv[1:]...)
+			cmd.Env = append(os.Environ(), "CHANOS_DIR="+d.dirs[i])
+			return cmd
+		},
+	}
+	for i := range m.Addrs {
+		m.Addrs[i] = d.net.Machines[i].Addr.String()
+	}
+	return m, d.close, nil
 }
 
 // spawnFlags adds the spawn service's flags to the monitor's.
@@ -94,6 +122,18 @@ func spawnFlags(fs *flag.FlagSet, cfg *spawn.Config) {
 	fs.Var((*sizeFlag)(&cfg.LogBytes), "spawn-log-size", "")
 	fs.IntVar(&cfg.MaxKept, "spawn-max-kept", spawn.DefaultMaxKept, "")
 	fs.DurationVar(&cfg.Keep, "spawn-keep", spawn.DefaultKeep, "")
+	cacheBytes, shipMax := sizeFlag(spawn.DefaultCacheBytes), sizeFlag(spawn.DefaultMaxShipBytes)
+	fs.Func("spawn-cache-size", "", func(v string) error {
+		err := cacheBytes.Set(v)
+		cfg.CacheBytes = int64(cacheBytes)
+		return err
+	})
+	fs.Func("spawn-ship-max", "", func(v string) error {
+		err := shipMax.Set(v)
+		cfg.MaxShipBytes = int64(shipMax)
+		return err
+	})
+	fs.IntVar(&cfg.MaxUploads, "spawn-max-uploads", spawn.DefaultMaxUploads, "")
 }
 
 // spawnMonitorUsage is the part of the monitor's usage on the spawn
@@ -111,8 +151,13 @@ The spawn service (docs/spawn.md):
   --spawn-log-size SIZE        output kept per program (default %s)
   --spawn-max-kept N           ended programs kept for wait and logs (default %d)
   --spawn-keep D               how long an ended program is kept (default %v)
+  --spawn-cache-size SIZE      the cache of shipped programs, files and uploads in
+                               progress together (default %s)
+  --spawn-ship-max SIZE        the largest program an upload may bring (default %s)
+  --spawn-max-uploads N        uploads in progress, total (default %d; %d per domain)
 `, spawn.DefaultMaxRunning, spawn.DefaultMaxRunningPerDomain, formatSize(spawn.DefaultLogBytes),
-	spawn.DefaultMaxKept, spawn.DefaultKeep)
+	spawn.DefaultMaxKept, spawn.DefaultKeep, formatSize(spawn.DefaultCacheBytes), formatSize(spawn.DefaultMaxShipBytes),
+	spawn.DefaultMaxUploads, spawn.DefaultMaxUploadsPerDomain)
 
 // readSpawnPolicy reads a spawn policy file: "allow DIR" lines, and
 // "remote off" (refuse spawns from other machines) or "remote on";
@@ -291,12 +336,23 @@ func runSpawn(ctx context.Context, args []string) error {
 	cpus := fs.String("cpus", "", "")
 	limit := fs.String("limit", "", "")
 	wait := fs.Bool("wait", false, "")
+	ship := fs.Bool("ship", false, "")
 	asJSON := fs.Bool("json", false, "")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() == 0 {
 		return usagef("spawn", "no program: chanos spawn [FLAGS] -- PROGRAM ARGS...")
+	}
+	var local string // the file --ship sends
+	if *ship {
+		var err error
+		if local, err = exec.LookPath(fs.Arg(0)); err != nil {
+			return fmt.Errorf("spawn --ship: %w", err)
+		}
+		if local, err = filepath.Abs(local); err != nil {
+			return err
+		}
 	}
 	var mem, cpu uint64
 	if *limit != "" {
@@ -331,13 +387,39 @@ func runSpawn(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	st, err := c.Start(callCtx, spawnif.Request{
+	req := spawnif.Request{
 		Program: program, Args: fs.Args()[1:], Env: env, Dir: wd, CPUs: *cpus, Mem: mem, CPU: cpu, Name: *name,
-	})
+	}
+	out := map[string]any{"machine": machine}
+	if *ship {
+		// The upload is bounded by the caller's ^C only: a large program
+		// on a slow network takes longer than a call's timeout.
+		sh, err := c.Ship(ctx, local)
+		if err != nil {
+			return fmt.Errorf("spawn --ship: %w", err)
+		}
+		if sh.Uploaded {
+			fmt.Fprintf(os.Stderr, "shipped %s (%d bytes, sha256 %s) to machine %s\n", local, sh.Size, sh.Hash, machineLabel(m))
+		} else {
+			fmt.Fprintf(os.Stderr, "machine %s has %s in its cache (sha256 %s): not sent\n", machineLabel(m), local, sh.Hash)
+		}
+		req.Hash, req.Program = sh.Hash, fs.Arg(0)
+		out["sha256"], out["uploaded"] = sh.Hash, sh.Uploaded
+		callCtx, cancel = context.WithTimeout(ctx, cliTimeout)
+		defer cancel()
+	}
+	st, err := c.Start(callCtx, req)
+	if *ship && errors.Is(err, spawnif.ErrNotFound) {
+		// The target's cache evicted the file between the ship and the
+		// spawn (other uploads needed the room): once more.
+		if _, err = c.Ship(ctx, local); err == nil {
+			st, err = c.Start(callCtx, req)
+		}
+	}
 	if err != nil {
 		return err
 	}
-	out := map[string]any{"id": st.ID, "pid": st.PID, "machine": machine}
+	out["id"], out["pid"] = st.ID, st.PID
 	if !*asJSON {
 		fmt.Println(st.ID)
 	}

@@ -7,9 +7,13 @@ package spawn
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"strconv"
 	"strings"
 	"syscall"
@@ -131,6 +135,10 @@ type Request struct {
 	Mem     uint64   // address-space limit in bytes; 0 for none
 	CPU     uint64   // CPU-time limit in seconds; 0 for none
 	Name    string   // a label for list
+	// Hash, when set, names the program by the SHA-256 (lowercase hex) of
+	// a file shipped into the target's cache (Ship): the cached file runs,
+	// and Program is only its argv[0] and label.
+	Hash string
 }
 
 // Started is what a spawn returns: the process's id in the spawn service
@@ -173,7 +181,17 @@ func (c *Client) Start(ctx context.Context, r Request) (Started, error) {
 		return Started{}, fmt.Errorf("%w: arguments (%d bytes, at most %d) or environment (%d bytes, at most %d) too long",
 			ErrInvalid, len(args), MaxSpawnArgsLen, len(env), MaxSpawnEnvLen)
 	}
-	id, pid, code, detail, err := c.Spawn(ctx, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+	var (
+		id     uint64
+		pid    int32
+		code   wire.Errval
+		detail []byte
+	)
+	if r.Hash != "" {
+		id, pid, code, detail, err = c.SpawnShipped(ctx, r.Hash, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+	} else {
+		id, pid, code, detail, err = c.Spawn(ctx, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+	}
 	if err != nil {
 		return Started{}, fmt.Errorf("spawn %s: %w", r.Program, err)
 	}
@@ -293,4 +311,103 @@ func (c *Client) Procs(ctx context.Context) ([]Proc, error) {
 		return nil, fmt.Errorf("list: decode: %w", err)
 	}
 	return out, nil
+}
+
+// ShipChunk is the size of the chunks Upload sends: the most put_data
+// carries, so that a chunk fits the interface's frames.
+const ShipChunk = MaxPutDataDataLen
+
+// Shipped is the outcome of Ship.
+type Shipped struct {
+	Hash     string // the file's SHA-256, lowercase hex: Request.Hash
+	Size     int64
+	Uploaded bool // false: the target's cache held it already
+}
+
+// HashFile returns the SHA-256 of the file at path, in lowercase hex, and
+// its size.
+func HashFile(path string) (string, int64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", 0, fmt.Errorf("ship: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("ship: read %s: %w", path, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// Ship makes sure the cache of the service's machine holds the file at
+// path: it hashes the file, asks whether the cache has it, and uploads it
+// only if not. Start it then with Request.Hash set to the returned Hash.
+func (c *Client) Ship(ctx context.Context, path string) (Shipped, error) {
+	hash, size, err := HashFile(path)
+	if err != nil {
+		return Shipped{}, err
+	}
+	out := Shipped{Hash: hash, Size: size}
+	present, _, code, err := c.Cached(ctx, hash)
+	if err == nil {
+		err = Error(code, "")
+	}
+	if err != nil {
+		return out, fmt.Errorf("ship %s: cached: %w", path, err)
+	}
+	if present {
+		return out, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return out, fmt.Errorf("ship: %w", err)
+	}
+	defer f.Close()
+	out.Uploaded, err = c.Upload(ctx, hash, size, f)
+	if err != nil {
+		return out, fmt.Errorf("ship %s: %w", path, err)
+	}
+	return out, nil
+}
+
+// Upload sends the size bytes that r gives into the cache under hash,
+// their SHA-256 (lowercase hex), in chunks of ShipChunk; it reports false
+// when the cache held them already and nothing was sent. The service
+// checks the bytes against hash: a mismatch is refused with ErrInvalid,
+// and nothing enters the cache.
+func (c *Client) Upload(ctx context.Context, hash string, size int64, r io.Reader) (bool, error) {
+	id, present, code, detail, err := c.PutBegin(ctx, hash, uint64(size))
+	if err == nil {
+		err = Error(code, string(detail))
+	}
+	if err != nil {
+		return false, fmt.Errorf("put_begin: %w", err)
+	}
+	if present {
+		return false, nil
+	}
+	buf := make([]byte, ShipChunk)
+	var off int64
+	for off < size {
+		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
+		if err != nil {
+			// The service drops the upload with the connection, or once
+			// idle; end it now rather than hold its room.
+			c.PutEnd(ctx, id)
+			return false, fmt.Errorf("read at offset %d: %w", off, err)
+		}
+		if err := c.Send(ctx, &PutData{Upload: id, Offset: uint64(off), Data: buf[:n]}); err != nil {
+			return false, fmt.Errorf("put_data at offset %d: %w", off, err)
+		}
+		off += int64(n)
+	}
+	code, detail, err = c.PutEnd(ctx, id)
+	if err == nil {
+		err = Error(code, string(detail))
+	}
+	if err != nil {
+		return false, fmt.Errorf("put_end: %w", err)
+	}
+	return true, nil
 }

@@ -28,30 +28,48 @@ const MaxFrameSize = 65573
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x4cf1ac024d29cc59
+const Fingerprint uint64 = 0x243421e1f904c658
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
-	MsgSpawn uint16 = 1 // spawn
-	MsgWait  uint16 = 2 // wait
-	MsgKill  uint16 = 3 // kill
-	MsgLogs  uint16 = 4 // logs
-	MsgList  uint16 = 5 // list
+	MsgSpawn        uint16 = 1  // spawn
+	MsgWait         uint16 = 2  // wait
+	MsgKill         uint16 = 3  // kill
+	MsgLogs         uint16 = 4  // logs
+	MsgList         uint16 = 5  // list
+	MsgCached       uint16 = 6  // cached
+	MsgPutBegin     uint16 = 7  // put_begin
+	MsgPutData      uint16 = 8  // put_data
+	MsgPutEnd       uint16 = 9  // put_end
+	MsgSpawnShipped uint16 = 10 // spawn_shipped
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
 // when encoding and decoding.
 const (
-	MaxSpawnProgramLen = 4096  // spawn: in String program[4096]
-	MaxSpawnArgsLen    = 32768 // spawn: in uint8 args[args_len, 32768]
-	MaxSpawnEnvLen     = 16384 // spawn: in uint8 env[env_len, 16384]
-	MaxSpawnDirLen     = 4096  // spawn: in String dir[4096]
-	MaxSpawnCpusLen    = 256   // spawn: in String cpus[256]
-	MaxSpawnNameLen    = 256   // spawn: in String name[256]
-	MaxSpawnDetailLen  = 1024  // spawn: out uint8 detail[detail_len, 1024]
-	MaxLogsDataLen     = 65536 // logs: out uint8 data[data_len, 65536]
-	MaxListJSONLen     = 65536 // list: out uint8 json[json_len, 65536]
+	MaxSpawnProgramLen        = 4096  // spawn: in String program[4096]
+	MaxSpawnArgsLen           = 32768 // spawn: in uint8 args[args_len, 32768]
+	MaxSpawnEnvLen            = 16384 // spawn: in uint8 env[env_len, 16384]
+	MaxSpawnDirLen            = 4096  // spawn: in String dir[4096]
+	MaxSpawnCpusLen           = 256   // spawn: in String cpus[256]
+	MaxSpawnNameLen           = 256   // spawn: in String name[256]
+	MaxSpawnDetailLen         = 1024  // spawn: out uint8 detail[detail_len, 1024]
+	MaxLogsDataLen            = 65536 // logs: out uint8 data[data_len, 65536]
+	MaxListJSONLen            = 65536 // list: out uint8 json[json_len, 65536]
+	MaxCachedHashLen          = 64    // cached: in String hash[64]
+	MaxPutBeginHashLen        = 64    // put_begin: in String hash[64]
+	MaxPutBeginDetailLen      = 1024  // put_begin: out uint8 detail[detail_len, 1024]
+	MaxPutDataDataLen         = 65536 // put_data: uint8 data[data_len, 65536]
+	MaxPutEndDetailLen        = 1024  // put_end: out uint8 detail[detail_len, 1024]
+	MaxSpawnShippedHashLen    = 64    // spawn_shipped: in String hash[64]
+	MaxSpawnShippedProgramLen = 4096  // spawn_shipped: in String program[4096]
+	MaxSpawnShippedArgsLen    = 32768 // spawn_shipped: in uint8 args[args_len, 32768]
+	MaxSpawnShippedEnvLen     = 16384 // spawn_shipped: in uint8 env[env_len, 16384]
+	MaxSpawnShippedDirLen     = 4096  // spawn_shipped: in String dir[4096]
+	MaxSpawnShippedCpusLen    = 256   // spawn_shipped: in String cpus[256]
+	MaxSpawnShippedNameLen    = 256   // spawn_shipped: in String name[256]
+	MaxSpawnShippedDetailLen  = 1024  // spawn_shipped: out uint8 detail[detail_len, 1024]
 )
 
 // Msg is a message, rpc call or rpc reply of spawn. Only the types of this
@@ -538,6 +556,533 @@ func (m *ListReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error 
 	return nil
 }
 
+// CachedCall holds the in arguments of the rpc cached, number 6:
+//
+//	rpc cached(
+//		in String hash[64],
+//		out bool present,
+//		out uint64 size,
+//		out errval err);
+type CachedCall struct {
+	// Hash is the in argument hash: at most MaxCachedHashLen bytes, without NUL.
+	Hash string
+}
+
+func (*CachedCall) MsgNumber() uint16  { return MsgCached }
+func (*CachedCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*CachedCall) MsgName() string    { return "spawn.cached" }
+func (*CachedCall) isMsg()             {}
+func (m *CachedCall) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.cached call", MsgCached, wire.KindCall, 4)
+	e.String("hash", m.Hash, MaxCachedHashLen)
+	return e.Finish()
+}
+
+func (m *CachedCall) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.cached call", MsgCached, wire.KindCall)
+	m.Hash = d.String("hash", MaxCachedHashLen)
+	if err := d.Finish(); err != nil {
+		*m = CachedCall{}
+		return err
+	}
+	return nil
+}
+
+// CachedReply holds the out arguments of the rpc cached, number 6:
+//
+//	rpc cached(
+//		in String hash[64],
+//		out bool present,
+//		out uint64 size,
+//		out errval err);
+type CachedReply struct {
+	// Present is the out argument present (bool).
+	Present bool
+	// Size is the out argument size (uint64).
+	Size uint64
+	// Err is the out argument err (errval).
+	Err wire.Errval
+}
+
+func (*CachedReply) MsgNumber() uint16  { return MsgCached }
+func (*CachedReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*CachedReply) MsgName() string    { return "spawn.cached" }
+func (*CachedReply) isMsg()             {}
+func (m *CachedReply) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.cached reply", MsgCached, wire.KindReply, 17)
+	e.Bool(m.Present)
+	e.Uint64(m.Size)
+	e.Uint64(uint64(m.Err))
+	return e.Finish()
+}
+
+func (m *CachedReply) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.cached reply", MsgCached, wire.KindReply)
+	m.Present = d.Bool("present")
+	m.Size = d.Uint64("size")
+	m.Err = wire.Errval(d.Uint64("err"))
+	if err := d.Finish(); err != nil {
+		*m = CachedReply{}
+		return err
+	}
+	return nil
+}
+
+// PutBeginCall holds the in arguments of the rpc put_begin, number 7:
+//
+//	rpc put_begin(
+//		in String hash[64],
+//		in uint64 size,
+//		out uint64 upload,
+//		out bool present,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutBeginCall struct {
+	// Hash is the in argument hash: at most MaxPutBeginHashLen bytes, without NUL.
+	Hash string
+	// Size is the in argument size (uint64).
+	Size uint64
+}
+
+func (*PutBeginCall) MsgNumber() uint16  { return MsgPutBegin }
+func (*PutBeginCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*PutBeginCall) MsgName() string    { return "spawn.put_begin" }
+func (*PutBeginCall) isMsg()             {}
+func (m *PutBeginCall) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.put_begin call", MsgPutBegin, wire.KindCall, 12)
+	e.String("hash", m.Hash, MaxPutBeginHashLen)
+	e.Uint64(m.Size)
+	return e.Finish()
+}
+
+func (m *PutBeginCall) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_begin call", MsgPutBegin, wire.KindCall)
+	m.Hash = d.String("hash", MaxPutBeginHashLen)
+	m.Size = d.Uint64("size")
+	if err := d.Finish(); err != nil {
+		*m = PutBeginCall{}
+		return err
+	}
+	return nil
+}
+
+// PutBeginReply holds the out arguments of the rpc put_begin, number 7:
+//
+//	rpc put_begin(
+//		in String hash[64],
+//		in uint64 size,
+//		out uint64 upload,
+//		out bool present,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutBeginReply struct {
+	// Upload is the out argument upload (uint64).
+	Upload uint64
+	// Present is the out argument present (bool).
+	Present bool
+	// Err is the out argument err (errval).
+	Err wire.Errval
+	// Detail is the out argument detail: at most MaxPutBeginDetailLen bytes (its length is detail_len in the IDL).
+	Detail []byte
+}
+
+func (*PutBeginReply) MsgNumber() uint16  { return MsgPutBegin }
+func (*PutBeginReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*PutBeginReply) MsgName() string    { return "spawn.put_begin" }
+func (*PutBeginReply) isMsg()             {}
+func (m *PutBeginReply) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.put_begin reply", MsgPutBegin, wire.KindReply, 21)
+	e.Uint64(m.Upload)
+	e.Bool(m.Present)
+	e.Uint64(uint64(m.Err))
+	e.Bytes("detail", m.Detail, MaxPutBeginDetailLen)
+	return e.Finish()
+}
+
+func (m *PutBeginReply) Decode(frame []byte, caps []wire.Cap) error {
+	*m = PutBeginReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_begin reply", MsgPutBegin, wire.KindReply)
+	m.Upload = d.Uint64("upload")
+	m.Present = d.Bool("present")
+	m.Err = wire.Errval(d.Uint64("err"))
+	m.Detail = d.Bytes("detail", MaxPutBeginDetailLen)
+	if err := d.Finish(); err != nil {
+		*m = PutBeginReply{}
+		return err
+	}
+	return nil
+}
+
+// PutData is the message put_data, number 8:
+//
+//	@borrow()
+//	message put_data(
+//		uint64 upload,
+//		uint64 offset,
+//		uint8 data[data_len, 65536]);
+type PutData struct {
+	// Upload is the argument upload (uint64).
+	Upload uint64
+	// Offset is the argument offset (uint64).
+	Offset uint64
+	// Data is the argument data: at most MaxPutDataDataLen bytes (its length is data_len in the IDL).
+	Data []byte
+}
+
+func (*PutData) MsgNumber() uint16  { return MsgPutData }
+func (*PutData) MsgKind() wire.Kind { return wire.KindMessage }
+func (*PutData) MsgName() string    { return "spawn.put_data" }
+func (*PutData) isMsg()             {}
+func (m *PutData) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 20]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.Data...), tail...)
+	}
+	return err
+}
+
+func (m *PutData) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// decodeView is Decode for a handler of the @borrow put_data message: its
+// bytes are a view into frame, not a copy.
+func (m *PutData) decodeView(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeView)
+}
+
+// parts writes the frame's header and the fields around m.Data, checked
+// against its bound, into f: the frame is head, m.Data, tail.
+func (m *PutData) parts(f *[wire.HeaderSize + 20]byte) (head, tail []byte, err error) {
+	n := len(m.Data)
+	if err := wire.CheckCount("spawn.put_data", "data", n, MaxPutDataDataLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgPutData, wire.KindMessage, 20+n)
+	wire.PutUint64(f[wire.HeaderSize:], m.Upload)
+	wire.PutUint64(f[wire.HeaderSize+8:], m.Offset)
+	wire.PutUint32(f[wire.HeaderSize+16:], uint32(n))
+	return f[:wire.HeaderSize+20], f[wire.HeaderSize+20:], nil
+}
+
+// decode is Decode taking the frame's data as take says.
+func (m *PutData) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgPutData, wire.KindMessage, 20); ok {
+		if n := wire.Uint32(b[16:]); n <= MaxPutDataDataLen && uint64(n) == uint64(len(b)-20) {
+			m.Upload = wire.Uint64(b[0:])
+			m.Offset = wire.Uint64(b[8:])
+			m.Data = take.Bytes(m.Data, b[20:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.Data
+	*m = PutData{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_data", MsgPutData, wire.KindMessage)
+	m.Upload = d.Uint64("upload")
+	m.Offset = d.Uint64("offset")
+	m.Data = d.BytesAs("data", MaxPutDataDataLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = PutData{}
+		return err
+	}
+	return nil
+}
+
+// copy returns a copy of m that shares no memory with it, checked as
+// Encode would check it: what the local interconnect passes.
+func (m *PutData) copy() (*PutData, error) {
+	if err := wire.First(wire.CheckCount("spawn.put_data", "data", len(m.Data), MaxPutDataDataLen)); err != nil {
+		return nil, err
+	}
+	c := *m
+	c.Data = append([]byte(nil), m.Data...)
+	return &c, nil
+}
+
+// PutEndCall holds the in arguments of the rpc put_end, number 9:
+//
+//	rpc put_end(
+//		in uint64 upload,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutEndCall struct {
+	// Upload is the in argument upload (uint64).
+	Upload uint64
+}
+
+func (*PutEndCall) MsgNumber() uint16  { return MsgPutEnd }
+func (*PutEndCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*PutEndCall) MsgName() string    { return "spawn.put_end" }
+func (*PutEndCall) isMsg()             {}
+func (m *PutEndCall) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgPutEnd, wire.KindCall, 8))
+	return nil
+}
+func (m *PutEndCall) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgPutEnd, wire.KindCall, 8); ok {
+		m.Upload = wire.Uint64(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "spawn.put_end call", MsgPutEnd, wire.KindCall, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *PutEndCall) put(b []byte) {
+	wire.PutUint64(b[0:], m.Upload)
+}
+
+// PutEndReply holds the out arguments of the rpc put_end, number 9:
+//
+//	rpc put_end(
+//		in uint64 upload,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutEndReply struct {
+	// Err is the out argument err (errval).
+	Err wire.Errval
+	// Detail is the out argument detail: at most MaxPutEndDetailLen bytes (its length is detail_len in the IDL).
+	Detail []byte
+}
+
+func (*PutEndReply) MsgNumber() uint16  { return MsgPutEnd }
+func (*PutEndReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*PutEndReply) MsgName() string    { return "spawn.put_end" }
+func (*PutEndReply) isMsg()             {}
+func (m *PutEndReply) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 12]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.Detail...), tail...)
+	}
+	return err
+}
+
+func (m *PutEndReply) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// decodeAppend is Decode for PutEndAppend: the reply's detail is
+// appended to the slice m.Detail holds.
+func (m *PutEndReply) decodeAppend(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeAppend)
+}
+
+// parts writes the frame's header and the fields around m.Detail, checked
+// against its bound, into f: the frame is head, m.Detail, tail.
+func (m *PutEndReply) parts(f *[wire.HeaderSize + 12]byte) (head, tail []byte, err error) {
+	n := len(m.Detail)
+	if err := wire.CheckCount("spawn.put_end reply", "detail", n, MaxPutEndDetailLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgPutEnd, wire.KindReply, 12+n)
+	wire.PutUint64(f[wire.HeaderSize:], uint64(m.Err))
+	wire.PutUint32(f[wire.HeaderSize+8:], uint32(n))
+	return f[:wire.HeaderSize+12], f[wire.HeaderSize+12:], nil
+}
+
+// decode is Decode taking the frame's detail as take says.
+func (m *PutEndReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgPutEnd, wire.KindReply, 12); ok {
+		if n := wire.Uint32(b[8:]); n <= MaxPutEndDetailLen && uint64(n) == uint64(len(b)-12) {
+			m.Err = wire.Errval(wire.Uint64(b[0:]))
+			m.Detail = take.Bytes(m.Detail, b[12:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.Detail
+	*m = PutEndReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_end reply", MsgPutEnd, wire.KindReply)
+	m.Err = wire.Errval(d.Uint64("err"))
+	m.Detail = d.BytesAs("detail", MaxPutEndDetailLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = PutEndReply{}
+		return err
+	}
+	return nil
+}
+
+// SpawnShippedCall holds the in arguments of the rpc spawn_shipped, number 10:
+//
+//	rpc spawn_shipped(
+//		in String hash[64],
+//		in String program[4096],
+//		in uint8 args[args_len, 32768],
+//		in uint8 env[env_len, 16384],
+//		in String dir[4096],
+//		in String cpus[256],
+//		in uint64 mem_limit,
+//		in uint64 cpu_limit,
+//		in String name[256],
+//		out uint64 id,
+//		out int32 pid,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type SpawnShippedCall struct {
+	// Hash is the in argument hash: at most MaxSpawnShippedHashLen bytes, without NUL.
+	Hash string
+	// Program is the in argument program: at most MaxSpawnShippedProgramLen bytes, without NUL.
+	Program string
+	// Args is the in argument args: at most MaxSpawnShippedArgsLen bytes (its length is args_len in the IDL).
+	Args []byte
+	// Env is the in argument env: at most MaxSpawnShippedEnvLen bytes (its length is env_len in the IDL).
+	Env []byte
+	// Dir is the in argument dir: at most MaxSpawnShippedDirLen bytes, without NUL.
+	Dir string
+	// Cpus is the in argument cpus: at most MaxSpawnShippedCpusLen bytes, without NUL.
+	Cpus string
+	// MemLimit is the in argument mem_limit (uint64).
+	MemLimit uint64
+	// CPULimit is the in argument cpu_limit (uint64).
+	CPULimit uint64
+	// Name is the in argument name: at most MaxSpawnShippedNameLen bytes, without NUL.
+	Name string
+}
+
+func (*SpawnShippedCall) MsgNumber() uint16  { return MsgSpawnShipped }
+func (*SpawnShippedCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*SpawnShippedCall) MsgName() string    { return "spawn.spawn_shipped" }
+func (*SpawnShippedCall) isMsg()             {}
+func (m *SpawnShippedCall) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.spawn_shipped call", MsgSpawnShipped, wire.KindCall, 44)
+	e.String("hash", m.Hash, MaxSpawnShippedHashLen)
+	e.String("program", m.Program, MaxSpawnShippedProgramLen)
+	e.Bytes("args", m.Args, MaxSpawnShippedArgsLen)
+	e.Bytes("env", m.Env, MaxSpawnShippedEnvLen)
+	e.String("dir", m.Dir, MaxSpawnShippedDirLen)
+	e.String("cpus", m.Cpus, MaxSpawnShippedCpusLen)
+	e.Uint64(m.MemLimit)
+	e.Uint64(m.CPULimit)
+	e.String("name", m.Name, MaxSpawnShippedNameLen)
+	return e.Finish()
+}
+
+func (m *SpawnShippedCall) Decode(frame []byte, caps []wire.Cap) error {
+	*m = SpawnShippedCall{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.spawn_shipped call", MsgSpawnShipped, wire.KindCall)
+	m.Hash = d.String("hash", MaxSpawnShippedHashLen)
+	m.Program = d.String("program", MaxSpawnShippedProgramLen)
+	m.Args = d.Bytes("args", MaxSpawnShippedArgsLen)
+	m.Env = d.Bytes("env", MaxSpawnShippedEnvLen)
+	m.Dir = d.String("dir", MaxSpawnShippedDirLen)
+	m.Cpus = d.String("cpus", MaxSpawnShippedCpusLen)
+	m.MemLimit = d.Uint64("mem_limit")
+	m.CPULimit = d.Uint64("cpu_limit")
+	m.Name = d.String("name", MaxSpawnShippedNameLen)
+	if err := d.Finish(); err != nil {
+		*m = SpawnShippedCall{}
+		return err
+	}
+	return nil
+}
+
+// SpawnShippedReply holds the out arguments of the rpc spawn_shipped, number
+// 10:
+//
+//	rpc spawn_shipped(
+//		in String hash[64],
+//		in String program[4096],
+//		in uint8 args[args_len, 32768],
+//		in uint8 env[env_len, 16384],
+//		in String dir[4096],
+//		in String cpus[256],
+//		in uint64 mem_limit,
+//		in uint64 cpu_limit,
+//		in String name[256],
+//		out uint64 id,
+//		out int32 pid,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type SpawnShippedReply struct {
+	// ID is the out argument id (uint64).
+	ID uint64
+	// PID is the out argument pid (int32).
+	PID int32
+	// Err is the out argument err (errval).
+	Err wire.Errval
+	// Detail is the out argument detail: at most MaxSpawnShippedDetailLen bytes (its length is detail_len in the IDL).
+	Detail []byte
+}
+
+func (*SpawnShippedReply) MsgNumber() uint16  { return MsgSpawnShipped }
+func (*SpawnShippedReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*SpawnShippedReply) MsgName() string    { return "spawn.spawn_shipped" }
+func (*SpawnShippedReply) isMsg()             {}
+func (m *SpawnShippedReply) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 24]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.Detail...), tail...)
+	}
+	return err
+}
+
+func (m *SpawnShippedReply) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// decodeAppend is Decode for SpawnShippedAppend: the reply's detail is
+// appended to the slice m.Detail holds.
+func (m *SpawnShippedReply) decodeAppend(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeAppend)
+}
+
+// parts writes the frame's header and the fields around m.Detail, checked
+// against its bound, into f: the frame is head, m.Detail, tail.
+func (m *SpawnShippedReply) parts(f *[wire.HeaderSize + 24]byte) (head, tail []byte, err error) {
+	n := len(m.Detail)
+	if err := wire.CheckCount("spawn.spawn_shipped reply", "detail", n, MaxSpawnShippedDetailLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgSpawnShipped, wire.KindReply, 24+n)
+	wire.PutUint64(f[wire.HeaderSize:], m.ID)
+	wire.PutUint32(f[wire.HeaderSize+8:], uint32(m.PID))
+	wire.PutUint64(f[wire.HeaderSize+12:], uint64(m.Err))
+	wire.PutUint32(f[wire.HeaderSize+20:], uint32(n))
+	return f[:wire.HeaderSize+24], f[wire.HeaderSize+24:], nil
+}
+
+// decode is Decode taking the frame's detail as take says.
+func (m *SpawnShippedReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgSpawnShipped, wire.KindReply, 24); ok {
+		if n := wire.Uint32(b[20:]); n <= MaxSpawnShippedDetailLen && uint64(n) == uint64(len(b)-24) {
+			m.ID = wire.Uint64(b[0:])
+			m.PID = int32(wire.Uint32(b[8:]))
+			m.Err = wire.Errval(wire.Uint64(b[12:]))
+			m.Detail = take.Bytes(m.Detail, b[24:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.Detail
+	*m = SpawnShippedReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.spawn_shipped reply", MsgSpawnShipped, wire.KindReply)
+	m.ID = d.Uint64("id")
+	m.PID = int32(d.Uint32("pid"))
+	m.Err = wire.Errval(d.Uint64("err"))
+	m.Detail = d.BytesAs("detail", MaxSpawnShippedDetailLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = SpawnShippedReply{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if spawn has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -562,6 +1107,24 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(ListCall)
 	case msg == MsgList && kind == wire.KindReply:
 		return new(ListReply)
+	case msg == MsgCached && kind == wire.KindCall:
+		return new(CachedCall)
+	case msg == MsgCached && kind == wire.KindReply:
+		return new(CachedReply)
+	case msg == MsgPutBegin && kind == wire.KindCall:
+		return new(PutBeginCall)
+	case msg == MsgPutBegin && kind == wire.KindReply:
+		return new(PutBeginReply)
+	case msg == MsgPutData && kind == wire.KindMessage:
+		return new(PutData)
+	case msg == MsgPutEnd && kind == wire.KindCall:
+		return new(PutEndCall)
+	case msg == MsgPutEnd && kind == wire.KindReply:
+		return new(PutEndReply)
+	case msg == MsgSpawnShipped && kind == wire.KindCall:
+		return new(SpawnShippedCall)
+	case msg == MsgSpawnShipped && kind == wire.KindReply:
+		return new(SpawnShippedReply)
 	}
 	return nil
 }
@@ -584,7 +1147,24 @@ type Client struct {
 // Send sends the message m. It keeps neither m nor anything m refers to,
 // so m may be reused at once.
 func (c *Client) Send(ctx context.Context, m Msg) error {
-	switch m.(type) {
+	switch m := m.(type) {
+	case *PutData:
+		if m == nil {
+			break
+		}
+		if c.c.Local() { // a copy travels, not a frame
+			v, err := m.copy()
+			if err != nil {
+				return err
+			}
+			return c.c.SendValue(ctx, v)
+		}
+		var f [wire.HeaderSize + 20]byte
+		head, tail, err := m.parts(&f)
+		if err != nil {
+			return err
+		}
+		return c.c.SendParts(ctx, head, m.Data, tail)
 	case *SpawnCall, *SpawnReply:
 		return errors.New("spawn: Send of an spawn call or reply: use Client.Spawn")
 	case *WaitCall, *WaitReply:
@@ -595,6 +1175,14 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		return errors.New("spawn: Send of an logs call or reply: use Client.Logs")
 	case *ListCall, *ListReply:
 		return errors.New("spawn: Send of an list call or reply: use Client.List")
+	case *CachedCall, *CachedReply:
+		return errors.New("spawn: Send of an cached call or reply: use Client.Cached")
+	case *PutBeginCall, *PutBeginReply:
+		return errors.New("spawn: Send of an put_begin call or reply: use Client.PutBegin")
+	case *PutEndCall, *PutEndReply:
+		return errors.New("spawn: Send of an put_end call or reply: use Client.PutEnd")
+	case *SpawnShippedCall, *SpawnShippedReply:
+		return errors.New("spawn: Send of an spawn_shipped call or reply: use Client.SpawnShipped")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }
@@ -679,6 +1267,68 @@ func (c *Client) ListAppend(ctx context.Context, dst []byte) (json []byte, err e
 	return r.JSON, nil
 }
 
+// Cached calls the rpc cached and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) Cached(ctx context.Context, hash string) (present bool, size uint64, err_ wire.Errval, err error) {
+	var r CachedReply
+	err = c.c.CallEncoded(ctx, "spawn.cached", MsgCached, (&CachedCall{Hash: hash}).Encode, r.Decode)
+	return r.Present, r.Size, r.Err, err
+}
+
+// PutBegin calls the rpc put_begin and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) PutBegin(ctx context.Context, hash string, size uint64) (upload uint64, present bool, err_ wire.Errval, detail []byte, err error) {
+	var r PutBeginReply
+	err = c.c.CallEncoded(ctx, "spawn.put_begin", MsgPutBegin, (&PutBeginCall{Hash: hash, Size: size}).Encode, r.Decode)
+	return r.Upload, r.Present, r.Err, r.Detail, err
+}
+
+// PutEnd calls the rpc put_end and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) PutEnd(ctx context.Context, upload uint64) (err_ wire.Errval, detail []byte, err error) {
+	var r PutEndReply
+	var call [wire.HeaderSize + 8]byte
+	(&PutEndCall{Upload: upload}).put(wire.PutFixed(call[:], MsgPutEnd, wire.KindCall))
+	err = c.c.CallFrameDecode(ctx, "spawn.put_end", call[:], r.Decode)
+	return r.Err, r.Detail, err
+}
+
+// PutEndAppend is PutEnd with the reply's detail appended to dst rather than
+// copied into a new slice: a caller that passes the last result back as
+// dst[:0] allocates nothing once dst has grown. On error it returns dst
+// as it was.
+func (c *Client) PutEndAppend(ctx context.Context, upload uint64, dst []byte) (err_ wire.Errval, detail []byte, err error) {
+	r := PutEndReply{Detail: dst}
+	var call [wire.HeaderSize + 8]byte
+	(&PutEndCall{Upload: upload}).put(wire.PutFixed(call[:], MsgPutEnd, wire.KindCall))
+	err = c.c.CallFrameDecode(ctx, "spawn.put_end", call[:], r.decodeAppend)
+	if err != nil {
+		return err_, dst, err
+	}
+	return r.Err, r.Detail, nil
+}
+
+// SpawnShipped calls the rpc spawn_shipped and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+	var r SpawnShippedReply
+	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.Decode)
+	return r.ID, r.PID, r.Err, r.Detail, err
+}
+
+// SpawnShippedAppend is SpawnShipped with the reply's detail appended to dst rather than
+// copied into a new slice: a caller that passes the last result back as
+// dst[:0] allocates nothing once dst has grown. On error it returns dst
+// as it was.
+func (c *Client) SpawnShippedAppend(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string, dst []byte) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+	r := SpawnShippedReply{Detail: dst}
+	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.decodeAppend)
+	if err != nil {
+		return id, pid, err_, dst, err
+	}
+	return r.ID, r.PID, r.Err, r.Detail, nil
+}
+
 // Server is the server side of spawn: a method per message, called for each
 // message received from the peer from, and a method per rpc, whose results
 // (or error) are the reply. Embed UnimplementedServer to keep compiling
@@ -694,6 +1344,19 @@ type Server interface {
 	Logs(ctx context.Context, id uint64, from_ uint64, follow bool) (data []byte, start uint64, done bool, err_ wire.Errval, err error)
 	// List handles the rpc list.
 	List(ctx context.Context) (json []byte, err error)
+	// Cached handles the rpc cached.
+	Cached(ctx context.Context, hash string) (present bool, size uint64, err_ wire.Errval, err error)
+	// PutBegin handles the rpc put_begin.
+	PutBegin(ctx context.Context, hash string, size uint64) (upload uint64, present bool, err_ wire.Errval, detail []byte, err error)
+	// PutData handles the message put_data.
+	// The byte slices of m are borrowed (@borrow): they may point into
+	// the connection's receive buffer, valid until PutData returns. Copy what
+	// it keeps.
+	PutData(ctx context.Context, from *Client, m PutData) error
+	// PutEnd handles the rpc put_end.
+	PutEnd(ctx context.Context, upload uint64) (err_ wire.Errval, detail []byte, err error)
+	// SpawnShipped handles the rpc spawn_shipped.
+	SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -732,6 +1395,31 @@ func (UnimplementedServer) Logs(context.Context, uint64, uint64, bool) ([]byte, 
 
 // List fails with errors.ErrUnsupported.
 func (UnimplementedServer) List(context.Context) ([]byte, error) { return nil, unsupported("list") }
+
+// Cached fails with errors.ErrUnsupported.
+func (UnimplementedServer) Cached(context.Context, string) (bool, uint64, wire.Errval, error) {
+	return false, 0, 0, unsupported("cached")
+}
+
+// PutBegin fails with errors.ErrUnsupported.
+func (UnimplementedServer) PutBegin(context.Context, string, uint64) (uint64, bool, wire.Errval, []byte, error) {
+	return 0, false, 0, nil, unsupported("put_begin")
+}
+
+// PutData fails with errors.ErrUnsupported.
+func (UnimplementedServer) PutData(context.Context, *Client, PutData) error {
+	return unsupported("put_data")
+}
+
+// PutEnd fails with errors.ErrUnsupported.
+func (UnimplementedServer) PutEnd(context.Context, uint64) (wire.Errval, []byte, error) {
+	return 0, nil, unsupported("put_end")
+}
+
+// SpawnShipped fails with errors.ErrUnsupported.
+func (UnimplementedServer) SpawnShipped(context.Context, string, string, []byte, []byte, string, string, uint64, uint64, string) (uint64, int32, wire.Errval, []byte, error) {
+	return 0, 0, 0, nil, unsupported("spawn_shipped")
+}
 
 // Interface describes spawn to the connection engine.
 var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
@@ -869,6 +1557,74 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 			return nil, err
 		}
 		return from.c.ReplyParts(ctx, in, head, json, tail)
+	case in.Header.Msg == MsgCached && in.Kind == wire.KindCall:
+		var m CachedCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		present, size, err_, err := srv.Cached(ctx, m.Hash)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &CachedReply{Present: present, Size: size, Err: err_}, nil
+		}
+		return from.c.ReplyEncoded(ctx, in, (&CachedReply{Present: present, Size: size, Err: err_}).Encode)
+	case in.Header.Msg == MsgPutBegin && in.Kind == wire.KindCall:
+		var m PutBeginCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		upload, present, err_, detail, err := srv.PutBegin(ctx, m.Hash, m.Size)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &PutBeginReply{Upload: upload, Present: present, Err: err_, Detail: detail}, nil
+		}
+		return from.c.ReplyEncoded(ctx, in, (&PutBeginReply{Upload: upload, Present: present, Err: err_, Detail: detail}).Encode)
+	case in.Header.Msg == MsgPutData && in.Kind == wire.KindMessage:
+		var m PutData
+		if err := genrt.Take(in, &m, m.decodeView); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		return nil, srv.PutData(ctx, from, m)
+	case in.Header.Msg == MsgPutEnd && in.Kind == wire.KindCall:
+		var m PutEndCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		err_, detail, err := srv.PutEnd(ctx, m.Upload)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &PutEndReply{Err: err_, Detail: detail}, nil
+		}
+		var f [wire.HeaderSize + 12]byte
+		head, tail, err := (&PutEndReply{Err: err_, Detail: detail}).parts(&f)
+		if err != nil {
+			return nil, err
+		}
+		return from.c.ReplyParts(ctx, in, head, detail, tail)
+	case in.Header.Msg == MsgSpawnShipped && in.Kind == wire.KindCall:
+		var m SpawnShippedCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		id, pid, err_, detail, err := srv.SpawnShipped(ctx, m.Hash, m.Program, m.Args, m.Env, m.Dir, m.Cpus, m.MemLimit, m.CPULimit, m.Name)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &SpawnShippedReply{ID: id, PID: pid, Err: err_, Detail: detail}, nil
+		}
+		var f [wire.HeaderSize + 24]byte
+		head, tail, err := (&SpawnShippedReply{ID: id, PID: pid, Err: err_, Detail: detail}).parts(&f)
+		if err != nil {
+			return nil, err
+		}
+		return from.c.ReplyParts(ctx, in, head, detail, tail)
 	}
 	return nil, from.c.Violation(genrt.Unknown(InterfaceName, in))
 }

@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 }
 
 // roles are the parts this test binary plays in the machines' processes.
-var roles = testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient}
+var roles = testkit.Roles{"server": server, "client": client, "ppserver": ppServer, "ppclient": ppClient, "shipper": shipper}
 
 // svc is the interface the test's server exports.
 var svc = chanos.Interface{Name: "clustertest", MaxFrameSize: 256}

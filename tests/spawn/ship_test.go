@@ -1,0 +1,125 @@
+package spawn
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	spawnif "github.com/chanos/chanos/interfaces/spawn"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// shipEnv is a monitor started with flags, a domain of it in this
+// process, and that domain's spawn connection.
+func shipEnv(t *testing.T, dir string, flags ...string) *env {
+	t.Helper()
+	mon := testkit.StartMonitorIn(t, dir, flags...)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("ship-test"), chanos.WithoutRejoin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &env{dir: dir, mon: mon, d: d, c: c}
+}
+
+// TestShip: on one machine (over ump), 'chanos spawn --ship' sends a
+// program that lives in a directory of the caller's into the monitor's
+// cache and runs it; once that directory is gone, a spawn by hash runs
+// the cached copy. A policy that leaves the cache out refuses shipped
+// programs; one that names the cache's directory allows them.
+func TestShip(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	e := shipEnv(t, dir)
+	ctx := testkit.Context(t)
+	bin := testkit.GoProgram(t, "github.com/chanos/chanos/cmd/chanos")
+
+	src := t.TempDir()
+	prog := filepath.Join(src, "shipme")
+	b, err := os.ReadFile("/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "spawn", "--ship", "--wait", "--json", "--", prog, "shipped")
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("chanos spawn --ship: %v: %s", err, out)
+	}
+	var st struct {
+		ID       uint64 `json:"id"`
+		ExitCode int    `json:"exit_code"`
+		SHA256   string `json:"sha256"`
+		Uploaded bool   `json:"uploaded"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	hash, _, err := spawnif.HashFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !st.Uploaded || st.SHA256 != hash || st.ExitCode != 0 {
+		t.Fatalf("spawn --ship: %s; want uploaded, sha256 %s, exit 0", out, hash)
+	}
+	if got := e.output(t, st.ID); got != "shipped\n" {
+		t.Fatalf("output %q", got)
+	}
+
+	if err := os.RemoveAll(src); err != nil {
+		t.Fatal(err)
+	}
+	s := e.start(t, spawnif.Request{Hash: hash, Program: "shipme", Args: []string{"from", "the", "cache"}})
+	if got := e.output(t, s.ID); got != "from the cache\n" {
+		t.Fatalf("spawn by hash after the caller's copy went: %q", got)
+	}
+	procs, err := e.c.Procs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if procs[0].Program != filepath.Join(dir, "spawn-cache", hash) {
+		t.Fatalf("list: program %q, want the cached file", procs[0].Program)
+	}
+
+	// Policies: allowed directories that leave the cache out refuse
+	// shipped programs; naming the cache allows them.
+	other := t.TempDir()
+	body := []byte("#!/bin/sh\necho policy\n")
+	prog2 := filepath.Join(other, "p")
+	if err := os.WriteFile(prog2, body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	strict := shipEnv(t, testkit.ShortDir(t), "--spawn-allow", "/bin")
+	if _, err := strict.c.Ship(ctx, prog2); !errors.Is(err, spawnif.ErrDenied) {
+		t.Fatalf("ship under a policy that leaves the cache out: %v, want ErrDenied", err)
+	}
+	dir3 := testkit.ShortDir(t)
+	open := shipEnv(t, dir3, "--spawn-allow", "/bin", "--spawn-allow", filepath.Join(dir3, "spawn-cache"))
+	sh, err := open.c.Ship(ctx, prog2)
+	if err != nil {
+		t.Fatalf("ship under a policy that allows the cache: %v", err)
+	}
+	s = open.start(t, spawnif.Request{Hash: sh.Hash, Program: "p"})
+	if got := open.output(t, s.ID); got != "policy\n" {
+		t.Fatalf("output %q", got)
+	}
+
+	// The monitor's flags for the cache's limits.
+	small := shipEnv(t, testkit.ShortDir(t), "--spawn-ship-max", "16")
+	if _, err := small.c.Ship(ctx, prog2); !errors.Is(err, spawnif.ErrExhausted) || !strings.Contains(err.Error(), "--spawn-ship-max") {
+		t.Fatalf("ship of %d bytes to a monitor with --spawn-ship-max 16: %v, want ErrExhausted naming the flag", len(body), err)
+	}
+}
