@@ -221,12 +221,10 @@ func TestBindAcrossMachines(t *testing.T) {
 		r, ok := w.names(1)["pp"]
 		return ok && r.MachineID == id1
 	})
-	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
-		return w.logs[1].Count("control link up", "machine="+id1) > 0
-	})
+	w.awaitLink(1, 0)
 
 	// By name, with a cut of the link in the middle.
-	argv = testkit.Command("ppclient", w.dirs[1], "pp", "3s")
+	argv = testkit.Command("ppclient", w.dirs[1], "pp", "5s")
 	cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
 	if l := cl.Line(t); l != "connected via=net" {
 		t.Fatalf("client: %q, want connected via=net", l)
@@ -335,10 +333,7 @@ func TestPeerGoneAcrossMachines(t *testing.T) {
 		w.admit(i, w.root)
 		w.start(i)
 	}
-	id1 := w.machineID(0)
-	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
-		return w.logs[1].Count("control link up", "machine="+id1) > 0
-	})
+	w.awaitLink(1, 0)
 	serve := func(name string) *testkit.Child {
 		argv := testkit.Command("ppserver", w.dirs[0], name)
 		srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
@@ -392,11 +387,8 @@ func TestAuthOnlyAcrossMachines(t *testing.T) {
 	w.startWith(0, "--net-auth-only")
 	w.startWith(1, "--net-auth-only")
 	w.start(2)
-	id1 := w.machineID(0)
 	for _, i := range []int{1, 2} {
-		testkit.Eventually(t, fmt.Sprintf("machine %d's control link to machine 1", i+1), func() bool {
-			return w.logs[i].Count("control link up", "machine="+id1) > 0
-		})
+		w.awaitLink(i, 0)
 	}
 	argv := testkit.Command("ppserver", w.dirs[0], "pp")
 	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
@@ -404,7 +396,7 @@ func TestAuthOnlyAcrossMachines(t *testing.T) {
 		t.Fatalf("server: %q", l)
 	}
 	for i, want := range map[int]bool{1: true, 2: false} {
-		argv := testkit.Command("ppclient", w.dirs[i], "pp", "300ms")
+		argv := testkit.Command("ppclient", w.dirs[i], "pp", "2s") // long enough for a ps on a loaded machine
 		cl := testkit.Start(t, w.net.Machines[i].Command(argv[0], argv[1:]...))
 		if l := cl.Line(t); l != "connected via=net" {
 			t.Fatalf("client on machine %d: %q", i+1, l)

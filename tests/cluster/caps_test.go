@@ -112,10 +112,7 @@ func TestEndpointAcrossMachines(t *testing.T) {
 		w.admit(i, w.root)
 		w.start(i)
 	}
-	id1 := w.machineID(0)
-	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
-		return w.logs[1].Count("control link up", "machine="+id1) > 0
-	})
+	w.awaitLink(1, 0)
 	argv := testkit.Command("hands", w.dirs[0], "hands")
 	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
 	srv.Expect(t, "exported")

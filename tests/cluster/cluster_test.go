@@ -237,6 +237,16 @@ func (w *world) names(i int) map[string]nameRow {
 	return m
 }
 
+// awaitLink waits until machine from's monitor has dialled its control
+// link to machine to, over which it routes binds there.
+func (w *world) awaitLink(from, to int) {
+	w.t.Helper()
+	id := w.machineID(to)
+	testkit.Eventually(w.t, fmt.Sprintf("machine %d's control link to machine %d", from+1, to+1), func() bool {
+		return w.logs[from].Count("control link up", "machine="+id) > 0
+	})
+}
+
 // machineID returns machine i's id as its monitor logged it.
 func (w *world) machineID(i int) string {
 	w.t.Helper()

@@ -120,9 +120,7 @@ func TestSpawnShip(t *testing.T) {
 	w.start(0)
 	w.start(1)
 	id1 := w.machineID(0)
-	testkit.Eventually(t, "machine 2's control link to machine 1", func() bool {
-		return w.logs[1].Count("control link up", "machine="+id1) > 0
-	})
+	w.awaitLink(1, 0)
 	cacheDir := filepath.Join(w.dirs[0], "spawn-cache")
 
 	// The program: a copy of echo in a directory of the caller's.

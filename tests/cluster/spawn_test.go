@@ -65,11 +65,8 @@ func TestSpawnAcrossMachines(t *testing.T) {
 	w.start(1)
 	w.startWith(2, "--spawn-no-remote")
 	id1, id3 := w.machineID(0), w.machineID(2)
-	for _, id := range []string{id1, id3} {
-		testkit.Eventually(t, "machine 2's control link to "+id, func() bool {
-			return w.logs[1].Count("control link up", "machine="+id) > 0
-		})
-	}
+	w.awaitLink(1, 0)
+	w.awaitLink(1, 2)
 
 	// Output and exit status.
 	s := decode[spawned](t, w.chanosIn(1, "spawn", "--on", "mach1", "--json", "--", "/bin/sh", "-c", "echo hello from $(hostname -I); exit 3"))
