@@ -242,7 +242,7 @@ func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
 	end := make(chan error, 1)
 	go func() { end <- conn.Serve(context.Background(), d.handle) }()
 	var reply monitor.HelloReply
-	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen), Features: monitor.FeatureNet}, &reply); err != nil {
+	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen), Features: monitor.FeatureNet | monitor.FeatureNetAccept}, &reply); err != nil {
 		conn.Close()
 		<-end
 		var re *RemoteError

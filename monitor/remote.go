@@ -208,7 +208,7 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 		return m.bindSpawndFromMachine(from, c, e, label)
 	case e.server() == nil:
 		return nil, fail(proto.StatusNoRoute, "bind %s: each machine serves its own nameservice, to its own domains", label)
-	case e.server().features&proto.FeatureNet == 0:
+	case e.server().features&proto.FeatureNetAccept == 0:
 		return nil, fail(proto.StatusNoRoute, "bind %s: the exporting domain's library cannot take connections over the net interconnect", label)
 	}
 	server := e.server()

@@ -1075,6 +1075,37 @@ struct chanos_join_opts {
      * It must not call into the domain. */
     void (*on_monitor)(void *arg, int event, int err);
     void *on_monitor_arg;
+    /* The dialer of connections to exports of other machines of a
+     * cluster: libchanos_net's chanos_net_binder(). NULL: libchanos does
+     * not speak the net interconnect itself, and chanos_connect of such
+     * an export fails with CHANOS_ERR_NO_ROUTE. */
+    const struct chanos_net_binder *net;
+};
+
+/*
+ * Binding exports of other machines (docs/net.md, "Binding between
+ * machines"): the monitors route the bind and make this side's credential
+ * for the one connection; the domain then dials the server domain itself.
+ * libchanos hands the dialer (chanos_join_opts.net) what the bind's reply
+ * says; the connection it returns is a chanos_conn like any other (the
+ * generated stubs work on it), whose chanos_conn_ump is NULL.
+ */
+struct chanos_net_bind {
+    const char *addr;        /* the server domain's host:port */
+    const char *server_name; /* the TLS server name to ask for */
+    const uint8_t *peer;     /* SHA-256 of the server's certificate: 32 bytes */
+    const uint8_t *cert;     /* this side's certificate, DER */
+    size_t cert_len;
+    const uint8_t *key; /* its private key, PKCS#8 DER */
+    size_t key_len;
+    int auth_only;      /* authenticated only, not encrypted */
+    uint32_t max_frame; /* the export's largest frame */
+};
+
+struct chanos_net_binder {
+    /* dial opens the connection b describes into *out, or returns an
+     * error (a CHANOS_ERR_* or negative errno). */
+    int (*dial)(const struct chanos_net_bind *b, chanos_conn **out);
 };
 
 /* chanos_join_opts.flags: end the domain with its session, as before

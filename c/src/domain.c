@@ -33,6 +33,8 @@
 #include <unistd.h>
 
 #define PROTOCOL_VERSION 4
+/* hello's feature bits (monitor.FeatureNet, FeatureNetAccept) */
+#define FEATURE_NET 1u
 /* The bound of a call to the monitor given none of its own (hello, export,
  * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
  * The Go library's DefaultCallTimeout. */
@@ -95,6 +97,7 @@ struct chanos_domain {
     int rejoin, lost, retry_ms;
     void (*on_monitor)(void *arg, int event, int err);
     void *on_monitor_arg;
+    const struct chanos_net_binder *net; /* chanos_join_opts.net */
 };
 
 struct chanos_listener {
@@ -434,6 +437,17 @@ static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
             rc = queue_incoming(d, f);
             if (rc == 0)
                 return 0;
+        } else if (kind == CHANOS_KIND_MESSAGE &&
+                   h.msg == MONITOR_MSG_PEER_GONE) {
+            /* A net connection's peer has gone: its link learns it itself
+             * (its resume is refused, or its grace period ends). */
+            struct monitor_peer_gone g;
+
+            rc = monitor_peer_gone_decode(&g, d->rbuf, f->len, f->fds, f->nfds);
+            if (rc == 0) {
+                close_fds(f->fds, f->nfds);
+                return 0;
+            }
         } else if (kind == CHANOS_KIND_MESSAGE && h.msg == MONITOR_MSG_PING) {
             /* The monitor sees from its socket that we read it: reading is
              * the answer (docs/quotas.md, "Idle sessions"). */
@@ -780,7 +794,9 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (plen > MONITOR_HELLO_PROGRAM_MAX)
         plen = MONITOR_HELLO_PROGRAM_MAX;
     call.version = PROTOCOL_VERSION;
-    call.features = 0; /* no net interconnect in libchanos yet */
+    /* FEATURE_NET: binds to other machines, through the dialer given;
+     * libchanos accepts none (no FEATURE_NET_ACCEPT). */
+    call.features = o.net != NULL && o.net->dial != NULL ? FEATURE_NET : 0;
     call.program.ptr = o.program;
     call.program.len = (uint32_t)plen;
     memcpy(d->program, o.program, plen);
@@ -813,6 +829,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     d->rejoin = (o.flags & CHANOS_JOIN_NO_REJOIN) == 0;
     d->on_monitor = o.on_monitor;
     d->on_monitor_arg = o.on_monitor_arg;
+    d->net = o.net;
     *out = d;
     return 0;
 fail:
@@ -1321,6 +1338,39 @@ static int bind_local(struct chanos_domain *d,
  * answers not_found when the name did not appear in time; no answer within
  * BIND_GRACE_MS more is CHANOS_ERR_TIMEDOUT.
  */
+
+/* bind_net dials the export of another machine that reply names, with the
+ * domain's net dialer (chanos_join_opts.net). */
+static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
+                    uint32_t max_frame, chanos_conn **out)
+{
+    char addr[MONITOR_BIND_NET_ADDR_MAX + 1];
+    char name[MONITOR_BIND_NET_NAME_MAX + 1];
+    struct chanos_net_bind b;
+
+    if (d->net == NULL || d->net->dial == NULL)
+        return CHANOS_ERR_NO_ROUTE;
+    if (max_frame != 0 && reply->max_frame > max_frame)
+        return CHANOS_ERR_MISMATCH;
+    if (reply->net_addr.len > MONITOR_BIND_NET_ADDR_MAX ||
+        reply->net_name.len > MONITOR_BIND_NET_NAME_MAX)
+        return CHANOS_ERR_BOUND;
+    memcpy(addr, reply->net_addr.ptr, reply->net_addr.len);
+    addr[reply->net_addr.len] = '\0';
+    memcpy(name, reply->net_name.ptr, reply->net_name.len);
+    name[reply->net_name.len] = '\0';
+    b.addr = addr;
+    b.server_name = name;
+    b.peer = reply->net_peer;
+    b.cert = reply->net_cert.ptr;
+    b.cert_len = reply->net_cert.len;
+    b.key = reply->net_key.ptr;
+    b.key_len = reply->net_key.len;
+    b.auth_only = reply->net_auth_only;
+    b.max_frame = reply->max_frame;
+    return d->net->dial(&b, out);
+}
+
 static int bind_export(chanos_domain *d, const char *name,
                        const struct chanos_iref *ref, const char *iface,
                        uint64_t fingerprint, bool wait, uint32_t max_frame,
@@ -1381,6 +1431,10 @@ static int bind_export(chanos_domain *d, const char *name,
         return rc;
     }
     leave(d);
+    if (rc == 0 && reply.via == MONITOR_INTERCONNECT_NET) {
+        close_fds(reply.fds, reply.nfds); /* it carries none */
+        return bind_net(d, &reply, max_frame, out);
+    }
     /* CHANOS_ERR_TIMEDOUT: the monitor did not answer, not even its
      * not_found at the deadline */
     if (rc != 0)

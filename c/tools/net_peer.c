@@ -25,10 +25,19 @@
  * serve listens as listen does, then serves the pingpong interface with
  * its generated C stubs (pingpong_serve over chanos_net_conn_new) until
  * the client closes, and prints "served".
+ *
+ *   chanos-net-peer bind DIR NAME COUNT
+ *
+ * bind joins the monitor in DIR with libchanos_net's dialer
+ * (chanos_net_binder), connects to the pingpong export NAME, which may
+ * live on another machine of the cluster, makes COUNT echo calls with the
+ * generated stubs, checking each, and prints "echo ok COUNT"; a failure
+ * prints "error CODE TEXT".
  */
 #include <chanos_net.h>
 #include <pingpong.h>
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -187,8 +196,43 @@ static const struct pingpong_server_ops pingpong_ops = {
     .ping = on_ping, .echo = on_echo, .bounce = on_bounce,
 };
 
+/* bind_echo is the bind mode: a C client of an export that may live on
+ * another machine. */
+static int bind_echo(const char *dir, const char *name, uint64_t n)
+{
+    struct chanos_join_opts jo = { .dir = dir, .program = "net-peer-bind",
+                                   .net = chanos_net_binder() };
+    chanos_domain *d = NULL;
+    chanos_conn *c = NULL;
+    int rc = chanos_join(&d, &jo);
+    if (rc != 0)
+        return fail("join", rc);
+    rc = chanos_connect_iface(d, name, &pingpong_interface, 10000, &c);
+    if (rc != 0) {
+        chanos_domain_close(d);
+        return fail("connect", rc);
+    }
+    for (uint64_t i = 0; i < n; i++) {
+        struct pingpong_echo_call in = { i };
+        struct pingpong_echo_reply out;
+        rc = pingpong_echo(c, &in, &out, 10000);
+        if (rc != 0 || out.result != i + 1) {
+            chanos_conn_close(c);
+            chanos_domain_close(d);
+            return fail("echo", rc != 0 ? rc : CHANOS_ERR_MISMATCH);
+        }
+    }
+    printf("echo ok %" PRIu64 "\n", n);
+    fflush(stdout);
+    chanos_conn_close(c);
+    chanos_domain_close(d);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc == 5 && strcmp(argv[1], "bind") == 0)
+        return bind_echo(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     if (argc < 2)
         goto usage;
     bool dial = strcmp(argv[1], "dial") == 0;

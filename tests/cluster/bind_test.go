@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -429,4 +430,47 @@ func TestAuthOnlyAcrossMachines(t *testing.T) {
 		}
 		cl.Wait(t)
 	}
+}
+
+// TestCClientAcrossMachines: a C domain on machine 2, given libchanos_net's
+// dialer, binds a Go server's pingpong export on machine 1 through the
+// monitors and makes echo calls with the generated C stubs over net; the
+// export of a C domain, which accepts no net connections, is refused with
+// no route, and says why.
+func TestCClientAcrossMachines(t *testing.T) {
+	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-net-peer")), "tools", "chanos-net-peer")
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.awaitLink(1, 0)
+	argv := testkit.Command("ppserver", w.dirs[0], "pp")
+	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+	if l := srv.Line(t); !strings.HasPrefix(l, "exported ") {
+		t.Fatalf("server: %q", l)
+	}
+	out, err := w.net.Machines[1].Command(peer, "bind", w.dirs[1], "pp", "500").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "echo ok 500" {
+		t.Fatalf("C client on machine 2: %v: %s", err, out)
+	}
+	if l := srv.Line(t); !strings.HasPrefix(l, "peer machine="+w.machineID(1)+" program=net-peer-bind via=net") {
+		t.Errorf("server: %q", l)
+	}
+
+	cserver := filepath.Join(testkit.CBuild(t, filepath.Join("examples", "pingpong_server")), "examples", "pingpong_server")
+	cmd := w.net.Machines[0].Command(cserver, "-name", "cpp")
+	cmd.Env = append(cmd.Environ(), "CHANOS_DIR="+w.dirs[0])
+	cs := testkit.Start(t, cmd)
+	if l := cs.Line(t); !strings.HasPrefix(l, "serving cpp") {
+		t.Fatalf("C server: %q", l)
+	}
+	argv = testkit.Command("ppclient", w.dirs[1], "cpp", "100ms")
+	cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+	if l := cl.Line(t); !strings.HasPrefix(l, "bind: no route: ") || !strings.Contains(l, "cannot take connections over the net interconnect") {
+		t.Fatalf("a Go client of a C server on another machine: %q, want no route", l)
+	} else {
+		t.Logf("client: %s", l)
+	}
+	cl.Wait(t)
 }

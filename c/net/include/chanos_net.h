@@ -71,6 +71,25 @@ typedef struct chanos_net_identity chanos_net_identity;
 int chanos_net_identity_new(chanos_net_identity **out,
                             uint8_t fp[CHANOS_NET_FP_SIZE]);
 void chanos_net_identity_free(chanos_net_identity *id);
+
+/* chanos_net_identity_from_der makes an identity of a certificate (DER)
+ * and its private key (PKCS#8 DER), as a monitor hands them to its domain
+ * for one connection; CHANOS_ERR_AUTH if they do not parse or the key is
+ * not the certificate's. */
+int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
+                                 const uint8_t *key, size_t key_len,
+                                 chanos_net_identity **out);
+
+/*
+ * chanos_net_binder is the dialer a domain passes in chanos_join_opts.net
+ * to bind exports of other machines (docs/net.md, "Binding between
+ * machines"): with it, chanos_connect of such an export returns a
+ * chanos_conn over a TLS 1.3 net link, pinned to the server's certificate,
+ * with the credential the monitors made for that connection. A bind the
+ * monitors made authenticated only (both machines' --net-auth-only) fails
+ * with CHANOS_ERR_MISMATCH: libchanos_net encrypts, always.
+ */
+const struct chanos_net_binder *chanos_net_binder(void);
 /* chanos_net_identity_fingerprint copies id's fingerprint into fp. */
 void chanos_net_identity_fingerprint(const chanos_net_identity *id,
                                      uint8_t fp[CHANOS_NET_FP_SIZE]);

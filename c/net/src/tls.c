@@ -83,6 +83,59 @@ fail:
     return rc;
 }
 
+int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
+                                 const uint8_t *key, size_t key_len,
+                                 chanos_net_identity **out)
+{
+    if (!out || !cert || !key || cert_len > LONG_MAX || key_len > LONG_MAX)
+        return -EINVAL;
+    *out = NULL;
+    chanos_net_identity *id = calloc(1, sizeof *id);
+    if (!id)
+        return -ENOMEM;
+    const unsigned char *p = cert;
+    id->cert = d2i_X509(NULL, &p, (long)cert_len);
+    const unsigned char *q = key;
+    id->key = d2i_AutoPrivateKey(NULL, &q, (long)key_len);
+    if (!id->cert || p != cert + cert_len || !id->key ||
+        q != key + key_len || X509_check_private_key(id->cert, id->key) != 1) {
+        ERR_clear_error();
+        chanos_net_identity_free(id);
+        return CHANOS_ERR_AUTH;
+    }
+    fingerprint(id->cert, id->fp);
+    *out = id;
+    return 0;
+}
+
+/* binder_dial is chanos_net_binder's dial: the credential the monitor
+ * made, the pinned server, its server name. */
+static int binder_dial(const struct chanos_net_bind *b, chanos_conn **out)
+{
+    chanos_net_identity *id = NULL;
+    chanos_net_link *link = NULL;
+
+    *out = NULL;
+    if (b->auth_only)
+        return CHANOS_ERR_MISMATCH; /* libchanos_net encrypts, always */
+    int rc = chanos_net_identity_from_der(b->cert, b->cert_len, b->key,
+                                          b->key_len, &id);
+    if (rc != 0)
+        return rc;
+    struct chanos_net_tls t = { .identity = id, .server_name = b->server_name };
+    memcpy(t.peer, b->peer, CHANOS_NET_FP_SIZE);
+    struct chanos_net_options o = { .max_frame = b->max_frame, .tls = &t };
+    rc = chanos_net_dial(b->addr, &o, &link);
+    chanos_net_identity_free(id); /* the link's TLS context keeps a copy */
+    if (rc != 0)
+        return rc;
+    return chanos_net_conn_new(link, out);
+}
+
+static const struct chanos_net_binder binder = { .dial = binder_dial };
+
+const struct chanos_net_binder *chanos_net_binder(void) { return &binder; }
+
 void chanos_net_identity_free(chanos_net_identity *id)
 {
     if (!id)

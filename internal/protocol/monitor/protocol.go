@@ -10,6 +10,11 @@ package monitor
 // hello's call carries and its reply names.
 const ProtocolVersion = 4
 
-// FeatureNet is hello's feature bit of a domain whose library takes
-// connections over the net interconnect (binds between machines).
-const FeatureNet uint32 = 1
+// Hello's feature bits. FeatureNet: the domain's library dials
+// connections over the net interconnect (binds of other machines'
+// exports). FeatureNetAccept: it accepts them (its exports may be bound
+// from other machines).
+const (
+	FeatureNet       uint32 = 1
+	FeatureNetAccept uint32 = 2
+)
