@@ -1117,7 +1117,7 @@ struct chanos_net_binder {
 #define CHANOS_MONITOR_REJOINED 2
 
 /*
- * chanos_join connects to the monitor, says hello (protocol version 2) and
+ * chanos_join connects to the monitor, says hello (protocol version 4) and
  * returns the domain in *out, which the caller owns: free it with
  * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
  * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user,
