@@ -98,10 +98,11 @@ var benchSuites = map[string]benchSuite{
 		summary: bench.NamesSummary,
 	},
 	"net": {
-		help: "the net interconnect over loopback: round trips and a 64-byte stream, with TLS and plain, against raw TCP; resume after a cut (docs/net.md)",
+		help: "the net interconnect between two network namespaces over veth (loopback where none can be built): round trips and streams, encrypted, authenticated-only and plain, against raw TCP in Go and C and gRPC-Go; resume after a cut (docs/benchmarks.md)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Progress: o.progress}, emit)
+			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Progress: o.progress, Note: os.Stderr}, emit)
 		},
+		summary: bench.NetSummary,
 	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
@@ -233,6 +234,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	if len(args) > 0 && args[0] == bench.RPCServerCommand {
 		return bench.RPCServer(ctx, args[1:])
+	}
+	if len(args) > 0 && args[0] == bench.NetServerCommand {
+		return bench.NetServer(ctx, args[1:])
 	}
 	if len(args) > 0 && args[0] == bench.CompareServerCommand {
 		return bench.CompareServer(ctx, args[1:])
