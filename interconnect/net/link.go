@@ -30,7 +30,8 @@ var ErrTooLarge = errors.New("net: frame larger than the connection's maximum fr
 // window is full. One goroutine per TCP connection reads records; one more
 // per link sends delayed acknowledgements and keepalives and, when the
 // TCP connection breaks, redials (the dialing side) or waits for the
-// peer's redial (the accepting side).
+// peer's redial (the accepting side); a third writes the frames of a
+// sender that streams, several to a write.
 type Link struct {
 	o      Options
 	id     [16]byte
@@ -82,6 +83,7 @@ type Link struct {
 	ackKick  chan struct{}
 	ackArm   chan struct{}
 	ackArmed atomic.Bool
+	pumpKick chan struct{} // wakes writeLoop
 	brokenCh chan uint64
 	resumeCh chan *resumeReq
 	lastRead atomic.Int64
@@ -149,6 +151,7 @@ func newLink(o Options, id [16]byte, dialer bool) *Link {
 		ackedSig:  make(chan struct{}, 1),
 		ackKick:   make(chan struct{}, 1),
 		ackArm:    make(chan struct{}, 1),
+		pumpKick:  make(chan struct{}, 1),
 		brokenCh:  make(chan uint64, 1),
 		resumeCh:  make(chan *resumeReq),
 	}
@@ -292,9 +295,34 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf, rec: rec})
 	l.nextSeq++
 	l.unackedBytes += n
+	stream := len(l.unacked) > 1
 	l.mu.Unlock()
-	l.pump()
+	if stream {
+		// Earlier frames still wait for their acknowledgement: the
+		// sender streams. Its frame is left to writeLoop, which writes
+		// every record queued by then in one flush, so that the frames
+		// queued while the network takes one write leave together in
+		// the next. A lone frame (a call, a reply) is written here, with
+		// no goroutine to wake on its way.
+		signal(l.pumpKick)
+	} else {
+		l.pump()
+	}
 	return true, nil
+}
+
+// writeLoop writes the frames that senders leave to it (see send) until
+// the link ends.
+func (l *Link) writeLoop() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.pumpKick:
+			l.pump()
+		}
+	}
 }
 
 // getBufLocked returns a buffer of n bytes, reused if one is free.
@@ -941,6 +969,8 @@ func (l *Link) ackLocked(a uint64) error {
 // and the resumption of broken TCP connections, until the link ends.
 func (l *Link) run() {
 	defer l.wg.Done()
+	l.wg.Add(1)
+	go l.writeLoop()
 	ackT := time.NewTimer(time.Hour)
 	ackT.Stop()
 	defer ackT.Stop()
