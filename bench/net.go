@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,7 +49,13 @@ const (
 
 // NetConfig configures RunNet.
 type NetConfig struct {
-	Quick    bool
+	Quick bool
+	// Repeat runs each case this many times, round-robin; the median
+	// run is reported (0: 3).
+	Repeat int
+	// Cases, if not empty, keeps the cases whose key (case/transport/size,
+	// e.g. rtt/net/8) contains one of these strings.
+	Cases    []string
 	Progress io.Writer
 	// Server is the command line of the server process; empty means this
 	// executable with NetServerCommand (`chanos bench __net-server`).
@@ -106,39 +113,39 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) (err er
 	if cfg.Quick {
 		iters, streamN, bigN, resumes = 2000, 20000, 2000, 20
 	}
+	repeat := cfg.Repeat
+	if repeat <= 0 {
+		repeat = 3
+	}
 	env, err := newNetEnv(ctx, &cfg)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, env.close()) }()
-	out := func(r Result) error {
-		r.Path = env.path
-		return emit(r)
-	}
 
-	rtts := []struct {
-		tr  string
-		run func() (Result, error)
-	}{
-		{"tcp", func() (Result, error) { return env.tcpRTT(ctx, iters) }},
-		{"tcp-c", func() (Result, error) { return env.cRTT(ctx, &cfg, iters) }},
-		{"grpc-tcp", func() (Result, error) { return env.grpcRTT(ctx, &cfg, iters) }},
-		{"net-plain", func() (Result, error) { return env.netRTT(ctx, "net-plain", iters) }},
-		{"net-auth", func() (Result, error) { return env.netRTT(ctx, "net-auth", iters) }},
-		{"net", func() (Result, error) { return env.netRTT(ctx, "net", iters) }},
+	type netCase struct {
+		key, base string // case/transport/size; base: the key of its baseline
+		run       func() (Result, error)
 	}
-	for _, c := range rtts {
-		cfg.progress("net: rtt %s", c.tr)
-		r, err := c.run()
-		if errors.Is(err, errLeftOut) {
-			continue
+	var cases []netCase
+	add := func(kase, tr string, size int, base string, run func() (Result, error)) {
+		key := fmt.Sprintf("%s/%s/%d", kase, tr, size)
+		if len(cfg.Cases) > 0 && !slices.ContainsFunc(cfg.Cases, func(c string) bool { return strings.Contains(key, c) }) {
+			return
 		}
-		if err != nil {
-			return fmt.Errorf("net rtt %s: %w", c.tr, err)
+		cases = append(cases, netCase{key, base, run})
+	}
+	for _, tr := range []string{"tcp", "tcp-c", "grpc-tcp", "net-plain", "net-auth", "net"} {
+		run := func() (Result, error) { return env.netRTT(ctx, tr, iters) }
+		switch tr {
+		case "tcp":
+			run = func() (Result, error) { return env.tcpRTT(ctx, iters) }
+		case "tcp-c":
+			run = func() (Result, error) { return env.cRTT(ctx, &cfg, iters) }
+		case "grpc-tcp":
+			run = func() (Result, error) { return env.grpcRTT(ctx, &cfg, iters) }
 		}
-		if err := out(r); err != nil {
-			return err
-		}
+		add("rtt", tr, 8, "rtt/tcp/8", run)
 	}
 	for _, size := range []int{64, 65536} {
 		n := streamN
@@ -146,22 +153,51 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) (err er
 			n = bigN
 		}
 		for _, tr := range []string{"tcp", "net-plain", "net-auth", "net"} {
-			cfg.progress("net: stream %s %d", tr, size)
-			r, err := env.stream(ctx, tr, n, size)
-			if err != nil {
-				return fmt.Errorf("net stream %s %d: %w", tr, size, err)
-			}
-			if err := out(r); err != nil {
-				return err
-			}
+			add("stream", tr, size, fmt.Sprintf("stream/tcp/%d", size), func() (Result, error) { return env.stream(ctx, tr, n, size) })
 		}
 	}
-	cfg.progress("net: resume")
-	r, err := env.resume(ctx, resumes)
-	if err != nil {
-		return fmt.Errorf("net resume: %w", err)
+	add("resume", "net", 0, "", func() (Result, error) { return env.resume(ctx, resumes) })
+
+	// Round-robin, so that a change in the machine's load falls on every
+	// case alike; each case's median run is reported, with the median of
+	// its ratios to its baseline's run of the same round.
+	runs := make([][]Result, len(cases))
+	left := make([]bool, len(cases))
+	for round := range repeat {
+		for i, c := range cases {
+			if left[i] {
+				continue
+			}
+			cfg.progress("net: run %d/%d: %s", round+1, repeat, c.key)
+			r, err := c.run()
+			if errors.Is(err, errLeftOut) {
+				left[i] = true
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("net %s: %w", c.key, err)
+			}
+			r.Path = env.path
+			runs[i] = append(runs[i], r)
+		}
 	}
-	return out(r)
+	for i, c := range cases {
+		if left[i] {
+			continue
+		}
+		r := Median(runs[i])
+		if b := slices.IndexFunc(cases, func(o netCase) bool { return o.key == c.base }); b >= 0 && b != i && !left[b] {
+			get := p50Of
+			if r.Case == "stream" {
+				get = func(r *Result) float64 { return *r.BytesPerS }
+			}
+			r.PairedRatio = pairedRatio(runs[i], runs[b], get)
+		}
+		if err := emit(r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errLeftOut is a baseline whose program is not built: the case is left
@@ -183,6 +219,9 @@ type netEnv struct {
 	cli   *cnet.Identity
 	srvFP [32]byte
 	ports map[string]string // tcp, net-plain, net-auth, net
+	// cPort and grpcAddr are those of the tcp-c and grpc-tcp servers,
+	// started at their cases' first runs.
+	cPort, grpcAddr string
 
 	procs []*netProc
 }
@@ -458,11 +497,14 @@ func (e *netEnv) cRTT(ctx context.Context, cfg *NetConfig, iters int) (Result, e
 			return Result{}, errLeftOut
 		}
 	}
-	p, err := e.start(ctx, e.serverCmd(ctx, tool, "serve", e.host))
-	if err != nil {
-		return Result{}, err
+	if e.cPort == "" {
+		p, err := e.start(ctx, e.serverCmd(ctx, tool, "serve", e.host))
+		if err != nil {
+			return Result{}, err
+		}
+		e.cPort = p.ready
 	}
-	r, err := e.runRTTClient(ctx, tool, "client", e.host, p.ready, strconv.Itoa(iters))
+	r, err := e.runRTTClient(ctx, tool, "client", e.host, e.cPort, strconv.Itoa(iters))
 	if err != nil {
 		return Result{}, err
 	}
@@ -479,11 +521,14 @@ func (e *netEnv) grpcRTT(ctx context.Context, cfg *NetConfig, iters int) (Result
 			return Result{}, errLeftOut
 		}
 	}
-	p, err := e.start(ctx, e.serverCmd(ctx, peers, NetPeersServeCommand, "grpc-tcp", stdnet.JoinHostPort(e.host, "0"), "1"))
-	if err != nil {
-		return Result{}, err
+	if e.grpcAddr == "" {
+		p, err := e.start(ctx, e.serverCmd(ctx, peers, NetPeersServeCommand, "grpc-tcp", stdnet.JoinHostPort(e.host, "0"), "1"))
+		if err != nil {
+			return Result{}, err
+		}
+		e.grpcAddr = p.ready
 	}
-	r, err := e.runRTTClient(ctx, peers, "net-rtt", "grpc-tcp", p.ready, strconv.Itoa(iters))
+	r, err := e.runRTTClient(ctx, peers, "net-rtt", "grpc-tcp", e.grpcAddr, strconv.Itoa(iters))
 	if err != nil {
 		return Result{}, err
 	}

@@ -17,7 +17,7 @@ import (
 // CI).
 func netConfig(t *testing.T, loopback bool) (NetConfig, map[string]bool) {
 	t.Helper()
-	cfg := NetConfig{Quick: true, Server: testkit.Command(roleNetServer), Loopback: loopback}
+	cfg := NetConfig{Quick: true, Repeat: 1, Server: testkit.Command(roleNetServer), Loopback: loopback}
 	want := map[string]bool{"resume/net/0": true}
 	for _, tr := range []string{"tcp", "net-plain", "net-auth", "net"} {
 		want["rtt/"+tr+"/8"] = true

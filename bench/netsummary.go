@@ -14,6 +14,8 @@ const (
 
 // NetSummary prints the net suite's ratios against its baselines of the
 // same run, with issue 21's goals, and the seed's figures beside ours.
+// A ratio to the tcp baseline is the median of the rounds' ratios
+// (Result.PairedRatio) where there were several rounds.
 func NetSummary(w io.Writer, results []Result) {
 	find := func(kase, transport string, size int) *Result {
 		for i := range results {
@@ -36,18 +38,21 @@ func NetSummary(w io.Writer, results []Result) {
 		if r == nil || tcp == nil || r.RTTp50 == nil || tcp.RTTp50 == nil || *tcp.RTTp50 == 0 {
 			continue
 		}
-		p50, mean := *r.RTTp50 / *tcp.RTTp50, *r.RTTMean / *tcp.RTTMean
-		fmt.Fprintf(w, "rtt %s / tcp: %.2f p50, %.2f mean", g.tr, p50, mean)
+		p50 := pairedOr(r, *r.RTTp50 / *tcp.RTTp50)
+		fmt.Fprintf(w, "rtt %s / tcp: %.2f p50", g.tr, p50)
 		if g.goal > 0 {
 			fmt.Fprintf(w, " (goal <= %.2f: %s)", g.goal, verdict(p50 <= g.goal))
 		}
 		fmt.Fprintln(w)
 	}
 	if c, g := find("rtt", "tcp-c", 8), tcp; c != nil && g != nil {
-		fmt.Fprintf(w, "rtt tcp (Go) / tcp-c (C): %.2f p50\n", *g.RTTp50 / *c.RTTp50)
+		fmt.Fprintf(w, "rtt tcp (Go) / tcp-c (C): %.2f p50\n", 1/pairedOr(c, *c.RTTp50 / *g.RTTp50))
 	}
 	if g, n := find("rtt", "grpc-tcp", 8), find("rtt", "net", 8); g != nil && n != nil {
 		r := *g.RTTp50 / *n.RTTp50
+		if g.PairedRatio != nil && n.PairedRatio != nil {
+			r = *g.PairedRatio / *n.PairedRatio
+		}
 		fmt.Fprintf(w, "rtt grpc-tcp / net: %.2f p50 (goal >= 3: %s)\n", r, verdict(r >= 3))
 	}
 	for _, tr := range []string{"net", "net-auth", "net-plain", "tcp"} {
@@ -65,7 +70,7 @@ func NetSummary(w io.Writer, results []Result) {
 		goal float64
 	}{{"net", 0.8}, {"net-auth", 0.9}, {"net-plain", 0.9}} {
 		if r := find("stream", g.tr, 65536); r != nil && big != nil && *big.BytesPerS != 0 {
-			x := *r.BytesPerS / *big.BytesPerS
+			x := pairedOr(r, *r.BytesPerS / *big.BytesPerS)
 			fmt.Fprintf(w, "stream 64 KiB %s / tcp: %.2f bytes/s (goal >= %.1f: %s)\n", g.tr, x, g.goal, verdict(x >= g.goal))
 		}
 	}
@@ -79,4 +84,13 @@ func NetSummary(w io.Writer, results []Result) {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// pairedOr is r's paired ratio to its baseline (the median of the
+// rounds' ratios) where there is one, else ratio, that of the medians.
+func pairedOr(r *Result, ratio float64) float64 {
+	if r.PairedRatio != nil {
+		return *r.PairedRatio
+	}
+	return ratio
 }

@@ -100,7 +100,7 @@ var benchSuites = map[string]benchSuite{
 	"net": {
 		help: "the net interconnect between two network namespaces over veth (loopback where none can be built): round trips and streams, encrypted, authenticated-only and plain, against raw TCP in Go and C and gRPC-Go; resume after a cut (docs/benchmarks.md)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Progress: o.progress, Note: os.Stderr}, emit)
+			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress, Note: os.Stderr}, emit)
 		},
 		summary: bench.NetSummary,
 	},
