@@ -66,6 +66,7 @@ type Link struct {
 	received      uint64
 	consumed      uint64
 	sinceAck      int // frames taken since the last acknowledgement written
+	sinceAckBytes int // and their bytes
 	ackSent       uint64
 	peerClosed    bool
 	cur           []byte   // the frame the last Receive returned
@@ -103,10 +104,10 @@ type outFrame struct {
 	seq uint64
 	typ uint8
 	buf []byte
-	// rec, for a frame too large for the buffered writer in the
-	// authenticated-only mode, is the window buffer buf lies in, with
-	// room for the record's header before it and its tag after it, so
-	// that the record is tagged and written without a copy.
+	// rec, for a frame too large for the buffered writer, is the window
+	// buffer buf lies in, with room for the record's header before it
+	// and, in the authenticated-only mode, its tag after it, so that the
+	// record is tagged and written without a copy.
 	rec []byte
 }
 
@@ -120,11 +121,12 @@ type inFrame struct {
 // connection.
 const bufSize = 64 << 10
 
-// wholeRecord says whether a frame of n bytes is kept, in the
-// authenticated-only mode, in a buffer with room for its record around
-// it: when the record is larger than the buffered reader and writer.
+// wholeRecord says whether a frame of n bytes is kept in a buffer with
+// room for its record around it: when the record is larger than the
+// buffered reader and writer, so that it goes to the connection in one
+// write, not copied through the writer's buffer.
 func (l *Link) wholeRecord(n int) bool {
-	return l.authOnly && recHeaderSize+n+tagSize > bufSize
+	return recHeaderSize+n+tagSize > bufSize
 }
 
 // resumeReq hands the accepting side's link a TCP connection whose hello
@@ -381,7 +383,7 @@ func (l *Link) pump() {
 		l.written = l.scratch[n-1].seq
 	}
 	l.ackSent = ack
-	l.sinceAck = 0
+	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	var err error
 	for _, f := range l.scratch {
@@ -427,7 +429,7 @@ func (l *Link) writeAckLocked(force bool) {
 		return
 	}
 	l.ackSent = ack
-	l.sinceAck = 0
+	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	err := l.writeRecord(recAck, nil, nil, 0, ack)
 	if err == nil {
@@ -445,9 +447,13 @@ func (l *Link) writeAckLocked(force bool) {
 func (l *Link) writeRecord(typ uint8, p, rec []byte, seq, ack uint64) error {
 	putHeader(l.hdr[:], typ, len(p), seq, ack)
 	m := l.wmac
-	if m != nil && rec != nil {
+	if rec != nil {
 		copy(rec, l.hdr[:])
-		_, err := l.bw.Write(m.seal(rec[:recHeaderSize+len(p)]))
+		r := rec[:recHeaderSize+len(p)]
+		if m != nil {
+			r = m.seal(r)
+		}
+		_, err := l.bw.Write(r)
 		return err
 	}
 	if m == nil {
@@ -537,7 +543,10 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		l.cur = f.rec
 	}
 	l.sinceAck++
-	kick := l.sinceAck >= max(1, l.o.WindowFrames/4)
+	l.sinceAckBytes += len(f.buf)
+	// A quarter of the window, in frames or in bytes, is acknowledged at
+	// once: large frames fill the window's bytes long before its frames.
+	kick := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
 	l.mu.Unlock()
 	if kick {
 		signal(l.ackKick)
