@@ -14,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -68,6 +69,9 @@ type NetConfig struct {
 	// FindCTool(NetCTool). Without it, the case is left out and Note says
 	// so.
 	CTool string
+	// ServerProfile, if not empty, is the file the server process writes
+	// its CPU profile to (the receiving side of the stream cases).
+	ServerProfile string
 	// Loopback runs over loopback even where namespaces can be built.
 	Loopback bool
 	// Note, if not nil, is told the path the suite runs over and the
@@ -152,8 +156,12 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) (err er
 		if size > 64 {
 			n = bigN
 		}
-		for _, tr := range []string{"tcp", "net-plain", "net-auth", "net"} {
-			add("stream", tr, size, fmt.Sprintf("stream/tcp/%d", size), func() (Result, error) { return env.stream(ctx, tr, n, size) })
+		for _, tr := range []string{"tcp", "grpc-tcp", "net-plain", "net-auth", "net"} {
+			run := func() (Result, error) { return env.stream(ctx, tr, n, size) }
+			if tr == "grpc-tcp" {
+				run = func() (Result, error) { return env.grpcStream(ctx, &cfg, n, size) }
+			}
+			add("stream", tr, size, fmt.Sprintf("stream/tcp/%d", size), run)
 		}
 	}
 	add("resume", "net", 0, "", func() (Result, error) { return env.resume(ctx, resumes) })
@@ -271,6 +279,9 @@ func newNetEnv(ctx context.Context, cfg *NetConfig) (_ *netEnv, err error) {
 		argv = []string{self, "bench", NetServerCommand}
 	}
 	argv = append(argv[:len(argv):len(argv)], "--addr", e.host, "--admit", hex.EncodeToString(e.cli.Fingerprint[:]))
+	if cfg.ServerProfile != "" {
+		argv = append(argv, "--cpuprofile", cfg.ServerProfile)
+	}
 	p, err := e.start(ctx, e.serverCmd(ctx, argv[0], argv[1:]...))
 	if err != nil {
 		return nil, fmt.Errorf("net: server: %w", err)
@@ -471,9 +482,10 @@ func timeRounds(iters int, rt func(i int) error) ([]int64, int64, error) {
 	return samples, nanotime() - t0, nil
 }
 
-// runRTTClient runs a client program that prints one JSON object of
-// round-trip figures (the fields of Result), and returns them.
-func (e *netEnv) runRTTClient(ctx context.Context, name string, args ...string) (Result, error) {
+// runClient runs a client program that prints one JSON object of
+// figures (the fields of Result, round trips or a stream's rate), and
+// returns them.
+func (e *netEnv) runClient(ctx context.Context, name string, args ...string) (Result, error) {
 	cmd := e.clientCmd(ctx, name, args...)
 	var stderr tailBuffer
 	cmd.Stderr = &stderr
@@ -482,7 +494,7 @@ func (e *netEnv) runRTTClient(ctx context.Context, name string, args ...string) 
 		return Result{}, fmt.Errorf("%s: %w: %s", name, err, stderr.String())
 	}
 	var r Result
-	if err := json.Unmarshal(out, &r); err != nil || r.Iters == 0 || r.RTTp50 == nil {
+	if err := json.Unmarshal(out, &r); err != nil || r.Iters == 0 || (r.RTTp50 == nil) == (r.BytesPerS == nil) {
 		return Result{}, fmt.Errorf("%s: bad output %q: %v", name, out, err)
 	}
 	return r, nil
@@ -504,7 +516,7 @@ func (e *netEnv) cRTT(ctx context.Context, cfg *NetConfig, iters int) (Result, e
 		}
 		e.cPort = p.ready
 	}
-	r, err := e.runRTTClient(ctx, tool, "client", e.host, e.cPort, strconv.Itoa(iters))
+	r, err := e.runClient(ctx, tool, "client", e.host, e.cPort, strconv.Itoa(iters))
 	if err != nil {
 		return Result{}, err
 	}
@@ -512,23 +524,46 @@ func (e *netEnv) cRTT(ctx context.Context, cfg *NetConfig, iters int) (Result, e
 	return r, nil
 }
 
-func (e *netEnv) grpcRTT(ctx context.Context, cfg *NetConfig, iters int) (Result, error) {
+// grpcServer returns chanos-peers and the address of its gRPC server
+// for the grpc-tcp cases, started at the first.
+func (e *netEnv) grpcServer(ctx context.Context, cfg *NetConfig, kase string) (string, error) {
 	peers := cfg.Peers
 	if peers == "" {
 		var err error
 		if peers, err = FindPeers(); err != nil {
-			cfg.note("rtt grpc-tcp left out: %v", err)
-			return Result{}, errLeftOut
+			cfg.note("%s grpc-tcp left out: %v", kase, err)
+			return "", errLeftOut
 		}
 	}
 	if e.grpcAddr == "" {
 		p, err := e.start(ctx, e.serverCmd(ctx, peers, NetPeersServeCommand, "grpc-tcp", stdnet.JoinHostPort(e.host, "0"), "1"))
 		if err != nil {
-			return Result{}, err
+			return "", err
 		}
 		e.grpcAddr = p.ready
 	}
-	r, err := e.runRTTClient(ctx, peers, "net-rtt", "grpc-tcp", e.grpcAddr, strconv.Itoa(iters))
+	return peers, nil
+}
+
+func (e *netEnv) grpcStream(ctx context.Context, cfg *NetConfig, n, size int) (Result, error) {
+	peers, err := e.grpcServer(ctx, cfg, "stream")
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := e.runClient(ctx, peers, "net-stream", "grpc-tcp", e.grpcAddr, strconv.Itoa(n), strconv.Itoa(size))
+	if err != nil {
+		return Result{}, err
+	}
+	r.Suite, r.Case, r.Transport, r.Peers, r.Size = "net", "stream", "grpc-tcp", "Go/Go", size
+	return r, nil
+}
+
+func (e *netEnv) grpcRTT(ctx context.Context, cfg *NetConfig, iters int) (Result, error) {
+	peers, err := e.grpcServer(ctx, cfg, "rtt")
+	if err != nil {
+		return Result{}, err
+	}
+	r, err := e.runClient(ctx, peers, "net-rtt", "grpc-tcp", e.grpcAddr, strconv.Itoa(iters))
 	if err != nil {
 		return Result{}, err
 	}
@@ -684,8 +719,20 @@ func NetServer(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet(NetServerCommand, flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1", "the address to listen on")
 	admit := fs.String("admit", "", "the client's certificate fingerprint, hex")
+	profile := fs.String("cpuprofile", "", "write a CPU profile of this process to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *profile != "" {
+		f, err := os.Create(*profile)
+		if err != nil {
+			return fmt.Errorf("net server: %w", err)
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return fmt.Errorf("net server: %w", err)
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ip, err := netip.ParseAddr(*addr)
 	if err != nil {
@@ -807,8 +854,15 @@ func serveRaw(ctx context.Context, ln stdnet.Listener) {
 				if _, err := io.ReadFull(c, b[:]); err != nil {
 					return
 				}
-				if _, err := io.CopyN(io.Discard, c, int64(binary.LittleEndian.Uint64(b[:]))); err != nil {
-					return
+				// Read as the net link reads a large frame: into a buffer
+				// of 64 KiB (io.Discard would read 8 KiB at a time).
+				buf := make([]byte, 64<<10)
+				for left := int64(binary.LittleEndian.Uint64(b[:])); left > 0; {
+					k, err := c.Read(buf[:min(int64(len(buf)), left)])
+					if err != nil {
+						return
+					}
+					left -= int64(k)
 				}
 				c.Write(b[:1])
 			}

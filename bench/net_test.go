@@ -35,6 +35,8 @@ func netConfig(t *testing.T, loopback bool) (NetConfig, map[string]bool) {
 	if p, err := FindPeers(); err == nil {
 		cfg.Peers = p
 		want["rtt/grpc-tcp/8"] = true
+		want["stream/grpc-tcp/64"] = true
+		want["stream/grpc-tcp/65536"] = true
 	} else if os.Getenv("CI") != "" {
 		t.Fatalf("CI is set and the peers are missing: %v", err)
 	} else {

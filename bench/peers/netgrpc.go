@@ -19,17 +19,35 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// NetRTTCommand, as the first argument of chanos-peers, runs the client of
-// the gRPC baseline of `chanos bench net` (see NetRTTMain).
-const NetRTTCommand = "net-rtt"
+// NetRTTCommand and NetStreamCommand, as the first argument of
+// chanos-peers, run the clients of the gRPC baselines of `chanos bench
+// net` (see NetRTTMain and NetStreamMain).
+const (
+	NetRTTCommand    = "net-rtt"
+	NetStreamCommand = "net-stream"
+)
 
-// grpcTCPDesc is the Echo service of grpcPeer with its unary method only,
-// served over TCP: the gRPC-Go baseline of `chanos bench net`, whose
-// server runs on another machine (a network namespace) than its client.
+// grpcTCPDesc is the Echo service of grpcPeer with its unary method and
+// its sink, served over TCP: the gRPC-Go baseline of `chanos bench net`,
+// whose server runs on another machine (a network namespace) than its
+// client.
 var grpcTCPDesc = grpc.ServiceDesc{
 	ServiceName: grpcService,
 	HandlerType: (*any)(nil),
 	Methods:     []grpc.MethodDesc{{MethodName: "Unary", Handler: grpcUnaryTCP}},
+	Streams:     []grpc.StreamDesc{{StreamName: "Sink", Handler: grpcSinkTCP, ServerStreams: true, ClientStreams: true}},
+}
+
+func overTCP(ctx context.Context) bool {
+	p, ok := peer.FromContext(ctx)
+	return ok && p.Addr != nil && p.Addr.Network() == "tcp"
+}
+
+func grpcSinkTCP(_ any, st grpc.ServerStream) error {
+	if !overTCP(st.Context()) {
+		return errNotTCP
+	}
+	return sinkLoop(st)
 }
 
 // errNotTCP is what the TCP server says to a client that did not come
@@ -37,7 +55,7 @@ var grpcTCPDesc = grpc.ServiceDesc{
 var errNotTCP = errors.New("grpc-tcp: peer is not on a TCP connection")
 
 func grpcUnaryTCP(_ any, ctx context.Context, dec func(any) error, _ grpc.UnaryServerInterceptor) (any, error) {
-	if p, ok := peer.FromContext(ctx); !ok || p.Addr == nil || p.Addr.Network() != "tcp" {
+	if !overTCP(ctx) {
 		return nil, errNotTCP
 	}
 	in := new(wrapperspb.BytesValue)
@@ -135,4 +153,91 @@ func netRTT(addr string, iters int) (NetRTT, error) {
 	slices.Sort(samples)
 	return NetRTT{Iters: iters, P50: samples[iters/2], P99: samples[iters*99/100],
 		Mean: float64(total) / float64(iters), TotalNS: total}, nil
+}
+
+// NetStream is what NetStreamMain prints, in the field names of chanos
+// bench's JSON.
+type NetStream struct {
+	Iters     int     `json:"iters"`
+	TotalNS   int64   `json:"total_ns"`
+	MsgsPerS  float64 `json:"msgs_per_s"`
+	BytesPerS float64 `json:"bytes_per_s"`
+}
+
+// NetStreamMain is `chanos-peers net-stream grpc-tcp ADDR N SIZE`: on a
+// client stream of the sink of the gRPC server at ADDR, it sends N
+// BytesValue messages of SIZE bytes, then an empty one, and waits for the
+// server's count (which must be N), timing the whole after a warm-up of
+// N/10 messages. It prints one JSON object (NetStream) on stdout, bytes
+// counted as N times SIZE, and returns the exit status.
+func NetStreamMain(args []string, stdout io.Writer) int {
+	if len(args) != 4 || args[0] != "grpc-tcp" {
+		fmt.Fprintln(os.Stderr, "usage: chanos-peers net-stream grpc-tcp ADDR N SIZE")
+		return 2
+	}
+	n, err1 := strconv.Atoi(args[2])
+	size, err2 := strconv.Atoi(args[3])
+	if err1 != nil || err2 != nil || n < 1 || size < 1 {
+		fmt.Fprintf(os.Stderr, "chanos-peers net-stream: bad count %q or size %q\n", args[2], args[3])
+		return 2
+	}
+	r, err := netStream(args[1], n, size)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "chanos-peers net-stream:", err)
+		return 1
+	}
+	if err := json.NewEncoder(stdout).Encode(r); err != nil {
+		fmt.Fprintln(os.Stderr, "chanos-peers net-stream:", err)
+		return 1
+	}
+	return 0
+}
+
+func netStream(addr string, n, size int) (NetStream, error) {
+	cc, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return NetStream{}, fmt.Errorf("grpc-tcp: client: %w", err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	d := &grpcTCPDesc.Streams[0]
+	st, err := cc.NewStream(ctx, d, "/"+grpcService+"/"+d.StreamName)
+	if err != nil {
+		return NetStream{}, fmt.Errorf("grpc-tcp: stream: %w", err)
+	}
+	msg := &wrapperspb.BytesValue{Value: make([]byte, size)}
+	empty, reply := &wrapperspb.BytesValue{}, new(wrapperspb.BytesValue)
+	send := func(k int) error {
+		for i := range k {
+			if err := st.SendMsg(msg); err != nil {
+				return fmt.Errorf("grpc-tcp: message %d: %w", i, err)
+			}
+		}
+		if err := st.SendMsg(empty); err != nil {
+			return fmt.Errorf("grpc-tcp: the end: %w", err)
+		}
+		if err := st.RecvMsg(reply); err != nil {
+			return fmt.Errorf("grpc-tcp: the count: %w", err)
+		}
+		a, err := parseAck(reply.Value)
+		if err != nil {
+			return fmt.Errorf("grpc-tcp: %w", err)
+		}
+		if a.Msgs != uint64(k) {
+			return fmt.Errorf("grpc-tcp: the server counted %d messages of %d", a.Msgs, k)
+		}
+		return nil
+	}
+	if err := send(max(1, n/10)); err != nil {
+		return NetStream{}, err
+	}
+	t0 := time.Now()
+	if err := send(n); err != nil {
+		return NetStream{}, err
+	}
+	total := time.Since(t0)
+	st.CloseSend()
+	secs := total.Seconds()
+	return NetStream{Iters: n, TotalNS: int64(total), MsgsPerS: float64(n) / secs, BytesPerS: float64(n) * float64(size) / secs}, nil
 }

@@ -36,6 +36,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == peers.NetRTTCommand {
 		os.Exit(peers.NetRTTMain(os.Args[2:], os.Stdout))
 	}
+	if len(os.Args) > 1 && os.Args[1] == peers.NetStreamCommand {
+		os.Exit(peers.NetStreamMain(os.Args[2:], os.Stdout))
+	}
 	// Results own stdout; whatever a library prints there goes to stderr.
 	out, err := peers.ReserveStdout()
 	if err != nil {
