@@ -125,7 +125,12 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) (err er
 	if err != nil {
 		return err
 	}
-	defer func() { err = errors.Join(err, env.close()) }()
+	defer func() {
+		cerr := env.close()
+		if ctx.Err() == nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
 
 	type netCase struct {
 		key, base string // case/transport/size; base: the key of its baseline
@@ -183,6 +188,11 @@ func RunNet(ctx context.Context, cfg NetConfig, emit func(Result) error) (err er
 				continue
 			}
 			if err != nil {
+				if ctx.Err() != nil {
+					// The processes were killed for it: their errors
+					// say nothing more.
+					err = ctx.Err()
+				}
 				return fmt.Errorf("net %s: %w", c.key, err)
 			}
 			r.Path = env.path
@@ -588,12 +598,23 @@ func (e *netEnv) netDial(ctx context.Context, tr string, onConn func(stdnet.Conn
 	return cnet.Dial(ctx, e.ports[tr], o)
 }
 
+// closeLink closes l in order, or, once ctx has ended (the run was
+// interrupted), ends it at once: after a call cancelled in flight, an
+// orderly close was seen to wait the whole Options.Linger (10 s) for the
+// acknowledgement of its close.
+func closeLink(ctx context.Context, l *cnet.Link) {
+	if ctx.Err() != nil {
+		l.End(ctx.Err())
+	}
+	l.Close()
+}
+
 func (e *netEnv) netRTT(ctx context.Context, tr string, iters int) (Result, error) {
 	l, err := e.netDial(ctx, tr, nil)
 	if err != nil {
 		return Result{}, err
 	}
-	defer l.Close()
+	defer closeLink(ctx, l)
 	c := pingpong.NewConn(chanos.NewConn(l, pingpong.Interface))
 	samples, total, err := timeRounds(iters, func(i int) error {
 		v, err := c.Echo(ctx, uint64(i))
@@ -639,7 +660,7 @@ func (e *netEnv) stream(ctx context.Context, tr string, n, size int) (Result, er
 		if err != nil {
 			return Result{}, err
 		}
-		defer l.Close()
+		defer closeLink(ctx, l)
 		c := pingpong.NewConn(chanos.NewConn(l, pingpong.Interface))
 		m := &pingpong.Data{Payload: make([]byte, size-28)}
 		if f, err := encodeFrame(m); err != nil || len(f) != size {
@@ -677,7 +698,7 @@ func (e *netEnv) resume(ctx context.Context, n int) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	defer l.Close()
+	defer closeLink(ctx, l)
 	c := pingpong.NewConn(chanos.NewConn(l, pingpong.Interface))
 	if _, err := c.Echo(ctx, 0); err != nil {
 		return Result{}, err
@@ -798,7 +819,7 @@ func NetServer(ctx context.Context, args []string) error {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					defer l.Close()
+					defer closeLink(ctx, l)
 					pingpong.NewConn(chanos.NewConn(l, pingpong.Interface)).Serve(ctx, netSink{})
 				}()
 			}

@@ -2,8 +2,10 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +112,51 @@ func TestRunNetLoopback(t *testing.T) {
 	}
 	cfg, want := netConfig(t, true)
 	runNetQuick(t, cfg, want, NetPathLoopback)
+}
+
+// cancelOn is a progress writer that cancels when a line contains s.
+type cancelOn struct {
+	s      string
+	cancel context.CancelFunc
+}
+
+func (c cancelOn) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), c.s) {
+		c.cancel()
+	}
+	return len(p), nil
+}
+
+// A run cancelled halfway (as Ctrl-C cancels `chanos bench net`) removes
+// its namespaces, and the processes in them, before RunNet returns.
+func TestRunNetCancelTearsDown(t *testing.T) {
+	if err := netns.Check(); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI is set and network namespaces cannot be built: %v", err)
+		}
+		t.Skipf("no network namespaces: %v", err)
+	}
+	cfg, _ := netConfig(t, false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var notes strings.Builder
+	cfg.Note = &notes
+	cfg.Progress = cancelOn{"stream/net-auth/64", cancel}
+	err := RunNet(ctx, cfg, func(Result) error { return nil })
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("RunNet cancelled returned %v", err)
+	}
+	_, rest, ok := strings.Cut(notes.String(), "server in ")
+	ns, _, _ := strings.Cut(rest, " ")
+	if !ok || !strings.HasPrefix(ns, netns.Prefix) {
+		t.Fatalf("no server namespace in the notes %q", notes.String())
+	}
+	cluster := strings.TrimSuffix(ns, "m1")
+	out, err := exec.Command("ip", "netns", "list").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ip netns list: %v: %s", err, out)
+	}
+	if strings.Contains(string(out), cluster) {
+		t.Errorf("namespaces of %s* left after RunNet returned:\n%s", cluster, out)
+	}
 }
