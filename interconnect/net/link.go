@@ -58,6 +58,7 @@ type Link struct {
 	unackedBytes  int
 	peerAcked     uint64
 	written       uint64 // the last sequence number written on the current connection
+	flushed       uint64 // the last one whose write has returned (see ackLocked)
 	closeSeq      uint64 // the sequence number of this side's close record
 	closing       bool
 	inbox         []inFrame // received, not yet taken
@@ -379,21 +380,28 @@ func (l *Link) pump() {
 	if n := len(l.scratch); n > 0 {
 		// Counted as written before the write: the peer may acknowledge a
 		// record as soon as its bytes leave. A record's buffer is reused
-		// only once acknowledged, that is once written.
+		// only once acknowledged and its write has returned (flushed).
 		l.written = l.scratch[n-1].seq
 	}
 	l.ackSent = ack
 	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	var err error
+	var last uint64
 	for _, f := range l.scratch {
 		if err = l.writeRecord(f.typ, f.buf, f.rec, f.seq, ack); err != nil {
 			break
 		}
+		last = f.seq
 	}
 	clear(l.scratch)
 	if err == nil {
 		err = l.bw.Flush()
+	}
+	if err == nil && last > 0 {
+		l.mu.Lock()
+		l.flushed = max(l.flushed, last)
+		l.mu.Unlock()
 	}
 	l.lastWrt.Store(now())
 	if err != nil {
@@ -709,6 +717,8 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 	gen := l.gen
 	l.conn = c
 	l.written = h.received
+	// What follows h.received is written again on the new connection.
+	l.flushed = min(l.flushed, h.received)
 	l.ackSent = 0
 	l.mu.Unlock()
 	l.lastRead.Store(now())
@@ -959,10 +969,16 @@ func (l *Link) ackLocked(a uint64) error {
 	for i < len(l.unacked) && l.unacked[i].seq <= a {
 		f := l.unacked[i]
 		l.unackedBytes -= len(f.buf)
-		if f.rec != nil {
-			l.putBufLocked(f.rec)
-		} else {
-			l.putBufLocked(f.buf)
+		// The peer may acknowledge a record before the write that carried
+		// it has returned (its bytes have left; the writer goroutine has
+		// not come back): its buffer is then left to the collector, not
+		// reused under the writer.
+		if f.seq <= l.flushed {
+			b := f.buf
+			if f.rec != nil {
+				b = f.rec
+			}
+			l.putBufLocked(b)
 		}
 		l.unacked[i] = outFrame{}
 		i++
