@@ -599,9 +599,9 @@ func (e *netEnv) netDial(ctx context.Context, tr string, onConn func(stdnet.Conn
 }
 
 // closeLink closes l in order, or, once ctx has ended (the run was
-// interrupted), ends it at once: after a call cancelled in flight, an
-// orderly close was seen to wait the whole Options.Linger (10 s) for the
-// acknowledgement of its close.
+// interrupted), ends it at once: the processes at the other end die with
+// ctx (exec.CommandContext), and an orderly close would wait the whole
+// Options.Linger (10 s) for an acknowledgement that cannot come.
 func closeLink(ctx context.Context, l *cnet.Link) {
 	if ctx.Err() != nil {
 		l.End(ctx.Err())
