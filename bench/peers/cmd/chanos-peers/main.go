@@ -12,6 +12,12 @@
 // Progress goes to stderr when that is a terminal. The exit status is 2 for
 // bad usage and 1 if any measurement failed (the others are still
 // reported).
+//
+// The clients of `chanos bench net`'s gRPC-Go baselines, which that
+// suite starts in a network namespace, are commands of their own:
+//
+//	chanos-peers net-rtt grpc-tcp ADDR ITERS
+//	chanos-peers net-stream grpc-tcp ADDR N SIZE
 package main
 
 import (
