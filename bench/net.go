@@ -92,7 +92,8 @@ func (cfg *NetConfig) note(format string, args ...any) {
 }
 
 // RunNet runs the net suite (docs/net.md, docs/benchmarks.md). Its server
-// side is a process of its own (cfg.Server) in one network namespace, its
+// side is processes of their own (cfg.Server, the C and gRPC servers) in
+// one network namespace, its
 // client side, this process's sockets and the C and gRPC clients, in
 // another, the two joined by veths on a bridge (internal/netns); where no
 // namespace can be built, both run on loopback, and every Result's Path
@@ -106,7 +107,8 @@ func (cfg *NetConfig) note(format string, args ...any) {
 //   - stream, sizes 64 and 65536: one-way data messages of that many
 //     bytes (frame included) through the generated client, the last one
 //     followed by an echo call; over bare TCP, as many bytes in writes of
-//     that size, acknowledged at the end;
+//     that size, acknowledged at the end; over gRPC-Go, messages of that
+//     many bytes on a client stream, counted at the end;
 //   - resume, net: the time from a reset of the TCP connection to the
 //     completion of an echo call across it.
 //
