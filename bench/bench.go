@@ -76,6 +76,9 @@ type Result struct {
 	Workers int      `json:"workers,omitempty"`
 	N       int64    `json:"n,omitempty"`
 	TimeS   *float64 `json:"time_s,omitempty"`
+	// Path is the network path of the net suite's cases: NetPathVeth
+	// between two network namespaces, or NetPathLoopback.
+	Path string `json:"path,omitempty"`
 }
 
 // Key names the case of a result: case/transport/peers/size.

@@ -18,6 +18,7 @@ const (
 	roleCompareServer = "compare-server"
 	roleRPCServer     = "rpc-server"
 	roleRingStage     = "ring-stage"
+	roleNetServer     = "net-server"
 )
 
 func TestMain(m *testing.M) {
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 		roleRPCServer:     func(args []string) error { return RPCServer(ctx, args) },
 		roleRingStage:     func(args []string) error { return RingStage(ctx, args) },
 		roleCapsPeer:      func(args []string) error { return CapsPeer(ctx, args) },
+		roleNetServer:     func(args []string) error { return NetServer(ctx, args) },
 	})
 }
 

@@ -97,6 +97,12 @@ func grpcSink(_ any, st grpc.ServerStream) error {
 	if !overUnix(st.Context()) {
 		return errNotUnix
 	}
+	return sinkLoop(st)
+}
+
+// sinkLoop counts the messages of st until it ends, and answers an empty
+// one with the count since the last.
+func sinkLoop(st grpc.ServerStream) error {
 	m := new(wrapperspb.BytesValue)
 	reply := &wrapperspb.BytesValue{Value: make([]byte, ackLen)}
 	var ack Ack

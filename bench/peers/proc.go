@@ -149,6 +149,7 @@ func serveFuncs() map[string]serveFunc {
 		"tcp":        serveTCP,
 		"pipe":       servePipe,
 		"grpc-uds":   serveGRPC,
+		"grpc-tcp":   serveGRPCTCP,
 		"shmipc-go":  serveShmipc,
 		"netrpc-uds": serveNetRPC,
 	}

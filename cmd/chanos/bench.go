@@ -26,10 +26,12 @@ type benchSuite struct {
 }
 
 type benchOptions struct {
-	quick    bool
-	repeat   int
-	cases    []string
-	progress io.Writer
+	quick  bool
+	repeat int
+	// serverProfile: --server-cpuprofile, for the net suite's server.
+	serverProfile string
+	cases         []string
+	progress      io.Writer
 }
 
 var benchSuites = map[string]benchSuite{
@@ -98,10 +100,11 @@ var benchSuites = map[string]benchSuite{
 		summary: bench.NamesSummary,
 	},
 	"net": {
-		help: "the net interconnect over loopback: round trips and a 64-byte stream, with TLS and plain, against raw TCP; resume after a cut (docs/net.md)",
+		help: "the net interconnect between two network namespaces over veth (loopback where none can be built): round trips and streams, encrypted, authenticated-only and plain, against raw TCP in Go and C and gRPC-Go; resume after a cut (docs/benchmarks.md)",
 		run: func(ctx context.Context, o benchOptions, emit func(bench.Result) error) error {
-			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Progress: o.progress}, emit)
+			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress, Note: os.Stderr, ServerProfile: o.serverProfile}, emit)
 		},
+		summary: bench.NetSummary,
 	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
@@ -203,6 +206,9 @@ flags:
   --quick        fewer iterations (seconds rather than minutes)
   --repeat N     runs per case, interleaved round-robin (default 3)
   --cpuprofile F write a CPU profile of this process (the measuring side) to F
+  --server-cpuprofile F
+                 net suite: the server process (the receiving side of
+                 the streams) writes its CPU profile to F
   --cases LIST   comma-separated substrings of case keys
                  (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go
   --plot FILE    also write a chart of the results, PNG or SVG by FILE's
@@ -234,6 +240,9 @@ func runBench(ctx context.Context, args []string) error {
 	if len(args) > 0 && args[0] == bench.RPCServerCommand {
 		return bench.RPCServer(ctx, args[1:])
 	}
+	if len(args) > 0 && args[0] == bench.NetServerCommand {
+		return bench.NetServer(ctx, args[1:])
+	}
 	if len(args) > 0 && args[0] == bench.CompareServerCommand {
 		return bench.CompareServer(ctx, args[1:])
 	}
@@ -252,6 +261,7 @@ func runBench(ctx context.Context, args []string) error {
 	repeat := fs.Int("repeat", 0, "")
 	cases := fs.String("cases", "", "")
 	cpuProfile := fs.String("cpuprofile", "", "")
+	serverProfile := fs.String("server-cpuprofile", "", "")
 	plotFile := fs.String("plot", "", "")
 	// Accept the suite before or after the flags.
 	var suiteName string
@@ -293,7 +303,7 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	o := benchOptions{quick: *quick, repeat: *repeat}
+	o := benchOptions{quick: *quick, repeat: *repeat, serverProfile: *serverProfile}
 	if *cases != "" {
 		o.cases = strings.Split(*cases, ",")
 	}

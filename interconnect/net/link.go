@@ -30,7 +30,8 @@ var ErrTooLarge = errors.New("net: frame larger than the connection's maximum fr
 // window is full. One goroutine per TCP connection reads records; one more
 // per link sends delayed acknowledgements and keepalives and, when the
 // TCP connection breaks, redials (the dialing side) or waits for the
-// peer's redial (the accepting side).
+// peer's redial (the accepting side); a third writes the frames of a
+// sender that streams, several to a write.
 type Link struct {
 	o      Options
 	id     [16]byte
@@ -57,6 +58,7 @@ type Link struct {
 	unackedBytes  int
 	peerAcked     uint64
 	written       uint64 // the last sequence number written on the current connection
+	flushed       uint64 // the last one whose write has returned (see ackLocked)
 	closeSeq      uint64 // the sequence number of this side's close record
 	closing       bool
 	inbox         []inFrame // received, not yet taken
@@ -65,6 +67,7 @@ type Link struct {
 	received      uint64
 	consumed      uint64
 	sinceAck      int // frames taken since the last acknowledgement written
+	sinceAckBytes int // and their bytes
 	ackSent       uint64
 	peerClosed    bool
 	cur           []byte   // the frame the last Receive returned
@@ -82,6 +85,7 @@ type Link struct {
 	ackKick  chan struct{}
 	ackArm   chan struct{}
 	ackArmed atomic.Bool
+	pumpKick chan struct{} // wakes writeLoop
 	brokenCh chan uint64
 	resumeCh chan *resumeReq
 	lastRead atomic.Int64
@@ -101,10 +105,10 @@ type outFrame struct {
 	seq uint64
 	typ uint8
 	buf []byte
-	// rec, for a frame too large for the buffered writer in the
-	// authenticated-only mode, is the window buffer buf lies in, with
-	// room for the record's header before it and its tag after it, so
-	// that the record is tagged and written without a copy.
+	// rec, for a frame too large for the buffered writer, is the window
+	// buffer buf lies in, with room for the record's header before it
+	// and, in the authenticated-only mode, its tag after it, so that the
+	// record is tagged and written without a copy.
 	rec []byte
 }
 
@@ -118,11 +122,12 @@ type inFrame struct {
 // connection.
 const bufSize = 64 << 10
 
-// wholeRecord says whether a frame of n bytes is kept, in the
-// authenticated-only mode, in a buffer with room for its record around
-// it: when the record is larger than the buffered reader and writer.
+// wholeRecord says whether a frame of n bytes is kept in a buffer with
+// room for its record around it: when the record is larger than the
+// buffered reader and writer, so that it goes to the connection in one
+// write, not copied through the writer's buffer.
 func (l *Link) wholeRecord(n int) bool {
-	return l.authOnly && recHeaderSize+n+tagSize > bufSize
+	return recHeaderSize+n+tagSize > bufSize
 }
 
 // resumeReq hands the accepting side's link a TCP connection whose hello
@@ -149,6 +154,7 @@ func newLink(o Options, id [16]byte, dialer bool) *Link {
 		ackedSig:  make(chan struct{}, 1),
 		ackKick:   make(chan struct{}, 1),
 		ackArm:    make(chan struct{}, 1),
+		pumpKick:  make(chan struct{}, 1),
 		brokenCh:  make(chan uint64, 1),
 		resumeCh:  make(chan *resumeReq),
 	}
@@ -328,9 +334,34 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf, rec: rec})
 	l.nextSeq++
 	l.unackedBytes += n
+	stream := len(l.unacked) > 1
 	l.mu.Unlock()
-	l.pump()
+	if stream {
+		// Earlier frames still wait for their acknowledgement: the
+		// sender streams. Its frame is left to writeLoop, which writes
+		// every record queued by then in one flush, so that the frames
+		// queued while the network takes one write leave together in
+		// the next. A lone frame (a call, a reply) is written here, with
+		// no goroutine to wake on its way.
+		signal(l.pumpKick)
+	} else {
+		l.pump()
+	}
 	return true, nil
+}
+
+// writeLoop writes the frames that senders leave to it (see send) until
+// the link ends.
+func (l *Link) writeLoop() {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-l.done:
+			return
+		case <-l.pumpKick:
+			l.pump()
+		}
+	}
 }
 
 // getBufLocked returns a buffer of n bytes, reused if one is free.
@@ -385,21 +416,28 @@ func (l *Link) pump() {
 	if n := len(l.scratch); n > 0 {
 		// Counted as written before the write: the peer may acknowledge a
 		// record as soon as its bytes leave. A record's buffer is reused
-		// only once acknowledged, that is once written.
+		// only once acknowledged and its write has returned (flushed).
 		l.written = l.scratch[n-1].seq
 	}
 	l.ackSent = ack
-	l.sinceAck = 0
+	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	var err error
+	var last uint64
 	for _, f := range l.scratch {
 		if err = l.writeRecord(f.typ, f.buf, f.rec, f.seq, ack); err != nil {
 			break
 		}
+		last = f.seq
 	}
 	clear(l.scratch)
 	if err == nil {
 		err = l.bw.Flush()
+	}
+	if err == nil && last > 0 {
+		l.mu.Lock()
+		l.flushed = max(l.flushed, last)
+		l.mu.Unlock()
 	}
 	l.lastWrt.Store(now())
 	if err != nil {
@@ -435,7 +473,7 @@ func (l *Link) writeAckLocked(force bool) {
 		return
 	}
 	l.ackSent = ack
-	l.sinceAck = 0
+	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	err := l.writeRecord(recAck, nil, nil, 0, ack)
 	if err == nil {
@@ -453,9 +491,13 @@ func (l *Link) writeAckLocked(force bool) {
 func (l *Link) writeRecord(typ uint8, p, rec []byte, seq, ack uint64) error {
 	putHeader(l.hdr[:], typ, len(p), seq, ack)
 	m := l.wmac
-	if m != nil && rec != nil {
+	if rec != nil {
 		copy(rec, l.hdr[:])
-		_, err := l.bw.Write(m.seal(rec[:recHeaderSize+len(p)]))
+		r := rec[:recHeaderSize+len(p)]
+		if m != nil {
+			r = m.seal(r)
+		}
+		_, err := l.bw.Write(r)
 		return err
 	}
 	if m == nil {
@@ -545,7 +587,10 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		l.cur = f.rec
 	}
 	l.sinceAck++
-	kick := l.sinceAck >= max(1, l.o.WindowFrames/4)
+	l.sinceAckBytes += len(f.buf)
+	// A quarter of the window, in frames or in bytes, is acknowledged at
+	// once: large frames fill the window's bytes long before its frames.
+	kick := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
 	l.mu.Unlock()
 	if kick {
 		signal(l.ackKick)
@@ -709,6 +754,8 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 	gen := l.gen
 	l.conn = c
 	l.written = h.received
+	// What follows h.received is written again on the new connection.
+	l.flushed = min(l.flushed, h.received)
 	l.ackSent = 0
 	l.mu.Unlock()
 	l.lastRead.Store(now())
@@ -959,10 +1006,16 @@ func (l *Link) ackLocked(a uint64) error {
 	for i < len(l.unacked) && l.unacked[i].seq <= a {
 		f := l.unacked[i]
 		l.unackedBytes -= len(f.buf)
-		if f.rec != nil {
-			l.putBufLocked(f.rec)
-		} else {
-			l.putBufLocked(f.buf)
+		// The peer may acknowledge a record before the write that carried
+		// it has returned (its bytes have left; the writer goroutine has
+		// not come back): its buffer is then left to the collector, not
+		// reused under the writer.
+		if f.seq <= l.flushed {
+			b := f.buf
+			if f.rec != nil {
+				b = f.rec
+			}
+			l.putBufLocked(b)
 		}
 		l.unacked[i] = outFrame{}
 		i++
@@ -978,6 +1031,8 @@ func (l *Link) ackLocked(a uint64) error {
 // and the resumption of broken TCP connections, until the link ends.
 func (l *Link) run() {
 	defer l.wg.Done()
+	l.wg.Add(1)
+	go l.writeLoop()
 	ackT := time.NewTimer(time.Hour)
 	ackT.Stop()
 	defer ackT.Stop()

@@ -12,6 +12,12 @@
 // Progress goes to stderr when that is a terminal. The exit status is 2 for
 // bad usage and 1 if any measurement failed (the others are still
 // reported).
+//
+// The clients of `chanos bench net`'s gRPC-Go baselines, which that
+// suite starts in a network namespace, are commands of their own:
+//
+//	chanos-peers net-rtt grpc-tcp ADDR ITERS
+//	chanos-peers net-stream grpc-tcp ADDR N SIZE
 package main
 
 import (
@@ -32,6 +38,12 @@ import (
 func main() {
 	if len(os.Args) > 1 && os.Args[1] == peers.ServeCommand {
 		os.Exit(peers.ServeMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == peers.NetRTTCommand {
+		os.Exit(peers.NetRTTMain(os.Args[2:], os.Stdout))
+	}
+	if len(os.Args) > 1 && os.Args[1] == peers.NetStreamCommand {
+		os.Exit(peers.NetStreamMain(os.Args[2:], os.Stdout))
 	}
 	// Results own stdout; whatever a library prints there goes to stderr.
 	out, err := peers.ReserveStdout()
