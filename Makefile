@@ -93,10 +93,11 @@ test-c: bin/chanosc
 # UndefinedBehaviorSanitizer.
 test-tasks-tsan: bin/chanosc
 	$(CMAKE) -S c -B $(BUILD)/c-tsan -DCMAKE_BUILD_TYPE=Debug -DCHANOS_TSAN=ON -DCHANOSC=$(abspath bin/chanosc) >/dev/null
-	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests
+	# Both libraries first: tasks_pkgconfig installs the build, and the
+	# install takes libchanos_net too.
+	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests chanos_net_tests
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^tasks_' --output-on-failure
 	# libchanos_net (c/net): its links' and listeners' threads.
-	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_net_tests
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^net_test_' --output-on-failure
 
 test: all lint check-generated check-vectors test-go test-c test-tasks-tsan bench-smoke
