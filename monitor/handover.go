@@ -83,7 +83,6 @@ func (m *Monitor) expireHandOver(e *export, t *transit) {
 	}
 	e.transit = nil
 	delete(m.exports, e.id)
-	close(t.adopted)
 	m.mu.Unlock()
 	m.log.Info("an export handed over was not adopted in time; withdrawn", "name", exportKey(e), "export", e.id)
 	if e.name != "" {
@@ -93,6 +92,9 @@ func (m *Monitor) expireHandOver(e *export, t *transit) {
 			m.log.Warn("withdraw an export handed over", "name", e.name, "err", err)
 		}
 	}
+	// The binds that waited learn of the withdrawal once the name has
+	// gone too.
+	close(t.adopted)
 }
 
 // adopt makes the caller the exporting domain of the export c.Grant

@@ -2,9 +2,11 @@ package net_test
 
 import (
 	"context"
+	"errors"
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -40,6 +42,19 @@ func TestBetweenMachinesAcrossACut(t *testing.T) {
 	}
 	L := cnet.Listen(ln, o)
 	t.Cleanup(func() { L.Close() })
+	// A bridge just built may take a moment, on a loaded machine, to carry
+	// the first packets (neighbour discovery): longer than the short
+	// handshake timeout this test gives its resumes.
+	testkit.Eventually(t, "machine 2 reachable from machine 1", func() bool {
+		dctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		c, err := m1.Dial(dctx, "tcp", netip.AddrPortFrom(m2.Addr, 9).String())
+		if c != nil {
+			c.Close()
+		}
+		// Refused is an answer: the path carries.
+		return err == nil || errors.Is(err, syscall.ECONNREFUSED)
+	})
 	cl, sl := connect(t, L, ln.Addr().String(), o)
 
 	// The cut comes first, so that the stream (more than a window) can
