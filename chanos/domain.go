@@ -242,7 +242,7 @@ func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
 	end := make(chan error, 1)
 	go func() { end <- conn.Serve(context.Background(), d.handle) }()
 	var reply monitor.HelloReply
-	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen), Features: monitor.FeatureNet | monitor.FeatureNetAccept}, &reply); err != nil {
+	if err := d.callOn(conn, ctx, &monitor.HelloCall{Version: monitor.ProtocolVersion, Program: truncate(d.program, monitor.MaxHelloProgramLen), Features: monitor.FeatureNet | monitor.FeatureNetAccept, SpawnToken: spawnToken()}, &reply); err != nil {
 		conn.Close()
 		<-end
 		var re *RemoteError
@@ -902,4 +902,16 @@ func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c
 // newConn returns the connection over l, logging to log.
 func newConn(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
 	return (*Conn)(engine.New(l, iface, log))
+}
+
+// spawnToken is the spawn service's token in this process's environment
+// (spawn.TokenEnv, which this package does not import): the proof, once,
+// of which program the monitor's spawn service started this domain as.
+// One that breaks hello's bound is not sent.
+func spawnToken() string {
+	t := os.Getenv("CHANOS_SPAWN_TOKEN")
+	if len(t) > monitor.MaxHelloSpawnTokenLen || strings.ContainsRune(t, 0) {
+		return ""
+	}
+	return t
 }

@@ -200,6 +200,12 @@ func (s *session) hello() error {
 		m.domains[s.id] = s
 		m.mu.Unlock()
 		s.log.Info("domain joined", "uid", s.uid)
+		if c.SpawnToken != "" && m.spawnd != nil {
+			// The spawn service's proof of which program this is.
+			if m.spawnd.svc.Claim(c.SpawnToken, s.id) {
+				s.log.Info("a spawned program joined")
+			}
+		}
 		s.lastActive.Store(time.Now().UnixNano())
 		return s.conn.Reply(s.ctx, in, &proto.HelloReply{
 			MonitorVersion: proto.ProtocolVersion,

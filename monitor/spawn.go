@@ -105,7 +105,6 @@ func (m *Monitor) startSpawnd() error {
 	if cfg.Logger == nil {
 		cfg.Logger = m.log.With("service", "spawnd")
 	}
-	cfg.DomainOf = m.domainOfPID
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(m.dir, spawnCacheDir)
 	}
@@ -194,21 +193,6 @@ func (m *Monitor) stopSpawnd() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	m.store.Remove(ctx, h.name, names.Owner(SelfDomainID))
-}
-
-// domainOfPID returns the domain whose session's peer is pid: the
-// domain a spawned program became. A program proves it is the one
-// spawned by its pid, which the kernel gives the monitor (SO_PEERCRED),
-// rather than by a token in hello (docs/spawn.md).
-func (m *Monitor) domainOfPID(pid int32) uint64 {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for id, s := range m.domains {
-		if s.pid == pid {
-			return id
-		}
-	}
-	return 0
 }
 
 // bindSpawnd connects s to the spawn service, within its quotas.

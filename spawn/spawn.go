@@ -8,6 +8,8 @@ package spawn
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -66,9 +68,6 @@ type Config struct {
 	Keep    time.Duration
 	// Grace is how long Close waits after SIGTERM before it sends SIGKILL.
 	Grace time.Duration
-	// DomainOf returns the domain that the process pid became when it
-	// joined the monitor, or 0; nil for none.
-	DomainOf func(pid int32) uint64
 	// Logger receives a line per request, with who asked. Nil means
 	// slog.Default().
 	Logger *slog.Logger
@@ -125,6 +124,27 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// TokenEnv names the environment variable that holds a spawned
+// program's spawn token: a domain's library presents it in its hello, and
+// the monitor claims it (Claim), once, for the domain the program became.
+const TokenEnv = "CHANOS_SPAWN_TOKEN"
+
+// Claim records domain as the domain that the running program whose spawn
+// token is token became; a token is claimed once. It reports whether the
+// token was one of a running program's.
+func (s *Service) Claim(token string, domain uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.tokens[token]
+	if p == nil {
+		return false
+	}
+	delete(s.tokens, token)
+	p.token = ""
+	p.info.Domain = domain
+	return true
+}
+
 // Caller is who asks: the domain, as the monitor knows it.
 type Caller = api.Caller
 
@@ -146,6 +166,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	procs   map[uint64]*proc
+	tokens  map[string]*proc // the running programs' unclaimed spawn tokens
 	nextID  uint64
 	running int
 	byDom   map[Caller]int // running programs by the domain that started them (Domain and Machine only)
@@ -165,6 +186,7 @@ type proc struct {
 	eof     bool // all writers of the output pipe have closed it
 	exited  bool
 	exit    api.Exit
+	token   string        // its CHANOS_SPAWN_TOKEN, until claimed or ended
 	ended   chan struct{} // closed once exited
 }
 
@@ -176,6 +198,7 @@ func New(cfg Config) (*Service, error) {
 		log:     cfg.Logger,
 		starts:  make(chan *startReq),
 		procs:   map[uint64]*proc{},
+		tokens:  map[string]*proc{},
 		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
@@ -388,10 +411,20 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		release()
 		return api.Started{}, fmt.Errorf("%w: output pipe: %v", api.ErrFailed, err)
 	}
+	var tok [16]byte
+	if _, err := rand.Read(tok[:]); err != nil {
+		pr.Close()
+		pw.Close()
+		release()
+		return api.Started{}, fmt.Errorf("%w: spawn token: %v", api.ErrFailed, err)
+	}
+	token := hex.EncodeToString(tok[:])
 	cmd := &exec.Cmd{
-		Path:   path,
-		Args:   append([]string{r.Program}, r.Args...),
-		Env:    append(append(append(os.Environ(), s.cfg.Env...), "CHANOS_SPAWN_ID="+strconv.FormatUint(id, 10)), r.Env...),
+		Path: path,
+		Args: append([]string{r.Program}, r.Args...),
+		// The token last: the request's own environment cannot replace it.
+		Env: append(append(append(append(os.Environ(), s.cfg.Env...), "CHANOS_SPAWN_ID="+strconv.FormatUint(id, 10)), r.Env...),
+			TokenEnv+"="+token),
 		Dir:    r.Dir,
 		Stdout: pw, // one pipe for both: the output interleaved as written
 		Stderr: pw,
@@ -480,9 +513,11 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		out:     newRing(s.cfg.LogBytes),
 		changed: make(chan struct{}),
 		ended:   make(chan struct{}),
+		token:   token,
 	}
 	s.mu.Lock()
 	s.procs[id] = p
+	s.tokens[token] = p
 	if s.closed {
 		// Close began while it started, and did not see it: end it here.
 		syscall.Kill(-pid, syscall.SIGKILL)
@@ -595,6 +630,10 @@ func (s *Service) reap(p *proc) {
 	}
 	s.mu.Lock()
 	p.exited, p.exit = true, exit
+	if p.token != "" {
+		delete(s.tokens, p.token)
+		p.token = ""
+	}
 	p.info.State, p.info.ExitCode, p.info.Signal = state, exit.Code, int(exit.Signal)
 	p.info.Ended = time.Now()
 	p.info.CPUSeconds = (st.UserTime() + st.SystemTime()).Seconds()
@@ -729,9 +768,6 @@ func (s *Service) List() []api.Proc {
 		p.info.LogDropped = p.out.start()
 		if !p.exited {
 			running = append(running, len(out))
-			if p.info.Domain == 0 && s.cfg.DomainOf != nil {
-				p.info.Domain = s.cfg.DomainOf(int32(p.info.PID))
-			}
 		}
 		out = append(out, p.info)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	api "github.com/chanos/chanos/interfaces/spawn"
+	"github.com/chanos/chanos/internal/testkit"
 )
 
 func TestRing(t *testing.T) {
@@ -273,4 +274,45 @@ func TestCloseEndsPrograms(t *testing.T) {
 	if _, err := s.Spawn(Request{Program: "/bin/true"}, Caller{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("spawn after Close: %v", err)
 	}
+}
+
+// A spawned program finds its token in CHANOS_SPAWN_TOKEN, which the
+// request's environment cannot replace; Claim takes it once, for a running
+// program only, and list then shows the domain.
+func TestSpawnToken(t *testing.T) {
+	s := newService(t, Config{})
+	ctx := ctxFor(t)
+	out, _ := run(t, s, Request{Program: "/bin/sh", Args: []string{"-c", "echo $" + TokenEnv}, Env: []string{TokenEnv + "=forged"}})
+	tok := strings.TrimSpace(out)
+	if len(tok) != 32 || tok == "forged" {
+		t.Fatalf("the program's token: %q, want 32 hex digits of the service's", tok)
+	}
+	if s.Claim(tok, 5) {
+		t.Error("the token of a program that has ended was claimed")
+	}
+	st, err := s.Spawn(Request{Program: "/bin/sh", Args: []string{"-c", "echo $" + TokenEnv + "; sleep 100"}}, Caller{Domain: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var live string
+	testkit.Eventually(t, "the token printed", func() bool {
+		data, _, _, _ := s.Logs(ctx, st.ID, 0, 1024, false)
+		live = strings.TrimSpace(string(data))
+		return len(live) == 32
+	})
+	if s.Claim("0123456789abcdef0123456789abcdef", 9) {
+		t.Error("a token never given was claimed")
+	}
+	if !s.Claim(live, 9) {
+		t.Fatal("the running program's token was not claimed")
+	}
+	if s.Claim(live, 10) {
+		t.Error("a token was claimed twice")
+	}
+	for _, p := range s.List() {
+		if p.ID == st.ID && p.Domain != 9 {
+			t.Errorf("list: domain %d, want 9", p.Domain)
+		}
+	}
+	s.Kill(st.ID, syscall.SIGKILL, Caller{Domain: 7})
 }

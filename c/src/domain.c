@@ -740,7 +740,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     struct chanos_domain *d;
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
-    struct monitor_hello_call call;
+    struct monitor_hello_call call = { 0 };
     struct monitor_hello_reply reply;
     struct mframe f;
     size_t plen;
@@ -797,6 +797,13 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     /* FEATURE_NET: binds to other machines, through the dialer given;
      * libchanos accepts none (no FEATURE_NET_ACCEPT). */
     call.features = o.net != NULL && o.net->dial != NULL ? FEATURE_NET : 0;
+    /* The spawn service's proof of which program it started this one as
+     * (docs/spawn.md); one over hello's bound is not sent. */
+    {
+        const char *tok = getenv("CHANOS_SPAWN_TOKEN");
+        if (tok != NULL && strlen(tok) <= MONITOR_HELLO_SPAWN_TOKEN_MAX)
+            call.spawn_token = chanos_cstr(tok);
+    }
     call.program.ptr = o.program;
     call.program.len = (uint32_t)plen;
     memcpy(d->program, o.program, plen);

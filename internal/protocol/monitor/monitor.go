@@ -24,7 +24,7 @@ const MaxFrameSize = 1048596
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xd5b47fa38c142cfc
+const Fingerprint uint64 = 0x44ed695e46490378
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -46,6 +46,7 @@ const (
 // when encoding and decoding.
 const (
 	MaxHelloProgramLen          = 256     // hello: in String program[256]
+	MaxHelloSpawnTokenLen       = 64      // hello: in String spawn_token[64]
 	MaxExportNameLen            = 256     // export: in String name[256]
 	MaxExportIfaceLen           = 128     // export: in String iface[128]
 	MaxExportUidsLen            = 16      // export: in uint32 uids[nuids, 16]
@@ -166,6 +167,7 @@ type Msg interface {
 //		in uint32 version,
 //		in String program[256],
 //		in uint32 features,
+//		in String spawn_token[64],
 //		out uint32 monitor_version,
 //		out uint64 domain_id,
 //		out uint64 machine_id);
@@ -176,6 +178,8 @@ type HelloCall struct {
 	Program string
 	// Features is the in argument features (uint32).
 	Features uint32
+	// SpawnToken is the in argument spawn_token: at most MaxHelloSpawnTokenLen bytes, without NUL.
+	SpawnToken string
 }
 
 func (*HelloCall) MsgNumber() uint16  { return MsgHello }
@@ -184,10 +188,11 @@ func (*HelloCall) MsgName() string    { return "monitor.hello" }
 func (*HelloCall) isMsg()             {}
 func (m *HelloCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "monitor.hello call", MsgHello, wire.KindCall, 12)
+	e.Begin(buf, "monitor.hello call", MsgHello, wire.KindCall, 16)
 	e.Uint32(m.Version)
 	e.String("program", m.Program, MaxHelloProgramLen)
 	e.Uint32(m.Features)
+	e.String("spawn_token", m.SpawnToken, MaxHelloSpawnTokenLen)
 	return e.Finish()
 }
 
@@ -197,6 +202,7 @@ func (m *HelloCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Version = d.Uint32("version")
 	m.Program = d.String("program", MaxHelloProgramLen)
 	m.Features = d.Uint32("features")
+	m.SpawnToken = d.String("spawn_token", MaxHelloSpawnTokenLen)
 	if err := d.Finish(); err != nil {
 		*m = HelloCall{}
 		return err
@@ -210,6 +216,7 @@ func (m *HelloCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in uint32 version,
 //		in String program[256],
 //		in uint32 features,
+//		in String spawn_token[64],
 //		out uint32 monitor_version,
 //		out uint64 domain_id,
 //		out uint64 machine_id);
