@@ -165,15 +165,16 @@ type Domain struct {
 	onMonitor func(MonitorEvent)
 	quit      chan struct{} // closed by Close: a rejoin stops waiting
 
-	mu      sync.Mutex
-	conn    *Conn                // the session with the monitor, or the last one
-	closing bool                 // Close was called
-	exports map[uint64]*Listener // by export id
-	early   map[uint64][]*monitor.Incoming
-	net     *netServer            // connections from other machines, once the monitor announces one
-	netConn map[uint64]*cnet.Link // connections with other machines, by the monitor's connection id
-	err     error                 // why the domain ended
-	done    chan struct{}
+	mu       sync.Mutex
+	conn     *Conn                // the session with the monitor, or the last one
+	closing  bool                 // Close was called
+	exports  map[uint64]*Listener // by export id
+	early    map[uint64][]*monitor.Incoming
+	net      *netServer            // connections from other machines, once the monitor announces one
+	netConn  map[uint64]*cnet.Link // connections with other machines, by the monitor's connection id
+	netSwept int                   // netConn's size after its last sweep (trackNet)
+	err      error                 // why the domain ended
+	done     chan struct{}
 }
 
 // monitorInterface is the monitor protocol, as the engine sees it.

@@ -50,6 +50,16 @@ func NewEndpoint(iface Interface) (*Conn, *Endpoint, error) {
 	return (*Conn)(engine.New(ump.NewLink(u), iface, nil)), &Endpoint{f: ep}, nil
 }
 
+// endpointInterface reads the interface an endpoint's label names (see
+// NewEndpoint): its name, fingerprint and largest frame.
+func endpointInterface(label []byte) (Interface, error) {
+	le := binary.LittleEndian
+	if len(label) < 20 || le.Uint64(label) != endpointMagic {
+		return Interface{}, fmt.Errorf("%w: not made by NewEndpoint", ErrEndpoint)
+	}
+	return Interface{Name: string(label[20:]), Fingerprint: le.Uint64(label[8:]), MaxFrameSize: int(le.Uint32(label[16:]))}, nil
+}
+
 // Close drops the Endpoint unopened; the other side's Conn sees its peer
 // gone.
 func (e *Endpoint) Close() error { return e.f.Close() }
@@ -81,12 +91,12 @@ func OpenEndpoint(c wire.Cap, iface Interface) (*Conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEndpoint, err)
 	}
-	le := binary.LittleEndian
-	if len(label) < 20 || le.Uint64(label) != endpointMagic {
+	made, err := endpointInterface(label)
+	if err != nil {
 		u.Close()
-		return nil, fmt.Errorf("%w: not made by NewEndpoint", ErrEndpoint)
+		return nil, err
 	}
-	fp, name := le.Uint64(label[8:]), string(label[20:])
+	fp, name := made.Fingerprint, made.Name
 	switch {
 	case name != iface.Name:
 		u.Close()

@@ -56,7 +56,7 @@ func Adopt(ctx context.Context, d *Domain, grant wire.Iref, iface Interface) (*L
 		opts = []ExportOption{Private()}
 	}
 	if name == "" {
-		name = fmt.Sprintf("#%d", reply.Ref.Export)
+		name = anonymousName(reply.Ref.Export)
 	}
 	l := &Listener{d: d, name: name, opts: opts, ref: reply.Ref, iface: iface, conns: make(chan *Conn, acceptQueue), stopC: make(chan struct{})}
 	d.mu.Lock()
@@ -68,3 +68,7 @@ func Adopt(ctx context.Context, d *Domain, grant wire.Iref, iface Interface) (*L
 	d.adoptUnlock(l, reply.Ref.Export)
 	return l, nil
 }
+
+// anonymousName is what an export without a name is withdrawn by: "#ID",
+// which no name can be (the monitor protocol's export).
+func anonymousName(export uint64) string { return fmt.Sprintf("#%d", export) }

@@ -187,14 +187,18 @@ func (s *netServer) close() {
 
 // trackNet records link as the connection the monitor knows as id, so
 // that the monitor's peer_gone can end it. Links that have ended are
-// forgotten as new ones come.
+// forgotten as new ones come: the table is swept when it has doubled
+// since the last sweep, so a connection costs O(1) on average.
 func (d *Domain) trackNet(id uint64, link *cnet.Link) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for k, l := range d.netConn {
-		if l.Err() != nil {
-			delete(d.netConn, k)
+	if len(d.netConn) >= 2*d.netSwept {
+		for k, l := range d.netConn {
+			if l.Err() != nil {
+				delete(d.netConn, k)
+			}
 		}
+		d.netSwept = max(len(d.netConn), 8)
 	}
 	d.netConn[id] = link
 }

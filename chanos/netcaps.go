@@ -2,7 +2,6 @@ package chanos
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"sync"
@@ -161,12 +160,11 @@ func (d *Domain) exportEndpoint(ctx context.Context, ep *Endpoint) (*endpointExp
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrEndpoint, err)
 	}
-	le := binary.LittleEndian
-	if len(label) < 20 || le.Uint64(label) != endpointMagic {
+	iface, err := endpointInterface(label)
+	if err != nil {
 		u.Close()
-		return nil, fmt.Errorf("%w: not made by NewEndpoint", ErrEndpoint)
+		return nil, err
 	}
-	iface := Interface{Name: string(label[20:]), Fingerprint: le.Uint64(label[8:]), MaxFrameSize: int(le.Uint32(label[16:]))}
 	e := &endpointExport{d: d, far: ump.NewLink(u)}
 	call, err := exportCall("", iface, []ExportOption{Private()})
 	if err != nil {
@@ -179,7 +177,7 @@ func (d *Domain) exportEndpoint(ctx context.Context, ep *Endpoint) (*endpointExp
 		return nil, fmt.Errorf("chanos: export an endpoint of %s for another machine: %w", iface.Name, err)
 	}
 	e.ref = reply.Ref
-	e.l = &Listener{d: d, name: fmt.Sprintf("#%d", reply.Ref.Export), iface: iface, conns: make(chan *Conn, 1), stopC: make(chan struct{}), ref: reply.Ref, relay: e.relay}
+	e.l = &Listener{d: d, name: anonymousName(reply.Ref.Export), iface: iface, conns: make(chan *Conn, 1), stopC: make(chan struct{}), ref: reply.Ref, relay: e.relay}
 	d.mu.Lock()
 	d.adoptUnlock(e.l, reply.Ref.Export)
 	e.timer = time.AfterFunc(endpointExportTTL, func() {

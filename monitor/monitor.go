@@ -267,6 +267,16 @@ type connRec struct {
 	export   uint64
 }
 
+// local returns the domain of this machine at rec's end: for a
+// connection between machines, the server if the client is the other
+// machine's, else the client.
+func (rec *connRec) local() uint64 {
+	if rec.inbound {
+		return rec.server
+	}
+	return rec.client
+}
+
 // New prepares the monitor's directory (see PrepareDir), listens on its
 // socket and registers the nameservice. It fails if another monitor
 // already listens there. Serve then accepts domains.

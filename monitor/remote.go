@@ -118,11 +118,7 @@ func (s *session) bindRemote(ctx context.Context, c *proto.BindCall, ref wire.Ir
 	case s.features&proto.FeatureNet == 0:
 		return nil, fail(proto.StatusNoRoute, "bind %s: its export lives on machine %016x, and this domain's library cannot connect over the net interconnect", label, ref.Machine)
 	}
-	id, err := cnet.NewIdentity()
-	if err != nil {
-		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
-	}
-	cert, key, err := id.Marshal()
+	id, cert, key, err := newCredential()
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
@@ -212,11 +208,7 @@ func (m *Monitor) bindFromMachine(ctx context.Context, from uint64, c *machproto
 		return nil, fail(proto.StatusNoRoute, "bind %s: the exporting domain's library cannot take connections over the net interconnect", label)
 	}
 	server := e.server()
-	id, err := cnet.NewIdentity()
-	if err != nil {
-		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
-	}
-	cert, key, err := id.Marshal()
+	id, cert, key, err := newCredential()
 	if err != nil {
 		return nil, fail(proto.StatusInternal, "bind %s: %v", label, err)
 	}
@@ -271,18 +263,42 @@ func (m *Monitor) netListener(s *session) (string, *os.File, error) {
 	if s.netAddr != "" {
 		return s.netAddr, nil, nil
 	}
-	l, err := net.Listen("tcp", net.JoinHostPort(m.cfg.NetHost, "0"))
+	ln, addr, err := m.listenNetHost()
 	if err != nil {
-		return "", nil, fmt.Errorf("open a TCP listener on %s for domain %d: %w", m.cfg.NetHost, s.id, err)
+		return "", nil, fmt.Errorf("for domain %d: %w", s.id, err)
 	}
-	ln := l.(*net.TCPListener)
 	f, err := ln.File()
 	ln.Close()
 	if err != nil {
 		return "", nil, fmt.Errorf("the TCP listener for domain %d: %w", s.id, err)
 	}
-	s.netAddr = net.JoinHostPort(m.cfg.NetHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+	s.netAddr = addr
 	return s.netAddr, f, nil
+}
+
+// listenNetHost opens a TCP listener on a free port of NetHost, the
+// address other machines reach this one at, and returns it with the
+// address to give them.
+func (m *Monitor) listenNetHost() (*net.TCPListener, string, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(m.cfg.NetHost, "0"))
+	if err != nil {
+		return nil, "", fmt.Errorf("open a TCP listener on %s: %w", m.cfg.NetHost, err)
+	}
+	ln := l.(*net.TCPListener)
+	return ln, net.JoinHostPort(m.cfg.NetHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), nil
+}
+
+// newCredential makes the credential of one side of one connection between
+// machines: a fresh identity, and its certificate and key (DER) to hand
+// to the domain that presents it.
+func newCredential() (id *cnet.Identity, cert, key []byte, err error) {
+	if id, err = cnet.NewIdentity(); err != nil {
+		return nil, nil, nil, err
+	}
+	if cert, key, err = id.Marshal(); err != nil {
+		return nil, nil, nil, err
+	}
+	return id, cert, key, nil
 }
 
 // dropNetListener forgets the listener netListener opened for s when the
@@ -356,11 +372,7 @@ func (m *Monitor) connGone(from, id uint64) {
 		return
 	}
 	m.dropRecordLocked(rec)
-	local := rec.client
-	if rec.inbound {
-		local = rec.server
-	}
-	s := m.domains[local]
+	s := m.domains[rec.local()]
 	m.mu.Unlock()
 	m.tellPeerGone(s, rec, false)
 	m.endOwnConn(rec, false)
@@ -401,11 +413,7 @@ func (m *Monitor) MachineGone(id uint64) {
 			continue
 		}
 		m.dropRecordLocked(rec)
-		local := rec.client
-		if rec.inbound {
-			local = rec.server
-		}
-		list = append(list, gone{m.domains[local], rec})
+		list = append(list, gone{m.domains[rec.local()], rec})
 	}
 	m.mu.Unlock()
 	for _, g := range list {

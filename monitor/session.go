@@ -342,11 +342,7 @@ func (s *session) export(c *proto.ExportCall) (wire.Message, error) {
 	}
 	e.policy = pol
 	e.fingerprint = c.Fingerprint
-	key := c.Name
-	if anonymous {
-		// No name: the domain withdraws it by "#ID", which no name can be.
-		key = fmt.Sprintf("#%d", e.id)
-	}
+	key := exportKey(e)
 	m.mu.Lock()
 	if _, ok := s.exports[key]; ok {
 		m.mu.Unlock()

@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
-	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -463,12 +461,12 @@ func (m *Monitor) ownNetListener() (*ownNet, error) {
 	if m.closed {
 		return nil, errors.New("the monitor is shutting down")
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(m.cfg.NetHost, "0"))
+	ln, addr, err := m.listenNetHost()
 	if err != nil {
-		return nil, fmt.Errorf("open the monitor's TCP listener on %s: %w", m.cfg.NetHost, err)
+		return nil, fmt.Errorf("the monitor's own: %w", err)
 	}
 	g := cnet.NewGrants(time.Minute, spawnMaxTotalConns, 2*time.Second)
-	o := &ownNet{grants: g, addr: net.JoinHostPort(m.cfg.NetHost, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)), done: make(chan struct{})}
+	o := &ownNet{grants: g, addr: addr, done: make(chan struct{})}
 	o.L = cnet.Listen(ln, &cnet.Options{MaxFrameSize: spawnif.MaxFrameSize, TLS: g.TLS(), Logger: m.log})
 	m.own = o
 	go m.acceptOwnNet(o)
