@@ -140,25 +140,7 @@ func RunSpawn(ctx context.Context, cfg SpawnConfig, emit func(Result) error) err
 	}
 	defer sp.Close()
 
-	spawnOnce := func() (time.Duration, error) {
-		t0 := time.Now()
-		st, err := sp.Start(ctx, spawnif.Request{Program: argv[0], Args: append(argv[1:len(argv):len(argv)], "join", name)})
-		if err != nil {
-			return 0, err
-		}
-		var t1 time.Time
-		select {
-		case t1 = <-srv.got:
-		case <-time.After(30 * time.Second):
-			return 0, fmt.Errorf("the spawned program sent nothing within 30s")
-		}
-		e, err := sp.WaitExit(ctx, st.ID)
-		if err == nil && (e.Code != 0 || e.Signal != 0) {
-			out, _, _, _ := sp.Output(ctx, st.ID, 0, false)
-			err = fmt.Errorf("the spawned program ended with %v: %s", e, out)
-		}
-		return t1.Sub(t0), err
-	}
+	spawnOnce := func() (time.Duration, error) { return spawnToFirst(ctx, sp, srv, argv, name) }
 	forkOnce := func() (time.Duration, error) {
 		t0 := time.Now()
 		cmd := exec.CommandContext(ctx, argv[0], append(argv[1:len(argv):len(argv)], "pipe")...)
@@ -274,4 +256,27 @@ func SpawnSummary(w io.Writer, results []Result) {
 		fmt.Fprintf(w, "spawn to first message / fork+exec to first write (p50): %.2f (goal <= 1.5: %s)\n", r, verdict(r <= 1.5))
 	}
 	spawnRemoteSummary(w, results)
+}
+
+// spawnToFirst spawns argv (a peer that joins and sends name's server one
+// message) through c and returns the time from the spawn call to that
+// message, once the program has ended well.
+func spawnToFirst(ctx context.Context, c *spawnif.Conn, srv firstMessage, argv []string, name string) (time.Duration, error) {
+	t0 := time.Now()
+	st, err := c.Start(ctx, spawnif.Request{Program: argv[0], Args: append(argv[1:len(argv):len(argv)], "join", name)})
+	if err != nil {
+		return 0, err
+	}
+	var t1 time.Time
+	select {
+	case t1 = <-srv.got:
+	case <-time.After(30 * time.Second):
+		return 0, errors.New("the spawned program sent nothing within 30s")
+	}
+	e, err := c.WaitExit(ctx, st.ID)
+	if err == nil && (e.Code != 0 || e.Signal != 0) {
+		out, _, _, _ := c.Output(ctx, st.ID, 0, false)
+		err = fmt.Errorf("the spawned program ended with %v: %s", e, out)
+	}
+	return t1.Sub(t0), err
 }

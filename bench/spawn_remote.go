@@ -223,25 +223,7 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 	}
 	defer local.Close()
 
-	spawnOn := func(c *spawnif.Conn) (time.Duration, error) {
-		t0 := time.Now()
-		st, err := c.Start(ctx, spawnif.Request{Program: argv[0], Args: append(argv[1:len(argv):len(argv)], "join", name)})
-		if err != nil {
-			return 0, err
-		}
-		var t1 time.Time
-		select {
-		case t1 = <-srv.got:
-		case <-time.After(30 * time.Second):
-			return 0, errors.New("the spawned program sent nothing within 30s")
-		}
-		e, err := c.WaitExit(ctx, st.ID)
-		if err == nil && (e.Code != 0 || e.Signal != 0) {
-			out, _, _, _ := c.Output(ctx, st.ID, 0, false)
-			err = fmt.Errorf("the spawned program ended with %v: %s", e, out)
-		}
-		return t1.Sub(t0), err
-	}
+	spawnOn := func(c *spawnif.Conn) (time.Duration, error) { return spawnToFirst(ctx, c, srv, argv, name) }
 	// A net round trip: an rpc that the other machine's monitor answers
 	// at once, over the same connection the remote spawns use.
 	var zero [32]byte
