@@ -76,4 +76,4 @@ if ! command -v etcd >/dev/null; then
     systemctl disable --now etcd >/dev/null 2>&1 || true
   fi
 fi
-etcd --version | head -1
+etcd --version | sed -n 1p  # sed reads it all: head would leave etcd a SIGPIPE, fatal under pipefail
