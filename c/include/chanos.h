@@ -1075,21 +1075,28 @@ struct chanos_join_opts {
      * It must not call into the domain. */
     void (*on_monitor)(void *arg, int event, int err);
     void *on_monitor_arg;
-    /* The dialer of connections to exports of other machines of a
-     * cluster: libchanos_net's chanos_net_binder(). NULL: libchanos does
-     * not speak the net interconnect itself, and chanos_connect of such
-     * an export fails with CHANOS_ERR_NO_ROUTE. */
+    /* The binder of connections between machines of a cluster:
+     * libchanos_net's chanos_net_binder(). NULL: libchanos does not speak
+     * the net interconnect itself: chanos_connect of an export of another
+     * machine fails with CHANOS_ERR_NO_ROUTE, and the domain's exports
+     * take no connections from other machines. With it, connections from
+     * other machines come through chanos_accept like local ones, and
+     * chanos_domain_fd polls readable for them too. */
     const struct chanos_net_binder *net;
 };
 
 /*
- * Binding exports of other machines (docs/net.md, "Binding between
- * machines"): the monitors route the bind and make this side's credential
- * for the one connection; the domain then dials the server domain itself.
- * libchanos hands the dialer (chanos_join_opts.net) what the bind's reply
- * says; the connection it returns is a chanos_conn like any other (the
- * generated stubs work on it), whose chanos_conn_ump is NULL.
+ * Connections between machines (docs/net.md, "Binding between machines"):
+ * the monitors route the bind and make each side's credential for the one
+ * connection; the client domain then dials the server domain itself, and
+ * the server domain accepts on a TCP listener its monitor handed it.
+ * libchanos speaks no network itself: it hands what the monitor says to a
+ * binder (chanos_join_opts.net), libchanos_net's chanos_net_binder(), and
+ * the connections the binder returns are chanos_conns like any other (the
+ * generated stubs work on them), whose chanos_conn_ump is NULL.
  */
+
+/* What the reply to a bind of an export of another machine says. */
 struct chanos_net_bind {
     const char *addr;        /* the server domain's host:port */
     const char *server_name; /* the TLS server name to ask for */
@@ -1100,12 +1107,59 @@ struct chanos_net_bind {
     size_t key_len;
     int auth_only;      /* authenticated only, not encrypted */
     uint32_t max_frame; /* the export's largest frame */
+    uint64_t conn_id;   /* the monitor's name of the connection (peer_gone) */
 };
 
+/* What an incoming message says of a connection from another machine that
+ * the server domain is to accept: the client's credential is pinned, this
+ * side's is presented to the client asking for server_name. */
+struct chanos_net_grant {
+    const char *server_name;
+    const uint8_t *peer; /* SHA-256 of the client's certificate: 32 bytes */
+    const uint8_t *cert; /* this side's certificate, DER */
+    size_t cert_len;
+    const uint8_t *key; /* its private key, PKCS#8 DER */
+    size_t key_len;
+    int auth_only;
+    uint64_t conn_id;
+    /* libchanos's own record of the connection, copied by grant and handed
+     * back by accept: at most CHANOS_NET_GRANT_TAG_MAX bytes. */
+    const void *tag;
+    size_t tag_len;
+};
+
+#define CHANOS_NET_GRANT_TAG_MAX 512
+
+/*
+ * A binder keeps a state per domain (open), which dials, accepts and ends
+ * the domain's connections between machines. Only dial is required: a
+ * binder without listen, grant and accept takes no connections from other
+ * machines (the monitor refuses binds to the domain's exports from other
+ * machines with no route). All calls but close may come from any thread;
+ * libchanos makes them from within calls on the domain.
+ */
 struct chanos_net_binder {
+    /* open makes the domain's state in *state and, if the binder accepts,
+     * a descriptor in *wait_fd that polls readable when accept may have a
+     * connection (else -1). */
+    int (*open)(void **state, int *wait_fd);
     /* dial opens the connection b describes into *out, or returns an
      * error (a CHANOS_ERR_* or negative errno). */
-    int (*dial)(const struct chanos_net_bind *b, chanos_conn **out);
+    int (*dial)(void *state, const struct chanos_net_bind *b, chanos_conn **out);
+    /* listen accepts connections from other machines on the listening TCP
+     * socket fd, which it takes (closed on failure too). */
+    int (*listen)(void *state, int fd, uint32_t max_frame);
+    /* grant admits the one connection g describes, for a while. */
+    int (*grant)(void *state, const struct chanos_net_grant *g);
+    /* accept returns an admitted connection without waiting: 0, *out, and
+     * its grant's tag in tag[0..*tag_len); CHANOS_ERR_AGAIN if none. */
+    int (*accept)(void *state, chanos_conn **out, void *tag, size_t *tag_len);
+    /* peer_gone ends the connection conn_id, whose peer the monitor says
+     * has gone: err is CHANOS_ERR_PEER_DIED, or the binder's "network
+     * lost" when network_lost (the peer's machine left the cluster). */
+    void (*peer_gone)(void *state, uint64_t conn_id, int network_lost);
+    /* close stops accepting; connections already returned go on. */
+    void (*close)(void *state);
 };
 
 /* chanos_join_opts.flags: end the domain with its session, as before
@@ -1155,12 +1209,15 @@ uint64_t chanos_domain_id(const chanos_domain *d);
 uint64_t chanos_domain_machine(const chanos_domain *d);
 
 /*
- * chanos_domain_fd returns the monitor socket, for poll: when it is
- * readable, call chanos_domain_poll(d, 0) or chanos_accept(l, 0, ...).
- * It belongs to the domain; do not close it or read from it. Its number
- * stays the same across a rejoin: while the domain waits for a new
- * monitor it is a timer that becomes readable when the next attempt is
- * due.
+ * chanos_domain_fd returns the descriptor to poll for the domain: the
+ * monitor socket or, for a domain with a binder that accepts
+ * (chanos_join_opts.net), an epoll descriptor that also becomes readable
+ * when a connection from another machine is ready. When it is readable,
+ * call chanos_domain_poll(d, 0) or chanos_accept(l, 0, ...). It belongs
+ * to the domain; do not close it or read from it. Its number stays the
+ * same across a rejoin: while the domain waits for a new monitor, the
+ * monitor's part is a timer that becomes readable when the next attempt
+ * is due.
  */
 int chanos_domain_fd(const chanos_domain *d);
 
@@ -1580,15 +1637,18 @@ int chanos_conn_new(chanos_ump *u, chanos_conn **out);
  * recv returns stays valid until the next recv. Such a link carries no
  * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP,
  * chanos_conn_spin_recv looks as a receive that does not wait, and
- * chanos_conn_ump returns NULL (so the ump-only helpers, chanos_serve_export
- * and libchanos_tasks' waits, are not for it). peer_gone answers as
- * chanos_conn_peer_gone; close closes and frees the link.
+ * chanos_conn_ump returns NULL (so the ump-only helpers, such as
+ * libchanos_tasks' waits, are not for it). peer_gone answers as
+ * chanos_conn_peer_gone; close closes and frees the link; fd, if set,
+ * returns a descriptor that polls readable while recv would not wait
+ * (chanos_conn_fd; chanos_serve_export needs it).
  */
 struct chanos_link_ops {
     int (*send)(void *link, const void *frame, size_t len, int timeout_ms);
     int (*recv)(void *link, const void **frame, size_t *len, int timeout_ms);
     int (*peer_gone)(void *link);
     void (*close)(void *link);
+    int (*fd)(void *link);
 };
 
 /* chanos_conn_new_link wraps link, whose operations are ops (kept by
@@ -1600,6 +1660,11 @@ int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
 /* chanos_conn_close closes the connection (the peer sees
  * CHANOS_ERR_CLOSED) and frees it. NULL is allowed. */
 void chanos_conn_close(chanos_conn *c);
+
+/* chanos_conn_fd returns a descriptor to poll for c's next frame: that
+ * of its ump (chanos_ump_fd: armed by a receive that found none) or of
+ * its link; -1 for a link that has none. It belongs to c. */
+int chanos_conn_fd(chanos_conn *c);
 
 /* chanos_conn_ump returns the underlying ump connection (for
  * chanos_ump_fd, chanos_ump_err, ...), owned by c; NULL for a connection
@@ -1796,8 +1861,10 @@ int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
  * millisecond. A lost monitor does not end serving while the domain
  * rejoins (chanos_domain_poll): the connections go on, and the export is
  * taken up again; with CHANOS_JOIN_NO_REJOIN, serving ends with
- * CHANOS_ERR_MONITOR_LOST. The connections are closed on return; l stays
- * the caller's. NULL o: the defaults.
+ * CHANOS_ERR_MONITOR_LOST. Connections from other machines (a domain
+ * joined with libchanos_net's binder) are served alongside, and slept on
+ * through their chanos_conn_fd. The connections are closed on return; l
+ * stays the caller's. NULL o: the defaults.
  */
 struct chanos_serve_opts {
     int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's

@@ -110,6 +110,13 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
+int chanos_conn_fd(chanos_conn *c)
+{
+    if (c->ops != NULL)
+        return c->ops->fd != NULL ? c->ops->fd(c->link) : -1;
+    return chanos_ump_fd(c->u);
+}
+
 int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
                          chanos_conn **out)
 {

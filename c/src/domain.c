@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -35,6 +36,7 @@
 #define PROTOCOL_VERSION 4
 /* hello's feature bits (monitor.FeatureNet, FeatureNetAccept) */
 #define FEATURE_NET 1u
+#define FEATURE_NET_ACCEPT 2u
 /* The bound of a call to the monitor given none of its own (hello, export,
  * withdraw, and binds given -1): chanos_join_opts.timeout_ms, else this.
  * The Go library's DefaultCallTimeout. */
@@ -98,7 +100,14 @@ struct chanos_domain {
     void (*on_monitor)(void *arg, int event, int err);
     void *on_monitor_arg;
     const struct chanos_net_binder *net; /* chanos_join_opts.net */
+    /* The binder's state; and, if it accepts, its wait descriptor and the
+     * epoll descriptor chanos_domain_fd gives, of it and the socket. */
+    void *netst;
+    int net_wait, epfd;
 };
+
+_Static_assert(sizeof(struct pending_in) <= CHANOS_NET_GRANT_TAG_MAX,
+               "a pending connection outgrows a grant's tag");
 
 struct chanos_listener {
     struct chanos_domain *d;
@@ -263,6 +272,9 @@ static int check_dir(const char *dir)
 /* ---- frames on the monitor socket ---- */
 
 static void start_rejoin(struct chanos_domain *d, int tell);
+static int open_net(struct chanos_domain *d,
+                    const struct chanos_net_binder *net);
+static void close_net(struct chanos_domain *d);
 
 /* fail_session ends the session: later calls fail with err, until a
  * rejoin (start_rejoin) if the domain rejoins. */
@@ -380,6 +392,78 @@ static int mon_recv(struct chanos_domain *d, int64_t deadline,
     return 0;
 }
 
+/* grant_net hands the binder a connection from another machine that the
+ * monitor announced, and the TCP listener that came with it, if any; the
+ * client's handshake then finds it admitted, and take_net queues it. A
+ * domain that does not accept drops it: the client's dial fails. */
+static int grant_net(struct chanos_domain *d, struct monitor_incoming *in)
+{
+    char name[MONITOR_INCOMING_NET_NAME_MAX + 1];
+    struct chanos_net_grant g = { 0 };
+    struct pending_in p = { 0 };
+    uint32_t i = 0;
+
+    if (d->epfd < 0) {
+        close_fds(in->fds, in->nfds);
+        return 0;
+    }
+    for (; i < in->nfds; i++)
+        (void)d->net->listen(d->netst, in->fds[i], in->max_frame);
+    p.export_id = in->ref.export_id;
+    memcpy(p.token, in->ref.token, sizeof p.token);
+    p.max_frame = in->max_frame;
+    for (i = 0; i < UMP_NFDS; i++)
+        p.fds[i] = -1;
+    p.peer.domain = in->client;
+    p.peer.machine = in->client_machine;
+    p.peer.pid = in->client_pid;
+    p.peer.uid = in->client_uid;
+    snprintf(p.peer.program, sizeof p.peer.program, "%.*s",
+             (int)in->client_program.len, in->client_program.ptr);
+    snprintf(name, sizeof name, "%.*s", (int)in->net_name.len,
+             in->net_name.ptr);
+    g.server_name = name;
+    g.peer = in->net_peer;
+    g.cert = in->net_cert.ptr;
+    g.cert_len = in->net_cert.len;
+    g.key = in->net_key.ptr;
+    g.key_len = in->net_key.len;
+    g.auth_only = in->net_auth_only;
+    g.conn_id = in->conn_id;
+    g.tag = &p;
+    g.tag_len = sizeof p;
+    (void)d->net->grant(d->netst, &g); /* refused: the client's dial fails */
+    return 0;
+}
+
+/* take_net queues for chanos_accept the connections from other machines
+ * that the binder has admitted: how many. */
+static int take_net(struct chanos_domain *d)
+{
+    int n = 0;
+
+    if (d->epfd < 0)
+        return 0;
+    for (;;) {
+        union {
+            struct pending_in p;
+            uint8_t b[CHANOS_NET_GRANT_TAG_MAX];
+        } tag;
+        size_t len = sizeof tag;
+        chanos_conn *c;
+
+        if (d->net->accept(d->netst, &c, &tag, &len) != 0)
+            return n;
+        if (len != sizeof tag.p || d->nin == INCOMING_LIMIT) {
+            chanos_conn_close(c);
+            continue;
+        }
+        d->in[d->nin] = tag.p;
+        d->in[d->nin++].local = c;
+        n++;
+    }
+}
+
 /* queue_incoming decodes an incoming message and holds it for accept. */
 static int queue_incoming(struct chanos_domain *d, struct mframe *f)
 {
@@ -392,6 +476,8 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     /* the descriptors beyond those decoded are not the message's */
     for (uint32_t i = in.nfds; i < f->nfds; i++)
         close(f->fds[i]);
+    if (in.via == MONITOR_INTERCONNECT_NET)
+        return grant_net(d, &in);
     if (in.via != MONITOR_INTERCONNECT_UMP || in.nfds != UMP_NFDS ||
         d->nin == INCOMING_LIMIT) {
         /* the client sees the connection close */
@@ -439,13 +525,16 @@ static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
                 return 0;
         } else if (kind == CHANOS_KIND_MESSAGE &&
                    h.msg == MONITOR_MSG_PEER_GONE) {
-            /* A net connection's peer has gone: its link learns it itself
-             * (its resume is refused, or its grace period ends). */
+            /* A net connection's peer has gone: the binder ends it at
+             * once, where its link would learn it only from a refused
+             * resume or the end of its grace period. */
             struct monitor_peer_gone g;
 
             rc = monitor_peer_gone_decode(&g, d->rbuf, f->len, f->fds, f->nfds);
             if (rc == 0) {
                 close_fds(f->fds, f->nfds);
+                if (d->net != NULL && d->net->peer_gone != NULL)
+                    d->net->peer_gone(d->netst, g.conn_id, g.network_lost);
                 return 0;
             }
         } else if (kind == CHANOS_KIND_MESSAGE && h.msg == MONITOR_MSG_PING) {
@@ -577,6 +666,18 @@ static void arm(struct chanos_domain *d, int ms)
     (void)timerfd_settime(d->sock, 0, &it, NULL);
 }
 
+/* watch_sock has the domain's epoll descriptor watch what d->sock now is:
+ * the file a dup3 put at its number is a new one to epoll. */
+static void watch_sock(struct chanos_domain *d)
+{
+    struct epoll_event ev = { .events = EPOLLIN };
+
+    if (d->epfd < 0)
+        return;
+    ev.data.fd = d->sock;
+    (void)epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->sock, &ev); /* EEXIST: same file */
+}
+
 /* start_rejoin puts a timer in the place of the dead socket, at its
  * number, so that a program that polls chanos_domain_fd wakes when a
  * rejoin attempt is due; tell: say that the session was lost. */
@@ -591,6 +692,7 @@ static void start_rejoin(struct chanos_domain *d, int tell_lost)
         } else {
             close(t);
         }
+        watch_sock(d);
     }
     d->lost = 1;
     if (tell_lost)
@@ -655,6 +757,7 @@ static int rejoin(struct chanos_domain *d)
         goto again;
     }
     close(s);
+    watch_sock(d);
     d->err = 0;
     d->lost = 0;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
@@ -771,6 +874,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     d = calloc(1, sizeof *d);
     if (d == NULL)
         return -ENOMEM;
+    d->net_wait = d->epfd = -1;
     atomic_flag_clear(&d->busy);
     d->spin_ns = o.spin_ns;
     d->call_timeout_ms = o.timeout_ms;
@@ -794,9 +898,14 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     if (plen > MONITOR_HELLO_PROGRAM_MAX)
         plen = MONITOR_HELLO_PROGRAM_MAX;
     call.version = PROTOCOL_VERSION;
-    /* FEATURE_NET: binds to other machines, through the dialer given;
-     * libchanos accepts none (no FEATURE_NET_ACCEPT). */
+    /* FEATURE_NET: binds to other machines, through the binder given;
+     * FEATURE_NET_ACCEPT: connections from them, if it accepts. */
     call.features = o.net != NULL && o.net->dial != NULL ? FEATURE_NET : 0;
+    rc = open_net(d, o.net);
+    if (rc != 0)
+        goto fail;
+    if (d->epfd >= 0)
+        call.features |= FEATURE_NET_ACCEPT;
     /* The spawn service's proof of which program it started this one as
      * (docs/spawn.md); one over hello's bound is not sent. */
     {
@@ -836,16 +945,55 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     d->rejoin = (o.flags & CHANOS_JOIN_NO_REJOIN) == 0;
     d->on_monitor = o.on_monitor;
     d->on_monitor_arg = o.on_monitor_arg;
-    d->net = o.net;
     *out = d;
     return 0;
 fail:
+    close_net(d);
     if (d->sock >= 0)
         close(d->sock);
     free(d->hello);
     free(d->rbuf);
     free(d);
     return rc;
+}
+
+/* open_net opens the binder's state for the domain and, if it accepts,
+ * the epoll descriptor of the monitor's socket and the binder's. */
+static int open_net(struct chanos_domain *d, const struct chanos_net_binder *net)
+{
+    struct epoll_event ev = { .events = EPOLLIN };
+    int rc;
+
+    d->net = net;
+    if (net == NULL || net->open == NULL)
+        return 0;
+    rc = net->open(&d->netst, &d->net_wait);
+    if (rc != 0) {
+        d->net = NULL;
+        return rc;
+    }
+    if (d->net_wait < 0 || net->listen == NULL || net->grant == NULL ||
+        net->accept == NULL)
+        return 0;
+    d->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (d->epfd < 0)
+        return -errno;
+    ev.data.fd = d->net_wait;
+    if (epoll_ctl(d->epfd, EPOLL_CTL_ADD, d->net_wait, &ev) != 0)
+        return -errno;
+    watch_sock(d);
+    return 0;
+}
+
+/* close_net closes the binder's state; connections it made go on. */
+static void close_net(struct chanos_domain *d)
+{
+    if (d->epfd >= 0)
+        close(d->epfd);
+    d->epfd = -1;
+    if (d->net != NULL && d->net->close != NULL && d->netst != NULL)
+        d->net->close(d->netst);
+    d->netst = NULL;
 }
 
 static void free_listener(struct chanos_listener *l)
@@ -881,6 +1029,7 @@ void chanos_domain_close(chanos_domain *d)
         free_listener(d->listeners);
     for (size_t i = 0; i < d->nin; i++)
         drop_pending(&d->in[i]);
+    close_net(d);
     close(d->sock);
     free(d->hello);
     free(d->rbuf);
@@ -891,7 +1040,37 @@ uint64_t chanos_domain_id(const chanos_domain *d) { return d->id; }
 
 uint64_t chanos_domain_machine(const chanos_domain *d) { return d->machine; }
 
-int chanos_domain_fd(const chanos_domain *d) { return d->sock; }
+int chanos_domain_fd(const chanos_domain *d)
+{
+    return d->epfd >= 0 ? d->epfd : d->sock;
+}
+
+/* wait_net waits until deadline for the monitor's socket or a connection
+ * from another machine: 1 when the socket is readable (and nothing else
+ * was), 0 when connections were queued for accept, or
+ * CHANOS_ERR_TIMEDOUT. */
+static int wait_net(struct chanos_domain *d, int64_t deadline)
+{
+    for (;;) {
+        struct pollfd p[2] = { { d->sock, POLLIN, 0 },
+                               { d->net_wait, POLLIN, 0 } };
+        int rc;
+
+        if (take_net(d) > 0)
+            return 0;
+        rc = poll(p, 2, remaining(deadline));
+        if (rc < 0 && errno == EINTR)
+            continue;
+        if (rc < 0)
+            return -errno;
+        if (rc == 0)
+            return CHANOS_ERR_TIMEDOUT;
+        if (p[0].revents != 0)
+            return 1;
+        /* only the binder's: take what it has, or wait on if it was a
+         * connection that failed between admission and accept */
+    }
+}
 
 /* pump reads frames until deadline or the first frame (any). While the
  * domain is lost, it waits for rejoin attempts instead, until one
@@ -907,6 +1086,11 @@ static int pump(struct chanos_domain *d, int64_t deadline)
             return 0;
         if (rc == CHANOS_ERR_TIMEDOUT || remaining(deadline) == 0)
             return CHANOS_ERR_TIMEDOUT;
+    }
+    if (d->epfd >= 0) {
+        rc = wait_net(d, deadline);
+        if (rc != 1)
+            return rc;
     }
     rc = mon_recv(d, deadline, &f);
 
@@ -1375,7 +1559,8 @@ static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
     b.key_len = reply->net_key.len;
     b.auth_only = reply->net_auth_only;
     b.max_frame = reply->max_frame;
-    return d->net->dial(&b, out);
+    b.conn_id = reply->conn_id;
+    return d->net->dial(d->netst, &b, out);
 }
 
 static int bind_export(chanos_domain *d, const char *name,

@@ -172,7 +172,7 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
         s.pfd[0].fd = chanos_domain_fd(d);
         s.pfd[0].events = POLLIN;
         for (size_t i = 0; i < s.nconns; i++) {
-            s.pfd[i + 1].fd = chanos_ump_fd(chanos_conn_ump(s.conns[i]));
+            s.pfd[i + 1].fd = chanos_conn_fd(s.conns[i]);
             s.pfd[i + 1].events = POLLIN;
         }
         if (ppoll(s.pfd, s.nconns + 1, NULL, mask) < 0 && errno != EINTR) {

@@ -33,15 +33,31 @@
  * live on another machine of the cluster, makes COUNT echo calls with the
  * generated stubs, checking each, and prints "echo ok COUNT"; a failure
  * prints "error CODE TEXT".
+ *
+ *   chanos-net-peer bind-wait DIR NAME
+ *
+ * bind-wait binds as bind does, makes one echo call, prints "bound", then
+ * waits for the connection to end while polling the domain (which applies
+ * the monitor's peer_gone), and prints "ended CODE TEXT".
+ *
+ *   chanos-net-peer export DIR NAME
+ *
+ * export joins the monitor in DIR with libchanos_net's binder, exports
+ * the pingpong interface as NAME, prints "exported NAME", and serves it
+ * (echo answering its value plus one, as the Go servers of tests/cluster)
+ * with chanos_serve_export (clients of this machine and of others alike)
+ * until SIGTERM or SIGINT.
  */
 #include <chanos_net.h>
 #include <pingpong.h>
 
 #include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <unistd.h>
 
 #define FILL_MAX 3000
@@ -172,13 +188,17 @@ static int on_ping(void *ctx, chanos_conn *c, const struct pingpong_ping *m)
     return pingpong_pong_send(c, &p, -1);
 }
 
+/* echo answers val + echo_add: 0 in serve mode (tests/interop), 1 in
+ * export mode, as the Go servers of tests/cluster answer. */
+static uint64_t echo_add;
+
 static int on_echo(void *ctx, chanos_conn *c,
                    const struct pingpong_echo_call *in,
                    struct pingpong_echo_reply *out)
 {
     (void)ctx;
     (void)c;
-    out->result = in->val;
+    out->result = in->val + echo_add;
     return 0;
 }
 
@@ -192,8 +212,16 @@ static int on_bounce(void *ctx, chanos_conn *c,
     return 0;
 }
 
+static int on_data(void *ctx, chanos_conn *c, const struct pingpong_data *m)
+{
+    (void)ctx;
+    (void)c;
+    (void)m;
+    return 0;
+}
+
 static const struct pingpong_server_ops pingpong_ops = {
-    .ping = on_ping, .echo = on_echo, .bounce = on_bounce,
+    .ping = on_ping, .data = on_data, .echo = on_echo, .bounce = on_bounce,
 };
 
 /* bind_echo is the bind mode: a C client of an export that may live on
@@ -229,10 +257,100 @@ static int bind_echo(const char *dir, const char *name, uint64_t n)
     return 0;
 }
 
+/* bind_wait is the bind-wait mode: how a connection to another machine
+ * ends when its server goes. */
+static int bind_wait(const char *dir, const char *name)
+{
+    struct chanos_join_opts jo = { .dir = dir, .program = "net-peer-bind-wait",
+                                   .net = chanos_net_binder() };
+    chanos_domain *d = NULL;
+    chanos_conn *c = NULL;
+    int rc = chanos_join(&d, &jo);
+    if (rc != 0)
+        return fail("join", rc);
+    rc = chanos_connect_iface(d, name, &pingpong_interface, 10000, &c);
+    if (rc != 0) {
+        chanos_domain_close(d);
+        return fail("connect", rc);
+    }
+    struct pingpong_echo_call in = { 1 };
+    struct pingpong_echo_reply out;
+    rc = pingpong_echo(c, &in, &out, 10000);
+    if (rc != 0) {
+        chanos_conn_close(c);
+        chanos_domain_close(d);
+        return fail("echo", rc);
+    }
+    printf("bound\n");
+    fflush(stdout);
+    while ((rc = chanos_conn_peer_gone(c)) == 0) {
+        struct pollfd p[2] = { { chanos_domain_fd(d), POLLIN, 0 },
+                               { chanos_conn_fd(c), POLLIN, 0 } };
+        if (poll(p, 2, 100) > 0 && p[0].revents != 0)
+            (void)chanos_domain_poll(d, 0);
+    }
+    printf("ended %d %s\n", rc, chanos_net_strerror(rc));
+    fflush(stdout);
+    chanos_conn_close(c);
+    chanos_domain_close(d);
+    return 0;
+}
+
+static volatile int stop;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    stop = 1;
+}
+
+/* export_serve is the export mode: a C server that takes connections from
+ * other machines. */
+static int export_serve(const char *dir, const char *name)
+{
+    struct chanos_join_opts jo = { .dir = dir, .program = "net-peer-export",
+                                   .net = chanos_net_binder() };
+    struct sigaction sa = { .sa_handler = on_signal };
+    chanos_domain *d = NULL;
+    chanos_listener *l = NULL;
+    sigset_t block, old;
+    int rc = chanos_join(&d, &jo);
+    if (rc != 0)
+        return fail("join", rc);
+    echo_add = 1;
+    rc = chanos_export_iface(d, name, &pingpong_interface, NULL, &l);
+    if (rc != 0) {
+        chanos_domain_close(d);
+        return fail("export", rc);
+    }
+    /* the signals wake serving only in its ppoll (chanos_serve_opts) */
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigemptyset(&block);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    printf("exported %s\n", name);
+    fflush(stdout);
+    struct chanos_serve_opts so = { .spin_ns = -1, .stop = &stop, .sigmask = &old };
+    rc = chanos_serve_export(d, l, pingpong_dispatch, &pingpong_ops, NULL, &so);
+    chanos_listener_close(l);
+    chanos_domain_close(d);
+    if (rc != 0)
+        return fail("serve", rc);
+    printf("stopped\n");
+    fflush(stdout);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "bind") == 0)
         return bind_echo(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+    if (argc == 4 && strcmp(argv[1], "bind-wait") == 0)
+        return bind_wait(argv[2], argv[3]);
+    if (argc == 4 && strcmp(argv[1], "export") == 0)
+        return export_serve(argv[2], argv[3]);
     if (argc < 2)
         goto usage;
     bool dial = strcmp(argv[1], "dial") == 0;

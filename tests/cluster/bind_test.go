@@ -432,12 +432,16 @@ func TestAuthOnlyAcrossMachines(t *testing.T) {
 	}
 }
 
-// TestCClientAcrossMachines: a C domain on machine 2, given libchanos_net's
-// dialer, binds a Go server's pingpong export on machine 1 through the
-// monitors and makes echo calls with the generated C stubs over net; the
-// export of a C domain, which accepts no net connections, is refused with
-// no route, and says why.
-func TestCClientAcrossMachines(t *testing.T) {
+// TestCAcrossMachines: C domains, given libchanos_net's binder, on both
+// sides of connections between machines. A C client on machine 2 binds a
+// Go server's pingpong export on machine 1 through the monitors and makes
+// echo calls with the generated C stubs over net; a C server on machine 1
+// (chanos_serve_export) takes a Go client's rpcs and messages and a C
+// client's calls from machine 2. Peer death reaches each side through the
+// monitors: the Go client of the C server killed with -9, and the C
+// client of a Go server killed with -9, both see "peer died", well within
+// the link's 10 s grace.
+func TestCAcrossMachines(t *testing.T) {
 	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-net-peer")), "tools", "chanos-net-peer")
 	w := newWorld(t, 3, 3)
 	for i := range 2 {
@@ -458,19 +462,62 @@ func TestCClientAcrossMachines(t *testing.T) {
 		t.Errorf("server: %q", l)
 	}
 
-	cserver := filepath.Join(testkit.CBuild(t, filepath.Join("examples", "pingpong_server")), "examples", "pingpong_server")
-	cmd := w.net.Machines[0].Command(cserver, "-name", "cpp")
-	cmd.Env = append(cmd.Environ(), "CHANOS_DIR="+w.dirs[0])
-	cs := testkit.Start(t, cmd)
-	if l := cs.Line(t); !strings.HasPrefix(l, "serving cpp") {
+	// A C server on machine 1: a Go client and a C client from machine 2.
+	cs := testkit.Start(t, w.net.Machines[0].Command(peer, "export", w.dirs[0], "cpp"))
+	if l := cs.Line(t); l != "exported cpp" {
 		t.Fatalf("C server: %q", l)
 	}
-	argv = testkit.Command("ppclient", w.dirs[1], "cpp", "100ms")
+	argv = testkit.Command("ppclient", w.dirs[1], "cpp", "300ms")
 	cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
-	if l := cl.Line(t); !strings.HasPrefix(l, "bind: no route: ") || !strings.Contains(l, "cannot take connections over the net interconnect") {
-		t.Fatalf("a Go client of a C server on another machine: %q, want no route", l)
+	if l := cl.Line(t); l != "connected via=net" {
+		t.Fatalf("a Go client of a C server on another machine: %q, want connected via=net", l)
+	}
+	var done string
+	for {
+		l := cl.Line(t)
+		if strings.HasPrefix(l, "done ") || strings.HasPrefix(l, "failed") {
+			done = l
+			break
+		}
+	}
+	if !strings.HasPrefix(done, "done rpcs=") {
+		t.Fatalf("a Go client of a C server on another machine: %q", done)
+	}
+	t.Logf("Go client on machine 2 of a C server on machine 1: %s", done)
+	cl.Wait(t)
+	out, err = w.net.Machines[1].Command(peer, "bind", w.dirs[1], "cpp", "500").CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "echo ok 500" {
+		t.Fatalf("C client on machine 2 of the C server on machine 1: %v: %s", err, out)
+	}
+
+	// The C server killed with -9: its Go client learns it from the monitors.
+	argv = testkit.Command("ppclient", w.dirs[1], "cpp", "hold")
+	cl = testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+	if l := cl.Line(t); l != "connected via=net" {
+		t.Fatalf("client: %q", l)
+	}
+	time.Sleep(100 * time.Millisecond)
+	killed := time.Now()
+	cs.Kill()
+	if l := cl.Line(t); !strings.HasPrefix(l, "ended peer died after ") {
+		t.Fatalf("Go client after its C server was killed: %q, want peer died", l)
 	} else {
-		t.Logf("client: %s", l)
+		t.Logf("Go client, its C server on another machine killed with -9: %s; %v after the kill", l, time.Since(killed).Round(time.Millisecond))
 	}
 	cl.Wait(t)
+
+	// A Go server killed with -9: its C client learns it from the monitors.
+	cw := testkit.Start(t, w.net.Machines[1].Command(peer, "bind-wait", w.dirs[1], "pp"))
+	if l := cw.Line(t); l != "bound" {
+		t.Fatalf("C client: %q", l)
+	}
+	srv.Line(t) // its peer line
+	killed = time.Now()
+	srv.Kill()
+	if l := cw.Line(t); !strings.HasPrefix(l, "ended -4204 ") {
+		t.Fatalf("C client after its Go server was killed: %q, want peer died (-4204)", l)
+	} else {
+		t.Logf("C client, its Go server on another machine killed with -9: %s; %v after the kill", l, time.Since(killed).Round(time.Millisecond))
+	}
+	cw.Wait(t)
 }

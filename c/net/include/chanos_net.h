@@ -119,6 +119,10 @@ struct chanos_net_tls {
                                                const char *server_name);
     bool (*admit)(void *arg, const char *server_name,
                   const uint8_t fp[CHANOS_NET_FP_SIZE]);
+    /* If set, called on the listener's thread once the handshake has
+     * taken what it needs of an identity identity_for returned: from then
+     * on it may be freed. */
+    void (*identity_done)(void *arg, const chanos_net_identity *id);
     void *arg;
 };
 
@@ -175,6 +179,12 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
 /* chanos_net_listener_port returns the listener's TCP port. */
 int chanos_net_listener_port(const chanos_net_listener *l);
 
+/* chanos_net_listener_fd returns a descriptor that polls readable while a
+ * new connection awaits chanos_net_accept, for programs that wait on
+ * several things at once. It belongs to the listener: do not read it or
+ * close it. */
+int chanos_net_listener_fd(const chanos_net_listener *l);
+
 /*
  * chanos_net_accept waits at most timeout_ms (-1: forever; 0: do not wait)
  * for the next new connection: 0 and *out (free it with chanos_net_close),
@@ -218,6 +228,12 @@ int chanos_net_try_send(chanos_net_link *c, const void *frame, size_t len);
  */
 int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
                     int timeout_ms);
+
+/* chanos_net_fd returns a descriptor that polls readable while
+ * chanos_net_recv would not wait (a frame, the peer's close or the link's
+ * end is there), for programs that wait on several things at once. It
+ * belongs to the link: do not read it or close it. */
+int chanos_net_fd(const chanos_net_link *c);
 
 /* chanos_net_err returns why the link ended, or 0 while it goes on. */
 int chanos_net_err(chanos_net_link *c);

@@ -130,6 +130,9 @@ chanos_net_link *net_link_accepted(const struct net_opts *o,
                                    const uint8_t fp[CHANOS_NET_FP_SIZE]);
 /* Hands link l the resume on t; reg->mu held. false: l does not take it
  * (ended, or another certificate): the caller rejects it as unknown. */
+/* net_link_end ends c with err, as the peer's monitor tells (peer_gone):
+ * what arrived before is still received first. */
+void net_link_end(chanos_net_link *c, int err);
 bool net_link_resume(chanos_net_link *l, struct tconn t, const struct hello *h,
                      const uint8_t fp[CHANOS_NET_FP_SIZE]);
 const uint8_t *net_link_id(const chanos_net_link *l);

@@ -96,6 +96,7 @@ struct chanos_net_link {
     bool has_fp;
     uint8_t peer_fp[CHANOS_NET_FP_SIZE];
     int wakefd;
+    int readyfd; /* readable while a receive would not wait */
     pthread_t thr;
     bool thr_started;
 
@@ -136,6 +137,15 @@ struct chanos_net_link {
     int64_t last_read, last_write;
 };
 
+/* ready makes readyfd readable: a receive would not wait. */
+static void ready(chanos_net_link *c)
+{
+    uint64_t one = 1;
+    if (write(c->readyfd, &one, sizeof one) < 0) {
+        /* the counter is full: it is readable anyway */
+    }
+}
+
 static void wake(chanos_net_link *c)
 {
     uint64_t one = 1;
@@ -154,6 +164,7 @@ static void end_locked(chanos_net_link *c, int err, bool now)
     c->end_now = now;
     pthread_cond_broadcast(&c->cv);
     wake(c);
+    ready(c);
 }
 
 static void end_link(chanos_net_link *c, int err, bool now)
@@ -343,8 +354,10 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
             err = CHANOS_ERR_PROTOCOL;
         }
     }
-    if (got)
+    if (got) {
         pthread_cond_broadcast(&c->cv);
+        ready(c);
+    }
     if (err)
         end_locked(c, err, true);
     pthread_mutex_unlock(&c->mu);
@@ -686,7 +699,12 @@ static chanos_net_link *link_new(const struct net_opts *o, bool dialer)
     c->t = TCONN_NONE;
     c->pend.t = TCONN_NONE;
     c->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (c->wakefd < 0) {
+    c->readyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (c->wakefd < 0 || c->readyfd < 0) {
+        if (c->wakefd >= 0)
+            close(c->wakefd);
+        if (c->readyfd >= 0)
+            close(c->readyfd);
         free(c);
         return NULL;
     }
@@ -713,6 +731,7 @@ static void link_free(chanos_net_link *c)
     free(c->server_name);
     SSL_CTX_free(c->cctx);
     close(c->wakefd);
+    close(c->readyfd);
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     OPENSSL_cleanse(c->id, sizeof c->id);
@@ -867,6 +886,11 @@ bool net_link_resume(chanos_net_link *c, struct tconn t, const struct hello *h,
     return true;
 }
 
+void net_link_end(chanos_net_link *c, int err)
+{
+    end_link(c, err, false);
+}
+
 const uint8_t *net_link_id(const chanos_net_link *c)
 {
     return c->id;
@@ -997,8 +1021,19 @@ int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
     *len = f.len;
     r = 0;
 out:
+    if (c->inbox.n == 0 && !c->end_err && !c->peer_closed) {
+        uint64_t n;
+        if (read(c->readyfd, &n, sizeof n) < 0) {
+            /* EAGAIN: it was not readable */
+        }
+    }
     pthread_mutex_unlock(&c->mu);
     return r;
+}
+
+int chanos_net_fd(const chanos_net_link *c)
+{
+    return c->readyfd;
 }
 
 int chanos_net_err(chanos_net_link *c)
@@ -1134,11 +1169,17 @@ static void op_close(void *link)
     chanos_net_close(link);
 }
 
+static int op_fd(void *link)
+{
+    return chanos_net_fd(link);
+}
+
 static const struct chanos_link_ops net_ops = {
     .send = op_send,
     .recv = op_recv,
     .peer_gone = op_peer_gone,
     .close = op_close,
+    .fd = op_fd,
 };
 
 int chanos_net_conn_new(chanos_net_link *c, chanos_conn **out)

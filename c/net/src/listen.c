@@ -24,6 +24,7 @@ struct chanos_net_listener {
     SSL_CTX *sctx;
     int fd;
     int wakefd;
+    int readyfd; /* readable while the queue is not empty */
     pthread_t thr;
     struct registry *reg;
     /* under reg->mu */
@@ -120,6 +121,10 @@ static void handle(chanos_net_listener *L, int fd)
     if (c) {
         L->queue[(L->qhead + L->qn++) % (size_t)L->o.backlog] = c;
         pthread_cond_broadcast(&L->cv);
+        uint64_t one = 1;
+        if (write(L->readyfd, &one, sizeof one) < 0) {
+            /* the counter is full: it is readable anyway */
+        }
     }
     pthread_mutex_unlock(&reg->mu);
     if (c)
@@ -199,7 +204,8 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
         r = -errno;
     L->queue = calloc((size_t)L->o.backlog, sizeof *L->queue);
     L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (r == 0 && (!L->queue || L->wakefd < 0))
+    L->readyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (r == 0 && (!L->queue || L->wakefd < 0 || L->readyfd < 0))
         r = -ENOMEM;
     if (r == 0 && L->o.tls) {
         L->tls = L->o.t;
@@ -218,6 +224,8 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
         SSL_CTX_free(L->sctx);
         if (L->wakefd >= 0)
             close(L->wakefd);
+        if (L->readyfd >= 0)
+            close(L->readyfd);
         close(fd);
         free(L->queue);
         pthread_cond_destroy(&L->cv);
@@ -327,8 +335,19 @@ int chanos_net_accept(chanos_net_listener *L, int timeout_ms,
         L->qhead = (L->qhead + 1) % (size_t)L->o.backlog;
         L->qn--;
     }
+    if (L->qn == 0) {
+        uint64_t n;
+        if (read(L->readyfd, &n, sizeof n) < 0) {
+            /* EAGAIN: it was not readable */
+        }
+    }
     pthread_mutex_unlock(&reg->mu);
     return r;
+}
+
+int chanos_net_listener_fd(const chanos_net_listener *L)
+{
+    return L->readyfd;
 }
 
 void chanos_net_listener_close(chanos_net_listener *L)
@@ -355,6 +374,7 @@ void chanos_net_listener_close(chanos_net_listener *L)
         chanos_net_close(q[(head + i) % (size_t)L->o.backlog]);
     close(L->fd);
     close(L->wakefd);
+    close(L->readyfd);
     SSL_CTX_free(L->sctx);
     free(L->queue);
     pthread_cond_destroy(&L->cv);

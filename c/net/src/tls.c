@@ -108,34 +108,6 @@ int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
     return 0;
 }
 
-/* binder_dial is chanos_net_binder's dial: the credential the monitor
- * made, the pinned server, its server name. */
-static int binder_dial(const struct chanos_net_bind *b, chanos_conn **out)
-{
-    chanos_net_identity *id = NULL;
-    chanos_net_link *link = NULL;
-
-    *out = NULL;
-    if (b->auth_only)
-        return CHANOS_ERR_MISMATCH; /* libchanos_net encrypts, always */
-    int rc = chanos_net_identity_from_der(b->cert, b->cert_len, b->key,
-                                          b->key_len, &id);
-    if (rc != 0)
-        return rc;
-    struct chanos_net_tls t = { .identity = id, .server_name = b->server_name };
-    memcpy(t.peer, b->peer, CHANOS_NET_FP_SIZE);
-    struct chanos_net_options o = { .max_frame = b->max_frame, .tls = &t };
-    rc = chanos_net_dial(b->addr, &o, &link);
-    chanos_net_identity_free(id); /* the link's TLS context keeps a copy */
-    if (rc != 0)
-        return rc;
-    return chanos_net_conn_new(link, out);
-}
-
-static const struct chanos_net_binder binder = { .dial = binder_dial };
-
-const struct chanos_net_binder *chanos_net_binder(void) { return &binder; }
-
 void chanos_net_identity_free(chanos_net_identity *id)
 {
     if (!id)
@@ -220,7 +192,11 @@ static int cert_cb(SSL *ssl, void *arg)
     const chanos_net_identity *id = t->identity_for(t->arg, name ? name : "");
     if (!id)
         return 0;
-    return SSL_use_cert_and_key(ssl, id->cert, id->key, NULL, 1) == 1;
+    /* SSL_use_cert_and_key takes references of its own */
+    int ok = SSL_use_cert_and_key(ssl, id->cert, id->key, NULL, 1) == 1;
+    if (t->identity_done)
+        t->identity_done(t->arg, id);
+    return ok;
 }
 
 SSL_CTX *net_tls_server_ctx(const struct chanos_net_tls *t)
