@@ -94,6 +94,13 @@ const struct chanos_net_binder *chanos_net_binder(void);
 void chanos_net_identity_fingerprint(const chanos_net_identity *id,
                                      uint8_t fp[CHANOS_NET_FP_SIZE]);
 
+/* chanos_net_identity_to_der writes id's certificate (DER) and private
+ * key (PKCS#8 DER), the forms chanos_net_identity_from_der takes, into
+ * buffers it allocates: free both with free(). The key is a secret. */
+int chanos_net_identity_to_der(const chanos_net_identity *id, uint8_t **cert,
+                               size_t *cert_len, uint8_t **key,
+                               size_t *key_len);
+
 /*
  * TLS: every TCP connection of a link is TLS 1.3 with two pinned
  * certificates (docs/net.md, "Security"). No certificate authority is

@@ -123,6 +123,45 @@ void chanos_net_identity_fingerprint(const chanos_net_identity *id,
     memcpy(fp, id->fp, CHANOS_NET_FP_SIZE);
 }
 
+int chanos_net_identity_to_der(const chanos_net_identity *id, uint8_t **cert,
+                               size_t *cert_len, uint8_t **key,
+                               size_t *key_len)
+{
+    if (!id || !cert || !cert_len || !key || !key_len)
+        return -EINVAL;
+    *cert = *key = NULL;
+    unsigned char *c = NULL, *k = NULL;
+    int cn = i2d_X509(id->cert, &c);
+    /* i2d_PrivateKey of an EC key writes the SEC 1 form: PKCS#8 is what
+     * chanos_net_identity_from_der (and Go) take */
+    PKCS8_PRIV_KEY_INFO *p8 = EVP_PKEY2PKCS8(id->key);
+    int kn = p8 ? i2d_PKCS8_PRIV_KEY_INFO(p8, &k) : -1;
+    PKCS8_PRIV_KEY_INFO_free(p8);
+    if (cn <= 0 || kn <= 0) {
+        OPENSSL_free(c);
+        OPENSSL_clear_free(k, kn > 0 ? (size_t)kn : 0);
+        ERR_clear_error();
+        return CHANOS_ERR_TLS;
+    }
+    *cert = malloc((size_t)cn);
+    *key = malloc((size_t)kn);
+    if (!*cert || !*key) {
+        free(*cert);
+        free(*key);
+        *cert = *key = NULL;
+        OPENSSL_free(c);
+        OPENSSL_clear_free(k, (size_t)kn);
+        return -ENOMEM;
+    }
+    memcpy(*cert, c, (size_t)cn);
+    memcpy(*key, k, (size_t)kn);
+    *cert_len = (size_t)cn;
+    *key_len = (size_t)kn;
+    OPENSSL_free(c);
+    OPENSSL_clear_free(k, (size_t)kn);
+    return 0;
+}
+
 /* What one handshake learns, hung on its SSL (app data). */
 struct hs_state {
     const uint8_t *pin; /* client: the server's pinned fingerprint */
