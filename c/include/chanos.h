@@ -1033,6 +1033,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_NOT_OWNER    (-4313) /* nameservice: another domain owns the name */
 #define CHANOS_ERR_MONITOR_FULL (-4314) /* join: the monitor has no free session */
 #define CHANOS_ERR_NO_ROUTE     (-4315) /* monitor: the export is on another machine */
+#define CHANOS_ERR_HANDED_OVER  (-4316) /* the listener's export was handed over */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -1354,9 +1355,37 @@ void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out);
 /*
  * chanos_listener_close withdraws the export (the name disappears), closes
  * the connections not yet accepted and frees l. NULL is allowed. Returns
- * the withdraw's result (0 as well when the session already ended).
+ * the withdraw's result (0 as well when the session already ended). A
+ * listener whose export was handed over withdraws nothing.
  */
 int chanos_listener_close(chanos_listener *l);
+
+/*
+ * Listeners as capabilities (docs/capabilities.md, "Listeners"), as L4
+ * passes an IPC gate. chanos_listener_hand_over gives l's export away and
+ * stores in *grant a one-time iref for the domain that is to serve it,
+ * which passes it to chanos_adopt; send it in any message, as an iref. Its
+ * token is not the export's: it lets its holder take the export over
+ * once, not bind it. From then on l accepts no more connections
+ * (chanos_accept returns those it held, then CHANOS_ERR_HANDED_OVER); new
+ * binds wait for the adopter, and connections already made go on.
+ * Unadopted within a minute (the monitor's hand-over TTL), the export is
+ * withdrawn. Free l with chanos_listener_close as usual.
+ */
+int chanos_listener_hand_over(chanos_listener *l, struct chanos_iref *grant);
+
+/*
+ * chanos_adopt takes over the export a hand-over grant names: this domain
+ * becomes its exporting domain and the owner of its name, and the listener
+ * returned in *out accepts its connections, binds that waited for it
+ * included. iface must be the export's interface, of the same
+ * fingerprint (else CHANOS_ERR_MISMATCH). A grant already used, or whose
+ * export was withdrawn, gives CHANOS_ERR_NOT_FOUND; a forged one
+ * CHANOS_ERR_DENIED. The listener's chanos_listener_ref is the export's
+ * iref, token and all. An export is adopted on its own machine.
+ */
+int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
+                 const struct chanos_interface *iface, chanos_listener **out);
 
 /*
  * chanos_connect binds to the export registered under name, which must be
@@ -1370,7 +1399,8 @@ int chanos_listener_close(chanos_listener *l);
  * did not appear in time), CHANOS_ERR_TIMEDOUT (the monitor did not
  * answer: stopped or wedged), CHANOS_ERR_MISMATCH, CHANOS_ERR_DENIED,
  * CHANOS_ERR_LIMIT, CHANOS_ERR_NO_ROUTE (the name is of an export on
- * another machine of the cluster: not reachable yet), ...
+ * another machine of the cluster, and this domain or the exporting one
+ * has no net binder, chanos_join_opts.net), ...
  */
 int chanos_connect(chanos_domain *d, const char *name, const char *iface,
                    uint32_t max_frame, int timeout_ms, chanos_conn **out);

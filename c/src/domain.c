@@ -117,7 +117,9 @@ struct chanos_listener {
     char *name;
     uint8_t *call; /* the export call, to make again on a rejoin */
     size_t call_len;
-    int err; /* the name could not be exported again: accept fails */
+    int err; /* the name could not be exported again, or was handed over:
+              * accept fails */
+    int handed; /* handed over: neither exported again nor withdrawn */
 };
 
 /* A frame received from the monitor, in d->rbuf. */
@@ -774,7 +776,11 @@ static int rejoin(struct chanos_domain *d)
     }
     for (struct chanos_listener *l = d->listeners; rc == 0 && l != NULL;
          l = l->next) {
-        int lrc = reexport(d, l);
+        int lrc;
+
+        if (l->handed)
+            continue;
+        lrc = reexport(d, l);
 
         if (d->err != 0)
             rc = d->err;
@@ -1179,6 +1185,40 @@ static int join_programs(const struct chanos_export_opts *o, char *buf,
     return (int)n;
 }
 
+/* new_listener makes the listener of name, keeping its export call to
+ * make again on a rejoin; not yet linked to a domain. */
+static int new_listener(const char *name, const struct monitor_export_call *call,
+                        struct chanos_listener **out)
+{
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct chanos_listener *l;
+    int rc;
+
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_export_call_encode(call, &b);
+    if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
+        return CHANOS_ERR_INVALID;
+    if (rc != 0)
+        return rc;
+    l = calloc(1, sizeof *l);
+    if (l == NULL)
+        return -ENOMEM;
+    l->name = strdup(name);
+    l->call = malloc(b.len);
+    if (l->name == NULL || l->call == NULL) {
+        free(l->name);
+        free(l->call);
+        free(l);
+        return -ENOMEM;
+    }
+    memcpy(l->call, b.data, b.len);
+    l->call_len = b.len;
+    l->max_frame = call->max_frame;
+    *out = l;
+    return 0;
+}
+
 static int export_fp(chanos_domain *d, const char *name, const char *iface,
                      uint32_t max_frame, uint64_t fingerprint,
                      const struct chanos_export_opts *opts,
@@ -1217,25 +1257,12 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
         memcpy(call.uids, opts->uids, opts->nuids * sizeof opts->uids[0]);
     call.programs.ptr = (const uint8_t *)programs;
     call.programs.len = (uint32_t)rc;
-    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
-    rc = monitor_export_call_encode(&call, &b);
-    if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
-        return CHANOS_ERR_INVALID;
+    rc = new_listener(name, &call, &l);
     if (rc != 0)
         return rc;
-    l = calloc(1, sizeof *l);
-    if (l == NULL)
-        return -ENOMEM;
-    l->name = strdup(name);
-    l->call = malloc(b.len);
-    if (l->name == NULL || l->call == NULL) {
-        free(l->name);
-        free(l->call);
-        free(l);
-        return -ENOMEM;
-    }
-    memcpy(l->call, b.data, b.len);
-    l->call_len = b.len;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    memcpy(cb, l->call, l->call_len);
+    b.len = l->call_len;
     rc = enter(d);
     if (rc != 0)
         goto fail;
@@ -1264,6 +1291,103 @@ fail:
     free(l->call);
     free(l->name);
     free(l);
+    return rc;
+}
+
+int chanos_listener_hand_over(chanos_listener *l, struct chanos_iref *grant)
+{
+    struct chanos_domain *d = l->d;
+    struct monitor_hand_over_call call = { l->ref.export_id };
+    struct monitor_hand_over_reply reply;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct mframe f;
+    int rc;
+
+    memset(grant, 0, sizeof *grant);
+    if (l->handed)
+        return CHANOS_ERR_HANDED_OVER;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_hand_over_call_encode(&call, &b);
+    if (rc != 0)
+        return rc;
+    rc = enter(d);
+    if (rc != 0)
+        return rc;
+    rc = mon_call(d, &b, MONITOR_MSG_HAND_OVER, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
+    if (rc == 0) {
+        rc = monitor_hand_over_reply_decode(&reply, d->rbuf, f.len, f.fds,
+                                            f.nfds);
+        close_fds(f.fds, f.nfds);
+        if (rc != 0)
+            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    }
+    if (rc == 0) {
+        *grant = reply.grant;
+        l->handed = 1;
+        l->err = CHANOS_ERR_HANDED_OVER;
+    }
+    leave(d);
+    return rc;
+}
+
+int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
+                 const struct chanos_interface *iface, chanos_listener **out)
+{
+    struct monitor_adopt_call call = { 0 };
+    struct monitor_adopt_reply reply;
+    struct monitor_export_call ex = { 0 };
+    char name[MONITOR_ADOPT_NAME_MAX + 1];
+    struct chanos_listener *l = NULL;
+    uint8_t cb[CALL_BUF];
+    struct chanos_buf b;
+    struct mframe f;
+    int rc;
+
+    *out = NULL;
+    if (grant == NULL || iface == NULL)
+        return -EINVAL;
+    call.grant = *grant;
+    call.iface = chanos_cstr(iface->name);
+    call.fingerprint = iface->fingerprint;
+    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+    rc = monitor_adopt_call_encode(&call, &b);
+    if (rc == CHANOS_ERR_BOUND || rc == CHANOS_ERR_NUL)
+        return CHANOS_ERR_INVALID;
+    if (rc != 0)
+        return rc;
+    rc = enter(d);
+    if (rc != 0)
+        return rc;
+    rc = mon_call(d, &b, MONITOR_MSG_ADOPT, d->call_timeout_ms,
+                  d->call_timeout_ms, &f);
+    if (rc == 0) {
+        rc = monitor_adopt_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
+        close_fds(f.fds, f.nfds);
+        if (rc != 0)
+            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    }
+    if (rc == 0) {
+        /* exported again under its name and policy if the monitor
+         * restarts; the allow-lists, which the monitor keeps, are not */
+        memcpy(name, reply.name.ptr, reply.name.len);
+        name[reply.name.len] = '\0';
+        ex.name = chanos_cstr(name);
+        ex.iface = chanos_cstr(iface->name);
+        ex.max_frame = reply.max_frame;
+        ex.fingerprint = iface->fingerprint;
+        ex.private_ = reply.private_;
+        rc = new_listener(name, &ex, &l);
+    }
+    if (rc == 0) {
+        l->d = d;
+        l->ref = reply.ref;
+        l->next = d->listeners;
+        d->listeners = l;
+        *out = l;
+    }
+    leave(d);
     return rc;
 }
 
@@ -1344,10 +1468,11 @@ int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out)
     if (rc != 0)
         return rc;
     for (;;) {
-        rc = l->err;
+        /* those it holds first, even once it has failed */
+        rc = take_incoming(l, out);
         if (rc != 0)
             break;
-        rc = take_incoming(l, out);
+        rc = l->err;
         if (rc != 0)
             break;
         rc = pump(d, deadline);
@@ -1362,6 +1487,7 @@ int chanos_listener_close(chanos_listener *l)
 {
     struct chanos_domain *d;
     struct monitor_withdraw_call call;
+    char anon[24];
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
     struct mframe f;
@@ -1373,10 +1499,12 @@ int chanos_listener_close(chanos_listener *l)
     rc = enter(d);
     if (rc != 0)
         return rc;
-    call.name = chanos_cstr(l->name);
+    /* an export without a name is withdrawn by "#ID" */
+    snprintf(anon, sizeof anon, "#%" PRIu64, l->ref.export_id);
+    call.name = chanos_cstr(l->name[0] != '\0' ? l->name : anon);
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     rc = monitor_withdraw_call_encode(&call, &b);
-    if (rc == 0 && d->err == 0) {
+    if (rc == 0 && d->err == 0 && !l->handed) {
         rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, d->call_timeout_ms,
                       d->call_timeout_ms, &f);
         if (rc == 0)

@@ -54,7 +54,10 @@ const char *chanos_strerror_more_(int err)
         return "nameservice: the name belongs to another domain";
     case CHANOS_ERR_NO_ROUTE:
         return "monitor: no route to the machine of the export (binding "
-               "across machines needs the net interconnect, not built yet)";
+               "across machines needs a net binder on both sides, "
+               "chanos_join_opts.net)";
+    case CHANOS_ERR_HANDED_OVER:
+        return "the export was handed over to another domain";
     case CHANOS_ERR_MONITOR_FULL:
         return "monitor full: every session is taken (the monitor's "
                "--max-domains cap)";

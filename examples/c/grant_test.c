@@ -17,6 +17,21 @@
  *                                then answers the echo calls of the
  *                                connections to NAME (v+1) until its stdin
  *                                closes
+ *   grant_test adopt INBOX       listeners as capabilities: exports grant
+ *                                under INBOX, takes one give message,
+ *                                adopts the export whose hand-over grant
+ *                                it carries (pingpong), prints "adopted
+ *                                WHAT as NAME", tries the grant again
+ *                                ("again: ..."), then answers the echo
+ *                                calls of the adopted export's
+ *                                connections (v+1) until stdin closes
+ *   grant_test handover INBOX NAME
+ *                                exports pingpong under NAME, hands it
+ *                                over, gives the grant to the grant
+ *                                service INBOX, prints "handed over
+ *                                NAME" and what its own accept then says
+ *                                ("accept: ..."), and waits for stdin to
+ *                                close
  *
  * The monitor directory comes from $CHANOS_DIR as usual. Exit status 0 on
  * success; on failure 1, with the reason on stderr.
@@ -70,14 +85,37 @@ static int echo(chanos_conn *c, uint64_t v, uint64_t *out)
     return 0;
 }
 
-static int inbox(chanos_domain *d, const char *name)
+/* receive_give takes one give message on the first connection to l. */
+static int receive_give(chanos_listener *l, char *what, struct chanos_iref *ref)
 {
     struct grant_give g;
+    chanos_conn *from;
+    struct chanos_frame f;
+    int rc;
+
+    if ((rc = chanos_accept(l, 20000, &from)) != 0)
+        return rc;
+    rc = chanos_conn_recv(from, 20000, &f);
+    if (rc == 0 && (f.kind != CHANOS_KIND_MESSAGE || f.hdr.msg != GRANT_MSG_GIVE))
+        rc = CHANOS_ERR_UNKNOWN_MESSAGE;
+    if (rc == 0)
+        rc = grant_give_decode(&g, f.data, f.len, NULL, 0);
+    if (rc == 0) {
+        /* the views point into the ring: copy them out */
+        memcpy(what, g.what.ptr, g.what.len);
+        what[g.what.len] = '\0';
+        *ref = g.ref;
+    }
+    chanos_conn_close(from);
+    return rc;
+}
+
+static int inbox(chanos_domain *d, const char *name)
+{
     struct chanos_iref ref, stripped;
     char what[GRANT_GIVE_WHAT_MAX + 1];
     chanos_listener *l;
-    chanos_conn *from, *c;
-    struct chanos_frame f;
+    chanos_conn *c;
     uint64_t v;
     int rc;
 
@@ -86,22 +124,8 @@ static int inbox(chanos_domain *d, const char *name)
         return fail("export the inbox", rc);
     printf("inbox %s\n", name);
     fflush(stdout);
-    if ((rc = chanos_accept(l, 20000, &from)) != 0)
-        return fail("accept", rc);
-    rc = chanos_conn_recv(from, 20000, &f);
-    if (rc == 0 && (f.kind != CHANOS_KIND_MESSAGE || f.hdr.msg != GRANT_MSG_GIVE))
-        rc = CHANOS_ERR_UNKNOWN_MESSAGE;
-    if (rc == 0)
-        rc = grant_give_decode(&g, f.data, f.len, NULL, 0);
-    if (rc != 0) {
-        chanos_conn_close(from);
+    if ((rc = receive_give(l, what, &ref)) != 0)
         return fail("receive give", rc);
-    }
-    /* the views point into the ring: copy them out */
-    memcpy(what, g.what.ptr, g.what.len);
-    what[g.what.len] = '\0';
-    ref = g.ref;
-    chanos_conn_close(from);
     printf("given %s\n", what);
 
     rc = chanos_connect(d, what, "pingpong", PINGPONG_MAX_FRAME_SIZE, CALL_MS, &c);
@@ -156,6 +180,25 @@ static void serve_echo(chanos_conn *c)
     }
 }
 
+/* serve_until_stdin answers the echo calls of l's connections until
+ * stdin closes (POLLHUP). */
+static int serve_until_stdin(chanos_listener *l)
+{
+    for (;;) {
+        chanos_conn *s;
+        int rc = chanos_accept(l, 50, &s);
+
+        if (rc == 0) {
+            serve_echo(s);
+            chanos_conn_close(s);
+        } else if (rc != CHANOS_ERR_TIMEDOUT) {
+            return fail("accept", rc);
+        }
+        if (stdin_closed())
+            return 0;
+    }
+}
+
 static int give(chanos_domain *d, const char *to, const char *name)
 {
     struct chanos_export_opts eo = { CHANOS_EXPORT_PRIVATE, NULL, 0, NULL, 0 };
@@ -184,20 +227,73 @@ static int give(chanos_domain *d, const char *to, const char *name)
     chanos_conn_close(c);
     printf("gave %s\n", name);
     fflush(stdout);
-    /* serve until stdin closes (POLLHUP) */
-    for (;;) {
-        chanos_conn *s;
+    rc = serve_until_stdin(l);
+    return chanos_listener_close(l) == 0 ? rc : 1;
+}
 
-        rc = chanos_accept(l, 50, &s);
-        if (rc == 0) {
-            serve_echo(s);
-            chanos_conn_close(s);
-        } else if (rc != CHANOS_ERR_TIMEDOUT) {
-            return fail("accept", rc);
-        }
-        if (stdin_closed())
-            break;
+static int adopt(chanos_domain *d, const char *name)
+{
+    char what[GRANT_GIVE_WHAT_MAX + 1];
+    struct chanos_iref ref;
+    chanos_listener *l, *adopted, *again;
+    int rc, status;
+
+    rc = chanos_export(d, name, "grant", GRANT_MAX_FRAME_SIZE, &l);
+    if (rc != 0)
+        return fail("export the inbox", rc);
+    printf("inbox %s\n", name);
+    fflush(stdout);
+    if ((rc = receive_give(l, what, &ref)) != 0)
+        return fail("receive give", rc);
+    chanos_listener_close(l);
+    rc = chanos_adopt(d, &ref, &pingpong_interface, &adopted);
+    if (rc != 0)
+        return fail("adopt", rc);
+    printf("adopted %s as %s\n", what, chanos_listener_name(adopted));
+    rc = chanos_adopt(d, &ref, &pingpong_interface, &again);
+    if (rc == 0)
+        chanos_listener_close(again);
+    printf("again: %s\n", rc == 0 ? "adopted" : chanos_strerror(rc));
+    fflush(stdout);
+    status = serve_until_stdin(adopted);
+    return chanos_listener_close(adopted) == 0 ? status : 1;
+}
+
+static int handover(chanos_domain *d, const char *to, const char *name)
+{
+    struct grant_give g;
+    struct chanos_iref grant;
+    chanos_listener *l;
+    chanos_conn *c;
+    struct chanos_buf b;
+    int rc;
+
+    rc = chanos_export_iface(d, name, &pingpong_interface, NULL, &l);
+    if (rc != 0)
+        return fail("export", rc);
+    rc = chanos_listener_hand_over(l, &grant);
+    if (rc != 0)
+        return fail("hand over", rc);
+    rc = chanos_connect(d, to, "grant", GRANT_MAX_FRAME_SIZE, CALL_MS, &c);
+    if (rc != 0)
+        return fail("connect to the inbox", rc);
+    g.what = chanos_cstr(name);
+    g.ref = grant;
+    chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
+    if ((rc = grant_give_encode(&g, &b)) != 0 ||
+        (rc = chanos_conn_send(c, b.data, b.len, CALL_MS)) != 0) {
+        chanos_conn_close(c);
+        return fail("give", rc);
     }
+    chanos_conn_close(c);
+    printf("handed over %s\n", name);
+    rc = chanos_accept(l, 0, &c);
+    if (rc == 0)
+        chanos_conn_close(c);
+    printf("accept: %s\n", rc == 0 ? "a connection" : chanos_strerror(rc));
+    fflush(stdout);
+    while (!stdin_closed())
+        (void)chanos_domain_poll(d, 50);
     return chanos_listener_close(l) == 0 ? 0 : 1;
 }
 
@@ -207,9 +303,14 @@ int main(int argc, char **argv)
     chanos_domain *d;
     int rc, status;
 
-    if (argc < 3 || (strcmp(argv[1], "inbox") != 0 &&
-                     (strcmp(argv[1], "give") != 0 || argc < 4))) {
-        fprintf(stderr, "usage: %s inbox NAME | give INBOX NAME\n", argv[0]);
+    if (argc < 3 ||
+        (strcmp(argv[1], "inbox") != 0 && strcmp(argv[1], "adopt") != 0 &&
+         ((strcmp(argv[1], "give") != 0 && strcmp(argv[1], "handover") != 0) ||
+          argc < 4))) {
+        fprintf(stderr,
+                "usage: %s inbox NAME | give INBOX NAME | adopt INBOX | "
+                "handover INBOX NAME\n",
+                argv[0]);
         return 2;
     }
     jo.program = "grant_test (C)";
@@ -218,6 +319,10 @@ int main(int argc, char **argv)
         return fail("join", rc);
     if (strcmp(argv[1], "inbox") == 0)
         status = inbox(d, argv[2]);
+    else if (strcmp(argv[1], "adopt") == 0)
+        status = adopt(d, argv[2]);
+    else if (strcmp(argv[1], "handover") == 0)
+        status = handover(d, argv[2], argv[3]);
     else
         status = give(d, argv[2], argv[3]);
     fflush(stdout);

@@ -257,3 +257,91 @@ func TestCCapabilityPassing(t *testing.T) {
 		t.FailNow()
 	}
 }
+
+// Listeners as capabilities between C and Go (docs/capabilities.md,
+// "Listeners"): a Go domain hands its export over and gives the grant to
+// a C domain in a message, which adopts it (once: the grant used again
+// is refused) and serves the Go clients that bind its name; a C domain
+// hands its export over and gives the grant to Go, which adopts it, while
+// the C listener accepts no more.
+func TestCHandOver(t *testing.T) {
+	prog := cProg(t, "grant_test")
+	dir := startMonitor(t)
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	d := join(t, dir)
+
+	// Go to C.
+	l, err := chanos.Export(ctx, d, "go.handed", pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	handed, err := l.HandOver(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	adopter := spawn(t, dir, prog, "adopt", "c.adopter")
+	if l := adopter.Line(t); l != "inbox c.adopter" {
+		t.Fatalf("grant_test printed %q", l)
+	}
+	to, err := grant.Connect(ctx, d, "c.adopter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer to.Close()
+	if err := to.Send(ctx, &grant.Give{What: "go.handed", Ref: handed}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"adopted go.handed as go.handed", "again: monitor: name not found"} {
+		if l := adopter.Line(t); !strings.HasPrefix(l, want) {
+			t.Fatalf("grant_test printed %q, want %q...", l, want)
+		}
+	}
+	c, err := pingpong.Connect(ctx, d, "go.handed")
+	echoes(t, "Go binds the export the C domain adopted", c, err, 42)
+	adopter.stdin.Close()
+	if !adopter.wait(t, 0) {
+		t.FailNow()
+	}
+
+	// C to Go.
+	inbox, err := grant.Export(ctx, d, "go.adopter")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inbox.Close()
+	giver := spawn(t, dir, prog, "handover", "go.adopter", "c.handed")
+	from, err := inbox.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	m, err := from.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := m.(*grant.Give)
+	if !ok || g.What != "c.handed" {
+		t.Fatalf("received %+v", m)
+	}
+	for _, want := range []string{"handed over c.handed", "accept: the export was handed over to another domain"} {
+		if l := giver.Line(t); l != want {
+			t.Fatalf("grant_test printed %q, want %q", l, want)
+		}
+	}
+	adopted, err := chanos.Adopt(ctx, d, g.Ref, pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer adopted.Close()
+	go adopted.Serve(ctx, func(ctx context.Context, c *chanos.Conn) error {
+		return pingpong.NewConn(c).Serve(ctx, plusOne{})
+	})
+	c, err = pingpong.Connect(ctx, d, "c.handed")
+	echoes(t, "Go binds the export it adopted from the C domain", c, err, 42)
+	giver.stdin.Close()
+	if !giver.wait(t, 0) {
+		t.FailNow()
+	}
+}
