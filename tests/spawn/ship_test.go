@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -121,5 +122,38 @@ func TestShip(t *testing.T) {
 	small := shipEnv(t, testkit.ShortDir(t), "--spawn-ship-max", "16")
 	if _, err := small.c.Ship(ctx, prog2); !errors.Is(err, spawnif.ErrExhausted) || !strings.Contains(err.Error(), "--spawn-ship-max") {
 		t.Fatalf("ship of %d bytes to a monitor with --spawn-ship-max 16: %v, want ErrExhausted naming the flag", len(body), err)
+	}
+}
+
+// TestShipFromC: examples/c/ship_test ships a program that lives in a
+// directory of the caller's through the C code chanosc generates for
+// spawn.if (SHA-256 by OpenSSL), runs it by its hash, and the second time
+// finds it cached and sends nothing; its hash is the Go library's.
+func TestShipFromC(t *testing.T) {
+	cprog := filepath.Join(testkit.CBuild(t, "examples/ship_test"), "examples/ship_test")
+	dir := testkit.ShortDir(t)
+	shipEnv(t, dir)
+	prog := filepath.Join(t.TempDir(), "cshipped")
+	b, err := os.ReadFile("/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hash, _, err := spawnif.HashFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, sent := range []string{"uploaded " + strconv.Itoa(len(b)), "cached"} {
+		cmd := exec.Command(cprog, prog, "from-c")
+		cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir,
+			"ASAN_OPTIONS=exitcode=23:abort_on_error=0:detect_leaks=1",
+			"UBSAN_OPTIONS=halt_on_error=1:exitcode=23:abort_on_error=0:print_stacktrace=1")
+		out, err := cmd.CombinedOutput()
+		want := strings.Join([]string{"sha256 " + hash, sent, "exit 0", "output from-c"}, "\n")
+		if err != nil || strings.TrimSpace(string(out)) != want {
+			t.Fatalf("ship_test, run %d: %v:\n%s\nwant\n%s", i+1, err, out, want)
+		}
 	}
 }
