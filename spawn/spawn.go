@@ -178,7 +178,7 @@ type Service struct {
 
 	mu      sync.Mutex
 	procs   map[uint64]*proc
-	stuck   []*progCgroup // program cgroups not yet empty when their program was reaped
+	stuck   []*progCgroup    // program cgroups not yet empty when their program was reaped
 	tokens  map[string]*proc // the running programs' unclaimed spawn tokens
 	nextID  uint64
 	running int
