@@ -3,11 +3,13 @@ package spawn
 // The cgroup layer of --limit (docs/spawn.md, "How a program is
 // started"): at its start the service finds which cgroups the machine
 // offers it, cgroup v2 with the memory and cpu controllers or cgroup v1
-// with writable memory and cpu hierarchies, and makes a parent cgroup of
-// its own under the monitor's cgroup in each hierarchy it uses. A program
-// with a memory or CPU-rate limit gets a cgroup of its own under that
-// parent, entered before the program's first instruction and removed once
-// the program has been reaped; the parent goes when the service closes.
+// with writable memory and cpu hierarchies, by making a parent cgroup of
+// its own under the monitor's cgroup in each hierarchy it uses, which it
+// then removes until a program needs it: a monitor that never limits a
+// program leaves nothing behind, even if it is killed. A program with a
+// memory or CPU-rate limit gets a cgroup of its own under that parent,
+// entered before the program's first instruction and removed once the
+// program has been reaped; the parent goes when the service closes.
 
 import (
 	"bufio"
@@ -21,6 +23,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -41,7 +44,14 @@ type cgroups struct {
 	// the memory and the cpu hierarchies (the same one in v2).
 	mem, cpu string
 	tag      string // ends every program cgroup's name: one service's apart from a leftover's
+
+	mu     sync.Mutex
+	made   bool // the parent cgroups are there
+	closed bool // close has run: no more program cgroups
 }
+
+// errCgroupsClosed: the service is closing, and makes no more cgroups.
+var errCgroupsClosed = errors.New("the spawn service is closing")
 
 // label names the mechanism: "cgroup v1", "cgroup v2" or "rlimit".
 func (c *cgroups) label() string {
@@ -80,18 +90,55 @@ func openCgroups(name string) *cgroups {
 	var whys []string
 	if dir, err := openV2(mounts, own, name); err == nil {
 		c.version, c.mem, c.cpu = 2, dir, dir
-		return c
 	} else {
 		whys = append(whys, err.Error())
+		if mem, cpu, err := openV1(mounts, own, name); err == nil {
+			c.version, c.mem, c.cpu = 1, mem, cpu
+		} else {
+			whys = append(whys, err.Error())
+		}
 	}
-	if mem, cpu, err := openV1(mounts, own, name); err == nil {
-		c.version, c.mem, c.cpu = 1, mem, cpu
+	if c.version == 0 {
+		c.why = strings.Join(whys, "; ")
 		return c
-	} else {
-		whys = append(whys, err.Error())
 	}
-	c.why = strings.Join(whys, "; ")
+	// Made to know they can be, and gone until a program needs them (one
+	// a crashed monitor's program still holds stays).
+	c.made = c.removeParents() != nil
 	return c
+}
+
+// ensureParents makes the parent cgroups, if they are not there.
+func (c *cgroups) ensureParents() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return errCgroupsClosed
+	}
+	if c.made {
+		return nil
+	}
+	for _, d := range []string{c.mem, c.cpu} {
+		if err := syscall.Mkdir(d, 0o755); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("make the cgroup %s: %w", d, err)
+		}
+	}
+	if c.version == 2 {
+		if err := enableControllers(c.mem); err != nil {
+			return err
+		}
+	}
+	c.made = true
+	return nil
+}
+
+// removeParents removes the parent cgroups, which must be empty by now.
+func (c *cgroups) removeParents() error {
+	err := removeParent(c.mem)
+	if c.cpu != c.mem {
+		err = errors.Join(err, removeParent(c.cpu))
+	}
+	return err
 }
 
 // readCgMounts reads the cgroup mounts of /proc/self/mountinfo.
@@ -322,21 +369,22 @@ func rmdirCgroup(dir string) error {
 	return err
 }
 
-// close removes the parent cgroups.
+// close removes the parent cgroups, and makes make refuse from now on.
 func (c *cgroups) close() error {
 	if c.version == 0 {
 		return nil
 	}
-	err := removeParent(c.mem)
-	if c.cpu != c.mem {
-		err = errors.Join(err, removeParent(c.cpu))
-	}
-	return err
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.closed = true
+	c.made = false
+	return c.removeParents()
 }
 
 // progCgroup is the cgroup of one program: a directory in each hierarchy
 // its limits need.
 type progCgroup struct {
+	c      *cgroups
 	dirs   []string
 	memDir string // the one with the memory controller, or ""
 }
@@ -344,8 +392,11 @@ type progCgroup struct {
 // make makes the cgroup of program id with a memory limit of mem bytes
 // and a CPU rate of rate thousandths of a CPU (0: none).
 func (c *cgroups) make(id uint64, mem uint64, rate uint32) (*progCgroup, error) {
+	if err := c.ensureParents(); err != nil {
+		return nil, err
+	}
 	leaf := strconv.FormatUint(id, 10) + "-" + c.tag
-	pc := &progCgroup{}
+	pc := &progCgroup{c: c}
 	add := func(parent string) (string, error) {
 		dir := filepath.Join(parent, leaf)
 		if slices.Contains(pc.dirs, dir) {
@@ -470,6 +521,13 @@ func (pc *progCgroup) remove() error {
 		}
 	}
 	pc.dirs = left
+	// A spawn that made its cgroup as the service closed: the parents
+	// could not go then, and can now.
+	pc.c.mu.Lock()
+	if pc.c.closed && len(left) == 0 {
+		pc.c.removeParents()
+	}
+	pc.c.mu.Unlock()
 	return errors.Join(errs...)
 }
 

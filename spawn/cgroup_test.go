@@ -184,7 +184,8 @@ func TestCgroupCPURate(t *testing.T) {
 // Close removes the service's parent cgroup, after the program cgroups
 // that processes a program left behind still held (those are killed); a
 // parent of the same name that a crashed monitor left is taken over, its
-// empty program cgroups removed.
+// empty program cgroups removed; the parent is there only once a program
+// has needed it.
 func TestCgroupCleanup(t *testing.T) {
 	name := fmt.Sprintf("chanos-test-%d-cleanup", os.Getpid())
 	left := openCgroups(name) // as a monitor that crashed leaves it
@@ -192,6 +193,9 @@ func TestCgroupCleanup(t *testing.T) {
 		requireCgroups(t, &Service{cg: left})
 	}
 	t.Cleanup(func() { left.close() }) // a no-op once the service's Close has removed it
+	if err := left.ensureParents(); err != nil {
+		t.Fatal(err)
+	}
 	stale := filepath.Join(left.mem, "3-deadbeef")
 	if err := os.Mkdir(stale, 0o755); err != nil {
 		t.Fatal(err)
@@ -212,6 +216,13 @@ func TestCgroupCleanup(t *testing.T) {
 		t.Fatalf("the service's parent cgroup %s, want the leftover %s", s.cg.mem, left.mem)
 	}
 	mustBeGone(t, "a crashed monitor's empty program cgroup", stale)
+	// The parent is made when a program needs it, and not before: a
+	// monitor that limits nothing leaves nothing, even when killed.
+	mustBeGone(t, "before any program with limits, the service's cgroup", s.cg.mem, s.cg.cpu)
+	if _, e := run(t, s, Request{Program: "/bin/true"}); e.Code != 0 {
+		t.Fatalf("/bin/true: %v", e)
+	}
+	mustBeGone(t, "after a program without limits, the service's cgroup", s.cg.mem, s.cg.cpu)
 
 	// A program that leaves a process of its own group behind, in its
 	// cgroup, and one still running at Close.
@@ -226,7 +237,7 @@ func TestCgroupCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dirs := append(progDirs(s, 1), progDirs(s, live.ID)...)
+	dirs := append(progDirs(s, 2), progDirs(s, live.ID)...)
 	for _, d := range dirs {
 		if _, err := os.Stat(d); err != nil {
 			t.Fatalf("a program cgroup that should still be there: %v", err)
