@@ -147,6 +147,11 @@ func readCgMounts() ([]cgMount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroups: %w", err)
 	}
+	return parseCgMounts(b), nil
+}
+
+// parseCgMounts parses the cgroup mounts of a mountinfo file.
+func parseCgMounts(b []byte) []cgMount {
 	var out []cgMount
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -163,7 +168,7 @@ func readCgMounts() ([]cgMount, error) {
 		out = append(out, cgMount{root: unescapeMount(f[3]), point: unescapeMount(f[4]), v2: typ == "cgroup2",
 			opts: strings.Split(f[sep+3], ",")})
 	}
-	return out, nil
+	return out
 }
 
 // unescapeMount undoes mountinfo's octal escapes (\040 for a space).
@@ -194,11 +199,16 @@ type ownCgroups struct {
 }
 
 func readOwnCgroups() (ownCgroups, error) {
-	own := ownCgroups{v1: map[string]string{}}
 	b, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
-		return own, fmt.Errorf("cgroups: %w", err)
+		return ownCgroups{}, fmt.Errorf("cgroups: %w", err)
 	}
+	return parseOwnCgroups(b), nil
+}
+
+// parseOwnCgroups parses a /proc/PID/cgroup file.
+func parseOwnCgroups(b []byte) ownCgroups {
+	own := ownCgroups{v1: map[string]string{}}
 	for line := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
 		parts := strings.SplitN(line, ":", 3)
 		if len(parts) != 3 {
@@ -212,7 +222,7 @@ func readOwnCgroups() (ownCgroups, error) {
 			own.v1[ctl] = parts[2]
 		}
 	}
-	return own, nil
+	return own
 }
 
 // ownDir is the directory of the cgroup path in mount m: the path is

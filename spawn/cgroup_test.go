@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -278,5 +279,56 @@ func TestCPURateWithoutCgroups(t *testing.T) {
 	}
 	if n := len(s.List()); n != 0 {
 		t.Fatalf("refused spawns left %d programs in list", n)
+	}
+}
+
+// The files that detection reads, as the three kinds of machine write
+// them: this one's (cgroup v1, an empty cgroup2 beside it), a pure
+// cgroup v2 one, and a container shown only its own cgroup.
+func TestParseCgroupFiles(t *testing.T) {
+	mounts := parseCgMounts([]byte(`31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+42 31 0:39 /docker/abc /mnt/my\040cgroup rw - cgroup2 cgroup2 rw,nsdelegate
+`))
+	if len(mounts) != 4 {
+		t.Fatalf("%d cgroup mounts, want 4: %+v", len(mounts), mounts)
+	}
+	if m := mounts[0]; m.v2 || m.point != "/sys/fs/cgroup/cpu,cpuacct" || !slices.Contains(m.opts, "cpu") || !slices.Contains(m.opts, "cpuacct") {
+		t.Errorf("the cpu,cpuacct hierarchy: %+v", m)
+	}
+	if m := mounts[1]; m.v2 || !slices.Contains(m.opts, "memory") {
+		t.Errorf("the memory hierarchy (with an optional field): %+v", m)
+	}
+	if m := mounts[3]; !m.v2 || m.root != "/docker/abc" || m.point != "/mnt/my cgroup" {
+		t.Errorf("the cgroup2 mount with an escaped space: %+v", m)
+	}
+
+	own := parseOwnCgroups([]byte("9:name=systemd:/\n4:memory:/process_api/9b3f\n1:cpu,cpuacct:/\n0::/\n"))
+	if own.v1["memory"] != "/process_api/9b3f" || own.v1["cpu"] != "/" || own.v1["cpuacct"] != "/" || !own.hasV2 || own.v2 != "/" {
+		t.Errorf("this machine's /proc/self/cgroup: %+v", own)
+	}
+	if own := parseOwnCgroups([]byte("0::/user.slice/user-1000.slice/session-2.scope\n")); !own.hasV2 || own.v2 != "/user.slice/user-1000.slice/session-2.scope" || len(own.v1) != 0 {
+		t.Errorf("a pure cgroup v2 machine's: %+v", own)
+	}
+
+	// The path of the process's cgroup under a mount of a cgroup above
+	// it, and, where the mount shows only a cgroup of its own (a
+	// container's), the mount's root.
+	point := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(point, "sub", "leaf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ root, path, want string }{
+		{"/", "/sub/leaf", filepath.Join(point, "sub", "leaf")},
+		{"/docker/abc", "/docker/abc/sub", filepath.Join(point, "sub")},
+		{"/docker/abc", "/docker/abcd", point},
+		{"/docker/abc", "/elsewhere", point},
+		{"/", "/missing", point},
+	} {
+		if got := ownDir(cgMount{root: c.root, point: point}, c.path); got != c.want {
+			t.Errorf("ownDir(root %s, path %s) = %s, want %s", c.root, c.path, got, c.want)
+		}
 	}
 }
