@@ -507,6 +507,9 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 			pr.Close()
 			pw.Close()
 			release()
+			if errors.Is(err, errCgroupsClosed) {
+				return api.Started{}, fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+			}
 			return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, err)
 		}
 	}
