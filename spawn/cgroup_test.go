@@ -1,6 +1,7 @@
 package spawn
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -330,5 +331,42 @@ func TestParseCgroupFiles(t *testing.T) {
 		if got := ownDir(cgMount{root: c.root, point: point}, c.path); got != c.want {
 			t.Errorf("ownDir(root %s, path %s) = %s, want %s", c.root, c.path, got, c.want)
 		}
+	}
+}
+
+// BenchmarkSpawnLimits is the cost of limits on a spawn: /bin/true from
+// the spawn to its reaping, with no limits (it starts directly), with
+// mem= as an rlimit (behind the gate), and with mem= and cpu-rate= in a
+// cgroup (behind the gate, and a cgroup made, entered and removed).
+func BenchmarkSpawnLimits(b *testing.B) {
+	for _, c := range []struct {
+		name      string
+		noCgroups bool
+		r         Request
+	}{
+		{"none", false, Request{Program: "/bin/true"}},
+		{"rlimit", true, Request{Program: "/bin/true", Mem: 256 << 20}},
+		{"cgroup", false, Request{Program: "/bin/true", Mem: 256 << 20, CPURate: 500}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s, err := New(Config{noCgroups: c.noCgroups, MaxKept: 1, Logger: slog.New(slog.DiscardHandler)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			if c.name == "cgroup" && s.cg.version == 0 {
+				b.Skipf("no cgroups: %s", s.cg.why)
+			}
+			ctx := context.Background()
+			for b.Loop() {
+				st, err := s.Spawn(c.r, Caller{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Wait(ctx, st.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
