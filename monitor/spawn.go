@@ -2,6 +2,8 @@ package monitor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,6 +107,12 @@ func (m *Monitor) startSpawnd() error {
 	}
 	if cfg.CacheDir == "" {
 		cfg.CacheDir = filepath.Join(m.dir, spawnCacheDir)
+	}
+	if cfg.CgroupName == "" {
+		// One name per monitor directory: monitors of other directories
+		// do not meet, and this one's next run finds what a crash left.
+		sum := sha256.Sum256([]byte(m.dir))
+		cfg.CgroupName = "chanos-" + hex.EncodeToString(sum[:6])
 	}
 	svc, err := spawn.New(cfg)
 	if err != nil {
@@ -302,14 +310,14 @@ func detail(err error) []byte {
 }
 
 // Spawn implements spawnif.Server.
-func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, name string) (uint64, int32, wire.Errval, []byte, error) {
+func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, cpuRate uint32, name string) (uint64, int32, wire.Errval, []byte, error) {
 	if !c.joined() {
 		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
 		return 0, 0, spawnif.CodeDenied, detail(err), nil
 	}
 	st, err := c.m.spawnd.svc.Spawn(spawn.Request{
 		Program: program, Args: spawnif.SplitList(args), Env: spawnif.SplitList(env),
-		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, Name: name,
+		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, CPURate: cpuRate, Name: name,
 	}, c.who)
 	if err != nil {
 		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
@@ -411,14 +419,14 @@ func (c *spawnConn) PutEnd(ctx context.Context, upload uint64) (wire.Errval, []b
 }
 
 // SpawnShipped implements spawnif.Server.
-func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, name string) (uint64, int32, wire.Errval, []byte, error) {
+func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, cpuRate uint32, name string) (uint64, int32, wire.Errval, []byte, error) {
 	if !c.joined() {
 		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
 		return 0, 0, spawnif.CodeDenied, detail(err), nil
 	}
 	st, err := c.m.spawnd.svc.SpawnShipped(hash, spawn.Request{
 		Program: program, Args: spawnif.SplitList(args), Env: spawnif.SplitList(env),
-		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, Name: name,
+		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, CPURate: cpuRate, Name: name,
 	}, c.who)
 	if err != nil {
 		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {

@@ -728,7 +728,7 @@ func (s *Service) SpawnShipped(hash string, r Request, who Caller) (api.Started,
 		log.Warn("spawn refused", "err", err)
 		return st, err
 	}
-	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU)
+	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU, "cpu_rate_milli", r.CPURate)
 	return st, nil
 }
 

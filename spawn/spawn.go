@@ -22,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -88,6 +89,16 @@ type Config struct {
 	MaxUploads          int
 	MaxUploadsPerDomain int
 	UploadIdle          time.Duration
+
+	// CgroupName names the service's parent cgroup, made under the
+	// monitor's own cgroup in each hierarchy that --limit uses (the
+	// monitor derives it from its directory, so that monitors of one
+	// machine do not meet); "" gives a name of this process's own.
+	CgroupName string
+
+	// noCgroups makes the service apply its limits as if the machine
+	// offered no cgroups (the tests of the rlimit fallback).
+	noCgroups bool
 }
 
 // WithDefaults returns c with each zero field set to its default.
@@ -160,12 +171,14 @@ type Service struct {
 	log   *slog.Logger
 	allow []string // Config.Allow, resolved
 	cache *cache   // nil without Config.CacheDir
+	cg    *cgroups // what the machine offers for --limit
 
 	starts chan *startReq // to the spawner thread
 	wg     sync.WaitGroup // the spawner, readers and reapers
 
 	mu      sync.Mutex
 	procs   map[uint64]*proc
+	stuck   []*progCgroup    // program cgroups not yet empty when their program was reaped
 	tokens  map[string]*proc // the running programs' unclaimed spawn tokens
 	nextID  uint64
 	running int
@@ -188,6 +201,7 @@ type proc struct {
 	exit    api.Exit
 	token   string        // its CHANOS_SPAWN_TOKEN, until claimed or ended
 	ended   chan struct{} // closed once exited
+	cg      *progCgroup   // its cgroup, or nil; removed once it is reaped
 }
 
 // New returns a service configured by cfg. Close ends it.
@@ -220,12 +234,30 @@ func New(cfg Config) (*Service, error) {
 		}
 		s.allow = append(s.allow, abs)
 	}
+	if cfg.noCgroups {
+		s.cg = &cgroups{why: "cgroups are turned off"}
+	} else {
+		name := cfg.CgroupName
+		if name == "" {
+			name = fmt.Sprintf("chanos-spawn-%d-%d", os.Getpid(), serviceSeq.Add(1))
+		}
+		s.cg = openCgroups(name)
+	}
+	if s.cg.version == 0 {
+		s.log.Info("spawn limits: rlimits (no cgroups)", "why", s.cg.why)
+	} else {
+		s.log.Info("spawn limits: "+s.cg.label(), "memory", s.cg.mem, "cpu", s.cg.cpu)
+	}
 	ready := make(chan struct{})
 	s.wg.Add(1)
 	go s.spawner(ready)
 	<-ready
 	return s, nil
 }
+
+// serviceSeq numbers the services of this process, for their default
+// cgroup names.
+var serviceSeq atomic.Uint64
 
 // Close refuses new spawns, sends SIGTERM to the running programs, and
 // SIGKILL to those still running after Config.Grace, and waits until
@@ -283,6 +315,35 @@ func (s *Service) Close() {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.removeCgroups()
+}
+
+// removeCgroups removes, once every program has been reaped, the
+// program cgroups that still held processes at their program's end (what
+// a program started and left running: they are killed now, as Close's
+// signals to the process groups would have, had they stayed in them),
+// then the service's parent cgroups.
+func (s *Service) removeCgroups() {
+	s.mu.Lock()
+	stuck := s.stuck
+	s.stuck = nil
+	s.mu.Unlock()
+	for _, pc := range stuck {
+		pc.killAll()
+		var err error
+		for try := 0; try < 50; try++ {
+			if err = pc.remove(); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			s.log.Warn("spawn: a program's cgroup stays", "err", err)
+		}
+	}
+	if err := s.cg.close(); err != nil {
+		s.log.Warn("spawn: the service's cgroup stays", "err", err)
+	}
 }
 
 // startReq is a start for the spawner thread.
@@ -345,7 +406,7 @@ func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
 		log.Warn("spawn refused", "err", err)
 		return st, err
 	}
-	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU)
+	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU, "cpu_rate_milli", r.CPURate)
 	return st, nil
 }
 
@@ -379,6 +440,27 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		if fi, err := os.Stat(r.Dir); err != nil || !fi.IsDir() {
 			return api.Started{}, fmt.Errorf("%w: directory %q: not a directory", api.ErrInvalid, r.Dir)
 		}
+	}
+	if r.CPURate > 0 {
+		if r.CPURate < MinCPURate {
+			return api.Started{}, fmt.Errorf("%w: CPU rate %d thousandths of a CPU: the least is %d", api.ErrInvalid, r.CPURate, MinCPURate)
+		}
+		if s.cg.version == 0 {
+			return api.Started{}, fmt.Errorf("%w: a CPU-rate limit needs cgroups, which this machine does not offer the monitor (%s)",
+				api.ErrUnavailable, s.cg.why)
+		}
+	}
+	// Memory and CPU rate go to a cgroup where there are cgroups; CPU
+	// seconds, and memory without cgroups, to rlimits.
+	useCgroup := s.cg.version != 0 && (r.Mem > 0 || r.CPURate > 0)
+	rlimMem := r.Mem
+	var limits []string
+	if useCgroup {
+		rlimMem = 0
+		limits = append(limits, s.cg.label())
+	}
+	if rlimMem > 0 || r.CPU > 0 {
+		limits = append(limits, "rlimit")
 	}
 
 	// The reservation: a running slot, of the monitor and of the domain,
@@ -419,6 +501,18 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		return api.Started{}, fmt.Errorf("%w: spawn token: %v", api.ErrFailed, err)
 	}
 	token := hex.EncodeToString(tok[:])
+	var pcg *progCgroup
+	if useCgroup {
+		if pcg, err = s.cg.make(id, r.Mem, r.CPURate); err != nil {
+			pr.Close()
+			pw.Close()
+			release()
+			if errors.Is(err, errCgroupsClosed) {
+				return api.Started{}, fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+			}
+			return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, err)
+		}
+	}
 	cmd := &exec.Cmd{
 		Path: path,
 		Args: append([]string{r.Program}, r.Args...),
@@ -437,16 +531,20 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		},
 	}
 	// With limits, the program starts behind a gate: /bin/sh waits for a
-	// line on descriptor 3, which comes once the limits are set on its
-	// process, and then becomes the program (exec keeps rlimits). os/exec
-	// cannot run code between fork and exec, so without the gate the
-	// program would run unlimited until prlimit(2) reached it.
+	// line on descriptor 3, which comes once its process is in the
+	// program's cgroup and has its rlimits, and then becomes the program
+	// (exec keeps both). os/exec cannot run code between fork and exec,
+	// so without the gate the program would run unlimited until
+	// prlimit(2) or the write to cgroup.procs reached it.
 	var gate *os.File
-	if r.Mem > 0 || r.CPU > 0 {
+	if len(limits) > 0 {
 		gr, gw, err := os.Pipe()
 		if err != nil {
 			pr.Close()
 			pw.Close()
+			if pcg != nil {
+				pcg.remove()
+			}
 			release()
 			return api.Started{}, fmt.Errorf("%w: limit gate: %v", api.ErrFailed, err)
 		}
@@ -480,6 +578,9 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		if gate != nil {
 			gate.Close()
 		}
+		if pcg != nil {
+			pcg.remove()
+		}
 		pr.Close()
 		release()
 		if errors.Is(err, api.ErrUnavailable) || errors.Is(err, api.ErrInvalid) {
@@ -490,7 +591,13 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 	pid := cmd.Process.Pid
 	if gate != nil {
 		// The limits, on the gate's process, before the program runs.
-		lerr := setLimits(pid, r.Mem, r.CPU)
+		var lerr error
+		if pcg != nil {
+			lerr = pcg.enter(pid)
+		}
+		if lerr == nil {
+			lerr = setLimits(pid, rlimMem, r.CPU)
+		}
 		if lerr == nil {
 			_, lerr = gate.Write([]byte("\n"))
 		}
@@ -498,6 +605,9 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		if lerr != nil {
 			cmd.Process.Kill()
 			cmd.Wait()
+			if pcg != nil {
+				pcg.remove()
+			}
 			pr.Close()
 			release()
 			return api.Started{}, fmt.Errorf("%w: limits: %v", api.ErrFailed, lerr)
@@ -507,7 +617,9 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		info: api.Proc{
 			ID: id, PID: pid, Name: r.Name, Program: path, Args: r.Args, State: "running",
 			StartedBy: who, Started: time.Now(), CPUs: r.CPUs, MemLimit: r.Mem, CPULimit: r.CPU,
+			CPURate: float64(r.CPURate) / 1000, Limits: strings.Join(limits, ", "),
 		},
+		cg:      pcg,
 		cmd:     cmd,
 		pipe:    pr,
 		out:     newRing(s.cfg.LogBytes),
@@ -563,7 +675,8 @@ func (s *Service) resolve(program string) (string, error) {
 	return "", fmt.Errorf("%w: %s (%s) is outside the allowed directories %v", api.ErrDenied, program, real, s.cfg.Allow)
 }
 
-// setLimits applies the rlimits of a request to pid.
+// setLimits applies rlimits to pid: RLIMIT_AS of mem bytes, RLIMIT_CPU
+// of cpu seconds (0: none).
 func setLimits(pid int, mem, cpu uint64) error {
 	if mem > 0 {
 		if err := prlimit(pid, syscall.RLIMIT_AS, &syscall.Rlimit{Cur: mem, Max: mem}); err != nil {
@@ -628,7 +741,20 @@ func (s *Service) reap(p *proc) {
 	if err != nil && st == nil {
 		s.log.Warn("spawn: wait", "id", p.info.ID, "err", err)
 	}
+	var oom bool
+	if p.cg != nil {
+		// Read before the cgroup goes. A cgroup that still holds what the
+		// program started stays until Close.
+		oom = p.cg.oomKills() > 0
+		if cerr := p.cg.remove(); cerr != nil {
+			s.log.Info("spawn: the program's cgroup is not empty at its end; it goes when the service closes", "id", p.info.ID, "err", cerr)
+			s.mu.Lock()
+			s.stuck = append(s.stuck, p.cg)
+			s.mu.Unlock()
+		}
+	}
 	s.mu.Lock()
+	p.info.OOMKilled = oom
 	p.exited, p.exit = true, exit
 	if p.token != "" {
 		delete(s.tokens, p.token)

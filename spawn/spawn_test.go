@@ -122,13 +122,18 @@ func TestOutputBounded(t *testing.T) {
 	}
 }
 
+// Without cgroups (turned off here, as on a machine that offers none) a
+// memory limit is RLIMIT_AS; CPU seconds are RLIMIT_CPU either way.
 func TestCPUsAndLimits(t *testing.T) {
-	s := newService(t, Config{})
+	s := newService(t, Config{noCgroups: true})
 	out, _ := run(t, s, Request{Program: "/bin/sh", Args: []string{"-c", "grep Cpus_allowed_list /proc/self/status; ulimit -v; ulimit -t"},
 		CPUs: "0", Mem: 256 << 20, CPU: 7})
 	want := "Cpus_allowed_list:\t0\n262144\n7\n"
 	if out != want {
 		t.Fatalf("output %q, want %q", out, want)
+	}
+	if p := s.List()[0]; p.Limits != "rlimit" || p.MemLimit != 256<<20 || p.CPULimit != 7 {
+		t.Fatalf("list: limits %q, mem_limit %d, cpu_limit %d; want rlimit, %d, 7", p.Limits, p.MemLimit, p.CPULimit, 256<<20)
 	}
 	// The spawner thread is back on every CPU: the next program is not
 	// pinned.

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,7 +23,8 @@ import (
 )
 
 const spawnUsage = `usage: chanos spawn [--on MACHINE|any] [--ship] [--name NAME] [--env K=V]... [--dir DIR]
-                    [--cpus LIST] [--limit mem=SIZE,cpu=SECONDS] [--wait] [--json]
+                    [--cpus LIST] [--limit mem=SIZE,cpu=SECONDS,cpu-rate=CORES]
+                    [--wait] [--json]
                     -- PROGRAM ARGS...
 
 Starts PROGRAM through the spawn service of this user's monitor
@@ -41,8 +43,16 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
   --dir DIR     its working directory (default: the monitor's); it and a
                 PROGRAM with a / are taken relative to this directory
   --cpus LIST   pin it to these CPUs (0-2,5)
-  --limit L     mem=SIZE (address space, K/M/G suffixes) and cpu=SECONDS
-                (CPU time), comma-separated; rlimits
+  --limit L     comma-separated limits, each optional:
+                  mem=SIZE       memory (K/M/G suffixes): the program's
+                                 cgroup's limit where the machine offers
+                                 cgroups (over it, the kernel kills the
+                                 program with SIGKILL), else an
+                                 address-space rlimit
+                  cpu=SECONDS    CPU time: an rlimit (SIGXCPU, then SIGKILL)
+                  cpu-rate=CORES CPU bandwidth, such as 0.5 or 1.5 CPUs:
+                                 the cgroup's quota; refused (unavailable)
+                                 where the machine offers no cgroups
   --wait        wait for its end and print how it ended
   --monitor-dir DIR  the monitor's directory (default: as chanos ps)
 
@@ -53,7 +63,9 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
 const waitUsage = `usage: chanos wait [--on MACHINE] [--timeout D] [--json] [--dir DIR] ID
 
 Waits until the spawned program ID has ended and prints its exit status or
-the signal that ended it. --json prints {"id", "exit_code", "signal"}.
+the signal that ended it, and "(out of memory...)" when the kernel killed
+it over its --limit mem= in its cgroup. --json prints {"id", "exit_code",
+"signal"}, and "oom_killed": true for the latter.
 --on names the machine it was spawned on (default this one).
 `
 
@@ -286,30 +298,45 @@ func machineLabel(m chanos.MachineInfo) string {
 	return m.Name + " (" + m.ID + ")"
 }
 
-// parseLimit parses --limit's mem=SIZE,cpu=SECONDS.
-func parseLimit(v string) (mem, cpu uint64, err error) {
+// limits is what --limit asks for.
+type limits struct {
+	mem  uint64 // bytes
+	cpu  uint64 // CPU seconds
+	rate uint32 // thousandths of a CPU
+}
+
+// parseLimit parses --limit's mem=SIZE,cpu=SECONDS,cpu-rate=CORES.
+func parseLimit(v string) (limits, error) {
+	var l limits
 	for part := range strings.SplitSeq(v, ",") {
 		k, val, ok := strings.Cut(part, "=")
 		switch {
 		case !ok:
-			return 0, 0, fmt.Errorf("--limit %q: want mem=SIZE,cpu=SECONDS", v)
+			return limits{}, fmt.Errorf("--limit %q: want mem=SIZE,cpu=SECONDS,cpu-rate=CORES", v)
 		case k == "mem":
 			n, err := parseSize(val)
 			if err != nil {
-				return 0, 0, fmt.Errorf("--limit mem: %w", err)
+				return limits{}, fmt.Errorf("--limit mem: %w", err)
 			}
-			mem = uint64(n)
+			l.mem = uint64(n)
 		case k == "cpu":
 			d, err := strconv.ParseUint(strings.TrimSuffix(val, "s"), 10, 64)
 			if err != nil || d == 0 {
-				return 0, 0, fmt.Errorf("--limit cpu=%q: want a positive number of seconds", val)
+				return limits{}, fmt.Errorf("--limit cpu=%q: want a positive number of seconds", val)
 			}
-			cpu = d
+			l.cpu = d
+		case k == "cpu-rate":
+			f, err := strconv.ParseFloat(val, 64)
+			milli := math.Round(f * 1000)
+			if err != nil || milli < spawn.MinCPURate || milli > math.MaxUint32 {
+				return limits{}, fmt.Errorf("--limit cpu-rate=%q: want a number of CPUs, at least %g (0.5 for half of one)", val, float64(spawn.MinCPURate)/1000)
+			}
+			l.rate = uint32(milli)
 		default:
-			return 0, 0, fmt.Errorf("--limit %q: unknown limit %q (mem, cpu)", v, k)
+			return limits{}, fmt.Errorf("--limit %q: unknown limit %q (mem, cpu, cpu-rate)", v, k)
 		}
 	}
-	return mem, cpu, nil
+	return l, nil
 }
 
 // parseID parses a spawn id argument.
@@ -354,10 +381,10 @@ func runSpawn(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	var mem, cpu uint64
+	var lim limits
 	if *limit != "" {
 		var err error
-		if mem, cpu, err = parseLimit(*limit); err != nil {
+		if lim, err = parseLimit(*limit); err != nil {
 			return usagef("spawn", "%v", err)
 		}
 	}
@@ -388,7 +415,7 @@ func runSpawn(ctx context.Context, args []string) error {
 		}
 	}
 	req := spawnif.Request{
-		Program: program, Args: fs.Args()[1:], Env: env, Dir: wd, CPUs: *cpus, Mem: mem, CPU: cpu, Name: *name,
+		Program: program, Args: fs.Args()[1:], Env: env, Dir: wd, CPUs: *cpus, Mem: lim.mem, CPU: lim.cpu, CPURate: lim.rate, Name: *name,
 	}
 	out := map[string]any{"machine": machine}
 	if *ship {
@@ -429,8 +456,12 @@ func runSpawn(ctx context.Context, args []string) error {
 			return err
 		}
 		out["exit_code"], out["signal"] = e.Code, int(e.Signal)
+		oom := oomKilled(ctx, c, st.ID, e)
+		if oom {
+			out["oom_killed"] = true
+		}
 		if !*asJSON {
-			fmt.Println(e)
+			fmt.Println(exitLine(e, oom))
 		}
 	}
 	if *asJSON {
@@ -473,11 +504,45 @@ func runWait(ctx context.Context, args []string) error {
 		}
 		return err
 	}
+	oom := oomKilled(ctx, c, id, e)
 	if *asJSON {
-		return writeJSON(os.Stdout, map[string]any{"id": id, "exit_code": e.Code, "signal": int(e.Signal)})
+		out := map[string]any{"id": id, "exit_code": e.Code, "signal": int(e.Signal)}
+		if oom {
+			out["oom_killed"] = true
+		}
+		return writeJSON(os.Stdout, out)
 	}
-	_, err = fmt.Println(e)
+	_, err = fmt.Println(exitLine(e, oom))
 	return err
+}
+
+// oomKilled reports whether the kernel's OOM killer ended program id, over
+// its cgroup's memory limit: a SIGKILL that list marks so. wait's reply
+// does not say it; list, asked once, does while the program is kept.
+func oomKilled(ctx context.Context, c *spawnif.Conn, id uint64, e spawnif.Exit) bool {
+	if e.Signal != syscall.SIGKILL {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, cliTimeout)
+	defer cancel()
+	procs, err := c.Procs(ctx)
+	if err != nil {
+		return false
+	}
+	for _, p := range procs {
+		if p.ID == id {
+			return p.OOMKilled
+		}
+	}
+	return false
+}
+
+// exitLine says how a program ended, as wait prints it.
+func exitLine(e spawnif.Exit, oom bool) string {
+	if oom {
+		return e.String() + " (out of memory: over its memory limit)"
+	}
+	return e.String()
 }
 
 // parseSignal parses a signal name (TERM, SIGTERM) or number.
@@ -595,6 +660,9 @@ func printSpawned(w io.Writer, procs []spawnif.Proc, names map[string]string) er
 			state = fmt.Sprintf("exited %d", p.ExitCode)
 		case "signalled":
 			state = "signal " + syscall.Signal(p.Signal).String()
+		}
+		if p.OOMKilled {
+			state += " (out of memory)"
 		}
 		dom := "-"
 		if p.Domain != 0 {

@@ -44,7 +44,7 @@ const (
 	CodeExhausted   wire.Errval = 4 // a quota is reached
 	CodeTimeout     wire.Errval = 5 // the call's deadline passed first
 	CodeFailed      wire.Errval = 6 // the program could not be started
-	CodeUnavailable wire.Errval = 7 // the monitor is shutting down
+	CodeUnavailable wire.Errval = 7 // the monitor is shutting down, or a limit the machine does not offer
 )
 
 // Errors of the spawn service, matched with errors.Is against what the
@@ -132,9 +132,14 @@ type Request struct {
 	Env     []string // "K=V", added to the monitor's environment
 	Dir     string   // working directory; "" for the monitor's
 	CPUs    string   // CPU list to pin it to ("0-2,5"); "" for none
-	Mem     uint64   // address-space limit in bytes; 0 for none
-	CPU     uint64   // CPU-time limit in seconds; 0 for none
-	Name    string   // a label for list
+	// Mem is the memory limit in bytes (0 for none): a cgroup's where the
+	// machine offers cgroups, else an address-space rlimit.
+	Mem uint64
+	CPU uint64 // CPU-time limit in seconds (an rlimit); 0 for none
+	// CPURate is the CPU bandwidth limit in thousandths of a CPU (1500: one
+	// and a half), 0 for none; it needs cgroups (ErrUnavailable without).
+	CPURate uint32
+	Name    string // a label for list
 	// Hash, when set, names the program by the SHA-256 (lowercase hex) of
 	// a file shipped into the target's cache (Ship): the cached file runs,
 	// and Program is only its argv[0] and label.
@@ -188,9 +193,9 @@ func (c *Client) Start(ctx context.Context, r Request) (Started, error) {
 		detail []byte
 	)
 	if r.Hash != "" {
-		id, pid, code, detail, err = c.SpawnShipped(ctx, r.Hash, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+		id, pid, code, detail, err = c.SpawnShipped(ctx, r.Hash, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.CPURate, r.Name)
 	} else {
-		id, pid, code, detail, err = c.Spawn(ctx, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.Name)
+		id, pid, code, detail, err = c.Spawn(ctx, r.Program, args, env, r.Dir, r.CPUs, r.Mem, r.CPU, r.CPURate, r.Name)
 	}
 	if err != nil {
 		return Started{}, fmt.Errorf("spawn %s: %w", r.Program, err)
@@ -286,6 +291,15 @@ type Proc struct {
 	CPUs       string `json:"cpus,omitempty"`
 	MemLimit   uint64 `json:"mem_limit,omitempty"`
 	CPULimit   uint64 `json:"cpu_limit,omitempty"`
+	// CPURate is the CPU bandwidth limit in CPUs (0.5: half of one).
+	CPURate float64 `json:"cpu_rate,omitempty"`
+	// Limits says how the limits were applied, for a program with any:
+	// "cgroup v1" or "cgroup v2" (memory and CPU rate), "rlimit" (memory
+	// without cgroups, CPU seconds always), or two of them joined by ", ".
+	Limits string `json:"limits,omitempty"`
+	// OOMKilled: the kernel's OOM killer killed a process of its cgroup
+	// (the program over its memory limit, or a child of it).
+	OOMKilled bool `json:"oom_killed,omitempty"`
 }
 
 // Caller is who asked for a spawn: the asking domain, as its monitor

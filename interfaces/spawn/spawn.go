@@ -28,7 +28,7 @@ const MaxFrameSize = 65573
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x243421e1f904c658
+const Fingerprint uint64 = 0xb25c85069f61c0eb
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -89,6 +89,7 @@ type Msg interface {
 //		in String cpus[256],
 //		in uint64 mem_limit,
 //		in uint64 cpu_limit,
+//		in uint32 cpu_rate_milli,
 //		in String name[256],
 //		out uint64 id,
 //		out int32 pid,
@@ -109,6 +110,8 @@ type SpawnCall struct {
 	MemLimit uint64
 	// CPULimit is the in argument cpu_limit (uint64).
 	CPULimit uint64
+	// CPURateMilli is the in argument cpu_rate_milli (uint32).
+	CPURateMilli uint32
 	// Name is the in argument name: at most MaxSpawnNameLen bytes, without NUL.
 	Name string
 }
@@ -119,7 +122,7 @@ func (*SpawnCall) MsgName() string    { return "spawn.spawn" }
 func (*SpawnCall) isMsg()             {}
 func (m *SpawnCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "spawn.spawn call", MsgSpawn, wire.KindCall, 40)
+	e.Begin(buf, "spawn.spawn call", MsgSpawn, wire.KindCall, 44)
 	e.String("program", m.Program, MaxSpawnProgramLen)
 	e.Bytes("args", m.Args, MaxSpawnArgsLen)
 	e.Bytes("env", m.Env, MaxSpawnEnvLen)
@@ -127,6 +130,7 @@ func (m *SpawnCall) Encode(buf *wire.Buffer) error {
 	e.String("cpus", m.Cpus, MaxSpawnCpusLen)
 	e.Uint64(m.MemLimit)
 	e.Uint64(m.CPULimit)
+	e.Uint32(m.CPURateMilli)
 	e.String("name", m.Name, MaxSpawnNameLen)
 	return e.Finish()
 }
@@ -142,6 +146,7 @@ func (m *SpawnCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Cpus = d.String("cpus", MaxSpawnCpusLen)
 	m.MemLimit = d.Uint64("mem_limit")
 	m.CPULimit = d.Uint64("cpu_limit")
+	m.CPURateMilli = d.Uint32("cpu_rate_milli")
 	m.Name = d.String("name", MaxSpawnNameLen)
 	if err := d.Finish(); err != nil {
 		*m = SpawnCall{}
@@ -160,6 +165,7 @@ func (m *SpawnCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String cpus[256],
 //		in uint64 mem_limit,
 //		in uint64 cpu_limit,
+//		in uint32 cpu_rate_milli,
 //		in String name[256],
 //		out uint64 id,
 //		out int32 pid,
@@ -925,6 +931,7 @@ func (m *PutEndReply) decode(frame []byte, caps []wire.Cap, take wire.Take) erro
 //		in String cpus[256],
 //		in uint64 mem_limit,
 //		in uint64 cpu_limit,
+//		in uint32 cpu_rate_milli,
 //		in String name[256],
 //		out uint64 id,
 //		out int32 pid,
@@ -947,6 +954,8 @@ type SpawnShippedCall struct {
 	MemLimit uint64
 	// CPULimit is the in argument cpu_limit (uint64).
 	CPULimit uint64
+	// CPURateMilli is the in argument cpu_rate_milli (uint32).
+	CPURateMilli uint32
 	// Name is the in argument name: at most MaxSpawnShippedNameLen bytes, without NUL.
 	Name string
 }
@@ -957,7 +966,7 @@ func (*SpawnShippedCall) MsgName() string    { return "spawn.spawn_shipped" }
 func (*SpawnShippedCall) isMsg()             {}
 func (m *SpawnShippedCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
-	e.Begin(buf, "spawn.spawn_shipped call", MsgSpawnShipped, wire.KindCall, 44)
+	e.Begin(buf, "spawn.spawn_shipped call", MsgSpawnShipped, wire.KindCall, 48)
 	e.String("hash", m.Hash, MaxSpawnShippedHashLen)
 	e.String("program", m.Program, MaxSpawnShippedProgramLen)
 	e.Bytes("args", m.Args, MaxSpawnShippedArgsLen)
@@ -966,6 +975,7 @@ func (m *SpawnShippedCall) Encode(buf *wire.Buffer) error {
 	e.String("cpus", m.Cpus, MaxSpawnShippedCpusLen)
 	e.Uint64(m.MemLimit)
 	e.Uint64(m.CPULimit)
+	e.Uint32(m.CPURateMilli)
 	e.String("name", m.Name, MaxSpawnShippedNameLen)
 	return e.Finish()
 }
@@ -982,6 +992,7 @@ func (m *SpawnShippedCall) Decode(frame []byte, caps []wire.Cap) error {
 	m.Cpus = d.String("cpus", MaxSpawnShippedCpusLen)
 	m.MemLimit = d.Uint64("mem_limit")
 	m.CPULimit = d.Uint64("cpu_limit")
+	m.CPURateMilli = d.Uint32("cpu_rate_milli")
 	m.Name = d.String("name", MaxSpawnShippedNameLen)
 	if err := d.Finish(); err != nil {
 		*m = SpawnShippedCall{}
@@ -1002,6 +1013,7 @@ func (m *SpawnShippedCall) Decode(frame []byte, caps []wire.Cap) error {
 //		in String cpus[256],
 //		in uint64 mem_limit,
 //		in uint64 cpu_limit,
+//		in uint32 cpu_rate_milli,
 //		in String name[256],
 //		out uint64 id,
 //		out int32 pid,
@@ -1189,9 +1201,9 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 
 // Spawn calls the rpc spawn and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-func (c *Client) Spawn(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+func (c *Client) Spawn(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
 	var r SpawnReply
-	err = c.c.CallEncoded(ctx, "spawn.spawn", MsgSpawn, (&SpawnCall{Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.Decode)
+	err = c.c.CallEncoded(ctx, "spawn.spawn", MsgSpawn, (&SpawnCall{Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, CPURateMilli: cpuRateMilli, Name: name}).Encode, r.Decode)
 	return r.ID, r.PID, r.Err, r.Detail, err
 }
 
@@ -1199,9 +1211,9 @@ func (c *Client) Spawn(ctx context.Context, program string, args []byte, env []b
 // copied into a new slice: a caller that passes the last result back as
 // dst[:0] allocates nothing once dst has grown. On error it returns dst
 // as it was.
-func (c *Client) SpawnAppend(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string, dst []byte) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+func (c *Client) SpawnAppend(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string, dst []byte) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
 	r := SpawnReply{Detail: dst}
-	err = c.c.CallEncoded(ctx, "spawn.spawn", MsgSpawn, (&SpawnCall{Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.decodeAppend)
+	err = c.c.CallEncoded(ctx, "spawn.spawn", MsgSpawn, (&SpawnCall{Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, CPURateMilli: cpuRateMilli, Name: name}).Encode, r.decodeAppend)
 	if err != nil {
 		return id, pid, err_, dst, err
 	}
@@ -1310,9 +1322,9 @@ func (c *Client) PutEndAppend(ctx context.Context, upload uint64, dst []byte) (e
 
 // SpawnShipped calls the rpc spawn_shipped and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-func (c *Client) SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+func (c *Client) SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
 	var r SpawnShippedReply
-	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.Decode)
+	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, CPURateMilli: cpuRateMilli, Name: name}).Encode, r.Decode)
 	return r.ID, r.PID, r.Err, r.Detail, err
 }
 
@@ -1320,9 +1332,9 @@ func (c *Client) SpawnShipped(ctx context.Context, hash string, program string, 
 // copied into a new slice: a caller that passes the last result back as
 // dst[:0] allocates nothing once dst has grown. On error it returns dst
 // as it was.
-func (c *Client) SpawnShippedAppend(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string, dst []byte) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
+func (c *Client) SpawnShippedAppend(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string, dst []byte) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error) {
 	r := SpawnShippedReply{Detail: dst}
-	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, Name: name}).Encode, r.decodeAppend)
+	err = c.c.CallEncoded(ctx, "spawn.spawn_shipped", MsgSpawnShipped, (&SpawnShippedCall{Hash: hash, Program: program, Args: args, Env: env, Dir: dir, Cpus: cpus, MemLimit: memLimit, CPULimit: cpuLimit, CPURateMilli: cpuRateMilli, Name: name}).Encode, r.decodeAppend)
 	if err != nil {
 		return id, pid, err_, dst, err
 	}
@@ -1335,7 +1347,7 @@ func (c *Client) SpawnShippedAppend(ctx context.Context, hash string, program st
 // when the interface grows.
 type Server interface {
 	// Spawn handles the rpc spawn.
-	Spawn(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
+	Spawn(ctx context.Context, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
 	// Wait handles the rpc wait.
 	Wait(ctx context.Context, id uint64) (exitCode int32, signal int32, err_ wire.Errval, err error)
 	// Kill handles the rpc kill.
@@ -1356,7 +1368,7 @@ type Server interface {
 	// PutEnd handles the rpc put_end.
 	PutEnd(ctx context.Context, upload uint64) (err_ wire.Errval, detail []byte, err error)
 	// SpawnShipped handles the rpc spawn_shipped.
-	SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
+	SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -1374,7 +1386,7 @@ type UnimplementedServer struct{}
 func unsupported(name string) error { return genrt.Unsupported(InterfaceName, name) }
 
 // Spawn fails with errors.ErrUnsupported.
-func (UnimplementedServer) Spawn(context.Context, string, []byte, []byte, string, string, uint64, uint64, string) (uint64, int32, wire.Errval, []byte, error) {
+func (UnimplementedServer) Spawn(context.Context, string, []byte, []byte, string, string, uint64, uint64, uint32, string) (uint64, int32, wire.Errval, []byte, error) {
 	return 0, 0, 0, nil, unsupported("spawn")
 }
 
@@ -1417,7 +1429,7 @@ func (UnimplementedServer) PutEnd(context.Context, uint64) (wire.Errval, []byte,
 }
 
 // SpawnShipped fails with errors.ErrUnsupported.
-func (UnimplementedServer) SpawnShipped(context.Context, string, string, []byte, []byte, string, string, uint64, uint64, string) (uint64, int32, wire.Errval, []byte, error) {
+func (UnimplementedServer) SpawnShipped(context.Context, string, string, []byte, []byte, string, string, uint64, uint64, uint32, string) (uint64, int32, wire.Errval, []byte, error) {
 	return 0, 0, 0, nil, unsupported("spawn_shipped")
 }
 
@@ -1483,7 +1495,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		if err := genrt.Take(in, &m, m.Decode); err != nil {
 			return nil, from.c.Violation(err)
 		}
-		id, pid, err_, detail, err := srv.Spawn(ctx, m.Program, m.Args, m.Env, m.Dir, m.Cpus, m.MemLimit, m.CPULimit, m.Name)
+		id, pid, err_, detail, err := srv.Spawn(ctx, m.Program, m.Args, m.Env, m.Dir, m.Cpus, m.MemLimit, m.CPULimit, m.CPURateMilli, m.Name)
 		if err != nil {
 			return nil, err
 		}
@@ -1612,7 +1624,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		if err := genrt.Take(in, &m, m.Decode); err != nil {
 			return nil, from.c.Violation(err)
 		}
-		id, pid, err_, detail, err := srv.SpawnShipped(ctx, m.Hash, m.Program, m.Args, m.Env, m.Dir, m.Cpus, m.MemLimit, m.CPULimit, m.Name)
+		id, pid, err_, detail, err := srv.SpawnShipped(ctx, m.Hash, m.Program, m.Args, m.Env, m.Dir, m.Cpus, m.MemLimit, m.CPULimit, m.CPURateMilli, m.Name)
 		if err != nil {
 			return nil, err
 		}
