@@ -7,8 +7,10 @@ import (
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interconnect"
 	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
 )
 
 // benchEcho measures the echo rpc's round trip over a net connection on
@@ -66,6 +68,50 @@ func tlsPair(authOnly bool) (so, co *cnet.Options) {
 	cli, _ := cnet.NewIdentity()
 	return &cnet.Options{TLS: &cnet.TLS{Identity: srv, AuthOnly: authOnly, Admit: func(_ string, fp [32]byte) bool { return fp == cli.Fingerprint }}},
 		&cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, AuthOnly: authOnly}}
+}
+
+// BenchmarkRTTLink is the round trip of the link alone, without the rpc
+// engine: a frame sent and the peer's frame received, the peer answering
+// each with SendFrame in its receiving goroutine. Beside BenchmarkRTTNetPlain
+// it tells what is the link's and what the engine's.
+func BenchmarkRTTLink(b *testing.B) {
+	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	L := cnet.Listen(ln, nil)
+	defer L.Close()
+	ctx := context.Background()
+	cl, err := cnet.Dial(ctx, ln.Addr().String(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer sl.Close()
+	frame := make([]byte, wire.HeaderSize+8)
+	wire.PutHeader(frame, wire.Header{Size: uint32(len(frame)), Msg: 1})
+	go func() {
+		var in interconnect.Incoming
+		for {
+			if sl.Receive(ctx, &in) != nil || sl.SendFrame(ctx, frame, nil) != nil {
+				return
+			}
+		}
+	}()
+	var in interconnect.Incoming
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := cl.SendFrame(ctx, frame, nil); err != nil {
+			b.Fatal(err)
+		}
+		if err := cl.Receive(ctx, &in); err != nil {
+			b.Fatal(err)
+		}
+	}
 }
 
 func BenchmarkRTTRawTCP(b *testing.B) {
