@@ -28,7 +28,6 @@ import (
 	"github.com/chanos/chanos/examples/driver/gokbd"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit/files"
-	"github.com/chanos/chanos/wire"
 )
 
 // CapsPeerCommand is the hidden `chanos bench` name under which the chanos
@@ -748,7 +747,7 @@ type filesServer struct {
 	ctx context.Context // the peer's, for the connections hand opens
 }
 
-func (filesServer) Dup(ctx context.Context, fd wire.Cap) (wire.Cap, error) { return fd, nil }
+func (filesServer) Dup(ctx context.Context, fd *os.File) (*os.File, error) { return fd, nil }
 
 func (s filesServer) Hand(ctx context.Context, from *files.Client, m files.Hand) error {
 	raw, err := chanos.OpenEndpoint(m.Endpoint, pingpong.Interface)

@@ -24,7 +24,8 @@ import (
 // only one, as its end of file is how the sender learns that the receiver
 // went away (docs/capabilities.md, "Channel endpoints").
 type Endpoint struct {
-	f *os.File
+	f      *os.File
+	remote *remoteEndpoint // one that came from another machine: f is nil
 }
 
 // ErrEndpoint is matched by OpenEndpoint's errors: the capability is not
@@ -62,11 +63,40 @@ func endpointInterface(label []byte) (Interface, error) {
 
 // Close drops the Endpoint unopened; the other side's Conn sees its peer
 // gone.
-func (e *Endpoint) Close() error { return e.f.Close() }
+func (e *Endpoint) Close() error {
+	if e.remote != nil {
+		return e.remote.Close()
+	}
+	return e.f.Close()
+}
 
 // SyscallConn gives the Endpoint's descriptor to the message that carries
-// it.
-func (e *Endpoint) SyscallConn() (syscall.RawConn, error) { return e.f.SyscallConn() }
+// it. One that came from another machine has none: it can be sent on to
+// another machine, or opened.
+func (e *Endpoint) SyscallConn() (syscall.RawConn, error) {
+	if e.remote != nil {
+		return nil, fmt.Errorf("%w: an endpoint from another machine has no descriptor to pass on this machine", ErrCapsUnsupported)
+	}
+	return e.f.SyscallConn()
+}
+
+// EndpointFromCap is the conversion of a `give_away_cap(endpoint)`
+// (docs/idl.md): the Endpoint a capability received in a message is, to
+// open with OpenEndpoint. Its interface is checked when it is opened. A
+// capability that cannot be an endpoint is closed and refused
+// (ErrEndpoint).
+func EndpointFromCap(c wire.Cap) (*Endpoint, error) {
+	switch v := c.(type) {
+	case *Endpoint:
+		return v, nil
+	case *os.File:
+		return &Endpoint{f: v}, nil
+	case *remoteEndpoint:
+		return &Endpoint{remote: v}, nil
+	}
+	c.Close()
+	return nil, fmt.Errorf("%w: a %T", ErrEndpoint, c)
+}
 
 // OpenEndpoint opens the Endpoint a capability received in a message
 // carries (another domain's NewEndpoint), taking it over, and returns the
@@ -79,7 +109,10 @@ func OpenEndpoint(c wire.Cap, iface Interface) (*Conn, error) {
 	switch v := c.(type) {
 	case *remoteEndpoint: // from another machine: bind what re-binds it
 		return v.open(iface)
-	case *Endpoint: // within one process, the value itself
+	case *Endpoint: // within one process, the value itself; or typed
+		if v.remote != nil {
+			return v.remote.open(iface)
+		}
 		f = v.f
 	case *os.File:
 		f = v

@@ -410,7 +410,13 @@ func (e *Event) Close() error {
 // Dup returns a copy of the Event: the same object, behind a descriptor
 // of its own, which the copy's Close closes (a cap sent within one
 // process travels as such a copy).
-func (e *Event) Dup() (wire.Cap, error) {
+func (e *Event) Dup() (wire.Cap, error) { return e.Copy() }
+
+// Copy returns another Event of the same object, on a descriptor of its
+// own: signalling either wakes the waiters of both. Each is closed on its
+// own; a give_away_cap(event) argument takes a copy when the caller keeps
+// its Event.
+func (e *Event) Copy() (*Event, error) {
 	fd, err := wire.DupFD(e.f)
 	if err != nil {
 		return nil, fmt.Errorf("chanos: copy %s: %w", e, err)

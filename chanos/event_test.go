@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -158,20 +159,25 @@ func TestEventAdapters(t *testing.T) {
 type capServer struct{ files.UnimplementedServer }
 
 func (capServer) Ring(ctx context.Context, from *files.Client, m files.Ring) error {
-	ev, err := chanos.EventFromCap(m.Event)
-	if err != nil {
-		return err
-	}
-	defer ev.Close()
-	return ev.Add(m.Times)
+	defer m.Event.Close()
+	return m.Event.Add(m.Times)
 }
 
-func (capServer) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
-	if _, err := chanos.EventFromCap(fd); !errors.Is(err, chanos.ErrNotEvent) {
-		return 0, errors.New("a file taken for an event")
-	}
-	return 0, nil
+// fileRing is the ring message with a file where its event goes, as a
+// peer that does not follow the interface may send it.
+type fileRing struct{ f *os.File }
+
+func (fileRing) MsgNumber() uint16  { return files.MsgRing }
+func (fileRing) MsgKind() wire.Kind { return wire.KindMessage }
+func (fileRing) MsgName() string    { return "files.ring" }
+func (r fileRing) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "files.ring", files.MsgRing, wire.KindMessage, 12)
+	e.Cap("event", r.f)
+	e.Uint64(1)
+	return e.Finish()
 }
+func (fileRing) Decode([]byte, []wire.Cap) error { return errors.New("not for decoding") }
 
 // An Event travels in a message, over each interconnect: the receiver
 // signals the sender's object. A file is refused as an event.
@@ -200,14 +206,30 @@ func TestEventInMessages(t *testing.T) {
 			if n, err := ev.Wait(ctx); err != nil || n != 7 {
 				t.Fatalf("Wait = %d, %v; want 7", n, err)
 			}
-			f, err := os.Open(os.DevNull)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			if _, err := c.Stat(ctx, f); err != nil {
-				t.Fatal(err)
-			}
 		})
+	}
+}
+
+// A file where a cap(event) goes fails decoding with ErrCap, and the
+// generated code closes what it refused.
+func TestEventRefusesAFile(t *testing.T) {
+	f, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b wire.Buffer
+	if err := (fileRing{f}).Encode(&b); err != nil {
+		t.Fatal(err)
+	}
+	var m files.Ring
+	err = m.Decode(b.B, b.Caps)
+	if !errors.Is(err, wire.ErrCap) || !strings.Contains(err.Error(), "not an event") {
+		t.Fatalf("Decode of a ring carrying a file: %v; want ErrCap, not an event", err)
+	}
+	if m.Event != nil {
+		t.Error("the event of a refused ring is set")
+	}
+	if _, err := f.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Errorf("the refused file: %v, want it closed", err)
 	}
 }

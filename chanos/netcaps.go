@@ -124,6 +124,10 @@ func (d *Domain) refsFor(ctx context.Context, caps []wire.Cap) (refs []wire.Cap,
 	for i, c := range caps {
 		switch v := c.(type) {
 		case *Endpoint:
+			if v.remote != nil {
+				refs[i] = &cnet.RefCap{Ref: v.remote.ref}
+				continue
+			}
 			e, err := d.exportEndpoint(ctx, v)
 			if err != nil {
 				undo()

@@ -192,6 +192,41 @@ func (b Builtin) WireSize() int {
 // IsCap reports whether b is cap or give_away_cap.
 func (b Builtin) IsCap() bool { return b == Cap || b == GiveAwayCap }
 
+// CapKind is what a capability carries, when its type says so:
+// `cap(file)`, `give_away_cap(event)`, `give_away_cap(endpoint)`. The wire
+// is the same for every kind (a descriptor beside the frame); back ends
+// give each kind a type of its own, and the receiver's decoding checks
+// that what came is of that kind. CapAny, a plain `cap`, is any
+// descriptor, as in Flounder.
+type CapKind int
+
+// The capability kinds.
+const (
+	CapAny      CapKind = iota
+	CapFile             // any file descriptor, as a file (Go *os.File)
+	CapEvent            // an Event: an eventfd or timerfd (Go *chanos.Event)
+	CapEndpoint         // an end of a fresh connection (Go *chanos.Endpoint)
+)
+
+var capKindNames = [...]string{CapAny: "", CapFile: "file", CapEvent: "event", CapEndpoint: "endpoint"}
+
+func (k CapKind) String() string {
+	if k >= 0 && int(k) < len(capKindNames) {
+		return capKindNames[k]
+	}
+	return fmt.Sprintf("CapKind(%d)", int(k))
+}
+
+// LookupCapKind returns the kind spelled name, and false if there is none.
+func LookupCapKind(name string) (CapKind, bool) {
+	for k, n := range capKindNames {
+		if k != int(CapAny) && n == name {
+			return CapKind(k), true
+		}
+	}
+	return CapAny, false
+}
+
 // IrefWireSize is the encoded size of an iref: machine id (8 bytes),
 // export id (8 bytes) and token (16 bytes).
 const IrefWireSize = 32
@@ -204,6 +239,27 @@ type TypeRef struct {
 	Builtin Builtin
 	// Decl is the declaration Name refers to; nil for builtins.
 	Decl *TypeDecl
+	// KindName is the kind written after cap or give_away_cap
+	// (`cap(file)`), "" for none; CapKind is what the checker resolved it
+	// to.
+	KindName string
+	CapKind  CapKind
+}
+
+// Cap follows aliases and plain typedefs of t to a builtin, and returns
+// the capability kind written there: CapAny for a cap without one, or for
+// a type that is no cap.
+func (t *TypeRef) Cap() CapKind {
+	for ref := t; ; {
+		if ref.Decl == nil {
+			return ref.CapKind
+		}
+		if d := ref.Decl; d.Kind == DeclAlias || d.Kind == DeclTypedef {
+			ref = d.Elem
+			continue
+		}
+		return CapAny
+	}
 }
 
 // Underlying follows aliases and plain typedefs until it reaches a builtin,

@@ -225,7 +225,11 @@ func (c *checker) resolve(t *TypeRef) bool {
 	}
 	if b, ok := LookupBuiltin(t.Name); ok {
 		t.Builtin = b
-		return true
+		return c.capKind(t)
+	}
+	if t.KindName != "" {
+		c.errs.errorf(t.Pos, "%s takes no kind in parentheses: only cap and give_away_cap do (%s)", t.Name, kindList())
+		return false
 	}
 	if d, ok := c.types[t.Name]; ok {
 		t.Decl = d
@@ -331,6 +335,28 @@ func declRefs(d *TypeDecl) []*TypeRef {
 	}
 	return nil
 }
+
+// capKind resolves the kind written after a builtin (`cap(file)`); false
+// if it is unknown or the builtin takes none (reported).
+func (c *checker) capKind(t *TypeRef) bool {
+	if t.KindName == "" {
+		return true
+	}
+	if !t.Builtin.IsCap() {
+		c.errs.errorf(t.Pos, "%s takes no kind in parentheses: only cap and give_away_cap do (%s)", t.Name, kindList())
+		return false
+	}
+	k, ok := LookupCapKind(t.KindName)
+	if !ok {
+		c.errs.errorf(t.Pos, "unknown capability kind %q: the kinds are %s", t.KindName, kindList())
+		return false
+	}
+	t.CapKind = k
+	return true
+}
+
+// kindList names the capability kinds, for errors.
+func kindList() string { return "file, event, endpoint" }
 
 // resolved reports whether t and everything it is built from resolved.
 func resolved(t *TypeRef) bool {

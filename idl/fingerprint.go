@@ -62,6 +62,10 @@ func (iface *Interface) Canonical() string {
 func canonicalType(b *strings.Builder, t *TypeRef) {
 	if t.Decl == nil {
 		b.WriteString(t.Builtin.String())
+		if t.CapKind != CapAny {
+			// A kind changes what the receiver accepts, not the wire.
+			fmt.Fprintf(b, "(%s)", t.CapKind)
+		}
 		return
 	}
 	d := t.Decl

@@ -241,7 +241,18 @@ func (p *parser) typeRef() (*TypeRef, bool) {
 	if !ok {
 		return nil, false
 	}
-	return &TypeRef{Pos: pos, Name: name}, true
+	t := &TypeRef{Pos: pos, Name: name}
+	if p.isPunct("(") {
+		// `cap(KIND)`: the checker says whether the type takes a kind.
+		p.next()
+		if t.KindName, _, ok = p.ident("capability kind"); !ok {
+			return nil, false
+		}
+		if !p.expectPunct(")", "to close the capability kind") {
+			return nil, false
+		}
+	}
+	return t, true
 }
 
 func (p *parser) structBody() *TypeDecl {

@@ -176,6 +176,10 @@ func TestErrors(t *testing.T) {
 		{"type too big", "interface t { typedef uint64 a[4294967295]; };", "type a takes 34359738360 bytes on the wire"},
 		{"nested too big", "interface t { typedef uint64 a[4294967295]; typedef a b[4294967295]; };", "an unbounded number of bytes"},
 		{"too many caps", "interface t { message m(cap c[n, 256]); };", "can carry 256 capabilities"},
+		{"unknown cap kind", "interface t { message m(cap(socket) c); };", `t.if:1:25: unknown capability kind "socket": the kinds are file, event, endpoint`},
+		{"kind on a non cap", "interface t { message m(uint8(file) c); };", "t.if:1:25: uint8 takes no kind in parentheses: only cap and give_away_cap do"},
+		{"kind on a declared type", "interface t { typedef uint8 x; message m(x(file) c); };", "x takes no kind in parentheses"},
+		{"unclosed kind", "interface t { message m(cap(file c); };", `to close the capability kind`},
 		{"dup annotation key", "interface t { @a(k=1, k=2) message m(); };", "duplicate key k in annotation @a"},
 		{"annotation without message", "interface t { @a(k=1) };", "expected message or rpc after the annotation"},
 		{"bad escape", `interface t "\q" { };`, `unknown escape \q`},
@@ -184,6 +188,39 @@ func TestErrors(t *testing.T) {
 			_, err := compile(t, "t.if", tc.src)
 			wantErr(t, err, tc.want)
 		})
+	}
+}
+
+// TestCapKinds: cap and give_away_cap take a kind, through aliases too;
+// the kind is part of the fingerprint, a plain cap's fingerprint is as it
+// was.
+func TestCapKinds(t *testing.T) {
+	iface, err := compile(t, "t.if", `interface t {
+		alias fd give_away_cap(file);
+		message m(fd f, cap(event) e, give_away_cap(endpoint) p, cap c, cap(file) fs[n, 4]);
+	};`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []CapKind{CapFile, CapEvent, CapEndpoint, CapAny, CapFile}
+	for i, a := range iface.Messages[0].Args {
+		if got := a.Type.Cap(); got != want[i] {
+			t.Errorf("argument %s: kind %v, want %v", a.Name, got, want[i])
+		}
+	}
+	typed, err := compile(t, "t.if", "interface t { message m(cap(file) c); };")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := compile(t, "t.if", "interface t { message m(cap c); };")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if typed.Fingerprint() == plain.Fingerprint() {
+		t.Error("cap(file) and cap have the same fingerprint")
+	}
+	if !strings.Contains(plain.Canonical(), "\targ c cap\n") || !strings.Contains(typed.Canonical(), "\targ c cap(file)\n") {
+		t.Errorf("canonical forms:\n%s\n%s", plain.Canonical(), typed.Canonical())
 	}
 }
 

@@ -131,9 +131,17 @@ static int on_echo(void *ctx, chanos_conn *c,
     return 0;
 }
 
+static int on_pass(void *ctx, chanos_conn *c, const struct files_pass *m)
+{
+    (void)ctx;
+    (void)c;
+    close(m->any);
+    return 0;
+}
+
 static const struct files_server_ops ops = {
     .share = on_share, .stat = on_stat, .dup = on_dup, .ring = on_ring,
-    .hand = on_hand,
+    .hand = on_hand, .pass = on_pass,
 };
 
 static const struct pingpong_server_ops pp_ops = { .echo = on_echo };

@@ -422,6 +422,9 @@ func literal(v uint64) string {
 // argSignature renders an argument as IDL, for comments.
 func argSignature(a *idl.Arg) string {
 	s := a.Type.Name + " " + a.Name
+	if a.Type.KindName != "" {
+		s = a.Type.Name + "(" + a.Type.KindName + ") " + a.Name
+	}
 	if a.Dir != idl.DirNone {
 		s = a.Dir.String() + " " + s
 	}

@@ -327,17 +327,27 @@ func (g *generator) typeDecl(p *printer, d *idl.TypeDecl) {
 	p.blank()
 }
 
+// capComment says what a capability member holds and who closes it. A
+// received descriptor is always the receiver's; a sent one stays the
+// sender's (cap) or is closed by the send (give_away_cap).
 func capComment(t *idl.TypeRef) string {
 	b, d := t.Underlying()
-	switch {
-	case d != nil:
+	if d != nil || !b.IsCap() {
 		return ""
-	case b == idl.Cap:
-		return "cap: a file descriptor"
-	case b == idl.GiveAwayCap:
-		return "give_away_cap: a file descriptor"
 	}
-	return ""
+	what := "a file descriptor"
+	switch t.Cap() {
+	case idl.CapFile:
+		what = "a file descriptor (file)"
+	case idl.CapEvent:
+		what = "an Event's eventfd (chanos_event_*)"
+	case idl.CapEndpoint:
+		what = "a connection endpoint (chanos_endpoint_open)"
+	}
+	if b == idl.Cap {
+		return "cap: " + what + "; sent, still yours; received, yours to close"
+	}
+	return "give_away_cap: " + what + "; sent, closed by the send; received, yours to close"
 }
 
 func (g *generator) messageDecls(p *printer, m *idl.Message) {

@@ -49,6 +49,9 @@ func (g *generator) file() {
 		}
 		g.p(`"fmt"`)
 	}
+	if g.usesFiles() {
+		g.p(`"os"`)
+	}
 	if g.hasEnum() {
 		g.p(`"strconv"`)
 	}
@@ -273,6 +276,15 @@ func (c coder) scalar(lhs string, t *idl.TypeRef, field string) {
 		return
 	}
 	op := wireOps[b]
+	if k := t.Cap(); k != idl.CapAny {
+		// A typed capability: its own Go type, through the wire's Cap.
+		if c.decode {
+			g.p("%s = wire.CapAs(%s, %s, %s)", lhs, c.ptr, field, capGo[k].conv)
+		} else {
+			g.p("%s.%s(%s, wire.PtrCap(%s))", c.v, op.method, field, lhs)
+		}
+		return
+	}
 	if c.decode {
 		g.p("%s = %s", lhs, convert(t, op.goType, g.goType(t), fmt.Sprintf("%s.%s(%s)", c.v, op.method, field)))
 		return
@@ -559,7 +571,14 @@ func (g *generator) fieldDoc(a *argInfo) string {
 		}
 		return fmt.Sprintf("%s is the %s %s: at most %s %s (its length is %s in the IDL).", a.field, what, a.arg.Name, a.bound, elems, a.arg.LenName)
 	}
-	return fmt.Sprintf("%s is the %s %s (%s).", a.field, what, a.arg.Name, idlRef(a.arg.Type))
+	doc := fmt.Sprintf("%s is the %s %s (%s).", a.field, what, a.arg.Name, idlRef(a.arg.Type))
+	switch b, _ := a.arg.Type.Underlying(); b {
+	case idl.GiveAwayCap:
+		doc += " Sent, it is the connection's to close once the frame has gone; received, the receiver's."
+	case idl.Cap:
+		doc += " Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close."
+	}
+	return doc
 }
 
 // fastEncode writes Encode for a frame of plain arguments, whose receiver

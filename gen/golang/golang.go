@@ -218,6 +218,10 @@ func (g *generator) validate() error {
 			bad(t.Pos, "%s: type %s is not declared in the interface", where, t.Name)
 			return false
 		}
+		if k := t.CapKind; g.messagesOnly && (k == idl.CapEvent || k == idl.CapEndpoint) {
+			bad(t.Pos, "%s: %s(%s) is a type of package chanos, which a messages-only package cannot import", where, t.Name, k)
+			return false
+		}
 		return true
 	}
 	for _, d := range g.iface.Types {

@@ -37,12 +37,46 @@ var wireOps = map[idl.Builtin]wireOp{
 	idl.Cap: {"Cap", "wire.Cap", true}, idl.GiveAwayCap: {"GiveAwayCap", "wire.Cap", true},
 }
 
+// capGo is the Go type of each capability kind, and the function that
+// converts a received wire.Cap to it (wire.CapAs).
+var capGo = map[idl.CapKind]struct{ goType, conv string }{
+	idl.CapFile:     {"*os.File", "wire.FileOf"},
+	idl.CapEvent:    {"*chanos.Event", "chanos.EventFromCap"},
+	idl.CapEndpoint: {"*chanos.Endpoint", "chanos.EndpointFromCap"},
+}
+
 // goType returns the Go spelling of t.
 func (g *generator) goType(t *idl.TypeRef) string {
 	if t.Decl != nil {
 		return g.types[t.Decl].name
 	}
+	if t.CapKind != idl.CapAny {
+		return capGo[t.CapKind].goType
+	}
 	return builtinGo[t.Builtin]
+}
+
+// usesFiles reports whether a type of the interface is a cap(file), whose
+// Go type needs package os.
+func (g *generator) usesFiles() bool {
+	found := false
+	visit := func(t *idl.TypeRef) {
+		if t != nil && t.CapKind == idl.CapFile {
+			found = true
+		}
+	}
+	for _, d := range g.iface.Types {
+		visit(d.Elem)
+		for _, f := range d.Fields {
+			visit(f.Type)
+		}
+	}
+	for _, m := range g.iface.Messages {
+		for _, a := range m.Args {
+			visit(a.Type)
+		}
+	}
+	return found
 }
 
 // elemType returns the Go spelling of an array element type: byte for
@@ -237,6 +271,9 @@ func minSize(args []*argInfo) int {
 
 // idlRef renders a type reference as written.
 func idlRef(t *idl.TypeRef) string {
+	if t.KindName != "" {
+		return t.Name + "(" + t.KindName + ")"
+	}
 	if t.Name != "" {
 		return t.Name
 	}

@@ -439,7 +439,7 @@ func TestRefCaps(t *testing.T) {
 		&cnet.RefCap{Ref: wire.Iref{Machine: 9, Export: 4, Token: [16]byte{4, 5, 6}}},
 	}
 	var b wire.Buffer
-	if err := (&files.Share{FD: refs[0], Tag: 11}).Encode(&b); err != nil {
+	if err := (&files.Pass{Any: refs[0]}).Encode(&b); err != nil {
 		t.Fatal(err)
 	}
 	if err := cl.SendFrame(ctx, b.B, b.Caps); err != nil {
@@ -449,12 +449,12 @@ func TestRefCaps(t *testing.T) {
 	if err := sl.Receive(ctx, &in); err != nil {
 		t.Fatal(err)
 	}
-	var m files.Share
+	var m files.Pass
 	if err := in.Decode(&m); err != nil {
 		t.Fatal(err)
 	}
-	if r, ok := m.FD.(*cnet.RefCap); !ok || r.Ref != refs[0].(*cnet.RefCap).Ref || m.Tag != 11 {
-		t.Fatalf("received %#v tag %d, want %v", m.FD, m.Tag, refs[0])
+	if r, ok := m.Any.(*cnet.RefCap); !ok || r.Ref != refs[0].(*cnet.RefCap).Ref {
+		t.Fatalf("received %#v, want %v", m.Any, refs[0])
 	}
 	// A descriptor among them is refused at send.
 	f, err := os.Open(os.DevNull)
@@ -463,7 +463,7 @@ func TestRefCaps(t *testing.T) {
 	}
 	defer f.Close()
 	b = wire.Buffer{}
-	(&files.Share{FD: f, Tag: 12}).Encode(&b)
+	(&files.Pass{Any: f}).Encode(&b)
 	if err := cl.SendFrame(ctx, b.B, b.Caps); !errors.Is(err, interconnect.ErrCapsUnsupported) {
 		t.Errorf("a descriptor: %v, want ErrCapsUnsupported", err)
 	}

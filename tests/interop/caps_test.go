@@ -15,7 +15,6 @@ import (
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
 	files "github.com/chanos/chanos/internal/testkit/files"
-	"github.com/chanos/chanos/wire"
 )
 
 // Descriptors in messages between Go and C domains (docs/ump.md,
@@ -79,13 +78,9 @@ func TestFDsCServerGoClient(t *testing.T) {
 	if size, err := c.Stat(ctx, f); err != nil || size != 12345 {
 		t.Fatalf("stat = %d, %v; want 12345", size, err)
 	}
-	got, err := c.Dup(ctx, f)
+	gf, err := c.Dup(ctx, f)
 	if err != nil {
 		t.Fatal(err)
-	}
-	gf, ok := got.(*os.File)
-	if !ok {
-		t.Fatalf("dup handed back a %T", got)
 	}
 	if st, err := gf.Stat(); err != nil || st.Size() != 12345 {
 		t.Fatalf("the descriptor dup handed back: %v, %v", st, err)
@@ -147,23 +142,27 @@ func TestFDsCServerGoClient(t *testing.T) {
 type goFiles struct{}
 
 func (goFiles) Share(ctx context.Context, from *files.Client, m files.Share) error {
-	f := m.FD.(*os.File)
-	defer f.Close()
-	_, err := f.WriteString(strconv.FormatUint(m.Tag, 10))
+	defer m.FD.Close()
+	_, err := m.FD.WriteString(strconv.FormatUint(m.Tag, 10))
 	return err
 }
 
-func (goFiles) Stat(ctx context.Context, fd wire.Cap) (uint64, error) {
+func (goFiles) Stat(ctx context.Context, fd *os.File) (uint64, error) {
 	defer fd.Close()
-	st, err := fd.(*os.File).Stat()
+	st, err := fd.Stat()
 	if err != nil {
 		return 0, chanos.Errorf(chanos.CodeInvalidArgument, "stat: %v", err)
 	}
 	return uint64(st.Size()), nil
 }
 
+// Pass closes the untyped descriptor it is given.
+func (goFiles) Pass(ctx context.Context, from *files.Client, m files.Pass) error {
+	return m.Any.Close()
+}
+
 // Dup gives the descriptor it was sent back: the reply's send closes it.
-func (goFiles) Dup(ctx context.Context, fd wire.Cap) (wire.Cap, error) { return fd, nil }
+func (goFiles) Dup(ctx context.Context, fd *os.File) (*os.File, error) { return fd, nil }
 
 // Hand opens the pingpong endpoint it is given and serves it (echo
 // answers its argument) until its peer closes it.
@@ -186,12 +185,8 @@ type echoServer struct{ pingpong.UnimplementedServer }
 func (echoServer) Echo(ctx context.Context, v uint64) (uint64, error) { return v, nil }
 
 func (goFiles) Ring(ctx context.Context, from *files.Client, m files.Ring) error {
-	ev, err := chanos.EventFromCap(m.Event)
-	if err != nil {
-		return err
-	}
-	defer ev.Close()
-	return ev.Add(m.Times)
+	defer m.Event.Close()
+	return m.Event.Add(m.Times)
 }
 
 func TestFDsGoServerCClient(t *testing.T) {

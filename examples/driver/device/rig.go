@@ -78,7 +78,7 @@ func (x Experiment) Run(ctx context.Context) ([]Event, error) {
 	}
 	defer stop(driver)
 
-	irqCap, err := irq.Dup()
+	irqCap, err := irq.Copy()
 	if err != nil {
 		return nil, err
 	}

@@ -9,7 +9,6 @@ package gokbd
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"os"
 	"sync/atomic"
@@ -18,7 +17,6 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/examples/driver/keyboard"
-	"github.com/chanos/chanos/wire"
 )
 
 // The device's registers (examples/driver/device).
@@ -44,23 +42,14 @@ type device struct {
 
 // Attach maps the registers and takes the interrupt; its reply tells the
 // client that the driver waits for interrupts.
-func (d *device) Attach(ctx context.Context, regs, irq wire.Cap, spin bool) error {
+func (d *device) Attach(ctx context.Context, regs *os.File, irq *chanos.Event, spin bool) error {
 	defer regs.Close()
-	f, ok := regs.(*os.File)
-	if !ok {
-		irq.Close()
-		return errors.New("driver: the registers are not a descriptor")
-	}
-	m, err := syscall.Mmap(int(f.Fd()), 0, regsSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
+	m, err := syscall.Mmap(int(regs.Fd()), 0, regsSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
 	if err != nil {
 		irq.Close()
 		return fmt.Errorf("driver: map the registers: %w", err)
 	}
-	if d.irq, err = chanos.EventFromCap(irq); err != nil {
-		syscall.Munmap(m)
-		return fmt.Errorf("driver: interrupt: %w", err)
-	}
-	d.regs, d.spin = m, spin
+	d.regs, d.irq, d.spin = m, irq, spin
 	return nil
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/chanos/genrt"
@@ -28,7 +29,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x242050bbe732017e
+const Fingerprint uint64 = 0x96b06571bc0fc03c
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -47,12 +48,15 @@ type Msg interface {
 
 // AttachCall holds the in arguments of the rpc attach, number 1:
 //
-//	rpc attach(in give_away_cap regs, in give_away_cap irq, in bool spin);
+//	rpc attach(
+//		in give_away_cap(file) regs,
+//		in give_away_cap(event) irq,
+//		in bool spin);
 type AttachCall struct {
-	// Regs is the in argument regs (give_away_cap).
-	Regs wire.Cap
-	// Irq is the in argument irq (give_away_cap).
-	Irq wire.Cap
+	// Regs is the in argument regs (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	Regs *os.File
+	// Irq is the in argument irq (give_away_cap(event)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	Irq *chanos.Event
 	// Spin is the in argument spin (bool).
 	Spin bool
 }
@@ -64,8 +68,8 @@ func (*AttachCall) isMsg()             {}
 func (m *AttachCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "keyboard.attach call", MsgAttach, wire.KindCall, 9)
-	e.GiveAwayCap("regs", m.Regs)
-	e.GiveAwayCap("irq", m.Irq)
+	e.GiveAwayCap("regs", wire.PtrCap(m.Regs))
+	e.GiveAwayCap("irq", wire.PtrCap(m.Irq))
 	e.Bool(m.Spin)
 	return e.Finish()
 }
@@ -73,8 +77,8 @@ func (m *AttachCall) Encode(buf *wire.Buffer) error {
 func (m *AttachCall) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "keyboard.attach call", MsgAttach, wire.KindCall)
-	m.Regs = d.GiveAwayCap("regs")
-	m.Irq = d.GiveAwayCap("irq")
+	m.Regs = wire.CapAs(&d, "regs", wire.FileOf)
+	m.Irq = wire.CapAs(&d, "irq", chanos.EventFromCap)
 	m.Spin = d.Bool("spin")
 	if err := d.Finish(); err != nil {
 		*m = AttachCall{}
@@ -85,7 +89,10 @@ func (m *AttachCall) Decode(frame []byte, caps []wire.Cap) error {
 
 // AttachReply holds the out arguments of the rpc attach, number 1:
 //
-//	rpc attach(in give_away_cap regs, in give_away_cap irq, in bool spin);
+//	rpc attach(
+//		in give_away_cap(file) regs,
+//		in give_away_cap(event) irq,
+//		in bool spin);
 type AttachReply struct{}
 
 func (*AttachReply) MsgNumber() uint16  { return MsgAttach }
@@ -222,7 +229,7 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 
 // Attach calls the rpc attach and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-func (c *Client) Attach(ctx context.Context, regs wire.Cap, irq wire.Cap, spin bool) error {
+func (c *Client) Attach(ctx context.Context, regs *os.File, irq *chanos.Event, spin bool) error {
 	var r AttachReply
 	var err error
 	err = c.c.CallEncoded(ctx, "keyboard.attach", MsgAttach, (&AttachCall{Regs: regs, Irq: irq, Spin: spin}).Encode, r.Decode)
@@ -235,7 +242,7 @@ func (c *Client) Attach(ctx context.Context, regs wire.Cap, irq wire.Cap, spin b
 // when the interface grows.
 type Server interface {
 	// Attach handles the rpc attach.
-	Attach(ctx context.Context, regs wire.Cap, irq wire.Cap, spin bool) error
+	Attach(ctx context.Context, regs *os.File, irq *chanos.Event, spin bool) error
 	// Key handles the message key.
 	Key(ctx context.Context, from *Client, m Key) error
 	// Gone handles the message gone.
@@ -257,7 +264,7 @@ type UnimplementedServer struct{}
 func unsupported(name string) error { return genrt.Unsupported(InterfaceName, name) }
 
 // Attach fails with errors.ErrUnsupported.
-func (UnimplementedServer) Attach(context.Context, wire.Cap, wire.Cap, bool) error {
+func (UnimplementedServer) Attach(context.Context, *os.File, *chanos.Event, bool) error {
 	return unsupported("attach")
 }
 

@@ -13,6 +13,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/chanos/genrt"
@@ -28,7 +29,7 @@ const MaxFrameSize = 1052
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0x4c5ce59d303f9d63
+const Fingerprint uint64 = 0x99a984de4531d163
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -38,6 +39,7 @@ const (
 	MsgDup   uint16 = 3 // dup
 	MsgRing  uint16 = 4 // ring
 	MsgHand  uint16 = 5 // hand
+	MsgPass  uint16 = 6 // pass
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -55,10 +57,10 @@ type Msg interface {
 
 // Share is the message share, number 1:
 //
-//	message share(give_away_cap fd, uint64 tag);
+//	message share(give_away_cap(file) fd, uint64 tag);
 type Share struct {
-	// FD is the argument fd (give_away_cap).
-	FD wire.Cap
+	// FD is the argument fd (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	FD *os.File
 	// Tag is the argument tag (uint64).
 	Tag uint64
 }
@@ -70,7 +72,7 @@ func (*Share) isMsg()             {}
 func (m *Share) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.share", MsgShare, wire.KindMessage, 12)
-	e.GiveAwayCap("fd", m.FD)
+	e.GiveAwayCap("fd", wire.PtrCap(m.FD))
 	e.Uint64(m.Tag)
 	return e.Finish()
 }
@@ -78,7 +80,7 @@ func (m *Share) Encode(buf *wire.Buffer) error {
 func (m *Share) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.share", MsgShare, wire.KindMessage)
-	m.FD = d.GiveAwayCap("fd")
+	m.FD = wire.CapAs(&d, "fd", wire.FileOf)
 	m.Tag = d.Uint64("tag")
 	if err := d.Finish(); err != nil {
 		*m = Share{}
@@ -89,10 +91,10 @@ func (m *Share) Decode(frame []byte, caps []wire.Cap) error {
 
 // StatCall holds the in arguments of the rpc stat, number 2:
 //
-//	rpc stat(in cap fd, out uint64 size);
+//	rpc stat(in cap(file) fd, out uint64 size);
 type StatCall struct {
-	// FD is the in argument fd (cap).
-	FD wire.Cap
+	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	FD *os.File
 }
 
 func (*StatCall) MsgNumber() uint16  { return MsgStat }
@@ -102,14 +104,14 @@ func (*StatCall) isMsg()             {}
 func (m *StatCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.stat call", MsgStat, wire.KindCall, 4)
-	e.Cap("fd", m.FD)
+	e.Cap("fd", wire.PtrCap(m.FD))
 	return e.Finish()
 }
 
 func (m *StatCall) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.stat call", MsgStat, wire.KindCall)
-	m.FD = d.Cap("fd")
+	m.FD = wire.CapAs(&d, "fd", wire.FileOf)
 	if err := d.Finish(); err != nil {
 		*m = StatCall{}
 		return err
@@ -119,7 +121,7 @@ func (m *StatCall) Decode(frame []byte, caps []wire.Cap) error {
 
 // StatReply holds the out arguments of the rpc stat, number 2:
 //
-//	rpc stat(in cap fd, out uint64 size);
+//	rpc stat(in cap(file) fd, out uint64 size);
 type StatReply struct {
 	// Size is the out argument size (uint64).
 	Size uint64
@@ -148,10 +150,10 @@ func (m *StatReply) put(b []byte) {
 
 // DupCall holds the in arguments of the rpc dup, number 3:
 //
-//	rpc dup(in cap fd, out give_away_cap copy);
+//	rpc dup(in cap(file) fd, out give_away_cap(file) copy);
 type DupCall struct {
-	// FD is the in argument fd (cap).
-	FD wire.Cap
+	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	FD *os.File
 }
 
 func (*DupCall) MsgNumber() uint16  { return MsgDup }
@@ -161,14 +163,14 @@ func (*DupCall) isMsg()             {}
 func (m *DupCall) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.dup call", MsgDup, wire.KindCall, 4)
-	e.Cap("fd", m.FD)
+	e.Cap("fd", wire.PtrCap(m.FD))
 	return e.Finish()
 }
 
 func (m *DupCall) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.dup call", MsgDup, wire.KindCall)
-	m.FD = d.Cap("fd")
+	m.FD = wire.CapAs(&d, "fd", wire.FileOf)
 	if err := d.Finish(); err != nil {
 		*m = DupCall{}
 		return err
@@ -178,10 +180,10 @@ func (m *DupCall) Decode(frame []byte, caps []wire.Cap) error {
 
 // DupReply holds the out arguments of the rpc dup, number 3:
 //
-//	rpc dup(in cap fd, out give_away_cap copy);
+//	rpc dup(in cap(file) fd, out give_away_cap(file) copy);
 type DupReply struct {
-	// Copy is the out argument copy (give_away_cap).
-	Copy wire.Cap
+	// Copy is the out argument copy (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	Copy *os.File
 }
 
 func (*DupReply) MsgNumber() uint16  { return MsgDup }
@@ -191,14 +193,14 @@ func (*DupReply) isMsg()             {}
 func (m *DupReply) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.dup reply", MsgDup, wire.KindReply, 4)
-	e.GiveAwayCap("copy", m.Copy)
+	e.GiveAwayCap("copy", wire.PtrCap(m.Copy))
 	return e.Finish()
 }
 
 func (m *DupReply) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.dup reply", MsgDup, wire.KindReply)
-	m.Copy = d.GiveAwayCap("copy")
+	m.Copy = wire.CapAs(&d, "copy", wire.FileOf)
 	if err := d.Finish(); err != nil {
 		*m = DupReply{}
 		return err
@@ -208,10 +210,10 @@ func (m *DupReply) Decode(frame []byte, caps []wire.Cap) error {
 
 // Ring is the message ring, number 4:
 //
-//	message ring(cap event, uint64 times);
+//	message ring(cap(event) event, uint64 times);
 type Ring struct {
-	// Event is the argument event (cap).
-	Event wire.Cap
+	// Event is the argument event (cap(event)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	Event *chanos.Event
 	// Times is the argument times (uint64).
 	Times uint64
 }
@@ -223,7 +225,7 @@ func (*Ring) isMsg()             {}
 func (m *Ring) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.ring", MsgRing, wire.KindMessage, 12)
-	e.Cap("event", m.Event)
+	e.Cap("event", wire.PtrCap(m.Event))
 	e.Uint64(m.Times)
 	return e.Finish()
 }
@@ -231,7 +233,7 @@ func (m *Ring) Encode(buf *wire.Buffer) error {
 func (m *Ring) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.ring", MsgRing, wire.KindMessage)
-	m.Event = d.Cap("event")
+	m.Event = wire.CapAs(&d, "event", chanos.EventFromCap)
 	m.Times = d.Uint64("times")
 	if err := d.Finish(); err != nil {
 		*m = Ring{}
@@ -242,10 +244,10 @@ func (m *Ring) Decode(frame []byte, caps []wire.Cap) error {
 
 // Hand is the message hand, number 5:
 //
-//	message hand(give_away_cap endpoint, String iface[64]);
+//	message hand(give_away_cap(endpoint) endpoint, String iface[64]);
 type Hand struct {
-	// Endpoint is the argument endpoint (give_away_cap).
-	Endpoint wire.Cap
+	// Endpoint is the argument endpoint (give_away_cap(endpoint)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	Endpoint *chanos.Endpoint
 	// Iface is the argument iface: at most MaxHandIfaceLen bytes, without NUL.
 	Iface string
 }
@@ -257,7 +259,7 @@ func (*Hand) isMsg()             {}
 func (m *Hand) Encode(buf *wire.Buffer) error {
 	var e wire.Encoder
 	e.Begin(buf, "files.hand", MsgHand, wire.KindMessage, 8)
-	e.GiveAwayCap("endpoint", m.Endpoint)
+	e.GiveAwayCap("endpoint", wire.PtrCap(m.Endpoint))
 	e.String("iface", m.Iface, MaxHandIfaceLen)
 	return e.Finish()
 }
@@ -265,7 +267,7 @@ func (m *Hand) Encode(buf *wire.Buffer) error {
 func (m *Hand) Decode(frame []byte, caps []wire.Cap) error {
 	var d wire.Decoder
 	d.Begin(frame, caps, "files.hand", MsgHand, wire.KindMessage)
-	m.Endpoint = d.GiveAwayCap("endpoint")
+	m.Endpoint = wire.CapAs(&d, "endpoint", chanos.EndpointFromCap)
 	m.Iface = d.String("iface", MaxHandIfaceLen)
 	if err := d.Finish(); err != nil {
 		*m = Hand{}
@@ -282,6 +284,36 @@ func (m *Hand) copy() (*Hand, error) {
 	}
 	c := *m
 	return &c, nil
+}
+
+// Pass is the message pass, number 6:
+//
+//	message pass(give_away_cap any);
+type Pass struct {
+	// Any is the argument any (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	Any wire.Cap
+}
+
+func (*Pass) MsgNumber() uint16  { return MsgPass }
+func (*Pass) MsgKind() wire.Kind { return wire.KindMessage }
+func (*Pass) MsgName() string    { return "files.pass" }
+func (*Pass) isMsg()             {}
+func (m *Pass) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "files.pass", MsgPass, wire.KindMessage, 4)
+	e.GiveAwayCap("any", m.Any)
+	return e.Finish()
+}
+
+func (m *Pass) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "files.pass", MsgPass, wire.KindMessage)
+	m.Any = d.GiveAwayCap("any")
+	if err := d.Finish(); err != nil {
+		*m = Pass{}
+		return err
+	}
+	return nil
 }
 
 // New returns a new zero message, call or reply of number msg and kind
@@ -302,6 +334,8 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(Ring)
 	case msg == MsgHand && kind == wire.KindMessage:
 		return new(Hand)
+	case msg == MsgPass && kind == wire.KindMessage:
+		return new(Pass)
 	}
 	return nil
 }
@@ -340,6 +374,11 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 			break
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
+	case *Pass:
+		if m == nil {
+			break
+		}
+		return c.c.SendEncoded(ctx, m.Encode)
 	case *StatCall, *StatReply:
 		return errors.New("files: Send of an stat call or reply: use Client.Stat")
 	case *DupCall, *DupReply:
@@ -350,7 +389,7 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 
 // Stat calls the rpc stat and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-func (c *Client) Stat(ctx context.Context, fd wire.Cap) (size uint64, err error) {
+func (c *Client) Stat(ctx context.Context, fd *os.File) (size uint64, err error) {
 	var r StatReply
 	err = c.c.CallEncoded(ctx, "files.stat", MsgStat, (&StatCall{FD: fd}).Encode, r.Decode)
 	return r.Size, err
@@ -358,7 +397,7 @@ func (c *Client) Stat(ctx context.Context, fd wire.Cap) (size uint64, err error)
 
 // Dup calls the rpc dup and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-func (c *Client) Dup(ctx context.Context, fd wire.Cap) (copy_ wire.Cap, err error) {
+func (c *Client) Dup(ctx context.Context, fd *os.File) (copy_ *os.File, err error) {
 	var r DupReply
 	err = c.c.CallEncoded(ctx, "files.dup", MsgDup, (&DupCall{FD: fd}).Encode, r.Decode)
 	return r.Copy, err
@@ -372,13 +411,15 @@ type Server interface {
 	// Share handles the message share.
 	Share(ctx context.Context, from *Client, m Share) error
 	// Stat handles the rpc stat.
-	Stat(ctx context.Context, fd wire.Cap) (size uint64, err error)
+	Stat(ctx context.Context, fd *os.File) (size uint64, err error)
 	// Dup handles the rpc dup.
-	Dup(ctx context.Context, fd wire.Cap) (copy_ wire.Cap, err error)
+	Dup(ctx context.Context, fd *os.File) (copy_ *os.File, err error)
 	// Ring handles the message ring.
 	Ring(ctx context.Context, from *Client, m Ring) error
 	// Hand handles the message hand.
 	Hand(ctx context.Context, from *Client, m Hand) error
+	// Pass handles the message pass.
+	Pass(ctx context.Context, from *Client, m Pass) error
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -399,12 +440,12 @@ func unsupported(name string) error { return genrt.Unsupported(InterfaceName, na
 func (UnimplementedServer) Share(context.Context, *Client, Share) error { return unsupported("share") }
 
 // Stat fails with errors.ErrUnsupported.
-func (UnimplementedServer) Stat(context.Context, wire.Cap) (uint64, error) {
+func (UnimplementedServer) Stat(context.Context, *os.File) (uint64, error) {
 	return 0, unsupported("stat")
 }
 
 // Dup fails with errors.ErrUnsupported.
-func (UnimplementedServer) Dup(context.Context, wire.Cap) (wire.Cap, error) {
+func (UnimplementedServer) Dup(context.Context, *os.File) (*os.File, error) {
 	return nil, unsupported("dup")
 }
 
@@ -413,6 +454,9 @@ func (UnimplementedServer) Ring(context.Context, *Client, Ring) error { return u
 
 // Hand fails with errors.ErrUnsupported.
 func (UnimplementedServer) Hand(context.Context, *Client, Hand) error { return unsupported("hand") }
+
+// Pass fails with errors.ErrUnsupported.
+func (UnimplementedServer) Pass(context.Context, *Client, Pass) error { return unsupported("pass") }
 
 // Interface describes files to the connection engine.
 var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
@@ -517,6 +561,12 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 			return nil, from.c.Violation(err)
 		}
 		return nil, srv.Hand(ctx, from, m)
+	case in.Header.Msg == MsgPass && in.Kind == wire.KindMessage:
+		var m Pass
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		return nil, srv.Pass(ctx, from, m)
 	}
 	return nil, from.c.Violation(genrt.Unknown(InterfaceName, in))
 }

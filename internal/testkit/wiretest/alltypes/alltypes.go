@@ -1211,15 +1211,15 @@ func (m *MoreArrays) copy() (*MoreArrays, error) {
 //		capset pair,
 //		cap last);
 type Caps struct {
-	// C is the argument c (cap).
+	// C is the argument c (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
 	C wire.Cap
-	// G is the argument g (give_away_cap).
+	// G is the argument g (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
 	G wire.Cap
 	// Between is the argument between (uint32).
 	Between uint32
 	// Pair is the argument pair (capset).
 	Pair Capset
-	// Last is the argument last (cap).
+	// Last is the argument last (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
 	Last wire.Cap
 }
 
@@ -1524,9 +1524,9 @@ func (m *MixedReply) Decode(frame []byte, caps []wire.Cap) error {
 type NotifyCall struct {
 	// Event is the in argument event (uint32).
 	Event uint32
-	// FD is the in argument fd (give_away_cap).
+	// FD is the in argument fd (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
 	FD wire.Cap
-	// Watch is the in argument watch (cap).
+	// Watch is the in argument watch (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
 	Watch wire.Cap
 }
 
@@ -1612,7 +1612,7 @@ type QueryReply struct {
 	Counter uint64
 	// StatusText is the out argument status_text: at most MaxQueryStatusTextLen bytes, without NUL.
 	StatusText string
-	// H is the out argument h (cap).
+	// H is the out argument h (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
 	H wire.Cap
 	// Err is the out argument err (errval).
 	Err wire.Errval
@@ -1763,7 +1763,7 @@ type Shadows struct {
 	M uint32
 	// I is the argument i (uint8).
 	I uint8
-	// Caps is the argument caps (cap).
+	// Caps is the argument caps (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
 	Caps wire.Cap
 	// Off is the argument off (uint8).
 	Off uint8
