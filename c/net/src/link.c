@@ -282,6 +282,9 @@ static void drop_conn(chanos_net_link *c)
     c->pay = NULL;
     pthread_mutex_lock(&c->mu);
     c->connected = false;
+    /* A close waiting for the socket to take its last records waits no
+     * more: there is no socket. */
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
 }
 
