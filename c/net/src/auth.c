@@ -10,6 +10,7 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -44,19 +45,22 @@ void gmac_free(struct gmac *m)
 int gmac_tag(struct gmac *m, const uint8_t *a, size_t an, const uint8_t *b,
              size_t bn, uint8_t tag[GMAC_TAG])
 {
+    /* EVP takes lengths as int; a record is bounded by a maximum frame
+     * size, which could be set past it. */
+    if (an > INT_MAX || bn > INT_MAX)
+        return -EINVAL;
     uint8_t nonce[12] = {0}, none[16];
     chanos_store_u64(nonce + 4, m->index++);
     int n = 0;
     /* GCM over an empty plaintext, the record as additional data: the
-     * tag is GMAC. A record's length fits an int (it is bounded by the
-     * maximum frame size, a u32 checked before). */
+     * tag is GMAC. */
     if (EVP_EncryptInit_ex(m->ctx, NULL, NULL, NULL, nonce) != 1 ||
         (an && EVP_EncryptUpdate(m->ctx, NULL, &n, a, (int)an) != 1) ||
         (bn && EVP_EncryptUpdate(m->ctx, NULL, &n, b, (int)bn) != 1) ||
         EVP_EncryptFinal_ex(m->ctx, none, &n) != 1 ||
         EVP_CIPHER_CTX_ctrl(m->ctx, EVP_CTRL_GCM_GET_TAG, GMAC_TAG, tag) != 1) {
         ERR_clear_error();
-        return -ENOMEM;
+        return CHANOS_ERR_TLS;
     }
     return 0;
 }

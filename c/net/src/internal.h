@@ -77,7 +77,8 @@ struct gmac {
 int gmac_init(struct gmac *m, const uint8_t key[GMAC_KEY]);
 void gmac_free(struct gmac *m);
 /* gmac_tag writes the tag of the next record, a[0..an) then b[0..bn) (its
- * header and payload), and moves to the record after: 0 or -ENOMEM. */
+ * header and payload), and moves to the record after: 0, -EINVAL (a
+ * record past INT_MAX bytes), or CHANOS_ERR_TLS if OpenSSL fails. */
 int gmac_tag(struct gmac *m, const uint8_t *a, size_t an, const uint8_t *b,
              size_t bn, uint8_t tag[GMAC_TAG]);
 /* gmac_check says whether tag is the next record's, and moves on. */

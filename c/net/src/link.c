@@ -244,7 +244,7 @@ static int fill_out_locked(chanos_net_link *c, int64_t now)
             memcpy(c->out + at + REC_HDR, r->buf, r->len);
         c->out_len += REC_HDR + r->len;
         if (out_tag(c, at) < 0)
-            return -ENOMEM;
+            return CHANOS_ERR_TLS;
         /* Counted as written before the write: the peer may acknowledge
          * a record as soon as its bytes leave. */
         c->written = r->seq;
@@ -260,7 +260,7 @@ static int fill_out_locked(chanos_net_link *c, int64_t now)
         net_put_header(c->out, REC_ACK, 0, 0, ack);
         c->out_len = REC_HDR;
         if (out_tag(c, 0) < 0)
-            return -ENOMEM;
+            return CHANOS_ERR_TLS;
     }
     c->ack_sent = ack;
     c->since_ack = 0;

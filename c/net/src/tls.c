@@ -241,7 +241,8 @@ SSL_CTX *net_tls_client_ctx(const struct chanos_net_tls *t)
     /* Exactly one protocol, the mode's: the server selects it or fails
      * the dial with the other mode's reject. */
     uint8_t alpn[32];
-    unsigned an = alpn_wire(alpn, t->auth_only ? ALPN_AUTH_ONLY : ALPN_ENCRYPTED);
+    unsigned an =
+        alpn_wire(alpn, t->auth_only ? ALPN_AUTH_ONLY : ALPN_ENCRYPTED);
     if (SSL_CTX_set_alpn_protos(ctx, alpn, an) != 0 ||
         SSL_CTX_use_certificate(ctx, t->identity->cert) != 1 ||
         SSL_CTX_use_PrivateKey(ctx, t->identity->key) != 1) {
@@ -343,8 +344,9 @@ int net_tls_client(SSL_CTX *ctx, bool auth_only,
     if (st.pin_failed)
         r = CHANOS_ERR_AUTH;
     /* A server that knows no modes selects none, and encrypts. */
-    if (r == 0 && !(auth_only ? alpn_is(ssl, ALPN_AUTH_ONLY)
-                              : alpn_is(ssl, ALPN_ENCRYPTED) || alpn_is(ssl, "")))
+    bool mode_ok = auth_only ? alpn_is(ssl, ALPN_AUTH_ONLY)
+                             : alpn_is(ssl, ALPN_ENCRYPTED) || alpn_is(ssl, "");
+    if (r == 0 && !mode_ok)
         r = CHANOS_ERR_MODE;
     SSL_set_app_data(ssl, NULL);
     if (r != 0) {

@@ -145,7 +145,8 @@ static int tcp_listen(int *port)
 static int tcp_dial(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    struct sockaddr_in sa = {.sin_family = AF_INET,
+                             .sin_port = htons((uint16_t)port)};
     sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
         close(fd);
@@ -329,7 +330,8 @@ static void *recv_all(void *arg)
         }
         size_t wn = frame_make(want, s->got);
         if (len != wn || memcmp(f, want, len) != 0) {
-            fprintf(stderr, "frame %llu is wrong\n", (unsigned long long)s->got);
+            fprintf(stderr, "frame %llu is wrong\n",
+                    (unsigned long long)s->got);
             break;
         }
     }
@@ -413,8 +415,9 @@ static void pair_relay(struct pair *p, long cut_lo, long cut_hi,
 static bool pair_open(struct pair *p)
 {
     int rc = -1;
-    for (int i = 0; i < 50 && (rc = chanos_net_dial(p->addr, &p->co, &p->a)) != 0; i++)
-        ;
+    for (int i = 0; i < 50; i++)
+        if ((rc = chanos_net_dial(p->addr, &p->co, &p->a)) == 0)
+            break;
     CHECK_EQ(rc, 0);
     CHECK_EQ(chanos_net_accept(p->L, 10000, &p->b), 0);
     return p->a && p->b;
@@ -469,7 +472,8 @@ static void test_cuts(void)
     if (pair_open(&p)) {
         stream(p.a, p.b, 1500 / STREAM_DIVISOR);
         fprintf(stderr, "%s: %d cuts, %llu resumes\n", check_context,
-                atomic_load(&p.r.cuts), (unsigned long long)chanos_net_resumes(p.a));
+                atomic_load(&p.r.cuts),
+                (unsigned long long)chanos_net_resumes(p.a));
         CHECK(atomic_load(&p.r.cuts) >= 20);
         CHECK(chanos_net_resumes(p.a) >= 20);
         /* An honest path: no record fails. */
@@ -496,14 +500,17 @@ static void test_flips(void)
         /* Streams until the relay has flipped 20 bits (how many bytes a
          * TCP connection carries before its flip is caught depends on the
          * windows in flight). */
-        for (int round = 0; round < 100 && atomic_load(&p.r.flips) < 20; round++)
+        for (int i = 0; i < 100 && atomic_load(&p.r.flips) < 20; i++)
             stream(p.a, p.b, 300);
         uint64_t fa = chanos_net_auth_failures(p.a);
         uint64_t fb = chanos_net_auth_failures(p.b);
         int flips = atomic_load(&p.r.flips);
-        fprintf(stderr, "%s: %d flips (%d pairs), %llu + %llu failed tags, %llu resumes\n",
-                check_context, flips, atomic_load(&p.r.pairs), (unsigned long long)fa,
-                (unsigned long long)fb, (unsigned long long)chanos_net_resumes(p.a));
+        fprintf(stderr,
+                "%s: %d flips (%d pairs), %llu + %llu failed tags, "
+                "%llu resumes\n",
+                check_context, flips, atomic_load(&p.r.pairs),
+                (unsigned long long)fa, (unsigned long long)fb,
+                (unsigned long long)chanos_net_resumes(p.a));
         CHECK(flips >= 20);
         /* Both directions are caught; a flip counts once at most (one in
          * a record's length may leave the connection waiting for bytes
@@ -534,7 +541,7 @@ static void test_mismatch(void)
         CHECK_EQ(chanos_net_dial(p.addr, &p.co, &p.a), CHANOS_ERR_MODE);
         CHECK(p.a == NULL);
         CHECK_EQ(atomic_load(&admits), 0);
-        CHECK(strstr(chanos_net_strerror(CHANOS_ERR_MODE), "encryption") != NULL);
+        CHECK(strstr(chanos_net_strerror(CHANOS_ERR_MODE), "encryption"));
         /* The listener goes on: a dial of its mode opens. */
         p.ct.auth_only = lauth;
         CHECK_EQ(chanos_net_dial(p.addr, &p.co, &p.a), 0);
