@@ -7,8 +7,9 @@
  * encryption); exactly once and in order across hundreds of resets; a bit
  * flipped in a clear record on every TCP connection, each flip caught by
  * a tag, the TCP connection broken and resumed, nothing lost; a mode
- * mismatch each way refused with CHANOS_ERR_MODE before admission; and the
- * refusals of TLS in this mode.
+ * mismatch each way refused with CHANOS_ERR_MODE before admission; the
+ * refusals of TLS in this mode; and TLS data after a hello, a protocol
+ * violation.
  */
 #include "check.h"
 
@@ -571,6 +572,45 @@ static void test_refusals(void)
     chanos_net_listener_close(p.L);
 }
 
+/* A client that sends TLS data after its hello (an ACK in the hello's own
+ * TLS record) breaks the protocol: nothing but the hellos travels in TLS,
+ * and the accepting side's clear records begin after its own. */
+static void test_tls_after_hello(void)
+{
+    check_context = "TLS data after the hello";
+    struct pair p;
+    pair_listen(&p, true, true, server_fp);
+    snprintf(p.addr, sizeof p.addr, "127.0.0.1:%d",
+             chanos_net_listener_port(p.L));
+    int64_t deadline = net_now() + 5000000000;
+    SSL_CTX *ctx = net_tls_client_ctx(&p.ct);
+    CHECK(ctx != NULL);
+    struct tconn t = TCONN_NONE;
+    t.fd = net_connect(p.addr, -1, deadline, NULL, NULL);
+    CHECK(t.fd >= 0);
+    if (ctx && t.fd >= 0) {
+        CHECK_EQ(net_tls_client(ctx, true, server_fp, "auth", &t, -1,
+                                deadline, NULL, NULL),
+                 0);
+        struct hello h = {.max_frame = 1 << 20, .win_frames = 64,
+                          .win_bytes = 1 << 20};
+        memset(h.id, 0x5a, sizeof h.id);
+        uint8_t b[REC_HDR + HELLO_SIZE + REC_HDR];
+        net_hello_encode(&h, b);
+        net_put_header(b + REC_HDR + HELLO_SIZE, REC_ACK, 0, 0, 0);
+        CHECK_EQ(tconn_write_all(&t, b, sizeof b, -1, deadline, NULL, NULL), 0);
+        CHECK_EQ(chanos_net_accept(p.L, 5000, &p.b), 0);
+        const void *f;
+        size_t n;
+        if (p.b)
+            CHECK_EQ(chanos_net_recv(p.b, &f, &n, 5000), CHANOS_ERR_PROTOCOL);
+    }
+    tconn_close(&t);
+    SSL_CTX_free(ctx);
+    chanos_net_close(p.b);
+    chanos_net_listener_close(p.L);
+}
+
 /* Without arguments every test runs; with some, those named. */
 static bool want(int argc, char **argv, const char *name)
 {
@@ -600,6 +640,8 @@ int main(int argc, char **argv)
         test_mismatch();
     if (want(argc, argv, "refusals"))
         test_refusals();
+    if (want(argc, argv, "tls-after-hello"))
+        test_tls_after_hello();
     chanos_net_identity_free(server_id);
     chanos_net_identity_free(client_id);
     return check_done("test_auth");
