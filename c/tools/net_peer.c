@@ -2,11 +2,12 @@
  * chanos-net-peer: the C side of the Go tests of the net interconnect
  * between Go and C (tests/interop/net_test.go).
  *
- *   chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME]
- *   chanos-net-peer listen COUNT [-admit HEX] [-sni NAME]
- *   chanos-net-peer serve [-admit HEX] [-sni NAME]
+ *   chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME] [-auth]
+ *   chanos-net-peer listen COUNT [-admit HEX] [-sni NAME] [-auth]
+ *   chanos-net-peer serve [-admit HEX] [-sni NAME] [-auth]
  *
- * With -pin (dial) or -admit (listen) the link is TLS: the program makes
+ * With -pin (dial) or -admit (listen) the link is TLS, authenticated only
+ * (chanos_net_tls.auth_only) with -auth: the program makes
  * an identity and prints "fp HEX", its fingerprint. listen prints
  * "port P" (it listens on 127.0.0.1), presents its certificate to a
  * client asking for server name NAME (default "chanos") and admits the
@@ -20,7 +21,7 @@
  * "received COUNT resumes R", wait for the peer's close (the test closes
  * first), close and print "closed". A failure prints
  * "error CODE TEXT" and exits with status 2 for a refused authentication,
- * 1 otherwise.
+ * 3 for a peer of the other mode (CHANOS_ERR_MODE), 1 otherwise.
  *
  * serve listens as listen does, then serves the pingpong interface with
  * its generated C stubs (pingpong_serve over chanos_net_conn_new) until
@@ -80,7 +81,7 @@ static int fail(const char *what, int err)
 {
     printf("error %d %s: %s\n", err, what, chanos_net_strerror(err));
     fflush(stdout);
-    return err == CHANOS_ERR_AUTH ? 2 : 1;
+    return err == CHANOS_ERR_AUTH ? 2 : err == CHANOS_ERR_MODE ? 3 : 1;
 }
 
 static int hex_decode(const char *s, uint8_t out[CHANOS_NET_FP_SIZE])
@@ -363,17 +364,23 @@ int main(int argc, char **argv)
         goto usage;
     uint64_t n = serve ? 0 : strtoull(argv[a++], NULL, 10);
     const char *hex = NULL;
-    for (; a + 1 < argc; a += 2) {
-        if (strcmp(argv[a], "-pin") == 0 || strcmp(argv[a], "-admit") == 0)
-            hex = argv[a + 1];
+    bool auth_only = false;
+    for (; a < argc; a++) {
+        if (strcmp(argv[a], "-auth") == 0)
+            auth_only = true;
+        else if (a + 1 == argc)
+            goto usage;
+        else if (strcmp(argv[a], "-pin") == 0 || strcmp(argv[a], "-admit") == 0)
+            hex = argv[++a];
         else if (strcmp(argv[a], "-sni") == 0)
-            sni = argv[a + 1];
+            sni = argv[++a];
         else
             goto usage;
     }
-    if (a != argc)
+    if (auth_only && !hex)
         goto usage;
-    struct chanos_net_tls tls = {.identity_for = identity_for, .admit = admit};
+    struct chanos_net_tls tls = {.identity_for = identity_for, .admit = admit,
+                                 .auth_only = auth_only};
     struct chanos_net_options o = {0};
     if (hex) {
         uint8_t fp[CHANOS_NET_FP_SIZE];
@@ -397,7 +404,8 @@ int main(int argc, char **argv)
         /* The network may cut the first dial too. */
         for (int i = 0; i < 100; i++) {
             r = chanos_net_dial(addr, &o, &c);
-            if (r == 0 || r == CHANOS_ERR_AUTH || r == CHANOS_ERR_TLS)
+            if (r == 0 || r == CHANOS_ERR_AUTH || r == CHANOS_ERR_TLS ||
+                r == CHANOS_ERR_MODE)
                 break;
             usleep(10000);
         }
@@ -448,8 +456,8 @@ int main(int argc, char **argv)
     printf("closed\n");
     return 0;
 usage:
-    fprintf(stderr, "usage: chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME]\n"
-                    "       chanos-net-peer listen COUNT [-admit HEX] [-sni NAME]\n"
-                    "       chanos-net-peer serve [-admit HEX] [-sni NAME]\n");
+    fprintf(stderr, "usage: chanos-net-peer dial ADDR COUNT [-pin HEX] [-sni NAME] [-auth]\n"
+                    "       chanos-net-peer listen COUNT [-admit HEX] [-sni NAME] [-auth]\n"
+                    "       chanos-net-peer serve [-admit HEX] [-sni NAME] [-auth]\n");
     return 64;
 }

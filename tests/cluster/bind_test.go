@@ -382,6 +382,7 @@ func TestPeerGoneAcrossMachines(t *testing.T) {
 // TestAuthOnlyAcrossMachines: with --net-auth-only on both machines, a
 // bind between them is authenticated only (ps says so), and rpcs and
 // messages run; with it on one machine only, connections stay encrypted.
+// The same holds for C domains on either side.
 func TestAuthOnlyAcrossMachines(t *testing.T) {
 	w := newWorld(t, 3, 3)
 	for i := range 3 {
@@ -429,6 +430,34 @@ func TestAuthOnlyAcrossMachines(t *testing.T) {
 			t.Fatalf("client on machine %d: %q", i+1, l)
 		} else {
 			t.Logf("client on machine %d (authenticated only %v): %s", i+1, want, l)
+		}
+		cl.Wait(t)
+	}
+
+	// C domains with libchanos_net's binder: a C client of the Go server,
+	// from the authenticated-only machine 2 and the encrypting machine 3;
+	// and a C server on machine 1, whose one listener takes a Go client of
+	// each mode.
+	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-net-peer")), "tools", "chanos-net-peer")
+	for _, i := range []int{1, 2} {
+		out, err := w.net.Machines[i].Command(peer, "bind", w.dirs[i], "pp", "200").CombinedOutput()
+		if err != nil || strings.TrimSpace(string(out)) != "echo ok 200" {
+			t.Fatalf("C client on machine %d: %v: %s", i+1, err, out)
+		}
+	}
+	cs := testkit.Start(t, w.net.Machines[0].Command(peer, "export", w.dirs[0], "cpp"))
+	if l := cs.Line(t); l != "exported cpp" {
+		t.Fatalf("C server: %q", l)
+	}
+	for _, i := range []int{1, 2} {
+		argv := testkit.Command("ppclient", w.dirs[i], "cpp", "200ms")
+		cl := testkit.Start(t, w.net.Machines[i].Command(argv[0], argv[1:]...))
+		if l := cl.Line(t); l != "connected via=net" {
+			t.Fatalf("Go client on machine %d of the C server: %q", i+1, l)
+		}
+		cl.Line(t) // ps line
+		if l := cl.Line(t); !strings.HasPrefix(l, "done ") {
+			t.Fatalf("Go client on machine %d of the C server: %q", i+1, l)
 		}
 		cl.Wait(t)
 	}

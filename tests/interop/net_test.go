@@ -2,10 +2,11 @@ package interop
 
 // The net interconnect between Go and C: a C link (libchanos_net, driven
 // by c/tools/net_peer.c) and a Go link (interconnect/net), each side in
-// turn dialing, plain and with TLS, through a proxy that resets the TCP
-// connection at random points hundreds of times: frames both ways arrive
-// exactly once and in order. Then the refusals of TLS: a wrong pin and a
-// client not admitted, each way.
+// turn dialing, plain, with TLS and authenticated only, through a proxy
+// that resets the TCP connection at random points hundreds of times:
+// frames both ways arrive exactly once and in order. Then the refusals of
+// TLS: a wrong pin and a client not admitted, each way, and a peer of the
+// other mode (encrypted or authenticated only), each way.
 
 import (
 	"bytes"
@@ -32,6 +33,14 @@ import (
 
 // netFrames is how many frames each side streams to the other.
 const netFrames = 3000
+
+// netModes are the modes a net link runs in: plain TCP, TLS, and TLS
+// authenticated only (cnet.TLS.AuthOnly; chanos-net-peer -auth), in which
+// the records cross in the clear with a tag each.
+var netModes = []struct {
+	name      string
+	tls, auth bool
+}{{"plain", false, false}, {"tls", true, false}, {"auth", true, true}}
 
 // netFrame is frame i of a stream, as frame_make of c/tools/net_peer.c
 // writes it: a message whose payload is i, then (i*7919)%3000 bytes, byte
@@ -146,11 +155,17 @@ func checkCuts(t *testing.T, p *faultproxy.Proxy, l *cnet.Link) {
 	if p.Cuts() < 50 || l.Resumes() < 50 {
 		t.Errorf("%d cuts and %d resumes, want 50 or more", p.Cuts(), l.Resumes())
 	}
+	// The proxy cuts, and changes nothing: no record of the C side's
+	// fails its tag.
+	if n := l.AuthFailures(); n != 0 {
+		t.Errorf("%d records of the C side failed their tags", n)
+	}
 }
 
 func TestNetCDialerGoListener(t *testing.T) {
-	for _, tls := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "tls"}[tls], func(t *testing.T) {
+	for _, m := range netModes {
+		tls := m.tls
+		t.Run(m.name, func(t *testing.T) {
 			peer := netPeer(t)
 			o := &cnet.Options{}
 			var admitted atomic.Pointer[[32]byte]
@@ -160,11 +175,14 @@ func TestNetCDialerGoListener(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				o.TLS = &cnet.TLS{Identity: srv, Admit: func(_ string, fp [32]byte) bool {
+				o.TLS = &cnet.TLS{Identity: srv, AuthOnly: m.auth, Admit: func(_ string, fp [32]byte) bool {
 					want := admitted.Swap(nil)
 					return want != nil && *want == fp
 				}}
 				args = append(args, "-pin", hex.EncodeToString(srv.Fingerprint[:]))
+				if m.auth {
+					args = append(args, "-auth")
+				}
 			}
 			L := cnet.Listen(listenTCP(t), o)
 			defer L.Close()
@@ -194,8 +212,9 @@ func TestNetCDialerGoListener(t *testing.T) {
 }
 
 func TestNetGoDialerCListener(t *testing.T) {
-	for _, tls := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "tls"}[tls], func(t *testing.T) {
+	for _, m := range netModes {
+		tls := m.tls
+		t.Run(m.name, func(t *testing.T) {
 			peer := netPeer(t)
 			o := &cnet.Options{}
 			args := []string{"listen", fmt.Sprint(netFrames)}
@@ -206,10 +225,13 @@ func TestNetGoDialerCListener(t *testing.T) {
 					t.Fatal(err)
 				}
 				args = append(args, "-admit", hex.EncodeToString(cli.Fingerprint[:]))
+				if m.auth {
+					args = append(args, "-auth")
+				}
 			}
 			p := spawn(t, "", peer, args...)
 			if tls {
-				o.TLS = &cnet.TLS{Identity: cli, Peer: fingerprint(t, field(t, p.Line(t), "fp"))}
+				o.TLS = &cnet.TLS{Identity: cli, Peer: fingerprint(t, field(t, p.Line(t), "fp")), AuthOnly: m.auth}
 			}
 			port := field(t, p.Line(t), "port")
 			px, err := faultproxy.New("127.0.0.1:" + port)
@@ -315,8 +337,9 @@ func TestNetGoDialerRefused(t *testing.T) {
 // every ping gets its pong in order and every echo its value; then the
 // 64 KiB bounce comes back intact.
 func TestNetGoClientCServer(t *testing.T) {
-	for _, tls := range []bool{false, true} {
-		t.Run(map[bool]string{false: "plain", true: "tls"}[tls], func(t *testing.T) {
+	for _, m := range netModes {
+		tls := m.tls
+		t.Run(m.name, func(t *testing.T) {
 			peer := netPeer(t)
 			o := &cnet.Options{}
 			args := []string{"serve"}
@@ -327,10 +350,13 @@ func TestNetGoClientCServer(t *testing.T) {
 					t.Fatal(err)
 				}
 				args = append(args, "-admit", hex.EncodeToString(cli.Fingerprint[:]))
+				if m.auth {
+					args = append(args, "-auth")
+				}
 			}
 			p := spawn(t, "", peer, args...)
 			if tls {
-				o.TLS = &cnet.TLS{Identity: cli, Peer: fingerprint(t, field(t, p.Line(t), "fp"))}
+				o.TLS = &cnet.TLS{Identity: cli, Peer: fingerprint(t, field(t, p.Line(t), "fp")), AuthOnly: m.auth}
 			}
 			px, err := faultproxy.New("127.0.0.1:" + field(t, p.Line(t), "port"))
 			if err != nil {
@@ -383,6 +409,79 @@ func TestNetGoClientCServer(t *testing.T) {
 			}
 			c.Close()
 			p.Expect(t, "served")
+			p.wait(t, 0)
+		})
+	}
+}
+
+// A C dialer and a Go listener, then a Go dialer and a C listener, one
+// side authenticated only and the other encrypting, each way round: the
+// dial fails with the mode's error (CHANOS_ERR_MODE, -4505, in C; ErrMode
+// in Go), and the listener is not asked to admit the client.
+func TestNetModeMismatch(t *testing.T) {
+	peer := netPeer(t)
+	srv, err := cnet.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := cnet.NewIdentity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, goAuth := range []bool{false, true} {
+		name := map[bool]string{false: "go encrypts", true: "go auth only"}[goAuth]
+		t.Run(name+", C dials", func(t *testing.T) {
+			var asked atomic.Int32
+			L := cnet.Listen(listenTCP(t), &cnet.Options{TLS: &cnet.TLS{Identity: srv, AuthOnly: goAuth, Admit: func(string, [32]byte) bool {
+				asked.Add(1)
+				return true
+			}}})
+			defer L.Close()
+			args := []string{"dial", L.Addr().String(), "1", "-pin", hex.EncodeToString(srv.Fingerprint[:])}
+			if !goAuth {
+				args = append(args, "-auth")
+			}
+			p := spawn(t, "", peer, args...)
+			field(t, p.Line(t), "fp")
+			io.WriteString(p.stdin, "go\n")
+			if got := field(t, p.Line(t), "error"); !strings.HasPrefix(got, "-4505 ") {
+				t.Errorf("the C dialer: error %s, want -4505 (CHANOS_ERR_MODE)", got)
+			}
+			p.wait(t, 3)
+			if n := asked.Load(); n != 0 {
+				t.Errorf("the Go listener was asked to admit %d times, want 0", n)
+			}
+		})
+		t.Run(name+", Go dials", func(t *testing.T) {
+			args := []string{"listen", "1", "-admit", hex.EncodeToString(cli.Fingerprint[:])}
+			if !goAuth {
+				args = append(args, "-auth")
+			}
+			p := spawn(t, "", peer, args...)
+			pin := fingerprint(t, field(t, p.Line(t), "fp"))
+			addr := "127.0.0.1:" + field(t, p.Line(t), "port")
+			_, err := cnet.Dial(testkit.Context(t), addr, &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: pin, AuthOnly: goAuth}})
+			if !errors.Is(err, cnet.ErrMode) {
+				t.Errorf("Dial = %v, want ErrMode", err)
+			}
+			// The admission was not spent: a client of the listener's mode
+			// is admitted, and one frame crosses each way.
+			ctx := testkit.Context(t)
+			l, err := cnet.Dial(ctx, addr, &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: pin, AuthOnly: !goAuth}})
+			if err != nil {
+				t.Fatalf("a dial of the listener's mode after the refused one: %v", err)
+			}
+			defer l.Close()
+			if err := l.SendFrame(ctx, netFrame(0), nil); err != nil {
+				t.Fatal(err)
+			}
+			var in interconnect.Incoming
+			if err := l.Receive(ctx, &in); err != nil || !bytes.Equal(in.Frame, netFrame(0)) {
+				t.Fatalf("receive: %d bytes, %v", len(in.Frame), err)
+			}
+			l.Close()
+			p.Expect(t, "received 1 resumes 0")
+			p.Expect(t, "closed")
 			p.wait(t, 0)
 		})
 	}

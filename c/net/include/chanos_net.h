@@ -47,6 +47,7 @@ extern "C" {
 #define CHANOS_ERR_AUTH         (-4502) /* peer not authenticated (pin, admission) */
 #define CHANOS_ERR_TLS          (-4503) /* the TLS handshake failed otherwise */
 #define CHANOS_ERR_REFUSED      (-4504) /* the listener refused the hello (bad, busy) */
+#define CHANOS_ERR_MODE         (-4505) /* the peers disagree on auth_only */
 
 /* The size of a fingerprint: SHA-256 of a certificate's DER form. */
 #define CHANOS_NET_FP_SIZE 32
@@ -85,9 +86,11 @@ int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
  * to bind exports of other machines (docs/net.md, "Binding between
  * machines"): with it, chanos_connect of such an export returns a
  * chanos_conn over a TLS 1.3 net link, pinned to the server's certificate,
- * with the credential the monitors made for that connection. A bind the
- * monitors made authenticated only (both machines' --net-auth-only) fails
- * with CHANOS_ERR_MISMATCH: libchanos_net encrypts, always.
+ * with the credential the monitors made for that connection; and it takes
+ * the connections from other machines that the monitor announces to the
+ * domain's exports (docs/net-c.md, "Binding between machines"). A bind the
+ * monitors made authenticated only (both machines' --net-auth-only) runs
+ * in that mode (chanos_net_tls.auth_only), on either side.
  */
 const struct chanos_net_binder *chanos_net_binder(void);
 /* chanos_net_identity_fingerprint copies id's fingerprint into fp. */
@@ -131,6 +134,23 @@ struct chanos_net_tls {
      * on it may be freed. */
     void (*identity_done)(void *arg, const chanos_net_identity *id);
     void *arg;
+
+    /* Both sides: authentication without encryption (docs/net.md,
+     * "Without encryption"), for trusted networks. The TLS handshake and
+     * the hellos run as above; then the records cross in the clear, each
+     * followed by an AES-256-GMAC tag keyed from that TCP connection's TLS
+     * session, so that the peer's frames cannot be changed, forged,
+     * replayed, reordered or dropped unnoticed, but can be read. Both
+     * sides must agree: a dial whose listener runs the other mode fails
+     * with CHANOS_ERR_MODE (and spends no admission). A record that fails
+     * its tag breaks the TCP connection, which resumes
+     * (chanos_net_auth_failures counts them). */
+    bool auth_only;
+    /* Accepting side: if set, the mode of a connection that asks for
+     * server_name (true: authenticated only), in place of auth_only, so
+     * that one listener serves both modes, each connection in its own (as
+     * Go's TLS.ModeOf). Runs on the listener's thread, with arg. */
+    bool (*auth_only_for)(void *arg, const char *server_name);
 };
 
 /*
@@ -166,7 +186,9 @@ typedef struct chanos_net_listener chanos_net_listener; /* opaque */
  * its TCP connection breaks. Errors: -errno of the TCP connection,
  * CHANOS_ERR_TIMEDOUT, CHANOS_ERR_AUTH (the server's certificate is not
  * the pinned one, or the listener does not admit this side's),
- * CHANOS_ERR_TLS, CHANOS_ERR_REFUSED, CHANOS_ERR_PROTOCOL. Free *out with
+ * CHANOS_ERR_TLS, CHANOS_ERR_REFUSED, CHANOS_ERR_MODE (the listener runs
+ * the other mode: auth_only on one side only), CHANOS_ERR_PROTOCOL. Free
+ * *out with
  * chanos_net_close.
  */
 int chanos_net_dial(const char *addr, const struct chanos_net_options *opts,
@@ -251,6 +273,11 @@ bool chanos_net_peer_closed(chanos_net_link *c);
 /* chanos_net_resumes returns how many times the connection has been
  * resumed on a new TCP connection. */
 uint64_t chanos_net_resumes(chanos_net_link *c);
+
+/* chanos_net_auth_failures returns how many records, in the
+ * authenticated-only mode, failed their tag: each broke its TCP connection,
+ * and the connection resumed on a new one. */
+uint64_t chanos_net_auth_failures(chanos_net_link *c);
 
 /* chanos_net_max_frame returns the largest frame this link sends: the
  * smaller of its own and the peer's maximum. */

@@ -40,6 +40,7 @@ struct grant {
     uint8_t fp[CHANOS_NET_FP_SIZE]; /* the client's certificate */
     chanos_net_identity *id;        /* this side's */
     uint64_t conn_id;
+    bool auth_only;  /* authenticated only, not encrypted */
     int64_t expires; /* ms; unused grants only */
     bool admitted;   /* its one new connection has been let in */
     bool taken;      /* accepted: kept for the link's resumes */
@@ -187,6 +188,18 @@ static void identity_done(void *arg, const chanos_net_identity *id)
     pthread_mutex_unlock(&st->mu);
 }
 
+/* auth_only_for is the mode of the connection granted under name: each
+ * bind's, as the two machines' monitors agreed it. */
+static bool auth_only_for(void *arg, const char *name)
+{
+    struct state *st = arg;
+    pthread_mutex_lock(&st->mu);
+    struct grant *g = *find_locked(st, name);
+    bool a = g && g->auth_only;
+    pthread_mutex_unlock(&st->mu);
+    return a;
+}
+
 static bool admit(void *arg, const char *name,
                   const uint8_t fp[CHANOS_NET_FP_SIZE])
 {
@@ -315,6 +328,7 @@ static int b_open(void **state, int *wait_fd)
     st->tls.identity_for = identity_for;
     st->tls.admit = admit;
     st->tls.identity_done = identity_done;
+    st->tls.auth_only_for = auth_only_for;
     st->tls.arg = st;
     *state = st;
     *wait_fd = st->epfd;
@@ -328,13 +342,13 @@ static int b_dial(void *state, const struct chanos_net_bind *b,
     chanos_net_link *link = NULL;
 
     *out = NULL;
-    if (b->auth_only)
-        return CHANOS_ERR_MISMATCH; /* libchanos_net encrypts, always */
     int rc = chanos_net_identity_from_der(b->cert, b->cert_len, b->key,
                                           b->key_len, &id);
     if (rc != 0)
         return rc;
-    struct chanos_net_tls t = {.identity = id, .server_name = b->server_name};
+    struct chanos_net_tls t = {.identity = id,
+                               .server_name = b->server_name,
+                               .auth_only = b->auth_only != 0};
     memcpy(t.peer, b->peer, CHANOS_NET_FP_SIZE);
     struct chanos_net_options o = {.max_frame = b->max_frame, .tls = &t};
     rc = chanos_net_dial(b->addr, &o, &link);
@@ -384,8 +398,6 @@ static int b_grant(void *state, const struct chanos_net_grant *gr)
     if (!gr->server_name || strlen(gr->server_name) > SERVER_NAME_MAX ||
         gr->tag_len > CHANOS_NET_GRANT_TAG_MAX)
         return -EINVAL;
-    if (gr->auth_only)
-        return CHANOS_ERR_MISMATCH; /* libchanos_net encrypts, always */
     struct grant *g = calloc(1, sizeof *g);
     if (!g)
         return -ENOMEM;
@@ -398,6 +410,7 @@ static int b_grant(void *state, const struct chanos_net_grant *gr)
     strcpy(g->name, gr->server_name);
     memcpy(g->fp, gr->peer, CHANOS_NET_FP_SIZE);
     g->conn_id = gr->conn_id;
+    g->auth_only = gr->auth_only != 0;
     memcpy(g->tag, gr->tag, gr->tag_len);
     g->tag_len = gr->tag_len;
     pthread_mutex_lock(&st->mu);

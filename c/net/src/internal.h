@@ -27,6 +27,7 @@
 #define REJECT_BAD     2
 #define REJECT_BUSY    3
 #define REJECT_AUTH    4
+#define REJECT_MODE    5 /* the client asked for the other mode (auth_only) */
 
 /* A result of the handshake only: the listener no longer holds the
  * connection (a resume's REJECT 1). */
@@ -54,18 +55,50 @@ struct net_opts {
         handshake, linger;
     int backlog;
     bool tls;
+    bool auth; /* tls and t.auth_only: records in the clear with tags */
     struct chanos_net_tls t;
 };
 void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r);
 
 int64_t net_now(void);
 
-/* A transport connection: a TCP socket, with TLS over it if ssl. */
+/*
+ * The authenticated-only mode's record tags (auth.c; docs/net.md, "Without
+ * encryption"): AES-256-GMAC under one direction's key, the nonce four
+ * zero bytes and the record's index in its direction on this TCP
+ * connection (little-endian u64).
+ */
+#define GMAC_KEY 32
+#define GMAC_TAG 16
+struct gmac {
+    EVP_CIPHER_CTX *ctx;
+    uint64_t index; /* of the next record */
+};
+int gmac_init(struct gmac *m, const uint8_t key[GMAC_KEY]);
+void gmac_free(struct gmac *m);
+/* gmac_tag writes the tag of the next record, a[0..an) then b[0..bn) (its
+ * header and payload), and moves to the record after: 0, -EINVAL (a
+ * record past INT_MAX bytes), or CHANOS_ERR_TLS if OpenSSL fails. */
+int gmac_tag(struct gmac *m, const uint8_t *a, size_t an, const uint8_t *b,
+             size_t bn, uint8_t tag[GMAC_TAG]);
+/* gmac_check says whether tag is the next record's, and moves on. */
+bool gmac_check(struct gmac *m, const uint8_t *a, size_t an,
+                const uint8_t *b, size_t bn, const uint8_t tag[GMAC_TAG]);
+
+/* The two directions of one TCP connection in the authenticated-only
+ * mode, once its hellos are exchanged. */
+struct tconn_auth {
+    struct gmac out, in;
+};
+
+/* A transport connection: a TCP socket, with TLS over it if ssl, or, in
+ * the authenticated-only mode after the hellos, clear with tags if auth. */
 struct tconn {
     int fd;
     SSL *ssl;
+    struct tconn_auth *auth;
 };
-#define TCONN_NONE ((struct tconn){-1, NULL})
+#define TCONN_NONE ((struct tconn){-1, NULL, NULL})
 void tconn_close(struct tconn *t);
 /* Nonblocking: > 0 bytes moved; 0 would block (*want: POLLIN or POLLOUT);
  * < 0 the connection failed or ended. */
@@ -95,21 +128,37 @@ struct chanos_net_identity {
     X509 *cert;
     uint8_t fp[CHANOS_NET_FP_SIZE];
 };
-/* A client context: identity, pinned peer. */
+/* The ALPN protocols that carry the mode, so that the transcript, which
+ * both certificates sign, binds it. */
+#define ALPN_ENCRYPTED "chanos-net"
+#define ALPN_AUTH_ONLY "chanos-net-auth"
+/* A client context: identity, pinned peer, the one ALPN protocol of its
+ * mode. */
 SSL_CTX *net_tls_client_ctx(const struct chanos_net_tls *t);
 /* A server context whose certificate identity_for picks by name. */
 SSL_CTX *net_tls_server_ctx(const struct chanos_net_tls *t);
 /* Runs the client's handshake on t->fd, which t->ssl then holds: 0,
- * CHANOS_ERR_AUTH (pin), CHANOS_ERR_TLS, CHANOS_ERR_TIMEDOUT,
+ * CHANOS_ERR_AUTH (pin), CHANOS_ERR_MODE (the server chose another mode
+ * than auth_only's), CHANOS_ERR_TLS, CHANOS_ERR_TIMEDOUT,
  * CHANOS_ERR_CLOSED (stop). */
-int net_tls_client(SSL_CTX *ctx, const uint8_t pin[CHANOS_NET_FP_SIZE],
+int net_tls_client(SSL_CTX *ctx, bool auth_only,
+                   const uint8_t pin[CHANOS_NET_FP_SIZE],
                    const char *server_name, struct tconn *t, int wakefd,
                    int64_t deadline, const bool *stop, pthread_mutex_t *mu);
-/* The server's: also the client certificate's fingerprint and the server
- * name asked for (name[0..cap), "" if none). */
+/* The server's: also the client certificate's fingerprint, the server
+ * name asked for (name[0..cap), "" if none) and the mode the client asked
+ * for (*auth_only). */
 int net_tls_server(SSL_CTX *ctx, struct tconn *t, int wakefd,
                    int64_t deadline, const bool *stop, pthread_mutex_t *mu,
-                   uint8_t fp[CHANOS_NET_FP_SIZE], char *name, size_t cap);
+                   uint8_t fp[CHANOS_NET_FP_SIZE], char *name, size_t cap,
+                   bool *auth_only);
+/*
+ * net_auth_switch turns t, whose hellos were exchanged in TLS, into its
+ * clear records (auth.c): it exports the record keys from the TLS session
+ * and drops the TLS state, keeping the socket. 0; CHANOS_ERR_PROTOCOL if
+ * the peer sent TLS data after its hello; -ENOMEM or CHANOS_ERR_TLS.
+ */
+int net_auth_switch(struct tconn *t, bool dialer);
 
 /* The links a listener holds, by id, shared with them (reference counted)
  * so that a link outliving its listener can still take itself out. */

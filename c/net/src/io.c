@@ -100,6 +100,7 @@ void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r)
     if (o->tls) {
         r->tls = true;
         r->t = *o->tls;
+        r->auth = o->tls->auth_only;
     }
 }
 
@@ -129,6 +130,12 @@ void tconn_close(struct tconn *t)
          * once, as Go's link does (its peer may no longer read). */
         SSL_free(t->ssl);
         t->ssl = NULL;
+    }
+    if (t->auth) {
+        gmac_free(&t->auth->out);
+        gmac_free(&t->auth->in);
+        free(t->auth);
+        t->auth = NULL;
     }
     if (t->fd >= 0) {
         close(t->fd);

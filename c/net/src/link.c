@@ -85,6 +85,11 @@ struct pending {
 #define RBUF 65536
 #define OUT_BATCH (256u << 10)
 
+/* A result of reading only: a record failed its tag in the
+ * authenticated-only mode. The TCP connection is broken, not the link:
+ * whoever can change bytes on the path can reset the connection anyway. */
+#define NET_BAD_TAG (-4591)
+
 struct chanos_net_link {
     struct net_opts o;
     uint8_t id[16];
@@ -119,6 +124,7 @@ struct chanos_net_link {
     int end_err;
     bool end_now;
     int dial_rc; /* 1 while the first dial runs */
+    uint64_t auth_failures; /* records whose tag failed */
     struct pending pend;
     uint8_t *cur;
 
@@ -131,9 +137,10 @@ struct chanos_net_link {
     uint8_t rbuf[RBUF];
     uint8_t hdr[REC_HDR];
     size_t hdr_have;
+    uint8_t tag[GMAC_TAG];
+    size_t tag_have;
     uint8_t *pay;
     uint32_t pay_len, pay_have;
-    uint64_t pay_seq, pay_ack;
     int64_t last_read, last_write;
 };
 
@@ -216,21 +223,39 @@ static int out_reserve(chanos_net_link *c, size_t more)
     return 0;
 }
 
+/* out_tag appends, in the authenticated-only mode, the tag of the record
+ * that begins at out[at] and ends the output buffer. */
+static int out_tag(chanos_net_link *c, size_t at)
+{
+    if (!c->t.auth)
+        return 0;
+    int r = gmac_tag(&c->t.auth->out, c->out + at, c->out_len - at, NULL, 0,
+                     c->out + c->out_len);
+    if (r == 0)
+        c->out_len += GMAC_TAG;
+    return r;
+}
+
 /* fill_out_locked puts into the output buffer, which is empty, the
- * records the peer has not received, or an acknowledgement that is due. */
-static void fill_out_locked(chanos_net_link *c, int64_t now)
+ * records the peer has not received, or an acknowledgement that is due:
+ * 0, or a failure to tag them (the TCP connection is then dropped). */
+static int fill_out_locked(chanos_net_link *c, int64_t now)
 {
     uint64_t ack = ack_value_locked(c);
+    size_t tag = c->t.auth ? GMAC_TAG : 0;
     c->out_len = c->out_off = 0;
     size_t i = (size_t)(c->written - c->peer_acked);
     for (; i < c->unacked.n && c->out_len < OUT_BATCH; i++) {
         struct rec *r = dq_at(&c->unacked, i);
-        if (out_reserve(c, REC_HDR + r->len) < 0)
+        if (out_reserve(c, REC_HDR + r->len + tag) < 0)
             break;
-        net_put_header(c->out + c->out_len, r->type, r->len, r->seq, ack);
+        size_t at = c->out_len;
+        net_put_header(c->out + at, r->type, r->len, r->seq, ack);
         if (r->len)
-            memcpy(c->out + c->out_len + REC_HDR, r->buf, r->len);
+            memcpy(c->out + at + REC_HDR, r->buf, r->len);
         c->out_len += REC_HDR + r->len;
+        if (out_tag(c, at) < 0)
+            return CHANOS_ERR_TLS;
         /* Counted as written before the write: the peer may acknowledge
          * a record as soon as its bytes leave. */
         c->written = r->seq;
@@ -241,10 +266,12 @@ static void fill_out_locked(chanos_net_link *c, int64_t now)
                    (ack != c->ack_sent &&
                     (c->since_ack >= quarter || (c->ack_due && now >= c->ack_due))) ||
                    now - c->last_write >= c->o.keepalive;
-        if (!due || out_reserve(c, REC_HDR) < 0)
-            return;
+        if (!due || out_reserve(c, REC_HDR + tag) < 0)
+            return 0;
         net_put_header(c->out, REC_ACK, 0, 0, ack);
         c->out_len = REC_HDR;
+        if (out_tag(c, 0) < 0)
+            return CHANOS_ERR_TLS;
     }
     c->ack_sent = ack;
     c->since_ack = 0;
@@ -252,6 +279,7 @@ static void fill_out_locked(chanos_net_link *c, int64_t now)
     c->force_ack = false;
     c->out_seq = c->written;
     c->out_ack = ack;
+    return 0;
 }
 
 static void drop_conn(chanos_net_link *c)
@@ -259,12 +287,70 @@ static void drop_conn(chanos_net_link *c)
     tconn_close(&c->t);
     c->out_len = c->out_off = 0;
     c->hdr_have = 0;
+    c->tag_have = 0;
     c->rd_want = POLLIN;
     free(c->pay);
     c->pay = NULL;
     pthread_mutex_lock(&c->mu);
     c->connected = false;
+    /* A close waiting for the socket to take its last records waits no
+     * more: there is no socket. */
+    pthread_cond_broadcast(&c->cv);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* check_locked checks a record's header h against the protocol: 0 or
+ * CHANOS_ERR_PROTOCOL. */
+static int check_locked(chanos_net_link *c, const uint8_t *h)
+{
+    uint32_t len = chanos_load_u32(h + 4);
+    uint64_t seq = chanos_load_u64(h + 8);
+    if (h[1] || h[2] || h[3])
+        return CHANOS_ERR_PROTOCOL;
+    switch (h[0]) {
+    case REC_DATA:
+        if (len < CHANOS_HEADER_SIZE || len > c->o.max_frame ||
+            seq != c->received + 1 || c->inbox.n >= c->o.win_frames ||
+            c->inbox_bytes + len > c->o.win_bytes)
+            return CHANOS_ERR_PROTOCOL;
+        return 0;
+    case REC_ACK:
+        return len != 0 || seq != 0 ? CHANOS_ERR_PROTOCOL : 0;
+    case REC_CLOSE:
+        return len != 0 || seq != c->received + 1 ? CHANOS_ERR_PROTOCOL : 0;
+    default:
+        return CHANOS_ERR_PROTOCOL;
+    }
+}
+
+/* apply_locked acts on a record that check_locked passed, whose payload
+ * (DATA's frame, which it takes) is pay: 0 or the link's end. *got: a
+ * frame or the close arrived. */
+static int apply_locked(chanos_net_link *c, const uint8_t *h, uint8_t *pay,
+                        bool *got)
+{
+    uint32_t len = chanos_load_u32(h + 4);
+    uint64_t seq = chanos_load_u64(h + 8), ack = chanos_load_u64(h + 16);
+    switch (h[0]) {
+    case REC_DATA: {
+        struct rec r = {seq, REC_DATA, len, pay};
+        if (dq_push(&c->inbox, r) < 0) {
+            free(pay);
+            return -ENOMEM;
+        }
+        c->inbox_bytes += len;
+        c->received = seq;
+        *got = true;
+        break;
+    }
+    case REC_CLOSE:
+        c->received = seq;
+        c->peer_closed = true;
+        c->force_ack = true;
+        *got = true;
+        break;
+    }
+    return apply_ack_locked(c, ack);
 }
 
 /* process handles n bytes read, record by record: 0, or the link's end. */
@@ -284,17 +370,9 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
             n -= k;
             if (c->pay_have < c->pay_len)
                 break;
-            struct rec r = {c->pay_seq, REC_DATA, c->pay_len, c->pay};
+            uint8_t *pay = c->pay;
             c->pay = NULL;
-            if (dq_push(&c->inbox, r) < 0) {
-                free(r.buf);
-                err = -ENOMEM;
-                break;
-            }
-            c->inbox_bytes += r.len;
-            c->received = r.seq;
-            got = true;
-            err = apply_ack_locked(c, c->pay_ack);
+            err = apply_locked(c, c->hdr, pay, &got);
             continue;
         }
         size_t k = REC_HDR - c->hdr_have;
@@ -307,52 +385,19 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
         if (c->hdr_have < REC_HDR)
             break;
         c->hdr_have = 0;
-        const uint8_t *h = c->hdr;
-        uint32_t len = chanos_load_u32(h + 4);
-        uint64_t seq = chanos_load_u64(h + 8), ack = chanos_load_u64(h + 16);
-        if (h[1] || h[2] || h[3]) {
-            err = CHANOS_ERR_PROTOCOL;
+        err = check_locked(c, c->hdr);
+        if (err)
             break;
+        if (c->hdr[0] != REC_DATA) {
+            err = apply_locked(c, c->hdr, NULL, &got);
+            continue;
         }
-        switch (h[0]) {
-        case REC_DATA:
-            if (len < CHANOS_HEADER_SIZE || len > c->o.max_frame ||
-                seq != c->received + 1 || c->inbox.n >= c->o.win_frames ||
-                c->inbox_bytes + len > c->o.win_bytes) {
-                err = CHANOS_ERR_PROTOCOL;
-                break;
-            }
-            c->pay = malloc(len);
-            if (!c->pay) {
-                err = -ENOMEM;
-                break;
-            }
-            c->pay_len = len;
-            c->pay_have = 0;
-            c->pay_seq = seq;
-            c->pay_ack = ack;
-            break;
-        case REC_ACK:
-            if (len != 0 || seq != 0) {
-                err = CHANOS_ERR_PROTOCOL;
-                break;
-            }
-            err = apply_ack_locked(c, ack);
-            break;
-        case REC_CLOSE:
-            if (len != 0 || seq != c->received + 1) {
-                err = CHANOS_ERR_PROTOCOL;
-                break;
-            }
-            c->received = seq;
-            c->peer_closed = true;
-            c->force_ack = true;
-            got = true;
-            err = apply_ack_locked(c, ack);
-            break;
-        default:
-            err = CHANOS_ERR_PROTOCOL;
-        }
+        /* A frame: its payload follows. */
+        c->pay_len = chanos_load_u32(c->hdr + 4);
+        c->pay_have = 0;
+        c->pay = malloc(c->pay_len);
+        if (!c->pay)
+            err = -ENOMEM;
     }
     if (got) {
         pthread_cond_broadcast(&c->cv);
@@ -364,21 +409,154 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
     return err;
 }
 
+/* bad_tag counts a record that failed its authentication. */
+static int bad_tag(chanos_net_link *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->auth_failures++;
+    pthread_mutex_unlock(&c->mu);
+    return NET_BAD_TAG;
+}
+
+/*
+ * process_auth handles n bytes read in the authenticated-only mode: each
+ * record, its header, payload and tag, is read whole and acted on only
+ * once its tag checks, so that nothing a changed byte says is believed.
+ * 0; NET_BAD_TAG (a record failed: the TCP connection is broken); or the
+ * link's end.
+ */
+static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
+{
+    while (n > 0) {
+        if (c->hdr_have < REC_HDR) {
+            size_t k = REC_HDR - c->hdr_have;
+            if (k > n)
+                k = n;
+            memcpy(c->hdr + c->hdr_have, b, k);
+            c->hdr_have += k;
+            b += k;
+            n -= k;
+            if (c->hdr_have < REC_HDR)
+                break;
+            /* Only the length is used before the tag checks, and only to
+             * know how much to read: within the maximum frame size. */
+            uint32_t len = chanos_load_u32(c->hdr + 4);
+            if (len > c->o.max_frame)
+                return bad_tag(c);
+            c->pay_len = len;
+            c->pay_have = 0;
+            c->tag_have = 0;
+            if (len && !(c->pay = malloc(len))) {
+                end_link(c, -ENOMEM, true);
+                return -ENOMEM;
+            }
+            continue;
+        }
+        if (c->pay_have < c->pay_len) {
+            size_t k = c->pay_len - c->pay_have;
+            if (k > n)
+                k = n;
+            memcpy(c->pay + c->pay_have, b, k);
+            c->pay_have += (uint32_t)k;
+            b += k;
+            n -= k;
+            continue;
+        }
+        size_t k = GMAC_TAG - c->tag_have;
+        if (k > n)
+            k = n;
+        memcpy(c->tag + c->tag_have, b, k);
+        c->tag_have += k;
+        b += k;
+        n -= k;
+        if (c->tag_have < GMAC_TAG)
+            break;
+        c->hdr_have = 0;
+        uint8_t *pay = c->pay;
+        c->pay = NULL;
+        if (!gmac_check(&c->t.auth->in, c->hdr, REC_HDR, pay, c->pay_len,
+                        c->tag)) {
+            free(pay);
+            return bad_tag(c);
+        }
+        /* Authentic: from here every rule of the protocol applies. */
+        c->last_read = net_now();
+        bool got = false;
+        pthread_mutex_lock(&c->mu);
+        int err = check_locked(c, c->hdr);
+        if (err)
+            free(pay);
+        else
+            err = apply_locked(c, c->hdr, pay, &got);
+        if (got) {
+            pthread_cond_broadcast(&c->cv);
+            ready(c);
+        }
+        if (err)
+            end_locked(c, err, true);
+        pthread_mutex_unlock(&c->mu);
+        if (err)
+            return err;
+    }
+    return 0;
+}
+
+/* my_hello is this side's hello: its limits and, last received, what it
+ * has received (final: this thread alone reads). */
+static void my_hello(chanos_net_link *c, bool resume, uint64_t received,
+                     uint8_t out[REC_HDR + HELLO_SIZE])
+{
+    struct hello mine = {.resume = resume,
+                         .max_frame = c->o.max_frame,
+                         .win_frames = c->o.win_frames,
+                         .win_bytes = c->o.win_bytes,
+                         .received = received};
+    memcpy(mine.id, c->id, 16);
+    net_hello_encode(&mine, out);
+}
+
+/* auth_reply answers the peer's hello in TLS, in the authenticated-only
+ * mode, then turns the TCP connection to clear records: the accepting
+ * side's records after its hello are clear. */
+static int auth_reply(chanos_net_link *c, struct pending *p, uint64_t received)
+{
+    uint8_t hb[REC_HDR + HELLO_SIZE];
+    my_hello(c, false, received, hb);
+    int r = tconn_write_all(&p->t, hb, sizeof hb, c->wakefd,
+                            net_now() + c->o.handshake, &c->stop, &c->mu);
+    return r == 0 ? net_auth_switch(&p->t, false) : r;
+}
+
 /* attach makes p's connection the link's, after a hello exchange. */
 static int attach(chanos_net_link *c, struct pending *p)
 {
     pthread_mutex_lock(&c->mu);
-    if (c->end_err) {
-        int e = c->end_err;
-        pthread_mutex_unlock(&c->mu);
+    int e = c->end_err;
+    if (!e && (p->h.received < c->peer_acked || p->h.received >= c->next_seq)) {
+        e = CHANOS_ERR_PROTOCOL;
+        end_locked(c, e, true);
+    }
+    uint64_t received = c->received;
+    pthread_mutex_unlock(&c->mu);
+    if (e == 0 && c->o.auth && p->reply) {
+        /* Before the connection is the link's: a failure leaves the link
+         * as it was, without a connection, to be resumed. The peer's
+         * acknowledgements and this side's last received cannot change
+         * meanwhile: only this thread reads. */
+        e = auth_reply(c, p, received);
+        if (e == CHANOS_ERR_PROTOCOL)
+            end_link(c, e, true);
+    }
+    if (e) {
         tconn_close(&p->t);
         return e;
     }
-    if (p->h.received < c->peer_acked || p->h.received >= c->next_seq) {
-        end_locked(c, CHANOS_ERR_PROTOCOL, true);
+    pthread_mutex_lock(&c->mu);
+    if (c->end_err) {
+        e = c->end_err;
         pthread_mutex_unlock(&c->mu);
         tconn_close(&p->t);
-        return CHANOS_ERR_PROTOCOL;
+        return e;
     }
     if (c->gen == 0 && c->peer_max == 0) {
         c->peer_max = p->h.max_frame;
@@ -391,14 +569,9 @@ static int attach(chanos_net_link *c, struct pending *p)
     c->force_ack = true;
     c->connected = true;
     c->out_len = c->out_off = 0;
-    if (p->reply) {
-        struct hello mine = {.max_frame = c->o.max_frame,
-                             .win_frames = c->o.win_frames,
-                             .win_bytes = c->o.win_bytes,
-                             .received = c->received};
-        memcpy(mine.id, c->id, 16);
+    if (p->reply && !c->o.auth) {
         if (out_reserve(c, REC_HDR + HELLO_SIZE) == 0) {
-            net_hello_encode(&mine, c->out);
+            my_hello(c, false, c->received, c->out);
             c->out_len = REC_HDR + HELLO_SIZE;
             c->out_seq = c->written;
             c->out_ack = c->flushed_ack;
@@ -419,21 +592,16 @@ static int handshake(chanos_net_link *c, bool resume, int64_t deadline,
     int fd = net_connect(c->addr, c->wakefd, deadline, &c->stop, &c->mu);
     if (fd < 0)
         return fd;
-    p->t = (struct tconn){fd, NULL};
+    p->t = (struct tconn){.fd = fd};
     int r = 0;
     if (c->cctx)
-        r = net_tls_client(c->cctx, c->o.t.peer, c->server_name, &p->t,
-                           c->wakefd, deadline, &c->stop, &c->mu);
-    struct hello mine = {.resume = resume,
-                         .max_frame = c->o.max_frame,
-                         .win_frames = c->o.win_frames,
-                         .win_bytes = c->o.win_bytes};
-    memcpy(mine.id, c->id, 16);
+        r = net_tls_client(c->cctx, c->o.auth, c->o.t.peer, c->server_name,
+                           &p->t, c->wakefd, deadline, &c->stop, &c->mu);
     pthread_mutex_lock(&c->mu);
-    mine.received = c->received;
+    uint64_t received = c->received;
     pthread_mutex_unlock(&c->mu);
     uint8_t hb[REC_HDR + HELLO_SIZE];
-    net_hello_encode(&mine, hb);
+    my_hello(c, resume, received, hb);
     if (r == 0)
         r = tconn_write_all(&p->t, hb, sizeof hb, c->wakefd, deadline,
                             &c->stop, &c->mu);
@@ -451,6 +619,9 @@ static int handshake(chanos_net_link *c, bool resume, int64_t deadline,
         case REJECT_AUTH:
             r = CHANOS_ERR_AUTH;
             break;
+        case REJECT_MODE:
+            r = CHANOS_ERR_MODE;
+            break;
         default:
             r = CHANOS_ERR_REFUSED;
         }
@@ -464,6 +635,10 @@ static int handshake(chanos_net_link *c, bool resume, int64_t deadline,
             r = net_hello_parse(hb, hb + REC_HDR, &p->h);
         if (r == 0 && memcmp(p->h.id, c->id, 16) != 0)
             r = CHANOS_ERR_PROTOCOL;
+        /* The dialing side's records after the accepting side's hello
+         * are clear. */
+        if (r == 0 && c->o.auth)
+            r = net_auth_switch(&p->t, true);
     }
     if (r != 0) {
         tconn_close(&p->t);
@@ -543,8 +718,11 @@ static void run_connected(chanos_net_link *c)
 {
     int64_t now = net_now();
     pthread_mutex_lock(&c->mu);
-    if (c->out_off == c->out_len)
-        fill_out_locked(c, now);
+    if (c->out_off == c->out_len && fill_out_locked(c, now) != 0) {
+        pthread_mutex_unlock(&c->mu);
+        drop_conn(c);
+        return;
+    }
     int64_t next = c->last_write + c->o.keepalive;
     if (c->ack_due && c->ack_due < next && ack_value_locked(c) != c->ack_sent)
         next = c->ack_due;
@@ -604,8 +782,13 @@ static void run_connected(chanos_net_link *c)
         c->rd_want = r == 0 ? want : POLLIN;
         if (r == 0)
             break;
-        c->last_read = net_now();
-        if (process(c, c->rbuf, (size_t)r) != 0) {
+        /* In the authenticated-only mode only an authentic record says
+         * the connection is alive (process_auth): bytes that never make
+         * one (a length changed on the path) must not keep it. */
+        if (!c->t.auth)
+            c->last_read = net_now();
+        if ((c->t.auth ? process_auth(c, c->rbuf, (size_t)r)
+                       : process(c, c->rbuf, (size_t)r)) != 0) {
             drop_conn(c);
             return;
         }
@@ -657,8 +840,8 @@ static void *io_main(void *arg)
              * being its only reader. */
             if (c->t.fd >= 0)
                 drop_conn(c);
-            attach(c, &p);
-            grace_end = 0;
+            if (attach(c, &p) == 0)
+                grace_end = 0;
             continue;
         }
         if (c->t.fd >= 0) {
@@ -1054,6 +1237,14 @@ bool chanos_net_peer_closed(chanos_net_link *c)
     return pc;
 }
 
+uint64_t chanos_net_auth_failures(chanos_net_link *c)
+{
+    pthread_mutex_lock(&c->mu);
+    uint64_t n = c->auth_failures;
+    pthread_mutex_unlock(&c->mu);
+    return n;
+}
+
 uint64_t chanos_net_resumes(chanos_net_link *c)
 {
     pthread_mutex_lock(&c->mu);
@@ -1204,6 +1395,9 @@ const char *chanos_net_strerror(int err)
         return "the TLS handshake failed";
     case CHANOS_ERR_REFUSED:
         return "the listener refused the connection (a bad hello, or busy)";
+    case CHANOS_ERR_MODE:
+        return "the peers disagree on encryption: one side is authenticated "
+               "only (auth_only), the other encrypts";
     case CHANOS_ERR_PROTOCOL:
         return "the peer broke the net protocol";
     case CHANOS_ERR_PEER_DIED:

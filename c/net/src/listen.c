@@ -59,15 +59,16 @@ static void reject(struct tconn *t, uint32_t code, int wakefd)
 static void handle(chanos_net_listener *L, int fd)
 {
     struct registry *reg = L->reg;
-    struct tconn t = {fd, NULL};
+    struct tconn t = {.fd = fd};
     net_tune(fd);
     int64_t deadline = net_now() + L->o.handshake;
     uint8_t fp[CHANOS_NET_FP_SIZE] = {0};
     char name[256] = "";
+    bool auth_only = false;
     int r = 0;
     if (L->sctx)
         r = net_tls_server(L->sctx, &t, L->wakefd, deadline, &L->stop,
-                           &reg->mu, fp, name, sizeof name);
+                           &reg->mu, fp, name, sizeof name, &auth_only);
     uint8_t hb[REC_HDR + HELLO_SIZE];
     if (r == 0)
         r = tconn_read_all(&t, hb, REC_HDR, L->wakefd, deadline, &L->stop,
@@ -84,6 +85,15 @@ static void handle(chanos_net_listener *L, int fd)
     struct hello h;
     if (net_hello_parse(hb, hb + REC_HDR, &h) != 0) {
         reject(&t, REJECT_BAD, L->wakefd);
+        goto drop;
+    }
+    /* Before admission and resumes: a client of the other mode spends
+     * no admission, and learns why it is refused. */
+    struct net_opts lo = L->o;
+    if (L->sctx && L->tls.auth_only_for)
+        lo.auth = L->tls.auth_only_for(L->tls.arg, name);
+    if (L->sctx && auth_only != lo.auth) {
+        reject(&t, REJECT_MODE, L->wakefd);
         goto drop;
     }
     if (h.resume) {
@@ -117,7 +127,7 @@ static void handle(chanos_net_listener *L, int fd)
         busy = memcmp(net_link_id(reg->links[i]), h.id, 16) == 0;
     chanos_net_link *c = NULL;
     if (!busy)
-        c = net_link_accepted(&L->o, reg, t, &h, fp);
+        c = net_link_accepted(&lo, reg, t, &h, fp);
     if (c) {
         L->queue[(L->qhead + L->qn++) % (size_t)L->o.backlog] = c;
         pthread_cond_broadcast(&L->cv);

@@ -201,7 +201,44 @@ static SSL_CTX *base_ctx(const SSL_METHOD *m)
     SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
     SSL_CTX_set_options(ctx, SSL_OP_NO_TICKET);
     SSL_CTX_set_cert_verify_callback(ctx, verify_cb, NULL);
+    /* OpenSSL's default, made sure of: in the authenticated-only mode the
+     * bytes after the peer's hello are clear records, which TLS must leave
+     * in the socket. */
+    SSL_CTX_set_read_ahead(ctx, 0);
     return ctx;
+}
+
+/* alpn_wire writes protocol name in ALPN's wire form (a length byte, then
+ * the name): its length. */
+static unsigned alpn_wire(uint8_t *out, const char *name)
+{
+    size_t n = strlen(name);
+    out[0] = (uint8_t)n;
+    memcpy(out + 1, name, n);
+    return (unsigned)n + 1;
+}
+
+/* The accepting side knows both modes, so that a client of the other mode
+ * reaches its hello and is refused with a reject that says why; a client
+ * that offers neither fails the handshake, as with Go's listener. */
+static int alpn_select(SSL *ssl, const unsigned char **out,
+                       unsigned char *outlen, const unsigned char *in,
+                       unsigned inlen, void *arg)
+{
+    (void)ssl;
+    (void)arg;
+    /* Static: *out points into it. The client offers one protocol, so the
+     * order of preference does not matter. */
+    static const unsigned char both[] = "\x0a" ALPN_ENCRYPTED
+                                        "\x0f" ALPN_AUTH_ONLY;
+    _Static_assert(sizeof ALPN_ENCRYPTED - 1 == 0x0a &&
+                       sizeof ALPN_AUTH_ONLY - 1 == 0x0f,
+                   "ALPN length bytes");
+    if (SSL_select_next_proto((unsigned char **)out, outlen, both,
+                              sizeof both - 1, in,
+                              inlen) != OPENSSL_NPN_NEGOTIATED)
+        return SSL_TLSEXT_ERR_ALERT_FATAL;
+    return SSL_TLSEXT_ERR_OK;
 }
 
 SSL_CTX *net_tls_client_ctx(const struct chanos_net_tls *t)
@@ -212,7 +249,13 @@ SSL_CTX *net_tls_client_ctx(const struct chanos_net_tls *t)
     if (!ctx)
         return NULL;
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-    if (SSL_CTX_use_certificate(ctx, t->identity->cert) != 1 ||
+    /* Exactly one protocol, the mode's: the server selects it or fails
+     * the dial with the other mode's reject. */
+    uint8_t alpn[32];
+    unsigned an =
+        alpn_wire(alpn, t->auth_only ? ALPN_AUTH_ONLY : ALPN_ENCRYPTED);
+    if (SSL_CTX_set_alpn_protos(ctx, alpn, an) != 0 ||
+        SSL_CTX_use_certificate(ctx, t->identity->cert) != 1 ||
         SSL_CTX_use_PrivateKey(ctx, t->identity->key) != 1) {
         ERR_clear_error();
         SSL_CTX_free(ctx);
@@ -248,6 +291,7 @@ SSL_CTX *net_tls_server_ctx(const struct chanos_net_tls *t)
     SSL_CTX_set_num_tickets(ctx, 0);
     /* t lives in the listener, as long as the context. */
     SSL_CTX_set_cert_cb(ctx, cert_cb, (void *)t);
+    SSL_CTX_set_alpn_select_cb(ctx, alpn_select, NULL);
     return ctx;
 }
 
@@ -283,7 +327,18 @@ static int handshake(SSL *ssl, bool client, int fd, int wakefd,
     }
 }
 
-int net_tls_client(SSL_CTX *ctx, const uint8_t pin[CHANOS_NET_FP_SIZE],
+/* alpn_is says whether the handshake on ssl selected protocol name ("" for
+ * none). */
+static bool alpn_is(SSL *ssl, const char *name)
+{
+    const unsigned char *p = NULL;
+    unsigned n = 0;
+    SSL_get0_alpn_selected(ssl, &p, &n);
+    return n == strlen(name) && (n == 0 || memcmp(p, name, n) == 0);
+}
+
+int net_tls_client(SSL_CTX *ctx, bool auth_only,
+                   const uint8_t pin[CHANOS_NET_FP_SIZE],
                    const char *server_name, struct tconn *t, int wakefd,
                    int64_t deadline, const bool *stop, pthread_mutex_t *mu)
 {
@@ -303,6 +358,11 @@ int net_tls_client(SSL_CTX *ctx, const uint8_t pin[CHANOS_NET_FP_SIZE],
         r = CHANOS_ERR_AUTH;
     if (st.pin_failed)
         r = CHANOS_ERR_AUTH;
+    /* A server that knows no modes selects none, and encrypts. */
+    bool mode_ok = auth_only ? alpn_is(ssl, ALPN_AUTH_ONLY)
+                             : alpn_is(ssl, ALPN_ENCRYPTED) || alpn_is(ssl, "");
+    if (r == 0 && !mode_ok)
+        r = CHANOS_ERR_MODE;
     SSL_set_app_data(ssl, NULL);
     if (r != 0) {
         SSL_free(ssl);
@@ -314,7 +374,8 @@ int net_tls_client(SSL_CTX *ctx, const uint8_t pin[CHANOS_NET_FP_SIZE],
 
 int net_tls_server(SSL_CTX *ctx, struct tconn *t, int wakefd,
                    int64_t deadline, const bool *stop, pthread_mutex_t *mu,
-                   uint8_t fp[CHANOS_NET_FP_SIZE], char *name, size_t cap)
+                   uint8_t fp[CHANOS_NET_FP_SIZE], char *name, size_t cap,
+                   bool *auth_only)
 {
     SSL *ssl = SSL_new(ctx);
     if (!ssl)
@@ -337,6 +398,8 @@ int net_tls_server(SSL_CTX *ctx, struct tconn *t, int wakefd,
     memcpy(fp, st.fp, CHANOS_NET_FP_SIZE);
     const char *sn = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
     snprintf(name, cap, "%s", sn ? sn : "");
+    /* A client that offers no protocol asks for encryption. */
+    *auth_only = alpn_is(ssl, ALPN_AUTH_ONLY);
     t->ssl = ssl;
     return 0;
 }

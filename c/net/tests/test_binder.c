@@ -81,16 +81,25 @@ static int grant(void *st, const char *name, const struct cred *srv,
 }
 
 /* dial dials the binder's listener at port as client cli, pinning srv. */
-static int dial(int port, const char *name, const struct cred *cli,
-                const struct cred *srv, chanos_net_link **out)
+static int dial_mode(int port, const char *name, const struct cred *cli,
+                     const struct cred *srv, bool auth_only,
+                     chanos_net_link **out)
 {
     char addr[32];
-    struct chanos_net_tls t = {.identity = cli->id, .server_name = name};
+    struct chanos_net_tls t = {.identity = cli->id, .server_name = name,
+                               .auth_only = auth_only};
     /* its peer is ended under it: closing waits no longer than this */
     struct chanos_net_options o = {.tls = &t, .handshake_ms = 5000, .linger_ms = 200};
     memcpy(t.peer, srv->fp, CHANOS_NET_FP_SIZE);
     snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
     return chanos_net_dial(addr, &o, out);
+}
+
+/* dial dials encrypted. */
+static int dial(int port, const char *name, const struct cred *cli,
+                const struct cred *srv, chanos_net_link **out)
+{
+    return dial_mode(port, name, cli, srv, false, out);
 }
 
 static bool readable(int fd, int ms)
@@ -196,12 +205,26 @@ int main(void)
     B->peer_gone(st, 9, 0);
     CHECK_EQ(chanos_conn_recv(c2, 5000, &f), CHANOS_ERR_PEER_DIED);
 
-    /* A grant the binder cannot take: authenticated only. */
-    struct chanos_net_grant ao = {.server_name = "sn-3", .peer = cli.fp,
+    /* An authenticated-only grant, on the same listener as the encrypted
+     * ones: a dial of the other mode is refused without spending its
+     * admission, then one of its mode is let in. */
+    chanos_net_link *al = NULL;
+    chanos_conn *ac = NULL;
+    struct chanos_net_grant ao = {.server_name = "sn-3", .peer = other.fp,
                                   .cert = srv.cert, .cert_len = srv.cert_len,
                                   .key = srv.key, .key_len = srv.key_len,
-                                  .auth_only = 1};
-    CHECK_EQ(B->grant(st, &ao), CHANOS_ERR_MISMATCH);
+                                  .auth_only = 1, .conn_id = 11,
+                                  .tag = "auth", .tag_len = 5};
+    CHECK_EQ(B->grant(st, &ao), 0);
+    CHECK_EQ(dial_mode(port, "sn-3", &other, &srv, false, &bad), CHANOS_ERR_MODE);
+    CHECK_EQ(dial_mode(port, "sn-3", &other, &srv, true, &al), 0);
+    CHECK_EQ(accept_one(st, wfd, &ac, tag, sizeof tag), 0);
+    CHECK(strcmp(tag, "auth") == 0);
+    ping(al, ac, 5);
+    B->peer_gone(st, 11, 0);
+    CHECK_EQ(chanos_conn_recv(ac, 5000, &f), CHANOS_ERR_PEER_DIED);
+    chanos_conn_close(ac);
+    chanos_net_close(al);
 
     /* Connections outlive the state; closing them in any order frees it. */
     B->close(st);
