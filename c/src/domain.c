@@ -652,6 +652,22 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
     return 0;
 }
 
+/* mon_rpc makes the call in b, bounded by the domain's call timeout,
+ * whose reply carries no descriptors, and leaves the reply in d->rbuf,
+ * *len bytes long. */
+static int mon_rpc(struct chanos_domain *d, struct chanos_buf *b,
+                   uint16_t msg, size_t *len)
+{
+    struct mframe f;
+    int rc = mon_call(d, b, msg, d->call_timeout_ms, d->call_timeout_ms, &f);
+
+    if (rc != 0)
+        return rc;
+    close_fds(f.fds, f.nfds);
+    *len = f.len;
+    return 0;
+}
+
 /* ---- monitor loss and rejoin ---- */
 
 static void tell(struct chanos_domain *d, int event, int err)
@@ -1231,7 +1247,7 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     char programs[MONITOR_EXPORT_PROGRAMS_MAX];
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
-    struct mframe f;
+    size_t n;
     int rc;
 
     *out = NULL;
@@ -1266,15 +1282,9 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     rc = enter(d);
     if (rc != 0)
         goto fail;
-    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, d->call_timeout_ms,
-                  d->call_timeout_ms, &f);
-    if (rc == 0) {
-        rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds,
-                                         f.nfds);
-        close_fds(f.fds, f.nfds);
-        if (rc != 0)
-            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
-    }
+    rc = mon_rpc(d, &b, MONITOR_MSG_EXPORT, &n);
+    if (rc == 0 && monitor_export_reply_decode(&reply, d->rbuf, n, NULL, 0) != 0)
+        rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
     if (rc == 0) {
         l->d = d;
         l->ref = reply.ref;
@@ -1301,7 +1311,7 @@ int chanos_listener_hand_over(chanos_listener *l, struct chanos_iref *grant)
     struct monitor_hand_over_reply reply;
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
-    struct mframe f;
+    size_t n;
     int rc;
 
     memset(grant, 0, sizeof *grant);
@@ -1314,15 +1324,9 @@ int chanos_listener_hand_over(chanos_listener *l, struct chanos_iref *grant)
     rc = enter(d);
     if (rc != 0)
         return rc;
-    rc = mon_call(d, &b, MONITOR_MSG_HAND_OVER, d->call_timeout_ms,
-                  d->call_timeout_ms, &f);
-    if (rc == 0) {
-        rc = monitor_hand_over_reply_decode(&reply, d->rbuf, f.len, f.fds,
-                                            f.nfds);
-        close_fds(f.fds, f.nfds);
-        if (rc != 0)
-            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
-    }
+    rc = mon_rpc(d, &b, MONITOR_MSG_HAND_OVER, &n);
+    if (rc == 0 && monitor_hand_over_reply_decode(&reply, d->rbuf, n, NULL, 0) != 0)
+        rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
     if (rc == 0) {
         *grant = reply.grant;
         l->handed = 1;
@@ -1342,7 +1346,7 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
     struct chanos_listener *l = NULL;
     uint8_t cb[CALL_BUF];
     struct chanos_buf b;
-    struct mframe f;
+    size_t n;
     int rc;
 
     *out = NULL;
@@ -1360,14 +1364,9 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
     rc = enter(d);
     if (rc != 0)
         return rc;
-    rc = mon_call(d, &b, MONITOR_MSG_ADOPT, d->call_timeout_ms,
-                  d->call_timeout_ms, &f);
-    if (rc == 0) {
-        rc = monitor_adopt_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
-        close_fds(f.fds, f.nfds);
-        if (rc != 0)
-            rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
-    }
+    rc = mon_rpc(d, &b, MONITOR_MSG_ADOPT, &n);
+    if (rc == 0 && monitor_adopt_reply_decode(&reply, d->rbuf, n, NULL, 0) != 0)
+        rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
     if (rc == 0) {
         /* exported again under its name and policy if the monitor
          * restarts; the allow-lists, which the monitor keeps, are not */

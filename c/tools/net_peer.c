@@ -225,11 +225,14 @@ static const struct pingpong_server_ops pingpong_ops = {
     .ping = on_ping, .data = on_data, .echo = on_echo, .bounce = on_bounce,
 };
 
-/* bind_echo is the bind mode: a C client of an export that may live on
- * another machine. */
-static int bind_echo(const char *dir, const char *name, uint64_t n)
+/* client is the bind and bind-wait modes: a C client of an export that may
+ * live on another machine makes n echo calls; then, with wait, it waits
+ * for the connection to end while polling the domain, which applies the
+ * monitor's peer_gone. */
+static int client(const char *dir, const char *name, uint64_t n, bool wait)
 {
-    struct chanos_join_opts jo = { .dir = dir, .program = "net-peer-bind",
+    struct chanos_join_opts jo = { .dir = dir,
+                                   .program = wait ? "net-peer-bind-wait" : "net-peer-bind",
                                    .net = chanos_net_binder() };
     chanos_domain *d = NULL;
     chanos_conn *c = NULL;
@@ -251,46 +254,19 @@ static int bind_echo(const char *dir, const char *name, uint64_t n)
             return fail("echo", rc != 0 ? rc : CHANOS_ERR_MISMATCH);
         }
     }
-    printf("echo ok %" PRIu64 "\n", n);
-    fflush(stdout);
-    chanos_conn_close(c);
-    chanos_domain_close(d);
-    return 0;
-}
-
-/* bind_wait is the bind-wait mode: how a connection to another machine
- * ends when its server goes. */
-static int bind_wait(const char *dir, const char *name)
-{
-    struct chanos_join_opts jo = { .dir = dir, .program = "net-peer-bind-wait",
-                                   .net = chanos_net_binder() };
-    chanos_domain *d = NULL;
-    chanos_conn *c = NULL;
-    int rc = chanos_join(&d, &jo);
-    if (rc != 0)
-        return fail("join", rc);
-    rc = chanos_connect_iface(d, name, &pingpong_interface, 10000, &c);
-    if (rc != 0) {
-        chanos_domain_close(d);
-        return fail("connect", rc);
+    if (!wait) {
+        printf("echo ok %" PRIu64 "\n", n);
+    } else {
+        printf("bound\n");
+        fflush(stdout);
+        while ((rc = chanos_conn_peer_gone(c)) == 0) {
+            struct pollfd p[2] = { { chanos_domain_fd(d), POLLIN, 0 },
+                                   { chanos_conn_fd(c), POLLIN, 0 } };
+            if (poll(p, 2, 100) > 0 && p[0].revents != 0)
+                (void)chanos_domain_poll(d, 0);
+        }
+        printf("ended %d %s\n", rc, chanos_net_strerror(rc));
     }
-    struct pingpong_echo_call in = { 1 };
-    struct pingpong_echo_reply out;
-    rc = pingpong_echo(c, &in, &out, 10000);
-    if (rc != 0) {
-        chanos_conn_close(c);
-        chanos_domain_close(d);
-        return fail("echo", rc);
-    }
-    printf("bound\n");
-    fflush(stdout);
-    while ((rc = chanos_conn_peer_gone(c)) == 0) {
-        struct pollfd p[2] = { { chanos_domain_fd(d), POLLIN, 0 },
-                               { chanos_conn_fd(c), POLLIN, 0 } };
-        if (poll(p, 2, 100) > 0 && p[0].revents != 0)
-            (void)chanos_domain_poll(d, 0);
-    }
-    printf("ended %d %s\n", rc, chanos_net_strerror(rc));
     fflush(stdout);
     chanos_conn_close(c);
     chanos_domain_close(d);
@@ -347,9 +323,9 @@ static int export_serve(const char *dir, const char *name)
 int main(int argc, char **argv)
 {
     if (argc == 5 && strcmp(argv[1], "bind") == 0)
-        return bind_echo(argv[2], argv[3], strtoull(argv[4], NULL, 10));
+        return client(argv[2], argv[3], strtoull(argv[4], NULL, 10), false);
     if (argc == 4 && strcmp(argv[1], "bind-wait") == 0)
-        return bind_wait(argv[2], argv[3]);
+        return client(argv[2], argv[3], 1, true);
     if (argc == 4 && strcmp(argv[1], "export") == 0)
         return export_serve(argv[2], argv[3]);
     if (argc < 2)

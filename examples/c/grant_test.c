@@ -199,32 +199,38 @@ static int serve_until_stdin(chanos_listener *l)
     }
 }
 
+/* send_give connects to the grant service to and gives it ref as what. */
+static int send_give(chanos_domain *d, const char *to, const char *what,
+                     const struct chanos_iref *ref)
+{
+    struct grant_give g = { .what = chanos_cstr(what), .ref = *ref };
+    chanos_conn *c;
+    struct chanos_buf b;
+    int rc = chanos_connect(d, to, "grant", GRANT_MAX_FRAME_SIZE, CALL_MS, &c);
+
+    if (rc != 0)
+        return fail("connect to the inbox", rc);
+    chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
+    if ((rc = grant_give_encode(&g, &b)) == 0)
+        rc = chanos_conn_send(c, b.data, b.len, CALL_MS);
+    chanos_conn_close(c);
+    return rc != 0 ? fail("give", rc) : 0;
+}
+
 static int give(chanos_domain *d, const char *to, const char *name)
 {
     struct chanos_export_opts eo = { CHANOS_EXPORT_PRIVATE, NULL, 0, NULL, 0 };
-    struct grant_give g;
+    struct chanos_iref ref;
     chanos_listener *l;
-    chanos_conn *c;
-    struct chanos_buf b;
     int rc;
 
     rc = chanos_export_with(d, name, "pingpong", PINGPONG_MAX_FRAME_SIZE, &eo,
                             &l);
     if (rc != 0)
         return fail("export privately", rc);
-    rc = chanos_connect(d, to, "grant", GRANT_MAX_FRAME_SIZE,
-                        CALL_MS, &c);
-    if (rc != 0)
-        return fail("connect to the inbox", rc);
-    g.what = chanos_cstr(name);
-    chanos_listener_ref(l, &g.ref);
-    chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
-    if ((rc = grant_give_encode(&g, &b)) != 0 ||
-        (rc = chanos_conn_send(c, b.data, b.len, CALL_MS)) != 0) {
-        chanos_conn_close(c);
-        return fail("give", rc);
-    }
-    chanos_conn_close(c);
+    chanos_listener_ref(l, &ref);
+    if (send_give(d, to, name, &ref) != 0)
+        return 1;
     printf("gave %s\n", name);
     fflush(stdout);
     rc = serve_until_stdin(l);
@@ -261,11 +267,9 @@ static int adopt(chanos_domain *d, const char *name)
 
 static int handover(chanos_domain *d, const char *to, const char *name)
 {
-    struct grant_give g;
     struct chanos_iref grant;
     chanos_listener *l;
     chanos_conn *c;
-    struct chanos_buf b;
     int rc;
 
     rc = chanos_export_iface(d, name, &pingpong_interface, NULL, &l);
@@ -274,18 +278,8 @@ static int handover(chanos_domain *d, const char *to, const char *name)
     rc = chanos_listener_hand_over(l, &grant);
     if (rc != 0)
         return fail("hand over", rc);
-    rc = chanos_connect(d, to, "grant", GRANT_MAX_FRAME_SIZE, CALL_MS, &c);
-    if (rc != 0)
-        return fail("connect to the inbox", rc);
-    g.what = chanos_cstr(name);
-    g.ref = grant;
-    chanos_buf_init(&b, buf, sizeof buf, NULL, 0);
-    if ((rc = grant_give_encode(&g, &b)) != 0 ||
-        (rc = chanos_conn_send(c, b.data, b.len, CALL_MS)) != 0) {
-        chanos_conn_close(c);
-        return fail("give", rc);
-    }
-    chanos_conn_close(c);
+    if (send_give(d, to, name, &grant) != 0)
+        return 1;
     printf("handed over %s\n", name);
     rc = chanos_accept(l, 0, &c);
     if (rc == 0)

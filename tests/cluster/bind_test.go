@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -555,25 +554,15 @@ func TestCAcrossMachines(t *testing.T) {
 	// A C domain on machine 2 ships a program of its own to machine 1's
 	// spawn service over net and runs it there.
 	ship := filepath.Join(testkit.CBuild(t, filepath.Join("examples", "ship_test")), "examples", "ship_test")
-	prog := filepath.Join(t.TempDir(), "cshipped")
-	b, err := os.ReadFile("/bin/echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// padded to take several chunks: the kernel loads an ELF file by its
-	// headers and ignores what follows
-	b = append(b, make([]byte, 300<<10)...)
-	if err := os.WriteFile(prog, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	hash, _, err := spawnif.HashFile(prog)
+	prog := paddedEcho(t, t.TempDir(), "cshipped")
+	hash, size, err := spawnif.HashFile(prog)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := w.net.Machines[1].Command(ship, "-on", w.machineID(0), prog, "shipped from C")
 	cmd.Env = append(cmd.Environ(), "CHANOS_DIR="+w.dirs[1])
 	out, err = cmd.CombinedOutput()
-	want := strings.Join([]string{"sha256 " + hash, "uploaded " + strconv.Itoa(len(b)), "exit 0", "output shipped from C"}, "\n")
+	want := strings.Join([]string{"sha256 " + hash, "uploaded " + strconv.FormatInt(size, 10), "exit 0", "output shipped from C"}, "\n")
 	if err != nil || strings.TrimSpace(string(out)) != want {
 		t.Fatalf("C ship from machine 2 to machine 1: %v:\n%s\nwant\n%s", err, out, want)
 	}

@@ -100,6 +100,23 @@ func shipper(args []string) error {
 	return nil
 }
 
+// paddedEcho writes a copy of /bin/echo named name into dir, padded so
+// that shipping it takes several chunks (the kernel loads an ELF file by
+// its headers and ignores what follows), and returns its path.
+func paddedEcho(t *testing.T, dir, name string) string {
+	t.Helper()
+	b, err := os.ReadFile("/bin/echo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = append(b, make([]byte, 300<<10)...)
+	prog := filepath.Join(dir, name)
+	if err := os.WriteFile(prog, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return prog
+}
+
 // blockReader blocks forever.
 type blockReader struct{}
 
@@ -125,17 +142,7 @@ func TestSpawnShip(t *testing.T) {
 
 	// The program: a copy of echo in a directory of the caller's.
 	src := t.TempDir()
-	prog := filepath.Join(src, "shipme")
-	b, err := os.ReadFile("/bin/echo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Padded, so that it takes several chunks: the kernel loads an ELF
-	// file by its headers and ignores what follows.
-	b = append(b, make([]byte, 300<<10)...)
-	if err := os.WriteFile(prog, b, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	prog := paddedEcho(t, src, "shipme")
 	hash, size, err := spawnif.HashFile(prog)
 	if err != nil {
 		t.Fatal(err)

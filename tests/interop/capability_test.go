@@ -226,24 +226,9 @@ func TestCCapabilityPassing(t *testing.T) {
 	}
 
 	// C to Go.
-	l, err := grant.Export(ctx, d, "go.inbox")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	giver := spawn(t, dir, prog, "give", "go.inbox", "csecret")
-	from, err := l.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer from.Close()
-	m, err := from.Receive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, ok := m.(*grant.Give)
-	if !ok || g.What != "csecret" || !g.Ref.HasToken() {
-		t.Fatalf("received %+v", m)
+	giver, g := receiveGive(t, d, dir, "go.inbox", prog, "give", "go.inbox", "csecret")
+	if g.What != "csecret" || !g.Ref.HasToken() {
+		t.Fatalf("received %+v", g)
 	}
 	if l := giver.Line(t); l != "gave csecret" {
 		t.Fatalf("grant_test printed %q", l)
@@ -306,24 +291,9 @@ func TestCHandOver(t *testing.T) {
 	}
 
 	// C to Go.
-	inbox, err := grant.Export(ctx, d, "go.adopter")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer inbox.Close()
-	giver := spawn(t, dir, prog, "handover", "go.adopter", "c.handed")
-	from, err := inbox.Accept(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer from.Close()
-	m, err := from.Receive(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, ok := m.(*grant.Give)
-	if !ok || g.What != "c.handed" {
-		t.Fatalf("received %+v", m)
+	giver, g := receiveGive(t, d, dir, "go.adopter", prog, "handover", "go.adopter", "c.handed")
+	if g.What != "c.handed" {
+		t.Fatalf("received %+v", g)
 	}
 	for _, want := range []string{"handed over c.handed", "accept: the export was handed over to another domain"} {
 		if l := giver.Line(t); l != want {
@@ -344,4 +314,33 @@ func TestCHandOver(t *testing.T) {
 	if !giver.wait(t, 0) {
 		t.FailNow()
 	}
+}
+
+// receiveGive exports a grant inbox under name, starts prog with args (a
+// C domain that gives the inbox an iref), and returns the program and the
+// one give message it sent.
+func receiveGive(t *testing.T, d *chanos.Domain, dir, name, prog string, args ...string) (*proc, *grant.Give) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
+	defer cancel()
+	inbox, err := grant.Export(ctx, d, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { inbox.Close() })
+	giver := spawn(t, dir, prog, args...)
+	from, err := inbox.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer from.Close()
+	m, err := from.Receive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, ok := m.(*grant.Give)
+	if !ok {
+		t.Fatalf("received %+v", m)
+	}
+	return giver, g
 }
