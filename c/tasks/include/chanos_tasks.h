@@ -611,7 +611,10 @@ int chanos_task_ump_send(chanos_ump *u, const void *msg, size_t len,
 /*
  * chanos_task_conn_recv is chanos_conn_recv for a task: the next frame of
  * c, typed by the generated decoders, with the same results. It waits as
- * chanos_task_ump_recv does.
+ * chanos_task_ump_recv does; on a connection over another link, such as
+ * libchanos_net's, it suspends the task until the link's descriptor
+ * (chanos_conn_fd) polls, without spinning, and a link that has none
+ * blocks the worker.
  */
 int chanos_task_conn_recv(chanos_conn *c, int timeout_ms,
                           struct chanos_frame *f);

@@ -485,20 +485,24 @@ static int conn_look(void *c, void *f)
 int chanos_task_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 {
     struct worker *w = tasks_worker_();
+    chanos_ump *u = chanos_conn_ump(c);
+    int fd = chanos_conn_fd(c);
     int64_t deadline;
     int rc;
 
-    if (w == NULL || timeout_ms == 0)
+    /* A link with no descriptor to poll can only block the worker. */
+    if (w == NULL || timeout_ms == 0 || fd < 0)
         return chanos_conn_recv(c, timeout_ms, f);
     deadline = deadline_of(timeout_ms);
-    rc = spin(w, chanos_ump_spin_ns(chanos_conn_ump(c)), conn_look, c, f);
+    /* a net link spins not: its frames come from another thread's read */
+    rc = spin(w, u != NULL ? chanos_ump_spin_ns(u) : 0, conn_look, c, f);
     if (rc != CHANOS_ERR_AGAIN)
         return rc;
     for (;;) {
         rc = chanos_conn_recv(c, 0, f); /* arms the descriptor */
         if (rc != CHANOS_ERR_AGAIN)
             return rc;
-        rc = wait_ready(w, chanos_ump_fd(chanos_conn_ump(c)), deadline);
+        rc = wait_ready(w, fd, deadline);
         if (rc == CHANOS_ERR_TIMEDOUT) {
             rc = chanos_conn_recv(c, 0, f);
             return rc == CHANOS_ERR_AGAIN ? CHANOS_ERR_TIMEDOUT : rc;

@@ -1,13 +1,18 @@
 /* test_conn: rpc between tasks in two processes over a chanos connection
- * (a ump ring pair wrapped by chanos_conn_new): the client task's calls
- * and the server task's receives suspend the tasks, not the workers, so a
- * computation shares each single worker meanwhile. Every reply is checked;
- * a call the server never answers times out and is cancelled, and calls
- * after it still get their own replies. */
+ * (a ump ring pair wrapped by chanos_conn_new; with the argument "net", a
+ * libchanos_net link over loopback TCP, wrapped by chanos_net_conn_new):
+ * the client task's calls and the server task's receives suspend the
+ * tasks, not the workers, so a computation shares each single worker
+ * meanwhile. Every reply is checked; a call the server never answers
+ * times out and is cancelled, and calls after it still get their own
+ * replies. */
 #include "../../tests/check.h"
 #include "workloads.h"
 
+#include <chanos_net.h>
 #include <chanos_tasks.h>
+
+#include <stdio.h>
 
 #include <signal.h>
 #include <stdlib.h>
@@ -22,6 +27,7 @@
 #define NCALLS     2000
 
 static chanos_conn *conn;
+static int over_net; /* the "net" argument */
 
 static size_t encode(uint8_t *buf, size_t cap, uint16_t msg, unsigned kind, uint64_t v)
 {
@@ -93,8 +99,22 @@ static int child(int sock)
     int bad;
 
     alarm(120);
-    if (chanos_ump_attach(sock, NULL, 10000, &u) != 0 || chanos_conn_new(u, &conn) != 0)
+    if (over_net) {
+        /* the server's side: it listens and tells the parent its port */
+        chanos_net_listener *l;
+        chanos_net_link *k;
+        int port;
+
+        if (chanos_net_listen("127.0.0.1:0", NULL, &l) != 0)
+            return 2;
+        port = chanos_net_listener_port(l);
+        if (write(sock, &port, sizeof port) != (ssize_t)sizeof port ||
+            chanos_net_accept(l, 20000, &k) != 0 || chanos_net_conn_new(k, &conn) != 0)
+            return 2;
+        chanos_net_listener_close(l);
+    } else if (chanos_ump_attach(sock, NULL, 10000, &u) != 0 || chanos_conn_new(u, &conn) != 0) {
         return 2;
+    }
     o.workers = 1;
     if (chanos_tasks_start(&rt, &o) != 0)
         return 3;
@@ -138,7 +158,7 @@ static void *client_root(void *arg)
     return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     struct chanos_tasks_opts o = { 0 };
     chanos_tasks *rt;
@@ -148,7 +168,9 @@ int main(void)
     pid_t pid;
     int status = -1;
 
+    over_net = argc > 1 && strcmp(argv[1], "net") == 0;
     CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+    /* forked before any thread (the net link's) starts */
     pid = fork();
     CHECK(pid >= 0);
     if (pid == 0) {
@@ -156,8 +178,20 @@ int main(void)
         _exit(child(sv[1]));
     }
     close(sv[1]);
-    CHECK_EQ(chanos_ump_create(sv[0], NULL, 10000, &u), 0);
-    CHECK_EQ(chanos_conn_new(u, &conn), 0);
+    if (over_net) {
+        chanos_net_link *k = NULL;
+        char addr[32];
+        int port = 0;
+
+        CHECK(read(sv[0], &port, sizeof port) == (ssize_t)sizeof port);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+        CHECK_EQ(chanos_net_dial(addr, NULL, &k), 0);
+        CHECK_EQ(chanos_net_conn_new(k, &conn), 0);
+        close(sv[0]);
+    } else {
+        CHECK_EQ(chanos_ump_create(sv[0], NULL, 10000, &u), 0);
+        CHECK_EQ(chanos_conn_new(u, &conn), 0);
+    }
     if (failures == 0) {
         o.workers = 1;
         CHECK_EQ(chanos_tasks_start(&rt, &o), 0);
@@ -171,5 +205,5 @@ int main(void)
     CHECK(WIFEXITED(status));
     CHECK_EQ(WEXITSTATUS(status), 0);
     chanos_conn_close(conn);
-    return check_done("tasks_conn");
+    return check_done(over_net ? "tasks_conn net" : "tasks_conn");
 }
