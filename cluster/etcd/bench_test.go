@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +30,10 @@ func benchMachines(b *testing.B) (*etcdtest.Cluster, *Machine, *Machine) {
 	}
 	return ec, open(1), open(2)
 }
+
+// benchRun numbers the runs of a benchmark within the process (-count),
+// which set names of their own: a name set by an earlier run is taken.
+var benchRun atomic.Int64
 
 func BenchmarkGet(b *testing.B) {
 	ctx := context.Background()
@@ -57,10 +62,10 @@ func BenchmarkSet(b *testing.B) {
 	ctx := context.Background()
 	_, m, _ := benchMachines(b)
 	b.Run("transport=chanos", func(b *testing.B) {
-		i := 0
+		run, i := benchRun.Add(1), 0
 		for b.Loop() {
 			i++
-			if err := m.Names().Set(ctx, fmt.Sprintf("set.%d", i), storetest.Ref(1), 1); err != nil {
+			if err := m.Names().Set(ctx, fmt.Sprintf("set.%d.%d", run, i), storetest.Ref(1), 1); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -89,10 +94,10 @@ func BenchmarkWaitFor(b *testing.B) {
 	ctx := context.Background()
 	_, a, other := benchMachines(b)
 	b.Run("transport=chanos", func(b *testing.B) {
-		i := 0
+		run, i := benchRun.Add(1), 0
 		for b.Loop() {
 			i++
-			name := fmt.Sprintf("wait.%d", i)
+			name := fmt.Sprintf("wait.%d.%d", run, i)
 			done := make(chan error, 1)
 			go func() {
 				_, err := other.Names().WaitFor(ctx, name)
