@@ -71,12 +71,17 @@ func (m *Monitor) admit(pc *seqpacket.Conn) {
 				"max_domains", m.cfg.MaxDomains, "sessions", n, "hint", "raise the cap with --max-domains")
 			if !waiting {
 				refuse(pc, detail, 0)
+				pc.Close()
 				return
 			}
 			go func() {
 				defer m.wg.Done()
-				defer func() { <-m.rejectors }()
 				refuse(pc, detail, rejectWait)
+				// The place is free before the peer sees the hang-up, so
+				// that a client that retries one connection at a time
+				// always finds one and is answered.
+				<-m.rejectors
+				pc.Close()
 			}()
 			return
 		}
@@ -155,11 +160,10 @@ func (s *session) evict(why string) {
 }
 
 // refuse answers a refused connection's hello with an error reply of
-// status limit whose detail is detail, and closes it. It waits up to wait
-// for the hello (not at all if wait is 0), and reads nothing but that one
-// packet: a refused peer costs one bounded read.
+// status limit whose detail is detail; the caller closes it. It waits up
+// to wait for the hello (not at all if wait is 0), and reads nothing but
+// that one packet: a refused peer costs one bounded read.
 func refuse(pc *seqpacket.Conn, detail string, wait time.Duration) {
-	defer pc.Close()
 	uc := pc.UnixConn()
 	var frame []byte
 	if wait > 0 {

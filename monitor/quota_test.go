@@ -697,6 +697,7 @@ func TestRefuse(t *testing.T) {
 			t.Fatal(err)
 		}
 		refuse(pc, "monitor full: 3 of 3 sessions", wait)
+		pc.Close()
 		frame, _, err := peer.Receive()
 		if err != nil {
 			t.Fatalf("wait %v: %v", wait, err)
