@@ -18,9 +18,10 @@ import (
 
 // An Event is a waitable, signalable object: the user-space form of an
 // interrupt object (seed 002's IRQ objects). It holds a count, which
-// Signal adds to and Wait takes; a goroutine waiting on it is parked by
-// the runtime's netpoller, with no goroutine of its own and no thread
-// blocked. An Event is a capability: it travels in messages (a cap or
+// Signal adds to and Wait takes; a goroutine waiting on it needs no
+// goroutine of its own: it sleeps in the kernel on the descriptor while
+// few others do, else the runtime's netpoller parks it (see Wait). An
+// Event is a capability: it travels in messages (a cap or
 // give_away_cap argument) to another domain on the machine, which then
 // waits on or signals the same object (EventFromCap).
 //
@@ -39,6 +40,11 @@ type Event struct {
 	f    *os.File
 	kind eventKind
 	wmu  sync.Mutex // one Wait at a time: its context sets the read deadline
+
+	// wake ends a Wait blocked in ppoll (its context's end, Close): an
+	// eventfd, made by the first such Wait.
+	wakeMu sync.Mutex
+	wake   *os.File
 
 	cmu    sync.Mutex
 	ch     chan uint64   // C's, made on first use
@@ -252,15 +258,41 @@ func (e *Event) Add(n uint64) error {
 	return nil
 }
 
+// threadWaits bounds the Waits that block an OS thread. A Wait sleeps in
+// ppoll(2) on the Event's descriptor, so that the kernel wakes its thread
+// directly, as it wakes a raw read(2) of an eventfd; the netpoller's
+// wake-up goes through epoll and the scheduler, about three times as long
+// across processes (`chanos bench caps`, event-wake parked). Each such
+// Wait holds a thread, so only a few at a time may: the others are parked
+// by the netpoller, which holds none.
+var threadWaits = make(chan struct{}, 4)
+
 // Wait waits until the count is not 0, or ctx ends, and takes it: all of
 // it for a counting Event (returned), 1 for a semaphore, and 1 for an
 // Event over a pollable descriptor, which is then readable. The waiting
-// goroutine is parked by the netpoller.
+// goroutine sleeps in the kernel on the Event's descriptor while few
+// others do (threadWaits), else the netpoller parks it.
 func (e *Event) Wait(ctx context.Context) (uint64, error) {
+	return e.wait(ctx, true)
+}
+
+// wait is Wait; onThread allows the wait that blocks a thread.
+func (e *Event) wait(ctx context.Context, onThread bool) (uint64, error) {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
 	if err := ctx.Err(); err != nil {
 		return 0, err
+	}
+	if onThread {
+		select {
+		case threadWaits <- struct{}{}:
+			n, err, done := e.waitOnThread(ctx)
+			<-threadWaits
+			if done {
+				return n, err
+			}
+		default:
+		}
 	}
 	if ctx.Done() != nil {
 		// ctx's end ends the netpoller's wait through the read deadline.
@@ -282,6 +314,115 @@ func (e *Event) Wait(ctx context.Context) (uint64, error) {
 		}
 		return n, err
 	}
+}
+
+// waitOnThread is Wait sleeping in ppoll(2) on the Event's descriptor and
+// its wake descriptor, which ctx's end and Close signal; done is false if
+// it could not (no wake descriptor), and the netpoller should wait.
+func (e *Event) waitOnThread(ctx context.Context) (n uint64, err error, done bool) {
+	wake, err := e.wakeFile()
+	if err != nil {
+		return 0, nil, false
+	}
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { poke(wake) })
+		defer stop()
+	}
+	for {
+		select {
+		case <-e.closed:
+			return 0, fmt.Errorf("chanos: wait on event: %w", ErrClosed), true
+		default:
+		}
+		if err := ctx.Err(); err != nil {
+			return 0, err, true
+		}
+		// ppoll first: it returns at once if the count is set already,
+		// and the usual wait makes one system call fewer.
+		if err := sleepOn(e.f, wake); err != nil {
+			select {
+			case <-e.closed:
+				return 0, fmt.Errorf("chanos: wait on event: %w", ErrClosed), true
+			default:
+			}
+			return 0, fmt.Errorf("chanos: wait on event: %w", err), true
+		}
+		if n, err := e.take(false); err != errEmpty {
+			return n, err, true
+		}
+	}
+}
+
+// wakeFile returns the Event's wake descriptor, made on first use.
+func (e *Event) wakeFile() (*os.File, error) {
+	e.wakeMu.Lock()
+	defer e.wakeMu.Unlock()
+	select {
+	case <-e.closed:
+		return nil, ErrClosed
+	default:
+	}
+	if e.wake == nil {
+		fd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, uintptr(efdCloexec|efdNonblock), 0)
+		if errno != 0 {
+			return nil, os.NewSyscallError("eventfd2", errno)
+		}
+		e.wake = os.NewFile(fd, "chanos-event-wake")
+	}
+	return e.wake, nil
+}
+
+// poke signals the wake descriptor f.
+func poke(f *os.File) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	one := [8]byte{1}
+	rc.Control(func(fd uintptr) { syscall.Write(int(fd), one[:]) })
+}
+
+// sleepOn blocks the calling thread in ppoll(2) until f or wake is
+// readable, and empties wake. Both descriptors are held (Control) while
+// it sleeps, so that a Close meanwhile cannot free their numbers.
+func sleepOn(f, wake *os.File) error {
+	frc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	wrc, err := wake.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var perr error
+	cerr := frc.Control(func(fd uintptr) {
+		perr = wrc.Control(func(wfd uintptr) {
+			pfd := [2]struct {
+				fd      int32
+				events  int16
+				revents int16
+			}{{fd: int32(fd), events: 0x1 | 0x2}, {fd: int32(wfd), events: 0x1}} // POLLIN | POLLPRI
+			for {
+				_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 2, 0, 0, 0, 0)
+				if errno == syscall.EINTR {
+					continue
+				}
+				if errno != 0 {
+					perr = os.NewSyscallError("ppoll", errno)
+					return
+				}
+				break
+			}
+			if pfd[1].revents != 0 {
+				var b [8]byte
+				syscall.Read(int(wfd), b[:])
+			}
+		})
+	})
+	if cerr != nil {
+		return cerr
+	}
+	return perr
 }
 
 // TryWait is Wait without the wait: false when the count is 0.
@@ -378,7 +519,9 @@ func (e *Event) C() <-chan uint64 {
 		go func() {
 			defer close(e.ch)
 			for {
-				n, err := e.Wait(ctx)
+				// The netpoller's wait: a channel may wait long, and
+				// should hold no thread meanwhile.
+				n, err := e.wait(ctx, false)
 				if err != nil {
 					return
 				}
@@ -402,6 +545,12 @@ func (e *Event) Close() error {
 		if e.stop != nil {
 			e.stop()
 		}
+		e.wakeMu.Lock()
+		if e.wake != nil {
+			poke(e.wake)
+			e.wake.Close() // its number is freed once the sleeping Wait has left
+		}
+		e.wakeMu.Unlock()
 		err = e.f.Close()
 	})
 	return err

@@ -3,6 +3,7 @@ package chanos_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -80,6 +81,71 @@ func TestEventWaitEnds(t *testing.T) {
 	e.Close()
 	if err := testkit.Await(t, "a Wait on a closed event", done); !errors.Is(err, chanos.ErrClosed) {
 		t.Fatalf("Wait on a closed event = %v, want ErrClosed", err)
+	}
+}
+
+// More Waits at once than sleep on threads: those beyond are parked by
+// the netpoller, and every one is woken by its own Signal, or ended by
+// its context; closing the Events leaves no descriptor behind.
+func TestEventManyWaits(t *testing.T) {
+	const n = 12
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	evs := make([]*chanos.Event, n)
+	for i := range evs {
+		e, err := chanos.NewEvent()
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs[i] = e
+	}
+	ctx, cancel := context.WithCancel(testkit.Context(t))
+	defer cancel()
+	done := make(chan error, n)
+	for i, e := range evs {
+		wctx := testkit.Context(t)
+		if i == n-1 {
+			wctx = ctx
+		}
+		go func() {
+			k, err := e.Wait(wctx)
+			if err == nil && k != 1 {
+				err = fmt.Errorf("took %d, want 1", k)
+			}
+			done <- err
+		}()
+	}
+	time.Sleep(20 * time.Millisecond) // every Wait asleep
+	for _, e := range evs[:n-1] {
+		if err := e.Signal(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cancel()
+	var ended int
+	for range n {
+		err := testkit.Await(t, "a Wait", done)
+		switch {
+		case errors.Is(err, context.Canceled):
+			ended++
+		case err != nil:
+			t.Fatal(err)
+		}
+	}
+	if ended != 1 {
+		t.Fatalf("%d Waits ended by their context, want 1", ended)
+	}
+	for _, e := range evs {
+		e.Close()
+	}
+	if after := fds(); after > before {
+		t.Fatalf("%d descriptors before, %d after", before, after)
 	}
 }
 
