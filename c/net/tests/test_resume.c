@@ -9,6 +9,10 @@
  */
 #include "check.h"
 
+#define FRAME_FILL(i) ((size_t)(((i) * 7919) % 3000))
+#define FRAME_MAX     (CHANOS_HEADER_SIZE + 8 + 3000)
+#include "net_testutil.h"
+
 #include <chanos_net.h>
 
 #include <arpa/inet.h>
@@ -40,40 +44,6 @@ struct relay {
     unsigned seed;
     pthread_t thr;
 };
-
-static void rst(int fd)
-{
-    struct linger lg = {1, 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
-    close(fd);
-}
-
-static int tcp_listen(int *port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int one = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 16) < 0)
-        return -1;
-    socklen_t sl = sizeof sa;
-    getsockname(fd, (struct sockaddr *)&sa, &sl);
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
-static int tcp_dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
 
 /* pump relays one pair until either side ends or the budget is spent. */
 static void pump(struct relay *r, int a, int b)
@@ -178,77 +148,6 @@ static void relay_stop(struct relay *r)
 
 /* ---- streams ---- */
 
-static size_t frame_make(uint8_t *buf, uint64_t i)
-{
-    size_t fill = (size_t)((i * 7919) % 3000);
-    size_t n = CHANOS_HEADER_SIZE + 8 + fill;
-    struct chanos_hdr h = {.size = (uint32_t)n, .msg = 1};
-    chanos_hdr_put(buf, &h);
-    chanos_store_u64(buf + CHANOS_HEADER_SIZE, i);
-    for (size_t k = 0; k < fill; k++)
-        buf[CHANOS_HEADER_SIZE + 8 + k] = (uint8_t)(i + k);
-    return n;
-}
-
-struct side {
-    chanos_net_link *c;
-    uint64_t n;
-    int send_rc;
-    uint64_t got;
-};
-
-static void *send_all(void *arg)
-{
-    struct side *s = arg;
-    uint8_t buf[CHANOS_HEADER_SIZE + 8 + 3000];
-    for (uint64_t i = 0; i < s->n; i++) {
-        size_t len = frame_make(buf, i);
-        s->send_rc = chanos_net_send(s->c, buf, len, 60000);
-        if (s->send_rc != 0)
-            break;
-    }
-    return NULL;
-}
-
-static void *recv_all(void *arg)
-{
-    struct side *s = arg;
-    uint8_t want[CHANOS_HEADER_SIZE + 8 + 3000];
-    for (; s->got < s->n; s->got++) {
-        const void *f;
-        size_t len;
-        int r = chanos_net_recv(s->c, &f, &len, 60000);
-        if (r != 0) {
-            fprintf(stderr, "recv %llu: %s\n", (unsigned long long)s->got,
-                    chanos_net_strerror(r));
-            break;
-        }
-        size_t wn = frame_make(want, s->got);
-        if (len != wn || memcmp(f, want, len) != 0) {
-            fprintf(stderr, "frame %llu is wrong\n", (unsigned long long)s->got);
-            break;
-        }
-    }
-    return NULL;
-}
-
-/* stream sends n frames each way through cuts and checks them. */
-static void stream(chanos_net_link *a, chanos_net_link *b, uint64_t n)
-{
-    struct side sa = {a, n, 0, 0}, sb = {b, n, 0, 0};
-    pthread_t t[4];
-    pthread_create(&t[0], NULL, send_all, &sa);
-    pthread_create(&t[1], NULL, send_all, &sb);
-    pthread_create(&t[2], NULL, recv_all, &sa);
-    pthread_create(&t[3], NULL, recv_all, &sb);
-    for (int i = 0; i < 4; i++)
-        pthread_join(t[i], NULL);
-    CHECK_EQ(sa.send_rc, 0);
-    CHECK_EQ(sb.send_rc, 0);
-    CHECK_EQ(sa.got, n);
-    CHECK_EQ(sb.got, n);
-}
-
 /* ---- TLS ---- */
 
 static chanos_net_identity *server_id, *client_id;
@@ -265,14 +164,6 @@ static bool admit(void *arg, const char *name, const uint8_t fp[32])
     (void)arg;
     return strcmp(name, "resume") == 0 && memcmp(fp, client_fp, 32) == 0;
 }
-
-/* Under ThreadSanitizer every TLS handshake, and so every resume, is many
- * times slower: a quarter of the frames still makes hundreds of cuts. */
-#ifdef __SANITIZE_THREAD__
-#define STREAM_DIVISOR 4
-#else
-#define STREAM_DIVISOR 1
-#endif
 
 static void test_cuts(bool tls)
 {
@@ -413,17 +304,6 @@ static void test_peer_died(void)
     CHECK_EQ(chanos_net_close(a), CHANOS_ERR_PEER_DIED);
     relay_stop(&r);
     chanos_net_listener_close(L);
-}
-
-/* Without arguments every test runs; with some, those named. */
-static bool want(int argc, char **argv, const char *name)
-{
-    if (argc < 2)
-        return true;
-    for (int i = 1; i < argc; i++)
-        if (strcmp(argv[i], name) == 0)
-            return true;
-    return false;
 }
 
 int main(int argc, char **argv)
