@@ -34,19 +34,25 @@ static void test_fib(void)
     }
 }
 
-static void test_msort(void)
+/* check_msort sorts 2^20 numbers drawn from seed with the merge sort
+ * task, on the fast path (chanos_fspawn) or not, and checks the result
+ * against qsort. */
+static void check_msort(uint32_t seed, bool fast)
 {
     size_t n = 1u << 20;
     int32_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b)),
             *tmp = malloc(n * sizeof(*tmp));
-    uint32_t s = 12345;
+    uint32_t s = seed;
     struct msort_arg m = { a, tmp, 0, n };
     chanos_task t;
 
     CHECK(a != NULL && b != NULL && tmp != NULL);
     for (size_t i = 0; i < n; i++)
         a[i] = b[i] = (int32_t)xorshift32(&s);
-    chanos_task_set(&t, msort_task, (void *)&m);
+    if (fast)
+        chanos_task_set(&t, msort_fast, (void *)&m);
+    else
+        chanos_task_set(&t, msort_task, (void *)&m);
     CHECK_EQ(chanos_tasks_run(rt, &t), 0);
     qsort(b, n, sizeof(*b), cmp_i32);
     CHECK(memcmp(a, b, n * sizeof(*a)) == 0);
@@ -54,6 +60,8 @@ static void test_msort(void)
     free(b);
     free(tmp);
 }
+
+static void test_msort(void) { check_msort(12345, false); }
 
 static void test_nqueens(void)
 {
@@ -344,26 +352,7 @@ static void test_fast_fib(void)
     }
 }
 
-static void test_fast_msort(void)
-{
-    size_t n = 1u << 20;
-    int32_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b)),
-            *tmp = malloc(n * sizeof(*tmp));
-    uint32_t s = 54321;
-    struct msort_arg m = { a, tmp, 0, n };
-    chanos_task t;
-
-    CHECK(a != NULL && b != NULL && tmp != NULL);
-    for (size_t i = 0; i < n; i++)
-        a[i] = b[i] = (int32_t)xorshift32(&s);
-    chanos_task_set(&t, msort_fast, (void *)&m);
-    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
-    qsort(b, n, sizeof(*b), cmp_i32);
-    CHECK(memcmp(a, b, n * sizeof(*a)) == 0);
-    free(a);
-    free(b);
-    free(tmp);
-}
+static void test_fast_msort(void) { check_msort(54321, true); }
 
 /* The other types, and 3000 spawns outstanding at once, more than the
  * deque's first array holds: a grow under the fast path, with thieves. */
