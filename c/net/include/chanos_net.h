@@ -261,8 +261,9 @@ int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
 /* chanos_net_fd returns a descriptor that polls readable while
  * chanos_net_recv would not wait (a frame, the peer's close or the link's
  * end is there), for programs that wait on several things at once. It
- * belongs to the link: do not read it or close it. */
-int chanos_net_fd(const chanos_net_link *c);
+ * belongs to the link: do not read it or close it. The link keeps it up
+ * to date from the first call on (a link never asked writes it never). */
+int chanos_net_fd(chanos_net_link *c);
 
 /* chanos_net_err returns why the link ended, or 0 while it goes on. */
 int chanos_net_err(chanos_net_link *c);

@@ -102,6 +102,9 @@ struct chanos_net_link {
     uint8_t peer_fp[CHANOS_NET_FP_SIZE];
     int wakefd;
     int readyfd; /* readable while a receive would not wait */
+    /* under mu: someone polls readyfd (chanos_net_fd), so it is kept; and
+     * it is readable now. A link nobody polls writes it never. */
+    bool fd_wanted, ready_set;
     pthread_t thr;
     bool thr_started;
 
@@ -144,13 +147,17 @@ struct chanos_net_link {
     int64_t last_read, last_write;
 };
 
-/* ready makes readyfd readable: a receive would not wait. */
+/* ready makes readyfd readable, if it is polled and is not already: a
+ * receive would not wait. mu held. */
 static void ready(chanos_net_link *c)
 {
+    if (!c->fd_wanted || c->ready_set)
+        return;
     uint64_t one = 1;
     if (write(c->readyfd, &one, sizeof one) < 0) {
         /* the counter is full: it is readable anyway */
     }
+    c->ready_set = true;
 }
 
 static void wake(chanos_net_link *c)
@@ -1204,18 +1211,24 @@ int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
     *len = f.len;
     r = 0;
 out:
-    if (c->inbox.n == 0 && !c->end_err && !c->peer_closed) {
+    if (c->ready_set && c->inbox.n == 0 && !c->end_err && !c->peer_closed) {
         uint64_t n;
         if (read(c->readyfd, &n, sizeof n) < 0) {
             /* EAGAIN: it was not readable */
         }
+        c->ready_set = false;
     }
     pthread_mutex_unlock(&c->mu);
     return r;
 }
 
-int chanos_net_fd(const chanos_net_link *c)
+int chanos_net_fd(chanos_net_link *c)
 {
+    pthread_mutex_lock(&c->mu);
+    c->fd_wanted = true;
+    if (c->inbox.n || c->end_err || c->peer_closed)
+        ready(c);
+    pthread_mutex_unlock(&c->mu);
     return c->readyfd;
 }
 
