@@ -31,8 +31,6 @@
 #define MAX_LISTENERS 16
 /* The longest server name a monitor makes (monitor.if's net_name). */
 #define SERVER_NAME_MAX 64
-/* chanos_net_options' default max_frame (chanos_net.h) */
-#define DEFAULT_MAX_FRAME ((1u << 20) + (64u << 10))
 
 struct grant {
     struct grant *next;
@@ -41,7 +39,7 @@ struct grant {
     chanos_net_identity *id;        /* this side's */
     uint64_t conn_id;
     bool auth_only;  /* authenticated only, not encrypted */
-    int64_t expires; /* ms; unused grants only */
+    int64_t expires; /* net_now's clock; unused grants only */
     bool admitted;   /* its one new connection has been let in */
     bool taken;      /* accepted: kept for the link's resumes */
     unsigned holds;  /* identities identity_for lent, not yet done */
@@ -74,13 +72,6 @@ struct state {
     struct bconn *conns;
     struct chanos_net_tls tls; /* the listeners' callbacks, arg this */
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static void state_put(struct state *st)
 {
@@ -143,11 +134,11 @@ static struct grant **find_locked(struct state *st, const char *name)
 static const chanos_net_identity *identity_for(void *arg, const char *name)
 {
     struct state *st = arg;
-    int64_t deadline = now_ms() + SELECT_WAIT_MS;
+    int64_t deadline = net_now() + SELECT_WAIT_MS * 1000000LL;
     const chanos_net_identity *id = NULL;
     pthread_mutex_lock(&st->mu);
     for (;;) {
-        int64_t now = now_ms();
+        int64_t now = net_now();
         sweep_locked(st, now);
         struct grant *g = *find_locked(st, name);
         if (g) {
@@ -157,8 +148,7 @@ static const chanos_net_identity *identity_for(void *arg, const char *name)
         }
         if (st->closed || now >= deadline)
             break;
-        int64_t t = deadline * 1000000;
-        struct timespec ts = {t / 1000000000, t % 1000000000};
+        struct timespec ts = {deadline / 1000000000, deadline % 1000000000};
         pthread_cond_timedwait(&st->cv, &st->mu, &ts);
     }
     pthread_mutex_unlock(&st->mu);
@@ -205,7 +195,7 @@ static bool admit(void *arg, const char *name,
 {
     struct state *st = arg;
     pthread_mutex_lock(&st->mu);
-    sweep_locked(st, now_ms());
+    sweep_locked(st, net_now());
     struct grant *g = *find_locked(st, name);
     bool ok = g && !g->admitted && !st->closed &&
               memcmp(g->fp, fp, CHANOS_NET_FP_SIZE) == 0;
@@ -374,7 +364,7 @@ static int b_listen(void *state, int fd, uint32_t max_frame)
     /* One listener serves all the domain's exports: it takes frames as
      * large as the first export's, and at least the default. */
     struct chanos_net_options o = {.tls = &st->tls};
-    if (max_frame > DEFAULT_MAX_FRAME)
+    if (max_frame > NET_DEFAULT_MAX_FRAME)
         o.max_frame = max_frame;
     int rc = chanos_net_listen_fd(fd, &o, &L);
     if (rc != 0)
@@ -414,8 +404,8 @@ static int b_grant(void *state, const struct chanos_net_grant *gr)
     memcpy(g->tag, gr->tag, gr->tag_len);
     g->tag_len = gr->tag_len;
     pthread_mutex_lock(&st->mu);
-    int64_t now = now_ms();
-    g->expires = now + GRANT_TTL_MS;
+    int64_t now = net_now();
+    g->expires = now + GRANT_TTL_MS * 1000000LL;
     sweep_locked(st, now);
     if (st->closed || *find_locked(st, g->name)) {
         pthread_mutex_unlock(&st->mu);

@@ -60,7 +60,10 @@ struct net_opts {
 };
 void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r);
 
-int64_t net_now(void);
+int64_t net_now(void); /* CLOCK_MONOTONIC, in nanoseconds */
+
+/* chanos_net_options' default max_frame (chanos_net.h). */
+#define NET_DEFAULT_MAX_FRAME ((1u << 20) + (64u << 10))
 
 /*
  * The authenticated-only mode's record tags (auth.c; docs/net.md, "Without

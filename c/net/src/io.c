@@ -80,7 +80,7 @@ void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r)
     if (!o)
         o = &z;
     memset(r, 0, sizeof *r);
-    r->max_frame = o->max_frame ? o->max_frame : (1u << 20) + (64u << 10);
+    r->max_frame = o->max_frame ? o->max_frame : NET_DEFAULT_MAX_FRAME;
     if (r->max_frame < CHANOS_HEADER_SIZE)
         r->max_frame = CHANOS_HEADER_SIZE;
     r->win_frames = o->window_frames ? o->window_frames : 1024;
