@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -25,16 +24,7 @@ import (
 // an address-space rlimit and cpu-rate= is refused as unavailable.
 func TestCLILimits(t *testing.T) {
 	e := setup(t)
-	bin := testkit.GoProgram(t, "github.com/chanos/chanos/cmd/chanos")
-	cli := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "CHANOS_DIR="+e.dir)
-		out, err := cmd.Output()
-		if ee, ok := err.(*exec.ExitError); ok {
-			return string(out) + string(ee.Stderr), err
-		}
-		return string(out), err
-	}
+	cli := e.cli(t)
 	for _, bad := range []string{"cpu-rate=0.001", "cpu-rate=x", "cpu-rate=-1", "rate=1"} {
 		if out, err := cli("spawn", "--limit", bad, "--", "/bin/true"); err == nil || !strings.Contains(out, "--limit") {
 			t.Errorf("--limit %s: %q, %v; want a usage error", bad, out, err)

@@ -274,12 +274,11 @@ func children(t *testing.T, pid int) []string {
 	return out
 }
 
-// The CLI: spawn prints the id at once, wait prints how it ended, logs
-// its output; --on another machine fails with a clear error.
-func TestCLI(t *testing.T) {
-	e := setup(t)
+// cli returns a runner of the chanos command against e's monitor: its
+// standard output, and its standard error too when it fails.
+func (e *env) cli(t *testing.T) func(args ...string) (string, error) {
 	bin := testkit.GoProgram(t, "github.com/chanos/chanos/cmd/chanos")
-	cli := func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
 		cmd := exec.Command(bin, args...)
 		cmd.Env = append(os.Environ(), "CHANOS_DIR="+e.dir)
 		out, err := cmd.Output()
@@ -288,6 +287,13 @@ func TestCLI(t *testing.T) {
 		}
 		return string(out), err
 	}
+}
+
+// The CLI: spawn prints the id at once, wait prints how it ended, logs
+// its output; --on another machine fails with a clear error.
+func TestCLI(t *testing.T) {
+	e := setup(t)
+	cli := e.cli(t)
 	out, err := cli("spawn", "--name", "cli", "--", "/bin/sh", "-c", "echo from-cli; exit 4")
 	if err != nil {
 		t.Fatalf("spawn: %v: %s", err, out)
