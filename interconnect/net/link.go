@@ -27,10 +27,11 @@ var ErrTooLarge = errors.New("net: frame larger than the connection's maximum fr
 //
 // A send copies its frame into the send window and writes it to the
 // current TCP connection, if there is one; it blocks only while the
-// window is full. One goroutine per TCP connection reads records; one more
-// per link sends delayed acknowledgements and keepalives and, when the
-// TCP connection breaks, redials (the dialing side) or waits for the
-// peer's redial (the accepting side); a third writes the frames of a
+// window is full. A Receive reads the TCP connection itself, and one
+// goroutine per TCP connection reads it while nobody receives (read.go);
+// one more per link sends delayed acknowledgements and keepalives and,
+// when the TCP connection breaks, redials (the dialing side) or waits for
+// the peer's redial (the accepting side); a third writes the frames of a
 // sender that streams, several to a write.
 type Link struct {
 	o      Options
@@ -86,11 +87,21 @@ type Link struct {
 	ackArm   chan struct{}
 	ackArmed atomic.Bool
 	pumpKick chan struct{} // wakes writeLoop
-	brokenCh chan uint64
-	resumeCh chan *resumeReq
-	lastRead atomic.Int64
-	lastWrt  atomic.Int64
-	badTags  atomic.Uint64
+	// brokenGen is the generation of the last TCP connection reported
+	// broken, and brokenSig wakes the link's goroutine for it.
+	brokenGen atomic.Uint64
+	brokenSig chan struct{}
+	resumeCh  chan *resumeReq
+	lastRead  atomic.Int64
+	lastWrt   atomic.Int64
+	badTags   atomic.Uint64
+
+	// The reading turn (read.go): held by whoever reads the current TCP
+	// connection, whose reading side is rcur (under mu; nil while none).
+	// rcvWant says that a Receive waits for a frame.
+	rturn   sync.Mutex
+	rcur    *connReader
+	rcvWant atomic.Bool
 
 	ctx        context.Context // ends when the link does: it bounds redials
 	cancelCtx  context.CancelFunc
@@ -155,7 +166,7 @@ func newLink(o Options, id [16]byte, dialer bool) *Link {
 		ackKick:   make(chan struct{}, 1),
 		ackArm:    make(chan struct{}, 1),
 		pumpKick:  make(chan struct{}, 1),
-		brokenCh:  make(chan uint64, 1),
+		brokenSig: make(chan struct{}, 1),
 		resumeCh:  make(chan *resumeReq),
 	}
 }
@@ -314,7 +325,11 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 			l.roomCh = make(chan struct{})
 		}
 		room := l.roomCh
+		r := l.rcur
 		l.mu.Unlock()
+		if r != nil {
+			signal(r.kick) // the acknowledgements are read even if nobody receives
+		}
 		select {
 		case <-room:
 		case <-l.done:
@@ -535,77 +550,12 @@ func (l *Link) writeRecord(typ uint8, p, rec []byte, seq, ack uint64) error {
 func (l *Link) breakLocked(err error) {
 	l.live = false
 	l.mu.Lock()
-	c := l.conn
+	r := l.rcur
 	l.mu.Unlock()
 	l.o.Logger.Debug("net: write failed", "err", err)
-	if c != nil {
-		c.Close()
+	if r != nil {
+		l.dropReader(r, err, true)
 	}
-}
-
-// Receive waits for the next frame and sets *in to it; in.Frame is valid
-// until the next Receive. A malformed frame ends the link with
-// ErrProtocol.
-func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
-	l.mu.Lock()
-	if l.cur != nil {
-		l.putBufLocked(l.cur)
-		l.cur = nil
-	}
-	for l.inboxHead == len(l.inbox) || l.endNow {
-		if l.endErr != nil {
-			err := l.endErr
-			l.mu.Unlock()
-			*in = interconnect.Incoming{}
-			return err
-		}
-		if l.peerClosed {
-			l.mu.Unlock()
-			*in = interconnect.Incoming{}
-			return interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by the peer"))
-		}
-		l.mu.Unlock()
-		select {
-		case <-l.inboxSig:
-		case <-l.done:
-		case <-ctx.Done():
-			*in = interconnect.Incoming{}
-			return ctx.Err()
-		}
-		l.mu.Lock()
-	}
-	f := l.inbox[l.inboxHead]
-	l.inbox[l.inboxHead] = inFrame{}
-	l.inboxHead++
-	if l.inboxHead == len(l.inbox) {
-		l.inbox, l.inboxHead = l.inbox[:0], 0
-	}
-	l.inboxBytes -= len(f.buf)
-	l.consumed = f.seq
-	l.cur = f.buf
-	if f.rec != nil {
-		l.cur = f.rec
-	}
-	l.sinceAck++
-	l.sinceAckBytes += len(f.buf)
-	// A quarter of the window, in frames or in bytes, is acknowledged at
-	// once: large frames fill the window's bytes long before its frames.
-	kick := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
-	l.mu.Unlock()
-	if kick {
-		signal(l.ackKick)
-	} else if !l.ackArmed.Swap(true) {
-		signal(l.ackArm)
-	}
-	frame, caps, err := splitRefs(f.buf)
-	if err != nil {
-		*in = interconnect.Incoming{}
-		return l.fail(interconnect.Violation(err))
-	}
-	if err := in.SetFrame(frame, caps); err != nil {
-		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
-	}
-	return nil
 }
 
 // fail ends the link with err and returns err.
@@ -692,6 +642,7 @@ func (l *Link) Close() error {
 				if ok {
 					break
 				}
+				l.kickReader() // its acknowledgement is read even if nobody receives
 				select {
 				case <-l.ackedSig:
 				case <-l.done:
@@ -751,7 +702,6 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 		l.peerMax, l.peerWinFrames, l.peerWinBytes = int(h.maxFrame), int(h.winFrames), int(h.winBytes)
 	}
 	l.gen++
-	gen := l.gen
 	l.conn = c
 	l.written = h.received
 	// What follows h.received is written again on the new connection.
@@ -776,207 +726,13 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 	l.wmu.Unlock()
 	// The reader first: the peer retransmits too, perhaps more than the
 	// socket buffers hold, and reads only while this side reads.
-	l.wg.Add(1)
-	go l.read(c, br, rmac, gen)
+	l.mu.Lock()
+	l.startReaderLocked(c, br, rmac, l.gen)
+	l.mu.Unlock()
+	signal(l.inboxSig)
 	l.pump()
 	signal(l.ackKick)
 	return nil
-}
-
-// read reads c's records until it fails, then reports the break.
-func (l *Link) read(c stdnet.Conn, br *bufio.Reader, rmac *recordMAC, gen uint64) {
-	defer l.wg.Done()
-	stop := l.watch(c)
-	err := l.readLoop(br, rmac)
-	stop()
-	c.Close()
-	if interconnect.IsEnd(err) {
-		return
-	}
-	l.o.Logger.Debug("net: connection broke", "err", err, "gen", gen)
-	select {
-	case l.brokenCh <- gen:
-	case <-l.done:
-	}
-}
-
-// watch closes c once nothing has been read from it for DeadAfter (a cut
-// cable resets nothing), so that its reader and any write blocked on it
-// fail, and the connection is resumed. It runs on a timer of its own,
-// apart from the goroutines that may block on c. The returned function
-// stops it.
-func (l *Link) watch(c stdnet.Conn) func() {
-	var mu sync.Mutex
-	stopped := false
-	var t *time.Timer
-	period := max(l.o.DeadAfter/4, time.Millisecond)
-	mu.Lock()
-	t = time.AfterFunc(period, func() {
-		if time.Duration(now()-l.lastRead.Load()) > l.o.DeadAfter {
-			l.o.Logger.Debug("net: nothing read for too long; taking the connection for broken")
-			c.Close()
-			return
-		}
-		mu.Lock()
-		if !stopped {
-			t.Reset(period)
-		}
-		mu.Unlock()
-	})
-	mu.Unlock()
-	return func() {
-		mu.Lock()
-		stopped = true
-		t.Stop()
-		mu.Unlock()
-	}
-}
-
-// readLoop reads records from br and acts on them; m, in the
-// authenticated-only mode, checks their tags first.
-func (l *Link) readLoop(br *bufio.Reader, m *recordMAC) error {
-	var hb [recHeaderSize]byte
-	for {
-		// The record's payload and the buffer it lies in, read with the
-		// tag (m != nil).
-		var payload, rec []byte
-		if m == nil {
-			if _, err := io.ReadFull(br, hb[:]); err != nil {
-				return err
-			}
-		} else {
-			var err error
-			if payload, rec, err = l.readTagged(br, m, &hb); err != nil {
-				return err
-			}
-		}
-		l.lastRead.Store(now())
-		r := parseHeader(hb[:])
-		if r.flags != 0 || hb[2] != 0 || hb[3] != 0 {
-			return l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x", r.flags)))
-		}
-		switch r.typ {
-		case recData:
-			if r.length < wire.HeaderSize || int64(r.length) > int64(l.o.MaxFrameSize) {
-				return l.fail(interconnect.Violation(fmt.Errorf("a frame of %d bytes (the limit is %d)", r.length, l.o.MaxFrameSize)))
-			}
-			n := int(r.length)
-			l.mu.Lock()
-			if r.seq != l.received+1 {
-				want := l.received + 1
-				l.mu.Unlock()
-				return l.fail(interconnect.Violation(fmt.Errorf("frame %d where %d was due", r.seq, want)))
-			}
-			if len(l.inbox)-l.inboxHead >= l.o.WindowFrames || l.inboxBytes+n > l.o.WindowBytes {
-				l.mu.Unlock()
-				return l.fail(interconnect.Violation(errors.New("the peer overran the receive window")))
-			}
-			buf := payload
-			if buf == nil {
-				buf = l.getBufLocked(n)
-				l.mu.Unlock()
-				if _, err := io.ReadFull(br, buf); err != nil {
-					return err
-				}
-				l.mu.Lock()
-			}
-			l.inbox = append(l.inbox, inFrame{seq: r.seq, buf: buf, rec: rec})
-			l.inboxBytes += n
-			l.received = r.seq
-			err := l.ackLocked(r.ack)
-			l.mu.Unlock()
-			if err != nil {
-				return l.fail(err)
-			}
-			signal(l.inboxSig)
-		case recAck:
-			if r.length != 0 || r.seq != 0 {
-				return l.fail(interconnect.Violation(errors.New("a malformed acknowledgement")))
-			}
-			l.mu.Lock()
-			err := l.ackLocked(r.ack)
-			l.mu.Unlock()
-			if err != nil {
-				return l.fail(err)
-			}
-		case recClose:
-			l.mu.Lock()
-			if r.length != 0 || r.seq != l.received+1 {
-				l.mu.Unlock()
-				return l.fail(interconnect.Violation(errors.New("a malformed close")))
-			}
-			l.received = r.seq
-			l.peerClosed = true
-			l.roomLocked()
-			err := l.ackLocked(r.ack)
-			l.mu.Unlock()
-			if err != nil {
-				return l.fail(err)
-			}
-			l.closeGone()
-			signal(l.inboxSig)
-			signal(l.ackKick)
-		default:
-			return l.fail(interconnect.Violation(fmt.Errorf("a record of type %d", r.typ)))
-		}
-	}
-}
-
-// readTagged reads a record of the authenticated-only mode into hb and a
-// window buffer, and checks its tag. It returns the payload (nil if
-// empty) and, when the payload lies in a larger buffer (a record larger
-// than the reader's buffer, read whole), that buffer. Until the tag is
-// checked nothing in the header is trusted but its length, bounded by the
-// maximum frame size, and a record that fails is a broken TCP connection
-// (errBadTag), not the peer's violation.
-func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
-	h, err := br.Peek(recHeaderSize)
-	if err != nil {
-		return nil, nil, err
-	}
-	copy(hb[:], h)
-	n := int64(binary.LittleEndian.Uint32(hb[4:]))
-	if n > int64(l.o.MaxFrameSize) {
-		return nil, nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
-	}
-	total := recHeaderSize + int(n) + tagSize
-	var ok bool
-	if total <= br.Size() {
-		// The whole record in the reader's buffer: checked in place.
-		rec, err := br.Peek(total)
-		if err != nil {
-			return nil, nil, err
-		}
-		if n > 0 {
-			l.mu.Lock()
-			payload = l.getBufLocked(int(n))
-			l.mu.Unlock()
-		}
-		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
-		copy(payload, rec[recHeaderSize:])
-		br.Discard(total)
-	} else {
-		// Read whole into a window buffer; the payload stays where it is.
-		l.mu.Lock()
-		whole = l.getBufLocked(total)
-		l.mu.Unlock()
-		if _, err := io.ReadFull(br, whole); err != nil {
-			return nil, nil, err
-		}
-		ok = m.open(whole[:total-tagSize], whole[total-tagSize:])
-		payload = whole[recHeaderSize : recHeaderSize+int(n)]
-	}
-	if !ok {
-		l.mu.Lock()
-		if whole != nil {
-			l.putBufLocked(whole)
-		} else {
-			l.putBufLocked(payload)
-		}
-		l.mu.Unlock()
-		return nil, nil, l.badTag(errBadTag)
-	}
-	return payload, whole, nil
 }
 
 // badTag counts a record that failed its authentication and returns err.
@@ -1064,9 +820,11 @@ func (l *Link) run() {
 			if time.Duration(now()-l.lastWrt.Load()) >= l.o.KeepAlive {
 				l.writeAck(true)
 			}
-		case gen := <-l.brokenCh:
+			// Read what came while nobody received (read.go).
+			l.kickReader()
+		case <-l.brokenSig:
 			l.mu.Lock()
-			stale := gen != l.gen
+			stale := l.brokenGen.Load() != l.gen
 			pc := l.peerClosed
 			l.mu.Unlock()
 			if stale {
@@ -1093,8 +851,10 @@ func (l *Link) run() {
 			if connected {
 				// The peer redialed before this side saw the break.
 				l.dropConn()
-				l.awaitReader()
 			}
+			// Nothing more is taken from the old connection once the
+			// hello below says what was received.
+			l.awaitReaders()
 			if graceT != nil {
 				graceT.Stop()
 				graceT, graceC = nil, nil
@@ -1113,36 +873,17 @@ func (l *Link) run() {
 	}
 }
 
-// dropConn closes the current TCP connection, whose reader then reports
-// the break.
+// dropConn stops reading the current TCP connection and closes it.
 func (l *Link) dropConn() {
 	l.mu.Lock()
-	c := l.conn
+	r := l.rcur
 	l.mu.Unlock()
-	if c != nil {
-		c.Close() // first: a writer blocked on c, holding wmu, fails now
+	if r != nil {
+		l.dropReader(r, nil, false) // first: a writer blocked on it, holding wmu, fails now
 	}
 	l.wmu.Lock()
 	l.live = false
 	l.wmu.Unlock()
-}
-
-// awaitReader waits for the current connection's reader to report its
-// end, so that nothing more is received on it.
-func (l *Link) awaitReader() {
-	l.mu.Lock()
-	gen := l.gen
-	l.mu.Unlock()
-	for {
-		select {
-		case g := <-l.brokenCh:
-			if g == gen {
-				return
-			}
-		case <-l.done:
-			return
-		}
-	}
 }
 
 // redial resumes the connection from the dialing side, with backoff,
@@ -1157,6 +898,9 @@ func (l *Link) redial() bool {
 			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
 			return false
 		}
+		// Nothing more is taken from the old connection once the hello
+		// says what was received.
+		l.awaitReaders()
 		ctx, cancel := context.WithTimeout(l.ctx, min(left, l.o.HandshakeTimeout))
 		c, br, h, err := l.handshake(ctx, true)
 		cancel()

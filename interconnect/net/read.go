@@ -1,0 +1,484 @@
+package net
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	stdnet "net"
+	"sync"
+	"time"
+
+	"github.com/chanos/chanos/interconnect"
+	"github.com/chanos/chanos/wire"
+)
+
+// The reading side of a link.
+//
+// A frame goes from the TCP connection to its taker without a goroutine
+// between them, as in a plain TCP program: a Receive that finds nothing
+// waiting reads the connection itself. Handing each frame from a reading
+// goroutine to the receiving one would cost a wake-up per frame, and on
+// a machine with idle CPUs the scheduler's hunt for work with it: that
+// doubled a round trip on the 2-CPU machine chanos is built on
+// (docs/net.md, "Reading").
+//
+// Records must be read also while nobody receives: the acknowledgements
+// that free the send window, the peer's close, keepalives. Each TCP
+// connection has a goroutine of its own for that, the background reader.
+// Whoever reads holds the link's reading turn (Link.rturn); the
+// background reader takes it only when no Receive waits, and gives it up
+// after the record at hand once one does. It takes it when kicked: by a
+// sender waiting for room, by Close waiting for its acknowledgement, by
+// a break to notice, and by the link's keepalive tick, so that an idle
+// connection is read at least that often.
+
+// connReader is the reading side of one TCP connection of the link.
+type connReader struct {
+	c    stdnet.Conn
+	br   *bufio.Reader
+	mac  *recordMAC // checks the peer's tags, in the authenticated-only mode
+	gen  uint64
+	kick chan struct{} // wakes the background reader
+	stop chan struct{} // closed once the connection is not to be read any more
+	once sync.Once
+	// unwatch stops the liveness watch (Link.watch) of c.
+	unwatch func()
+
+	// A Receive waiting for a record's header is interrupted by its
+	// context's end through c's read deadline; dl orders that with the
+	// end of the wait, so that a deadline never cuts a record in two.
+	dl      sync.Mutex
+	waiting bool // a Receive waits for a header and may be interrupted
+	kicked  bool // c's read deadline was set to interrupt it
+}
+
+func (r *connReader) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// aLongTimeAgo is a read deadline that interrupts a blocked read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// startReaderLocked makes c, the link's TCP connection of generation
+// gen, the one the link reads, and starts its background reader and its
+// watch. The caller holds mu.
+func (l *Link) startReaderLocked(c stdnet.Conn, br *bufio.Reader, mac *recordMAC, gen uint64) {
+	r := &connReader{c: c, br: br, mac: mac, gen: gen, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	r.unwatch = l.watch(r)
+	l.rcur = r
+	l.wg.Add(1)
+	go l.background(r)
+}
+
+// dropReader stops reading r's connection and closes it, once; report
+// says whether its break is reported to the link's goroutine, which then
+// resumes the connection (not when the link has ended, or when that
+// goroutine stops it itself).
+func (l *Link) dropReader(r *connReader, err error, report bool) {
+	r.once.Do(func() {
+		close(r.stop)
+		l.mu.Lock()
+		if l.rcur == r {
+			l.rcur = nil
+		}
+		unwatch := r.unwatch // set under mu, before the watch could call this
+		l.mu.Unlock()
+		unwatch()
+		r.c.Close()
+		if !report || interconnect.IsEnd(err) {
+			return
+		}
+		l.o.Logger.Debug("net: connection broke", "err", err, "gen", r.gen)
+		l.brokenGen.Store(r.gen)
+		signal(l.brokenSig)
+	})
+}
+
+// kickReader wakes the current connection's background reader, which
+// reads if nobody else does.
+func (l *Link) kickReader() {
+	l.mu.Lock()
+	r := l.rcur
+	l.mu.Unlock()
+	if r != nil {
+		signal(r.kick)
+	}
+}
+
+// awaitReaders waits until nobody reads a stopped connection any more:
+// the one who held the reading turn has finished the record at hand.
+func (l *Link) awaitReaders() {
+	l.rturn.Lock()
+	//lint:ignore SA2001 taking the turn is the wait: its holder is done once it has it
+	l.rturn.Unlock()
+	signal(l.inboxSig) // a Receive that found the turn taken tries again
+}
+
+// watch takes r's connection for broken once nothing has been read
+// from it for DeadAfter (a cut cable resets nothing): closed, so that its
+// reader and any write blocked on it fail, and the connection is resumed.
+// It runs on a timer of its own, apart from the goroutines that may block
+// on the connection. The returned function stops it.
+func (l *Link) watch(r *connReader) func() {
+	var mu sync.Mutex
+	stopped := false
+	var t *time.Timer
+	period := max(l.o.DeadAfter/4, time.Millisecond)
+	mu.Lock()
+	t = time.AfterFunc(period, func() {
+		if time.Duration(now()-l.lastRead.Load()) > l.o.DeadAfter {
+			l.dropReader(r, errors.New("nothing read for too long"), true)
+			return
+		}
+		mu.Lock()
+		if !stopped {
+			t.Reset(period)
+		}
+		mu.Unlock()
+	})
+	mu.Unlock()
+	return func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+	}
+}
+
+// background is r's background reader (see above), until r is stopped.
+func (l *Link) background(r *connReader) {
+	defer l.wg.Done()
+	for {
+		if !l.rcvWant.Load() && l.rturn.TryLock() {
+			for !r.stopped() {
+				if _, err := l.readRecord(r, true); err != nil {
+					l.dropReader(r, err, true)
+					break
+				}
+				if l.rcvWant.Load() {
+					break
+				}
+			}
+			l.rturn.Unlock()
+			signal(l.inboxSig)
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-l.done:
+			return
+		case <-r.kick:
+		}
+	}
+}
+
+// Receive waits for the next frame and sets *in to it; in.Frame is valid
+// until the next Receive. A malformed frame ends the link with
+// ErrProtocol.
+func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
+	l.mu.Lock()
+	if l.cur != nil {
+		l.putBufLocked(l.cur)
+		l.cur = nil
+	}
+	if l.inboxHead == len(l.inbox) || l.endNow {
+		l.rcvWant.Store(true)
+		for l.inboxHead == len(l.inbox) || l.endNow {
+			if err := l.receiveEndLocked(); err != nil {
+				l.mu.Unlock()
+				l.rcvWant.Store(false)
+				*in = interconnect.Incoming{}
+				return err
+			}
+			r := l.rcur
+			l.mu.Unlock()
+			if r != nil && l.rturn.TryLock() {
+				err := l.readFor(ctx, r)
+				l.rturn.Unlock()
+				if err != nil {
+					l.rcvWant.Store(false)
+					*in = interconnect.Incoming{}
+					return err
+				}
+			} else {
+				select {
+				case <-l.inboxSig:
+				case <-l.done:
+				case <-ctx.Done():
+					l.rcvWant.Store(false)
+					*in = interconnect.Incoming{}
+					return ctx.Err()
+				}
+			}
+			l.mu.Lock()
+		}
+		l.rcvWant.Store(false)
+	}
+	f := l.inbox[l.inboxHead]
+	l.inbox[l.inboxHead] = inFrame{}
+	l.inboxHead++
+	if l.inboxHead == len(l.inbox) {
+		l.inbox, l.inboxHead = l.inbox[:0], 0
+	}
+	l.inboxBytes -= len(f.buf)
+	l.consumed = f.seq
+	l.cur = f.buf
+	if f.rec != nil {
+		l.cur = f.rec
+	}
+	l.sinceAck++
+	l.sinceAckBytes += len(f.buf)
+	// A quarter of the window, in frames or in bytes, is acknowledged at
+	// once: large frames fill the window's bytes long before its frames.
+	kick := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
+	l.mu.Unlock()
+	if kick {
+		signal(l.ackKick)
+	} else if !l.ackArmed.Swap(true) {
+		signal(l.ackArm)
+	}
+	frame, caps, err := splitRefs(f.buf)
+	if err != nil {
+		*in = interconnect.Incoming{}
+		return l.fail(interconnect.Violation(err))
+	}
+	if err := in.SetFrame(frame, caps); err != nil {
+		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
+	}
+	return nil
+}
+
+// receiveEndLocked is what a Receive that finds no frame returns instead
+// of waiting: the link's end, or the peer's close; nil if it may wait.
+func (l *Link) receiveEndLocked() error {
+	if l.endErr != nil {
+		return l.endErr
+	}
+	if l.peerClosed {
+		return interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by the peer"))
+	}
+	return nil
+}
+
+// readFor reads r's records, as the holder of the reading turn, until
+// one gives Receive something to take (a frame, the peer's close) or r
+// breaks; it returns an error only when ctx ends first.
+func (l *Link) readFor(ctx context.Context, r *connReader) error {
+	for !r.stopped() {
+		if err := l.awaitHeader(ctx, r); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			l.dropReader(r, err, true)
+			return nil
+		}
+		got, err := l.readRecord(r, false)
+		if err != nil {
+			l.dropReader(r, err, true)
+			return nil
+		}
+		if got {
+			return nil
+		}
+	}
+	return nil
+}
+
+// awaitHeader waits until the header of r's next record is buffered, or
+// ctx ends (its error is then ctx's, and the connection goes on: nothing
+// was taken from it).
+func (l *Link) awaitHeader(ctx context.Context, r *connReader) error {
+	if r.br.Buffered() >= recHeaderSize {
+		return nil
+	}
+	if ctx.Done() == nil {
+		_, err := r.br.Peek(recHeaderSize)
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.dl.Lock()
+	r.waiting = true
+	r.dl.Unlock()
+	stop := context.AfterFunc(ctx, func() {
+		r.dl.Lock()
+		if r.waiting {
+			r.kicked = true
+			r.c.SetReadDeadline(aLongTimeAgo)
+		}
+		r.dl.Unlock()
+	})
+	// Peek takes nothing from the reader: a read cut short by the
+	// deadline leaves what came for the next one.
+	_, err := r.br.Peek(recHeaderSize)
+	stop()
+	r.dl.Lock()
+	r.waiting = false
+	if r.kicked {
+		r.kicked = false
+		r.c.SetReadDeadline(time.Time{})
+		if err != nil && ctx.Err() != nil {
+			err = ctx.Err()
+		}
+	}
+	r.dl.Unlock()
+	return err
+}
+
+// readRecord reads r's next record and acts on it; got says whether it
+// gave Receive something to take, and wake whether a Receive waiting for
+// it is woken (it is not when it reads the record itself). The caller
+// holds the reading turn.
+func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
+	var hb [recHeaderSize]byte
+	// The record's payload and the buffer it lies in, read with the tag
+	// (authenticated-only mode).
+	var payload, rec []byte
+	if r.mac == nil {
+		if _, err := io.ReadFull(r.br, hb[:]); err != nil {
+			return false, err
+		}
+	} else if payload, rec, err = l.readTagged(r.br, r.mac, &hb); err != nil {
+		return false, err
+	}
+	l.lastRead.Store(now())
+	h := parseHeader(hb[:])
+	if h.flags != 0 || hb[2] != 0 || hb[3] != 0 {
+		return false, l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x", h.flags)))
+	}
+	switch h.typ {
+	case recData:
+		if h.length < wire.HeaderSize || int64(h.length) > int64(l.o.MaxFrameSize) {
+			return false, l.fail(interconnect.Violation(fmt.Errorf("a frame of %d bytes (the limit is %d)", h.length, l.o.MaxFrameSize)))
+		}
+		n := int(h.length)
+		l.mu.Lock()
+		if h.seq != l.received+1 {
+			want := l.received + 1
+			l.mu.Unlock()
+			return false, l.fail(interconnect.Violation(fmt.Errorf("frame %d where %d was due", h.seq, want)))
+		}
+		if len(l.inbox)-l.inboxHead >= l.o.WindowFrames || l.inboxBytes+n > l.o.WindowBytes {
+			l.mu.Unlock()
+			return false, l.fail(interconnect.Violation(errors.New("the peer overran the receive window")))
+		}
+		buf := payload
+		if buf == nil {
+			buf = l.getBufLocked(n)
+			l.mu.Unlock()
+			if _, err := io.ReadFull(r.br, buf); err != nil {
+				return false, err
+			}
+			l.mu.Lock()
+		}
+		l.inbox = append(l.inbox, inFrame{seq: h.seq, buf: buf, rec: rec})
+		l.inboxBytes += n
+		l.received = h.seq
+		err := l.ackLocked(h.ack)
+		l.mu.Unlock()
+		if err != nil {
+			return false, l.fail(err)
+		}
+		if wake {
+			signal(l.inboxSig)
+		}
+		return true, nil
+	case recAck:
+		if h.length != 0 || h.seq != 0 {
+			return false, l.fail(interconnect.Violation(errors.New("a malformed acknowledgement")))
+		}
+		l.mu.Lock()
+		err := l.ackLocked(h.ack)
+		l.mu.Unlock()
+		if err != nil {
+			return false, l.fail(err)
+		}
+		return false, nil
+	case recClose:
+		l.mu.Lock()
+		if h.length != 0 || h.seq != l.received+1 {
+			l.mu.Unlock()
+			return false, l.fail(interconnect.Violation(errors.New("a malformed close")))
+		}
+		l.received = h.seq
+		l.peerClosed = true
+		l.roomLocked()
+		err := l.ackLocked(h.ack)
+		l.mu.Unlock()
+		if err != nil {
+			return false, l.fail(err)
+		}
+		l.closeGone()
+		signal(l.inboxSig)
+		signal(l.ackKick)
+		return true, nil
+	default:
+		return false, l.fail(interconnect.Violation(fmt.Errorf("a record of type %d", h.typ)))
+	}
+}
+
+// readTagged reads a record of the authenticated-only mode into hb and a
+// window buffer, and checks its tag. It returns the payload (nil if
+// empty) and, when the payload lies in a larger buffer (a record larger
+// than the reader's buffer, read whole), that buffer. Until the tag is
+// checked nothing in the header is trusted but its length, bounded by the
+// maximum frame size, and a record that fails is a broken TCP connection
+// (errBadTag), not the peer's violation.
+func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
+	h, err := br.Peek(recHeaderSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	copy(hb[:], h)
+	n := int64(binary.LittleEndian.Uint32(hb[4:]))
+	if n > int64(l.o.MaxFrameSize) {
+		return nil, nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
+	}
+	total := recHeaderSize + int(n) + tagSize
+	var ok bool
+	if total <= br.Size() {
+		// The whole record in the reader's buffer: checked in place.
+		rec, err := br.Peek(total)
+		if err != nil {
+			return nil, nil, err
+		}
+		if n > 0 {
+			l.mu.Lock()
+			payload = l.getBufLocked(int(n))
+			l.mu.Unlock()
+		}
+		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
+		copy(payload, rec[recHeaderSize:])
+		br.Discard(total)
+	} else {
+		// Read whole into a window buffer; the payload stays where it is.
+		l.mu.Lock()
+		whole = l.getBufLocked(total)
+		l.mu.Unlock()
+		if _, err := io.ReadFull(br, whole); err != nil {
+			return nil, nil, err
+		}
+		ok = m.open(whole[:total-tagSize], whole[total-tagSize:])
+		payload = whole[recHeaderSize : recHeaderSize+int(n)]
+	}
+	if !ok {
+		l.mu.Lock()
+		if whole != nil {
+			l.putBufLocked(whole)
+		} else {
+			l.putBufLocked(payload)
+		}
+		l.mu.Unlock()
+		return nil, nil, l.badTag(errBadTag)
+	}
+	return payload, whole, nil
+}
