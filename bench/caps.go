@@ -471,17 +471,13 @@ func recvFD(sock int, buf, oob []byte) (int, error) {
 // read(2) and write(2) on the eventfds; mode "parked" sleeps in the
 // kernel (the netpoller for an Event), "spin" polls.
 func eventRTT(ctx context.Context, peer []string, transport, mode string, warmup, iters int) (Result, error) {
-	flags := unix.EFD_CLOEXEC
-	if transport == "chanos" || mode == "spin" {
-		flags |= unix.EFD_NONBLOCK
-	}
 	var evs [2]*os.File
 	for i := range evs {
-		fd, err := unix.Eventfd(0, flags)
+		f, err := eventfdFile(transport == "chanos" || mode == "spin")
 		if err != nil {
-			return Result{}, os.NewSyscallError("eventfd", err)
+			return Result{}, err
 		}
-		evs[i] = os.NewFile(uintptr(fd), "event")
+		evs[i] = f
 		defer evs[i].Close()
 	}
 	ping, pong, err := eventSides(transport, mode, evs[0], evs[1], true)
@@ -497,6 +493,30 @@ func eventRTT(ctx context.Context, peer []string, transport, mode string, warmup
 			return pong()
 		})
 	})
+}
+
+// eventfdFile returns a new eventfd as a file to pass to the peer,
+// non-blocking if nonblock is set. The file is made while the descriptor
+// is blocking, so that this process's netpoller does not take it: the
+// runtime registers a non-blocking descriptor's file with epoll, which
+// then wakes a thread of this process at every signal of the object,
+// by either side. The measured sides work on objects of their own
+// (chanos Events, which keep their descriptors out of the netpoller, or
+// raw descriptors), as a program would; the files only carry the
+// objects to the peer.
+func eventfdFile(nonblock bool) (*os.File, error) {
+	fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		return nil, os.NewSyscallError("eventfd", err)
+	}
+	f := os.NewFile(uintptr(fd), "event")
+	if nonblock {
+		if err := unix.SetNonblock(fd, true); err != nil {
+			f.Close()
+			return nil, os.NewSyscallError("fcntl", err)
+		}
+	}
+	return f, nil
 }
 
 // eventSides returns the signal of out and the wait on in, as transport
@@ -574,11 +594,11 @@ func eventRTTC(ctx context.Context, tool, mode string, warmup, iters int) (Resul
 		}
 	}()
 	for range 2 {
-		fd, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+		f, err := eventfdFile(true)
 		if err != nil {
-			return Result{}, os.NewSyscallError("eventfd", err)
+			return Result{}, err
 		}
-		evs = append(evs, os.NewFile(uintptr(fd), "event"))
+		evs = append(evs, f)
 	}
 	var out strings.Builder
 	peer := exec.CommandContext(ctx, tool, "event-peer", mode, strconv.Itoa(warmup+iters))

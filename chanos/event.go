@@ -37,14 +37,25 @@ import (
 //
 // An Event is safe for concurrent use; Waits are served one at a time.
 type Event struct {
-	f    *os.File
+	fd   *eventFD // never in the netpoller (see eventFD)
+	name string
 	kind eventKind
 	wmu  sync.Mutex // one Wait at a time: its context sets the read deadline
+	// user, for an Event over a caller's descriptor (EventFromFile), is
+	// that descriptor's file: the caller reads it after a Wait, and Close
+	// closes it.
+	user *os.File
+
+	// pf is a duplicate of fd in the runtime's netpoller, for the waits
+	// that park the goroutine rather than a thread (C, and the Waits
+	// beyond threadWaits), made for the first of them.
+	pmu sync.Mutex
+	pf  *os.File
 
 	// wake ends a Wait blocked in ppoll (its context's end, Close): an
 	// eventfd, made by the first such Wait.
 	wakeMu sync.Mutex
-	wake   *os.File
+	wake   *eventFD
 
 	cmu    sync.Mutex
 	ch     chan uint64   // C's, made on first use
@@ -104,11 +115,11 @@ func NewEvent(opts ...EventOption) (*Event, error) {
 	if e != 0 {
 		return nil, fmt.Errorf("chanos: new event: %w", os.NewSyscallError("eventfd2", e))
 	}
-	return newEvent(os.NewFile(fd, "chanos-event"), kindCounter), nil
+	return newEvent(int(fd), "chanos-event", kindCounter), nil
 }
 
-func newEvent(f *os.File, kind eventKind) *Event {
-	return &Event{f: f, kind: kind, closed: make(chan struct{})}
+func newEvent(fd int, name string, kind eventKind) *Event {
+	return &Event{fd: &eventFD{fd: fd}, name: name, kind: kind, closed: make(chan struct{})}
 }
 
 // NewTimerEvent returns an Event that the kernel signals after d, and
@@ -127,7 +138,7 @@ func NewTimerEvent(d, period time.Duration) (*Event, error) {
 		syscall.Close(int(fd))
 		return nil, fmt.Errorf("chanos: timer event: %w", os.NewSyscallError("timerfd_settime", e))
 	}
-	return newEvent(os.NewFile(fd, "chanos-timer"), kindTimer), nil
+	return newEvent(int(fd), "chanos-timer", kindTimer), nil
 }
 
 // NewSignalEvent returns an Event signalled each time the process
@@ -166,10 +177,13 @@ func NewSignalEvent(sigs ...os.Signal) (*Event, error) {
 // it (the caller reads what f's kind gives), and its count is 1. Signal
 // is refused.
 func EventFromFile(f *os.File) (*Event, error) {
-	if _, err := f.SyscallConn(); err != nil {
+	fd, err := wire.DupFD(f)
+	if err != nil {
 		return nil, fmt.Errorf("chanos: event from %s: %w", f.Name(), err)
 	}
-	return newEvent(f, kindPollable), nil
+	e := newEvent(fd, f.Name(), kindPollable)
+	e.user = f
+	return e, nil
 }
 
 // EventFromCap returns the Event a capability received in a message
@@ -186,20 +200,29 @@ func EventFromCap(c wire.Cap) (*Event, error) {
 		return nil, fmt.Errorf("%w: a %T", ErrNotEvent, c)
 	}
 	link, _ := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fdOf(f)))
-	kind := kindCounter
+	kind, name := kindCounter, "chanos-event"
 	switch link {
 	case "anon_inode:[eventfd]":
 	case "anon_inode:[timerfd]":
-		kind = kindTimer
+		kind, name = kindTimer, "chanos-timer"
 	default:
 		f.Close()
 		return nil, fmt.Errorf("%w: the descriptor is %q", ErrNotEvent, link)
 	}
-	if err := setNonblock(f); err != nil {
-		f.Close()
-		return nil, err
+	// The Event keeps a duplicate, out of the netpoller, and f goes.
+	fd, err := wire.DupFD(f)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("chanos: event from a capability: %w", err)
 	}
-	return newEvent(f, kind), nil
+	// The sender's copy shares the flag, and an Event never blocks a
+	// thread in a read either way, but a received descriptor may have
+	// come blocking.
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, fmt.Errorf("chanos: event from a capability: %w", os.NewSyscallError("fcntl", err))
+	}
+	return newEvent(fd, name, kind), nil
 }
 
 // fdOf returns f's descriptor without (*os.File).Fd's switch to blocking.
@@ -209,21 +232,6 @@ func fdOf(f *os.File) int {
 		rc.Control(func(u uintptr) { fd = int(u) })
 	}
 	return fd
-}
-
-// setNonblock makes f's descriptor non-blocking: the sender's copy shares
-// the flag, and an Event never blocks a thread on it either way, but a
-// received descriptor may have come blocking.
-func setNonblock(f *os.File) error {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := rc.Control(func(u uintptr) { serr = syscall.SetNonblock(int(u), true) }); err != nil {
-		return err
-	}
-	return serr
 }
 
 // Signal adds 1 to the count, waking a waiter.
@@ -237,15 +245,11 @@ func (e *Event) Add(n uint64) error {
 	}
 	var b [8]byte
 	binary.NativeEndian.PutUint64(b[:], n)
-	rc, err := e.f.SyscallConn()
-	if err != nil {
-		return fmt.Errorf("chanos: signal event: %w", err)
-	}
 	var werr error
-	if err := rc.Control(func(fd uintptr) {
+	if err := e.fd.use(func(fd int) {
 		// Never waits: a full count fails with EAGAIN at once, whatever
 		// the descriptor's flags, which another domain may share.
-		_, werr = syscall.Write(int(fd), b[:])
+		_, werr = syscall.Write(fd, b[:])
 	}); err != nil {
 		return fmt.Errorf("chanos: signal event: %w", err)
 	}
@@ -294,26 +298,50 @@ func (e *Event) wait(ctx context.Context, onThread bool) (uint64, error) {
 		default:
 		}
 	}
+	pf, err := e.pollFile()
+	if err != nil {
+		return 0, fmt.Errorf("chanos: wait on event: %w", err)
+	}
 	if ctx.Done() != nil {
 		// ctx's end ends the netpoller's wait through the read deadline.
-		stop := context.AfterFunc(ctx, func() { e.f.SetReadDeadline(time.Unix(1, 0)) })
+		stop := context.AfterFunc(ctx, func() { pf.SetReadDeadline(time.Unix(1, 0)) })
 		defer func() {
 			stop()
-			e.f.SetReadDeadline(time.Time{})
+			pf.SetReadDeadline(time.Time{})
 		}()
 	}
 	for {
-		n, err := e.take(true)
+		n, err := e.parkedTake(pf)
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			if ctx.Err() != nil {
 				return 0, ctx.Err()
 			}
 			// The deadline an earlier Wait's context set as it ended.
-			e.f.SetReadDeadline(time.Time{})
+			pf.SetReadDeadline(time.Time{})
 			continue
 		}
 		return n, err
 	}
+}
+
+// pollFile returns the Event's duplicate in the netpoller, made on first
+// use.
+func (e *Event) pollFile() (*os.File, error) {
+	e.pmu.Lock()
+	defer e.pmu.Unlock()
+	if e.pf == nil {
+		select {
+		case <-e.closed:
+			return nil, ErrClosed
+		default:
+		}
+		fd, err := e.fd.dup()
+		if err != nil {
+			return nil, err
+		}
+		e.pf = os.NewFile(uintptr(fd), e.name)
+	}
+	return e.pf, nil
 }
 
 // waitOnThread is Wait sleeping in ppoll(2) on the Event's descriptor and
@@ -339,7 +367,7 @@ func (e *Event) waitOnThread(ctx context.Context) (n uint64, err error, done boo
 		}
 		// ppoll first: it returns at once if the count is set already,
 		// and the usual wait makes one system call fewer.
-		if err := sleepOn(e.f, wake); err != nil {
+		if err := sleepOn(e.fd, wake); err != nil {
 			select {
 			case <-e.closed:
 				return 0, fmt.Errorf("chanos: wait on event: %w", ErrClosed), true
@@ -347,14 +375,14 @@ func (e *Event) waitOnThread(ctx context.Context) (n uint64, err error, done boo
 			}
 			return 0, fmt.Errorf("chanos: wait on event: %w", err), true
 		}
-		if n, err := e.take(false); err != errEmpty {
+		if n, err := e.takeNow(); err != errEmpty {
 			return n, err, true
 		}
 	}
 }
 
 // wakeFile returns the Event's wake descriptor, made on first use.
-func (e *Event) wakeFile() (*os.File, error) {
+func (e *Event) wakeFile() (*eventFD, error) {
 	e.wakeMu.Lock()
 	defer e.wakeMu.Unlock()
 	select {
@@ -367,36 +395,24 @@ func (e *Event) wakeFile() (*os.File, error) {
 		if errno != 0 {
 			return nil, os.NewSyscallError("eventfd2", errno)
 		}
-		e.wake = os.NewFile(fd, "chanos-event-wake")
+		e.wake = &eventFD{fd: int(fd)}
 	}
 	return e.wake, nil
 }
 
 // poke signals the wake descriptor f.
-func poke(f *os.File) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
+func poke(f *eventFD) {
 	one := [8]byte{1}
-	rc.Control(func(fd uintptr) { syscall.Write(int(fd), one[:]) })
+	f.use(func(fd int) { syscall.Write(fd, one[:]) })
 }
 
 // sleepOn blocks the calling thread in ppoll(2) until f or wake is
-// readable, and empties wake. Both descriptors are held (Control) while
-// it sleeps, so that a Close meanwhile cannot free their numbers.
-func sleepOn(f, wake *os.File) error {
-	frc, err := f.SyscallConn()
-	if err != nil {
-		return err
-	}
-	wrc, err := wake.SyscallConn()
-	if err != nil {
-		return err
-	}
+// readable, and empties wake. Both descriptors are held while it sleeps,
+// so that a Close meanwhile cannot free their numbers.
+func sleepOn(f, wake *eventFD) error {
 	var perr error
-	cerr := frc.Control(func(fd uintptr) {
-		perr = wrc.Control(func(wfd uintptr) {
+	err := f.use(func(fd int) {
+		if err := wake.use(func(wfd int) {
 			pfd := [2]struct {
 				fd      int32
 				events  int16
@@ -415,12 +431,14 @@ func sleepOn(f, wake *os.File) error {
 			}
 			if pfd[1].revents != 0 {
 				var b [8]byte
-				syscall.Read(int(wfd), b[:])
+				syscall.Read(wfd, b[:])
 			}
-		})
+		}); err != nil {
+			perr = err
+		}
 	})
-	if cerr != nil {
-		return cerr
+	if err != nil {
+		return err
 	}
 	return perr
 }
@@ -429,7 +447,7 @@ func sleepOn(f, wake *os.File) error {
 func (e *Event) TryWait() (uint64, bool, error) {
 	e.wmu.Lock()
 	defer e.wmu.Unlock()
-	n, err := e.take(false)
+	n, err := e.takeNow()
 	if err == errEmpty {
 		return 0, false, nil
 	}
@@ -438,43 +456,28 @@ func (e *Event) TryWait() (uint64, bool, error) {
 
 var errEmpty = errors.New("empty")
 
-// take reads the count, waiting for it if wait is set (else errEmpty).
-func (e *Event) take(wait bool) (uint64, error) {
-	rc, err := e.f.SyscallConn()
+// takeNow takes the count if it is not 0, else returns errEmpty.
+func (e *Event) takeNow() (uint64, error) {
+	var n uint64
+	var rerr error
+	if err := e.fd.use(func(fd int) { n, rerr = e.takeFrom(fd) }); err != nil {
+		return 0, fmt.Errorf("chanos: wait on event: %w", err)
+	}
+	return n, e.takeErr(rerr)
+}
+
+// parkedTake takes the count from pf, the Event's duplicate in the
+// netpoller, parking the goroutine until it is not 0.
+func (e *Event) parkedTake(pf *os.File) (uint64, error) {
+	rc, err := pf.SyscallConn()
 	if err != nil {
 		return 0, fmt.Errorf("chanos: wait on event: %w", err)
 	}
-	var b [8]byte
 	var n uint64
 	var rerr error
-	first := true
 	err = rc.Read(func(fd uintptr) bool {
-		if e.kind == kindPollable {
-			if first && !readable(int(fd)) {
-				first = false
-				if !wait {
-					rerr = errEmpty
-					return true
-				}
-				return false
-			}
-			n = 1
-			return true
-		}
-		k, err := syscall.Read(int(fd), b[:])
-		switch {
-		case err == syscall.EAGAIN && wait:
-			return false
-		case err == syscall.EAGAIN:
-			rerr = errEmpty
-		case err != nil:
-			rerr = err
-		case k != 8:
-			rerr = fmt.Errorf("read %d bytes", k)
-		default:
-			n = binary.NativeEndian.Uint64(b[:])
-		}
-		return true
+		n, rerr = e.takeFrom(int(fd))
+		return rerr != errEmpty
 	})
 	if err != nil {
 		select {
@@ -484,10 +487,38 @@ func (e *Event) take(wait bool) (uint64, error) {
 		}
 		return 0, fmt.Errorf("chanos: wait on event: %w", err)
 	}
-	if rerr != nil && rerr != errEmpty {
-		return 0, fmt.Errorf("chanos: wait on event: %w", rerr)
+	return n, e.takeErr(rerr)
+}
+
+// takeErr wraps what takeFrom returned, but errEmpty.
+func (e *Event) takeErr(err error) error {
+	if err != nil && err != errEmpty {
+		return fmt.Errorf("chanos: wait on event: %w", err)
 	}
-	return n, rerr
+	return err
+}
+
+// takeFrom takes the count from fd, one of the Event's descriptors, or
+// returns errEmpty. An Event over a pollable descriptor counts 1 when
+// the descriptor is readable, and leaves the reading to its caller.
+func (e *Event) takeFrom(fd int) (uint64, error) {
+	if e.kind == kindPollable {
+		if !readable(fd) {
+			return 0, errEmpty
+		}
+		return 1, nil
+	}
+	var b [8]byte
+	k, err := syscall.Read(fd, b[:])
+	switch {
+	case err == syscall.EAGAIN:
+		return 0, errEmpty
+	case err != nil:
+		return 0, err
+	case k != 8:
+		return 0, fmt.Errorf("read %d bytes", k)
+	}
+	return binary.NativeEndian.Uint64(b[:]), nil
 }
 
 // readable reports whether fd has data (or an urgent condition) now.
@@ -548,10 +579,21 @@ func (e *Event) Close() error {
 		e.wakeMu.Lock()
 		if e.wake != nil {
 			poke(e.wake)
-			e.wake.Close() // its number is freed once the sleeping Wait has left
+			// Once the sleeping Wait has left: it holds the descriptor.
+			e.wake.close()
 		}
 		e.wakeMu.Unlock()
-		err = e.f.Close()
+		e.pmu.Lock()
+		if e.pf != nil {
+			e.pf.Close()
+		}
+		e.pmu.Unlock()
+		err = e.fd.close()
+		if e.user != nil {
+			if uerr := e.user.Close(); err == nil {
+				err = uerr
+			}
+		}
 	})
 	return err
 }
@@ -566,18 +608,18 @@ func (e *Event) Dup() (wire.Cap, error) { return e.Copy() }
 // own; a give_away_cap(event) argument takes a copy when the caller keeps
 // its Event.
 func (e *Event) Copy() (*Event, error) {
-	fd, err := wire.DupFD(e.f)
+	fd, err := e.fd.dup()
 	if err != nil {
 		return nil, fmt.Errorf("chanos: copy %s: %w", e, err)
 	}
-	return newEvent(os.NewFile(uintptr(fd), e.f.Name()), e.kind), nil
+	return newEvent(fd, e.name, e.kind), nil
 }
 
 // SyscallConn gives the Event's descriptor to whoever sends it in a
 // message (the ump interconnect duplicates it).
-func (e *Event) SyscallConn() (syscall.RawConn, error) { return e.f.SyscallConn() }
+func (e *Event) SyscallConn() (syscall.RawConn, error) { return e.fd, nil }
 
 // String names the Event's kind.
 func (e *Event) String() string {
-	return "chanos.Event(" + strings.TrimPrefix(e.f.Name(), "chanos-") + ")"
+	return "chanos.Event(" + strings.TrimPrefix(e.name, "chanos-") + ")"
 }

@@ -1,0 +1,103 @@
+package chanos
+
+import (
+	"os"
+	"sync"
+	"syscall"
+	"unsafe"
+)
+
+// eventFD is an Event's descriptor, held as a number rather than as an
+// *os.File. An *os.File over a non-blocking descriptor joins the
+// runtime's netpoller (epoll), and then every Signal of the object, by
+// any domain, also wakes the netpoller's thread, even though nobody
+// waits there: a thread woken for nothing on each signal, which on two
+// CPUs doubled the signal-to-wake of a Wait that sleeps in ppoll(2)
+// (`chanos bench caps`, event-wake parked). The netpoller gets a
+// duplicate of its own only when a wait needs it (Event.pollFile).
+//
+// Its uses hold mu for reading, so that Close, which takes it for
+// writing, never frees the number while a system call still uses it.
+type eventFD struct {
+	mu     sync.RWMutex
+	fd     int
+	closed bool
+}
+
+// use calls fn with the descriptor, held open meanwhile.
+func (f *eventFD) use(fn func(fd int)) error {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return ErrClosed
+	}
+	fn(f.fd)
+	return nil
+}
+
+// close closes the descriptor once every use has returned.
+func (f *eventFD) close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	return syscall.Close(f.fd)
+}
+
+// dup returns a close-on-exec duplicate of the descriptor, which the
+// caller owns.
+func (f *eventFD) dup() (int, error) {
+	nfd, err := -1, error(nil)
+	if uerr := f.use(func(fd int) {
+		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
+		if errno != 0 {
+			err = os.NewSyscallError("fcntl", errno)
+			return
+		}
+		nfd = int(r)
+	}); uerr != nil {
+		return -1, uerr
+	}
+	return nfd, err
+}
+
+// Control implements syscall.RawConn: a sender of the Event in a
+// message duplicates the descriptor through it.
+func (f *eventFD) Control(fn func(fd uintptr)) error {
+	return f.use(func(fd int) { fn(uintptr(fd)) })
+}
+
+// Read implements syscall.RawConn: fn is called until it returns true,
+// the thread sleeping in ppoll(2) until the descriptor is readable
+// between calls.
+func (f *eventFD) Read(fn func(fd uintptr) bool) error {
+	return f.wait(0x1, fn) // POLLIN
+}
+
+// Write implements syscall.RawConn, as Read for writability.
+func (f *eventFD) Write(fn func(fd uintptr) bool) error {
+	return f.wait(0x4, fn) // POLLOUT
+}
+
+func (f *eventFD) wait(events int16, fn func(fd uintptr) bool) error {
+	var perr error
+	err := f.use(func(fd int) {
+		for !fn(uintptr(fd)) {
+			pfd := struct {
+				fd      int32
+				events  int16
+				revents int16
+			}{fd: int32(fd), events: events}
+			if _, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0); errno != 0 && errno != syscall.EINTR {
+				perr = os.NewSyscallError("ppoll", errno)
+				return
+			}
+		}
+	})
+	if err != nil {
+		return err
+	}
+	return perr
+}
