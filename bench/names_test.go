@@ -22,7 +22,7 @@ func TestRunNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"get/chanos", "get/etcd", "get/embedded", "set/chanos", "set/etcd", "wait-for/chanos", "wait-for/etcd"}
+	want := []string{"get/chanos", "get/etcd", "get/embedded", "set/chanos", "set/etcd", "wait-for/chanos", "wait-for/etcd-set", "wait-for/etcd"}
 	if len(results) != len(want) {
 		t.Fatalf("%d results, want %d: %+v", len(results), len(want), results)
 	}

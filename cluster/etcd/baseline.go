@@ -15,11 +15,12 @@ import (
 type Baseline struct {
 	client *clientv3.Client
 	prefix string
+	names  string // the names store's prefix, for WatchName
 }
 
 // Baseline returns the raw operations of the machine's etcd client.
 func (m *Machine) Baseline() *Baseline {
-	return &Baseline{client: m.client, prefix: strings.TrimSuffix(m.names.prefix, "names/") + "baseline/"}
+	return &Baseline{client: m.client, prefix: strings.TrimSuffix(m.names.prefix, "names/") + "baseline/", names: m.names.prefix}
 }
 
 // Get reads key, a linearizable read (one round trip to the leader).
@@ -59,7 +60,18 @@ func (b *Baseline) DeleteAll(ctx context.Context) error {
 // watch, and a channel that receives once per change of key, until ctx
 // ends.
 func (b *Baseline) Watch(ctx context.Context, key string) (<-chan struct{}, error) {
-	wch := b.client.Watch(ctx, b.prefix+key, clientv3.WithCreatedNotify())
+	return b.watch(ctx, b.prefix+key)
+}
+
+// WatchName is Watch of the names store's own key for name: a raw watch
+// of what the store's set writes, so that a wake-up through the store
+// and a raw one can follow the same set.
+func (b *Baseline) WatchName(ctx context.Context, name string) (<-chan struct{}, error) {
+	return b.watch(ctx, b.names+name)
+}
+
+func (b *Baseline) watch(ctx context.Context, key string) (<-chan struct{}, error) {
+	wch := b.client.Watch(ctx, key, clientv3.WithCreatedNotify())
 	first, ok := <-wch
 	if !ok || first.Err() != nil || !first.Created {
 		if ctx.Err() != nil {
