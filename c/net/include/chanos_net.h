@@ -11,7 +11,9 @@
  *
  * Threads: each link runs one I/O thread of its own, which does all of its
  * socket (and TLS) work; each listener runs one thread that accepts TCP
- * connections and runs their handshakes, one at a time. Sends may come from
+ * connections, and a thread for each handshake in progress (at most
+ * max_handshakes), so that a client stalling its handshake holds up no
+ * other. Sends may come from
  * any number of threads at once; receives from one thread at a time;
  * chanos_net_close must not race with any other call on the link.
  *
@@ -174,6 +176,9 @@ struct chanos_net_options {
      * loopback only). Copied by dial and listen (the identities are
      * referenced, see chanos_net_identity_new). */
     const struct chanos_net_tls *tls;
+    /* TCP connections a listener holds in their handshake at once, each
+     * on a thread of its own; more are closed as they come; 0: 64 */
+    int max_handshakes;
 };
 
 typedef struct chanos_net_link chanos_net_link;         /* opaque */

@@ -53,7 +53,7 @@ struct net_opts {
     uint32_t max_frame, win_frames, win_bytes;
     int64_t grace, keepalive, dead_after, ack_delay, redial_min, redial_max,
         handshake, linger;
-    int backlog;
+    int backlog, max_handshakes;
     bool tls;
     bool auth; /* tls and t.auth_only: records in the clear with tags */
     struct chanos_net_tls t;

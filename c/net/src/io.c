@@ -97,6 +97,7 @@ void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r)
     r->handshake = ms_or(o->handshake_ms, 5000 * ms);
     r->linger = ms_or(o->linger_ms, r->grace);
     r->backlog = o->backlog > 0 ? o->backlog : 64;
+    r->max_handshakes = o->max_handshakes > 0 ? o->max_handshakes : 64;
     if (o->tls) {
         r->tls = true;
         r->t = *o->tls;

@@ -1,9 +1,11 @@
 /*
  * listen.c: the accepting side. One thread per listener accepts TCP
- * connections and runs their handshakes (TLS, then the hello), one at a
- * time, each within the handshake timeout: a new connection becomes a
+ * connections, and each connection's handshake (TLS, then the hello) runs
+ * on a thread of its own, within the handshake timeout, so that a client
+ * that stalls its handshake holds up no other: a new connection becomes a
  * link queued for chanos_net_accept; a resume is handed to the link it
- * names, whose own thread answers it.
+ * names, whose own thread answers it. At most max_handshakes run at once;
+ * a connection beyond them is closed as it comes.
  */
 #include "internal.h"
 
@@ -23,6 +25,8 @@ struct chanos_net_listener {
     struct chanos_net_tls tls; /* o.t, which the server context refers to */
     SSL_CTX *sctx;
     int fd;
+    /* readable once the listener closes: a semaphore given a count no
+     * wait takes whole, so that every thread waiting on it wakes */
     int wakefd;
     int readyfd; /* readable while the queue is not empty */
     pthread_t thr;
@@ -32,6 +36,8 @@ struct chanos_net_listener {
     chanos_net_link **queue; /* new links awaiting accept */
     size_t qhead, qn;
     pthread_cond_t cv;
+    int shaking;          /* handshakes running */
+    pthread_cond_t idle;  /* signalled when shaking falls to 0 */
 };
 
 void registry_put(struct registry *r)
@@ -144,6 +150,60 @@ drop:
     tconn_close(&t);
 }
 
+struct shake {
+    chanos_net_listener *L;
+    int fd;
+};
+
+/* shake_main is one handshake's thread. */
+static void *shake_main(void *arg)
+{
+    struct shake *sh = arg;
+    chanos_net_listener *L = sh->L;
+    handle(L, sh->fd);
+    free(sh);
+    pthread_mutex_lock(&L->reg->mu);
+    if (--L->shaking == 0)
+        pthread_cond_broadcast(&L->idle);
+    pthread_mutex_unlock(&L->reg->mu);
+    return NULL;
+}
+
+/* shake starts fd's handshake on a thread of its own, or closes fd if
+ * max_handshakes are running (or no thread can be had). */
+static void shake(chanos_net_listener *L, int fd)
+{
+    pthread_mutex_lock(&L->reg->mu);
+    bool full = L->shaking >= L->o.max_handshakes;
+    if (!full)
+        L->shaking++;
+    pthread_mutex_unlock(&L->reg->mu);
+    struct shake *sh = full ? NULL : malloc(sizeof *sh);
+    int r = -1;
+    if (sh) {
+        *sh = (struct shake){L, fd};
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        sigset_t old;
+        net_block_signals(&old);
+        pthread_t t;
+        r = pthread_create(&t, &a, shake_main, sh);
+        net_restore_signals(&old);
+        pthread_attr_destroy(&a);
+    }
+    if (r == 0)
+        return;
+    free(sh);
+    close(fd);
+    if (!full) {
+        pthread_mutex_lock(&L->reg->mu);
+        if (--L->shaking == 0)
+            pthread_cond_broadcast(&L->idle);
+        pthread_mutex_unlock(&L->reg->mu);
+    }
+}
+
 static void *listen_main(void *arg)
 {
     chanos_net_listener *L = arg;
@@ -157,13 +217,8 @@ static void *listen_main(void *arg)
         struct pollfd p[2] = {{L->fd, POLLIN, 0}, {L->wakefd, POLLIN, 0}};
         if (poll(p, 2, -1) < 0)
             continue;
-        if (p[1].revents & POLLIN) {
-            uint64_t v;
-            if (read(L->wakefd, &v, sizeof v) < 0) {
-                /* drained */
-            }
-            continue;
-        }
+        if (p[1].revents & POLLIN)
+            continue; /* closing: stop is set */
         int fd = accept4(L->fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno == EAGAIN || errno == EINTR || errno == ECONNABORTED)
@@ -174,7 +229,7 @@ static void *listen_main(void *arg)
             continue;
         }
         delay = 5000000;
-        handle(L, fd);
+        shake(L, fd);
     }
     return NULL;
 }
@@ -206,6 +261,7 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&L->cv, &ca);
     pthread_condattr_destroy(&ca);
+    pthread_cond_init(&L->idle, NULL);
     int r = 0;
     /* Nonblocking: a connection gone between poll and accept must not
      * block the listener's thread. */
@@ -213,7 +269,7 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         r = -errno;
     L->queue = calloc((size_t)L->o.backlog, sizeof *L->queue);
-    L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
     L->readyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (r == 0 && (!L->queue || L->wakefd < 0 || L->readyfd < 0))
         r = -ENOMEM;
@@ -239,6 +295,7 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
         close(fd);
         free(L->queue);
         pthread_cond_destroy(&L->cv);
+        pthread_cond_destroy(&L->idle);
         registry_put(reg);
         free(L);
         return r;
@@ -368,12 +425,15 @@ void chanos_net_listener_close(chanos_net_listener *L)
     pthread_mutex_lock(&reg->mu);
     L->stop = true;
     pthread_mutex_unlock(&reg->mu);
-    uint64_t one = 1;
-    if (write(L->wakefd, &one, sizeof one) < 0) {
-        /* the counter is full: the thread is being woken anyway */
+    uint64_t many = UINT64_C(1) << 62;
+    if (write(L->wakefd, &many, sizeof many) < 0) {
+        /* the counter is full: the threads are being woken anyway */
     }
     pthread_join(L->thr, NULL);
     pthread_mutex_lock(&reg->mu);
+    /* The handshakes see wakefd and stop, and end at once. */
+    while (L->shaking > 0)
+        pthread_cond_wait(&L->idle, &reg->mu);
     reg->closed = true;
     pthread_cond_broadcast(&L->cv);
     size_t n = L->qn, head = L->qhead;
@@ -388,6 +448,7 @@ void chanos_net_listener_close(chanos_net_listener *L)
     SSL_CTX_free(L->sctx);
     free(L->queue);
     pthread_cond_destroy(&L->cv);
+    pthread_cond_destroy(&L->idle);
     free(L);
     registry_put(reg);
 }
