@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,6 +163,10 @@ static void *shake_main(void *arg)
     chanos_net_listener *L = sh->L;
     handle(L, sh->fd);
     free(sh);
+    /* OpenSSL's state of this thread goes now, not in the thread's exit,
+     * which may come after the listener's close has returned, and the
+     * process's exit. */
+    OPENSSL_thread_stop();
     pthread_mutex_lock(&L->reg->mu);
     if (--L->shaking == 0)
         pthread_cond_broadcast(&L->idle);
