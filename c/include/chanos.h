@@ -1317,6 +1317,29 @@ int chanos_endpoint_open(int ep, const struct chanos_interface *iface,
                          chanos_conn **out);
 
 /*
+ * Endpoints from other machines (docs/capabilities.md, "Between
+ * machines"). An endpoint that a domain of another machine sent on a
+ * connection between machines arrives as a descriptor too: it holds the
+ * iref of the export that re-binds it, and the domain whose connection
+ * received it. chanos_endpoint_open binds that iref through the monitors,
+ * as chanos_connect_ref_iface does, in that domain (so it is a call on
+ * the domain: not while another thread is in one), and returns a
+ * connection between machines of *iface; it may wait, up to the domain's
+ * call timeout. The export's monitor checks the interface and its
+ * fingerprint (CHANOS_ERR_MISMATCH) and the token; an endpoint opened
+ * already, withdrawn (not opened within a minute) or whose iref is not
+ * the export's gives CHANOS_ERR_NOT_FOUND or CHANOS_ERR_DENIED;
+ * chanos_domain_error says more. One opened in another process, or after
+ * its domain was closed, gives CHANOS_ERR_NO_ROUTE. The descriptor is
+ * taken over in every case.
+ *
+ * chanos_endpoint_ref stores in *out the iref such an endpoint holds: 0,
+ * or -EINVAL for a descriptor that is not one (an endpoint of this
+ * machine, or anything else). The descriptor stays the caller's.
+ */
+int chanos_endpoint_ref(int ep, struct chanos_iref *out);
+
+/*
  * chanos_export_iface is chanos_export_with for the interface *iface,
  * whose fingerprint the export declares. chanos_export and
  * chanos_export_with declare none.
@@ -1679,7 +1702,26 @@ struct chanos_link_ops {
     int (*peer_gone)(void *link);
     void (*close)(void *link);
     int (*fd)(void *link);
+    /*
+     * Optional: a link between machines that carries channel endpoints as
+     * irefs (docs/capabilities.md, "Between machines"; libchanos_net's).
+     * send_refs sends a frame whose ncaps is nrefs followed by its irefs,
+     * refs[0..nrefs * CHANOS_IREF_WIRE_SIZE) as the wire encodes them;
+     * recv_refs is recv that also sets *refs to the irefs of the frame
+     * (its header's ncaps of them; NULL for none), valid as the frame is.
+     * A connection on a link that has them receives each iref as an
+     * endpoint (chanos_endpoint_open binds it), and sends endpoints of
+     * that kind on; other descriptors, and every capability on a link
+     * without them, are refused with CHANOS_ERR_CAP.
+     */
+    int (*send_refs)(void *link, const void *frame, size_t len,
+                     const uint8_t *refs, uint32_t nrefs, int timeout_ms);
+    int (*recv_refs)(void *link, const void **frame, size_t *len,
+                     const uint8_t **refs, int timeout_ms);
 };
+
+/* The size of an iref on the wire: machine, export id, token. */
+#define CHANOS_IREF_WIRE_SIZE 32
 
 /* chanos_conn_new_link wraps link, whose operations are ops (kept by
  * reference: static ones), taking ownership of link (closed on failure
