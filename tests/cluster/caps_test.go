@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
@@ -17,6 +19,7 @@ import (
 func init() {
 	roles["hands"] = handsServer
 	roles["handclient"] = handClient
+	roles["handserve"] = handServe
 }
 
 // handsServer joins the monitor in args[0] and exports the files
@@ -100,6 +103,101 @@ func handClient(args []string) error {
 	fmt.Printf("fd: caps unsupported %v\n", errors.Is(err, chanos.ErrCapsUnsupported))
 	return nil
 }
+
+// handServe joins the monitor in args[0], connects to the files export
+// named args[1] (on another machine), makes a pingpong endpoint, hands it
+// over and serves echo on its own end until the endpoint's opener closes
+// it; then it prints "served N" (N the echo calls answered) and, once the
+// files connection ends too, exits.
+func handServe(args []string) error {
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(args[0]), chanos.WithProgram("handserve"))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	c, err := files.Connect(ctx, d, args[1])
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	near, ep, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		return err
+	}
+	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: pingpong.InterfaceName}); err != nil {
+		fmt.Printf("hand: %v\n", err)
+		return nil
+	}
+	p := pingpong.NewConn(near)
+	s := &countingEcho{}
+	err = p.Serve(ctx, s)
+	fmt.Printf("served %d\n", s.n.Load())
+	if err != nil && !errors.Is(err, chanos.ErrClosed) {
+		fmt.Printf("serve: %v\n", err)
+	}
+	return nil
+}
+
+// countingEcho answers echo with val + 1 and counts the calls.
+type countingEcho struct {
+	pingpong.UnimplementedServer
+	n atomic.Uint64
+}
+
+func (s *countingEcho) Echo(_ context.Context, val uint64) (uint64, error) {
+	s.n.Add(1)
+	return val + 1, nil
+}
+
+// TestCEndpointAcrossMachines: a Go domain on machine 2 hands a pingpong
+// endpoint to a C domain on machine 1, which opens it (re-bound through
+// the monitors) and makes echo rpcs on it; opened as another interface,
+// with a forged token, or a second time, it is refused, and nothing of
+// that disturbs the opened connection.
+func TestCEndpointAcrossMachines(t *testing.T) {
+	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.awaitLink(1, 0)
+	cs := testkit.Start(t, w.net.Machines[0].Command(peer, "open", w.dirs[0], "chands", "1000"))
+	cs.Expect(t, "exported chands")
+	argv := testkit.Command("handserve", w.dirs[1], "chands")
+	gs := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
+	for _, want := range []string{
+		"ref other machine",
+		fmt.Sprintf("wrong interface %d", cMismatch),
+		fmt.Sprintf("forged %d", cDenied),
+		"opened",
+		fmt.Sprintf("used %d", cNotFound),
+		"echo ok 1000",
+		"done",
+	} {
+		if l := cs.Line(t); l != want {
+			t.Fatalf("C domain: %q, want %q", l, want)
+		}
+	}
+	cs.Wait(t)
+	if l := gs.Line(t); l != "served 1000" {
+		t.Fatalf("Go domain: %q, want served 1000", l)
+	}
+	gs.Wait(t)
+	for i := range 2 {
+		if strings.Contains(w.logs[i].String(), "level=ERROR") {
+			t.Errorf("machine %d's monitor logged an error:\n%s", i+1, w.logs[i])
+		}
+	}
+}
+
+// libchanos's codes (chanos.h) that the C domains of these tests print.
+const (
+	cNotFound = -4305
+	cMismatch = -4306
+	cDenied   = -4308
+)
 
 // TestEndpointAcrossMachines: a channel endpoint sent to a domain of
 // another machine arrives as a working net connection (re-bound through
