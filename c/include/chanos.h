@@ -1139,6 +1139,7 @@ struct chanos_net_grant {
  * machines with no route). All calls but close may come from any thread;
  * libchanos makes them from within calls on the domain.
  */
+struct chanos_interface; /* below */
 struct chanos_net_binder {
     /* open makes the domain's state in *state and, if the binder accepts,
      * a descriptor in *wait_fd that polls readable when accept may have a
@@ -1161,6 +1162,25 @@ struct chanos_net_binder {
     void (*peer_gone)(void *state, uint64_t conn_id, int network_lost);
     /* close stops accepting; connections already returned go on. */
     void (*close)(void *state);
+    /*
+     * Optional: channel endpoints sent to other machines
+     * (docs/capabilities.md, "Between machines"). export_endpoint takes
+     * far, the opened end of an endpoint of *iface, and exports it
+     * privately, under no name, from a monitor session of its own in the
+     * directory dir (as program): it stores the export's iref in *ref and
+     * a handle in *handle, and then relays the one connection that binds
+     * the export to far, frame for frame both ways, until either ends; an
+     * export not bound within a minute is withdrawn and far closed. The
+     * caller says with endpoint_sent(handle, sent) whether the frame that
+     * carries the iref went: if not, the export is withdrawn at once.
+     * Without them, endpoints of this machine are not sent to others
+     * (CHANOS_ERR_CAP).
+     */
+    int (*export_endpoint)(const char *dir, const char *program,
+                           chanos_ump *far,
+                           const struct chanos_interface *iface,
+                           struct chanos_iref *ref, void **handle);
+    void (*endpoint_sent)(void *handle, int sent);
 };
 
 /* chanos_join_opts.flags: end the domain with its session, as before
@@ -1737,6 +1757,10 @@ void chanos_conn_close(chanos_conn *c);
  * of its ump (chanos_ump_fd: armed by a receive that found none) or of
  * its link; -1 for a link that has none. It belongs to c. */
 int chanos_conn_fd(chanos_conn *c);
+
+/* chanos_conn_link returns the link of a connection on another link
+ * (chanos_conn_new_link), as it was given; NULL for a ump connection. */
+void *chanos_conn_link(chanos_conn *c);
 
 /* chanos_conn_ump returns the underlying ump connection (for
  * chanos_ump_fd, chanos_ump_err, ...), owned by c; NULL for a connection

@@ -114,6 +114,8 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
+void *chanos_conn_link(chanos_conn *c) { return c->link; }
+
 int chanos_conn_fd(chanos_conn *c)
 {
     if (c->ops != NULL)
@@ -165,20 +167,36 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
                      const int *fds, uint32_t nfds, int timeout_ms)
 {
     uint8_t refs[CHANOS_UMP_MAX_FDS * CHANOS_IREF_WIRE_SIZE];
+    void *made[CHANOS_UMP_MAX_FDS];
+    const struct chanos_net_binder *net = NULL;
+    uint32_t nmade = 0, i;
+    int rc = 0;
 
     if (c->ops->send_refs == NULL)
         return CHANOS_ERR_CAP;
-    for (uint32_t i = 0; i < nfds; i++) {
+    for (i = 0; i < nfds && rc == 0; i++) {
         struct chanos_iref r;
         uint8_t *b = refs + (size_t)i * CHANOS_IREF_WIRE_SIZE;
 
-        if (chanos_endpoint_ref(fds[i], &r) != 0)
-            return CHANOS_ERR_CAP;
+        /* An endpoint of this machine is exported for the other one to
+         * bind, and relayed by the binder; one that came from another
+         * machine passes on as it came. */
+        if (chanos_endpoint_ref(fds[i], &r) != 0) {
+            rc = chanos_domain_export_endpoint_(c->dkey, fds[i], &r,
+                                                &made[nmade], &net);
+            if (rc != 0)
+                break;
+            nmade++;
+        }
         chanos_store_u64(b, r.machine);
         chanos_store_u64(b + 8, r.export_id);
         memcpy(b + 16, r.token, sizeof r.token);
     }
-    return c->ops->send_refs(c->link, frame, len, refs, nfds, timeout_ms);
+    if (rc == 0)
+        rc = c->ops->send_refs(c->link, frame, len, refs, nfds, timeout_ms);
+    for (i = 0; i < nmade; i++)
+        net->endpoint_sent(made[i], rc == 0);
+    return rc;
 }
 
 /* recv_refs turns the n irefs refs of a frame received between machines

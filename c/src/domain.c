@@ -147,6 +147,40 @@ chanos_domain *chanos_domain_by_key_(uint64_t key)
     return d;
 }
 
+int chanos_domain_export_endpoint_(uint64_t key, int ep,
+                                   struct chanos_iref *ref, void **handle,
+                                   const struct chanos_net_binder **net)
+{
+    char name[CHANOS_UMP_MAX_LABEL + 1];
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct chanos_interface iface;
+    struct chanos_domain *d = chanos_domain_by_key_(key);
+    chanos_ump *u;
+    char *slash;
+    int rc, e;
+
+    if (d == NULL || d->net == NULL || d->net->export_endpoint == NULL ||
+        d->net->endpoint_sent == NULL)
+        return CHANOS_ERR_CAP;
+    /* the monitor's directory: its socket's, which join made */
+    memcpy(dir, d->path, sizeof dir);
+    dir[sizeof dir - 1] = '\0';
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return CHANOS_ERR_CAP;
+    *slash = '\0';
+    e = fcntl(ep, F_DUPFD_CLOEXEC, 0);
+    if (e < 0)
+        return -errno;
+    rc = chanos_endpoint_take_(e, &u, &iface, name);
+    if (rc != 0)
+        return rc;
+    rc = d->net->export_endpoint(dir, d->program, u, &iface, ref, handle);
+    if (rc == 0)
+        *net = d->net;
+    return rc;
+}
+
 static void domain_register(struct chanos_domain *d)
 {
     pthread_mutex_lock(&domains_mu);

@@ -13,6 +13,7 @@
 #include <fcntl.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -167,4 +168,38 @@ int chanos_endpoint_open(int ep, const struct chanos_interface *iface,
         return CHANOS_ERR_MISMATCH;
     }
     return chanos_conn_new(u, out);
+}
+
+int chanos_endpoint_take_(int ep, chanos_ump **u,
+                          struct chanos_interface *iface, char *name)
+{
+    uint8_t label[CHANOS_UMP_MAX_LABEL];
+    struct chanos_ump_options o = { 0 };
+    int type = 0, dom = 0, rc;
+    socklen_t tl = sizeof type, dl = sizeof dom;
+    size_t len = 0;
+
+    *u = NULL;
+    /* an endpoint is a Unix stream socket; nothing else is read from */
+    if (getsockopt(ep, SOL_SOCKET, SO_TYPE, &type, &tl) != 0 ||
+        type != SOCK_STREAM ||
+        getsockopt(ep, SOL_SOCKET, SO_DOMAIN, &dom, &dl) != 0 ||
+        dom != AF_UNIX) {
+        close(ep);
+        return CHANOS_ERR_CAP;
+    }
+    rc = chanos_ump_endpoint_open(ep, &o, label, sizeof label, &len, u);
+    if (rc != 0)
+        return rc == CHANOS_ERR_PROTOCOL ? CHANOS_ERR_CAP : rc;
+    if (len <= EP_HEAD || chanos_load_u64(label) != EP_MAGIC) {
+        chanos_ump_close(*u); /* its maker sees its peer go */
+        *u = NULL;
+        return CHANOS_ERR_CAP;
+    }
+    memcpy(name, label + EP_HEAD, len - EP_HEAD);
+    name[len - EP_HEAD] = '\0';
+    iface->name = name;
+    iface->fingerprint = chanos_load_u64(label + 8);
+    iface->max_frame = chanos_load_u32(label + 16);
+    return 0;
 }

@@ -30,4 +30,19 @@ void chanos_conn_set_domain_(chanos_conn *c, uint64_t key);
  * it), to be bound in the domain of key key. 0 and *fd, or -errno. */
 int chanos_endpoint_remote_(uint64_t key, const uint8_t *ref, int *fd);
 
+/* chanos_endpoint_take_ opens the ump endpoint ep (taken over) whatever
+ * its interface: 0, *u and its interface in *iface, whose name it writes
+ * to name (CHANOS_UMP_MAX_LABEL + 1 bytes); CHANOS_ERR_CAP for a
+ * descriptor that is not an endpoint, or one opened already. */
+int chanos_endpoint_take_(int ep, chanos_ump **u,
+                          struct chanos_interface *iface, char *name);
+/* chanos_domain_export_endpoint_ has the binder of the domain of key key
+ * export the ump endpoint ep (the caller's, left open) for another
+ * machine (struct chanos_net_binder's export_endpoint): 0, the iref in
+ * *ref, and in *handle and *net what to tell whether it was sent
+ * (net->endpoint_sent); CHANOS_ERR_CAP where that cannot be. */
+int chanos_domain_export_endpoint_(uint64_t key, int ep,
+                                   struct chanos_iref *ref, void **handle,
+                                   const struct chanos_net_binder **net);
+
 #endif

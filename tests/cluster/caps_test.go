@@ -192,8 +192,39 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 	}
 }
 
+// TestCEndpointToOtherMachine: a C domain on machine 2 hands a pingpong
+// endpoint to a Go domain on machine 1, which opens it over net (the C
+// side exports it privately and relays it) and serves echo on it; the C
+// domain makes 1000 echo rpcs on its own end. A pipe sent the same way is
+// refused at send, and the connection goes on.
+func TestCEndpointToOtherMachine(t *testing.T) {
+	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.awaitLink(1, 0)
+	argv := testkit.Command("hands", w.dirs[0], "hands")
+	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+	srv.Expect(t, "exported")
+	cl := testkit.Start(t, w.net.Machines[1].Command(peer, "hand", w.dirs[1], "hands", "1000"))
+	if l := srv.Line(t); l != "opened via=net" {
+		t.Fatalf("Go server: %q, want the endpoint opened over net", l)
+	}
+	cl.Expect(t, "echo ok 1000")
+	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
+	cl.Wait(t)
+	for i := range 2 {
+		if strings.Contains(w.logs[i].String(), "level=ERROR") {
+			t.Errorf("machine %d's monitor logged an error:\n%s", i+1, w.logs[i])
+		}
+	}
+}
+
 // libchanos's codes (chanos.h) that the C domains of these tests print.
 const (
+	cCap      = -4109
 	cNotFound = -4305
 	cMismatch = -4306
 	cDenied   = -4308

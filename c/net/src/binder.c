@@ -277,6 +277,12 @@ static int op_fd(void *link)
     return chanos_net_fd(bc->link);
 }
 
+/* the connections of chanos_accept on a domain of this binder are wrap's */
+chanos_net_link *net_bconn_link(void *link)
+{
+    return link ? ((struct bconn *)link)->link : NULL;
+}
+
 static const struct chanos_link_ops bconn_ops = {
     .send = op_send,
     .recv = op_recv,
@@ -551,6 +557,8 @@ static const struct chanos_net_binder binder = {
     .accept = b_accept,
     .peer_gone = b_peer_gone,
     .close = b_close,
+    .export_endpoint = net_export_endpoint,
+    .endpoint_sent = net_endpoint_sent,
 };
 
 const struct chanos_net_binder *chanos_net_binder(void) { return &binder; }
