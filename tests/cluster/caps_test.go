@@ -180,11 +180,11 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 			t.Fatalf("C domain: %q, want %q", l, want)
 		}
 	}
-	cs.Wait(t)
+	exited(t, cs)
 	if l := gs.Line(t); l != "served 1000" {
 		t.Fatalf("Go domain: %q, want served 1000", l)
 	}
-	gs.Wait(t)
+	exited(t, gs)
 	for i := range 2 {
 		if strings.Contains(w.logs[i].String(), "level=ERROR") {
 			t.Errorf("machine %d's monitor logged an error:\n%s", i+1, w.logs[i])
@@ -214,11 +214,20 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	}
 	cl.Expect(t, "echo ok 1000")
 	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
-	cl.Wait(t)
+	exited(t, cl)
 	for i := range 2 {
 		if strings.Contains(w.logs[i].String(), "level=ERROR") {
 			t.Errorf("machine %d's monitor logged an error:\n%s", i+1, w.logs[i])
 		}
+	}
+}
+
+// exited waits for c to end and fails the test unless it exited with 0
+// (a sanitizer's report exits with 23), showing what it printed last.
+func exited(t *testing.T, c *testkit.Child) {
+	t.Helper()
+	if err := c.Wait(t); err != nil {
+		t.Fatalf("%v:\n%s", err, strings.Join(c.Remaining(), "\n"))
 	}
 }
 
