@@ -1708,7 +1708,8 @@ int chanos_conn_new(chanos_ump *u, chanos_conn **out);
  * shapes of the ump calls, each taking the link as its first argument.
  * send and recv with timeout_ms 0 do not wait (CHANOS_ERR_AGAIN); a frame
  * recv returns stays valid until the next recv. Such a link carries no
- * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP,
+ * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP
+ * (channel endpoints aside, on a link with send_refs and recv_refs),
  * chanos_conn_spin_recv looks as a receive that does not wait, and
  * chanos_conn_ump returns NULL (so the ump-only helpers, such as
  * libchanos_tasks' waits, are not for it). peer_gone answers as

@@ -90,7 +90,10 @@ int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
  * the connections from other machines that the monitor announces to the
  * domain's exports (docs/net-c.md, "Binding between machines"). A bind the
  * monitors made authenticated only (both machines' --net-auth-only) runs
- * in that mode (chanos_net_tls.auth_only), on either side.
+ * in that mode (chanos_net_tls.auth_only), on either side. Channel
+ * endpoints sent on its connections are exported and relayed by threads
+ * of its own, each on a monitor session of its own (docs/net-c.md,
+ * "Endpoints between machines").
  */
 const struct chanos_net_binder *chanos_net_binder(void);
 /* chanos_net_identity_fingerprint copies id's fingerprint into fp. */

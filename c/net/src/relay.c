@@ -58,7 +58,7 @@ static void *out_pump(void *arg)
             continue;
         if (rc != 0)
             break;
-        struct chanos_hdr h;
+        struct chanos_hdr h = {0};
         if (chanos_hdr_parse(&h, p, len) != 0 || h.ncaps != 0) {
             /* descriptors do not cross machines: take them off the caps
              * socket, close them, and end the relay */
@@ -128,8 +128,12 @@ static void *control(void *arg)
             atomic_store(&r->stop, true);
         /* keep the session answering, and take the monitor's word that
          * the other side has gone (peer_gone ends the link) */
-        while (!atomic_load(&r->stop))
-            (void)chanos_domain_poll(r->d, TICK_MS);
+        while (!atomic_load(&r->stop)) {
+            /* a session that ended does not end the relay, as it ends
+             * no connection */
+            if (chanos_domain_poll(r->d, TICK_MS) != 0)
+                usleep(TICK_MS * 1000);
+        }
         if (o)
             pthread_join(out, NULL);
         if (i)
