@@ -25,6 +25,12 @@
  * echo calls on its own end (each answered val + 1) and prints "echo ok
  * COUNT"; then it tries to send a pipe and prints "fd: CODE".
  *
+ *   chanos-ep-peer hand-wait DIR NAME
+ *
+ * hand-wait hands an endpoint over as hand does, makes one echo call on
+ * its own end, prints "bound", then waits for that end to end (the test
+ * kills the endpoint's opener) and prints "ended CODE".
+ *
  * A failure prints "error CODE TEXT" and exits with status 1.
  */
 #include <chanos_net.h>
@@ -165,7 +171,8 @@ static int open_main(const char *dir, const char *name, uint64_t count)
     return 0;
 }
 
-static int hand_main(const char *dir, const char *name, uint64_t count)
+static int hand_main(const char *dir, const char *name, uint64_t count,
+                     bool wait)
 {
     chanos_domain *d;
     chanos_conn *c, *mine;
@@ -185,6 +192,20 @@ static int hand_main(const char *dir, const char *name, uint64_t count)
     rc = echoes(mine, count);
     if (rc != 0)
         return fail("echo", rc);
+    if (wait) {
+        struct chanos_frame f;
+        say("bound");
+        while ((rc = chanos_conn_recv(mine, CALL_MS, &f)) == 0)
+            chanos_frame_close_fds(&f);
+        say("ended %d", rc);
+        chanos_conn_close(mine);
+        /* the monitor's peer_gone ends the files connection too, whose
+         * close would otherwise wait out its linger for a dead peer */
+        (void)chanos_domain_poll(d, 500);
+        chanos_conn_close(c);
+        chanos_domain_close(d);
+        return 0;
+    }
     say("echo ok %" PRIu64, count);
     chanos_conn_close(mine);
     if (pipe(p) != 0)
@@ -205,7 +226,10 @@ int main(int argc, char **argv)
     if (argc == 5 && strcmp(argv[1], "open") == 0)
         return open_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     if (argc == 5 && strcmp(argv[1], "hand") == 0)
-        return hand_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
-    fprintf(stderr, "usage: chanos-ep-peer open|hand DIR NAME COUNT\n");
+        return hand_main(argv[2], argv[3], strtoull(argv[4], NULL, 10), false);
+    if (argc == 4 && strcmp(argv[1], "hand-wait") == 0)
+        return hand_main(argv[2], argv[3], 1, true);
+    fprintf(stderr, "usage: chanos-ep-peer open|hand DIR NAME COUNT\n"
+                    "       chanos-ep-peer hand-wait DIR NAME\n");
     return 64;
 }

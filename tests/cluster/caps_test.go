@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
@@ -215,6 +216,22 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	cl.Expect(t, "echo ok 1000")
 	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
 	exited(t, cl)
+
+	// The opener killed with -9: the relay ends, and the endpoint's maker
+	// sees its peer go, as on one machine.
+	cw := testkit.Start(t, w.net.Machines[1].Command(peer, "hand-wait", w.dirs[1], "hands"))
+	if l := srv.Line(t); l != "opened via=net" {
+		t.Fatalf("Go server: %q, want the endpoint opened over net", l)
+	}
+	cw.Expect(t, "bound")
+	killed := time.Now()
+	srv.Kill()
+	if l := cw.Line(t); l != fmt.Sprintf("ended %d", cClosed) && l != fmt.Sprintf("ended %d", cPeerDied) {
+		t.Fatalf("C maker after the opener was killed: %q, want closed or peer died", l)
+	} else {
+		t.Logf("C maker, the opener of its endpoint on another machine killed with -9: %s; %v after the kill", l, time.Since(killed).Round(time.Millisecond))
+	}
+	exited(t, cw)
 	for i := range 2 {
 		if strings.Contains(w.logs[i].String(), "level=ERROR") {
 			t.Errorf("machine %d's monitor logged an error:\n%s", i+1, w.logs[i])
@@ -234,6 +251,8 @@ func exited(t *testing.T, c *testkit.Child) {
 // libchanos's codes (chanos.h) that the C domains of these tests print.
 const (
 	cCap      = -4109
+	cClosed   = -4203
+	cPeerDied = -4204
 	cNotFound = -4305
 	cMismatch = -4306
 	cDenied   = -4308
