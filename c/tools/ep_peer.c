@@ -18,12 +18,20 @@
  *   "echo ok COUNT": COUNT echo calls on it, each answered val + 1.
  * Then it closes the connections and prints "done".
  *
+ *   chanos-ep-peer serve DIR NAME
+ *
+ * serve exports and accepts as open does, opens the endpoint of the first
+ * hand message as pingpong, prints "opened", serves echo on it (val + 1)
+ * until its peer closes, and prints "served N" (N the calls answered).
+ *
  *   chanos-ep-peer hand DIR NAME COUNT
  *
  * hand joins the monitor in DIR, connects to the files export NAME (on
  * another machine), makes a pingpong endpoint, hands it over, makes COUNT
  * echo calls on its own end (each answered val + 1) and prints "echo ok
- * COUNT"; then it tries to send a pipe and prints "fd: CODE".
+ * COUNT"; it closes its end, waits for the relay to end
+ * (chanos_net_endpoints_wait), tries to send a pipe and prints "fd:
+ * CODE".
  *
  *   chanos-ep-peer hand-wait DIR NAME
  *
@@ -171,6 +179,51 @@ static int open_main(const char *dir, const char *name, uint64_t count)
     return 0;
 }
 
+static uint64_t served;
+
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
+{
+    (void)ctx;
+    (void)c;
+    served++;
+    out->result = in->val + 1;
+    return 0;
+}
+
+static const struct pingpong_server_ops echo_ops = {.echo = on_echo};
+
+static int serve_main(const char *dir, const char *name)
+{
+    chanos_domain *d;
+    chanos_listener *l;
+    chanos_conn *c, *pc;
+    int rc, ep;
+
+    if ((rc = join(dir, "ep-peer-serve", &d)) != 0)
+        return fail("join", rc);
+    if ((rc = chanos_export_iface(d, name, &files_interface, NULL, &l)) != 0)
+        return fail("export", rc);
+    say("exported %s", name);
+    if ((rc = chanos_accept(l, CALL_MS, &c)) != 0)
+        return fail("accept", rc);
+    if ((rc = wait_hand(c, &ep)) != 0)
+        return fail("hand", rc);
+    if ((rc = chanos_endpoint_open(ep, &pingpong_interface, &pc)) != 0)
+        return fail("open", rc);
+    say("opened");
+    rc = pingpong_serve(pc, &echo_ops, NULL, CALL_MS);
+    if (rc != 0)
+        return fail("serve", rc);
+    say("served %" PRIu64, served);
+    chanos_conn_close(pc);
+    chanos_conn_close(c);
+    chanos_listener_close(l);
+    chanos_domain_close(d);
+    return 0;
+}
+
 static int hand_main(const char *dir, const char *name, uint64_t count,
                      bool wait)
 {
@@ -208,6 +261,9 @@ static int hand_main(const char *dir, const char *name, uint64_t count,
     }
     say("echo ok %" PRIu64, count);
     chanos_conn_close(mine);
+    /* the relay ends with the end just closed: let it finish */
+    if ((rc = chanos_net_endpoints_wait(CALL_MS)) != 0)
+        return fail("relay", rc);
     if (pipe(p) != 0)
         return fail("pipe", -5);
     struct files_share s = {.fd = p[0], .tag = 1};
@@ -227,9 +283,11 @@ int main(int argc, char **argv)
         return open_main(argv[2], argv[3], strtoull(argv[4], NULL, 10));
     if (argc == 5 && strcmp(argv[1], "hand") == 0)
         return hand_main(argv[2], argv[3], strtoull(argv[4], NULL, 10), false);
+    if (argc == 4 && strcmp(argv[1], "serve") == 0)
+        return serve_main(argv[2], argv[3]);
     if (argc == 4 && strcmp(argv[1], "hand-wait") == 0)
         return hand_main(argv[2], argv[3], 1, true);
     fprintf(stderr, "usage: chanos-ep-peer open|hand DIR NAME COUNT\n"
-                    "       chanos-ep-peer hand-wait DIR NAME\n");
+                    "       chanos-ep-peer serve|hand-wait DIR NAME\n");
     return 64;
 }

@@ -197,7 +197,8 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 // endpoint to a Go domain on machine 1, which opens it over net (the C
 // side exports it privately and relays it) and serves echo on it; the C
 // domain makes 1000 echo rpcs on its own end. A pipe sent the same way is
-// refused at send, and the connection goes on.
+// refused at send, and the connection goes on. The same to a C domain on
+// machine 1; and the opener killed, the endpoint's maker sees its peer go.
 func TestCEndpointToOtherMachine(t *testing.T) {
 	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
 	w := newWorld(t, 3, 3)
@@ -216,6 +217,17 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	cl.Expect(t, "echo ok 1000")
 	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
 	exited(t, cl)
+
+	// C to C: a C domain on machine 1 opens it and serves echo.
+	cs := testkit.Start(t, w.net.Machines[0].Command(peer, "serve", w.dirs[0], "cserve"))
+	cs.Expect(t, "exported cserve")
+	cl = testkit.Start(t, w.net.Machines[1].Command(peer, "hand", w.dirs[1], "cserve", "500"))
+	cs.Expect(t, "opened")
+	cl.Expect(t, "echo ok 500")
+	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
+	exited(t, cl)
+	cs.Expect(t, "served 500")
+	exited(t, cs)
 
 	// The opener killed with -9: the relay ends, and the endpoint's maker
 	// sees its peer go, as on one machine.

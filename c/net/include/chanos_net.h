@@ -96,6 +96,18 @@ int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
  * "Endpoints between machines").
  */
 const struct chanos_net_binder *chanos_net_binder(void);
+
+/*
+ * chanos_net_endpoints_wait waits, at most timeout_ms (-1: no bound; 0:
+ * not at all), until the relays of the channel endpoints this process
+ * sent to other machines have ended: each ends once either side has (its
+ * frames relayed up to there), or, never opened, after a minute. 0, or
+ * CHANOS_ERR_TIMEDOUT. A process that exits while relays run cuts them:
+ * frames still in them are lost, and the other machine's side learns it
+ * as a peer's death. So a program that has closed its ends of such
+ * endpoints calls this before it exits.
+ */
+int chanos_net_endpoints_wait(int timeout_ms);
 /* chanos_net_identity_fingerprint copies id's fingerprint into fp. */
 void chanos_net_identity_fingerprint(const chanos_net_identity *id,
                                      uint8_t fp[CHANOS_NET_FP_SIZE]);

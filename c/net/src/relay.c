@@ -23,6 +23,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How long an export waits for its bind (the Go library's
@@ -39,6 +40,45 @@ struct relay {
     atomic_bool stop;
     atomic_int refs; /* the control thread's, and the handle's until sent */
 };
+
+/* The relays of this process not yet ended (chanos_net_endpoints_wait). */
+static pthread_mutex_t live_mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t live_cv = PTHREAD_COND_INITIALIZER;
+static int live;
+
+static void live_add(int n)
+{
+    pthread_mutex_lock(&live_mu);
+    live += n;
+    if (live == 0)
+        pthread_cond_broadcast(&live_cv);
+    pthread_mutex_unlock(&live_mu);
+}
+
+int chanos_net_endpoints_wait(int timeout_ms)
+{
+    struct timespec ts;
+    int rc = 0;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (timeout_ms > 0) {
+        ts.tv_sec += timeout_ms / 1000;
+        ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+        if (ts.tv_nsec >= 1000000000) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000;
+        }
+    }
+    pthread_mutex_lock(&live_mu);
+    while (live > 0 && rc == 0) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&live_cv, &live_mu);
+        else if (timeout_ms == 0 ||
+                 pthread_cond_timedwait(&live_cv, &live_mu, &ts) == ETIMEDOUT)
+            rc = CHANOS_ERR_TIMEDOUT;
+    }
+    pthread_mutex_unlock(&live_mu);
+    return rc;
+}
 
 static void relay_put(struct relay *r)
 {
@@ -143,6 +183,7 @@ static void *control(void *arg)
     chanos_ump_close(r->far);
     chanos_domain_close(r->d);
     relay_put(r);
+    live_add(-1);
     return NULL;
 }
 
@@ -175,9 +216,12 @@ int net_export_endpoint(const char *dir, const char *program, chanos_ump *far,
         sigset_t old;
         pthread_attr_init(&a);
         pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        live_add(1);
         net_block_signals(&old);
         rc = pthread_create(&t, &a, control, r) == 0 ? 0 : -EAGAIN;
         net_restore_signals(&old);
+        if (rc != 0)
+            live_add(-1);
         pthread_attr_destroy(&a);
     }
     if (rc != 0) {
