@@ -16,7 +16,8 @@
  *   "opened": the endpoint opened as pingpong (or "error CODE TEXT");
  *   "used CODE": a copy opened once it was;
  *   "echo ok COUNT": COUNT echo calls on it, each answered val + 1.
- * Then it closes the connections and prints "done".
+ * Then it closes the connections and the domain, and prints "done" (after
+ * "descriptors: ..." if more are open than before it joined).
  *
  *   chanos-ep-peer serve DIR NAME
  *
@@ -31,7 +32,8 @@
  * echo calls on its own end (each answered val + 1) and prints "echo ok
  * COUNT"; it closes its end, waits for the relay to end
  * (chanos_net_endpoints_wait), tries to send a pipe and prints "fd:
- * CODE".
+ * CODE"; then it closes the connection and the domain, and prints "done"
+ * (after "descriptors: ..." if more are open than before it joined).
  *
  *   chanos-ep-peer hand-wait DIR NAME
  *
@@ -45,6 +47,7 @@
 #include <files.h>
 #include <pingpong.h>
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -71,6 +74,19 @@ static void say(const char *fmt, ...)
     va_end(ap);
     printf("\n");
     fflush(stdout);
+}
+
+/* open_fds counts the process's open descriptors. */
+static int open_fds(void)
+{
+    DIR *dir = opendir("/proc/self/fd");
+    int n = 0;
+    if (!dir)
+        return -1;
+    while (readdir(dir))
+        n++;
+    closedir(dir);
+    return n;
 }
 
 static int join(const char *dir, const char *program, chanos_domain **d)
@@ -126,6 +142,7 @@ static int open_main(const char *dir, const char *name, uint64_t count)
     struct chanos_iref ref, forged;
     int rc, ep;
 
+    int fds0 = open_fds();
     if ((rc = join(dir, "ep-peer-open", &d)) != 0)
         return fail("join", rc);
     if ((rc = chanos_export_iface(d, name, &files_interface, NULL, &l)) != 0)
@@ -175,6 +192,8 @@ static int open_main(const char *dir, const char *name, uint64_t count)
     chanos_conn_close(c);
     chanos_listener_close(l);
     chanos_domain_close(d);
+    if (open_fds() != fds0)
+        say("descriptors: %d open, %d before", open_fds(), fds0);
     say("done");
     return 0;
 }
@@ -231,6 +250,7 @@ static int hand_main(const char *dir, const char *name, uint64_t count,
     chanos_conn *c, *mine;
     int rc, ep, p[2];
 
+    int fds0 = open_fds();
     if ((rc = join(dir, "ep-peer-hand", &d)) != 0)
         return fail("join", rc);
     if ((rc = chanos_connect_iface(d, name, &files_interface, CALL_MS, &c)) != 0)
@@ -274,6 +294,9 @@ static int hand_main(const char *dir, const char *name, uint64_t count,
     close(p[1]);
     chanos_conn_close(c);
     chanos_domain_close(d);
+    if (open_fds() != fds0)
+        say("descriptors: %d open, %d before", open_fds(), fds0);
+    say("done");
     return 0;
 }
 

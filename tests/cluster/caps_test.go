@@ -216,6 +216,7 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	}
 	cl.Expect(t, "echo ok 1000")
 	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
+	cl.Expect(t, "done")
 	exited(t, cl)
 
 	// C to C: a C domain on machine 1 opens it and serves echo.
@@ -225,6 +226,7 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	cs.Expect(t, "opened")
 	cl.Expect(t, "echo ok 500")
 	cl.Expect(t, fmt.Sprintf("fd: %d", cCap))
+	cl.Expect(t, "done")
 	exited(t, cl)
 	cs.Expect(t, "served 500")
 	exited(t, cs)
