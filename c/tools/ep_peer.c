@@ -39,7 +39,8 @@
  *
  * hand-wait hands an endpoint over as hand does, makes one echo call on
  * its own end, prints "bound", then waits for that end to end (the test
- * kills the endpoint's opener) and prints "ended CODE".
+ * kills the endpoint's opener), prints "ended CODE", and waits for the
+ * relay to end (chanos_net_endpoints_wait).
  *
  * A failure prints "error CODE TEXT" and exits with status 1.
  */
@@ -272,6 +273,8 @@ static int hand_main(const char *dir, const char *name, uint64_t count,
             chanos_frame_close_fds(&f);
         say("ended %d", rc);
         chanos_conn_close(mine);
+        if ((rc = chanos_net_endpoints_wait(CALL_MS)) != 0)
+            return fail("relay", rc);
         /* the monitor's peer_gone ends the files connection too, whose
          * close would otherwise wait out its linger for a dead peer */
         (void)chanos_domain_poll(d, 500);

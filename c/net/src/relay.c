@@ -179,9 +179,10 @@ static void *control(void *arg)
         if (i)
             pthread_join(in, NULL);
     }
+    /* far last: its maker, told its peer has gone, may well exit */
     chanos_conn_close(r->near);
-    chanos_ump_close(r->far);
     chanos_domain_close(r->d);
+    chanos_ump_close(r->far);
     relay_put(r);
     live_add(-1);
     return NULL;
