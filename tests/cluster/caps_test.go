@@ -173,8 +173,8 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 		fmt.Sprintf("wrong interface %d", cMismatch),
 		fmt.Sprintf("forged %d", cDenied),
 		"opened",
-		fmt.Sprintf("used %d", cNotFound),
 		"echo ok 1000",
+		fmt.Sprintf("used %d", cNotFound),
 		"done",
 	} {
 		if l := cs.Line(t); l != want {
