@@ -26,6 +26,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <openssl/crypto.h>
+
 /* How long an export waits for its bind (the Go library's
  * endpointExportTTL), and how often blocked threads look at stop. */
 #define EXPORT_TTL_MS 60000
@@ -184,6 +186,10 @@ static void *control(void *arg)
     chanos_domain_close(r->d);
     chanos_ump_close(r->far);
     relay_put(r);
+    /* This thread's OpenSSL state (its error queue, from the grant's
+     * credential it parsed) goes now, not at its exit, which a process
+     * that waited for its relays may not let it reach. */
+    OPENSSL_thread_stop();
     live_add(-1);
     return NULL;
 }
