@@ -40,7 +40,10 @@
  * hand-wait hands an endpoint over as hand does, makes one echo call on
  * its own end, prints "bound", then waits for that end to end (the test
  * kills the endpoint's opener), prints "ended CODE", and waits for the
- * relay to end (chanos_net_endpoints_wait).
+ * relay to end (chanos_net_endpoints_wait). Once the files connection has
+ * ended too, it hands over a second endpoint, which cannot go, and prints
+ * "unsent CODE maker CODE": the send's failure and what that endpoint's
+ * own end then receives.
  *
  * A failure prints "error CODE TEXT" and exits with status 1.
  */
@@ -279,9 +282,27 @@ static int hand_main(const char *dir, const char *name, uint64_t count,
         chanos_conn_close(mine);
         if ((rc = chanos_net_endpoints_wait(CALL_MS)) != 0)
             return fail("relay", rc);
-        /* the monitor's peer_gone ends the files connection too, whose
-         * close would otherwise wait out its linger for a dead peer */
-        (void)chanos_domain_poll(d, 500);
+        /* the monitor's peer_gone ends the files connection too (whose
+         * close would otherwise wait out its linger for a dead peer) */
+        for (int i = 0; i < 100 && chanos_conn_peer_gone(c) == 0; i++)
+            (void)chanos_domain_poll(d, 100);
+        /* An endpoint whose frame cannot go: its export is withdrawn at
+         * once, and its maker sees its peer go. */
+        chanos_conn *m2;
+        int ep2;
+        struct chanos_frame f2;
+        if ((rc = chanos_endpoint_new(&pingpong_interface, &m2, &ep2)) != 0)
+            return fail("endpoint", rc);
+        struct files_hand h2 = {.endpoint = ep2, .iface = CHANOS_STR("pingpong")};
+        int sent = files_hand_send(c, &h2, CALL_MS);
+        if (sent == 0)
+            return fail("hand on a dead connection", 0);
+        close(ep2); /* not sent: still ours */
+        rc = chanos_conn_recv(m2, CALL_MS, &f2);
+        say("unsent %d maker %d", sent, rc);
+        chanos_conn_close(m2);
+        if ((rc = chanos_net_endpoints_wait(CALL_MS)) != 0)
+            return fail("relay", rc);
         chanos_conn_close(c);
         chanos_domain_close(d);
         return 0;

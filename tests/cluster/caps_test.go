@@ -198,7 +198,8 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 // side exports it privately and relays it) and serves echo on it; the C
 // domain makes 1000 echo rpcs on its own end. A pipe sent the same way is
 // refused at send, and the connection goes on. The same to a C domain on
-// machine 1; and the opener killed, the endpoint's maker sees its peer go.
+// machine 1; and the opener killed, the endpoint's maker sees its peer go,
+// as does the maker of an endpoint whose frame could not be sent.
 func TestCEndpointToOtherMachine(t *testing.T) {
 	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
 	w := newWorld(t, 3, 3)
@@ -245,6 +246,14 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	} else {
 		t.Logf("C maker, the opener of its endpoint on another machine killed with -9: %s; %v after the kill", l, time.Since(killed).Round(time.Millisecond))
 	}
+	// An endpoint handed over on the connection that died with the server:
+	// the send fails, the export is withdrawn, and its maker sees its peer go.
+	var sent, maker int
+	l := cw.Line(t)
+	if _, err := fmt.Sscanf(l, "unsent %d maker %d", &sent, &maker); err != nil || sent >= 0 || (maker != cClosed && maker != cPeerDied) {
+		t.Fatalf("C maker: %q, want a failed send (unsent CODE) and its endpoint's maker to see its peer go (maker closed or peer died)", l)
+	}
+	t.Logf("C maker, an endpoint on a dead connection: %s", l)
 	exited(t, cw)
 	for i := range 2 {
 		if strings.Contains(w.logs[i].String(), "level=ERROR") {
