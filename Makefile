@@ -88,8 +88,9 @@ test-c: bin/chanosc
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^TestCrossLanguage' ./interconnect/ump/
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s ./examples/driver/...
 	# C domains on both sides of connections between machines (libchanos's
-	# binder state, libchanos_net's listeners), in network namespaces.
-	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^(TestCAcrossMachines|TestAuthOnlyAcrossMachines)$$' ./tests/cluster/
+	# binder state, libchanos_net's listeners, the endpoint relays), in
+	# network namespaces.
+	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^(TestCAcrossMachines|TestAuthOnlyAcrossMachines|TestCEndpointAcrossMachines|TestCEndpointToOtherMachine)$$' ./tests/cluster/
 
 # The task runtime's tests (c/tasks) and libchanos_net's (c/net) under
 # ThreadSanitizer; test-c runs them under AddressSanitizer and

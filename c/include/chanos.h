@@ -1139,6 +1139,7 @@ struct chanos_net_grant {
  * machines with no route). All calls but close may come from any thread;
  * libchanos makes them from within calls on the domain.
  */
+struct chanos_interface; /* below */
 struct chanos_net_binder {
     /* open makes the domain's state in *state and, if the binder accepts,
      * a descriptor in *wait_fd that polls readable when accept may have a
@@ -1161,6 +1162,25 @@ struct chanos_net_binder {
     void (*peer_gone)(void *state, uint64_t conn_id, int network_lost);
     /* close stops accepting; connections already returned go on. */
     void (*close)(void *state);
+    /*
+     * Optional: channel endpoints sent to other machines
+     * (docs/capabilities.md, "Between machines"). export_endpoint takes
+     * far, the opened end of an endpoint of *iface, and exports it
+     * privately, under no name, from a monitor session of its own in the
+     * directory dir (as program): it stores the export's iref in *ref and
+     * a handle in *handle, and then relays the one connection that binds
+     * the export to far, frame for frame both ways, until either ends; an
+     * export not bound within a minute is withdrawn and far closed. The
+     * caller says with endpoint_sent(handle, sent) whether the frame that
+     * carries the iref went: if not, the export is withdrawn at once.
+     * Without them, endpoints of this machine are not sent to others
+     * (CHANOS_ERR_CAP).
+     */
+    int (*export_endpoint)(const char *dir, const char *program,
+                           chanos_ump *far,
+                           const struct chanos_interface *iface,
+                           struct chanos_iref *ref, void **handle);
+    void (*endpoint_sent)(void *handle, int sent);
 };
 
 /* chanos_join_opts.flags: end the domain with its session, as before
@@ -1315,6 +1335,30 @@ int chanos_endpoint_new(const struct chanos_interface *iface,
                         chanos_conn **mine, int *ep);
 int chanos_endpoint_open(int ep, const struct chanos_interface *iface,
                          chanos_conn **out);
+
+/*
+ * Endpoints from other machines (docs/capabilities.md, "Between
+ * machines"). An endpoint that a domain of another machine sent on a
+ * connection between machines arrives as a descriptor too: it holds the
+ * iref of the export that re-binds it, and the domain whose connection
+ * received it. chanos_endpoint_open binds that iref through the monitors,
+ * as chanos_connect_ref_iface does, in that domain (so it is a call on
+ * the domain: not while another thread is in one), and returns a
+ * connection between machines of *iface; it may wait, up to the domain's
+ * call timeout. The export's monitor checks the interface and its
+ * fingerprint (CHANOS_ERR_MISMATCH) and the token; an endpoint opened
+ * already, withdrawn (not opened within a minute) or whose iref is not
+ * the export's gives CHANOS_ERR_NOT_FOUND or CHANOS_ERR_DENIED (a second
+ * open just after the first, while the sender withdraws its export, may
+ * fail at the connection instead); chanos_domain_error says more. One opened in another process, or after
+ * its domain was closed, gives CHANOS_ERR_NO_ROUTE. The descriptor is
+ * taken over in every case.
+ *
+ * chanos_endpoint_ref stores in *out the iref such an endpoint holds: 0,
+ * or -EINVAL for a descriptor that is not one (an endpoint of this
+ * machine, or anything else). The descriptor stays the caller's.
+ */
+int chanos_endpoint_ref(int ep, struct chanos_iref *out);
 
 /*
  * chanos_export_iface is chanos_export_with for the interface *iface,
@@ -1665,7 +1709,8 @@ int chanos_conn_new(chanos_ump *u, chanos_conn **out);
  * shapes of the ump calls, each taking the link as its first argument.
  * send and recv with timeout_ms 0 do not wait (CHANOS_ERR_AGAIN); a frame
  * recv returns stays valid until the next recv. Such a link carries no
- * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP,
+ * descriptors: a frame with capabilities is refused with CHANOS_ERR_CAP
+ * (channel endpoints aside, on a link with send_refs and recv_refs),
  * chanos_conn_spin_recv looks as a receive that does not wait, and
  * chanos_conn_ump returns NULL (so the ump-only helpers, such as
  * libchanos_tasks' waits, are not for it). peer_gone answers as
@@ -1679,7 +1724,26 @@ struct chanos_link_ops {
     int (*peer_gone)(void *link);
     void (*close)(void *link);
     int (*fd)(void *link);
+    /*
+     * Optional: a link between machines that carries channel endpoints as
+     * irefs (docs/capabilities.md, "Between machines"; libchanos_net's).
+     * send_refs sends a frame whose ncaps is nrefs followed by its irefs,
+     * refs[0..nrefs * CHANOS_IREF_WIRE_SIZE) as the wire encodes them;
+     * recv_refs is recv that also sets *refs to the irefs of the frame
+     * (its header's ncaps of them; NULL for none), valid as the frame is.
+     * A connection on a link that has them receives each iref as an
+     * endpoint (chanos_endpoint_open binds it), and sends endpoints of
+     * that kind on; other descriptors, and every capability on a link
+     * without them, are refused with CHANOS_ERR_CAP.
+     */
+    int (*send_refs)(void *link, const void *frame, size_t len,
+                     const uint8_t *refs, uint32_t nrefs, int timeout_ms);
+    int (*recv_refs)(void *link, const void **frame, size_t *len,
+                     const uint8_t **refs, int timeout_ms);
 };
+
+/* The size of an iref on the wire: machine, export id, token. */
+#define CHANOS_IREF_WIRE_SIZE 32
 
 /* chanos_conn_new_link wraps link, whose operations are ops (kept by
  * reference: static ones), taking ownership of link (closed on failure
@@ -1695,6 +1759,10 @@ void chanos_conn_close(chanos_conn *c);
  * of its ump (chanos_ump_fd: armed by a receive that found none) or of
  * its link; -1 for a link that has none. It belongs to c. */
 int chanos_conn_fd(chanos_conn *c);
+
+/* chanos_conn_link returns the link of a connection on another link
+ * (chanos_conn_new_link), as it was given; NULL for a ump connection. */
+void *chanos_conn_link(chanos_conn *c);
 
 /* chanos_conn_ump returns the underlying ump connection (for
  * chanos_ump_fd, chanos_ump_err, ...), owned by c; NULL for a connection

@@ -55,6 +55,10 @@ struct chanos_conn {
     uint8_t *meta_frame;
     size_t meta_frame_cap;
     struct chanos_peer *peer; /* chanos_accept's client, or NULL */
+    /* the key of the domain whose connection between machines this is
+     * (chanos_conn_set_domain_), which binds the endpoints it receives;
+     * 0: none */
+    uint64_t dkey;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -110,6 +114,8 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
+void *chanos_conn_link(chanos_conn *c) { return c->link; }
+
 int chanos_conn_fd(chanos_conn *c)
 {
     if (c->ops != NULL)
@@ -138,11 +144,78 @@ int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
     return 0;
 }
 
+void chanos_conn_set_domain_(chanos_conn *c, uint64_t key)
+{
+    c->dkey = key;
+}
+
 int chanos_conn_peer_gone(chanos_conn *c)
 {
     if (c->ops != NULL)
         return c->ops->peer_gone(c->link);
     return chanos_ump_peer_gone(c->u);
+}
+
+/*
+ * send_refs sends a frame with capabilities on a link between machines
+ * (docs/capabilities.md, "Between machines"): only channel endpoints
+ * cross, as the irefs that re-bind them. An endpoint that came from
+ * another machine passes on as it came; anything else is refused with
+ * CHANOS_ERR_CAP, and the connection goes on.
+ */
+static int send_refs(chanos_conn *c, const void *frame, size_t len,
+                     const int *fds, uint32_t nfds, int timeout_ms)
+{
+    uint8_t refs[CHANOS_UMP_MAX_FDS * CHANOS_IREF_WIRE_SIZE];
+    void *made[CHANOS_UMP_MAX_FDS];
+    const struct chanos_net_binder *net = NULL;
+    uint32_t nmade = 0, i;
+    int rc = 0;
+
+    if (c->ops->send_refs == NULL)
+        return CHANOS_ERR_CAP;
+    for (i = 0; i < nfds && rc == 0; i++) {
+        struct chanos_iref r;
+        uint8_t *b = refs + (size_t)i * CHANOS_IREF_WIRE_SIZE;
+
+        /* An endpoint of this machine is exported for the other one to
+         * bind, and relayed by the binder; one that came from another
+         * machine passes on as it came. */
+        if (chanos_endpoint_ref(fds[i], &r) != 0) {
+            rc = chanos_domain_export_endpoint_(c->dkey, fds[i], &r,
+                                                &made[nmade], &net);
+            if (rc != 0)
+                break;
+            nmade++;
+        }
+        chanos_store_u64(b, r.machine);
+        chanos_store_u64(b + 8, r.export_id);
+        memcpy(b + 16, r.token, sizeof r.token);
+    }
+    if (rc == 0)
+        rc = c->ops->send_refs(c->link, frame, len, refs, nfds, timeout_ms);
+    for (i = 0; i < nmade; i++)
+        net->endpoint_sent(made[i], rc == 0);
+    return rc;
+}
+
+/* recv_refs turns the n irefs refs of a frame received between machines
+ * into endpoints (chanos_endpoint_open binds them) in c->rfds. */
+static int recv_refs(chanos_conn *c, const uint8_t *refs, uint32_t n)
+{
+    if (n > CHANOS_UMP_MAX_FDS) /* more than a frame on one machine holds */
+        return CHANOS_ERR_CAP;
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = chanos_endpoint_remote_(
+            c->dkey, refs + (size_t)i * CHANOS_IREF_WIRE_SIZE, &c->rfds[i]);
+
+        if (rc != 0) {
+            while (i > 0)
+                close(c->rfds[--i]);
+            return rc;
+        }
+    }
+    return 0;
 }
 
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
@@ -159,9 +232,11 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
         return CHANOS_ERR_HEADER;
     if (h.ncaps != nfds || nfds > CHANOS_UMP_MAX_FDS)
         return CHANOS_ERR_CAP;
-    if (c->ops != NULL)
-        return nfds != 0 ? CHANOS_ERR_CAP
-                         : c->ops->send(c->link, frame, len, timeout_ms);
+    if (c->ops != NULL) {
+        if (nfds == 0)
+            return c->ops->send(c->link, frame, len, timeout_ms);
+        return send_refs(c, frame, len, fds, nfds, timeout_ms);
+    }
     if (timeout_ms == 0)
         return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
     return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
@@ -543,11 +618,14 @@ int chanos_conn_set_peer_(chanos_conn *c, const struct chanos_peer *p)
 static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
                     struct chanos_frame *f)
 {
+    const uint8_t *refs = NULL;
     const void *p;
     size_t len;
     int rc;
 
-    if (c->ops != NULL)
+    if (c->ops != NULL && c->ops->recv_refs != NULL)
+        rc = c->ops->recv_refs(c->link, &p, &len, &refs, spin ? 0 : timeout_ms);
+    else if (c->ops != NULL)
         rc = c->ops->recv(c->link, &p, &len, spin ? 0 : timeout_ms);
     else if (spin)
         rc = chanos_ump_spin_recv(c->u, &p, &len);
@@ -568,7 +646,14 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     f->nfds = 0;
     /* the descriptors first: whatever is wrong with the frame, those it
      * announced leave the caps socket with it, and are closed */
-    if (f->hdr.ncaps != 0) {
+    if (f->hdr.ncaps != 0 && c->ops != NULL) {
+        /* a link carries irefs, or no capabilities at all */
+        rc = refs != NULL ? recv_refs(c, refs, f->hdr.ncaps) : CHANOS_ERR_CAP;
+        if (rc != 0)
+            return rc;
+        f->fds = c->rfds;
+        f->nfds = f->hdr.ncaps;
+    } else if (f->hdr.ncaps != 0) {
         rc = chanos_ump_recv_fds(c->u, c->rfds, f->hdr.ncaps);
         if (rc != 0)
             return rc;

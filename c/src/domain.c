@@ -21,11 +21,13 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -104,7 +106,101 @@ struct chanos_domain {
      * epoll descriptor chanos_domain_fd gives, of it and the socket. */
     void *netst;
     int net_wait, epfd;
+    /* the domain's key (chanos_domain_key_), and the next domain of the
+     * process's list of them */
+    uint64_t key;
+    struct chanos_domain *next_domain;
 };
+
+/* The process's domains, by key, for the endpoints from other machines
+ * that name them (endpoint.c). */
+static pthread_mutex_t domains_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct chanos_domain *domains;
+static uint64_t domains_next_key = 1;
+static uint64_t process_nonce;
+
+uint64_t chanos_process_nonce_(void)
+{
+    uint64_t n;
+
+    pthread_mutex_lock(&domains_mu);
+    while (process_nonce == 0) {
+        if (getrandom(&process_nonce, sizeof process_nonce, 0) !=
+            (ssize_t)sizeof process_nonce)
+            process_nonce = 0;
+    }
+    n = process_nonce;
+    pthread_mutex_unlock(&domains_mu);
+    return n;
+}
+
+uint64_t chanos_domain_key_(const chanos_domain *d) { return d->key; }
+
+chanos_domain *chanos_domain_by_key_(uint64_t key)
+{
+    struct chanos_domain *d;
+
+    pthread_mutex_lock(&domains_mu);
+    for (d = domains; d != NULL && d->key != key; d = d->next_domain)
+        ;
+    pthread_mutex_unlock(&domains_mu);
+    return d;
+}
+
+int chanos_domain_export_endpoint_(uint64_t key, int ep,
+                                   struct chanos_iref *ref, void **handle,
+                                   const struct chanos_net_binder **net)
+{
+    char name[CHANOS_UMP_MAX_LABEL + 1];
+    char dir[sizeof(((struct sockaddr_un *)0)->sun_path)];
+    struct chanos_interface iface;
+    struct chanos_domain *d = chanos_domain_by_key_(key);
+    chanos_ump *u;
+    char *slash;
+    int rc, e;
+
+    if (d == NULL || d->net == NULL || d->net->export_endpoint == NULL ||
+        d->net->endpoint_sent == NULL)
+        return CHANOS_ERR_CAP;
+    /* the monitor's directory: its socket's, which join made */
+    memcpy(dir, d->path, sizeof dir);
+    dir[sizeof dir - 1] = '\0';
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return CHANOS_ERR_CAP;
+    *slash = '\0';
+    e = fcntl(ep, F_DUPFD_CLOEXEC, 0);
+    if (e < 0)
+        return -errno;
+    rc = chanos_endpoint_take_(e, &u, &iface, name);
+    if (rc != 0)
+        return rc;
+    rc = d->net->export_endpoint(dir, d->program, u, &iface, ref, handle);
+    if (rc == 0)
+        *net = d->net;
+    return rc;
+}
+
+static void domain_register(struct chanos_domain *d)
+{
+    pthread_mutex_lock(&domains_mu);
+    d->key = domains_next_key++;
+    d->next_domain = domains;
+    domains = d;
+    pthread_mutex_unlock(&domains_mu);
+}
+
+static void domain_unregister(struct chanos_domain *d)
+{
+    struct chanos_domain **at;
+
+    pthread_mutex_lock(&domains_mu);
+    for (at = &domains; *at != NULL && *at != d; at = &(*at)->next_domain)
+        ;
+    if (*at != NULL)
+        *at = d->next_domain;
+    pthread_mutex_unlock(&domains_mu);
+}
 
 _Static_assert(sizeof(struct pending_in) <= CHANOS_NET_GRANT_TAG_MAX,
                "a pending connection outgrows a grant's tag");
@@ -460,6 +556,7 @@ static int take_net(struct chanos_domain *d)
             chanos_conn_close(c);
             continue;
         }
+        chanos_conn_set_domain_(c, d->key);
         d->in[d->nin] = tag.p;
         d->in[d->nin++].local = c;
         n++;
@@ -967,6 +1064,7 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
     d->rejoin = (o.flags & CHANOS_JOIN_NO_REJOIN) == 0;
     d->on_monitor = o.on_monitor;
     d->on_monitor_arg = o.on_monitor_arg;
+    domain_register(d);
     *out = d;
     return 0;
 fail:
@@ -1047,6 +1145,7 @@ void chanos_domain_close(chanos_domain *d)
 {
     if (d == NULL)
         return;
+    domain_unregister(d);
     while (d->listeners != NULL)
         free_listener(d->listeners);
     for (size_t i = 0; i < d->nin; i++)
@@ -1665,6 +1764,7 @@ static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
     char addr[MONITOR_BIND_NET_ADDR_MAX + 1];
     char name[MONITOR_BIND_NET_NAME_MAX + 1];
     struct chanos_net_bind b;
+    int rc;
 
     if (d->net == NULL || d->net->dial == NULL)
         return CHANOS_ERR_NO_ROUTE;
@@ -1687,7 +1787,10 @@ static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
     b.auth_only = reply->net_auth_only;
     b.max_frame = reply->max_frame;
     b.conn_id = reply->conn_id;
-    return d->net->dial(d->netst, &b, out);
+    rc = d->net->dial(d->netst, &b, out);
+    if (rc == 0)
+        chanos_conn_set_domain_(*out, d->key);
+    return rc;
 }
 
 static int bind_export(chanos_domain *d, const char *name,

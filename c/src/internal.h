@@ -11,4 +11,38 @@
  * hands out (chanos_conn_peer): 0 or -ENOMEM. */
 int chanos_conn_set_peer_(chanos_conn *c, const struct chanos_peer *p);
 
+/*
+ * Endpoints from other machines (endpoint.c, docs/capabilities.md,
+ * "Between machines"). A domain has a key, unique in the process, by
+ * which such an endpoint names the domain that is to bind it: the
+ * connections a domain makes between machines carry its key
+ * (chanos_conn_set_domain_), and chanos_domain_by_key_ finds a domain not
+ * yet closed by it (NULL otherwise).
+ */
+uint64_t chanos_domain_key_(const chanos_domain *d);
+chanos_domain *chanos_domain_by_key_(uint64_t key);
+/* The process's own random value, which a key is good with: an endpoint
+ * passed to another process finds no domain there. */
+uint64_t chanos_process_nonce_(void);
+void chanos_conn_set_domain_(chanos_conn *c, uint64_t key);
+/* chanos_endpoint_remote_ makes the descriptor of an endpoint from another
+ * machine: the iref ref (CHANOS_IREF_WIRE_SIZE bytes, as the wire encodes
+ * it), to be bound in the domain of key key. 0 and *fd, or -errno. */
+int chanos_endpoint_remote_(uint64_t key, const uint8_t *ref, int *fd);
+
+/* chanos_endpoint_take_ opens the ump endpoint ep (taken over) whatever
+ * its interface: 0, *u and its interface in *iface, whose name it writes
+ * to name (CHANOS_UMP_MAX_LABEL + 1 bytes); CHANOS_ERR_CAP for a
+ * descriptor that is not an endpoint, or one opened already. */
+int chanos_endpoint_take_(int ep, chanos_ump **u,
+                          struct chanos_interface *iface, char *name);
+/* chanos_domain_export_endpoint_ has the binder of the domain of key key
+ * export the ump endpoint ep (the caller's, left open) for another
+ * machine (struct chanos_net_binder's export_endpoint): 0, the iref in
+ * *ref, and in *handle and *net what to tell whether it was sent
+ * (net->endpoint_sent); CHANOS_ERR_CAP where that cannot be. */
+int chanos_domain_export_endpoint_(uint64_t key, int ep,
+                                   struct chanos_iref *ref, void **handle,
+                                   const struct chanos_net_binder **net);
+
 #endif

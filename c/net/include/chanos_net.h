@@ -92,9 +92,24 @@ int chanos_net_identity_from_der(const uint8_t *cert, size_t cert_len,
  * the connections from other machines that the monitor announces to the
  * domain's exports (docs/net-c.md, "Binding between machines"). A bind the
  * monitors made authenticated only (both machines' --net-auth-only) runs
- * in that mode (chanos_net_tls.auth_only), on either side.
+ * in that mode (chanos_net_tls.auth_only), on either side. Channel
+ * endpoints sent on its connections are exported and relayed by threads
+ * of its own, each on a monitor session of its own (docs/net-c.md,
+ * "Endpoints between machines").
  */
 const struct chanos_net_binder *chanos_net_binder(void);
+
+/*
+ * chanos_net_endpoints_wait waits, at most timeout_ms (-1: no bound; 0:
+ * not at all), until the relays of the channel endpoints this process
+ * sent to other machines have ended: each ends once either side has (its
+ * frames relayed up to there), or, never opened, after a minute. 0, or
+ * CHANOS_ERR_TIMEDOUT. A process that exits while relays run cuts them:
+ * frames still in them are lost, and the other machine's side learns it
+ * as a peer's death. So a program that has closed its ends of such
+ * endpoints calls this before it exits.
+ */
+int chanos_net_endpoints_wait(int timeout_ms);
 /* chanos_net_identity_fingerprint copies id's fingerprint into fp. */
 void chanos_net_identity_fingerprint(const chanos_net_identity *id,
                                      uint8_t fp[CHANOS_NET_FP_SIZE]);
@@ -241,7 +256,8 @@ void chanos_net_listener_close(chanos_net_listener *l);
  * taken enough of what was sent), including while there is no TCP
  * connection: on CHANOS_ERR_TIMEDOUT nothing was sent. The frame's header
  * must be valid (its size is len: else CHANOS_ERR_SIZE or
- * CHANOS_ERR_TRUNCATED), it must carry no capabilities (CHANOS_ERR_CAP) and
+ * CHANOS_ERR_TRUNCATED), it must carry no capabilities (CHANOS_ERR_CAP:
+ * chanos_net_send_refs sends those that cross machines) and
  * fit the connection's maximum frame size (CHANOS_ERR_TOO_LARGE). Once the
  * link has ended, its end. chanos_net_try_send never waits:
  * CHANOS_ERR_AGAIN when the window is full.
@@ -257,11 +273,37 @@ int chanos_net_try_send(chanos_net_link *c, const void *frame, size_t len);
  * After the peer's close, or a network lost or peer died, the frames that
  * arrived before are returned first, then the end; after a protocol
  * violation or this side's close, the end at once. A frame whose header
- * does not give its length, or that announces capabilities, ends the link
- * with CHANOS_ERR_PROTOCOL.
+ * does not give its length, or whose irefs do not follow it as its header
+ * says (chanos_net_recv_refs), ends the link with CHANOS_ERR_PROTOCOL.
  */
 int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
                     int timeout_ms);
+
+/*
+ * Capabilities between machines (docs/net.md, "Records"): a frame whose
+ * header says ncaps = N > 0 travels with N irefs after it, in the same
+ * record, each CHANOS_NET_REF_SIZE bytes (machine u64, export u64, token
+ * 16 bytes, little-endian: struct chanos_iref as the wire encodes it),
+ * none the null iref. libchanos turns them into channel endpoints that
+ * re-bind through the monitors (docs/capabilities.md, "Between
+ * machines").
+ *
+ * chanos_net_send_refs is chanos_net_send (timeout_ms 0:
+ * chanos_net_try_send) of a frame whose ncaps is nrefs, followed by the
+ * irefs refs[0..nrefs * CHANOS_NET_REF_SIZE): CHANOS_ERR_CAP if ncaps is
+ * not nrefs or an iref is null; the frame and its irefs together must fit
+ * the maximum frame size. chanos_net_recv_refs is chanos_net_recv that
+ * also sets *refs to the received frame's irefs (its header's ncaps of
+ * them), valid as the frame is, or to NULL for a frame without;
+ * chanos_net_recv returns the frame alone. A record whose length is not
+ * the frame's size plus 32 bytes per capability, or that carries a null
+ * iref, ends the link with CHANOS_ERR_PROTOCOL.
+ */
+#define CHANOS_NET_REF_SIZE 32
+int chanos_net_send_refs(chanos_net_link *c, const void *frame, size_t len,
+                         const uint8_t *refs, uint32_t nrefs, int timeout_ms);
+int chanos_net_recv_refs(chanos_net_link *c, const void **frame, size_t *len,
+                         const uint8_t **refs, int timeout_ms);
 
 /* chanos_net_fd returns a descriptor that polls readable while
  * chanos_net_recv would not wait (a frame, the peer's close or the link's

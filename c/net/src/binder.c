@@ -222,6 +222,21 @@ static int op_recv(void *link, const void **frame, size_t *len,
     return chanos_net_recv(bc->link, frame, len, timeout_ms);
 }
 
+static int op_send_refs(void *link, const void *frame, size_t len,
+                        const uint8_t *refs, uint32_t nrefs, int timeout_ms)
+{
+    struct bconn *bc = link;
+    return chanos_net_send_refs(bc->link, frame, len, refs, nrefs,
+                                timeout_ms);
+}
+
+static int op_recv_refs(void *link, const void **frame, size_t *len,
+                        const uint8_t **refs, int timeout_ms)
+{
+    struct bconn *bc = link;
+    return chanos_net_recv_refs(bc->link, frame, len, refs, timeout_ms);
+}
+
 static int op_peer_gone(void *link)
 {
     struct bconn *bc = link;
@@ -262,12 +277,20 @@ static int op_fd(void *link)
     return chanos_net_fd(bc->link);
 }
 
+/* the connections of chanos_accept on a domain of this binder are wrap's */
+chanos_net_link *net_bconn_link(void *link)
+{
+    return link ? ((struct bconn *)link)->link : NULL;
+}
+
 static const struct chanos_link_ops bconn_ops = {
     .send = op_send,
     .recv = op_recv,
     .peer_gone = op_peer_gone,
     .close = op_close,
     .fd = op_fd,
+    .send_refs = op_send_refs,
+    .recv_refs = op_recv_refs,
 };
 
 /* wrap makes link a chanos connection the state knows as conn_id (g: the
@@ -534,6 +557,8 @@ static const struct chanos_net_binder binder = {
     .accept = b_accept,
     .peer_gone = b_peer_gone,
     .close = b_close,
+    .export_endpoint = net_export_endpoint,
+    .endpoint_sent = net_endpoint_sent,
 };
 
 const struct chanos_net_binder *chanos_net_binder(void) { return &binder; }

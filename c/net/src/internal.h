@@ -189,6 +189,17 @@ bool net_link_resume(chanos_net_link *l, struct tconn t, const struct hello *h,
                      const uint8_t fp[CHANOS_NET_FP_SIZE]);
 const uint8_t *net_link_id(const chanos_net_link *l);
 
+/* binder.c, for relay.c: the net link of a connection the binder made
+ * (chanos_conn_link of it), or NULL for any other (link NULL). */
+chanos_net_link *net_bconn_link(void *link);
+
+/* relay.c: the binder's export_endpoint and endpoint_sent (struct
+ * chanos_net_binder in chanos.h). */
+int net_export_endpoint(const char *dir, const char *program, chanos_ump *far,
+                        const struct chanos_interface *iface,
+                        struct chanos_iref *ref, void **handle);
+void net_endpoint_sent(void *handle, int sent);
+
 /* Blocks every signal in the thread started between the two calls. */
 void net_block_signals(sigset_t *old);
 void net_restore_signals(const sigset_t *old);

@@ -1088,22 +1088,41 @@ const uint8_t *net_link_id(const chanos_net_link *c)
 
 /* ---- the API ---- */
 
-static int send_frame(chanos_net_link *c, const void *frame, size_t len,
-                      int timeout_ms)
+/* ref_null says whether the iref encoded at b is the null iref, which no
+ * frame may carry (docs/net.md, "Records"). */
+static bool ref_null(const uint8_t *b)
 {
-    if (!c || (!frame && len))
+    for (int i = 0; i < CHANOS_NET_REF_SIZE; i++)
+        if (b[i])
+            return false;
+    return true;
+}
+
+/* send_frame sends frame[0..len) followed by its nrefs irefs, refs (each
+ * CHANOS_NET_REF_SIZE bytes), in one DATA record: the frame's ncaps must
+ * be nrefs; the record counts against the maximum frame and the window. */
+static int send_frame(chanos_net_link *c, const void *frame, size_t len,
+                      const uint8_t *refs, uint32_t nrefs, int timeout_ms)
+{
+    if (!c || (!frame && len) || (nrefs && !refs))
         return -EINVAL;
     struct chanos_hdr h;
     int r = chanos_hdr_parse(&h, frame, len);
     if (r < 0)
         return r;
-    if (h.ncaps != 0)
-        return CHANOS_ERR_CAP; /* descriptors do not cross machines */
+    /* descriptors do not cross machines; irefs, the trailer, do */
+    if (h.ncaps != nrefs)
+        return CHANOS_ERR_CAP;
+    for (uint32_t i = 0; i < nrefs; i++)
+        if (ref_null(refs + (size_t)i * CHANOS_NET_REF_SIZE))
+            return CHANOS_ERR_CAP;
+    size_t rlen = (size_t)nrefs * CHANOS_NET_REF_SIZE;
     pthread_mutex_lock(&c->mu);
-    if (len > c->peer_max || len > c->o.max_frame) {
+    if (len + rlen > c->peer_max || len + rlen > c->o.max_frame) {
         pthread_mutex_unlock(&c->mu);
         return CHANOS_ERR_TOO_LARGE;
     }
+    len += rlen;
     int64_t deadline = timeout_ms < 0 ? -1 : deadline_of(timeout_ms);
     for (;;) {
         if (c->end_err) {
@@ -1131,7 +1150,9 @@ static int send_frame(chanos_net_link *c, const void *frame, size_t len,
         r = -ENOMEM;
         goto out;
     }
-    memcpy(buf, frame, len);
+    memcpy(buf, frame, len - rlen);
+    if (rlen)
+        memcpy(buf + len - rlen, refs, rlen);
     struct rec rec = {c->next_seq, REC_DATA, (uint32_t)len, buf};
     if (dq_push(&c->unacked, rec) < 0) {
         free(buf);
@@ -1152,20 +1173,58 @@ out:
 int chanos_net_send(chanos_net_link *c, const void *frame, size_t len,
                     int timeout_ms)
 {
-    int r = send_frame(c, frame, len, timeout_ms);
+    int r = send_frame(c, frame, len, NULL, 0, timeout_ms);
     return r == CHANOS_ERR_AGAIN ? CHANOS_ERR_TIMEDOUT : r;
 }
 
 int chanos_net_try_send(chanos_net_link *c, const void *frame, size_t len)
 {
-    return send_frame(c, frame, len, 0);
+    return send_frame(c, frame, len, NULL, 0, 0);
+}
+
+int chanos_net_send_refs(chanos_net_link *c, const void *frame, size_t len,
+                         const uint8_t *refs, uint32_t nrefs, int timeout_ms)
+{
+    int r = send_frame(c, frame, len, refs, nrefs, timeout_ms);
+    return r == CHANOS_ERR_AGAIN && timeout_ms != 0 ? CHANOS_ERR_TIMEDOUT : r;
+}
+
+/* split_refs checks a DATA record's payload p[0..n) as a frame and the
+ * irefs after it (docs/net.md, "Records"): a frame whose header says
+ * ncaps = N > 0 is followed by exactly N irefs, none of them null. 0 and
+ * the frame's size in *size, or CHANOS_ERR_PROTOCOL. */
+static int split_refs(const uint8_t *p, size_t n, size_t *size)
+{
+    struct chanos_hdr h;
+    size_t sz = n, ncaps = n >= CHANOS_HEADER_SIZE ? p[7] : 0;
+    if (ncaps) {
+        sz = chanos_load_u32(p);
+        if (sz < CHANOS_HEADER_SIZE || sz > n ||
+            n - sz != ncaps * CHANOS_NET_REF_SIZE)
+            return CHANOS_ERR_PROTOCOL;
+        for (size_t i = 0; i < ncaps; i++)
+            if (ref_null(p + sz + i * CHANOS_NET_REF_SIZE))
+                return CHANOS_ERR_PROTOCOL;
+    }
+    if (chanos_hdr_parse(&h, p, sz) < 0)
+        return CHANOS_ERR_PROTOCOL;
+    *size = sz;
+    return 0;
 }
 
 int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
                     int timeout_ms)
 {
+    return chanos_net_recv_refs(c, frame, len, NULL, timeout_ms);
+}
+
+int chanos_net_recv_refs(chanos_net_link *c, const void **frame, size_t *len,
+                         const uint8_t **refs, int timeout_ms)
+{
     if (!c || !frame || !len)
         return -EINVAL;
+    if (refs)
+        *refs = NULL;
     pthread_mutex_lock(&c->mu);
     free(c->cur);
     c->cur = NULL;
@@ -1201,14 +1260,16 @@ int chanos_net_recv(chanos_net_link *c, const void **frame, size_t *len,
         c->ack_due = net_now() + c->o.ack_delay;
         wake(c);
     }
-    struct chanos_hdr h;
-    if (chanos_hdr_parse(&h, f.buf, f.len) < 0 || h.ncaps != 0) {
+    size_t size;
+    if (split_refs(f.buf, f.len, &size) != 0) {
         end_locked(c, CHANOS_ERR_PROTOCOL, true);
         r = CHANOS_ERR_PROTOCOL;
         goto out;
     }
     *frame = f.buf;
-    *len = f.len;
+    *len = size;
+    if (refs && size < f.len)
+        *refs = f.buf + size;
     r = 0;
 out:
     if (c->ready_set && c->inbox.n == 0 && !c->end_err && !c->peer_closed) {
@@ -1359,6 +1420,18 @@ static int op_recv(void *link, const void **frame, size_t *len,
     return chanos_net_recv(link, frame, len, timeout_ms);
 }
 
+static int op_send_refs(void *link, const void *frame, size_t len,
+                        const uint8_t *refs, uint32_t nrefs, int timeout_ms)
+{
+    return chanos_net_send_refs(link, frame, len, refs, nrefs, timeout_ms);
+}
+
+static int op_recv_refs(void *link, const void **frame, size_t *len,
+                        const uint8_t **refs, int timeout_ms)
+{
+    return chanos_net_recv_refs(link, frame, len, refs, timeout_ms);
+}
+
 static int op_peer_gone(void *link)
 {
     chanos_net_link *c = link;
@@ -1384,6 +1457,8 @@ static const struct chanos_link_ops net_ops = {
     .peer_gone = op_peer_gone,
     .close = op_close,
     .fd = op_fd,
+    .send_refs = op_send_refs,
+    .recv_refs = op_recv_refs,
 };
 
 int chanos_net_conn_new(chanos_net_link *c, chanos_conn **out)
@@ -1416,7 +1491,8 @@ const char *chanos_net_strerror(int err)
     case CHANOS_ERR_PEER_DIED:
         return "peer died: it no longer holds the connection";
     case CHANOS_ERR_CAP:
-        return "a frame with capabilities: descriptors do not cross machines";
+        return "a frame with capabilities: descriptors do not cross machines "
+               "(channel endpoints can)";
     }
     return chanos_strerror(err);
 }

@@ -3,8 +3,9 @@
  * protocol (docs/net.md): bad hellos are answered with REJECT 2, a resume
  * of an unknown connection with REJECT 1, and each broken record (a
  * sequence gap, a window overrun, an acknowledgement of what was not
- * sent, a frame with capabilities, flags, an unknown type) ends that one
- * link with CHANOS_ERR_PROTOCOL while the listener goes on.
+ * sent, a frame with capabilities but not their irefs after it, flags,
+ * an unknown type) ends that one link with CHANOS_ERR_PROTOCOL while the
+ * listener goes on.
  */
 #include "check.h"
 
@@ -160,6 +161,29 @@ static void test_records(chanos_net_listener *L)
     memcpy(b + 24, frame, 16);
     b[24 + 7] = 1;
     CHECK_EQ(broken(L, 11, b, 40), CHANOS_ERR_PROTOCOL);
+    /* irefs after a frame (docs/net.md, "Records"): a null one; fewer
+     * than its ncaps; more; and a frame whose size leaves no room */
+    put_header(b, 1, 48, 1, 0);
+    memcpy(b + 24, frame, 16);
+    b[24 + 7] = 1;
+    memset(b + 40, 0, 32);
+    CHECK_EQ(broken(L, 20, b, 72), CHANOS_ERR_PROTOCOL);
+    put_header(b, 1, 48, 1, 0);
+    memcpy(b + 24, frame, 16);
+    b[24 + 7] = 2;
+    memset(b + 40, 7, 32);
+    CHECK_EQ(broken(L, 21, b, 72), CHANOS_ERR_PROTOCOL);
+    put_header(b, 1, 80, 1, 0);
+    memcpy(b + 24, frame, 16);
+    b[24 + 7] = 1;
+    memset(b + 40, 7, 64);
+    CHECK_EQ(broken(L, 22, b, 104), CHANOS_ERR_PROTOCOL);
+    put_header(b, 1, 48, 1, 0);
+    memcpy(b + 24, frame, 16);
+    b[24] = 40;
+    b[24 + 7] = 1;
+    memset(b + 40, 7, 32);
+    CHECK_EQ(broken(L, 23, b, 72), CHANOS_ERR_PROTOCOL);
     /* a frame whose size is not its length */
     put_header(b, 1, 16, 1, 0);
     memcpy(b + 24, frame, 16);
@@ -206,6 +230,24 @@ static void test_records(chanos_net_listener *L)
         while (!acked && read_full(fd, a, 24))
             acked = a[0] == 2 && chanos_load_u64(a + 16) == 2;
         CHECK(acked);
+        close(fd);
+        chanos_net_close(l);
+    }
+    /* A frame with an iref after it is taken as such. */
+    put_header(b, 1, 48, 1, 0);
+    memcpy(b + 24, frame, 16);
+    b[24 + 7] = 1;
+    memset(b + 40, 7, 32);
+    fd = opened(L, 24, &l);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        CHECK(write(fd, b, 72) == 72);
+        const void *f;
+        const uint8_t *refs;
+        size_t len;
+        CHECK_EQ(chanos_net_recv_refs(l, &f, &len, &refs, 5000), 0);
+        CHECK_EQ(len, 16);
+        CHECK(refs != NULL && refs[0] == 7 && refs[31] == 7);
         close(fd);
         chanos_net_close(l);
     }
