@@ -181,6 +181,14 @@ int chanos_domain_export_endpoint_(uint64_t key, int ep,
     return rc;
 }
 
+/* The domain's part of carrying endpoints on connections between
+ * machines (chanos_conn_set_domain_). */
+static const struct chanos_conn_endpoints domain_endpoints = {
+    .ref_of = chanos_endpoint_ref,
+    .export_endpoint = chanos_domain_export_endpoint_,
+    .remote = chanos_endpoint_remote_,
+};
+
 static void domain_register(struct chanos_domain *d)
 {
     pthread_mutex_lock(&domains_mu);
@@ -556,7 +564,7 @@ static int take_net(struct chanos_domain *d)
             chanos_conn_close(c);
             continue;
         }
-        chanos_conn_set_domain_(c, d->key);
+        chanos_conn_set_domain_(c, d->key, &domain_endpoints);
         d->in[d->nin] = tag.p;
         d->in[d->nin++].local = c;
         n++;
@@ -1789,7 +1797,7 @@ static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
     b.conn_id = reply->conn_id;
     rc = d->net->dial(d->netst, &b, out);
     if (rc == 0)
-        chanos_conn_set_domain_(*out, d->key);
+        chanos_conn_set_domain_(*out, d->key, &domain_endpoints);
     return rc;
 }
 
