@@ -59,7 +59,7 @@ struct chanos_conn {
      * (chanos_conn_set_domain_), which binds the endpoints it receives;
      * 0: none */
     uint64_t dkey;
-    const struct chanos_conn_endpoints *eps; /* the domain's; NULL: none */
+    chanos_export_endpoint_fn_ export_endpoint; /* the domain's; NULL: none */
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -146,10 +146,10 @@ int chanos_conn_new_link(const struct chanos_link_ops *ops, void *link,
 }
 
 void chanos_conn_set_domain_(chanos_conn *c, uint64_t key,
-                             const struct chanos_conn_endpoints *eps)
+                             chanos_export_endpoint_fn_ export_endpoint)
 {
     c->dkey = key;
-    c->eps = eps;
+    c->export_endpoint = export_endpoint;
 }
 
 int chanos_conn_peer_gone(chanos_conn *c)
@@ -175,7 +175,7 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
     uint32_t nmade = 0, i;
     int rc = 0;
 
-    if (c->ops->send_refs == NULL || c->eps == NULL)
+    if (c->ops->send_refs == NULL)
         return CHANOS_ERR_CAP;
     for (i = 0; i < nfds && rc == 0; i++) {
         struct chanos_iref r;
@@ -184,9 +184,11 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
         /* An endpoint of this machine is exported for the other one to
          * bind, and relayed by the binder; one that came from another
          * machine passes on as it came. */
-        if (c->eps->ref_of(fds[i], &r) != 0) {
-            rc = c->eps->export_endpoint(c->dkey, fds[i], &r, &made[nmade],
-                                         &net);
+        if (chanos_endpoint_ref(fds[i], &r) != 0) {
+            rc = c->export_endpoint == NULL
+                     ? CHANOS_ERR_CAP
+                     : c->export_endpoint(c->dkey, fds[i], &r, &made[nmade],
+                                          &net);
             if (rc != 0)
                 break;
             nmade++;
@@ -206,11 +208,10 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
  * into endpoints (chanos_endpoint_open binds them) in c->rfds. */
 static int recv_refs(chanos_conn *c, const uint8_t *refs, uint32_t n)
 {
-    /* more than a frame on one machine holds, or no domain to bind them */
-    if (n > CHANOS_UMP_MAX_FDS || c->eps == NULL)
+    if (n > CHANOS_UMP_MAX_FDS) /* more than a frame on one machine holds */
         return CHANOS_ERR_CAP;
     for (uint32_t i = 0; i < n; i++) {
-        int rc = c->eps->remote(
+        int rc = chanos_endpoint_remote_(
             c->dkey, refs + (size_t)i * CHANOS_IREF_WIRE_SIZE, &c->rfds[i]);
 
         if (rc != 0) {

@@ -117,22 +117,6 @@ struct chanos_domain {
 static pthread_mutex_t domains_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct chanos_domain *domains;
 static uint64_t domains_next_key = 1;
-static uint64_t process_nonce;
-
-uint64_t chanos_process_nonce_(void)
-{
-    uint64_t n;
-
-    pthread_mutex_lock(&domains_mu);
-    while (process_nonce == 0) {
-        if (getrandom(&process_nonce, sizeof process_nonce, 0) !=
-            (ssize_t)sizeof process_nonce)
-            process_nonce = 0;
-    }
-    n = process_nonce;
-    pthread_mutex_unlock(&domains_mu);
-    return n;
-}
 
 uint64_t chanos_domain_key_(const chanos_domain *d) { return d->key; }
 
@@ -180,14 +164,6 @@ int chanos_domain_export_endpoint_(uint64_t key, int ep,
         *net = d->net;
     return rc;
 }
-
-/* The domain's part of carrying endpoints on connections between
- * machines (chanos_conn_set_domain_). */
-static const struct chanos_conn_endpoints domain_endpoints = {
-    .ref_of = chanos_endpoint_ref,
-    .export_endpoint = chanos_domain_export_endpoint_,
-    .remote = chanos_endpoint_remote_,
-};
 
 static void domain_register(struct chanos_domain *d)
 {
@@ -564,7 +540,7 @@ static int take_net(struct chanos_domain *d)
             chanos_conn_close(c);
             continue;
         }
-        chanos_conn_set_domain_(c, d->key, &domain_endpoints);
+        chanos_conn_set_domain_(c, d->key, chanos_domain_export_endpoint_);
         d->in[d->nin] = tag.p;
         d->in[d->nin++].local = c;
         n++;
@@ -1797,7 +1773,7 @@ static int bind_net(chanos_domain *d, const struct monitor_bind_reply *reply,
     b.conn_id = reply->conn_id;
     rc = d->net->dial(d->netst, &b, out);
     if (rc == 0)
-        chanos_conn_set_domain_(*out, d->key, &domain_endpoints);
+        chanos_conn_set_domain_(*out, d->key, chanos_domain_export_endpoint_);
     return rc;
 }
 

@@ -24,22 +24,22 @@ chanos_domain *chanos_domain_by_key_(uint64_t key);
 /* The process's own random value, which a key is good with: an endpoint
  * passed to another process finds no domain there. */
 uint64_t chanos_process_nonce_(void);
-/* What a connection between machines asks of its domain to carry channel
- * endpoints (conn.c's send_refs and recv_refs): the domain layer's
- * functions, which chanos_conn_set_domain_ hands the connection with the
- * domain's key, so that the connection layer calls none of them by name
- * and builds without them. */
-struct chanos_conn_endpoints {
-    /* chanos_endpoint_ref: the iref of an endpoint from another machine */
-    int (*ref_of)(int ep, struct chanos_iref *out);
-    /* chanos_domain_export_endpoint_ */
-    int (*export_endpoint)(uint64_t key, int ep, struct chanos_iref *ref,
-                           void **handle, const struct chanos_net_binder **net);
-    /* chanos_endpoint_remote_ */
-    int (*remote)(uint64_t key, const uint8_t *ref, int *fd);
-};
+/* How a connection between machines exports an endpoint of this machine
+ * that it sends (conn.c's send_refs): the domain layer's
+ * chanos_domain_export_endpoint_, which chanos_conn_set_domain_ hands the
+ * connection with the domain's key, so that the connection layer calls no
+ * domain function by name and builds without the domain layer. */
+typedef int (*chanos_export_endpoint_fn_)(uint64_t key, int ep,
+                                          struct chanos_iref *ref,
+                                          void **handle,
+                                          const struct chanos_net_binder **net);
 void chanos_conn_set_domain_(chanos_conn *c, uint64_t key,
-                             const struct chanos_conn_endpoints *eps);
+                             chanos_export_endpoint_fn_ export_endpoint);
+/* chanos_endpoint_ref_read_ reads the descriptor of an endpoint from
+ * another machine (endpoint_ref.c): 0, the process nonce and domain key it
+ * was made for, and its iref; -EINVAL for a descriptor that is not one. */
+int chanos_endpoint_ref_read_(int ep, uint64_t *nonce, uint64_t *key,
+                              struct chanos_iref *ref);
 /* chanos_endpoint_remote_ makes the descriptor of an endpoint from another
  * machine: the iref ref (CHANOS_IREF_WIRE_SIZE bytes, as the wire encodes
  * it), to be bound in the domain of key key. 0 and *fd, or -errno. */

@@ -303,8 +303,8 @@ func TestCompileAndRun(t *testing.T) {
 
 // compileC writes the code of ifaces to a temporary directory and compiles
 // it and, if main is not "", runs main linked with it and with libchanos's
-// connections (wire.c, errors.c, and ump.c, conn.c and serve.c, which the
-// stubs and dispatch call).
+// connections (wire.c, errors.c, and ump.c, conn.c, endpoint_ref.c and
+// serve.c, which the stubs and dispatch call).
 func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
@@ -313,7 +313,7 @@ func compileC(t *testing.T, ifaces []*idl.Interface, main string) {
 	dir := t.TempDir()
 	srcs := []string{"../../c/src/wire.c", "../../c/src/errors.c"}
 	if main != "" {
-		srcs = append(srcs, "../../c/src/ump.c", "../../c/src/conn.c", "../../c/src/serve.c")
+		srcs = append(srcs, "../../c/src/ump.c", "../../c/src/conn.c", "../../c/src/endpoint_ref.c", "../../c/src/serve.c")
 	}
 	for _, iface := range ifaces {
 		for _, f := range generate(t, iface) {

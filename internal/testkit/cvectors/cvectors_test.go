@@ -103,7 +103,8 @@ func TestAlltypes(t *testing.T) {
 		"-I../../../c/include", "-I../../../c/tests", "-I" + dir, "-o", exe,
 		test, filepath.Join(dir, "alltypes.c"), "../../../c/src/wire.c", "../../../c/src/errors.c",
 		// the stubs and dispatch of the generated code call the connection layer
-		"-D_GNU_SOURCE", "-pthread", "../../../c/src/ump.c", "../../../c/src/conn.c", "../../../c/src/serve.c"}
+		"-D_GNU_SOURCE", "-pthread", "../../../c/src/ump.c", "../../../c/src/conn.c",
+		"../../../c/src/endpoint_ref.c", "../../../c/src/serve.c"}
 	if out, err := exec.Command(cc, args...).CombinedOutput(); err != nil {
 		t.Fatalf("compiling: %v\n%s", err, out)
 	}
