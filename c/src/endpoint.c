@@ -10,11 +10,8 @@
 #include "internal.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #define EP_MAGIC UINT64_C(0x313050454e414843) /* "CHANEP01" */
