@@ -60,30 +60,46 @@ func (s handsSrv) Hand(_ context.Context, _ *files.Client, m files.Hand) error {
 	return nil
 }
 
+// handOver joins the monitor in dir as program, connects to the files
+// export name (on another machine), makes a pingpong endpoint and hands it
+// over on that connection. It returns the connection, the endpoint's own
+// end, and what closes the domain and the connection; a hand that fails
+// is printed ("hand: ERR"), and near is then nil.
+func handOver(ctx context.Context, dir, name, program string) (c *files.Conn, near *chanos.Conn, done func(), err error) {
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram(program))
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	c, err = files.Connect(ctx, d, name)
+	if err != nil {
+		d.Close()
+		return nil, nil, nil, err
+	}
+	done = func() { c.Close(); d.Close() }
+	near, ep, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		done()
+		return nil, nil, nil, err
+	}
+	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: pingpong.InterfaceName}); err != nil {
+		fmt.Printf("hand: %v\n", err)
+		done()
+		return nil, nil, nil, nil
+	}
+	return c, near, done, nil
+}
+
 // handClient joins the monitor in args[0], connects to the files export
 // named args[1] (on another machine), makes a pingpong endpoint, hands it
 // over and makes echo rpcs on its own end, printing "echo ok N"; then it
 // tries to send a file descriptor and prints how that failed.
 func handClient(args []string) error {
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(args[0]), chanos.WithProgram("handclient"))
-	if err != nil {
+	c, near, done, err := handOver(ctx, args[0], args[1], "handclient")
+	if err != nil || near == nil {
 		return err
 	}
-	defer d.Close()
-	c, err := files.Connect(ctx, d, args[1])
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	near, ep, err := chanos.NewEndpoint(pingpong.Interface)
-	if err != nil {
-		return err
-	}
-	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: pingpong.InterfaceName}); err != nil {
-		fmt.Printf("hand: %v\n", err)
-		return nil
-	}
+	defer done()
 	p := pingpong.NewConn(near)
 	n := 0
 	for i := uint64(0); i < 1000; i++ {
@@ -112,24 +128,11 @@ func handClient(args []string) error {
 // files connection ends too, exits.
 func handServe(args []string) error {
 	ctx := context.Background()
-	d, err := chanos.Join(ctx, chanos.WithDir(args[0]), chanos.WithProgram("handserve"))
-	if err != nil {
+	_, near, done, err := handOver(ctx, args[0], args[1], "handserve")
+	if err != nil || near == nil {
 		return err
 	}
-	defer d.Close()
-	c, err := files.Connect(ctx, d, args[1])
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	near, ep, err := chanos.NewEndpoint(pingpong.Interface)
-	if err != nil {
-		return err
-	}
-	if err := c.Send(ctx, &files.Hand{Endpoint: ep, Iface: pingpong.InterfaceName}); err != nil {
-		fmt.Printf("hand: %v\n", err)
-		return nil
-	}
+	defer done()
 	p := pingpong.NewConn(near)
 	s := &countingEcho{}
 	err = p.Serve(ctx, s)
