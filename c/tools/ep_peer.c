@@ -138,6 +138,28 @@ static int wait_hand(chanos_conn *c, int *ep)
     }
 }
 
+/* take_hand joins the monitor in dir as program, exports files under
+ * name, accepts the one connection of the machine that hands an endpoint
+ * over, and waits for the hand: 0 and the endpoint in *ep, or what fail
+ * returned. */
+static int take_hand(const char *dir, const char *program, const char *name,
+                     chanos_domain **d, chanos_listener **l, chanos_conn **c,
+                     int *ep)
+{
+    int rc;
+
+    if ((rc = join(dir, program, d)) != 0)
+        return fail("join", rc);
+    if ((rc = chanos_export_iface(*d, name, &files_interface, NULL, l)) != 0)
+        return fail("export", rc);
+    say("exported %s", name);
+    if ((rc = chanos_accept(*l, CALL_MS, c)) != 0)
+        return fail("accept", rc);
+    if ((rc = wait_hand(*c, ep)) != 0)
+        return fail("hand", rc);
+    return 0;
+}
+
 static int open_main(const char *dir, const char *name, uint64_t count)
 {
     chanos_domain *d;
@@ -147,15 +169,8 @@ static int open_main(const char *dir, const char *name, uint64_t count)
     int rc, ep;
 
     int fds0 = open_fds();
-    if ((rc = join(dir, "ep-peer-open", &d)) != 0)
-        return fail("join", rc);
-    if ((rc = chanos_export_iface(d, name, &files_interface, NULL, &l)) != 0)
-        return fail("export", rc);
-    say("exported %s", name);
-    if ((rc = chanos_accept(l, CALL_MS, &c)) != 0)
-        return fail("accept", rc);
-    if ((rc = wait_hand(c, &ep)) != 0)
-        return fail("hand", rc);
+    if ((rc = take_hand(dir, "ep-peer-open", name, &d, &l, &c, &ep)) != 0)
+        return rc;
     rc = chanos_endpoint_ref(ep, &ref);
     if (rc != 0)
         say("ref %d", rc);
@@ -228,15 +243,8 @@ static int serve_main(const char *dir, const char *name)
     chanos_conn *c, *pc;
     int rc, ep;
 
-    if ((rc = join(dir, "ep-peer-serve", &d)) != 0)
-        return fail("join", rc);
-    if ((rc = chanos_export_iface(d, name, &files_interface, NULL, &l)) != 0)
-        return fail("export", rc);
-    say("exported %s", name);
-    if ((rc = chanos_accept(l, CALL_MS, &c)) != 0)
-        return fail("accept", rc);
-    if ((rc = wait_hand(c, &ep)) != 0)
-        return fail("hand", rc);
+    if ((rc = take_hand(dir, "ep-peer-serve", name, &d, &l, &c, &ep)) != 0)
+        return rc;
     if ((rc = chanos_endpoint_open(ep, &pingpong_interface, &pc)) != 0)
         return fail("open", rc);
     say("opened");
