@@ -305,54 +305,16 @@ func RunNames(ctx context.Context, cfg NamesConfig, emit func(Result) error) err
 			// The same remote set as the chanos case, the store's, seen by
 			// a raw watch of its key: the two differ in the wake-up path
 			// alone.
-			return timeWakeups(waits, func(i int) (func() error, func() (int64, error), error) {
-				n := fmt.Sprintf("bench.waitraw.%d.%d", round, i)
-				wctx, cancel := context.WithCancel(ctx)
-				ch, err := w.raw.WatchName(wctx, n)
-				if err != nil {
-					cancel()
-					return nil, nil, err
-				}
-				done := make(chan woken, 1)
-				go func() {
-					_, ok := <-ch
-					at := nanotime()
-					if !ok {
-						done <- woken{at, errors.New("watch ended")}
-						return
-					}
-					done <- woken{at, nil}
-				}()
-				set := func() error { return w.remote.Names().Set(ctx, n, ref, waitOwner) }
-				wait := func() (int64, error) { defer cancel(); r := <-done; return r.at, r.err }
-				return set, wait, nil
-			}, func() { w.remote.Names().Release(ctx, waitOwner) })
+			return timeWakeups(waits, rawWake(ctx, fmt.Sprintf("bench.waitraw.%d", round), w.raw.WatchName,
+				func(n string) error { return w.remote.Names().Set(ctx, n, ref, waitOwner) }),
+				func() { w.remote.Names().Release(ctx, waitOwner) })
 		}},
 		{"wait-for", "etcd", func(round int) (Result, error) {
-			return timeWakeups(waits, func(i int) (func() error, func() (int64, error), error) {
-				n := fmt.Sprintf("bench.wait.%d.%d", round, i)
-				wctx, cancel := context.WithCancel(ctx)
-				ch, err := w.raw.Watch(wctx, n)
-				if err != nil {
-					cancel()
-					return nil, nil, err
-				}
-				done := make(chan woken, 1)
-				go func() {
-					_, ok := <-ch
-					at := nanotime()
-					if !ok {
-						done <- woken{at, errors.New("watch ended")}
-						return
-					}
-					done <- woken{at, nil}
-				}()
-				// A transaction, as the store's set: the two cases differ in
-				// the wake-up path only.
-				set := func() error { return w.rawRemote.Create(ctx, n, "x") }
-				wait := func() (int64, error) { defer cancel(); r := <-done; return r.at, r.err }
-				return set, wait, nil
-			}, func() { w.raw.DeleteAll(ctx) })
+			// A raw transaction, without the store's lease, seen by a raw
+			// watch: both the set and the wake-up are etcd's alone.
+			return timeWakeups(waits, rawWake(ctx, fmt.Sprintf("bench.wait.%d", round), w.raw.Watch,
+				func(n string) error { return w.rawRemote.Create(ctx, n, "x") }),
+				func() { w.raw.DeleteAll(ctx) })
 		}},
 	}
 	runs := make([][]Result, len(cases))
@@ -501,6 +463,33 @@ func timeOnce(warmup, iters int, op func(i int) error) (Result, error) {
 type woken struct {
 	at  int64
 	err error
+}
+
+// rawWake is timeWakeups' prepare for a raw etcd watch: wake i watches the
+// name prefix.i with watch, from before set sets it.
+func rawWake(ctx context.Context, prefix string, watch func(context.Context, string) (<-chan struct{}, error),
+	set func(name string) error) func(i int) (func() error, func() (int64, error), error) {
+	return func(i int) (func() error, func() (int64, error), error) {
+		n := fmt.Sprintf("%s.%d", prefix, i)
+		wctx, cancel := context.WithCancel(ctx)
+		ch, err := watch(wctx, n)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		done := make(chan woken, 1)
+		go func() {
+			_, ok := <-ch
+			at := nanotime()
+			if !ok {
+				done <- woken{at, errors.New("watch ended")}
+				return
+			}
+			done <- woken{at, nil}
+		}()
+		wait := func() (int64, error) { defer cancel(); r := <-done; return r.at, r.err }
+		return func() error { return set(n) }, wait, nil
+	}
 }
 
 // timeWakeups times n wake-ups: prepare arms a waiter and returns the
