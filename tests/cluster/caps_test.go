@@ -161,12 +161,7 @@ func (s *countingEcho) Echo(_ context.Context, val uint64) (uint64, error) {
 // that disturbs the opened connection.
 func TestCEndpointAcrossMachines(t *testing.T) {
 	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
-	w := newWorld(t, 3, 3)
-	for i := range 2 {
-		w.admit(i, w.root)
-		w.start(i)
-	}
-	w.awaitLink(1, 0)
+	w := twoMachines(t)
 	cs := testkit.Start(t, w.net.Machines[0].Command(peer, "open", w.dirs[0], "chands", "1000"))
 	cs.Expect(t, "exported chands")
 	argv := testkit.Command("handserve", w.dirs[1], "chands")
@@ -205,15 +200,7 @@ func TestCEndpointAcrossMachines(t *testing.T) {
 // as does the maker of an endpoint whose frame could not be sent.
 func TestCEndpointToOtherMachine(t *testing.T) {
 	peer := filepath.Join(testkit.CBuild(t, filepath.Join("tools", "chanos-ep-peer")), "tools", "chanos-ep-peer")
-	w := newWorld(t, 3, 3)
-	for i := range 2 {
-		w.admit(i, w.root)
-		w.start(i)
-	}
-	w.awaitLink(1, 0)
-	argv := testkit.Command("hands", w.dirs[0], "hands")
-	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
-	srv.Expect(t, "exported")
+	w, srv := handsWorld(t)
 	cl := testkit.Start(t, w.net.Machines[1].Command(peer, "hand", w.dirs[1], "hands", "1000"))
 	if l := srv.Line(t); l != "opened via=net" {
 		t.Fatalf("Go server: %q, want the endpoint opened over net", l)
@@ -265,6 +252,28 @@ func TestCEndpointToOtherMachine(t *testing.T) {
 	}
 }
 
+// twoMachines starts two admitted machines, 1 and 2, of a three-member
+// etcd, and waits until machine 2 has its control link to machine 1.
+func twoMachines(t *testing.T) *world {
+	w := newWorld(t, 3, 3)
+	for i := range 2 {
+		w.admit(i, w.root)
+		w.start(i)
+	}
+	w.awaitLink(1, 0)
+	return w
+}
+
+// handsWorld is twoMachines with a Go domain on machine 1 that takes the
+// endpoints handed to its files export "hands" (the role hands).
+func handsWorld(t *testing.T) (*world, *testkit.Child) {
+	w := twoMachines(t)
+	argv := testkit.Command("hands", w.dirs[0], "hands")
+	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
+	srv.Expect(t, "exported")
+	return w, srv
+}
+
 // exited waits for c to end and fails the test unless it exited with 0
 // (a sanitizer's report exits with 23), showing what it printed last.
 func exited(t *testing.T, c *testkit.Child) {
@@ -290,16 +299,8 @@ const (
 // machine fails at send with ErrCapsUnsupported, and the connection goes
 // on.
 func TestEndpointAcrossMachines(t *testing.T) {
-	w := newWorld(t, 3, 3)
-	for i := range 2 {
-		w.admit(i, w.root)
-		w.start(i)
-	}
-	w.awaitLink(1, 0)
-	argv := testkit.Command("hands", w.dirs[0], "hands")
-	srv := testkit.Start(t, w.net.Machines[0].Command(argv[0], argv[1:]...))
-	srv.Expect(t, "exported")
-	argv = testkit.Command("handclient", w.dirs[1], "hands")
+	w, srv := handsWorld(t)
+	argv := testkit.Command("handclient", w.dirs[1], "hands")
 	cl := testkit.Start(t, w.net.Machines[1].Command(argv[0], argv[1:]...))
 	if l := srv.Line(t); l != "opened via=net" {
 		t.Fatalf("server: %q, want the endpoint opened over net", l)
