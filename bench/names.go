@@ -295,7 +295,7 @@ func RunNames(ctx context.Context, cfg NamesConfig, emit func(Result) error) err
 				}()
 				// wait_for's registration has no answer of its own: give the
 				// call time to reach the monitor.
-				time.Sleep(2 * time.Millisecond)
+				time.Sleep(waitForSettle)
 				set := func() error { return w.remote.Names().Set(ctx, n, ref, waitOwner) }
 				wait := func() (int64, error) { r := <-done; return r.at, r.err }
 				return set, wait, nil
@@ -465,6 +465,10 @@ type woken struct {
 	err error
 }
 
+// waitForSettle is the pause between arming a wake-up and the set that
+// triggers it, in every wait-for case alike.
+const waitForSettle = 2 * time.Millisecond
+
 // rawWake is timeWakeups' prepare for a raw etcd watch: wake i watches the
 // name prefix.i with watch, from before set sets it.
 func rawWake(ctx context.Context, prefix string, watch func(context.Context, string) (<-chan struct{}, error),
@@ -487,6 +491,11 @@ func rawWake(ctx context.Context, prefix string, watch func(context.Context, str
 			}
 			done <- woken{at, nil}
 		}()
+		// As long a pause before the set as the chanos case makes for its
+		// wait_for to reach the monitor: both sets then start from a
+		// machine equally idle (on an idle VM, the first wake-up after a
+		// pause waits for a halted vCPU).
+		time.Sleep(waitForSettle)
 		wait := func() (int64, error) { defer cancel(); r := <-done; return r.at, r.err }
 		return func() error { return set(n) }, wait, nil
 	}
