@@ -1350,9 +1350,9 @@ int chanos_endpoint_open(int ep, const struct chanos_interface *iface,
  * already, withdrawn (not opened within a minute) or whose iref is not
  * the export's gives CHANOS_ERR_NOT_FOUND or CHANOS_ERR_DENIED (a second
  * open just after the first, while the sender withdraws its export, may
- * fail at the connection instead); chanos_domain_error says more. One opened in another process, or after
- * its domain was closed, gives CHANOS_ERR_NO_ROUTE. The descriptor is
- * taken over in every case.
+ * fail at the connection instead); chanos_domain_error says more. One
+ * opened in another process, or after its domain was closed, gives
+ * CHANOS_ERR_NO_ROUTE. The descriptor is taken over in every case.
  *
  * chanos_endpoint_ref stores in *out the iref such an endpoint holds: 0,
  * or -EINVAL for a descriptor that is not one (an endpoint of this
