@@ -102,6 +102,9 @@ type Link struct {
 	rturn   sync.Mutex
 	rcur    *connReader
 	rcvWant atomic.Bool
+	// handed says that a Receive handed the turn, held, to the
+	// background reader (read.go, handOver).
+	handed atomic.Bool
 
 	ctx        context.Context // ends when the link does: it bounds redials
 	cancelCtx  context.CancelFunc

@@ -25,6 +25,13 @@ import (
 // doubled a round trip on the 2-CPU machine chanos is built on
 // (docs/net.md, "Reading").
 //
+// A Receive reads only records that have arrived whole, once their header
+// has: the rest of a record may take long (a slow network, a peer that
+// stalls), and a Receive whose context ends cannot leave a record half
+// read. A record that has only begun to arrive is handed, with the turn,
+// to the background reader (handOver), and the Receive waits for it as
+// its context allows.
+//
 // Records must be read also while nobody receives: the acknowledgements
 // that free the send window, the peer's close, keepalives. Each TCP
 // connection has a goroutine of its own for that, the background reader.
@@ -157,7 +164,9 @@ func (l *Link) watch(r *connReader) func() {
 func (l *Link) background(r *connReader) {
 	defer l.wg.Done()
 	for {
-		if !l.rcvWant.Load() && l.rturn.TryLock() {
+		// A Receive may have handed over its turn, with a record that had
+		// only begun to arrive: that one is read before the turn goes back.
+		if l.handed.Swap(false) || (!l.rcvWant.Load() && l.rturn.TryLock()) {
 			for !r.stopped() {
 				if _, err := l.readRecord(r, true); err != nil {
 					l.dropReader(r, err, true)
@@ -172,11 +181,35 @@ func (l *Link) background(r *connReader) {
 		}
 		select {
 		case <-r.stop:
+			l.releaseHanded()
 			return
 		case <-l.done:
+			l.releaseHanded()
 			return
 		case <-r.kick:
 		}
+	}
+}
+
+// handOver gives the reading turn, which the caller holds, to r's
+// background reader, to read a record that has only begun to arrive: its
+// rest may take long (a slow network, a stalled peer), and a Receive
+// cannot give up a record half read when its context ends.
+func (l *Link) handOver(r *connReader) {
+	l.handed.Store(true)
+	signal(r.kick)
+	if r.stopped() {
+		// Its background reader may have gone already.
+		l.releaseHanded()
+	}
+}
+
+// releaseHanded frees the reading turn if it was handed over and nobody
+// took it.
+func (l *Link) releaseHanded() {
+	if l.handed.Swap(false) {
+		l.rturn.Unlock()
+		signal(l.inboxSig)
 	}
 }
 
@@ -200,15 +233,22 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 			}
 			r := l.rcur
 			l.mu.Unlock()
+			wait := true
 			if r != nil && l.rturn.TryLock() {
-				err := l.readFor(ctx, r)
-				l.rturn.Unlock()
-				if err != nil {
+				switch err := l.readFor(ctx, r); {
+				case err == errPartial:
+					l.handOver(r) // and wait for it below, as ctx allows
+				case err != nil:
+					l.rturn.Unlock()
 					l.rcvWant.Store(false)
 					*in = interconnect.Incoming{}
 					return err
+				default:
+					l.rturn.Unlock()
+					wait = false
 				}
-			} else {
+			}
+			if wait {
 				select {
 				case <-l.inboxSig:
 				case <-l.done:
@@ -280,6 +320,9 @@ func (l *Link) readFor(ctx context.Context, r *connReader) error {
 			l.dropReader(r, err, true)
 			return nil
 		}
+		if !l.whole(r) {
+			return errPartial
+		}
 		got, err := l.readRecord(r, false)
 		if err != nil {
 			l.dropReader(r, err, true)
@@ -290,6 +333,27 @@ func (l *Link) readFor(ctx context.Context, r *connReader) error {
 		}
 	}
 	return nil
+}
+
+// errPartial is readFor's report of a record that has only begun to
+// arrive (whole).
+var errPartial = errors.New("net: a record only partly arrived")
+
+// whole says whether all of r's next record, whose header is buffered, is
+// buffered too: a Receive reads only such records itself, as reading the
+// rest of one could not end with its context. A record over the maximum
+// frame size counts as whole, for readRecord to refuse it.
+func (l *Link) whole(r *connReader) bool {
+	h, _ := r.br.Peek(recHeaderSize)
+	n := int64(binary.LittleEndian.Uint32(h[4:]))
+	if n > int64(l.o.MaxFrameSize) {
+		return true
+	}
+	need := recHeaderSize + int(n)
+	if r.mac != nil {
+		need += tagSize
+	}
+	return r.br.Buffered() >= need
 }
 
 // awaitHeader waits until the header of r's next record is buffered, or

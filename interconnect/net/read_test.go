@@ -116,3 +116,49 @@ func TestReadWhileNobodyReceives(t *testing.T) {
 		t.Errorf("receive after the peer's close: %v, want ErrClosed", err)
 	}
 }
+
+// A frame that arrives slowly (a throttled network) is read by the
+// link's own reader, not by a Receive that found it begun: that Receive
+// still ends with its context, and the frame then arrives whole.
+func TestReceiveContextEndsDuringASlowFrame(t *testing.T) {
+	noLeaks(t)
+	L := listen(t, nil)
+	p := proxy(t, L)
+	cl, sl := connect(t, L, p.Addr(), nil)
+	ctx := testkit.Context(t)
+	// A small frame first, so that Receive reads the connection itself
+	// (the link's own reader gives it the turn once a Receive waits).
+	if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
+		t.Fatal(err)
+	}
+	var in interconnect.Incoming
+	if err := sl.Receive(ctx, &in); err != nil {
+		t.Fatal(err)
+	}
+	p.Throttle(256 << 10) // a 512 KiB frame takes about 2 s
+	big := frame(t, &pingpong.Data{Payload: make([]byte, 512<<10)})
+	sent := make(chan error, 1)
+	go func() { sent <- cl.SendFrame(ctx, big, nil) }()
+	cut := 0
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		err := sl.Receive(rctx, &in)
+		cancel()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("a receive while the frame arrives: %v", err)
+		}
+		cut++
+	}
+	if len(in.Frame) != len(big) {
+		t.Fatalf("a frame of %d bytes, want %d", len(in.Frame), len(big))
+	}
+	if cut < 20 {
+		t.Errorf("only %d receives ended with their 20 ms contexts while the frame took its time", cut)
+	}
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+}
