@@ -143,7 +143,8 @@ struct chanos_net_link {
     uint8_t tag[GMAC_TAG];
     size_t tag_have;
     uint8_t *pay;
-    uint32_t pay_len, pay_have;
+    uint32_t pay_len;
+    size_t pay_have;
     int64_t last_read, last_write;
 };
 
@@ -360,6 +361,22 @@ static int apply_locked(chanos_net_link *c, const uint8_t *h, uint8_t *pay,
     return apply_ack_locked(c, ack);
 }
 
+/* take copies into dst, which holds *have of its want bytes, as many of
+ * the rest as the *n bytes at *b hold, and moves *b and *n past them:
+ * true once dst holds all want. */
+static bool take(uint8_t *dst, size_t *have, size_t want, const uint8_t **b,
+                 size_t *n)
+{
+    size_t k = want - *have;
+    if (k > *n)
+        k = *n;
+    memcpy(dst + *have, *b, k);
+    *have += k;
+    *b += k;
+    *n -= k;
+    return *have == want;
+}
+
 /* process handles n bytes read, record by record: 0, or the link's end. */
 static int process(chanos_net_link *c, const uint8_t *b, size_t n)
 {
@@ -368,28 +385,14 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
     pthread_mutex_lock(&c->mu);
     while (n > 0 && !err) {
         if (c->pay) {
-            size_t k = c->pay_len - c->pay_have;
-            if (k > n)
-                k = n;
-            memcpy(c->pay + c->pay_have, b, k);
-            c->pay_have += (uint32_t)k;
-            b += k;
-            n -= k;
-            if (c->pay_have < c->pay_len)
+            if (!take(c->pay, &c->pay_have, c->pay_len, &b, &n))
                 break;
             uint8_t *pay = c->pay;
             c->pay = NULL;
             err = apply_locked(c, c->hdr, pay, &got);
             continue;
         }
-        size_t k = REC_HDR - c->hdr_have;
-        if (k > n)
-            k = n;
-        memcpy(c->hdr + c->hdr_have, b, k);
-        c->hdr_have += k;
-        b += k;
-        n -= k;
-        if (c->hdr_have < REC_HDR)
+        if (!take(c->hdr, &c->hdr_have, REC_HDR, &b, &n))
             break;
         c->hdr_have = 0;
         err = check_locked(c, c->hdr);
@@ -436,14 +439,7 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
 {
     while (n > 0) {
         if (c->hdr_have < REC_HDR) {
-            size_t k = REC_HDR - c->hdr_have;
-            if (k > n)
-                k = n;
-            memcpy(c->hdr + c->hdr_have, b, k);
-            c->hdr_have += k;
-            b += k;
-            n -= k;
-            if (c->hdr_have < REC_HDR)
+            if (!take(c->hdr, &c->hdr_have, REC_HDR, &b, &n))
                 break;
             /* Only the length is used before the tag checks, and only to
              * know how much to read: within the maximum frame size. */
@@ -460,23 +456,10 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
             continue;
         }
         if (c->pay_have < c->pay_len) {
-            size_t k = c->pay_len - c->pay_have;
-            if (k > n)
-                k = n;
-            memcpy(c->pay + c->pay_have, b, k);
-            c->pay_have += (uint32_t)k;
-            b += k;
-            n -= k;
+            take(c->pay, &c->pay_have, c->pay_len, &b, &n);
             continue;
         }
-        size_t k = GMAC_TAG - c->tag_have;
-        if (k > n)
-            k = n;
-        memcpy(c->tag + c->tag_have, b, k);
-        c->tag_have += k;
-        b += k;
-        n -= k;
-        if (c->tag_have < GMAC_TAG)
+        if (!take(c->tag, &c->tag_have, GMAC_TAG, &b, &n))
             break;
         c->hdr_have = 0;
         uint8_t *pay = c->pay;
