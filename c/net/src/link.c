@@ -377,6 +377,18 @@ static bool take(uint8_t *dst, size_t *have, size_t want, const uint8_t **b,
     return *have == want;
 }
 
+/* settle_locked ends a batch of records read: receivers are woken if
+ * got (a frame or the peer's close came), and the link ends if err. */
+static void settle_locked(chanos_net_link *c, bool got, int err)
+{
+    if (got) {
+        pthread_cond_broadcast(&c->cv);
+        ready(c);
+    }
+    if (err)
+        end_locked(c, err, true);
+}
+
 /* process handles n bytes read, record by record: 0, or the link's end. */
 static int process(chanos_net_link *c, const uint8_t *b, size_t n)
 {
@@ -409,12 +421,7 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
         if (!c->pay)
             err = -ENOMEM;
     }
-    if (got) {
-        pthread_cond_broadcast(&c->cv);
-        ready(c);
-    }
-    if (err)
-        end_locked(c, err, true);
+    settle_locked(c, got, err);
     pthread_mutex_unlock(&c->mu);
     return err;
 }
@@ -478,12 +485,7 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
             free(pay);
         else
             err = apply_locked(c, c->hdr, pay, &got);
-        if (got) {
-            pthread_cond_broadcast(&c->cv);
-            ready(c);
-        }
-        if (err)
-            end_locked(c, err, true);
+        settle_locked(c, got, err);
         pthread_mutex_unlock(&c->mu);
         if (err)
             return err;
