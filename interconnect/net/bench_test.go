@@ -168,6 +168,8 @@ func BenchmarkStream64TLS(b *testing.B) {
 	benchStream(b, 64, so, co)
 }
 
+func BenchmarkStream64K(b *testing.B) { benchStream(b, 64<<10, nil, nil) }
+
 func BenchmarkStream64KAuth(b *testing.B) {
 	so, co := tlsPair(true)
 	benchStream(b, 64<<10, so, co)
@@ -212,6 +214,48 @@ func benchStream(b *testing.B, size int, so, co *cnet.Options) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		if err := cl.SendFrame(ctx, f, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	<-done
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkStream64KRawTCP is the 64 KiB streams' baseline: the same
+// bytes a frame at a time over a bare TCP connection, the receiver reading
+// each whole into a buffer of its own.
+func BenchmarkStream64KRawTCP(b *testing.B) {
+	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	const size = 64 << 10
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer s.Close()
+		buf := make([]byte, size)
+		for i := 0; i < b.N; i++ {
+			if _, err := io.ReadFull(s, buf); err != nil {
+				return
+			}
+		}
+	}()
+	c, err := stdnet.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	buf := make([]byte, size)
+	b.SetBytes(size)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(buf); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -102,9 +102,6 @@ type Link struct {
 	rturn   sync.Mutex
 	rcur    *connReader
 	rcvWant atomic.Bool
-	// handed says that a Receive handed the turn, held, to the
-	// background reader (read.go, handOver).
-	handed atomic.Bool
 
 	ctx        context.Context // ends when the link does: it bounds redials
 	cancelCtx  context.CancelFunc
@@ -352,21 +349,30 @@ func (l *Link) send(ctx context.Context, wait bool, head, body, tail []byte) (bo
 	l.unacked = append(l.unacked, outFrame{seq: l.nextSeq, typ: recData, buf: buf, rec: rec})
 	l.nextSeq++
 	l.unackedBytes += n
-	stream := len(l.unacked) > 1
+	batch := len(l.unacked) > 1 && n < bigFrame
 	l.mu.Unlock()
-	if stream {
+	if batch {
 		// Earlier frames still wait for their acknowledgement: the
-		// sender streams. Its frame is left to writeLoop, which writes
-		// every record queued by then in one flush, so that the frames
-		// queued while the network takes one write leave together in
-		// the next. A lone frame (a call, a reply) is written here, with
-		// no goroutine to wake on its way.
+		// sender streams small frames. Its frame is left to writeLoop,
+		// which writes every record queued by then in one flush, so that
+		// the frames queued while the network takes one write leave
+		// together in the next.
 		signal(l.pumpKick)
 	} else {
+		// A lone frame (a call, a reply) is written here, with no
+		// goroutine to wake on its way; so is a large one, which gains
+		// nothing from company in a write, and whose sender would
+		// otherwise copy the next frames while another thread writes
+		// this one: on a machine with few CPUs the receiving side then
+		// waits for a CPU.
 		l.pump()
 	}
 	return true, nil
 }
+
+// bigFrame is the size from which a frame is written by its sender even
+// while earlier frames wait for their acknowledgement (see send).
+const bigFrame = 16 << 10
 
 // writeLoop writes the frames that senders leave to it (see send) until
 // the link ends.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	stdnet "net"
+	"os"
 	"sync"
 	"time"
 
@@ -25,12 +26,13 @@ import (
 // doubled a round trip on the 2-CPU machine chanos is built on
 // (docs/net.md, "Reading").
 //
-// A Receive reads only records that have arrived whole, once their header
-// has: the rest of a record may take long (a slow network, a peer that
-// stalls), and a Receive whose context ends cannot leave a record half
-// read. A record that has only begun to arrive is handed, with the turn,
-// to the background reader (handOver), and the Receive waits for it as
-// its context allows.
+// The rest of a record may take long to arrive (a slow network, a peer
+// that stalls), and a Receive must still end with its context. A Receive
+// that reads a record not yet whole in the buffer therefore reads it
+// under a read deadline that its context's end sets; a read so cut
+// short leaves the record, as far as it came, in connReader.part, and
+// whoever reads next (a Receive or the background reader) goes on from
+// there. The TCP connection goes on.
 //
 // Records must be read also while nobody receives: the acknowledgements
 // that free the send window, the peer's close, keepalives. Each TCP
@@ -54,12 +56,25 @@ type connReader struct {
 	// unwatch stops the liveness watch (Link.watch) of c.
 	unwatch func()
 
-	// A Receive waiting for a record's header is interrupted by its
-	// context's end through c's read deadline; dl orders that with the
-	// end of the wait, so that a deadline never cuts a record in two.
+	// A Receive's read is interrupted by its context's end through c's
+	// read deadline; dl orders that with the end of the read, so that the
+	// deadline never outlives it.
 	dl      sync.Mutex
-	waiting bool // a Receive waits for a header and may be interrupted
+	waiting bool // a Receive reads and may be interrupted
 	kicked  bool // c's read deadline was set to interrupt it
+
+	// part is the record a read cut short by a deadline left, as far as
+	// it came; nil if none. Only the holder of the reading turn uses it.
+	part    *partRecord
+	partRec partRecord // what part points at, so that a record allocates nothing for it
+}
+
+// partRecord is a record whose header has been read and whose rest had
+// not all arrived when a deadline cut its read short.
+type partRecord struct {
+	hb  [recHeaderSize]byte
+	buf []byte // what the rest goes into: the payload, or (authenticated-only mode) the whole record
+	got int    // bytes of buf read
 }
 
 func (r *connReader) stopped() bool {
@@ -164,9 +179,7 @@ func (l *Link) watch(r *connReader) func() {
 func (l *Link) background(r *connReader) {
 	defer l.wg.Done()
 	for {
-		// A Receive may have handed over its turn, with a record that had
-		// only begun to arrive: that one is read before the turn goes back.
-		if l.handed.Swap(false) || (!l.rcvWant.Load() && l.rturn.TryLock()) {
+		if !l.rcvWant.Load() && l.rturn.TryLock() {
 			for !r.stopped() {
 				if _, err := l.readRecord(r, true); err != nil {
 					l.dropReader(r, err, true)
@@ -181,35 +194,11 @@ func (l *Link) background(r *connReader) {
 		}
 		select {
 		case <-r.stop:
-			l.releaseHanded()
 			return
 		case <-l.done:
-			l.releaseHanded()
 			return
 		case <-r.kick:
 		}
-	}
-}
-
-// handOver gives the reading turn, which the caller holds, to r's
-// background reader, to read a record that has only begun to arrive: its
-// rest may take long (a slow network, a stalled peer), and a Receive
-// cannot give up a record half read when its context ends.
-func (l *Link) handOver(r *connReader) {
-	l.handed.Store(true)
-	signal(r.kick)
-	if r.stopped() {
-		// Its background reader may have gone already.
-		l.releaseHanded()
-	}
-}
-
-// releaseHanded frees the reading turn if it was handed over and nobody
-// took it.
-func (l *Link) releaseHanded() {
-	if l.handed.Swap(false) {
-		l.rturn.Unlock()
-		signal(l.inboxSig)
 	}
 }
 
@@ -235,18 +224,14 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 			l.mu.Unlock()
 			wait := true
 			if r != nil && l.rturn.TryLock() {
-				switch err := l.readFor(ctx, r); {
-				case err == errPartial:
-					l.handOver(r) // and wait for it below, as ctx allows
-				case err != nil:
-					l.rturn.Unlock()
+				err := l.readFor(ctx, r)
+				l.rturn.Unlock()
+				if err != nil {
 					l.rcvWant.Store(false)
 					*in = interconnect.Incoming{}
 					return err
-				default:
-					l.rturn.Unlock()
-					wait = false
 				}
+				wait = false
 			}
 			if wait {
 				select {
@@ -278,10 +263,13 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	l.sinceAckBytes += len(f.buf)
 	// A quarter of the window, in frames or in bytes, is acknowledged at
 	// once: large frames fill the window's bytes long before its frames.
-	kick := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
+	// The Receive writes it itself: waking the link's goroutine for it
+	// would, on a machine with few CPUs, leave it waiting for one while
+	// the sender's window stays full.
+	ackNow := l.sinceAck >= max(1, l.o.WindowFrames/4) || l.sinceAckBytes >= l.o.WindowBytes/4
 	l.mu.Unlock()
-	if kick {
-		signal(l.ackKick)
+	if ackNow {
+		l.writeAck(false)
 	} else if !l.ackArmed.Swap(true) {
 		signal(l.ackArm)
 	}
@@ -313,18 +301,22 @@ func (l *Link) receiveEndLocked() error {
 // breaks; it returns an error only when ctx ends first.
 func (l *Link) readFor(ctx context.Context, r *connReader) error {
 	for !r.stopped() {
-		if err := l.awaitHeader(ctx, r); err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			l.dropReader(r, err, true)
-			return nil
+		var got bool
+		var err error
+		if r.part == nil && l.whole(r) {
+			got, err = l.readRecord(r, false)
+		} else {
+			// The header has not come yet, or the record has not all
+			// come: reading may wait, as long as ctx allows.
+			err = r.interruptible(ctx, func() (err error) {
+				got, err = l.readRecord(r, false)
+				return err
+			})
 		}
-		if !l.whole(r) {
-			return errPartial
-		}
-		got, err := l.readRecord(r, false)
 		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) && ctx.Err() != nil {
+				return ctx.Err() // r.part keeps what came
+			}
 			l.dropReader(r, err, true)
 			return nil
 		}
@@ -335,15 +327,13 @@ func (l *Link) readFor(ctx context.Context, r *connReader) error {
 	return nil
 }
 
-// errPartial is readFor's report of a record that has only begun to
-// arrive (whole).
-var errPartial = errors.New("net: a record only partly arrived")
-
-// whole says whether all of r's next record, whose header is buffered, is
-// buffered too: a Receive reads only such records itself, as reading the
-// rest of one could not end with its context. A record over the maximum
-// frame size counts as whole, for readRecord to refuse it.
+// whole says whether all of r's next record is in r's buffer, its header
+// included: reading it cannot wait. A record over the maximum frame size
+// counts as whole, for readRecord to refuse it.
 func (l *Link) whole(r *connReader) bool {
+	if r.br.Buffered() < recHeaderSize {
+		return false
+	}
 	h, _ := r.br.Peek(recHeaderSize)
 	n := int64(binary.LittleEndian.Uint32(h[4:]))
 	if n > int64(l.o.MaxFrameSize) {
@@ -356,19 +346,15 @@ func (l *Link) whole(r *connReader) bool {
 	return r.br.Buffered() >= need
 }
 
-// awaitHeader waits until the header of r's next record is buffered, or
-// ctx ends (its error is then ctx's, and the connection goes on: nothing
-// was taken from it).
-func (l *Link) awaitHeader(ctx context.Context, r *connReader) error {
-	if r.br.Buffered() >= recHeaderSize {
-		return nil
-	}
+// interruptible runs read, which reads r, so that ctx's end interrupts
+// it through r's read deadline: read then fails with
+// os.ErrDeadlineExceeded, and must leave r as it can go on from.
+func (r *connReader) interruptible(ctx context.Context, read func() error) error {
 	if ctx.Done() == nil {
-		_, err := r.br.Peek(recHeaderSize)
-		return err
+		return read()
 	}
 	if err := ctx.Err(); err != nil {
-		return err
+		return fmt.Errorf("net: read: %w", os.ErrDeadlineExceeded)
 	}
 	r.dl.Lock()
 	r.waiting = true
@@ -381,18 +367,13 @@ func (l *Link) awaitHeader(ctx context.Context, r *connReader) error {
 		}
 		r.dl.Unlock()
 	})
-	// Peek takes nothing from the reader: a read cut short by the
-	// deadline leaves what came for the next one.
-	_, err := r.br.Peek(recHeaderSize)
+	err := read()
 	stop()
 	r.dl.Lock()
 	r.waiting = false
 	if r.kicked {
 		r.kicked = false
 		r.c.SetReadDeadline(time.Time{})
-		if err != nil && ctx.Err() != nil {
-			err = ctx.Err()
-		}
 	}
 	r.dl.Unlock()
 	return err
@@ -407,12 +388,31 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 	// The record's payload and the buffer it lies in, read with the tag
 	// (authenticated-only mode).
 	var payload, rec []byte
-	if r.mac == nil {
-		if _, err := io.ReadFull(r.br, hb[:]); err != nil {
+	switch {
+	case r.part != nil:
+		// The rest of a record whose read a deadline cut short.
+		p := r.part
+		if err := r.fill(); err != nil {
 			return false, err
 		}
-	} else if payload, rec, err = l.readTagged(r.br, r.mac, &hb); err != nil {
-		return false, err
+		hb = p.hb
+		if r.mac == nil {
+			payload = p.buf
+		} else if payload, rec, err = l.openWhole(r.mac, p.buf); err != nil {
+			return false, err
+		}
+	case r.mac == nil:
+		// Peeked first: a read cut short by a deadline takes nothing.
+		h, err := r.br.Peek(recHeaderSize)
+		if err != nil {
+			return false, err
+		}
+		copy(hb[:], h)
+		r.br.Discard(recHeaderSize)
+	default:
+		if payload, rec, err = l.readTagged(r, &hb); err != nil {
+			return false, err
+		}
 	}
 	l.lastRead.Store(now())
 	h := parseHeader(hb[:])
@@ -439,7 +439,8 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 		if buf == nil {
 			buf = l.getBufLocked(n)
 			l.mu.Unlock()
-			if _, err := io.ReadFull(r.br, buf); err != nil {
+			r.begin(hb, buf)
+			if err := r.fill(); err != nil {
 				return false, err
 			}
 			l.mu.Lock()
@@ -497,7 +498,8 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 // checked nothing in the header is trusted but its length, bounded by the
 // maximum frame size, and a record that fails is a broken TCP connection
 // (errBadTag), not the peer's violation.
-func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
+func (l *Link) readTagged(r *connReader, hb *[recHeaderSize]byte) (payload, whole []byte, err error) {
+	br, m := r.br, r.mac
 	h, err := br.Peek(recHeaderSize)
 	if err != nil {
 		return nil, nil, err
@@ -508,41 +510,68 @@ func (l *Link) readTagged(br *bufio.Reader, m *recordMAC, hb *[recHeaderSize]byt
 		return nil, nil, l.badTag(fmt.Errorf("%w: a record of %d bytes, over the maximum, before its tag", errBadTag, n))
 	}
 	total := recHeaderSize + int(n) + tagSize
-	var ok bool
-	if total <= br.Size() {
-		// The whole record in the reader's buffer: checked in place.
-		rec, err := br.Peek(total)
-		if err != nil {
-			return nil, nil, err
-		}
-		if n > 0 {
-			l.mu.Lock()
-			payload = l.getBufLocked(int(n))
-			l.mu.Unlock()
-		}
-		ok = m.open(rec[:total-tagSize], rec[total-tagSize:])
-		copy(payload, rec[recHeaderSize:])
-		br.Discard(total)
-	} else {
+	if total > br.Size() {
 		// Read whole into a window buffer; the payload stays where it is.
 		l.mu.Lock()
 		whole = l.getBufLocked(total)
 		l.mu.Unlock()
-		if _, err := io.ReadFull(br, whole); err != nil {
+		r.begin(*hb, whole)
+		if err := r.fill(); err != nil {
 			return nil, nil, err
 		}
-		ok = m.open(whole[:total-tagSize], whole[total-tagSize:])
-		payload = whole[recHeaderSize : recHeaderSize+int(n)]
+		return l.openWhole(m, whole)
 	}
+	// The whole record in the reader's buffer: checked in place. Peek
+	// takes nothing, so a deadline may cut it short.
+	rec, err := br.Peek(total)
+	if err != nil {
+		return nil, nil, err
+	}
+	if n > 0 {
+		l.mu.Lock()
+		payload = l.getBufLocked(int(n))
+		l.mu.Unlock()
+	}
+	ok := m.open(rec[:total-tagSize], rec[total-tagSize:])
+	copy(payload, rec[recHeaderSize:])
+	br.Discard(total)
 	if !ok {
 		l.mu.Lock()
-		if whole != nil {
-			l.putBufLocked(whole)
-		} else {
-			l.putBufLocked(payload)
-		}
+		l.putBufLocked(payload)
 		l.mu.Unlock()
 		return nil, nil, l.badTag(errBadTag)
 	}
-	return payload, whole, nil
+	return payload, nil, nil
+}
+
+// openWhole checks the tag of whole, a record of the authenticated-only
+// mode read whole into a window buffer, and returns its payload.
+func (l *Link) openWhole(m *recordMAC, whole []byte) (payload, rec []byte, err error) {
+	total := len(whole)
+	if !m.open(whole[:total-tagSize], whole[total-tagSize:]) {
+		l.mu.Lock()
+		l.putBufLocked(whole)
+		l.mu.Unlock()
+		return nil, nil, l.badTag(errBadTag)
+	}
+	return whole[recHeaderSize : total-tagSize], whole, nil
+}
+
+// begin starts a record whose rest, after the header hb, goes into buf.
+func (r *connReader) begin(hb [recHeaderSize]byte, buf []byte) {
+	r.partRec = partRecord{hb: hb, buf: buf}
+	r.part = &r.partRec
+}
+
+// fill reads the rest of the record begun, and ends it once it has all
+// come; a read cut short keeps what came in r.part.
+func (r *connReader) fill() error {
+	p := r.part
+	n, err := io.ReadFull(r.br, p.buf[p.got:])
+	p.got += n
+	if err != nil {
+		return err
+	}
+	r.part = nil
+	return nil
 }

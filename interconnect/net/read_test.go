@@ -1,6 +1,7 @@
 package net_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"testing"
@@ -117,48 +118,77 @@ func TestReadWhileNobodyReceives(t *testing.T) {
 	}
 }
 
-// A frame that arrives slowly (a throttled network) is read by the
-// link's own reader, not by a Receive that found it begun: that Receive
-// still ends with its context, and the frame then arrives whole.
+// A frame that arrives slowly (a throttled network) is read in pieces by
+// Receives whose contexts end before it has all come, on TLS,
+// authenticated-only and plain links: each such Receive ends with its
+// context, the next goes on where it stopped, and the frame arrives
+// whole, byte for byte, on the same TCP connection, followed by the next.
 func TestReceiveContextEndsDuringASlowFrame(t *testing.T) {
-	noLeaks(t)
-	L := listen(t, nil)
-	p := proxy(t, L)
-	cl, sl := connect(t, L, p.Addr(), nil)
-	ctx := testkit.Context(t)
-	// A small frame first, so that Receive reads the connection itself
-	// (the link's own reader gives it the turn once a Receive waits).
-	if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
-		t.Fatal(err)
-	}
-	var in interconnect.Incoming
-	if err := sl.Receive(ctx, &in); err != nil {
-		t.Fatal(err)
-	}
-	p.Throttle(256 << 10) // a 512 KiB frame takes about 2 s
-	big := frame(t, &pingpong.Data{Payload: make([]byte, 512<<10)})
-	sent := make(chan error, 1)
-	go func() { sent <- cl.SendFrame(ctx, big, nil) }()
-	cut := 0
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		err := sl.Receive(rctx, &in)
-		cancel()
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("a receive while the frame arrives: %v", err)
-		}
-		cut++
-	}
-	if len(in.Frame) != len(big) {
-		t.Fatalf("a frame of %d bytes, want %d", len(in.Frame), len(big))
-	}
-	if cut < 20 {
-		t.Errorf("only %d receives ended with their 20 ms contexts while the frame took its time", cut)
-	}
-	if err := <-sent; err != nil {
-		t.Fatal(err)
+	for _, mode := range []string{"plain", "tls", "auth"} {
+		t.Run(mode, func(t *testing.T) {
+			noLeaks(t)
+			so, co := (*cnet.Options)(nil), (*cnet.Options)(nil)
+			if mode != "plain" {
+				so, co = tlsPair(mode == "auth")
+			}
+			L := listen(t, so)
+			p := proxy(t, L)
+			cl, sl := connect(t, L, p.Addr(), co)
+			ctx := testkit.Context(t)
+			if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
+				t.Fatal(err)
+			}
+			var in interconnect.Incoming
+			if err := sl.Receive(ctx, &in); err != nil {
+				t.Fatal(err)
+			}
+			p.Throttle(256 << 10) // a 256 KiB frame takes about 1 s
+			payload := make([]byte, 256<<10)
+			for i := range payload {
+				payload[i] = byte(i % 251)
+			}
+			big := frame(t, &pingpong.Data{Payload: payload})
+			sent := make(chan error, 1)
+			go func() {
+				if err := cl.SendFrame(ctx, big, nil); err != nil {
+					sent <- err
+					return
+				}
+				sent <- cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 2}), nil)
+			}()
+			cut := 0
+			for {
+				rctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+				err := sl.Receive(rctx, &in)
+				cancel()
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a receive while the frame arrives: %v", err)
+				}
+				cut++
+			}
+			if !bytes.Equal(in.Frame, big) {
+				t.Fatalf("a frame of %d bytes, not the %d sent", len(in.Frame), len(big))
+			}
+			if cut < 10 {
+				t.Errorf("only %d receives ended with their 20 ms contexts while the frame took its time", cut)
+			}
+			if err := sl.Receive(ctx, &in); err != nil {
+				t.Fatal(err)
+			}
+			var m pingpong.Ping
+			if err := in.Decode(&m); err != nil || m.MsgID != 2 {
+				t.Fatalf("the frame after: %+v, %v", m, err)
+			}
+			if err := <-sent; err != nil {
+				t.Fatal(err)
+			}
+			if n := cl.Resumes() + sl.Resumes(); n != 0 {
+				t.Errorf("%d resumes: a receive cut short broke the TCP connection", n)
+			}
+			t.Logf("%d receives cut short while the frame came", cut)
+		})
 	}
 }
