@@ -1760,6 +1760,33 @@ void chanos_conn_close(chanos_conn *c);
  * its link; -1 for a link that has none. It belongs to c. */
 int chanos_conn_fd(chanos_conn *c);
 
+/*
+ * A waiter decides how libchanos waits on a thread. A runtime that runs
+ * tasks on threads (libchanos_tasks) sets one on each of its threads, so
+ * that a connection's waits suspend the calling task instead of blocking
+ * the thread: chanos_conn_recv and chanos_conn_call (and so the generated
+ * stubs and serve loops), and, on a ump connection, chanos_conn_send
+ * waiting for ring space. They wait on the connection's descriptor
+ * (chanos_conn_fd); a connection without one blocks the thread as
+ * before, and so do sends over other links.
+ *
+ * spin: whether a receive about to wait may go on spinning over the ring
+ *   (within the ring's adaptive spin window); NULL: it may.
+ * wait: waits until fd polls readable or deadline_ns passes
+ *   (CLOCK_MONOTONIC; -1: no deadline), and returns 0,
+ *   CHANOS_ERR_TIMEDOUT or a negative error. It may return on another
+ *   thread, whose waiter is used from then on.
+ */
+struct chanos_waiter {
+    bool (*spin)(void *arg);
+    int (*wait)(void *arg, int fd, int64_t deadline_ns);
+    void *arg;
+};
+
+/* chanos_set_waiter sets the calling thread's waiter; NULL: none, the
+ * thread blocks. *w must stay valid while it is set. */
+void chanos_set_waiter(const struct chanos_waiter *w);
+
 /* chanos_conn_link returns the link of a connection on another link
  * (chanos_conn_new_link), as it was given; NULL for a ump connection. */
 void *chanos_conn_link(chanos_conn *c);

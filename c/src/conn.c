@@ -10,6 +10,7 @@
 #include <chanos.h>
 
 #include "internal.h"
+#include "spin.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -223,6 +224,95 @@ static int recv_refs(chanos_conn *c, const uint8_t *refs, uint32_t n)
     return 0;
 }
 
+/* ---- waiting through the thread's waiter (chanos_set_waiter) ---- */
+
+static _Thread_local const struct chanos_waiter *tls_waiter;
+
+void chanos_set_waiter(const struct chanos_waiter *w)
+{
+    tls_waiter = w;
+}
+
+/* thread_waiter reads the waiter of the running thread. A task can
+ * resume on another thread after a wait, so the compiler must not keep
+ * the thread-local's address across one: the function is opaque to it. */
+__attribute__((noinline)) static const struct chanos_waiter *thread_waiter(void)
+{
+    const struct chanos_waiter *w = tls_waiter;
+
+    __asm__ volatile("" : "+r"(w) : : "memory");
+    return w;
+}
+
+static int64_t deadline_ns(int timeout_ms)
+{
+    return timeout_ms < 0 ? -1 : now_ns() + (int64_t)timeout_ms * 1000000;
+}
+
+/* left_ms is the timeout left until deadline (-1: none), for a wait that
+ * blocks the thread after all. */
+static int left_ms(int64_t deadline)
+{
+    int64_t left;
+
+    if (deadline < 0)
+        return -1;
+    left = (deadline - now_ns() + 999999) / 1000000;
+    return left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
+}
+
+/* await_fd waits through the thread's waiter w until fd polls readable
+ * or deadline passes; then try runs once more. It returns try's result,
+ * CHANOS_ERR_TIMEDOUT, or the waiter's error. try must arm fd when it
+ * finds nothing (CHANOS_ERR_AGAIN). block is the thread's own wait, for
+ * a task that resumes on a thread without a waiter. */
+static int await_fd(const struct chanos_waiter *w, int fd, int64_t deadline,
+                    int (*try)(void *a, void *b), int (*block)(void *a, void *b, int timeout_ms),
+                    void *a, void *b)
+{
+    for (;;) {
+        int rc = try(a, b);
+
+        if (rc != CHANOS_ERR_AGAIN)
+            return rc;
+        rc = w->wait(w->arg, fd, deadline);
+        if (rc == CHANOS_ERR_TIMEDOUT) {
+            rc = try(a, b);
+            return rc == CHANOS_ERR_AGAIN ? CHANOS_ERR_TIMEDOUT : rc;
+        }
+        if (rc < 0)
+            return rc;
+        if ((w = thread_waiter()) == NULL)
+            return block(a, b, left_ms(deadline));
+    }
+}
+
+/* A ump send waiting for ring space through the thread's waiter. */
+struct ump_send {
+    chanos_ump *u;
+    const void *frame;
+    size_t len;
+    const int *fds;
+    uint32_t nfds;
+};
+
+static int try_ump_send(void *a, void *unused)
+{
+    struct ump_send *s = a;
+
+    (void)unused;
+    /* a send that finds no room arms the descriptor for it */
+    return chanos_ump_try_send_fds(s->u, s->frame, s->len, s->fds, s->nfds);
+}
+
+static int block_ump_send(void *a, void *unused, int timeout_ms)
+{
+    struct ump_send *s = a;
+
+    (void)unused;
+    return chanos_ump_send_fds(s->u, s->frame, s->len, s->fds, s->nfds, timeout_ms);
+}
+
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        const int *fds, uint32_t nfds, int timeout_ms)
 {
@@ -244,6 +334,12 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
     }
     if (timeout_ms == 0)
         return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
+    if (thread_waiter() != NULL) {
+        struct ump_send s = {c->u, frame, len, fds, nfds};
+
+        return await_fd(thread_waiter(), chanos_ump_fd(c->u), deadline_ns(timeout_ms),
+                        try_ump_send, block_ump_send, &s, NULL);
+    }
     return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
 }
 
@@ -680,6 +776,59 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     return 0;
 }
 
+static int try_recv(void *c, void *f)
+{
+    return recv_one(c, 0, false, f);
+}
+
+static int block_recv(void *c, void *f, int timeout_ms)
+{
+    return recv_one(c, timeout_ms, false, f);
+}
+
+/*
+ * waited_recv is recv_one with timeout_ms != 0 on a thread with the
+ * waiter w: it spins over the ring within its window while w allows, then
+ * waits through w on c's descriptor (fd), which a receive that finds no
+ * frame arms.
+ */
+static int waited_recv(chanos_conn *c, const struct chanos_waiter *w, int fd,
+                       int timeout_ms, struct chanos_frame *f)
+{
+    int64_t deadline = deadline_ns(timeout_ms);
+    /* a link's frames come from another thread's read: no spinning */
+    int64_t spin = c->ops == NULL ? chanos_ump_spin_ns(c->u) : 0;
+    int rc;
+
+    if (spin > 0) {
+        int64_t end = now_ns() + spin;
+
+        for (unsigned i = 1;; i++) {
+            rc = recv_one(c, 0, true, f);
+            if (rc != CHANOS_ERR_AGAIN)
+                return rc;
+            if ((i & 31) == 0 &&
+                ((w->spin != NULL && !w->spin(w->arg)) || now_ns() >= end))
+                break;
+            cpu_relax();
+        }
+    }
+    return await_fd(w, fd, deadline, try_recv, block_recv, c, f);
+}
+
+/* recv_wait is recv_one, through the thread's waiter where it has one. */
+static int recv_wait(chanos_conn *c, int timeout_ms, bool spin,
+                     struct chanos_frame *f)
+{
+    const struct chanos_waiter *w;
+    int fd;
+
+    if (timeout_ms == 0 || spin || (w = thread_waiter()) == NULL ||
+        (fd = chanos_conn_fd(c)) < 0)
+        return recv_one(c, timeout_ms, spin, f);
+    return waited_recv(c, w, fd, timeout_ms, f);
+}
+
 /*
  * recv_locked is recv_one, without the late replies to abandoned calls:
  * it drops them and waits on for a frame within timeout_ms. The clock is
@@ -696,7 +845,7 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
         atomic_load_explicit(&c->nabandoned, memory_order_relaxed) != 0)
         start = now_ms();
     for (;;) {
-        rc = recv_one(c, wait, spin, f);
+        rc = recv_wait(c, wait, spin, f);
         if (rc != 0 || !late(c, f))
             return rc;
         chanos_frame_close_fds(f);

@@ -5,9 +5,10 @@
  * A runtime runs tasks on N worker threads. A task spawns children
  * (chanos_task_spawn), waits for them (chanos_task_sync), and waits for
  * messages, events and timers without holding its worker
- * (chanos_task_ump_recv, chanos_task_conn_recv, chanos_task_event_wait,
- * chanos_task_sleep): its worker runs other tasks meanwhile, and the task
- * resumes, possibly on another worker, once what it waits for is there.
+ * (chanos_task_ump_recv, chanos_conn_recv and the generated stubs,
+ * chanos_task_event_wait, chanos_task_sleep): its worker runs other tasks
+ * meanwhile, and the task resumes, possibly on another worker, once what
+ * it waits for is there.
  * Every task syncs its children before it returns, as in Cilk.
  *
  * Ownership. The caller owns every chanos_task: its storage must stay valid
@@ -609,25 +610,21 @@ int chanos_task_ump_send(chanos_ump *u, const void *msg, size_t len,
                          int timeout_ms);
 
 /*
- * chanos_task_conn_recv is chanos_conn_recv for a task: the next frame of
- * c, typed by the generated decoders, with the same results. It waits as
- * chanos_task_ump_recv does; on a connection over another link, such as
- * libchanos_net's, it suspends the task until the link's descriptor
- * (chanos_conn_fd) polls, without spinning, and a link that has none
- * blocks the worker.
+ * Connections. On a worker, libchanos's own connection calls wait for a
+ * task, not for the worker: chanos_conn_recv and chanos_conn_call, and so
+ * the generated stubs (IFACE_echo, IFACE_serve, ...), spin for the ring's
+ * spin window while the worker has nothing else to run, then suspend the
+ * task until the connection's descriptor (chanos_conn_fd) polls; a send
+ * on a ump connection waits for ring space the same way. The runtime sets
+ * libchanos's waiter on each worker thread for this (chanos_set_waiter).
+ * A link with no descriptor blocks the worker, and so does a send over a
+ * link other than ump (libchanos_net's, when its window is full).
+ *
+ * chanos_task_conn_recv and chanos_task_conn_call are chanos_conn_recv and
+ * chanos_conn_call, under the names of the task API.
  */
 int chanos_task_conn_recv(chanos_conn *c, int timeout_ms,
                           struct chanos_frame *f);
-
-/*
- * chanos_task_conn_call is chanos_conn_call for a task: it sends the
- * encoded call in frame[0..len) and suspends the task until its reply (in
- * *reply, valid until the next receive), with the same results, the same
- * handling of other frames (passed to other(arg, f), or dropped) and the
- * same cancel on CHANOS_ERR_TIMEDOUT. The generated stubs call
- * chanos_conn_call; a task encodes with the generated encoder and calls
- * this instead.
- */
 int chanos_task_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
                           int timeout_ms, struct chanos_frame *reply,
                           void (*other)(void *arg, const struct chanos_frame *f),

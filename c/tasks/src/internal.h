@@ -142,6 +142,10 @@ void tasks_make_ready_(chanos_tasks *rt, struct fiber *f);
 void tasks_suspend_(struct worker *w, struct waitpoint *wp);
 void tasks_release_(chanos_tasks *rt, struct waitpoint *wp);
 int tasks_has_other_work_(struct worker *w);
+
+/* tasks_waiter_ is libchanos's waiter on the workers' threads
+ * (chanos_set_waiter): a connection's wait suspends the task. */
+extern const struct chanos_waiter tasks_waiter_;
 int64_t tasks_now_ns_(void);
 static inline void tasks_relax_(void)
 {

@@ -904,6 +904,8 @@ static void *worker_main(void *arg)
     pthread_attr_t attr;
 
     tls_worker = w;
+    /* libchanos's connection waits suspend the task, not this thread */
+    chanos_set_waiter(&tasks_waiter_);
     /* Pin only a runtime that has a worker for every CPU it may use: one
      * with fewer leaves the placement to the kernel, so that processes
      * that each run a few workers (both ends of a connection) do not all
@@ -930,6 +932,7 @@ static void *worker_main(void *arg)
     ctx_switch(&w->home, &f->ctx, 0);
     /* The worker left (worker_leave): what it left to do with the fiber. */
     run_after(w);
+    chanos_set_waiter(NULL);
     tls_worker = NULL;
     atomic_fetch_sub(&rt->nthreads, 1);
     workers_changed(rt);

@@ -477,40 +477,29 @@ int chanos_task_ump_send(chanos_ump *u, const void *msg, size_t len, int timeout
     }
 }
 
-static int conn_look(void *c, void *f)
+static bool waiter_spin(void *unused)
 {
-    return chanos_conn_spin_recv(c, f);
+    struct worker *w = tasks_worker_();
+
+    (void)unused;
+    return w != NULL && !tasks_has_other_work_(w);
 }
+
+static int waiter_wait(void *unused, int fd, int64_t deadline_ns)
+{
+    struct worker *w = tasks_worker_();
+
+    (void)unused;
+    if (w == NULL)
+        return -EINVAL; /* set only on workers' threads */
+    return wait_ready(w, fd, deadline_ns);
+}
+
+const struct chanos_waiter tasks_waiter_ = { waiter_spin, waiter_wait, NULL };
 
 int chanos_task_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 {
-    struct worker *w = tasks_worker_();
-    chanos_ump *u = chanos_conn_ump(c);
-    int fd = chanos_conn_fd(c);
-    int64_t deadline;
-    int rc;
-
-    /* A link with no descriptor to poll can only block the worker. */
-    if (w == NULL || timeout_ms == 0 || fd < 0)
-        return chanos_conn_recv(c, timeout_ms, f);
-    deadline = deadline_of(timeout_ms);
-    /* a net link spins not: its frames come from another thread's read */
-    rc = spin(w, u != NULL ? chanos_ump_spin_ns(u) : 0, conn_look, c, f);
-    if (rc != CHANOS_ERR_AGAIN)
-        return rc;
-    for (;;) {
-        rc = chanos_conn_recv(c, 0, f); /* arms the descriptor */
-        if (rc != CHANOS_ERR_AGAIN)
-            return rc;
-        rc = wait_ready(w, fd, deadline);
-        if (rc == CHANOS_ERR_TIMEDOUT) {
-            rc = chanos_conn_recv(c, 0, f);
-            return rc == CHANOS_ERR_AGAIN ? CHANOS_ERR_TIMEDOUT : rc;
-        }
-        if (rc < 0)
-            return rc;
-        w = tasks_worker_();
-    }
+    return chanos_conn_recv(c, timeout_ms, f);
 }
 
 int chanos_task_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
@@ -518,41 +507,5 @@ int chanos_task_conn_call(chanos_conn *c, uint8_t *frame, size_t len,
                           void (*other)(void *arg, const struct chanos_frame *f),
                           void *arg)
 {
-    int64_t deadline = deadline_of(timeout_ms);
-    uint16_t msg;
-    uint32_t id;
-    int rc;
-
-    if (tasks_worker_() == NULL)
-        return chanos_conn_call(c, frame, len, timeout_ms, reply, other, arg);
-    if (len < CHANOS_HEADER_SIZE)
-        return CHANOS_ERR_TRUNCATED;
-    msg = chanos_load_u16(frame + 4);
-    rc = chanos_conn_send_call(c, frame, len, timeout_ms, &id);
-    while (rc == 0) {
-        int wait = -1;
-
-        if (deadline >= 0) {
-            int64_t left = (deadline - tasks_now_ns_()) / 1000000;
-
-            wait = left <= 0 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
-        }
-        rc = chanos_task_conn_recv(c, wait, reply);
-        if (rc == CHANOS_ERR_TIMEDOUT) {
-            (void)chanos_conn_cancel(c, msg, id);
-            return CHANOS_ERR_TIMEDOUT;
-        }
-        if (rc != 0)
-            break;
-        if (reply->kind == CHANOS_KIND_REPLY || reply->kind == CHANOS_KIND_ERROR) {
-            if (reply->hdr.call_id != id || reply->hdr.msg != msg)
-                continue; /* a reply to no call of ours */
-            if (reply->kind == CHANOS_KIND_ERROR)
-                rc = CHANOS_ERR_REMOTE;
-            break;
-        }
-        if (other != NULL)
-            other(arg, reply);
-    }
-    return rc;
+    return chanos_conn_call(c, frame, len, timeout_ms, reply, other, arg);
 }
