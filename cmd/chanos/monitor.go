@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/cluster/etcd"
-	"github.com/chanos/chanos/interconnect/seqpacket"
+	"github.com/chanos/chanos/cluster/member"
 	"github.com/chanos/chanos/monitor"
 )
 
@@ -202,27 +202,11 @@ func runMonitor(ctx context.Context, args []string) error {
 // runClusterMonitor runs the monitor as a machine of the cluster cf names
 // until ctx ends, then leaves the cluster.
 func runClusterMonitor(ctx context.Context, cf *clusterFlags, cfg monitor.Config) error {
-	dir, err := monitor.Dir(cfg.Dir)
-	if err != nil {
-		return fmt.Errorf("monitor: %w", err)
-	}
-	// A second monitor of the machine would find its id registered, and
-	// wait for the first's lease: say at once why it cannot start.
-	if c, err := seqpacket.Dial(ctx, monitor.SocketPath(dir), 64); err == nil {
-		c.Close()
-		return fmt.Errorf("monitor: another monitor is already running on %s: %w", monitor.SocketPath(dir), seqpacket.ErrInUse)
-	}
-	member, err := joinCluster(ctx, cf, dir, &cfg, cfg.Logger)
+	mc, err := cf.config(cfg.Logger)
 	if err != nil {
 		return err
 	}
-	defer member.close()
-	m, err := monitor.New(cfg)
-	if err != nil {
-		return err
-	}
-	member.start(m, m.Dir())
-	return m.Serve(ctx)
+	return member.Run(ctx, mc, cfg)
 }
 
 // applyConfig sets fs's flags from a configuration file: one flag per
