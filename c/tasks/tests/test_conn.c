@@ -9,7 +9,7 @@
 #include "../../tests/check.h"
 #include "workloads.h"
 
-#include <chanos_net.h>
+#include "connpair.h"
 #include <chanos_tasks.h>
 
 #include <stdio.h>
@@ -94,27 +94,12 @@ static int child(int sock)
 {
     struct chanos_tasks_opts o = { 0 };
     chanos_tasks *rt;
-    chanos_ump *u;
     chanos_task t;
     int bad;
 
     alarm(120);
-    if (over_net) {
-        /* the server's side: it listens and tells the parent its port */
-        chanos_net_listener *l;
-        chanos_net_link *k;
-        int port;
-
-        if (chanos_net_listen("127.0.0.1:0", NULL, &l) != 0)
-            return 2;
-        port = chanos_net_listener_port(l);
-        if (write(sock, &port, sizeof port) != (ssize_t)sizeof port ||
-            chanos_net_accept(l, 20000, &k) != 0 || chanos_net_conn_new(k, &conn) != 0)
-            return 2;
-        chanos_net_listener_close(l);
-    } else if (chanos_ump_attach(sock, NULL, 10000, &u) != 0 || chanos_conn_new(u, &conn) != 0) {
+    if (connpair_child(sock, over_net, 20000, &conn) != 0)
         return 2;
-    }
     o.workers = 1;
     if (chanos_tasks_start(&rt, &o) != 0)
         return 3;
@@ -162,7 +147,6 @@ int main(int argc, char **argv)
 {
     struct chanos_tasks_opts o = { 0 };
     chanos_tasks *rt;
-    chanos_ump *u;
     chanos_task t;
     int sv[2];
     pid_t pid;
@@ -178,20 +162,7 @@ int main(int argc, char **argv)
         _exit(child(sv[1]));
     }
     close(sv[1]);
-    if (over_net) {
-        chanos_net_link *k = NULL;
-        char addr[32];
-        int port = 0;
-
-        CHECK(read(sv[0], &port, sizeof port) == (ssize_t)sizeof port);
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        CHECK_EQ(chanos_net_dial(addr, NULL, &k), 0);
-        CHECK_EQ(chanos_net_conn_new(k, &conn), 0);
-        close(sv[0]);
-    } else {
-        CHECK_EQ(chanos_ump_create(sv[0], NULL, 10000, &u), 0);
-        CHECK_EQ(chanos_conn_new(u, &conn), 0);
-    }
+    CHECK_EQ(connpair_parent(sv[0], over_net, &conn), 0);
     if (failures == 0) {
         o.workers = 1;
         CHECK_EQ(chanos_tasks_start(&rt, &o), 0);

@@ -8,7 +8,7 @@
  * (argument "net") the calls over a libchanos_net link. */
 #include "../../tests/check.h"
 
-#include <chanos_net.h>
+#include "connpair.h"
 #include <chanos_tasks.h>
 #include <pingpong.h>
 
@@ -85,25 +85,11 @@ static int child(int sock, int go)
 {
     static const struct pingpong_server_ops ops = { .ping = on_ping, .echo = on_echo };
     struct served s = { .go = go };
-    chanos_ump *u;
     int rc;
 
     alarm(120);
-    if (over_net) {
-        chanos_net_listener *l;
-        chanos_net_link *k;
-        int port;
-
-        if (chanos_net_listen("127.0.0.1:0", NULL, &l) != 0)
-            return 2;
-        port = chanos_net_listener_port(l);
-        if (write(sock, &port, sizeof port) != (ssize_t)sizeof port ||
-            chanos_net_accept(l, WAIT_MS, &k) != 0 || chanos_net_conn_new(k, &conn) != 0)
-            return 2;
-        chanos_net_listener_close(l);
-    } else if (chanos_ump_attach(sock, NULL, 10000, &u) != 0 || chanos_conn_new(u, &conn) != 0) {
+    if (connpair_child(sock, over_net, WAIT_MS, &conn) != 0)
         return 2;
-    }
     rc = pingpong_serve(conn, &ops, &s, WAIT_MS);
     chanos_conn_close(conn);
     if (rc != 0) {
@@ -192,7 +178,6 @@ int main(int argc, char **argv)
 {
     struct chanos_tasks_opts o = { 0 };
     chanos_tasks *rt;
-    chanos_ump *u;
     chanos_task t;
     int sv[2], gp[2];
     pid_t pid;
@@ -212,21 +197,7 @@ int main(int argc, char **argv)
     close(sv[1]);
     close(gp[0]);
     go_w = gp[1];
-    if (over_net) {
-        chanos_net_link *k = NULL;
-        char addr[32];
-        int port = 0;
-
-        CHECK(read(sv[0], &port, sizeof port) == (ssize_t)sizeof port);
-        snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-        CHECK_EQ(chanos_net_dial(addr, NULL, &k), 0);
-        CHECK_EQ(chanos_net_conn_new(k, &conn), 0);
-        close(sv[0]);
-    } else {
-        /* the ring keeps sv[0] */
-        CHECK_EQ(chanos_ump_create(sv[0], NULL, 10000, &u), 0);
-        CHECK_EQ(chanos_conn_new(u, &conn), 0);
-    }
+    CHECK_EQ(connpair_parent(sv[0], over_net, &conn), 0);
     CHECK_EQ(chanos_event_new(&answered), 0);
     if (failures == 0) {
         o.workers = 1; /* the two tasks share one worker */
