@@ -316,6 +316,7 @@ static int block_ump_send(void *a, void *unused, int timeout_ms)
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        const int *fds, uint32_t nfds, int timeout_ms)
 {
+    const struct chanos_waiter *w;
     struct chanos_hdr h;
     int rc = chanos_hdr_parse(&h, frame, len);
 
@@ -334,10 +335,10 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
     }
     if (timeout_ms == 0)
         return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
-    if (thread_waiter() != NULL) {
+    if ((w = thread_waiter()) != NULL) {
         struct ump_send s = {c->u, frame, len, fds, nfds};
 
-        return await_fd(thread_waiter(), chanos_ump_fd(c->u), deadline_ns(timeout_ms),
+        return await_fd(w, chanos_ump_fd(c->u), deadline_ns(timeout_ms),
                         try_ump_send, block_ump_send, &s, NULL);
     }
     return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
