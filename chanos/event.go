@@ -413,13 +413,9 @@ func sleepOn(f, wake *eventFD) error {
 	var perr error
 	err := f.use(func(fd int) {
 		if err := wake.use(func(wfd int) {
-			pfd := [2]struct {
-				fd      int32
-				events  int16
-				revents int16
-			}{{fd: int32(fd), events: 0x1 | 0x2}, {fd: int32(wfd), events: 0x1}} // POLLIN | POLLPRI
+			pfd := []pollFD{{fd: int32(fd), events: 0x1 | 0x2}, {fd: int32(wfd), events: 0x1}} // POLLIN | POLLPRI
 			for {
-				_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 2, 0, 0, 0, 0)
+				errno := ppoll(pfd)
 				if errno == syscall.EINTR {
 					continue
 				}

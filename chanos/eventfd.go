@@ -5,6 +5,8 @@ import (
 	"sync"
 	"syscall"
 	"unsafe"
+
+	"github.com/chanos/chanos/wire"
 )
 
 // eventFD is an Event's descriptor, held as a number rather than as an
@@ -48,20 +50,7 @@ func (f *eventFD) close() error {
 
 // dup returns a close-on-exec duplicate of the descriptor, which the
 // caller owns.
-func (f *eventFD) dup() (int, error) {
-	nfd, err := -1, error(nil)
-	if uerr := f.use(func(fd int) {
-		r, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_DUPFD_CLOEXEC, 0)
-		if errno != 0 {
-			err = os.NewSyscallError("fcntl", errno)
-			return
-		}
-		nfd = int(r)
-	}); uerr != nil {
-		return -1, uerr
-	}
-	return nfd, err
-}
+func (f *eventFD) dup() (int, error) { return wire.DupRaw(f) }
 
 // Control implements syscall.RawConn: a sender of the Event in a
 // message duplicates the descriptor through it.
@@ -85,12 +74,8 @@ func (f *eventFD) wait(events int16, fn func(fd uintptr) bool) error {
 	var perr error
 	err := f.use(func(fd int) {
 		for !fn(uintptr(fd)) {
-			pfd := struct {
-				fd      int32
-				events  int16
-				revents int16
-			}{fd: int32(fd), events: events}
-			if _, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, 0, 0, 0, 0); errno != 0 && errno != syscall.EINTR {
+			pfd := []pollFD{{fd: int32(fd), events: events}}
+			if errno := ppoll(pfd); errno != 0 && errno != syscall.EINTR {
 				perr = os.NewSyscallError("ppoll", errno)
 				return
 			}
@@ -100,4 +85,18 @@ func (f *eventFD) wait(events int16, fn func(fd uintptr) bool) error {
 		return err
 	}
 	return perr
+}
+
+// pollFD is poll(2)'s struct pollfd.
+type pollFD struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+// ppoll sleeps in ppoll(2) until one of fds is ready, with no timeout and
+// the thread's signal mask.
+func ppoll(fds []pollFD) syscall.Errno {
+	_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), 0, 0, 0, 0)
+	return errno
 }

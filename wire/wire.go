@@ -160,26 +160,34 @@ func DupCap(c Cap) (Cap, error) {
 // (*os.File).Fd, which would switch the descriptor to blocking), or else
 // an Fd method.
 func DupFD(c Cap) (int, error) {
-	dup := func(fd uintptr) (int, error) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			return -1, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
-		}
-		return int(r), nil
-	}
 	if sc, ok := c.(syscall.Conn); ok {
 		rc, err := sc.SyscallConn()
 		if err != nil {
 			return -1, err
 		}
-		fd, derr := -1, error(nil)
-		if err := rc.Control(func(u uintptr) { fd, derr = dup(u) }); err != nil {
-			return -1, err
-		}
-		return fd, derr
+		return DupRaw(rc)
 	}
 	if f, ok := c.(interface{ Fd() uintptr }); ok {
-		return dup(f.Fd())
+		return dupFD(f.Fd())
 	}
 	return -1, fmt.Errorf("wire: a %T has no file descriptor: %w", c, ErrCap)
+}
+
+// DupRaw is DupFD of the descriptor behind rc, held open by rc.Control
+// while it is duplicated.
+func DupRaw(rc syscall.RawConn) (int, error) {
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(u uintptr) { fd, derr = dupFD(u) }); err != nil {
+		return -1, err
+	}
+	return fd, derr
+}
+
+// dupFD returns a close-on-exec duplicate of fd.
+func dupFD(fd uintptr) (int, error) {
+	r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+	if e != 0 {
+		return -1, os.NewSyscallError("fcntl(F_DUPFD_CLOEXEC)", e)
+	}
+	return int(r), nil
 }
