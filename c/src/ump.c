@@ -83,6 +83,7 @@ struct chanos_ump {
     int64_t spin_ns;
     int64_t tx_spin, rx_spin;     /* the adapted windows: see spin_lost */
     unsigned tx_misses, rx_misses; /* waits that ended in sleep since one did not */
+    unsigned tx_yields, rx_yields; /* waits left that may yield: YIELD_WAITS */
     int sock, epfd;
     /* Our ends of the two wake-up socket pairs (docs/ump.md): we wait on
      * data for "the peer's ring has data" and send on it after writing
@@ -149,8 +150,13 @@ struct chanos_ump {
  * CPU, and spinning only keeps it off. A yield with nothing else runnable
  * returns at once; the first polls, in which a round trip between running
  * sides usually completes, never yield. Once per wait: every yield that
- * does switch costs the waiter a time slice (docs/ump.md, "Waiting"). */
+ * does switch costs the waiter a time slice (docs/ump.md, "Waiting").
+ * Only within YIELD_WAITS waits of one that slept, as the Go side's
+ * spinBudget decides (see there): between two sides that each have a core
+ * no wait sleeps, and a yield would only hand the CPU to whatever else is
+ * runnable on it. */
 #define YIELD_AFTER 256
+#define YIELD_WAITS 64
 static inline void spin_pause(void)
 {
     for (int i = 0; i < SPIN_PAUSES; i++)
@@ -1347,6 +1353,8 @@ int chanos_ump_send_fds(chanos_ump *c, const void *msg, size_t len,
             if (tx_free(c, need, nbulk)) {
                 c->tx_spin = c->spin_ns;
                 c->tx_misses = 0;
+                if (c->tx_yields)
+                    c->tx_yields--;
                 goto write;
             }
             if (i % 64)
@@ -1359,10 +1367,11 @@ int chanos_ump_send_fds(chanos_ump *c, const void *msg, size_t len,
             else if (t - start > window) {
                 c->tx_spin = spin_lost(c->tx_spin, c->spin_ns);
                 c->tx_misses++;
+                c->tx_yields = YIELD_WAITS;
                 break;
             } else if (deadline >= 0 && t >= deadline)
                 break;
-            if (i > YIELD_AFTER && !yielded) {
+            if (i > YIELD_AFTER && !yielded && c->tx_yields) {
                 sched_yield();
                 yielded = 1;
             }
@@ -1677,6 +1686,8 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                 if (rx_changed(c)) {
                     c->rx_spin = c->spin_ns;
                     c->rx_misses = 0;
+                    if (c->rx_yields)
+                        c->rx_yields--;
                     break;
                 }
                 if (i % 64)
@@ -1689,10 +1700,11 @@ int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms
                 else if (t - start > window) {
                     c->rx_spin = spin_lost(c->rx_spin, c->spin_ns);
                     c->rx_misses++;
+                    c->rx_yields = YIELD_WAITS;
                     break;
                 } else if (deadline >= 0 && t >= deadline)
                     break;
-                if (i > YIELD_AFTER && !yielded) {
+                if (i > YIELD_AFTER && !yielded && c->rx_yields) {
                     sched_yield();
                     yielded = 1;
                 }

@@ -93,10 +93,24 @@ const tightPolls = 512
 // sleep spins the full window again: waits a little longer than the
 // reduced window (a 4 KiB ping-pong after an idle spell) would otherwise
 // sleep, and pay a wake-up, forever.
+//
+// It also decides whether a wait may yield its CPU (see yieldAfter): only
+// within yieldWaits waits of one that slept. A wait ends in sleep when
+// the peer did not answer within the window, which is what happens when
+// there are more busy processes than cores, the case the yield is for.
+// Between two sides that each have a core, every wait is served by
+// spinning and none yields: there, a yield hands the CPU to whatever else
+// is runnable on it, most often one of this process's own runtime threads
+// woken for a timer, and the wait it was meant to shorten grows by that
+// thread's run instead (docs/ump.md, "Waiting").
 type spinBudget struct {
 	max, cur time.Duration
 	misses   int // waits that ended in sleep since the last that did not
+	yields   int // waits left that may yield
 }
+
+// yieldWaits is how many waits after one that slept may yield.
+const yieldWaits = 64
 
 const probeEvery = 8
 
@@ -110,9 +124,16 @@ func (b *spinBudget) window() time.Duration {
 	return b.cur
 }
 
-func (b *spinBudget) won() { b.cur, b.misses = b.max, 0 }
+func (b *spinBudget) won() {
+	b.cur, b.misses = b.max, 0
+	if b.yields > 0 {
+		b.yields--
+	}
+}
 
-func (b *spinBudget) lost() { b.cur, b.misses = max(b.cur/2, min(b.max, minSpin)), b.misses+1 }
+func (b *spinBudget) lost() {
+	b.cur, b.misses, b.yields = max(b.cur/2, min(b.max, minSpin)), b.misses+1, yieldWaits
+}
 
 // Side says which half of a ring pair a Conn is. The creator writes ring 0
 // and reads ring 1; the attacher the reverse.
@@ -432,7 +453,7 @@ func (c *Conn) waitSpace(ctx context.Context, need, nbulk uint64) error {
 				b.lost()
 				break
 			}
-			if i > yieldAfter && !yielded {
+			if i > yieldAfter && !yielded && b.yields > 0 {
 				osYield()
 				yielded = true
 			}
@@ -648,7 +669,8 @@ func (c *Conn) rxEnded(ctx context.Context, done <-chan struct{}) (retry bool, e
 // usually completes, never yield. Once per wait, because a yield that does
 // switch (to another process, or to one of the runtime's threads) costs
 // the waiter a time slice: yielding at every check showed in the spin
-// path's tail latency.
+// path's tail latency. Only in a wait that its spinBudget lets yield:
+// soon after one that slept.
 const yieldAfter = 256
 
 // waitData waits until the next slot may hold a fragment or the connection
@@ -683,7 +705,7 @@ func (c *Conn) waitData(ctx context.Context) error {
 				b.lost()
 				break
 			}
-			if i > yieldAfter && !yielded {
+			if i > yieldAfter && !yielded && b.yields > 0 {
 				osYield()
 				yielded = true
 			}

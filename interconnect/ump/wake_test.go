@@ -178,3 +178,36 @@ func TestLateSignalSender(t *testing.T) {
 		}
 	}
 }
+
+// A spinning wait may yield its CPU only soon after a wait that slept:
+// between two sides that each have a core, waits never sleep and never
+// yield; with more busy processes than cores, they keep yielding while
+// waits go on sleeping now and then.
+func TestSpinBudgetYieldsOnlyAfterASleep(t *testing.T) {
+	b := newSpinBudget(20 * time.Microsecond)
+	for range 1000 {
+		if b.yields > 0 {
+			t.Fatal("a budget whose waits never slept lets a wait yield")
+		}
+		b.won()
+	}
+	b.lost()
+	for i := range yieldWaits {
+		if b.yields == 0 {
+			t.Fatalf("wait %d after one that slept may not yield", i)
+		}
+		b.won()
+	}
+	if b.yields != 0 {
+		t.Fatalf("%d waits after one that slept, %d more may still yield", yieldWaits, b.yields)
+	}
+	for range 10 {
+		for range yieldWaits / 2 {
+			b.won()
+		}
+		b.lost()
+		if b.yields != yieldWaits {
+			t.Fatalf("a wait that slept left %d waits that may yield, want %d", b.yields, yieldWaits)
+		}
+	}
+}
