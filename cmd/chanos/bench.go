@@ -23,6 +23,9 @@ type benchSuite struct {
 	summary func(w io.Writer, results []bench.Result)
 	// table, if set, prints the results instead of the table and summary.
 	table func(w io.Writer, results []bench.Result)
+	// cases: the suite runs only the cases --cases selects; the others
+	// refuse the flag rather than run everything.
+	cases bool
 }
 
 type benchOptions struct {
@@ -41,6 +44,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunUMP(ctx, bench.UMPConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		summary: bench.UMPSummary,
+		cases:   true,
 	},
 	"rpc": {
 		help: "rpcs through generated stubs over ump and local, beside the raw ring; local messages vs a Go channel; the peers' rpc (gRPC, net/rpc, ...)",
@@ -69,6 +73,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunClients(ctx, bench.ClientsConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		summary: bench.ClientsSummary,
+		cases:   true,
 	},
 	"ring": {
 		help: "seed 000's goroutine ring (§4.2) across processes: 2, 4, 8 stages over ump, local, Go channels and pipes (docs/benchmarks.md)",
@@ -76,6 +81,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunRing(ctx, bench.RingConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		summary: bench.RingSummary,
+		cases:   true,
 	},
 	"tasks": {
 		help: "the C task runtime: fib, merge sort, N-Queens, task messaging, worker removal, against serial C and OpenMP (docs/tasks.md)",
@@ -83,6 +89,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunTasks(ctx, bench.TasksConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		table: bench.TasksTable,
+		cases: true,
 	},
 	"caps": {
 		help: "descriptors, endpoints and events in messages against raw SCM_RIGHTS, Connect and eventfd; seed 002's keyboard driver in Go and C (docs/benchmarks.md)",
@@ -90,6 +97,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunCaps(ctx, bench.CapsConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress}, emit)
 		},
 		summary: bench.CapsSummary,
+		cases:   true,
 	},
 	"names": {
 		help: "issue 20's figures: a domain's get, set and wait_for in cluster mode against a raw etcd client, get on the embedded store, the time to detect a dead machine (needs etcd; docs/cluster.md)",
@@ -105,6 +113,7 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunNet(ctx, bench.NetConfig{Quick: o.quick, Repeat: o.repeat, Cases: o.cases, Progress: o.progress, Note: os.Stderr, ServerProfile: o.serverProfile}, emit)
 		},
 		summary: bench.NetSummary,
+		cases:   true,
 	},
 	"bind": {
 		help: "connect-by-name latency (lookup, bind, ring setup) and nameservice get",
@@ -112,6 +121,18 @@ var benchSuites = map[string]benchSuite{
 			return bench.RunBind(ctx, bench.DomainConfig{Quick: o.quick, Repeat: o.repeat, Progress: o.progress}, emit)
 		},
 	},
+}
+
+// casesSuiteNames returns the suites that take --cases, sorted.
+func casesSuiteNames() []string {
+	var names []string
+	for name, s := range benchSuites {
+		if s.cases {
+			names = append(names, name)
+		}
+	}
+	sort.Strings(names)
+	return names
 }
 
 // compare returns the options of the comparison suites.
@@ -210,7 +231,8 @@ flags:
                  net suite: the server process (the receiving side of
                  the streams) writes its CPU profile to F
   --cases LIST   comma-separated substrings of case keys
-                 (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go
+                 (case/transport/peers/size), e.g. rtt-spin,stream/ump/go-go;
+                 suites ump, clients, ring, tasks, caps and net
   --plot FILE    also write a chart of the results, PNG or SVG by FILE's
                  extension, one panel per kind of figure (needs
                  bin/chanos-peers; see docs/benchmarks.md)
@@ -305,6 +327,9 @@ func runBench(ctx context.Context, args []string) error {
 	}
 	o := benchOptions{quick: *quick, repeat: *repeat, serverProfile: *serverProfile}
 	if *cases != "" {
+		if !suite.cases {
+			return usagef("bench", "the %s suite runs all its cases: --cases works with %s", suiteName, strings.Join(casesSuiteNames(), ", "))
+		}
 		o.cases = strings.Split(*cases, ",")
 	}
 	if isTerminal(os.Stderr) {

@@ -127,6 +127,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"demo", "--no-such-flag"}, "demo", "flag provided but not defined"},
 		{[]string{"bench", "ump", "--no-such-flag"}, "bench", "flag provided but not defined"},
 		{[]string{"bench", "no-such-suite"}, "bench", `unknown suite "no-such-suite"`},
+		{[]string{"bench", "rpc", "--cases", "rpc/ump"}, "bench", "the rpc suite runs all its cases: --cases works with caps, clients, net, ring, tasks, ump"},
 		{[]string{"bench", "check"}, "bench", "no results file given"},
 		{[]string{"version", "--no-such-flag"}, "version", "flag provided but not defined"},
 		{[]string{"--no-such-flag"}, "", "unknown flag --no-such-flag"},
