@@ -325,6 +325,9 @@ func runBench(ctx context.Context, args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if *serverProfile != "" && suiteName != "net" {
+		return usagef("bench", "--server-cpuprofile is for the net suite, which has a server process to profile")
+	}
 	o := benchOptions{quick: *quick, repeat: *repeat, serverProfile: *serverProfile}
 	if *cases != "" {
 		if !suite.cases {

@@ -128,6 +128,7 @@ func TestUsage(t *testing.T) {
 		{[]string{"bench", "ump", "--no-such-flag"}, "bench", "flag provided but not defined"},
 		{[]string{"bench", "no-such-suite"}, "bench", `unknown suite "no-such-suite"`},
 		{[]string{"bench", "rpc", "--cases", "rpc/ump"}, "bench", "the rpc suite runs all its cases: --cases works with caps, clients, net, ring, tasks, ump"},
+		{[]string{"bench", "ump", "--server-cpuprofile", "x.prof"}, "bench", "--server-cpuprofile is for the net suite"},
 		{[]string{"bench", "check"}, "bench", "no results file given"},
 		{[]string{"version", "--no-such-flag"}, "version", "flag provided but not defined"},
 		{[]string{"--no-such-flag"}, "", "unknown flag --no-such-flag"},
