@@ -55,6 +55,7 @@ func TestFDsTravel(t *testing.T) {
 				t.Fatalf("message %d: %d descriptors, %v; want %d", i, len(fds), err, n)
 			}
 			for j, fd := range fds {
+				checkCloseOnExec(t, fd, "a received descriptor")
 				if _, err := syscall.Write(fd, []byte{byte(i), byte(j)}); err != nil {
 					t.Fatalf("write to received descriptor: %v", err)
 				}
@@ -172,4 +173,36 @@ func TestFDsLies(t *testing.T) {
 			checkNoLeaks(t, before)
 		})
 	}
+}
+
+// checkCloseOnExec fails t unless fd is close-on-exec.
+func checkCloseOnExec(t *testing.T, fd int, what string) {
+	t.Helper()
+	flags, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+	if e != 0 {
+		t.Fatalf("%s: fcntl(F_GETFD): %v", what, e)
+	}
+	if flags&syscall.FD_CLOEXEC == 0 {
+		t.Fatalf("%s (descriptor %d) is not close-on-exec", what, fd)
+	}
+}
+
+// The descriptors of a ring pair, as the attacher receives them in the
+// handshake or from an endpoint, are close-on-exec.
+func TestReceivedRingDescriptorsCloseOnExec(t *testing.T) {
+	_, b := pipe(t, nil)
+	checkCloseOnExec(t, b.capsFD, "the attacher's caps socket")
+	checkCloseOnExec(t, b.rxWake, "the attacher's space socket")
+	u, ep, err := NewEndpoint(nil, []byte("label"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.Close()
+	v, _, err := OpenEndpoint(ep, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Close()
+	checkCloseOnExec(t, v.capsFD, "an endpoint's caps socket")
+	checkCloseOnExec(t, v.rxWake, "an endpoint's space socket")
 }

@@ -412,8 +412,11 @@ func attacherFiles(fds []int) *Files {
 	return f
 }
 
-// parseRights returns every descriptor carried by the control messages,
-// close-on-exec.
+// parseRights returns every descriptor carried by the control messages.
+// They are close-on-exec already: every receive here passes
+// MSG_CMSG_CLOEXEC (net's ReadMsgUnix does on Linux), so that no exec in
+// another goroutine sees them open, and no fcntl(2) per descriptor is
+// needed after.
 func parseRights(oob []byte) ([]int, error) {
 	msgs, err := syscall.ParseSocketControlMessage(oob)
 	if err != nil {
@@ -430,9 +433,6 @@ func parseRights(oob []byte) ([]int, error) {
 			return nil, fmt.Errorf("%w: bad descriptors: %v", ErrProtocol, err)
 		}
 		fds = append(fds, got...)
-	}
-	for _, fd := range fds {
-		syscall.CloseOnExec(fd)
 	}
 	return fds, nil
 }
