@@ -123,6 +123,20 @@ var benchSuites = map[string]benchSuite{
 	},
 }
 
+// print writes the suite's results as a person reads them: its own table
+// if it has one, else the common table and its ratios.
+func (s benchSuite) print(w io.Writer, results []bench.Result) {
+	if s.table != nil {
+		s.table(w, results)
+		return
+	}
+	bench.WriteTable(w, results)
+	if s.summary != nil {
+		fmt.Fprintln(w)
+		s.summary(w, results)
+	}
+}
+
 // casesSuiteNames returns the suites that take --cases, sorted.
 func casesSuiteNames() []string {
 	var names []string
@@ -183,11 +197,7 @@ func init() {
 					fmt.Fprintln(w)
 				}
 				fmt.Fprintf(w, "== %s\n", name)
-				bench.WriteTable(w, rs)
-				if s := benchSuites[name].summary; s != nil {
-					fmt.Fprintln(w)
-					s(w, rs)
-				}
+				benchSuites[name].print(w, rs)
 			}
 		},
 	}
@@ -347,15 +357,7 @@ func runBench(ctx context.Context, args []string) error {
 		return nil
 	})
 	if !*jsonOut && len(results) > 0 {
-		if suite.table != nil {
-			suite.table(os.Stdout, results)
-		} else {
-			bench.WriteTable(os.Stdout, results)
-			if suite.summary != nil {
-				fmt.Println()
-				suite.summary(os.Stdout, results)
-			}
-		}
+		suite.print(os.Stdout, results)
 	}
 	if *plotFile != "" && len(results) > 0 {
 		if perr := bench.Plot(ctx, "", results, *plotFile); perr != nil {

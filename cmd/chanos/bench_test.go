@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/chanos/chanos/bench"
 )
 
 // TestBenchCheck runs `chanos bench check` on a run's lines, as they
@@ -39,5 +41,24 @@ func TestBenchCheck(t *testing.T) {
 	}
 	if err := runBenchCheck(nil, nil, &out); err == nil {
 		t.Error("check of no file: no error")
+	}
+}
+
+// `bench all` prints each suite as the suite alone does: the tasks
+// suite's own table (runtime, workers, time), not the common one, whose
+// columns it does not fill.
+func TestBenchAllPrintsEachSuitesTable(t *testing.T) {
+	sec := 0.0123
+	results := []bench.Result{
+		{Suite: "tasks", Case: "fib", Runtime: "chanos", Workers: 2, N: 35, TimeS: &sec},
+	}
+	var all, alone strings.Builder
+	benchSuites["all"].table(&all, results)
+	benchSuites["tasks"].print(&alone, results)
+	if !strings.Contains(all.String(), "== tasks\n"+alone.String()) {
+		t.Fatalf("bench all printed:\n%s\nwant the tasks suite's own table:\n%s", all.String(), alone.String())
+	}
+	if !strings.Contains(alone.String(), "0.0123") {
+		t.Fatalf("the tasks table lacks the time:\n%s", alone.String())
 	}
 }
