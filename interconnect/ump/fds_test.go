@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/wire"
 )
 
 // A message carries descriptors: the receiver gets working duplicates,
@@ -205,4 +207,83 @@ func TestReceivedRingDescriptorsCloseOnExec(t *testing.T) {
 	defer v.Close()
 	checkCloseOnExec(t, v.capsFD, "an endpoint's caps socket")
 	checkCloseOnExec(t, v.rxWake, "an endpoint's space socket")
+}
+
+// A frame's caps lend their descriptors to a send that has room, and are
+// duplicated for one that must wait: closing a cap while its frame waits
+// for room returns at once, and the frame carries the descriptor all the
+// same once there is room.
+func TestFrameCapsWhileTheRingIsFull(t *testing.T) {
+	before := countResources(t)
+	func() {
+		a, b := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 1024})
+		defer a.Close()
+		defer b.Close()
+		la, lb := NewLink(a), NewLink(b)
+		ctx := testkit.Context(t)
+		full := 0
+		for ; full < 10000; full++ {
+			ok, err := a.TrySend([]byte{0})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ok {
+				break
+			}
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		frame := capFrame(t)
+		sent := make(chan error, 1)
+		go func() { sent <- la.SendFrame(ctx, frame, []wire.Cap{w}) }()
+		time.Sleep(20 * time.Millisecond) // the send is waiting for room
+		closed := make(chan error, 1)
+		go func() { closed <- w.Close() }()
+		select {
+		case err := <-closed:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatal("closing a cap whose frame waits for room waited too")
+		}
+		for range full {
+			if _, err := b.Receive(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := <-sent; err != nil {
+			t.Fatalf("SendFrame once there is room: %v", err)
+		}
+		var in interconnect.Incoming
+		if err := lb.Receive(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+		if len(in.Caps) != 1 {
+			t.Fatalf("the frame came with %d caps, want 1", len(in.Caps))
+		}
+		got := in.Caps[0].(*os.File)
+		if _, err := got.Write([]byte{7}); err != nil {
+			t.Fatalf("write to the received pipe: %v", err)
+		}
+		got.Close()
+		var one [1]byte
+		if _, err := io.ReadFull(r, one[:]); err != nil || one[0] != 7 {
+			t.Fatalf("read %v, %v", one, err)
+		}
+	}()
+	checkNoLeaks(t, before)
+}
+
+// capFrame returns a chanos frame that announces one capability.
+func capFrame(t *testing.T) []byte {
+	t.Helper()
+	var b wire.Buffer
+	wire.AppendFixed(&b, 1, wire.KindMessage, 8)
+	frame := b.B
+	frame[7] = 1 // ncaps
+	return frame
 }

@@ -2,7 +2,9 @@ package ump
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"syscall"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
@@ -35,6 +37,12 @@ func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) err
 	if len(caps) == 0 {
 		return l.c.Send(ctx, frame)
 	}
+	// Usually there is room: the caps lend their descriptors to a send
+	// that does not wait. Else the wait is made with duplicates, so that
+	// a Close of a cap meanwhile does not wait for a slow peer.
+	if sent, err := l.TrySendFrame(frame, caps); sent || err != nil {
+		return err
+	}
 	fds, err := capFDs(caps)
 	if err != nil {
 		return err
@@ -48,12 +56,46 @@ func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 	if len(caps) == 0 {
 		return l.c.TrySend(frame)
 	}
-	fds, err := capFDs(caps)
-	if err != nil {
-		return false, err
+	if len(caps) > MaxFDs {
+		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
 	}
-	defer closeFDs(fds...)
-	return l.c.TrySendFDs(frame, fds)
+	var sent bool
+	err := lendFDs(caps, make([]int, 0, len(caps)), func(fds []int) (err error) {
+		sent, err = l.c.TrySendFDs(frame, fds)
+		return err
+	})
+	return sent, err
+}
+
+// lendFDs calls send with the descriptors of caps appended to fds, held
+// for the call without a duplicate: a cap with a SyscallConn (a file, a
+// socket) lends its descriptor inside RawConn.Control, during which the
+// descriptor cannot be closed, so its number cannot be reused; any other
+// cap is duplicated (wire.DupFD) and the duplicate closed after. A
+// duplicate costs two system calls per descriptor per message, as much as
+// the send. send must not wait: a Close of a cap waits for it.
+func lendFDs(caps []wire.Cap, fds []int, send func(fds []int) error) error {
+	if len(caps) == 0 {
+		return send(fds)
+	}
+	i := len(fds)
+	if sc, ok := caps[0].(syscall.Conn); ok {
+		rc, err := sc.SyscallConn()
+		if err != nil {
+			return fmt.Errorf("ump: capability %d: %w", i, err)
+		}
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = lendFDs(caps[1:], append(fds, int(fd)), send) }); err != nil {
+			return fmt.Errorf("ump: capability %d: %w", i, err)
+		}
+		return serr
+	}
+	fd, err := wire.DupFD(caps[0])
+	if err != nil {
+		return fmt.Errorf("ump: capability %d: %w", i, err)
+	}
+	defer closeFDs(fd)
+	return lendFDs(caps[1:], append(fds, fd), send)
 }
 
 // SendParts sends the frame made of head, body and tail, copying each
