@@ -71,9 +71,9 @@ func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 // for the call without a duplicate: a cap with a SyscallConn (a file, a
 // socket) lends its descriptor inside RawConn.Control, during which the
 // descriptor cannot be closed, so its number cannot be reused; any other
-// cap is duplicated (wire.DupFD) and the duplicate closed after. A
-// duplicate costs two system calls per descriptor per message, as much as
-// the send. send must not wait: a Close of a cap waits for it.
+// cap is duplicated (wire.DupFD) and the duplicate closed after. Lending
+// saves those two system calls per descriptor per message. send must not
+// wait: a Close of a lent cap waits for it to return.
 func lendFDs(caps []wire.Cap, fds []int, send func(fds []int) error) error {
 	if len(caps) == 0 {
 		return send(fds)
