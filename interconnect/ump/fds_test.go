@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -239,7 +240,8 @@ func TestFrameCapsWhileTheRingIsFull(t *testing.T) {
 		frame := capFrame(t)
 		sent := make(chan error, 1)
 		go func() { sent <- la.SendFrame(ctx, frame, []wire.Cap{w}) }()
-		time.Sleep(20 * time.Millisecond) // the send is waiting for room
+		// The send has its duplicate once it sleeps waiting for room.
+		testkit.Eventually(t, "the send to wait for room", func() bool { return atomic.LoadUint64(a.tx.waitp) != 0 })
 		closed := make(chan error, 1)
 		go func() { closed <- w.Close() }()
 		select {
