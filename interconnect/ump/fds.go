@@ -188,6 +188,25 @@ func (c *Conn) sendWithFDs(ctx context.Context, msg []byte, fds []int, wait bool
 	return c.sendLockedFDs(ctx, msg, nil, nil, fds, wait)
 }
 
+// sendFDsNow is TrySendFDs that does not wait for another send either:
+// it reports false, having sent nothing, also while another goroutine's
+// send holds the ring (which it may, waiting for room). A caller that
+// lends descriptors for the send (Link.SendFrame) relies on it to return
+// at once.
+func (c *Conn) sendFDsNow(msg []byte, fds []int) (bool, error) {
+	if len(fds) > MaxFDs {
+		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(fds), MaxFDs)
+	}
+	if len(msg) > int(c.cfg.maxMsg) {
+		return false, c.tooLarge(len(msg))
+	}
+	if !c.smu.TryLock() {
+		return false, nil
+	}
+	defer c.smu.Unlock()
+	return c.sendLockedFDs(context.Background(), msg, nil, nil, fds, false)
+}
+
 // ReceiveFDs takes the n descriptors that the message just received
 // announced (a chanos frame's ncaps): the caller owns them. It must be
 // called by the receiver, after the receive that returned the message and

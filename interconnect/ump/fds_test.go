@@ -280,6 +280,57 @@ func TestFrameCapsWhileTheRingIsFull(t *testing.T) {
 	checkNoLeaks(t, before)
 }
 
+// The send that caps lend their descriptors to waits for nothing, not
+// even for another goroutine's send, which holds the ring while it waits
+// for room: it reports that it did not send, and SendFrame then sends
+// with duplicates.
+func TestLentCapsWaitForNoOtherSend(t *testing.T) {
+	a, _ := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 1024})
+	la := NewLink(a)
+	for n := 0; ; n++ {
+		ok, err := a.TrySend([]byte{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			break
+		}
+		if n == 10000 {
+			t.Fatal("the ring never filled")
+		}
+	}
+	ctx, cancel := context.WithCancel(testkit.Context(t))
+	waiting := make(chan error, 1)
+	go func() { waiting <- a.Send(ctx, []byte{1}) }()
+	testkit.Eventually(t, "the other send to wait for room", func() bool { return atomic.LoadUint64(a.tx.waitp) != 0 })
+	f, err := os.Open("/dev/null")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	type result struct {
+		sent bool
+		err  error
+	}
+	now := make(chan result, 1)
+	go func() {
+		sent, err := la.sendNow(capFrame(t), []wire.Cap{f})
+		now <- result{sent, err}
+	}()
+	select {
+	case r := <-now:
+		if r.sent || r.err != nil {
+			t.Fatalf("sendNow behind a waiting send = %v, %v; want false, nil", r.sent, r.err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("sendNow waited for another goroutine's send")
+	}
+	cancel()
+	if err := <-waiting; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiting send = %v, want its context's end", err)
+	}
+}
+
 // capFrame returns a chanos frame that announces one capability.
 func capFrame(t *testing.T) []byte {
 	t.Helper()

@@ -37,10 +37,7 @@ func (l *Link) SendFrame(ctx context.Context, frame []byte, caps []wire.Cap) err
 	if len(caps) == 0 {
 		return l.c.Send(ctx, frame)
 	}
-	// Usually there is room: the caps lend their descriptors to a send
-	// that does not wait. Else the wait is made with duplicates, so that
-	// a Close of a cap meanwhile does not wait for a slow peer.
-	if sent, err := l.TrySendFrame(frame, caps); sent || err != nil {
+	if sent, err := l.sendNow(frame, caps); sent || err != nil {
 		return err
 	}
 	fds, err := capFDs(caps)
@@ -56,12 +53,29 @@ func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 	if len(caps) == 0 {
 		return l.c.TrySend(frame)
 	}
+	if sent, err := l.sendNow(frame, caps); sent || err != nil {
+		return sent, err
+	}
+	fds, err := capFDs(caps)
+	if err != nil {
+		return false, err
+	}
+	defer closeFDs(fds...)
+	return l.c.TrySendFDs(frame, fds)
+}
+
+// sendNow sends frame with the caps' own descriptors, lent for a send
+// that waits for nothing (sendFDsNow), and reports whether it did. Usually
+// it does; when the ring is full, or another send holds it, the caller
+// sends with duplicates instead, so that a Close of a cap meanwhile does
+// not wait for a slow peer.
+func (l *Link) sendNow(frame []byte, caps []wire.Cap) (bool, error) {
 	if len(caps) > MaxFDs {
 		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
 	}
 	var sent bool
 	err := lendFDs(caps, make([]int, 0, len(caps)), func(fds []int) (err error) {
-		sent, err = l.c.TrySendFDs(frame, fds)
+		sent, err = l.c.sendFDsNow(frame, fds)
 		return err
 	})
 	return sent, err
