@@ -222,16 +222,7 @@ func TestFrameCapsWhileTheRingIsFull(t *testing.T) {
 		defer b.Close()
 		la, lb := NewLink(a), NewLink(b)
 		ctx := testkit.Context(t)
-		full := 0
-		for ; full < 10000; full++ {
-			ok, err := a.TrySend([]byte{0})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !ok {
-				break
-			}
-		}
+		full := fillRing(t, a)
 		r, w, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
@@ -287,18 +278,7 @@ func TestFrameCapsWhileTheRingIsFull(t *testing.T) {
 func TestLentCapsWaitForNoOtherSend(t *testing.T) {
 	a, _ := pipe(t, &Options{MaxMessageSize: 4096, RingSlots: 1024})
 	la := NewLink(a)
-	for n := 0; ; n++ {
-		ok, err := a.TrySend([]byte{0})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !ok {
-			break
-		}
-		if n == 10000 {
-			t.Fatal("the ring never filled")
-		}
-	}
+	fillRing(t, a)
 	ctx, cancel := context.WithCancel(testkit.Context(t))
 	waiting := make(chan error, 1)
 	go func() { waiting <- a.Send(ctx, []byte{1}) }()
@@ -329,6 +309,23 @@ func TestLentCapsWaitForNoOtherSend(t *testing.T) {
 	if err := <-waiting; !errors.Is(err, context.Canceled) {
 		t.Fatalf("the waiting send = %v, want its context's end", err)
 	}
+}
+
+// fillRing sends 1-byte messages on a until its ring has no room, and
+// returns how many it sent.
+func fillRing(t *testing.T, a *Conn) int {
+	t.Helper()
+	for n := 0; n < 100000; n++ {
+		ok, err := a.TrySend([]byte{0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ok {
+			return n
+		}
+	}
+	t.Fatal("the ring never filled")
+	return 0
 }
 
 // capFrame returns a chanos frame that announces one capability.
