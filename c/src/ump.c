@@ -383,10 +383,10 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     if (ftruncate(out->mem, (off_t)size) < 0 ||
         fcntl(out->mem, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0)
         goto fail_errno;
-    uint8_t *h = mmap(NULL, HEADER_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED,
-                      out->mem, 0);
-    if (h == MAP_FAILED)
-        goto fail_errno;
+    /* Written, not mapped: unmapping a page of a process with threads on
+     * other CPUs costs an interrupt to each (a TLB shootdown). The rest of
+     * the header page is zero, as a fresh memfd's bytes are. */
+    uint8_t h[OFF_TOTAL + 8] = { 0 };
     chanos_store_u64(h + OFF_MAGIC, MAGIC);
     chanos_store_u32(h + OFF_VERSION, CHANOS_UMP_VERSION);
     chanos_store_u32(h + OFF_SLOTSIZE, SLOT);
@@ -395,7 +395,12 @@ int chanos_ump_files_create(const struct chanos_ump_options *opts,
     chanos_store_u32(h + OFF_HDRSIZE, HEADER_SIZE);
     chanos_store_u32(h + OFF_BULK, bulk);
     chanos_store_u64(h + OFF_TOTAL, size);
-    munmap(h, HEADER_SIZE);
+    ssize_t wrote = pwrite(out->mem, h, sizeof h, 0);
+    if (wrote != (ssize_t)sizeof h) {
+        if (wrote >= 0)
+            errno = EIO;
+        goto fail_errno;
+    }
     /* The data pair, then the space pair: side s holds end s of each. */
     for (int k = 0; k < 2; k++) {
         int sv[2];

@@ -64,3 +64,23 @@ func BenchmarkStream64(b *testing.B) {
 	a.Close()
 	<-done
 }
+
+// BenchmarkEndpoint measures a connection's setup and teardown within
+// this process: a fresh ring pair made and handed over as an endpoint
+// (NewEndpoint), opened on the other side (OpenEndpoint), and both sides
+// closed. chanos bench caps and bind measure it between processes.
+func BenchmarkEndpoint(b *testing.B) {
+	o := &Options{MaxMessageSize: 64}
+	for b.Loop() {
+		c, ep, err := NewEndpoint(o, []byte("bench"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, _, err := OpenEndpoint(ep, o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Close()
+		c.Close()
+	}
+}

@@ -32,6 +32,9 @@ const (
 	offHdrSize  = 24
 	offBulk     = 28
 	offTotal    = 32
+	// headerFields is how far the fields above reach; the rest of the
+	// header page starts zeroed, as a fresh memfd's bytes do.
+	headerFields = offTotal + 8
 
 	// Side s's close word: 1<<63 | the position of ring s at close.
 	offClosed0 = 1 * blockSize

@@ -1,6 +1,7 @@
 package ump
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -67,13 +68,12 @@ func NewFiles(o *Options) (*Files, error) {
 	if _, err := fcntl(f.Mem, fAddSeals, sealShrink|sealGrow|sealSeal); err != nil {
 		return fail(os.NewSyscallError("fcntl(F_ADD_SEALS)", err))
 	}
-	hdr, err := syscall.Mmap(f.Mem, 0, headerSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
-	if err != nil {
-		return fail(os.NewSyscallError("mmap", err))
-	}
-	cfg.writeHeader(hdr)
-	if err := syscall.Munmap(hdr); err != nil {
-		return fail(os.NewSyscallError("munmap", err))
+	// Written, not mapped: unmapping a page of a process with threads on
+	// other CPUs costs an interrupt to each (a TLB shootdown).
+	var hdr [headerFields]byte
+	cfg.writeHeader(hdr[:])
+	if n, err := syscall.Pwrite(f.Mem, hdr[:], 0); err != nil || n != len(hdr) {
+		return fail(os.NewSyscallError("pwrite", cmp.Or(err, error(syscall.EIO))))
 	}
 	for kind := range 2 {
 		pair, err := wakeSocketPair()
