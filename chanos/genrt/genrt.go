@@ -42,6 +42,14 @@ type Binding[M wire.Message, S any, C any] struct {
 	Interface chanos.Interface
 	// Decode decodes a frame of the interface into a new value.
 	Decode func(frame []byte, caps []wire.Cap) (M, error)
+	// As asserts that a value the local interconnect delivered is one
+	// of the interface's messages: v.(M), written in the generated
+	// code. There, outside generic code, the compiler caches the
+	// assertion where it is made; here, M being a type parameter, each
+	// one would look the pair up in the runtime's table of interface
+	// implementations, a few nanoseconds per message. Nil: the runtime
+	// asserts itself.
+	As func(wire.Message) (M, bool)
 	// Serve gives a message or rpc call to the method of srv that handles
 	// it, from is the connection's client. For a call it returns the
 	// reply, or Replied when it has sent it. A frame that is not one of
@@ -52,6 +60,15 @@ type Binding[M wire.Message, S any, C any] struct {
 	// Serve as the link delivered them, unparsed (Conn.ReceiveFrame):
 	// their Decode checks the whole frame (wire.FixedBody).
 	Fixed []uint16
+}
+
+// as is b.As, or the runtime's own assertion where the binding has none.
+func (b *Binding[M, S, C]) as(v wire.Message) (M, bool) {
+	if b.As != nil {
+		return b.As(v)
+	}
+	m, ok := v.(M)
+	return m, ok
 }
 
 // Stream is what a typed connection does beyond its Client's stubs:
@@ -75,7 +92,7 @@ func NewStream[M wire.Message, S any, C any](c *chanos.Conn, b *Binding[M, S, C]
 // value itself on the local interconnect, else its decoded frame.
 func (s *Stream[M, S, C]) decode(in *chanos.Incoming) (M, error) {
 	if in.Msg != nil {
-		if m, ok := in.Msg.(M); ok {
+		if m, ok := s.b.as(in.Msg); ok {
 			return m, nil
 		}
 		var zero M
@@ -280,7 +297,7 @@ func Dispatch[M wire.Message, S any, C any](ctx context.Context, b *Binding[M, S
 	if err != nil || reply == nil {
 		return zero, err
 	}
-	r, ok := reply.(M)
+	r, ok := b.as(reply)
 	if !ok {
 		return zero, fmt.Errorf("%s: the reply to %s is a %s: %w", b.Interface.Name, m.MsgName(), reply.MsgName(), wire.ErrUnknownMessage)
 	}

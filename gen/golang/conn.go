@@ -89,10 +89,18 @@ func (g *generator) connection() {
 	g.p("var binding = genrt.Binding[Msg, Server, *Client]{")
 	g.p("Interface: Interface,")
 	g.p("Decode: Decode,")
+	g.p("As: asMsg,")
 	g.p("Serve: serve,")
 	if fixed := g.fixedMessages(); len(fixed) > 0 {
 		g.p("Fixed: []uint16{%s},", strings.Join(fixed, ", "))
 	}
+	g.p("}")
+	g.p("")
+	g.p("// asMsg is the runtime's type assertion of a message value to Msg")
+	g.p("// (genrt.Binding.As).")
+	g.p("func asMsg(m wire.Message) (Msg, bool) {")
+	g.p("v, ok := m.(Msg)")
+	g.p("return v, ok")
 	g.p("}")
 	g.p("")
 	g.p("// Conn is a connection that speaks %s: the rpc stubs and Send of Client,", name)

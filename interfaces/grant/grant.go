@@ -257,7 +257,15 @@ var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize
 var binding = genrt.Binding[Msg, Server, *Client]{
 	Interface: Interface,
 	Decode:    Decode,
+	As:        asMsg,
 	Serve:     serve,
+}
+
+// asMsg is the runtime's type assertion of a message value to Msg
+// (genrt.Binding.As).
+func asMsg(m wire.Message) (Msg, bool) {
+	v, ok := m.(Msg)
+	return v, ok
 }
 
 // Conn is a connection that speaks grant: the rpc stubs and Send of Client,
