@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/monitor"
 )
@@ -235,4 +236,83 @@ func ExampleWithMetadata() {
 	// Output:
 	// 14 <nil>
 	// pingpong.echo: unauthenticated: no tenant
+}
+
+// An endpoint is the far side of a fresh connection, as a capability: a
+// message carries it (a cap field) to another domain, which opens it and
+// talks to whoever made it, with no name and no monitor involved. Here
+// the two sides are in one process.
+func ExampleNewEndpoint() {
+	ctx := context.Background()
+	raw, ep, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	s := pingpong.NewConn(raw)
+	defer s.Close()
+	go s.Serve(ctx, exampleServer{})
+
+	// What the receiver of the message does with the endpoint it found in
+	// a cap field: open it for the interface it expects.
+	opened, err := chanos.OpenEndpoint(ep, pingpong.Interface)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	c := pingpong.NewConn(opened)
+	defer c.Close()
+	v, err := c.Echo(ctx, 7)
+	fmt.Println(v, err, opened.Interconnect())
+
+	// An endpoint opens once, and only for the interface it was made for.
+	raw2, ep2, err := chanos.NewEndpoint(pingpong.Interface)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer raw2.Close()
+	_, err = chanos.OpenEndpoint(ep2, nameservice.Interface)
+	fmt.Println(errors.Is(err, chanos.ErrEndpoint))
+	// Output:
+	// 7 <nil> ump
+	// true
+}
+
+// An Event is a counter that one domain signals and another waits on. A
+// message carries it (a cap field) as it carries a file; here Copy stands
+// for the copy the receiver gets.
+func ExampleNewEvent() {
+	ev, err := chanos.NewEvent()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer ev.Close()
+	theirs, err := ev.Copy()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer theirs.Close()
+
+	theirs.Signal()
+	theirs.Add(2)
+	n, err := ev.Wait(context.Background()) // takes the whole count
+	fmt.Println(n, err)
+
+	_, ok, _ := ev.TryWait()
+	fmt.Println(ok)
+
+	// A Semaphore event hands its count out one at a time.
+	sem, _ := chanos.NewEvent(chanos.Semaphore(), chanos.InitialCount(2))
+	defer sem.Close()
+	a, _ := sem.Wait(context.Background())
+	b, _ := sem.Wait(context.Background())
+	_, ok, _ = sem.TryWait()
+	fmt.Println(a, b, ok)
+	// Output:
+	// 3 <nil>
+	// false
+	// 1 1 false
 }
