@@ -857,15 +857,15 @@ func (c *Conn) wakeSelf() {
 // The order of a wait is what keeps it from sleeping through a signal.
 // RawConn.Read first resets the netpoller's readiness of the socket, then
 // calls check, which drains the socket and calls sleep: sleep stores a new
-// announcement and looks at the ring once more. A peer can signal that announcement only after
-// the store, so after the reset, and the netpoller keeps the signal: the
-// park then ends at once. An earlier version announced before the reset
-// and lost wake-ups, rarely, under load: a producer descheduled between
-// writing a message and loading the wait word read the announcement made
-// after the consumer had already taken that message, and signalled it
-// before the reset, which discarded the signal; its next message found
-// the announcement signalled and sent nothing, while the consumer slept
-// (docs/ump.md, "Waiting").
+// announcement and looks at the ring once more. A peer can signal that
+// announcement only after the store, so after the reset, and the
+// netpoller keeps the signal: the park then ends at once. Announcing
+// before the reset would lose wake-ups, rarely, under load: a producer
+// descheduled between writing a message and loading the wait word could
+// read the announcement made after the consumer had already taken that
+// message, and signal it before the reset, which would discard the
+// signal; its next message would find the announcement signalled and send
+// nothing, while the consumer slept (docs/ump.md, "Waiting").
 type parker struct {
 	f     *os.File
 	rc    syscall.RawConn
