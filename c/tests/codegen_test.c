@@ -825,6 +825,133 @@ static void test_stubs(void)
     chanos_conn_close(t.c);
 }
 
+/* rnd is a xorshift64 generator: the mutations below are the same on
+ * every run, so that a failure reproduces. */
+static uint64_t rnd_state = 0x9e3779b97f4a7c15u;
+
+static uint64_t rnd(void)
+{
+    rnd_state ^= rnd_state << 13;
+    rnd_state ^= rnd_state >> 7;
+    rnd_state ^= rnd_state << 17;
+    return rnd_state;
+}
+
+/* test_mutations decodes many corrupted copies of valid frames of every
+ * kind: bytes flipped or set to the values that matter to a decoder (0,
+ * 0xff, lengths past a bound), frames cut short or run long, the header's
+ * size left as it was or patched to match, and fewer or more descriptors
+ * than the frame announces. Each decode returns 0 or one of the documented
+ * errors; a frame it accepts encodes back (ctest_encode) and decodes the
+ * same way. Under AddressSanitizer, every frame is a heap buffer of
+ * exactly its length, so that a read past the end is caught. */
+static void test_mutations(void)
+{
+    static const int fds[] = { 30, 31, 32, 33, 34, 35 };
+    struct ctest_scalars s;
+    struct ctest_texts t;
+    struct ctest_arrays a;
+    struct ctest_caps c;
+    struct ctest_lookup_call lc;
+    struct ctest_lookup_reply lr;
+    struct chanos_buf b = newbuf();
+    size_t ends[7], start = 0;
+    int kinds = 0, accepted = 0, refused = 0;
+
+    fill_scalars(&s);
+    memset(&t, 0, sizeof t);
+    t.name = CHANOS_STR("mutate");
+    t.data.ptr = (const uint8_t *)"\x01\x02\x03";
+    t.data.len = 3;
+    t.chars.ptr = (const uint8_t *)"ab";
+    t.chars.len = 2;
+    fill_arrays(&a);
+    fill_caps(&c);
+    memset(&lc, 0, sizeof lc);
+    lc.key = CHANOS_STR("key");
+    lc.p.c = CTEST_COLOR_GREEN;
+    memset(&lr, 0, sizeof lr);
+    lr.found = true;
+    lr.fd = 5;
+    CHECK_EQ(ctest_scalars_encode(&s, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_texts_encode(&t, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_arrays_encode(&a, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_caps_encode(&c, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_lookup_call_encode(&lc, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_lookup_reply_encode(&lr, &b), 0);
+    ends[kinds++] = b.len;
+    CHECK_EQ(ctest_sync_call_encode(&(struct ctest_sync_call){ 0 }, &b), 0);
+    ends[kinds++] = b.len;
+
+    for (int k = 0; k < kinds; k++) {
+        size_t flen = ends[k] - start;
+        const uint8_t *orig = b.data + start;
+
+        for (int iter = 0; iter < 20000; iter++) {
+            uint64_t r = rnd();
+            size_t len = flen;
+            struct frame f;
+            struct ctest_msg m;
+            uint32_t nfds = (uint32_t)(rnd() % 7);
+            int err;
+
+            switch (r % 8) {
+            case 0: /* cut short */
+                len = (size_t)(rnd() % flen);
+                break;
+            case 1: /* run long */
+                len = flen + 1 + (size_t)(rnd() % 16);
+                break;
+            default:
+                break;
+            }
+            f = frame_alloc(len);
+            memcpy(f.p, orig, len < flen ? len : flen);
+            for (int n = 1 + (int)(rnd() % 4); n > 0 && len > 0; n--) {
+                size_t at = (size_t)(rnd() % len);
+                static const uint8_t vals[] = { 0, 1, 2, 3, 0x7f, 0x80, 0xfe, 0xff };
+
+                f.p[at] = (rnd() & 1) ? (uint8_t)rnd() : vals[rnd() % sizeof vals];
+            }
+            if ((r >> 8) & 1 && len >= 4) /* the header's size made to match */
+                chanos_store_u32(f.p, (uint32_t)len);
+            err = ctest_decode(&m, f.p, f.len, fds, nfds);
+            if (err == 0) {
+                uint8_t out[512];
+                int outfds[8];
+                struct chanos_buf o;
+                struct ctest_msg again;
+                int eerr;
+
+                accepted++;
+                chanos_buf_init(&o, out, sizeof out, outfds, 8);
+                eerr = ctest_encode(&m, &o);
+                CHECK_EQ(eerr, 0);
+                if (eerr == 0) {
+                    struct frame g = frame_dup(out, o.len);
+
+                    CHECK_EQ(ctest_decode(&again, g.p, g.len, outfds, o.nfds), 0);
+                    CHECK(again.msg == m.msg && again.kind == m.kind);
+                    frame_free(g);
+                }
+            } else {
+                refused++;
+                CHECK(err < 0 && chanos_strerror(err) != NULL);
+            }
+            frame_free(f);
+        }
+        start = ends[k];
+    }
+    /* Both outcomes came up: the mutations are neither all fatal nor all
+     * harmless. */
+    CHECK(accepted > 0 && refused > 0);
+}
+
 int main(void)
 {
     test_scalars();
@@ -835,6 +962,7 @@ int main(void)
     test_keywords();
     test_rpc();
     test_any();
+    test_mutations();
     test_stubs();
     return check_done("codegen_test");
 }
