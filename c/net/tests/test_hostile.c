@@ -253,6 +253,74 @@ static void test_records(chanos_net_listener *L)
     }
 }
 
+/* test_mutations sends 130 links corrupted copies of a valid stream (two
+ * frames, an acknowledgement, a frame with an iref, a close): bytes
+ * flipped or set to values that matter to the parser, the stream cut
+ * short. Each link delivers frames, waits for more, or ends with an error,
+ * and closes; under the sanitizers, nothing is read out of bounds. The
+ * mutations are the same on every run (a fixed xorshift seed). */
+static void test_mutations(chanos_net_listener *L)
+{
+    check_context = "mutations";
+    uint8_t valid[40 + 40 + 24 + 72 + 24];
+    size_t n = 0;
+    put_header(valid + n, 1, 16, 1, 0);
+    memcpy(valid + n + 24, frame, 16);
+    n += 40;
+    put_header(valid + n, 1, 16, 2, 0);
+    memcpy(valid + n + 24, frame, 16);
+    n += 40;
+    put_header(valid + n, 2, 0, 0, 0);
+    n += 24;
+    put_header(valid + n, 1, 48, 3, 0);
+    memcpy(valid + n + 24, frame, 16);
+    valid[n + 24 + 7] = 1;
+    memset(valid + n + 40, 7, 32);
+    n += 72;
+    put_header(valid + n, 3, 0, 4, 0);
+    n += 24;
+
+    uint64_t x = 0x2545f4914f6cdd1du;
+    int ended = 0;
+    for (int i = 0; i < 130; i++) {
+        uint8_t b[sizeof valid];
+        memcpy(b, valid, n);
+        size_t len = n;
+        for (int k = 0; k < 1 + i % 4; k++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            static const uint8_t vals[] = {0, 1, 2, 3, 4, 5, 0x7f, 0x80, 0xff};
+            b[x % n] = (x >> 32) & 1 ? (uint8_t)(x >> 40) : vals[(x >> 40) % sizeof vals];
+        }
+        if (i % 5 == 0)
+            len = (size_t)(x >> 20) % n;
+        chanos_net_link *l;
+        int fd = opened(L, (uint8_t)(100 + i), &l);
+        CHECK(fd >= 0);
+        if (fd < 0)
+            continue;
+        int r = 0;
+        if (write(fd, b, len) == (ssize_t)len) {
+            const void *f;
+            const uint8_t *refs;
+            size_t flen;
+            /* what the stream holds is there within a moment: a receive
+             * that times out waits for more, which is right too */
+            do
+                r = chanos_net_recv_refs(l, &f, &flen, &refs, 20);
+            while (r == 0);
+        }
+        CHECK(r < 0 && chanos_strerror(r) != NULL);
+        if (r == CHANOS_ERR_PROTOCOL || r == CHANOS_ERR_CLOSED)
+            ended++;
+        close(fd);
+        chanos_net_close(l);
+    }
+    /* Most corruptions are caught: the parser is not merely waiting. */
+    CHECK(ended > 30);
+}
+
 int main(void)
 {
     struct chanos_net_options o = {.window_frames = 2, .max_frame = 65536,
@@ -262,6 +330,7 @@ int main(void)
     port = chanos_net_listener_port(L);
     test_hellos();
     test_records(L);
+    test_mutations(L);
     /* The listener went on through all of it. */
     check_context = "after";
     char addr[64];
