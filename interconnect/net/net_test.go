@@ -56,7 +56,7 @@ func fds(t *testing.T) int {
 }
 
 // listen starts a Listener on loopback, closed when the test ends.
-func listen(t *testing.T, o *cnet.Options) *cnet.Listener {
+func listen(t testing.TB, o *cnet.Options) *cnet.Listener {
 	t.Helper()
 	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
