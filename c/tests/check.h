@@ -75,6 +75,20 @@ static inline void check_eq_failed_(const char *file, int line,
             check_eq_failed_(__FILE__, __LINE__, #got, got_, want_);         \
     } while (0)
 
+/* check_rnd returns the next number of a xorshift64 generator with a
+ * fixed seed, for a test's random inputs: they are the same on every run,
+ * so that a failure reproduces. One generator per program, for one
+ * thread. */
+static uint64_t check_rnd_state = 88172645463325252ull;
+
+static inline uint64_t check_rnd(void)
+{
+    check_rnd_state ^= check_rnd_state << 13;
+    check_rnd_state ^= check_rnd_state >> 7;
+    check_rnd_state ^= check_rnd_state << 17;
+    return check_rnd_state;
+}
+
 /* check_done prints the counts of the test named name and returns its
  * exit status: 0 if every check held. */
 static inline int check_done(const char *name)

@@ -825,18 +825,6 @@ static void test_stubs(void)
     chanos_conn_close(t.c);
 }
 
-/* rnd is a xorshift64 generator: the mutations below are the same on
- * every run, so that a failure reproduces. */
-static uint64_t rnd_state = 0x9e3779b97f4a7c15u;
-
-static uint64_t rnd(void)
-{
-    rnd_state ^= rnd_state << 13;
-    rnd_state ^= rnd_state >> 7;
-    rnd_state ^= rnd_state << 17;
-    return rnd_state;
-}
-
 /* test_mutations decodes many corrupted copies of valid frames of every
  * kind: bytes flipped or set to the values that matter to a decoder (0,
  * 0xff, lengths past a bound), frames cut short or run long, the header's
@@ -844,7 +832,8 @@ static uint64_t rnd(void)
  * than the frame announces. Each decode returns 0 or one of the documented
  * errors; a frame it accepts encodes back (ctest_encode) and decodes the
  * same way. Under AddressSanitizer, every frame is a heap buffer of
- * exactly its length, so that a read past the end is caught. */
+ * exactly its length, so that a read past the end is caught. The
+ * corruptions are the same on every run (check_rnd). */
 static void test_mutations(void)
 {
     static const int fds[] = { 30, 31, 32, 33, 34, 35 };
@@ -893,30 +882,30 @@ static void test_mutations(void)
         const uint8_t *orig = b.data + start;
 
         for (int iter = 0; iter < 20000; iter++) {
-            uint64_t r = rnd();
+            uint64_t r = check_rnd();
             size_t len = flen;
             struct frame f;
             struct ctest_msg m;
-            uint32_t nfds = (uint32_t)(rnd() % 7);
+            uint32_t nfds = (uint32_t)(check_rnd() % 7);
             int err;
 
             switch (r % 8) {
             case 0: /* cut short */
-                len = (size_t)(rnd() % flen);
+                len = (size_t)(check_rnd() % flen);
                 break;
             case 1: /* run long */
-                len = flen + 1 + (size_t)(rnd() % 16);
+                len = flen + 1 + (size_t)(check_rnd() % 16);
                 break;
             default:
                 break;
             }
             f = frame_alloc(len);
             memcpy(f.p, orig, len < flen ? len : flen);
-            for (int n = 1 + (int)(rnd() % 4); n > 0 && len > 0; n--) {
-                size_t at = (size_t)(rnd() % len);
+            for (int n = 1 + (int)(check_rnd() % 4); n > 0 && len > 0; n--) {
+                size_t at = (size_t)(check_rnd() % len);
                 static const uint8_t vals[] = { 0, 1, 2, 3, 0x7f, 0x80, 0xfe, 0xff };
 
-                f.p[at] = (rnd() & 1) ? (uint8_t)rnd() : vals[rnd() % sizeof vals];
+                f.p[at] = (check_rnd() & 1) ? (uint8_t)check_rnd() : vals[check_rnd() % sizeof vals];
             }
             if ((r >> 8) & 1 && len >= 4) /* the header's size made to match */
                 chanos_store_u32(f.p, (uint32_t)len);

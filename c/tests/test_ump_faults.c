@@ -167,16 +167,6 @@ static void test_kill_streaming(void)
     chanos_ump_close(c);
 }
 
-static uint64_t rng_state = 88172645463325252ull;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
 /* scribble writes random words and bytes all over the shared memory and
  * signals every eventfd now and then, through its own connection. */
 static void scribble(chanos_ump *c, uint8_t *mem, size_t size, int ready)
@@ -184,12 +174,12 @@ static void scribble(chanos_ump *c, uint8_t *mem, size_t size, int ready)
     if (write(ready, "r", 1) != 1)
         _exit(12);
     for (unsigned i = 0;; i++) {
-        size_t off = (size_t)(rnd() % (size / 8)) * 8;
-        atomic_store_explicit((_Atomic uint64_t *)(void *)(mem + off), rnd(), memory_order_relaxed);
+        size_t off = (size_t)(check_rnd() % (size / 8)) * 8;
+        atomic_store_explicit((_Atomic uint64_t *)(void *)(mem + off), check_rnd(), memory_order_relaxed);
         if (i % 1024 == 0) {
-            size_t o2 = (size_t)(rnd() % (size - 64));
+            size_t o2 = (size_t)(check_rnd() % (size - 64));
             for (int j = 0; j < 64; j++)
-                mem[o2 + (size_t)j] = (uint8_t)rnd();
+                mem[o2 + (size_t)j] = (uint8_t)check_rnd();
             chanos_ump_try_send(c, "x", 1); /* wakes the parent now and then */
         }
     }

@@ -258,7 +258,7 @@ static void test_records(chanos_net_listener *L)
  * flipped or set to values that matter to the parser, the stream cut
  * short. Each link delivers frames, waits for more, or ends with an error,
  * and closes; under the sanitizers, nothing is read out of bounds. The
- * mutations are the same on every run (a fixed xorshift seed). */
+ * mutations are the same on every run (check_rnd). */
 static void test_mutations(chanos_net_listener *L)
 {
     check_context = "mutations";
@@ -280,21 +280,18 @@ static void test_mutations(chanos_net_listener *L)
     put_header(valid + n, 3, 0, 4, 0);
     n += 24;
 
-    uint64_t x = 0x2545f4914f6cdd1du;
     int ended = 0;
     for (int i = 0; i < 130; i++) {
         uint8_t b[sizeof valid];
         memcpy(b, valid, n);
         size_t len = n;
         for (int k = 0; k < 1 + i % 4; k++) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
             static const uint8_t vals[] = {0, 1, 2, 3, 4, 5, 0x7f, 0x80, 0xff};
-            b[x % n] = (x >> 32) & 1 ? (uint8_t)(x >> 40) : vals[(x >> 40) % sizeof vals];
+            size_t at = (size_t)(check_rnd() % n);
+            b[at] = check_rnd() & 1 ? (uint8_t)check_rnd() : vals[check_rnd() % sizeof vals];
         }
         if (i % 5 == 0)
-            len = (size_t)(x >> 20) % n;
+            len = (size_t)(check_rnd() % n);
         chanos_net_link *l;
         int fd = opened(L, (uint8_t)(100 + i), &l);
         CHECK(fd >= 0);
