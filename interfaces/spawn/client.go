@@ -16,6 +16,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -357,10 +358,18 @@ func HashFile(path string) (string, int64, error) {
 // Ship makes sure the cache of the service's machine holds the file at
 // path: it hashes the file, asks whether the cache has it, and uploads it
 // only if not. Start it then with Request.Hash set to the returned Hash.
+// The hash of a file this process has hashed before, and that has not
+// changed since, is not computed again (shipHashes): shipping one program
+// to many machines reads it once to hash it.
 func (c *Client) Ship(ctx context.Context, path string) (Shipped, error) {
-	hash, size, err := HashFile(path)
+	f, err := os.Open(path)
 	if err != nil {
-		return Shipped{}, err
+		return Shipped{}, fmt.Errorf("ship: %w", err)
+	}
+	defer f.Close()
+	hash, size, err := shipHashes.hash(f)
+	if err != nil {
+		return Shipped{}, fmt.Errorf("ship: %w", err)
 	}
 	out := Shipped{Hash: hash, Size: size}
 	present, _, code, err := c.Cached(ctx, hash)
@@ -373,16 +382,83 @@ func (c *Client) Ship(ctx context.Context, path string) (Shipped, error) {
 	if present {
 		return out, nil
 	}
-	f, err := os.Open(path)
-	if err != nil {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return out, fmt.Errorf("ship: %w", err)
 	}
-	defer f.Close()
 	out.Uploaded, err = c.Upload(ctx, hash, size, f)
 	if err != nil {
 		return out, fmt.Errorf("ship %s: %w", path, err)
 	}
 	return out, nil
+}
+
+// shipHashes is the hashes Ship has computed in this process.
+var shipHashes = hashCache{max: 256}
+
+// hashCache remembers files' SHA-256 by the file's identity (device and
+// inode) and the size, modification and change times it had when hashed.
+// Any write, chmod or replacement changes the change time, which no
+// system call sets to a chosen value; but the kernel stamps times from a
+// coarse clock, so a write within the same tick as the one before it may
+// leave them as they were. A hash is therefore kept only for a file whose
+// change time was at least racyWindow before the hashing began, as git
+// does for its index: a later write then stamps a later time.
+type hashCache struct {
+	mu     sync.Mutex
+	max    int
+	m      map[fileID]hashedFile
+	hashes int // files hashed, not found: for tests
+}
+
+type fileID struct{ dev, ino uint64 }
+
+type hashedFile struct {
+	size         int64
+	mtime, ctime syscall.Timespec
+	hash         string
+}
+
+// racyWindow is how long before a hash began a file must have last
+// changed for its hash to be kept: far more than the clock's tick.
+var racyWindow = time.Second
+
+// hash returns the SHA-256 of f, from its start, in lowercase hex, and its
+// size: the kept one if f has not changed since, else computed (and kept
+// if f did not change while it was read either).
+func (hc *hashCache) hash(f *os.File) (string, int64, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
+		return "", 0, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	id := fileID{uint64(st.Dev), st.Ino}
+	hc.mu.Lock()
+	if h, ok := hc.m[id]; ok && h.size == st.Size && h.mtime == st.Mtim && h.ctime == st.Ctim {
+		hc.mu.Unlock()
+		return h.hash, h.size, nil
+	}
+	hc.hashes++
+	hc.mu.Unlock()
+	began := time.Now()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, fmt.Errorf("read %s: %w", f.Name(), err)
+	}
+	sum := hex.EncodeToString(h.Sum(nil))
+	var after syscall.Stat_t
+	if err := syscall.Fstat(int(f.Fd()), &after); err != nil {
+		return "", 0, fmt.Errorf("stat %s: %w", f.Name(), err)
+	}
+	changed := time.Unix(st.Ctim.Unix())
+	if after.Size == st.Size && after.Mtim == st.Mtim && after.Ctim == st.Ctim && n == st.Size && changed.Before(began.Add(-racyWindow)) {
+		hc.mu.Lock()
+		if hc.m == nil || len(hc.m) >= hc.max {
+			hc.m = make(map[fileID]hashedFile)
+		}
+		hc.m[id] = hashedFile{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, hash: sum}
+		hc.mu.Unlock()
+	}
+	return sum, n, nil
 }
 
 // Upload sends the size bytes that r gives into the cache under hash,
