@@ -58,7 +58,7 @@ var packageNames = map[string]bool{
 	"Dispatch": true, "UnimplementedServer": true,
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true, "ConnectRef": true,
 	"Listener": true, "Export": true, "Serve": true,
-	"binding": true, "serve": true, "unsupported": true,
+	"binding": true, "asMsg": true, "serve": true, "unsupported": true,
 }
 
 // messageMethods are the methods of generated message, call and reply
