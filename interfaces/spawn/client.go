@@ -418,6 +418,19 @@ type hashedFile struct {
 	hash         string
 }
 
+// statOf returns what fstat(2) says of f.
+func statOf(f *os.File) (*syscall.Stat_t, error) {
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return nil, fmt.Errorf("stat %s: no inode", f.Name())
+	}
+	return st, nil
+}
+
 // racyWindow is how long before a hash began a file must have last
 // changed for its hash to be kept: far more than the clock's tick.
 var racyWindow = time.Second
@@ -426,9 +439,9 @@ var racyWindow = time.Second
 // size: the kept one if f has not changed since, else computed (and kept
 // if f did not change while it was read either).
 func (hc *hashCache) hash(f *os.File) (string, int64, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &st); err != nil {
-		return "", 0, fmt.Errorf("stat %s: %w", f.Name(), err)
+	st, err := statOf(f)
+	if err != nil {
+		return "", 0, err
 	}
 	id := fileID{uint64(st.Dev), st.Ino}
 	hc.mu.Lock()
@@ -445,9 +458,9 @@ func (hc *hashCache) hash(f *os.File) (string, int64, error) {
 		return "", 0, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
 	sum := hex.EncodeToString(h.Sum(nil))
-	var after syscall.Stat_t
-	if err := syscall.Fstat(int(f.Fd()), &after); err != nil {
-		return "", 0, fmt.Errorf("stat %s: %w", f.Name(), err)
+	after, err := statOf(f)
+	if err != nil {
+		return "", 0, err
 	}
 	changed := time.Unix(st.Ctim.Unix())
 	if after.Size == st.Size && after.Mtim == st.Mtim && after.Ctim == st.Ctim && n == st.Size && changed.Before(began.Add(-racyWindow)) {
