@@ -89,11 +89,12 @@ func Errorf(code Code, format string, args ...any) error {
 
 // CodeOf returns the code of err: CodeOK for nil; the code of an error
 // reply (a *RemoteError) or of a Code that err is or wraps; CodeCanceled
-// and CodeDeadlineExceeded for the context's errors (Call returns them
-// when its context ends first); CodeUnimplemented for
-// errors.ErrUnsupported (a generated UnimplementedServer's); CodeUnavailable for the end of the
+// and CodeDeadlineExceeded for the context's errors (Call returns them when
+// its context ends first); CodeUnimplemented for errors.ErrUnsupported (a
+// generated UnimplementedServer's); CodeUnavailable for the end of the
 // connection (ErrClosed, ErrPeerDied, ErrNetworkLost); CodeInternal for a
 // protocol violation and for a message that does not encode or decode
-// (wire.ErrMalformed: a handler's reply past its bounds, say); CodeUnknown for any other error. A handler's error
-// is sent with the code CodeOf gives it.
+// (wire.ErrMalformed: a handler's reply past its bounds, say); CodeUnknown
+// for any other error. A handler's error is sent with the code CodeOf gives
+// it.
 func CodeOf(err error) Code { return engine.CodeOf(err) }

@@ -27,8 +27,8 @@
  *                                    it handed the server)
  *
  * It prints "leaked fds N" last: how many more descriptors it holds than
- * when it started, so that a test sees that none leaked. Exit status 0 on success; 1 on failure, with
- * the reason on stderr.
+ * when it started, so that a test sees that none leaked. Exit status 0 on
+ * success; 1 on failure, with the reason on stderr.
  */
 #include "files.h"
 #include "pingpong.h"

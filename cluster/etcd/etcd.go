@@ -1,9 +1,9 @@
 // Package etcd puts a chanos machine into a cluster whose shared state
 // lives in etcd: the machine's lease (Session), the cluster-wide
-// nameservice (Names, a names.Store) and the list of machines (Registry). It is the only package, tests
-// aside, that imports etcd's client, so that the rest of chanos builds
-// and runs without it; a single machine keeps names.Memory and needs no
-// etcd at all.
+// nameservice (Names, a names.Store) and the list of machines (Registry).
+// It is the only package, tests aside, that imports etcd's client, so that
+// the rest of chanos builds and runs without it; a single machine keeps
+// names.Memory and needs no etcd at all.
 //
 // Keys live under /chanos/<cluster>/; docs/cluster.md describes them and
 // the model: names leased through their machine, fencing, and failure

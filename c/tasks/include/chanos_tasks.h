@@ -166,12 +166,12 @@ int chanos_tasks_run(chanos_tasks *rt, chanos_task *t);
  * the tasks of its deque to the runtime's queue and its current task (the
  * stack it runs on) to the ready queue, where other workers take them up;
  * nothing is lost or run twice. Shrinking returns at once, without waiting
- * for the removed workers to leave (one running a long task without
- * syncs leaves when the task gets there); chanos_tasks_threads tells
- * whether they have, and chanos_tasks_wait_removed waits for them. Growing again takes back a request that a worker has not yet
- * acted on, and keeps that thread. 0, -EINVAL, or -errno (from
- * pthread_create). Call it from a thread that is not a worker; calls are
- * serialized.
+ * for the removed workers to leave (one running a long task without syncs
+ * leaves when the task gets there); chanos_tasks_threads tells whether they
+ * have, and chanos_tasks_wait_removed waits for them. Growing again takes
+ * back a request that a worker has not yet acted on, and keeps that thread.
+ * 0, -EINVAL, or -errno (from pthread_create). Call it from a thread that
+ * is not a worker; calls are serialized.
  */
 int chanos_tasks_set_workers(chanos_tasks *rt, unsigned n);
 

@@ -853,8 +853,9 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) (bool, error) {
 // server that wants concurrency hands the decoded message to a goroutine.
 //
 // ReceiveFunc returns fn's error, ctx's error, or the connection's end
-// (matching interconnect.ErrClosed, interconnect.ErrPeerDied or interconnect.ErrProtocol) once every message sent
-// before the end has been received.
+// (matching interconnect.ErrClosed, interconnect.ErrPeerDied or
+// interconnect.ErrProtocol) once every message sent before the end has been
+// received.
 func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
 	// Alone on the connection, with nothing handed over: no lock.
 	if c.ninbox.Load() == 0 && c.turn.CompareAndSwap(false, true) {

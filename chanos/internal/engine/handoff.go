@@ -37,15 +37,15 @@ const (
 )
 
 // handOff is Serve's default way (neither Ordered nor Concurrent): the
-// reading goroutine, a reader, runs each call inline, and a watchdog
-// starts a new reader if the call has not returned within HandOffAfter
-// (to twice that). The watchdog is a timer that ticks while calls run
-// and stops when it finds the reader idle: a call only counts itself
-// (seq) and, if the watchdog is stopped, starts it, so that a call that
-// returns at once pays no timer of its own. The old reader finishes its
-// call, sends its reply and ends; the new one reads on, so other calls,
-// and the caller's cancel of the slow one, are read meanwhile. The frame of a call is copied out of the link
-// before its handler runs, so that the next reader's reads cannot
+// reading goroutine, a reader, runs each call inline, and a watchdog starts
+// a new reader if the call has not returned within HandOffAfter (to twice
+// that). The watchdog is a timer that ticks while calls run and stops when
+// it finds the reader idle: a call only counts itself (seq) and, if the
+// watchdog is stopped, starts it, so that a call that returns at once pays
+// no timer of its own. The old reader finishes its call, sends its reply
+// and ends; the new one reads on, so other calls, and the caller's cancel
+// of the slow one, are read meanwhile. The frame of a call is copied out of
+// the link before its handler runs, so that the next reader's reads cannot
 // overwrite what the handler still reads (@borrow views included).
 type handOff struct {
 	c       *Conn

@@ -668,10 +668,10 @@ func newLegend() plot.Legend {
 	return l
 }
 
-// setValueAxis sets the range, scale and ticks of the axis of a figure
-// from its values vs. Values spanning more than a decade go on a log
-// scale, where the fast and the slow can both be read; others on a linear one from zero, where ratios can be seen. It returns
-// whether the scale is log.
+// setValueAxis sets the range, scale and ticks of the axis of a figure from
+// its values vs. Values spanning more than a decade go on a log scale,
+// where the fast and the slow can both be read; others on a linear one from
+// zero, where ratios can be seen. It returns whether the scale is log.
 func setValueAxis(a *plot.Axis, vs []float64) bool {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, v := range vs {
