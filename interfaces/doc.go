@@ -1,8 +1,9 @@
 // Package interfaces holds the interfaces bundled with chanos, as IDL
 // files, and their generated Go packages in the subdirectories of the same
 // names. The monitor protocol's Go code is generated from monitor.if into
-// internal/protocol/monitor instead, beside the runtime that speaks it. Run `make generate` (or `go generate ./interfaces`) after editing
-// an interface; CI checks that the generated code is up to date.
+// internal/protocol/monitor instead, beside the runtime that speaks it. Run
+// `make generate` (or `go generate ./interfaces`) after editing an
+// interface; CI checks that the generated code is up to date.
 package interfaces
 
 //go:generate go run ../cmd/chanosc -lang go -o pingpong pingpong.if

@@ -450,7 +450,7 @@ func (g *generator) frame(f *frameInfo) {
 	} else {
 		g.p("type %s struct {", f.typ)
 		for _, a := range f.args {
-			g.p("// %s", g.fieldDoc(a))
+			g.comment(g.fieldDoc(a))
 			g.p("%s %s", a.field, g.argType(a.arg))
 		}
 		g.p("}")

@@ -93,7 +93,8 @@ type Msg interface {
 type PutCall struct {
 	// Key is the in argument key: at most MaxPutKeyLen bytes, without NUL.
 	Key string
-	// Value is the in argument value: at most MaxPutValueLen bytes (its length is value_len in the IDL).
+	// Value is the in argument value: at most MaxPutValueLen bytes (its length is
+	// value_len in the IDL).
 	Value []byte
 }
 
@@ -196,7 +197,8 @@ func (m *GetCall) Decode(frame []byte, caps []wire.Cap) error {
 type GetReply struct {
 	// St is the out argument st (status).
 	St Status
-	// Value is the out argument value: at most MaxGetValueLen bytes (its length is value_len in the IDL).
+	// Value is the out argument value: at most MaxGetValueLen bytes (its length is
+	// value_len in the IDL).
 	Value []byte
 }
 

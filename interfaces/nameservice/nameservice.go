@@ -258,7 +258,8 @@ func (m *WaitForReply) put(b []byte) {
 //
 //	rpc get_count(in String class[256], out uint64 count);
 type GetCountCall struct {
-	// Class is the in argument class: at most MaxGetCountClassLen bytes, without NUL.
+	// Class is the in argument class: at most MaxGetCountClassLen bytes, without
+	// NUL.
 	Class string
 }
 
@@ -380,7 +381,8 @@ func (m *RemoveReply) put(b []byte) {
 //		out uint8 names[names_len, 65536],
 //		out bool more);
 type ListCall struct {
-	// Prefix is the in argument prefix: at most MaxListPrefixLen bytes, without NUL.
+	// Prefix is the in argument prefix: at most MaxListPrefixLen bytes, without
+	// NUL.
 	Prefix string
 	// After is the in argument after: at most MaxListAfterLen bytes, without NUL.
 	After string
@@ -418,7 +420,8 @@ func (m *ListCall) Decode(frame []byte, caps []wire.Cap) error {
 //		out uint8 names[names_len, 65536],
 //		out bool more);
 type ListReply struct {
-	// Names is the out argument names: at most MaxListNamesLen bytes (its length is names_len in the IDL).
+	// Names is the out argument names: at most MaxListNamesLen bytes (its length
+	// is names_len in the IDL).
 	Names []byte
 	// More is the out argument more (bool).
 	More bool

@@ -128,7 +128,8 @@ func (m *Pong) put(b []byte) {
 type Data struct {
 	// Seq is the argument seq (uint64).
 	Seq uint64
-	// Payload is the argument payload: at most MaxDataPayloadLen bytes (its length is payload_len in the IDL).
+	// Payload is the argument payload: at most MaxDataPayloadLen bytes (its length
+	// is payload_len in the IDL).
 	Payload []byte
 }
 
@@ -267,7 +268,8 @@ func (m *EchoReply) put(b []byte) {
 //		in uint8 payload[payload_len, 65536],
 //		out uint8 reply[reply_len, 65536]);
 type BounceCall struct {
-	// Payload is the in argument payload: at most MaxBouncePayloadLen bytes (its length is payload_len in the IDL).
+	// Payload is the in argument payload: at most MaxBouncePayloadLen bytes (its
+	// length is payload_len in the IDL).
 	Payload []byte
 }
 
@@ -334,7 +336,8 @@ func (m *BounceCall) decode(frame []byte, caps []wire.Cap, take wire.Take) error
 //		in uint8 payload[payload_len, 65536],
 //		out uint8 reply[reply_len, 65536]);
 type BounceReply struct {
-	// Reply is the out argument reply: at most MaxBounceReplyLen bytes (its length is reply_len in the IDL).
+	// Reply is the out argument reply: at most MaxBounceReplyLen bytes (its length
+	// is reply_len in the IDL).
 	Reply []byte
 }
 

@@ -96,11 +96,14 @@ type Msg interface {
 //		out errval err,
 //		out uint8 detail[detail_len, 1024]);
 type SpawnCall struct {
-	// Program is the in argument program: at most MaxSpawnProgramLen bytes, without NUL.
+	// Program is the in argument program: at most MaxSpawnProgramLen bytes,
+	// without NUL.
 	Program string
-	// Args is the in argument args: at most MaxSpawnArgsLen bytes (its length is args_len in the IDL).
+	// Args is the in argument args: at most MaxSpawnArgsLen bytes (its length is
+	// args_len in the IDL).
 	Args []byte
-	// Env is the in argument env: at most MaxSpawnEnvLen bytes (its length is env_len in the IDL).
+	// Env is the in argument env: at most MaxSpawnEnvLen bytes (its length is
+	// env_len in the IDL).
 	Env []byte
 	// Dir is the in argument dir: at most MaxSpawnDirLen bytes, without NUL.
 	Dir string
@@ -178,7 +181,8 @@ type SpawnReply struct {
 	PID int32
 	// Err is the out argument err (errval).
 	Err wire.Errval
-	// Detail is the out argument detail: at most MaxSpawnDetailLen bytes (its length is detail_len in the IDL).
+	// Detail is the out argument detail: at most MaxSpawnDetailLen bytes (its
+	// length is detail_len in the IDL).
 	Detail []byte
 }
 
@@ -439,7 +443,8 @@ func (m *LogsCall) Decode(frame []byte, caps []wire.Cap) error {
 //		out bool done,
 //		out errval err);
 type LogsReply struct {
-	// Data is the out argument data: at most MaxLogsDataLen bytes (its length is data_len in the IDL).
+	// Data is the out argument data: at most MaxLogsDataLen bytes (its length is
+	// data_len in the IDL).
 	Data []byte
 	// Start is the out argument start (uint64).
 	Start uint64
@@ -502,7 +507,8 @@ func (*ListCall) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	rpc list(out uint8 json[json_len, 65536]);
 type ListReply struct {
-	// JSON is the out argument json: at most MaxListJSONLen bytes (its length is json_len in the IDL).
+	// JSON is the out argument json: at most MaxListJSONLen bytes (its length is
+	// json_len in the IDL).
 	JSON []byte
 }
 
@@ -694,7 +700,8 @@ type PutBeginReply struct {
 	Present bool
 	// Err is the out argument err (errval).
 	Err wire.Errval
-	// Detail is the out argument detail: at most MaxPutBeginDetailLen bytes (its length is detail_len in the IDL).
+	// Detail is the out argument detail: at most MaxPutBeginDetailLen bytes (its
+	// length is detail_len in the IDL).
 	Detail []byte
 }
 
@@ -739,7 +746,8 @@ type PutData struct {
 	Upload uint64
 	// Offset is the argument offset (uint64).
 	Offset uint64
-	// Data is the argument data: at most MaxPutDataDataLen bytes (its length is data_len in the IDL).
+	// Data is the argument data: at most MaxPutDataDataLen bytes (its length is
+	// data_len in the IDL).
 	Data []byte
 }
 
@@ -857,7 +865,8 @@ func (m *PutEndCall) put(b []byte) {
 type PutEndReply struct {
 	// Err is the out argument err (errval).
 	Err wire.Errval
-	// Detail is the out argument detail: at most MaxPutEndDetailLen bytes (its length is detail_len in the IDL).
+	// Detail is the out argument detail: at most MaxPutEndDetailLen bytes (its
+	// length is detail_len in the IDL).
 	Detail []byte
 }
 
@@ -938,17 +947,23 @@ func (m *PutEndReply) decode(frame []byte, caps []wire.Cap, take wire.Take) erro
 //		out errval err,
 //		out uint8 detail[detail_len, 1024]);
 type SpawnShippedCall struct {
-	// Hash is the in argument hash: at most MaxSpawnShippedHashLen bytes, without NUL.
+	// Hash is the in argument hash: at most MaxSpawnShippedHashLen bytes, without
+	// NUL.
 	Hash string
-	// Program is the in argument program: at most MaxSpawnShippedProgramLen bytes, without NUL.
+	// Program is the in argument program: at most MaxSpawnShippedProgramLen bytes,
+	// without NUL.
 	Program string
-	// Args is the in argument args: at most MaxSpawnShippedArgsLen bytes (its length is args_len in the IDL).
+	// Args is the in argument args: at most MaxSpawnShippedArgsLen bytes (its
+	// length is args_len in the IDL).
 	Args []byte
-	// Env is the in argument env: at most MaxSpawnShippedEnvLen bytes (its length is env_len in the IDL).
+	// Env is the in argument env: at most MaxSpawnShippedEnvLen bytes (its length
+	// is env_len in the IDL).
 	Env []byte
-	// Dir is the in argument dir: at most MaxSpawnShippedDirLen bytes, without NUL.
+	// Dir is the in argument dir: at most MaxSpawnShippedDirLen bytes, without
+	// NUL.
 	Dir string
-	// Cpus is the in argument cpus: at most MaxSpawnShippedCpusLen bytes, without NUL.
+	// Cpus is the in argument cpus: at most MaxSpawnShippedCpusLen bytes, without
+	// NUL.
 	Cpus string
 	// MemLimit is the in argument mem_limit (uint64).
 	MemLimit uint64
@@ -956,7 +971,8 @@ type SpawnShippedCall struct {
 	CPULimit uint64
 	// CPURateMilli is the in argument cpu_rate_milli (uint32).
 	CPURateMilli uint32
-	// Name is the in argument name: at most MaxSpawnShippedNameLen bytes, without NUL.
+	// Name is the in argument name: at most MaxSpawnShippedNameLen bytes, without
+	// NUL.
 	Name string
 }
 
@@ -1026,7 +1042,8 @@ type SpawnShippedReply struct {
 	PID int32
 	// Err is the out argument err (errval).
 	Err wire.Errval
-	// Detail is the out argument detail: at most MaxSpawnShippedDetailLen bytes (its length is detail_len in the IDL).
+	// Detail is the out argument detail: at most MaxSpawnShippedDetailLen bytes
+	// (its length is detail_len in the IDL).
 	Detail []byte
 }
 

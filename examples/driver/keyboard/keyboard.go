@@ -53,9 +53,11 @@ type Msg interface {
 //		in give_away_cap(event) irq,
 //		in bool spin);
 type AttachCall struct {
-	// Regs is the in argument regs (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// Regs is the in argument regs (give_away_cap(file)). Sent, it is the
+	// connection's to close once the frame has gone; received, the receiver's.
 	Regs *os.File
-	// Irq is the in argument irq (give_away_cap(event)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// Irq is the in argument irq (give_away_cap(event)). Sent, it is the
+	// connection's to close once the frame has gone; received, the receiver's.
 	Irq *chanos.Event
 	// Spin is the in argument spin (bool).
 	Spin bool

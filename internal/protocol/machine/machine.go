@@ -104,7 +104,8 @@ type BindCall struct {
 	ClientPID int32
 	// ClientUID is the in argument client_uid (uint32).
 	ClientUID uint32
-	// ClientProgram is the in argument client_program: at most MaxBindClientProgramLen bytes, without NUL.
+	// ClientProgram is the in argument client_program: at most
+	// MaxBindClientProgramLen bytes, without NUL.
 	ClientProgram string
 	// ClientCert is the in argument client_cert (cert_fingerprint).
 	ClientCert CertFingerprint
@@ -190,13 +191,15 @@ type BindReply struct {
 	ConnID uint64
 	// Server is the out argument server (uint64).
 	Server uint64
-	// ExportName is the out argument export_name: at most MaxBindExportNameLen bytes, without NUL.
+	// ExportName is the out argument export_name: at most MaxBindExportNameLen
+	// bytes, without NUL.
 	ExportName string
 	// MaxFrame is the out argument max_frame (uint32).
 	MaxFrame uint32
 	// Addr is the out argument addr: at most MaxBindAddrLen bytes, without NUL.
 	Addr string
-	// ServerName is the out argument server_name: at most MaxBindServerNameLen bytes, without NUL.
+	// ServerName is the out argument server_name: at most MaxBindServerNameLen
+	// bytes, without NUL.
 	ServerName string
 	// ServerCert is the out argument server_cert (cert_fingerprint).
 	ServerCert CertFingerprint
@@ -297,7 +300,8 @@ func (*PsCall) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	rpc ps(out uint8 json[json_len, 262144]);
 type PsReply struct {
-	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is json_len in the IDL).
+	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is
+	// json_len in the IDL).
 	JSON []byte
 }
 

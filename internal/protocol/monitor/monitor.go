@@ -174,11 +174,13 @@ type Msg interface {
 type HelloCall struct {
 	// Version is the in argument version (uint32).
 	Version uint32
-	// Program is the in argument program: at most MaxHelloProgramLen bytes, without NUL.
+	// Program is the in argument program: at most MaxHelloProgramLen bytes,
+	// without NUL.
 	Program string
 	// Features is the in argument features (uint32).
 	Features uint32
-	// SpawnToken is the in argument spawn_token: at most MaxHelloSpawnTokenLen bytes, without NUL.
+	// SpawnToken is the in argument spawn_token: at most MaxHelloSpawnTokenLen
+	// bytes, without NUL.
 	SpawnToken string
 }
 
@@ -268,15 +270,18 @@ func (m *HelloReply) put(b []byte) {
 type ExportCall struct {
 	// Name is the in argument name: at most MaxExportNameLen bytes, without NUL.
 	Name string
-	// Iface is the in argument iface: at most MaxExportIfaceLen bytes, without NUL.
+	// Iface is the in argument iface: at most MaxExportIfaceLen bytes, without
+	// NUL.
 	Iface string
 	// MaxFrame is the in argument max_frame (uint32).
 	MaxFrame uint32
 	// Private is the in argument private (bool).
 	Private bool
-	// Uids is the in argument uids: at most MaxExportUidsLen uint32 elements (its length is nuids in the IDL).
+	// Uids is the in argument uids: at most MaxExportUidsLen uint32 elements (its
+	// length is nuids in the IDL).
 	Uids []uint32
-	// Programs is the in argument programs: at most MaxExportProgramsLen bytes (its length is programs_len in the IDL).
+	// Programs is the in argument programs: at most MaxExportProgramsLen bytes
+	// (its length is programs_len in the IDL).
 	Programs []byte
 	// Fingerprint is the in argument fingerprint (uint64).
 	Fingerprint uint64
@@ -503,17 +508,22 @@ type BindReply struct {
 	ConnID uint64
 	// MaxFrame is the out argument max_frame (uint32).
 	MaxFrame uint32
-	// Fds is the out argument fds: at most MaxBindFdsLen give_away_cap elements (its length is nfds in the IDL).
+	// Fds is the out argument fds: at most MaxBindFdsLen give_away_cap elements
+	// (its length is nfds in the IDL).
 	Fds []wire.Cap
-	// NetAddr is the out argument net_addr: at most MaxBindNetAddrLen bytes, without NUL.
+	// NetAddr is the out argument net_addr: at most MaxBindNetAddrLen bytes,
+	// without NUL.
 	NetAddr string
-	// NetName is the out argument net_name: at most MaxBindNetNameLen bytes, without NUL.
+	// NetName is the out argument net_name: at most MaxBindNetNameLen bytes,
+	// without NUL.
 	NetName string
 	// NetPeer is the out argument net_peer (cert_fingerprint).
 	NetPeer CertFingerprint
-	// NetCert is the out argument net_cert: at most MaxBindNetCertLen bytes (its length is net_cert_len in the IDL).
+	// NetCert is the out argument net_cert: at most MaxBindNetCertLen bytes (its
+	// length is net_cert_len in the IDL).
 	NetCert []byte
-	// NetKey is the out argument net_key: at most MaxBindNetKeyLen bytes (its length is net_key_len in the IDL).
+	// NetKey is the out argument net_key: at most MaxBindNetKeyLen bytes (its
+	// length is net_key_len in the IDL).
 	NetKey []byte
 	// NetAuthOnly is the out argument net_auth_only (bool).
 	NetAuthOnly bool
@@ -608,23 +618,28 @@ type Incoming struct {
 	Via Interconnect
 	// MaxFrame is the argument max_frame (uint32).
 	MaxFrame uint32
-	// Fds is the argument fds: at most MaxIncomingFdsLen give_away_cap elements (its length is nfds in the IDL).
+	// Fds is the argument fds: at most MaxIncomingFdsLen give_away_cap elements
+	// (its length is nfds in the IDL).
 	Fds []wire.Cap
 	// ClientPID is the argument client_pid (int32).
 	ClientPID int32
 	// ClientUID is the argument client_uid (uint32).
 	ClientUID uint32
-	// ClientProgram is the argument client_program: at most MaxIncomingClientProgramLen bytes, without NUL.
+	// ClientProgram is the argument client_program: at most
+	// MaxIncomingClientProgramLen bytes, without NUL.
 	ClientProgram string
 	// ClientMachine is the argument client_machine (uint64).
 	ClientMachine uint64
-	// NetName is the argument net_name: at most MaxIncomingNetNameLen bytes, without NUL.
+	// NetName is the argument net_name: at most MaxIncomingNetNameLen bytes,
+	// without NUL.
 	NetName string
 	// NetPeer is the argument net_peer (cert_fingerprint).
 	NetPeer CertFingerprint
-	// NetCert is the argument net_cert: at most MaxIncomingNetCertLen bytes (its length is net_cert_len in the IDL).
+	// NetCert is the argument net_cert: at most MaxIncomingNetCertLen bytes (its
+	// length is net_cert_len in the IDL).
 	NetCert []byte
-	// NetKey is the argument net_key: at most MaxIncomingNetKeyLen bytes (its length is net_key_len in the IDL).
+	// NetKey is the argument net_key: at most MaxIncomingNetKeyLen bytes (its
+	// length is net_key_len in the IDL).
 	NetKey []byte
 	// NetAuthOnly is the argument net_auth_only (bool).
 	NetAuthOnly bool
@@ -731,7 +746,8 @@ func (m *PsCall) put(b []byte) {
 //
 //	rpc ps(in uint64 machine, out uint8 json[json_len, 1048576]);
 type PsReply struct {
-	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is json_len in the IDL).
+	// JSON is the out argument json: at most MaxPsJSONLen bytes (its length is
+	// json_len in the IDL).
 	JSON []byte
 }
 
@@ -838,7 +854,8 @@ func (*MachinesCall) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	rpc machines(out uint8 json[json_len, 65536]);
 type MachinesReply struct {
-	// JSON is the out argument json: at most MaxMachinesJSONLen bytes (its length is json_len in the IDL).
+	// JSON is the out argument json: at most MaxMachinesJSONLen bytes (its length
+	// is json_len in the IDL).
 	JSON []byte
 }
 

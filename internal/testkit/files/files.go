@@ -59,7 +59,8 @@ type Msg interface {
 //
 //	message share(give_away_cap(file) fd, uint64 tag);
 type Share struct {
-	// FD is the argument fd (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// FD is the argument fd (give_away_cap(file)). Sent, it is the connection's to
+	// close once the frame has gone; received, the receiver's.
 	FD *os.File
 	// Tag is the argument tag (uint64).
 	Tag uint64
@@ -93,7 +94,8 @@ func (m *Share) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	rpc stat(in cap(file) fd, out uint64 size);
 type StatCall struct {
-	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the
+	// receiver gets a copy); received, it is the receiver's to close.
 	FD *os.File
 }
 
@@ -152,7 +154,8 @@ func (m *StatReply) put(b []byte) {
 //
 //	rpc dup(in cap(file) fd, out give_away_cap(file) copy);
 type DupCall struct {
-	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// FD is the in argument fd (cap(file)). Sent, it stays the sender's (the
+	// receiver gets a copy); received, it is the receiver's to close.
 	FD *os.File
 }
 
@@ -182,7 +185,8 @@ func (m *DupCall) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	rpc dup(in cap(file) fd, out give_away_cap(file) copy);
 type DupReply struct {
-	// Copy is the out argument copy (give_away_cap(file)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// Copy is the out argument copy (give_away_cap(file)). Sent, it is the
+	// connection's to close once the frame has gone; received, the receiver's.
 	Copy *os.File
 }
 
@@ -212,7 +216,8 @@ func (m *DupReply) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	message ring(cap(event) event, uint64 times);
 type Ring struct {
-	// Event is the argument event (cap(event)). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// Event is the argument event (cap(event)). Sent, it stays the sender's (the
+	// receiver gets a copy); received, it is the receiver's to close.
 	Event *chanos.Event
 	// Times is the argument times (uint64).
 	Times uint64
@@ -246,7 +251,8 @@ func (m *Ring) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	message hand(give_away_cap(endpoint) endpoint, String iface[64]);
 type Hand struct {
-	// Endpoint is the argument endpoint (give_away_cap(endpoint)). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// Endpoint is the argument endpoint (give_away_cap(endpoint)). Sent, it is the
+	// connection's to close once the frame has gone; received, the receiver's.
 	Endpoint *chanos.Endpoint
 	// Iface is the argument iface: at most MaxHandIfaceLen bytes, without NUL.
 	Iface string
@@ -290,7 +296,8 @@ func (m *Hand) copy() (*Hand, error) {
 //
 //	message pass(give_away_cap any);
 type Pass struct {
-	// Any is the argument any (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// Any is the argument any (give_away_cap). Sent, it is the connection's to
+	// close once the frame has gone; received, the receiver's.
 	Any wire.Cap
 }
 

@@ -993,13 +993,17 @@ func (m *Structs) Decode(frame []byte, caps []wire.Cap) error {
 //		point pts[npts, 3],
 //		color colors[ncolors, 4]);
 type Arrays struct {
-	// Bytes is the argument bytes: at most MaxArraysBytesLen bytes (its length is nbytes in the IDL).
+	// Bytes is the argument bytes: at most MaxArraysBytesLen bytes (its length is
+	// nbytes in the IDL).
 	Bytes []byte
-	// Words is the argument words: at most MaxArraysWordsLen uint32 elements (its length is nwords in the IDL).
+	// Words is the argument words: at most MaxArraysWordsLen uint32 elements (its
+	// length is nwords in the IDL).
 	Words []uint32
-	// Pts is the argument pts: at most MaxArraysPtsLen point elements (its length is npts in the IDL).
+	// Pts is the argument pts: at most MaxArraysPtsLen point elements (its length
+	// is npts in the IDL).
 	Pts []Point
-	// Colors is the argument colors: at most MaxArraysColorsLen color elements (its length is ncolors in the IDL).
+	// Colors is the argument colors: at most MaxArraysColorsLen color elements
+	// (its length is ncolors in the IDL).
 	Colors []Color
 }
 
@@ -1094,15 +1098,20 @@ func (m *Arrays) copy() (*Arrays, error) {
 //		digest sums[nsums, 2],
 //		line lines[nlines, 2]);
 type MoreArrays struct {
-	// Bits is the argument bits: at most MaxMoreArraysBitsLen bool elements (its length is nbits in the IDL).
+	// Bits is the argument bits: at most MaxMoreArraysBitsLen bool elements (its
+	// length is nbits in the IDL).
 	Bits []bool
-	// Chars is the argument chars: at most MaxMoreArraysCharsLen bytes (its length is nchars in the IDL).
+	// Chars is the argument chars: at most MaxMoreArraysCharsLen bytes (its length
+	// is nchars in the IDL).
 	Chars []byte
-	// Wide is the argument wide: at most MaxMoreArraysWideLen int64 elements (its length is nwide in the IDL).
+	// Wide is the argument wide: at most MaxMoreArraysWideLen int64 elements (its
+	// length is nwide in the IDL).
 	Wide []int64
-	// Sums is the argument sums: at most MaxMoreArraysSumsLen digest elements (its length is nsums in the IDL).
+	// Sums is the argument sums: at most MaxMoreArraysSumsLen digest elements (its
+	// length is nsums in the IDL).
 	Sums []Digest
-	// Lines is the argument lines: at most MaxMoreArraysLinesLen line elements (its length is nlines in the IDL).
+	// Lines is the argument lines: at most MaxMoreArraysLinesLen line elements
+	// (its length is nlines in the IDL).
 	Lines []Line
 }
 
@@ -1211,15 +1220,18 @@ func (m *MoreArrays) copy() (*MoreArrays, error) {
 //		capset pair,
 //		cap last);
 type Caps struct {
-	// C is the argument c (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// C is the argument c (cap). Sent, it stays the sender's (the receiver gets a
+	// copy); received, it is the receiver's to close.
 	C wire.Cap
-	// G is the argument g (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// G is the argument g (give_away_cap). Sent, it is the connection's to close
+	// once the frame has gone; received, the receiver's.
 	G wire.Cap
 	// Between is the argument between (uint32).
 	Between uint32
 	// Pair is the argument pair (capset).
 	Pair Capset
-	// Last is the argument last (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// Last is the argument last (cap). Sent, it stays the sender's (the receiver
+	// gets a copy); received, it is the receiver's to close.
 	Last wire.Cap
 }
 
@@ -1261,9 +1273,11 @@ func (m *Caps) Decode(frame []byte, caps []wire.Cap) error {
 //
 //	message cap_arrays(cap fds[nfds, 4], handle hs[nhs, 2], uint8 trailer);
 type CapArrays struct {
-	// Fds is the argument fds: at most MaxCapArraysFdsLen cap elements (its length is nfds in the IDL).
+	// Fds is the argument fds: at most MaxCapArraysFdsLen cap elements (its length
+	// is nfds in the IDL).
 	Fds []wire.Cap
-	// Hs is the argument hs: at most MaxCapArraysHsLen handle elements (its length is nhs in the IDL).
+	// Hs is the argument hs: at most MaxCapArraysHsLen handle elements (its length
+	// is nhs in the IDL).
 	Hs []Handle
 	// Trailer is the argument trailer (uint8).
 	Trailer uint8
@@ -1427,7 +1441,8 @@ type MixedCall struct {
 	A uint8
 	// C is the in argument c (bool).
 	C bool
-	// Pts is the in argument pts: at most MaxMixedPtsLen point elements (its length is npts in the IDL).
+	// Pts is the in argument pts: at most MaxMixedPtsLen point elements (its
+	// length is npts in the IDL).
 	Pts []Point
 }
 
@@ -1487,7 +1502,8 @@ type MixedReply struct {
 	B int64
 	// D is the out argument d (color).
 	D Color
-	// Data is the out argument data: at most MaxMixedDataLen bytes (its length is ndata in the IDL).
+	// Data is the out argument data: at most MaxMixedDataLen bytes (its length is
+	// ndata in the IDL).
 	Data []byte
 }
 
@@ -1524,9 +1540,11 @@ func (m *MixedReply) Decode(frame []byte, caps []wire.Cap) error {
 type NotifyCall struct {
 	// Event is the in argument event (uint32).
 	Event uint32
-	// FD is the in argument fd (give_away_cap). Sent, it is the connection's to close once the frame has gone; received, the receiver's.
+	// FD is the in argument fd (give_away_cap). Sent, it is the connection's to
+	// close once the frame has gone; received, the receiver's.
 	FD wire.Cap
-	// Watch is the in argument watch (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// Watch is the in argument watch (cap). Sent, it stays the sender's (the
+	// receiver gets a copy); received, it is the receiver's to close.
 	Watch wire.Cap
 }
 
@@ -1610,9 +1628,11 @@ func (*QueryCall) Decode(frame []byte, caps []wire.Cap) error {
 type QueryReply struct {
 	// Counter is the out argument counter (uint64).
 	Counter uint64
-	// StatusText is the out argument status_text: at most MaxQueryStatusTextLen bytes, without NUL.
+	// StatusText is the out argument status_text: at most MaxQueryStatusTextLen
+	// bytes, without NUL.
 	StatusText string
-	// H is the out argument h (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// H is the out argument h (cap). Sent, it stays the sender's (the receiver
+	// gets a copy); received, it is the receiver's to close.
 	H wire.Cap
 	// Err is the out argument err (errval).
 	Err wire.Errval
@@ -1670,9 +1690,11 @@ type Keywords struct {
 	Select int16
 	// Register is the argument register (uint64).
 	Register uint64
-	// Switch is the argument switch: at most MaxKeywordsSwitchLen bytes, without NUL.
+	// Switch is the argument switch: at most MaxKeywordsSwitchLen bytes, without
+	// NUL.
 	Switch string
-	// Range is the argument range: at most MaxKeywordsRangeLen bytes (its length is go in the IDL).
+	// Range is the argument range: at most MaxKeywordsRangeLen bytes (its length
+	// is go in the IDL).
 	Range []byte
 }
 
@@ -1751,7 +1773,8 @@ type Shadows struct {
 	Nil uint32
 	// Err is the argument err (int8).
 	Err int8
-	// Buf is the argument buf: at most MaxShadowsBufLen bytes (its length is n in the IDL).
+	// Buf is the argument buf: at most MaxShadowsBufLen bytes (its length is n in
+	// the IDL).
 	Buf []byte
 	// Msg is the argument msg: at most MaxShadowsMsgLen bytes, without NUL.
 	Msg string
@@ -1763,7 +1786,8 @@ type Shadows struct {
 	M uint32
 	// I is the argument i (uint8).
 	I uint8
-	// Caps is the argument caps (cap). Sent, it stays the sender's (the receiver gets a copy); received, it is the receiver's to close.
+	// Caps is the argument caps (cap). Sent, it stays the sender's (the receiver
+	// gets a copy); received, it is the receiver's to close.
 	Caps wire.Cap
 	// Off is the argument off (uint8).
 	Off uint8
@@ -1881,7 +1905,8 @@ func (m *Goto) put(b []byte) {
 type Tail struct {
 	// ID is the argument id (uint32).
 	ID uint32
-	// Body is the argument body: at most MaxTailBodyLen bytes (its length is nbody in the IDL).
+	// Body is the argument body: at most MaxTailBodyLen bytes (its length is nbody
+	// in the IDL).
 	Body []byte
 	// After is the argument after (uint16).
 	After uint16
