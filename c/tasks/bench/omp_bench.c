@@ -29,6 +29,33 @@ int64_t omp_fib(int64_t n, int threads)
     return r;
 }
 
+static void pmerge_omp(const int32_t *a, int32_t *out, const size_t m[5])
+{
+    size_t l[5], r[5];
+
+    if ((m[1] - m[0]) + (m[3] - m[2]) <= omp_bench_pmerge_cutoff()) {
+        omp_bench_merge_runs(a, out, m);
+        return;
+    }
+    omp_bench_merge_split(a, out, m, l, r);
+#pragma omp task
+    pmerge_omp(a, out, l);
+    pmerge_omp(a, out, r);
+#pragma omp taskwait
+}
+
+static void pcopy_omp(int32_t *dst, const int32_t *src, size_t n)
+{
+    if (n <= omp_bench_pmerge_cutoff()) {
+        memcpy(dst, src, n * sizeof(*dst));
+        return;
+    }
+#pragma omp task
+    pcopy_omp(dst, src, n / 2);
+    pcopy_omp(dst + n / 2, src + n / 2, n - n / 2);
+#pragma omp taskwait
+}
+
 static void msort_omp(int32_t *a, int32_t *tmp, size_t lo, size_t hi, size_t cutoff)
 {
     size_t mid;
@@ -42,7 +69,14 @@ static void msort_omp(int32_t *a, int32_t *tmp, size_t lo, size_t hi, size_t cut
     msort_omp(a, tmp, lo, mid, cutoff);
     msort_omp(a, tmp, mid, hi, cutoff);
 #pragma omp taskwait
-    omp_bench_merge(a, tmp, lo, mid, hi);
+    if (hi - lo <= omp_bench_pmerge_cutoff()) {
+        omp_bench_merge(a, tmp, lo, mid, hi);
+        return;
+    }
+    size_t m[5] = { lo, mid, mid, hi, lo };
+
+    pmerge_omp(a, tmp, m);
+    pcopy_omp(a + lo, tmp + lo, hi - lo);
 }
 
 void omp_msort(int32_t *a, int32_t *tmp, size_t n, size_t cutoff, int threads)

@@ -55,6 +55,23 @@ void omp_bench_merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t hi)
     merge(a, tmp, lo, mid, hi);
 }
 
+size_t omp_bench_pmerge_cutoff(void) { return PMERGE_CUTOFF; }
+
+void omp_bench_merge_runs(const int32_t *a, int32_t *out, const size_t m[5])
+{
+    merge_runs(a, m[0], m[1], m[2], m[3], out, m[4]);
+}
+
+void omp_bench_merge_split(const int32_t *a, int32_t *out, const size_t m[5],
+                           size_t l[5], size_t r[5])
+{
+    struct pmerge_arg pm = { a, out, m[0], m[1], m[2], m[3], m[4] }, pl, pr;
+
+    merge_split(&pm, &pl, &pr);
+    l[0] = pl.lo1, l[1] = pl.hi1, l[2] = pl.lo2, l[3] = pl.hi2, l[4] = pl.k;
+    r[0] = pr.lo1, r[1] = pr.hi1, r[2] = pr.lo2, r[3] = pr.hi2, r[4] = pr.k;
+}
+
 int64_t omp_bench_nq_serial(int n, int row, uint32_t cols, uint32_t d1, uint32_t d2)
 {
     return nq_serial_(n, row, cols, d1, d2);

@@ -8,6 +8,8 @@ extern "C" {
 #include "omp_bench.h"
 }
 
+#include <cstring>
+
 #include <tbb/task_arena.h>
 #include <tbb/task_group.h>
 
@@ -25,6 +27,32 @@ int64_t fib(int64_t n)
     return x + y;
 }
 
+void pmerge(const int32_t *a, int32_t *out, const size_t m[5])
+{
+    if ((m[1] - m[0]) + (m[3] - m[2]) <= omp_bench_pmerge_cutoff()) {
+        omp_bench_merge_runs(a, out, m);
+        return;
+    }
+    size_t l[5], r[5];
+    omp_bench_merge_split(a, out, m, l, r);
+    tbb::task_group g;
+    g.run([&] { pmerge(a, out, l); });
+    pmerge(a, out, r);
+    g.wait();
+}
+
+void pcopy(int32_t *dst, const int32_t *src, size_t n)
+{
+    if (n <= omp_bench_pmerge_cutoff()) {
+        memcpy(dst, src, n * sizeof(*dst));
+        return;
+    }
+    tbb::task_group g;
+    g.run([&] { pcopy(dst, src, n / 2); });
+    pcopy(dst + n / 2, src + n / 2, n - n / 2);
+    g.wait();
+}
+
 void msort(int32_t *a, int32_t *tmp, size_t lo, size_t hi, size_t cutoff)
 {
     if (hi - lo <= cutoff) {
@@ -36,7 +64,13 @@ void msort(int32_t *a, int32_t *tmp, size_t lo, size_t hi, size_t cutoff)
     g.run([&] { msort(a, tmp, lo, mid, cutoff); });
     msort(a, tmp, mid, hi, cutoff);
     g.wait();
-    omp_bench_merge(a, tmp, lo, mid, hi);
+    if (hi - lo <= omp_bench_pmerge_cutoff()) {
+        omp_bench_merge(a, tmp, lo, mid, hi);
+        return;
+    }
+    size_t m[5] = {lo, mid, mid, hi, lo};
+    pmerge(a, tmp, m);
+    pcopy(a + lo, tmp + lo, hi - lo);
 }
 
 int64_t nq(int n, int row, uint32_t cols, uint32_t d1, uint32_t d2, int spawn_rows)

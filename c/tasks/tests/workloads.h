@@ -59,6 +59,152 @@ static inline void merge(int32_t *a, int32_t *tmp, size_t lo, size_t mid, size_t
     memcpy(a + lo, tmp + lo, (hi - lo) * sizeof(*a));
 }
 
+/* A merge of more elements than this is split between two tasks: the
+ * parallel merge that keeps both workers busy in the top levels of the
+ * sort, where there are fewer merges than workers (with one merge at the
+ * top, 1 / log2(n / MSORT_CUTOFF) of the work would otherwise run alone). */
+#define PMERGE_CUTOFF (1u << 16)
+
+/* merge_runs merges the sorted runs a[i, iend) and a[j, jend) into
+ * out[k, ...). */
+static inline void merge_runs(const int32_t *a, size_t i, size_t iend, size_t j,
+                              size_t jend, int32_t *out, size_t k)
+{
+    while (i < iend && j < jend)
+        out[k++] = a[j] < a[i] ? a[j++] : a[i++];
+    while (i < iend)
+        out[k++] = a[i++];
+    while (j < jend)
+        out[k++] = a[j++];
+}
+
+/* A merge of a[lo1, hi1) and a[lo2, hi2) into out[k, ...). */
+struct pmerge_arg {
+    const int32_t *a;
+    int32_t *out;
+    size_t lo1, hi1, lo2, hi2, k;
+};
+
+/* merge_split cuts the merge m in two independent merges, l and r: the
+ * middle element of the larger run goes where it belongs in out, and the
+ * elements of the other run below it (found by binary search) go to l's
+ * side with those of its own run below it. */
+static inline void merge_split(const struct pmerge_arg *m, struct pmerge_arg *l,
+                               struct pmerge_arg *r)
+{
+    struct pmerge_arg x = *m;
+
+    if (x.hi1 - x.lo1 < x.hi2 - x.lo2) { /* the larger run first */
+        size_t lo = x.lo1, hi = x.hi1;
+
+        x.lo1 = x.lo2;
+        x.hi1 = x.hi2;
+        x.lo2 = lo;
+        x.hi2 = hi;
+    }
+    size_t m1 = x.lo1 + (x.hi1 - x.lo1) / 2, lo = x.lo2, hi = x.hi2;
+    int32_t v = x.a[m1];
+
+    while (lo < hi) { /* the first of the other run not below v */
+        size_t mid = lo + (hi - lo) / 2;
+
+        if (x.a[mid] < v)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    size_t k2 = x.k + (m1 - x.lo1) + (lo - x.lo2);
+
+    x.out[k2] = v;
+    *l = x;
+    l->hi1 = m1;
+    l->hi2 = lo;
+    *r = x;
+    r->lo1 = m1 + 1;
+    r->lo2 = lo;
+    r->k = k2 + 1;
+}
+
+/* pmerge_task runs the merge p, a struct pmerge_arg, split in tasks down
+ * to PMERGE_CUTOFF elements. */
+static inline void *pmerge_task(void *p)
+{
+    struct pmerge_arg *m = p, l, r;
+    chanos_task tl, tr;
+
+    if ((m->hi1 - m->lo1) + (m->hi2 - m->lo2) <= PMERGE_CUTOFF) {
+        merge_runs(m->a, m->lo1, m->hi1, m->lo2, m->hi2, m->out, m->k);
+        return NULL;
+    }
+    merge_split(m, &l, &r);
+    chanos_spawn(&tl, pmerge_task, (void *)&l);
+    chanos_call(&tr, pmerge_task, (void *)&r);
+    chanos_task_sync();
+    return NULL;
+}
+
+/* pmerge_fast is pmerge_task on the fast path. */
+static inline void *pmerge_fast(chanos_ctx *c, void *p)
+{
+    struct pmerge_arg *m = p, l, r;
+    chanos_task tl;
+
+    if ((m->hi1 - m->lo1) + (m->hi2 - m->lo2) <= PMERGE_CUTOFF) {
+        merge_runs(m->a, m->lo1, m->hi1, m->lo2, m->hi2, m->out, m->k);
+        return NULL;
+    }
+    merge_split(m, &l, &r);
+    chanos_fspawn(c, &tl, pmerge_fast, (void *)&l);
+    pmerge_fast(c, &r);
+    chanos_fsync(c, &tl, pmerge_fast);
+    return NULL;
+}
+
+/* A copy of n elements from src to dst, split in tasks as the merge is. */
+struct pcopy_arg {
+    int32_t *dst;
+    const int32_t *src;
+    size_t n;
+};
+
+static inline void *pcopy_task(void *p)
+{
+    struct pcopy_arg *m = p, l = *m, r = *m;
+    chanos_task tl, tr;
+
+    if (m->n <= PMERGE_CUTOFF) {
+        memcpy(m->dst, m->src, m->n * sizeof(*m->dst));
+        return NULL;
+    }
+    l.n = m->n / 2;
+    r.dst += l.n;
+    r.src += l.n;
+    r.n -= l.n;
+    chanos_spawn(&tl, pcopy_task, (void *)&l);
+    chanos_call(&tr, pcopy_task, (void *)&r);
+    chanos_task_sync();
+    return NULL;
+}
+
+static inline void *pcopy_fast(chanos_ctx *c, void *p)
+{
+    struct pcopy_arg *m = p, l = *m, r = *m;
+    chanos_task tl;
+
+    if (m->n <= PMERGE_CUTOFF) {
+        memcpy(m->dst, m->src, m->n * sizeof(*m->dst));
+        return NULL;
+    }
+    l.n = m->n / 2;
+    r.dst += l.n;
+    r.src += l.n;
+    r.n -= l.n;
+    chanos_fspawn(c, &tl, pcopy_fast, (void *)&l);
+    pcopy_fast(c, &r);
+    chanos_fsync(c, &tl, pcopy_fast);
+    return NULL;
+}
+
 static inline void msort_serial(int32_t *a, int32_t *tmp, size_t lo, size_t hi)
 {
     size_t mid;
@@ -106,7 +252,15 @@ static inline void *msort_task(void *p)
     chanos_spawn(&tl, msort_task, (void *)&l);
     chanos_call(&tr, msort_task, (void *)&r);
     chanos_task_sync();
-    merge(m->a, m->tmp, m->lo, mid, m->hi);
+    if (m->hi - m->lo <= PMERGE_CUTOFF) {
+        merge(m->a, m->tmp, m->lo, mid, m->hi);
+        return NULL;
+    }
+    struct pmerge_arg pm = { m->a, m->tmp, m->lo, mid, mid, m->hi, m->lo };
+    struct pcopy_arg pc = { m->a + m->lo, m->tmp + m->lo, m->hi - m->lo };
+
+    chanos_call(&tl, pmerge_task, (void *)&pm);
+    chanos_call(&tl, pcopy_task, (void *)&pc);
     return NULL;
 }
 
@@ -128,7 +282,15 @@ static inline void *msort_fast(chanos_ctx *c, void *p)
     chanos_fspawn(c, &tl, msort_fast, (void *)&l);
     msort_fast(c, &r);
     chanos_fsync(c, &tl, msort_fast);
-    merge(m->a, m->tmp, m->lo, mid, m->hi);
+    if (m->hi - m->lo <= PMERGE_CUTOFF) {
+        merge(m->a, m->tmp, m->lo, mid, m->hi);
+        return NULL;
+    }
+    struct pmerge_arg pm = { m->a, m->tmp, m->lo, mid, mid, m->hi, m->lo };
+    struct pcopy_arg pc = { m->a + m->lo, m->tmp + m->lo, m->hi - m->lo };
+
+    pmerge_fast(c, &pm);
+    pcopy_fast(c, &pc);
     return NULL;
 }
 
