@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sort"
 	"sync"
 	"time"
 )
@@ -36,8 +37,9 @@ func fibSerial(n int64) int64 {
 }
 
 const (
-	msortCutoff = 2048 // MSORT_CUTOFF
-	nqSpawnRows = 4    // NQ_SPAWN_ROWS
+	msortCutoff  = 2048    // MSORT_CUTOFF
+	pmergeCutoff = 1 << 16 // PMERGE_CUTOFF
+	nqSpawnRows  = 4       // NQ_SPAWN_ROWS
 )
 
 func mergeGo(a, tmp []int32, lo, mid, hi int) {
@@ -82,7 +84,66 @@ func msortGo(a, tmp []int32, lo, hi int) {
 	}()
 	msortGo(a, tmp, mid, hi)
 	wg.Wait()
-	mergeGo(a, tmp, lo, mid, hi)
+	if hi-lo <= pmergeCutoff {
+		mergeGo(a, tmp, lo, mid, hi)
+		return
+	}
+	pmergeGo(a, tmp, lo, mid, mid, hi, lo)
+	pcopyGo(a[lo:hi], tmp[lo:hi])
+}
+
+// pmergeGo merges a[lo1:hi1] and a[lo2:hi2] into out[k:] in parallel, as
+// pmerge_task does (merge_split in workloads.h).
+func pmergeGo(a, out []int32, lo1, hi1, lo2, hi2, k int) {
+	if (hi1-lo1)+(hi2-lo2) <= pmergeCutoff {
+		i, j := lo1, lo2
+		for i < hi1 && j < hi2 {
+			if a[j] < a[i] {
+				out[k] = a[j]
+				j++
+			} else {
+				out[k] = a[i]
+				i++
+			}
+			k++
+		}
+		k += copy(out[k:], a[i:hi1])
+		copy(out[k:], a[j:hi2])
+		return
+	}
+	if hi1-lo1 < hi2-lo2 {
+		lo1, hi1, lo2, hi2 = lo2, hi2, lo1, hi1
+	}
+	m1 := lo1 + (hi1-lo1)/2
+	v := a[m1]
+	m2 := lo2 + sort.Search(hi2-lo2, func(i int) bool { return a[lo2+i] >= v })
+	k2 := k + (m1 - lo1) + (m2 - lo2)
+	out[k2] = v
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		pmergeGo(a, out, lo1, m1, lo2, m2, k)
+		wg.Done()
+	}()
+	pmergeGo(a, out, m1+1, hi1, m2, hi2, k2+1)
+	wg.Wait()
+}
+
+// pcopyGo copies src into dst in parallel, in pieces of pmergeCutoff.
+func pcopyGo(dst, src []int32) {
+	if len(src) <= pmergeCutoff {
+		copy(dst, src)
+		return
+	}
+	h := len(src) / 2
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		pcopyGo(dst[:h], src[:h])
+		wg.Done()
+	}()
+	pcopyGo(dst[h:], src[h:])
+	wg.Wait()
 }
 
 func nqSerialGo(n, row int, cols, d1, d2 uint32) int64 {

@@ -36,8 +36,10 @@ static void test_fib(void)
 
 /* check_msort sorts 2^20 numbers drawn from seed with the merge sort
  * task, on the fast path (chanos_fspawn) or not, and checks the result
- * against qsort. */
-static void check_msort(uint32_t seed, bool fast)
+ * against qsort. With dups, every fifth number is one of eight values:
+ * runs of equal values, which the parallel merge's split must keep on one
+ * side or the other. */
+static void check_msort(uint32_t seed, bool fast, bool dups)
 {
     size_t n = 1u << 20;
     int32_t *a = malloc(n * sizeof(*a)), *b = malloc(n * sizeof(*b)),
@@ -47,8 +49,11 @@ static void check_msort(uint32_t seed, bool fast)
     chanos_task t;
 
     CHECK(a != NULL && b != NULL && tmp != NULL);
-    for (size_t i = 0; i < n; i++)
+    for (size_t i = 0; i < n; i++) {
         a[i] = b[i] = (int32_t)xorshift32(&s);
+        if (dups && i % 5 == 0)
+            a[i] = b[i] = a[i] & 7;
+    }
     if (fast)
         chanos_task_set(&t, msort_fast, (void *)&m);
     else
@@ -61,7 +66,11 @@ static void check_msort(uint32_t seed, bool fast)
     free(tmp);
 }
 
-static void test_msort(void) { check_msort(12345, false); }
+static void test_msort(void)
+{
+    check_msort(12345, false, false);
+    check_msort(777, false, true);
+}
 
 static void test_nqueens(void)
 {
@@ -352,7 +361,11 @@ static void test_fast_fib(void)
     }
 }
 
-static void test_fast_msort(void) { check_msort(54321, true); }
+static void test_fast_msort(void)
+{
+    check_msort(54321, true, false);
+    check_msort(888, true, true);
+}
 
 /* The other types, and 3000 spawns outstanding at once, more than the
  * deque's first array holds: a grow under the fast path, with thieves. */
