@@ -43,20 +43,25 @@ const (
 )
 
 func mergeGo(a, tmp []int32, lo, mid, hi int) {
-	i, j, k := lo, mid, lo
-	for i < mid && j < hi {
+	mergeRunsGo(a, tmp, lo, mid, mid, hi, lo)
+	copy(a[lo:hi], tmp[lo:hi])
+}
+
+// mergeRunsGo merges the sorted runs a[i:iend] and a[j:jend] into
+// out[k:] (merge_runs).
+func mergeRunsGo(a, out []int32, i, iend, j, jend, k int) {
+	for i < iend && j < jend {
 		if a[j] < a[i] {
-			tmp[k] = a[j]
+			out[k] = a[j]
 			j++
 		} else {
-			tmp[k] = a[i]
+			out[k] = a[i]
 			i++
 		}
 		k++
 	}
-	k += copy(tmp[k:], a[i:mid])
-	copy(tmp[k:], a[j:hi])
-	copy(a[lo:hi], tmp[lo:hi])
+	k += copy(out[k:], a[i:iend])
+	copy(out[k:], a[j:jend])
 }
 
 func msortSerialGo(a, tmp []int32, lo, hi int) {
@@ -96,19 +101,7 @@ func msortGo(a, tmp []int32, lo, hi int) {
 // pmerge_task does (merge_split in workloads.h).
 func pmergeGo(a, out []int32, lo1, hi1, lo2, hi2, k int) {
 	if (hi1-lo1)+(hi2-lo2) <= pmergeCutoff {
-		i, j := lo1, lo2
-		for i < hi1 && j < hi2 {
-			if a[j] < a[i] {
-				out[k] = a[j]
-				j++
-			} else {
-				out[k] = a[i]
-				i++
-			}
-			k++
-		}
-		k += copy(out[k:], a[i:hi1])
-		copy(out[k:], a[j:hi2])
+		mergeRunsGo(a, out, lo1, hi1, lo2, hi2, k)
 		return
 	}
 	if hi1-lo1 < hi2-lo2 {

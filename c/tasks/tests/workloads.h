@@ -5,6 +5,7 @@
 
 #include <chanos_tasks.h>
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -125,38 +126,44 @@ static inline void merge_split(const struct pmerge_arg *m, struct pmerge_arg *l,
     r->k = k2 + 1;
 }
 
-/* pmerge_task runs the merge p, a struct pmerge_arg, split in tasks down
- * to PMERGE_CUTOFF elements. */
-static inline void *pmerge_task(void *p)
+/* merge_step runs the merge m whole if it is of at most PMERGE_CUTOFF
+ * elements (false), else splits it into l and r (true), for two tasks. */
+static inline bool merge_step(const struct pmerge_arg *m, struct pmerge_arg *l,
+                              struct pmerge_arg *r)
 {
-    struct pmerge_arg *m = p, l, r;
-    chanos_task tl, tr;
-
     if ((m->hi1 - m->lo1) + (m->hi2 - m->lo2) <= PMERGE_CUTOFF) {
         merge_runs(m->a, m->lo1, m->hi1, m->lo2, m->hi2, m->out, m->k);
-        return NULL;
+        return false;
     }
-    merge_split(m, &l, &r);
-    chanos_spawn(&tl, pmerge_task, (void *)&l);
-    chanos_call(&tr, pmerge_task, (void *)&r);
-    chanos_task_sync();
+    merge_split(m, l, r);
+    return true;
+}
+
+/* pmerge_task runs the merge p, a struct pmerge_arg, split in tasks down
+ * to PMERGE_CUTOFF elements; pmerge_fast is the same on the fast path. */
+static inline void *pmerge_task(void *p)
+{
+    struct pmerge_arg l, r;
+    chanos_task tl, tr;
+
+    if (merge_step(p, &l, &r)) {
+        chanos_spawn(&tl, pmerge_task, (void *)&l);
+        chanos_call(&tr, pmerge_task, (void *)&r);
+        chanos_task_sync();
+    }
     return NULL;
 }
 
-/* pmerge_fast is pmerge_task on the fast path. */
 static inline void *pmerge_fast(chanos_ctx *c, void *p)
 {
-    struct pmerge_arg *m = p, l, r;
+    struct pmerge_arg l, r;
     chanos_task tl;
 
-    if ((m->hi1 - m->lo1) + (m->hi2 - m->lo2) <= PMERGE_CUTOFF) {
-        merge_runs(m->a, m->lo1, m->hi1, m->lo2, m->hi2, m->out, m->k);
-        return NULL;
+    if (merge_step(p, &l, &r)) {
+        chanos_fspawn(c, &tl, pmerge_fast, (void *)&l);
+        pmerge_fast(c, &r);
+        chanos_fsync(c, &tl, pmerge_fast);
     }
-    merge_split(m, &l, &r);
-    chanos_fspawn(c, &tl, pmerge_fast, (void *)&l);
-    pmerge_fast(c, &r);
-    chanos_fsync(c, &tl, pmerge_fast);
     return NULL;
 }
 
@@ -167,41 +174,46 @@ struct pcopy_arg {
     size_t n;
 };
 
-static inline void *pcopy_task(void *p)
+/* copy_step copies m whole if it is of at most PMERGE_CUTOFF elements
+ * (false), else splits it into halves l and r (true). */
+static inline bool copy_step(const struct pcopy_arg *m, struct pcopy_arg *l,
+                             struct pcopy_arg *r)
 {
-    struct pcopy_arg *m = p, l = *m, r = *m;
-    chanos_task tl, tr;
-
     if (m->n <= PMERGE_CUTOFF) {
         memcpy(m->dst, m->src, m->n * sizeof(*m->dst));
-        return NULL;
+        return false;
     }
-    l.n = m->n / 2;
-    r.dst += l.n;
-    r.src += l.n;
-    r.n -= l.n;
-    chanos_spawn(&tl, pcopy_task, (void *)&l);
-    chanos_call(&tr, pcopy_task, (void *)&r);
-    chanos_task_sync();
+    *l = *r = *m;
+    l->n = m->n / 2;
+    r->dst += l->n;
+    r->src += l->n;
+    r->n -= l->n;
+    return true;
+}
+
+static inline void *pcopy_task(void *p)
+{
+    struct pcopy_arg l, r;
+    chanos_task tl, tr;
+
+    if (copy_step(p, &l, &r)) {
+        chanos_spawn(&tl, pcopy_task, (void *)&l);
+        chanos_call(&tr, pcopy_task, (void *)&r);
+        chanos_task_sync();
+    }
     return NULL;
 }
 
 static inline void *pcopy_fast(chanos_ctx *c, void *p)
 {
-    struct pcopy_arg *m = p, l = *m, r = *m;
+    struct pcopy_arg l, r;
     chanos_task tl;
 
-    if (m->n <= PMERGE_CUTOFF) {
-        memcpy(m->dst, m->src, m->n * sizeof(*m->dst));
-        return NULL;
+    if (copy_step(p, &l, &r)) {
+        chanos_fspawn(c, &tl, pcopy_fast, (void *)&l);
+        pcopy_fast(c, &r);
+        chanos_fsync(c, &tl, pcopy_fast);
     }
-    l.n = m->n / 2;
-    r.dst += l.n;
-    r.src += l.n;
-    r.n -= l.n;
-    chanos_fspawn(c, &tl, pcopy_fast, (void *)&l);
-    pcopy_fast(c, &r);
-    chanos_fsync(c, &tl, pcopy_fast);
     return NULL;
 }
 
