@@ -142,8 +142,8 @@ func (c *Conn) recvFDs(n int) ([]int, error) {
 // capFDs returns duplicates of the descriptors of caps (wire.DupFD), for
 // sending: the caller closes them once sent.
 func capFDs(caps []wire.Cap) ([]int, error) {
-	if len(caps) > MaxFDs {
-		return nil, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
+	if err := checkFDCount(len(caps)); err != nil {
+		return nil, err
 	}
 	fds := make([]int, 0, len(caps))
 	for i, cp := range caps {
@@ -155,6 +155,26 @@ func capFDs(caps []wire.Cap) ([]int, error) {
 		fds = append(fds, fd)
 	}
 	return fds, nil
+}
+
+// checkFDCount refuses n descriptors for one message if more than MaxFDs.
+func checkFDCount(n int) error {
+	if n > MaxFDs {
+		return fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, n, MaxFDs)
+	}
+	return nil
+}
+
+// checkFDSend refuses, before anything is sent, a message with
+// descriptors that is too large or has too many.
+func (c *Conn) checkFDSend(msg []byte, fds []int) error {
+	if err := checkFDCount(len(fds)); err != nil {
+		return err
+	}
+	if len(msg) > int(c.cfg.maxMsg) {
+		return c.tooLarge(len(msg))
+	}
+	return nil
 }
 
 // SendFDs is Send of a message with descriptors attached: the receiver,
@@ -177,11 +197,8 @@ func (c *Conn) sendWithFDs(ctx context.Context, msg []byte, fds []int, wait bool
 	if len(fds) == 0 {
 		return c.send(ctx, msg, wait)
 	}
-	if len(fds) > MaxFDs {
-		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(fds), MaxFDs)
-	}
-	if len(msg) > int(c.cfg.maxMsg) {
-		return false, c.tooLarge(len(msg))
+	if err := c.checkFDSend(msg, fds); err != nil {
+		return false, err
 	}
 	c.smu.Lock()
 	defer c.smu.Unlock()
@@ -194,11 +211,8 @@ func (c *Conn) sendWithFDs(ctx context.Context, msg []byte, fds []int, wait bool
 // lends descriptors for the send (Link.SendFrame) relies on it to return
 // at once.
 func (c *Conn) sendFDsNow(msg []byte, fds []int) (bool, error) {
-	if len(fds) > MaxFDs {
-		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(fds), MaxFDs)
-	}
-	if len(msg) > int(c.cfg.maxMsg) {
-		return false, c.tooLarge(len(msg))
+	if err := c.checkFDSend(msg, fds); err != nil {
+		return false, err
 	}
 	if !c.smu.TryLock() {
 		return false, nil

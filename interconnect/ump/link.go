@@ -70,8 +70,8 @@ func (l *Link) TrySendFrame(frame []byte, caps []wire.Cap) (bool, error) {
 // sends with duplicates instead, so that a Close of a cap meanwhile does
 // not wait for a slow peer.
 func (l *Link) sendNow(frame []byte, caps []wire.Cap) (bool, error) {
-	if len(caps) > MaxFDs {
-		return false, fmt.Errorf("%w: %d, at most %d", ErrTooManyFDs, len(caps), MaxFDs)
+	if err := checkFDCount(len(caps)); err != nil {
+		return false, err
 	}
 	var sent bool
 	err := lendFDs(caps, make([]int, 0, len(caps)), func(fds []int) (err error) {
