@@ -58,8 +58,10 @@ func Example() {
 	out, _, done, err := c.Output(ctx, st.ID, 0, true)
 	fmt.Printf("%q %v %v\n", out, done, err)
 
-	// Outside the allowed directories, the service refuses.
-	_, err = c.Start(ctx, spawnif.Request{Program: "/sbin/ldconfig"})
+	// Outside the allowed directories (this program itself), the service
+	// refuses.
+	self, _ := os.Executable()
+	_, err = c.Start(ctx, spawnif.Request{Program: self})
 	fmt.Println(spawnif.Code(err) == spawnif.CodeDenied)
 	// Output:
 	// exit status 0 <nil>
