@@ -5,7 +5,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect/ump"
@@ -523,3 +525,65 @@ func BenchmarkServeBounceOverUMPOneGoroutine(b *testing.B) {
 }
 
 func (s *stoppingServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }
+
+// BenchmarkEventSignalWait is a Signal and a Wait that finds the count
+// set, in one goroutine: an Event's system calls and its own work, with
+// no sleep and no other CPU. BenchmarkEventfdRaw is the same on a bare
+// eventfd: "read" as the raw baseline of chanos bench caps (event-wake)
+// waits, with one read(2) that would block, and "ppoll+read" as a Wait
+// does, which must be able to end on its context or Close and so cannot
+// block in read(2) on a descriptor that other domains share non-blocking
+// (docs/capabilities.md, "Event objects").
+func BenchmarkEventSignalWait(b *testing.B) {
+	ev, err := chanos.NewEvent()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ev.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := ev.Signal(); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ev.Wait(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkEventfdRaw(b *testing.B) {
+	one := []byte{1, 0, 0, 0, 0, 0, 0, 0}
+	for _, poll := range []bool{false, true} {
+		name := "read"
+		if poll {
+			name = "ppoll+read"
+		}
+		b.Run(name, func(b *testing.B) {
+			fd, _, errno := syscall.Syscall(syscall.SYS_EVENTFD2, 0, syscall.O_CLOEXEC|syscall.O_NONBLOCK, 0)
+			if errno != 0 {
+				b.Fatal(errno)
+			}
+			defer syscall.Close(int(fd))
+			var buf [8]byte
+			// struct pollfd: the descriptor, then POLLIN in events.
+			pfd := [1]struct {
+				fd            int32
+				events, revts int16
+			}{{fd: int32(fd), events: 0x1}}
+			for b.Loop() {
+				if _, err := syscall.Write(int(fd), one); err != nil {
+					b.Fatal(err)
+				}
+				if poll {
+					if _, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, 0, 0, 0, 0); errno != 0 {
+						b.Fatal(errno)
+					}
+				}
+				if _, err := syscall.Read(int(fd), buf[:]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
