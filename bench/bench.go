@@ -36,10 +36,16 @@ type Result struct {
 	InProcess bool `json:"in_process,omitempty"`
 	// Runs is how many times the case ran; the figures are those of the
 	// median run.
-	Runs    int      `json:"runs,omitempty"`
-	RTTp50  *float64 `json:"rtt_ns_p50,omitempty"`
-	RTTp99  *float64 `json:"rtt_ns_p99,omitempty"`
-	RTTMean *float64 `json:"rtt_ns_mean,omitempty"`
+	Runs int `json:"runs,omitempty"`
+	// RunFigures is each run's primary figure (the one runs are ranked
+	// by: the window, else p50, else the rate), in the order the runs
+	// ran, when there were several: how far apart they came out, which
+	// the median alone hides. On a 2-vCPU machine a case can come out in
+	// two modes, a connection at a time (docs/benchmarks.md, "Output").
+	RunFigures []float64 `json:"run_figures,omitempty"`
+	RTTp50     *float64  `json:"rtt_ns_p50,omitempty"`
+	RTTp99     *float64  `json:"rtt_ns_p99,omitempty"`
+	RTTMean    *float64  `json:"rtt_ns_mean,omitempty"`
 	// RTTWindow is the median, over windows of RTTWindow consecutive round
 	// trips, of each window's time per round trip. The clock of a virtual
 	// machine may move in steps (10 ns on the one chanos is built on), and
@@ -99,12 +105,19 @@ func (r *Result) primary() float64 {
 }
 
 // Median returns the run whose primary figure is the median of runs,
-// marked with the number of runs.
+// marked with the number of runs and, if there were several, each run's
+// primary figure.
 func Median(runs []Result) Result {
 	s := append([]Result(nil), runs...)
 	sort.SliceStable(s, func(i, j int) bool { return s[i].primary() < s[j].primary() })
 	m := s[(len(s)-1)/2]
 	m.Runs = len(runs)
+	m.RunFigures = nil
+	if len(runs) > 1 {
+		for _, r := range runs {
+			m.RunFigures = append(m.RunFigures, r.primary())
+		}
+	}
 	return m
 }
 
