@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,9 +76,9 @@ func TestCallContext(t *testing.T) {
 	})
 }
 
-// A call with a deadline allocates nothing over ump either: the reading
-// goroutine reuses its call's context when the handler did not ask for
-// Done.
+// A call with a deadline allocates nothing of its own over ump either:
+// its context comes from the reading goroutine's block of them, and it
+// makes no timer unless the handler asks for Done.
 func TestDeadlineCallAllocations(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -256,6 +257,86 @@ func TestHandOffStress(t *testing.T) {
 		close(errs)
 		for err := range errs {
 			t.Error(err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+}
+
+// leakServer's echo hands its first call's context to a goroutine that
+// outlives the call and asks it what a context is asked (its values, its
+// deadline, its end) until stop closes, as a handler that starts
+// background work with its context does.
+type leakServer struct {
+	pingpong.UnimplementedServer
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	once    sync.Once
+	revived atomic.Bool // the context said it had ended, then that it had not
+	kept    context.Context
+}
+
+type leakKey struct{}
+
+func (s *leakServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	s.once.Do(func() {
+		s.kept = ctx
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ended := false
+			for {
+				select {
+				case <-s.stop:
+					return
+				default:
+				}
+				_ = ctx.Value(leakKey{})
+				_, _ = ctx.Deadline()
+				if err := ctx.Err(); err != nil {
+					ended = true
+				} else if ended {
+					s.revived.Store(true)
+				}
+			}
+		}()
+	})
+	return v, nil
+}
+
+// A handler's context that outlives its call stays that call's while the
+// connection serves other calls, with and without deadlines: it says
+// that its call has ended, and never takes it back; and, run with -race,
+// nothing the serving does for the next calls races with what the
+// outliving goroutine asks of it.
+func TestContextOutlivesItsCall(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &leakServer{stop: make(chan struct{})}
+		wait := serve(t, s, srv)
+		for i := range 2000 {
+			ctx, cancel := context.Background(), context.CancelFunc(func() {})
+			if i%2 == 1 {
+				ctx, cancel = context.WithTimeout(ctx, time.Minute)
+			}
+			if v, err := c.Echo(ctx, uint64(i)); err != nil || v != uint64(i) {
+				t.Fatalf("echo %d = %d, %v", i, v, err)
+			}
+			cancel()
+		}
+		close(srv.stop)
+		srv.wg.Wait()
+		if srv.revived.Load() {
+			t.Error("a call's context said it had ended, then, during later calls, that it had not")
+		}
+		if err := srv.kept.Err(); !errors.Is(err, context.Canceled) {
+			t.Errorf("the first call's context after 2000 more: Err = %v, want Canceled", err)
+		}
+		select {
+		case <-srv.kept.Done():
+		default:
+			t.Error("the first call's context after 2000 more: Done is open")
 		}
 		c.Close()
 		if err := wait(); err != nil {

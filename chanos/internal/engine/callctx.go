@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -11,16 +12,32 @@ import (
 // the call returns or, once the call has been handed off (see handOff),
 // when the caller cancels it. context.WithTimeout makes a timer, a cancel
 // context and an entry among its parent's children for every such call,
-// costing more than a round trip; a callContext makes the channel of
-// Done, with the timer that closes it, only if the handler asks for
-// Done, and a reading goroutine reuses its callContext for the next call
-// when the last handler never asked (see reset).
+// costing more than a round trip. A callContext is small, and a call that
+// nobody asks for Done and that only its own return ends touches nothing
+// but its state (st), with one atomic swap: what Done and an early end
+// need (a lock, the channel, the timer that closes it at the deadline)
+// is made only when one of them comes (ctxSlow). A reading goroutine
+// allocates its calls' contexts in blocks (reader.newContext).
 type callContext struct {
 	context.Context // serving: its values and its end
 
 	deadline    time.Time
 	hasDeadline bool
 
+	st   atomic.Int32            // ctxLive, ctxReturned or ctxEnded
+	slow atomic.Pointer[ctxSlow] // made by the first Done or end
+}
+
+// The states of a callContext (callContext.st); the zero value is live.
+const (
+	ctxLive     int32 = iota // the call runs, and nothing has ended it
+	ctxReturned              // the call returned before anything ended it: context.Canceled
+	ctxEnded                 // ended, or asked for Done while live: ctxSlow says the rest
+)
+
+// ctxSlow is what a callContext holds once Done is asked for or something
+// other than its call's return ends it.
+type ctxSlow struct {
 	mu    sync.Mutex
 	err   error         // why it ended, nil while it has not
 	done  chan struct{} // made by Done
@@ -32,20 +49,13 @@ func newCallContext(serving context.Context, d time.Duration) *callContext {
 	return &callContext{Context: serving, deadline: time.Now().Add(d), hasDeadline: true}
 }
 
-// reset makes c the context of a new call, under serving, with the
-// caller's time d if has, and reports whether it could: a context whose
-// Done was asked for may be waited on still, so it is never reused.
-func (c *callContext) reset(serving context.Context, d time.Duration, has bool) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done != nil {
-		return false
+// slowPart returns c's ctxSlow, made on first use.
+func (c *callContext) slowPart() *ctxSlow {
+	if s := c.slow.Load(); s != nil {
+		return s
 	}
-	c.Context, c.err, c.hasDeadline = serving, nil, has
-	if has {
-		c.deadline = time.Now().Add(d)
-	}
-	return true
+	c.slow.CompareAndSwap(nil, &ctxSlow{})
+	return c.slow.Load()
 }
 
 // Deadline returns the caller's deadline, if it has one.
@@ -59,30 +69,51 @@ func (c *callContext) Deadline() (time.Time, bool) {
 // Done returns a channel closed when the deadline passes, the serving
 // context ends, the caller cancels or the call returns.
 func (c *callContext) Done() <-chan struct{} {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.done == nil {
-		c.done = make(chan struct{})
-		if c.err != nil {
-			close(c.done)
-		} else {
-			if c.hasDeadline {
-				c.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
-			}
-			c.stop = context.AfterFunc(c.Context, func() { c.end(c.Context.Err()) })
-		}
+	if c.st.Load() == ctxReturned {
+		return closedDone
 	}
-	return c.done
+	s := c.slowPart()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done != nil {
+		return s.done
+	}
+	if !c.st.CompareAndSwap(ctxLive, ctxEnded) && c.st.Load() == ctxReturned {
+		return closedDone // the call returned meanwhile
+	}
+	s.done = make(chan struct{})
+	if s.err != nil {
+		close(s.done)
+		return s.done
+	}
+	if c.hasDeadline {
+		s.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
+	}
+	s.stop = context.AfterFunc(c.Context, func() { c.end(c.Context.Err()) })
+	return s.done
 }
+
+// closedDone is the Done of a call that returned before anybody asked.
+var closedDone = func() chan struct{} {
+	ch := make(chan struct{})
+	close(ch)
+	return ch
+}()
 
 // Err returns why the context ended, as a context made by
 // context.WithTimeout would.
 func (c *callContext) Err() error {
-	c.mu.Lock()
-	err := c.err
-	c.mu.Unlock()
-	if err != nil {
-		return err
+	switch c.st.Load() {
+	case ctxReturned:
+		return context.Canceled
+	case ctxEnded:
+		s := c.slowPart()
+		s.mu.Lock()
+		err := s.err
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
 	}
 	if err := c.Context.Err(); err != nil {
 		return err
@@ -96,15 +127,9 @@ func (c *callContext) Err() error {
 // finish ends the context as its call returns: as end does, but without
 // asking the serving context, which the call's end does not concern.
 func (c *callContext) finish() {
-	c.mu.Lock()
-	if c.done == nil { // nobody waits: no timer, no watch to stop
-		if c.err == nil {
-			c.err = context.Canceled
-		}
-		c.mu.Unlock()
-		return
+	if c.st.CompareAndSwap(ctxLive, ctxReturned) {
+		return // nobody waits: no timer, no watch to stop
 	}
-	c.mu.Unlock()
 	c.end(context.Canceled)
 }
 
@@ -127,23 +152,30 @@ func (c *callContext) cancel() {
 // end ends the context with err unless it has ended already; an end that
 // comes after the deadline or the serving context's is theirs.
 func (c *callContext) end(err error) {
+	if c.st.Load() == ctxReturned {
+		return
+	}
 	if perr := c.Context.Err(); perr != nil {
 		err = perr
 	} else if err == context.Canceled && c.hasDeadline && !time.Now().Before(c.deadline) {
 		err = context.DeadlineExceeded
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
+	s := c.slowPart()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
 		return
 	}
-	c.err = err
-	if c.done != nil {
-		close(c.done)
-		if c.timer != nil {
-			c.timer.Stop()
+	if !c.st.CompareAndSwap(ctxLive, ctxEnded) && c.st.Load() == ctxReturned {
+		return // the call returned meanwhile
+	}
+	s.err = err
+	if s.done != nil {
+		close(s.done)
+		if s.timer != nil {
+			s.timer.Stop()
 		}
-		c.stop()
+		s.stop()
 	}
 }
 

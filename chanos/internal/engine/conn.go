@@ -1222,7 +1222,7 @@ func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle fu
 	}
 	reply, err := handle(withIncoming(hctx, in), in)
 	if cc != nil {
-		cc.end(context.Canceled)
+		cc.finish()
 	}
 	if reply != Replied { // else the handler has sent it
 		if callers.Err() != nil && ctx.Err() == nil && !errors.Is(err, interconnect.ErrProtocol) {

@@ -1,0 +1,104 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// A call that nobody asks anything of during its life ends with its
+// return, and says so for good.
+func TestCallContextReturned(t *testing.T) {
+	c := &callContext{Context: context.Background()}
+	if err := c.Err(); err != nil {
+		t.Fatalf("Err while the call runs = %v", err)
+	}
+	c.finish()
+	c.end(context.DeadlineExceeded) // a cancel that comes late changes nothing
+	if err := c.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err after the call returned = %v, want Canceled", err)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Fatal("Done is open after the call returned")
+	}
+	if c.slow.Load() != nil {
+		t.Error("a call that returned untouched made its slow part")
+	}
+	if size := unsafe.Sizeof(callContext{}); size > 64 {
+		t.Errorf("a callContext is %d bytes: its block grows past 128 × 64", size)
+	}
+}
+
+// Done before the deadline closes at it, with DeadlineExceeded; a cancel
+// from the caller ends the context with Canceled, and the return keeps
+// that end.
+func TestCallContextEnds(t *testing.T) {
+	c := newCallContext(context.Background(), 20*time.Millisecond)
+	select {
+	case <-c.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close at the deadline")
+	}
+	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err after the deadline = %v", err)
+	}
+	c.finish()
+	if err := c.Err(); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Err after the return = %v, want the deadline's", err)
+	}
+
+	d := &callContext{Context: context.Background()}
+	d.cancel()
+	if err := d.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err after cancel = %v", err)
+	}
+	<-d.Done()
+	d.finish()
+
+	// The serving context's end is the call's.
+	serving, stop := context.WithCancel(context.Background())
+	e := &callContext{Context: serving}
+	done := e.Done()
+	stop()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Done did not close when serving ended")
+	}
+	if err := e.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err = %v", err)
+	}
+	e.finish()
+}
+
+// A goroutine of the handler that asks for Done as the call returns:
+// whichever comes first, the channel it gets closes. Run with -race.
+func TestCallContextDoneRacesFinish(t *testing.T) {
+	block := make([]callContext, 2000)
+	for i := range block {
+		c := &block[i]
+		c.Context = context.Background()
+		var wg sync.WaitGroup
+		var got <-chan struct{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got = c.Done()
+		}()
+		c.finish()
+		wg.Wait()
+		select {
+		case <-got:
+		case <-time.After(5 * time.Second):
+			t.Fatal("a Done asked for as the call returned never closed")
+		}
+		if err := c.Err(); !errors.Is(err, context.Canceled) {
+			t.Fatalf("Err = %v, want Canceled", err)
+		}
+	}
+}
