@@ -307,40 +307,52 @@ func (s *leakServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 }
 
 // A handler's context that outlives its call stays that call's while the
-// connection serves other calls, with and without deadlines: it says
-// that its call has ended, and never takes it back; and, run with -race,
-// nothing the serving does for the next calls races with what the
-// outliving goroutine asks of it.
+// connection serves other calls, with and without deadlines, whichever
+// way Serve runs the calls: it says that its call has ended, and never
+// takes it back; and, run with -race, nothing the serving does for the
+// next calls races with what the outliving goroutine asks of it.
 func TestContextOutlivesItsCall(t *testing.T) {
-	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		srv := &leakServer{stop: make(chan struct{})}
-		wait := serve(t, s, srv)
-		for i := range 2000 {
-			ctx, cancel := context.Background(), context.CancelFunc(func() {})
-			if i%2 == 1 {
-				ctx, cancel = context.WithTimeout(ctx, time.Minute)
-			}
-			if v, err := c.Echo(ctx, uint64(i)); err != nil || v != uint64(i) {
-				t.Fatalf("echo %d = %d, %v", i, v, err)
-			}
-			cancel()
-		}
-		close(srv.stop)
-		srv.wg.Wait()
-		if srv.revived.Load() {
-			t.Error("a call's context said it had ended, then, during later calls, that it had not")
-		}
-		if err := srv.kept.Err(); !errors.Is(err, context.Canceled) {
-			t.Errorf("the first call's context after 2000 more: Err = %v, want Canceled", err)
-		}
-		select {
-		case <-srv.kept.Done():
-		default:
-			t.Error("the first call's context after 2000 more: Done is open")
-		}
-		c.Close()
-		if err := wait(); err != nil {
-			t.Errorf("Serve = %v", err)
-		}
-	})
+	for _, mode := range []struct {
+		name string
+		opts []chanos.ServeOption
+	}{
+		{"default", nil},
+		{"ordered", []chanos.ServeOption{chanos.Ordered()}},
+		{"concurrent", []chanos.ServeOption{chanos.Concurrent(4)}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+				srv := &leakServer{stop: make(chan struct{})}
+				errc := make(chan error, 1)
+				go func() { errc <- s.Serve(context.Background(), srv, mode.opts...) }()
+				for i := range 2000 {
+					ctx, cancel := context.Background(), context.CancelFunc(func() {})
+					if i%2 == 1 {
+						ctx, cancel = context.WithTimeout(ctx, time.Minute)
+					}
+					if v, err := c.Echo(ctx, uint64(i)); err != nil || v != uint64(i) {
+						t.Fatalf("echo %d = %d, %v", i, v, err)
+					}
+					cancel()
+				}
+				close(srv.stop)
+				srv.wg.Wait()
+				if srv.revived.Load() {
+					t.Error("a call's context said it had ended, then, during later calls, that it had not")
+				}
+				if err := srv.kept.Err(); !errors.Is(err, context.Canceled) {
+					t.Errorf("the first call's context after 2000 more: Err = %v, want Canceled", err)
+				}
+				select {
+				case <-srv.kept.Done():
+				default:
+					t.Error("the first call's context after 2000 more: Done is open")
+				}
+				c.Close()
+				if err := <-errc; err != nil {
+					t.Errorf("Serve = %v", err)
+				}
+			})
+		})
+	}
 }

@@ -98,9 +98,11 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 // that way; then a slow call keeps the reading until it returns. Ordered
 // runs every call in the receiving goroutine, one at a time; Concurrent
 // runs each in a goroutine of its own. One-way messages are handled in
-// order in the receiving goroutine. A handler's context is valid until
-// the handler returns: a goroutine that outlives it needs a context of
-// its own. A call's result is sent as the reply. An error from handle
+// order in the receiving goroutine. A call's context ends when its
+// handler returns, and stays that call's: a goroutine that outlives the
+// handler may keep it, and sees it ended (Err is context.Canceled, Done
+// closed); in and its frame are the handler's only until it returns. A
+// call's result is sent as the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // ErrProtocol ends the connection. Serve returns nil when the peer closes
 // the connection, and otherwise why it stopped.

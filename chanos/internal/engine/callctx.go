@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // callContext is the context of a call that Serve starts inline: the
@@ -16,8 +17,8 @@ import (
 // nobody asks for Done and that only its own return ends touches nothing
 // but its state (st), with one atomic swap: what Done and an early end
 // need (a lock, the channel, the timer that closes it at the deadline)
-// is made only when one of them comes (ctxSlow). A reading goroutine
-// allocates its calls' contexts in blocks (reader.newContext).
+// is made only when one of them comes (ctxSlow). A serving goroutine
+// allocates its calls' contexts in blocks (ctxBlocks).
 type callContext struct {
 	context.Context // serving: its values and its end
 
@@ -47,6 +48,35 @@ type ctxSlow struct {
 
 func newCallContext(serving context.Context, d time.Duration) *callContext {
 	return &callContext{Context: serving, deadline: time.Now().Add(d), hasDeadline: true}
+}
+
+// ctxBlocks hands out the contexts of the calls one goroutine serves.
+// Each call's context is its own, never reused, for a handler's goroutine
+// may keep it, and ask it for its values, its deadline and its end, long
+// after the call: it must go on answering for that call. An allocation
+// per call would cost a third of the serving side's work, so contexts
+// come in blocks of ctxBlock, one allocation each; the price is that a
+// context kept after its call keeps its whole block in memory.
+type ctxBlocks struct {
+	free []callContext // the rest of the last block
+}
+
+// ctxBlock is how many call contexts a block holds: 8 KiB of them.
+const ctxBlock = 8 << 10 / int(unsafe.Sizeof(callContext{}))
+
+// next returns the context of a new call under serving, with the
+// caller's time d if has.
+func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool) *callContext {
+	if len(b.free) == 0 {
+		b.free = make([]callContext, ctxBlock)
+	}
+	cc := &b.free[0]
+	b.free = b.free[1:]
+	cc.Context, cc.hasDeadline = serving, has
+	if has {
+		cc.deadline = time.Now().Add(d)
+	}
+	return cc
 }
 
 // slowPart returns c's ctxSlow, made on first use.

@@ -1130,12 +1130,13 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		}
 		return nil
 	}
+	var inlineCtxs ctxBlocks // the receiving goroutine's, for the calls it runs
 	handleFrame := func(in *Incoming) error {
 		if in.Kind != wire.KindCall {
 			return handleMessage(in)
 		}
 		if sem == nil || (cfg.only != nil && !cfg.only[in.Header.Msg]) {
-			return c.serveInline(ctx, callers(), in, handle)
+			return c.serveInline(ctx, callers(), in, handle, &inlineCtxs)
 		}
 		var (
 			hctx   context.Context
@@ -1209,15 +1210,23 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 }
 
 // serveInline runs handle for the call in, in the reading goroutine, and
-// sends its reply. The handler's context is callers (the serving context,
-// or one that ends also when the peer goes: see peerWatch), with the
-// caller's deadline if it has one: it has no end of its own otherwise, as
-// the peer's cancel cannot be read meanwhile.
-func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
+// sends its reply. Under Serve (ctxs not nil), the handler's context is
+// the call's own, from ctxs: callers (the serving context, or one that
+// ends also when the peer goes: see peerWatch) with the caller's deadline
+// if it has one, ended when the handler returns. The peer's cancel cannot
+// be read meanwhile. Under ServeIncoming (ctxs nil) it is callers, with
+// the caller's deadline if it has one.
+func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error), ctxs *ctxBlocks) error {
 	in.Inline = true
 	hctx, cc := callers, (*callContext)(nil)
-	if d, ok := wire.Timeout(in.Header.TimeoutUS); ok {
+	d, has := wire.Timeout(in.Header.TimeoutUS)
+	switch {
+	case ctxs != nil:
+		cc = ctxs.next(callers, d, has)
+	case has:
 		cc = newCallContext(callers, d)
+	}
+	if cc != nil {
 		hctx = cc
 	}
 	reply, err := handle(withIncoming(hctx, in), in)
@@ -1299,7 +1308,7 @@ func (c *Conn) ServeOne(ctx context.Context, handle func(ctx context.Context, in
 // ServeOne's on the way from a message's arrival to the answer.
 func (c *Conn) ServeIncoming(ctx context.Context, in *Incoming, handle func(ctx context.Context, in *Incoming) (wire.Message, error)) error {
 	if in.Kind == wire.KindCall {
-		return c.serveInline(ctx, ctx, in, handle)
+		return c.serveInline(ctx, ctx, in, handle, nil)
 	}
 	_, err := handle(ctx, in)
 	return err

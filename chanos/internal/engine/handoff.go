@@ -8,7 +8,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
@@ -73,8 +72,8 @@ type reader struct {
 	in    Incoming                 // the call being served
 	buf   []byte                   // its frame
 	caps  []wire.Cap
-	cc    *callContext  // its context
-	ctxs  []callContext // the rest of the last block of contexts (newContext)
+	cc    *callContext // its context
+	ctxs  ctxBlocks    // where its calls' contexts come from
 	// set by the hand-off before it stores handedOff
 	inflight bool // the call's cancel is registered (Conn.inflight)
 }
@@ -187,30 +186,11 @@ func (h *handOff) call(r *reader) (bool, error) {
 	return true, nil
 }
 
-// ctxBlock is how many call contexts a reader allocates at a time: 8 KiB
-// of them.
-const ctxBlock = 8 << 10 / int(unsafe.Sizeof(callContext{}))
-
 // newContext returns the context of a new call under serving, with the
-// caller's time d if has, and makes it r's. Each call's context is its
-// own, never reused, for a handler's goroutine may keep it, and ask it
-// for its values, its deadline and its end, long after the call: it must
-// go on answering for that call. An allocation per call would cost a
-// third of the serving side's work, so contexts come in blocks of
-// ctxBlock, one allocation each; the price is that a context kept after
-// its call keeps its whole block in memory.
+// caller's time d if has, and makes it r's.
 func (r *reader) newContext(serving context.Context, d time.Duration, has bool) *callContext {
-	if len(r.ctxs) == 0 {
-		r.ctxs = make([]callContext, ctxBlock)
-	}
-	cc := &r.ctxs[0]
-	r.ctxs = r.ctxs[1:]
-	cc.Context, cc.hasDeadline = serving, has
-	if has {
-		cc.deadline = time.Now().Add(d)
-	}
-	r.cc = cc
-	return cc
+	r.cc = r.ctxs.next(serving, d, has)
+	return r.cc
 }
 
 // clear drops what r kept of its call.
