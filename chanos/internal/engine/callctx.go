@@ -55,20 +55,24 @@ func newCallContext(serving context.Context, d time.Duration) *callContext {
 // may keep it, and ask it for its values, its deadline and its end, long
 // after the call: it must go on answering for that call. An allocation
 // per call would cost a third of the serving side's work, so contexts
-// come in blocks of ctxBlock, one allocation each; the price is that a
-// context kept after its call keeps its whole block in memory.
+// come in blocks, one allocation each: the first of 4, each next twice
+// the last, up to ctxBlock, so that a connection that makes few calls
+// holds little. The price is that a context kept after its call keeps
+// its whole block in memory.
 type ctxBlocks struct {
 	free []callContext // the rest of the last block
+	size int           // the last block's
 }
 
-// ctxBlock is how many call contexts a block holds: 8 KiB of them.
+// ctxBlock is the most call contexts a block holds: 8 KiB of them.
 const ctxBlock = 8 << 10 / int(unsafe.Sizeof(callContext{}))
 
 // next returns the context of a new call under serving, with the
 // caller's time d if has.
 func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool) *callContext {
 	if len(b.free) == 0 {
-		b.free = make([]callContext, ctxBlock)
+		b.size = min(max(2*b.size, 4), ctxBlock)
+		b.free = make([]callContext, b.size)
 	}
 	cc := &b.free[0]
 	b.free = b.free[1:]

@@ -102,3 +102,25 @@ func TestCallContextDoneRacesFinish(t *testing.T) {
 		}
 	}
 }
+
+// Blocks start small and grow to ctxBlock, and every context handed out
+// is a fresh one.
+func TestCtxBlocks(t *testing.T) {
+	var b ctxBlocks
+	seen := map[*callContext]bool{}
+	var sizes []int
+	for range 1000 {
+		if len(b.free) == 0 {
+			sizes = append(sizes, min(max(2*b.size, 4), ctxBlock))
+		}
+		c := b.next(context.Background(), 0, false)
+		if seen[c] || c.st.Load() != ctxLive || c.slow.Load() != nil {
+			t.Fatal("a context handed out twice, or not fresh")
+		}
+		seen[c] = true
+		c.finish()
+	}
+	if sizes[0] != 4 || sizes[len(sizes)-1] != ctxBlock || ctxBlock*int(unsafe.Sizeof(callContext{})) > 8<<10 {
+		t.Errorf("block sizes %v, want 4 doubling up to %d (8 KiB)", sizes, ctxBlock)
+	}
+}
