@@ -25,3 +25,17 @@ func TestMedianKeepsEachRunsFigure(t *testing.T) {
 		t.Errorf("RunFigures = %v, want %v", again.RunFigures, want)
 	}
 }
+
+func TestRoundSpread(t *testing.T) {
+	subject := &Result{RunFigures: []float64{300, 280, 350}}
+	base := &Result{RunFigures: []float64{200, 200, 175}}
+	if got, want := roundSpread(subject, base), " (rounds 1.40-2.00)"; got != want {
+		t.Errorf("roundSpread = %q, want %q", got, want)
+	}
+	if got := roundSpread(&Result{RunFigures: []float64{300}}, &Result{RunFigures: []float64{200}}); got != "" {
+		t.Errorf("one round: %q, want nothing", got)
+	}
+	if got := roundSpread(subject, &Result{RunFigures: []float64{200, 200}}); got != "" {
+		t.Errorf("rounds that do not pair: %q, want nothing", got)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -581,13 +582,32 @@ func DomainSummary(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window): %.2f (goal <= 1.3: %s)\n", r, verdict(r <= 1.3))
 		}
 		if r := rpc.PairedRatio; r != nil {
-			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window, paired by round): %.2f (goal <= 1.3: %s)\n", *r, verdict(*r <= 1.3))
+			fmt.Fprintf(w, "rpc over ump / raw ring rtt-spin (window, paired by round): %.2f%s (goal <= 1.3: %s)\n", *r, roundSpread(rpc, raw), verdict(*r <= 1.3))
 		}
 	}
 	if loc, ch := find("send-receive", "local"), find("send-receive", "go-chan"); loc != nil && ch != nil && loc.MsgsPerS != nil && ch.MsgsPerS != nil {
 		r := *ch.MsgsPerS / *loc.MsgsPerS
 		fmt.Fprintf(w, "local send+receive time / Go channel: %.2f (goal <= 2: %s)\n", r, verdict(r <= 2))
 	}
+}
+
+// roundSpread says, when both results kept their runs' figures, how far
+// apart the rounds' ratios of subject to base came out: " (rounds
+// LOW-HIGH)", the ratio of each run to its baseline's of the same round.
+func roundSpread(subject, base *Result) string {
+	if len(subject.RunFigures) < 2 || len(subject.RunFigures) != len(base.RunFigures) {
+		return ""
+	}
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for i, f := range subject.RunFigures {
+		if b := base.RunFigures[i]; b > 0 {
+			lo, hi = min(lo, f/b), max(hi, f/b)
+		}
+	}
+	if lo > hi {
+		return ""
+	}
+	return fmt.Sprintf(" (rounds %.2f-%.2f)", lo, hi)
 }
 
 func verdict(ok bool) string {
