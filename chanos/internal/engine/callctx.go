@@ -83,6 +83,12 @@ func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool) *ca
 	return cc
 }
 
+// toEnded moves a live c to ctxEnded, under its slow part's lock, and
+// reports whether c is ended now: false if its call returned first.
+func (c *callContext) toEnded() bool {
+	return c.st.CompareAndSwap(ctxLive, ctxEnded) || c.st.Load() == ctxEnded
+}
+
 // slowPart returns c's ctxSlow, made on first use.
 func (c *callContext) slowPart() *ctxSlow {
 	if s := c.slow.Load(); s != nil {
@@ -112,7 +118,7 @@ func (c *callContext) Done() <-chan struct{} {
 	if s.done != nil {
 		return s.done
 	}
-	if !c.st.CompareAndSwap(ctxLive, ctxEnded) && c.st.Load() == ctxReturned {
+	if !c.toEnded() {
 		return closedDone // the call returned meanwhile
 	}
 	s.done = make(chan struct{})
@@ -200,7 +206,7 @@ func (c *callContext) end(err error) {
 	if s.err != nil {
 		return
 	}
-	if !c.st.CompareAndSwap(ctxLive, ctxEnded) && c.st.Load() == ctxReturned {
+	if !c.toEnded() {
 		return // the call returned meanwhile
 	}
 	s.err = err
