@@ -22,11 +22,28 @@ import (
 type callContext struct {
 	context.Context // serving: its values and its end
 
-	deadline    time.Time
+	// The caller's deadline, in nanoseconds after ctxEpoch, if
+	// hasDeadline: a time.Time would make every call's context 16 bytes
+	// larger, and each call allocates one.
+	deadline    int64
+	st          atomic.Int32 // ctxLive, ctxReturned or ctxEnded
 	hasDeadline bool
+	slow        atomic.Pointer[ctxSlow] // made by the first Done or end
+}
 
-	st   atomic.Int32            // ctxLive, ctxReturned or ctxEnded
-	slow atomic.Pointer[ctxSlow] // made by the first Done or end
+// ctxEpoch is the time call contexts count their deadlines from. It holds
+// a monotonic clock reading, so the deadlines do too (see package time).
+var ctxEpoch = time.Now()
+
+// deadlineIn returns the deadline d from now, as callContext.deadline.
+func deadlineIn(d time.Duration) int64 { return int64(time.Since(ctxEpoch) + d) }
+
+// deadlineTime returns c's deadline as a time.
+func (c *callContext) deadlineTime() time.Time { return ctxEpoch.Add(time.Duration(c.deadline)) }
+
+// untilDeadline returns how long until c's deadline.
+func (c *callContext) untilDeadline() time.Duration {
+	return time.Duration(c.deadline) - time.Since(ctxEpoch)
 }
 
 // The states of a callContext (callContext.st); the zero value is live.
@@ -47,7 +64,7 @@ type ctxSlow struct {
 }
 
 func newCallContext(serving context.Context, d time.Duration) *callContext {
-	return &callContext{Context: serving, deadline: time.Now().Add(d), hasDeadline: true}
+	return &callContext{Context: serving, deadline: deadlineIn(d), hasDeadline: true}
 }
 
 // ctxBlocks hands out the contexts of the calls one goroutine serves.
@@ -78,7 +95,7 @@ func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool) *ca
 	b.free = b.free[1:]
 	cc.Context, cc.hasDeadline = serving, has
 	if has {
-		cc.deadline = time.Now().Add(d)
+		cc.deadline = deadlineIn(d)
 	}
 	return cc
 }
@@ -103,7 +120,7 @@ func (c *callContext) Deadline() (time.Time, bool) {
 	if !c.hasDeadline {
 		return c.Context.Deadline()
 	}
-	return c.deadline, true
+	return c.deadlineTime(), true
 }
 
 // Done returns a channel closed when the deadline passes, the serving
@@ -127,7 +144,7 @@ func (c *callContext) Done() <-chan struct{} {
 		return s.done
 	}
 	if c.hasDeadline {
-		s.timer = time.AfterFunc(time.Until(c.deadline), func() { c.end(context.DeadlineExceeded) })
+		s.timer = time.AfterFunc(c.untilDeadline(), func() { c.end(context.DeadlineExceeded) })
 	}
 	s.stop = context.AfterFunc(c.Context, func() { c.end(c.Context.Err()) })
 	return s.done
@@ -158,7 +175,7 @@ func (c *callContext) Err() error {
 	if err := c.Context.Err(); err != nil {
 		return err
 	}
-	if c.hasDeadline && !time.Now().Before(c.deadline) {
+	if c.hasDeadline && c.untilDeadline() <= 0 {
 		return context.DeadlineExceeded
 	}
 	return nil
@@ -182,7 +199,7 @@ const cancelSlack = 5 * time.Millisecond
 // cancel ends the context as the caller's cancel does: with Canceled, or
 // DeadlineExceeded if the deadline is due within cancelSlack.
 func (c *callContext) cancel() {
-	if c.hasDeadline && time.Until(c.deadline) < cancelSlack {
+	if c.hasDeadline && c.untilDeadline() < cancelSlack {
 		c.end(context.DeadlineExceeded)
 		return
 	}
@@ -197,7 +214,7 @@ func (c *callContext) end(err error) {
 	}
 	if perr := c.Context.Err(); perr != nil {
 		err = perr
-	} else if err == context.Canceled && c.hasDeadline && !time.Now().Before(c.deadline) {
+	} else if err == context.Canceled && c.hasDeadline && c.untilDeadline() <= 0 {
 		err = context.DeadlineExceeded
 	}
 	s := c.slowPart()
@@ -224,5 +241,5 @@ func (c *callContext) String() string {
 	if !c.hasDeadline {
 		return "chanos.callContext"
 	}
-	return "chanos.callContext(deadline " + c.deadline.String() + ")"
+	return "chanos.callContext(deadline " + c.deadlineTime().String() + ")"
 }
