@@ -247,9 +247,13 @@ func (e *Event) Add(n uint64) error {
 	binary.NativeEndian.PutUint64(b[:], n)
 	var werr error
 	if err := e.fd.use(func(fd int) {
-		// Never waits: a full count fails with EAGAIN at once, whatever
-		// the descriptor's flags, which another domain may share.
-		_, werr = syscall.Write(fd, b[:])
+		// Never waits: a full count fails with EAGAIN at once. Another
+		// domain that shares the open file may have cleared O_NONBLOCK,
+		// and no write of an eventfd takes RWF_NOWAIT: the flag is set
+		// again first (see readNowait).
+		if werr = syscall.SetNonblock(fd, true); werr == nil {
+			_, werr = syscall.Write(fd, b[:])
+		}
 	}); err != nil {
 		return fmt.Errorf("chanos: signal event: %w", err)
 	}
@@ -335,11 +339,27 @@ func (e *Event) pollFile() (*os.File, error) {
 			return nil, ErrClosed
 		default:
 		}
-		fd, err := e.fd.dup()
-		if err != nil {
-			return nil, err
+		// os.NewFile gives the netpoller only a descriptor that is
+		// non-blocking when it looks, and a peer that shares the open
+		// file may have cleared the flag (see readNowait): it is set
+		// first, and looked at again after, a few times.
+		for range 8 {
+			fd, err := e.fd.dup()
+			if err != nil {
+				return nil, err
+			}
+			if err := syscall.SetNonblock(fd, true); err != nil {
+				syscall.Close(fd)
+				return nil, os.NewSyscallError("fcntl", err)
+			}
+			f := os.NewFile(uintptr(fd), e.name)
+			if f.SetReadDeadline(time.Time{}) == nil {
+				e.pf = f
+				return f, nil
+			}
+			f.Close()
 		}
-		e.pf = os.NewFile(uintptr(fd), e.name)
+		return nil, errors.New("another domain keeps clearing the descriptor's O_NONBLOCK")
 	}
 	return e.pf, nil
 }
@@ -505,7 +525,7 @@ func (e *Event) takeFrom(fd int) (uint64, error) {
 		return 1, nil
 	}
 	var b [8]byte
-	k, err := syscall.Read(fd, b[:])
+	k, err := readNowait(fd, b[:])
 	switch {
 	case err == syscall.EAGAIN:
 		return 0, errEmpty

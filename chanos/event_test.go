@@ -299,3 +299,113 @@ func TestEventRefusesAFile(t *testing.T) {
 		t.Errorf("the refused file: %v, want it closed", err)
 	}
 }
+
+// clearNonblock clears O_NONBLOCK on e's open file, as another domain that
+// shares the descriptor can.
+func clearNonblock(t *testing.T, e *chanos.Event) {
+	t.Helper()
+	rc, err := e.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) { serr = syscall.SetNonblock(int(fd), false) }); err != nil || serr != nil {
+		t.Fatal(err, serr)
+	}
+}
+
+// A peer that clears O_NONBLOCK on a shared Event's open file makes no
+// Wait outlast its context, no TryWait block, and no Add of a full count
+// wait: on the thread's wait, the netpoller's, and the waiter that loses
+// the count to a waiter in another Event of the same open file.
+func TestEventSharedFlagCleared(t *testing.T) {
+	e := newEvent(t)
+	other, err := e.Copy()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	within := func(what string, fn func() error) {
+		t.Helper()
+		clearNonblock(t, e)
+		done := make(chan error, 1)
+		go func() { done <- fn() }()
+		if err := testkit.Await(t, what, done); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	within("TryWait of an empty count", func() error {
+		if n, ok, err := e.TryWait(); ok || err != nil {
+			return fmt.Errorf("TryWait = %d, %v, %v; want nothing", n, ok, err)
+		}
+		return nil
+	})
+	within("Waits past their deadlines", func() error {
+		// More than wait on threads: the rest are parked by the netpoller.
+		errs := make(chan error, 8)
+		for range 8 {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+				defer cancel()
+				ev, err := e.Copy()
+				if err != nil {
+					errs <- err
+					return
+				}
+				defer ev.Close()
+				_, err = ev.Wait(ctx)
+				errs <- err
+			}()
+		}
+		for range 8 {
+			if err := <-errs; !errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("Wait = %v, want DeadlineExceeded", err)
+			}
+		}
+		return nil
+	})
+	within("two Waits for one count", func() error {
+		errs := make(chan error, 2)
+		for _, ev := range []*chanos.Event{e, other} {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+				defer cancel()
+				_, err := ev.Wait(ctx)
+				errs <- err
+			}()
+		}
+		time.Sleep(20 * time.Millisecond)
+		if err := e.Signal(); err != nil {
+			return err
+		}
+		var took, late int
+		for range 2 {
+			switch err := <-errs; {
+			case err == nil:
+				took++
+			case errors.Is(err, context.DeadlineExceeded):
+				late++
+			default:
+				return err
+			}
+		}
+		if took != 1 || late != 1 {
+			return fmt.Errorf("%d Waits took the count and %d reached their deadline, want 1 and 1", took, late)
+		}
+		return nil
+	})
+	within("an Add past the count's maximum", func() error {
+		if err := e.Add(1<<64 - 3); err != nil {
+			return err
+		}
+		clearNonblock(t, e)
+		if err := e.Add(5); err == nil {
+			return errors.New("Add past the maximum succeeded")
+		}
+		n, ok, err := e.TryWait()
+		if !ok || err != nil || n != 1<<64-3 {
+			return fmt.Errorf("TryWait = %d, %v, %v", n, ok, err)
+		}
+		return nil
+	})
+}

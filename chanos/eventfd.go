@@ -3,6 +3,7 @@ package chanos
 import (
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -99,4 +100,40 @@ type pollFD struct {
 func ppoll(fds []pollFD) syscall.Errno {
 	_, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&fds[0])), uintptr(len(fds)), 0, 0, 0, 0)
 	return errno
+}
+
+// rwfNowait is preadv2's RWF_NOWAIT: the read fails with EAGAIN rather
+// than wait, whatever the open file's O_NONBLOCK says.
+const rwfNowait = 0x8
+
+// noNowait is set once the kernel refuses RWF_NOWAIT for an Event's
+// descriptor (before about Linux 5.12 for an eventfd).
+var noNowait atomic.Bool
+
+// readNowait reads into b from fd without waiting. An Event's descriptor
+// may be shared with other domains, and its O_NONBLOCK flag with them (it
+// belongs to the open file): a broken or hostile peer can clear it, and a
+// plain read of an empty count would then block the thread for good. A
+// kernel without RWF_NOWAIT for the descriptor gets the flag set again
+// before the read instead, which leaves the moment between the two
+// system calls to a peer that clears it again (docs/capabilities.md).
+func readNowait(fd int, b []byte) (int, error) {
+	if !noNowait.Load() {
+		iov := syscall.Iovec{Base: &b[0]}
+		iov.SetLen(len(b))
+		off := -1
+		n, _, e := syscall.Syscall6(sysPreadv2, uintptr(fd), uintptr(unsafe.Pointer(&iov)), 1, uintptr(off), 0, rwfNowait)
+		switch e {
+		case 0:
+			return int(n), nil
+		case syscall.EOPNOTSUPP, syscall.EINVAL, syscall.ENOSYS:
+			noNowait.Store(true)
+		default:
+			return 0, e
+		}
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		return 0, err
+	}
+	return syscall.Read(fd, b)
 }
