@@ -483,7 +483,10 @@ static bool late(chanos_conn *c, const struct chanos_frame *f)
 {
     bool found = false;
 
+    /* call id 0 is no call's (ids are issued from 1), and marks the free
+     * entries of the abandoned ring: it must never match one */
     if ((f->kind != CHANOS_KIND_REPLY && f->kind != CHANOS_KIND_ERROR) ||
+        f->hdr.call_id == 0 ||
         atomic_load_explicit(&c->nabandoned, memory_order_relaxed) == 0)
         return false;
     abandon_lock(c);
@@ -896,6 +899,7 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
     uint32_t id;
     int rc;
 
+    *sent = false;
     if (len < CHANOS_HEADER_SIZE)
         return CHANOS_ERR_TRUNCATED;
     msg = chanos_load_u16(frame + 4);

@@ -19,9 +19,12 @@ int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
                        void *ctx)
 {
     /* a handler runs to its end before the next frame is read: there is
-     * nothing left to cancel */
-    if (f->kind == CHANOS_KIND_CANCEL)
+     * nothing left to cancel. A cancel carries no descriptors; those a
+     * broken peer sent with one go now, or they would stay open. */
+    if (f->kind == CHANOS_KIND_CANCEL) {
+        chanos_frame_close_fds(f);
         return 0;
+    }
     return dispatch(c, f, ops, ctx);
 }
 
@@ -60,7 +63,7 @@ int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
 
         snprintf(detail, sizeof detail, "internal: the reply does not encode: %s",
                  chanos_strerror(rc));
-        return chanos_conn_reply_error(c, call, CHANOS_SERVE_INVALID, detail,
+        return chanos_conn_reply_error(c, call, CHANOS_CODE_INTERNAL, detail,
                                        -1);
     }
     return rc;

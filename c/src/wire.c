@@ -95,29 +95,39 @@ void chanos_enc_iref(struct chanos_enc *e, const struct chanos_iref *r)
     memcpy(p + 16, r->token, 16);
 }
 
-void chanos_enc_cap(struct chanos_enc *e, int fd)
+/* enc_cap appends fd, given away or not. Its give bit is written either
+ * way: an encode that failed after marking a descriptor given away leaves
+ * the bit behind, and the next frame's descriptor at that place must not
+ * inherit it (its send would close a descriptor the caller keeps). */
+static void enc_cap(struct chanos_enc *e, int fd, bool give)
 {
     struct chanos_buf *b = e->buf;
-    uint32_t k = e->ncaps;
+    uint32_t k = e->ncaps, i = b->nfds + k;
 
     if (k >= CHANOS_MAX_CAPS) {
         chanos_enc_fail_(e, CHANOS_ERR_CAP);
         return;
     }
+    if (i < 64 * sizeof b->give / sizeof b->give[0]) {
+        uint64_t bit = (uint64_t)1 << (i % 64);
+
+        b->give[i / 64] = give ? b->give[i / 64] | bit : b->give[i / 64] & ~bit;
+    }
     /* Only fds that fit are stored; chanos_enc_end reports NOSPACE. */
     if (k < b->fds_cap - b->nfds)
-        b->fds[b->nfds + k] = fd;
+        b->fds[i] = fd;
     e->ncaps = k + 1;
     chanos_enc_u32(e, k);
 }
 
+void chanos_enc_cap(struct chanos_enc *e, int fd)
+{
+    enc_cap(e, fd, false);
+}
+
 void chanos_enc_give_away_cap(struct chanos_enc *e, int fd)
 {
-    uint32_t i = e->buf->nfds + e->ncaps;
-
-    if (i < 64 * sizeof e->buf->give / sizeof e->buf->give[0])
-        e->buf->give[i / 64] |= (uint64_t)1 << (i % 64);
-    chanos_enc_cap(e, fd);
+    enc_cap(e, fd, true);
 }
 
 
