@@ -825,6 +825,38 @@ static void test_stubs(void)
     chanos_conn_close(t.c);
 }
 
+/* A reply that brings descriptors its type has none of (put's) fails to
+ * decode in the stub, which closes them rather than leave them open. The
+ * reply is in the ring before the call: a fresh connection's first call
+ * has id 1. */
+static void test_stub_closes_stray_fds(void)
+{
+    struct chanos_ump_options o = { 0 };
+    struct ctest_put_call put = { 42 };
+    struct ctest_put_reply pr;
+    struct chanos_hdr h = { CHANOS_HEADER_SIZE, CTEST_MSG_PUT, CHANOS_KIND_REPLY, 2, 1, 0 };
+    uint8_t frame[CHANOS_HEADER_SIZE];
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    int before = count_fds(), fds[2];
+
+    o.max_msg = CTEST_MAX_FRAME_SIZE;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    chanos_hdr_put(frame, &h);
+    fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    CHECK(fds[0] >= 0 && fds[1] >= 0);
+    CHECK_EQ(chanos_ump_send_fds(chanos_conn_ump(srv), frame, sizeof frame, fds, 2, 1000), 0);
+    close(fds[0]);
+    close(fds[1]);
+    CHECK(ctest_put(cli, &put, &pr, 2000) < 0);
+    chanos_conn_close(cli);
+    chanos_conn_close(srv);
+    CHECK_EQ(count_fds(), before);
+}
+
 /* test_mutations decodes many corrupted copies of valid frames of every
  * kind: bytes flipped or set to the values that matter to a decoder (0,
  * 0xff, lengths past a bound), frames cut short or run long, the header's
@@ -953,5 +985,6 @@ int main(void)
     test_any();
     test_mutations();
     test_stubs();
+    test_stub_closes_stray_fds();
     return check_done("codegen_test");
 }

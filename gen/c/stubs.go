@@ -120,16 +120,13 @@ func (g *generator) stubDefs(p *printer) {
 			b.p.f("        rc = %s_encode(in, &b);", fs[0].cname)
 			b.p.f("    if (rc == 0)")
 			b.p.f("%s", proto("        ", "rc = chanos_conn_call_buf", []string{"c", "&b", "timeout_ms", "&f", "NULL", "NULL"}, ";"))
-			if fs[1].maxCaps > 0 {
-				b.p.f("    if (rc == 0) {")
-				b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
-				b.p.f("        if (rc != 0) /* the reply's descriptors go with it */")
-				b.p.f("            chanos_frame_close_fds(&f);")
-				b.p.f("    }")
-			} else {
-				b.p.f("    if (rc == 0)")
-				b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
-			}
+			// Also for a reply type without descriptors: a broken peer
+			// may send some with it, and its decode then fails.
+			b.p.f("    if (rc == 0) {")
+			b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
+			b.p.f("        if (rc != 0) /* the reply's descriptors go with it */")
+			b.p.f("            chanos_frame_close_fds(&f);")
+			b.p.f("    }")
 			b.p.f("    return rc;")
 			p.function(proto("", "int "+g.stubName(m), g.stubParams(m), ""),
 				[]string{"struct chanos_buf b;", "struct chanos_frame f;", "int rc;"}, &b)
