@@ -1819,7 +1819,10 @@ static int bind_export(chanos_domain *d, const char *name,
     /* the monitor answers not_found at the deadline; wait a little longer
      * for that answer before cancelling the bind ourselves */
     rc = mon_call(d, &b, MONITOR_MSG_BIND, timeout_ms,
-                  timeout_ms < 0 ? -1 : timeout_ms + BIND_GRACE_MS, &f);
+                  timeout_ms < 0                          ? -1
+                  : timeout_ms > INT_MAX - BIND_GRACE_MS ? INT_MAX
+                                                          : timeout_ms + BIND_GRACE_MS,
+                  &f);
     if (rc == 0) {
         rc = monitor_bind_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
         if (rc != 0) {
