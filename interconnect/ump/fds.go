@@ -232,5 +232,14 @@ func (c *Conn) ReceiveFDs(n int) ([]int, error) {
 	if n > MaxFDs {
 		return nil, c.fail(protoErr(fmt.Sprintf("a message announces %d descriptors, at most %d", n, MaxFDs)))
 	}
+	// A Close between the receive of the message and this one would
+	// close the caps socket under recvmsg, whose number the process may
+	// have given to another descriptor meanwhile: as a ReceiveExclusive,
+	// this call marks itself running (Close waits for it) or sees that
+	// Close has begun.
+	if err := enterFlag(&c.rxIn, &c.closing, false); err != nil {
+		return nil, err
+	}
+	defer clearFlag(&c.rxIn)
 	return c.recvFDs(n)
 }

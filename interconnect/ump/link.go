@@ -2,6 +2,7 @@ package ump
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"syscall"
@@ -155,6 +156,9 @@ func (l *Link) Parse(frame []byte, in *interconnect.Incoming) error {
 		fds, err := l.c.ReceiveFDs(n)
 		if err != nil {
 			*in = interconnect.Incoming{}
+			if interconnect.IsEnd(err) && !errors.Is(err, ErrProtocol) {
+				return err // closed meanwhile
+			}
 			l.c.Close()
 			return interconnect.Violation(err)
 		}
