@@ -115,12 +115,17 @@ func (c *callContext) slowPart() *ctxSlow {
 	return c.slow.Load()
 }
 
-// Deadline returns the caller's deadline, if it has one.
+// Deadline returns the earlier of the caller's deadline and the serving
+// context's, as a context made by context.WithDeadline would.
 func (c *callContext) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
 	if !c.hasDeadline {
-		return c.Context.Deadline()
+		return d, ok
 	}
-	return c.deadlineTime(), true
+	if mine := c.deadlineTime(); !ok || mine.Before(d) {
+		return mine, true
+	}
+	return d, true
 }
 
 // Done returns a channel closed when the deadline passes, the serving
@@ -164,21 +169,30 @@ func (c *callContext) Err() error {
 	case ctxReturned:
 		return context.Canceled
 	case ctxEnded:
-		s := c.slowPart()
-		s.mu.Lock()
-		err := s.err
-		s.mu.Unlock()
-		if err != nil {
+		if err := c.slowPart().errNow(); err != nil {
 			return err
 		}
 	}
-	if err := c.Context.Err(); err != nil {
-		return err
+	var err error
+	if err = c.Context.Err(); err == nil && c.hasDeadline && c.untilDeadline() <= 0 {
+		err = context.DeadlineExceeded
 	}
-	if c.hasDeadline && c.untilDeadline() <= 0 {
-		return context.DeadlineExceeded
+	if err != nil {
+		// Once Err has said why, it says so for good (the Context
+		// contract): a later return of the call must not turn it into
+		// Canceled. The first to see it ends the context with it; the
+		// context has then ended, or its call returned first.
+		c.end(err)
+		return c.Err()
 	}
 	return nil
+}
+
+// errNow returns why the context ended, under the lock.
+func (s *ctxSlow) errNow() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err
 }
 
 // finish ends the context as its call returns: as end does, but without

@@ -124,3 +124,43 @@ func TestCtxBlocks(t *testing.T) {
 		t.Errorf("block sizes %v, want 4 doubling up to %d (8 KiB)", sizes, ctxBlock)
 	}
 }
+
+// Once Err has reported the deadline, the call's return does not change
+// it (the Context contract: successive calls return the same error), and
+// Deadline is the earlier of the caller's and the serving context's.
+func TestCallContextErrIsFinal(t *testing.T) {
+	c := newCallContext(context.Background(), time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err past the deadline = %v", err)
+	}
+	c.finish()
+	if err := c.Err(); err != context.DeadlineExceeded {
+		t.Fatalf("Err after the call returned = %v, want DeadlineExceeded still", err)
+	}
+	serving, cancel := context.WithCancel(context.Background())
+	var b ctxBlocks
+	d := b.next(serving, time.Hour, true)
+	cancel()
+	if err := d.Err(); err != context.Canceled {
+		t.Fatalf("Err after the serving context's end = %v", err)
+	}
+	d.finish()
+	if err := d.Err(); err != context.Canceled {
+		t.Fatalf("Err after the return = %v", err)
+	}
+
+	soon, stop := context.WithTimeout(context.Background(), time.Minute)
+	defer stop()
+	want, _ := soon.Deadline()
+	e := b.next(soon, time.Hour, true)
+	if got, ok := e.Deadline(); !ok || !got.Equal(want) {
+		t.Errorf("Deadline = %v, %v; want the serving context's %v", got, ok, want)
+	}
+	f := b.next(soon, time.Second, true)
+	if got, _ := f.Deadline(); !got.Before(want) {
+		t.Errorf("Deadline = %v, want the caller's, before %v", got, want)
+	}
+	e.finish()
+	f.finish()
+}
