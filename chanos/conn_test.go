@@ -370,3 +370,58 @@ func TestConcurrentServeCancel(t *testing.T) {
 		}
 	})
 }
+
+// A call made while the inbox is full of messages nobody receives, and
+// nobody reads the connection, waits for a Receive or its context: it
+// returns at its deadline, and after a Receive makes room it reads its
+// reply.
+func TestCallWithFullInbox(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		sent := make(chan struct{})
+		go func() { // more messages than the inbox holds
+			defer close(sent)
+			for i := range 1100 {
+				if s.Send(ctx, &pingpong.Ping{MsgID: uint32(i)}) != nil {
+					return
+				}
+			}
+		}()
+		// The first call, which nobody serves yet, reads past the
+		// messages until the inbox is full, and gives up.
+		first, stop := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err := c.Echo(first, 1)
+		stop()
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("the first call = %v, want DeadlineExceeded", err)
+		}
+		second, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+		defer stop()
+		done := make(chan error, 1)
+		go func() { _, err := c.Echo(second, 2); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("the second call = %v, want DeadlineExceeded", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("a call on a full inbox outlived its deadline by 10 s")
+		}
+		// Receives make room: a call then gets its answer.
+		go s.Serve(ctx, &server{})
+		go func() {
+			for {
+				if _, err := c.Receive(ctx); err != nil {
+					return
+				}
+			}
+		}()
+		if v, err := c.Echo(ctx, 3); err != nil || v != 4 {
+			t.Fatalf("a call once the inbox drains = %d, %v", v, err)
+		}
+		cancel()
+		c.Close()
+		<-sent
+	})
+}

@@ -656,7 +656,8 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			<-p.done
 			return p.err
 		}
-		if c.endErr == nil && len(c.inbox) < inboxLimit && c.turn.CompareAndSwap(false, true) {
+		full := len(c.inbox) >= inboxLimit
+		if c.endErr == nil && !full && c.turn.CompareAndSwap(false, true) {
 			c.mu.Unlock()
 			mine, err := c.readFor(ctx, p)
 			c.release()
@@ -670,7 +671,13 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			}
 			continue
 		}
-		if !c.waitLocked() {
+		if full {
+			// Nobody may read until a Receive takes from the inbox, and
+			// that wakes the waiting; a free turn is no reason to look
+			// again (that would spin, deaf to ctx, as long as the inbox
+			// stays full).
+			c.waiting.Add(1)
+		} else if !c.waitLocked() {
 			continue
 		}
 		wake := c.wake
