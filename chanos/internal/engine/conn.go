@@ -65,9 +65,12 @@ type Conn struct {
 	sbuf   wire.Buffer
 
 	nextID  atomic.Uint32
-	wrapped atomic.Bool // nextID has wrapped around: any id may be outstanding
+	wrapped atomic.Bool // nextID is about to wrap or has: any id may be outstanding
 
-	turn    atomic.Bool  // a goroutine holds the reading turn
+	// turn is 0 while nobody holds the reading turn, and turnHeld while a
+	// goroutine does: or'ed with the id of its call when it is a call's
+	// own (readReply), which new call ids must then avoid (newCallID).
+	turn    atomic.Uint64
 	waiting atomic.Int32 // goroutines that took wake since it was last closed; changed under mu
 	ninbox  atomic.Int32 // len(inbox); changed under mu
 
@@ -420,16 +423,12 @@ func (c *Conn) call(ctx context.Context, d time.Duration, call, reply wire.Messa
 	if call.MsgKind() != wire.KindCall || reply.MsgKind() != wire.KindReply || call.MsgNumber() != reply.MsgNumber() {
 		return fmt.Errorf("chanos: Call with %s %s and %s %s", call.MsgName(), call.MsgKind(), reply.MsgName(), reply.MsgKind())
 	}
-	id := c.nextID.Add(1)
-	if id == 0 { // 0 is reserved for plain messages
-		c.wrapped.Store(true)
-		id = c.nextID.Add(1)
-	}
+	id := c.newCallID()
 	// Calls are encoded even on the local interconnect: the reply must be
 	// decoded into the caller's value, and a frame makes the call id and
 	// timeout travel as they do elsewhere.
 	encode := withMetadata(call.Encode, outgoing(ctx))
-	if c.ninbox.Load() < inboxLimit && c.turn.CompareAndSwap(false, true) {
+	if c.ninbox.Load() < inboxLimit && c.takeTurn(id) {
 		if done, err := c.callDirect(ctx, d, call.MsgName(), encode, reply, id); done {
 			return err
 		}
@@ -657,7 +656,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			return p.err
 		}
 		full := len(c.inbox) >= inboxLimit
-		if c.endErr == nil && !full && c.turn.CompareAndSwap(false, true) {
+		if c.endErr == nil && !full && c.takeTurn(0) {
 			c.mu.Unlock()
 			mine, err := c.readFor(ctx, p)
 			c.release()
@@ -717,7 +716,7 @@ func (c *Conn) sendCancel(msg uint16, id uint32) {
 // waiting without the lock, after freeing the turn).
 func (c *Conn) waitLocked() bool {
 	c.waiting.Add(1)
-	if !c.turn.Load() {
+	if c.turn.Load() == 0 {
 		c.mu.Unlock()
 		return false
 	}
@@ -730,10 +729,19 @@ func (c *Conn) releaseCur() {
 	c.release()
 }
 
+// turnHeld marks the reading turn as held (Conn.turn).
+const turnHeld = 1 << 32
+
+// takeTurn takes the reading turn if nobody holds it, for call id (0: not
+// for a call of its own), and reports whether it did.
+func (c *Conn) takeTurn(id uint32) bool {
+	return c.turn.CompareAndSwap(0, turnHeld|uint64(id))
+}
+
 // release ends this goroutine's turn at reading the link, and wakes the
 // goroutines waiting, if any.
 func (c *Conn) release() {
-	c.turn.Store(false)
+	c.turn.Store(0)
 	if c.waiting.Load() != 0 {
 		c.mu.Lock()
 		c.wakeLocked()
@@ -865,7 +873,7 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) (bool, error) {
 // received.
 func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) error {
 	// Alone on the connection, with nothing handed over: no lock.
-	if c.ninbox.Load() == 0 && c.turn.CompareAndSwap(false, true) {
+	if c.ninbox.Load() == 0 && c.takeTurn(0) {
 		// Only the turn's holder adds to the inbox: it stays empty.
 		if c.ninbox.Load() == 0 && !c.ended.Load() {
 			done, err := c.readOne(ctx, fn)
@@ -891,13 +899,13 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 			c.mu.Unlock()
 			return fn(&in)
 		}
-		if !c.turn.Load() {
+		if c.turn.Load() == 0 {
 			if c.endErr != nil {
 				err := c.endErr
 				c.mu.Unlock()
 				return err
 			}
-			if !c.turn.CompareAndSwap(false, true) {
+			if !c.takeTurn(0) {
 				c.mu.Unlock()
 				continue
 			}
@@ -928,7 +936,7 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 // fixed size to the Server this way, without the parsing and the calls of
 // ReceiveFunc's path between a message's arrival and the answer.
 func (c *Conn) ReceiveFrame(ctx context.Context, fast func(frame []byte) (bool, error), fn func(in *Incoming) error) error {
-	if c.raw == nil || c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
+	if c.raw == nil || c.ninbox.Load() != 0 || !c.takeTurn(0) {
 		return c.ReceiveFunc(ctx, fn)
 	}
 	if c.ninbox.Load() != 0 || c.ended.Load() { // only the turn's holder adds to the inbox
@@ -1326,7 +1334,7 @@ func (c *Conn) ServeIncoming(ctx context.Context, in *Incoming, handle func(ctx 
 // for it and nothing waits in the inbox. It returns nil when it had to
 // give up, and otherwise the first error.
 func (c *Conn) receiveEach(ctx context.Context, fn func(in *Incoming) error) error {
-	if c.ninbox.Load() != 0 || !c.turn.CompareAndSwap(false, true) {
+	if c.ninbox.Load() != 0 || !c.takeTurn(0) {
 		return c.ReceiveFunc(ctx, fn)
 	}
 	in := &c.cur // only the reading goroutine touches it: no allocation

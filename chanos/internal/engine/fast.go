@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"slices"
 	"unsafe"
 
@@ -54,11 +55,30 @@ func (c *Conn) sendParts(ctx context.Context, head, body, tail []byte, wait bool
 // before handing it to the link.
 const smallFrame = 320
 
-// newCallID returns a call id: never 0, which marks plain messages.
+// newCallID returns a call id: never 0, which marks plain messages, and
+// once the ids have wrapped around, none of a call still outstanding.
 func (c *Conn) newCallID() uint32 {
 	id := c.nextID.Add(1)
-	if id == 0 {
-		c.wrapped.Store(true)
+	if id < wrapNear && !c.wrapped.Load() {
+		return id
+	}
+	return c.callIDNearWrap(id)
+}
+
+// wrapNear is where call ids are near enough to wrapping around that the
+// connection counts them as wrapped: then a reply to an id above the
+// counter is no longer taken for the answer to a call never made (route),
+// even by a reader that sees the counter pass 0 before it sees wrapped.
+const wrapNear = math.MaxUint32 - 1<<20
+
+// callIDNearWrap returns id, or the first id after it that no call has
+// outstanding (pending, or making its call holding the reading turn): a
+// call that outlives 2^32 others keeps its id to itself.
+func (c *Conn) callIDNearWrap(id uint32) uint32 {
+	c.wrapped.Store(true)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for id == 0 || c.pending[id] != nil || uint32(c.turn.Load()) == id {
 		id = c.nextID.Add(1)
 	}
 	return id
@@ -142,8 +162,6 @@ func (c *Conn) callWith(ctx context.Context, name string, msg uint16, send func(
 		if err != nil {
 			return err
 		}
-	} else {
-		id = c.newCallID()
 	}
 	p, err := c.register(id, name, msg, nil)
 	if err != nil {
@@ -175,22 +193,24 @@ func (c *Conn) settled(ctx context.Context, id uint32, p *pendingCall, reply []b
 	return err
 }
 
-// beginCall takes the reading turn for a call on the fast path and
-// returns the call's id. ok false: another goroutine reads the connection
-// or the inbox is full, and nothing was taken; an error: the connection
-// has ended (the turn is given back).
+// beginCall returns a new call's id and takes the reading turn for it, on
+// the fast path. ok false: another goroutine reads the connection or the
+// inbox is full, and the turn was not taken (the call goes on as a
+// pending one, with the id); an error: the connection has ended (the
+// turn is given back).
 func (c *Conn) beginCall() (id uint32, ok bool, err error) {
-	if c.ninbox.Load() >= inboxLimit || !c.turn.CompareAndSwap(false, true) {
+	id = c.newCallID()
+	if c.ninbox.Load() >= inboxLimit || !c.takeTurn(id) {
 		if c.ended.Load() {
 			return 0, false, c.Err()
 		}
-		return 0, false, nil
+		return id, false, nil
 	}
 	if c.ended.Load() {
 		c.release()
 		return 0, false, c.Err()
 	}
-	return c.newCallID(), true, nil
+	return id, true, nil
 }
 
 // finishCall reads the reply to call id of rpc msg, which the caller has
