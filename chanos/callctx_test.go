@@ -356,3 +356,66 @@ func TestContextOutlivesItsCall(t *testing.T) {
 		})
 	}
 }
+
+// cancelWaitServer's echo of 0 waits for its context to end, or 2 s, and says
+// which; other values come back at once.
+type cancelWaitServer struct {
+	pingpong.UnimplementedServer
+	seen chan error
+}
+
+func (s *cancelWaitServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if v != 0 {
+		return v, nil
+	}
+	select {
+	case <-ctx.Done():
+		s.seen <- ctx.Err()
+	case <-time.After(2 * time.Second):
+		s.seen <- nil
+	}
+	return 0, ctx.Err()
+}
+
+// A caller's cancel reaches a handler served inline also while the
+// serving side makes calls of its own on the connection, whose reads may
+// take the cancel before the call is handed off and registers it.
+func TestCancelWhileServerCalls(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &cancelWaitServer{seen: make(chan error, 1)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go s.Serve(ctx, srv)
+		go c.Serve(ctx, &cancelWaitServer{})
+		stop := make(chan struct{})
+		calls := make(chan struct{})
+		go func() { // the server's own calls to the client
+			defer close(calls)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				s.Echo(ctx, 1)
+			}
+		}()
+		lost := 0
+		for range 10 {
+			cctx, ccancel := context.WithCancel(ctx) // no deadline: only the cancel ends it
+			tm := time.AfterFunc(50*time.Microsecond, ccancel)
+			c.Echo(cctx, 0)
+			tm.Stop()
+			ccancel()
+			if err := <-srv.seen; err == nil {
+				lost++
+			}
+		}
+		close(stop)
+		<-calls
+		if lost > 0 {
+			t.Errorf("%d of 10 canceled calls: the handler's context never ended (2 s)", lost)
+		}
+		cancel()
+	})
+}

@@ -80,8 +80,14 @@ type Conn struct {
 	inbox    []Incoming                    // copied out of the link's buffers
 	cur      Incoming                      // the frame being read; owned by the reading goroutine
 	inflight map[uint32]context.CancelFunc // calls served concurrently, by call id
-	endErr   error                         // why the connection ended; nil while open
-	ended    atomic.Bool                   // endErr != nil, readable without the lock
+	// early holds the ids of the last cancels that found no call in
+	// inflight: a call served inline registers its cancel only once it
+	// is handed off, and another goroutine's read (a call of the serving
+	// side's own) may take its caller's cancel before that.
+	early     [16]uint32
+	earlyNext int
+	endErr    error       // why the connection ended; nil while open
+	ended     atomic.Bool // endErr != nil, readable without the lock
 
 	ctx    context.Context // canceled by Close
 	cancel context.CancelFunc
@@ -729,6 +735,18 @@ func (c *Conn) releaseCur() {
 	c.release()
 }
 
+// canceledEarly reports whether a cancel of call id came before the call
+// registered its cancel in inflight, and forgets it. Called with mu held.
+func (c *Conn) canceledEarly(id uint32) bool {
+	for i, e := range c.early {
+		if e == id && id != 0 {
+			c.early[i] = 0
+			return true
+		}
+	}
+	return false
+}
+
 // turnHeld marks the reading turn as held (Conn.turn).
 const turnHeld = 1 << 32
 
@@ -806,6 +824,10 @@ func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 		}
 		c.mu.Lock()
 		cancel := c.inflight[in.Header.CallID]
+		if cancel == nil {
+			c.early[c.earlyNext] = in.Header.CallID
+			c.earlyNext = (c.earlyNext + 1) % len(c.early)
+		}
 		c.mu.Unlock()
 		if cancel != nil {
 			cancel()
@@ -1181,6 +1203,9 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 			return c.Violation(fmt.Errorf("call id %d reused while its call is in progress", call.Header.CallID))
 		}
 		c.inflight[call.Header.CallID] = cancel
+		if c.canceledEarly(call.Header.CallID) {
+			cancel()
+		}
 		c.mu.Unlock()
 		wg.Add(1)
 		go func() {

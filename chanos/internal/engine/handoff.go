@@ -239,7 +239,11 @@ func (r *reader) handOff() bool {
 		c.inflight[id] = r.cc.cancel
 		r.inflight = true
 	}
+	early := c.canceledEarly(id)
 	c.mu.Unlock()
+	if early {
+		r.cc.cancel()
+	}
 	r.state.Store(handedOff)
 	next := h.newReader()
 	h.wg.Add(1)
