@@ -137,8 +137,9 @@ type ServeOption = engine.ServeOption
 // longer holds up the connection, and a caller that gives up cancels the
 // handler's context. When n calls are running, Serve stops reading until
 // one ends, so the peer is slowed rather than memory growing. One-way
-// messages are still handled in order in the reading goroutine. The price
-// is one goroutine hop per call.
+// messages are still handled in order in the reading goroutine, holding
+// the reading turn: a message handler must not wait for a call it makes
+// on the same connection. The price is one goroutine hop per call.
 func Concurrent(n int) ServeOption { return engine.Concurrent(n) }
 
 // ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
@@ -146,9 +147,11 @@ func Concurrent(n int) ServeOption { return engine.Concurrent(n) }
 func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.ConcurrentFor(n, msgs...) }
 
 // Ordered makes Serve run every rpc call in the receiving goroutine, one
-// at a time and in the order the calls arrive: a slow call holds up the
-// connection, and a caller's cancel is not seen until the call returns
-// (its deadline is). For servers whose calls must not overlap.
+// at a time and in the order the calls arrive, holding the reading turn: a
+// slow call holds up the connection, and a caller's cancel is not seen
+// until the call returns (its deadline is). Nor is the reply to a call a
+// handler makes on the same connection: a handler must not wait for one.
+// For servers whose calls must not overlap.
 func Ordered() ServeOption { return engine.Ordered() }
 
 // HandOffAfter is how long Serve lets a call run in the goroutine reading

@@ -425,3 +425,42 @@ func TestCallWithFullInbox(t *testing.T) {
 		<-sent
 	})
 }
+
+// callbackServer answers a ping by calling the peer's echo back on the
+// connection the ping came on.
+type callbackServer struct {
+	pingpong.UnimplementedServer
+	got chan error
+}
+
+func (s *callbackServer) Ping(ctx context.Context, from *pingpong.Client, m pingpong.Ping) error {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	v, err := from.Echo(cctx, uint64(m.MsgID))
+	if err == nil && v != uint64(m.MsgID)+1 {
+		err = fmt.Errorf("echo of %d = %d", m.MsgID, v)
+	}
+	s.got <- err
+	return nil
+}
+
+// A message handler served in the default way may call its peer back on
+// the same connection: the reply is read while the handler waits.
+func TestMessageHandlerCallsBack(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &callbackServer{got: make(chan error, 1)}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go s.Serve(ctx, srv)
+		go c.Serve(ctx, &server{}) // the client answers the callback
+		for i := range 3 {
+			if err := c.Send(ctx, &pingpong.Ping{ClientID: 1, MsgID: uint32(i)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-srv.got; err != nil {
+				t.Fatalf("the callback from the ping handler: %v", err)
+			}
+		}
+		cancel()
+	})
+}

@@ -1077,9 +1077,11 @@ type serveConfig struct {
 }
 
 // Ordered makes Serve run every rpc call in the reading goroutine, one at
-// a time and in the order they arrive, as Serve did before handing off
-// slow calls: a slow call holds up the connection, and the caller's
-// cancel is not seen until the call returns (its deadline is).
+// a time and in the order they arrive, holding the reading turn: a slow
+// call holds up the connection, and the caller's cancel is not seen until
+// the call returns (its deadline is). So is the reply to a call the
+// handler makes on the same connection: such a call waits until the
+// handler returns, and a handler must not wait for one.
 func Ordered() ServeOption { return func(c *serveConfig) { c.ordered = true } }
 
 // Concurrent makes Serve run up to n rpc calls at a time, each in a
@@ -1088,7 +1090,9 @@ func Ordered() ServeOption { return func(c *serveConfig) { c.ordered = true } }
 // caller that gives up cancels the handler's context. When n calls are
 // running, Serve stops reading until one ends, so the peer is slowed
 // rather than memory growing. One-way messages are still handled in
-// order in the reading goroutine. The price is one goroutine hop per call.
+// order in the reading goroutine, holding the reading turn, as under
+// Ordered: their handlers must not wait for a call on the same
+// connection. The price is one goroutine hop per call.
 func Concurrent(n int) ServeOption { return func(c *serveConfig) { c.concurrent = n } }
 
 // ConcurrentFor is Concurrent for the rpcs numbered msgs only (those that
@@ -1110,7 +1114,9 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption {
 // no other, and the caller's cancel, deadline or not, ends the call's
 // context. Ordered keeps every call in the receiving goroutine, and
 // Concurrent runs each in a goroutine of its own. One-way messages are
-// handled in order in the receiving goroutine. A call's result is sent as
+// handled in order in the receiving goroutine. By default a handler, of
+// a call or a message, may call the peer back on the same connection and
+// wait for the reply: the handler runs without the reading turn. A call's result is sent as
 // the reply. An error from handle
 // for a one-way message is logged and serving goes on; one matching
 // interconnect.ErrProtocol ends the connection. Serve returns nil when the peer closes

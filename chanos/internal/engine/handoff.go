@@ -44,9 +44,13 @@ const (
 // watchdog is stopped, starts it, so that a call that returns at once pays
 // no timer of its own. The old reader finishes its call, sends its reply
 // and ends; the new one reads on, so other calls, and the caller's cancel
-// of the slow one, are read meanwhile. The frame of a call is copied out of
-// the link before its handler runs, so that the next reader's reads cannot
-// overwrite what the handler still reads (@borrow views included).
+// of the slow one, are read meanwhile. The frame of a call or a message is
+// copied out of the link, and its handler runs once the reading turn is
+// given back: the next reader's reads cannot overwrite what the handler
+// still reads (@borrow views included), and a handler may call the peer
+// back on the connection, as the reply is read meanwhile (by the call
+// itself, or a reader). Messages are still handled one at a time, in
+// order: what other goroutines read meanwhile waits in the inbox.
 type handOff struct {
 	c       *Conn
 	ctx     context.Context // serving
@@ -107,18 +111,26 @@ func (h *handOff) loop(r *reader) (err error, off bool) {
 		if !r.got {
 			continue
 		}
+		if r.in.Kind != wire.KindCall {
+			// A message, in order, but not holding the turn: its handler
+			// may call the peer back on this connection, and the reply
+			// must be read meanwhile.
+			err := h.message(&r.in)
+			r.clear()
+			if err != nil {
+				return err, false
+			}
+			continue
+		}
 		if off, err := h.call(r); off || err != nil {
 			return err, off
 		}
 	}
 }
 
-// takeFrame handles a one-way message in order, holding the reading
-// turn, and copies a call into r.
+// takeFrame copies the frame, a one-way message or a call, into r, to be
+// handled once the reading turn is given back.
 func (r *reader) takeFrame(in *Incoming) error {
-	if in.Kind != wire.KindCall {
-		return r.h.message(in)
-	}
 	r.in = *in
 	if in.Frame != nil {
 		r.buf = append(r.buf[:0], in.Frame...)
