@@ -671,7 +671,9 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			}
 			if err != nil && !interconnect.IsEnd(err) {
 				// ctx ended while we were reading.
-				c.abandon(id, p)
+				if !c.abandon(id, p) {
+					return p.err // the reply came first after all
+				}
 				return err
 			}
 			continue
@@ -692,18 +694,26 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			return p.err
 		case <-wake:
 		case <-ctx.Done():
-			c.abandon(id, p)
+			if !c.abandon(id, p) {
+				// The reply came as ctx ended: the call is answered, and
+				// what the reply brought (its descriptors) is the
+				// caller's, not dropped with an error.
+				return p.err
+			}
 			return ctx.Err()
 		}
 	}
 }
 
-// abandon gives up on a call whose context ended: unless the reply
-// arrived meanwhile, it drops the call and tells the peer.
-func (c *Conn) abandon(id uint32, p *pendingCall) {
+// abandon gives up on a call whose context ended, unless the reply
+// arrived meanwhile: it drops the call and tells the peer, and reports
+// whether it did.
+func (c *Conn) abandon(id uint32, p *pendingCall) bool {
 	if c.settle(id, p) {
 		c.sendCancel(p.msg, id)
+		return true
 	}
+	return false
 }
 
 // sendCancel tells the peer that call id, of rpc msg, is abandoned.
