@@ -464,3 +464,43 @@ func TestMessageHandlerCallsBack(t *testing.T) {
 		cancel()
 	})
 }
+
+// The inbox is bounded by its frames' bytes as well as their count: a call
+// reading past large messages nobody receives stops reading once they
+// hold inboxBytes (4 MiB), rather than at 1024 of them.
+func TestInboxBoundedByBytes(t *testing.T) {
+	a, b, err := chanos.UMPPair(pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	payload := make([]byte, 900<<10)
+	go func() {
+		for i := range 12 {
+			if s.Send(ctx, &pingpong.Data{Seq: uint64(i), Payload: payload}) != nil {
+				return
+			}
+		}
+	}()
+	call, stop := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer stop()
+	if _, err := c.Echo(call, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a call nobody serves = %v", err)
+	}
+	if n := chanos.InboxLen(a); n > 5 {
+		t.Fatalf("%d messages of 900 KiB in the inbox, want at most 5 (4 MiB)", n)
+	}
+	for i := range 12 { // all of them arrive once received
+		m, err := c.Receive(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d, ok := m.(*pingpong.Data); !ok || d.Seq != uint64(i) {
+			t.Fatalf("message %d = %v", i, m)
+		}
+	}
+}

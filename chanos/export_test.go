@@ -71,6 +71,12 @@ func SpinWindowOf(c *Conn) time.Duration {
 // InboxFullAndWaiting reports whether c's inbox is full and a goroutine
 // waits for room in it: a Call that read past the messages to its reply.
 func InboxFullAndWaiting(c *Conn) bool {
-	inbox, limit, waiting := (*engine.Conn)(c).Backlog()
-	return inbox >= limit && waiting > 0
+	_, full, waiting := (*engine.Conn)(c).Backlog()
+	return full && waiting > 0
+}
+
+// InboxLen reports how many received messages wait in c's inbox.
+func InboxLen(c *Conn) int {
+	n, _, _ := (*engine.Conn)(c).Backlog()
+	return n
 }

@@ -32,9 +32,14 @@ type Interface struct {
 type Incoming = interconnect.Incoming
 
 // inboxLimit bounds how many messages a connection holds for Receive while
-// a Call reads past them to its reply. When it is full, the reader stops
-// reading, so the peer's sends block: memory stays bounded.
-const inboxLimit = 1024
+// a Call reads past them to its reply, and inboxBytes the bytes of their
+// frames (so that a peer's largest frames do not make 1024 of them). When
+// either is reached the inbox is full: the reader stops reading, so the
+// peer's sends block, and memory stays bounded.
+const (
+	inboxLimit = 1024
+	inboxBytes = 4 << 20
+)
 
 // Conn is a bound connection: typed messages in both directions and rpc
 // calls, over the local or ump interconnect. Generated packages wrap it in
@@ -72,14 +77,15 @@ type Conn struct {
 	// own (readReply), which new call ids must then avoid (newCallID).
 	turn    atomic.Uint64
 	waiting atomic.Int32 // goroutines that took wake since it was last closed; changed under mu
-	ninbox  atomic.Int32 // len(inbox); changed under mu
+	ninbox  atomic.Int32 // len(inbox), or inboxLimit if its bytes fill it (countInboxLocked); changed under mu
 
-	mu       sync.Mutex
-	wake     chan struct{} // closed when the turn is released or the inbox changes
-	pending  map[uint32]*pendingCall
-	inbox    []Incoming                    // copied out of the link's buffers
-	cur      Incoming                      // the frame being read; owned by the reading goroutine
-	inflight map[uint32]context.CancelFunc // calls served concurrently, by call id
+	mu         sync.Mutex
+	wake       chan struct{} // closed when the turn is released or the inbox changes
+	pending    map[uint32]*pendingCall
+	inbox      []Incoming                    // copied out of the link's buffers
+	inboxBytes int                           // the bytes of the inbox's frames
+	cur        Incoming                      // the frame being read; owned by the reading goroutine
+	inflight   map[uint32]context.CancelFunc // calls served concurrently, by call id
 	// early holds the ids of the last cancels that found no call in
 	// inflight: a call served inline registers its cancel only once it
 	// is handed off, and another goroutine's read (a call of the serving
@@ -567,7 +573,7 @@ func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byt
 func (c *Conn) awaitInboxRoom(ctx context.Context) error {
 	for {
 		c.mu.Lock()
-		if len(c.inbox) < inboxLimit || c.endErr != nil {
+		if !c.inboxFullLocked() || c.endErr != nil {
 			c.mu.Unlock()
 			return nil
 		}
@@ -661,7 +667,7 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 			<-p.done
 			return p.err
 		}
-		full := len(c.inbox) >= inboxLimit
+		full := c.inboxFullLocked()
 		if c.endErr == nil && !full && c.takeTurn(0) {
 			c.mu.Unlock()
 			mine, err := c.readFor(ctx, p)
@@ -853,11 +859,26 @@ func (c *Conn) route(in *Incoming, keep bool, self *pendingCall) (bool, error) {
 	}
 	c.mu.Lock()
 	c.inbox = append(c.inbox, cp)
-	c.ninbox.Store(int32(len(c.inbox)))
+	c.inboxBytes += len(cp.Frame)
+	c.countInboxLocked()
 	c.wakeLocked()
 	c.mu.Unlock()
 	return false, nil
 }
+
+// countInboxLocked sets ninbox from the inbox, which mu guards: its length,
+// or inboxLimit once its frames' bytes reach inboxBytes, so that the checks
+// of ninbox against inboxLimit, made without the lock, see it full.
+func (c *Conn) countInboxLocked() {
+	n := len(c.inbox)
+	if c.inboxBytes >= inboxBytes && n > 0 {
+		n = max(n, inboxLimit)
+	}
+	c.ninbox.Store(int32(n))
+}
+
+// inboxFullLocked reports whether the inbox is full; mu is held.
+func (c *Conn) inboxFullLocked() bool { return c.ninbox.Load() >= inboxLimit }
 
 // deliver completes the call a reply answers, and reports whether that
 // call is self, the reader's own, which it then does not signal: the
@@ -923,10 +944,11 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 			in := c.inbox[0]
 			c.inbox[0] = Incoming{}
 			c.inbox = c.inbox[1:]
+			c.inboxBytes -= len(in.Frame)
 			if len(c.inbox) == 0 {
 				c.inbox = nil
 			}
-			c.ninbox.Store(int32(len(c.inbox)))
+			c.countInboxLocked()
 			c.wakeLocked() // a Call may be waiting for room in the inbox
 			c.mu.Unlock()
 			return fn(&in)
@@ -1435,11 +1457,11 @@ func (c *Conn) answer(ctx context.Context, in *Incoming, reply wire.Message, her
 }
 
 // Backlog reports how many received messages wait in the inbox for a
-// receiver, the most it holds, and how many goroutines wait for the
-// connection's state to change: what tests watch to know that an
-// interleaving they name has been reached.
-func (c *Conn) Backlog() (inbox, limit, waiting int) {
+// receiver, whether it is full (by their count or their bytes), and how
+// many goroutines wait for the connection's state to change: what tests
+// watch to know that an interleaving they name has been reached.
+func (c *Conn) Backlog() (inbox int, full bool, waiting int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return len(c.inbox), inboxLimit, int(c.waiting.Load())
+	return len(c.inbox), c.inboxFullLocked(), int(c.waiting.Load())
 }
