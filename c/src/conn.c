@@ -28,6 +28,7 @@ struct chanos_conn {
     atomic_flag sending;
     atomic_flag receiving;
     uint32_t next_call; /* touched by the sender only */
+    bool wrapped;       /* next_call has wrapped around; the sender's too */
     /*
      * The ids of abandoned calls (timed out or cancelled), whose late
      * replies the receive side drops: a ring of CHANOS_CONN_ABANDONED_MAX
@@ -398,6 +399,8 @@ static uint32_t timeout_us_of(int timeout_ms)
 }
 
 /* send_call is chanos_conn_send_call with descriptors. */
+static bool late_id(chanos_conn *c, uint32_t id);
+
 static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
                      const int *fds, uint32_t nfds, int timeout_ms,
                      uint32_t *call_id)
@@ -432,8 +435,14 @@ static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
         len = total;
     }
     id = ++c->next_call;
-    if (id == 0)
+    if (id == 0) {
         id = ++c->next_call;
+        c->wrapped = true;
+    }
+    /* once the ids have wrapped, an abandoned call of 2^32 calls ago whose
+     * reply never came must not take the new call's reply for its own */
+    if (c->wrapped)
+        (void)late_id(c, id);
     chanos_hdr_set_call(frame, id, timeout_us_of(timeout_ms));
     /* a call waits for ring space within its own deadline */
     rc = send_locked(c, frame, len, fds, nfds, timeout_ms);
@@ -477,21 +486,18 @@ static void abandon(chanos_conn *c, uint32_t id)
     abandon_unlock(c);
 }
 
-/* late reports whether f is the reply to an abandoned call, which it then
- * forgets: each call has one reply. */
-static bool late(chanos_conn *c, const struct chanos_frame *f)
+/* late_id reports whether call id was abandoned, and forgets it. Call id
+ * 0 is no call's (ids are issued from 1), and marks the free entries of
+ * the abandoned ring: it never matches one. */
+static bool late_id(chanos_conn *c, uint32_t id)
 {
     bool found = false;
 
-    /* call id 0 is no call's (ids are issued from 1), and marks the free
-     * entries of the abandoned ring: it must never match one */
-    if ((f->kind != CHANOS_KIND_REPLY && f->kind != CHANOS_KIND_ERROR) ||
-        f->hdr.call_id == 0 ||
-        atomic_load_explicit(&c->nabandoned, memory_order_relaxed) == 0)
+    if (id == 0 || atomic_load_explicit(&c->nabandoned, memory_order_relaxed) == 0)
         return false;
     abandon_lock(c);
     for (unsigned i = 0; i < CHANOS_CONN_ABANDONED_MAX; i++) {
-        if (c->abandoned[i] == f->hdr.call_id) {
+        if (c->abandoned[i] == id) {
             c->abandoned[i] = 0;
             atomic_fetch_sub_explicit(&c->nabandoned, 1, memory_order_relaxed);
             found = true;
@@ -500,6 +506,15 @@ static bool late(chanos_conn *c, const struct chanos_frame *f)
     }
     abandon_unlock(c);
     return found;
+}
+
+/* late reports whether f is the reply to an abandoned call, which it then
+ * forgets: each call has one reply. */
+static bool late(chanos_conn *c, const struct chanos_frame *f)
+{
+    if (f->kind != CHANOS_KIND_REPLY && f->kind != CHANOS_KIND_ERROR)
+        return false;
+    return late_id(c, f->hdr.call_id);
 }
 
 int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id)
