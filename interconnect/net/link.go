@@ -92,7 +92,6 @@ type Link struct {
 	brokenGen atomic.Uint64
 	brokenSig chan struct{}
 	resumeCh  chan *resumeReq
-	lastRead  atomic.Int64
 	lastWrt   atomic.Int64
 	badTags   atomic.Uint64
 
@@ -442,9 +441,12 @@ func (l *Link) pump() {
 		// record as soon as its bytes leave. A record's buffer is reused
 		// only once acknowledged and its write has returned (flushed).
 		l.written = l.scratch[n-1].seq
+		// The acknowledgement rides on these records. Only then: when
+		// nothing is written, the one due (after a resume, or delayed) is
+		// still to be written by writeAck.
+		l.ackSent = ack
+		l.sinceAck, l.sinceAckBytes = 0, 0
 	}
-	l.ackSent = ack
-	l.sinceAck, l.sinceAckBytes = 0, 0
 	l.mu.Unlock()
 	var err error
 	var last uint64
@@ -584,10 +586,15 @@ func (l *Link) end(err error, now bool) {
 	l.endErr, l.endNow = err, now
 	c := l.conn
 	l.conn = nil
+	r := l.rcur
 	close(l.done)
 	l.mu.Unlock()
 	l.cancelCtx()
 	l.closeGone()
+	if r != nil {
+		// Its watch too: nothing of the link runs on once it has ended.
+		l.dropReader(r, nil, false)
+	}
 	if c != nil {
 		c.Close()
 	}
@@ -635,11 +642,6 @@ func (l *Link) Close() error {
 			l.nextSeq++
 		}
 		l.mu.Unlock()
-		if finalAck {
-			l.wmu.Lock()
-			l.writeAckLocked(false)
-			l.wmu.Unlock()
-		}
 		if !skip {
 			l.pump()
 			t := time.NewTimer(l.o.Linger)
@@ -660,6 +662,17 @@ func (l *Link) Close() error {
 				}
 			}
 			t.Stop()
+			// Both sides closed at once: the peer's close, which may
+			// have ended the wait, is acknowledged now too, for the
+			// same reason.
+			l.mu.Lock()
+			finalAck = l.endErr == nil && l.peerClosed
+			l.mu.Unlock()
+		}
+		if finalAck {
+			l.wmu.Lock()
+			l.writeAckLocked(false)
+			l.wmu.Unlock()
 		}
 		l.end(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by this side")), true)
 		l.wg.Wait()
@@ -717,7 +730,6 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 	l.flushed = min(l.flushed, h.received)
 	l.ackSent = 0
 	l.mu.Unlock()
-	l.lastRead.Store(now())
 
 	l.wmu.Lock()
 	if l.bw == nil {
@@ -736,6 +748,13 @@ func (l *Link) attach(c stdnet.Conn, br *bufio.Reader, h hello, reply []byte, wm
 	// The reader first: the peer retransmits too, perhaps more than the
 	// socket buffers hold, and reads only while this side reads.
 	l.mu.Lock()
+	if l.endErr != nil {
+		// Ended meanwhile, which closed c: no reader (and no watch) is
+		// to outlive the link.
+		err := l.endErr
+		l.mu.Unlock()
+		return err
+	}
 	l.startReaderLocked(c, br, rmac, l.gen)
 	l.mu.Unlock()
 	signal(l.inboxSig)
@@ -949,6 +968,7 @@ func (l *Link) handshake(ctx context.Context, resume bool) (stdnet.Conn, *bufio.
 	if tc, ok := c.(*stdnet.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	c = &liveConn{Conn: c}
 	if l.o.TLS != nil {
 		if c, err = l.o.TLS.client(ctx, c); err != nil {
 			return nil, nil, hello{}, err
@@ -985,6 +1005,9 @@ func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
 		return hello{}, err
 	}
 	rh := parseHeader(hb[:])
+	if rh.flags != 0 || rh.reserved != 0 {
+		return hello{}, interconnect.Violation(fmt.Errorf("a record of type %d with flags %#x and reserved bytes %#x where a hello was due", rh.typ, rh.flags, rh.reserved))
+	}
 	if rh.typ == recReject {
 		var code [4]byte
 		io.ReadFull(br, code[:])

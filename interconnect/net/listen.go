@@ -10,8 +10,6 @@ import (
 	stdnet "net"
 	"sync"
 	"time"
-
-	"github.com/chanos/chanos/interconnect"
 )
 
 // ErrListenerClosed is returned by Accept once the Listener is closed.
@@ -56,6 +54,9 @@ type Listener struct {
 	closed  bool
 	links   map[[16]byte]*Link
 	pending map[stdnet.Conn]struct{} // TCP connections in their hello
+	// reserved counts the new connections past the busy check and not
+	// yet in accepted: they have room in it.
+	reserved int
 }
 
 // Listen accepts net connections on ln, which it takes over.
@@ -89,7 +90,8 @@ func (L *Listener) Accept(ctx context.Context) (*Link, error) {
 }
 
 // Close stops accepting. Connections that Accept returned go on, but can
-// no longer be resumed; those it had not returned are closed.
+// no longer be resumed; those it had not returned are closed, all at
+// once, so that Close waits at most about one Options.Linger.
 func (L *Listener) Close() error {
 	L.mu.Lock()
 	if L.closed {
@@ -104,10 +106,18 @@ func (L *Listener) Close() error {
 	L.mu.Unlock()
 	err := L.ln.Close()
 	L.wg.Wait()
+	// Closed together: each may wait up to its Linger for the peer's
+	// acknowledgement.
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case l := <-L.accepted:
-			l.Close()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				l.Close()
+			}()
 		default:
 			return err
 		}
@@ -179,6 +189,7 @@ func (L *Listener) handshake(c stdnet.Conn) {
 	if tc, ok := c.(*stdnet.TCPConn); ok {
 		tc.SetNoDelay(true)
 	}
+	c = &liveConn{Conn: c}
 	c.SetDeadline(time.Now().Add(L.o.HandshakeTimeout))
 	raw := c
 	var (
@@ -247,22 +258,37 @@ func (L *Listener) handshake(c stdnet.Conn) {
 		c.Write(rejectRecord(rejectBadHello))
 		return
 	}
-	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(name, fp)) {
-		L.o.Logger.Debug("net: a client certificate not admitted", "from", raw.RemoteAddr())
-		c.Write(rejectRecord(rejectAuth))
-		return
-	}
+	// Busy is decided before admission, which a grant allows once: a
+	// connection refused for room must be able to try again. Its place
+	// in the backlog is held meanwhile, so that the connections admitted
+	// at once do not overrun it.
 	l := newLink(L.o, h.id, false)
 	l.peerFP, l.serverName = fp, name
 	L.mu.Lock()
-	if L.closed || L.links[h.id] != nil || len(L.accepted) == cap(L.accepted) {
+	if L.closed || L.links[h.id] != nil || len(L.accepted)+L.reserved >= cap(L.accepted) {
 		L.mu.Unlock()
 		c.Write(rejectRecord(rejectBusy))
 		l.cancelCtx()
 		return
 	}
 	L.links[h.id] = l
+	L.reserved++
 	L.mu.Unlock()
+	queued := false
+	defer func() {
+		L.mu.Lock()
+		L.reserved--
+		if !queued && L.links[h.id] == l {
+			delete(L.links, h.id)
+		}
+		L.mu.Unlock()
+	}()
+	if L.o.TLS != nil && (L.o.TLS.Admit == nil || !L.o.TLS.Admit(name, fp)) {
+		L.o.Logger.Debug("net: a client certificate not admitted", "from", raw.RemoteAddr())
+		c.Write(rejectRecord(rejectAuth))
+		l.cancelCtx()
+		return
+	}
 	l.onEnd = func() {
 		L.mu.Lock()
 		if L.links[h.id] == l {
@@ -278,10 +304,18 @@ func (L *Listener) handshake(c stdnet.Conn) {
 	keep = true
 	l.wg.Add(1)
 	go l.run()
-	select {
-	case L.accepted <- l:
-	default:
-		l.fail(interconnect.Ended(interconnect.ErrClosed, errors.New("net: the accept backlog is full")))
+	L.mu.Lock()
+	if !L.closed {
+		// Room was held for it above, so this never waits; and the
+		// listener's Close, which empties the backlog, has not begun.
+		select {
+		case L.accepted <- l:
+			queued = true
+		default:
+		}
+	}
+	L.mu.Unlock()
+	if !queued {
 		l.Close()
 	}
 }

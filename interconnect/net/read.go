@@ -10,6 +10,7 @@ import (
 	stdnet "net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/chanos/chanos/interconnect"
@@ -53,7 +54,9 @@ type connReader struct {
 	kick chan struct{} // wakes the background reader
 	stop chan struct{} // closed once the connection is not to be read any more
 	once sync.Once
-	// unwatch stops the liveness watch (Link.watch) of c.
+	// live notes when c last read anything, for its liveness watch
+	// (Link.watch), which unwatch stops.
+	live    *liveConn
 	unwatch func()
 
 	// A Receive's read is interrupted by its context's end through c's
@@ -77,6 +80,33 @@ type partRecord struct {
 	got int    // bytes of buf read
 }
 
+// liveConn is a TCP connection of the link that notes when it last read
+// anything. It lies under TLS, if any, so that the bytes of a TLS record
+// count as they arrive, not once the record is whole.
+type liveConn struct {
+	stdnet.Conn
+	last atomic.Int64 // when a read last returned bytes (now())
+}
+
+func (c *liveConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.last.Store(now())
+	}
+	return n, err
+}
+
+// liveOf returns the liveConn under c, or nil if there is none.
+func liveOf(c stdnet.Conn) *liveConn {
+	switch c := c.(type) {
+	case *liveConn:
+		return c
+	case *tlsConn:
+		return liveOf(c.raw)
+	}
+	return nil
+}
+
 func (r *connReader) stopped() bool {
 	select {
 	case <-r.stop:
@@ -94,6 +124,12 @@ var aLongTimeAgo = time.Unix(1, 0)
 // watch. The caller holds mu.
 func (l *Link) startReaderLocked(c stdnet.Conn, br *bufio.Reader, mac *recordMAC, gen uint64) {
 	r := &connReader{c: c, br: br, mac: mac, gen: gen, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+	if r.live = liveOf(c); r.live == nil {
+		// Not one of the link's own connections: only its records,
+		// once read, tell that it is alive (readRecord).
+		r.live = &liveConn{}
+	}
+	r.live.last.Store(now())
 	r.unwatch = l.watch(r)
 	l.rcur = r
 	l.wg.Add(1)
@@ -147,8 +183,11 @@ func (l *Link) awaitReaders() {
 // watch takes r's connection for broken once nothing has been read
 // from it for DeadAfter (a cut cable resets nothing): closed, so that its
 // reader and any write blocked on it fail, and the connection is resumed.
-// It runs on a timer of its own, apart from the goroutines that may block
-// on the connection. The returned function stops it.
+// Any byte read counts, not only whole records: a record may take longer
+// than DeadAfter to arrive over a slow network, and its connection is
+// alive all the while. It runs on a timer of its own, apart from the
+// goroutines that may block on the connection. The returned function
+// stops it.
 func (l *Link) watch(r *connReader) func() {
 	var mu sync.Mutex
 	stopped := false
@@ -156,7 +195,7 @@ func (l *Link) watch(r *connReader) func() {
 	period := max(l.o.DeadAfter/4, time.Millisecond)
 	mu.Lock()
 	t = time.AfterFunc(period, func() {
-		if time.Duration(now()-l.lastRead.Load()) > l.o.DeadAfter {
+		if time.Duration(now()-r.live.last.Load()) > l.o.DeadAfter {
 			l.dropReader(r, errors.New("nothing read for too long"), true)
 			return
 		}
@@ -196,6 +235,9 @@ func (l *Link) background(r *connReader) {
 		case <-r.stop:
 			return
 		case <-l.done:
+			// end stops the current reader already (dropReader runs
+			// once); a reader never outlives the link, whatever the order.
+			l.dropReader(r, nil, false)
 			return
 		case <-r.kick:
 		}
@@ -414,10 +456,10 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 			return false, err
 		}
 	}
-	l.lastRead.Store(now())
+	r.live.last.Store(now())
 	h := parseHeader(hb[:])
-	if h.flags != 0 || hb[2] != 0 || hb[3] != 0 {
-		return false, l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x", h.flags)))
+	if h.flags != 0 || h.reserved != 0 {
+		return false, l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x and reserved bytes %#x", h.flags, h.reserved)))
 	}
 	switch h.typ {
 	case recData:
@@ -426,6 +468,11 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 		}
 		n := int(h.length)
 		l.mu.Lock()
+		if l.peerClosed {
+			// After its close a peer sends acknowledgements only.
+			l.mu.Unlock()
+			return false, l.fail(interconnect.Violation(fmt.Errorf("frame %d after the peer's close", h.seq)))
+		}
 		if h.seq != l.received+1 {
 			want := l.received + 1
 			l.mu.Unlock()
@@ -445,7 +492,7 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 			}
 			l.mu.Lock()
 		}
-		l.inbox = append(l.inbox, inFrame{seq: h.seq, buf: buf, rec: rec})
+		l.pushInboxLocked(inFrame{seq: h.seq, buf: buf, rec: rec})
 		l.inboxBytes += n
 		l.received = h.seq
 		err := l.ackLocked(h.ack)
@@ -470,6 +517,10 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 		return false, nil
 	case recClose:
 		l.mu.Lock()
+		if l.peerClosed {
+			l.mu.Unlock()
+			return false, l.fail(interconnect.Violation(fmt.Errorf("a second close from the peer (%d)", h.seq)))
+		}
 		if h.length != 0 || h.seq != l.received+1 {
 			l.mu.Unlock()
 			return false, l.fail(interconnect.Violation(errors.New("a malformed close")))
@@ -485,10 +536,29 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 		l.closeGone()
 		signal(l.inboxSig)
 		signal(l.ackKick)
+		// A Close of this side waits for the acknowledgement of its own
+		// close or for the peer's close: this is the latter.
+		signal(l.ackedSig)
 		return true, nil
 	default:
 		return false, l.fail(interconnect.Violation(fmt.Errorf("a record of type %d", h.typ)))
 	}
+}
+
+// pushInboxLocked appends f to the inbox. Receive takes frames from its
+// head, and resets it only when it empties, which a receiver that lags
+// behind may never let happen: the frames taken are dropped from the
+// front instead, when the inbox is full and they are at least half of
+// it. Its room then grows only while more than half of it is frames
+// waiting, at most the window, so that it stays within a few windows,
+// and a compaction moves no more frames than were taken since the last.
+func (l *Link) pushInboxLocked(f inFrame) {
+	if len(l.inbox) == cap(l.inbox) && l.inboxHead > 0 && 2*l.inboxHead >= len(l.inbox) {
+		n := copy(l.inbox, l.inbox[l.inboxHead:])
+		clear(l.inbox[n:]) // the frames moved, not to be held twice
+		l.inbox, l.inboxHead = l.inbox[:n], 0
+	}
+	l.inbox = append(l.inbox, f)
 }
 
 // readTagged reads a record of the authenticated-only mode into hb and a

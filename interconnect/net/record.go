@@ -46,11 +46,12 @@ var helloMagic = [4]byte{'c', 'h', 'n', 't'}
 var errRejectedUnknown = errors.New("net: the peer does not know this connection")
 
 type recHeader struct {
-	typ    uint8
-	flags  uint8
-	length uint32
-	seq    uint64
-	ack    uint64
+	typ      uint8
+	flags    uint8
+	reserved uint16
+	length   uint32
+	seq      uint64
+	ack      uint64
 }
 
 func putHeader(b []byte, typ uint8, length int, seq, ack uint64) {
@@ -62,11 +63,12 @@ func putHeader(b []byte, typ uint8, length int, seq, ack uint64) {
 
 func parseHeader(b []byte) recHeader {
 	return recHeader{
-		typ:    b[0],
-		flags:  b[1],
-		length: binary.LittleEndian.Uint32(b[4:]),
-		seq:    binary.LittleEndian.Uint64(b[8:]),
-		ack:    binary.LittleEndian.Uint64(b[16:]),
+		typ:      b[0],
+		flags:    b[1],
+		reserved: binary.LittleEndian.Uint16(b[2:]),
+		length:   binary.LittleEndian.Uint32(b[4:]),
+		seq:      binary.LittleEndian.Uint64(b[8:]),
+		ack:      binary.LittleEndian.Uint64(b[16:]),
 	}
 }
 
@@ -101,6 +103,9 @@ func parseHello(rh recHeader, p []byte) (hello, error) {
 	var h hello
 	if rh.typ != recHello || rh.length != helloSize || len(p) != helloSize || rh.seq != 0 {
 		return h, fmt.Errorf("net: expected a hello of %d bytes, got a record of type %d and %d bytes", helloSize, rh.typ, rh.length)
+	}
+	if rh.flags != 0 || rh.reserved != 0 {
+		return h, fmt.Errorf("net: a hello whose record header has flags %#x and reserved bytes %#x", rh.flags, rh.reserved)
 	}
 	if [4]byte(p[:4]) != helloMagic {
 		return h, errors.New("net: a hello without the protocol's magic")
