@@ -180,7 +180,7 @@ struct chanos_net_options {
     uint32_t window_bytes;  /* receive window, bytes; 0: 4 MiB (>= max_frame) */
     int grace_ms;           /* resume deadline; 0: 10000 */
     int keepalive_ms;       /* idle acknowledgements; 0: 1000 */
-    int dead_after_ms;      /* silence that means broken; 0: 4 keepalives */
+    int dead_after_ms;      /* silence (no byte read) that means broken; 0: 4 keepalives */
     int ack_delay_ms;       /* delayed acknowledgement; 0: 1 */
     int redial_min_ms;      /* redial backoff; 0: 10 */
     int redial_max_ms;      /* 0: 500 */
@@ -245,7 +245,8 @@ int chanos_net_accept(chanos_net_listener *l, int timeout_ms,
 /*
  * chanos_net_listener_close stops accepting and frees l. Links it returned
  * go on, but can no longer be resumed; those it had not returned are
- * closed. It must not race with chanos_net_accept. NULL is allowed.
+ * closed, all at once: it waits at most about one linger for them. It
+ * must not race with chanos_net_accept. NULL is allowed.
  */
 void chanos_net_listener_close(chanos_net_listener *l);
 

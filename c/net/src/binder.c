@@ -399,9 +399,18 @@ static int b_listen(void *state, int fd, uint32_t max_frame)
         chanos_net_listener_close(L);
         return rc;
     }
+    /* Checked again where the listener is added, in the same hold of the
+     * lock: listens may run at once, and each saw room above. */
     pthread_mutex_lock(&st->mu);
-    st->ls[st->nls++] = L;
+    full = st->nls == MAX_LISTENERS || st->closed;
+    if (!full)
+        st->ls[st->nls++] = L;
     pthread_mutex_unlock(&st->mu);
+    if (full) {
+        epoll_ctl(st->epfd, EPOLL_CTL_DEL, chanos_net_listener_fd(L), NULL);
+        chanos_net_listener_close(L);
+        return CHANOS_ERR_LIMIT;
+    }
     return 0;
 }
 

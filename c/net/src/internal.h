@@ -100,11 +100,15 @@ struct tconn {
     int fd;
     SSL *ssl;
     struct tconn_auth *auth;
+    /* bytes taken from the socket, under TLS if any: a TLS record, or a
+     * tagged one, counts as life while it arrives, before it is whole */
+    uint64_t raw_in;
 };
-#define TCONN_NONE ((struct tconn){-1, NULL, NULL})
+#define TCONN_NONE ((struct tconn){.fd = -1})
 void tconn_close(struct tconn *t);
 /* Nonblocking: > 0 bytes moved; 0 would block (*want: POLLIN or POLLOUT);
- * < 0 the connection failed or ended. */
+ * < 0 the connection failed or ended. A read adds what it took from the
+ * socket to raw_in, whatever it returns. */
 ssize_t tconn_read(struct tconn *t, void *buf, size_t n, short *want);
 ssize_t tconn_write(struct tconn *t, const void *buf, size_t n, short *want);
 /*
@@ -175,18 +179,26 @@ struct registry {
 void registry_put(struct registry *r); /* drops a reference */
 
 /* link.c, for listen.c: a new accepting link on t, whose peer's hello is h
- * (the link answers it); registered in reg, which the caller has locked. */
+ * (the link answers it), opened with TLS by the client certificate fp
+ * under the server name name; registered in reg, which the caller has
+ * locked. */
 chanos_net_link *net_link_accepted(const struct net_opts *o,
                                    struct registry *reg, struct tconn t,
                                    const struct hello *h,
-                                   const uint8_t fp[CHANOS_NET_FP_SIZE]);
-/* Hands link l the resume on t; reg->mu held. false: l does not take it
- * (ended, or another certificate): the caller rejects it as unknown. */
+                                   const uint8_t fp[CHANOS_NET_FP_SIZE],
+                                   const char *name);
 /* net_link_end ends c with err, as the peer's monitor tells (peer_gone):
  * what arrived before is still received first. */
 void net_link_end(chanos_net_link *c, int err);
+/* Hands link l the resume on t; reg->mu held. false: l does not take it
+ * (ended, or with TLS another certificate or server name than those that
+ * opened it): the caller rejects it as unknown. */
 bool net_link_resume(chanos_net_link *l, struct tconn t, const struct hello *h,
-                     const uint8_t fp[CHANOS_NET_FP_SIZE]);
+                     const uint8_t fp[CHANOS_NET_FP_SIZE], const char *name);
+/* net_links_close closes the n links v as chanos_net_close does, all at
+ * once: each waits for its acknowledgement until the same deadline, so
+ * that the whole waits about one linger. */
+void net_links_close(chanos_net_link **v, size_t n, int64_t deadline);
 const uint8_t *net_link_id(const chanos_net_link *l);
 
 /* binder.c, for relay.c: the net link of a connection the binder made

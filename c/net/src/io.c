@@ -163,16 +163,24 @@ ssize_t tconn_read(struct tconn *t, void *buf, size_t n, short *want)
 {
     *want = POLLIN;
     if (t->ssl) {
+        /* SSL_read_ex returns nothing until a TLS record is whole; the
+         * socket BIO counts the bytes of the record as they arrive. */
+        BIO *rb = SSL_get_rbio(t->ssl);
+        uint64_t before = rb ? BIO_number_read(rb) : 0;
         size_t got = 0;
         int r = SSL_read_ex(t->ssl, buf, n, &got);
+        if (rb)
+            t->raw_in += BIO_number_read(rb) - before;
         if (r == 1)
             return (ssize_t)got;
         return ssl_result(t, 0, want);
     }
     for (;;) {
         ssize_t r = recv(t->fd, buf, n, 0);
-        if (r > 0)
+        if (r > 0) {
+            t->raw_in += (uint64_t)r;
             return r;
+        }
         if (r == 0)
             return -EPIPE;
         if (errno == EINTR)

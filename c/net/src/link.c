@@ -84,6 +84,10 @@ struct pending {
 
 #define RBUF 65536
 #define OUT_BATCH (256u << 10)
+/* At most so many reads of RBUF per turn of the I/O thread: a peer that
+ * keeps the socket readable must not keep it from writing, nor from
+ * seeing that the link stops. */
+#define READS_PER_TURN 16
 
 /* A result of reading only: a record failed its tag in the
  * authenticated-only mode. The TCP connection is broken, not the link:
@@ -121,12 +125,16 @@ struct chanos_net_link {
     size_t unacked_bytes, unacked_data;
     struct deque inbox;
     size_t inbox_bytes;
+    /* frames taken since the last acknowledgement written, and their
+     * bytes: a quarter of the window in either is acknowledged at once */
     uint32_t since_ack;
+    uint64_t since_ack_bytes;
     int64_t ack_due; /* when a delayed acknowledgement is due; 0: none */
     bool force_ack, closing, peer_closed, stop, connected;
     int end_err;
     bool end_now;
     int dial_rc; /* 1 while the first dial runs */
+    int close_rc; /* what queueing this side's CLOSE met (close_begin) */
     uint64_t auth_failures; /* records whose tag failed */
     struct pending pend;
     uint8_t *cur;
@@ -146,6 +154,7 @@ struct chanos_net_link {
     uint32_t pay_len;
     size_t pay_have;
     int64_t last_read, last_write;
+    bool more_in; /* the last turn left bytes to read (READS_PER_TURN) */
 };
 
 /* ready makes readyfd readable, if it is polled and is not already: a
@@ -192,6 +201,16 @@ static void end_link(chanos_net_link *c, int err, bool now)
 static uint64_t ack_value_locked(const chanos_net_link *c)
 {
     return c->peer_closed ? c->received : c->consumed;
+}
+
+/* ack_quarter_locked says whether the frames taken since the last
+ * acknowledgement are a quarter of this side's window, in frames or in
+ * bytes (docs/net.md, "Sequence and acknowledgement"). */
+static bool ack_quarter_locked(const chanos_net_link *c)
+{
+    uint32_t quarter = c->o.win_frames / 4 ? c->o.win_frames / 4 : 1;
+    return c->since_ack >= quarter ||
+           c->since_ack_bytes >= c->o.win_bytes / 4;
 }
 
 /* apply_ack_locked applies the peer's cumulative acknowledgement a. */
@@ -269,10 +288,9 @@ static int fill_out_locked(chanos_net_link *c, int64_t now)
         c->written = r->seq;
     }
     if (c->out_len == 0) {
-        uint32_t quarter = c->o.win_frames / 4 ? c->o.win_frames / 4 : 1;
         bool due = c->force_ack ||
                    (ack != c->ack_sent &&
-                    (c->since_ack >= quarter || (c->ack_due && now >= c->ack_due))) ||
+                    (ack_quarter_locked(c) || (c->ack_due && now >= c->ack_due))) ||
                    now - c->last_write >= c->o.keepalive;
         if (!due || out_reserve(c, REC_HDR + tag) < 0)
             return 0;
@@ -283,6 +301,7 @@ static int fill_out_locked(chanos_net_link *c, int64_t now)
     }
     c->ack_sent = ack;
     c->since_ack = 0;
+    c->since_ack_bytes = 0;
     c->ack_due = 0;
     c->force_ack = false;
     c->out_seq = c->written;
@@ -297,6 +316,7 @@ static void drop_conn(chanos_net_link *c)
     c->hdr_have = 0;
     c->tag_have = 0;
     c->rd_want = POLLIN;
+    c->more_in = false;
     free(c->pay);
     c->pay = NULL;
     pthread_mutex_lock(&c->mu);
@@ -308,12 +328,16 @@ static void drop_conn(chanos_net_link *c)
 }
 
 /* check_locked checks a record's header h against the protocol: 0 or
- * CHANOS_ERR_PROTOCOL. */
+ * CHANOS_ERR_PROTOCOL. After its CLOSE a peer sends acknowledgements
+ * only: a DATA or another CLOSE then breaks the protocol, and nothing of
+ * it reaches a receiver that was told "closed". */
 static int check_locked(chanos_net_link *c, const uint8_t *h)
 {
     uint32_t len = chanos_load_u32(h + 4);
     uint64_t seq = chanos_load_u64(h + 8);
     if (h[1] || h[2] || h[3])
+        return CHANOS_ERR_PROTOCOL;
+    if (c->peer_closed && h[0] != REC_ACK)
         return CHANOS_ERR_PROTOCOL;
     switch (h[0]) {
     case REC_DATA:
@@ -477,7 +501,6 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
             return bad_tag(c);
         }
         /* Authentic: from here every rule of the protocol applies. */
-        c->last_read = net_now();
         bool got = false;
         pthread_mutex_lock(&c->mu);
         int err = check_locked(c, c->hdr);
@@ -720,6 +743,10 @@ static void run_connected(chanos_net_link *c)
         next = c->ack_due;
     if (c->last_read + c->o.dead_after < next)
         next = c->last_read + c->o.dead_after;
+    /* The last turn stopped reading before the socket ran dry: on at
+     * once (TLS may hold some of it where poll cannot see it). */
+    if (c->more_in)
+        next = now;
     pthread_mutex_unlock(&c->mu);
 
     short want_w = 0, want_r = POLLIN;
@@ -764,9 +791,21 @@ static void run_connected(chanos_net_link *c)
     }
     if (pf[1].revents & POLLIN)
         drain_wake(c);
-    for (;;) {
+    c->more_in = false;
+    for (int reads = 0;; reads++) {
+        if (reads == READS_PER_TURN) {
+            c->more_in = true;
+            break;
+        }
         short want;
+        uint64_t raw = c->t.raw_in;
         ssize_t r = tconn_read(&c->t, c->rbuf, sizeof c->rbuf, &want);
+        /* Any byte the socket gives is a sign of life, in the middle of a
+         * record too (of a TLS record, or a tagged one): a record that
+         * takes longer than dead_after to cross a slow network keeps its
+         * connection while its bytes come. */
+        if (c->t.raw_in != raw)
+            c->last_read = net_now();
         if (r < 0) {
             drop_conn(c);
             return;
@@ -774,11 +813,6 @@ static void run_connected(chanos_net_link *c)
         c->rd_want = r == 0 ? want : POLLIN;
         if (r == 0)
             break;
-        /* In the authenticated-only mode only an authentic record says
-         * the connection is alive (process_auth): bytes that never make
-         * one (a length changed on the path) must not keep it. */
-        if (!c->t.auth)
-            c->last_read = net_now();
         if ((c->t.auth ? process_auth(c, c->rbuf, (size_t)r)
                        : process(c, c->rbuf, (size_t)r)) != 0) {
             drop_conn(c);
@@ -1005,7 +1039,8 @@ int chanos_net_dial(const char *addr, const struct chanos_net_options *opts,
 chanos_net_link *net_link_accepted(const struct net_opts *o,
                                    struct registry *reg, struct tconn t,
                                    const struct hello *h,
-                                   const uint8_t fp[CHANOS_NET_FP_SIZE])
+                                   const uint8_t fp[CHANOS_NET_FP_SIZE],
+                                   const char *name)
 {
     chanos_net_link *c = link_new(o, false);
     if (!c)
@@ -1015,6 +1050,11 @@ chanos_net_link *net_link_accepted(const struct net_opts *o,
     if (o->tls) {
         c->has_fp = true;
         memcpy(c->peer_fp, fp, CHANOS_NET_FP_SIZE);
+        /* The name it was opened under, which its resumes present. */
+        if (!(c->server_name = strdup(name))) {
+            link_free(c);
+            return NULL;
+        }
     }
     if (reg->n == reg->cap) {
         size_t nc = reg->cap ? 2 * reg->cap : 16;
@@ -1043,13 +1083,15 @@ chanos_net_link *net_link_accepted(const struct net_opts *o,
 }
 
 bool net_link_resume(chanos_net_link *c, struct tconn t, const struct hello *h,
-                     const uint8_t fp[CHANOS_NET_FP_SIZE])
+                     const uint8_t fp[CHANOS_NET_FP_SIZE], const char *name)
 {
     pthread_mutex_lock(&c->mu);
     /* A resume after the peer's close is taken: the peer may still wait
-     * for the acknowledgement of its close. */
+     * for the acknowledgement of its close. With TLS a resume presents
+     * the certificate and the server name that opened the connection. */
     if (c->end_err || c->stop ||
-        (c->has_fp && memcmp(fp, c->peer_fp, CHANOS_NET_FP_SIZE) != 0)) {
+        (c->has_fp && (memcmp(fp, c->peer_fp, CHANOS_NET_FP_SIZE) != 0 ||
+                       strcmp(name, c->server_name) != 0))) {
         pthread_mutex_unlock(&c->mu);
         return false;
     }
@@ -1238,8 +1280,8 @@ int chanos_net_recv_refs(chanos_net_link *c, const void **frame, size_t *len,
     c->consumed = f.seq;
     c->cur = f.buf;
     c->since_ack++;
-    uint32_t quarter = c->o.win_frames / 4 ? c->o.win_frames / 4 : 1;
-    if (c->since_ack >= quarter) {
+    c->since_ack_bytes += f.len;
+    if (ack_quarter_locked(c)) {
         wake(c);
     } else if (!c->ack_due) {
         c->ack_due = net_now() + c->o.ack_delay;
@@ -1327,38 +1369,48 @@ int chanos_net_peer_fingerprint(const chanos_net_link *c,
     return 0;
 }
 
-int chanos_net_close(chanos_net_link *c)
+/* close_begin queues this side's CLOSE (docs/net.md, "Close"), once; what
+ * it meets is close_rc. */
+static void close_begin(chanos_net_link *c)
 {
-    if (!c)
-        return 0;
-    int rc = 0;
     pthread_mutex_lock(&c->mu);
     c->closing = true;
     pthread_cond_broadcast(&c->cv);
-    if (!c->end_err && !c->peer_closed) {
+    if (!c->end_err && !c->peer_closed && !c->close_seq && !c->close_rc) {
         struct rec r = {c->next_seq, REC_CLOSE, 0, NULL};
         if (dq_push(&c->unacked, r) == 0) {
             c->close_seq = c->next_seq++;
             wake(c);
-            int64_t deadline = net_now() + c->o.linger;
-            while (c->peer_acked < c->close_seq && !c->end_err &&
-                   !c->peer_closed) {
-                if (!wait_locked(c, deadline)) {
-                    rc = CHANOS_ERR_TIMEDOUT;
-                    break;
-                }
-            }
         } else {
-            rc = -ENOMEM;
+            c->close_rc = -ENOMEM;
+        }
+    }
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* close_end waits until deadline for the acknowledgement of the CLOSE
+ * close_begin queued, then until flush_deadline (-1: linger from then)
+ * for the socket to take the last records, ends the link and frees it. */
+static int close_end(chanos_net_link *c, int64_t deadline,
+                     int64_t flush_deadline)
+{
+    pthread_mutex_lock(&c->mu);
+    int rc = c->close_rc;
+    while (rc == 0 && c->close_seq && c->peer_acked < c->close_seq &&
+           !c->end_err && !c->peer_closed) {
+        if (!wait_locked(c, deadline)) {
+            rc = CHANOS_ERR_TIMEDOUT;
+            break;
         }
     }
     /* Before the connection goes: the socket has taken this side's close
      * and the acknowledgement of the peer's, which the peer waits for. */
-    int64_t deadline = net_now() + c->o.linger;
+    if (flush_deadline < 0)
+        flush_deadline = net_now() + c->o.linger;
     while (!c->end_err && c->connected &&
            ((c->close_seq && c->flushed_seq < c->close_seq) ||
             (c->peer_closed && c->flushed_ack < c->received))) {
-        if (!wait_locked(c, deadline))
+        if (!wait_locked(c, flush_deadline))
             break;
     }
     /* A close sent succeeds once the peer acknowledged every frame before
@@ -1388,6 +1440,22 @@ int chanos_net_close(chanos_net_link *c)
         pthread_join(c->thr, NULL);
     link_free(c);
     return rc;
+}
+
+int chanos_net_close(chanos_net_link *c)
+{
+    if (!c)
+        return 0;
+    close_begin(c);
+    return close_end(c, net_now() + c->o.linger, -1);
+}
+
+void net_links_close(chanos_net_link **v, size_t n, int64_t deadline)
+{
+    for (size_t i = 0; i < n; i++)
+        close_begin(v[i]);
+    for (size_t i = 0; i < n; i++)
+        close_end(v[i], deadline, deadline);
 }
 
 /* ---- under a chanos connection ---- */

@@ -36,6 +36,10 @@ struct chanos_net_listener {
     bool stop;
     chanos_net_link **queue; /* new links awaiting accept */
     size_t qhead, qn;
+    /* the ids of new connections past the busy check and not yet queued:
+     * each holds a place in the backlog while it is admitted */
+    uint8_t (*resv)[16];
+    size_t nresv;
     pthread_cond_t cv;
     int shaking;          /* handshakes running */
     pthread_cond_t idle;  /* signalled when shaking falls to 0 */
@@ -110,7 +114,7 @@ static void handle(chanos_net_listener *L, int fd)
             if (memcmp(net_link_id(reg->links[i]), h.id, 16) == 0) {
                 /* Another certificate than the opening one is answered
                  * as an unknown connection. */
-                taken = net_link_resume(reg->links[i], t, &h, fp);
+                taken = net_link_resume(reg->links[i], t, &h, fp, name);
                 break;
             }
         }
@@ -124,17 +128,35 @@ static void handle(chanos_net_listener *L, int fd)
         reject(&t, REJECT_BAD, L->wakefd);
         goto drop;
     }
-    if (L->sctx && (!L->tls.admit || !L->tls.admit(L->tls.arg, name, fp))) {
-        reject(&t, REJECT_AUTH, L->wakefd);
-        goto drop;
-    }
+    /* Busy is decided before admission, which a grant allows once: a
+     * client refused for room must be able to try again. Its place in
+     * the backlog is held meanwhile, so that the clients admitted at once
+     * do not overrun it, and its id, so that it is not opened twice. */
     pthread_mutex_lock(&reg->mu);
-    bool busy = reg->closed || L->qn >= (size_t)L->o.backlog;
+    bool busy = reg->closed || L->qn + L->nresv >= (size_t)L->o.backlog;
     for (size_t i = 0; i < reg->n && !busy; i++)
         busy = memcmp(net_link_id(reg->links[i]), h.id, 16) == 0;
-    chanos_net_link *c = NULL;
+    for (size_t i = 0; i < L->nresv && !busy; i++)
+        busy = memcmp(L->resv[i], h.id, 16) == 0;
     if (!busy)
-        c = net_link_accepted(&lo, reg, t, &h, fp);
+        memcpy(L->resv[L->nresv++], h.id, 16);
+    pthread_mutex_unlock(&reg->mu);
+    if (busy) {
+        reject(&t, REJECT_BUSY, L->wakefd);
+        goto drop;
+    }
+    bool admitted =
+        !L->sctx || (L->tls.admit && L->tls.admit(L->tls.arg, name, fp));
+    pthread_mutex_lock(&reg->mu);
+    for (size_t i = 0; i < L->nresv; i++) {
+        if (memcmp(L->resv[i], h.id, 16) == 0) {
+            memcpy(L->resv[i], L->resv[--L->nresv], 16);
+            break;
+        }
+    }
+    chanos_net_link *c = NULL;
+    if (admitted && !reg->closed)
+        c = net_link_accepted(&lo, reg, t, &h, fp, name);
     if (c) {
         L->queue[(L->qhead + L->qn++) % (size_t)L->o.backlog] = c;
         pthread_cond_broadcast(&L->cv);
@@ -146,9 +168,19 @@ static void handle(chanos_net_listener *L, int fd)
     pthread_mutex_unlock(&reg->mu);
     if (c)
         return;
-    reject(&t, REJECT_BUSY, L->wakefd);
+    reject(&t, admitted ? REJECT_BUSY : REJECT_AUTH, L->wakefd);
 drop:
     tconn_close(&t);
+}
+
+/* reverse reverses v[0..n). */
+static void reverse(chanos_net_link **v, size_t n)
+{
+    for (size_t i = 0; i < n / 2; i++) {
+        chanos_net_link *x = v[i];
+        v[i] = v[n - 1 - i];
+        v[n - 1 - i] = x;
+    }
 }
 
 struct shake {
@@ -274,9 +306,10 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
         r = -errno;
     L->queue = calloc((size_t)L->o.backlog, sizeof *L->queue);
+    L->resv = calloc((size_t)L->o.backlog, sizeof *L->resv);
     L->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK | EFD_SEMAPHORE);
     L->readyfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (r == 0 && (!L->queue || L->wakefd < 0 || L->readyfd < 0))
+    if (r == 0 && (!L->queue || !L->resv || L->wakefd < 0 || L->readyfd < 0))
         r = -ENOMEM;
     if (r == 0 && L->o.tls) {
         L->tls = L->o.t;
@@ -299,6 +332,7 @@ int chanos_net_listen_fd(int fd, const struct chanos_net_options *opts,
             close(L->readyfd);
         close(fd);
         free(L->queue);
+        free(L->resv);
         pthread_cond_destroy(&L->cv);
         pthread_cond_destroy(&L->idle);
         registry_put(reg);
@@ -445,13 +479,20 @@ void chanos_net_listener_close(chanos_net_listener *L)
     chanos_net_link **q = L->queue;
     L->qn = 0;
     pthread_mutex_unlock(&reg->mu);
-    for (size_t i = 0; i < n; i++)
-        chanos_net_close(q[(head + i) % (size_t)L->o.backlog]);
+    /* Closed all at once: each may wait for its acknowledgement, and the
+     * listener waits about one linger in all, not one per link. The ring
+     * is turned so that they lie from its start. */
+    size_t b = (size_t)L->o.backlog;
+    reverse(q, head);
+    reverse(q + head, b - head);
+    reverse(q, b);
+    net_links_close(q, n, net_now() + L->o.linger);
     close(L->fd);
     close(L->wakefd);
     close(L->readyfd);
     SSL_CTX_free(L->sctx);
     free(L->queue);
+    free(L->resv);
     pthread_cond_destroy(&L->cv);
     pthread_cond_destroy(&L->idle);
     free(L);
