@@ -42,31 +42,33 @@ const (
 
 // spawnMemoryBound is what the spawn service adds to Config.MemoryBound:
 // its connections, as the nameservice's (BoundNSConn: the list reply is
-// as large), and for each program, running or kept, its output buffer;
-// for each running one also its reader's buffer, two goroutines and its
-// exec.Cmd (spawnBoundProc); for each upload in progress its chunks
-// (spawn.UploadBufferBytes).
+// as large), and for each program, running or kept, its output buffer,
+// its reader's buffer, its goroutines and its exec.Cmd (spawnBoundProc: a
+// kept program's reader runs on while a process that left its group
+// holds its output; a forgotten one's stops); for each upload in progress
+// its chunks (spawn.UploadBufferBytes).
 func spawnMemoryBound(c spawn.Config) int64 {
 	c = c.WithDefaults()
 	return int64(spawnMaxTotalConns)*BoundNSConn +
 		int64(c.MaxRunning+c.MaxKept)*int64(c.LogBytes) +
-		int64(c.MaxRunning)*spawnBoundProc +
+		int64(c.MaxRunning+c.MaxKept)*spawnBoundProc +
 		int64(c.MaxUploads)*spawn.UploadBufferBytes
 }
 
-// spawnBoundProc: a running program's reader buffer (16 KiB), its two
-// goroutines' stacks, its exec.Cmd and records.
+// spawnBoundProc: a program's reader buffer (16 KiB), its two goroutines'
+// stacks, its exec.Cmd and records.
 const spawnBoundProc = 64 << 10
 
 // spawnFDBound is what the spawn service adds to Config.FDBound: five per
-// connection (as the nameservice's), the two ends of the output pipe of
-// each program counted as running (the write end is closed once it has
-// started), and the exec's own pipe of the one being started (the
-// spawner thread starts them in turn); the file of each upload in
-// progress, and the cached file being checked before a spawn.
+// connection (as the nameservice's); for each program running, the read
+// end of its output pipe and its pidfd, and for each one kept, the read
+// end while a process that left its group holds the pipe; for the one
+// being started (the spawner thread starts them in turn) the pipe's write
+// end, the limits gate's pipe and the exec's own pipe; the file of each
+// upload in progress, and the cached file being checked before a spawn.
 func spawnFDBound(c spawn.Config) int {
 	c = c.WithDefaults()
-	return 5*spawnMaxTotalConns + 2*c.MaxRunning + 2 + c.MaxUploads + 1
+	return 5*spawnMaxTotalConns + 2*c.MaxRunning + c.MaxKept + 5 + c.MaxUploads + 1
 }
 
 // spawnCacheDir is the directory, in the monitor's, of the cache of
@@ -91,8 +93,12 @@ type spawnHost struct {
 	name string
 
 	// Under Monitor.mu.
-	conns  map[uint64]*spawnConn
-	byDom  map[spawn.Caller]int // connections by domain (its Domain and Machine)
+	conns map[uint64]*spawnConn
+	// byDom and total count the connections, per domain (its Domain and
+	// Machine) and in all, with those of binds in progress, which take
+	// their place before their ring pair is made.
+	byDom  map[spawn.Caller]int
+	total  int
 	closed bool
 	wg     sync.WaitGroup
 }
@@ -204,18 +210,25 @@ func (m *Monitor) stopSpawnd() {
 // bindSpawnd connects s to the spawn service, within its quotas.
 func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 	h := m.spawnd
+	key := spawn.Caller{Domain: s.id}
 	m.mu.Lock()
 	switch {
-	case h.byDom[spawn.Caller{Domain: s.id}] >= spawnMaxConns:
+	case h.byDom[key] >= spawnMaxConns:
 		m.mu.Unlock()
 		return nil, exhausted("bind %q: this domain has %d spawn service connections, its quota", rec.name, spawnMaxConns)
-	case len(h.conns) >= spawnMaxTotalConns:
+	case h.total >= spawnMaxTotalConns:
 		m.mu.Unlock()
 		return nil, exhausted("bind %q: the monitor has %d spawn service connections, its quota", rec.name, spawnMaxTotalConns)
 	}
+	// The place is taken before the ring pair is made, so that binds made
+	// at once cannot all pass the check; given back if the bind fails.
+	h.takeLocked(key)
 	m.mu.Unlock()
 	u, attacher, err := m.openOwnRing(rec, spawnif.MaxFrameSize)
 	if err != nil {
+		m.mu.Lock()
+		h.giveBackLocked(key)
+		m.mu.Unlock()
 		return nil, err
 	}
 	c := &spawnConn{
@@ -228,6 +241,7 @@ func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 	}
 	m.mu.Lock()
 	if m.closed || h.closed || m.domains[s.id] != s {
+		h.giveBackLocked(key)
 		m.mu.Unlock()
 		u.Close()
 		closeCaps(attacher)
@@ -235,11 +249,24 @@ func (m *Monitor) bindSpawnd(s *session, rec *connRec) ([]wire.Cap, error) {
 	}
 	m.recordLocked(s, rec)
 	h.conns[rec.id] = c
-	h.byDom[spawn.Caller{Domain: s.id}]++
 	h.wg.Add(1)
 	m.mu.Unlock()
 	go c.serve()
 	return attacher, nil
+}
+
+// takeLocked counts a connection of the domain key; giveBackLocked
+// forgets it.
+func (h *spawnHost) takeLocked(key spawn.Caller) {
+	h.byDom[key]++
+	h.total++
+}
+
+func (h *spawnHost) giveBackLocked(key spawn.Caller) {
+	h.total--
+	if h.byDom[key]--; h.byDom[key] <= 0 {
+		delete(h.byDom, key)
+	}
 }
 
 // spawnConn is one connection to the spawn service; it implements
@@ -272,10 +299,7 @@ func (c *spawnConn) serve() {
 	m := c.m
 	m.mu.Lock()
 	delete(h.conns, c.id)
-	key := spawn.Caller{Domain: c.who.Domain, Machine: c.who.Machine}
-	if h.byDom[key]--; h.byDom[key] <= 0 {
-		delete(h.byDom, key)
-	}
+	h.giveBackLocked(spawn.Caller{Domain: c.who.Domain, Machine: c.who.Machine})
 	if rec := m.conns[c.id]; rec != nil {
 		m.dropRecordLocked(rec)
 	}
@@ -521,7 +545,7 @@ func (m *Monitor) acceptOwnNet(o *ownNet) {
 		}
 		key := spawn.Caller{Domain: g.who.Domain, Machine: g.who.Machine}
 		m.mu.Lock()
-		if m.closed || h.closed || h.byDom[key] >= spawnMaxConns || len(h.conns) >= spawnMaxTotalConns {
+		if m.closed || h.closed || h.byDom[key] >= spawnMaxConns || h.total >= spawnMaxTotalConns {
 			m.mu.Unlock()
 			link.End(interconnect.Ended(interconnect.ErrClosed, errors.New("spawn service: no room for the connection")))
 			link.Close()
@@ -529,7 +553,7 @@ func (m *Monitor) acceptOwnNet(o *ownNet) {
 		}
 		m.recordLocked(nil, g.rec)
 		h.conns[c.id] = c
-		h.byDom[key]++
+		h.takeLocked(key)
 		h.wg.Add(1)
 		m.mu.Unlock()
 		c.log.Info("spawn service connection from another machine")
@@ -551,7 +575,7 @@ func (m *Monitor) bindSpawndFromMachine(from uint64, c *machproto.BindCall, e *e
 	case h.byDom[key] >= spawnMaxConns:
 		m.mu.Unlock()
 		return nil, exhausted("bind %s: this domain has %d spawn service connections, its quota", label, spawnMaxConns)
-	case len(h.conns) >= spawnMaxTotalConns:
+	case h.total >= spawnMaxTotalConns:
 		m.mu.Unlock()
 		return nil, exhausted("bind %s: the monitor has %d spawn service connections, its quota", label, spawnMaxTotalConns)
 	}

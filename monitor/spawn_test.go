@@ -1,6 +1,7 @@
 package monitor
 
 import (
+	"sync"
 	"testing"
 
 	spawnif "github.com/chanos/chanos/interfaces/spawn"
@@ -83,4 +84,53 @@ func TestSpawndExport(t *testing.T) {
 		})
 	}()
 	tm.checkNoLeaks(t, base)
+}
+
+// Binds of the spawn service made at once by one domain get no more
+// connections than its quota: each takes its place before its ring pair is
+// made.
+func TestSpawndConcurrentBindsWithinQuota(t *testing.T) {
+	tm := startMonitor(t, Config{})
+	ctx := testkit.Context(t)
+	name := spawnif.ServiceName(tm.MachineID())
+	c := tm.dial(t, "client")
+	for round := 0; round < 20; round++ {
+		const n = 3 * spawnMaxConns
+		var (
+			mu  sync.Mutex
+			fds [][]wire.Cap
+			wg  sync.WaitGroup
+		)
+		start := make(chan struct{})
+		for range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				r, err := c.Bind(ctx, name, spawnif.InterfaceName, false)
+				if err != nil {
+					if got := StatusOf(err); got != proto.StatusLimit {
+						t.Errorf("a bind beyond the domain's spawn connections: %v (status %v), want status %v", err, got, proto.StatusLimit)
+					}
+					return
+				}
+				mu.Lock()
+				fds = append(fds, r.Fds)
+				mu.Unlock()
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, f := range fds {
+			closeCaps(f)
+		}
+		if len(fds) > spawnMaxConns {
+			t.Fatalf("round %d: one domain got %d spawn service connections, its quota is %d", round, len(fds), spawnMaxConns)
+		}
+		testkit.Eventually(t, "the spawn connections to end", func() bool {
+			tm.mu.Lock()
+			defer tm.mu.Unlock()
+			return len(tm.spawnd.conns) == 0 && len(tm.spawnd.byDom) == 0
+		})
+	}
 }

@@ -459,26 +459,35 @@ func (u *upload) commit(c *cache) error {
 	}
 	// Read and execute for the owner only, and never written again.
 	if err := u.f.Chmod(0o500); err != nil {
-		return fmt.Errorf("%w: %v", api.ErrFailed, err)
-	}
-	fi, err := u.f.Stat()
-	if err != nil {
-		return fmt.Errorf("%w: %v", api.ErrFailed, err)
-	}
-	if err := u.f.Close(); err != nil {
-		return fmt.Errorf("%w: %v", api.ErrFailed, err)
-	}
-	if err := os.Rename(u.temp, c.path(u.hash)); err != nil {
-		return fmt.Errorf("%w: %v", api.ErrFailed, err)
+		return fmt.Errorf("%w: chmod the upload's file: %v", api.ErrFailed, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if old := c.files[u.hash]; old != nil {
-		// Another upload of the same file ended first; the rename put the
-		// same bytes in its place.
-		c.used -= old.size
+	if e := c.files[u.hash]; e != nil {
+		// Another upload of the same file ended first. Its file stays: a
+		// spawn may be about to run it, checked for writers, and this
+		// one's inode may still be open for writing in a child forked
+		// meanwhile.
+		e.used = time.Now()
+		u.f.Close()
+		os.Remove(u.temp)
+		return nil
 	}
-	c.files[u.hash] = &entry{size: u.size, used: time.Now(), stamp: stampOf(fi)}
+	if err := os.Rename(u.temp, c.path(u.hash)); err != nil {
+		return fmt.Errorf("%w: rename the upload's file into the cache: %v", api.ErrFailed, err)
+	}
+	// The stamp of the file as it stays: after the rename, which changes
+	// its change time, and from the descriptor, so of the bytes hashed.
+	// Without one (stamp{}), its first spawn hashes it again.
+	var st stamp
+	if fi, err := u.f.Stat(); err == nil {
+		st = stampOf(fi)
+	}
+	if err := u.f.Close(); err != nil {
+		os.Remove(c.path(u.hash))
+		return fmt.Errorf("%w: close the upload's file: %v", api.ErrFailed, err)
+	}
+	c.files[u.hash] = &entry{size: u.size, used: time.Now(), stamp: st}
 	c.used += u.size
 	return nil
 }
@@ -656,7 +665,7 @@ func (s *Service) PutBegin(hash string, size uint64, owner uint64, who Caller) (
 	}
 	switch {
 	case err != nil:
-		log.Warn("upload refused", "err", err)
+		s.refused(log, "spawn.put_begin", "upload refused", err)
 	case present:
 		log.Debug("upload not needed: cached")
 	default:
@@ -684,7 +693,7 @@ func (s *Service) PutEnd(id, owner uint64) error {
 	}
 	err := s.cache.end(id, owner)
 	if err != nil {
-		s.log.Warn("upload refused", "call", "spawn.put_end", "upload", id, "err", err)
+		s.refused(s.log.With("call", "spawn.put_end", "upload", id), "spawn.put_end", "upload refused", err)
 	} else {
 		s.log.Info("upload ended: in the cache", "call", "spawn.put_end", "upload", id)
 	}
@@ -725,7 +734,7 @@ func (s *Service) SpawnShipped(hash string, r Request, who Caller) (api.Started,
 	}
 	st, err := s.spawnShipped(hash, r, who)
 	if err != nil {
-		log.Warn("spawn refused", "err", err)
+		s.refused(log, "spawn.spawn_shipped", "spawn refused", err)
 		return st, err
 	}
 	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU, "cpu_rate_milli", r.CPURate)

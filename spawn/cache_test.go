@@ -361,3 +361,69 @@ func BenchmarkPut10MB(b *testing.B) {
 		}
 	}
 }
+
+// shipOne puts b into s's cache and returns its hash.
+func shipOne(t *testing.T, s *Service, b []byte) string {
+	t.Helper()
+	if err := putAll(t, s, 1, b, len(b)); err != nil {
+		t.Fatal(err)
+	}
+	return sum(b)
+}
+
+// The stamp recorded at put_end is the cached file's as it stays, taken
+// after the rename that gives it its name (a rename changes the change
+// time): the file's first spawn does not hash it again.
+func TestShipStampTakenAfterRename(t *testing.T) {
+	dir := t.TempDir()
+	s := newService(t, Config{CacheDir: dir, noCgroups: true})
+	hash := shipOne(t, s, script("echo hi"))
+	fi, err := os.Stat(filepath.Join(dir, hash))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.cache.mu.Lock()
+	rec := s.cache.files[hash].stamp
+	s.cache.mu.Unlock()
+	if now := stampOf(fi); now != rec {
+		t.Fatalf("the stamp recorded at put_end %+v differs from the cached file's %+v", rec, now)
+	}
+}
+
+// A shipped program still held open for writing for a moment (by a child
+// forked meanwhile, until it execs) runs once it is no longer, with
+// limits (started behind the gate, whose own exec would fail) as without.
+func TestShippedWaitsForWriters(t *testing.T) {
+	dir := t.TempDir()
+	s := newService(t, Config{CacheDir: dir, noCgroups: true})
+	hash := shipOne(t, s, script("echo ran"))
+	for _, r := range []Request{
+		{Program: "prog"},
+		{Program: "prog", CPU: 10},
+		{Program: "prog", Mem: 256 << 20},
+	} {
+		w, err := os.OpenFile(filepath.Join(dir, hash), os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		time.AfterFunc(20*time.Millisecond, func() { w.Close() })
+		out, e := runShipped(t, s, hash, r)
+		if out != "ran\n" || e.Code != 0 {
+			t.Errorf("limits cpu=%d mem=%d: %v, output %q; want the program run once the writer is gone", r.CPU, r.Mem, e, out)
+		}
+	}
+	// One that stays open for writing is refused, and nothing is started.
+	w, err := os.OpenFile(filepath.Join(dir, hash), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	n := len(s.List())
+	if _, err := s.SpawnShipped(hash, Request{Program: "prog", CPU: 10}, Caller{Domain: 7}); !errors.Is(err, api.ErrFailed) ||
+		!strings.Contains(err.Error(), "busy") {
+		t.Fatalf("a shipped program held open for writing: %v, want failed, text file busy", err)
+	}
+	if len(s.List()) != n {
+		t.Fatal("a refused spawn was listed")
+	}
+}

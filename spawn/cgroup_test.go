@@ -226,9 +226,12 @@ func TestCgroupCleanup(t *testing.T) {
 	}
 	mustBeGone(t, "after a program without limits, the service's cgroup", s.cg.mem, s.cg.cpu)
 
-	// A program that leaves a process of its own group behind, in its
-	// cgroup, and one still running at Close.
-	r := Request{Program: "/bin/sh", Args: []string{"-c", "setsid sleep 100 </dev/null >/dev/null 2>&1 & echo $!"}, Mem: 64 << 20, CPURate: 500}
+	// A program that leaves a process behind, in its cgroup (out of its
+	// process group, before it ends: what stays in the group is killed
+	// with the program), and one still running at Close.
+	r := Request{Program: "/bin/sh", Args: []string{"-c",
+		`setsid sleep 100 </dev/null >/dev/null 2>&1 & p=$!; until [ "$(cut -d' ' -f6 /proc/$p/stat)" = $p ]; do sleep 0.01; done; echo $p`},
+		Mem: 64 << 20, CPURate: 500}
 	out, e := run(t, s, r)
 	orphan, err := strconv.Atoi(strings.TrimSpace(out))
 	if err != nil || e.Code != 0 {

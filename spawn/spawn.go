@@ -173,8 +173,10 @@ type Service struct {
 	cache *cache   // nil without Config.CacheDir
 	cg    *cgroups // what the machine offers for --limit
 
-	starts chan *startReq // to the spawner thread
-	wg     sync.WaitGroup // the spawner, readers and reapers
+	starts   chan *startReq // to the spawner thread
+	wg       sync.WaitGroup // the spawner, readers and reapers
+	inflight sync.WaitGroup // spawns past their reservation, which Close waits for
+	refusals *rateLog
 
 	mu      sync.Mutex
 	procs   map[uint64]*proc
@@ -202,6 +204,12 @@ type proc struct {
 	token   string        // its CHANOS_SPAWN_TOKEN, until claimed or ended
 	ended   chan struct{} // closed once exited
 	cg      *progCgroup   // its cgroup, or nil; removed once it is reaped
+
+	// ending: its end has been seen and it is about to be reaped, after
+	// which its pid, the id of its process group, may be another
+	// process's. The group is signalled only before (signalGroupLocked).
+	// Under Service.mu.
+	ending bool
 }
 
 // New returns a service configured by cfg. Close ends it.
@@ -216,6 +224,7 @@ func New(cfg Config) (*Service, error) {
 		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
+	s.refusals = newRateLog(s.log, refusalInterval)
 	// The cache first: made if missing, it may be an allowed directory.
 	if cfg.CacheDir != "" {
 		c, err := openCache(cfg.CacheDir, &s.cfg)
@@ -274,18 +283,23 @@ func (s *Service) Close() {
 	if s.cache != nil {
 		s.cache.close()
 	}
+	s.mu.Unlock()
+	// The spawns already past their reservation end first (the spawner
+	// has stopped, so they are quick), so that every program they started
+	// is in s.procs below and its reader and reaper counted in s.wg.
+	s.inflight.Wait()
+	s.mu.Lock()
 	var live []*proc
 	for _, p := range s.procs {
 		if !p.exited {
 			live = append(live, p)
+			// Each program leads its own process group (Setpgid): the
+			// signals go to the group, so that what a program started ends
+			// with it.
+			p.signalGroupLocked(syscall.SIGTERM)
 		}
 	}
 	s.mu.Unlock()
-	// Each program leads its own process group (Setpgid): the signals
-	// go to the group, so that what a program started ends with it.
-	for _, p := range live {
-		syscall.Kill(-p.info.PID, syscall.SIGTERM)
-	}
 	t := time.NewTimer(s.cfg.Grace)
 	defer t.Stop()
 	killed := false
@@ -299,10 +313,14 @@ func (s *Service) Close() {
 			break
 		}
 	}
-	for _, p := range live {
-		if killed {
-			syscall.Kill(-p.info.PID, syscall.SIGKILL)
+	if killed {
+		s.mu.Lock()
+		for _, p := range live {
+			p.signalGroupLocked(syscall.SIGKILL)
 		}
+		s.mu.Unlock()
+	}
+	for _, p := range live {
 		<-p.ended
 	}
 	// A process that left the group may still hold an output pipe: stop
@@ -316,6 +334,18 @@ func (s *Service) Close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.removeCgroups()
+	s.refusals.close()
+}
+
+// signalGroupLocked sends sig to p's process group, unless p's end has
+// been seen: the group's id is the program's pid, which the kernel may
+// give to another process once the program is reaped. Until reap sets
+// p.ending, under Service.mu, the program is at worst a zombie, which
+// keeps its pid, and with it the group's id.
+func (p *proc) signalGroupLocked(sig syscall.Signal) {
+	if !p.ending {
+		syscall.Kill(-p.info.PID, sig)
+	}
 }
 
 // removeCgroups removes, once every program has been reaped, the
@@ -403,7 +433,7 @@ func (s *Service) Spawn(r Request, who Caller) (api.Started, error) {
 	}
 	st, err := s.spawn(r, who, "")
 	if err != nil {
-		log.Warn("spawn refused", "err", err)
+		s.refused(log, "spawn.spawn", "spawn refused", err)
 		return st, err
 	}
 	log.Info("spawned", "id", st.ID, "child_pid", st.PID, "cpus", r.CPUs, "mem_limit", r.Mem, "cpu_limit", r.CPU, "cpu_rate_milli", r.CPURate)
@@ -481,7 +511,9 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 	s.byDom[domainOf(who)]++
 	s.nextID++
 	id := s.nextID
+	s.inflight.Add(1)
 	s.mu.Unlock()
+	defer s.inflight.Done()
 	release := func() {
 		s.mu.Lock()
 		s.releaseLocked(domainOf(who))
@@ -554,7 +586,18 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		cmd.Args = append([]string{"sh", "-c", `read -r _ <&3 || exit 125; exec 3<&-; exec "$0" "$@"`, path}, r.Args...)
 		cmd.ExtraFiles = []*os.File{gr}
 	}
-	for try := 0; ; try++ {
+	// A file just shipped may still be open for writing in a child that
+	// another goroutine forked while the upload wrote it, until that child
+	// execs: the kernel then refuses to run it for a moment (ETXTBSY).
+	// Behind the gate, that refusal would come to the shell's own exec,
+	// after the start, too late to try again: so wait for the writers to
+	// go first. The retry of the start stays, for a kernel that cannot
+	// tell (writersGone).
+	if shipped != "" {
+		err = s.writersGone(shipped)
+	}
+	textBusy := time.Now().Add(textBusyWait)
+	for err == nil {
 		req := &startReq{cmd: cmd, cpus: cpus, err: make(chan error, 1)}
 		select {
 		case s.starts <- req:
@@ -562,14 +605,11 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		case <-s.stopped:
 			err = fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
 		}
-		// A file just shipped may still be open for writing in a child
-		// that another goroutine forked while the upload wrote it, until
-		// that child execs: the kernel then refuses to run it for a
-		// moment (ETXTBSY).
-		if !errors.Is(err, syscall.ETXTBSY) || shipped == "" || try >= 20 {
+		if !errors.Is(err, syscall.ETXTBSY) || shipped == "" || time.Now().After(textBusy) {
 			break
 		}
 		time.Sleep(5 * time.Millisecond)
+		err = nil
 		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir, Stdout: cmd.Stdout, Stderr: cmd.Stderr,
 			SysProcAttr: cmd.SysProcAttr, ExtraFiles: cmd.ExtraFiles}
 	}
@@ -583,7 +623,7 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		}
 		pr.Close()
 		release()
-		if errors.Is(err, api.ErrUnavailable) || errors.Is(err, api.ErrInvalid) {
+		if errors.Is(err, api.ErrUnavailable) || errors.Is(err, api.ErrInvalid) || errors.Is(err, api.ErrFailed) {
 			return api.Started{}, err
 		}
 		return api.Started{}, fmt.Errorf("%w: %v", api.ErrFailed, err)
@@ -627,18 +667,42 @@ func (s *Service) spawn(r Request, who Caller, shipped string) (api.Started, err
 		ended:   make(chan struct{}),
 		token:   token,
 	}
+	// Close, if it has begun, waits for this spawn (s.inflight) before it
+	// looks for the programs to end: it ends this one too.
 	s.mu.Lock()
 	s.procs[id] = p
 	s.tokens[token] = p
-	if s.closed {
-		// Close began while it started, and did not see it: end it here.
-		syscall.Kill(-pid, syscall.SIGKILL)
-	}
-	s.mu.Unlock()
 	s.wg.Add(2)
+	s.mu.Unlock()
 	go s.read(p)
 	go s.reap(p)
 	return api.Started{ID: id, PID: pid}, nil
+}
+
+// textBusyWait bounds the wait of the spawn of a shipped program for the
+// writers of its file to go (ETXTBSY).
+const textBusyWait = time.Second
+
+// writersGone waits, up to textBusyWait, until no process holds path open
+// for writing. Where the kernel cannot tell (no leases on the file's
+// filesystem), it returns at once: the start's own ETXTBSY is then tried
+// again.
+func (s *Service) writersGone(path string) error {
+	deadline := time.Now().Add(textBusyWait)
+	for {
+		busy, err := openForWriting(path)
+		if err != nil || !busy {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w: %s is held open for writing: %v", api.ErrFailed, path, syscall.ETXTBSY)
+		}
+		select {
+		case <-time.After(5 * time.Millisecond):
+		case <-s.stopped:
+			return fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
+		}
+	}
 }
 
 func (s *Service) releaseLocked(dom Caller) {
@@ -728,6 +792,20 @@ func (s *Service) read(p *proc) {
 // reap waits for p's end and records it.
 func (s *Service) reap(p *proc) {
 	defer s.wg.Done()
+	// The end, seen before the program is reaped: until then it is a
+	// zombie, which keeps its pid, so its process group can still be told
+	// from any other. What the program left running in it is killed now,
+	// with the program: the quotas of running programs then bound the
+	// processes too, and the output pipe is not held open by what nobody
+	// watches any more. (A process that left the group, with setsid, runs
+	// on; with a cgroup, Close kills it.)
+	seen := waitExited(p.info.PID) == nil
+	s.mu.Lock()
+	if seen {
+		p.signalGroupLocked(syscall.SIGKILL)
+	}
+	p.ending = true
+	s.mu.Unlock()
 	err := p.cmd.Wait()
 	st := p.cmd.ProcessState
 	var exit api.Exit
@@ -746,7 +824,13 @@ func (s *Service) reap(p *proc) {
 		// Read before the cgroup goes. A cgroup that still holds what the
 		// program started stays until Close.
 		oom = p.cg.oomKills() > 0
-		if cerr := p.cg.remove(); cerr != nil {
+		cerr := p.cg.remove()
+		// What was killed with the program may take a moment to leave.
+		for try := 0; cerr != nil && seen && try < 20; try++ {
+			time.Sleep(5 * time.Millisecond)
+			cerr = p.cg.remove()
+		}
+		if cerr != nil {
 			s.log.Info("spawn: the program's cgroup is not empty at its end; it goes when the service closes", "id", p.info.ID, "err", cerr)
 			s.mu.Lock()
 			s.stuck = append(s.stuck, p.cg)
@@ -778,12 +862,12 @@ func (s *Service) reap(p *proc) {
 // oldest beyond Config.MaxKept.
 func (s *Service) forgetLocked(now time.Time) {
 	var ended []*proc
-	for id, p := range s.procs {
+	for _, p := range s.procs {
 		if !p.exited {
 			continue
 		}
 		if now.Sub(p.info.Ended) > s.cfg.Keep {
-			delete(s.procs, id)
+			s.forgetOneLocked(p)
 			continue
 		}
 		ended = append(ended, p)
@@ -791,8 +875,21 @@ func (s *Service) forgetLocked(now time.Time) {
 	if n := len(ended) - s.cfg.MaxKept; n > 0 {
 		slices.SortFunc(ended, func(a, b *proc) int { return a.info.Ended.Compare(b.info.Ended) })
 		for _, p := range ended[:n] {
-			delete(s.procs, p.info.ID)
+			s.forgetOneLocked(p)
 		}
+	}
+}
+
+// forgetOneLocked forgets p, which has ended. If a process that left its
+// group still holds its output, its reader stops: nobody can ask for that
+// output any more, and the readers, their buffers and descriptors stay
+// bounded by the programs running and kept. (The pipe's Close waits for
+// the reader's Read in progress, which returns at once, and takes
+// Service.mu only after.)
+func (s *Service) forgetOneLocked(p *proc) {
+	delete(s.procs, p.info.ID)
+	if !p.eof {
+		p.pipe.Close()
 	}
 }
 

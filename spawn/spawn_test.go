@@ -5,7 +5,10 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -320,4 +323,298 @@ func TestSpawnToken(t *testing.T) {
 		}
 	}
 	s.Kill(st.ID, syscall.SIGKILL, Caller{Domain: 7})
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}
+
+// alive reports whether pid is a process that has not ended.
+func alive(pid int) bool {
+	return syscall.Kill(pid, 0) == nil && processState(pid) != "Z"
+}
+
+// leftover spawns a shell that starts `sleep 15` holding the program's
+// output, in the program's process group or (detach) once it has left it
+// for a session of its own, prints its pid and exits. It returns the
+// program's id, once it has ended, and the sleep's pid, which is killed
+// when the test ends if it is still that sleep.
+func leftover(t *testing.T, s *Service, detach bool) (uint64, int) {
+	t.Helper()
+	ctx := ctxFor(t)
+	script := "sleep 15 & echo $!"
+	if detach {
+		// The sixth field of stat is the session: its own, once setsid
+		// has made it.
+		script = `setsid sleep 15 & p=$!; until [ "$(cut -d' ' -f6 /proc/$p/stat)" = $p ]; do sleep 0.01; done; echo $p`
+	}
+	st, err := s.Spawn(Request{Program: "/bin/sh", Args: []string{"-c", script}}, Caller{Domain: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Wait(ctx, st.ID); err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	for !strings.Contains(string(out), "\n") {
+		b, _, _, err := s.Logs(ctx, st.ID, uint64(len(out)), 1<<16, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, b...)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("the leftover's pid: %q", out)
+	}
+	t.Cleanup(func() {
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); string(b) == "sleep\x0015\x00" {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	return st.ID, pid
+}
+
+// When a program ends, what it left in its process group is killed, so
+// that its output is done at once and the quota of running programs
+// bounds the processes a domain can have.
+func TestProgramEndKillsItsProcessGroup(t *testing.T) {
+	s := newService(t, Config{noCgroups: true})
+	id, pid := leftover(t, s, false)
+	// Well short of the sleep's 15 s: done comes with the end of the
+	// pipe's last writer, the sleep, which is killed with the program.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for from := uint64(0); ; {
+		b, start, done, err := s.Logs(ctx, id, from, 1<<16, true)
+		if err != nil {
+			t.Fatalf("the output of an ended program whose process group still runs is not done: %v", err)
+		}
+		from = start + uint64(len(b))
+		if done {
+			break
+		}
+	}
+	// Its descriptors closed, it may take a moment more to end.
+	for alive(pid) {
+		if ctx.Err() != nil {
+			t.Fatalf("pid %d, left in the program's process group, still runs after the program ended", pid)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// A program that leaves a process holding its output, out of its process
+// group, costs a reader and a descriptor only while it is kept: once it
+// is forgotten its output is no longer read, and Close does not wait for
+// such processes.
+func TestForgottenProgramStopsReading(t *testing.T) {
+	s, err := New(Config{MaxKept: 1, MaxRunning: 2, MaxRunningPerDomain: 2, Logger: slog.New(slog.DiscardHandler), noCgroups: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			s.Close()
+		}
+	})
+	base := openFDs(t)
+	var pids []int
+	for range 8 {
+		_, pid := leftover(t, s, true)
+		pids = append(pids, pid)
+	}
+	if extra := openFDs(t) - base; extra > 2*(1+2) {
+		t.Errorf("%d descriptors held for 1 program kept; the bound is 2 per program running or kept, 3 of them", extra)
+	}
+	s.mu.Lock()
+	kept := len(s.procs)
+	s.mu.Unlock()
+	if kept != 1 {
+		t.Errorf("%d programs kept, want 1", kept)
+	}
+	s.Close()
+	closed = true
+	// They outlive Close: it stopped reading the output they hold rather
+	// than wait for them (they left the program's group: nothing kills
+	// them without cgroups).
+	for _, pid := range pids {
+		if !alive(pid) {
+			t.Fatalf("Close returned only after pid %d, which holds a program's output, ended", pid)
+		}
+	}
+}
+
+// Close's SIGKILL after the grace period goes to the groups of the
+// programs not yet reaped only: the pid of one reaped meanwhile may lead
+// another process group by then.
+func TestCloseSignalsOnlyUnreapedGroups(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root, to choose the next pid (ns_last_pid)")
+	}
+	s, err := New(Config{Grace: 1500 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), noCgroups: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Spawn(Request{Program: "sleep", Args: []string{"15"}}, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b ignores SIGTERM, so that Close sends SIGKILL after its grace.
+	b, err := s.Spawn(Request{Program: "/bin/sh", Args: []string{"-c", "trap '' TERM; echo ready; sleep 15 & wait"}}, Caller{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := s.Logs(ctxFor(t), b.ID, 0, 100, true); err != nil {
+		t.Fatal(err)
+	}
+	closed := make(chan struct{})
+	go func() { s.Close(); close(closed) }()
+	// a ends at the SIGTERM and is reaped; its pid goes to a process that
+	// leads a group of its own, during the grace period.
+	if _, err := s.Wait(ctxFor(t), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	var victim *exec.Cmd
+	for try := 0; try < 100 && victim == nil; try++ {
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(a.PID-1)), 0); err != nil {
+			<-closed
+			t.Skipf("cannot choose the next pid: %v", err)
+		}
+		c := exec.Command("sleep", "15")
+		c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if c.Process.Pid == a.PID {
+			victim = c
+		} else {
+			c.Process.Kill()
+			c.Wait()
+		}
+	}
+	if victim == nil {
+		<-closed
+		t.Skip("could not get the pid reused")
+	}
+	<-closed
+	victim.Process.Signal(syscall.SIGTERM)
+	victim.Wait()
+	if ws := victim.ProcessState.Sys().(syscall.WaitStatus); ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+		t.Fatalf("Close sent SIGKILL to process group %d, which a reaped program had led, and an unrelated process led by then", a.PID)
+	}
+}
+
+// A spawn that races Close is either refused or ended by it: nothing it
+// started outlives Close.
+func TestSpawnRacingClose(t *testing.T) {
+	for range 20 {
+		s, err := New(Config{Grace: 100 * time.Millisecond, Logger: slog.New(slog.DiscardHandler), noCgroups: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var pids []int
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for dom := uint64(1); ; dom++ {
+				st, err := s.Spawn(Request{Program: "sleep", Args: []string{"15"}}, Caller{Domain: dom})
+				if err != nil {
+					if !errors.Is(err, api.ErrUnavailable) && !errors.Is(err, api.ErrExhausted) {
+						t.Errorf("spawn: %v", err)
+					}
+					return
+				}
+				pids = append(pids, st.PID)
+			}
+		}()
+		time.Sleep(5 * time.Millisecond)
+		s.Close()
+		<-done
+		if _, err := s.Spawn(Request{Program: "/bin/true"}, Caller{}); !errors.Is(err, api.ErrUnavailable) {
+			t.Fatalf("spawn after Close: %v", err)
+		}
+		for _, pid := range pids {
+			// Reaped, not only signalled: a zombie would still answer.
+			if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+				t.Fatalf("pid %d, spawned while Close ran, is still there after Close: %v (state %q)", pid, err, processState(pid))
+			}
+		}
+	}
+}
+
+// syncBuffer is a log's destination that tests read while it is written.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (w *syncBuffer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.Write(p)
+}
+
+func (w *syncBuffer) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// Refusals are logged at most a line a second per kind, with the count of
+// those left out, which a later line carries or a line of its own
+// flushes: a flood of refused requests costs a line a second.
+func TestRefusalsRateLimited(t *testing.T) {
+	var logs syncBuffer
+	s := newService(t, Config{CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil)), noCgroups: true})
+	const n = 1000
+	begin := time.Now()
+	for range n {
+		if _, err := s.Spawn(Request{Program: "/bin/true", Env: []string{"bad"}}, Caller{Domain: 7}); !errors.Is(err, api.ErrInvalid) {
+			t.Fatalf("an invalid environment: %v", err)
+		}
+	}
+	took := time.Since(begin)
+	// Another kind has its own allowance.
+	if _, _, err := s.PutBegin("nothex", 1, 1, Caller{Domain: 7}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("put_begin of a bad hash: %v", err)
+	}
+	if !strings.Contains(logs.String(), "upload refused") {
+		t.Errorf("a refusal of another kind, after a flood of refused spawns, was not logged:\n%s", logs.String())
+	}
+	// The refusals logged, and the count of those left out.
+	lines := func() (n, suppressed int) {
+		for line := range strings.SplitSeq(logs.String(), "\n") {
+			if !strings.Contains(line, "spawn refused") {
+				continue
+			}
+			if !strings.Contains(line, "(more of the same)") {
+				n++
+			}
+			if _, v, ok := strings.Cut(line, " suppressed="); ok {
+				k, _ := strconv.Atoi(strings.Fields(v)[0])
+				suppressed += k
+			}
+		}
+		return
+	}
+	if got, _ := lines(); got > 2+int(took/time.Second) {
+		t.Fatalf("%d lines for %d refused spawns in %v", got, n, took)
+	}
+	// Those left out are counted, in a line of their own once no refusal
+	// comes to carry them.
+	testkit.Eventually(t, "the count of the refusals left out", func() bool {
+		got, suppressed := lines()
+		return got+suppressed == n
+	})
+	if !strings.Contains(logs.String(), "(more of the same)") {
+		t.Errorf("no line of its own for the refusals left out:\n%s", logs.String())
+	}
 }

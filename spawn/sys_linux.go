@@ -1,7 +1,7 @@
 package spawn
 
-// The three system calls the service needs that package syscall does not
-// wrap, made directly so that the monitor links no third-party package.
+// The system calls the service needs that package syscall does not wrap,
+// made directly so that the monitor links no third-party package.
 
 import (
 	"syscall"
@@ -51,4 +51,46 @@ func prlimit(pid, resource int, lim *syscall.Rlimit) error {
 		return e
 	}
 	return nil
+}
+
+// waitExited waits until process pid, a child, has ended, without reaping
+// it (WNOWAIT): it stays a zombie, and its pid its own, until it is
+// waited for.
+func waitExited(pid int) error {
+	const pPID = 1 // P_PID
+	// A siginfo_t, 128 bytes, which the kernel fills and nobody reads.
+	var info [16]uint64
+	for {
+		_, _, e := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(pid), uintptr(unsafe.Pointer(&info)),
+			syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		switch e {
+		case 0:
+			return nil
+		case syscall.EINTR:
+			continue
+		}
+		return e
+	}
+}
+
+// openForWriting reports whether any process holds the file path open for
+// writing: the kernel refuses a read lease on such a file (EAGAIN), and
+// grants it otherwise (the lease goes at once, with the descriptor). The
+// caller must own the file. An error means the kernel cannot tell (leases
+// turned off, or a filesystem without them).
+func openForWriting(path string) (bool, error) {
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer syscall.Close(fd)
+	_, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETLEASE, syscall.F_RDLCK)
+	switch e {
+	case 0:
+		syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_SETLEASE, syscall.F_UNLCK)
+		return false, nil
+	case syscall.EAGAIN:
+		return true, nil
+	}
+	return false, e
 }
