@@ -165,6 +165,12 @@ func Dial(ctx context.Context, addr string, id *Identity, opts *Options) (*Link,
 	return l, nil
 }
 
+// The bounds of a Listener's wait before it retries a failed accept.
+const (
+	minAcceptBackoff = 5 * time.Millisecond
+	maxAcceptBackoff = time.Second
+)
+
 // Listener accepts control links from other machines. Each connection's
 // handshake runs on its own goroutine, bounded in time and in number, so
 // a peer that stalls holds neither Accept nor anything past its timeout.
@@ -193,12 +199,17 @@ func Listen(addr string, id *Identity, opts *Options) (*Listener, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster listen: %w", err)
 	}
+	return serveListener(ln, id, o), nil
+}
+
+// serveListener accepts control links on ln, which it takes over.
+func serveListener(ln net.Listener, id *Identity, o Options) *Listener {
 	l := &Listener{ln: ln, id: id, opts: o, links: make(chan *Link), slots: make(chan struct{}, o.MaxHandshakes),
 		done: make(chan struct{})}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.wg.Add(1)
 	go l.loop()
-	return l, nil
+	return l
 }
 
 // Addr returns the address the listener listens on.
@@ -206,19 +217,33 @@ func (l *Listener) Addr() net.Addr { return l.ln.Addr() }
 
 func (l *Listener) loop() {
 	defer l.wg.Done()
+	var backoff time.Duration
 	for {
 		c, err := l.ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				l.mu.Lock()
+				l.err = err
+				l.mu.Unlock()
+				l.shutdown()
+				return
 			}
-			l.mu.Lock()
-			l.err = err
-			l.mu.Unlock()
-			l.shutdown()
-			return
+			// Anything else a listening socket reports is about the
+			// connection it was taking (ECONNABORTED) or about the
+			// moment (EMFILE, ENFILE, ENOBUFS, ENOMEM): the machine must
+			// accept links again once it passes. So the loop retries, as
+			// net/http's server does, backing off to at most a second so
+			// that a lasting shortage does not spin.
+			backoff = min(max(2*backoff, minAcceptBackoff), maxAcceptBackoff)
+			l.opts.Logger.Warn("cluster accept failed; retrying", "err", err.Error(), "in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-l.done:
+				return
+			}
 		}
+		backoff = 0
 		select {
 		case l.slots <- struct{}{}:
 		default:
@@ -534,19 +559,50 @@ func (l *Link) checkSend(frame []byte, caps []wire.Cap) error {
 }
 
 func (l *Link) write(ctx context.Context, frame []byte) error {
+	var disarm func()
 	if ctx.Done() != nil {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		stop := context.AfterFunc(ctx, func() { l.conn.SetWriteDeadline(time.Unix(1, 0)) })
-		defer stop()
+		disarm = interrupt(ctx, l.conn.SetWriteDeadline)
 	}
 	_, err := l.conn.Write(frame)
-	if err != nil && ctx.Err() != nil {
-		l.Close()
+	if disarm != nil {
+		disarm()
+	}
+	if err == nil {
+		// The whole frame went, even if ctx ended just after: the
+		// deadline is cleared, and the link goes on.
+		return nil
+	}
+	// crypto/tls keeps a write's error, whatever it was, for every later
+	// write, and part of the frame may have gone: the link is over.
+	l.Close()
+	if ctx.Err() != nil {
 		return ctx.Err()
 	}
 	return l.ended(err)
+}
+
+// interrupt makes the end of ctx cut short the connection's reads or
+// writes (set is SetReadDeadline or SetWriteDeadline), and returns the
+// function that disarms it once the read or write is over. Disarming
+// waits for a cut that already began and clears the deadline it set:
+// otherwise a ctx that ends as the call returns could leave a deadline
+// in the past for the next call, which would fail although its own ctx
+// never ended.
+func interrupt(ctx context.Context, set func(time.Time) error) (disarm func()) {
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		set(time.Unix(1, 0))
+	})
+	return func() {
+		if !stop() {
+			<-fired
+			set(time.Time{})
+		}
+	}
 }
 
 // Receive waits for the next frame until ctx ends, and sets *in to it;
@@ -562,12 +618,9 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		stop := context.AfterFunc(ctx, func() { l.conn.SetReadDeadline(time.Unix(1, 0)) })
-		defer func() {
-			if !stop() {
-				l.conn.SetReadDeadline(time.Time{})
-			}
-		}()
+		// crypto/tls does not keep a read's timeout: a frame half read
+		// stays in the buffers for the next Receive.
+		defer interrupt(ctx, l.conn.SetReadDeadline)()
 	}
 	for {
 		if l.rlen >= wire.HeaderSize {

@@ -65,6 +65,7 @@ type Names struct {
 	waiters  map[string][]chan wire.Iref
 	watchers map[*names.Watcher]*watcher
 	mine     map[string]*held // names this machine set and has not removed
+	unsure   map[string]doubt // names whose set's answer was lost, by name
 	gone     map[string]int64 // names deleted at a revision the watch has not reached
 	rev      int64            // the watch has delivered every change up to rev
 	synced   bool             // the watch is running from rev
@@ -80,6 +81,7 @@ type entry struct {
 	machine uint64
 	create  int64 // the key's create revision: the fence
 	mod     int64 // the revision of the last change applied to it
+	lease   int64 // the lease the key lives under
 }
 
 type held struct {
@@ -87,6 +89,24 @@ type held struct {
 	create   int64
 	lease    int64
 	removing bool // our own Remove or Release is deleting it
+	// doubtful: the delete of a Remove or Release went unanswered, and
+	// may or may not have been done. The name stays marked removing, so
+	// that its delete is not reported lost, but a later Remove or
+	// Release of its owner tries again.
+	doubtful bool
+	// adopted: the name is the put of a Set whose answer was lost, made
+	// the owner's since (adoptLocked), and no Set has yet told the owner.
+	adopted bool
+}
+
+// doubt is a Set whose answer did not come (a timeout, a connection
+// lost): its put may have been done, under lease, or may still be. A put
+// of the name that matches it, wherever this machine sees it (the watch,
+// a read), makes the name the owner's as if the Set had returned.
+type doubt struct {
+	owner names.Owner
+	ref   wire.Iref
+	lease int64
 }
 
 type watcher struct {
@@ -147,6 +167,7 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 		waiters:  map[string][]chan wire.Iref{},
 		watchers: map[*names.Watcher]*watcher{},
 		mine:     map[string]*held{},
+		unsure:   map[string]doubt{},
 		gone:     map[string]int64{},
 		done:     make(chan struct{}),
 	}
@@ -215,7 +236,7 @@ func (s *Names) applyLocked(ev *clientv3.Event, lost []lostName) []lostName {
 			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
 			break
 		}
-		e.create, e.mod = ev.Kv.CreateRevision, ev.Kv.ModRevision
+		e.create, e.mod, e.lease = ev.Kv.CreateRevision, ev.Kv.ModRevision, ev.Kv.Lease
 		lost = s.putLocked(name, e, lost)
 	case mvccpb.DELETE:
 		lost = s.deleteLocked(name, ev.Kv.ModRevision, lost)
@@ -247,7 +268,23 @@ func (s *Names) putLocked(name string, e entry, lost []lostName) []lostName {
 		lost = s.removeLocked(name, old, lost)
 	}
 	s.insertLocked(name, e)
+	s.adoptLocked(name, e)
 	return lost
+}
+
+// adoptLocked makes name, as the cache now holds it (e), the owner's if
+// it is the put of a Set whose answer was lost: the put of this machine,
+// under the same lease, with the same owner and iref.
+func (s *Names) adoptLocked(name string, e entry) {
+	d, ok := s.unsure[name]
+	if !ok || e.machine != s.machine || e.lease != d.lease || e.owner != d.owner || e.ref != d.ref {
+		return
+	}
+	if h, ok := s.mine[name]; ok && h.create == e.create {
+		return
+	}
+	delete(s.unsure, name)
+	s.mine[name] = &held{owner: d.owner, create: e.create, lease: d.lease, adopted: true}
 }
 
 // deleteLocked applies the delete of name at revision rev.
@@ -291,7 +328,7 @@ func (s *Names) resync(ctx context.Context) error {
 			s.log.Warn("etcd: a name's value is not a chanos record; ignored", "name", name, "err", err)
 			continue
 		}
-		e.create, e.mod = kv.CreateRevision, kv.ModRevision
+		e.create, e.mod, e.lease = kv.CreateRevision, kv.ModRevision, kv.Lease
 		fresh[name] = e
 	}
 	at := resp.Header.Revision
@@ -391,6 +428,13 @@ func (s *Names) leaseLost(old int64) {
 			lost = append(lost, lostName{h.owner, name})
 		}
 	}
+	// A put under the old lease can no longer be done, and one that was
+	// is gone with the lease.
+	for name, d := range s.unsure {
+		if d.lease == old {
+			delete(s.unsure, name)
+		}
+	}
 	s.mu.Unlock()
 	slices.SortFunc(lost, func(a, b lostName) int { return strings.Compare(a.name, b.name) })
 	s.tell(lost)
@@ -437,25 +481,94 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 		if isLeaseNotFound(err) {
 			return fmt.Errorf("set %q: %w: the machine's lease expired", name, names.ErrUnavailable)
 		}
-		return unavailable(ctx, fmt.Sprintf("set %q", name), err)
+		return s.setUnanswered(ctx, name, ref, owner, lease, err)
 	}
 	if !resp.Succeeded {
 		// This machine now reads the name it was refused.
 		s.applyRead(name, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
+		if s.claim(name, owner, ref) {
+			return nil // an earlier set of the owner's, unanswered, was done
+		}
 		return fmt.Errorf("set %q: %w", name, names.ErrExists)
 	}
-	// This machine reads its own write at once; the watch's event for it
-	// comes later and changes nothing.
 	rev := resp.Header.Revision
+	e := entry{ref: ref, owner: owner, machine: s.machine, create: rev, mod: rev, lease: lease}
 	s.mu.Lock()
 	var lost []lostName
 	if !s.closed {
-		s.mine[name] = &held{owner: owner, create: rev, lease: lease}
-		lost = s.putLocked(name, entry{ref: ref, owner: owner, machine: s.machine, create: rev, mod: rev}, nil)
+		delete(s.unsure, name) // an earlier unanswered set was not done
+		// This machine reads its own write at once, and the watch's
+		// event for it comes later and changes nothing. Unless the watch
+		// has already gone past it: its view then holds every change up
+		// to the put and after, the put's delete included, which must
+		// not be undone.
+		if s.rev < rev {
+			lost = s.putLocked(name, e, nil)
+		}
+		if cur, ok := s.entries[name]; ok && cur.create == rev {
+			s.mine[name] = &held{owner: owner, create: rev, lease: lease}
+		} else {
+			// The name went (its lease expired, or its key was deleted)
+			// before this machine applied its put: that is a loss, which
+			// the watch could not report as the name was not yet held.
+			lost = append(lost, lostName{owner, name})
+		}
 	}
 	s.mu.Unlock()
 	s.tell(lost)
 	return nil
+}
+
+// setUnanswered resolves a Set whose transaction failed without an
+// answer (err): etcd may have done its put. The store reads the name back
+// and, if it holds this put, the set succeeded. Otherwise the set fails
+// with names.ErrUnavailable, and the store keeps a note of it: a put that
+// is done after all, or that the read could not see, becomes the owner's
+// when this machine sees it (adoptLocked), so the owner's Remove and
+// Release delete it, and a set again of the same name and iref by the
+// same owner succeeds. The note goes with the owner's Release or the
+// lease.
+func (s *Names) setUnanswered(ctx context.Context, name string, ref wire.Iref, owner names.Owner, lease int64, err error) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return unavailable(ctx, fmt.Sprintf("set %q", name), err)
+	}
+	s.unsure[name] = doubt{owner: owner, ref: ref, lease: lease}
+	if e, ok := s.entries[name]; ok {
+		s.adoptLocked(name, e) // the watch brought the put already
+	}
+	s.mu.Unlock()
+	if s.claim(name, owner, ref) {
+		return nil
+	}
+	// The caller's context may be what ended: the read gets its own
+	// bound.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opTO)
+	defer cancel()
+	resp, rerr := s.client.Get(rctx, s.key(name))
+	if rerr == nil {
+		s.applyRead(name, resp.Kvs, resp.Header.Revision)
+		if s.claim(name, owner, ref) {
+			return nil
+		}
+	}
+	return unavailable(ctx, fmt.Sprintf("set %q", name), err)
+}
+
+// claim reports whether owner holds name, set to ref, by a Set whose
+// answer was lost and which no Set has reported yet; it then counts as
+// reported. A Set that finds it so succeeds: it is the one that was done.
+func (s *Names) claim(name string, owner names.Owner, ref wire.Iref) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h, ok := s.mine[name]
+	e, in := s.entries[name]
+	if !ok || !in || !h.adopted || h.owner != owner || h.create != e.create || h.removing || e.ref != ref {
+		return false
+	}
+	h.adopted = false
+	return true
 }
 
 // applyRead applies what a transaction read of name at revision rev:
@@ -467,7 +580,7 @@ func (s *Names) applyRead(name string, kvs []*mvccpb.KeyValue, rev int64) {
 		if len(kvs) == 0 {
 			lost = s.deleteLocked(name, rev, nil)
 		} else if e, err := decodeRecord(kvs[0].Value); err == nil {
-			e.create, e.mod = kvs[0].CreateRevision, kvs[0].ModRevision
+			e.create, e.mod, e.lease = kvs[0].CreateRevision, kvs[0].ModRevision, kvs[0].Lease
 			lost = s.putLocked(name, e, nil)
 		}
 	}
@@ -661,10 +774,11 @@ func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) erro
 		s.mu.Unlock()
 		return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
 	}
-	if h.removing { // by a Remove or Release under way
+	if h.removing && !h.doubtful { // by a Remove or Release under way
 		s.mu.Unlock()
 		return fmt.Errorf("remove %q: %w", name, names.ErrNotFound)
 	}
+	again := h.doubtful
 	s.markLocked([]string{name}, true)
 	s.mu.Unlock()
 
@@ -677,13 +791,20 @@ func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) erro
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		s.unmark([]string{name})
+		s.doubt([]string{name})
 		return unavailable(ctx, fmt.Sprintf("remove %q", name), err)
 	}
 	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if again {
+			// The delete that went unanswered was done: the name is
+			// removed, not lost.
+			s.forget([]string{name}, []int64{e.create})
+			s.applyRead(name, kvs, resp.Header.Revision)
+			return nil
+		}
 		// The name went, or went and was taken, since the cache saw it.
 		s.unmark([]string{name})
-		kvs := resp.Responses[0].GetResponseRange().Kvs
 		s.applyRead(name, kvs, resp.Header.Revision)
 		if len(kvs) > 0 {
 			return fmt.Errorf("remove %q: %w", name, names.ErrNotOwner)
@@ -699,7 +820,33 @@ func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) erro
 func (s *Names) markLocked(list []string, on bool) {
 	for _, name := range list {
 		if h, ok := s.mine[name]; ok {
-			h.removing = on
+			h.removing, h.doubtful = on, false
+		}
+	}
+}
+
+// doubt notes that the deletes of list went unanswered: they may have
+// been done, so the names stay marked (their deletes, when the watch
+// brings them, are not losses), and a Remove or Release tries again.
+func (s *Names) doubt(list []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, name := range list {
+		if h, ok := s.mine[name]; ok && h.removing {
+			h.doubtful = true
+		}
+	}
+}
+
+// forget drops from mine the names of list, of the create revisions
+// creates, which this machine removed without learning when: the cache
+// learns it from the watch.
+func (s *Names) forget(list []string, creates []int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, name := range list {
+		if h, ok := s.mine[name]; ok && h.create == creates[i] {
+			delete(s.mine, name)
 		}
 	}
 }
@@ -775,9 +922,13 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 		return names.ErrClosed
 	}
 	var mine []string
+	again := map[string]bool{} // names whose earlier delete went unanswered
 	for name, h := range s.mine {
-		if h.owner == owner && !h.removing {
+		if h.owner == owner && (!h.removing || h.doubtful) {
 			mine = append(mine, name)
+			if h.doubtful {
+				again[name] = true
+			}
 		}
 	}
 	slices.Sort(mine)
@@ -786,10 +937,27 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 		creates[i] = s.mine[name].create
 	}
 	s.markLocked(mine, true)
+	// The owner's sets that went unanswered: their puts, if done, are
+	// deleted too, and are no longer to become the owner's.
+	var doubts []string
+	for name, d := range s.unsure {
+		if d.owner == owner {
+			doubts = append(doubts, name)
+		}
+	}
+	slices.Sort(doubts)
+	pending := make([]doubt, len(doubts))
+	for i, name := range doubts {
+		pending[i] = s.unsure[name]
+		delete(s.unsure, name)
+	}
 	s.mu.Unlock()
 
 	octx, cancel := context.WithTimeout(ctx, s.opTO)
 	defer cancel()
+	fail := func(err error) error {
+		return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
+	}
 	for start := 0; start < len(mine); start += releaseBatch {
 		end := min(start+releaseBatch, len(mine))
 		var conds []clientv3.Cmp
@@ -801,8 +969,10 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 		}
 		resp, err := s.client.Txn(octx).If(conds...).Then(dels...).Commit()
 		if err != nil {
-			s.unmark(mine[start:])
-			return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
+			s.doubt(mine[start:end])
+			s.unmark(mine[end:])
+			s.redoubt(doubts, pending)
+			return fail(err)
 		}
 		if resp.Succeeded {
 			s.applyDeletes(mine[start:end], resp.Header.Revision)
@@ -816,18 +986,55 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 				If(clientv3.Compare(clientv3.CreateRevision(key), "=", creates[i])).
 				Then(clientv3.OpDelete(key)).Commit()
 			if err != nil {
-				s.unmark(mine[i:])
-				return unavailable(ctx, fmt.Sprintf("release owner %d", owner), err)
+				s.doubt(mine[i : i+1])
+				s.unmark(mine[i+1:])
+				s.redoubt(doubts, pending)
+				return fail(err)
 			}
-			if r.Succeeded {
+			switch {
+			case r.Succeeded:
 				s.applyDeletes(mine[i:i+1], r.Header.Revision)
-			} else {
+			case again[mine[i]]:
+				// The delete that went unanswered was done.
+				s.forget(mine[i:i+1], creates[i:i+1])
+			default:
 				// Lost meanwhile: the watch tells its owner.
 				s.unmark(mine[i : i+1])
 			}
 		}
 	}
+	// A put of an unanswered set is known by its record and its lease:
+	// the owner's number is this monitor run's, and the lease this
+	// session's.
+	for i, name := range doubts {
+		d, key := pending[i], s.key(name)
+		r, err := s.client.Txn(octx).
+			If(clientv3.Compare(clientv3.Value(key), "=", encodeRecord(s.machine, owner, d.ref)),
+				clientv3.Compare(clientv3.LeaseValue(key), "=", clientv3.LeaseID(d.lease))).
+			Then(clientv3.OpDelete(key)).Commit()
+		if err != nil {
+			s.redoubt(doubts[i:], pending[i:])
+			return fail(err)
+		}
+		if r.Succeeded {
+			s.applyDeletes(doubts[i:i+1], r.Header.Revision)
+		}
+	}
 	return nil
+}
+
+// redoubt notes again the unanswered sets of list that a Release could
+// not settle, unless a later set of the same names has.
+func (s *Names) redoubt(list []string, ds []doubt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, name := range list {
+		if _, ok := s.unsure[name]; !ok {
+			if _, held := s.mine[name]; !held {
+				s.unsure[name] = ds[i]
+			}
+		}
+	}
 }
 
 // Close ends every watch and wait; later calls fail with names.ErrClosed.

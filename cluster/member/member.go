@@ -69,10 +69,11 @@ type Member struct {
 	lost    atomic.Pointer[func(names.Owner, string)]
 	mon     *monitor.Monitor // set by start, before the links are dialled or accepted
 
-	mu    sync.Mutex
-	links map[uint64]*cluster.Link // outbound links, by machine id
-	wg    sync.WaitGroup
-	stop  chan struct{}
+	mu       sync.Mutex
+	links    map[uint64]*cluster.Link // outbound links, by machine id
+	accepted map[uint64]*cluster.Link // inbound links, by machine id
+	wg       sync.WaitGroup
+	stop     chan struct{}
 }
 
 // Config is what a monitor needs to be a machine of a cluster; the
@@ -122,7 +123,8 @@ func Join(ctx context.Context, cf Config, dir string, mcfg *monitor.Config) (*Me
 	if id.Cluster() != cf.Cluster {
 		return nil, fmt.Errorf("monitor: this machine joined cluster %q, not %q", id.Cluster(), cf.Cluster)
 	}
-	c := &Member{id: id, self: MachineIDOf(id), log: log, links: map[uint64]*cluster.Link{}, stop: make(chan struct{})}
+	c := &Member{id: id, self: MachineIDOf(id), log: log, links: map[uint64]*cluster.Link{},
+		accepted: map[uint64]*cluster.Link{}, stop: make(chan struct{})}
 	ecfg := etcd.Config{
 		Endpoints: cf.Etcd,
 		TLS:       cf.EtcdTLS,
@@ -347,8 +349,29 @@ func (c *Member) accept() {
 			link.Close()
 			continue
 		}
+		peer := machineIDOfKey(pub)
+		// One inbound link per machine: the monitor bounds the binds in
+		// progress per link (MaxPendingBinds), so a machine that opened
+		// more would have more. A machine opens a new one when its old
+		// one ended, which this side may not know yet: the old one goes.
+		c.mu.Lock()
+		old := c.accepted[peer]
+		c.accepted[peer] = link
+		c.mu.Unlock()
+		if old != nil {
+			c.log.Info("control link replaced by a newer one from the same machine", "peer", p.Machine,
+				"machine", fmt.Sprintf("%016x", peer), "remote", old.RemoteAddr().String())
+			old.Close()
+		}
 		c.wg.Add(1)
-		go c.hold(link, "accepted", machineIDOfKey(pub))
+		go func() {
+			c.hold(link, "accepted", peer)
+			c.mu.Lock()
+			if c.accepted[peer] == link {
+				delete(c.accepted, peer)
+			}
+			c.mu.Unlock()
+		}()
 	}
 }
 
@@ -420,6 +443,18 @@ func (c *Member) dialPeers() {
 				// with its domains end with "network lost" at once.
 				c.log.Info("a machine left the cluster", "machine", fmt.Sprintf("%016x", id))
 				c.mon.MachineGone(id)
+				// Its control links go too: a machine outside the
+				// registry neither calls nor is called; if it comes
+				// back, the links are opened again.
+				c.mu.Lock()
+				out, in := c.links[id], c.accepted[id]
+				c.mu.Unlock()
+				if out != nil {
+					out.Close()
+				}
+				if in != nil {
+					in.Close()
+				}
 			}
 		}
 		present = now
@@ -490,6 +525,16 @@ func (c *Member) dial(mi etcd.MachineInfo) error {
 			"addr", mi.Addr, "key_id", p.KeyID, "record", mi.Identity)
 		link.Close()
 		return cluster.ErrWrongMachine
+	}
+	// A machine's id derives from its key, as on the links this machine
+	// accepts: a record that pairs a key with another machine's id (any
+	// admitted machine can write one while that machine is away) would
+	// otherwise have this link carry the binds meant for that machine.
+	if pub, ok := p.Certificate.PublicKey.(ed25519.PublicKey); !ok || machineIDOfKey(pub) != mi.ID {
+		c.log.Warn("control link refused: the machine's key does not give the id its record names", "machine", fmt.Sprintf("%016x", mi.ID),
+			"addr", mi.Addr, "key_id", p.KeyID)
+		link.Close()
+		return fmt.Errorf("control link to machine %016x: %w: its key gives another id", mi.ID, cluster.ErrWrongMachine)
 	}
 	c.log.Info("control link up", "peer", p.Machine, "machine", fmt.Sprintf("%016x", mi.ID), "addr", mi.Addr, "key_id", p.KeyID)
 	c.mu.Lock()

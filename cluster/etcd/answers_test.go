@@ -1,0 +1,371 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/internal/testkit/etcdtest"
+	"github.com/chanos/chanos/names"
+	"github.com/chanos/chanos/wire"
+)
+
+// faultyNames is a Names whose etcd client passes every unary request
+// through intercept, which sends it (invoke) when it likes and answers
+// what it likes; and the raw client, to look at and change etcd behind the
+// store's back.
+type faultyNames struct {
+	*Names
+	sess *Session
+	raw  *clientv3.Client
+
+	mu   sync.Mutex
+	lost []string // as OnLost reported them
+}
+
+func (f *faultyNames) lostNames() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.lost)
+}
+
+// An interceptor of faultyNames: invoke sends the request under ctx, and
+// returns etcd's answer.
+type interceptor func(ctx context.Context, method string, invoke func(context.Context) error) error
+
+func newFaultyNames(t *testing.T, adjust func(*Config), intercept interceptor) *faultyNames {
+	t.Helper()
+	ec := etcdtest.Start(t, etcdtest.Options{})
+	ctx := testkit.Context(t)
+	f := &faultyNames{}
+	client, err := clientv3.New(clientv3.Config{
+		Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				return intercept(ctx, method, func(ictx context.Context) error {
+					if ictx == ctx {
+						return invoker(ctx, method, req, reply, cc, opts...)
+					}
+					// Sent after the caller has had its answer: the
+					// answer goes nowhere.
+					fresh := reflect.New(reflect.TypeOf(reply).Elem()).Interface()
+					return invoker(ictx, method, req, fresh, cc, opts...)
+				})
+			})},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	f.raw, err = clientv3.New(clientv3.Config{Endpoints: ec.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.raw.Close() })
+	cfg := Config{Endpoints: ec.Endpoints(), Cluster: freshCluster(), Machine: 1, Logger: quiet(),
+		OnLost: func(_ names.Owner, name string) {
+			f.mu.Lock()
+			f.lost = append(f.lost, name)
+			f.mu.Unlock()
+		}}
+	if adjust != nil {
+		adjust(&cfg)
+	}
+	if err := cfg.fill(); err != nil {
+		t.Fatal(err)
+	}
+	if f.sess, err = newSession(ctx, client, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.sess.close(true) })
+	if f.Names, err = newNames(ctx, client, f.sess, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Names.Close() })
+	return f
+}
+
+// inEtcd reports whether etcd has the name.
+func (f *faultyNames) inEtcd(t *testing.T, name string) bool {
+	t.Helper()
+	resp, err := f.raw.Get(testkit.Context(t), f.key(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(resp.Kvs) > 0
+}
+
+// settle returns once the watch has applied, and reported, everything
+// done in etcd before it was called: a name another machine sets then
+// shows here.
+func (f *faultyNames) settle(t *testing.T) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	ref := wire.Iref{Machine: 9, Export: 1, Token: [16]byte{9}}
+	if _, err := f.raw.Put(ctx, f.key("settle"), encodeRecord(9, 1, ref)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the watch to bring the marker", func() bool {
+		_, err := f.Get(ctx, "settle")
+		return err == nil
+	})
+	if _, err := f.raw.Delete(ctx, f.key("settle")); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the watch to bring the marker's delete", func() bool {
+		_, err := f.Get(ctx, "settle")
+		return errors.Is(err, names.ErrNotFound)
+	})
+}
+
+// TestSetAfterWatchedDelete: a set whose answer comes after the watch has
+// brought its put and then the name's delete (the key deleted behind
+// chanos's back, or the machine's lease gone) does not bring the name
+// back into this machine's cache, and its owner is told it lost it.
+func TestSetAfterWatchedDelete(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	for _, how := range []string{"delete", "lease"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			var hold atomic.Bool
+			held := make(chan struct{})
+			release := make(chan struct{})
+			f := newFaultyNames(t, short, func(ctx context.Context, method string, invoke func(context.Context) error) error {
+				err := invoke(ctx)
+				if method == "/etcdserverpb.KV/Txn" && hold.CompareAndSwap(true, false) {
+					close(held)
+					<-release
+				}
+				return err
+			})
+			ctx := testkit.Context(t)
+			ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+			hold.Store(true)
+			set := make(chan error, 1)
+			go func() { set <- f.Set(ctx, "ghost", ref, 7) }()
+			testkit.Await(t, "the set's transaction to be done", held)
+			testkit.Eventually(t, "the watch to bring the put", func() bool {
+				_, err := f.Get(ctx, "ghost")
+				return err == nil
+			})
+			if how == "delete" {
+				if _, err := f.raw.Delete(ctx, f.key("ghost")); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := f.raw.Revoke(ctx, clientv3.LeaseID(f.sess.Lease())); err != nil {
+				t.Fatal(err)
+			}
+			testkit.Eventually(t, "the watch to bring the delete", func() bool {
+				_, err := f.Get(ctx, "ghost")
+				return errors.Is(err, names.ErrNotFound)
+			})
+			close(release)
+			if err := <-set; err != nil {
+				t.Fatalf("set: %v", err)
+			}
+			if f.inEtcd(t, "ghost") {
+				t.Fatal("etcd has the name again")
+			}
+			f.settle(t)
+			testkit.Eventually(t, "the store to serve reads", func() bool {
+				_, err := f.Get(ctx, "ghost")
+				return !errors.Is(err, names.ErrUnavailable)
+			})
+			if _, err := f.Get(ctx, "ghost"); !errors.Is(err, names.ErrNotFound) {
+				t.Errorf("get of the deleted name = %v, want ErrNotFound: the cache brought it back", err)
+			}
+			if n, err := f.Count(ctx, names.Class("ghost")); err != nil || n != 0 {
+				t.Errorf("count = %d, %v; want 0", n, err)
+			}
+			if lost := f.lostNames(); !slices.Equal(lost, []string{"ghost"}) {
+				t.Errorf("OnLost reported %q, want the name once", lost)
+			}
+		})
+	}
+}
+
+// lateAnswers makes the transactions of the store answer late. While
+// txns > 0, each is done but answered only when its context ends, with
+// that end. While held > 0, each is answered so without being done, and
+// done later, when the test sends on done the channel to close once it
+// is.
+type lateAnswers struct {
+	txns, held atomic.Int32
+	later      chan chan struct{}
+}
+
+func (l *lateAnswers) intercept(ctx context.Context, method string, invoke func(context.Context) error) error {
+	if method != "/etcdserverpb.KV/Txn" {
+		return invoke(ctx)
+	}
+	switch {
+	case l.txns.Add(-1) >= 0:
+		invoke(ctx)
+	case l.held.Add(-1) >= 0:
+		go func() {
+			done := <-l.later
+			invoke(context.Background())
+			close(done)
+		}()
+	default:
+		return invoke(ctx)
+	}
+	<-ctx.Done()
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+// doHeld has the transaction that lateAnswers holds done, and waits
+// until it is.
+func (l *lateAnswers) doHeld(t *testing.T) {
+	t.Helper()
+	done := make(chan struct{})
+	l.later <- done
+	testkit.Await(t, "the held transaction to be done", done)
+}
+
+func shortOps(c *Config) { c.OpTimeout = time.Second }
+
+// TestSetUnansweredIsResolved: a set whose transaction is done but whose
+// answer never comes reads the name back and succeeds; the name is its
+// owner's, to remove or release.
+func TestSetUnansweredIsResolved(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	var late lateAnswers
+	f := newFaultyNames(t, shortOps, late.intercept)
+	ctx := testkit.Context(t)
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+
+	late.txns.Store(1)
+	if err := f.Set(ctx, "removed", ref, 7); err != nil {
+		t.Fatalf("set whose answer was lost, and which was done = %v, want nil", err)
+	}
+	if err := f.Remove(ctx, "removed", 7); err != nil {
+		t.Fatalf("remove by its owner: %v", err)
+	}
+	if f.inEtcd(t, "removed") {
+		t.Error("the name outlives its owner's Remove")
+	}
+
+	late.txns.Store(1)
+	if err := f.Set(ctx, "released", ref, 7); err != nil {
+		t.Fatalf("set whose answer was lost, and which was done = %v, want nil", err)
+	}
+	if err := f.Release(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if f.inEtcd(t, "released") {
+		t.Error("the name outlives its owner's Release")
+	}
+	f.settle(t)
+	if lost := f.lostNames(); len(lost) > 0 {
+		t.Errorf("OnLost reported %q, which their owner removed", lost)
+	}
+}
+
+// TestSetUnansweredUnresolved: a set whose answer never comes, and whose
+// put etcd has not done when the store reads the name back, fails with
+// ErrUnavailable; the put, done later, is its owner's all the same: a set
+// again of the same name and iref succeeds, and the owner's Remove or
+// Release deletes it.
+func TestSetUnansweredUnresolved(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	late := lateAnswers{later: make(chan chan struct{})}
+	f := newFaultyNames(t, shortOps, late.intercept)
+	ctx := testkit.Context(t)
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+
+	for _, name := range []string{"again", "released"} {
+		late.held.Store(1)
+		if err := f.Set(ctx, name, ref, 7); !errors.Is(err, names.ErrUnavailable) {
+			t.Fatalf("set %q = %v, want ErrUnavailable", name, err)
+		}
+		late.doHeld(t)
+		if !f.inEtcd(t, name) {
+			t.Fatalf("the set of %q was not done; the test needs it done", name)
+		}
+	}
+	testkit.Eventually(t, "the watch to bring the put", func() bool {
+		_, err := f.Get(ctx, "again")
+		return err == nil
+	})
+	if err := f.Set(ctx, "again", ref, 7); err != nil {
+		t.Fatalf("set again of the name whose set was done unanswered = %v, want nil", err)
+	}
+	if err := f.Set(ctx, "again", ref, 7); !errors.Is(err, names.ErrExists) {
+		t.Fatalf("a third set = %v, want ErrExists", err)
+	}
+	if err := f.Set(ctx, "again", ref, 8); !errors.Is(err, names.ErrExists) {
+		t.Fatalf("a set by another owner = %v, want ErrExists", err)
+	}
+	if err := f.Remove(ctx, "again", 7); err != nil {
+		t.Fatalf("remove by its owner: %v", err)
+	}
+	if f.inEtcd(t, "again") {
+		t.Error("the name outlives its owner's Remove")
+	}
+	if err := f.Release(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	if f.inEtcd(t, "released") {
+		t.Error("the name outlives its owner's Release")
+	}
+	f.settle(t)
+	if lost := f.lostNames(); len(lost) > 0 {
+		t.Errorf("OnLost reported %q, which their owner removed", lost)
+	}
+}
+
+// TestRemoveUnansweredIsNotLost: a remove or release whose answer never
+// comes fails with ErrUnavailable; its delete, done only later, is not
+// reported as a loss when the watch brings it, since the owner removed
+// the name.
+func TestRemoveUnansweredIsNotLost(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	for _, how := range []string{"remove", "release"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			late := lateAnswers{later: make(chan chan struct{})}
+			f := newFaultyNames(t, shortOps, late.intercept)
+			ctx := testkit.Context(t)
+			ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+			if err := f.Set(ctx, "n", ref, 7); err != nil {
+				t.Fatal(err)
+			}
+			late.held.Store(1)
+			var err error
+			if how == "remove" {
+				err = f.Remove(ctx, "n", 7)
+			} else {
+				err = f.Release(ctx, 7)
+			}
+			if !errors.Is(err, names.ErrUnavailable) {
+				t.Fatalf("%s = %v, want ErrUnavailable", how, err)
+			}
+			late.doHeld(t)
+			if f.inEtcd(t, "n") {
+				t.Fatalf("the %s was not done; the test needs it done", how)
+			}
+			f.settle(t)
+			if _, err := f.Get(ctx, "n"); !errors.Is(err, names.ErrNotFound) {
+				t.Fatalf("get = %v, want ErrNotFound", err)
+			}
+			if lost := f.lostNames(); len(lost) > 0 {
+				t.Errorf("OnLost reported %q, which its owner removed", lost)
+			}
+			if err := f.Release(ctx, 7); err != nil {
+				t.Errorf("release after: %v", err)
+			}
+		})
+	}
+}
