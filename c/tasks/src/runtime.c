@@ -20,6 +20,7 @@
 
 #include <errno.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -859,12 +860,15 @@ static void *pfor_task(void *arg)
     chanos_task tl, tr;
     int64_t mid;
 
-    if (p->hi - p->lo <= p->grain) {
-        if (p->hi > p->lo)
+    /* unsigned: a range wider than INT64_MAX must not wrap negative */
+    uint64_t width = p->hi > p->lo ? (uint64_t)p->hi - (uint64_t)p->lo : 0;
+
+    if (width <= (uint64_t)p->grain) {
+        if (width > 0)
             p->body(p->lo, p->hi, p->arg);
         return NULL;
     }
-    mid = p->lo + (p->hi - p->lo) / 2;
+    mid = (int64_t)((uint64_t)p->lo + width / 2);
     l.hi = mid;
     r.lo = mid;
     chanos_spawn(&tr, pfor_task, (void *)&r);
@@ -1102,6 +1106,12 @@ int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
 #else
     rt->stack_size = o->stack_size ? o->stack_size : 256 * 1024;
 #endif
+    /* a stack the address space cannot hold, guard page included, is
+     * refused here rather than rounded around to 0 */
+    if (rt->stack_size > SIZE_MAX / 2) {
+        free(rt);
+        return -EINVAL;
+    }
     rt->stack_size = (rt->stack_size + rt->page - 1) & ~(rt->page - 1);
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {

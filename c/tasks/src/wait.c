@@ -14,6 +14,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
@@ -113,7 +114,11 @@ static void *poller_main(void *arg)
         if (p->timers != NULL) {
             int64_t d = p->timers->deadline - tasks_now_ns_();
 
-            timeout = d <= 0 ? 0 : (int)((d + 999999) / 1000000);
+            /* capped: epoll takes an int of ms, and a negative one
+             * means forever (a sleep of over 24 days would never end) */
+            timeout = d <= 0                              ? 0
+                      : d >= (int64_t)INT_MAX * 1000000 ? INT_MAX
+                                                         : (int)((d + 999999) / 1000000);
         }
         n = epoll_wait(p->ep, evs, 64, timeout);
         for (int i = 0; i < n; i++) {
@@ -282,12 +287,19 @@ int chanos_task_wait_fd(int fd, uint32_t events, int timeout_ms)
         pfd.events |= POLLIN;
     if (events & EPOLLOUT)
         pfd.events |= POLLOUT;
+    if (events & EPOLLPRI)
+        pfd.events |= POLLPRI;
+    if (events & EPOLLRDHUP)
+        pfd.events |= POLLRDHUP;
     n = poll(&pfd, 1, timeout_ms);
     if (n < 0)
         return -errno;
     if (n == 0)
         return CHANOS_ERR_TIMEDOUT;
+    if (pfd.revents & POLLNVAL)
+        return -EBADF; /* as epoll_ctl says on a worker */
     return (pfd.revents & POLLIN ? EPOLLIN : 0) | (pfd.revents & POLLOUT ? EPOLLOUT : 0) |
+           (pfd.revents & POLLPRI ? EPOLLPRI : 0) | (pfd.revents & POLLRDHUP ? EPOLLRDHUP : 0) |
            (pfd.revents & POLLHUP ? EPOLLHUP : 0) | (pfd.revents & POLLERR ? EPOLLERR : 0);
 }
 
@@ -298,7 +310,12 @@ void chanos_task_sleep(int64_t ms)
     if (ms <= 0)
         return;
     if (w != NULL) {
-        wait_until(w, -1, 0, tasks_now_ns_() + ms * 1000000);
+        /* a sleep past what the clock can count (292 years) is one
+         * until then, not one that overflows into the past */
+        int64_t now = tasks_now_ns_();
+        int64_t deadline = ms > (INT64_MAX - now) / 1000000 ? INT64_MAX : now + ms * 1000000;
+
+        wait_until(w, -1, 0, deadline);
         return;
     }
     struct timespec ts = { (time_t)(ms / 1000), (long)(ms % 1000) * 1000000 };

@@ -5,7 +5,9 @@
 
 #include <chanos_tasks.h>
 
+#include <errno.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <sys/epoll.h>
 #include <sys/resource.h>
@@ -197,6 +199,38 @@ static void test_idle(void)
     chanos_tasks_stop(rt);
 }
 
+/* Arguments at the edges of their types: a parallel_for over a range
+ * wider than INT64_MAX still comes in pieces of at most grain; a stack
+ * too large to round is refused; a wait on a descriptor that is not open
+ * says so off a worker as on one. */
+static _Atomic int64_t pieces, widest;
+
+static void piece(int64_t lo, int64_t hi, void *arg)
+{
+    (void)arg;
+    atomic_fetch_add(&pieces, 1);
+    int64_t w = (int64_t)((uint64_t)hi - (uint64_t)lo);
+    int64_t cur = atomic_load(&widest);
+    while (w > cur && !atomic_compare_exchange_weak(&widest, &cur, w)) {
+    }
+}
+
+static void test_limits(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+    chanos_tasks *big;
+    int64_t grain = INT64_MAX / 4;
+
+    chanos_parallel_for(-(INT64_C(1) << 62) - 1, (INT64_C(1) << 62) + 1, grain, piece, NULL);
+    CHECK(atomic_load(&pieces) >= 2);
+    CHECK(atomic_load(&widest) <= grain);
+    o.workers = 1;
+    o.stack_size = SIZE_MAX;
+    CHECK_EQ(chanos_tasks_start(&big, &o), -EINVAL);
+    CHECK_EQ(chanos_task_wait_fd(1000, EPOLLIN, 100), -EBADF);
+    CHECK_EQ(chanos_task_wait_fd(1000, EPOLLIN, 0), -EBADF);
+}
+
 int main(void)
 {
     struct chanos_tasks_opts o = { 0 };
@@ -215,6 +249,7 @@ int main(void)
         chanos_tasks_stop(rt);
     }
     test_idle();
+    test_limits();
     /* Outside a runtime the same calls block the thread. */
     CHECK_EQ(chanos_event_set(ev), 0);
     CHECK_EQ(chanos_task_event_wait(ev, 1000), 0);
