@@ -941,6 +941,16 @@ func (l *Link) redial() bool {
 		}
 		switch {
 		case errors.Is(err, errRejectedUnknown):
+			l.mu.Lock()
+			closed := l.peerClosed
+			l.mu.Unlock()
+			if closed {
+				// The peer closed, then forgot the connection once its
+				// close was acknowledged (or its Linger passed): an
+				// orderly end, not a death.
+				l.end(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by the peer")), false)
+				return false
+			}
 			l.end(interconnect.Ended(interconnect.ErrPeerDied, fmt.Errorf("chanos: peer died: %w", err)), false)
 			return false
 		case interconnect.IsEnd(err):

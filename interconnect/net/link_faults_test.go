@@ -257,11 +257,17 @@ func TestSimultaneousCloseDoesNotLinger(t *testing.T) {
 			slow++
 			t.Logf("round %d: the client's Close took %v, the server's %v", i, dc, ds)
 		}
-		if err := cl.Err(); !errors.Is(err, interconnect.ErrClosed) {
-			t.Errorf("round %d: the client's link ended with %v", i, err)
-		}
-		if err := sl.Err(); !errors.Is(err, interconnect.ErrClosed) {
-			t.Errorf("round %d: the server's link ended with %v", i, err)
+		// Each ends closed, or, where the TCP connection was reset
+		// before the peer's CLOSE was read (the kernel drops what the
+		// reset overtakes) and the peer had already forgotten the
+		// connection, with the peer gone: never with anything else.
+		for _, side := range []struct {
+			name string
+			l    *Link
+		}{{"client", cl}, {"server", sl}} {
+			if err := side.l.Err(); !errors.Is(err, interconnect.ErrClosed) && !errors.Is(err, interconnect.ErrPeerDied) {
+				t.Errorf("round %d: the %s's link ended with %v", i, side.name, err)
+			}
 		}
 	}
 	if slow > 0 {
