@@ -11,6 +11,7 @@
  * listens at once never hold more listeners than it has room for.
  */
 #include "check.h"
+#include "raw_peer.h"
 
 #include <chanos_net.h>
 
@@ -45,53 +46,12 @@ static bool want(int argc, char **argv, const char *name)
 
 /* ---- a raw peer speaking the records by hand ---- */
 
-static int raw_dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET,
-                             .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void put_header(uint8_t *b, uint8_t type, uint32_t len, uint64_t seq,
-                       uint64_t ack)
-{
-    memset(b, 0, REC_HDR);
-    b[0] = type;
-    chanos_store_u32(b + 4, len);
-    chanos_store_u64(b + 8, seq);
-    chanos_store_u64(b + 16, ack);
-}
-
 static void put_hello(uint8_t *b, uint8_t idbyte)
 {
     struct hello h = {.max_frame = 65536, .win_frames = 64,
                       .win_bytes = 1 << 20};
     memset(h.id, idbyte, sizeof h.id);
     net_hello_encode(&h, b);
-}
-
-static bool read_full(int fd, uint8_t *b, size_t n)
-{
-    for (size_t off = 0; off < n;) {
-        ssize_t r = read(fd, b + off, n - off);
-        if (r <= 0)
-            return false;
-        off += (size_t)r;
-    }
-    return true;
-}
-
-static bool write_full(int fd, const void *b, size_t n)
-{
-    return send(fd, b, n, MSG_NOSIGNAL) == (ssize_t)n;
 }
 
 /* raw_open opens a connection (id idbyte) from a raw peer: its socket,

@@ -8,6 +8,7 @@
  * listener goes on.
  */
 #include "check.h"
+#include "raw_peer.h"
 
 #include <chanos_net.h>
 
@@ -19,30 +20,6 @@
 #include <unistd.h>
 
 static int port;
-
-static int raw_dial(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-static void put_header(uint8_t *b, uint8_t type, uint32_t len, uint64_t seq,
-                       uint64_t ack)
-{
-    memset(b, 0, 24);
-    b[0] = type;
-    chanos_store_u32(b + 4, len);
-    chanos_store_u64(b + 8, seq);
-    chanos_store_u64(b + 16, ack);
-}
 
 static void put_hello(uint8_t *b, bool resume, uint8_t idbyte, uint64_t received)
 {
@@ -57,22 +34,11 @@ static void put_hello(uint8_t *b, bool resume, uint8_t idbyte, uint64_t received
     chanos_store_u32(p + 32, 1 << 20);
 }
 
-static bool read_full(int fd, uint8_t *b, size_t n)
-{
-    for (size_t off = 0; off < n;) {
-        ssize_t r = read(fd, b + off, n - off);
-        if (r <= 0)
-            return false;
-        off += (size_t)r;
-    }
-    return true;
-}
-
 /* rejected sends what, and returns the code of the REJECT that answers
  * it, or -1. */
 static int rejected(const uint8_t *what, size_t n)
 {
-    int fd = raw_dial();
+    int fd = raw_dial(port);
     if (fd < 0)
         return -1;
     int code = -1;
@@ -111,7 +77,7 @@ static void test_hellos(void)
  * the accepted link. */
 static int opened(chanos_net_listener *L, uint8_t idbyte, chanos_net_link **out)
 {
-    int fd = raw_dial();
+    int fd = raw_dial(port);
     uint8_t h[60];
     put_hello(h, false, idbyte, 0);
     *out = NULL;
