@@ -42,7 +42,7 @@ func (m *Monitor) admit(pc *seqpacket.Conn) {
 		err = checkPeer(cred, m.uid)
 	}
 	if err != nil {
-		m.rlog.logf(slog.LevelWarn, "credentials", "connection refused", "reason", "credentials", "err", err)
+		m.rlog.Log(slog.LevelWarn, "credentials", "connection refused", "reason", "credentials", "err", err)
 		pc.Close()
 		return
 	}
@@ -67,7 +67,7 @@ func (m *Monitor) admit(pc *seqpacket.Conn) {
 			default:
 			}
 			m.mu.Unlock()
-			m.rlog.logf(slog.LevelWarn, "monitor-full", "connection refused: too many domains", "pid", cred.Pid,
+			m.rlog.Log(slog.LevelWarn, "monitor-full", "connection refused: too many domains", "pid", cred.Pid,
 				"max_domains", m.cfg.MaxDomains, "sessions", n, "hint", "raise the cap with --max-domains")
 			if !waiting {
 				refuse(pc, detail, 0)
@@ -155,7 +155,7 @@ func (s *session) evict(why string) {
 	s.m.mu.Lock()
 	id, program := s.id, s.program
 	s.m.mu.Unlock()
-	s.m.rlog.logf(slog.LevelWarn, "evicted", "session evicted", "pid", s.pid, "domain", id, "program", program, "reason", why)
+	s.m.rlog.Log(slog.LevelWarn, "evicted", "session evicted", "pid", s.pid, "domain", id, "program", program, "reason", why)
 	s.end(fmt.Errorf("%w: %s", errEvicted, why))
 }
 

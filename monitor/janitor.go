@@ -42,12 +42,11 @@ func (m *Monitor) janitor() {
 	for {
 		select {
 		case <-m.stop:
-			m.rlog.flush()
+			m.rlog.Close()
 			return
 		case <-t.C:
 		}
 		m.sweep(time.Now())
-		m.rlog.flush()
 	}
 }
 
@@ -105,7 +104,7 @@ func (s *session) checkLiveness(now time.Time) {
 	}
 	if now.Sub(s.pingSince) >= m.cfg.PingTimeout && s.unresponsiveSince.Load() == 0 {
 		s.unresponsiveSince.Store(now.UnixNano())
-		m.rlog.logf(slog.LevelInfo, "unresponsive", "session unresponsive: it did not read the monitor's ping",
+		m.rlog.Log(slog.LevelInfo, "unresponsive", "session unresponsive: it did not read the monitor's ping",
 			"pid", s.pid, "domain", s.id, "program", s.program, "ping_timeout", m.cfg.PingTimeout)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/ratelog"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/spawn"
 	"github.com/chanos/chanos/wire"
@@ -210,7 +211,7 @@ type Monitor struct {
 	waits atomic.Int64 // binds and wait_for calls in progress
 
 	maxPacket int           // the largest frame a session's socket can carry
-	rlog      *rateLog      // rejections, evictions, refusals: a line a second per kind
+	rlog      *ratelog.Log  // rejections, evictions, refusals: a line a second per kind
 	rejectors chan struct{} // connections being refused that wait for their hello
 	stop      chan struct{} // closed when shutdown begins: the janitor ends
 
@@ -320,7 +321,7 @@ func New(cfg Config) (*Monitor, error) {
 		served:       map[uint64]map[uint64]*connRec{},
 		machineConns: map[uint64]*chanos.Conn{},
 		maxPacket:    probeMaxPacket(proto.MaxFrameSize),
-		rlog:         newRateLog(log, time.Second),
+		rlog:         ratelog.New(log, time.Second),
 		rejectors:    make(chan struct{}, maxRejectors),
 		stop:         make(chan struct{}),
 		done:         make(chan struct{}),

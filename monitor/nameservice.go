@@ -189,7 +189,7 @@ func (c *nsConn) Set(ctx context.Context, name string, ref wire.Iref) (wire.Errv
 		return NSNotOwner, nil // spawnd.N: the monitors' own names
 	}
 	if err := c.reserveName(); err != nil {
-		c.m.rlog.logf(slog.LevelWarn, "refused-nameservice.set", "request refused", "call", "nameservice.set",
+		c.m.rlog.Log(slog.LevelWarn, "refused-nameservice.set", "request refused", "call", "nameservice.set",
 			"domain", c.client, "conn", c.id, "reason", err.Error())
 		return NSQuota, nil
 	}
@@ -269,7 +269,7 @@ func (c *nsConn) WaitFor(ctx context.Context, name string) (wire.Iref, wire.Errv
 	// progress against the monitor's quota.
 	if n := c.m.waits.Add(1); int(n) > c.m.cfg.MaxTotalPendingBinds {
 		c.m.waits.Add(-1)
-		c.m.rlog.logf(slog.LevelWarn, "refused-nameservice.wait_for", "request refused", "call", "nameservice.wait_for",
+		c.m.rlog.Log(slog.LevelWarn, "refused-nameservice.wait_for", "request refused", "call", "nameservice.wait_for",
 			"domain", c.client, "conn", c.id, "reason", "resource exhausted: binds and waits in progress (--max-total-pending-binds)")
 		return wire.Iref{}, NSLimit, nil
 	}
@@ -351,7 +351,7 @@ func (c *nsConn) Watch(ctx context.Context, from *nameservice.Client, m nameserv
 		mon.mu.Unlock()
 		// A message has no reply to carry the refusal: end the connection.
 		err := fmt.Errorf("watch %q: resource exhausted: the monitor has %d watches, its quota (--max-total-watches)", prefix, mon.cfg.MaxTotalWatches)
-		mon.rlog.logf(slog.LevelWarn, "refused-nameservice.watch", "request refused", "call", "nameservice.watch",
+		mon.rlog.Log(slog.LevelWarn, "refused-nameservice.watch", "request refused", "call", "nameservice.watch",
 			"domain", c.client, "conn", c.id, "reason", err.Error())
 		c.end(err)
 		return nil

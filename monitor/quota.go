@@ -1,12 +1,9 @@
 package monitor
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -192,103 +189,6 @@ const NSQuota wire.Errval = 9
 // ErrNSQuota is what NSError returns for NSQuota.
 var ErrNSQuota = errors.New("nameservice: resource exhausted: a quota of names was reached")
 
-// ---- rate-limited logging ----
-
-// rateLog logs a kind of event at most once per interval, and counts
-// those it leaves out: the next line of the kind says how many
-// ("suppressed"), and the janitor flushes a count that no later event
-// carries. A flood of refused connections thus costs a line a second.
-type rateLog struct {
-	log      *slog.Logger
-	interval time.Duration
-	mu       sync.Mutex
-	kinds    map[string]*rateKind
-	dynamic  int // kinds made by rateKindOf
-}
-
-type rateKind struct {
-	next       time.Time // when the next line may go out
-	suppressed int
-	level      slog.Level
-	msg        string
-}
-
-// maxRateKinds bounds the kinds made of errors' texts (rateKindOf) that a
-// rateLog tells apart; the others share one, "~other".
-const maxRateKinds = 64
-
-// rateKindOf makes a kind of prefix and an error's text, cut short.
-func rateKindOf(prefix string, err error) string {
-	k := "~" + prefix + " " + err.Error()
-	if len(k) > 96 {
-		k = k[:96]
-	}
-	return k
-}
-
-func newRateLog(log *slog.Logger, interval time.Duration) *rateLog {
-	return &rateLog{log: log, interval: interval, kinds: map[string]*rateKind{}}
-}
-
-// logf logs msg with args under kind unless a line of kind went out less
-// than the interval ago; then it only counts it. kind is one of a fixed
-// set of strings, so the map stays small.
-func (r *rateLog) logf(level slog.Level, kind, msg string, args ...any) {
-	now := time.Now()
-	r.mu.Lock()
-	k := r.kinds[kind]
-	if k == nil {
-		if strings.HasPrefix(kind, "~") { // made from an error's text
-			if r.dynamic >= maxRateKinds {
-				kind = "~other"
-				k = r.kinds[kind]
-			} else {
-				r.dynamic++
-			}
-		}
-		if k == nil {
-			k = &rateKind{}
-			r.kinds[kind] = k
-		}
-	}
-	if now.Before(k.next) {
-		k.suppressed++
-		k.level, k.msg = level, msg
-		r.mu.Unlock()
-		return
-	}
-	n := k.suppressed
-	k.suppressed, k.next = 0, now.Add(r.interval)
-	r.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed", n)
-	}
-	r.log.Log(context.Background(), level, msg, append(args, "kind", kind)...)
-}
-
-// flush logs the counts of the kinds whose interval has passed since
-// their last line.
-func (r *rateLog) flush() {
-	now := time.Now()
-	type line struct {
-		kind, msg string
-		level     slog.Level
-		n         int
-	}
-	var lines []line
-	r.mu.Lock()
-	for kind, k := range r.kinds {
-		if k.suppressed > 0 && !now.Before(k.next) {
-			lines = append(lines, line{kind, k.msg, k.level, k.suppressed})
-			k.suppressed, k.next = 0, now.Add(r.interval)
-		}
-	}
-	r.mu.Unlock()
-	for _, l := range lines {
-		r.log.Log(context.Background(), l.level, l.msg+" (more of the same)", "kind", l.kind, "suppressed", l.n)
-	}
-}
-
 // ---- reply memory ----
 
 // reserveReply reserves n bytes of reply memory for s, against its
@@ -313,7 +213,7 @@ func (m *Monitor) reserveReply(s *session, n int) error {
 				m.reclaimReplyMemory()
 				continue
 			}
-			m.rlog.logf(slog.LevelWarn, "reply-memory", "request refused: resource exhausted", "quota", "max-total-reply-memory",
+			m.rlog.Log(slog.LevelWarn, "reply-memory", "request refused: resource exhausted", "quota", "max-total-reply-memory",
 				"held", held, "needed", n, "max", m.cfg.MaxTotalReplyMemory)
 			return exhausted("reply memory of the monitor: %d of %d bytes held, %d more needed (--max-total-reply-memory)", held, m.cfg.MaxTotalReplyMemory, n)
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -718,35 +717,5 @@ func TestRefuse(t *testing.T) {
 			t.Fatalf("wait %v: the refused connection is still open", wait)
 		}
 		peer.Close()
-	}
-}
-
-// The rate-limited log: a line per interval per kind, the count of those
-// left out on the next line, and a flush for a count no line carries.
-func TestRateLog(t *testing.T) {
-	out := &testkit.Output{}
-	r := newRateLog(slog.New(slog.NewTextHandler(out, nil)), time.Hour)
-	for range 100 {
-		r.logf(slog.LevelWarn, "full", "refused")
-	}
-	r.logf(slog.LevelWarn, "other", "dropped")
-	if n := out.Count("refused"); n != 1 {
-		t.Fatalf("%d lines of a kind within the interval, want 1:\n%s", n, out)
-	}
-	r.flush()
-	if out.Count("suppressed=99") != 0 {
-		t.Fatal("flushed before the interval ended")
-	}
-	r.kinds["full"].next = time.Now() // the interval is over
-	r.flush()
-	if out.Count("refused (more of the same)", "suppressed=99") != 1 {
-		t.Fatalf("the count was not flushed:\n%s", out)
-	}
-	// Kinds made of errors' texts are bounded.
-	for i := range 1000 {
-		r.logf(slog.LevelWarn, rateKindOf("x", fmt.Errorf("reason %d", i)), "dropped")
-	}
-	if len(r.kinds) > maxRateKinds+3 {
-		t.Fatalf("%d kinds", len(r.kinds))
 	}
 }

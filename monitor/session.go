@@ -19,6 +19,7 @@ import (
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	proto "github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/ratelog"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
 )
@@ -284,7 +285,7 @@ func (s *session) handle(ctx context.Context, in *chanos.Incoming) (wire.Message
 		var re *rpcError
 		if errors.As(err, &re) {
 			if re.code == proto.StatusLimit {
-				s.m.rlog.logf(slog.LevelWarn, "refused-"+msg.MsgName(), "request refused", "call", msg.MsgName(),
+				s.m.rlog.Log(slog.LevelWarn, "refused-"+msg.MsgName(), "request refused", "call", msg.MsgName(),
 					"pid", s.pid, "domain", s.id, "program", s.program, "reason", re.detail)
 			} else {
 				s.log.Debug("call failed", "call", msg.MsgName(), "err", err)
@@ -464,7 +465,7 @@ func (s *session) cleanup() {
 		case errors.Is(s.reason, errEvicted):
 			s.log.Debug("connection dropped before hello", "err", s.reason)
 		default:
-			m.rlog.logf(slog.LevelWarn, rateKindOf("before-hello", s.reason), "connection dropped before hello", "pid", s.pid, "err", s.reason)
+			m.rlog.Log(slog.LevelWarn, ratelog.KindOf("before-hello", s.reason), "connection dropped before hello", "pid", s.pid, "err", s.reason)
 		}
 		return
 	}

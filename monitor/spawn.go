@@ -345,7 +345,7 @@ func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte,
 	}, c.who)
 	if err != nil {
 		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn",
+			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn",
 				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
 		}
 		return 0, 0, spawnif.Code(err), detail(err), nil
@@ -416,7 +416,7 @@ func (c *spawnConn) PutBegin(ctx context.Context, hash string, size uint64) (uin
 	id, present, err := c.m.spawnd.svc.PutBegin(hash, size, c.id, c.who)
 	if err != nil {
 		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.put_begin", "request refused", "call", "spawn.put_begin",
+			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.put_begin", "request refused", "call", "spawn.put_begin",
 				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
 		}
 		return 0, false, spawnif.Code(err), detail(err), nil
@@ -428,7 +428,7 @@ func (c *spawnConn) PutBegin(ctx context.Context, hash string, size uint64) (uin
 // put_end reports; the connection goes on.
 func (c *spawnConn) PutData(ctx context.Context, from *spawnif.Client, m spawnif.PutData) error {
 	if err := c.m.spawnd.svc.PutData(m.Upload, c.id, m.Offset, m.Data); err != nil {
-		c.m.rlog.logf(slog.LevelWarn, "refused-spawn.put_data", "upload data refused", "call", "spawn.put_data",
+		c.m.rlog.Log(slog.LevelWarn, "refused-spawn.put_data", "upload data refused", "call", "spawn.put_data",
 			"domain", c.who.Domain, "conn", c.id, "upload", m.Upload, "reason", err.Error())
 	}
 	return nil
@@ -454,7 +454,7 @@ func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args
 	}, c.who)
 	if err != nil {
 		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.logf(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn_shipped",
+			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn_shipped",
 				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
 		}
 		return 0, 0, spawnif.Code(err), detail(err), nil

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	api "github.com/chanos/chanos/interfaces/spawn"
+	"github.com/chanos/chanos/internal/ratelog"
 )
 
 // Defaults of Config's limits (docs/spawn.md#quotas).
@@ -176,7 +177,7 @@ type Service struct {
 	starts   chan *startReq // to the spawner thread
 	wg       sync.WaitGroup // the spawner, readers and reapers
 	inflight sync.WaitGroup // spawns past their reservation, which Close waits for
-	refusals *rateLog
+	refusals *ratelog.Log
 
 	mu      sync.Mutex
 	procs   map[uint64]*proc
@@ -224,7 +225,7 @@ func New(cfg Config) (*Service, error) {
 		byDom:   map[Caller]int{},
 		stopped: make(chan struct{}),
 	}
-	s.refusals = newRateLog(s.log, refusalInterval)
+	s.refusals = ratelog.New(s.log, refusalInterval)
 	// The cache first: made if missing, it may be an allowed directory.
 	if cfg.CacheDir != "" {
 		c, err := openCache(cfg.CacheDir, &s.cfg)
@@ -334,7 +335,7 @@ func (s *Service) Close() {
 	s.mu.Unlock()
 	s.wg.Wait()
 	s.removeCgroups()
-	s.refusals.close()
+	s.refusals.Close()
 }
 
 // signalGroupLocked sends sig to p's process group, unless p's end has
