@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -550,29 +549,11 @@ func TestSpawnRacingClose(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log's destination that tests read while it is written.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (w *syncBuffer) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.Write(p)
-}
-
-func (w *syncBuffer) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.b.String()
-}
-
 // Refusals are logged at most a line a second per kind, with the count of
 // those left out, which a later line carries or a line of its own
 // flushes: a flood of refused requests costs a line a second.
 func TestRefusalsRateLimited(t *testing.T) {
-	var logs syncBuffer
+	var logs testkit.Output
 	s := newService(t, Config{CacheDir: t.TempDir(), Logger: slog.New(slog.NewTextHandler(&logs, nil)), noCgroups: true})
 	const n = 1000
 	begin := time.Now()

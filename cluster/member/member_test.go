@@ -1,7 +1,6 @@
 package member
 
 import (
-	"bytes"
 	"context"
 	"crypto/ed25519"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -108,24 +106,6 @@ func TestDialChecksMachineID(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log's buffer, safe for concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testMember is a member of machine id, as far as links go: no etcd
 // unless the test gives it one.
 func testMember(t *testing.T, id *cluster.Identity) *Member {
@@ -172,7 +152,7 @@ func TestOneInboundLinkPerMachine(t *testing.T) {
 	}
 	a, b := admitted(t, root, "alpha"), admitted(t, root, "beta")
 	c := testMember(t, a)
-	var logs syncBuffer
+	var logs testkit.Output
 	c.log = slog.New(slog.NewTextHandler(&logs, nil))
 	if c.listen, err = cluster.Listen("127.0.0.1:0", a, &cluster.Options{Logger: c.log}); err != nil {
 		t.Fatal(err)
