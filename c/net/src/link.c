@@ -623,23 +623,29 @@ static int handshake(chanos_net_link *c, bool resume, int64_t deadline,
     if (r == 0)
         r = tconn_read_all(&p->t, hb, REC_HDR, c->wakefd, deadline, &c->stop,
                            &c->mu);
+    /* Flags and reserved bytes are 0 in every record, a refusal's too
+     * (docs/net.md, "Records"): a reply that sets them is not understood,
+     * whatever its type says. */
+    if (r == 0 && (hb[1] || hb[2] || hb[3]))
+        r = CHANOS_ERR_PROTOCOL;
     if (r == 0 && hb[0] == REC_REJECT) {
         uint8_t code[4] = {0};
         r = tconn_read_all(&p->t, code, 4, c->wakefd, deadline, &c->stop,
                            &c->mu);
-        switch (chanos_load_u32(code)) {
-        case REJECT_UNKNOWN:
-            r = NET_REJECTED_UNKNOWN;
-            break;
-        case REJECT_AUTH:
-            r = CHANOS_ERR_AUTH;
-            break;
-        case REJECT_MODE:
-            r = CHANOS_ERR_MODE;
-            break;
-        default:
-            r = CHANOS_ERR_REFUSED;
-        }
+        if (r == 0)
+            switch (chanos_load_u32(code)) {
+            case REJECT_UNKNOWN:
+                r = NET_REJECTED_UNKNOWN;
+                break;
+            case REJECT_AUTH:
+                r = CHANOS_ERR_AUTH;
+                break;
+            case REJECT_MODE:
+                r = CHANOS_ERR_MODE;
+                break;
+            default:
+                r = CHANOS_ERR_REFUSED;
+            }
     } else if (r == 0) {
         if (chanos_load_u32(hb + 4) != HELLO_SIZE)
             r = CHANOS_ERR_PROTOCOL;

@@ -1,14 +1,15 @@
 /*
  * test_faults.c: rules of docs/net.md that are easy to miss, each against
- * the C link as Go's faults_review_test.go checks them against Go's: a
+ * the C link as Go's link_faults_test.go checks them against Go's: a
  * DATA or a second CLOSE after the peer's CLOSE is a protocol violation;
  * a client refused as busy spends no admission; a record that takes
  * longer than dead_after to cross a slow network arrives, in each mode; a
  * listener's close waits about one linger, not one per connection it
  * held; a peer that keeps the socket readable does not hold up a close; a
  * quarter of the window in bytes is acknowledged at once; a resume under
- * another server name than the opening one is refused; and a binder's
- * listens at once never hold more listeners than it has room for.
+ * another server name than the opening one is refused; a binder's
+ * listens at once never hold more listeners than it has room for; and a
+ * dialer takes a reply with header flags set for a protocol violation.
  */
 #include "check.h"
 #include "raw_peer.h"
@@ -599,6 +600,59 @@ static void test_binder_listens(void)
     B->close(state);
 }
 
+/* ---- a refusal whose header sets a reserved byte ---- */
+
+struct bad_acceptor {
+    int lfd;
+    uint8_t byte; /* which header byte to set: 1, 2 or 3 */
+};
+
+/* bad_accept answers one hello with a REJECT 1 whose header sets a byte
+ * that must be 0. */
+static void *bad_accept(void *arg)
+{
+    struct bad_acceptor *a = arg;
+    int fd = accept(a->lfd, NULL, NULL);
+    uint8_t h[REC_HDR + HELLO_SIZE], rej[REC_HDR + 4];
+
+    if (fd < 0)
+        return NULL;
+    if (read_full(fd, h, sizeof h)) {
+        put_header(rej, REC_REJECT, 4, 0, 0);
+        rej[a->byte] = 0x80;
+        chanos_store_u32(rej + REC_HDR, REJECT_UNKNOWN);
+        write_full(fd, rej, sizeof rej);
+    }
+    usleep(100000);
+    close(fd);
+    return NULL;
+}
+
+/* A dialer takes a reply with flags or reserved bytes set for the
+ * protocol violation it is, not for the refusal its type names. */
+static void test_reject_flags(void)
+{
+    for (uint8_t byte = 1; byte <= 3; byte++) {
+        struct sockaddr_in sa = {.sin_family = AF_INET};
+        socklen_t sl = sizeof sa;
+        struct bad_acceptor a = {.byte = byte};
+        chanos_net_link *l = NULL;
+        pthread_t t;
+        char addr[64];
+
+        sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        CHECK(a.lfd >= 0 && bind(a.lfd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+              listen(a.lfd, 1) == 0 && getsockname(a.lfd, (struct sockaddr *)&sa, &sl) == 0);
+        snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+        CHECK_EQ(pthread_create(&t, NULL, bad_accept, &a), 0);
+        CHECK_EQ(chanos_net_dial(addr, NULL, &l), CHANOS_ERR_PROTOCOL);
+        CHECK(l == NULL);
+        pthread_join(t, NULL);
+        close(a.lfd);
+    }
+}
+
 int main(int argc, char **argv)
 {
     CHECK_EQ(chanos_net_identity_new(&server_id, server_fp), 0);
@@ -620,6 +674,8 @@ int main(int argc, char **argv)
         test_ack_bytes();
     if (want(argc, argv, "binder-listens"))
         test_binder_listens();
+    if (want(argc, argv, "reject-flags"))
+        test_reject_flags();
     chanos_net_identity_free(server_id);
     chanos_net_identity_free(client_id);
     chanos_net_identity_free(other_id);
