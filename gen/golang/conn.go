@@ -7,9 +7,6 @@ import (
 	"github.com/chanos/chanos/idl"
 )
 
-// needsCopy reports whether copying message f for the local interconnect
-// takes more than copying its struct: slices to copy, or bounds and enums
-// to check as Encode does.
 // carriesCaps reports whether frames of f may carry capabilities: those
 // travel as frames on every interconnect, even within one process, so
 // that the connection gives the receiver of a cap a copy of its own.
@@ -22,12 +19,38 @@ func carriesCaps(f *frameInfo) bool {
 	return caps > 0
 }
 
+// needsCopy reports whether copying message f for the local interconnect
+// takes more than copying its struct: slices to copy, or bounds and enums
+// to check as Encode does.
 func needsCopy(f *frameInfo) bool {
 	for _, a := range f.args {
 		_, decl := a.arg.Type.Underlying()
-		if a.arg.Shape != idl.ShapeScalar || (decl != nil && decl.Kind == idl.DeclEnum) {
+		if a.arg.Shape != idl.ShapeScalar || (decl != nil && decl.Kind == idl.DeclEnum) || nestedChecks(a.arg.Type) {
 			return true
 		}
+	}
+	return false
+}
+
+// nestedChecks reports whether values of t, a struct or a fixed array,
+// hold an enum or a bounded string somewhere inside: what Encode checks
+// and a copy of the struct does not.
+func nestedChecks(t *idl.TypeRef) bool {
+	_, decl := t.Underlying()
+	if decl == nil {
+		return false
+	}
+	switch decl.Kind {
+	case idl.DeclStruct:
+		for _, fd := range decl.Fields {
+			b, d := fd.Type.Underlying()
+			if (d == nil && b == idl.String) || (d != nil && d.Kind == idl.DeclEnum) || nestedChecks(fd.Type) {
+				return true
+			}
+		}
+	case idl.DeclArray:
+		_, d := decl.Elem.Underlying()
+		return (d != nil && d.Kind == idl.DeclEnum) || nestedChecks(decl.Elem)
 	}
 	return false
 }
@@ -37,7 +60,16 @@ func needsCopy(f *frameInfo) bool {
 // checked as Encode checks the strings, dynamic arrays and enums.
 func (g *generator) copyMethod(f *frameInfo) {
 	var checks []string
+	nested := false
 	for _, a := range f.args {
+		nested = nested || nestedChecks(a.arg.Type)
+	}
+	for _, a := range f.args {
+		if nested {
+			// Encode checks the whole message, inside structs and
+			// arrays too.
+			break
+		}
 		field := a.arg.Name
 		_, decl := a.arg.Type.Underlying()
 		enumN := 0
@@ -61,7 +93,13 @@ func (g *generator) copyMethod(f *frameInfo) {
 	g.p("// copy returns a copy of m that shares no memory with it, checked as")
 	g.p("// Encode would check it: what the local interconnect passes.")
 	g.p("func (m *%s) copy() (*%s, error) {", f.typ, f.typ)
-	if len(checks) > 0 {
+	if nested {
+		g.p("// Enums and strings inside structs and arrays: checked by encoding.")
+		g.p("var b wire.Buffer")
+		g.p("if err := m.Encode(&b); err != nil {")
+		g.p("return nil, err")
+		g.p("}")
+	} else if len(checks) > 0 {
 		g.p("if err := wire.First(%s); err != nil {", strings.Join(checks, ",\n"))
 		g.p("return nil, err")
 		g.p("}")
