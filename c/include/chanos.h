@@ -711,14 +711,22 @@ static inline void chanos_dec_raw(struct chanos_dec *d, void *dst, size_t n)
         memcpy(dst, p, n);
 }
 
-/* chanos_dec_count reads a dynamic array's element count, failing with BOUND
- * (and returning 0) if it exceeds max. */
-static inline uint32_t chanos_dec_count(struct chanos_dec *d, uint32_t max)
+/* chanos_dec_count reads a dynamic array's element count, failing (and
+ * returning 0) with BOUND if it exceeds max, then with TRUNCATED if the
+ * bytes left cannot hold that many elements of elem_size bytes (0: the
+ * elements' size varies, and only their reading tells), as Go's decoder
+ * does, before any element is read (docs/wire.md, "Order of checks"). */
+static inline uint32_t chanos_dec_count(struct chanos_dec *d, uint32_t max,
+                                        size_t elem_size)
 {
     uint32_t n = chanos_dec_u32(d);
 
     if (n > max) {
         chanos_dec_fail_(d, CHANOS_ERR_BOUND);
+        return 0;
+    }
+    if (d->err == 0 && (uint64_t)n * elem_size > (uint64_t)(d->len - d->pos)) {
+        chanos_dec_fail_(d, CHANOS_ERR_TRUNCATED);
         return 0;
     }
     return n;

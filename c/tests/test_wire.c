@@ -197,7 +197,7 @@ static void test_encode_decode(void)
     CHECK(chanos_dec_enum(&d, 3) == 2);
     chanos_dec_raw(&d, raw, 3);
     CHECK(memcmp(raw, "xyz", 3) == 0);
-    CHECK(chanos_dec_count(&d, 2) == 2);
+    CHECK(chanos_dec_count(&d, 2, 1) == 2);
     s = chanos_dec_str(&d, 2);
     CHECK(s.len == 2 && memcmp(s.ptr, "hi", 2) == 0);
     by = chanos_dec_bytes(&d, 4);
@@ -336,8 +336,16 @@ static void test_decode_errors(void)
     (void)chanos_dec_bytes(&d, 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_count(&d, 0xfffffffe) == 0);
+    CHECK(chanos_dec_count(&d, 0xfffffffe, 1) == 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
+    /* A count within its bound whose elements the bytes left cannot
+     * hold is TRUNCATED before any element is read, as in Go. */
+    chanos_store_u32(f + 16, 2);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK(chanos_dec_count(&d, 4, 4) == 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
+    CHECK(chanos_dec_count(&d, 4, 2) == 2);
 
     /* Bool and enum values. */
     f[16] = 2;

@@ -659,7 +659,8 @@ func (g *generator) decArg(b *body, m *idl.Message, a *idl.Arg) {
 	case a.Shape == idl.ShapeDynArray:
 		n := "m->" + Member(a.LenName)
 		b.loops = max(b.loops, 1)
-		b.p.f("    %s = chanos_dec_count(d, %s);", n, bound)
+		size, _ := a.Type.FixedSize() // 0 when it varies, as Go's
+		b.p.f("    %s = chanos_dec_count(d, %s, %d);", n, bound, size)
 		b.p.f("    for (i = 0; i < %s; i++)", n)
 		g.decValue(b, 2, "d", expr+"[i]", a.Type, 1)
 	default:
