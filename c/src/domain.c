@@ -295,7 +295,7 @@ static int spin_from_env(int64_t *out)
     }
     errno = 0;
     x = strtod(v, &end);
-    if (end == v || errno != 0 || x < 0)
+    if (end == v || errno != 0 || !(x >= 0)) /* NaN too */
         return -EINVAL;
     if (*end == '\0') {
         if (x != 0)
@@ -883,6 +883,8 @@ static int rejoin(struct chanos_domain *d)
             rc = d->err;
         else if (lrc != 0 && (l->err = lrc, first == 0))
             first = lrc;
+        else if (lrc == 0)
+            l->err = 0; /* exported again: an earlier rejoin's failure is over */
     }
     d->rejoin = 1;
     if (rc != 0) {
@@ -1114,7 +1116,8 @@ static void free_listener(struct chanos_listener *l)
         }
     }
     for (size_t i = 0; i < d->nin; i++) {
-        if (d->in[i].export_id == l->ref.export_id)
+        if (d->in[i].export_id == l->ref.export_id &&
+            memcmp(d->in[i].token, l->ref.token, sizeof l->ref.token) == 0)
             drop_pending(&d->in[i]);
         else
             d->in[j++] = d->in[i];
@@ -1495,16 +1498,16 @@ static int take_incoming(struct chanos_listener *l, chanos_conn **out)
         chanos_ump *u;
         int rc;
 
-        if (p.export_id != l->ref.export_id) {
+        /* id and token: after a monitor restart, a listener that could
+         * not be exported again keeps an id the new monitor may have
+         * given another listener, whose connections these are */
+        if (p.export_id != l->ref.export_id ||
+            memcmp(p.token, l->ref.token, sizeof p.token) != 0) {
             i++;
             continue;
         }
         memmove(&d->in[i], &d->in[i + 1], (d->nin - i - 1) * sizeof d->in[0]);
         d->nin--;
-        if (memcmp(p.token, l->ref.token, sizeof p.token) != 0) {
-            drop_pending(&p);
-            continue;
-        }
         if (p.local != NULL) {
             rc = chanos_conn_set_peer_(p.local, &p.peer);
             if (rc != 0) {

@@ -595,7 +595,7 @@ static void test_spin_env(void)
         { "0", 0, CHANOS_UMP_DEFAULT_SPIN_NS },
         { "160us", 75000, 75000 },
     };
-    static const char *const bad[] = { "fast", "160", "10 us", "1h", "-5us" };
+    static const char *const bad[] = { "fast", "160", "10 us", "1h", "-5us", "nanms", "infus" };
     const char *name = "self.spinenv";
 
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
