@@ -248,6 +248,40 @@ static int remaining(int64_t deadline)
     return left > INT_MAX ? INT_MAX : (int)left;
 }
 
+/* connect_within connects s to the monitor's socket sa, waiting at most
+ * timeout_ms (-1: no bound) while the monitor's queue of connections is
+ * full, as a stopped or wedged monitor's is: a blocking connect would then
+ * wait for good, whatever the caller's timeout. A socket of the monitor's
+ * kind never connects in part: the connect is done or refused at once. */
+static int connect_within(int s, const struct sockaddr_un *sa, int timeout_ms)
+{
+    int64_t deadline = timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
+    int fl = fcntl(s, F_GETFL);
+    int rc;
+
+    if (fl < 0 || fcntl(s, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    for (;;) {
+        if (connect(s, (const struct sockaddr *)sa, sizeof *sa) == 0) {
+            rc = 0;
+            break;
+        }
+        if (errno != EAGAIN && errno != EINTR) {
+            rc = -errno;
+            break;
+        }
+        if (deadline >= 0 && now_ms() >= deadline) {
+            rc = CHANOS_ERR_TIMEDOUT;
+            break;
+        }
+        struct timespec ts = { 0, 5 * 1000000 };
+        nanosleep(&ts, NULL);
+    }
+    if (fcntl(s, F_SETFL, fl) < 0 && rc == 0)
+        rc = -errno;
+    return rc;
+}
+
 static int64_t deadline_of(int timeout_ms)
 {
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
@@ -849,7 +883,7 @@ static int rejoin(struct chanos_domain *d)
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, d->path, sizeof sa.sun_path);
     s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect(s, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+    if (s < 0 || connect_within(s, &sa, d->call_timeout_ms) != 0 ||
         dup3(s, d->sock, O_CLOEXEC) < 0) {
         if (s >= 0)
             close(s);
@@ -993,9 +1027,10 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
         rc = -errno;
         goto fail;
     }
-    if (connect(d->sock, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        rc = (errno == ENOENT || errno == ECONNREFUSED) ? CHANOS_ERR_NO_MONITOR
-                                                        : -errno;
+    rc = connect_within(d->sock, &sa, o.timeout_ms);
+    if (rc != 0) {
+        if (rc == -ENOENT || rc == -ECONNREFUSED)
+            rc = CHANOS_ERR_NO_MONITOR;
         goto fail;
     }
 

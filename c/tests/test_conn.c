@@ -11,6 +11,8 @@
 #include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <time.h>
 
 #define MSG_ECHO 4
 
@@ -374,6 +376,34 @@ static void test_join_errors(void)
     CHECK(chmod(tmpl, 0755) == 0);
     CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_UNSAFE_DIR);
     rmdir(tmpl);
+
+    /* a stopped monitor, whose queue of connections is full: the join
+     * keeps its timeout rather than wait in connect for good */
+    {
+        char dir[] = "/tmp/chanos-test-stopped-XXXXXX";
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int ls, filler;
+        struct timespec t0, t1;
+
+        CHECK(mkdtemp(dir) != NULL);
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s/monitor.sock", dir);
+        ls = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+        CHECK(ls >= 0 && bind(ls, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(ls, 0) == 0);
+        filler = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        CHECK(filler >= 0 && connect(filler, (struct sockaddr *)&sa, sizeof sa) == 0);
+        o.dir = dir;
+        o.timeout_ms = 200;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_TIMEDOUT);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        CHECK(t1.tv_sec - t0.tv_sec < 10);
+        CHECK(d == NULL);
+        o.timeout_ms = 0;
+        close(filler);
+        close(ls);
+        unlink(sa.sun_path);
+        rmdir(dir);
+    }
 
     for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
         CHECK(strcmp(chanos_strerror(codes[i]), "unknown chanos error") != 0);
