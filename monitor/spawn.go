@@ -344,10 +344,7 @@ func (c *spawnConn) Spawn(ctx context.Context, program string, args, env []byte,
 		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, CPURate: cpuRate, Name: name,
 	}, c.who)
 	if err != nil {
-		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn",
-				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
-		}
+		// The service logs its refusals (rate-limited, with the caller).
 		return 0, 0, spawnif.Code(err), detail(err), nil
 	}
 	return st.ID, int32(st.PID), spawnif.CodeOK, nil, nil
@@ -415,10 +412,7 @@ func (c *spawnConn) PutBegin(ctx context.Context, hash string, size uint64) (uin
 	}
 	id, present, err := c.m.spawnd.svc.PutBegin(hash, size, c.id, c.who)
 	if err != nil {
-		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.put_begin", "request refused", "call", "spawn.put_begin",
-				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
-		}
+		// The service logs its refusals (rate-limited, with the caller).
 		return 0, false, spawnif.Code(err), detail(err), nil
 	}
 	return id, present, spawnif.CodeOK, nil, nil
@@ -453,10 +447,7 @@ func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args
 		Dir: dir, CPUs: cpus, Mem: memLimit, CPU: cpuLimit, CPURate: cpuRate, Name: name,
 	}, c.who)
 	if err != nil {
-		if errors.Is(err, spawnif.ErrExhausted) || errors.Is(err, spawnif.ErrDenied) {
-			c.m.rlog.Log(slog.LevelWarn, "refused-spawn.spawn", "request refused", "call", "spawn.spawn_shipped",
-				"domain", c.who.Domain, "conn", c.id, "reason", err.Error())
-		}
+		// The service logs its refusals (rate-limited, with the caller).
 		return 0, 0, spawnif.Code(err), detail(err), nil
 	}
 	return st.ID, int32(st.PID), spawnif.CodeOK, nil, nil
