@@ -3,7 +3,6 @@ package chanos_test
 import (
 	"context"
 	"errors"
-	"os"
 	"testing"
 	"time"
 
@@ -51,7 +50,7 @@ func TestEndpointInMessages(t *testing.T) {
 		"ump": func() (*chanos.Conn, *chanos.Conn, error) { return chanos.UMPPair(files.Interface) },
 	} {
 		t.Run(name, func(t *testing.T) {
-			before := countFDs(t)
+			before := testkit.OpenFDs(t)
 			a, b, err := mk()
 			if err != nil {
 				t.Fatal(err)
@@ -108,21 +107,12 @@ func TestEndpointInMessages(t *testing.T) {
 	}
 }
 
-func countFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // waitFDs waits for this process's descriptors to come back to before:
 // closing goroutines may still be at work.
 func waitFDs(t *testing.T, before int) {
 	t.Helper()
-	n := countFDs(t)
-	for deadline := time.Now().Add(5 * time.Second); n > before && time.Now().Before(deadline); n = countFDs(t) {
+	n := testkit.OpenFDs(t)
+	for deadline := time.Now().Add(5 * time.Second); n > before && time.Now().Before(deadline); n = testkit.OpenFDs(t) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if n > before {

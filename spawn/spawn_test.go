@@ -324,16 +324,6 @@ func TestSpawnToken(t *testing.T) {
 	s.Kill(st.ID, syscall.SIGKILL, Caller{Domain: 7})
 }
 
-// openFDs counts this process's open descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // alive reports whether pid is a process that has not ended.
 func alive(pid int) bool {
 	return syscall.Kill(pid, 0) == nil && processState(pid) != "Z"
@@ -424,13 +414,13 @@ func TestForgottenProgramStopsReading(t *testing.T) {
 			s.Close()
 		}
 	})
-	base := openFDs(t)
+	base := testkit.OpenFDs(t)
 	var pids []int
 	for range 8 {
 		_, pid := leftover(t, s, true)
 		pids = append(pids, pid)
 	}
-	if extra := openFDs(t) - base; extra > 2*(1+2) {
+	if extra := testkit.OpenFDs(t) - base; extra > 2*(1+2) {
 		t.Errorf("%d descriptors held for 1 program kept; the bound is 2 per program running or kept, 3 of them", extra)
 	}
 	s.mu.Lock()

@@ -31,28 +31,20 @@ import (
 // descriptors of the process are back to what they were.
 func noLeaks(t *testing.T) {
 	t.Helper()
-	g0, f0 := runtime.NumGoroutine(), fds(t)
+	g0, f0 := runtime.NumGoroutine(), testkit.OpenFDs(t)
 	t.Cleanup(func() {
 		if t.Failed() {
 			return
 		}
 		deadline := time.Now().Add(5 * time.Second)
-		for (runtime.NumGoroutine() > g0 || fds(t) > f0) && time.Now().Before(deadline) {
+		for (runtime.NumGoroutine() > g0 || testkit.OpenFDs(t) > f0) && time.Now().Before(deadline) {
 			time.Sleep(10 * time.Millisecond)
 		}
-		if g, f := runtime.NumGoroutine(), fds(t); g > g0 || f > f0 {
+		if g, f := runtime.NumGoroutine(), testkit.OpenFDs(t); g > g0 || f > f0 {
 			buf := make([]byte, 1<<16)
 			t.Errorf("leak: %d goroutines and %d descriptors, %d and %d before\n%s", g, f, g0, f0, buf[:runtime.Stack(buf, true)])
 		}
 	})
-}
-
-func fds(t *testing.T) int {
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
 }
 
 // listen starts a Listener on loopback, closed when the test ends.

@@ -95,3 +95,14 @@ func ShortDir(t testing.TB) string {
 	t.Cleanup(func() { os.RemoveAll(d) })
 	return d
 }
+
+// OpenFDs counts the descriptors this process has open: what a test
+// compares before and after to find a leak.
+func OpenFDs(t testing.TB) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
+}

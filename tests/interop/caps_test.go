@@ -24,23 +24,13 @@ import (
 
 func capsPeer(t *testing.T) string { return filepath.Join(cBuild(t), "tools", "chanos-caps-peer") }
 
-// openFDs counts this process's descriptors.
-func openFDs(t *testing.T) int {
-	t.Helper()
-	ents, err := os.ReadDir("/proc/self/fd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return len(ents)
-}
-
 // settledFDs waits for this process's descriptor count to come back to
 // at most want (goroutines that close a connection's last descriptors
 // may still be running), and returns the count.
 func settledFDs(t *testing.T, want int) int {
 	t.Helper()
-	n := openFDs(t)
-	for deadline := time.Now().Add(5 * time.Second); n > want && time.Now().Before(deadline); n = openFDs(t) {
+	n := testkit.OpenFDs(t)
+	for deadline := time.Now().Add(5 * time.Second); n > want && time.Now().Before(deadline); n = testkit.OpenFDs(t) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return n
@@ -70,7 +60,7 @@ func TestFDsCServerGoClient(t *testing.T) {
 	defer cancel()
 	d := join(t, dir)
 	f := sizedFile(t, 12345)
-	before := openFDs(t)
+	before := testkit.OpenFDs(t)
 	c, err := files.Connect(ctx, d, "c.files")
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +189,7 @@ func TestFDsGoServerCClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := sizedFile(t, 4321)
-	before := openFDs(t)
+	before := testkit.OpenFDs(t)
 	served := make(chan error, 1)
 	go func() { served <- files.Serve(ctx, l, goFiles{}) }()
 	out := run(t, dir, capsPeer(t), "call", "go.files", f.Name())
@@ -230,7 +220,7 @@ func TestFDsInFlightWhenThePeerIsKilled(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testkit.Limit)
 	defer cancel()
 	d := join(t, dir)
-	before := openFDs(t)
+	before := testkit.OpenFDs(t)
 	c, err := files.Connect(ctx, d, "c.files")
 	if err != nil {
 		t.Fatal(err)
