@@ -540,6 +540,14 @@ func (c *Member) dial(mi etcd.MachineInfo) error {
 	c.mu.Lock()
 	c.links[mi.ID] = link
 	c.mu.Unlock()
+	// The machine may have left while the dial ran: dialPeers, which
+	// closes the links of machines that leave, then found none. Looked at
+	// after the link is recorded, the registry either still holds the
+	// machine (dialPeers closes the link when it goes) or does not.
+	if !c.inRegistry(mi.ID) {
+		c.log.Info("control link closed: the machine left the cluster as it was dialled", "machine", fmt.Sprintf("%016x", mi.ID))
+		link.Close()
+	}
 	c.wg.Add(1)
 	c.hold(link, "dialled", mi.ID)
 	c.mu.Lock()
@@ -548,6 +556,16 @@ func (c *Member) dial(mi etcd.MachineInfo) error {
 	}
 	c.mu.Unlock()
 	return nil
+}
+
+// inRegistry reports whether machine id is in the cluster's registry.
+func (c *Member) inRegistry(id uint64) bool {
+	for _, mi := range c.machine.Registry().Machines() {
+		if mi.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // revocationsPoll is how often the monitor looks for a new revocation
