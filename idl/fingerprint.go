@@ -27,8 +27,9 @@ func (iface *Interface) Fingerprint() uint64 {
 // declared type its structure (struct field names and types, enumerator
 // names in order, array lengths), never its name, so that an alias or a
 // renamed typedef keeps the fingerprint. Comments, whitespace, the
-// description, annotations, include files' unused types and the
-// interface's name (which binding compares by itself) are left out.
+// description, annotations, include files' unused types, a dynamic
+// array's length name and the interface's name (which binding compares
+// by itself) are left out (docs/idl.md, "Fingerprints").
 func (iface *Interface) Canonical() string {
 	var b strings.Builder
 	b.WriteString("chanos-fingerprint 1\n")
@@ -49,6 +50,9 @@ func (iface *Interface) Canonical() string {
 			case ShapeString:
 				fmt.Fprintf(&b, " string %d", a.Max)
 			case ShapeDynArray:
+				// Not LenName: like a type's name it is spelled in the
+				// generated code only, and the count means its array's
+				// length to both peers whatever they call it.
 				fmt.Fprintf(&b, " array %d", a.Max)
 			}
 			b.WriteByte('\n')

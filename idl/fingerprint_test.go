@@ -39,6 +39,11 @@ func TestFingerprint(t *testing.T) {
 			rpc add(in wide delta, out int64 sum);
 			message tick(stride s, uint8 data[len, 16]);
 		};`,
+		"a dynamic array's length name": `interface calc "Sums" {
+			typedef struct { int64 delta; uint32 n; } step;
+			rpc add(in int64 delta, out int64 sum);
+			message tick(step s, uint8 data[count, 16]);
+		};`,
 	}
 	for what, src := range same {
 		if got := fp(src); got != want {

@@ -27,18 +27,28 @@ const (
 )
 
 // ValidMetadataKey reports what is wrong with key, or nil: a key is 1 to
-// MaxMetadataKeyLen bytes of lower-case ASCII letters, digits, '-', '_'
-// and '.', so that keys compare byte for byte in every language.
+// MaxMetadataKeyLen bytes (else ErrBound) of lower-case ASCII letters,
+// digits, '-', '_' and '.' (else ErrHeader), so that keys compare byte
+// for byte in every language.
 func ValidMetadataKey(key string) error {
 	if len(key) == 0 || len(key) > MaxMetadataKeyLen {
 		return fmt.Errorf("metadata key %q is %d bytes; keys are 1 to %d: %w", truncated(key), len(key), MaxMetadataKeyLen, ErrBound)
 	}
-	for i := 0; i < len(key); i++ {
-		if c := key[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			return fmt.Errorf("metadata key %q has byte 0x%02x at %d; keys are lower-case letters, digits, '-', '_' and '.': %w", truncated(key), c, i, ErrHeader)
-		}
+	if i := badKeyByte(key); i >= 0 {
+		return fmt.Errorf("metadata key %q has byte 0x%02x at %d; keys are lower-case letters, digits, '-', '_' and '.': %w", truncated(key), key[i], i, ErrHeader)
 	}
 	return nil
+}
+
+// badKeyByte returns the index of the first byte of key that no key may
+// hold, or -1.
+func badKeyByte(key string) int {
+	for i := 0; i < len(key); i++ {
+		if c := key[i]; !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return i
+		}
+	}
+	return -1
 }
 
 func truncated(s string) string {
@@ -101,8 +111,9 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 // FlagMeta cleared and its size set, as the frame would have been without
 // metadata: what the connection layer hands the decoders, which refuse
 // FlagMeta. frame itself is not modified. A malformed trailer fails with
-// an *Error that matches the rejection code: bound, truncated, header (a
-// key of bytes a key may not hold) or nul (a value with a NUL byte).
+// an *Error that matches the rejection code of its first fault, in the
+// order of docs/wire.md, "Metadata": bound, truncated, header (a key of
+// bytes a key may not hold) or nul (a value with a NUL byte).
 func SplitMetadata(frame []byte) ([]byte, Metadata, error) {
 	if len(frame) < HeaderSize || frame[offFlags] != FlagCall|FlagMeta ||
 		binary.LittleEndian.Uint32(frame[offSize:]) != uint32(len(frame)) {
@@ -116,34 +127,40 @@ func SplitMetadata(frame []byte) ([]byte, Metadata, error) {
 	if blockLen > MaxMetadataLen || blockLen > n-2-HeaderSize {
 		return nil, nil, &Error{Err: ErrBound, Offset: n - 2, Detail: fmt.Sprintf("metadata trailer of %d bytes in a frame of %d (at most %d)", blockLen, n, MaxMetadataLen)}
 	}
-	start := n - 2 - blockLen
+	start, end := n-2-blockLen, n-2
 	md := make(Metadata)
-	for off := start; off < n-2; {
-		if off+1 > n-2 {
-			return nil, nil, &Error{Err: ErrTruncated, Offset: off, Detail: "metadata entry cut short"}
+	prev := ""
+	for off := start; off < end; {
+		if len(md) == MaxMetadataKeys {
+			return nil, nil, &Error{Err: ErrBound, Offset: off, Detail: fmt.Sprintf("more than %d metadata keys", MaxMetadataKeys)}
 		}
 		klen := int(frame[off])
-		if off+1+klen+2 > n-2 {
+		if klen == 0 || klen > MaxMetadataKeyLen {
+			return nil, nil, &Error{Err: ErrBound, Offset: off, Detail: fmt.Sprintf("metadata key of %d bytes; keys are 1 to %d", klen, MaxMetadataKeyLen)}
+		}
+		if off+1+klen+2 > end {
 			return nil, nil, &Error{Err: ErrTruncated, Offset: off, Detail: "metadata key cut short"}
 		}
 		k := string(frame[off+1 : off+1+klen])
-		if err := ValidMetadataKey(k); err != nil {
-			return nil, nil, &Error{Err: ErrHeader, Offset: off + 1, Detail: err.Error()}
+		if i := badKeyByte(k); i >= 0 {
+			return nil, nil, &Error{Err: ErrHeader, Offset: off + 1 + i, Detail: fmt.Sprintf("metadata key %q has byte 0x%02x; keys are lower-case letters, digits, '-', '_' and '.'", k, k[i])}
+		}
+		// Strictly increasing keys: one encoding per metadata, and a key
+		// repeated is out of order too.
+		if off > start && k <= prev {
+			return nil, nil, &Error{Err: ErrBound, Offset: off + 1, Detail: fmt.Sprintf("metadata key %q after %q: keys are sorted, each once", k, prev)}
 		}
 		vlen := int(binary.LittleEndian.Uint16(frame[off+1+klen:]))
 		voff := off + 1 + klen + 2
-		if vlen > MaxMetadataValueLen || voff+vlen > n-2 {
+		if vlen > MaxMetadataValueLen || voff+vlen > end {
 			return nil, nil, &Error{Err: ErrBound, Offset: off + 1 + klen, Detail: fmt.Sprintf("metadata %q: value of %d bytes", k, vlen)}
 		}
 		v := string(frame[voff : voff+vlen])
 		if strings.IndexByte(v, 0) >= 0 {
 			return nil, nil, &Error{Err: ErrNUL, Offset: voff, Detail: fmt.Sprintf("metadata %q: value holds a NUL byte", k)}
 		}
-		if _, dup := md[k]; dup || len(md) == MaxMetadataKeys {
-			return nil, nil, &Error{Err: ErrBound, Offset: off, Detail: fmt.Sprintf("metadata %q repeated, or more than %d keys", k, MaxMetadataKeys)}
-		}
 		md[k] = v
-		off = voff + vlen
+		prev, off = k, voff+vlen
 	}
 	out := make([]byte, start)
 	copy(out, frame[:start])

@@ -549,7 +549,10 @@ static inline void chanos_dec_fail_(struct chanos_dec *d, int err)
 /*
  * chanos_dec_begin starts decoding the frame in frame[0..len) with the fds
  * received beside it: it parses the header into h (TRUNCATED, SIZE) and
- * positions d at the body.
+ * positions d at the body. If nfds is not the header's ncaps, d starts
+ * with the sticky error CAP: the caller's checks of msg and flags still
+ * come first, and the body's faults are never reached (docs/wire.md,
+ * "Order of checks" 4), so a decoder that succeeds has handed on every fd.
  */
 static inline int chanos_dec_begin(struct chanos_dec *d, struct chanos_hdr *h,
                                    const uint8_t *frame, size_t len,
@@ -566,7 +569,7 @@ static inline int chanos_dec_begin(struct chanos_dec *d, struct chanos_hdr *h,
     d->nfds = nfds;
     d->ncaps = h->ncaps;
     d->caps = 0;
-    d->err = 0;
+    d->err = nfds != h->ncaps ? CHANOS_ERR_CAP : 0;
     return CHANOS_OK;
 }
 
@@ -1617,9 +1620,10 @@ int chanos_frame_meta(const struct chanos_frame *f, const char *key,
 /*
  * chanos_conn_set_meta makes every rpc call made on c from now on (the
  * generated stubs' too) carry the n entries kv, which it copies; n 0
- * clears them. Keys are 1 to CHANOS_META_KEY_MAX bytes of a-z, 0-9, '-',
- * '_' and '.' (else CHANOS_ERR_HEADER), values NUL-terminated strings of
- * at most CHANOS_META_VALUE_MAX bytes, each key once, at most
+ * clears them. Keys are 1 to CHANOS_META_KEY_MAX bytes (else
+ * CHANOS_ERR_BOUND) of a-z, 0-9, '-', '_' and '.' (else
+ * CHANOS_ERR_HEADER), values NUL-terminated strings of at most
+ * CHANOS_META_VALUE_MAX bytes, each key once, at most
  * CHANOS_META_KEYS_MAX entries and CHANOS_META_MAX bytes in all (else
  * CHANOS_ERR_BOUND); metadata that fails leaves c's as it was. A call
  * with metadata must still fit the connection's largest frame.
@@ -1632,6 +1636,26 @@ int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
                          unsigned n);
 int chanos_conn_meta(const chanos_conn *c, const char *key,
                      struct chanos_str *value);
+
+/*
+ * The trailer itself, as Go's wire.AppendMetadata and wire.SplitMetadata
+ * handle it, for tools and tests; connections call these.
+ *
+ * chanos_meta_encode writes into out[0..cap) the metadata trailer of the
+ * n entries kv (their entries sorted by key, then the entries' length)
+ * and sets *len to its length; n 0 is no trailer, *len 0. It refuses
+ * what chanos_conn_set_meta refuses, with the same codes, and fails with
+ * CHANOS_ERR_NOSPACE, *len set to the room needed, when cap is short.
+ *
+ * chanos_meta_split checks the trailer of frame[0..len), a call with
+ * metadata (flags CALL|META, size len; else CHANOS_ERR_HEADER): 0 and
+ * *call_len, the length of the call before it, whose entries are then
+ * frame[*call_len..len-2); or the code of the trailer's first fault in
+ * the order of docs/wire.md, "Metadata". It only reads frame.
+ */
+int chanos_meta_encode(const struct chanos_meta *kv, unsigned n,
+                       uint8_t *out, size_t cap, size_t *len);
+int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len);
 
 /*
  * The domain at the other end of a connection chanos_accept returned, as

@@ -537,36 +537,61 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-/* valid_key reports whether k[0..n) is a metadata key: lower-case
- * letters, digits, '-', '_' and '.' (docs/wire.md, "Metadata"). */
-static bool valid_key(const uint8_t *k, size_t n)
+/* key_byte reports whether ch may be a byte of a metadata key:
+ * lower-case letters, digits, '-', '_' and '.' (docs/wire.md,
+ * "Metadata"). */
+static bool key_byte(uint8_t ch)
 {
-    if (n == 0 || n > CHANOS_META_KEY_MAX)
-        return false;
-    for (size_t i = 0; i < n; i++) {
-        uint8_t ch = k[i];
-
-        if (!((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-              ch == '-' || ch == '_' || ch == '.'))
-            return false;
-    }
-    return true;
+    return (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+           ch == '-' || ch == '_' || ch == '.';
 }
 
-/* next_entry reads the metadata entry at *off of the entries m[0..n):
- * 0 and its key and value, or the error that rejects the entries. */
+/* check_key returns the code that refuses k[0..n) as a metadata key:
+ * BOUND for its length, HEADER for a byte; else 0. */
+static int check_key(const uint8_t *k, size_t n)
+{
+    if (n == 0 || n > CHANOS_META_KEY_MAX)
+        return CHANOS_ERR_BOUND;
+    for (size_t i = 0; i < n; i++)
+        if (!key_byte(k[i]))
+            return CHANOS_ERR_HEADER;
+    return 0;
+}
+
+/* key_cmp orders keys byte by byte, a key before its extensions, as Go
+ * compares strings: the order of a trailer's entries. */
+static int key_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
+{
+    int c = memcmp(a, b, na < nb ? na : nb);
+
+    if (c != 0)
+        return c;
+    return na < nb ? -1 : na > nb;
+}
+
+/* next_entry reads the metadata entry at *off (< n) of the entries
+ * m[0..n), whose previous key, if *off is past the first, is
+ * prev[0..nprev): 0 and
+ * its key and value, or the code of its first fault in the order of
+ * docs/wire.md, "Metadata". */
 static int next_entry(const uint8_t *m, size_t n, size_t *off,
+                      const uint8_t *prev, size_t nprev,
                       struct chanos_str *key, struct chanos_str *value)
 {
-    size_t o = *off, klen, vlen;
+    size_t o = *off, klen = m[o], vlen;
+    int rc;
 
-    if (o + 1 > n)
-        return CHANOS_ERR_TRUNCATED;
-    klen = m[o];
+    if (klen == 0 || klen > CHANOS_META_KEY_MAX)
+        return CHANOS_ERR_BOUND;
     if (o + 1 + klen + 2 > n)
         return CHANOS_ERR_TRUNCATED;
-    if (!valid_key(m + o + 1, klen))
-        return CHANOS_ERR_HEADER;
+    rc = check_key(m + o + 1, klen);
+    if (rc != 0)
+        return rc;
+    /* strictly increasing: one encoding per metadata, and a key given
+     * twice is out of order too */
+    if (o > 0 && key_cmp(prev, nprev, m + o + 1, klen) >= 0)
+        return CHANOS_ERR_BOUND;
     vlen = chanos_load_u16(m + o + 1 + klen);
     if (vlen > CHANOS_META_VALUE_MAX || o + 3 + klen + vlen > n)
         return CHANOS_ERR_BOUND;
@@ -580,6 +605,35 @@ static int next_entry(const uint8_t *m, size_t n, size_t *off,
     return 0;
 }
 
+int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
+{
+    size_t block, start, off = 0, keys = 0;
+    struct chanos_str k = { NULL, 0 }, v;
+    const uint8_t *m;
+    int rc;
+
+    if (len < CHANOS_HEADER_SIZE ||
+        frame[6] != (CHANOS_KIND_CALL | CHANOS_FLAG_META) ||
+        chanos_load_u32(frame) != len)
+        return CHANOS_ERR_HEADER;
+    if (len < CHANOS_HEADER_SIZE + 2)
+        return CHANOS_ERR_TRUNCATED;
+    block = chanos_load_u16(frame + len - 2);
+    if (block > CHANOS_META_MAX || block > len - 2 - CHANOS_HEADER_SIZE)
+        return CHANOS_ERR_BOUND;
+    start = len - 2 - block;
+    m = frame + start;
+    while (off < block) {
+        if (keys++ == CHANOS_META_KEYS_MAX)
+            return CHANOS_ERR_BOUND;
+        rc = next_entry(m, block, &off, (const uint8_t *)k.ptr, k.len, &k, &v);
+        if (rc != 0)
+            return rc;
+    }
+    *call_len = start;
+    return 0;
+}
+
 /*
  * split_meta checks the metadata trailer of the call f and takes it off:
  * the frame becomes the call as it would have been without it, for the
@@ -590,49 +644,31 @@ static int next_entry(const uint8_t *m, size_t n, size_t *off,
 static int split_meta(struct chanos_frame *f)
 {
     uint8_t *d = (uint8_t *)(uintptr_t)f->data;
-    size_t n = f->len, block, start, rel = 0, keys = 0;
-    struct chanos_str k, v;
-    int rc;
+    size_t start;
+    int rc = chanos_meta_split(d, f->len, &start);
 
-    if (n < CHANOS_HEADER_SIZE + 2)
-        return CHANOS_ERR_TRUNCATED;
-    block = chanos_load_u16(d + n - 2);
-    if (block > CHANOS_META_MAX || block > n - 2 - CHANOS_HEADER_SIZE)
-        return CHANOS_ERR_BOUND;
-    start = n - 2 - block;
-    while (rel < block) {
-        size_t at = rel;
-
-        rc = next_entry(d + start, block, &rel, &k, &v);
-        if (rc != 0)
-            return rc;
-        if (++keys > CHANOS_META_KEYS_MAX)
-            return CHANOS_ERR_BOUND;
-        for (size_t o = 0; o < at;) { /* a key given twice */
-            struct chanos_str k2, v2;
-
-            (void)next_entry(d + start, block, &o, &k2, &v2);
-            if (k2.len == k.len && memcmp(k2.ptr, k.ptr, k.len) == 0)
-                return CHANOS_ERR_BOUND;
-        }
-    }
+    if (rc != 0)
+        return rc;
     d[6] &= (uint8_t)~CHANOS_FLAG_META;
     chanos_store_u32(d, (uint32_t)start);
     f->hdr.flags &= (uint8_t)~CHANOS_FLAG_META;
     f->hdr.size = (uint32_t)start;
-    f->len = start;
     f->meta = d + start;
-    f->meta_len = block;
+    f->meta_len = f->len - 2 - start;
+    f->len = start;
     return 0;
 }
 
+/* find_meta looks key up in entries m[0..n) that chanos_meta_split
+ * accepted. */
 static int find_meta(const uint8_t *m, size_t n, const char *key,
                      struct chanos_str *value)
 {
     size_t klen = strlen(key), off = 0;
-    struct chanos_str k, v;
+    struct chanos_str k = { NULL, 0 }, v;
 
-    while (off < n && next_entry(m, n, &off, &k, &v) == 0) {
+    while (off < n && next_entry(m, n, &off, (const uint8_t *)k.ptr, k.len,
+                                 &k, &v) == 0) {
         if (k.len == klen && memcmp(k.ptr, key, klen) == 0) {
             *value = v;
             return 0;
@@ -647,53 +683,74 @@ static int key_order(const void *a, const void *b)
                   ((const struct chanos_meta *)b)->key);
 }
 
-int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
-                         unsigned n)
+int chanos_meta_encode(const struct chanos_meta *kv, unsigned n,
+                       uint8_t *out, size_t cap, size_t *len)
 {
     struct chanos_meta sorted[CHANOS_META_KEYS_MAX];
-    uint8_t *t;
-    size_t len = 0, off = 0;
+    size_t total = 0, off = 0;
+    int rc;
 
     if (n > CHANOS_META_KEYS_MAX)
         return CHANOS_ERR_BOUND;
     for (unsigned i = 0; i < n; i++) {
         size_t kl = strlen(kv[i].key), vl = strlen(kv[i].value);
 
-        if (!valid_key((const uint8_t *)kv[i].key, kl))
-            return CHANOS_ERR_HEADER;
+        rc = check_key((const uint8_t *)kv[i].key, kl);
+        if (rc != 0)
+            return rc;
         if (vl > CHANOS_META_VALUE_MAX)
             return CHANOS_ERR_BOUND;
         for (unsigned j = 0; j < i; j++)
             if (strcmp(kv[j].key, kv[i].key) == 0)
                 return CHANOS_ERR_BOUND;
-        len += 3 + kl + vl;
+        total += 3 + kl + vl;
         sorted[i] = kv[i];
     }
-    if (len > CHANOS_META_MAX)
+    if (total > CHANOS_META_MAX)
         return CHANOS_ERR_BOUND;
-    free(c->out_meta);
-    c->out_meta = NULL;
-    c->out_meta_len = 0;
-    if (n == 0)
+    if (n == 0) {
+        *len = 0;
         return 0;
-    /* sorted by key, as Go's sender writes them: the same metadata makes
-     * the same frame */
+    }
+    *len = total + 2;
+    if (cap < total + 2)
+        return CHANOS_ERR_NOSPACE;
+    /* sorted by key, as a receiver requires: the same metadata makes the
+     * same bytes */
     qsort(sorted, n, sizeof sorted[0], key_order);
-    t = malloc(len + 2);
-    if (t == NULL)
-        return -ENOMEM;
     for (unsigned i = 0; i < n; i++) {
         size_t kl = strlen(sorted[i].key), vl = strlen(sorted[i].value);
 
-        t[off] = (uint8_t)kl;
-        memcpy(t + off + 1, sorted[i].key, kl);
-        chanos_store_u16(t + off + 1 + kl, (uint16_t)vl);
-        memcpy(t + off + 3 + kl, sorted[i].value, vl);
+        out[off] = (uint8_t)kl;
+        memcpy(out + off + 1, sorted[i].key, kl);
+        chanos_store_u16(out + off + 1 + kl, (uint16_t)vl);
+        memcpy(out + off + 3 + kl, sorted[i].value, vl);
         off += 3 + kl + vl;
     }
-    chanos_store_u16(t + off, (uint16_t)len);
+    chanos_store_u16(out + off, (uint16_t)total);
+    return 0;
+}
+
+int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
+                         unsigned n)
+{
+    uint8_t *t = NULL;
+    size_t len;
+    int rc = chanos_meta_encode(kv, n, NULL, 0, &len);
+
+    if (rc == CHANOS_ERR_NOSPACE) { /* checked, and len is its size */
+        t = malloc(len);
+        if (t == NULL)
+            return -ENOMEM;
+        rc = chanos_meta_encode(kv, n, t, len, &len);
+    }
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    free(c->out_meta);
     c->out_meta = t;
-    c->out_meta_len = len + 2;
+    c->out_meta_len = t != NULL ? len : 0;
     return 0;
 }
 

@@ -473,6 +473,7 @@ static void fill_caps(struct ctest_caps *m)
 static void test_caps(void)
 {
     static const int fds[] = { 110, 111, 112, 113, 114 };
+    static struct ctest_msg any; /* large: the union holds the biggest frame */
     struct ctest_caps m, d;
     struct chanos_buf b = newbuf();
     struct frame f, g;
@@ -497,11 +498,29 @@ static void test_caps(void)
     CHECK(d.r.p.x == -7);
     CHECK(d.r.p.c == CTEST_COLOR_BLUE && memcmp(d.r.addr, "abcdef", 6) == 0);
     CHECK(d.r.m[0][1] == 300 && !d.r.f[0] && d.r.f[1]);
-    /* Extra fds beyond ncaps are ignored. */
-    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), 0);
-    /* Too few fds came with the frame. */
+    /* The fds that came with the frame must be as many as its ncaps
+     * (docs/wire.md, "Order of checks" 4): more are refused as fewer are,
+     * by both decoders. */
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
     CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
     CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, NULL, 0), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 4), 0);
+    /* That check comes after the header's and before the body's: a bad
+     * bool, met before the last capability, is still CAP. */
+    f.p[f.len - 5] = 9;
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 3), CHANOS_ERR_CAP);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
+    f.p[6] = CHANOS_KIND_CALL;
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_HEADER);
+    CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 5), CHANOS_ERR_HEADER);
+    f.p[6] = CHANOS_KIND_MESSAGE;
+    f.p[4] = CTEST_MSG_EMPTY;
+    CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_UNKNOWN_MESSAGE);
+    f.p[4] = CTEST_MSG_CAPS;
+    f.p[f.len - 5] = 1;
     /* ncaps differs from the body's count. */
     f.p[7] = 5;
     CHECK_EQ(ctest_caps_decode(&d, f.p, f.len, fds, 5), CHANOS_ERR_CAP);
@@ -549,6 +568,61 @@ static void test_caps(void)
     CHECK_EQ(ctest_caps_encode(&m, &b), CHANOS_ERR_BOUND);
     CHECK(b.len == 2 * f.len && b.nfds == 8);
     frame_free(f);
+}
+
+/* on_caps takes the descriptors of a caps message: it closes them. */
+static int on_caps(void *ctx, chanos_conn *c, const struct ctest_caps *m)
+{
+    int *ran = ctx;
+
+    (void)c;
+    (*ran)++;
+    close(m->a);
+    for (uint32_t i = 0; i < m->nmore; i++)
+        close(m->more[i]);
+    close(m->r.fd);
+    return 0;
+}
+
+static bool fd_open(int fd)
+{
+    return fcntl(fd, F_GETFD) != -1;
+}
+
+/*
+ * A frame that came with more descriptors than its ncaps does not decode,
+ * so the dispatch closes every one of them and no handler runs; one with
+ * as many hands them all to the handler. Either way none is left open.
+ */
+static void test_dispatch_extra_fds(void)
+{
+    static const struct ctest_server_ops ops = { .caps = on_caps };
+    struct ctest_caps m;
+    struct chanos_buf b = newbuf();
+    struct chanos_frame f;
+    int fds[6], ran = 0;
+
+    fill_caps(&m);
+    CHECK_EQ(ctest_caps_encode(&m, &b), 0);
+    CHECK(b.data[7] == 4);
+    for (uint32_t n = 4; n <= 5; n++) {
+        for (int i = 0; i < 6; i += 2)
+            CHECK(pipe(fds + i) == 0);
+        close(fds[5]);
+        memset(&f, 0, sizeof f);
+        f.data = b.data;
+        f.len = b.len;
+        CHECK_EQ(chanos_hdr_parse(&f.hdr, b.data, b.len), 0);
+        f.kind = CHANOS_KIND_MESSAGE;
+        f.fds = fds;
+        f.nfds = n;
+        CHECK_EQ(ctest_dispatch(NULL, &f, &ops, &ran), n == 4 ? 0 : CHANOS_ERR_CAP);
+        CHECK_EQ(ran, 1); /* the handler ran for 4, not for 5 */
+        for (uint32_t i = 0; i < n; i++)
+            CHECK(!fd_open(fds[i]));
+        if (n == 4 && fd_open(fds[4]))
+            close(fds[4]);
+    }
 }
 
 static void test_keywords(void)
@@ -688,7 +762,7 @@ static void test_any(void)
         struct chanos_buf o;
 
         chanos_buf_init(&o, out, sizeof out, outfds, 8);
-        CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, 4), 0);
+        CHECK_EQ(ctest_decode(&any, f.p, f.len, fds, f.p[7]), 0);
         CHECK(any.kind == CHANOS_KIND_MESSAGE && any.call_id == 0);
         CHECK_EQ(ctest_encode(&any, &o), 0);
         CHECK(o.len == f.len && memcmp(out, f.p, f.len) == 0);
@@ -980,6 +1054,7 @@ int main(void)
     test_texts();
     test_arrays();
     test_caps();
+    test_dispatch_extra_fds();
     test_keywords();
     test_rpc();
     test_any();

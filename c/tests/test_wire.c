@@ -11,6 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "metadata_vectors.h"
+
 static void test_strerror(void)
 {
     static const int codes[] = {
@@ -302,7 +304,7 @@ static void test_decode_errors(void)
     uint8_t f[64];
     struct chanos_dec d;
     struct chanos_hdr h = { 0, 3, 0, 0, 0, 0 };
-    static const int fds[] = { 7, 8 };
+    static const int fds[] = { 7, 8, 9 };
 
     memset(f, 0, sizeof f);
     h.size = 16 + 8;
@@ -367,24 +369,127 @@ static void test_decode_errors(void)
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
     CHECK_EQ(chanos_dec_end(&d), 0);
+    /* one fd for an ncaps of 2: no capability is handed out */
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
+    CHECK(chanos_dec_cap(&d) == -1);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    /* more capability values than ncaps, and fewer */
+    f[7] = 1;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
     CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == -1);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
-    f[7] = 1;
-    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
-    (void)chanos_dec_cap(&d);
-    (void)chanos_dec_cap(&d);
-    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 3;
-    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
-    (void)chanos_dec_cap(&d);
-    (void)chanos_dec_cap(&d);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 3, 3, 0), 0);
+    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 2;
     chanos_store_u32(f + 16, 1);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
     (void)chanos_dec_cap(&d);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
+
+    /* More fds than ncaps, or fewer, is CAP before any fault of the body
+     * (docs/wire.md, "Order of checks" 4), and after the header's. */
+    f[7] = 1;
+    f[16] = 2; /* a bad bool */
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
+    (void)chanos_dec_bool(&d);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOOL);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
+    (void)chanos_dec_bool(&d);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_begin(&d, &h, f, 24, NULL, 0), 0);
+    (void)chanos_dec_bool(&d);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    f[7] = 0;
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 4, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+}
+
+/*
+ * The metadata trailers of testdata/wire/metadata.json, which Go's wire
+ * package passes too: a trailer is split off its call and read back by
+ * key, and the entries encode to it in any order they are given;
+ * malformed ones are refused with their code, as is metadata a sender
+ * must not send.
+ */
+static void test_metadata_vectors(void)
+{
+    static uint8_t t[CHANOS_META_MAX + 2];
+    struct chanos_meta rev[CHANOS_META_KEYS_MAX + 1];
+    size_t n = 0, len;
+    int splits = 0, sent = 0;
+
+    for (size_t i = 0; i < sizeof md_vectors / sizeof md_vectors[0]; i++) {
+        const struct md_vector *v = &md_vectors[i];
+        bool sendable = v->frame == NULL || strcmp(v->section, "trailers") == 0;
+
+        check_context = v->name;
+        if (v->frame != NULL) {
+            /* a heap block of exactly the frame's size, for ASan */
+            uint8_t *f = malloc(v->len);
+            int rc;
+
+            CHECK(f != NULL);
+            if (f == NULL)
+                continue;
+            memcpy(f, v->frame, v->len);
+            n = 0;
+            rc = chanos_meta_split(f, v->len, &n);
+            CHECK_EQ(rc, v->error);
+            splits++;
+            if (rc == 0 && v->error == 0) {
+                struct chanos_frame fr;
+                struct chanos_str val;
+
+                /* the call before the trailer, its header aside */
+                CHECK_EQ(n, sizeof md_call);
+                CHECK(n >= CHANOS_HEADER_SIZE && n <= v->len &&
+                      memcmp(f + CHANOS_HEADER_SIZE, md_call + CHANOS_HEADER_SIZE,
+                             n - CHANOS_HEADER_SIZE) == 0);
+                memset(&fr, 0, sizeof fr);
+                fr.meta = f + n;
+                fr.meta_len = v->len - 2 - n;
+                CHECK_EQ(fr.meta_len == 0, v->n == 0);
+                for (unsigned j = 0; j < v->n; j++) {
+                    CHECK_EQ(chanos_frame_meta(&fr, v->entries[j].key, &val), 0);
+                    CHECK(val.len == strlen(v->entries[j].value) &&
+                          memcmp(val.ptr, v->entries[j].value, val.len) == 0);
+                }
+                CHECK_EQ(chanos_frame_meta(&fr, "missing", &val), CHANOS_ERR_NOT_FOUND);
+            }
+            free(f);
+        }
+        if (!sendable)
+            continue;
+        /* in the order given, and reversed: a sender sorts them */
+        CHECK(v->n <= CHANOS_META_KEYS_MAX + 1);
+        for (unsigned j = 0; j < v->n && j <= CHANOS_META_KEYS_MAX; j++)
+            rev[j] = v->entries[v->n - 1 - j];
+        for (int r = 0; r < 2; r++) {
+            const struct chanos_meta *kv = r ? rev : v->entries;
+
+            len = 0;
+            CHECK_EQ(chanos_meta_encode(kv, v->n, t, sizeof t, &len), v->error);
+            sent++;
+            if (v->error == 0) {
+                CHECK_EQ(len, v->len - sizeof md_call);
+                CHECK(len == v->len - sizeof md_call &&
+                      memcmp(t, v->frame + sizeof md_call, len) == 0);
+                /* one byte short: NOSPACE, with the room needed */
+                if (len > 0) {
+                    size_t need = 0;
+
+                    CHECK_EQ(chanos_meta_encode(kv, v->n, t, len - 1, &need), CHANOS_ERR_NOSPACE);
+                    CHECK_EQ(need, len);
+                }
+            }
+        }
+    }
+    check_context = NULL;
+    CHECK(splits > 30 && sent > 20);
 }
 
 int main(void)
@@ -397,5 +502,6 @@ int main(void)
     test_encode_decode();
     test_encode_errors();
     test_decode_errors();
+    test_metadata_vectors();
     return check_done("test_wire");
 }

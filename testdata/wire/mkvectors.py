@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""mkvectors.py: writes alltypes.json, the shared wire test vectors.
+"""mkvectors.py: writes alltypes.json and metadata.json, the shared wire test
+vectors.
 
 This is an independent encoder of the chanos wire format (docs/wire.md),
 written from the spec alone. It holds a hand transcription of the layouts of
@@ -13,9 +14,13 @@ one must fail with the error it names, whatever order a decoder does its
 checks in (within what docs/wire.md fixes). A malformed vector that two
 reasonable decoders could reject with different codes is a bug here.
 
+metadata.json holds the metadata trailers of rpc calls (docs/wire.md,
+"Metadata"), from an encoder and a decoder of that section alone, which
+fixes the order of its checks.
+
 Usage: python3 mkvectors.py [-check]   (from anywhere; stdlib only)
-    writes alltypes.json beside this file; with -check, only checks that
-    the file there is what this script would write.
+    writes alltypes.json and metadata.json beside this file; with -check,
+    only checks that the files there are what this script would write.
 """
 
 import itertools
@@ -1105,6 +1110,269 @@ def check():
     assert codes == want, codes ^ want
 
 
+# ---------------------------------------------------------------- metadata
+# The metadata trailer of an rpc call (docs/wire.md, "Metadata"), written
+# to metadata.json: trailers taken off a call and put back, trailers a
+# receiver rejects, and metadata a sender refuses. Every frame extends the
+# same call, MD_CALL.
+
+FLAG_META = 0x10
+MD_KEYS, MD_KEY_LEN, MD_VALUE_LEN, MD_LEN = 32, 64, 1024, 8192
+MD_KEY_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_.")
+MD_CALL = frame(3, bytes(range(1, 9)), CALL, call_id=9, timeout=100)
+
+
+def md_entries(entries):
+    """The entries' bytes, in the order given, unchecked."""
+    out = b""
+    for k, v in entries:
+        k, v = k.encode(), v.encode()
+        out += u8(len(k)) + k + u16(len(v)) + v
+    return out
+
+
+def md_frame(entries_bytes, call=MD_CALL, block_len=None):
+    """call with META set, followed by the entries and their length
+    (block_len if given), its size fixed."""
+    if block_len is None:
+        block_len = len(entries_bytes)
+    f = bytearray(call + entries_bytes + u16(block_len))
+    f[6] |= FLAG_META
+    f[0:4] = u32(len(f))
+    return bytes(f)
+
+
+def md_send(entries):
+    """The trailer a sender appends for entries, or WireError: what a
+    sender refuses, with the receiver's codes. Empty metadata is no
+    trailer."""
+    if len(entries) > MD_KEYS:
+        raise WireError("bound", "too many entries")
+    seen, n = set(), 0
+    for k, v in entries:
+        kb, vb = k.encode(), v.encode()
+        if not 1 <= len(kb) <= MD_KEY_LEN:
+            raise WireError("bound", "key length")
+        if any(c not in MD_KEY_BYTES for c in kb):
+            raise WireError("header", "key byte")
+        if len(vb) > MD_VALUE_LEN:
+            raise WireError("bound", "value length")
+        if 0 in vb:
+            raise WireError("nul", "value")
+        if kb in seen:
+            raise WireError("bound", "key repeated")
+        seen.add(kb)
+        n += 3 + len(kb) + len(vb)
+    if n > MD_LEN:
+        raise WireError("bound", "entries' length")
+    if not entries:
+        return b""
+    return md_frame(md_entries(sorted(entries, key=lambda e: e[0].encode())))[len(MD_CALL):]
+
+
+def md_split(f):
+    """The call and the entries of f, a call with metadata, or WireError,
+    in the order of checks of docs/wire.md, "Metadata"."""
+    if len(f) < HEADER_SIZE or f[6] != CALL | FLAG_META or struct.unpack_from("<I", f)[0] != len(f):
+        raise WireError("header", "not a call with metadata")
+    n = len(f)
+    if n < HEADER_SIZE + 2:
+        raise WireError("truncated", "no entries' length")
+    block = struct.unpack_from("<H", f, n - 2)[0]
+    if block > MD_LEN or block > n - 2 - HEADER_SIZE:
+        raise WireError("bound", "entries' length")
+    start, end = n - 2 - block, n - 2
+    off, entries, prev = start, [], None
+    while off < end:
+        if len(entries) == MD_KEYS:
+            raise WireError("bound", "too many entries")
+        klen = f[off]
+        if not 1 <= klen <= MD_KEY_LEN:
+            raise WireError("bound", "key length")
+        if off + 1 + klen + 2 > end:
+            raise WireError("truncated", "entry cut short")
+        k = f[off + 1:off + 1 + klen]
+        if any(c not in MD_KEY_BYTES for c in k):
+            raise WireError("header", "key byte")
+        if prev is not None and k <= prev:
+            raise WireError("bound", "key out of order or repeated")
+        vlen = struct.unpack_from("<H", f, off + 1 + klen)[0]
+        voff = off + 3 + klen
+        if vlen > MD_VALUE_LEN or voff + vlen > end:
+            raise WireError("bound", "value length")
+        v = f[voff:voff + vlen]
+        if 0 in v:
+            raise WireError("nul", "value")
+        entries.append((k.decode(), v.decode()))
+        prev, off = k, voff + vlen
+    call = bytearray(f[:start])
+    call[6] &= ~FLAG_META & 0xFF
+    call[0:4] = u32(start)
+    return bytes(call), entries
+
+
+MD_TRAILERS = []     # (name, entries): a sender writes them, a receiver reads them back
+MD_DECODE_ONLY = []  # (name, frame, entries): a receiver takes them, no sender writes them
+MD_MALFORMED = []    # (name, frame, error)
+MD_UNSENDABLE = []   # (name, entries, error)
+
+
+def kv(*pairs):
+    return list(pairs)
+
+
+def letters(n, first=0):
+    """n distinct keys of two letters, in order."""
+    return [chr(ord("a") + (first + i) // 26) + chr(ord("a") + (first + i) % 26) for i in range(n)]
+
+
+MD_TRAILERS += [
+    ("one", kv(("k", "v"))),
+    ("two", kv(("add", "40"), ("trace-id", "abc"))),
+    ("empty_value", kv(("k", ""))),
+    # byte order: '-' < '.' < digits < '_' < letters, and a key before its extensions
+    ("byte_order", kv(("a", "1"), ("a-b", "2"), ("a.b", "3"), ("a0", "4"), ("a_b", "5"), ("ab", "6"))),
+    ("every_key_byte", kv(("-.0123456789_abcdefghijklmnopqrstuvwxyz", "x"))),
+    ("key_at_bound", kv(("k" * MD_KEY_LEN, "v"))),
+    ("value_at_bound", kv(("k", "v" * MD_VALUE_LEN))),
+    ("value_not_ascii", kv(("k", "caf\u00e9 \u0001\u007f"))),
+    ("keys_at_bound", kv(*[(k, k) for k in letters(MD_KEYS)])),
+    # 7 entries of 1028 bytes and one of 996: 8192
+    ("entries_at_bound", kv(*[(k, "v" * MD_VALUE_LEN) for k in "abcdefg"], ("h", "v" * 992))),
+]
+
+MD_DECODE_ONLY += [
+    ("no_entries", md_frame(b""), []),
+]
+
+
+def md_bad(name, f, error):
+    MD_MALFORMED.append((name, bytes(f), error))
+
+
+def md_raw(klen, key, vlen, value):
+    return u8(klen) + key + u16(vlen) + value
+
+
+GOOD2 = md_entries(kv(("a", "1"), ("b", "2")))
+md_bad("header/no_meta_flag", MD_CALL + md_entries(kv(("k", "v"))) + u16(6), "header")
+md_bad("header/meta_on_reply", hdr(md_frame(md_entries(kv(("k", "v")))), flags=REPLY | FLAG_META), "header")
+md_bad("truncated/no_entries_length", cut(md_frame(b"", call=frame(3, b"", CALL)), HEADER_SIZE + 1), "truncated")
+md_bad("truncated/header_alone", cut(md_frame(b"", call=frame(3, b"", CALL)), HEADER_SIZE), "truncated")
+md_bad("bound/entries_length_past_frame", md_frame(GOOD2, block_len=len(GOOD2) + len(MD_CALL) - HEADER_SIZE + 1),
+       "bound")
+md_bad("bound/entries_length_over_bound",
+       md_frame(md_entries(kv(*[(k, "v" * MD_VALUE_LEN) for k in "abcdefg"], ("h", "v" * 993)))), "bound")
+md_bad("bound/key_length_0", md_frame(md_raw(0, b"", 1, b"v")), "bound")
+md_bad("bound/key_length_65", md_frame(md_raw(65, b"k" * 65, 1, b"v")), "bound")
+md_bad("bound/key_length_255_past_entries", md_frame(md_raw(255, b"k" * 4, 0, b"")), "bound")
+md_bad("truncated/key_cut_short", md_frame(b"\x06abc"), "truncated")
+md_bad("truncated/value_length_cut_short", md_frame(b"\x01k\x01"), "truncated")
+md_bad("truncated/second_key_cut_short", md_frame(md_entries(kv(("a", "1"))) + b"\x02b"), "truncated")
+md_bad("header/key_upper_case", md_frame(md_entries(kv(("Key", "v")))), "header")
+md_bad("header/key_space", md_frame(md_entries(kv(("a b", "v")))), "header")
+md_bad("header/key_slash", md_frame(md_entries(kv(("a/b", "v")))), "header")
+md_bad("header/key_nul", md_frame(md_raw(3, b"a\x00b", 1, b"v")), "header")
+md_bad("header/key_not_ascii", md_frame(md_entries(kv(("caf\u00e9", "v")))), "header")
+md_bad("bound/keys_out_of_order", md_frame(md_entries(kv(("b", "1"), ("a", "2")))), "bound")
+md_bad("bound/key_before_its_prefix", md_frame(md_entries(kv(("ab", "1"), ("a", "2")))), "bound")
+md_bad("bound/key_repeated", md_frame(md_entries(kv(("a", "1"), ("a", "1")))), "bound")
+md_bad("bound/last_key_out_of_order", md_frame(md_entries(kv(*[(k, "") for k in letters(5)], ("aa", "")))), "bound")
+md_bad("bound/value_length_1025", md_frame(md_entries(kv(("k", "v" * (MD_VALUE_LEN + 1))))), "bound")
+md_bad("bound/value_past_entries", md_frame(md_raw(1, b"k", 5, b"vv")), "bound")
+md_bad("nul/value", md_frame(md_entries(kv(("k", "a\u0000b")))), "nul")
+md_bad("bound/33_entries", md_frame(md_entries(kv(*[(k, "") for k in letters(MD_KEYS + 1)]))), "bound")
+# where one trailer has two faults, the order of checks decides
+md_bad("order/33rd_entry_with_bad_key",
+       md_frame(md_entries(kv(*[(k, "") for k in letters(MD_KEYS)], ("Z", "")))), "bound")
+md_bad("order/bad_key_out_of_order", md_frame(md_entries(kv(("b", "1"), ("A", "2")))), "header")
+md_bad("order/bad_key_cut_short", md_frame(b"\x06ABC"), "truncated")
+md_bad("order/out_of_order_value_nul", md_frame(md_entries(kv(("b", "1"), ("a", "\u0000")))), "bound")
+md_bad("order/nul_before_later_fault", md_frame(md_entries(kv(("a", "\u0000"), ("A", "")))), "nul")
+
+MD_UNSENDABLE += [
+    ("bound/33_entries", kv(*[(k, "") for k in letters(MD_KEYS + 1)]), "bound"),
+    ("bound/key_empty", kv(("", "v")), "bound"),
+    ("bound/key_length_65", kv(("k" * 65, "v")), "bound"),
+    ("header/key_upper_case", kv(("Key", "v")), "header"),
+    ("header/key_space", kv(("a b", "v")), "header"),
+    ("bound/value_length_1025", kv(("k", "v" * (MD_VALUE_LEN + 1))), "bound"),
+    ("nul/value", kv(("k", "a\u0000b")), "nul"),
+    ("bound/entries_over_bound", kv(*[(k, "v" * MD_VALUE_LEN) for k in "abcdefg"], ("h", "v" * 993)), "bound"),
+    ("bound/key_repeated", kv(("a", "1"), ("b", "2"), ("a", "3")), "bound"),
+]
+
+
+def check_metadata():
+    names = set()
+
+    def unique(name):
+        assert name not in names, f"duplicate metadata vector name {name}"
+        names.add(name)
+
+    for name, entries in MD_TRAILERS:
+        unique(name)
+        assert entries == sorted(entries, key=lambda e: e[0].encode()), f"{name}: entries not in wire order"
+        f = MD_CALL + md_send(entries)
+        f = md_frame(f[len(MD_CALL):-2])
+        assert md_split(f) == (MD_CALL, entries), name
+        # a sender sorts what it is given
+        assert md_send(list(reversed(entries))) == md_send(entries), name
+    for name, f, entries in MD_DECODE_ONLY:
+        unique(name)
+        assert md_split(f) == (MD_CALL, entries), name
+    codes = set()
+    for name, f, error in MD_MALFORMED:
+        unique(name)
+        codes.add(error)
+        try:
+            got = md_split(f)
+        except WireError as e:
+            assert e.code == error, f"{name}: got {e.code} ({e}), want {error}"
+        else:
+            raise AssertionError(f"{name}: split as {got}")
+    assert codes == {"header", "truncated", "bound", "nul"}, codes
+    for name, entries, error in MD_UNSENDABLE:
+        unique("unsendable/" + name)
+        try:
+            md_send(entries)
+        except WireError as e:
+            assert e.code == error, (name, e.code, error)
+        else:
+            raise AssertionError(f"{name}: sent")
+
+
+def render_metadata():
+    def line_of(obj):
+        return json.dumps(obj, ensure_ascii=False, separators=(", ", ": "))
+
+    def block(key, items, last=False):
+        out = [f' "{key}": [']
+        for i, obj in enumerate(items):
+            out.append("  " + line_of(obj) + ("," if i + 1 < len(items) else ""))
+        out.append(" ]" + ("" if last else ","))
+        return out
+
+    def pairs(entries):
+        return [[k, v] for k, v in entries]
+
+    lines = ["{",
+             ' "comment": "Generated by mkvectors.py from docs/wire.md, \\"Metadata\\"; do not edit. '
+             'See README.md.",',
+             f' "call": "{MD_CALL.hex()}",']
+    lines += block("trailers", [{"name": name, "entries": pairs(entries),
+                                 "hex": md_frame(md_send(entries)[:-2]).hex()} for name, entries in MD_TRAILERS])
+    lines += block("decode_only", [{"name": name, "entries": pairs(entries), "hex": f.hex()}
+                                   for name, f, entries in MD_DECODE_ONLY])
+    lines += block("malformed", [{"name": name, "hex": f.hex(), "error": error} for name, f, error in MD_MALFORMED])
+    lines += block("unsendable", [{"name": name, "entries": pairs(entries), "error": error}
+                                  for name, entries, error in MD_UNSENDABLE], last=True)
+    lines.append("}")
+    text = "\n".join(lines) + "\n"
+    json.loads(text)  # well-formed
+    return text
+
+
 # ---------------------------------------------------------------- output
 
 
@@ -1166,19 +1434,29 @@ def render():
 
 def main():
     check()
-    text = render()
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "alltypes.json")
+    check_metadata()
+    here = os.path.dirname(os.path.abspath(__file__))
+    files = [("alltypes.json", render(), f"{len(VECTORS)} vectors, {len(MALFORMED)} malformed, "
+              f"{len(DECODE_ONLY)} decode-only, {len(UNENCODABLE)} unencodable"),
+             ("metadata.json", render_metadata(), f"{len(MD_TRAILERS)} trailers, {len(MD_MALFORMED)} malformed, "
+              f"{len(MD_DECODE_ONLY)} decode-only, {len(MD_UNSENDABLE)} unsendable")]
     if sys.argv[1:] == ["-check"]:
-        with open(path, encoding="utf-8") as fh:
-            if fh.read() != text:
-                sys.exit("alltypes.json is stale: run python3 testdata/wire/mkvectors.py")
+        for name, text, _ in files:
+            try:
+                with open(os.path.join(here, name), encoding="utf-8") as fh:
+                    stale = fh.read() != text
+            except FileNotFoundError:
+                stale = True
+            if stale:
+                sys.exit(f"{name} is stale: run python3 testdata/wire/mkvectors.py")
         return
     if sys.argv[1:]:
         sys.exit(__doc__)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    print(f"wrote {path}: {len(VECTORS)} vectors, {len(MALFORMED)} malformed, "
-          f"{len(DECODE_ONLY)} decode-only, {len(UNENCODABLE)} unencodable")
+    for name, text, counts in files:
+        path = os.path.join(here, name)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        print(f"wrote {path}: {counts}")
 
 
 if __name__ == "__main__":
