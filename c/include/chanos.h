@@ -1038,7 +1038,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_LIMIT        (-4307) /* monitor: a limit was reached */
 #define CHANOS_ERR_DENIED       (-4308) /* monitor: the export's policy refused */
 #define CHANOS_ERR_MONITOR      (-4309) /* monitor: internal or unknown failure */
-#define CHANOS_ERR_UNSAFE_DIR   (-4310) /* the directory is not private */
+#define CHANOS_ERR_UNSAFE_DIR   (-4310) /* the monitor is not this user's */
 #define CHANOS_ERR_BUSY         (-4311) /* concurrent use against the rules */
 #define CHANOS_ERR_REMOTE       (-4312) /* the peer answered with an error reply */
 #define CHANOS_ERR_NOT_OWNER    (-4313) /* nameservice: another domain owns the name */
@@ -1206,7 +1206,9 @@ struct chanos_net_binder {
  * chanos_join connects to the monitor, says hello (protocol version 4) and
  * returns the domain in *out, which the caller owns: free it with
  * chanos_domain_close. CHANOS_ERR_NO_MONITOR if no monitor listens,
- * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user,
+ * CHANOS_ERR_UNSAFE_DIR if the directory is not private to this user or
+ * the process on its socket runs as another user (SO_PEERCRED; a rejoin
+ * checks both too, and waits for a monitor that passes),
  * CHANOS_ERR_TIMEDOUT if it does not answer within the call timeout,
  * CHANOS_ERR_MONITOR_FULL if the monitor answered hello with "monitor
  * full: N of N sessions" (its --max-domains cap is reached).
@@ -1267,11 +1269,15 @@ int chanos_domain_fd(const chanos_domain *d);
  * CHANOS_ERR_TIMEDOUT meanwhile), and any call on the domain, dial the
  * directory's socket again when an attempt is due (10 ms, doubling to
  * 250 ms), say hello (a new domain id) and export every open listener's
- * name again. Calls that need the monitor fail with
- * CHANOS_ERR_MONITOR_LOST until then. A listener whose name cannot be
- * exported again (another domain took it) fails its chanos_accept with
- * that error. Connections already open never ran through the monitor and
- * go on throughout.
+ * name again. An attempt waits for no one: the monitor's answers take it
+ * on in whichever call reads them, so a call given 0 never blocks on it;
+ * an answer that does not come within the call timeout fails the attempt
+ * and arms the next. Calls that need the monitor fail with
+ * CHANOS_ERR_MONITOR_LOST while no attempt is under way, and wait for one
+ * under way within their own bound (CHANOS_ERR_TIMEDOUT past it). A
+ * listener whose name cannot be exported again (another domain took it)
+ * fails its chanos_accept with that error. Connections already open never
+ * ran through the monitor and go on throughout.
  */
 int chanos_domain_poll(chanos_domain *d, int timeout_ms);
 
@@ -1411,7 +1417,8 @@ void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out);
  * chanos_listener_close withdraws the export (the name disappears), closes
  * the connections not yet accepted and frees l. NULL is allowed. Returns
  * the withdraw's result (0 as well when the session already ended). A
- * listener whose export was handed over withdraws nothing.
+ * listener whose export was handed over, or could not be exported again
+ * after a monitor restart, withdraws nothing and returns 0.
  */
 int chanos_listener_close(chanos_listener *l);
 

@@ -94,11 +94,23 @@ struct chanos_domain {
     char detail[CHANOS_DOMAIN_ERROR_MAX + 1];
     /* Rejoining (chanos_domain_poll's comment): the socket's path, the
      * hello call to say again, and while lost, sock is a timerfd armed
-     * for the next attempt, retry_ms after the last. */
+     * for the next attempt, retry_ms after the last. An attempt waits for
+     * no one (join_begin): while joining, sock is the new session, whose
+     * answer to call join_call (the hello, or join_l's export again) is
+     * due by join_deadline (-1: no bound), and join_first is the first
+     * name that could not be exported again. */
     char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     uint8_t *hello;
     size_t hello_len;
     int rejoin, lost, retry_ms;
+    int joining, join_first;
+    uint32_t join_call;
+    struct chanos_listener *join_l;
+    int64_t join_deadline;
+    /* an export or adopt call is waiting for its reply: a connection the
+     * monitor announces meanwhile may be for it, though no listener has
+     * its iref yet */
+    int exporting;
     void (*on_monitor)(void *arg, int event, int err);
     void *on_monitor_arg;
     const struct chanos_net_binder *net; /* chanos_join_opts.net */
@@ -131,6 +143,22 @@ chanos_domain *chanos_domain_by_key_(uint64_t key)
     return d;
 }
 
+/* monitor_dir writes into dir the monitor's directory, that of the socket
+ * join dialled: 0, or -1 if the path has no directory. */
+static int monitor_dir(const struct chanos_domain *d,
+                       char dir[sizeof(((struct sockaddr_un *)0)->sun_path)])
+{
+    char *slash;
+
+    memcpy(dir, d->path, sizeof d->path);
+    dir[sizeof d->path - 1] = '\0';
+    slash = strrchr(dir, '/');
+    if (slash == NULL)
+        return -1;
+    *slash = '\0';
+    return 0;
+}
+
 int chanos_domain_export_endpoint_(uint64_t key, int ep,
                                    struct chanos_iref *ref, void **handle,
                                    const struct chanos_net_binder **net)
@@ -140,19 +168,13 @@ int chanos_domain_export_endpoint_(uint64_t key, int ep,
     struct chanos_interface iface;
     struct chanos_domain *d = chanos_domain_by_key_(key);
     chanos_ump *u;
-    char *slash;
     int rc, e;
 
     if (d == NULL || d->net == NULL || d->net->export_endpoint == NULL ||
         d->net->endpoint_sent == NULL)
         return CHANOS_ERR_CAP;
-    /* the monitor's directory: its socket's, which join made */
-    memcpy(dir, d->path, sizeof dir);
-    dir[sizeof dir - 1] = '\0';
-    slash = strrchr(dir, '/');
-    if (slash == NULL)
+    if (monitor_dir(d, dir) != 0)
         return CHANOS_ERR_CAP;
-    *slash = '\0';
     e = fcntl(ep, F_DUPFD_CLOEXEC, 0);
     if (e < 0)
         return -errno;
@@ -200,6 +222,7 @@ struct chanos_listener {
     int err; /* the name could not be exported again, or was handed over:
               * accept fails */
     int handed; /* handed over: neither exported again nor withdrawn */
+    int rejoin_pending; /* to be exported again by the attempt under way */
 };
 
 /* A frame received from the monitor, in d->rbuf. */
@@ -287,16 +310,17 @@ static int64_t deadline_of(int timeout_ms)
     return timeout_ms < 0 ? -1 : now_ms() + timeout_ms;
 }
 
-static void rejoin_if_due(struct chanos_domain *d, int wait_ms);
+static int rejoin_due(struct chanos_domain *d, int wait_ms);
 
-/* enter takes the domain for one call, and first makes a rejoin attempt
- * that is due, so that any call finds a new monitor. */
+/* enter takes the domain for one call, and first begins a rejoin attempt
+ * that is due (without waiting for the monitor's answers), so that any
+ * call finds a new monitor. */
 static int enter(struct chanos_domain *d)
 {
     if (atomic_flag_test_and_set(&d->busy))
         return CHANOS_ERR_BUSY;
     if (d->lost)
-        rejoin_if_due(d, 0);
+        (void)rejoin_due(d, 0);
     return 0;
 }
 
@@ -385,17 +409,39 @@ static int check_dir(const char *dir)
     return 0;
 }
 
+/* monitor_is_ours checks that the process listening on the monitor's
+ * socket, which s is connected to, runs as this user, as the kernel
+ * recorded it (SO_PEERCRED): the monitor holds every token and hands out
+ * every ring, and one of another user, whatever the directory's
+ * permissions let happen, gets neither this domain's exports nor its
+ * connections. */
+static int monitor_is_ours(int s)
+{
+    struct ucred cr;
+    socklen_t n = sizeof cr;
+
+    if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &cr, &n) != 0)
+        return -errno;
+    return cr.uid == getuid() ? 0 : CHANOS_ERR_UNSAFE_DIR;
+}
+
 /* ---- frames on the monitor socket ---- */
 
 static void start_rejoin(struct chanos_domain *d, int tell);
+static void join_fail(struct chanos_domain *d);
 static int open_net(struct chanos_domain *d,
                     const struct chanos_net_binder *net);
 static void close_net(struct chanos_domain *d);
 
 /* fail_session ends the session: later calls fail with err, until a
- * rejoin (start_rejoin) if the domain rejoins. */
+ * rejoin (start_rejoin) if the domain rejoins. The session of a rejoin
+ * attempt under way only fails that attempt: the loss was told already. */
 static int fail_session(struct chanos_domain *d, int err)
 {
+    if (d->joining) {
+        join_fail(d);
+        return d->err;
+    }
     if (d->err == 0) {
         d->err = err;
         if (err == CHANOS_ERR_MONITOR_LOST && d->rejoin && !d->lost)
@@ -508,10 +554,53 @@ static int mon_recv(struct chanos_domain *d, int64_t deadline,
     return 0;
 }
 
+/* listener_of returns the open listener of the export of id and token,
+ * or NULL. */
+static struct chanos_listener *listener_of(struct chanos_domain *d,
+                                           uint64_t id, const uint8_t *token)
+{
+    struct chanos_listener *l;
+
+    for (l = d->listeners; l != NULL; l = l->next) {
+        if (l->ref.export_id == id &&
+            memcmp(l->ref.token, token, sizeof l->ref.token) == 0)
+            break;
+    }
+    return l;
+}
+
+/* unclaimed tells whether a connection to the export of id and token can
+ * never be accepted: no listener has that iref (it was closed, or the
+ * connection reached it after its close), and no export waits for its
+ * reply, whose iref it may be. Such a connection is closed at once, so
+ * that its client sees it end rather than wait until the domain closes. */
+static int unclaimed(struct chanos_domain *d, uint64_t id,
+                     const uint8_t *token)
+{
+    return listener_of(d, id, token) == NULL && !d->exporting &&
+           !(d->joining && d->join_l != NULL);
+}
+
+/* drop_unclaimed closes the queued connections that are unclaimed, once
+ * an export has its reply. */
+static void drop_unclaimed(struct chanos_domain *d)
+{
+    size_t j = 0;
+
+    for (size_t i = 0; i < d->nin; i++) {
+        if (unclaimed(d, d->in[i].export_id, d->in[i].token))
+            drop_pending(&d->in[i]);
+        else
+            d->in[j++] = d->in[i];
+    }
+    d->nin = j;
+}
+
 /* grant_net hands the binder a connection from another machine that the
  * monitor announced, and the TCP listener that came with it, if any; the
  * client's handshake then finds it admitted, and take_net queues it. A
- * domain that does not accept drops it: the client's dial fails. */
+ * domain that does not accept drops it, and so does one whose listener
+ * for it is gone: the client's dial fails. */
 static int grant_net(struct chanos_domain *d, struct monitor_incoming *in)
 {
     char name[MONITOR_INCOMING_NET_NAME_MAX + 1];
@@ -523,8 +612,11 @@ static int grant_net(struct chanos_domain *d, struct monitor_incoming *in)
         close_fds(in->fds, in->nfds);
         return 0;
     }
+    /* the TCP listener is the domain's, for all its exports */
     for (; i < in->nfds; i++)
         (void)d->net->listen(d->netst, in->fds[i], in->max_frame);
+    if (unclaimed(d, in->ref.export_id, in->ref.token))
+        return 0;
     p.export_id = in->ref.export_id;
     memcpy(p.token, in->ref.token, sizeof p.token);
     p.max_frame = in->max_frame;
@@ -553,7 +645,8 @@ static int grant_net(struct chanos_domain *d, struct monitor_incoming *in)
 }
 
 /* take_net queues for chanos_accept the connections from other machines
- * that the binder has admitted: how many. */
+ * that the binder has admitted: how many. One whose listener closed
+ * between its grant and now is closed. */
 static int take_net(struct chanos_domain *d)
 {
     int n = 0;
@@ -570,7 +663,8 @@ static int take_net(struct chanos_domain *d)
 
         if (d->net->accept(d->netst, &c, &tag, &len) != 0)
             return n;
-        if (len != sizeof tag.p || d->nin == INCOMING_LIMIT) {
+        if (len != sizeof tag.p || d->nin == INCOMING_LIMIT ||
+            unclaimed(d, tag.p.export_id, tag.p.token)) {
             chanos_conn_close(c);
             continue;
         }
@@ -596,7 +690,8 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     if (in.via == MONITOR_INTERCONNECT_NET)
         return grant_net(d, &in);
     if (in.via != MONITOR_INTERCONNECT_UMP || in.nfds != UMP_NFDS ||
-        d->nin == INCOMING_LIMIT) {
+        d->nin == INCOMING_LIMIT ||
+        unclaimed(d, in.ref.export_id, in.ref.token)) {
         /* the client sees the connection close */
         close_fds(in.fds, in.nfds);
         return 0;
@@ -616,10 +711,13 @@ static int queue_incoming(struct chanos_domain *d, struct mframe *f)
     return 0;
 }
 
+static int join_reply(struct chanos_domain *d, struct mframe *f);
+
 /*
  * dispatch handles one frame from the monitor. If it is the reply to call
  * id want, it returns 1 and leaves the frame and its fds in f; anything
- * else is consumed (0) or breaks the protocol (the session ends).
+ * else is consumed (0: a reply to a rejoin attempt's call takes it a step
+ * further) or breaks the protocol (the session ends).
  */
 static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
 {
@@ -633,6 +731,8 @@ static int dispatch(struct chanos_domain *d, struct mframe *f, uint32_t want)
         } else if (kind == CHANOS_KIND_REPLY || kind == CHANOS_KIND_ERROR) {
             if (want != 0 && h.call_id == want)
                 return 1;
+            if (d->joining && h.call_id == d->join_call)
+                return join_reply(d, f);
             close_fds(f->fds, f->nfds); /* a call given up */
             return 0;
         } else if (kind == CHANOS_KIND_MESSAGE &&
@@ -694,24 +794,36 @@ static int status_error(uint64_t code)
     return CHANOS_ERR_MONITOR;
 }
 
-/*
- * mon_call sends the call encoded in b (fresh call id; timeout_us from
- * timeout_ms) and waits for its reply for wait_ms (-1: forever). On
- * success the reply is in d->rbuf and f (the caller owns f's fds). An
- * error reply becomes its CHANOS_ERR_* code. A call that times out is
- * cancelled.
- */
-static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
-                    uint16_t msg, int timeout_ms, int wait_ms,
-                    struct mframe *f)
+/* error_reply reads the error reply in d->rbuf, closing f's
+ * descriptors: its CHANOS_ERR_* code, its detail kept for
+ * chanos_domain_error. */
+static int error_reply(struct chanos_domain *d, struct mframe *f)
 {
-    int64_t deadline = deadline_of(wait_ms);
-    uint32_t id, tus = 0;
-    int rc;
+    struct chanos_frame fr;
+    struct chanos_status st;
+    size_t n;
 
-    if (d->err != 0)
-        return d->err;
-    d->detail[0] = '\0';
+    close_fds(f->fds, f->nfds);
+    fr.data = d->rbuf;
+    fr.len = f->len;
+    chanos_hdr_load(&fr.hdr, d->rbuf);
+    fr.kind = CHANOS_KIND_ERROR;
+    if (chanos_frame_status(&fr, &st) != 0)
+        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
+    n = st.detail.len < CHANOS_DOMAIN_ERROR_MAX ? st.detail.len
+                                                : CHANOS_DOMAIN_ERROR_MAX;
+    memcpy(d->detail, st.detail.ptr, n);
+    d->detail[n] = '\0';
+    return status_error(st.code);
+}
+
+/* set_call gives the call in frame a fresh call id and timeout_us from
+ * timeout_ms (none if not above 0): the id. */
+static uint32_t set_call(struct chanos_domain *d, uint8_t *frame,
+                         int timeout_ms)
+{
+    uint32_t id, tus = 0;
+
     id = ++d->next_call;
     if (id == 0)
         id = ++d->next_call;
@@ -719,7 +831,33 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
         tus = (uint64_t)timeout_ms * 1000 >= UINT32_MAX
                   ? UINT32_MAX
                   : (uint32_t)timeout_ms * 1000;
-    chanos_hdr_set_call(b->data, id, tus);
+    chanos_hdr_set_call(frame, id, tus);
+    return id;
+}
+
+static int settle(struct chanos_domain *d, int64_t deadline);
+
+/*
+ * mon_call sends the call encoded in b (fresh call id; timeout_us from
+ * timeout_ms) and waits for its reply for wait_ms (-1: forever). On
+ * success the reply is in d->rbuf and f (the caller owns f's fds). An
+ * error reply becomes its CHANOS_ERR_* code. A call that times out is
+ * cancelled. A rejoin attempt under way is waited for first, within the
+ * same wait_ms: a call needs the session that the attempt makes.
+ */
+static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
+                    uint16_t msg, int timeout_ms, int wait_ms,
+                    struct mframe *f)
+{
+    int64_t deadline = deadline_of(wait_ms);
+    uint32_t id;
+    int rc;
+
+    rc = settle(d, deadline);
+    if (rc != 0)
+        return rc;
+    d->detail[0] = '\0';
+    id = set_call(d, b->data, timeout_ms);
     rc = mon_send(d, b->data, b->len, deadline);
     if (rc != 0)
         return rc;
@@ -743,27 +881,8 @@ static int mon_call(struct chanos_domain *d, struct chanos_buf *b,
         if (rc == 1)
             break;
     }
-    if (d->rbuf[6] == CHANOS_KIND_ERROR) {
-        struct chanos_frame fr;
-        struct chanos_status st;
-
-        close_fds(f->fds, f->nfds);
-        fr.data = d->rbuf;
-        fr.len = f->len;
-        chanos_hdr_load(&fr.hdr, d->rbuf);
-        fr.kind = CHANOS_KIND_ERROR;
-        if (chanos_frame_status(&fr, &st) != 0)
-            return fail_session(d, CHANOS_ERR_MONITOR_LOST);
-        {
-            size_t n = st.detail.len < CHANOS_DOMAIN_ERROR_MAX
-                           ? st.detail.len
-                           : CHANOS_DOMAIN_ERROR_MAX;
-
-            memcpy(d->detail, st.detail.ptr, n);
-            d->detail[n] = '\0';
-        }
-        return status_error(st.code);
-    }
+    if (d->rbuf[6] == CHANOS_KIND_ERROR)
+        return error_reply(d, f);
     return 0;
 }
 
@@ -835,110 +954,179 @@ static void start_rejoin(struct chanos_domain *d, int tell_lost)
         tell(d, CHANOS_MONITOR_LOST, CHANOS_ERR_MONITOR_LOST);
 }
 
-/* reexport exports l's name again on the new session: 0, or why not. */
-static int reexport(struct chanos_domain *d, struct chanos_listener *l)
+/* back_off arms the next rejoin attempt, after a wait twice the last
+ * (up to REJOIN_MAX_MS). */
+static void back_off(struct chanos_domain *d)
+{
+    d->retry_ms = d->retry_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS
+                                                  : d->retry_ms * 2;
+    start_rejoin(d, 0);
+}
+
+/* join_fail ends a rejoin attempt that failed (no answer in time, an
+ * error to hello, the new session broken): its session is closed, so that
+ * the monitor withdraws what it exported again, and the next attempt is
+ * armed. Connections that were queued for an export whose reply will not
+ * come now are closed. */
+static void join_fail(struct chanos_domain *d)
+{
+    d->joining = 0;
+    d->join_l = NULL;
+    d->join_deadline = -1;
+    d->err = CHANOS_ERR_MONITOR_LOST;
+    back_off(d);
+    drop_unclaimed(d);
+}
+
+/* join_send sends call (len bytes) as the attempt's next step: the hello
+ * (l NULL) or l's export again. It does not wait: a new session's socket
+ * has room for one small call. 0, or CHANOS_ERR_MONITOR_LOST: the attempt
+ * failed. */
+static int join_send(struct chanos_domain *d, const uint8_t *call,
+                     size_t len, struct chanos_listener *l)
 {
     uint8_t cb[CALL_BUF];
-    struct chanos_buf b;
-    struct monitor_export_reply reply;
-    struct mframe f;
-    uint64_t old = l->ref.export_id;
-    int rc;
+    uint32_t id;
 
-    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
-    memcpy(cb, l->call, l->call_len);
-    b.len = l->call_len;
-    rc = mon_call(d, &b, MONITOR_MSG_EXPORT, d->call_timeout_ms,
-                  d->call_timeout_ms, &f);
-    if (rc != 0)
-        return rc;
-    rc = monitor_export_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
-    close_fds(f.fds, f.nfds);
-    if (rc != 0)
-        return fail_session(d, CHANOS_ERR_MONITOR_LOST);
-    /* connections of the old monitor not yet accepted stay l's */
-    for (size_t i = 0; i < d->nin; i++) {
-        if (d->in[i].export_id == old &&
-            memcmp(d->in[i].token, l->ref.token, sizeof l->ref.token) == 0) {
-            d->in[i].export_id = reply.ref.export_id;
-            memcpy(d->in[i].token, reply.ref.token, sizeof reply.ref.token);
-        }
+    memcpy(cb, call, len);
+    id = set_call(d, cb, d->call_timeout_ms);
+    if (mon_send(d, cb, len, now_ms()) != 0) {
+        if (d->joining)
+            join_fail(d);
+        return CHANOS_ERR_MONITOR_LOST;
     }
-    l->ref = reply.ref;
+    d->join_call = id;
+    d->join_l = l;
+    d->join_deadline = deadline_of(d->call_timeout_ms);
     return 0;
 }
 
-/* rejoin dials the directory's socket, says hello and exports the
- * listeners' names again: 0, or CHANOS_ERR_MONITOR_LOST with the next
- * attempt armed. */
-static int rejoin(struct chanos_domain *d)
+/* join_next exports again the next listener that waits for it, or, with
+ * none left, ends the attempt: the domain has rejoined. */
+static int join_next(struct chanos_domain *d)
+{
+    struct chanos_listener *l;
+
+    for (l = d->listeners; l != NULL && !l->rejoin_pending; l = l->next)
+        ;
+    if (l != NULL)
+        return join_send(d, l->call, l->call_len, l);
+    d->joining = 0;
+    d->join_l = NULL;
+    d->join_deadline = -1;
+    drop_unclaimed(d);
+    tell(d, CHANOS_MONITOR_REJOINED, d->join_first);
+    return 0;
+}
+
+/* join_reply takes the monitor's answer to the attempt's call, in
+ * d->rbuf and f: the hello's, then each listener's export again, one at a
+ * time. 0, or CHANOS_ERR_MONITOR_LOST if it failed the attempt. */
+static int join_reply(struct chanos_domain *d, struct mframe *f)
+{
+    struct chanos_listener *l = d->join_l;
+    int rc = 0;
+
+    if (d->rbuf[6] == CHANOS_KIND_ERROR) {
+        rc = error_reply(d, f);
+        if (!d->joining)
+            return CHANOS_ERR_MONITOR_LOST; /* it did not decode */
+    }
+    if (l == NULL) {
+        struct monitor_hello_reply reply;
+
+        if (rc == 0) {
+            rc = monitor_hello_reply_decode(&reply, d->rbuf, f->len, f->fds,
+                                            f->nfds);
+            close_fds(f->fds, f->nfds);
+            if (rc == 0 && reply.monitor_version != PROTOCOL_VERSION)
+                rc = CHANOS_ERR_MONITOR_LOST;
+        }
+        if (rc != 0) {
+            /* a monitor that will not have the domain yet (full, say) is
+             * asked again at the next attempt */
+            join_fail(d);
+            return CHANOS_ERR_MONITOR_LOST;
+        }
+        d->id = reply.domain_id;
+        d->machine = reply.machine_id;
+        for (l = d->listeners; l != NULL; l = l->next)
+            l->rejoin_pending = !l->handed;
+        return join_next(d);
+    }
+    if (rc == 0) {
+        struct monitor_export_reply reply;
+        uint64_t old = l->ref.export_id;
+
+        rc = monitor_export_reply_decode(&reply, d->rbuf, f->len, f->fds,
+                                         f->nfds);
+        close_fds(f->fds, f->nfds);
+        if (rc != 0) {
+            join_fail(d);
+            return CHANOS_ERR_MONITOR_LOST;
+        }
+        /* connections of the old monitor not yet accepted stay l's */
+        for (size_t i = 0; i < d->nin; i++) {
+            if (d->in[i].export_id == old &&
+                memcmp(d->in[i].token, l->ref.token, sizeof l->ref.token) == 0) {
+                d->in[i].export_id = reply.ref.export_id;
+                memcpy(d->in[i].token, reply.ref.token, sizeof reply.ref.token);
+            }
+        }
+        l->ref = reply.ref;
+        l->err = 0; /* exported again: an earlier attempt's failure is over */
+    } else {
+        /* the monitor's answer (the name is taken): accept fails with it */
+        l->err = rc;
+        if (d->join_first == 0)
+            d->join_first = rc;
+    }
+    l->rejoin_pending = 0;
+    return join_next(d);
+}
+
+/* join_begin begins a rejoin attempt and waits for nothing: it dials the
+ * directory's socket (once: a monitor whose queue of connections is full
+ * is dialled again at the next attempt) and sends hello; the monitor's
+ * answers take the attempt on (join_reply) in whichever call reads the
+ * socket. 0, or CHANOS_ERR_MONITOR_LOST with the next attempt armed. */
+static int join_begin(struct chanos_domain *d)
 {
     struct sockaddr_un sa = { 0 };
-    uint8_t cb[CALL_BUF];
-    struct chanos_buf b;
-    struct monitor_hello_reply reply;
-    struct mframe f;
-    int s, rc, first = 0;
+    char dir[sizeof sa.sun_path];
+    int s;
 
+    /* checked at every attempt, as at join: the directory may have gone
+     * with the monitor, and been made again by someone else */
+    if (monitor_dir(d, dir) != 0 || check_dir(dir) == CHANOS_ERR_UNSAFE_DIR) {
+        back_off(d);
+        return CHANOS_ERR_MONITOR_LOST;
+    }
     sa.sun_family = AF_UNIX;
     memcpy(sa.sun_path, d->path, sizeof sa.sun_path);
     s = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (s < 0 || connect_within(s, &sa, d->call_timeout_ms) != 0 ||
+    if (s < 0 || connect_within(s, &sa, 0) != 0 || monitor_is_ours(s) != 0 ||
         dup3(s, d->sock, O_CLOEXEC) < 0) {
         if (s >= 0)
             close(s);
-        goto again;
+        back_off(d);
+        return CHANOS_ERR_MONITOR_LOST;
     }
     close(s);
     watch_sock(d);
     d->err = 0;
     d->lost = 0;
-    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
-    memcpy(cb, d->hello, d->hello_len);
-    b.len = d->hello_len;
-    d->rejoin = 0; /* a failure here is this attempt's, not a new loss */
-    rc = mon_call(d, &b, MONITOR_MSG_HELLO, d->call_timeout_ms,
-                  d->call_timeout_ms, &f);
-    if (rc == 0) {
-        rc = monitor_hello_reply_decode(&reply, d->rbuf, f.len, f.fds, f.nfds);
-        close_fds(f.fds, f.nfds);
-        if (rc == 0 && reply.monitor_version != PROTOCOL_VERSION)
-            rc = CHANOS_ERR_MONITOR_LOST;
-    }
-    for (struct chanos_listener *l = d->listeners; rc == 0 && l != NULL;
-         l = l->next) {
-        int lrc;
-
-        if (l->handed)
-            continue;
-        lrc = reexport(d, l);
-
-        if (d->err != 0)
-            rc = d->err;
-        else if (lrc != 0 && (l->err = lrc, first == 0))
-            first = lrc;
-        else if (lrc == 0)
-            l->err = 0; /* exported again: an earlier rejoin's failure is over */
-    }
-    d->rejoin = 1;
-    if (rc != 0) {
-        d->err = CHANOS_ERR_MONITOR_LOST;
-        goto again;
-    }
-    d->id = reply.domain_id;
-    d->machine = reply.machine_id;
-    tell(d, CHANOS_MONITOR_REJOINED, first);
-    return 0;
-again:
-    d->retry_ms = d->retry_ms * 2 > REJOIN_MAX_MS ? REJOIN_MAX_MS : d->retry_ms * 2;
-    start_rejoin(d, 0);
-    return CHANOS_ERR_MONITOR_LOST;
+    d->joining = 1;
+    d->join_first = 0;
+    for (struct chanos_listener *l = d->listeners; l != NULL; l = l->next)
+        l->rejoin_pending = 0;
+    return join_send(d, d->hello, d->hello_len, NULL);
 }
 
-/* rejoin_if_due makes a rejoin attempt if one is due within wait_ms (-1:
- * whenever it is), waiting for it: 0 if the domain rejoined,
- * CHANOS_ERR_TIMEDOUT if no attempt was due, CHANOS_ERR_MONITOR_LOST if
- * it failed. */
+/* rejoin_due waits up to wait_ms (-1: as long as it takes) for the next
+ * rejoin attempt to be due, and begins it: 0 if it began,
+ * CHANOS_ERR_TIMEDOUT if none was due, CHANOS_ERR_MONITOR_LOST if it
+ * failed at once. */
 static int rejoin_due(struct chanos_domain *d, int wait_ms)
 {
     struct pollfd p = { d->sock, POLLIN, 0 };
@@ -951,12 +1139,46 @@ static int rejoin_due(struct chanos_domain *d, int wait_ms)
     if (rc <= 0)
         return CHANOS_ERR_TIMEDOUT;
     (void)!read(d->sock, &ticks, sizeof ticks);
-    return rejoin(d);
+    return join_begin(d);
 }
 
-static void rejoin_if_due(struct chanos_domain *d, int wait_ms)
+/* settle waits until deadline (-1: as long as it takes) for the rejoin
+ * attempt under way to end, beginning first one that is due: 0 once the
+ * domain has a session, CHANOS_ERR_MONITOR_LOST while it has none, or
+ * CHANOS_ERR_TIMEDOUT if the attempt is still unanswered at deadline. */
+static int settle(struct chanos_domain *d, int64_t deadline)
 {
-    (void)rejoin_due(d, wait_ms);
+    struct mframe f;
+    int rc;
+
+    if (d->lost)
+        (void)rejoin_due(d, 0);
+    while (d->joining) {
+        int64_t until = d->join_deadline;
+
+        if (until >= 0 && now_ms() >= until) {
+            join_fail(d);
+            break;
+        }
+        if (until < 0 || (deadline >= 0 && deadline < until))
+            until = deadline;
+        rc = mon_recv(d, until, &f);
+        if (rc == CHANOS_ERR_TIMEDOUT) {
+            if (until == deadline)
+                return rc;
+            continue;
+        }
+        if (rc == 0)
+            (void)dispatch(d, &f, 0);
+        else if (d->joining)
+            return rc; /* the socket could not be read */
+    }
+    return d->err;
+}
+
+int chanos_domain_wait_ms_(const chanos_domain *d)
+{
+    return d->joining ? remaining(d->join_deadline) : -1;
 }
 
 /* ---- the session ---- */
@@ -1033,6 +1255,9 @@ int chanos_join(chanos_domain **out, const struct chanos_join_opts *opts)
             rc = CHANOS_ERR_NO_MONITOR;
         goto fail;
     }
+    rc = monitor_is_ours(d->sock);
+    if (rc != 0)
+        goto fail;
 
     plen = strlen(o.program);
     if (plen > MONITOR_HELLO_PROGRAM_MAX)
@@ -1168,6 +1393,8 @@ void chanos_domain_close(chanos_domain *d)
     if (d == NULL)
         return;
     domain_unregister(d);
+    d->joining = 0;
+    d->join_l = NULL;
     while (d->listeners != NULL)
         free_listener(d->listeners);
     for (size_t i = 0; i < d->nin; i++)
@@ -1215,32 +1442,53 @@ static int wait_net(struct chanos_domain *d, int64_t deadline)
     }
 }
 
-/* pump reads frames until deadline or the first frame (any). While the
- * domain is lost, it waits for rejoin attempts instead, until one
- * succeeds (0) or deadline. */
+/*
+ * pump reads frames until deadline or the first frame (any): 0 once one
+ * came. While the domain is lost, it waits for the next rejoin attempt
+ * and begins it; while an attempt is under way, the monitor's answers
+ * take it on, and one not answered by the attempt's deadline fails. A
+ * failed attempt is no news to the caller (the loss was told): pump waits
+ * on for the next.
+ */
 static int pump(struct chanos_domain *d, int64_t deadline)
 {
     struct mframe f;
-    int rc;
+    int joining, rc;
 
-    while (d->lost) {
-        rc = rejoin_due(d, remaining(deadline));
+    for (;;) {
+        int64_t until = deadline;
+
+        if (d->lost) {
+            rc = rejoin_due(d, remaining(deadline));
+            if (rc == CHANOS_ERR_TIMEDOUT)
+                return rc;
+            continue; /* begun, or failed and armed again */
+        }
+        if (d->joining && d->join_deadline >= 0) {
+            if (now_ms() >= d->join_deadline) {
+                join_fail(d);
+                continue;
+            }
+            if (deadline < 0 || d->join_deadline < deadline)
+                until = d->join_deadline;
+        }
+        joining = d->joining;
+        if (d->epfd >= 0) {
+            rc = wait_net(d, until);
+            if (rc == CHANOS_ERR_TIMEDOUT && until != deadline)
+                continue;
+            if (rc != 1)
+                return rc;
+        }
+        rc = mon_recv(d, until, &f);
+        if (rc == CHANOS_ERR_TIMEDOUT && until != deadline)
+            continue;
         if (rc == 0)
-            return 0;
-        if (rc == CHANOS_ERR_TIMEDOUT || remaining(deadline) == 0)
-            return CHANOS_ERR_TIMEDOUT;
+            rc = dispatch(d, &f, 0);
+        if (rc < 0 && joining && d->lost)
+            continue;
+        return rc < 0 ? rc : 0;
     }
-    if (d->epfd >= 0) {
-        rc = wait_net(d, deadline);
-        if (rc != 1)
-            return rc;
-    }
-    rc = mon_recv(d, deadline, &f);
-
-    if (rc != 0)
-        return rc;
-    rc = dispatch(d, &f, 0);
-    return rc < 0 ? rc : 0;
 }
 
 int chanos_domain_poll(chanos_domain *d, int timeout_ms)
@@ -1403,6 +1651,7 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     rc = enter(d);
     if (rc != 0)
         goto fail;
+    d->exporting = 1;
     rc = mon_rpc(d, &b, MONITOR_MSG_EXPORT, &n);
     if (rc == 0 && monitor_export_reply_decode(&reply, d->rbuf, n, NULL, 0) != 0)
         rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
@@ -1413,6 +1662,8 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
         l->next = d->listeners;
         d->listeners = l;
     }
+    d->exporting = 0;
+    drop_unclaimed(d);
     leave(d);
     if (rc != 0)
         goto fail;
@@ -1485,6 +1736,7 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
     rc = enter(d);
     if (rc != 0)
         return rc;
+    d->exporting = 1;
     rc = mon_rpc(d, &b, MONITOR_MSG_ADOPT, &n);
     if (rc == 0 && monitor_adopt_reply_decode(&reply, d->rbuf, n, NULL, 0) != 0)
         rc = fail_session(d, CHANOS_ERR_MONITOR_LOST);
@@ -1507,6 +1759,8 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
         d->listeners = l;
         *out = l;
     }
+    d->exporting = 0;
+    drop_unclaimed(d);
     leave(d);
     return rc;
 }
@@ -1581,7 +1835,7 @@ int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out)
 {
     struct chanos_domain *d = l->d;
     int64_t deadline = deadline_of(timeout_ms);
-    int rc;
+    int rc, drained = 0;
 
     *out = NULL;
     rc = enter(d);
@@ -1593,8 +1847,24 @@ int chanos_accept(chanos_listener *l, int timeout_ms, chanos_conn **out)
         if (rc != 0)
             break;
         rc = l->err;
-        if (rc != 0)
-            break;
+        if (rc != 0) {
+            int prc;
+
+            /* Failed, it still reads what the monitor sent, without
+             * waiting: a rejoin under way may export l again, and a poll
+             * loop that accepts when the domain's fd is readable must not
+             * find it readable for ever. */
+            if (drained)
+                break;
+            drained = 1;
+            while ((prc = pump(d, now_ms())) == 0)
+                ;
+            if (prc != CHANOS_ERR_TIMEDOUT) {
+                rc = prc;
+                break;
+            }
+            continue;
+        }
         rc = pump(d, deadline);
         if (rc != 0)
             break;
@@ -1619,14 +1889,22 @@ int chanos_listener_close(chanos_listener *l)
     rc = enter(d);
     if (rc != 0)
         return rc;
-    /* an export without a name is withdrawn by "#ID" */
-    snprintf(anon, sizeof anon, "#%" PRIu64, l->ref.export_id);
-    call.name = chanos_cstr(l->name[0] != '\0' ? l->name : anon);
-    chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
-    rc = monitor_withdraw_call_encode(&call, &b);
-    if (rc == 0 && d->err == 0 && !l->handed) {
-        rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, d->call_timeout_ms,
-                      d->call_timeout_ms, &f);
+    /* whether l is exported, and so is to be withdrawn, is known once a
+     * rejoin under way has exported it again, or failed to */
+    rc = settle(d, deadline_of(d->call_timeout_ms));
+    if (rc == CHANOS_ERR_TIMEDOUT) {
+        /* the new monitor does not answer: the attempt fails, and its
+         * session takes l's export, if made, away with it */
+        join_fail(d);
+    } else if (rc == 0 && !l->handed && l->err == 0) {
+        /* an export without a name is withdrawn by "#ID" */
+        snprintf(anon, sizeof anon, "#%" PRIu64, l->ref.export_id);
+        call.name = chanos_cstr(l->name[0] != '\0' ? l->name : anon);
+        chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
+        rc = monitor_withdraw_call_encode(&call, &b);
+        if (rc == 0)
+            rc = mon_call(d, &b, MONITOR_MSG_WITHDRAW, d->call_timeout_ms,
+                          d->call_timeout_ms, &f);
         if (rc == 0)
             close_fds(f.fds, f.nfds);
     }

@@ -43,8 +43,9 @@ const char *chanos_strerror_more_(int err)
     case CHANOS_ERR_MONITOR:
         return "monitor: internal failure";
     case CHANOS_ERR_UNSAFE_DIR:
-        return "the monitor directory is not private to this user "
-               "(want a directory of ours with mode 0700)";
+        return "untrusted monitor: its directory is not private to this "
+               "user (want a directory of ours with mode 0700), or it runs "
+               "as another user";
     case CHANOS_ERR_BUSY:
         return "concurrent use: one thread per domain, one sender and one "
                "receiver per connection";

@@ -7,6 +7,13 @@
 
 #include <chanos.h>
 
+/* chanos_domain_wait_ms_ returns how long a loop may sleep on
+ * chanos_domain_fd(d) without calling into d: the milliseconds until the
+ * monitor must have answered the rejoin attempt under way (the next call
+ * then fails the attempt and arms the next one), or -1 for as long as it
+ * likes. */
+int chanos_domain_wait_ms_(const chanos_domain *d);
+
 /* chanos_conn_set_peer_ records the client of a connection chanos_accept
  * hands out (chanos_conn_peer): 0 or -ENOMEM. */
 int chanos_conn_set_peer_(chanos_conn *c, const struct chanos_peer *p);

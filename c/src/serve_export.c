@@ -4,6 +4,7 @@
  * links with, because it needs the domain (src/domain.c) as well.
  */
 #include "chanos.h"
+#include "internal.h"
 #include "spin.h"
 
 #include <errno.h>
@@ -175,9 +176,23 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
             s.pfd[i + 1].fd = chanos_conn_fd(s.conns[i]);
             s.pfd[i + 1].events = POLLIN;
         }
-        if (ppoll(s.pfd, s.nconns + 1, NULL, mask) < 0 && errno != EINTR) {
-            rc = -errno;
-            break;
+        /* A rejoin attempt that the new monitor leaves unanswered fails at
+         * its deadline, in the next call on the domain, and the next
+         * attempt waits on the domain's timer (a wait that doubles): wake
+         * for the deadline, since the socket may never say a thing. */
+        {
+            int wait_ms = chanos_domain_wait_ms_(d);
+            struct timespec ts, *tp = NULL;
+
+            if (wait_ms >= 0) {
+                ts.tv_sec = wait_ms / 1000;
+                ts.tv_nsec = (long)(wait_ms % 1000) * 1000000;
+                tp = &ts;
+            }
+            if (ppoll(s.pfd, s.nconns + 1, tp, mask) < 0 && errno != EINTR) {
+                rc = -errno;
+                break;
+            }
         }
         last = now_ns();
     }

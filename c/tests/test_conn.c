@@ -9,10 +9,13 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #define MSG_ECHO 4
 
@@ -375,6 +378,41 @@ static void test_join_errors(void)
     /* a directory others may enter is refused */
     CHECK(chmod(tmpl, 0755) == 0);
     CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_UNSAFE_DIR);
+    CHECK(chmod(tmpl, 0700) == 0);
+
+    /* a socket listened on by another user, in a directory of ours: the
+     * kernel's record of the listener (SO_PEERCRED) is checked, not the
+     * file system alone; it takes root to listen as nobody */
+    if (getuid() == 0) {
+        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        int ready[2], ls;
+        pid_t pid;
+        char b;
+
+        snprintf(sa.sun_path, sizeof sa.sun_path, "%s/monitor.sock", tmpl);
+        CHECK(pipe(ready) == 0);
+        pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            ls = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+            if (ls < 0 || bind(ls, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+                setgid(65534) != 0 || setuid(65534) != 0 || listen(ls, 8) != 0)
+                _exit(1);
+            (void)!write(ready[1], "r", 1);
+            pause();
+            _exit(0);
+        }
+        close(ready[1]);
+        CHECK(read(ready[0], &b, 1) == 1);
+        close(ready[0]);
+        o.timeout_ms = 1000;
+        CHECK_EQ(chanos_join(&d, &o), CHANOS_ERR_UNSAFE_DIR);
+        CHECK(d == NULL);
+        o.timeout_ms = 0;
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        unlink(sa.sun_path);
+    }
     rmdir(tmpl);
 
     /* a stopped monitor, whose queue of connections is full: the join
