@@ -62,6 +62,11 @@ var (
 	// also matches the monitor's *RemoteError, whose detail says "monitor
 	// full: N of N sessions".
 	ErrMonitorFull = errors.New("chanos: monitor full")
+	// ErrUntrustedMonitor: Join, or a rejoin, found the monitor's
+	// directory open to other users (it must be this user's, mode 0700),
+	// or the process on its socket running as another user
+	// (docs/security.md, "Other users").
+	ErrUntrustedMonitor = errors.New("chanos: untrusted monitor")
 )
 
 // DefaultCallTimeout bounds a call to the monitor whose context has no
@@ -201,9 +206,6 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 	if err != nil {
 		return nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	if err := rundir.Check(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("chanos: join: %w", err)
-	}
 	d := &Domain{
 		dir:       dir,
 		program:   o.program,
@@ -231,12 +233,21 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 // serves what the monitor sends in a goroutine whose end end receives,
 // and says hello, which gives the domain its id.
 func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
+	// Checked at every join, a rejoin's included: the monitor's directory
+	// may have gone with the monitor, and been made again by someone else.
+	if err := rundir.Check(d.dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("chanos: join: %w: %w", ErrUntrustedMonitor, err)
+	}
 	sock := rundir.Socket(d.dir)
 	pc, err := seqpacket.Dial(ctx, sock, monitor.MaxFrameSize)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
 			return nil, nil, fmt.Errorf("%w at %s: start one with `chanos monitor --dir %s` (or set %s)", ErrNoMonitor, sock, d.dir, rundir.EnvVar)
 		}
+		return nil, nil, fmt.Errorf("chanos: join: %w", err)
+	}
+	if err := monitorIsOurs(pc, sock); err != nil {
+		pc.Close()
 		return nil, nil, fmt.Errorf("chanos: join: %w", err)
 	}
 	conn := newConn(seqpacket.NewLink(pc), monitorInterface, d.log)
@@ -257,6 +268,22 @@ func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
 	d.id.Store(reply.DomainID)
 	d.machine.Store(reply.MachineID)
 	return conn, end, nil
+}
+
+// monitorIsOurs checks that the process listening on the monitor's socket
+// runs as this process's user, as the kernel recorded it (SO_PEERCRED):
+// the monitor holds every token and hands out every ring, and one of
+// another user, whatever the directory's permissions let happen, gets
+// neither this domain's exports nor its connections.
+func monitorIsOurs(pc *seqpacket.Conn, sock string) error {
+	cred, err := pc.PeerCred()
+	if err != nil {
+		return fmt.Errorf("the monitor's credentials at %s: %w", sock, err)
+	}
+	if int(cred.Uid) != os.Getuid() {
+		return fmt.Errorf("%w: %s: the monitor runs as uid %d, not %d", ErrUntrustedMonitor, sock, cred.Uid, os.Getuid())
+	}
+	return nil
 }
 
 func truncate(s string, n int) string {

@@ -31,7 +31,7 @@ import (
 const blockForever = 1<<40 + 7
 
 func TestMain(m *testing.M) {
-	testkit.Main(m, testkit.Roles{"server": roleServer, "client": roleClient, "caller": roleCaller, "monitor": roleMonitor})
+	testkit.Main(m, testkit.Roles{"server": roleServer, "client": roleClient, "caller": roleCaller, "monitor": roleMonitor, "listen-as-nobody": roleListenAsNobody})
 }
 
 // childServer answers echo, except blockForever: it says that the call
@@ -595,4 +595,94 @@ func TestRejoinNameTaken(t *testing.T) {
 	if _, err := l.Accept(ctx); !errors.Is(err, chanos.ErrNameTaken) {
 		t.Fatalf("Accept on the listener whose name was taken = %v", err)
 	}
+}
+
+// A domain rejoins only a monitor it would join: while the directory of
+// its lost monitor is open to others, whatever listens on the socket gets
+// no connection; once the directory is private again, the rejoin goes on.
+func TestRejoinChecksTheDirectory(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	mon := testkit.Start(t, testkit.Self("monitor", dir))
+	mon.Expect(t, "ready")
+	ctx := testkit.Context(t)
+	events := make(chan chanos.MonitorEvent, 4)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	mon.Kill()
+	if ev := testkit.Await(t, "the domain noticing the monitor's death", events); !ev.Lost {
+		t.Fatalf("event %+v, want Lost", ev)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := seqpacket.Listen(rundir.Socket(dir), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan *seqpacket.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	select {
+	case c := <-accepted:
+		c.Close()
+		t.Fatal("the domain connected to a monitor in a directory open to others")
+	case <-time.After(time.Second): // four rejoin attempts at least
+	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := testkit.Await(t, "the rejoin's connection once the directory is private", accepted)
+	c.Close()
+}
+
+// Join refuses a monitor socket whose listener runs as another user, even
+// in a directory of the right owner and mode: the kernel's record of the
+// listener (SO_PEERCRED) is checked, not the file system alone. Needs
+// root, to start that listener as nobody.
+func TestJoinRefusesAnotherUsersMonitor(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to listen as another user")
+	}
+	dir := testkit.ShortDir(t)
+	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := os.NewFile(uintptr(fd), "monitor socket")
+	defer sock.Close()
+	if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: rundir.Socket(dir)}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := testkit.Self("listen-as-nobody")
+	cmd.ExtraFiles = []*os.File{sock}
+	lis := testkit.Start(t, cmd)
+	lis.Expect(t, "ready")
+	_, err = chanos.Join(testkit.Context(t), chanos.WithDir(dir), chanos.WithCallTimeout(time.Second))
+	if !errors.Is(err, chanos.ErrUntrustedMonitor) || !strings.Contains(err.Error(), "uid 65534") {
+		t.Fatalf("Join = %v, want ErrUntrustedMonitor naming uid 65534", err)
+	}
+}
+
+// roleListenAsNobody, in a child process started as root, becomes nobody
+// (65534) and listens on the bound socket it was given as descriptor 3,
+// says "ready", and waits to be killed.
+func roleListenAsNobody([]string) error {
+	if err := syscall.Setgid(65534); err != nil {
+		return err
+	}
+	if err := syscall.Setuid(65534); err != nil {
+		return err
+	}
+	if err := syscall.Listen(3, 8); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	select {}
 }

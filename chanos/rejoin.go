@@ -80,6 +80,7 @@ func (d *Domain) event(ev MonitorEvent) {
 // nil if the domain is closed first.
 func (d *Domain) rejoin() (*Conn, chan error) {
 	wait := rejoinFirstWait
+	warned := false
 	for {
 		select {
 		case <-d.quit:
@@ -95,7 +96,11 @@ func (d *Domain) rejoin() (*Conn, chan error) {
 		conn, end, err := d.open(ctx)
 		cancel()
 		if err != nil {
-			if !errors.Is(err, ErrNoMonitor) {
+			switch {
+			case errors.Is(err, ErrUntrustedMonitor) && !warned:
+				warned = true
+				d.log.Warn("chanos: not rejoining an untrusted monitor; trying again", "dir", d.dir, "err", err)
+			case !errors.Is(err, ErrNoMonitor):
 				d.log.Debug("chanos: rejoin failed; trying again", "dir", d.dir, "err", err)
 			}
 			continue
