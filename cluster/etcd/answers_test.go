@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -367,5 +368,145 @@ func TestRemoveUnansweredIsNotLost(t *testing.T) {
 				t.Errorf("release after: %v", err)
 			}
 		})
+	}
+}
+
+// TestSetUnansweredGivenUp: the put of a set whose answer never came,
+// done by etcd only after the store gave up on that set (its owner's
+// Release, or a set again that succeeded and was then removed), belongs
+// to nobody: the store deletes it when the watch brings it, so that the
+// name is free for any owner, and never deletes the name set after that.
+func TestSetUnansweredGivenUp(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	for _, how := range []string{"release", "set-remove"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			late := lateAnswers{later: make(chan chan struct{})}
+			f := newFaultyNames(t, shortOps, late.intercept)
+			ctx := testkit.Context(t)
+			ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+			late.held.Store(1)
+			if err := f.Set(ctx, "late", ref, 7); !errors.Is(err, names.ErrUnavailable) {
+				t.Fatalf("set = %v, want ErrUnavailable", err)
+			}
+			if how == "release" {
+				if err := f.Release(ctx, 7); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				if err := f.Set(ctx, "late", ref, 7); err != nil {
+					t.Fatalf("set again, before the first set's put is done = %v, want nil", err)
+				}
+				if err := f.Remove(ctx, "late", 7); err != nil {
+					t.Fatal(err)
+				}
+			}
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			puts := f.raw.Watch(wctx, f.key("late"))
+			late.doHeld(t)
+			if ev := <-puts; ev.Err() != nil || len(ev.Events) == 0 || !ev.Events[0].IsCreate() {
+				t.Fatalf("watch = %v, %v; the test needs the late put done", ev.Err(), ev.Events)
+			}
+
+			testkit.Eventually(t, "the late put to be deleted", func() bool {
+				return !f.inEtcd(t, "late")
+			})
+			other := wire.Iref{Machine: 1, Export: 2, Token: [16]byte{2}}
+			if err := f.Set(ctx, "late", other, 8); err != nil {
+				t.Fatalf("set by another owner = %v, want nil", err)
+			}
+			f.settle(t)
+			if got, err := f.Get(ctx, "late"); err != nil || got != other {
+				t.Errorf("get = %v, %v; want the other owner's %v", got, err, other)
+			}
+			if lost := f.lostNames(); len(lost) > 0 {
+				t.Errorf("OnLost reported %q", lost)
+			}
+		})
+	}
+}
+
+// TestSetAgainAfterGivingUp: a set of the same name, owner and iref as
+// one the store gave up on, made while the put of the latter could still
+// turn up, is kept: the watch brings its put before the set has its
+// answer, and the store does not take it for the late one.
+func TestSetAgainAfterGivingUp(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	late := lateAnswers{later: make(chan chan struct{})}
+	var slow atomic.Bool
+	held := make(chan struct{})
+	release := make(chan struct{})
+	f := newFaultyNames(t, shortOps, func(ctx context.Context, method string, invoke func(context.Context) error) error {
+		if method == "/etcdserverpb.KV/Txn" && slow.CompareAndSwap(true, false) {
+			err := invoke(ctx)
+			close(held)
+			<-release
+			return err
+		}
+		return late.intercept(ctx, method, invoke)
+	})
+	ctx := testkit.Context(t)
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+	late.held.Store(1)
+	if err := f.Set(ctx, "n", ref, 7); !errors.Is(err, names.ErrUnavailable) {
+		t.Fatalf("set = %v, want ErrUnavailable", err)
+	}
+	if err := f.Release(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	slow.Store(true)
+	set := make(chan error, 1)
+	go func() { set <- f.Set(ctx, "n", ref, 7) }()
+	testkit.Await(t, "the set's transaction to be done", held)
+	testkit.Eventually(t, "the watch to bring the put", func() bool {
+		_, err := f.Get(ctx, "n")
+		return err == nil
+	})
+	f.settle(t)
+	close(release)
+	if err := <-set; err != nil {
+		t.Fatalf("set again = %v, want nil", err)
+	}
+	late.doHeld(t) // refused: the name exists
+	f.settle(t)
+	if !f.inEtcd(t, "n") {
+		t.Fatal("the store deleted the name its owner set again")
+	}
+	if err := f.Remove(ctx, "n", 7); err != nil {
+		t.Errorf("remove by its owner: %v", err)
+	}
+	if lost := f.lostNames(); len(lost) > 0 {
+		t.Errorf("OnLost reported %q", lost)
+	}
+}
+
+// TestTombsBounded: the store remembers the unanswered sets it gave up
+// on only while their puts may still be done, and at most maxTombs of
+// them, forgetting first those nearest their end.
+func TestTombsBounded(t *testing.T) {
+	s := &Names{machine: 1, late: time.Minute, log: quiet(), entries: map[string]entry{}, tombs: map[string][]tomb{}}
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+	now := time.Now()
+	const extra = 10
+	for i := range maxTombs + extra {
+		s.buryLocked(fmt.Sprint("n", i), doubt{owner: 7, ref: ref, lease: 1, sent: now.Add(time.Duration(i) * time.Millisecond)})
+	}
+	s.buryLocked("sent-long-ago", doubt{owner: 7, ref: ref, lease: 1, sent: now.Add(-time.Minute)})
+	n := 0
+	for _, ts := range s.tombs {
+		n += len(ts)
+	}
+	if n != maxTombs || s.ntombs != maxTombs {
+		t.Fatalf("%d tombs (counted %d), want %d", n, s.ntombs, maxTombs)
+	}
+	for _, i := range []int{0, extra - 1, extra, maxTombs + extra - 1} {
+		name := fmt.Sprint("n", i)
+		if got, want := s.unburyLocked(name, doubt{owner: 7, ref: ref, lease: 1}), i >= extra; got != want {
+			t.Errorf("tomb of %s kept = %v, want %v", name, got, want)
+		}
+	}
+	if s.ntombs != maxTombs-2 {
+		t.Errorf("%d tombs after taking 2, want %d", s.ntombs, maxTombs-2)
 	}
 }

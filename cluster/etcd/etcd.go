@@ -36,6 +36,17 @@ const (
 	DefaultKeepAlive   = 2 * time.Second
 	DefaultOpTimeout   = 5 * time.Second
 	DefaultDialTimeout = 5 * time.Second
+	// DefaultLateCommit outlasts every way known for a request to be
+	// done late: etcd commits or drops a proposal within a leader's term
+	// (a leader without a quorum steps down after an election timeout,
+	// 1 s by default, and the next commits or discards what it left),
+	// and answers or gives up within its request timeout (7 s by
+	// default); a request still on its way when the client gave up may
+	// reach etcd with its connection, which gRPC's keep-alive closes
+	// within KeepAlive+OpTimeout, and whose written bytes the kernel
+	// may still send while it retransmits them (about 100 s on Linux,
+	// tcp_orphan_retries).
+	DefaultLateCommit = 2 * time.Minute
 )
 
 // Config says how to reach etcd and how this machine takes part.
@@ -69,6 +80,13 @@ type Config struct {
 	// DialTimeout bounds Open's first connection (default
 	// DefaultDialTimeout).
 	DialTimeout time.Duration
+	// LateCommit is how long after sending a request etcd may still do
+	// it when its answer did not come (default DefaultLateCommit, and
+	// at least OpTimeout). The put of a set without an answer that turns
+	// up within it, after the store gave up on that set (its owner's
+	// release), is nobody's, and the store deletes it; one that turns up
+	// later stays until the machine's lease ends.
+	LateCommit time.Duration
 	// OnLost is told of each name this machine held that is gone without
 	// its owner removing it: the machine's lease expired (it was cut off
 	// or frozen longer than the TTL) or someone deleted the key behind
@@ -177,6 +195,12 @@ func (cfg *Config) fill() error {
 	}
 	if cfg.DialTimeout == 0 {
 		cfg.DialTimeout = DefaultDialTimeout
+	}
+	if cfg.LateCommit == 0 {
+		cfg.LateCommit = max(DefaultLateCommit, cfg.OpTimeout)
+	}
+	if cfg.LateCommit < cfg.OpTimeout {
+		return fmt.Errorf("etcd: late-commit window %v; at least the operation timeout (%v)", cfg.LateCommit, cfg.OpTimeout)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

@@ -26,6 +26,14 @@ const watchBuffer = 1024
 // under etcd's default limit of 128 operations per transaction.
 const releaseBatch = 64
 
+// maxTombs bounds how many unanswered sets the store remembers having
+// given up on (tombs), whatever the owners do: a domain that sets many
+// names while etcd does not answer, then releases them, costs at most
+// this many (some 300 bytes each). Past it the tombs nearest their end go
+// first, and the puts they stood for, should they still be done, stay
+// until the lease ends.
+const maxTombs = 4096
+
 // Names is the cluster-wide names.Store on etcd, as one machine sees it.
 //
 // Each name is a key /chanos/<cluster>/names/<name> whose value is a
@@ -64,15 +72,22 @@ type Names struct {
 	classes  map[string]uint64
 	waiters  map[string][]chan wire.Iref
 	watchers map[*names.Watcher]*watcher
-	mine     map[string]*held // names this machine set and has not removed
-	unsure   map[string]doubt // names whose set's answer was lost, by name
-	gone     map[string]int64 // names deleted at a revision the watch has not reached
-	rev      int64            // the watch has delivered every change up to rev
-	synced   bool             // the watch is running from rev
+	mine     map[string]*held  // names this machine set and has not removed
+	unsure   map[string]doubt  // names whose set's answer was lost, by name
+	gone     map[string]int64  // names deleted at a revision the watch has not reached
+	setting  map[string]int    // this machine's Sets under way, by name
+	tombs    map[string][]tomb // unanswered sets given up on, by name
+	ntombs   int               // how many tombs, at most maxTombs
+	late     time.Duration     // Config.LateCommit
+	reaps    map[string]int64  // late puts to delete, by name: their create revisions
+	reapc    chan struct{}     // wakes the reaper
+	rev      int64             // the watch has delivered every change up to rev
+	synced   bool              // the watch is running from rev
 	closed   bool
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	reaped chan struct{} // closed when the reaper ends
 }
 
 type entry struct {
@@ -107,6 +122,22 @@ type doubt struct {
 	owner names.Owner
 	ref   wire.Iref
 	lease int64
+	sent  time.Time // when the Set sent its transaction
+}
+
+// is reports whether e is the put d stands for: this machine's, under
+// the same lease, with the same owner and iref.
+func (d doubt) is(machine uint64, e entry) bool {
+	return e.machine == machine && e.lease == d.lease && e.owner == d.owner && e.ref == d.ref
+}
+
+// tomb is a doubt the store gave up on (the owner's Release, or a later
+// Set of the name that succeeded), while its put may still be done: until
+// then, a put that matches it is nobody's, and the store deletes it
+// (lateLocked).
+type tomb struct {
+	doubt
+	until time.Time
 }
 
 type watcher struct {
@@ -169,7 +200,13 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 		mine:     map[string]*held{},
 		unsure:   map[string]doubt{},
 		gone:     map[string]int64{},
+		setting:  map[string]int{},
+		tombs:    map[string][]tomb{},
+		late:     cfg.LateCommit,
+		reaps:    map[string]int64{},
+		reapc:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
+		reaped:   make(chan struct{}),
 	}
 	if err := s.resync(ctx); err != nil {
 		return nil, unavailable(ctx, "load the names", err)
@@ -178,6 +215,7 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 	s.cancel = cancel
 	sess.OnLost(s.leaseLost)
 	go s.run(runCtx)
+	go s.reaper(runCtx)
 	return s, nil
 }
 
@@ -269,15 +307,26 @@ func (s *Names) putLocked(name string, e entry, lost []lostName) []lostName {
 	}
 	s.insertLocked(name, e)
 	s.adoptLocked(name, e)
+	s.lateLocked(name, e)
 	return lost
 }
 
 // adoptLocked makes name, as the cache now holds it (e), the owner's if
 // it is the put of a Set whose answer was lost: the put of this machine,
-// under the same lease, with the same owner and iref.
+// under the same lease, with the same owner and iref. While a Set of the
+// name is under way on this machine, the put may be that Set's, which
+// looks the same when it is of the same owner and iref, and leaves the
+// doubt's put to be done still: the Set decides (claim, setDone).
 func (s *Names) adoptLocked(name string, e entry) {
+	if s.setting[name] == 0 {
+		s.takeLocked(name, e)
+	}
+}
+
+// takeLocked is adoptLocked whatever Sets are under way.
+func (s *Names) takeLocked(name string, e entry) {
 	d, ok := s.unsure[name]
-	if !ok || e.machine != s.machine || e.lease != d.lease || e.owner != d.owner || e.ref != d.ref {
+	if !ok || !d.is(s.machine, e) {
 		return
 	}
 	if h, ok := s.mine[name]; ok && h.create == e.create {
@@ -285,6 +334,182 @@ func (s *Names) adoptLocked(name string, e entry) {
 	}
 	delete(s.unsure, name)
 	s.mine[name] = &held{owner: d.owner, create: e.create, lease: d.lease, adopted: true}
+}
+
+// buryLocked notes that the store gave up on d, an unanswered Set of
+// name, while its put may still be done: until d.sent+LateCommit, a put
+// that matches it is deleted when this machine sees it.
+func (s *Names) buryLocked(name string, d doubt) {
+	now := time.Now()
+	until := d.sent.Add(s.late)
+	if !now.Before(until) {
+		return
+	}
+	if s.ntombs >= maxTombs {
+		s.pruneTombsLocked(now)
+	}
+	if s.ntombs >= maxTombs {
+		s.evictTombLocked()
+	}
+	s.tombs[name] = append(s.tombs[name], tomb{doubt: d, until: until})
+	s.ntombs++
+	if e, ok := s.entries[name]; ok {
+		s.lateLocked(name, e)
+	}
+}
+
+// unburyLocked drops the tomb of name that d matches (same owner, iref
+// and lease), with those whose time is up, and reports whether it was
+// there.
+func (s *Names) unburyLocked(name string, d doubt) bool {
+	now, found := time.Now(), false
+	ts := s.tombs[name]
+	kept := ts[:0]
+	for _, t := range ts {
+		switch {
+		case !now.Before(t.until):
+		case !found && t.owner == d.owner && t.ref == d.ref && t.lease == d.lease:
+			found = true
+		default:
+			kept = append(kept, t)
+			continue
+		}
+		s.ntombs--
+	}
+	clear(ts[len(kept):])
+	if len(kept) == 0 {
+		delete(s.tombs, name)
+	} else {
+		s.tombs[name] = kept
+	}
+	return found
+}
+
+// pruneTombsLocked drops the tombs whose time is up.
+func (s *Names) pruneTombsLocked(now time.Time) {
+	for name, ts := range s.tombs {
+		kept := slices.DeleteFunc(ts, func(t tomb) bool { return !now.Before(t.until) })
+		s.ntombs -= len(ts) - len(kept)
+		if len(kept) == 0 {
+			delete(s.tombs, name)
+		} else {
+			s.tombs[name] = kept
+		}
+	}
+}
+
+// evictTombLocked drops the tomb nearest its end, to make room: its put,
+// should it be done still, then stays until the lease ends.
+func (s *Names) evictTombLocked() {
+	var first string
+	at := -1
+	for name, ts := range s.tombs {
+		for i, t := range ts {
+			if at < 0 || t.until.Before(s.tombs[first][at].until) {
+				first, at = name, i
+			}
+		}
+	}
+	if at < 0 {
+		return
+	}
+	s.log.Warn("etcd: too many unanswered sets given up on; forgetting one, whose put, should etcd still do it, stays until the lease ends",
+		"name", first, "owner", uint64(s.tombs[first][at].owner), "max", maxTombs)
+	if ts := slices.Delete(s.tombs[first], at, at+1); len(ts) == 0 {
+		delete(s.tombs, first)
+	} else {
+		s.tombs[first] = ts
+	}
+	s.ntombs--
+}
+
+// lateLocked queues the delete of e, the cache's entry for name, if it is
+// the put of an unanswered Set that the store gave up on (a tomb): it is
+// nobody's, and would otherwise hold the name until the lease ends. A
+// Set of the name under way on this machine defers it (setDone looks
+// again), since its put, which the watch may bring before its answer,
+// matches the tomb as well when it is of the same owner and iref.
+func (s *Names) lateLocked(name string, e entry) {
+	if e.machine != s.machine || len(s.tombs[name]) == 0 || s.setting[name] > 0 {
+		return
+	}
+	if h, ok := s.mine[name]; ok && h.create == e.create {
+		return
+	}
+	if d, ok := s.unsure[name]; ok && d.is(s.machine, e) {
+		return // an unanswered Set of the owner's that still stands has it
+	}
+	if !s.unburyLocked(name, doubt{owner: e.owner, ref: e.ref, lease: e.lease}) {
+		return
+	}
+	s.reaps[name] = e.create
+	select {
+	case s.reapc <- struct{}{}:
+	default: // the reaper is awake already
+	}
+}
+
+// reaper deletes the late puts that lateLocked queues, each fenced by its
+// create revision, so that whatever was set under the name since is never
+// deleted. It runs apart from the watch, which only queues, and retries
+// while etcd cannot be reached, until the store is closed.
+func (s *Names) reaper(ctx context.Context) {
+	defer close(s.reaped)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-s.reapc:
+		}
+		for s.reapOnce(ctx) {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(retryInterval):
+			}
+		}
+	}
+}
+
+// reapOnce tries each queued delete once, and reports whether some failed
+// for want of an answer.
+func (s *Names) reapOnce(ctx context.Context) (retry bool) {
+	s.mu.Lock()
+	list := make([]string, 0, len(s.reaps))
+	creates := make([]int64, 0, len(s.reaps))
+	for name, create := range s.reaps {
+		if h, ok := s.mine[name]; ok && h.create == create {
+			delete(s.reaps, name) // made an owner's since
+			continue
+		}
+		list, creates = append(list, name), append(creates, create)
+	}
+	s.mu.Unlock()
+	for i, name := range list {
+		key := s.key(name)
+		octx, cancel := context.WithTimeout(ctx, s.opTO)
+		r, err := s.client.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", creates[i])).
+			Then(clientv3.OpDelete(key)).Commit()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("etcd: could not delete the late put of an unanswered set; retrying", "name", name, "err", err)
+			}
+			retry = true
+			continue
+		}
+		s.mu.Lock()
+		if s.reaps[name] == creates[i] {
+			delete(s.reaps, name)
+		}
+		s.mu.Unlock()
+		if r.Succeeded {
+			s.log.Info("etcd: deleted the late put of an unanswered set that was given up on", "name", name)
+			s.applyDeletes([]string{name}, r.Header.Revision)
+		}
+	}
+	return retry
 }
 
 // deleteLocked applies the delete of name at revision rev.
@@ -428,8 +653,9 @@ func (s *Names) leaseLost(old int64) {
 			lost = append(lost, lostName{h.owner, name})
 		}
 	}
-	// A put under the old lease can no longer be done, and one that was
-	// is gone with the lease.
+	// A put under the old lease can no longer be done (etcd refuses a
+	// put under a lease it has dropped), and one that was is gone with
+	// the lease: these doubts need no tomb.
 	for name, d := range s.unsure {
 		if d.lease == old {
 			delete(s.unsure, name)
@@ -461,14 +687,19 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 	}
 	s.mu.Lock()
 	closed := s.closed
+	if !closed {
+		s.setting[name]++
+	}
 	s.mu.Unlock()
 	if closed {
 		return names.ErrClosed
 	}
+	defer s.setDone(name)
 	lease := s.sess.Lease()
 	if lease == 0 {
 		return fmt.Errorf("set %q: %w: the machine's lease was lost and is being renewed", name, names.ErrUnavailable)
 	}
+	sent := time.Now()
 	octx, cancel := context.WithTimeout(ctx, s.opTO)
 	defer cancel()
 	key := s.key(name)
@@ -481,7 +712,7 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 		if isLeaseNotFound(err) {
 			return fmt.Errorf("set %q: %w: the machine's lease expired", name, names.ErrUnavailable)
 		}
-		return s.setUnanswered(ctx, name, ref, owner, lease, err)
+		return s.setUnanswered(ctx, name, doubt{owner: owner, ref: ref, lease: lease, sent: sent}, err)
 	}
 	if !resp.Succeeded {
 		// This machine now reads the name it was refused.
@@ -496,7 +727,12 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 	s.mu.Lock()
 	var lost []lostName
 	if !s.closed {
-		delete(s.unsure, name) // an earlier unanswered set was not done
+		// An earlier unanswered set was not done, but may still be,
+		// should the name be removed first.
+		if d, ok := s.unsure[name]; ok {
+			delete(s.unsure, name)
+			s.buryLocked(name, d)
+		}
 		// This machine reads its own write at once, and the watch's
 		// event for it comes later and changes nothing. Unless the watch
 		// has already gone past it: its view then holds every change up
@@ -519,6 +755,22 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 	return nil
 }
 
+// setDone ends a Set of name: what the Set deferred is done now, the
+// adoption of a doubt's put (adoptLocked) or the delete of a late one
+// (lateLocked).
+func (s *Names) setDone(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.setting[name]--; s.setting[name] > 0 {
+		return
+	}
+	delete(s.setting, name)
+	if e, ok := s.entries[name]; ok && !s.closed {
+		s.adoptLocked(name, e)
+		s.lateLocked(name, e)
+	}
+}
+
 // setUnanswered resolves a Set whose transaction failed without an
 // answer (err): etcd may have done its put. The store reads the name back
 // and, if it holds this put, the set succeeded. Otherwise the set fails
@@ -527,19 +779,23 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 // when this machine sees it (adoptLocked), so the owner's Remove and
 // Release delete it, and a set again of the same name and iref by the
 // same owner succeeds. The note goes with the owner's Release or the
-// lease.
-func (s *Names) setUnanswered(ctx context.Context, name string, ref wire.Iref, owner names.Owner, lease int64, err error) error {
+// lease; given up on while the put may still be done, it becomes a tomb
+// (buryLocked), and the put, should it turn up, is deleted.
+func (s *Names) setUnanswered(ctx context.Context, name string, d doubt, err error) error {
+	owner, ref := d.owner, d.ref
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return unavailable(ctx, fmt.Sprintf("set %q", name), err)
 	}
-	s.unsure[name] = doubt{owner: owner, ref: ref, lease: lease}
-	if e, ok := s.entries[name]; ok {
-		s.adoptLocked(name, e) // the watch brought the put already
+	// One note per name, the newer set's: should the older one's put be
+	// done, and not be the one the note adopts, it is nobody's.
+	if old, ok := s.unsure[name]; ok {
+		s.buryLocked(name, old)
 	}
+	s.unsure[name] = d
 	s.mu.Unlock()
-	if s.claim(name, owner, ref) {
+	if s.claim(name, owner, ref) { // the watch brought the put already
 		return nil
 	}
 	// The caller's context may be what ended: the read gets its own
@@ -562,8 +818,13 @@ func (s *Names) setUnanswered(ctx context.Context, name string, ref wire.Iref, o
 func (s *Names) claim(name string, owner names.Owner, ref wire.Iref) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	h, ok := s.mine[name]
 	e, in := s.entries[name]
+	if in && s.setting[name] == 1 {
+		// No other Set of the name is under way: the put is the doubt's,
+		// if it matches, or this Set's own, which the doubt stands for.
+		s.takeLocked(name, e)
+	}
+	h, ok := s.mine[name]
 	if !ok || !in || !h.adopted || h.owner != owner || h.create != e.create || h.removing || e.ref != ref {
 		return false
 	}
@@ -914,7 +1175,9 @@ func (s *Names) Watch(ctx context.Context, prefix string) (*names.Watcher, error
 
 // Release implements names.Store: every name owner set through this
 // store goes, in transactions of up to releaseBatch deletes, each fenced by the
-// names' create revisions.
+// names' create revisions. So do the puts of the owner's sets that went
+// unanswered: those etcd has done, now, and those it does later, within
+// Config.LateCommit of their sending, when this machine sees them.
 func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 	s.mu.Lock()
 	if s.closed {
@@ -950,6 +1213,8 @@ func (s *Names) Release(ctx context.Context, owner names.Owner) error {
 	for i, name := range doubts {
 		pending[i] = s.unsure[name]
 		delete(s.unsure, name)
+		// A put done after the deletes below is deleted when it shows.
+		s.buryLocked(name, pending[i])
 	}
 	s.mu.Unlock()
 
@@ -1032,14 +1297,16 @@ func (s *Names) redoubt(list []string, ds []doubt) {
 		if _, ok := s.unsure[name]; !ok {
 			if _, held := s.mine[name]; !held {
 				s.unsure[name] = ds[i]
+				s.unburyLocked(name, ds[i])
 			}
 		}
 	}
 }
 
 // Close ends every watch and wait; later calls fail with names.ErrClosed.
-// The names stay in etcd under the machine's lease: Machine.Close revokes
-// it.
+// The names stay in etcd under the machine's lease, and so does the put
+// of a set without an answer that etcd does after Close, or a late put
+// not yet deleted: Machine.Close revokes the lease.
 func (s *Names) Close() error {
 	s.mu.Lock()
 	if s.closed {
@@ -1050,6 +1317,7 @@ func (s *Names) Close() error {
 	s.mu.Unlock()
 	s.cancel()
 	<-s.done
+	<-s.reaped
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, ws := range s.waiters {
