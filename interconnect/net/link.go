@@ -577,11 +577,16 @@ func (l *Link) fail(err error) error {
 
 // end ends the link with err, the first reason winning; now says whether
 // Receive stops at once rather than after what it holds.
-func (l *Link) end(err error, now bool) {
+func (l *Link) end(err error, now bool) { l.finish(err, now, false) }
+
+// finish is end. With keep, the TCP connection being read is not closed
+// but returned, its reads interrupted and none to follow, for Close to
+// close it lingering (lingerClose); nil if there is none to keep.
+func (l *Link) finish(err error, now, keep bool) stdnet.Conn {
 	l.mu.Lock()
 	if l.endErr != nil {
 		l.mu.Unlock()
-		return
+		return nil
 	}
 	l.endErr, l.endNow = err, now
 	c := l.conn
@@ -591,17 +596,23 @@ func (l *Link) end(err error, now bool) {
 	l.mu.Unlock()
 	l.cancelCtx()
 	l.closeGone()
-	if r != nil {
-		// Its watch too: nothing of the link runs on once it has ended.
-		l.dropReader(r, nil, false)
-	}
-	if c != nil {
-		c.Close()
+	var kept stdnet.Conn
+	if keep && c != nil && r != nil && r.c == c && l.keepReader(r) {
+		kept = c
+	} else {
+		if r != nil {
+			// Its watch too: nothing of the link runs on once it has ended.
+			l.dropReader(r, nil, false)
+		}
+		if c != nil {
+			c.Close()
+		}
 	}
 	l.o.Logger.Debug("net: link ended", "err", err)
 	if l.onEnd != nil {
 		l.onEnd()
 	}
+	return kept
 }
 
 // End ends the link at once with err (interconnect.Ended of ErrPeerDied
@@ -622,11 +633,14 @@ func (l *Link) Err() error {
 // Close ends the link in order: it sends a close record after every frame
 // sent before, and waits until the peer has acknowledged it (the peer then
 // holds everything), the link has ended otherwise, or Options.Linger has
-// passed. The peer's Receive returns what was sent, then ErrClosed. When
-// Close returns, the link's goroutines have ended and its TCP connection
-// is closed.
+// passed. The peer's Receive returns what was sent, then ErrClosed. It
+// then shuts down the TCP connection's writing and reads it until the
+// peer closes it too, within the same Linger (lingerClose). When Close
+// returns, the link's goroutines have ended and its TCP connection is
+// closed.
 func (l *Link) Close() error {
 	l.closeOnce.Do(func() {
+		deadline := time.Now().Add(l.o.Linger)
 		l.mu.Lock()
 		l.closing = true
 		l.roomLocked()
@@ -644,7 +658,7 @@ func (l *Link) Close() error {
 		l.mu.Unlock()
 		if !skip {
 			l.pump()
-			t := time.NewTimer(l.o.Linger)
+			t := time.NewTimer(time.Until(deadline))
 		wait:
 			for {
 				l.mu.Lock()
@@ -674,10 +688,70 @@ func (l *Link) Close() error {
 			l.writeAckLocked(false)
 			l.wmu.Unlock()
 		}
-		l.end(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by this side")), true)
+		c := l.finish(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by this side")), true, true)
+		if c != nil {
+			// A write that the network holds up (a sender's, the link
+			// goroutine's) ends by then, so that neither the goroutines
+			// nor the writer's lock are waited for longer.
+			c.SetWriteDeadline(deadline)
+		}
 		l.wg.Wait()
+		if c != nil {
+			l.wmu.Lock()
+			l.live = false // nothing is written after the shutdown
+			l.wmu.Unlock()
+			l.awaitReaders() // a Receive's read, interrupted, has let go of c
+			lingerClose(c, deadline, l.lingerLimit())
+		}
 	})
 	return nil
+}
+
+// lingerClose closes c, the link's TCP connection once this side's last
+// records are written to it: it shuts down c's writing, so that the peer
+// reads them and then the end of the stream, and reads and drops what the
+// peer still sends until the peer closes its side too, deadline passes or
+// limit bytes have come. A socket closed with bytes unread in it sends a
+// reset rather than an orderly end, and the reset drops what it
+// overtakes: this side's close record among them, so that the peer would
+// resume, find the connection forgotten and end "peer died". Reading to
+// the peer's end leaves nothing unread, and both sides close in order.
+// Under TLS the raw TCP connection is shut down and read: what is left
+// of the stream is of no use, and TLS's own close_notify is not needed
+// after the protocol's close (nor sent in the authenticated-only mode).
+func lingerClose(c stdnet.Conn, deadline time.Time, limit int64) {
+	defer c.Close()
+	raw := rawConn(c)
+	cw, ok := raw.(interface{ CloseWrite() error })
+	if !ok || !time.Now().Before(deadline) || cw.CloseWrite() != nil || raw.SetReadDeadline(deadline) != nil {
+		return
+	}
+	io.Copy(io.Discard, io.LimitReader(raw, limit))
+}
+
+// rawConn returns the connection under the link's layers of c (TLS, the
+// liveness count): the TCP connection, for one the link dialed or
+// accepted.
+func rawConn(c stdnet.Conn) stdnet.Conn {
+	for {
+		switch x := c.(type) {
+		case *tlsConn:
+			c = x.raw
+		case *liveConn:
+			c = x.Conn
+		default:
+			return c
+		}
+	}
+}
+
+// lingerLimit bounds what lingerClose reads. After this side's close an
+// honest peer sends at most the frames of one window that it sent before
+// it read the close, and acknowledgements: the window's bytes twice over,
+// room for its records' headers, tags and TLS's overhead, and 64 KiB more.
+// A peer that sends more is not waited for: its socket is reset.
+func (l *Link) lingerLimit() int64 {
+	return 2*int64(l.o.WindowBytes) + 64*int64(l.o.WindowFrames) + 64<<10
 }
 
 // open makes c, on which the hellos were exchanged (the peer's is h), the
@@ -853,7 +927,7 @@ func (l *Link) run() {
 		case <-l.brokenSig:
 			l.mu.Lock()
 			stale := l.brokenGen.Load() != l.gen
-			pc := l.peerClosed
+			over := l.exchangeOverLocked()
 			l.mu.Unlock()
 			if stale {
 				continue
@@ -862,8 +936,13 @@ func (l *Link) run() {
 			l.live = false
 			l.wmu.Unlock()
 			connected = false
-			if pc {
-				// The peer has closed: nothing is left to resume.
+			if over {
+				// Nothing is left to resume. A peer that acknowledged
+				// this side's close then closes its TCP connection (and
+				// forgets the connection) without a close of its own
+				// when it had read this side's first: a resume would
+				// be refused, and Close, about to see the
+				// acknowledgement, would end "peer died".
 				continue
 			}
 			if l.dialer {
@@ -899,6 +978,16 @@ func (l *Link) run() {
 			return
 		}
 	}
+}
+
+// exchangeOverLocked says whether the close exchange has ended what the
+// two sides have to say to each other: the peer's close has arrived, or
+// the peer has acknowledged this side's close. In the latter case the
+// peer had sent nothing more (it sends only acknowledgements after this
+// side's close, and its frames before came ahead of the acknowledgement).
+// The caller holds mu.
+func (l *Link) exchangeOverLocked() bool {
+	return l.peerClosed || l.closeSeq > 0 && l.peerAcked >= l.closeSeq
 }
 
 // dropConn stops reading the current TCP connection and closes it.
@@ -942,12 +1031,13 @@ func (l *Link) redial() bool {
 		switch {
 		case errors.Is(err, errRejectedUnknown):
 			l.mu.Lock()
-			closed := l.peerClosed
+			closed := l.exchangeOverLocked()
 			l.mu.Unlock()
 			if closed {
-				// The peer closed, then forgot the connection once its
-				// close was acknowledged (or its Linger passed): an
-				// orderly end, not a death.
+				// The peer closed, or acknowledged this side's close,
+				// then forgot the connection once its own close was
+				// over (or its Linger passed): an orderly end, not a
+				// death.
 				l.end(interconnect.Ended(interconnect.ErrClosed, errors.New("chanos: connection closed by the peer")), false)
 				return false
 			}

@@ -142,14 +142,7 @@ func (l *Link) startReaderLocked(c stdnet.Conn, br *bufio.Reader, mac *recordMAC
 // goroutine stops it itself).
 func (l *Link) dropReader(r *connReader, err error, report bool) {
 	r.once.Do(func() {
-		close(r.stop)
-		l.mu.Lock()
-		if l.rcur == r {
-			l.rcur = nil
-		}
-		unwatch := r.unwatch // set under mu, before the watch could call this
-		l.mu.Unlock()
-		unwatch()
+		l.stopReading(r)
 		r.c.Close()
 		if !report || interconnect.IsEnd(err) {
 			return
@@ -158,6 +151,33 @@ func (l *Link) dropReader(r *connReader, err error, report bool) {
 		l.brokenGen.Store(r.gen)
 		signal(l.brokenSig)
 	})
+}
+
+// keepReader stops reading r's connection, once, as dropReader does, but
+// leaves it open, for Close to close it lingering; false if r was stopped
+// already (its connection closed). A read in progress on it, a Receive's
+// or the background reader's, fails at once; its failure reports nothing,
+// and no read follows, r being stopped.
+func (l *Link) keepReader(r *connReader) bool {
+	kept := false
+	r.once.Do(func() {
+		l.stopReading(r)
+		r.c.SetReadDeadline(aLongTimeAgo)
+		kept = true
+	})
+	return kept
+}
+
+// stopReading stops r and its watch; r's connection is left as it is.
+func (l *Link) stopReading(r *connReader) {
+	close(r.stop)
+	l.mu.Lock()
+	if l.rcur == r {
+		l.rcur = nil
+	}
+	unwatch := r.unwatch // set under mu, before the watch could call this
+	l.mu.Unlock()
+	unwatch()
 }
 
 // kickReader wakes the current connection's background reader, which
@@ -257,8 +277,17 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		l.rcvWant.Store(true)
 		for l.inboxHead == len(l.inbox) || l.endNow {
 			if err := l.receiveEndLocked(); err != nil {
+				r := l.rcur
+				peerClosed := l.endErr == nil
 				l.mu.Unlock()
 				l.rcvWant.Store(false)
+				if peerClosed && r != nil {
+					// The peer closed: all that is left to read is the
+					// end of its stream, which its Close waits for
+					// (lingerClose). The background reader reads on
+					// for it now, not at the next keepalive tick.
+					signal(r.kick)
+				}
 				*in = interconnect.Incoming{}
 				return err
 			}

@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <openssl/crypto.h>
@@ -135,6 +136,9 @@ struct chanos_net_link {
     bool end_now;
     int dial_rc; /* 1 while the first dial runs */
     int close_rc; /* what queueing this side's CLOSE met (close_begin) */
+    /* set by an orderly close: until when the I/O thread, once stopped,
+     * lingers on the TCP connection (linger_close); 0: it closes at once */
+    int64_t linger_until;
     uint64_t auth_failures; /* records whose tag failed */
     struct pending pend;
     uint8_t *cur;
@@ -829,6 +833,55 @@ static void run_connected(chanos_net_link *c)
         drop_conn(c); /* a cut cable resets nothing */
 }
 
+/* exchange_over_locked says whether the close exchange has ended what the
+ * two sides have to say to each other: the peer's CLOSE has arrived, or
+ * the peer has acknowledged this side's (after which it sends only
+ * acknowledgements, its frames before having come ahead of it). Nothing
+ * is then left to resume: a peer that had read this side's CLOSE before
+ * it closed sends none of its own, and closes its TCP connection and
+ * forgets the connection once it has acknowledged this side's, so that a
+ * resume would be refused as a death. mu held. */
+static bool exchange_over_locked(const chanos_net_link *c)
+{
+    return c->peer_closed || (c->close_seq && c->peer_acked >= c->close_seq);
+}
+
+/* linger_close closes the TCP connection after an orderly close
+ * (docs/net.md, "Close"): it shuts down the socket's writing, so that the
+ * peer reads this side's last records and then the end of the stream,
+ * and reads and drops what the peer still sends until the peer closes its
+ * side too, the deadline `until` passes, or more comes than an honest
+ * peer sends after this side's CLOSE (a window of frames it sent before
+ * reading it, and acknowledgements: the window's bytes twice over, room
+ * for headers, tags and TLS, and 64 KiB). A socket closed with bytes
+ * unread in it sends a reset rather than an orderly end, and the reset
+ * drops what it overtakes, this side's CLOSE among them. Under TLS the
+ * socket itself is shut down and read: what is left of the stream is of
+ * no use, and close_notify is not needed after the protocol's CLOSE (nor
+ * sent in the authenticated-only mode). */
+static void linger_close(chanos_net_link *c, int64_t until)
+{
+    uint64_t limit = 2 * (uint64_t)c->o.win_bytes +
+                     64 * (uint64_t)c->o.win_frames + (64u << 10);
+    if (c->t.fd >= 0 && net_now() < until && shutdown(c->t.fd, SHUT_WR) == 0) {
+        for (uint64_t got = 0; got < limit;) {
+            ssize_t r = recv(c->t.fd, c->rbuf, sizeof c->rbuf, 0);
+            if (r > 0) {
+                got += (uint64_t)r;
+                continue;
+            }
+            if (r == 0)
+                break; /* the peer's end */
+            if (errno == EINTR)
+                continue;
+            if ((errno != EAGAIN && errno != EWOULDBLOCK) ||
+                net_wait(c->t.fd, POLLIN, -1, until) != 0)
+                break;
+        }
+    }
+    tconn_close(&c->t);
+}
+
 static void *io_main(void *arg)
 {
     chanos_net_link *c = arg;
@@ -864,7 +917,7 @@ static void *io_main(void *arg)
             c->pend = (struct pending){0};
             c->pend.t = TCONN_NONE;
         }
-        bool peer_closed = c->peer_closed;
+        bool over = exchange_over_locked(c);
         pthread_mutex_unlock(&c->mu);
         if (p.set) {
             /* The peer redialed, perhaps before this side saw the break:
@@ -880,7 +933,7 @@ static void *io_main(void *arg)
             run_connected(c);
             continue;
         }
-        if (peer_closed) {
+        if (over) {
             /* Nothing is left to resume. */
             net_wait(-1, 0, c->wakefd, net_now() + 3600 * (int64_t)1000000000);
             continue;
@@ -894,7 +947,10 @@ static void *io_main(void *arg)
         if (net_wait(-1, 0, c->wakefd, grace_end) == CHANOS_ERR_TIMEDOUT)
             end_link(c, CHANOS_ERR_NETWORK_LOST, false);
     }
-    tconn_close(&c->t);
+    pthread_mutex_lock(&c->mu);
+    int64_t until = c->linger_until;
+    pthread_mutex_unlock(&c->mu);
+    linger_close(c, until);
     pthread_mutex_lock(&c->mu);
     c->connected = false;
     pthread_mutex_unlock(&c->mu);
@@ -1426,6 +1482,10 @@ static int close_end(chanos_net_link *c, int64_t deadline,
     if (rc == 0 && c->end_err && !c->peer_closed &&
         (!c->close_seq || c->peer_acked < c->close_seq - 1))
         rc = c->end_err;
+    /* An orderly end lingers on the TCP connection, within the close's
+     * deadline; a link that ended otherwise has nothing more to say. */
+    if (!c->end_err)
+        c->linger_until = deadline;
     end_locked(c, CHANOS_ERR_CLOSED, true);
     c->stop = true;
     wake(c);

@@ -8,8 +8,11 @@
  * held; a peer that keeps the socket readable does not hold up a close; a
  * quarter of the window in bytes is acknowledged at once; a resume under
  * another server name than the opening one is refused; a binder's
- * listens at once never hold more listeners than it has room for; and a
- * dialer takes a reply with header flags set for a protocol violation.
+ * listens at once never hold more listeners than it has room for; a
+ * dialer takes a reply with header flags set for a protocol violation; a
+ * close reads the TCP connection to the peer's end before it closes it,
+ * within its linger; and a dialer whose CLOSE was acknowledged does not
+ * take the peer's end for a break to resume.
  */
 #include "check.h"
 #include "raw_peer.h"
@@ -19,6 +22,7 @@
 #include "../src/internal.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
@@ -432,6 +436,7 @@ static void test_listener_close(void)
 
 struct flood {
     int fd;
+    uint64_t ack; /* what the records acknowledge */
     atomic_bool stop;
 };
 
@@ -443,7 +448,7 @@ static void *flood_main(void *arg)
     size_t n = (1 << 20) / REC_HDR * REC_HDR;
     uint8_t *b = malloc(n);
     for (size_t off = 0; b && off < n; off += REC_HDR)
-        put_header(b + off, REC_ACK, 0, 0, 0);
+        put_header(b + off, REC_ACK, 0, 0, fl->ack);
     int64_t end = now_ms() + 8000;
     while (b && !atomic_load(&fl->stop) && now_ms() < end)
         if (!write_full(fl->fd, b, n))
@@ -479,6 +484,204 @@ static void test_flood_close(void)
         close(fl.fd);
     }
     chanos_net_listener_close(L);
+}
+
+/* read_record reads the next record from a raw peer's socket, past any
+ * ACK records: 1 and its type and sequence number, 0 at the end of the
+ * stream, -1 if the read failed (errno). */
+static int read_record(int fd, uint8_t *type, uint64_t *seq)
+{
+    uint8_t h[REC_HDR];
+    for (;;) {
+        for (size_t off = 0; off < sizeof h;) {
+            ssize_t r = read(fd, h + off, sizeof h - off);
+            if (r <= 0)
+                return r == 0 && off == 0 ? 0 : -1;
+            off += (size_t)r;
+        }
+        uint8_t skip[256];
+        for (uint32_t left = chanos_load_u32(h + 4); left > 0;) {
+            ssize_t r = read(fd, skip, left < sizeof skip ? left : sizeof skip);
+            if (r <= 0)
+                return -1;
+            left -= (uint32_t)r;
+        }
+        if (h[0] != REC_ACK) {
+            *type = h[0];
+            *seq = chanos_load_u64(h + 8);
+            return 1;
+        }
+    }
+}
+
+struct dialing {
+    const char *addr;
+    const struct chanos_net_options *o;
+    chanos_net_link *l;
+    int rc;
+};
+
+static void *dial_thread(void *arg)
+{
+    struct dialing *d = arg;
+    d->rc = chanos_net_dial(d->addr, d->o, &d->l);
+    return NULL;
+}
+
+struct closing {
+    chanos_net_link *l;
+    int rc;
+    int64_t took_ms;
+    atomic_bool done;
+};
+
+static void *close_thread(void *arg)
+{
+    struct closing *cl = arg;
+    int64_t t0 = now_ms();
+    cl->rc = chanos_net_close(cl->l);
+    cl->took_ms = now_ms() - t0;
+    atomic_store(&cl->done, true);
+    return NULL;
+}
+
+/* A close, its CLOSE acknowledged, shuts down the socket's writing and
+ * reads until the peer closes its side too (docs/net.md, "Close"): the
+ * peer reads the CLOSE and then the end of the stream, never a reset,
+ * although its own records may lie unread on the link's side. A peer
+ * that never closes holds the close for its linger, no longer; one that
+ * floods it with records, not even that long. */
+static void test_close_linger(void)
+{
+    const int linger = 1500;
+    struct chanos_net_options o = {.linger_ms = linger};
+    chanos_net_listener *L;
+    CHECK_EQ(chanos_net_listen("127.0.0.1:0", &o, &L), 0);
+    static const char *const peers[] = {"closes", "stays", "floods"};
+    for (int k = 0; k < 3; k++) {
+        char ctx[64];
+        snprintf(ctx, sizeof ctx, "a close lingering, the peer %s", peers[k]);
+        check_context = ctx;
+        struct closing cl = {0};
+        int fd = raw_open(L, (uint8_t)(0x60 + k), &cl.l);
+        CHECK(fd >= 0);
+        if (fd < 0)
+            continue;
+        atomic_store(&cl.done, false);
+        pthread_t t;
+        pthread_create(&t, NULL, close_thread, &cl);
+        uint8_t type = 0;
+        uint64_t seq = 0;
+        CHECK_EQ(read_record(fd, &type, &seq), 1);
+        CHECK_EQ(type, REC_CLOSE);
+        uint8_t acks[100 * REC_HDR];
+        for (int i = 0; i < 100; i++)
+            put_header(acks + i * REC_HDR, REC_ACK, 0, 0, seq);
+        CHECK(write_full(fd, acks, sizeof acks));
+        if (k == 0) {
+            /* The end of the link's stream, not a reset; the close goes
+             * on reading until this side's end. */
+            errno = 0;
+            int r = read_record(fd, &type, &seq);
+            if (r != 0)
+                fprintf(stderr, "%s: after the CLOSE: %d (%s)\n", ctx, r,
+                        r < 0 ? strerror(errno) : "a record");
+            CHECK_EQ(r, 0);
+            usleep(200000);
+            CHECK(!atomic_load(&cl.done));
+            write_full(fd, acks, sizeof acks); /* read and dropped */
+            close(fd);
+            pthread_join(t, NULL);
+            CHECK(cl.took_ms < linger / 2);
+        } else if (k == 1) {
+            pthread_join(t, NULL);
+            close(fd);
+            CHECK(cl.took_ms >= linger / 2 && cl.took_ms < linger + 1000);
+        } else {
+            struct flood fl = {.fd = fd, .ack = seq};
+            atomic_store(&fl.stop, false);
+            pthread_t ft;
+            pthread_create(&ft, NULL, flood_main, &fl);
+            pthread_join(t, NULL);
+            atomic_store(&fl.stop, true);
+            shutdown(fd, SHUT_RDWR);
+            pthread_join(ft, NULL);
+            close(fd);
+            CHECK(cl.took_ms < linger / 2);
+        }
+        fprintf(stderr, "%s: the close took %lld ms\n", ctx,
+                (long long)cl.took_ms);
+        CHECK_EQ(cl.rc, 0);
+    }
+    chanos_net_listener_close(L);
+}
+
+/* A peer that had read the dialer's CLOSE before it closed sends no CLOSE
+ * of its own: it acknowledges the dialer's, ends the TCP connection and
+ * forgets the connection. The dialer takes that end for the end of the
+ * exchange, not for a break: it does not redial (the peer would refuse
+ * the resume). */
+static void test_close_acked(void)
+{
+    check_context = "a close acknowledged, then the peer's end";
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t sl = sizeof sa;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    CHECK(lfd >= 0 && bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+          listen(lfd, 4) == 0 &&
+          getsockname(lfd, (struct sockaddr *)&sa, &sl) == 0);
+    char addr[64];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(sa.sin_port));
+    struct chanos_net_options o = {.linger_ms = 3000, .redial_min_ms = 1};
+    for (int i = 0; i < 20; i++) {
+        struct closing cl = {0};
+        atomic_store(&cl.done, false);
+        struct dialing d = {addr, &o, NULL, 0};
+        pthread_t t;
+        pthread_create(&t, NULL, dial_thread, &d);
+        int fd = accept(lfd, NULL, NULL);
+        uint8_t h[REC_HDR + HELLO_SIZE];
+        struct hello ph;
+        bool ok = fd >= 0 && read_full(fd, h, sizeof h) &&
+                  net_hello_parse(h, h + REC_HDR, &ph) == 0;
+        if (ok) {
+            struct hello mine = {.max_frame = 65536, .win_frames = 64,
+                                 .win_bytes = 1 << 20};
+            memcpy(mine.id, ph.id, sizeof mine.id);
+            net_hello_encode(&mine, h);
+            ok = write_full(fd, h, sizeof h);
+        }
+        pthread_join(t, NULL);
+        CHECK(ok);
+        CHECK_EQ(d.rc, 0);
+        if (!ok || d.rc != 0) {
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        cl.l = d.l;
+        pthread_create(&t, NULL, close_thread, &cl);
+        uint8_t type = 0;
+        uint64_t seq = 0;
+        CHECK_EQ(read_record(fd, &type, &seq), 1);
+        CHECK_EQ(type, REC_CLOSE);
+        uint8_t ack[REC_HDR];
+        put_header(ack, REC_ACK, 0, 0, seq);
+        write_full(fd, ack, sizeof ack);
+        close(fd);
+        pthread_join(t, NULL);
+        CHECK_EQ(cl.rc, 0);
+        struct pollfd pf = {lfd, POLLIN, 0};
+        int redialed = poll(&pf, 1, 20);
+        if (redialed > 0)
+            fprintf(stderr, "%s: round %d: the link redialed\n",
+                    check_context, i);
+        CHECK_EQ(redialed, 0);
+        if (redialed > 0)
+            break;
+    }
+    close(lfd);
 }
 
 /* ---- acknowledgements ---- */
@@ -670,6 +873,10 @@ int main(int argc, char **argv)
         test_listener_close();
     if (want(argc, argv, "flood-close"))
         test_flood_close();
+    if (want(argc, argv, "close-linger"))
+        test_close_linger();
+    if (want(argc, argv, "close-acked"))
+        test_close_acked();
     if (want(argc, argv, "ack-bytes"))
         test_ack_bytes();
     if (want(argc, argv, "binder-listens"))
