@@ -6,9 +6,10 @@
 // built against an installed libchanos with pkg-config, and the Go and C
 // programs against each other.
 //
-// It works offline: the module reaches chanos through a replace of the
-// checkout, and GOPROXY=off keeps the go command from asking the module
-// proxy for anything. The C part needs the C build (CHANOS_C_BUILD), as
+// The module reaches chanos through a replace of the checkout, and its
+// steps run offline (GOPROXY=off keeps the go command from asking the
+// module proxy for anything), once the module cache holds chanos's whole
+// module graph (go mod download all, with the proxy). The C part needs the C build (CHANOS_C_BUILD), as
 // the tests of tests/interop do: without it, it skips, or fails when CI
 // is set.
 package usermodule
@@ -189,6 +190,13 @@ func TestWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := readWalkthrough(t, root)
+
+	// A module that requires chanos reads the go.mod files, and its go mod
+	// tidy the code, of modules in chanos's module graph that building
+	// this repository never loads (its graph is pruned). A user's go
+	// command fetches them from the module proxy; here they are fetched
+	// first, the same way, so that the user's steps below run offline.
+	sh(t, root, nil, "go mod download all", "go mod download all")
 
 	// The module, as the section makes it: its setup script run as it
 	// stands, the checkout in place of /path/to/chanos.
