@@ -196,7 +196,10 @@ func TestWalkthrough(t *testing.T) {
 	// this repository never loads (its graph is pruned). A user's go
 	// command fetches them from the module proxy; here they are fetched
 	// first, the same way, so that the user's steps below run offline.
-	sh(t, root, nil, "go mod download all", "go mod download all")
+	// The checkout's go.mod and go.sum are copied for it, as the go
+	// command adds the sums of what it downloads.
+	modfile := filepath.Join(t.TempDir(), "go.mod")
+	sh(t, root, nil, "go mod download all", "cp go.mod "+modfile+" && cp go.sum "+filepath.Dir(modfile)+"/ && go mod download -modfile="+modfile+" all")
 
 	// The module, as the section makes it: its setup script run as it
 	// stands, the checkout in place of /path/to/chanos.
