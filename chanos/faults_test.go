@@ -297,18 +297,8 @@ func TestSpinWindowOption(t *testing.T) {
 // rather than hang: the hello has no deadline of its own.
 func TestJoinWedgedMonitor(t *testing.T) {
 	dir := testkit.ShortDir(t)
-	ln, err := seqpacket.Listen(rundir.Socket(dir), 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan *seqpacket.Conn, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- c // held open, never read
-		}
-	}()
-	err = testkit.Within(t, 10*time.Second, "Join with a wedged monitor", func() error {
+	accepted := listenAsMonitor(t, dir)
+	err := testkit.Within(t, 10*time.Second, "Join with a wedged monitor", func() error {
 		_, err := chanos.Join(context.Background(), chanos.WithDir(dir), chanos.WithCallTimeout(100*time.Millisecond))
 		return err
 	})
@@ -316,6 +306,24 @@ func TestJoinWedgedMonitor(t *testing.T) {
 		t.Fatalf("Join = %v, want ErrMonitorTimeout", err)
 	}
 	(<-accepted).Close()
+}
+
+// listenAsMonitor listens on the socket of a monitor in dir, as one that
+// never answers, until the test ends, and returns the first connection it
+// accepts, held open and never read.
+func listenAsMonitor(t *testing.T, dir string) <-chan *seqpacket.Conn {
+	ln, err := seqpacket.Listen(rundir.Socket(dir), 4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan *seqpacket.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c
+		}
+	}()
+	return accepted
 }
 
 // roleMonitor, in a child process, serves a monitor in the directory
@@ -618,17 +626,7 @@ func TestRejoinChecksTheDirectory(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := seqpacket.Listen(rundir.Socket(dir), 4096)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	accepted := make(chan *seqpacket.Conn, 1)
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			accepted <- c
-		}
-	}()
+	accepted := listenAsMonitor(t, dir)
 	select {
 	case c := <-accepted:
 		c.Close()

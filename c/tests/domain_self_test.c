@@ -8,13 +8,13 @@
  */
 #include "ump_testutil.h"
 #include "ctest.h"
+#include "monitor_child.h"
 
 #include <errno.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -38,20 +38,11 @@ static char dir[] = "/tmp/chanos-self-XXXXXX";
 static char logpath[sizeof dir + 8];
 static pid_t monitor_pid = -1;
 
-static void sleep_ms(int ms)
-{
-    struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000 };
-
-    nanosleep(&ts, NULL);
-}
-
 /* start_monitor runs the monitor in a fresh private directory and returns
  * once its socket is there; its log goes beside the directory. */
 static int start_monitor(void)
 {
     char sock[sizeof dir + 16];
-    pid_t parent = getpid();
-    struct stat st;
 
     if (mkdtemp(dir) == NULL) {
         perror("mkdtemp");
@@ -59,38 +50,8 @@ static int start_monitor(void)
     }
     snprintf(logpath, sizeof logpath, "%s.log", dir);
     snprintf(sock, sizeof sock, "%s/monitor.sock", dir);
-    monitor_pid = fork();
-    if (monitor_pid < 0) {
-        perror("fork");
-        return -1;
-    }
-    if (monitor_pid == 0) {
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_TRUNC, 0600);
-
-        /* a test that crashes must not leave the monitor running */
-        prctl(PR_SET_PDEATHSIG, SIGTERM);
-        if (fd < 0 || getppid() != parent)
-            _exit(126);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(CHANOS_CMD, "chanos", "monitor", "--dir", dir, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 1000; i++) {
-        int status;
-
-        if (stat(sock, &st) == 0)
-            return 0;
-        if (waitpid(monitor_pid, &status, WNOHANG) == monitor_pid) {
-            fprintf(stderr, "the monitor exited (status %d); see %s\n",
-                    status, logpath);
-            monitor_pid = -1;
-            return -1;
-        }
-        sleep_ms(10);
-    }
-    fprintf(stderr, "the monitor did not create %s within 10 s\n", sock);
-    return -1;
+    monitor_pid = monitor_start(dir, sock, logpath);
+    return monitor_pid > 0 ? 0 : -1;
 }
 
 static void stop_monitor(void)

@@ -9,6 +9,7 @@
  * connection runs over real sockets.
  */
 #include "ump_testutil.h"
+#include "monitor_child.h"
 #include "monitor.h" /* libchanos's generated monitor protocol */
 
 #include <errno.h>
@@ -18,7 +19,6 @@
 #include <signal.h>
 #include <stdatomic.h>
 #include <sys/eventfd.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -77,36 +77,9 @@ static void require_(int ok, const char *what, int line)
  * returns once it listens. Its log is appended beside the directory. */
 static void start_monitor(void)
 {
-    pid_t parent = getpid();
-    struct stat st;
-
     unlink(sockpath);
-    monitor_pid = fork();
-    require(monitor_pid >= 0);
-    if (monitor_pid == 0) {
-        int fd = open(logpath, O_WRONLY | O_CREAT | O_APPEND, 0600);
-
-        /* a test that crashes must not leave the monitor running */
-        prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (fd < 0 || getppid() != parent)
-            _exit(126);
-        dup2(fd, 1);
-        dup2(fd, 2);
-        execl(CHANOS_CMD, "chanos", "monitor", "--dir", dir, (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 1000; i++) {
-        int status;
-
-        if (stat(sockpath, &st) == 0)
-            return;
-        if (waitpid(monitor_pid, &status, WNOHANG) == monitor_pid) {
-            monitor_pid = -1;
-            require(!"the monitor exited before listening");
-        }
-        sleep_ms(10);
-    }
-    require(!"the monitor did not listen within 10 s");
+    monitor_pid = monitor_start(dir, sockpath, logpath);
+    require(monitor_pid > 0);
 }
 
 /* kill_monitor kills the monitor with -9, as a crash would. */

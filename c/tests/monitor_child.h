@@ -1,0 +1,65 @@
+/*
+ * monitor_child.h: a real `chanos monitor` (the CHANOS_CMD the test is
+ * built with) run as a child process of a C test, in a directory of the
+ * test's.
+ */
+#ifndef CHANOS_TESTS_MONITOR_CHILD_H
+#define CHANOS_TESTS_MONITOR_CHILD_H
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+/*
+ * monitor_start forks `chanos monitor --dir dir`, its output appended to
+ * the file log, and waits up to 10 s for it to create its socket sock:
+ * the child's pid, or -1, said on stderr, if the monitor exited or did
+ * not listen in time. A test that crashes takes the monitor with it
+ * (PR_SET_PDEATHSIG).
+ */
+static pid_t monitor_start(const char *dir, const char *sock, const char *log)
+{
+    pid_t parent = getpid(), pid = fork();
+
+    if (pid < 0) {
+        perror("fork");
+        return -1;
+    }
+    if (pid == 0) {
+        int fd = open(log, O_WRONLY | O_CREAT | O_APPEND, 0600);
+
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (fd < 0 || getppid() != parent)
+            _exit(126);
+        dup2(fd, 1);
+        dup2(fd, 2);
+        execl(CHANOS_CMD, "chanos", "monitor", "--dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; i < 1000; i++) {
+        struct timespec ts = { 0, 10 * 1000000 };
+        struct stat st;
+        int status;
+
+        if (stat(sock, &st) == 0)
+            return pid;
+        if (waitpid(pid, &status, WNOHANG) == pid) {
+            fprintf(stderr, "the monitor exited (status %d); see %s\n",
+                    status, log);
+            return -1;
+        }
+        nanosleep(&ts, NULL);
+    }
+    fprintf(stderr, "the monitor did not create %s within 10 s\n", sock);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return -1;
+}
+
+#endif
