@@ -34,7 +34,7 @@ func authOnly(t *testing.T) (so, co *cnet.Options) {
 // fall in the TLS handshakes, in the hellos, at the switch to clear
 // records and in them.
 func TestAuthStreamThroughCuts(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
 	var admitted atomic.Int32
@@ -76,7 +76,7 @@ func TestAuthStreamThroughCuts(t *testing.T) {
 // In the authenticated-only mode, messages and rpcs both ways arrive
 // exactly once and in order through hundreds of resets.
 func TestAuthCutsExactlyOnceInOrder(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	so, co := authOnly(t)
 	for _, o := range []*cnet.Options{so, co} {
 		o.RedialMin, o.RedialMax, o.Grace, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 20*time.Second, 64
@@ -221,7 +221,7 @@ func TestAuthTamperedRecordResumes(t *testing.T) {
 		authOnly bool
 	}{{"auth-only", true}, {"encrypted", false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			noLeaks(t)
+			testkit.NoLeaks(t)
 			_, _, so, co := identities(t)
 			for _, o := range []*cnet.Options{so, co} {
 				o.TLS.AuthOnly = mode.authOnly
@@ -247,7 +247,7 @@ func TestAuthTamperedRecordResumes(t *testing.T) {
 // Messages and rpcs, small records whose header and tag are most of
 // their bytes, through flips: exactly once, in order.
 func TestAuthTamperedSmallRecords(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	so, co := authOnly(t)
 	for _, o := range []*cnet.Options{so, co} {
 		o.RedialMin, o.RedialMax, o.Grace, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 20*time.Second, 64
@@ -275,7 +275,7 @@ func TestAuthOnlyIsInTheClear(t *testing.T) {
 		authOnly bool
 	}{{"auth-only", true}, {"encrypted", false}} {
 		t.Run(mode.name, func(t *testing.T) {
-			noLeaks(t)
+			testkit.NoLeaks(t)
 			_, _, so, co := identities(t)
 			so.TLS.AuthOnly, co.TLS.AuthOnly = mode.authOnly, mode.authOnly
 			L := listen(t, so)
@@ -310,7 +310,7 @@ func TestAuthRefusals(t *testing.T) { refusals(t, true) }
 // authenticated-only mode, and by one that encrypts only for its
 // certificate.
 func TestModeMismatch(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testkit.Context(t)
 	for _, srvAuth := range []bool{false, true} {
 		_, _, so, co := identities(t)
@@ -363,7 +363,7 @@ func TestModeMismatch(t *testing.T) {
 // a new TCP connection, opens nothing: the TLS handshake fails before the
 // hello is read, and the connection it was taken from goes on.
 func TestAuthReplayedConnectionOpensNothing(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	srv, _ := cnet.NewIdentity()
 	cli, _ := cnet.NewIdentity()
 	var asked atomic.Int32

@@ -14,7 +14,7 @@ import (
 // oldest grants go beyond the bound, and unused ones after their time to
 // live.
 func TestGrants(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testkit.Context(t)
 	g := cnet.NewGrants(time.Hour, 2, time.Second)
 	defer g.Close()
@@ -98,7 +98,7 @@ func TestGrants(t *testing.T) {
 // A granted connection resumes after its TCP connection breaks: the
 // identity of its name outlives its admission, until the link is gone.
 func TestGrantsResume(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testkit.Context(t)
 	g := cnet.NewGrants(time.Hour, 16, time.Second)
 	defer g.Close()

@@ -10,7 +10,6 @@ import (
 	"io"
 	"log/slog"
 	stdnet "net"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -253,7 +252,7 @@ func TestAckFollowsResume(t *testing.T) {
 // TLS, and in the authenticated-only mode, each lingers on the TCP
 // connection itself.
 func TestSimultaneousCloseDoesNotLinger(t *testing.T) {
-	testNoLeaks(t)
+	testkit.NoLeaks(t)
 	for _, mode := range []string{"plain", "tls", "auth"} {
 		t.Run(mode, func(t *testing.T) {
 			o := Options{Linger: 3 * time.Second}
@@ -299,32 +298,6 @@ func TestSimultaneousCloseDoesNotLinger(t *testing.T) {
 	}
 }
 
-// testNoLeaks checks, when the test ends (after the cleanups registered
-// later, which close what the test made), that the goroutines and
-// descriptors of the process are back to what they were.
-func testNoLeaks(t *testing.T) {
-	t.Helper()
-	// The runtime's network poller opens descriptors of its own at the
-	// process's first network use, to keep: that is before the count.
-	if ln, err := stdnet.Listen("tcp", "127.0.0.1:0"); err == nil {
-		ln.Close()
-	}
-	g0, f0 := runtime.NumGoroutine(), testkit.OpenFDs(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for (runtime.NumGoroutine() > g0 || testkit.OpenFDs(t) > f0) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if g, f := runtime.NumGoroutine(), testkit.OpenFDs(t); g > g0 || f > f0 {
-			buf := make([]byte, 1<<16)
-			t.Errorf("leak: %d goroutines and %d descriptors, %d and %d before\n%s", g, f, g0, f0, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
-
 // testReadRecord reads the next record's header from c, past any ACK
 // records: its type and sequence number; recAck when the stream ends or
 // the read fails (err).
@@ -353,7 +326,7 @@ func testReadRecord(c stdnet.Conn) (typ uint8, seq uint64, err error) {
 // closes holds Close for its Linger, no longer; one that floods it with
 // records, not even that long.
 func TestCloseLingersUntilPeerEnds(t *testing.T) {
-	testNoLeaks(t)
+	testkit.NoLeaks(t)
 	const linger = 1500 * time.Millisecond
 	for _, peer := range []string{"closes", "stays", "floods"} {
 		t.Run(peer, func(t *testing.T) {
@@ -427,7 +400,7 @@ func TestCloseLingersUntilPeerEnds(t *testing.T) {
 // the exchange, not for a break: it neither redials (the peer would
 // refuse the resume) nor ends "peer died".
 func TestAckedCloseIsNotResumed(t *testing.T) {
-	testNoLeaks(t)
+	testkit.NoLeaks(t)
 	ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ import (
 	mrand "math/rand/v2"
 	stdnet "net"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -25,27 +24,6 @@ import (
 	"github.com/chanos/chanos/internal/testkit/files"
 	"github.com/chanos/chanos/wire"
 )
-
-// noLeaks checks, when the test ends (after the cleanups registered
-// later, which close what the test made), that the goroutines and
-// descriptors of the process are back to what they were.
-func noLeaks(t *testing.T) {
-	t.Helper()
-	g0, f0 := runtime.NumGoroutine(), testkit.OpenFDs(t)
-	t.Cleanup(func() {
-		if t.Failed() {
-			return
-		}
-		deadline := time.Now().Add(5 * time.Second)
-		for (runtime.NumGoroutine() > g0 || testkit.OpenFDs(t) > f0) && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if g, f := runtime.NumGoroutine(), testkit.OpenFDs(t); g > g0 || f > f0 {
-			buf := make([]byte, 1<<16)
-			t.Errorf("leak: %d goroutines and %d descriptors, %d and %d before\n%s", g, f, g0, f0, buf[:runtime.Stack(buf, true)])
-		}
-	})
-}
 
 // listen starts a Listener on loopback, closed when the test ends.
 func listen(t testing.TB, o *cnet.Options) *cnet.Listener {
@@ -135,7 +113,7 @@ func serve(t *testing.T, s *cnet.Link, srv pingpong.Server) (*pingpong.Conn, <-c
 // The generated pingpong interface runs over net: rpcs, a long payload,
 // and messages both ways.
 func TestPingpong(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	_, errc := serve(t, sl, &orderServer{t: t})
@@ -179,7 +157,7 @@ func TestPingpong(t *testing.T) {
 // hundreds of times, messages and rpcs both ways arrive exactly once and
 // in order.
 func TestCutsExactlyOnceInOrder(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond, Grace: 20 * time.Second, WindowFrames: 64}
 	if os.Getenv("NET_DEBUG") != "" {
 		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -272,7 +250,7 @@ func exactlyOnceInOrder(t *testing.T, cl, sl *cnet.Link, more func() bool) {
 // A partition longer than the grace period ends the link with "network
 // lost" on both sides, and a pending call fails with it.
 func TestNetworkLost(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{Grace: 300 * time.Millisecond, RedialMin: 5 * time.Millisecond, RedialMax: 50 * time.Millisecond}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -300,7 +278,7 @@ func TestNetworkLost(t *testing.T) {
 // A partition shorter than the grace period is a pause: the call pending
 // across it completes.
 func TestPartitionWithinGrace(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{Grace: 5 * time.Second, RedialMin: 5 * time.Millisecond, RedialMax: 20 * time.Millisecond}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -318,7 +296,7 @@ func TestPartitionWithinGrace(t *testing.T) {
 // A stalled connection (a black hole, nothing reset) is noticed by its
 // keepalives, redialed and resumed.
 func TestStallResumes(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{KeepAlive: 20 * time.Millisecond, DeadAfter: 100 * time.Millisecond, HandshakeTimeout: 100 * time.Millisecond,
 		RedialMin: 5 * time.Millisecond, RedialMax: 20 * time.Millisecond, Grace: 10 * time.Second}
 	L := listen(t, o)
@@ -350,7 +328,7 @@ func TestStallResumes(t *testing.T) {
 // message, in order, then ErrClosed, though it starts reading only after
 // the sender has closed.
 func TestOrderlyClose(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{WindowFrames: 16}
 	L := listen(t, o)
 	cl, sl := connect(t, L, L.Addr().String(), o)
@@ -394,7 +372,7 @@ func TestOrderlyClose(t *testing.T) {
 
 // A frame with capabilities is refused at send, and the link goes on.
 func TestCapsRefused(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -422,7 +400,7 @@ func TestCapsRefused(t *testing.T) {
 // Capabilities that are irefs (RefCap) travel after their frame and
 // arrive as RefCaps, in order; a frame may mix none of anything else.
 func TestRefCaps(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -464,7 +442,7 @@ func TestRefCaps(t *testing.T) {
 // A frame over the connection's maximum is refused at send; the link
 // goes on.
 func TestFrameTooLargeRefused(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, &cnet.Options{MaxFrameSize: 1024})
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -514,7 +492,7 @@ func rawHello(t *testing.T, addr string) (stdnet.Conn, *bufio.Reader) {
 // violation; other connections go on, and a listener given garbage
 // instead of a hello goes on accepting.
 func TestGarbageEndsOneConnection(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -624,7 +602,7 @@ func TestGarbageEndsOneConnection(t *testing.T) {
 // closed while the network was down, or its process restarted) ends the
 // dialing side with "peer died".
 func TestResumeUnknownConnection(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{RedialMin: time.Millisecond, Linger: 50 * time.Millisecond}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -704,7 +682,7 @@ func streamBothWays(t *testing.T, a, b *cnet.Link, n int, maxPayload int) {
 // through a proxy that resets the connection at random points: each
 // arrives once, in order, intact, and Close delivers them all.
 func TestStreamThroughCuts(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond, WindowFrames: 32, WindowBytes: 256 << 10}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -720,7 +698,7 @@ func TestStreamThroughCuts(t *testing.T) {
 
 // A throttled connection is slow, not broken: nothing is resumed.
 func TestThrottled(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	p := proxy(t, L)
 	cl, sl := connect(t, L, p.Addr(), nil)
@@ -734,7 +712,7 @@ func TestThrottled(t *testing.T) {
 // Frames that arrived before the network was lost are received before
 // the end.
 func TestNetworkLostAfterReceived(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{Grace: 200 * time.Millisecond, RedialMin: 5 * time.Millisecond}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -764,7 +742,7 @@ func TestNetworkLostAfterReceived(t *testing.T) {
 // A full window blocks the sender until the receiver takes a frame, or
 // the sender's context ends; a try-send reports no room.
 func TestWindowBlocksSender(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, &cnet.Options{WindowFrames: 4})
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -805,7 +783,7 @@ func TestWindowBlocksSender(t *testing.T) {
 // peer, which never heard of it, ends with "network lost" after its
 // grace period.
 func TestCloseDuringPartition(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{Grace: 300 * time.Millisecond, Linger: 100 * time.Millisecond, RedialMin: 5 * time.Millisecond}
 	L := listen(t, o)
 	p := proxy(t, L)
@@ -823,7 +801,7 @@ func TestCloseDuringPartition(t *testing.T) {
 // handshakes; beyond, new ones are dropped at once, and the connection
 // already open goes on.
 func TestHandshakeBound(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, &cnet.Options{MaxHandshakes: 4, HandshakeTimeout: 5 * time.Second})
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	ctx := testkit.Context(t)
@@ -874,7 +852,7 @@ func (s *blockServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 // A caller's deadline, and its cancel without one, reach the handler on
 // the other side of a net connection.
 func TestDeadlineAndCancelReachHandler(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	L := listen(t, nil)
 	cl, sl := connect(t, L, L.Addr().String(), nil)
 	srv := &blockServer{ended: make(chan error, 2)}

@@ -23,7 +23,7 @@ import (
 // dialing side redials once the machine is back, and every frame arrives
 // once, in order.
 func TestBetweenMachinesAcrossACut(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	cluster := netns.New(t, 2)
 	m1, m2 := cluster.Machines[0], cluster.Machines[1]
 	ctx := testkit.Context(t)

@@ -69,7 +69,7 @@ func TestReceiveContextEndsLeaveTheStream(t *testing.T) {
 // as its peer acknowledges, and the peer's close is seen (Gone) within
 // the keepalive period.
 func TestReadWhileNobodyReceives(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	o := &cnet.Options{WindowFrames: 8, KeepAlive: 100 * time.Millisecond}
 	L := listen(t, o)
 	cl, sl := connect(t, L, L.Addr().String(), o)
@@ -185,7 +185,7 @@ func TestReceiveContextEndsDuringASlowFrame(t *testing.T) {
 func inEachMode(t *testing.T, f func(t *testing.T, so, co *cnet.Options)) {
 	for _, mode := range []string{"plain", "tls", "auth"} {
 		t.Run(mode, func(t *testing.T) {
-			noLeaks(t)
+			testkit.NoLeaks(t)
 			so, co := (*cnet.Options)(nil), (*cnet.Options)(nil)
 			if mode != "plain" {
 				so, co = tlsPair(mode == "auth")

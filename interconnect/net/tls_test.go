@@ -42,7 +42,7 @@ func identities(t *testing.T) (srv, cli *cnet.Identity, so, co *cnet.Options) {
 // proxy that resets the connection at random points: each resume is a
 // new TLS handshake with the same two certificates.
 func TestTLSStreamThroughCuts(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	_, _, so, co := identities(t)
 	for _, o := range []*cnet.Options{so, co} {
 		o.RedialMin, o.RedialMax, o.WindowFrames, o.WindowBytes = time.Millisecond, 10*time.Millisecond, 32, 256<<10
@@ -63,7 +63,7 @@ func TestTLSStreamThroughCuts(t *testing.T) {
 func TestTLSRefusals(t *testing.T) { refusals(t, false) }
 
 func refusals(t *testing.T, authOnly bool) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	_, cli, so, co := identities(t)
 	so.TLS.AuthOnly, co.TLS.AuthOnly = authOnly, authOnly
 	ctx := testkit.Context(t)
@@ -128,7 +128,7 @@ func refusals(t *testing.T, authOnly bool) {
 // certificate chosen by the server name the client asks for, and admits
 // each client certificate only with the name it was granted for.
 func TestTLSSelectByServerName(t *testing.T) {
-	noLeaks(t)
+	testkit.NoLeaks(t)
 	ctx := testkit.Context(t)
 	type grant struct{ srv, cli *cnet.Identity }
 	grants := map[string]grant{}

@@ -19,7 +19,9 @@ package testkit
 
 import (
 	"context"
+	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -105,4 +107,32 @@ func OpenFDs(t testing.TB) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// NoLeaks checks, when the test ends (after the cleanups registered
+// later, which close what the test made), that the process's goroutines
+// and descriptors are back to what they were, giving them 5 s to go; it
+// reports the goroutines' stacks if not.
+func NoLeaks(t testing.TB) {
+	t.Helper()
+	// The runtime's network poller opens descriptors of its own at the
+	// process's first network use, and keeps them: that is before the
+	// count.
+	if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		ln.Close()
+	}
+	g0, f0 := runtime.NumGoroutine(), OpenFDs(t)
+	t.Cleanup(func() {
+		if t.Failed() {
+			return
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for (runtime.NumGoroutine() > g0 || OpenFDs(t) > f0) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if g, f := runtime.NumGoroutine(), OpenFDs(t); g > g0 || f > f0 {
+			buf := make([]byte, 1<<16)
+			t.Errorf("leak: %d goroutines and %d descriptors, %d and %d before\n%s", g, f, g0, f0, buf[:runtime.Stack(buf, true)])
+		}
+	})
 }
