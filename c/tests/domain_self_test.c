@@ -54,24 +54,15 @@ static int start_monitor(void)
     return monitor_pid > 0 ? 0 : -1;
 }
 
+/* stop_monitor stops the monitor, shows its log if a check failed, and
+ * removes its directory. */
 static void stop_monitor(void)
 {
-    char line[512];
-    FILE *f;
-
     if (monitor_pid > 0) {
         kill(monitor_pid, SIGTERM);
         waitpid(monitor_pid, NULL, 0);
     }
-    if (failures && (f = fopen(logpath, "r")) != NULL) {
-        fprintf(stderr, "monitor log:\n");
-        while (fgets(line, sizeof line, f) != NULL)
-            fputs(line, stderr);
-        fclose(f);
-    }
-    unlink(logpath);
-    if (rmdir(dir) != 0)
-        fprintf(stderr, "rmdir %s: %s\n", dir, strerror(errno));
+    monitor_clean_up(dir, logpath, failures);
 }
 
 static void stop_monitor(void);

@@ -7,6 +7,7 @@
 #define CHANOS_TESTS_MONITOR_CHILD_H
 
 #include <fcntl.h>
+#include <ftw.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/prctl.h>
@@ -60,6 +61,35 @@ static pid_t monitor_start(const char *dir, const char *sock, const char *log)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     return -1;
+}
+
+/* monitor_remove_one removes one file or directory of a tree nftw walks
+ * from its leaves up. */
+static int monitor_remove_one(const char *path, const struct stat *st,
+                              int flag, struct FTW *ftw)
+{
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+/*
+ * monitor_clean_up copies the monitor's log to stderr if the test failed
+ * (show), then removes the log and the directory, with what the monitors
+ * left in it (their spawn cache among it).
+ */
+static void monitor_clean_up(const char *dir, const char *log, int show)
+{
+    char line[512];
+    FILE *f;
+
+    if (show && (f = fopen(log, "r")) != NULL) {
+        fprintf(stderr, "monitor log:\n");
+        while (fgets(line, sizeof line, f) != NULL)
+            fputs(line, stderr);
+        fclose(f);
+    }
+    unlink(log);
+    nftw(dir, monitor_remove_one, 8, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif

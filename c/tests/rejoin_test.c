@@ -13,7 +13,6 @@
 #include "monitor.h" /* libchanos's generated monitor protocol */
 
 #include <errno.h>
-#include <ftw.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1082,28 +1081,11 @@ static void test_closed_listener_conns(void)
     fake_stop();
 }
 
-static int remove_one(const char *path, const struct stat *st, int flag,
-                      struct FTW *ftw)
-{
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
 /* clean_up shows the monitors' log if a check failed, and removes the
- * directory (the monitors leave theirs in it) and the log. */
+ * directory and the log. */
 static void clean_up(void)
 {
-    char line[512];
-    FILE *f;
-
-    if (failures && (f = fopen(logpath, "r")) != NULL) {
-        fprintf(stderr, "monitor log:\n");
-        while (fgets(line, sizeof line, f) != NULL)
-            fputs(line, stderr);
-        fclose(f);
-    }
-    unlink(logpath);
-    nftw(dir, remove_one, 8, FTW_DEPTH | FTW_PHYS);
+    monitor_clean_up(dir, logpath, failures);
 }
 
 /*
