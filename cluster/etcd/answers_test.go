@@ -510,3 +510,34 @@ func TestTombsBounded(t *testing.T) {
 		t.Errorf("%d tombs after taking 2, want %d", s.ntombs, maxTombs-2)
 	}
 }
+
+// The notes of unanswered sets are bounded: past maxDoubts, the oldest is
+// given up, becoming a tomb, so that its put, should it come, is deleted.
+func TestDoubtsBounded(t *testing.T) {
+	s := &Names{machine: 1, late: time.Minute, log: quiet(), entries: map[string]entry{}, unsure: map[string]doubt{}, tombs: map[string][]tomb{}}
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+	now := time.Now()
+	const extra = 3
+	for i := range maxDoubts + extra {
+		name := fmt.Sprint("n", i)
+		if len(s.unsure) >= maxDoubts {
+			s.giveUpOldestLocked()
+		}
+		s.unsure[name] = doubt{owner: 7, ref: ref, lease: 1, sent: now.Add(time.Duration(i) * time.Millisecond)}
+	}
+	if len(s.unsure) != maxDoubts {
+		t.Fatalf("%d notes, want %d", len(s.unsure), maxDoubts)
+	}
+	for i := range extra {
+		name := fmt.Sprint("n", i)
+		if _, ok := s.unsure[name]; ok {
+			t.Errorf("the note of %s, among the oldest, was kept", name)
+		}
+		if !s.unburyLocked(name, doubt{owner: 7, ref: ref, lease: 1}) {
+			t.Errorf("no tomb for %s, given up", name)
+		}
+	}
+	if _, ok := s.unsure[fmt.Sprint("n", extra)]; !ok {
+		t.Errorf("the note of n%d, the oldest kept, is gone", extra)
+	}
+}

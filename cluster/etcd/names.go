@@ -34,6 +34,13 @@ const releaseBatch = 64
 // until the lease ends.
 const maxTombs = 4096
 
+// maxDoubts bounds the unanswered sets the store keeps a note of (unsure),
+// whatever the owners do: past it, the oldest note is given up (made a
+// tomb, buryLocked), as its owner's Release would. Its owner was told
+// that the set failed; should its put be done, it is deleted rather than
+// made the owner's.
+const maxDoubts = 4096
+
 // Names is the cluster-wide names.Store on etcd, as one machine sees it.
 //
 // Each name is a key /chanos/<cluster>/names/<name> whose value is a
@@ -755,6 +762,25 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 	return nil
 }
 
+// giveUpOldestLocked gives up the note of the oldest unanswered set, to
+// make room (maxDoubts).
+func (s *Names) giveUpOldestLocked() {
+	var oldest string
+	var at time.Time
+	for name, d := range s.unsure {
+		if oldest == "" || d.sent.Before(at) {
+			oldest, at = name, d.sent
+		}
+	}
+	if oldest == "" {
+		return
+	}
+	d := s.unsure[oldest]
+	delete(s.unsure, oldest)
+	s.log.Warn("etcd: too many unanswered sets; giving up the oldest, whose put, should etcd still do it, is deleted", "name", oldest, "owner", uint64(d.owner), "max", maxDoubts)
+	s.buryLocked(oldest, d)
+}
+
 // setDone ends a Set of name: what the Set deferred is done now, the
 // adoption of a doubt's put (adoptLocked) or the delete of a late one
 // (lateLocked).
@@ -792,6 +818,9 @@ func (s *Names) setUnanswered(ctx context.Context, name string, d doubt, err err
 	// done, and not be the one the note adopts, it is nobody's.
 	if old, ok := s.unsure[name]; ok {
 		s.buryLocked(name, old)
+	}
+	if _, ok := s.unsure[name]; !ok && len(s.unsure) >= maxDoubts {
+		s.giveUpOldestLocked()
 	}
 	s.unsure[name] = d
 	s.mu.Unlock()
