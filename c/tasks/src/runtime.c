@@ -367,10 +367,13 @@ static void worker_leave(struct worker *w, struct fiber *self, enum after after)
 
 /* publish makes the worker's private deque entries stealable, because a
  * thief or a sleeper asked (deque.h) or because a worker sleeps, and wakes
- * a sleeper if no worker is searching. With nothing private to publish,
- * the request stays, so that the next spawn publishes. A sleeper asks
- * after it added itself to sleepers, so cl_publish's acquire, reading its
- * request, makes that count visible here. */
+ * a sleeper if no worker is searching: a searcher finds the entries and
+ * passes the wake-up on (stop_searching). One wake-up for however many
+ * entries: the sleeper it wakes searches, and wakes the next. With
+ * nothing private to publish, the request stays, so that the next spawn
+ * publishes. A sleeper asks after it added itself to sleepers, so
+ * cl_publish's acquire, reading its request, makes that count visible
+ * here. */
 static __attribute__((noinline)) void publish(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
@@ -381,6 +384,15 @@ static __attribute__((noinline)) void publish(struct worker *w)
      * take them as private (chanos_fpop_). */
     if (w->cur != NULL)
         w->cur->cctx.moves_++;
+    /* The bottom store before the loads below: a worker about to sleep
+     * counts itself, fences, then looks at every bottom (worker_sleep),
+     * and a searcher that stops does the same with searching
+     * (stop_searching); with a fence on both sides, either it sees the
+     * entries or we see it. Without one the loads may pass the store,
+     * and a sleeper whose request cl_publish did not read then sleeps
+     * beside entries that no later publish (none is left private) wakes
+     * it for. Publishes come only on request, so it costs no spawn. */
+    atomic_thread_fence(memory_order_seq_cst);
     if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
         atomic_load_explicit(&rt->searching, memory_order_relaxed) == 0)
         wake(rt, 1);
@@ -567,6 +579,26 @@ static int work_visible(chanos_tasks *rt)
     return 0;
 }
 
+/* stop_searching: a searching worker stops, to run what it found (a task,
+ * a ready fiber) or to leave. A publish that saw it searching left the
+ * wake-up to it, and a wake-up for several entries (a publish, a leaving
+ * worker's deque) woke one sleeper: so the last searcher to stop wakes a
+ * sleeper if more may be there. After a steal, always: the victim may
+ * hold private entries that a sleeper asked for in a request the publish
+ * consumed without waking it. Otherwise only if work is visible, so that
+ * a worker woken for one ready fiber does not wake another for nothing;
+ * the fence pairs with publish's (either we see its entries or it sees
+ * us searching no more). */
+static void stop_searching(chanos_tasks *rt, int stole)
+{
+    if (atomic_fetch_sub(&rt->searching, 1) != 1)
+        return;
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0 &&
+        (stole || work_visible(rt)))
+        wake(rt, 1);
+}
+
 static void worker_sleep(struct worker *w)
 {
     chanos_tasks *rt = w->rt;
@@ -598,10 +630,11 @@ static void sched_loop(struct fiber *self)
         struct worker *w = self->w;
         chanos_task *t;
         struct fiber *f;
+        int stole = 0;
 
         if (leave_claim(w)) {
             if (searching)
-                atomic_fetch_sub(&rt->searching, 1);
+                stop_searching(rt, 0);
             worker_leave(w, self, AFTER_RECYCLE);
             abort(); /* a recycled fiber is never resumed */
         }
@@ -612,7 +645,7 @@ static void sched_loop(struct fiber *self)
             f = ready_pop(rt);
             if (f != NULL) {
                 if (searching)
-                    atomic_fetch_sub(&rt->searching, 1);
+                    stop_searching(rt, 0);
                 w->after = AFTER_RECYCLE;
                 w->after_fiber = self;
                 w->cur = f;
@@ -621,17 +654,15 @@ static void sched_loop(struct fiber *self)
                 abort();
             }
             t = inject_pop(rt);
-            if (t == NULL)
+            if (t == NULL) {
                 t = steal(w);
+                stole = 1;
+            }
         }
         if (t != NULL) {
             if (searching) {
                 searching = 0;
-                /* The last searcher found work: another sleeper may
-                 * find more. */
-                if (atomic_fetch_sub(&rt->searching, 1) == 1 &&
-                    atomic_load_explicit(&rt->sleepers, memory_order_relaxed) > 0)
-                    wake(rt, 1);
+                stop_searching(rt, stole);
             }
             idle = 0;
             run_top(self, t);
@@ -649,6 +680,13 @@ static void sched_loop(struct fiber *self)
         searching = 0;
         atomic_fetch_sub(&rt->searching, 1);
         worker_sleep(w);
+        /* Woken, or work came before it slept: it searches, and counts
+         * as searching from now on. A wake-up is for one worker, so one
+         * that finds work at its first look must pass the rest on, as any
+         * searcher does (stop_searching): else a batch of entries woke
+         * one sleeper only, and the others slept beside it. */
+        searching = 1;
+        atomic_fetch_add(&rt->searching, 1);
     }
 }
 
