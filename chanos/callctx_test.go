@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -418,4 +420,45 @@ func TestCancelWhileServerCalls(t *testing.T) {
 		}
 		cancel()
 	})
+}
+
+// panicking answers echo, and panics on 66.
+type panicking struct{ server }
+
+func (p *panicking) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if v == 66 {
+		panic("sixty-six")
+	}
+	return p.server.Echo(ctx, v)
+}
+
+// Under Recover, a handler's panic fails its call with CodeInternal, is
+// logged with its stack, and the connection serves on, in each serving
+// mode.
+func TestRecover(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []chanos.ServeOption
+	}{{"default", nil}, {"ordered", []chanos.ServeOption{chanos.Ordered()}}, {"concurrent", []chanos.ServeOption{chanos.Concurrent(4)}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+				var logs testkit.Output
+				log := slog.New(slog.NewTextHandler(&logs, nil))
+				opts := append([]chanos.ServeOption{chanos.WithInterceptor(chanos.Recover(log))}, mode.opts...)
+				go s.Serve(context.Background(), &panicking{}, opts...)
+				ctx := context.Background()
+				for range 3 {
+					if _, err := c.Echo(ctx, 66); !errors.Is(err, chanos.CodeInternal) || !strings.Contains(err.Error(), "panicked") {
+						t.Fatalf("echo that panics = %v, want CodeInternal", err)
+					}
+					if v, err := c.Echo(ctx, 4); err != nil || v != 5 {
+						t.Fatalf("echo after a panic = %d, %v", v, err)
+					}
+				}
+				if n := logs.Count("an rpc handler panicked", "sixty-six", "panicking"); n != 3 {
+					t.Errorf("%d panics logged with the value and the stack, want 3:\n%s", n, logs.String())
+				}
+			})
+		})
+	}
 }

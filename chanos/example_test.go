@@ -94,6 +94,34 @@ func ExampleErrorf() {
 	// true pingpong.echo: code 1001: shelf 101: no such shelf
 }
 
+// buggyServer's Echo indexes a table of three shelves without checking.
+type buggyServer struct{ pingpong.UnimplementedServer }
+
+func (buggyServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	shelves := []uint64{10, 20, 30}
+	return shelves[v], nil
+}
+
+// Under Recover, a handler's panic fails its call with CodeInternal, and
+// the server goes on serving: the panic and its stack go to the log.
+func ExampleRecover() {
+	a, b := chanos.LocalPair(pingpong.Interface)
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler) // a real server logs somewhere
+	go s.Serve(ctx, buggyServer{}, chanos.WithInterceptor(chanos.Recover(log)))
+
+	_, err := c.Echo(ctx, 7)
+	fmt.Println(errors.Is(err, chanos.CodeInternal), err)
+	v, err := c.Echo(ctx, 1)
+	fmt.Println(v, err)
+	// Output:
+	// true pingpong.echo: internal: the handler panicked
+	// 20 <nil>
+}
+
 // exampleMonitor starts a private monitor in dir and returns a function
 // that stops it (as if it died).
 func exampleMonitor(dir string) (stop func(), err error) {
