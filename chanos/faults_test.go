@@ -308,6 +308,19 @@ func TestJoinWedgedMonitor(t *testing.T) {
 	(<-accepted).Close()
 }
 
+// joinHearing joins the monitor in dir and returns the domain, closed
+// when the test ends, and what its OnMonitor hears.
+func joinHearing(t *testing.T, ctx context.Context, dir string) (*chanos.Domain, <-chan chanos.MonitorEvent) {
+	t.Helper()
+	events := make(chan chanos.MonitorEvent, 4)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return d, events
+}
+
 // listenAsMonitor listens on the socket of a monitor in dir, as one that
 // never answers, until the test ends, and returns the first connection it
 // accepts, held open and never read.
@@ -488,12 +501,7 @@ func TestMonitorRestartRejoins(t *testing.T) {
 	mon.Expect(t, "ready")
 	child(t, dir, "server", "steady", "ready")
 	ctx := testkit.Context(t)
-	events := make(chan chanos.MonitorEvent, 4)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	d, events := joinHearing(t, ctx, dir)
 	l, err := pingpong.Export(ctx, d, "mine")
 	if err != nil {
 		t.Fatal(err)
@@ -613,12 +621,7 @@ func TestRejoinChecksTheDirectory(t *testing.T) {
 	mon := testkit.Start(t, testkit.Self("monitor", dir))
 	mon.Expect(t, "ready")
 	ctx := testkit.Context(t)
-	events := make(chan chanos.MonitorEvent, 4)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.OnMonitor(func(ev chanos.MonitorEvent) { events <- ev }))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	_, events := joinHearing(t, ctx, dir)
 	mon.Kill()
 	if ev := testkit.Await(t, "the domain noticing the monitor's death", events); !ev.Lost {
 		t.Fatalf("event %+v, want Lost", ev)
