@@ -172,7 +172,8 @@ func (c *Child) Expect(t testing.TB, want string) {
 }
 
 // Wait waits for the child to end and returns what exec.Cmd.Wait
-// returned; it fails the test if the child has not ended within Limit.
+// returned; it fails the test if the child has not ended within Limit,
+// after asking it for its goroutines' stacks (SIGQUIT) and killing it.
 func (c *Child) Wait(t testing.TB) error {
 	t.Helper()
 	timer := time.NewTimer(Limit)
@@ -181,8 +182,15 @@ func (c *Child) Wait(t testing.TB) error {
 	case <-c.done:
 		return c.err
 	case <-timer.C:
+		// A Go child writes every goroutine's stack to its stderr on
+		// SIGQUIT, and ends: where it hangs, for the test's log.
+		c.Cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-c.done:
+		case <-time.After(2 * time.Second):
+		}
 		c.Kill()
-		t.Fatalf("%s did not end within %v", c.name, Limit)
+		t.Fatalf("%s did not end within %v (sent SIGQUIT: a Go child's stacks are in its stderr); lines it printed that the test did not read: %q", c.name, Limit, c.Remaining())
 		return nil
 	}
 }
