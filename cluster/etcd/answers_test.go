@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/chanos/chanos/internal/testkit"
@@ -539,5 +540,292 @@ func TestDoubtsBounded(t *testing.T) {
 	}
 	if _, ok := s.unsure[fmt.Sprint("n", extra)]; !ok {
 		t.Errorf("the note of n%d, the oldest kept, is gone", extra)
+	}
+}
+
+// settleWithin bounds how long the store may take to settle the record of
+// an unanswered transfer while etcd answers: a few of its retries.
+const settleWithin = 10 * time.Second
+
+// ownerInEtcd returns the owner that etcd's record of name names, and its
+// mod revision; ok is false when etcd has no such name.
+func (f *faultyNames) ownerInEtcd(t *testing.T, name string) (owner names.Owner, mod int64, ok bool) {
+	t.Helper()
+	resp, err := f.raw.Get(testkit.Context(t), f.key(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, 0, false
+	}
+	e, err := decodeRecord(resp.Kvs[0].Value)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.owner, resp.Kvs[0].ModRevision, true
+}
+
+// awaitOwnerInEtcd waits, at most settleWithin, for etcd's record of
+// name to name owner, and returns its mod revision.
+func (f *faultyNames) awaitOwnerInEtcd(t *testing.T, name string, owner names.Owner) int64 {
+	t.Helper()
+	limit := time.Now().Add(settleWithin)
+	for {
+		got, mod, ok := f.ownerInEtcd(t, name)
+		if ok && got == owner {
+			return mod
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("after %v, etcd's record of %q names owner %d (there: %v), want %d", settleWithin, name, got, ok, owner)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkOwner checks that the store holds name for owner, and not for
+// other: its cache says so, and only owner may transfer or remove it.
+func (f *faultyNames) checkOwner(t *testing.T, name string, ref wire.Iref, owner, other names.Owner) {
+	t.Helper()
+	ctx := testkit.Context(t)
+	if got, machine, o, err := f.Lookup(ctx, name); err != nil || got != ref || machine != 1 || o != owner {
+		t.Errorf("lookup = %v, %d, %d, %v; want %v, 1, %d", got, machine, o, err, ref, owner)
+	}
+	if got, err := f.Get(ctx, name); err != nil || got != ref {
+		t.Errorf("get = %v, %v; want %v", got, err, ref)
+	}
+	if err := f.Transfer(ctx, name, other, 3); !errors.Is(err, names.ErrNotOwner) {
+		t.Errorf("transfer by %d = %v, want ErrNotOwner", other, err)
+	}
+	if err := f.Remove(ctx, name, other); !errors.Is(err, names.ErrNotOwner) {
+		t.Errorf("remove by %d = %v, want ErrNotOwner", other, err)
+	}
+	if err := f.Release(ctx, other); err != nil {
+		t.Errorf("release of %d: %v", other, err)
+	}
+	if !f.inEtcd(t, name) {
+		t.Fatalf("%d's release removed the name %d holds", other, owner)
+	}
+}
+
+// TestTransferUnansweredIsUndone: a transfer whose put is done but whose
+// answer never comes fails, and the name stays its former owner's
+// everywhere: the store rewrites etcd's record back to that owner, its
+// cache says so meanwhile, and only that owner may remove, release or
+// transfer it, which then holds.
+func TestTransferUnansweredIsUndone(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	for _, how := range []string{"remove", "release", "transfer"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			var late lateAnswers
+			f := newFaultyNames(t, shortOps, late.intercept)
+			ctx := testkit.Context(t)
+			ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+			if err := f.Set(ctx, "n", ref, 7); err != nil {
+				t.Fatal(err)
+			}
+			_, set, _ := f.ownerInEtcd(t, "n")
+			wctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			puts := f.raw.Watch(wctx, f.key("n"), clientv3.WithRev(set+1))
+
+			late.txns.Store(1)
+			if err := f.Transfer(ctx, "n", 7, 9); !errors.Is(err, names.ErrUnavailable) {
+				t.Fatalf("transfer whose answer was lost = %v, want ErrUnavailable", err)
+			}
+			ev := <-puts
+			if ev.Err() != nil || len(ev.Events) == 0 || ev.Events[0].Type != clientv3.EventTypePut {
+				t.Fatalf("watch = %v, %v; the test needs the transfer's put done", ev.Err(), ev.Events)
+			}
+			if e, err := decodeRecord(ev.Events[0].Kv.Value); err != nil || e.owner != 9 {
+				t.Fatalf("the first put after the set = %+v, %v; the test needs the transfer's, to owner 9", e, err)
+			}
+			f.awaitOwnerInEtcd(t, "n", 7)
+			f.settle(t)
+			f.checkOwner(t, "n", ref, 7, 9)
+
+			switch how {
+			case "remove":
+				if err := f.Remove(ctx, "n", 7); err != nil {
+					t.Fatalf("remove by the owner the transfer was from: %v", err)
+				}
+			case "release":
+				if err := f.Release(ctx, 7); err != nil {
+					t.Fatal(err)
+				}
+			case "transfer":
+				if err := f.Transfer(ctx, "n", 7, 9); err != nil {
+					t.Fatalf("transfer again: %v", err)
+				}
+				f.settle(t)
+				time.Sleep(3 * retryInterval) // a settling, were one left, would undo it
+				if o, _, ok := f.ownerInEtcd(t, "n"); !ok || o != 9 {
+					t.Fatalf("etcd's record names owner %d (there: %v) after the transfer again, want 9", o, ok)
+				}
+				f.checkOwner(t, "n", ref, 9, 7)
+				if err := f.Remove(ctx, "n", 9); err != nil {
+					t.Fatalf("remove by the new owner: %v", err)
+				}
+			}
+			if f.inEtcd(t, "n") {
+				t.Error("the name outlives its owner's " + how)
+			}
+			f.settle(t)
+			if _, err := f.Get(ctx, "n"); !errors.Is(err, names.ErrNotFound) {
+				t.Errorf("get = %v, want ErrNotFound", err)
+			}
+			if lost := f.lostNames(); len(lost) > 0 {
+				t.Errorf("OnLost reported %q, which their owner removed", lost)
+			}
+		})
+	}
+}
+
+// TestTransferUnansweredLate: a transfer answered (its time up) before
+// etcd does it fails, and its put, should it reach etcd later, is not
+// done: the store moved the record on, still naming the owner the
+// transfer was from.
+func TestTransferUnansweredLate(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	late := lateAnswers{later: make(chan chan struct{})}
+	f := newFaultyNames(t, shortOps, late.intercept)
+	ctx := testkit.Context(t)
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+	if err := f.Set(ctx, "n", ref, 7); err != nil {
+		t.Fatal(err)
+	}
+	_, set, _ := f.ownerInEtcd(t, "n")
+	late.held.Store(1)
+	if err := f.Transfer(ctx, "n", 7, 9); !errors.Is(err, names.ErrUnavailable) {
+		t.Fatalf("transfer = %v, want ErrUnavailable", err)
+	}
+	limit := time.Now().Add(settleWithin)
+	for {
+		if o, mod, ok := f.ownerInEtcd(t, "n"); !ok || o != 7 {
+			t.Fatalf("etcd's record names owner %d (there: %v) before the transfer's put was sent, want 7", o, ok)
+		} else if mod > set {
+			break // settled: the record moved past the transfer's fence
+		}
+		if time.Now().After(limit) {
+			t.Fatalf("after %v, the record was not settled: the transfer's late put could still be done", settleWithin)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, settled, _ := f.ownerInEtcd(t, "n")
+	late.doHeld(t)
+	f.settle(t)
+	if o, mod, ok := f.ownerInEtcd(t, "n"); !ok || o != 7 || mod != settled {
+		t.Fatalf("after the late put: etcd's record names owner %d at %d (there: %v), want 7 at %d", o, mod, ok, settled)
+	}
+	f.checkOwner(t, "n", ref, 7, 9)
+	if err := f.Remove(ctx, "n", 7); err != nil {
+		t.Fatalf("remove by its owner: %v", err)
+	}
+	if f.inEtcd(t, "n") {
+		t.Error("the name outlives its owner's Remove")
+	}
+}
+
+// TestTransferUnansweredThenRemoved: a name whose transfer went
+// unanswered, and which its owner removes (or releases) before the store
+// could settle its record, stays removed: nothing is rewritten, and a
+// name set since under the same key is left alone.
+func TestTransferUnansweredThenRemoved(t *testing.T) {
+	t.Parallel() // each test has its own etcd
+	for _, how := range []string{"remove", "release"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			// Transactions under a context marked through reach etcd;
+			// once the lost one is done, the others (the store's own,
+			// settling) do not, while cut.
+			type through struct{}
+			var lose, cut atomic.Bool
+			f := newFaultyNames(t, shortOps, func(ctx context.Context, method string, invoke func(context.Context) error) error {
+				if method != "/etcdserverpb.KV/Txn" || ctx.Value(through{}) != nil {
+					return invoke(ctx)
+				}
+				if lose.CompareAndSwap(true, false) {
+					invoke(ctx)
+					cut.Store(true)
+					<-ctx.Done()
+					return status.FromContextError(ctx.Err()).Err()
+				}
+				if cut.Load() {
+					return status.Error(codes.Unavailable, "cut off by the test")
+				}
+				return invoke(ctx)
+			})
+			ctx := testkit.Context(t)
+			tctx := context.WithValue(ctx, through{}, true)
+			ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+			if err := f.Set(ctx, "n", ref, 7); err != nil {
+				t.Fatal(err)
+			}
+			lose.Store(true)
+			if err := f.Transfer(ctx, "n", 7, 9); !errors.Is(err, names.ErrUnavailable) {
+				t.Fatalf("transfer = %v, want ErrUnavailable", err)
+			}
+			if o, _, ok := f.ownerInEtcd(t, "n"); !ok || o != 9 {
+				t.Fatalf("etcd's record names owner %d (there: %v); the test needs the transfer's put done, not settled", o, ok)
+			}
+			var err error
+			if how == "remove" {
+				err = f.Remove(tctx, "n", 7)
+			} else {
+				err = f.Release(tctx, 7)
+			}
+			if err != nil {
+				t.Fatalf("%s by the owner the transfer was from: %v", how, err)
+			}
+			if f.inEtcd(t, "n") {
+				t.Fatalf("the name outlives its owner's %s", how)
+			}
+			cut.Store(false)
+			other := wire.Iref{Machine: 1, Export: 2, Token: [16]byte{2}}
+			if err := f.Set(ctx, "n", other, 8); err != nil {
+				t.Fatalf("set by another owner: %v", err)
+			}
+			_, set, _ := f.ownerInEtcd(t, "n")
+			time.Sleep(3 * retryInterval) // a settling, were one left, would be done
+			f.settle(t)
+			if o, mod, ok := f.ownerInEtcd(t, "n"); !ok || o != 8 || mod != set {
+				t.Fatalf("etcd's record names owner %d at %d (there: %v), want the new set's, 8 at %d", o, mod, ok, set)
+			}
+			f.checkOwner(t, "n", other, 8, 7)
+			if lost := f.lostNames(); len(lost) > 0 {
+				t.Errorf("OnLost reported %q", lost)
+			}
+		})
+	}
+}
+
+// The unanswered transfers the store keeps to settle are bounded: past
+// maxTurns, the oldest is given up.
+func TestTurnsBounded(t *testing.T) {
+	s := &Names{log: quiet(), mine: map[string]*held{}, turns: map[string]*turn{}}
+	ref := wire.Iref{Machine: 1, Export: 1, Token: [16]byte{1}}
+	now := time.Now()
+	const extra = 3
+	for i := range maxTurns + extra {
+		name := fmt.Sprint("n", i)
+		s.mine[name] = &held{owner: 7, create: 1, lease: 1}
+		s.transferUnanswered(name, turn{ref: ref, create: 1, guard: 1, to: 9, sent: now.Add(time.Duration(i) * time.Millisecond)})
+	}
+	if len(s.turns) != maxTurns {
+		t.Fatalf("%d turns, want %d", len(s.turns), maxTurns)
+	}
+	for i := range extra + 1 {
+		name := fmt.Sprint("n", i)
+		if _, ok := s.turns[name]; ok != (i == extra) {
+			t.Errorf("the turn of %s kept = %v, want %v", name, ok, i == extra)
+		}
+	}
+	s.transferUnanswered("n5", turn{ref: ref, create: 1, guard: 2, to: 9, sent: now.Add(time.Hour)})
+	if len(s.turns) != maxTurns || s.turns["n5"].guard != 2 {
+		t.Errorf("a later transfer of a name with a turn: %d turns, guard %d; want %d, the later one's", len(s.turns), s.turns["n5"].guard, maxTurns)
+	}
+	s.transferUnanswered("gone", turn{ref: ref, create: 1, guard: 1, to: 9, sent: now})
+	if _, ok := s.turns["gone"]; ok {
+		t.Error("a turn for a name the store does not hold")
 	}
 }

@@ -41,6 +41,19 @@ const maxTombs = 4096
 // made the owner's.
 const maxDoubts = 4096
 
+// maxTurns bounds the unanswered transfers whose records the store has
+// yet to settle (turns), whatever the owners do: past it, the oldest is
+// given up, and its put, should etcd have done it, leaves the record
+// naming the owner the transfer was to, while this machine holds the name
+// for the owner it was from, until the name goes.
+const maxTurns = 4096
+
+// transferTries bounds how often a Transfer, or the settling of a turn,
+// sends its transaction again when the record changed under it and is
+// still this store's: only this store writes it, and a settle or a
+// Transfer under way moves its mod revision at most once or twice.
+const transferTries = 3
+
 // Names is the cluster-wide names.Store on etcd, as one machine sees it.
 //
 // Each name is a key /chanos/<cluster>/names/<name> whose value is a
@@ -58,6 +71,16 @@ const maxDoubts = 4096
 // machine shows here once the watch delivers it (typically a millisecond
 // on a LAN); WaitFor registers with the cache under the lock that applies
 // the watch's events, so a set at any time, before or after, wakes it.
+//
+// Transfer rewrites a name's record with its new owner, fenced by the
+// record's mod revision as well as its create revision, so that its put,
+// if its answer is lost, can only be done on the record as it was sent.
+// The caller is told that it failed, and so the store settles the record
+// back (a turn, settle): it rewrites the owner this machine holds the
+// name for, fenced by the mod revision, which undoes the put if it was
+// done, and otherwise moves the record past the fence, so that the put
+// never is. Meanwhile the cache shows, for the names this machine holds,
+// the owner it holds them for, whatever their records say.
 //
 // When etcd cannot be reached, or has no quorum, the reads fail with
 // names.ErrUnavailable rather than serve a view that may be stale: the
@@ -84,6 +107,8 @@ type Names struct {
 	gone     map[string]int64  // names deleted at a revision the watch has not reached
 	setting  map[string]int    // this machine's Sets under way, by name
 	tombs    map[string][]tomb // unanswered sets given up on, by name
+	turns    map[string]*turn  // unanswered transfers to settle, by name
+	moving   map[string]int    // this machine's Transfers under way, by name
 	ntombs   int               // how many tombs, at most maxTombs
 	late     time.Duration     // Config.LateCommit
 	reaps    map[string]int64  // late puts to delete, by name: their create revisions
@@ -145,6 +170,18 @@ func (d doubt) is(machine uint64, e entry) bool {
 type tomb struct {
 	doubt
 	until time.Time
+}
+
+// turn is a Transfer whose answer did not come: its put may have been
+// done, or may still be while the record's mod revision is guard. Its
+// caller was told that it failed, so the record is to name again the
+// owner this machine holds the name for (settle).
+type turn struct {
+	ref    wire.Iref
+	create int64
+	guard  int64       // the mod revision the Transfer's put was fenced by
+	to     names.Owner // the owner the Transfer's put names
+	sent   time.Time
 }
 
 type watcher struct {
@@ -209,6 +246,8 @@ func newNames(ctx context.Context, client *clientv3.Client, sess *Session, cfg *
 		gone:     map[string]int64{},
 		setting:  map[string]int{},
 		tombs:    map[string][]tomb{},
+		turns:    map[string]*turn{},
+		moving:   map[string]int{},
 		late:     cfg.LateCommit,
 		reaps:    map[string]int64{},
 		reapc:    make(chan struct{}, 1),
@@ -307,7 +346,13 @@ func (s *Names) putLocked(name string, e entry, lost []lostName) []lostName {
 	}
 	if had {
 		if old.create == e.create {
-			s.entries[name] = e // the same name's value changed; chanos never does that
+			// A Transfer's put, or its settling. The put of one whose
+			// answer was lost names an owner its caller was told it
+			// did not become, until settled.
+			if h, ok := s.mine[name]; ok && h.create == e.create {
+				e.owner = h.owner
+			}
+			s.entries[name] = e
 			return lost
 		}
 		lost = s.removeLocked(name, old, lost)
@@ -458,8 +503,9 @@ func (s *Names) lateLocked(name string, e entry) {
 
 // reaper deletes the late puts that lateLocked queues, each fenced by its
 // create revision, so that whatever was set under the name since is never
-// deleted. It runs apart from the watch, which only queues, and retries
-// while etcd cannot be reached, until the store is closed.
+// deleted, and settles the records of unanswered transfers (settle). It
+// runs apart from the watch, which only queues, and retries while etcd
+// cannot be reached, until the store is closed.
 func (s *Names) reaper(ctx context.Context) {
 	defer close(s.reaped)
 	for {
@@ -468,7 +514,14 @@ func (s *Names) reaper(ctx context.Context) {
 			return
 		case <-s.reapc:
 		}
-		for s.reapOnce(ctx) {
+		for {
+			retry := s.reapOnce(ctx)
+			if s.settleOnce(ctx) {
+				retry = true
+			}
+			if !retry {
+				break
+			}
 			select {
 			case <-ctx.Done():
 				return
@@ -616,6 +669,7 @@ func (s *Names) removeLocked(name string, e entry, lost []lostName) []lostName {
 	}
 	if h, ok := s.mine[name]; ok && h.create == e.create {
 		delete(s.mine, name)
+		delete(s.turns, name) // a put fenced by the create revision cannot bring it back
 		if !h.removing {
 			lost = append(lost, lostName{h.owner, name})
 		}
@@ -657,6 +711,7 @@ func (s *Names) leaseLost(old int64) {
 	for name, h := range s.mine {
 		if h.lease == old && !h.removing {
 			delete(s.mine, name)
+			delete(s.turns, name)
 			lost = append(lost, lostName{h.owner, name})
 		}
 	}
@@ -989,57 +1044,247 @@ func (s *Names) Count(ctx context.Context, class string) (uint64, error) {
 	return s.classes[class], nil
 }
 
-// Remove implements names.Store: only the owner that set the name through
-// this store may remove it, and the delete is fenced by the name's create
-// revision.
 // Transfer implements names.Store: the name's record is rewritten with
 // its new owner, under the same lease, if it is still the one this store
-// set (its create revision); ownership is this machine's to check.
+// set (its create revision) and as this machine last saw it (its mod
+// revision); ownership is this machine's to check. When its answer is
+// lost, it fails, and the record is settled back to from (settle).
 func (s *Names) Transfer(ctx context.Context, name string, from, to names.Owner) error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return names.ErrClosed
 	}
-	e, ok := s.entries[name]
-	h, mine := s.mine[name]
-	switch {
-	case !ok:
-		s.mu.Unlock()
-		return fmt.Errorf("transfer %q: %w", name, names.ErrNotFound)
-	case !mine || h.owner != from || h.create != e.create || h.removing:
-		s.mu.Unlock()
-		return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
-	}
-	lease := h.lease
+	s.moving[name]++
 	s.mu.Unlock()
-	octx, cancel := context.WithTimeout(ctx, s.opTO)
-	defer cancel()
+	defer s.transferDone(name)
 	key := s.key(name)
-	resp, err := s.client.Txn(octx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.create)).
-		Then(clientv3.OpPut(key, encodeRecord(s.machine, to, e.ref), clientv3.WithLease(clientv3.LeaseID(lease)))).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return unavailable(ctx, fmt.Sprintf("transfer %q", name), err)
+	for try := 1; ; try++ {
+		s.mu.Lock()
+		e, ok := s.entries[name]
+		h, mine := s.mine[name]
+		switch {
+		case s.closed:
+			s.mu.Unlock()
+			return names.ErrClosed
+		case !ok:
+			s.mu.Unlock()
+			return fmt.Errorf("transfer %q: %w", name, names.ErrNotFound)
+		case !mine || h.owner != from || h.create != e.create || h.removing:
+			s.mu.Unlock()
+			return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
+		}
+		lease := h.lease
+		s.mu.Unlock()
+		sent := time.Now()
+		octx, cancel := context.WithTimeout(ctx, s.opTO)
+		resp, err := s.client.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", e.create),
+				clientv3.Compare(clientv3.ModRevision(key), "=", e.mod)).
+			Then(clientv3.OpPut(key, encodeRecord(s.machine, to, e.ref), clientv3.WithLease(clientv3.LeaseID(lease)))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		if err != nil {
+			if !isLeaseNotFound(err) {
+				s.transferUnanswered(name, turn{ref: e.ref, create: e.create, guard: e.mod, to: to, sent: sent})
+			}
+			return unavailable(ctx, fmt.Sprintf("transfer %q", name), err)
+		}
+		if !resp.Succeeded {
+			kvs := resp.Responses[0].GetResponseRange().Kvs
+			s.applyRead(name, kvs, resp.Header.Revision)
+			if len(kvs) == 0 || kvs[0].CreateRevision != e.create {
+				return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
+			}
+			// Still the name this store set: its record moved on since
+			// the cache saw it, settled after an earlier transfer.
+			if try < transferTries {
+				continue
+			}
+			return fmt.Errorf("transfer %q: %w: its record kept changing", name, names.ErrUnavailable)
+		}
+		s.mu.Lock()
+		if h := s.mine[name]; h != nil && h.create == e.create {
+			h.owner = to
+		}
+		// The put moved the record past the fence of an earlier
+		// unanswered transfer's put, or overwrote that put.
+		if t := s.turns[name]; t != nil && t.create == e.create {
+			delete(s.turns, name)
+		}
+		if cur, ok := s.entries[name]; ok && cur.create == e.create {
+			cur.owner = to
+			cur.mod = max(cur.mod, resp.Header.Revision)
+			s.entries[name] = cur
+		}
+		s.mu.Unlock()
+		return nil
 	}
-	if !resp.Succeeded {
-		s.applyRead(name, resp.Responses[0].GetResponseRange().Kvs, resp.Header.Revision)
-		return fmt.Errorf("transfer %q: %w", name, names.ErrNotOwner)
-	}
-	s.mu.Lock()
-	if h := s.mine[name]; h != nil && h.create == e.create {
-		h.owner = to
-	}
-	if cur, ok := s.entries[name]; ok && cur.create == e.create {
-		cur.owner = to
-		s.entries[name] = cur
-	}
-	s.mu.Unlock()
-	return nil
 }
 
+// transferDone ends a Transfer of name: what it deferred, the settling of
+// an unanswered transfer of the name, is done now.
+func (s *Names) transferDone(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.moving[name]--; s.moving[name] > 0 {
+		return
+	}
+	delete(s.moving, name)
+	if _, ok := s.turns[name]; ok && !s.closed {
+		select {
+		case s.reapc <- struct{}{}:
+		default: // the reaper is awake already
+		}
+	}
+}
+
+// transferUnanswered notes t, a Transfer of name whose answer was lost,
+// to be settled once no Transfer of the name is under way. One turn per
+// name, the later one's: its fence is no older, and settling the record
+// from it settles an earlier put too, which could only be done at an
+// older or the same mod revision.
+func (s *Names) transferUnanswered(name string, t turn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if h, ok := s.mine[name]; !ok || h.create != t.create {
+		return // the name went: the put, fenced by its create revision, cannot bring it back
+	}
+	if _, ok := s.turns[name]; !ok && len(s.turns) >= maxTurns {
+		s.giveUpOldestTurnLocked()
+	}
+	s.turns[name] = &t
+}
+
+// giveUpOldestTurnLocked forgets the oldest unanswered transfer, to make
+// room (maxTurns).
+func (s *Names) giveUpOldestTurnLocked() {
+	var oldest string
+	var at time.Time
+	for name, t := range s.turns {
+		if oldest == "" || t.sent.Before(at) {
+			oldest, at = name, t.sent
+		}
+	}
+	if oldest == "" {
+		return
+	}
+	s.log.Warn("etcd: too many unanswered transfers; giving up settling the oldest, whose put, should etcd have done it, names the owner it was to",
+		"name", oldest, "to", uint64(s.turns[oldest].to), "max", maxTurns)
+	delete(s.turns, oldest)
+}
+
+// settleOnce settles the unanswered transfers of the names no Transfer is
+// under way for (transferDone wakes the reaper for the others), and
+// reports whether one is to be tried again: etcd did not answer, and the
+// rest wait for the next round rather than each for its timeout.
+func (s *Names) settleOnce(ctx context.Context) (retry bool) {
+	s.mu.Lock()
+	list := make([]string, 0, len(s.turns))
+	for name := range s.turns {
+		if s.moving[name] == 0 {
+			list = append(list, name)
+		}
+	}
+	s.mu.Unlock()
+	for _, name := range list {
+		if s.settle(ctx, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// settle makes name's record, which an unanswered Transfer's put may
+// have rewritten, or may still, name again the owner this machine holds
+// it for: a put of that owner, fenced by the create revision and by the
+// mod revision the Transfer's put was fenced by, or, if the record moved
+// on without naming that owner, by the one it moved to. Either way the
+// Transfer's put, which needs the record as it was, can no longer be
+// done. It reports whether it must be tried again.
+func (s *Names) settle(ctx context.Context, name string) (retry bool) {
+	s.mu.Lock()
+	t := s.turns[name]
+	s.mu.Unlock()
+	if t == nil {
+		return false
+	}
+	key, guard := s.key(name), t.guard
+	for range transferTries {
+		s.mu.Lock()
+		h, held := s.mine[name]
+		switch {
+		case s.closed, s.turns[name] != t, s.moving[name] > 0:
+			// Settled, or a later transfer's to settle, or a Transfer
+			// under way, whose end looks again.
+			s.mu.Unlock()
+			return false
+		case !held || h.create != t.create:
+			delete(s.turns, name) // the name went, and the put cannot bring it back
+			s.mu.Unlock()
+			return false
+		}
+		owner, lease := h.owner, h.lease
+		s.mu.Unlock()
+		octx, cancel := context.WithTimeout(ctx, s.opTO)
+		r, err := s.client.Txn(octx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", t.create),
+				clientv3.Compare(clientv3.ModRevision(key), "=", guard)).
+			Then(clientv3.OpPut(key, encodeRecord(s.machine, owner, t.ref), clientv3.WithLease(clientv3.LeaseID(lease)))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		cancel()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn("etcd: could not settle the record of an unanswered transfer; retrying", "name", name, "err", err)
+			}
+			return true
+		}
+		if r.Succeeded {
+			s.settled(name, t, r.Header.Revision)
+			return false
+		}
+		kvs := r.Responses[0].GetResponseRange().Kvs
+		s.applyRead(name, kvs, r.Header.Revision)
+		if len(kvs) == 0 || kvs[0].CreateRevision != t.create {
+			s.settled(name, t, 0)
+			return false
+		}
+		if e, err := decodeRecord(kvs[0].Value); err == nil && e.machine == s.machine && e.owner == owner && e.ref == t.ref {
+			s.settled(name, t, 0) // past the fence, and naming the owner
+			return false
+		}
+		guard = kvs[0].ModRevision
+	}
+	return true
+}
+
+// settled drops t, name's turn, whose record the store rewrote at rev (0:
+// it needed no rewrite).
+func (s *Names) settled(name string, t *turn, rev int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.turns[name] == t {
+		delete(s.turns, name)
+	}
+	if rev == 0 {
+		return
+	}
+	s.log.Info("etcd: settled the record of a transfer whose answer was lost", "name", name, "to", uint64(t.to))
+	// This machine reads its own write at once.
+	if cur, ok := s.entries[name]; ok && cur.create == t.create && cur.mod < rev {
+		cur.mod = rev
+		s.entries[name] = cur
+	}
+}
+
+// Remove implements names.Store: only the owner that set the name through
+// this store may remove it, and the delete is fenced by the name's create
+// revision.
 func (s *Names) Remove(ctx context.Context, name string, owner names.Owner) error {
 	s.mu.Lock()
 	if s.closed {
@@ -1137,6 +1382,7 @@ func (s *Names) forget(list []string, creates []int64) {
 	for i, name := range list {
 		if h, ok := s.mine[name]; ok && h.create == creates[i] {
 			delete(s.mine, name)
+			delete(s.turns, name)
 		}
 	}
 }
