@@ -443,15 +443,20 @@ static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
  * runs it), 0 when a thief ran it (its result is in t). The common case:
  * since the spawn, the stack never left its worker and the worker did not
  * publish (same moves_), so t is still a private entry of that worker's
- * deque, at index idx_, and the newest (head == idx_ + 1). Plain loads of
- * t, of the context and of head, and one store. */
+ * deque, at index idx_, and the newest (head == idx_ + 1), and nobody
+ * asked for a publish (limit, otherwise top_low + size, is not INT64_MIN:
+ * its sign says so, without a 64-bit constant): a task that syncs its
+ * children one by one, spawning no more, must still hand the rest to idle
+ * workers. Plain loads of t, of the context, of head and of limit, and
+ * one store. */
 static inline int chanos_fpop_(chanos_ctx *c, chanos_task *t)
 {
     struct chanos_deq_own_ *q = c->q_;
     int64_t h = t->idx_;
 
     if (__builtin_expect(t->moves_ == c->moves_, 1) &&
-        __builtin_expect(q->head == h + 1, 1)) {
+        __builtin_expect(q->head == h + 1, 1) &&
+        __builtin_expect(__atomic_load_n(&q->limit, __ATOMIC_RELAXED) >= 0, 1)) {
         q->head = h;
         return 1;
     }

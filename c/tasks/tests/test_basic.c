@@ -565,6 +565,57 @@ static void test_fast_published(void)
     }
 }
 
+/* A task that fast-spawns children and syncs them, spawning nothing more,
+ * still answers the requests of idle workers: its syncs publish what is
+ * left private. Eight leaves that each sleep 30 ms, synced newest first:
+ * kept private, the spawning worker would run seven of them itself. */
+enum { SPREAD_LEAVES = 8 };
+static atomic_int leaf_on[SPREAD_LEAVES];
+
+static int64_t fsleep_leaf(chanos_ctx *c, int64_t i)
+{
+    struct timespec ts = { 0, 30 * 1000 * 1000 };
+
+    (void)c;
+    atomic_store(&leaf_on[i], chanos_task_worker());
+    nanosleep(&ts, NULL);
+    return i;
+}
+
+static int64_t fspread_root(chanos_ctx *c, int64_t unused)
+{
+    chanos_task d[SPREAD_LEAVES];
+    int64_t s = 0;
+
+    (void)unused;
+    for (int i = 0; i < SPREAD_LEAVES; i++)
+        chanos_fspawn(c, &d[i], fsleep_leaf, i);
+    for (int i = SPREAD_LEAVES - 1; i >= 0; i--)
+        s += chanos_fsync(c, &d[i], fsleep_leaf);
+    return s;
+}
+
+static void test_fast_sync_publishes(void)
+{
+    chanos_task t;
+    int per[64] = { 0 };
+    int most = 0;
+
+    chanos_task_set(&t, fspread_root, 0);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), SPREAD_LEAVES * (SPREAD_LEAVES - 1) / 2);
+    for (int i = 0; i < SPREAD_LEAVES; i++) {
+        int w = atomic_load(&leaf_on[i]);
+
+        CHECK(w >= 0 && w < 64);
+        if (w >= 0 && w < 64 && ++per[w] > most)
+            most = per[w];
+    }
+    /* Four workers share eight leaves; one running five or more means
+     * its syncs kept them from the others. */
+    CHECK(most <= 4);
+}
+
 static void *fast_root_thread(void *arg)
 {
     int64_t n = (int64_t)(intptr_t)arg;
@@ -629,6 +680,7 @@ int main(void)
     test_fast_move();
     test_fast_mixed();
     test_fast_published();
+    test_fast_sync_publishes();
     test_fast_roots();
     test_fast_stress();
     chanos_tasks_stop(rt);
