@@ -35,9 +35,21 @@ type Options struct {
 	// connection for broken and resumes. Defaults 1 s and 4 s.
 	KeepAlive time.Duration
 	DeadAfter time.Duration
+	// MinRecordRate, in bytes per second, is the slowest a record may
+	// arrive: a TCP connection on which no record has completed within
+	// DeadAfter plus the time the record under way (its length, as its
+	// header says, and a TLS record's worth more) takes at this rate is
+	// taken for broken and resumed, even while bytes come. A length is
+	// read before the record's tag can be checked, so a corrupted one
+	// would otherwise have the reader wait for that many bytes while the
+	// peer's keepalives trickle in: hours for 1 MiB at one acknowledgement
+	// a second. A network slower than this cannot carry the largest
+	// frames. Default 64 KiB/s; negative turns the rule off.
+	MinRecordRate int
 	// AckDelay is how long a receiver may wait before acknowledging what
 	// it has taken, in the hope of piggybacking the acknowledgement on a
-	// frame of its own. Default 1 ms.
+	// frame of its own; and how soon after a Receive the link reads on in
+	// the background if no Receive follows. Default 1 ms.
 	AckDelay time.Duration
 	// RedialMin and RedialMax bound the dialing side's backoff between
 	// attempts to resume. Defaults 10 ms and 500 ms.
