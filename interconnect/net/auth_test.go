@@ -226,7 +226,12 @@ func TestAuthTamperedRecordResumes(t *testing.T) {
 			for _, o := range []*cnet.Options{so, co} {
 				o.TLS.AuthOnly = mode.authOnly
 				o.RedialMin, o.RedialMax, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 32
-				o.KeepAlive, o.DeadAfter = 20*time.Millisecond, 500*time.Millisecond
+				// A flipped length within the maximum (a TLS record's, or
+				// a tagged record's) has the receiver wait for that many
+				// bytes while keepalives trickle in, until the record
+				// progress rule ends the TCP connection: about 1.5 s at
+				// this rate.
+				o.KeepAlive, o.DeadAfter, o.MinRecordRate = 20*time.Millisecond, 500*time.Millisecond, 1<<20
 			}
 			L := listen(t, so)
 			p := newTamperProxy(t, L.Addr().String(), 8<<10, 64<<10)
@@ -252,9 +257,10 @@ func TestAuthTamperedSmallRecords(t *testing.T) {
 	for _, o := range []*cnet.Options{so, co} {
 		o.RedialMin, o.RedialMax, o.Grace, o.WindowFrames = time.Millisecond, 10*time.Millisecond, 20*time.Second, 64
 		// A flipped length within the maximum has the receiver wait for
-		// that many bytes: keepalives bring them, or the silence ends
-		// the TCP connection, soon.
-		o.KeepAlive, o.DeadAfter = 20*time.Millisecond, 500*time.Millisecond
+		// that many bytes while keepalives trickle in, until the record
+		// progress rule ends the TCP connection: about 1.5 s at this
+		// rate (with the byte rule alone, minutes).
+		o.KeepAlive, o.DeadAfter, o.MinRecordRate = 20*time.Millisecond, 500*time.Millisecond, 1<<20
 	}
 	L := listen(t, so)
 	p := newTamperProxy(t, L.Addr().String(), 4<<10, 16<<10)

@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	stdnet "net"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -721,5 +722,68 @@ func TestListenerCloseLingersOnce(t *testing.T) {
 	L.Close()
 	if d := time.Since(t0); d > (n-1)*o.Linger {
 		t.Errorf("Close of a listener holding %d connections not accepted took %v, with a Linger of %v", n, d.Round(time.Millisecond), o.Linger)
+	}
+}
+
+// A record whose length was corrupted on the way is not waited out while
+// the peer's keepalives trickle in as its body: the TCP connection is
+// taken for broken once no record has completed within DeadAfter plus
+// the record's time at MinRecordRate. Bytes alone keep it alive only
+// with the rule turned off.
+func TestCorruptedLengthIsNotWaitedOut(t *testing.T) {
+	for _, rate := range []int{1 << 20, -1} {
+		t.Run(fmt.Sprintf("rate=%d", rate), func(t *testing.T) {
+			L := testListen(t, &Options{KeepAlive: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
+				MinRecordRate: rate, Grace: 10 * time.Second, Linger: 100 * time.Millisecond})
+			raw := testRawHello(t, L.Addr().String())
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			sl, err := L.Accept(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sl.Close()
+			// A data record's header that says 512 KiB, then a trickle,
+			// as of keepalives swallowed into its body.
+			hdr := make([]byte, recHeaderSize)
+			putHeader(hdr, recData, 512<<10, 1, 0)
+			if _, err := raw.Write(hdr); err != nil {
+				t.Fatal(err)
+			}
+			stop := make(chan struct{})
+			trickled := make(chan struct{})
+			go func() {
+				defer close(trickled)
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						if _, err := raw.Write(make([]byte, 8)); err != nil {
+							return
+						}
+					}
+				}
+			}()
+			defer func() { close(stop); <-trickled }()
+			limit := 5 * time.Second
+			if rate < 0 {
+				limit = 2 * time.Second
+			}
+			t0 := time.Now()
+			raw.SetReadDeadline(t0.Add(limit))
+			_, err = io.Copy(io.Discard, raw) // the link's keepalives, until it drops the connection
+			took := time.Since(t0)
+			dropped := err == nil || !errors.Is(err, os.ErrDeadlineExceeded)
+			switch {
+			case rate > 0 && !dropped:
+				t.Errorf("the connection outlived %v of a trickling record: %v", limit, err)
+			case rate < 0 && dropped:
+				t.Errorf("with the rule off, the connection ended after %v: %v", took, err)
+			}
+			t.Logf("rate %d: connection ended %v after %v", rate, dropped, took)
+		})
 	}
 }

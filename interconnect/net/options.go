@@ -113,6 +113,9 @@ func (o *Options) resolve() Options {
 	def(&r.RedialMax, 500*time.Millisecond)
 	def(&r.HandshakeTimeout, 5*time.Second)
 	def(&r.Linger, r.Grace)
+	if r.MinRecordRate == 0 {
+		r.MinRecordRate = 64 << 10
+	}
 	if r.Dial == nil {
 		r.Dial = func(ctx context.Context, addr string) (stdnet.Conn, error) {
 			var d stdnet.Dialer

@@ -65,6 +65,12 @@ type connReader struct {
 	// (Link.watch), which unwatch stops.
 	live    *liveConn
 	unwatch func()
+	// done is when a record last completed, or had its header read
+	// (now()); need is how much of the record begun (begin) is still to
+	// come, 0 between records: the watch's record-progress rule
+	// (Options.MinRecordRate).
+	done atomic.Int64
+	need atomic.Int64
 
 	// A Receive's read is interrupted by its context's end through c's
 	// read deadline; dl orders that with the end of the read, so that the
@@ -137,6 +143,7 @@ func (l *Link) startReaderLocked(c stdnet.Conn, br *bufio.Reader, mac *recordMAC
 		r.live = &liveConn{}
 	}
 	r.live.last.Store(now())
+	r.done.Store(now())
 	r.unwatch = l.watch(r)
 	l.rcur = r
 	l.wg.Add(1)
@@ -212,9 +219,11 @@ func (l *Link) awaitReaders() {
 // reader and any write blocked on it fail, and the connection is resumed.
 // Any byte read counts, not only whole records: a record may take longer
 // than DeadAfter to arrive over a slow network, and its connection is
-// alive all the while. It runs on a timer of its own, apart from the
-// goroutines that may block on the connection. The returned function
-// stops it.
+// alive all the while. But only so slow (recordOverdue): bytes that come
+// while no record completes are the peer's keepalives swallowed by a
+// record whose corrupted length the reader waits out. It runs on a timer
+// of its own, apart from the goroutines that may block on the connection.
+// The returned function stops it.
 func (l *Link) watch(r *connReader) func() {
 	var mu sync.Mutex
 	stopped := false
@@ -224,6 +233,10 @@ func (l *Link) watch(r *connReader) func() {
 	t = time.AfterFunc(period, func() {
 		if time.Duration(now()-r.live.last.Load()) > l.o.DeadAfter {
 			l.dropReader(r, errors.New("nothing read for too long"), true)
+			return
+		}
+		if l.recordOverdue(r) {
+			l.dropReader(r, errors.New("no record completed for too long while bytes came (a corrupted length?)"), true)
 			return
 		}
 		mu.Lock()
@@ -239,6 +252,23 @@ func (l *Link) watch(r *connReader) func() {
 		t.Stop()
 		mu.Unlock()
 	}
+}
+
+// tlsRecordSlack is how much a TLS record may hold ahead of the next
+// record's header: the record-progress rule allows for it, as the link
+// sees no header while TLS waits for the rest of its record.
+const tlsRecordSlack = 16<<10 + 256
+
+// recordOverdue reports whether no record of r's connection has completed
+// for longer than Options.MinRecordRate allows: DeadAfter, plus the rest
+// of the record under way and tlsRecordSlack at that rate.
+func (l *Link) recordOverdue(r *connReader) bool {
+	rate := int64(l.o.MinRecordRate)
+	if rate <= 0 {
+		return false
+	}
+	allow := l.o.DeadAfter + time.Duration((r.need.Load()+tlsRecordSlack)*int64(time.Second)/rate)
+	return time.Duration(now()-r.done.Load()) > allow
 }
 
 // background is r's background reader (see above), until r is stopped.
@@ -504,6 +534,7 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 		}
 	}
 	r.live.last.Store(now())
+	r.done.Store(now())
 	h := parseHeader(hb[:])
 	if h.flags != 0 || h.reserved != 0 {
 		return false, l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x and reserved bytes %#x", h.flags, h.reserved)))
@@ -640,10 +671,12 @@ func (l *Link) readTagged(r *connReader, hb *[recHeaderSize]byte) (payload, whol
 	}
 	// The whole record in the reader's buffer: checked in place. Peek
 	// takes nothing, so a deadline may cut it short.
+	r.need.Store(int64(total))
 	rec, err := br.Peek(total)
 	if err != nil {
 		return nil, nil, err
 	}
+	r.need.Store(0)
 	if n > 0 {
 		l.mu.Lock()
 		payload = l.getBufLocked(int(n))
@@ -678,6 +711,7 @@ func (l *Link) openWhole(m *recordMAC, whole []byte) (payload, rec []byte, err e
 func (r *connReader) begin(hb [recHeaderSize]byte, buf []byte) {
 	r.partRec = partRecord{hb: hb, buf: buf}
 	r.part = &r.partRec
+	r.need.Store(int64(len(buf)))
 }
 
 // fill reads the rest of the record begun, and ends it once it has all
@@ -690,5 +724,7 @@ func (r *connReader) fill() error {
 		return err
 	}
 	r.part = nil
+	r.need.Store(0)
+	r.done.Store(now())
 	return nil
 }

@@ -194,6 +194,10 @@ struct chanos_net_options {
     /* TCP connections a listener holds in their handshake at once, each
      * on a thread of its own; more are closed as they come; 0: 64 */
     int max_handshakes;
+    /* bytes per second below which a record's progress means broken:
+     * a record not whole within dead_after plus its length (and a TLS
+     * record's) at this rate after the last one; 0: 64 KiB/s; negative: off */
+    int min_record_rate;
 };
 
 typedef struct chanos_net_link chanos_net_link;         /* opaque */

@@ -54,6 +54,9 @@ struct net_opts {
     int64_t grace, keepalive, dead_after, ack_delay, redial_min, redial_max,
         handshake, linger;
     int backlog, max_handshakes;
+    /* bytes per second a record in progress must keep up, past
+     * dead_after (min_record_rate); 0: off */
+    int64_t min_record_rate;
     bool tls;
     bool auth; /* tls and t.auth_only: records in the clear with tags */
     struct chanos_net_tls t;

@@ -74,6 +74,12 @@ static int64_t ms_or(int v, int64_t def)
     return v > 0 ? (int64_t)v * 1000000 : def;
 }
 
+/* rate_or: v bytes per second if positive, def if 0, 0 (off) if negative. */
+static int64_t rate_or(int v, int64_t def)
+{
+    return v > 0 ? (int64_t)v : v < 0 ? 0 : def;
+}
+
 void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r)
 {
     struct chanos_net_options z = {0};
@@ -91,6 +97,7 @@ void net_opts_resolve(const struct chanos_net_options *o, struct net_opts *r)
     r->grace = ms_or(o->grace_ms, 10000 * ms);
     r->keepalive = ms_or(o->keepalive_ms, 1000 * ms);
     r->dead_after = ms_or(o->dead_after_ms, 4 * r->keepalive);
+    r->min_record_rate = rate_or(o->min_record_rate, 64 << 10);
     r->ack_delay = ms_or(o->ack_delay_ms, 1 * ms);
     r->redial_min = ms_or(o->redial_min_ms, 10 * ms);
     r->redial_max = ms_or(o->redial_max_ms, 500 * ms);

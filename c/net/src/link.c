@@ -90,6 +90,10 @@ struct pending {
  * seeing that the link stops. */
 #define READS_PER_TURN 16
 
+/* What a TLS record may hold besides the record in progress: the next
+ * record's header, read with the rest of it (record_deadline). */
+#define TLS_SLACK (16384 + 256)
+
 /* A result of reading only: a record failed its tag in the
  * authenticated-only mode. The TCP connection is broken, not the link:
  * whoever can change bytes on the path can reset the connection anyway. */
@@ -158,6 +162,12 @@ struct chanos_net_link {
     uint32_t pay_len;
     size_t pay_have;
     int64_t last_read, last_write;
+    /* when a whole record was last read and accepted (or the connection
+     * started), and the bytes after its header of the record in progress,
+     * as its header said (0 between records): record_deadline */
+    int64_t last_record;
+    uint64_t need;
+    bool rec_done; /* a record was accepted since last_record was set */
     bool more_in; /* the last turn left bytes to read (READS_PER_TURN) */
 };
 
@@ -319,6 +329,8 @@ static void drop_conn(chanos_net_link *c)
     c->out_len = c->out_off = 0;
     c->hdr_have = 0;
     c->tag_have = 0;
+    c->need = 0;
+    c->rec_done = false;
     c->rd_want = POLLIN;
     c->more_in = false;
     free(c->pay);
@@ -430,6 +442,8 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
             uint8_t *pay = c->pay;
             c->pay = NULL;
             err = apply_locked(c, c->hdr, pay, &got);
+            c->need = 0;
+            c->rec_done = true;
             continue;
         }
         if (!take(c->hdr, &c->hdr_have, REC_HDR, &b, &n))
@@ -440,10 +454,12 @@ static int process(chanos_net_link *c, const uint8_t *b, size_t n)
             break;
         if (c->hdr[0] != REC_DATA) {
             err = apply_locked(c, c->hdr, NULL, &got);
+            c->rec_done = true;
             continue;
         }
         /* A frame: its payload follows. */
         c->pay_len = chanos_load_u32(c->hdr + 4);
+        c->need = c->pay_len;
         c->pay_have = 0;
         c->pay = malloc(c->pay_len);
         if (!c->pay)
@@ -482,6 +498,7 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
             if (len > c->o.max_frame)
                 return bad_tag(c);
             c->pay_len = len;
+            c->need = (uint64_t)len + GMAC_TAG;
             c->pay_have = 0;
             c->tag_have = 0;
             if (len && !(c->pay = malloc(len))) {
@@ -516,6 +533,8 @@ static int process_auth(chanos_net_link *c, const uint8_t *b, size_t n)
         pthread_mutex_unlock(&c->mu);
         if (err)
             return err;
+        c->need = 0;
+        c->rec_done = true;
     }
     return 0;
 }
@@ -600,7 +619,9 @@ static int attach(chanos_net_link *c, struct pending *p)
     pthread_mutex_unlock(&c->mu);
     c->t = p->t;
     p->t = TCONN_NONE;
-    c->last_read = c->last_write = net_now();
+    c->last_read = c->last_write = c->last_record = net_now();
+    c->need = 0;
+    c->rec_done = false;
     return 0;
 }
 
@@ -738,6 +759,29 @@ static void drain_wake(chanos_net_link *c)
     }
 }
 
+/*
+ * record_deadline is when the connection is taken for broken for want of
+ * progress (min_record_rate; INT64_MAX if off): dead_after, plus the time
+ * the record in progress (need bytes after its header) and a TLS record
+ * around it take at the minimum rate, after the last record was whole.
+ * Any byte read keeps last_read fresh, so without this a length changed
+ * on the path (read before the tag or MAC can check it) would have the
+ * link wait for that many bytes while the peer's keepalives trickle in.
+ */
+static int64_t record_deadline(const chanos_net_link *c)
+{
+    uint64_t rate = (uint64_t)c->o.min_record_rate;
+    if (rate == 0)
+        return INT64_MAX;
+    /* need < 2^33 and rate < 2^31: neither product overflows. */
+    uint64_t bytes = c->need + TLS_SLACK;
+    uint64_t ns = bytes / rate * 1000000000u + bytes % rate * 1000000000u / rate;
+    int64_t base = c->last_record + c->o.dead_after;
+    if (ns > (uint64_t)(INT64_MAX - base))
+        return INT64_MAX;
+    return base + (int64_t)ns;
+}
+
 /* run_connected runs one round of a connected link: write, wait, read. */
 static void run_connected(chanos_net_link *c)
 {
@@ -753,6 +797,9 @@ static void run_connected(chanos_net_link *c)
         next = c->ack_due;
     if (c->last_read + c->o.dead_after < next)
         next = c->last_read + c->o.dead_after;
+    int64_t rec_due = record_deadline(c);
+    if (rec_due < next)
+        next = rec_due;
     /* The last turn stopped reading before the socket ran dry: on at
      * once (TLS may hold some of it where poll cannot see it). */
     if (c->more_in)
@@ -814,8 +861,9 @@ static void run_connected(chanos_net_link *c)
          * record too (of a TLS record, or a tagged one): a record that
          * takes longer than dead_after to cross a slow network keeps its
          * connection while its bytes come. */
+        int64_t t = net_now();
         if (c->t.raw_in != raw)
-            c->last_read = net_now();
+            c->last_read = t;
         if (r < 0) {
             drop_conn(c);
             return;
@@ -828,9 +876,18 @@ static void run_connected(chanos_net_link *c)
             drop_conn(c);
             return;
         }
+        /* Progress is whole records: a record whose length was changed
+         * on the path takes bytes as they come, and never ends. */
+        if (c->rec_done) {
+            c->last_record = t;
+            c->rec_done = false;
+        }
     }
-    if (net_now() - c->last_read > c->o.dead_after)
+    int64_t now2 = net_now();
+    if (now2 - c->last_read > c->o.dead_after)
         drop_conn(c); /* a cut cable resets nothing */
+    else if (now2 > record_deadline(c))
+        drop_conn(c); /* bytes come, records do not (min_record_rate) */
 }
 
 /* exchange_over_locked says whether the close exchange has ended what the

@@ -4,6 +4,9 @@
  * DATA or a second CLOSE after the peer's CLOSE is a protocol violation;
  * a client refused as busy spends no admission; a record that takes
  * longer than dead_after to cross a slow network arrives, in each mode; a
+ * record whose length promises more than ever comes (bytes trickling in,
+ * no record ending) breaks the TCP connection within dead_after and its
+ * length at min_record_rate; a
  * listener's close waits about one linger, not one per connection it
  * held; a peer that keeps the socket readable does not hold up a close; a
  * quarter of the window in bytes is acknowledged at once; a resume under
@@ -268,27 +271,30 @@ static void test_resume_name(void)
 
 /* ---- a slow network ---- */
 
-/* A relay on loopback that carries the dialing side's bytes 512 at a
- * time, one chunk every 20 ms (about 25 KB/s), and the other way as they
- * come. */
+/* A relay on loopback that carries the dialing side's bytes chunk at a
+ * time, one chunk every interval_us (512 bytes every 20 ms is about
+ * 25 KB/s), and the other way as they come. */
+#define SLOW_CHUNK_MAX 4096
 struct slow {
     int lfd, port, target;
+    size_t chunk;
+    int interval_us;
     pthread_t thr;
     atomic_bool stop;
 };
 
 static void *slow_pump(struct slow *r, int a, int b)
 {
-    uint8_t buf[512];
+    uint8_t buf[SLOW_CHUNK_MAX];
     struct pollfd pf[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
     while (!atomic_load(&r->stop)) {
         if (poll(pf, 2, 100) < 0)
             break;
         if (pf[0].revents) {
-            ssize_t n = read(a, buf, sizeof buf);
+            ssize_t n = read(a, buf, r->chunk);
             if (n <= 0 || !write_full(b, buf, (size_t)n))
                 break;
-            usleep(20000);
+            usleep((useconds_t)r->interval_us);
         }
         if (pf[1].revents) {
             ssize_t n = read(b, buf, sizeof buf);
@@ -321,9 +327,12 @@ static void *slow_main(void *arg)
     return NULL;
 }
 
-static void slow_start(struct slow *r, int target)
+static void slow_start(struct slow *r, int target, size_t chunk,
+                       int interval_us)
 {
     r->target = target;
+    r->chunk = chunk < SLOW_CHUNK_MAX ? chunk : SLOW_CHUNK_MAX;
+    r->interval_us = interval_us;
     atomic_store(&r->stop, false);
     r->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     struct sockaddr_in sa = {.sin_family = AF_INET};
@@ -345,14 +354,32 @@ static void slow_stop(struct slow *r)
 
 /* Any byte read is a sign of life (docs/net.md, "Sequence and
  * acknowledgement"), with TLS the bytes of a TLS record as they arrive:
- * a frame of 20 KiB that takes about 0.8 s to cross, with dead_after
- * 300 ms, arrives, plain, encrypted and authenticated only. */
+ * a frame of 20 KiB that takes about 0.8 s to cross (25 KB/s), with
+ * dead_after 300 ms, arrives, plain, encrypted and authenticated only,
+ * under a min_record_rate below the network's (16 KiB/s: the record is
+ * due 300 ms + 36 KiB / 16 KiB/s after the last). And the default
+ * min_record_rate (64 KiB/s) lets a record slower than dead_after through
+ * a network faster than itself: a frame of 160 KiB at 128 KiB/s (about
+ * 1.25 s; due 500 ms + 176 KiB / 64 KiB/s, about 3.25 s, after the last)
+ * with dead_after 500 ms. */
 static void test_slow(void)
 {
-    const char *modes[] = {"slow network, plain", "slow network, TLS",
-                           "slow network, auth only"};
-    for (int m = 0; m < 3; m++) {
-        check_context = modes[m];
+    static const struct {
+        const char *name;
+        size_t frame, chunk;
+        int interval_us, dead_after_ms, min_record_rate;
+    } cases[] = {
+        {"20 KiB at 25 KB/s", 20 << 10, 512, 20000, 300, 16 << 10},
+        {"160 KiB at 128 KiB/s", 160 << 10, 4096, 31250, 500, 0},
+    };
+    const char *modes[] = {"plain", "TLS", "auth only"};
+    char ctx[128];
+    for (int k = 0; k < 6; k++) {
+        int m = k % 3;
+        int cs = k / 3;
+        snprintf(ctx, sizeof ctx, "slow network, %s, %s", cases[cs].name,
+                 modes[m]);
+        check_context = ctx;
         struct chanos_net_tls st = {.identity_for = identity_for,
                                     .admit = admit_all,
                                     .auth_only = m == 2};
@@ -360,10 +387,12 @@ static void test_slow(void)
                                     .server_name = "a",
                                     .auth_only = m == 2};
         memcpy(ct.peer, server_fp, CHANOS_NET_FP_SIZE);
-        struct chanos_net_options o = {.keepalive_ms = 60,
-                                       .dead_after_ms = 300,
-                                       .grace_ms = 30000,
-                                       .linger_ms = 500};
+        struct chanos_net_options o = {
+            .keepalive_ms = 60,
+            .dead_after_ms = cases[cs].dead_after_ms,
+            .min_record_rate = cases[cs].min_record_rate,
+            .grace_ms = 30000,
+            .linger_ms = 500};
         struct chanos_net_options so = o, co = o;
         if (m) {
             so.tls = &st;
@@ -372,14 +401,15 @@ static void test_slow(void)
         chanos_net_listener *L;
         CHECK_EQ(chanos_net_listen("127.0.0.1:0", &so, &L), 0);
         struct slow r;
-        slow_start(&r, chanos_net_listener_port(L));
+        slow_start(&r, chanos_net_listener_port(L), cases[cs].chunk,
+                   cases[cs].interval_us);
         char addr[64];
         snprintf(addr, sizeof addr, "127.0.0.1:%d", r.port);
         chanos_net_link *c = NULL, *s = NULL;
         CHECK_EQ(chanos_net_dial(addr, &co, &c), 0);
         CHECK_EQ(chanos_net_accept(L, 5000, &s), 0);
         if (c && s) {
-            size_t n = 20 << 10;
+            size_t n = cases[cs].frame;
             uint8_t *fr = calloc(1, n);
             struct chanos_hdr h = {.size = (uint32_t)n, .msg = 1};
             chanos_hdr_put(fr, &h);
@@ -390,7 +420,10 @@ static void test_slow(void)
             size_t len = 0;
             /* Generous: the frame crosses in about a second; without
              * the rule it never does, each resume starting it over. */
+            int64_t t0 = now_ms();
             int rc = chanos_net_recv(s, &f, &len, 12000);
+            fprintf(stderr, "test_faults: %s: the frame crossed in %lld ms\n",
+                    ctx, (long long)(now_ms() - t0));
             CHECK_EQ(rc, 0);
             CHECK(rc == 0 && len == n && memcmp(f, fr, n) == 0);
             free(fr);
@@ -398,6 +431,86 @@ static void test_slow(void)
         chanos_net_close(c);
         chanos_net_close(s);
         slow_stop(&r);
+        chanos_net_listener_close(L);
+    }
+}
+
+/* ---- a record that never ends ---- */
+
+/* trickle writes 8 bytes to fd every 50 ms for up to ms, and reads and
+ * drops what the link sends: true, and the time it took in *took, once
+ * the link closes the connection (its end of stream, a reset, or a write
+ * that fails). */
+static bool trickle(int fd, int ms, int64_t *took)
+{
+    int64_t t0 = now_ms(), end = t0 + ms;
+    static const uint8_t junk[8] = {0};
+    uint8_t buf[4096];
+    while (now_ms() < end) {
+        if (!write_full(fd, junk, sizeof junk))
+            goto closed;
+        int64_t next = now_ms() + 50, left;
+        while ((left = next - now_ms()) > 0) {
+            struct pollfd p = {fd, POLLIN, 0};
+            if (poll(&p, 1, (int)left) <= 0)
+                continue;
+            ssize_t n = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+            if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK &&
+                           errno != EINTR))
+                goto closed;
+        }
+    }
+    return false;
+closed:
+    *took = now_ms() - t0;
+    return true;
+}
+
+/* A record's length, changed on the path (or by a hostile peer) to
+ * 512 KiB within max_frame, makes the link read that many bytes before
+ * the record can end; the peer's keepalives then trickle in as its body,
+ * a sign of life that keeps dead_after from ever firing. With
+ * min_record_rate 1 MiB/s the record is due 300 ms + (512 KiB + 16.25 KiB)
+ * / 1 MiB/s (about 0.8 s) after the last one, and the link takes the
+ * connection for broken: it closes it, to wait for a resume. With
+ * min_record_rate negative it waits on (the stall the rule ends). */
+static void test_record_stall(void)
+{
+    for (int off = 0; off < 2; off++) {
+        check_context = off ? "a record that never ends, min_record_rate off"
+                            : "a record that never ends";
+        struct chanos_net_options o = {.keepalive_ms = 100,
+                                       .dead_after_ms = 300,
+                                       .min_record_rate = off ? -1 : 1 << 20,
+                                       .grace_ms = 30000,
+                                       .linger_ms = 100};
+        chanos_net_listener *L;
+        CHECK_EQ(chanos_net_listen("127.0.0.1:0", &o, &L), 0);
+        chanos_net_link *l;
+        int fd = raw_open(L, (uint8_t)(40 + off), &l);
+        CHECK(fd >= 0);
+        if (fd >= 0) {
+            uint8_t h[REC_HDR];
+            put_header(h, REC_DATA, 512u << 10, 1, 0);
+            CHECK(write_full(fd, h, sizeof h));
+            int64_t took = -1;
+            bool dropped = trickle(fd, off ? 2000 : 5000, &took);
+            if (off) {
+                CHECK(!dropped);
+            } else {
+                CHECK(dropped);
+                if (dropped)
+                    fprintf(stderr,
+                            "test_faults: a record that never ends: the "
+                            "link closed its connection after %lld ms\n",
+                            (long long)took);
+            }
+            /* Broken or not, the connection is the link's to resume: the
+             * link has not ended. */
+            CHECK_EQ(chanos_net_err(l), 0);
+            close(fd);
+            chanos_net_close(l);
+        }
         chanos_net_listener_close(L);
     }
 }
@@ -869,6 +982,8 @@ int main(int argc, char **argv)
         test_resume_name();
     if (want(argc, argv, "slow"))
         test_slow();
+    if (want(argc, argv, "record-stall"))
+        test_record_stall();
     if (want(argc, argv, "listener-close"))
         test_listener_close();
     if (want(argc, argv, "flood-close"))
