@@ -817,16 +817,23 @@ func (s *Names) Set(ctx context.Context, name string, ref wire.Iref, owner names
 	return nil
 }
 
+// oldestSent returns the name in m whose request was sent first (sent
+// says when), or "" if m is empty.
+func oldestSent[V any](m map[string]V, sent func(V) time.Time) string {
+	var oldest string
+	var at time.Time
+	for name, v := range m {
+		if t := sent(v); oldest == "" || t.Before(at) {
+			oldest, at = name, t
+		}
+	}
+	return oldest
+}
+
 // giveUpOldestLocked gives up the note of the oldest unanswered set, to
 // make room (maxDoubts).
 func (s *Names) giveUpOldestLocked() {
-	var oldest string
-	var at time.Time
-	for name, d := range s.unsure {
-		if oldest == "" || d.sent.Before(at) {
-			oldest, at = name, d.sent
-		}
-	}
+	oldest := oldestSent(s.unsure, func(d doubt) time.Time { return d.sent })
 	if oldest == "" {
 		return
 	}
@@ -1163,13 +1170,7 @@ func (s *Names) transferUnanswered(name string, t turn) {
 // giveUpOldestTurnLocked forgets the oldest unanswered transfer, to make
 // room (maxTurns).
 func (s *Names) giveUpOldestTurnLocked() {
-	var oldest string
-	var at time.Time
-	for name, t := range s.turns {
-		if oldest == "" || t.sent.Before(at) {
-			oldest, at = name, t.sent
-		}
-	}
+	oldest := oldestSent(s.turns, func(t *turn) time.Time { return t.sent })
 	if oldest == "" {
 		return
 	}
