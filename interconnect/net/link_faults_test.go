@@ -536,6 +536,23 @@ func testRawHello(t *testing.T, addr string) stdnet.Conn {
 	return c
 }
 
+// testRawPeer listens with o and connects to it as a raw peer that has
+// said its hello: its TCP connection, and the link it made on the
+// accepting side, closed when the test ends.
+func testRawPeer(t *testing.T, o *Options) (stdnet.Conn, *Link) {
+	t.Helper()
+	L := testListen(t, o)
+	raw := testRawHello(t, L.Addr().String())
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sl.Close() })
+	return raw, sl
+}
+
 func testRecord(typ uint8, seq, ack uint64, p []byte) []byte {
 	b := make([]byte, recHeaderSize+len(p))
 	putHeader(b, typ, len(p), seq, ack)
@@ -548,15 +565,9 @@ func testRecord(typ uint8, seq, ack uint64, p []byte) []byte {
 func TestRecordAfterPeerCloseIsViolation(t *testing.T) {
 	for _, after := range []string{"data", "close"} {
 		t.Run(after, func(t *testing.T) {
-			L := testListen(t, &Options{Linger: 100 * time.Millisecond})
-			raw := testRawHello(t, L.Addr().String())
+			raw, sl := testRawPeer(t, &Options{Linger: 100 * time.Millisecond})
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
-			sl, err := L.Accept(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sl.Close()
 			s := testRecord(recData, 1, 0, testFrame(16))
 			s = append(s, testRecord(recClose, 2, 0, nil)...)
 			if after == "data" {
@@ -733,16 +744,8 @@ func TestListenerCloseLingersOnce(t *testing.T) {
 func TestCorruptedLengthIsNotWaitedOut(t *testing.T) {
 	for _, rate := range []int{1 << 20, -1} {
 		t.Run(fmt.Sprintf("rate=%d", rate), func(t *testing.T) {
-			L := testListen(t, &Options{KeepAlive: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
+			raw, _ := testRawPeer(t, &Options{KeepAlive: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond,
 				MinRecordRate: rate, Grace: 10 * time.Second, Linger: 100 * time.Millisecond})
-			raw := testRawHello(t, L.Addr().String())
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			sl, err := L.Accept(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer sl.Close()
 			// A data record's header that says 512 KiB, then a trickle,
 			// as of keepalives swallowed into its body.
 			hdr := make([]byte, recHeaderSize)
@@ -774,7 +777,7 @@ func TestCorruptedLengthIsNotWaitedOut(t *testing.T) {
 			}
 			t0 := time.Now()
 			raw.SetReadDeadline(t0.Add(limit))
-			_, err = io.Copy(io.Discard, raw) // the link's keepalives, until it drops the connection
+			_, err := io.Copy(io.Discard, raw) // the link's keepalives, until it drops the connection
 			took := time.Since(t0)
 			dropped := err == nil || !errors.Is(err, os.ErrDeadlineExceeded)
 			switch {
