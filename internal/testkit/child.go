@@ -158,7 +158,8 @@ func (c *Child) Line(t testing.TB) string {
 		select {
 		case <-c.more:
 		case <-timer.C:
-			t.Fatalf("%s printed nothing within %v", c.name, Limit)
+			c.askStacks()
+			t.Fatalf("%s printed nothing within %v (sent SIGQUIT: a Go child's stacks are in its stderr)", c.name, Limit)
 		}
 	}
 }
@@ -182,16 +183,21 @@ func (c *Child) Wait(t testing.TB) error {
 	case <-c.done:
 		return c.err
 	case <-timer.C:
-		// A Go child writes every goroutine's stack to its stderr on
-		// SIGQUIT, and ends: where it hangs, for the test's log.
-		c.Cmd.Process.Signal(syscall.SIGQUIT)
-		select {
-		case <-c.done:
-		case <-time.After(2 * time.Second):
-		}
+		c.askStacks()
 		c.Kill()
 		t.Fatalf("%s did not end within %v (sent SIGQUIT: a Go child's stacks are in its stderr); lines it printed that the test did not read: %q", c.name, Limit, c.Remaining())
 		return nil
+	}
+}
+
+// askStacks sends the child SIGQUIT and gives it 2 s to end: a Go child
+// writes every goroutine's stack to its stderr and ends, which shows
+// where it hangs in the test's log.
+func (c *Child) askStacks() {
+	c.Cmd.Process.Signal(syscall.SIGQUIT)
+	select {
+	case <-c.done:
+	case <-time.After(2 * time.Second):
 	}
 }
 
