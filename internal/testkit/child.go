@@ -90,7 +90,8 @@ type Child struct {
 }
 
 // Start starts cmd (see Self), with its stderr going to the test's own
-// unless cmd sets it. At the test's end a child still running is killed.
+// unless cmd sets it. At the test's end a child still running is killed,
+// after SIGQUIT (its stacks) if the test failed.
 func Start(t testing.TB, cmd *exec.Cmd) *Child {
 	t.Helper()
 	if cmd.Stderr == nil {
@@ -124,7 +125,17 @@ func Start(t testing.TB, cmd *exec.Cmd) *Child {
 		c.err = cmd.Wait()
 		close(c.done)
 	}()
-	t.Cleanup(c.Kill)
+	t.Cleanup(func() {
+		select {
+		case <-c.done:
+		default:
+			if t.Failed() {
+				// Where a child the failed test left running was.
+				c.askStacks()
+			}
+		}
+		c.Kill()
+	})
 	return c
 }
 
