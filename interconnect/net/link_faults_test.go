@@ -331,14 +331,7 @@ func TestCloseLingersUntilPeerEnds(t *testing.T) {
 	const linger = 1500 * time.Millisecond
 	for _, peer := range []string{"closes", "stays", "floods"} {
 		t.Run(peer, func(t *testing.T) {
-			L := testListen(t, &Options{Linger: linger})
-			raw := testRawHello(t, L.Addr().String())
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			sl, err := L.Accept(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
+			raw, sl := testRawPeer(t, &Options{Linger: linger})
 			took := make(chan time.Duration, 1)
 			go func() { t0 := time.Now(); sl.Close(); took <- time.Since(t0) }()
 			raw.SetReadDeadline(time.Now().Add(5 * time.Second))
