@@ -843,16 +843,25 @@ func (s *Names) giveUpOldestLocked() {
 	s.buryLocked(oldest, d)
 }
 
+// lastOut counts one operation on name out of under (the Sets or the
+// Transfers under way, by name) and reports whether it was the last.
+func lastOut(under map[string]int, name string) bool {
+	if under[name]--; under[name] > 0 {
+		return false
+	}
+	delete(under, name)
+	return true
+}
+
 // setDone ends a Set of name: what the Set deferred is done now, the
 // adoption of a doubt's put (adoptLocked) or the delete of a late one
 // (lateLocked).
 func (s *Names) setDone(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.setting[name]--; s.setting[name] > 0 {
+	if !lastOut(s.setting, name) {
 		return
 	}
-	delete(s.setting, name)
 	if e, ok := s.entries[name]; ok && !s.closed {
 		s.adoptLocked(name, e)
 		s.lateLocked(name, e)
@@ -1135,10 +1144,9 @@ func (s *Names) Transfer(ctx context.Context, name string, from, to names.Owner)
 func (s *Names) transferDone(name string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.moving[name]--; s.moving[name] > 0 {
+	if !lastOut(s.moving, name) {
 		return
 	}
-	delete(s.moving, name)
 	if _, ok := s.turns[name]; ok && !s.closed {
 		select {
 		case s.reapc <- struct{}{}:
