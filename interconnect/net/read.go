@@ -515,8 +515,9 @@ func (l *Link) readRecord(r *connReader, wake bool) (got bool, err error) {
 			return false, err
 		}
 	}
-	r.live.last.Store(now())
-	r.done.Store(now())
+	t := now()
+	r.live.last.Store(t)
+	r.done.Store(t)
 	h := parseHeader(hb[:])
 	if h.flags != 0 || h.reserved != 0 {
 		return false, l.fail(interconnect.Violation(fmt.Errorf("a record with flags %#x and reserved bytes %#x", h.flags, h.reserved)))
@@ -652,13 +653,20 @@ func (l *Link) readTagged(r *connReader, hb *[recHeaderSize]byte) (payload, whol
 		return l.openWhole(m, whole)
 	}
 	// The whole record in the reader's buffer: checked in place. Peek
-	// takes nothing, so a deadline may cut it short.
-	r.need.Store(int64(total))
+	// takes nothing, so a deadline may cut it short. Only a Peek that
+	// must wait for the rest tells the watch how much is to come: the
+	// usual record is buffered whole already.
+	waits := br.Buffered() < total
+	if waits {
+		r.need.Store(int64(total))
+	}
 	rec, err := br.Peek(total)
 	if err != nil {
 		return nil, nil, err
 	}
-	r.need.Store(0)
+	if waits {
+		r.need.Store(0)
+	}
 	if n > 0 {
 		l.mu.Lock()
 		payload = l.getBufLocked(int(n))
