@@ -323,9 +323,18 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 			}
 			r := l.rcur
 			l.mu.Unlock()
+			if testHookTakeTurn != nil {
+				testHookTakeTurn(l)
+			}
 			wait := true
 			if r != nil && l.rturn.TryLock() {
-				err := l.readFor(ctx, r)
+				// The turn's last holder may have pushed a frame, or read
+				// the peer's close, since the look above: it is not to be
+				// left waiting while this Receive reads the connection.
+				var err error
+				if l.nothingToTake() {
+					err = l.readFor(ctx, r)
+				}
 				l.rturn.Unlock()
 				if err != nil {
 					l.rcvWant.Store(false)
@@ -383,6 +392,18 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		return l.fail(interconnect.Violation(fmt.Errorf("bad frame: %w", err)))
 	}
 	return nil
+}
+
+// testHookTakeTurn, if set, runs in a Receive that found nothing to take,
+// before it tries to take the reading turn.
+var testHookTakeTurn func(l *Link)
+
+// nothingToTake says whether a Receive still finds nothing to take: no
+// frame in the inbox, and no end to return.
+func (l *Link) nothingToTake() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return (l.inboxHead == len(l.inbox) || l.endNow) && l.receiveEndLocked() == nil
 }
 
 // receiveEndLocked is what a Receive that finds no frame returns instead
