@@ -84,6 +84,9 @@ type Link struct {
 	inboxSig chan struct{}
 	ackedSig chan struct{}
 	ackKick  chan struct{}
+	// ackArm sets the link goroutine's timer that acknowledges and kicks
+	// the background reader AckDelay after a Receive (readOnLater);
+	// ackArmed says it is set.
 	ackArm   chan struct{}
 	ackArmed atomic.Bool
 	pumpKick chan struct{} // wakes writeLoop
@@ -915,6 +918,11 @@ func (l *Link) run() {
 		case <-ackT.C:
 			l.ackArmed.Store(false)
 			l.writeAck(false)
+			if !l.rcvWant.Load() {
+				// Nobody receives: read on (read.go). A Receive that
+				// waits reads itself, and its end sets the timer again.
+				l.kickReader()
+			}
 		case <-tick.C:
 			if !connected {
 				continue

@@ -370,6 +370,47 @@ func TestOrderlyClose(t *testing.T) {
 	}
 }
 
+// A Close is acknowledged promptly by a peer whose application received
+// earlier and has stopped receiving (busy elsewhere): the peer's link
+// reads the close in the background soon after its last Receive, not at
+// its next keepalive tick, which the long KeepAlive here puts out of reach.
+// The last Receive either took a frame or was cut short by its context.
+func TestCloseWhilePeerDoesNotReceive(t *testing.T) {
+	testkit.NoLeaks(t)
+	for _, last := range []string{"frame", "cut"} {
+		t.Run(last, func(t *testing.T) {
+			o := &cnet.Options{KeepAlive: 20 * time.Second, DeadAfter: 80 * time.Second, Linger: 30 * time.Second}
+			L := listen(t, o)
+			cl, sl := connect(t, L, L.Addr().String(), o)
+			ctx := testkit.Context(t)
+			if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
+				t.Fatal(err)
+			}
+			var in interconnect.Incoming
+			if err := sl.Receive(ctx, &in); err != nil {
+				t.Fatal(err)
+			}
+			if last == "cut" {
+				short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
+				err := sl.Receive(short, &in)
+				cancel()
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Fatalf("a receive with nothing sent: %v, want DeadlineExceeded", err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // the application is busy
+			t0 := time.Now()
+			cl.Close()
+			if d := time.Since(t0); d > 5*time.Second {
+				t.Errorf("Close took %v while the peer's application did not receive; the peer's keepalive tick is 10 s away", d)
+			}
+			if err := sl.Receive(ctx, &in); !errors.Is(err, interconnect.ErrClosed) {
+				t.Errorf("the peer after the close: %v, want ErrClosed", err)
+			}
+		})
+	}
+}
+
 // A frame with capabilities is refused at send, and the link goes on.
 func TestCapsRefused(t *testing.T) {
 	testkit.NoLeaks(t)

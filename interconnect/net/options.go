@@ -48,7 +48,8 @@ type Options struct {
 	MinRecordRate int
 	// AckDelay is how long a receiver may wait before acknowledging what
 	// it has taken, in the hope of piggybacking the acknowledgement on a
-	// frame of its own. Default 1 ms.
+	// frame of its own; and how soon after a Receive the link reads on in
+	// the background if no Receive follows. Default 1 ms.
 	AckDelay time.Duration
 	// RedialMin and RedialMax bound the dialing side's backoff between
 	// attempts to resume. Defaults 10 ms and 500 ms.

@@ -42,8 +42,15 @@ import (
 // background reader takes it only when no Receive waits, and gives it up
 // after the record at hand once one does. It takes it when kicked: by a
 // sender waiting for room, by Close waiting for its acknowledgement, by
-// a break to notice, and by the link's keepalive tick, so that an idle
-// connection is read at least that often.
+// a break to notice, by the link's keepalive tick, so that an idle
+// connection is read at least that often, and AckDelay after a Receive
+// ends (readOnLater). That last kick is what reads the peer's close,
+// which the peer's Close waits for, when the application has received
+// and gone on to other work: without it the close would wait for the
+// keepalive tick. An application that receives again within AckDelay
+// finds the turn free and reads itself, as before; one that comes back
+// later, or just as the kick comes, takes its next frame from the
+// background reader, at the cost of one wake-up.
 
 // connReader is the reading side of one TCP connection of the link.
 type connReader struct {
@@ -338,6 +345,7 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 				l.rturn.Unlock()
 				if err != nil {
 					l.rcvWant.Store(false)
+					l.readOnLater()
 					*in = interconnect.Incoming{}
 					return err
 				}
@@ -349,6 +357,7 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 				case <-l.done:
 				case <-ctx.Done():
 					l.rcvWant.Store(false)
+					l.readOnLater()
 					*in = interconnect.Incoming{}
 					return ctx.Err()
 				}
@@ -380,9 +389,8 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	l.mu.Unlock()
 	if ackNow {
 		l.writeAck(false)
-	} else if !l.ackArmed.Swap(true) {
-		signal(l.ackArm)
 	}
+	l.readOnLater()
 	frame, caps, err := splitRefs(f.buf)
 	if err != nil {
 		*in = interconnect.Incoming{}
@@ -404,6 +412,16 @@ func (l *Link) nothingToTake() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return (l.inboxHead == len(l.inbox) || l.endNow) && l.receiveEndLocked() == nil
+}
+
+// readOnLater has the link's goroutine, AckDelay from now, write the
+// acknowledgement of what was taken (if no frame of this side's carried
+// it meanwhile) and kick the background reader, which then reads on if
+// no Receive does (see the top of this file). A timer already set serves.
+func (l *Link) readOnLater() {
+	if !l.ackArmed.Swap(true) {
+		signal(l.ackArm)
+	}
 }
 
 // receiveEndLocked is what a Receive that finds no frame returns instead
