@@ -567,14 +567,16 @@ static void test_fast_published(void)
 
 /* A task that fast-spawns children and syncs them, spawning nothing more,
  * still answers the requests of idle workers: its syncs publish what is
- * left private. Eight leaves that each sleep 30 ms, synced newest first:
- * kept private, the spawning worker would run seven of them itself. */
+ * left private. Eight leaves that each sleep 100 ms, synced newest first:
+ * kept private, the spawning worker would run seven of them itself. A
+ * leaf lasts long enough for the idle workers to wake and ask, even on a
+ * loaded machine. */
 enum { SPREAD_LEAVES = 8 };
 static atomic_int leaf_on[SPREAD_LEAVES];
 
 static int64_t fsleep_leaf(chanos_ctx *c, int64_t i)
 {
-    struct timespec ts = { 0, 30 * 1000 * 1000 };
+    struct timespec ts = { 0, 100 * 1000 * 1000 };
 
     (void)c;
     atomic_store(&leaf_on[i], chanos_task_worker());
@@ -611,9 +613,10 @@ static void test_fast_sync_publishes(void)
         if (w >= 0 && w < 64 && ++per[w] > most)
             most = per[w];
     }
-    /* Four workers share eight leaves; one running five or more means
-     * its syncs kept them from the others. */
-    CHECK(most <= 4);
+    /* Four workers share eight leaves, two each when the others wake at
+     * once; one running six or more means its syncs kept them from the
+     * others (seven), not that they woke late. */
+    CHECK(most <= 5);
 }
 
 static void *fast_root_thread(void *arg)
