@@ -54,6 +54,18 @@ func connect(t *testing.T, L *cnet.Listener, addr string, o *cnet.Options) (clie
 	return c, s
 }
 
+// passOne sends one frame from one link and receives it, into in, on the
+// other.
+func passOne(t *testing.T, ctx context.Context, from, to *cnet.Link, in *interconnect.Incoming) {
+	t.Helper()
+	if err := from.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := to.Receive(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // proxy starts a fault proxy to L, closed when the test ends.
 func proxy(t *testing.T, L *cnet.Listener) *faultproxy.Proxy {
 	t.Helper()
@@ -383,13 +395,8 @@ func TestCloseWhilePeerDoesNotReceive(t *testing.T) {
 			L := listen(t, o)
 			cl, sl := connect(t, L, L.Addr().String(), o)
 			ctx := testkit.Context(t)
-			if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
-				t.Fatal(err)
-			}
 			var in interconnect.Incoming
-			if err := sl.Receive(ctx, &in); err != nil {
-				t.Fatal(err)
-			}
+			passOne(t, ctx, cl, sl, &in)
 			if last == "cut" {
 				short, cancel := context.WithTimeout(ctx, 10*time.Millisecond)
 				err := sl.Receive(short, &in)

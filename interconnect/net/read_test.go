@@ -122,13 +122,8 @@ func TestReceiveContextEndsDuringASlowFrame(t *testing.T) {
 		p := proxy(t, L)
 		cl, sl := connect(t, L, p.Addr(), co)
 		ctx := testkit.Context(t)
-		if err := cl.SendFrame(ctx, frame(t, &pingpong.Ping{MsgID: 1}), nil); err != nil {
-			t.Fatal(err)
-		}
 		var in interconnect.Incoming
-		if err := sl.Receive(ctx, &in); err != nil {
-			t.Fatal(err)
-		}
+		passOne(t, ctx, cl, sl, &in)
 		p.Throttle(256 << 10) // a 256 KiB frame takes about 1 s
 		payload := make([]byte, 256<<10)
 		for i := range payload {
