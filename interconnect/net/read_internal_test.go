@@ -42,6 +42,9 @@ func TestFrameTakenInByBackgroundReaderIsReceived(t *testing.T) {
 	c.kickReader()
 	for c.rturn.TryLock() {
 		c.rturn.Unlock()
+		if ctx.Err() != nil {
+			t.Fatal("the background reader never took the reading turn")
+		}
 		c.kickReader()
 		time.Sleep(time.Millisecond)
 	}
@@ -65,6 +68,10 @@ func TestFrameTakenInByBackgroundReaderIsReceived(t *testing.T) {
 			l.mu.Unlock()
 			if in > 0 && l.rturn.TryLock() {
 				l.rturn.Unlock()
+				return
+			}
+			if ctx.Err() != nil {
+				t.Error("the background reader never took the frame in and gave the turn up")
 				return
 			}
 			time.Sleep(time.Millisecond)
