@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"errors"
-	"io"
 	"net"
 	"sync"
 	"testing"
@@ -17,15 +16,18 @@ import (
 // link is a TCP relay between one machine and an etcd member that the
 // test can cut: every connection through it is closed, and new ones are
 // refused, until it is restored. The machine sees what a broken network
-// shows it: connections that end, and dials that fail.
+// shows it: connections that end, and dials that fail. It can also
+// stall: the bytes in both directions are dropped, and nothing ends, as
+// over a link that went dark without a reset.
 type link struct {
 	l      net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]bool
-	wg    sync.WaitGroup
+	mu      sync.Mutex
+	cut     bool
+	stalled bool
+	conns   map[net.Conn]bool
+	wg      sync.WaitGroup
 }
 
 func newLink(t *testing.T, target string) *link {
@@ -74,7 +76,21 @@ func (k *link) accept() {
 
 func (k *link) pipe(dst, src net.Conn) {
 	defer k.wg.Done()
-	io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		k.mu.Lock()
+		stalled := k.stalled
+		k.mu.Unlock()
+		if n > 0 && !stalled {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	dst.Close()
 	src.Close()
 	k.mu.Lock()
@@ -90,6 +106,20 @@ func (k *link) setCut(cut bool) {
 	defer k.mu.Unlock()
 	k.cut = cut
 	if cut {
+		for c := range k.conns {
+			c.Close()
+		}
+	}
+}
+
+// setStalled stalls the link or ends the stall. The connections that
+// stalled lost bytes, so they are closed as it ends, and the machine
+// dials again.
+func (k *link) setStalled(stalled bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.stalled = stalled
+	if !stalled {
 		for c := range k.conns {
 			c.Close()
 		}
@@ -148,6 +178,43 @@ func TestCutShort(t *testing.T) {
 		t.Fatalf("OnLost told of %s", n)
 	default:
 	}
+}
+
+// TestStalledLinkStopsReads: a machine whose link to etcd stalls, so that
+// its renewals hang rather than fail (their OpTimeout here far past the
+// TTL), stops serving its cached names once its lease has gone
+// unconfirmed for the TTL: past that, the lease may have expired, and
+// the names with it.
+func TestStalledLinkStopsReads(t *testing.T) {
+	t.Parallel() // it mostly waits out leases
+	ec := etcdtest.Start(t, etcdtest.Options{})
+	ctx := testkit.Context(t)
+	k := newLink(t, ec.Endpoint(0)[len("http://"):])
+	const opTimeout = 20 * time.Second
+	a := open(t, []string{k.endpoint()}, freshCluster(), 1, short, func(c *Config) { c.OpTimeout = opTimeout })
+	if err := a.Names().Set(ctx, "stalled", wire.Iref{Machine: 1, Export: 1}, 1); err != nil {
+		t.Fatal(err)
+	}
+	k.setStalled(true)
+	stalled := time.Now()
+	testkit.Eventually(t, "a's reads to stop", func() bool {
+		_, err := a.Names().Get(ctx, "stalled")
+		return errors.Is(err, names.ErrUnavailable)
+	})
+	took := time.Since(stalled)
+	t.Logf("a's reads stopped %v after the stall (TTL %v)", took.Round(time.Millisecond), testTTL)
+	// The TTL from the last renewal sent, itself at most a keep-alive
+	// interval before the stall; a renewal that failed would take the
+	// OpTimeout.
+	if took > opTimeout/2 {
+		t.Errorf("a served its names %v into the stall, past its lease's TTL of %v", took.Round(time.Millisecond), testTTL)
+	}
+	// Back, without its name if the lease did expire meanwhile.
+	k.setStalled(false)
+	testkit.Eventually(t, "a to be back", func() bool {
+		_, err := a.Names().Get(ctx, "stalled")
+		return err == nil || errors.Is(err, names.ErrNotFound)
+	})
 }
 
 // TestCutLong: a machine cut off for longer than its TTL loses its names;

@@ -38,7 +38,9 @@ type Session struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID // 0 while a fresh lease is being granted
 	healthy bool             // the last renewal (or grant) succeeded
-	renewed time.Time        // when etcd last confirmed the lease
+	// renewed is when the last renewal (or grant) that etcd confirmed was
+	// sent: the lease lives at least its TTL from then.
+	renewed time.Time
 	lost    []func(old int64)
 	fresh   []func(lease int64)
 	paused  bool // tests: stop renewing, as a machine that froze
@@ -67,11 +69,12 @@ func newSession(ctx context.Context, client *clientv3.Client, cfg *Config) (*Ses
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	sent := time.Now()
 	id, err := s.grant(ctx)
 	if err != nil {
 		return nil, err
 	}
-	s.lease, s.healthy, s.renewed = id, true, time.Now()
+	s.lease, s.healthy, s.renewed = id, true, sent
 	go s.run()
 	return s, nil
 }
@@ -95,16 +98,20 @@ func (s *Session) Lease() int64 {
 	return int64(s.lease)
 }
 
-// Healthy reports whether the last renewal of the lease succeeded: when it
-// is false, etcd is unreachable or has no quorum, as far as this machine
-// can tell.
+// Healthy reports whether the last renewal of the lease succeeded, within
+// the lease's TTL: when it is false, etcd is unreachable or has no quorum,
+// as far as this machine can tell, or the lease may have expired. A
+// renewal that hangs (etcd's link stalled: nothing answers, nothing is
+// refused) fails only at OpTimeout, which may be longer than the TTL; the
+// lease is not taken for alive past the TTL meanwhile.
 func (s *Session) Healthy() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.healthy && s.lease != 0 && !s.paused
+	return s.healthy && s.lease != 0 && !s.paused && time.Since(s.renewed) < s.ttl
 }
 
-// LastRenewed returns when etcd last confirmed the lease.
+// LastRenewed returns when the last renewal (or grant) of the lease that
+// etcd confirmed was sent.
 func (s *Session) LastRenewed() time.Time {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -171,11 +178,12 @@ func (s *Session) run() {
 			s.regrant()
 			continue
 		}
+		sent := time.Now()
 		err := s.renew(id)
 		switch {
 		case err == nil:
 			s.mu.Lock()
-			s.healthy, s.renewed = true, time.Now()
+			s.healthy, s.renewed = true, sent
 			s.mu.Unlock()
 		case isLeaseNotFound(err):
 			s.log.Warn("etcd: the machine's lease is lost; its names are gone", "lease", fmt.Sprintf("%x", int64(id)))
@@ -229,13 +237,14 @@ func (s *Session) regrant() {
 		case <-ctx.Done():
 		}
 	}()
+	sent := time.Now()
 	id, err := s.grant(ctx)
 	if err != nil {
 		s.log.Warn("etcd: granting a fresh lease failed; retrying", "err", err)
 		return
 	}
 	s.mu.Lock()
-	s.lease, s.healthy, s.renewed = id, true, time.Now()
+	s.lease, s.healthy, s.renewed = id, true, sent
 	subs := append([]func(int64){}, s.fresh...)
 	s.mu.Unlock()
 	s.log.Info("etcd: the machine has a fresh lease", "lease", fmt.Sprintf("%x", int64(id)))
