@@ -310,9 +310,9 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 		l.putBufLocked(l.cur)
 		l.cur = nil
 	}
-	if l.inboxHead == len(l.inbox) || l.endNow {
+	if l.noFrameLocked() {
 		l.rcvWant.Store(true)
-		for l.inboxHead == len(l.inbox) || l.endNow {
+		for l.noFrameLocked() {
 			if err := l.receiveEndLocked(); err != nil {
 				r := l.rcur
 				peerClosed := l.endErr == nil
@@ -406,12 +406,17 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 // before it tries to take the reading turn.
 var testHookTakeTurn func(l *Link)
 
+// noFrameLocked says whether a Receive has no frame to take now: the
+// inbox is empty, or the link's end is to be returned before what is
+// left in it.
+func (l *Link) noFrameLocked() bool { return l.inboxHead == len(l.inbox) || l.endNow }
+
 // nothingToTake says whether a Receive still finds nothing to take: no
-// frame in the inbox, and no end to return.
+// frame, and no end to return.
 func (l *Link) nothingToTake() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return (l.inboxHead == len(l.inbox) || l.endNow) && l.receiveEndLocked() == nil
+	return l.noFrameLocked() && l.receiveEndLocked() == nil
 }
 
 // readOnLater has the link's goroutine, AckDelay from now, write the
