@@ -72,6 +72,9 @@ typedef struct chanos_ctx {
                                  * and when its worker publishes: a spawn
                                  * and its sync see the same count only if
                                  * the task stayed private on one worker */
+    uintptr_t deep_;            /* a chanos_fspawn with the stack pointer
+                                 * below this runs its task at once; 0:
+                                 * none does */
 } chanos_ctx;
 
 /*
@@ -129,6 +132,12 @@ struct chanos_tasks_opts {
     /* Bytes of stack of each task stack (a guard page is added below);
      * 0: 256 KiB (1 MiB under AddressSanitizer). */
     size_t stack_size;
+    /* Bytes of stack below where a task began, or where its worker last
+     * handed work to a thief, within which chanos_fspawn records its
+     * task for thieves; a deeper spawn runs its task at once, as a call,
+     * unless an idle worker asked for work. 0: 1 KiB. docs/tasks.md,
+     * "Spawns that run at once". */
+    size_t record_depth;
     /* Do not pin workers to CPUs. By default, a runtime with at least as
      * many workers as CPUs in its affinity set pins worker i to the i-th
      * of them (modulo their count); one with fewer leaves the placement
@@ -396,10 +405,15 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  *    chanos_tasks_run, chanos_spawn or chanos_call (never from outside a
  *    worker, where they have no context).
  *
- * A task spawned this way that nobody stole costs no call into the
- * library, no fence and no read-modify-write: the spawn writes the record
- * and one deque slot, the sync compares t's index and move count with the
- * deque's head and the context's count, and calls fn directly.
+ * A spawn deeper in the stack than the runtime's record depth
+ * (chanos_tasks_opts.record_depth below where the task began, or where
+ * its worker last handed work to a thief) runs fn at once, as a plain
+ * call, unless an idle worker asked for work: the serial order, and no
+ * deque entry. A task spawned higher up that nobody stole costs no call
+ * into the library, no fence and no read-modify-write: the spawn writes
+ * the record and one deque slot, the sync compares t's index and move
+ * count with the deque's head and the context's count, and calls fn
+ * directly.
  */
 
 /* The out-of-line halves of the fast path (src/runtime.c). */
@@ -419,6 +433,39 @@ int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t);
 #ifndef CHANOS_SLOT_STORE_
 #define CHANOS_SLOT_STORE_ __ATOMIC_RELAXED
 #endif
+
+/* What chanos_fspawn leaves in t->idx_ when it ran the task at once. */
+#define CHANOS_FRAN_ (-1)
+
+/* chanos_sp_ reads the stack pointer (the frame address where the
+ * architecture is not one we name). */
+static inline uintptr_t chanos_sp_(void)
+{
+    uintptr_t sp;
+
+#if defined(__x86_64__)
+    __asm__("movq %%rsp, %0" : "=r"(sp));
+#elif defined(__aarch64__)
+    __asm__("mov %0, sp" : "=r"(sp));
+#else
+    sp = (uintptr_t)__builtin_frame_address(0);
+#endif
+    return sp;
+}
+
+/* chanos_frun_now_: whether a spawn runs its task at once, as a plain call
+ * on the caller's stack, instead of recording it: when the spawn is deeper
+ * in the stack than the context's bound (set when the stack took up a task
+ * and when its worker last published) and nobody asked for a publish
+ * (limit's sign). The spawns above the bound, the top of a recursion, are
+ * recorded and are what a thief takes; a request makes the next spawn
+ * record and publish, which moves the bound below it.
+ * docs/tasks.md, "Spawns that run at once". */
+static inline int chanos_frun_now_(const chanos_ctx *c)
+{
+    return __builtin_expect(chanos_sp_() < c->deep_, 1) &&
+           __builtin_expect(__atomic_load_n(&c->q_->limit, __ATOMIC_RELAXED) >= 0, 1);
+}
 
 /* chanos_fpush_ pushes t on the private end of the running worker's
  * deque: owner-only fields and one slot store. One compare covers both
@@ -467,6 +514,11 @@ static inline void chanos_fspawn_i64_(chanos_ctx *c, chanos_task *t,
                                       int64_t (*fn)(chanos_ctx *, int64_t),
                                       int64_t a)
 {
+    if (chanos_frun_now_(c)) {
+        t->idx_ = CHANOS_FRAN_;
+        t->result_.i = fn(c, a);
+        return;
+    }
     t->fn_.ci64 = fn;
     t->kind_ = CHANOS_TASK_CI64 | CHANOS_TASK_FAST_;
     t->arg_.i = a;
@@ -478,6 +530,11 @@ static inline void chanos_fspawn_ptr_(chanos_ctx *c, chanos_task *t,
                                       void *(*fn)(chanos_ctx *, void *),
                                       void *a)
 {
+    if (chanos_frun_now_(c)) {
+        t->idx_ = CHANOS_FRAN_;
+        t->result_.p = fn(c, a);
+        return;
+    }
     t->fn_.cptr = fn;
     t->kind_ = CHANOS_TASK_CPTR | CHANOS_TASK_FAST_;
     t->arg_.p = a;
@@ -489,6 +546,11 @@ static inline void chanos_fspawn_f64_(chanos_ctx *c, chanos_task *t,
                                       double (*fn)(chanos_ctx *, double),
                                       double a)
 {
+    if (chanos_frun_now_(c)) {
+        t->idx_ = CHANOS_FRAN_;
+        t->result_.d = fn(c, a);
+        return;
+    }
     t->fn_.cf64 = fn;
     t->kind_ = CHANOS_TASK_CF64 | CHANOS_TASK_FAST_;
     t->arg_.d = a;
@@ -500,6 +562,11 @@ static inline void chanos_fspawn_val_(chanos_ctx *c, chanos_task *t,
                                       chanos_task_val (*fn)(chanos_ctx *, chanos_task_val),
                                       chanos_task_val a)
 {
+    if (chanos_frun_now_(c)) {
+        t->idx_ = CHANOS_FRAN_;
+        t->result_ = fn(c, a);
+        return;
+    }
     t->fn_.cval = fn;
     t->kind_ = CHANOS_TASK_CVAL | CHANOS_TASK_FAST_;
     t->arg_ = a;
@@ -510,6 +577,8 @@ static inline void chanos_fspawn_val_(chanos_ctx *c, chanos_task *t,
 static inline int64_t chanos_fsync_i64_(chanos_ctx *c, chanos_task *t,
                                         int64_t (*fn)(chanos_ctx *, int64_t))
 {
+    if (t->idx_ == CHANOS_FRAN_)
+        return t->result_.i;
     if (chanos_fpop_(c, t))
         return fn(c, t->arg_.i);
     return t->result_.i;
@@ -518,6 +587,8 @@ static inline int64_t chanos_fsync_i64_(chanos_ctx *c, chanos_task *t,
 static inline void *chanos_fsync_ptr_(chanos_ctx *c, chanos_task *t,
                                       void *(*fn)(chanos_ctx *, void *))
 {
+    if (t->idx_ == CHANOS_FRAN_)
+        return t->result_.p;
     if (chanos_fpop_(c, t))
         return fn(c, t->arg_.p);
     return t->result_.p;
@@ -526,6 +597,8 @@ static inline void *chanos_fsync_ptr_(chanos_ctx *c, chanos_task *t,
 static inline double chanos_fsync_f64_(chanos_ctx *c, chanos_task *t,
                                        double (*fn)(chanos_ctx *, double))
 {
+    if (t->idx_ == CHANOS_FRAN_)
+        return t->result_.d;
     if (chanos_fpop_(c, t))
         return fn(c, t->arg_.d);
     return t->result_.d;
@@ -534,13 +607,16 @@ static inline double chanos_fsync_f64_(chanos_ctx *c, chanos_task *t,
 static inline chanos_task_val chanos_fsync_val_(chanos_ctx *c, chanos_task *t,
                                                 chanos_task_val (*fn)(chanos_ctx *, chanos_task_val))
 {
+    if (t->idx_ == CHANOS_FRAN_)
+        return t->result_;
     if (chanos_fpop_(c, t))
         return fn(c, t->arg_);
     return t->result_;
 }
 
 /* chanos_fspawn(c, t, fn, arg): t (caller-owned, as for chanos_spawn) runs
- * fn(c', arg) on this worker at the matching chanos_fsync, or on a thief. */
+ * fn(c', arg) at once (below the record depth), or on this worker at the
+ * matching chanos_fsync, or on a thief. */
 #define chanos_fspawn(c, t, fn, arg)                                      \
     _Generic((fn),                                                        \
         int64_t (*)(chanos_ctx *, int64_t): chanos_fspawn_i64_,           \

@@ -96,6 +96,7 @@ struct worker {
 struct chanos_tasks {
     unsigned max_workers;
     size_t stack_size;
+    size_t record_depth;
     size_t page;
     int pin;
     int *cpus;

@@ -43,6 +43,12 @@
 #define IDLE_ROUNDS 2048
 #define SYNC_SPIN   256
 
+/* The default of chanos_tasks_opts.record_depth: about ten levels of a
+ * small recursive function. Their spawns hold the large subtrees that a
+ * thief should take; the many small ones below cost a call each instead
+ * of a record. */
+#define RECORD_DEPTH 1024
+
 static _Thread_local struct worker *tls_worker;
 
 /* tasks_worker_ reads the worker of the running thread. A task can resume
@@ -120,6 +126,16 @@ static inline void fiber_bind(struct fiber *f, struct worker *w)
     f->w = w;
     f->cctx.q_ = &w->dq.o;
     f->cctx.moves_++;
+}
+
+/* record_bound: the fast path's bound (chanos_ctx.deep_) for the running
+ * stack, record_depth below the caller: its spawns above it are recorded
+ * for thieves, the deeper ones run at once (chanos_frun_now_). */
+static inline uintptr_t record_bound(const chanos_tasks *rt)
+{
+    uintptr_t sp = chanos_sp_();
+
+    return sp > rt->record_depth ? sp - rt->record_depth : 0;
 }
 
 static inline struct fiber *fiber_of(chanos_ctx *c)
@@ -381,9 +397,13 @@ static __attribute__((noinline)) void publish(struct worker *w)
     if (!cl_publish(&w->dq))
         return;
     /* Entries of the running stack went public: its fast syncs must not
-     * take them as private (chanos_fpop_). */
-    if (w->cur != NULL)
+     * take them as private (chanos_fpop_). Someone wants work, so the
+     * spawns of the next record_depth bytes of stack below here are
+     * recorded again, for the next request. */
+    if (w->cur != NULL) {
         w->cur->cctx.moves_++;
+        w->cur->cctx.deep_ = record_bound(rt);
+    }
     /* The bottom store before the loads below: a worker about to sleep
      * counts itself, fences, then looks at every bottom (worker_sleep),
      * and a searcher that stops does the same with searching
@@ -528,6 +548,7 @@ static void run_top(struct fiber *f, chanos_task *t)
     struct frame *parent;
     struct root *root;
 
+    f->cctx.deep_ = record_bound(f->rt);
     exec_task(f, t);
     if (t->kind_ & CHANOS_TASK_FAST_) {
         fast_done(f->rt, t);
@@ -1151,6 +1172,7 @@ int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
         return -EINVAL;
     }
     rt->stack_size = (rt->stack_size + rt->page - 1) & ~(rt->page - 1);
+    rt->record_depth = o->record_depth ? o->record_depth : RECORD_DEPTH;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
         rt->cpus = calloc((size_t)CPU_COUNT(&set), sizeof(int));

@@ -619,6 +619,95 @@ static void test_fast_sync_publishes(void)
     CHECK(most <= 5);
 }
 
+/* Spawns below the record depth run at once: the child has run when
+ * chanos_fspawn returns (the serial order); above it, the child waits in
+ * the deque for its sync or a thief. One worker, so that no idle worker
+ * asks for work and changes that. */
+static atomic_int child_ran;
+
+static int64_t fflag(chanos_ctx *c, int64_t x)
+{
+    (void)c;
+    atomic_store(&child_ran, 1);
+    return x;
+}
+
+static int64_t fran_at_once(chanos_ctx *c, int64_t x)
+{
+    chanos_task t;
+    int64_t at_once;
+
+    atomic_store(&child_ran, 0);
+    chanos_fspawn(c, &t, fflag, x);
+    at_once = atomic_load(&child_ran);
+    if (chanos_fsync(c, &t, fflag) != x || !atomic_load(&child_ran))
+        return -1;
+    return at_once;
+}
+
+static void test_fast_at_once(void)
+{
+    static const size_t depth[2] = { 1, 1 << 20 };
+
+    for (int i = 0; i < 2; i++) {
+        struct chanos_tasks_opts o = { 0 };
+        chanos_tasks *one;
+        chanos_task t;
+
+        o.workers = 1;
+        o.record_depth = depth[i];
+        CHECK_EQ(chanos_tasks_start(&one, &o), 0);
+        chanos_task_set(&t, fran_at_once, 7);
+        CHECK_EQ(chanos_tasks_run(one, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), i == 0 ? 1 : 0);
+        /* Every type's spawn, run at once and recorded. */
+        chanos_task_set(&t, fhalf, 100.0);
+        CHECK_EQ(chanos_tasks_run(one, &t), 0);
+        CHECK(chanos_result_f64(&t) == 100.0 / 128);
+        chanos_task_set(&t, fan_root, FAN);
+        CHECK_EQ(chanos_tasks_run(one, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), 0);
+        chanos_task_set(&t, fib_fast, 20);
+        CHECK_EQ(chanos_tasks_run(one, &t), 0);
+        CHECK_EQ(chanos_result_i64(&t), fib_serial(20));
+        chanos_tasks_stop(one);
+    }
+}
+
+/* Spawns that would run at once still answer idle workers: the first
+ * spawn after a request records its task and publishes. The sleeping
+ * leaves of test_fast_sync_publishes, spawned 16 KiB deeper than the
+ * record depth: if the spawns ignored requests, one worker would run all
+ * eight, one after the other. */
+static __attribute__((noinline)) int64_t fdeep(chanos_ctx *c, int64_t levels)
+{
+    volatile char pad[1024];
+
+    pad[0] = (char)levels;
+    if (levels == 0)
+        return fspread_root(c, 0);
+    return fdeep(c, levels - 1) + pad[0] - (char)levels;
+}
+
+static void test_fast_deep_spreads(void)
+{
+    chanos_task t;
+    int per[64] = { 0 };
+    int most = 0;
+
+    chanos_task_set(&t, fdeep, 16);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), SPREAD_LEAVES * (SPREAD_LEAVES - 1) / 2);
+    for (int i = 0; i < SPREAD_LEAVES; i++) {
+        int w = atomic_load(&leaf_on[i]);
+
+        CHECK(w >= 0 && w < 64);
+        if (w >= 0 && w < 64 && ++per[w] > most)
+            most = per[w];
+    }
+    CHECK(most <= 5);
+}
+
 static void *fast_root_thread(void *arg)
 {
     int64_t n = (int64_t)(intptr_t)arg;
@@ -684,9 +773,11 @@ int main(void)
     test_fast_mixed();
     test_fast_published();
     test_fast_sync_publishes();
+    test_fast_deep_spreads();
     test_fast_roots();
     test_fast_stress();
     chanos_tasks_stop(rt);
+    test_fast_at_once();
     /* A default runtime: as many workers as CPUs the process may use. */
     CHECK_EQ(chanos_tasks_start(&rt, NULL), 0);
     CHECK(chanos_tasks_workers(rt) >= 1);
