@@ -72,9 +72,11 @@ typedef struct chanos_ctx {
                                  * and when its worker publishes: a spawn
                                  * and its sync see the same count only if
                                  * the task stayed private on one worker */
-    uintptr_t deep_;            /* a chanos_fspawn with the stack pointer
-                                 * below this runs its task at once; 0:
-                                 * none does */
+    uintptr_t lo_;              /* a chanos_fspawn whose stack pointer is
+                                 * at or above this records its task; a
+                                 * deeper one runs it at once */
+    uintptr_t climb_;           /* nonzero since a publish: each recorded
+                                 * spawn raises lo_ to itself */
 } chanos_ctx;
 
 /*
@@ -132,11 +134,11 @@ struct chanos_tasks_opts {
     /* Bytes of stack of each task stack (a guard page is added below);
      * 0: 256 KiB (1 MiB under AddressSanitizer). */
     size_t stack_size;
-    /* Bytes of stack below where a task began, or where its worker last
-     * handed work to a thief, within which chanos_fspawn records its
-     * task for thieves; a deeper spawn runs its task at once, as a call,
-     * unless an idle worker asked for work. 0: 1 KiB. docs/tasks.md,
-     * "Spawns that run at once". */
+    /* Bytes of stack below where a task began within which
+     * chanos_fspawn records its task for thieves; a deeper spawn runs its
+     * task at once, as a call, unless an idle worker asked for work (and
+     * after such a request, the spawns as the stack climbs back are
+     * recorded). 0: 1 KiB. docs/tasks.md, "Spawns that run at once". */
     size_t record_depth;
     /* Do not pin workers to CPUs. By default, a runtime with at least as
      * many workers as CPUs in its affinity set pins worker i to the i-th
@@ -406,10 +408,10 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  *    worker, where they have no context).
  *
  * A spawn deeper in the stack than the runtime's record depth
- * (chanos_tasks_opts.record_depth below where the task began, or where
- * its worker last handed work to a thief) runs fn at once, as a plain
- * call, unless an idle worker asked for work: the serial order, and no
- * deque entry. A task spawned higher up that nobody stole costs no call
+ * (chanos_tasks_opts.record_depth below where the task began; after an
+ * idle worker asked for work, below the last recorded spawn) runs fn at
+ * once, as a plain call, unless an idle worker asked for work: the
+ * serial order, and no deque entry. A task spawned higher up that nobody stole costs no call
  * into the library, no fence and no read-modify-write: the spawn writes
  * the record and one deque slot, the sync compares t's index and move
  * count with the deque's head and the context's count, and calls fn
@@ -417,8 +419,8 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  */
 
 /* The out-of-line halves of the fast path (src/runtime.c). */
-void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t);
-int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t);
+void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp);
+int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp);
 
 /* Slot accesses are atomic (a thief may read a slot the owner writes);
  * relaxed is a plain mov. ThreadSanitizer does not model the fences that
@@ -453,17 +455,18 @@ static inline uintptr_t chanos_sp_(void)
     return sp;
 }
 
-/* chanos_frun_now_: whether a spawn runs its task at once, as a plain call
- * on the caller's stack, instead of recording it: when the spawn is deeper
- * in the stack than the context's bound (set when the stack took up a task
- * and when its worker last published) and nobody asked for a publish
- * (limit's sign). The spawns above the bound, the top of a recursion, are
- * recorded and are what a thief takes; a request makes the next spawn
- * record and publish, which moves the bound below it.
- * docs/tasks.md, "Spawns that run at once". */
-static inline int chanos_frun_now_(const chanos_ctx *c)
+/* chanos_frun_now_: whether a spawn at stack pointer sp runs its task at
+ * once, as a plain call on the caller's stack, instead of recording it:
+ * when sp is below the context's lo_ and nobody asked for a publish
+ * (limit's sign). docs/tasks.md, "Spawns that run at once": lo_ starts
+ * the record depth below where the stack took up its task, so the top of
+ * a recursion is recorded, which is what thieves take; a request makes
+ * the next spawn record and publish, and from then on the spawns that
+ * are not below the last recorded one are recorded, one a level as the
+ * stack climbs back: the largest pieces of work left. */
+static inline int chanos_frun_now_(const chanos_ctx *c, uintptr_t sp)
 {
-    return __builtin_expect(chanos_sp_() < c->deep_, 1) &&
+    return __builtin_expect(sp < c->lo_, 1) &&
            __builtin_expect(__atomic_load_n(&c->q_->limit, __ATOMIC_RELAXED) >= 0, 1);
 }
 
@@ -471,7 +474,7 @@ static inline int chanos_frun_now_(const chanos_ctx *c)
  * deque: owner-only fields and one slot store. One compare covers both
  * rare cases: the array may be full, or someone asked for a publish (the
  * asker lowers limit to INT64_MIN). */
-static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
+static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
 {
     struct chanos_deq_own_ *q = c->q_;
     int64_t h = q->head;
@@ -479,11 +482,13 @@ static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t)
     t->idx_ = h;
     t->moves_ = c->moves_;
     if (__builtin_expect(h >= __atomic_load_n(&q->limit, __ATOMIC_RELAXED), 0)) {
-        chanos_fpush_slow_(c, t);
+        chanos_fpush_slow_(c, t, sp);
         return;
     }
     __atomic_store_n(&q->slot[h & q->mask], t, CHANOS_SLOT_STORE_);
     q->head = h + 1;
+    if (c->climb_)
+        c->lo_ = sp;
 }
 
 /* chanos_fpop_ returns 1 when t is back in the caller's hands (the caller
@@ -507,14 +512,16 @@ static inline int chanos_fpop_(chanos_ctx *c, chanos_task *t)
         q->head = h;
         return 1;
     }
-    return chanos_fsync_slow_(c, t);
+    return chanos_fsync_slow_(c, t, chanos_sp_());
 }
 
 static inline void chanos_fspawn_i64_(chanos_ctx *c, chanos_task *t,
                                       int64_t (*fn)(chanos_ctx *, int64_t),
                                       int64_t a)
 {
-    if (chanos_frun_now_(c)) {
+    uintptr_t sp = chanos_sp_();
+
+    if (chanos_frun_now_(c, sp)) {
         t->idx_ = CHANOS_FRAN_;
         t->result_.i = fn(c, a);
         return;
@@ -523,14 +530,16 @@ static inline void chanos_fspawn_i64_(chanos_ctx *c, chanos_task *t,
     t->kind_ = CHANOS_TASK_CI64 | CHANOS_TASK_FAST_;
     t->arg_.i = a;
     t->join_ = NULL;
-    chanos_fpush_(c, t);
+    chanos_fpush_(c, t, sp);
 }
 
 static inline void chanos_fspawn_ptr_(chanos_ctx *c, chanos_task *t,
                                       void *(*fn)(chanos_ctx *, void *),
                                       void *a)
 {
-    if (chanos_frun_now_(c)) {
+    uintptr_t sp = chanos_sp_();
+
+    if (chanos_frun_now_(c, sp)) {
         t->idx_ = CHANOS_FRAN_;
         t->result_.p = fn(c, a);
         return;
@@ -539,14 +548,16 @@ static inline void chanos_fspawn_ptr_(chanos_ctx *c, chanos_task *t,
     t->kind_ = CHANOS_TASK_CPTR | CHANOS_TASK_FAST_;
     t->arg_.p = a;
     t->join_ = NULL;
-    chanos_fpush_(c, t);
+    chanos_fpush_(c, t, sp);
 }
 
 static inline void chanos_fspawn_f64_(chanos_ctx *c, chanos_task *t,
                                       double (*fn)(chanos_ctx *, double),
                                       double a)
 {
-    if (chanos_frun_now_(c)) {
+    uintptr_t sp = chanos_sp_();
+
+    if (chanos_frun_now_(c, sp)) {
         t->idx_ = CHANOS_FRAN_;
         t->result_.d = fn(c, a);
         return;
@@ -555,14 +566,16 @@ static inline void chanos_fspawn_f64_(chanos_ctx *c, chanos_task *t,
     t->kind_ = CHANOS_TASK_CF64 | CHANOS_TASK_FAST_;
     t->arg_.d = a;
     t->join_ = NULL;
-    chanos_fpush_(c, t);
+    chanos_fpush_(c, t, sp);
 }
 
 static inline void chanos_fspawn_val_(chanos_ctx *c, chanos_task *t,
                                       chanos_task_val (*fn)(chanos_ctx *, chanos_task_val),
                                       chanos_task_val a)
 {
-    if (chanos_frun_now_(c)) {
+    uintptr_t sp = chanos_sp_();
+
+    if (chanos_frun_now_(c, sp)) {
         t->idx_ = CHANOS_FRAN_;
         t->result_ = fn(c, a);
         return;
@@ -571,7 +584,7 @@ static inline void chanos_fspawn_val_(chanos_ctx *c, chanos_task *t,
     t->kind_ = CHANOS_TASK_CVAL | CHANOS_TASK_FAST_;
     t->arg_ = a;
     t->join_ = NULL;
-    chanos_fpush_(c, t);
+    chanos_fpush_(c, t, sp);
 }
 
 static inline int64_t chanos_fsync_i64_(chanos_ctx *c, chanos_task *t,

@@ -128,10 +128,9 @@ static inline void fiber_bind(struct fiber *f, struct worker *w)
     f->cctx.moves_++;
 }
 
-/* record_bound: the fast path's bound (chanos_ctx.deep_) for the running
- * stack, record_depth below the caller: its spawns above it are recorded
- * for thieves, the deeper ones run at once (chanos_frun_now_). */
-static inline uintptr_t record_bound(const chanos_tasks *rt)
+/* record_floor: the fast path's lo_ for a stack that takes up a task
+ * here: its spawns within the record depth below are recorded. */
+static inline uintptr_t record_floor(const chanos_tasks *rt)
 {
     uintptr_t sp = chanos_sp_();
 
@@ -390,7 +389,7 @@ static void worker_leave(struct worker *w, struct fiber *self, enum after after)
  * publishes. A sleeper asks after it added itself to sleepers, so
  * cl_publish's acquire, reading its request, makes that count visible
  * here. */
-static __attribute__((noinline)) void publish(struct worker *w)
+static __attribute__((noinline)) void publish(struct worker *w, uintptr_t sp)
 {
     chanos_tasks *rt = w->rt;
 
@@ -398,11 +397,12 @@ static __attribute__((noinline)) void publish(struct worker *w)
         return;
     /* Entries of the running stack went public: its fast syncs must not
      * take them as private (chanos_fpop_). Someone wants work, so the
-     * spawns of the next record_depth bytes of stack below here are
-     * recorded again, for the next request. */
+     * fast path's spawns within the record depth below sp, where the
+     * running task is, are recorded again, for the next request. */
     if (w->cur != NULL) {
         w->cur->cctx.moves_++;
-        w->cur->cctx.deep_ = record_bound(rt);
+        w->cur->cctx.lo_ = sp;
+        w->cur->cctx.climb_ = 1;
     }
     /* The bottom store before the loads below: a worker about to sleep
      * counts itself, fences, then looks at every bottom (worker_sleep),
@@ -487,7 +487,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
         chanos_task *t;
 
         if (__builtin_expect(cl_wanted(&w->dq), 0))
-            publish(w);
+            publish(w, chanos_sp_());
         t = cl_take(&w->dq);
 
         if (t == NULL)
@@ -548,7 +548,8 @@ static void run_top(struct fiber *f, chanos_task *t)
     struct frame *parent;
     struct root *root;
 
-    f->cctx.deep_ = record_bound(f->rt);
+    f->cctx.lo_ = record_floor(f->rt);
+    f->cctx.climb_ = 0;
     exec_task(f, t);
     if (t->kind_ & CHANOS_TASK_FAST_) {
         fast_done(f->rt, t);
@@ -660,7 +661,7 @@ static void sched_loop(struct fiber *self)
             abort(); /* a recycled fiber is never resumed */
         }
         if (cl_wanted(&w->dq))
-            publish(w);
+            publish(w, chanos_sp_());
         t = cl_take(&w->dq);
         if (t == NULL) {
             f = ready_pop(rt);
@@ -732,7 +733,7 @@ static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_t
 {
     cl_push(&w->dq, t);
     if (cl_wanted(&w->dq))
-        publish(w);
+        publish(w, chanos_sp_());
 }
 
 /*
@@ -764,7 +765,7 @@ __attribute__((noinline)) void chanos_task_spawn(chanos_task *t)
         return;
     }
     if (__builtin_expect(cl_wanted(&w->dq), 0))
-        publish(w);
+        publish(w, chanos_sp_());
 }
 
 __attribute__((noinline)) void chanos_task_sync(void)
@@ -803,38 +804,40 @@ __attribute__((noinline)) void chanos_task_sync(void)
  * not the newest private entry: a thief took it, or it went public, or the
  * task's stack moved to another worker since the spawn. */
 
-/* fast_want: someone asked for a publish. Publish, then leave if asked:
+/* fast_want: someone asked for a publish, at a fast-path spawn whose stack
+ * pointer is sp. Publish, then leave if asked:
  * cl_publish's acquire exchange of the flag pairs with set_workers'
  * release store of it, after its store of leave. */
-static void fast_want(chanos_ctx *c)
+static void fast_want(chanos_ctx *c, uintptr_t sp)
 {
     struct fiber *f = fiber_of(c);
     struct worker *w = f->w;
 
-    publish(w);
+    publish(w, sp);
     if (leave_claim(w))
         worker_leave(w, f, AFTER_READY);
 }
 
 /* chanos_fpush_slow_: the spawn's index reached the limit: the array may
  * be full (cl_push reloads top, grows it if so, and raises the limit), or
- * someone asked for a publish. */
-void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t)
+ * someone asked for a publish. sp: the spawner's stack pointer. */
+void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
 {
     struct cl_deque *q = &fiber_of(c)->w->dq;
 
     cl_push(q, t);
     if (__atomic_load_n(&q->o.limit, __ATOMIC_RELAXED) == CL_LIMIT_ASK ||
         cl_wanted(q))
-        fast_want(c);
+        fast_want(c, sp);
 }
 
 /* chanos_fsync_slow_: t was not the newest private entry. Take the newest
  * entry, public or private, with cl_take (the Chase-Lev take when it is
  * public): if it is t, the caller runs it. Otherwise t ran, or runs,
  * elsewhere (stolen, handed over by a worker that left, or taken by the
- * scheduling loop of the worker this stack left): wait for its join_. */
-int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t)
+ * scheduling loop of the worker this stack left): wait for its join_.
+ * sp: the syncing function's stack pointer. */
+int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
 {
     struct fiber *f = fiber_of(c);
     struct worker *w = f->w;
@@ -847,7 +850,7 @@ int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t)
         w = f->w;
     }
     if (cl_wanted(&w->dq))
-        publish(w);
+        publish(w, sp);
     x = cl_take(&w->dq);
     if (x == t)
         return 1;
