@@ -75,8 +75,11 @@ typedef struct chanos_ctx {
     uintptr_t lo_;              /* a chanos_fspawn whose stack pointer is
                                  * at or above this records its task; a
                                  * deeper one runs it at once */
-    uintptr_t climb_;           /* nonzero since a publish: each recorded
-                                 * spawn raises lo_ to itself */
+    uintptr_t top_;             /* lo_ of the task itself: the record
+                                 * depth below where the stack took it up */
+    uintptr_t climb_;           /* nonzero after a publish below top_:
+                                 * each recorded spawn raises lo_ to
+                                 * itself, up to top_ */
 } chanos_ctx;
 
 /*
@@ -458,12 +461,13 @@ static inline uintptr_t chanos_sp_(void)
 /* chanos_frun_now_: whether a spawn at stack pointer sp runs its task at
  * once, as a plain call on the caller's stack, instead of recording it:
  * when sp is below the context's lo_ and nobody asked for a publish
- * (limit's sign). docs/tasks.md, "Spawns that run at once": lo_ starts
- * the record depth below where the stack took up its task, so the top of
- * a recursion is recorded, which is what thieves take; a request makes
- * the next spawn record and publish, and from then on the spawns that
- * are not below the last recorded one are recorded, one a level as the
- * stack climbs back: the largest pieces of work left. */
+ * (limit's sign). docs/tasks.md, "Spawns that run at once": lo_ is the
+ * record depth below where the stack took up its task, so the top of a
+ * recursion is recorded, which is what thieves take; a request below
+ * that makes the next spawn record and publish, and lowers lo_ to it;
+ * from then on the spawns that are not below the last recorded one are
+ * recorded, one a level as the stack climbs back (the largest pieces of
+ * work left), until lo_ is back at the task's own. */
 static inline int chanos_frun_now_(const chanos_ctx *c, uintptr_t sp)
 {
     return __builtin_expect(sp < c->lo_, 1) &&
@@ -487,8 +491,14 @@ static inline void chanos_fpush_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
     }
     __atomic_store_n(&q->slot[h & q->mask], t, CHANOS_SLOT_STORE_);
     q->head = h + 1;
-    if (c->climb_)
-        c->lo_ = sp;
+    if (__builtin_expect(c->climb_ != 0, 0)) {
+        if (sp < c->top_) {
+            c->lo_ = sp;
+        } else {
+            c->lo_ = c->top_;
+            c->climb_ = 0;
+        }
+    }
 }
 
 /* chanos_fpop_ returns 1 when t is back in the caller's hands (the caller

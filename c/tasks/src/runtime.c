@@ -396,13 +396,18 @@ static __attribute__((noinline)) void publish(struct worker *w, uintptr_t sp)
     if (!cl_publish(&w->dq))
         return;
     /* Entries of the running stack went public: its fast syncs must not
-     * take them as private (chanos_fpop_). Someone wants work, so the
-     * fast path's spawns within the record depth below sp, where the
-     * running task is, are recorded again, for the next request. */
+     * take them as private (chanos_fpop_). Someone wants work: if the
+     * running task is below the part of it that the fast path records,
+     * the spawns from sp back up to that part are recorded, one a level
+     * (chanos_frun_now_), for the next request. */
     if (w->cur != NULL) {
-        w->cur->cctx.moves_++;
-        w->cur->cctx.lo_ = sp;
-        w->cur->cctx.climb_ = 1;
+        chanos_ctx *c = &w->cur->cctx;
+
+        c->moves_++;
+        if (sp < c->top_) {
+            c->lo_ = sp;
+            c->climb_ = 1;
+        }
     }
     /* The bottom store before the loads below: a worker about to sleep
      * counts itself, fences, then looks at every bottom (worker_sleep),
@@ -548,7 +553,8 @@ static void run_top(struct fiber *f, chanos_task *t)
     struct frame *parent;
     struct root *root;
 
-    f->cctx.lo_ = record_floor(f->rt);
+    f->cctx.top_ = record_floor(f->rt);
+    f->cctx.lo_ = f->cctx.top_;
     f->cctx.climb_ = 0;
     exec_task(f, t);
     if (t->kind_ & CHANOS_TASK_FAST_) {
