@@ -414,11 +414,11 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  * (chanos_tasks_opts.record_depth below where the task began; after an
  * idle worker asked for work, below the last recorded spawn) runs fn at
  * once, as a plain call, unless an idle worker asked for work: the
- * serial order, and no deque entry. A task spawned higher up that nobody stole costs no call
- * into the library, no fence and no read-modify-write: the spawn writes
- * the record and one deque slot, the sync compares t's index and move
- * count with the deque's head and the context's count, and calls fn
- * directly.
+ * serial order, and no deque entry. A task spawned higher up that nobody
+ * stole costs no call into the library, no fence and no
+ * read-modify-write: the spawn writes the record and one deque slot, the
+ * sync compares t's index and move count with the deque's head and the
+ * context's count, and calls fn directly.
  */
 
 /* The out-of-line halves of the fast path (src/runtime.c). */
