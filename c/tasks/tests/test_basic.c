@@ -597,13 +597,15 @@ static int64_t fspread_root(chanos_ctx *c, int64_t unused)
     return s;
 }
 
-static void test_fast_sync_publishes(void)
+/* check_spread runs root, which spawns the eight sleeping leaves and
+ * syncs them one by one, and checks that the workers shared them. */
+static void check_spread(int64_t (*root)(chanos_ctx *, int64_t), int64_t arg)
 {
     chanos_task t;
     int per[64] = { 0 };
     int most = 0;
 
-    chanos_task_set(&t, fspread_root, 0);
+    chanos_task_set(&t, root, arg);
     CHECK_EQ(chanos_tasks_run(rt, &t), 0);
     CHECK_EQ(chanos_result_i64(&t), SPREAD_LEAVES * (SPREAD_LEAVES - 1) / 2);
     for (int i = 0; i < SPREAD_LEAVES; i++) {
@@ -617,6 +619,11 @@ static void test_fast_sync_publishes(void)
      * once; one running six or more means its syncs kept them from the
      * others (seven), not that they woke late. */
     CHECK(most <= 5);
+}
+
+static void test_fast_sync_publishes(void)
+{
+    check_spread(fspread_root, 0);
 }
 
 /* Spawns below the record depth run at once: the child has run when
@@ -691,21 +698,7 @@ static __attribute__((noinline)) int64_t fdeep(chanos_ctx *c, int64_t levels)
 
 static void test_fast_deep_spreads(void)
 {
-    chanos_task t;
-    int per[64] = { 0 };
-    int most = 0;
-
-    chanos_task_set(&t, fdeep, 16);
-    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
-    CHECK_EQ(chanos_result_i64(&t), SPREAD_LEAVES * (SPREAD_LEAVES - 1) / 2);
-    for (int i = 0; i < SPREAD_LEAVES; i++) {
-        int w = atomic_load(&leaf_on[i]);
-
-        CHECK(w >= 0 && w < 64);
-        if (w >= 0 && w < 64 && ++per[w] > most)
-            most = per[w];
-    }
-    CHECK(most <= 5);
+    check_spread(fdeep, 16);
 }
 
 static void *fast_root_thread(void *arg)
