@@ -408,7 +408,12 @@ void chanos_parallel_for(int64_t lo, int64_t hi, int64_t grain,
  *  - c is the context the runtime passed in, passed down unchanged;
  *  - the functions of the fast form run only on workers: run them with
  *    chanos_tasks_run, chanos_spawn or chanos_call (never from outside a
- *    worker, where they have no context).
+ *    worker, where they have no context);
+ *  - a fast-spawned task may run at once, before chanos_fspawn returns
+ *    (below), so it must not wait for anything its parent does between
+ *    the spawn and the sync, such as a message: the program must be right
+ *    in the serial order. Tasks that talk to each other are spawned with
+ *    chanos_spawn, whose children run alongside their parent or after it.
  *
  * A spawn deeper in the stack than the runtime's record depth
  * (chanos_tasks_opts.record_depth below where the task began; after an
