@@ -123,6 +123,11 @@ func TasksTable(w io.Writer, results []Result) {
 		if t1 != nil && t2 != nil {
 			fmt.Fprintf(w, "%s: T1/T2 %.2f\n", c, *t1.TimeS / *t2.TimeS)
 		}
+		// The same two timed on one runtime (chanos_tasks_set_workers), so
+		// that both see the same memory layout.
+		if o1, o2 := find(c, "chanos-one-rt", 1), find(c, "chanos-one-rt", 2); o1 != nil && o2 != nil {
+			fmt.Fprintf(w, "%s: T1/T2 on one runtime %.2f\n", c, *o1.TimeS / *o2.TimeS)
+		}
 		// fib's chanos rows are its fast path (chanos_fspawn); the
 		// general form (chanos_spawn) is measured beside it.
 		g1, g2 := find(c, "chanos-general", 1), find(c, "chanos-general", 2)

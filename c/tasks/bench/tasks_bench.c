@@ -167,6 +167,59 @@ static chanos_tasks *start(unsigned workers)
 
 /* ---- fib ---- */
 
+/* fib_root_time runs fib_fast(fib_n) as a root on rt and returns its wall
+ * time; a wrong result ends the bench. */
+static double fib_root_time(chanos_tasks *rt, int64_t want)
+{
+    chanos_task task;
+    double t0 = now_s();
+
+    chanos_task_set(&task, fib_fast, fib_n);
+    chanos_tasks_run(rt, &task);
+    if (chanos_result_i64(&task) != want) {
+        fprintf(stderr, "tasks_bench: fib wrong\n");
+        exit(1);
+    }
+    return now_s() - t0;
+}
+
+/* bench_fib_one_runtime times the fast path's fib on one and on two
+ * workers of the same runtime, alternately (chanos_tasks_set_workers):
+ * runtime=chanos-one-rt. Where a stack's context and a worker's deque lie
+ * in memory moves a fib node's cost (docs/tasks.md, "The fast path",
+ * Cost), and each runtime has its own layout; one runtime for both keeps
+ * that out of their ratio. Only when the worker list has 1 and 2. */
+static void bench_fib_one_runtime(int64_t want, const char *extra)
+{
+    double t1[64], t2[64];
+    int have1 = 0, have2 = 0;
+    chanos_tasks *rt;
+
+    for (int k = 0; k < nworkers_list; k++) {
+        have1 |= workers_list[k] == 1;
+        have2 |= workers_list[k] == 2;
+    }
+    if (!have1 || !have2)
+        return;
+    rt = start(2);
+    for (int r = 0; r < reps; r++) {
+        if (chanos_tasks_set_workers(rt, 1) != 0) {
+            fprintf(stderr, "tasks_bench: set_workers failed\n");
+            exit(1);
+        }
+        chanos_tasks_wait_removed(rt);
+        t1[r] = fib_root_time(rt, want);
+        if (chanos_tasks_set_workers(rt, 2) != 0) {
+            fprintf(stderr, "tasks_bench: set_workers failed\n");
+            exit(1);
+        }
+        t2[r] = fib_root_time(rt, want);
+    }
+    chanos_tasks_stop(rt);
+    emit("fib", "chanos-one-rt", 1, median(t1, reps), extra);
+    emit("fib", "chanos-one-rt", 2, median(t2, reps), extra);
+}
+
 static void bench_fib(void)
 {
     double t[64];
@@ -235,6 +288,7 @@ static void bench_fib(void)
             emit("fib", "tbb", w, median(t, reps), extra);
         }
     }
+    bench_fib_one_runtime(want, extra);
 }
 
 /* ---- merge sort ---- */

@@ -1,0 +1,34 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// TasksTable prints each ratio from the rows it has, the one-runtime
+// speed-up included, and none whose rows are missing.
+func TestTasksTableRatios(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	rows := []Result{
+		{Suite: "tasks", Case: "fib", Runtime: "serial", Workers: 1, TimeS: f(0.010)},
+		{Suite: "tasks", Case: "fib", Runtime: "chanos", Workers: 1, TimeS: f(0.020)},
+		{Suite: "tasks", Case: "fib", Runtime: "chanos", Workers: 2, TimeS: f(0.016)},
+		{Suite: "tasks", Case: "fib", Runtime: "chanos-one-rt", Workers: 1, TimeS: f(0.024)},
+		{Suite: "tasks", Case: "fib", Runtime: "chanos-one-rt", Workers: 2, TimeS: f(0.012)},
+		{Suite: "tasks", Case: "mergesort", Runtime: "chanos", Workers: 1, TimeS: f(1.0)},
+	}
+	var b bytes.Buffer
+	TasksTable(&b, rows)
+	out := b.String()
+	for _, want := range []string{"fib: T1/T_serial 2.00\n", "fib: T1/T2 1.25\n", "fib: T1/T2 on one runtime 2.00\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("TasksTable lacks %q:\n%s", want, out)
+		}
+	}
+	for _, absent := range []string{"mergesort: T1/T2", "mergesort: T1/T_serial", "mergesort: T1/T2 on one runtime"} {
+		if strings.Contains(out, absent) {
+			t.Errorf("TasksTable printed %q without its rows:\n%s", absent, out)
+		}
+	}
+}
