@@ -701,6 +701,55 @@ static void test_fast_deep_spreads(void)
     check_spread(fdeep, 16);
 }
 
+/* The general form never runs a child at once, however deep in the stack
+ * its parent is (docs/tasks.md, the fast path's "Rules"): a child that
+ * waits for a step its parent takes after the spawn gets it. Run at once,
+ * the child would wait with its parent suspended under it, until its
+ * deadline. */
+static atomic_int parent_step;
+
+static int64_t wait_parent(int64_t unused)
+{
+    int64_t deadline = now_s() + 3;
+
+    (void)unused;
+    while (atomic_load(&parent_step) == 0 && now_s() < deadline)
+        chanos_task_yield();
+    return atomic_load(&parent_step);
+}
+
+static __attribute__((noinline)) int64_t gdeep(int64_t levels)
+{
+    volatile char pad[1024];
+
+    pad[0] = (char)levels;
+    if (levels == 0) {
+        chanos_task t;
+
+        atomic_store(&parent_step, 0);
+        chanos_spawn(&t, wait_parent, 0);
+        atomic_store(&parent_step, 1);
+        chanos_task_sync();
+        return chanos_result_i64(&t);
+    }
+    return gdeep(levels - 1) + pad[0] - (char)levels;
+}
+
+static void test_general_never_at_once(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+    chanos_tasks *one;
+    chanos_task t;
+
+    /* One worker: no idle worker's request makes the spawn record. */
+    o.workers = 1;
+    CHECK_EQ(chanos_tasks_start(&one, &o), 0);
+    chanos_task_set(&t, gdeep, 16);
+    CHECK_EQ(chanos_tasks_run(one, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), 1);
+    chanos_tasks_stop(one);
+}
+
 static void *fast_root_thread(void *arg)
 {
     int64_t n = (int64_t)(intptr_t)arg;
@@ -771,6 +820,7 @@ int main(void)
     test_fast_stress();
     chanos_tasks_stop(rt);
     test_fast_at_once();
+    test_general_never_at_once();
     /* A default runtime: as many workers as CPUs the process may use. */
     CHECK_EQ(chanos_tasks_start(&rt, NULL), 0);
     CHECK(chanos_tasks_workers(rt) >= 1);
