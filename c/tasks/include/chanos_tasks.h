@@ -141,7 +141,9 @@ struct chanos_tasks_opts {
      * chanos_fspawn records its task for thieves; a deeper spawn runs its
      * task at once, as a call, unless an idle worker asked for work (and
      * after such a request, the spawns as the stack climbs back are
-     * recorded). 0: 1 KiB. docs/tasks.md, "Spawns that run at once". */
+     * recorded). 0: 1 KiB; SIZE_MAX: every spawn is recorded, and no
+     * fast-spawned task runs before its chanos_fspawn returns.
+     * docs/tasks.md, "Spawns that run at once". */
     size_t record_depth;
     /* Do not pin workers to CPUs. By default, a runtime with at least as
      * many workers as CPUs in its affinity set pins worker i to the i-th
