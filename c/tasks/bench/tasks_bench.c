@@ -167,14 +167,18 @@ static chanos_tasks *start(unsigned workers)
 
 /* ---- fib ---- */
 
-/* fib_root_time runs fib_fast(fib_n) as a root on rt and returns its wall
- * time; a wrong result ends the bench. */
-static double fib_root_time(chanos_tasks *rt, int64_t want)
+/* fib_root_time runs fib(fib_n) as a root on rt, through the fast path
+ * (general 0: fib_fast) or the general form (general 1: fib_task), and
+ * returns its wall time; a wrong result ends the bench. */
+static double fib_root_time(chanos_tasks *rt, int general, int64_t want)
 {
     chanos_task task;
     double t0 = now_s();
 
-    chanos_task_set(&task, fib_fast, fib_n);
+    if (general)
+        chanos_task_set(&task, fib_task, fib_n);
+    else
+        chanos_task_set(&task, fib_fast, fib_n);
     chanos_tasks_run(rt, &task);
     if (chanos_result_i64(&task) != want) {
         fprintf(stderr, "tasks_bench: fib wrong\n");
@@ -203,17 +207,14 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
         return;
     rt = start(2);
     for (int r = 0; r < reps; r++) {
-        if (chanos_tasks_set_workers(rt, 1) != 0) {
-            fprintf(stderr, "tasks_bench: set_workers failed\n");
-            exit(1);
+        for (unsigned n = 1; n <= 2; n++) {
+            if (chanos_tasks_set_workers(rt, n) != 0) {
+                fprintf(stderr, "tasks_bench: set_workers failed\n");
+                exit(1);
+            }
+            chanos_tasks_wait_removed(rt);
+            (n == 1 ? t1 : t2)[r] = fib_root_time(rt, 0, want);
         }
-        chanos_tasks_wait_removed(rt);
-        t1[r] = fib_root_time(rt, want);
-        if (chanos_tasks_set_workers(rt, 2) != 0) {
-            fprintf(stderr, "tasks_bench: set_workers failed\n");
-            exit(1);
-        }
-        t2[r] = fib_root_time(rt, want);
     }
     chanos_tasks_stop(rt);
     emit("fib", "chanos-one-rt", 1, median(t1, reps), extra);
@@ -243,21 +244,8 @@ static void bench_fib(void)
          * runtime=chanos-general: the general form (chanos_spawn,
          * chanos_call, chanos_task_sync). Same runtime, same tree. */
         for (int form = 0; form < 2; form++) {
-            for (int r = 0; r < reps; r++) {
-                chanos_task task;
-                double t0 = now_s();
-
-                if (form == 0)
-                    chanos_task_set(&task, fib_fast, fib_n);
-                else
-                    chanos_task_set(&task, fib_task, fib_n);
-                chanos_tasks_run(rt, &task);
-                t[r] = now_s() - t0;
-                if (chanos_result_i64(&task) != want) {
-                    fprintf(stderr, "tasks_bench: fib wrong\n");
-                    exit(1);
-                }
-            }
+            for (int r = 0; r < reps; r++)
+                t[r] = fib_root_time(rt, form, want);
             emit("fib", form == 0 ? "chanos" : "chanos-general", w, median(t, reps), extra);
         }
         chanos_tasks_stop(rt);
