@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -311,6 +312,9 @@ func TestSendErrors(t *testing.T) {
 		}
 		if err := c.Raw().Send(ctx, &pingpong.EchoCall{}); err == nil {
 			t.Fatal("Send of a call accepted")
+		}
+		if err := c.Send(ctx, &pingpong.EchoReply{}); err == nil || !strings.Contains(err.Error(), "use Client.Echo") {
+			t.Fatalf("generated Send of a reply = %v, want the stub to use", err)
 		}
 		s.Close()
 		deadline, cancel := context.WithTimeout(ctx, 2*time.Second)

@@ -972,7 +972,7 @@ func (g *generator) clientSend() {
 	}
 	for _, mi := range rpcs {
 		g.p("case *%s, *%s:", mi.frames[0].typ, mi.frames[1].typ)
-		g.p("return errors.New(%q)", fmt.Sprintf("%s: Send of an %s call or reply: use Client.%s", g.iface.Name, mi.msg.Name, mi.name))
+		g.p("return errors.New(%q)", fmt.Sprintf("%s: Send of a call or reply of the rpc %s: use Client.%s", g.iface.Name, mi.msg.Name, mi.name))
 	}
 	g.p("}")
 	g.p(`return fmt.Errorf("%%s: Send of a nil message", InterfaceName)`)

@@ -204,7 +204,7 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *RequestCall, *RequestReply:
-		return errors.New("grant: Send of an request call or reply: use Client.Request")
+		return errors.New("grant: Send of a call or reply of the rpc request: use Client.Request")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -443,11 +443,11 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *PutCall, *PutReply:
-		return errors.New("kv: Send of an put call or reply: use Client.Put")
+		return errors.New("kv: Send of a call or reply of the rpc put: use Client.Put")
 	case *GetCall, *GetReply:
-		return errors.New("kv: Send of an get call or reply: use Client.Get")
+		return errors.New("kv: Send of a call or reply of the rpc get: use Client.Get")
 	case *DeleteCall, *DeleteReply:
-		return errors.New("kv: Send of an delete call or reply: use Client.Delete")
+		return errors.New("kv: Send of a call or reply of the rpc delete: use Client.Delete")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -620,17 +620,17 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *SetCall, *SetReply:
-		return errors.New("nameservice: Send of an set call or reply: use Client.Set")
+		return errors.New("nameservice: Send of a call or reply of the rpc set: use Client.Set")
 	case *GetCall, *GetReply:
-		return errors.New("nameservice: Send of an get call or reply: use Client.Get")
+		return errors.New("nameservice: Send of a call or reply of the rpc get: use Client.Get")
 	case *WaitForCall, *WaitForReply:
-		return errors.New("nameservice: Send of an wait_for call or reply: use Client.WaitFor")
+		return errors.New("nameservice: Send of a call or reply of the rpc wait_for: use Client.WaitFor")
 	case *GetCountCall, *GetCountReply:
-		return errors.New("nameservice: Send of an get_count call or reply: use Client.GetCount")
+		return errors.New("nameservice: Send of a call or reply of the rpc get_count: use Client.GetCount")
 	case *RemoveCall, *RemoveReply:
-		return errors.New("nameservice: Send of an remove call or reply: use Client.Remove")
+		return errors.New("nameservice: Send of a call or reply of the rpc remove: use Client.Remove")
 	case *ListCall, *ListReply:
-		return errors.New("nameservice: Send of an list call or reply: use Client.List")
+		return errors.New("nameservice: Send of a call or reply of the rpc list: use Client.List")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -476,9 +476,9 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendParts(ctx, head, m.Payload, tail)
 	case *EchoCall, *EchoReply:
-		return errors.New("pingpong: Send of an echo call or reply: use Client.Echo")
+		return errors.New("pingpong: Send of a call or reply of the rpc echo: use Client.Echo")
 	case *BounceCall, *BounceReply:
-		return errors.New("pingpong: Send of an bounce call or reply: use Client.Bounce")
+		return errors.New("pingpong: Send of a call or reply of the rpc bounce: use Client.Bounce")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -1195,23 +1195,23 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendParts(ctx, head, m.Data, tail)
 	case *SpawnCall, *SpawnReply:
-		return errors.New("spawn: Send of an spawn call or reply: use Client.Spawn")
+		return errors.New("spawn: Send of a call or reply of the rpc spawn: use Client.Spawn")
 	case *WaitCall, *WaitReply:
-		return errors.New("spawn: Send of an wait call or reply: use Client.Wait")
+		return errors.New("spawn: Send of a call or reply of the rpc wait: use Client.Wait")
 	case *KillCall, *KillReply:
-		return errors.New("spawn: Send of an kill call or reply: use Client.Kill")
+		return errors.New("spawn: Send of a call or reply of the rpc kill: use Client.Kill")
 	case *LogsCall, *LogsReply:
-		return errors.New("spawn: Send of an logs call or reply: use Client.Logs")
+		return errors.New("spawn: Send of a call or reply of the rpc logs: use Client.Logs")
 	case *ListCall, *ListReply:
-		return errors.New("spawn: Send of an list call or reply: use Client.List")
+		return errors.New("spawn: Send of a call or reply of the rpc list: use Client.List")
 	case *CachedCall, *CachedReply:
-		return errors.New("spawn: Send of an cached call or reply: use Client.Cached")
+		return errors.New("spawn: Send of a call or reply of the rpc cached: use Client.Cached")
 	case *PutBeginCall, *PutBeginReply:
-		return errors.New("spawn: Send of an put_begin call or reply: use Client.PutBegin")
+		return errors.New("spawn: Send of a call or reply of the rpc put_begin: use Client.PutBegin")
 	case *PutEndCall, *PutEndReply:
-		return errors.New("spawn: Send of an put_end call or reply: use Client.PutEnd")
+		return errors.New("spawn: Send of a call or reply of the rpc put_end: use Client.PutEnd")
 	case *SpawnShippedCall, *SpawnShippedReply:
-		return errors.New("spawn: Send of an spawn_shipped call or reply: use Client.SpawnShipped")
+		return errors.New("spawn: Send of a call or reply of the rpc spawn_shipped: use Client.SpawnShipped")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -224,7 +224,7 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		wire.PutFixed(frame[:], MsgGone, wire.KindMessage)
 		return c.c.SendFrame(ctx, frame[:])
 	case *AttachCall, *AttachReply:
-		return errors.New("keyboard: Send of an attach call or reply: use Client.Attach")
+		return errors.New("keyboard: Send of a call or reply of the rpc attach: use Client.Attach")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

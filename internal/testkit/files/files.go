@@ -387,9 +387,9 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *StatCall, *StatReply:
-		return errors.New("files: Send of an stat call or reply: use Client.Stat")
+		return errors.New("files: Send of a call or reply of the rpc stat: use Client.Stat")
 	case *DupCall, *DupReply:
-		return errors.New("files: Send of an dup call or reply: use Client.Dup")
+		return errors.New("files: Send of a call or reply of the rpc dup: use Client.Dup")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

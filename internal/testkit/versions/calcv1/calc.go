@@ -132,7 +132,7 @@ type Client struct {
 func (c *Client) Send(ctx context.Context, m Msg) error {
 	switch m.(type) {
 	case *AddCall, *AddReply:
-		return errors.New("calc: Send of an add call or reply: use Client.Add")
+		return errors.New("calc: Send of a call or reply of the rpc add: use Client.Add")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -2252,15 +2252,15 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendParts(ctx, head, m.Body, tail)
 	case *PingCall, *PingReply:
-		return errors.New("alltypes: Send of an ping call or reply: use Client.Ping")
+		return errors.New("alltypes: Send of a call or reply of the rpc ping: use Client.Ping")
 	case *EchoCall, *EchoReply:
-		return errors.New("alltypes: Send of an echo call or reply: use Client.Echo")
+		return errors.New("alltypes: Send of a call or reply of the rpc echo: use Client.Echo")
 	case *MixedCall, *MixedReply:
-		return errors.New("alltypes: Send of an mixed call or reply: use Client.Mixed")
+		return errors.New("alltypes: Send of a call or reply of the rpc mixed: use Client.Mixed")
 	case *NotifyCall, *NotifyReply:
-		return errors.New("alltypes: Send of an notify call or reply: use Client.Notify")
+		return errors.New("alltypes: Send of a call or reply of the rpc notify: use Client.Notify")
 	case *QueryCall, *QueryReply:
-		return errors.New("alltypes: Send of an query call or reply: use Client.Query")
+		return errors.New("alltypes: Send of a call or reply of the rpc query: use Client.Query")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }

@@ -373,11 +373,11 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		}
 		return c.c.SendEncoded(ctx, m.Encode)
 	case *GetCall, *GetReply:
-		return errors.New("pingpong: Send of an get call or reply: use Client.Get")
+		return errors.New("pingpong: Send of a call or reply of the rpc get: use Client.Get")
 	case *AddCall, *AddReply:
-		return errors.New("pingpong: Send of an add call or reply: use Client.Add")
+		return errors.New("pingpong: Send of a call or reply of the rpc add: use Client.Add")
 	case *FailCall, *FailReply:
-		return errors.New("pingpong: Send of an fail call or reply: use Client.Fail")
+		return errors.New("pingpong: Send of a call or reply of the rpc fail: use Client.Fail")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }
