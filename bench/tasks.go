@@ -125,8 +125,19 @@ func TasksTable(w io.Writer, results []Result) {
 		}
 		// The same two timed on one runtime (chanos_tasks_set_workers), so
 		// that both see the same memory layout.
-		if o1, o2 := find(c, "chanos-one-rt", 1), find(c, "chanos-one-rt", 2); o1 != nil && o2 != nil {
-			fmt.Fprintf(w, "%s: T1/T2 on one runtime %.2f\n", c, *o1.TimeS / *o2.TimeS)
+		o1, o2 := find(c, "chanos-one-rt", 1), find(c, "chanos-one-rt", 2)
+		if o1 != nil && o2 != nil {
+			fmt.Fprintf(w, "%s: T1/T2 on one runtime %.2f%s\n", c, *o1.TimeS / *o2.TimeS, byRound(o1, o2, 1))
+		}
+		// One and two copies of the serial program at once, timed in the
+		// same rounds: what the machine gave two threads that share
+		// nothing, the bound of any speed-up of this work then.
+		if s1, s2 := find(c, "serial-copies", 1), find(c, "serial-copies", 2); s1 != nil && s2 != nil {
+			fmt.Fprintf(w, "%s: two serial copies at once, 2 x one / two (the machine's speed-up for two threads) %.2f%s\n",
+				c, 2*(*s1.TimeS)/(*s2.TimeS), byRound(s1, s2, 2))
+			if o1 != nil {
+				fmt.Fprintf(w, "%s: T1 on one runtime / one serial copy %.2f%s\n", c, *o1.TimeS / *s1.TimeS, byRound(o1, s1, 1))
+			}
 		}
 		// fib's chanos rows are its fast path (chanos_fspawn); the
 		// general form (chanos_spawn) is measured beside it.
@@ -151,6 +162,31 @@ func TasksTable(w io.Writer, results []Result) {
 	if ci >= 0 && ri >= 0 {
 		fmt.Fprintf(w, "msg-rtt: chanos tasks / raw ump p50 %.2f\n", *results[ci].RTTp50 / *results[ri].RTTp50)
 	}
+}
+
+// byRound returns ", by round: M (L to H)": the median, least and
+// greatest over the rounds of scale * a's time over b's time in the same
+// round (Result.RunFigures); "" unless both have the same rounds.
+func byRound(a, b *Result, scale float64) string {
+	n := len(a.RunFigures)
+	if n < 2 || len(b.RunFigures) != n {
+		return ""
+	}
+	ratios := make([]float64, 0, n)
+	for i := range n {
+		if b.RunFigures[i] > 0 {
+			ratios = append(ratios, scale*a.RunFigures[i]/b.RunFigures[i])
+		}
+	}
+	if len(ratios) < 2 {
+		return ""
+	}
+	slices.Sort(ratios)
+	m := ratios[len(ratios)/2]
+	if len(ratios)%2 == 0 {
+		m = (ratios[len(ratios)/2-1] + m) / 2
+	}
+	return fmt.Sprintf(", by round: %.2f (%.2f to %.2f)", m, ratios[0], ratios[len(ratios)-1])
 }
 
 func opt(p *float64, format string) string {

@@ -2,9 +2,10 @@
  * tasks_bench: the figures of the task runtime, one JSON object per line in
  * the bench contract (suite=tasks; case fib, mergesort, nqueens, msg-rtt,
  * remove-worker; runtime chanos, chanos-general (fib: the general form
- * beside the fast path), serial, openmp, tbb or ump-raw; workers; time_s,
- * or rtt_ns_p50 and rtt_ns_p99 for msg-rtt). Times are medians of --reps
- * runs. Baselines run in the same process run.
+ * beside the fast path), chanos-one-rt, serial, serial-copies (fib: one
+ * and two copies of serial fib at once), openmp, tbb or ump-raw; workers;
+ * time_s, or rtt_ns_p50 and rtt_ns_p99 for msg-rtt). Times are medians of
+ * --reps runs. Baselines run in the same process run.
  *
  *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
  *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
@@ -18,6 +19,7 @@
 #include <chanos_tasks.h>
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -151,6 +153,25 @@ static void emit(const char *c, const char *runtime, unsigned workers, double t,
     fflush(stdout);
 }
 
+/* emit_rounds is emit of the median of the n times in v, with each time
+ * in the order the rounds ran (run_figures), so that rows timed in the
+ * same rounds can be paired round by round. */
+static void emit_rounds(const char *c, const char *runtime, unsigned workers, const double *v,
+                        int n, const char *extra)
+{
+    double sorted[64];
+    char runs[64 * 24 + 32];
+    size_t len;
+
+    memcpy(sorted, v, (size_t)n * sizeof(*v));
+    len = (size_t)snprintf(runs, sizeof(runs), "%s,\"run_figures\":[", extra);
+    for (int i = 0; i < n && len < sizeof(runs); i++)
+        len += (size_t)snprintf(runs + len, sizeof(runs) - len, "%s%.9g", i ? "," : "", v[i]);
+    if (len < sizeof(runs))
+        snprintf(runs + len, sizeof(runs) - len, "]");
+    emit(c, runtime, workers, median(sorted, n), runs);
+}
+
 static chanos_tasks *start(unsigned workers)
 {
     struct chanos_tasks_opts o = { 0 };
@@ -187,15 +208,78 @@ static double fib_root_time(chanos_tasks *rt, int general, int64_t want)
     return now_s() - t0;
 }
 
+/* A copy of serial fib on a thread of its own, pinned to cpu unless
+ * cpu < 0. */
+struct fib_copy {
+    pthread_t th;
+    int cpu;
+    int64_t result;
+};
+
+static void *fib_copy_run(void *arg)
+{
+    struct fib_copy *c = arg;
+
+    if (c->cpu >= 0) {
+        cpu_set_t set;
+
+        CPU_ZERO(&set);
+        CPU_SET(c->cpu, &set);
+        (void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+    }
+    c->result = fib_serial(fib_n);
+    return NULL;
+}
+
+/* fib_copies_time runs n copies of serial fib at once, each on a thread
+ * pinned to a CPU of its own (unless --no-pin), and returns the time
+ * until the last ends: runtime=serial-copies. Two copies against one
+ * measure what this machine gives two threads that share nothing (on a
+ * virtual machine, less than twice one when the host is busy), the bound
+ * of any speed-up of the same work at that moment. */
+static double fib_copies_time(int n, int64_t want)
+{
+    struct fib_copy c[2];
+    int cpus[2] = { -1, -1 };
+    cpu_set_t mine;
+    double t0;
+
+    if (!no_pin && sched_getaffinity(0, sizeof(mine), &mine) == 0) {
+        for (int cpu = 0, k = 0; cpu < CPU_SETSIZE && k < 2; cpu++)
+            if (CPU_ISSET(cpu, &mine))
+                cpus[k++] = cpu;
+    }
+    t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        c[i].cpu = cpus[i];
+        if (pthread_create(&c[i].th, NULL, fib_copy_run, &c[i]) != 0) {
+            fprintf(stderr, "tasks_bench: pthread_create failed\n");
+            exit(1);
+        }
+    }
+    for (int i = 0; i < n; i++)
+        pthread_join(c[i].th, NULL);
+    t0 = now_s() - t0;
+    for (int i = 0; i < n; i++)
+        if (c[i].result != want) {
+            fprintf(stderr, "tasks_bench: fib wrong\n");
+            exit(1);
+        }
+    return t0;
+}
+
 /* bench_fib_one_runtime times the fast path's fib on one and on two
  * workers of the same runtime, alternately (chanos_tasks_set_workers):
  * runtime=chanos-one-rt. Where a stack's context and a worker's deque lie
- * in memory moves a fib node's cost (docs/tasks.md, "The fast path",
- * Cost), and each runtime has its own layout; one runtime for both keeps
- * that out of their ratio. Only when the worker list has 1 and 2. */
+ * in memory moves a fib node's cost a little (docs/tasks.md, "The fast
+ * path", Code alignment), and each runtime has its own; one runtime for
+ * both keeps that out of their ratio. Each round also times one and two
+ * copies of serial fib at once (fib_copies_time), so that the speed-up
+ * can be set against what the machine gave two threads in the same
+ * rounds. Only when the worker list has 1 and 2. */
 static void bench_fib_one_runtime(int64_t want, const char *extra)
 {
-    double t1[64], t2[64];
+    double t1[64], t2[64], c1[64], c2[64];
     int have1 = 0, have2 = 0;
     chanos_tasks *rt;
 
@@ -207,6 +291,10 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
         return;
     rt = start(2);
     for (int r = 0; r < reps; r++) {
+        /* The copies first: the workers, idle since the last round, are
+         * asleep by the second. */
+        c1[r] = fib_copies_time(1, want);
+        c2[r] = fib_copies_time(2, want);
         for (unsigned n = 1; n <= 2; n++) {
             if (chanos_tasks_set_workers(rt, n) != 0) {
                 fprintf(stderr, "tasks_bench: set_workers failed\n");
@@ -217,8 +305,10 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
         }
     }
     chanos_tasks_stop(rt);
-    emit("fib", "chanos-one-rt", 1, median(t1, reps), extra);
-    emit("fib", "chanos-one-rt", 2, median(t2, reps), extra);
+    emit_rounds("fib", "chanos-one-rt", 1, t1, reps, extra);
+    emit_rounds("fib", "chanos-one-rt", 2, t2, reps, extra);
+    emit_rounds("fib", "serial-copies", 1, c1, reps, extra);
+    emit_rounds("fib", "serial-copies", 2, c2, reps, extra);
 }
 
 static void bench_fib(void)
