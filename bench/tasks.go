@@ -118,10 +118,10 @@ func TasksTable(w io.Writer, results []Result) {
 	for _, c := range []string{"fib", "mergesort", "nqueens"} {
 		serial, t1, t2, omp2, tbb2, go2 := find(c, "serial", 0), find(c, "chanos", 1), find(c, "chanos", 2), find(c, "openmp", 2), find(c, "tbb", 2), find(c, "go", 2)
 		if t1 != nil && serial != nil {
-			fmt.Fprintf(w, "%s: T1/T_serial %.2f\n", c, *t1.TimeS / *serial.TimeS)
+			fmt.Fprintf(w, "%s: T1/T_serial %.2f%s\n", c, *t1.TimeS / *serial.TimeS, byRound(t1, serial, 1))
 		}
 		if t1 != nil && t2 != nil {
-			fmt.Fprintf(w, "%s: T1/T2 %.2f\n", c, *t1.TimeS / *t2.TimeS)
+			fmt.Fprintf(w, "%s: T1/T2 %.2f%s\n", c, *t1.TimeS / *t2.TimeS, byRound(t1, t2, 1))
 		}
 		// The same two timed on one runtime (chanos_tasks_set_workers), so
 		// that both see the same memory layout.
@@ -143,10 +143,10 @@ func TasksTable(w io.Writer, results []Result) {
 		// general form (chanos_spawn) is measured beside it.
 		g1, g2 := find(c, "chanos-general", 1), find(c, "chanos-general", 2)
 		if g1 != nil && serial != nil {
-			fmt.Fprintf(w, "%s: general form, T1/T_serial %.2f\n", c, *g1.TimeS / *serial.TimeS)
+			fmt.Fprintf(w, "%s: general form, T1/T_serial %.2f%s\n", c, *g1.TimeS / *serial.TimeS, byRound(g1, serial, 1))
 		}
 		if g1 != nil && g2 != nil {
-			fmt.Fprintf(w, "%s: general form, T1/T2 %.2f\n", c, *g1.TimeS / *g2.TimeS)
+			fmt.Fprintf(w, "%s: general form, T1/T2 %.2f%s\n", c, *g1.TimeS / *g2.TimeS, byRound(g1, g2, 1))
 		}
 		for _, b := range []struct {
 			name string

@@ -314,32 +314,40 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
 
 static void bench_fib(void)
 {
-    double t[64];
+    double t[64], ts[64], tf[16][64], tg[16][64];
+    chanos_tasks *rts[16];
     int64_t want = fib_serial(fib_n);
     char extra[64];
 
     snprintf(extra, sizeof(extra), ",\"n\":%lld", (long long)fib_n);
+    for (int k = 0; k < nworkers_list; k++)
+        rts[k] = start(workers_list[k]);
+    /* In rounds: the serial fib, then the fast path (runtime=chanos:
+     * chanos_fspawn, chanos_fsync) on each runtime, then the general form
+     * (runtime=chanos-general: chanos_spawn, chanos_call,
+     * chanos_task_sync), same tree, so that every row meets the same
+     * spells of the host's load, and the ratios can be taken round by
+     * round (run_figures). */
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
         volatile int64_t v = fib_serial(fib_n);
 
-        t[r] = now_s() - t0;
+        ts[r] = now_s() - t0;
         (void)v;
+        for (int k = 0; k < nworkers_list; k++)
+            tf[k][r] = fib_root_time(rts[k], 0, want);
+        for (int k = 0; k < nworkers_list; k++)
+            tg[k][r] = fib_root_time(rts[k], 1, want);
     }
-    emit("fib", "serial", 1, median(t, reps), extra);
+    emit_rounds("fib", "serial", 1, ts, reps, extra);
+    for (int k = 0; k < nworkers_list; k++) {
+        chanos_tasks_stop(rts[k]);
+        emit_rounds("fib", "chanos", workers_list[k], tf[k], reps, extra);
+        emit_rounds("fib", "chanos-general", workers_list[k], tg[k], reps, extra);
+    }
     for (int k = 0; k < nworkers_list; k++) {
         unsigned w = workers_list[k];
-        chanos_tasks *rt = start(w);
 
-        /* runtime=chanos: the fast path (chanos_fspawn, chanos_fsync);
-         * runtime=chanos-general: the general form (chanos_spawn,
-         * chanos_call, chanos_task_sync). Same runtime, same tree. */
-        for (int form = 0; form < 2; form++) {
-            for (int r = 0; r < reps; r++)
-                t[r] = fib_root_time(rt, form, want);
-            emit("fib", form == 0 ? "chanos" : "chanos-general", w, median(t, reps), extra);
-        }
-        chanos_tasks_stop(rt);
         if (use_omp) {
             for (int r = 0; r < reps; r++) {
                 double t0 = now_s();
