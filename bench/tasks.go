@@ -130,13 +130,13 @@ func TasksTable(w io.Writer, results []Result) {
 			fmt.Fprintf(w, "%s: T1/T2 on one runtime %.2f%s\n", c, *o1.TimeS / *o2.TimeS, byRound(o1, o2, 1))
 		}
 		// One and two copies of the serial program at once, timed in the
-		// same rounds: what the machine gave two threads that share
-		// nothing, the bound of any speed-up of this work then.
+		// rounds of the chanos rows: what the machine gave two threads
+		// that share nothing, the bound of any speed-up of this work then.
 		if s1, s2 := find(c, "serial-copies", 1), find(c, "serial-copies", 2); s1 != nil && s2 != nil {
 			fmt.Fprintf(w, "%s: two serial copies at once, 2 x one / two (the machine's speed-up for two threads) %.2f%s\n",
 				c, 2*(*s1.TimeS)/(*s2.TimeS), byRound(s1, s2, 2))
-			if o1 != nil {
-				fmt.Fprintf(w, "%s: T1 on one runtime / one serial copy %.2f%s\n", c, *o1.TimeS / *s1.TimeS, byRound(o1, s1, 1))
+			if t1 != nil {
+				fmt.Fprintf(w, "%s: T1 / one serial copy on a pinned thread %.2f%s\n", c, *t1.TimeS / *s1.TimeS, byRound(t1, s1, 1))
 			}
 		}
 		// fib's chanos rows are its fast path (chanos_fspawn); the

@@ -274,13 +274,11 @@ static double fib_copies_time(int n, int64_t want)
  * runtime=chanos-one-rt. Where a stack's context and a worker's deque lie
  * in memory moves a fib node's cost a little (docs/tasks.md, "The fast
  * path", Code alignment), and each runtime has its own; one runtime for
- * both keeps that out of their ratio. Each round also times one and two
- * copies of serial fib at once (fib_copies_time), so that the speed-up
- * can be set against what the machine gave two threads in the same
- * rounds. Only when the worker list has 1 and 2. */
+ * both keeps that out of their ratio. Only when the worker list has 1
+ * and 2. */
 static void bench_fib_one_runtime(int64_t want, const char *extra)
 {
-    double t1[64], t2[64], c1[64], c2[64];
+    double t1[64], t2[64];
     int have1 = 0, have2 = 0;
     chanos_tasks *rt;
 
@@ -292,10 +290,6 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
         return;
     rt = start(2);
     for (int r = 0; r < reps; r++) {
-        /* The copies first: the workers, idle since the last round, are
-         * asleep by the second. */
-        c1[r] = fib_copies_time(1, want);
-        c2[r] = fib_copies_time(2, want);
         for (unsigned n = 1; n <= 2; n++) {
             if (chanos_tasks_set_workers(rt, n) != 0) {
                 fprintf(stderr, "tasks_bench: set_workers failed\n");
@@ -308,13 +302,11 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
     chanos_tasks_stop(rt);
     emit_rounds("fib", "chanos-one-rt", 1, t1, reps, extra);
     emit_rounds("fib", "chanos-one-rt", 2, t2, reps, extra);
-    emit_rounds("fib", "serial-copies", 1, c1, reps, extra);
-    emit_rounds("fib", "serial-copies", 2, c2, reps, extra);
 }
 
 static void bench_fib(void)
 {
-    double t[64], ts[64], tf[16][64], tg[16][64];
+    double t[64], ts[64], c1[64], c2[64], tf[16][64], tg[16][64];
     chanos_tasks *rts[16];
     int64_t want = fib_serial(fib_n);
     char extra[64];
@@ -322,24 +314,29 @@ static void bench_fib(void)
     snprintf(extra, sizeof(extra), ",\"n\":%lld", (long long)fib_n);
     for (int k = 0; k < nworkers_list; k++)
         rts[k] = start(workers_list[k]);
-    /* In rounds: the serial fib, then the fast path (runtime=chanos:
-     * chanos_fspawn, chanos_fsync) on each runtime, then the general form
-     * (runtime=chanos-general: chanos_spawn, chanos_call,
-     * chanos_task_sync), same tree, so that every row meets the same
-     * spells of the host's load, and the ratios can be taken round by
-     * round (run_figures). */
+    /* In rounds: the serial fib; one and two copies of it at once
+     * (fib_copies_time: the machine's speed-up for two threads in this
+     * round); the fast path (runtime=chanos: chanos_fspawn, chanos_fsync)
+     * on each runtime; the general form (runtime=chanos-general:
+     * chanos_spawn, chanos_call, chanos_task_sync), same tree, on each.
+     * So every row meets the same spells of the host's load, and the
+     * ratios can be taken round by round (run_figures). */
     for (int r = 0; r < reps; r++) {
         double t0 = now_s();
         volatile int64_t v = fib_serial(fib_n);
 
         ts[r] = now_s() - t0;
         (void)v;
+        c1[r] = fib_copies_time(1, want);
+        c2[r] = fib_copies_time(2, want);
         for (int k = 0; k < nworkers_list; k++)
             tf[k][r] = fib_root_time(rts[k], 0, want);
         for (int k = 0; k < nworkers_list; k++)
             tg[k][r] = fib_root_time(rts[k], 1, want);
     }
     emit_rounds("fib", "serial", 1, ts, reps, extra);
+    emit_rounds("fib", "serial-copies", 1, c1, reps, extra);
+    emit_rounds("fib", "serial-copies", 2, c2, reps, extra);
     for (int k = 0; k < nworkers_list; k++) {
         chanos_tasks_stop(rts[k]);
         emit_rounds("fib", "chanos", workers_list[k], tf[k], reps, extra);
