@@ -194,12 +194,18 @@ func pairedRatio(runs, base []Result, get func(*Result) float64) *float64 {
 	if len(ratios) == 0 {
 		return nil
 	}
-	slices.Sort(ratios)
-	m := ratios[len(ratios)/2]
-	if len(ratios)%2 == 0 {
-		m = (ratios[len(ratios)/2-1] + m) / 2
-	}
+	m := sortMedian(ratios)
 	return &m
+}
+
+// sortMedian sorts v, which is not empty, and returns its median.
+func sortMedian(v []float64) float64 {
+	slices.Sort(v)
+	m := v[len(v)/2]
+	if len(v)%2 == 0 {
+		m = (v[len(v)/2-1] + m) / 2
+	}
+	return m
 }
 
 // windowOf is a result's window figure for pairedRatio: 0, which

@@ -181,11 +181,7 @@ func byRound(a, b *Result, scale float64) string {
 	if len(ratios) < 2 {
 		return ""
 	}
-	slices.Sort(ratios)
-	m := ratios[len(ratios)/2]
-	if len(ratios)%2 == 0 {
-		m = (ratios[len(ratios)/2-1] + m) / 2
-	}
+	m := sortMedian(ratios)
 	return fmt.Sprintf(", by round: %.2f (%.2f to %.2f)", m, ratios[0], ratios[len(ratios)-1])
 }
 
