@@ -70,17 +70,17 @@ func (m *Monitor) admit(pc *seqpacket.Conn) {
 			m.rlog.Log(slog.LevelWarn, "monitor-full", "connection refused: too many domains", "pid", cred.Pid,
 				"max_domains", m.cfg.MaxDomains, "sessions", n, "hint", "raise the cap with --max-domains")
 			if !waiting {
-				refuse(pc, detail, 0)
+				refuse(pc, detail, 0, nil)
 				pc.Close()
 				return
 			}
 			go func() {
 				defer m.wg.Done()
-				refuse(pc, detail, rejectWait)
-				// The place is free before the peer sees the hang-up, so
+				// The place is free before the peer reads its answer, so
 				// that a client that retries one connection at a time
-				// always finds one and is answered.
-				<-m.rejectors
+				// always finds one and is answered, however late this
+				// goroutine runs again once the answer is sent.
+				refuse(pc, detail, rejectWait, func() { <-m.rejectors })
 				pc.Close()
 			}()
 			return
@@ -162,13 +162,17 @@ func (s *session) evict(why string) {
 // refuse answers a refused connection's hello with an error reply of
 // status limit whose detail is detail; the caller closes it. It waits up
 // to wait for the hello (not at all if wait is 0), and reads nothing but
-// that one packet: a refused peer costs one bounded read.
-func refuse(pc *seqpacket.Conn, detail string, wait time.Duration) {
+// that one packet: a refused peer costs one bounded read. done, if not
+// nil, is called once the wait is over, before the answer is sent.
+func refuse(pc *seqpacket.Conn, detail string, wait time.Duration, done func()) {
 	uc := pc.UnixConn()
 	var frame []byte
 	if wait > 0 {
 		uc.SetReadDeadline(time.Now().Add(wait))
 		f, caps, err := pc.Receive()
+		if done != nil {
+			done()
+		}
 		wire.CloseCaps(caps)
 		if err != nil {
 			return

@@ -702,8 +702,12 @@ func TestRefuse(t *testing.T) {
 		if err := peer.Send(encode(t, &proto.HelloCall{Version: proto.ProtocolVersion, Program: "late"}, 7), nil); err != nil {
 			t.Fatal(err)
 		}
-		refuse(pc, "monitor full: 3 of 3 sessions", wait)
+		released := false
+		refuse(pc, "monitor full: 3 of 3 sessions", wait, func() { released = true })
 		pc.Close()
+		if released != (wait > 0) {
+			t.Errorf("wait %v: done called: %v", wait, released)
+		}
 		frame, _, err := peer.Receive()
 		if err != nil {
 			t.Fatalf("wait %v: %v", wait, err)
