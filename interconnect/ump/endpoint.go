@@ -34,28 +34,36 @@ func NewEndpoint(o *Options, label []byte) (*Conn, *os.File, error) {
 	if len(label) > MaxEndpointLabel {
 		return nil, nil, fmt.Errorf("ump: endpoint label of %d bytes, at most %d", len(label), MaxEndpointLabel)
 	}
-	mine, theirs, err := SocketPair()
+	// The endpoint's end stays a bare descriptor, blocking, as C's are:
+	// whoever opens it makes it a connection of its own (FileConn).
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	mine, err := FileConn(os.NewFile(uintptr(fds[0]), "ump-socket"))
+	if err != nil {
+		syscall.Close(fds[1])
 		return nil, nil, err
 	}
+	ep := os.NewFile(uintptr(fds[1]), "ump-endpoint")
 	f, err := NewFiles(o)
 	if err != nil {
 		mine.Close()
-		theirs.Close()
+		ep.Close()
 		return nil, nil, err
 	}
 	their, err := f.take(Attacher)
 	if err != nil {
 		f.Close()
 		mine.Close()
-		theirs.Close()
+		ep.Close()
 		return nil, nil, err
 	}
 	defer their.Close() // sent, then closed: only the endpoint holds them
-	c, err := open(Creator, f, mine, o)
+	c, err := open(Creator, f, mine, o, true)
 	if err != nil {
 		mine.Close()
-		theirs.Close()
+		ep.Close()
 		return nil, nil, err
 	}
 	msg := make([]byte, helloSize+4, helloSize+4+len(label))
@@ -68,13 +76,7 @@ func NewEndpoint(o *Options, label []byte) (*Conn, *os.File, error) {
 	// The socket pair is fresh and its buffer empty: this never waits.
 	if _, _, err := mine.WriteMsgUnix(msg, syscall.UnixRights(send...), nil); err != nil {
 		c.Close()
-		theirs.Close()
-		return nil, nil, fmt.Errorf("ump: new endpoint: %w", err)
-	}
-	ep, err := theirs.File()
-	theirs.Close()
-	if err != nil {
-		c.Close()
+		ep.Close()
 		return nil, nil, fmt.Errorf("ump: new endpoint: %w", err)
 	}
 	c.start()
@@ -153,7 +155,7 @@ func openEndpoint(sock *net.UnixConn, o *Options) (*Conn, []byte, error) {
 		return nil, nil, fmt.Errorf("%w: %d bytes for a label of %d", ErrEndpoint, n-helloSize-4, ln)
 	}
 	label := append([]byte(nil), buf[helloSize+4:n]...)
-	c, err := open(Attacher, f, sock, o)
+	c, err := open(Attacher, f, sock, o, false)
 	if err != nil {
 		return nil, nil, err
 	}

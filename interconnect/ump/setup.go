@@ -123,7 +123,7 @@ func (f *Files) take(side Side) (*Files, error) {
 // valid and consistent with its size, the wake-up descriptors side's Unix
 // stream sockets.
 func Open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
-	c, err := open(side, f, sock, o)
+	c, err := open(side, f, sock, o, false)
 	if err != nil {
 		sock.Close()
 		return nil, err
@@ -134,24 +134,23 @@ func Open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 
 // open is Open without closing sock on failure and without starting the
 // socket watcher (the handshake still uses the socket); it always takes f.
-func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
+// made says that this process made f with NewFiles and nobody else has
+// held it: its descriptors are what they claim to be, and are not checked
+// (a system call each, of the dozen or so of a setup; the header still
+// is).
+func open(side Side, f *Files, sock *net.UnixConn, o *Options, made bool) (*Conn, error) {
 	defer f.Close()
 	if side != Creator && side != Attacher {
 		return nil, fmt.Errorf("ump: bad side %d", side)
 	}
-	size, err := checkMemfd(f.Mem)
+	var size int
+	var err error
+	if made {
+		size, err = memfdSize(f.Mem)
+	} else {
+		size, err = checkFiles(side, f, sock)
+	}
 	if err != nil {
-		return nil, err
-	}
-	var sockSt syscall.Stat_t
-	if err := fstatConn(sock, &sockSt); err != nil {
-		return nil, err
-	}
-	seen, err := checkWakeSockets(f.Wake[side][:], sockSt.Ino)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := checkSocket(f.Caps[side], syscall.SOCK_SEQPACKET, "caps", seen); err != nil {
 		return nil, err
 	}
 	mem, err := syscall.Mmap(f.Mem, 0, size, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_SHARED)
@@ -230,6 +229,27 @@ func open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 	return c, nil
 }
 
+// checkFiles checks side's descriptors in f, which came from elsewhere,
+// and sock (see Open), and returns the size of the shared memory.
+func checkFiles(side Side, f *Files, sock *net.UnixConn) (int, error) {
+	size, err := checkMemfd(f.Mem)
+	if err != nil {
+		return 0, err
+	}
+	var sockSt syscall.Stat_t
+	if err := fstatConn(sock, &sockSt); err != nil {
+		return 0, err
+	}
+	seen, err := checkWakeSockets(f.Wake[side][:], sockSt.Ino)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := checkSocket(f.Caps[side], syscall.SOCK_SEQPACKET, "caps", seen); err != nil {
+		return 0, err
+	}
+	return size, nil
+}
+
 // fstatConn stats the descriptor of a connection.
 func fstatConn(sc syscall.Conn, st *syscall.Stat_t) error {
 	rc, err := sc.SyscallConn()
@@ -291,8 +311,8 @@ func create(ctx context.Context, sock *net.UnixConn, f *Files, o *Options) (*Con
 	// Sent, then closed: after the hello only the attacher holds its ends.
 	defer theirs.Close()
 	send := []int{theirs.Mem, theirs.Wake[Attacher][wakeData], theirs.Wake[Attacher][wakeSpace], theirs.Caps[Attacher]}
-	// Map and check our side before the peer can touch the memory.
-	c, err := open(Creator, f, sock, o)
+	// Map our side before the peer can touch the memory.
+	c, err := open(Creator, f, sock, o, true)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +392,7 @@ func attach(ctx context.Context, sock *net.UnixConn, o *Options) (*Conn, error) 
 		refuse(sock)
 		return nil, fmt.Errorf("%w: handshake announces %d descriptors and carries %d, want %d", ErrProtocol, nfd, len(fds), helloFDs)
 	}
-	c, err := open(Attacher, f, sock, o)
+	c, err := open(Attacher, f, sock, o, false)
 	if err != nil {
 		refuse(sock)
 		return nil, err
