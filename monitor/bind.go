@@ -265,7 +265,7 @@ func ringPair(maxFrame uint32) (creator, attacher []wire.Cap, err error) {
 		return nil, nil, fmt.Errorf("create the ring pair: %w", err)
 	}
 	defer files.Close()
-	a, b, err := ump.SocketPair()
+	a, b, err := ump.LivenessPair()
 	if err != nil {
 		return nil, nil, fmt.Errorf("create the liveness socket: %w", err)
 	}

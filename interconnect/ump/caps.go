@@ -3,7 +3,6 @@ package ump
 import (
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"syscall"
 
@@ -46,9 +45,11 @@ func dupFD(fd int) (int, error) {
 
 // Caps returns the capabilities for side's end of a ump connection: a
 // duplicate of the ring pair's memfd and side's wake-up sockets, which f
-// gives up, then sock, which the capabilities take over. Only side's own
-// wake-up sockets leave: each side of a connection gets its own.
-func Caps(f *Files, side Side, sock *net.UnixConn) ([]wire.Cap, error) {
+// gives up, then sock, side's end of the liveness socket (an end of
+// LivenessPair, or of SocketPair), which the capabilities take over. Only
+// side's own wake-up sockets leave: each side of a connection gets its
+// own.
+func Caps(f *Files, side Side, sock wire.Cap) ([]wire.Cap, error) {
 	if side != Creator && side != Attacher {
 		sock.Close()
 		return nil, fmt.Errorf("ump: bad side %d", side)

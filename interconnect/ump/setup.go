@@ -522,6 +522,19 @@ func Pipe(o *Options) (*Conn, *Conn, error) {
 	return ca, rb.c, nil
 }
 
+// LivenessPair returns the two ends of a new connected pair of Unix
+// stream sockets as bare files, blocking, for a process that hands both
+// ends on (Caps) rather than use one: OpenCaps makes its end a connection
+// of the opener's. SocketPair's ends are connections already, which costs
+// a dozen system calls more.
+func LivenessPair() (*os.File, *os.File, error) {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "ump-socket"), os.NewFile(uintptr(fds[1]), "ump-socket"), nil
+}
+
 // SocketPair returns a connected pair of Unix stream sockets, suitable for
 // Create and Attach (one end may be handed to a child process with
 // os/exec's ExtraFiles, after (*net.UnixConn).File).
