@@ -251,8 +251,9 @@ func parseRights(oob []byte) ([]*os.File, error) {
 			}
 			return nil, fmt.Errorf("control message: %w", err)
 		}
+		// Close-on-exec already: on Linux ReadMsgUnix receives with
+		// MSG_CMSG_CLOEXEC, so no child forked meanwhile inherits them.
 		for _, fd := range fds {
-			syscall.CloseOnExec(fd)
 			files = append(files, os.NewFile(uintptr(fd), "cap"))
 		}
 	}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/chanos/chanos/wire"
 )
 
@@ -48,8 +50,19 @@ func TestFramesAndCaps(t *testing.T) {
 	if err != nil || string(frame) != "hello" || len(caps) != 1 {
 		t.Fatalf("got %q %v %v", frame, caps, err)
 	}
-	// The received descriptor is a working duplicate of the pipe's end.
+	// The received descriptor is a working duplicate of the pipe's end,
+	// close-on-exec from its arrival: a child forked meanwhile must not
+	// inherit it.
 	got := caps[0].(*os.File)
+	rc, err := got.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fdFlags, ferr := 0, error(nil)
+	rc.Control(func(fd uintptr) { fdFlags, ferr = unix.FcntlInt(fd, unix.F_GETFD, 0) })
+	if ferr != nil || fdFlags&unix.FD_CLOEXEC == 0 {
+		t.Errorf("received descriptor's flags %#x, %v: want FD_CLOEXEC", fdFlags, ferr)
+	}
 	if _, err := got.Write([]byte("x")); err != nil {
 		t.Fatal(err)
 	}
