@@ -36,16 +36,15 @@ func NewEndpoint(o *Options, label []byte) (*Conn, *os.File, error) {
 	}
 	// The endpoint's end stays a bare descriptor, blocking, as C's are:
 	// whoever opens it makes it a connection of its own (FileConn).
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	myEnd, ep, err := LivenessPair()
 	if err != nil {
-		return nil, nil, os.NewSyscallError("socketpair", err)
-	}
-	mine, err := FileConn(os.NewFile(uintptr(fds[0]), "ump-socket"))
-	if err != nil {
-		syscall.Close(fds[1])
 		return nil, nil, err
 	}
-	ep := os.NewFile(uintptr(fds[1]), "ump-endpoint")
+	mine, err := FileConn(myEnd)
+	if err != nil {
+		ep.Close()
+		return nil, nil, err
+	}
 	f, err := NewFiles(o)
 	if err != nil {
 		mine.Close()

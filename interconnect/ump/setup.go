@@ -523,10 +523,10 @@ func Pipe(o *Options) (*Conn, *Conn, error) {
 }
 
 // LivenessPair returns the two ends of a new connected pair of Unix
-// stream sockets as bare files, blocking, for a process that hands both
-// ends on (Caps) rather than use one: OpenCaps makes its end a connection
-// of the opener's. SocketPair's ends are connections already, which costs
-// a dozen system calls more.
+// stream sockets as bare files, blocking, for a process that hands ends
+// on (Caps, an endpoint) rather than use them: whoever opens an end makes
+// it a connection of its own (FileConn, as OpenCaps does). SocketPair's
+// ends are connections already, which costs a dozen system calls more.
 func LivenessPair() (*os.File, *os.File, error) {
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {

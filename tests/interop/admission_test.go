@@ -96,13 +96,17 @@ func TestCSleepingDomainKeepsItsPlace(t *testing.T) {
 			d.Close()
 		}
 	}()
-	testkit.Eventually(t, "a join to take the place of a squatter", func() bool {
+	join := func() error {
 		d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("newcomer"))
-		if err != nil && !errors.Is(err, chanos.ErrMonitorFull) {
-			t.Fatalf("join: %v", err)
-		}
 		if err == nil {
 			joined = append(joined, d)
+		}
+		return err
+	}
+	testkit.Eventually(t, "a join to take the place of a squatter", func() bool {
+		err := join()
+		if err != nil && !errors.Is(err, chanos.ErrMonitorFull) {
+			t.Fatalf("join: %v", err)
 		}
 		return err == nil
 	})
@@ -110,10 +114,7 @@ func TestCSleepingDomainKeepsItsPlace(t *testing.T) {
 		if err := testkit.Within(t, 2*time.Second, "a join to a monitor full of unresponsive sessions", func() error {
 			limit := time.Now().Add(time.Second)
 			for {
-				d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("newcomer"))
-				if err == nil {
-					joined = append(joined, d)
-				}
+				err := join()
 				if !errors.Is(err, chanos.ErrMonitorFull) || time.Now().After(limit) {
 					return err
 				}
