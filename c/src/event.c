@@ -161,6 +161,8 @@ int chanos_event_wait(int fd, int timeout_ms, uint64_t *count)
             continue;
         if (errno != EAGAIN)
             return -errno;
+        if (timeout_ms == 0) /* the read looked: a poll would only look again */
+            return CHANOS_ERR_AGAIN;
         int wait = timeout_ms;
 
         if (timeout_ms > 0) {
