@@ -47,7 +47,7 @@ type CapsConfig struct {
 	// Scale multiplies the iteration counts (zero means 1): below 1 for
 	// smoke tests.
 	Scale float64
-	// CBench is the C side of the event-wake/chanos-c cases
+	// CBench is the C side of the event-wake/chanos-c and eventfd-c cases
 	// (c/tools/caps_bench.c); empty means FindCTool("chanos-caps-bench").
 	CBench string
 	// CDriver is the C keyboard driver (examples/c/kbd_driver.c); empty
@@ -114,15 +114,32 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 		add(capsCase{kase: "event-wake", transport: "chanos", peers: mode, base: "event-wake/eventfd/" + mode + "/0", run: func(ctx context.Context) (Result, error) {
 			return eventRTT(ctx, peer, "chanos", mode, warmup, iters)
 		}})
-		add(capsCase{kase: "event-wake", transport: "chanos-c", peers: mode, base: "event-wake/eventfd/" + mode + "/0", run: func(ctx context.Context) (Result, error) {
+		// Two C processes, against a raw eventfd ping-pong between two C
+		// processes: a C program's processes have no runtime threads that
+		// keep a CPU awake between wake-ups, as Go's do.
+		cBench := func() (string, error) {
 			if cfg.CBench == "" {
 				p, err := FindCTool("chanos-caps-bench")
 				if err != nil {
-					return Result{}, fmt.Errorf("the C side: %w (or select other cases with --cases)", err)
+					return "", fmt.Errorf("the C side: %w (or select other cases with --cases)", err)
 				}
 				cfg.CBench = p
 			}
-			return eventRTTC(ctx, cfg.CBench, mode, warmup, iters)
+			return cfg.CBench, nil
+		}
+		add(capsCase{kase: "event-wake", transport: "eventfd-c", peers: mode, run: func(ctx context.Context) (Result, error) {
+			tool, err := cBench()
+			if err != nil {
+				return Result{}, err
+			}
+			return eventRTTC(ctx, tool, "eventfd", mode, warmup, iters)
+		}})
+		add(capsCase{kase: "event-wake", transport: "chanos-c", peers: mode, base: "event-wake/eventfd-c/" + mode + "/0", run: func(ctx context.Context) (Result, error) {
+			tool, err := cBench()
+			if err != nil {
+				return Result{}, err
+			}
+			return eventRTTC(ctx, tool, "event", mode, warmup, iters)
 		}})
 	}
 	var cDriver []string
@@ -232,8 +249,8 @@ func CapsSummary(w io.Writer, results []Result) {
 	line("endpoint ump / connect", find("endpoint", "ump", "go-go"), find("endpoint", "connect", "go-go"), 0.5)
 	line("event-wake chanos / eventfd, parked", find("event-wake", "chanos", "parked"), find("event-wake", "eventfd", "parked"), 1.1)
 	line("event-wake chanos / eventfd, spin", find("event-wake", "chanos", "spin"), find("event-wake", "eventfd", "spin"), 0)
-	line("event-wake chanos-c / eventfd, parked", find("event-wake", "chanos-c", "parked"), find("event-wake", "eventfd", "parked"), 0)
-	line("event-wake chanos-c / eventfd, spin", find("event-wake", "chanos-c", "spin"), find("event-wake", "eventfd", "spin"), 0)
+	line("event-wake chanos-c / eventfd-c, parked", find("event-wake", "chanos-c", "parked"), find("event-wake", "eventfd-c", "parked"), 0)
+	line("event-wake chanos-c / eventfd-c, spin", find("event-wake", "chanos-c", "spin"), find("event-wake", "eventfd-c", "spin"), 0)
 	for _, mode := range []string{"parked", "spin"} {
 		line("driver go / c, "+mode, find("driver", "go", mode), find("driver", "c", mode), 0)
 	}
@@ -581,10 +598,10 @@ func eventSides(transport, mode string, out, in *os.File, dup bool) (signal, wai
 	return signal, wait, nil
 }
 
-// eventRTTC is eventRTT between two C processes, on chanos's C event
-// objects (c/tools/caps_bench.c): the same ping-pong, timed by the C
-// client.
-func eventRTTC(ctx context.Context, tool, mode string, warmup, iters int) (Result, error) {
+// eventRTTC is eventRTT between two C processes (c/tools/caps_bench.c),
+// on chanos's C event objects (kind "event") or on the bare eventfds
+// (kind "eventfd"): the same ping-pong, timed by the C client.
+func eventRTTC(ctx context.Context, tool, kind, mode string, warmup, iters int) (Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	var evs []*os.File
@@ -601,8 +618,8 @@ func eventRTTC(ctx context.Context, tool, mode string, warmup, iters int) (Resul
 		evs = append(evs, f)
 	}
 	var out strings.Builder
-	peer := exec.CommandContext(ctx, tool, "event-peer", mode, strconv.Itoa(warmup+iters))
-	client := exec.CommandContext(ctx, tool, "event-client", mode, strconv.Itoa(warmup), strconv.Itoa(iters))
+	peer := exec.CommandContext(ctx, tool, kind+"-peer", mode, strconv.Itoa(warmup+iters))
+	client := exec.CommandContext(ctx, tool, kind+"-client", mode, strconv.Itoa(warmup), strconv.Itoa(iters))
 	for _, c := range []*exec.Cmd{peer, client} {
 		c.ExtraFiles, c.Stderr = evs, os.Stderr
 	}

@@ -29,7 +29,7 @@ func TestRunCaps(t *testing.T) {
 			t.Fatalf("C programs missing (CI is set): %v", err)
 		}
 		t.Logf("C cases skipped: %v", err)
-		cases = []string{"rtt-fd", "endpoint", "event-wake/chanos/", "event-wake/eventfd", "driver/go"}
+		cases = []string{"rtt-fd", "endpoint", "event-wake/chanos/", "event-wake/eventfd/", "driver/go"}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -52,6 +52,7 @@ func TestRunCaps(t *testing.T) {
 	if cases == nil {
 		want["driver/c/parked/0"], want["driver/c/spin/0"] = true, true
 		want["event-wake/chanos-c/parked/0"], want["event-wake/chanos-c/spin/0"] = true, true
+		want["event-wake/eventfd-c/parked/0"], want["event-wake/eventfd-c/spin/0"] = true, true
 	}
 	for _, r := range results {
 		if !want[r.Key()] {
@@ -65,7 +66,7 @@ func TestRunCaps(t *testing.T) {
 		if r.RTTp50 == nil || *r.RTTp50 <= 0 || r.RTTp99 == nil || *r.RTTp99 < *r.RTTp50 {
 			t.Errorf("%s: p50 %v, p99 %v", r.Key(), r.RTTp50, r.RTTp99)
 		}
-		if strings.Contains(r.Key(), "/ump/") || strings.Contains(r.Key(), "/chanos/") {
+		if strings.Contains(r.Key(), "/ump/") || strings.Contains(r.Key(), "/chanos/") || strings.Contains(r.Key(), "/chanos-c/") {
 			if r.PairedRatio == nil || *r.PairedRatio <= 0 {
 				t.Errorf("%s: no ratio against its baseline", r.Key())
 			}
@@ -76,7 +77,11 @@ func TestRunCaps(t *testing.T) {
 	}
 	var sum bytes.Buffer
 	CapsSummary(&sum, results)
-	for _, s := range []string{"rtt-fd ump / uds-scm", "endpoint ump / connect", "event-wake chanos / eventfd, parked", "event-wake chanos / eventfd, spin"} {
+	lines := []string{"rtt-fd ump / uds-scm", "endpoint ump / connect", "event-wake chanos / eventfd, parked", "event-wake chanos / eventfd, spin"}
+	if cases == nil {
+		lines = append(lines, "event-wake chanos-c / eventfd-c, parked", "event-wake chanos-c / eventfd-c, spin")
+	}
+	for _, s := range lines {
 		if !strings.Contains(sum.String(), s) {
 			t.Errorf("summary lacks %q:\n%s", s, sum.String())
 		}
