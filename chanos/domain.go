@@ -113,7 +113,7 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
 // WithSpinWindow sets how long the domain's ump connections spin for a
 // message, or for room to send one, before they park the goroutine (see
-// ump.Options.SpinWindow): 0 keeps ump.DefaultSpinWindow (20 µs), a
+// ump.Options.SpinWindow): 0 keeps ump.DefaultSpinWindow (40 µs), a
 // negative value parks at once. A longer window pays off when replies
 // take longer than the default to come, as large payloads' do, on a
 // machine where waking a parked peer costs more than the window (measured:

@@ -792,8 +792,10 @@ int chanos_dec_cap(struct chanos_dec *d);
 #define CHANOS_UMP_BULK_MIN        448u
 #define CHANOS_UMP_MIN_BULK        4096u
 #define CHANOS_UMP_MAX_BULK        (1u << 30)
-/* The default spin window before sleeping, in nanoseconds. */
-#define CHANOS_UMP_DEFAULT_SPIN_NS 20000
+/* The default spin window before sleeping, in nanoseconds: long enough
+ * that a peer answering with a system call or two is waited for without a
+ * wake-up (docs/ump.md, "Waiting"). */
+#define CHANOS_UMP_DEFAULT_SPIN_NS 40000
 
 /* The sides of a ring pair: the creator writes ring 0, the attacher ring 1. */
 #define CHANOS_UMP_CREATOR  0

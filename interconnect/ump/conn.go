@@ -16,8 +16,11 @@ import (
 
 // DefaultSpinWindow is how long a sender or receiver spins on shared memory
 // before it announces that it sleeps and parks, when Options leaves
-// SpinWindow zero.
-const DefaultSpinWindow = 20 * time.Microsecond
+// SpinWindow zero: long enough that a peer answering with a system call
+// or two (a message carrying descriptors) is waited for without a
+// wake-up, also on a machine whose few CPUs the peer shares (docs/ump.md,
+// "Waiting").
+const DefaultSpinWindow = 40 * time.Microsecond
 
 // Options configure a ring pair. The zero value (or a nil *Options) gives
 // the defaults.
