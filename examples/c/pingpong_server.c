@@ -13,7 +13,7 @@
  * server killed in the middle of a call); it prints "unanswered echo V"
  * when one arrives, so that such a test knows the call has reached it.
  * -spin-us sets the spin window (default CHANOS_UMP_DEFAULT_SPIN_NS,
- * 20 µs, as a connection's own receive; 0: sleep at once). The monitor
+ * 40 µs, as a connection's own receive; 0: sleep at once). The monitor
  * directory comes from $CHANOS_DIR as usual. It prints "serving NAME"
  * once exported, and stops on SIGINT or SIGTERM.
  *
