@@ -107,6 +107,18 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 	add(capsCase{kase: "endpoint", transport: "ump", peers: "go-go", base: "endpoint/connect/go-go/0", run: func(ctx context.Context) (Result, error) {
 		return fs.endpointRTT(ctx, epWarmup, epIters)
 	}})
+	// cBench finds the C side of the event-wake cases once, when a selected
+	// case first needs it.
+	cBench := func() (string, error) {
+		if cfg.CBench == "" {
+			p, err := FindCTool("chanos-caps-bench")
+			if err != nil {
+				return "", fmt.Errorf("the C side: %w (or select other cases with --cases)", err)
+			}
+			cfg.CBench = p
+		}
+		return cfg.CBench, nil
+	}
 	for _, mode := range []string{"parked", "spin"} {
 		add(capsCase{kase: "event-wake", transport: "eventfd", peers: mode, run: func(ctx context.Context) (Result, error) {
 			return eventRTT(ctx, peer, "eventfd", mode, warmup, iters)
@@ -117,16 +129,6 @@ func RunCaps(ctx context.Context, cfg CapsConfig, emit func(Result) error) error
 		// Two C processes, against a raw eventfd ping-pong between two C
 		// processes: a C program's processes have no runtime threads that
 		// keep a CPU awake between wake-ups, as Go's do.
-		cBench := func() (string, error) {
-			if cfg.CBench == "" {
-				p, err := FindCTool("chanos-caps-bench")
-				if err != nil {
-					return "", fmt.Errorf("the C side: %w (or select other cases with --cases)", err)
-				}
-				cfg.CBench = p
-			}
-			return cfg.CBench, nil
-		}
 		add(capsCase{kase: "event-wake", transport: "eventfd-c", peers: mode, run: func(ctx context.Context) (Result, error) {
 			tool, err := cBench()
 			if err != nil {

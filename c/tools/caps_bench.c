@@ -158,16 +158,19 @@ int main(int argc, char **argv)
     if (strncmp(role, "eventfd-", 8) == 0) {
         raw = 1;
         role += 8;
-        if ((rc = raw_flags()) != 0)
-            return fail("the eventfds' flags", rc);
     } else if (strncmp(role, "event-", 6) == 0) {
         role += 6;
     } else {
         role = "";
     }
-    if (argc == 4 && strcmp(role, "peer") == 0)
+    int is_peer = argc == 4 && strcmp(role, "peer") == 0;
+    int is_client = argc == 5 && strcmp(role, "client") == 0 && atol(argv[4]) > 0;
+
+    if (raw && (is_peer || is_client) && (rc = raw_flags()) != 0)
+        return fail("the eventfds' flags", rc);
+    if (is_peer)
         return peer(atol(argv[3]));
-    if (argc == 5 && strcmp(role, "client") == 0 && atol(argv[4]) > 0)
+    if (is_client)
         return client(atol(argv[3]), atol(argv[4]));
     fprintf(stderr, "usage: chanos-caps-bench event-peer|eventfd-peer MODE N | event-client|eventfd-client MODE WARMUP ITERS\n");
     return 2;

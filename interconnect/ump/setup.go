@@ -33,6 +33,8 @@ type Files struct {
 	Mem  int
 	Wake [2][2]int
 	Caps [2]int
+
+	size int // the memfd's size, as NewFiles made it; 0 if not made here
 }
 
 // The two wake-up sockets of a side, indexes of Files.Wake[side].
@@ -85,6 +87,7 @@ func NewFiles(o *Options) (*Files, error) {
 	if f.Caps, err = capsSocketPair(); err != nil {
 		return fail(err)
 	}
+	f.size = size
 	return f, nil
 }
 
@@ -137,18 +140,17 @@ func Open(side Side, f *Files, sock *net.UnixConn, o *Options) (*Conn, error) {
 // made says that this process made f with NewFiles and nobody else has
 // held it: its descriptors are what they claim to be, and are not checked
 // (a system call each, of the dozen or so of a setup; the header still
-// is).
+// is), and its size is the one NewFiles gave it.
 func open(side Side, f *Files, sock *net.UnixConn, o *Options, made bool) (*Conn, error) {
 	defer f.Close()
 	if side != Creator && side != Attacher {
 		return nil, fmt.Errorf("ump: bad side %d", side)
 	}
-	var size int
-	var err error
-	if made {
-		size, err = memfdSize(f.Mem)
-	} else {
+	size, err := f.size, error(nil)
+	if !made {
 		size, err = checkFiles(side, f, sock)
+	} else if size <= 0 {
+		err = errors.New("ump: open: files not made by NewFiles")
 	}
 	if err != nil {
 		return nil, err

@@ -236,16 +236,6 @@ func checkMemfd(fd int) (int, error) {
 	return int(st.Size), nil
 }
 
-// memfdSize returns the size of a shared-memory descriptor this process
-// made.
-func memfdSize(fd int) (int, error) {
-	var st syscall.Stat_t
-	if err := syscall.Fstat(fd, &st); err != nil {
-		return 0, os.NewSyscallError("fstat", err)
-	}
-	return int(st.Size), nil
-}
-
 func closeFDs(fds ...int) {
 	for _, fd := range fds {
 		if fd >= 0 {
