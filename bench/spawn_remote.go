@@ -293,7 +293,8 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 			return fmt.Errorf("tcp copy: %w", err)
 		}
 		cp := time.Since(t0)
-		// What the ship spent on hashing the file before it asked, alone.
+		// The caller's hash of the file alone, which the ship overlaps
+		// with the transfer.
 		t0 = time.Now()
 		if _, _, err := spawnif.HashFile(path); err != nil {
 			return err
@@ -343,7 +344,7 @@ func spawnRemoteSummary(w io.Writer, results []Result) {
 		fmt.Fprintf(w, "--ship of 10 MB / raw TCP copy (p50: %.1f ms / %.1f ms): %.2f (goal <= 1.2: %s)\n",
 			*s.RTTp50/1e6, *c.RTTp50/1e6, r, verdict(r <= 1.2))
 		if h := by["sha256-10MB"]; h != nil {
-			fmt.Fprintf(w, "  of which the caller's SHA-256 of the file, before it asks the target: %.1f ms\n", *h.RTTp50/1e6)
+			fmt.Fprintf(w, "  the caller's SHA-256 of the file alone, which the ship overlaps with the transfer: %.1f ms\n", *h.RTTp50/1e6)
 		}
 	}
 	if rs, ls, rt := by["remote-spawn-to-first-message"], by["local-spawn-to-first-message-m2"], by["net-round-trip"]; rs != nil && ls != nil && rt != nil {

@@ -436,6 +436,29 @@ func (c *spawnConn) PutEnd(ctx context.Context, upload uint64) (wire.Errval, []b
 	return spawnif.CodeOK, nil, nil
 }
 
+// PutOpen implements spawnif.Server: an upload of this connection's own,
+// whose hash put_close names.
+func (c *spawnConn) PutOpen(ctx context.Context, size uint64) (uint64, wire.Errval, []byte, error) {
+	if !c.joined() {
+		err := fmt.Errorf("%w: domain %d has left the monitor", spawnif.ErrDenied, c.who.Domain)
+		return 0, spawnif.CodeDenied, detail(err), nil
+	}
+	id, err := c.m.spawnd.svc.PutOpen(size, c.id, c.who)
+	if err != nil {
+		return 0, spawnif.Code(err), detail(err), nil
+	}
+	return id, spawnif.CodeOK, nil, nil
+}
+
+// PutClose implements spawnif.Server.
+func (c *spawnConn) PutClose(ctx context.Context, upload uint64, hash string) (bool, wire.Errval, []byte, error) {
+	present, err := c.m.spawnd.svc.PutClose(upload, c.id, hash)
+	if err != nil {
+		return false, spawnif.Code(err), detail(err), nil
+	}
+	return present, spawnif.CodeOK, nil, nil
+}
+
 // SpawnShipped implements spawnif.Server.
 func (c *spawnConn) SpawnShipped(ctx context.Context, hash, program string, args, env []byte, dir, cpus string, memLimit, cpuLimit uint64, cpuRate uint32, name string) (uint64, int32, wire.Errval, []byte, error) {
 	if !c.joined() {

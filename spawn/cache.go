@@ -286,10 +286,13 @@ func (c *cache) cached(hash string) (int64, bool) {
 
 // begin starts an upload of size bytes whose hash is hash, for owner (a
 // connection) of domain who. It returns present when the cache holds
-// the file already.
+// the file already. An upload without a hash ("", put_open) learns it at
+// its end.
 func (c *cache) begin(hash string, size int64, owner uint64, who Caller) (uint64, bool, error) {
-	if err := checkHash(hash); err != nil {
-		return 0, false, err
+	if hash != "" {
+		if err := checkHash(hash); err != nil {
+			return 0, false, err
+		}
 	}
 	if size <= 0 {
 		return 0, false, fmt.Errorf("%w: size %d", api.ErrInvalid, size)
@@ -304,7 +307,7 @@ func (c *cache) begin(hash string, size int64, owner uint64, who Caller) (uint64
 	switch {
 	case c.closed:
 		return 0, false, fmt.Errorf("%w: the monitor is shutting down", api.ErrUnavailable)
-	case c.files[hash] != nil:
+	case hash != "" && c.files[hash] != nil:
 		c.files[hash].used = time.Now()
 		return 0, true, nil
 	case len(c.uploads) >= c.cfg.MaxUploads:
@@ -414,15 +417,37 @@ func (c *cache) finish(u *upload) {
 	}
 }
 
+// errGivenUp ends an upload whose caller closed it without a hash.
+var errGivenUp = errors.New("given up by its caller")
+
 // end ends owner's upload id: its file enters the cache once all its
-// bytes have come and their SHA-256 is its hash.
-func (c *cache) end(id, owner uint64) error {
+// bytes have come and their SHA-256 is its hash. An upload begun with
+// its hash is ended by put_end; one begun without it, by put_close
+// (closing), which names hash, or drops it with no hash (errGivenUp).
+// The other way round fails the upload.
+func (c *cache) end(id, owner uint64, closing bool, hash string) (present bool, err error) {
 	u, err := c.get(id, owner)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.finish(u)
 	u.mu.Lock()
+	if !u.done {
+		switch {
+		case !closing && u.hash == "":
+			u.failLocked(fmt.Errorf("%w: upload %d was opened without its hash: put_close ends it, naming the hash", api.ErrInvalid, id))
+		case closing && u.hash != "":
+			u.failLocked(fmt.Errorf("%w: upload %d began with its hash: put_end ends it", api.ErrInvalid, id))
+		case closing && hash == "":
+			u.failLocked(errGivenUp)
+		case closing:
+			if err := checkHash(hash); err != nil {
+				u.failLocked(err)
+			} else {
+				u.hash = hash // read by others only once done
+			}
+		}
+	}
 	if u.done {
 		err := u.err
 		u.mu.Unlock()
@@ -430,36 +455,37 @@ func (c *cache) end(id, owner uint64) error {
 		if err == nil {
 			err = fmt.Errorf("%w: upload %d has ended", api.ErrNotFound, id)
 		}
-		return err
+		return false, err
 	}
 	u.keep = true
 	u.stopLocked()
 	u.mu.Unlock()
 	<-u.drained
 	// The file is put_end's now.
-	if err := u.commit(c); err != nil {
+	present, err = u.commit(c)
+	if err != nil {
 		u.f.Close()
 		os.Remove(u.temp)
-		return err
+		return false, err
 	}
-	return nil
+	return present, nil
 }
 
 // commit moves u's file into the cache, once drained, if it is whole and
-// its bytes' SHA-256 is u's hash.
-func (u *upload) commit(c *cache) error {
+// its bytes' SHA-256 is u's hash; present if the cache held it already.
+func (u *upload) commit(c *cache) (present bool, err error) {
 	switch {
 	case u.werr != nil:
-		return u.werr
+		return false, u.werr
 	case u.got != u.size:
-		return fmt.Errorf("%w: upload %d ended after %d of its %d bytes", api.ErrInvalid, u.id, u.got, u.size)
+		return false, fmt.Errorf("%w: upload %d ended after %d of its %d bytes", api.ErrInvalid, u.id, u.got, u.size)
 	}
 	if sum := hex.EncodeToString(u.h.Sum(nil)); sum != u.hash {
-		return fmt.Errorf("%w: the bytes uploaded have the SHA-256 %s, not %s", api.ErrInvalid, sum, u.hash)
+		return false, fmt.Errorf("%w: the bytes uploaded have the SHA-256 %s, not %s", api.ErrInvalid, sum, u.hash)
 	}
 	// Read and execute for the owner only, and never written again.
 	if err := u.f.Chmod(0o500); err != nil {
-		return fmt.Errorf("%w: chmod the upload's file: %v", api.ErrFailed, err)
+		return false, fmt.Errorf("%w: chmod the upload's file: %v", api.ErrFailed, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -471,10 +497,10 @@ func (u *upload) commit(c *cache) error {
 		e.used = time.Now()
 		u.f.Close()
 		os.Remove(u.temp)
-		return nil
+		return true, nil
 	}
 	if err := os.Rename(u.temp, c.path(u.hash)); err != nil {
-		return fmt.Errorf("%w: rename the upload's file into the cache: %v", api.ErrFailed, err)
+		return false, fmt.Errorf("%w: rename the upload's file into the cache: %v", api.ErrFailed, err)
 	}
 	// The stamp of the file as it stays: after the rename, which changes
 	// its change time, and from the descriptor, so of the bytes hashed.
@@ -485,11 +511,11 @@ func (u *upload) commit(c *cache) error {
 	}
 	if err := u.f.Close(); err != nil {
 		os.Remove(c.path(u.hash))
-		return fmt.Errorf("%w: close the upload's file: %v", api.ErrFailed, err)
+		return false, fmt.Errorf("%w: close the upload's file: %v", api.ErrFailed, err)
 	}
 	c.files[u.hash] = &entry{size: u.size, used: time.Now(), stamp: st}
 	c.used += u.size
-	return nil
+	return false, nil
 }
 
 // idle ends u if no bytes came for Config.UploadIdle: a peer that stops
@@ -652,6 +678,22 @@ func (s *Service) Cached(hash string) (int64, bool, error) {
 // add to the upload (PutData) and end it (PutEnd); AbortUploads drops
 // it when owner ends.
 func (s *Service) PutBegin(hash string, size uint64, owner uint64, who Caller) (id uint64, present bool, err error) {
+	if err := checkHash(hash); err != nil {
+		return 0, false, err
+	}
+	return s.putBegin("spawn.put_begin", hash, size, owner, who)
+}
+
+// PutOpen starts an upload into the cache of size bytes whose SHA-256 the
+// caller names only when it ends it (PutClose), for the connection owner
+// of domain who, with PutBegin's quotas and policy.
+func (s *Service) PutOpen(size uint64, owner uint64, who Caller) (id uint64, err error) {
+	id, _, err = s.putBegin("spawn.put_open", "", size, owner, who)
+	return id, err
+}
+
+// putBegin is PutBegin, and PutOpen with hash "", as call.
+func (s *Service) putBegin(call, hash string, size uint64, owner uint64, who Caller) (id uint64, present bool, err error) {
 	if err := s.shipAllowed(); err != nil {
 		return 0, false, err
 	}
@@ -659,13 +701,16 @@ func (s *Service) PutBegin(hash string, size uint64, owner uint64, who Caller) (
 		size = uint64(s.cfg.MaxShipBytes) + 1 // refused by begin, without overflow
 	}
 	id, present, err = s.cache.begin(hash, int64(size), owner, who)
-	log := s.log.With("call", "spawn.put_begin", "hash", hash, "size", size, "domain", who.Domain, "pid", who.PID, "by", who.Program)
+	log := s.log.With("call", call, "size", size, "domain", who.Domain, "pid", who.PID, "by", who.Program)
+	if hash != "" {
+		log = log.With("hash", hash)
+	}
 	if who.Machine != "" {
 		log = log.With("from_machine", who.Machine)
 	}
 	switch {
 	case err != nil:
-		s.refused(log, "spawn.put_begin", "upload refused", err)
+		s.refused(log, call, "upload refused", err)
 	case present:
 		log.Debug("upload not needed: cached")
 	default:
@@ -688,16 +733,38 @@ func (s *Service) PutData(id, owner, offset uint64, data []byte) error {
 // bytes came and their SHA-256 is the upload's hash; otherwise it is
 // dropped, and the error says why (ErrInvalid).
 func (s *Service) PutEnd(id, owner uint64) error {
-	if s.cache == nil {
-		return ErrNoCache
-	}
-	err := s.cache.end(id, owner)
-	if err != nil {
-		s.refused(s.log.With("call", "spawn.put_end", "upload", id), "spawn.put_end", "upload refused", err)
-	} else {
-		s.log.Info("upload ended: in the cache", "call", "spawn.put_end", "upload", id)
-	}
+	_, err := s.putEnd("spawn.put_end", id, owner, false, "")
 	return err
+}
+
+// PutClose ends owner's upload id, which PutOpen began, naming its
+// SHA-256: as PutEnd, with hash as the upload's. present reports that the
+// cache held the file already, and keeps that copy. With hash "" the
+// caller gives the upload up: it is dropped, and that is no error.
+func (s *Service) PutClose(id, owner uint64, hash string) (present bool, err error) {
+	return s.putEnd("spawn.put_close", id, owner, true, hash)
+}
+
+// putEnd is PutEnd and PutClose (closing), as call.
+func (s *Service) putEnd(call string, id, owner uint64, closing bool, hash string) (bool, error) {
+	if s.cache == nil {
+		return false, ErrNoCache
+	}
+	present, err := s.cache.end(id, owner, closing, hash)
+	if errors.Is(err, errGivenUp) {
+		s.log.Debug("upload dropped: given up by its caller", "call", call, "upload", id)
+		return false, nil
+	}
+	if err != nil {
+		s.refused(s.log.With("call", call, "upload", id), call, "upload refused", err)
+	} else {
+		log := s.log.With("call", call, "upload", id)
+		if closing {
+			log = log.With("hash", hash)
+		}
+		log.Info("upload ended: in the cache", "present", present)
+	}
+	return present, err
 }
 
 // AbortUploads drops the uploads in progress of the connection owner.

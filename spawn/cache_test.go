@@ -427,3 +427,92 @@ func TestShippedWaitsForWriters(t *testing.T) {
 		t.Fatal("a refused spawn was listed")
 	}
 }
+
+// TestShipOpenClose: an upload begun without its hash (PutOpen) enters
+// the cache under the hash PutClose names, once its bytes match it; one
+// whose bytes do not, that is ended the wrong way or given up (no
+// hash) leaves nothing;
+// the quotas count it as any other; and a second upload of a file the
+// cache holds ends well, the file staying as it was.
+func TestShipOpenClose(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "cache")
+	s := newService(t, Config{CacheDir: dir, MaxUploadsPerDomain: 1})
+	prog := script("echo opened")
+	h := sum(prog)
+	open := func(owner uint64, b []byte) uint64 {
+		t.Helper()
+		id, err := s.PutOpen(uint64(len(b)), owner, Caller{Domain: owner})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < len(b); off += 5 {
+			if err := s.PutData(id, owner, uint64(off), b[off:min(off+5, len(b))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return id
+	}
+
+	// Each domain has room for one upload in progress, opened or begun.
+	id := open(1, prog)
+	if _, err := s.PutOpen(10, 1, Caller{Domain: 1}); !errors.Is(err, api.ErrExhausted) {
+		t.Fatalf("a second upload of one domain: %v, want ErrExhausted", err)
+	}
+	if err := s.PutEnd(id, 1); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "put_close") {
+		t.Fatalf("put_end of an opened upload: %v, want ErrInvalid naming put_close", err)
+	}
+	if _, ok, _ := s.Cached(h); ok {
+		t.Fatal("an upload ended by put_end entered the cache without a hash")
+	}
+
+	// The wrong hash, and no hash.
+	id = open(2, prog)
+	if _, err := s.PutClose(id, 2, sum([]byte("other"))); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "SHA-256") {
+		t.Fatalf("put_close with another file's hash: %v, want ErrInvalid about the SHA-256", err)
+	}
+	// No hash: the caller gives the upload up.
+	id = open(2, prog)
+	if present, err := s.PutClose(id, 2, ""); err != nil || present {
+		t.Fatalf("put_close without a hash: %v, %v; want no error", present, err)
+	}
+	if _, err := s.PutClose(id, 2, h); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("put_close of a dropped upload: %v, want ErrNotFound", err)
+	}
+
+	// An upload begun with its hash is not closed by put_close.
+	bid, _, err := s.PutBegin(h, uint64(len(prog)), 3, Caller{Domain: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.PutData(bid, 3, 0, prog)
+	if _, err := s.PutClose(bid, 3, h); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "put_end") {
+		t.Fatalf("put_close of a begun upload: %v, want ErrInvalid naming put_end", err)
+	}
+	if got := temps(t, dir); len(got) != 0 {
+		t.Fatalf("upload files left by the refused uploads: %v", got)
+	}
+
+	// The right hash: in the cache, and it runs.
+	id = open(4, prog)
+	if present, err := s.PutClose(id, 4, h); err != nil || present {
+		t.Fatalf("put_close: present %v, %v; want a new file", present, err)
+	}
+	if size, ok, _ := s.Cached(h); !ok || size != int64(len(prog)) {
+		t.Fatalf("cached after put_close: %v, %d", ok, size)
+	}
+	if out, _ := runShipped(t, s, h, Request{Program: "opened"}); out != "opened\n" {
+		t.Fatalf("output %q", out)
+	}
+
+	// The same file again: its upload ends well, and the cache keeps one.
+	id = open(5, prog)
+	if present, err := s.PutClose(id, 5, h); err != nil || !present {
+		t.Fatalf("put_close of a file the cache holds: present %v, %v; want present", present, err)
+	}
+	if got := temps(t, dir); len(got) != 0 {
+		t.Fatalf("upload files left: %v", got)
+	}
+	if st := s.CacheStats(); st.Uploads != 0 || st.Reserved != 0 || st.Files != 1 {
+		t.Fatalf("cache stats %+v", st)
+	}
+}

@@ -428,7 +428,7 @@ func runSpawn(ctx context.Context, args []string) error {
 		if sh.Uploaded {
 			fmt.Fprintf(os.Stderr, "shipped %s (%d bytes, sha256 %s) to machine %s\n", local, sh.Size, sh.Hash, machineLabel(m))
 		} else {
-			fmt.Fprintf(os.Stderr, "machine %s has %s in its cache (sha256 %s): not sent\n", machineLabel(m), local, sh.Hash)
+			fmt.Fprintf(os.Stderr, "machine %s has %s in its cache (sha256 %s): not uploaded\n", machineLabel(m), local, sh.Hash)
 		}
 		req.Hash, req.Program = sh.Hash, fs.Arg(0)
 		out["sha256"], out["uploaded"] = sh.Hash, sh.Uploaded

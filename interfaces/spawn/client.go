@@ -328,15 +328,18 @@ func (c *Client) Procs(ctx context.Context) ([]Proc, error) {
 	return out, nil
 }
 
-// ShipChunk is the size of the chunks Upload sends: the most put_data
-// carries, so that a chunk fits the interface's frames.
+// ShipChunk is the size of the chunks Ship and Upload send: the most
+// put_data carries, so that a chunk fits the interface's frames.
 const ShipChunk = MaxPutDataDataLen
 
 // Shipped is the outcome of Ship.
 type Shipped struct {
-	Hash     string // the file's SHA-256, lowercase hex: Request.Hash
-	Size     int64
-	Uploaded bool // false: the target's cache held it already
+	Hash string // the file's SHA-256, lowercase hex: Request.Hash
+	Size int64
+	// Uploaded is false when the target's cache held the file already:
+	// nothing was sent, or what was sent before Ship knew the hash was
+	// dropped.
+	Uploaded bool
 }
 
 // HashFile returns the SHA-256 of the file at path, in lowercase hex, and
@@ -356,34 +359,41 @@ func HashFile(path string) (string, int64, error) {
 }
 
 // Ship makes sure the cache of the service's machine holds the file at
-// path: it hashes the file, asks whether the cache has it, and uploads it
-// only if not. Start it then with Request.Hash set to the returned Hash.
+// path, and returns its hash: start it then with Request.Hash set to it.
+// A file the cache holds is not uploaded (Shipped.Uploaded is false).
+//
 // The hash of a file this process has hashed before, and that has not
-// changed since, is not computed again (shipHashes): shipping one program
-// to many machines reads it once to hash it.
+// changed since, is known (shipHashes): Ship asks whether the cache has
+// it and uploads the file only if not, so that shipping one program to
+// many machines hashes it once. Otherwise it hashes the file and sends
+// it at the same time (put_open): once the hash is known it asks, and if
+// the cache has the file it stops sending and drops the upload; if not,
+// the upload goes on and put_close names the hash, which the service
+// checks the bytes against.
 func (c *Client) Ship(ctx context.Context, path string) (Shipped, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Shipped{}, fmt.Errorf("ship: %w", err)
 	}
 	defer f.Close()
-	hash, size, err := shipHashes.hash(f)
+	st, hash, size, known, err := shipHashes.lookup(f)
 	if err != nil {
 		return Shipped{}, fmt.Errorf("ship: %w", err)
 	}
-	out := Shipped{Hash: hash, Size: size}
-	present, _, code, err := c.Cached(ctx, hash)
-	if err == nil {
-		err = Error(code, "")
+	if !known {
+		sh, err := c.shipHashing(ctx, f, st)
+		if err != nil {
+			return sh, fmt.Errorf("ship %s: %w", path, err)
+		}
+		return sh, nil
 	}
+	out := Shipped{Hash: hash, Size: size}
+	present, err := c.cached(ctx, hash)
 	if err != nil {
-		return out, fmt.Errorf("ship %s: cached: %w", path, err)
+		return out, fmt.Errorf("ship %s: %w", path, err)
 	}
 	if present {
 		return out, nil
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return out, fmt.Errorf("ship: %w", err)
 	}
 	out.Uploaded, err = c.Upload(ctx, hash, size, f)
 	if err != nil {
@@ -391,6 +401,155 @@ func (c *Client) Ship(ctx context.Context, path string) (Shipped, error) {
 	}
 	return out, nil
 }
+
+// cached says whether the service's cache holds the file whose hash is
+// hash.
+func (c *Client) cached(ctx context.Context, hash string) (bool, error) {
+	present, _, code, err := c.Cached(ctx, hash)
+	if err == nil {
+		err = Error(code, "")
+	}
+	if err != nil {
+		return false, fmt.Errorf("cached: %w", err)
+	}
+	return present, nil
+}
+
+// shipHashing is Ship of f, as st says it is, whose hash is not known: a
+// goroutine hashes f while this one uploads it (put_open), each reading
+// it at its own offsets. Once the hash is known, between two chunks, the
+// cache is asked for it; if it holds the file the upload is dropped.
+func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t) (Shipped, error) {
+	size := st.Size
+	id, code, detail, err := c.PutOpen(ctx, uint64(size))
+	if err == nil {
+		err = Error(code, string(detail))
+	}
+	if err != nil {
+		return Shipped{}, fmt.Errorf("put_open: %w", err)
+	}
+	type hashed struct {
+		sum string
+		err error
+	}
+	result := make(chan hashed, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() {
+		close(stop) // an early return ends the hashing at its next read
+		wg.Wait()
+	}()
+	began := time.Now()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		h := sha256.New()
+		n, err := io.Copy(h, &stoppable{r: io.NewSectionReader(f, 0, size), stop: stop})
+		switch {
+		case err != nil:
+			result <- hashed{err: fmt.Errorf("read: %w", err)}
+		case n != size:
+			result <- hashed{err: fmt.Errorf("read %d bytes of %d: the file changed", n, size)}
+		default:
+			result <- hashed{sum: hex.EncodeToString(h.Sum(nil))}
+		}
+	}()
+	// drop ends the upload without a hash: the service drops it now
+	// rather than hold its room until it is idle.
+	drop := func() { c.PutClose(ctx, id, "") }
+	out := Shipped{Size: size, Uploaded: true}
+	// take takes the hash and asks whether the cache holds the file; done
+	// (with what Ship returns) if it does, or if the hash or the asking
+	// failed: the upload is dropped.
+	take := func(h hashed) (sh Shipped, done bool, err error) {
+		if h.err != nil {
+			drop()
+			return Shipped{}, true, h.err
+		}
+		out.Hash = h.sum
+		shipHashes.remember(f, st, began, size, out.Hash)
+		present, err := c.cached(ctx, out.Hash)
+		if err != nil || present {
+			drop()
+			out.Uploaded = false
+			return out, true, err
+		}
+		return out, false, nil
+	}
+	r := io.NewSectionReader(f, 0, size)
+	buf := make([]byte, ShipChunk)
+	var off int64
+	for off < size {
+		if out.Hash == "" {
+			var h hashed
+			got := shipAwaitHash
+			if got {
+				h = <-result
+			} else {
+				select {
+				case h = <-result:
+					got = true
+				default:
+				}
+			}
+			if got {
+				if sh, done, err := take(h); done {
+					return sh, err
+				}
+			}
+		}
+		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
+		if err != nil {
+			drop()
+			return Shipped{}, fmt.Errorf("read at offset %d: %w", off, err)
+		}
+		if err := c.Send(ctx, &PutData{Upload: id, Offset: uint64(off), Data: buf[:n]}); err != nil {
+			return Shipped{}, fmt.Errorf("put_data at offset %d: %w", off, err)
+		}
+		off += int64(n)
+	}
+	if out.Hash == "" {
+		// Every byte has gone: the service's answer to put_close says
+		// whether it held the file already, without asking first.
+		h := <-result
+		if h.err != nil {
+			drop()
+			return Shipped{}, h.err
+		}
+		out.Hash = h.sum
+		shipHashes.remember(f, st, began, size, out.Hash)
+	}
+	present, code, detail, err := c.PutClose(ctx, id, out.Hash)
+	if err == nil {
+		err = Error(code, string(detail))
+	}
+	if err != nil {
+		return out, fmt.Errorf("put_close: %w", err)
+	}
+	out.Uploaded = !present
+	return out, nil
+}
+
+// shipAwaitHash makes Ship wait for the hash before the first chunk of an
+// upload, for tests of what it does when the cache holds the file.
+var shipAwaitHash = false
+
+// stoppable reads r until stop is closed.
+type stoppable struct {
+	r    io.Reader
+	stop <-chan struct{}
+}
+
+func (s *stoppable) Read(b []byte) (int, error) {
+	select {
+	case <-s.stop:
+		return 0, errShipEnded
+	default:
+	}
+	return s.r.Read(b)
+}
+
+var errShipEnded = errors.New("the ship has ended")
 
 // shipHashes is the hashes Ship has computed in this process.
 var shipHashes = hashCache{max: 256}
@@ -439,39 +598,55 @@ var racyWindow = time.Second
 // size: the kept one if f has not changed since, else computed (and kept
 // if f did not change while it was read either).
 func (hc *hashCache) hash(f *os.File) (string, int64, error) {
-	st, err := statOf(f)
-	if err != nil {
-		return "", 0, err
+	st, sum, size, ok, err := hc.lookup(f)
+	if err != nil || ok {
+		return sum, size, err
 	}
-	id := fileID{uint64(st.Dev), st.Ino}
-	hc.mu.Lock()
-	if h, ok := hc.m[id]; ok && h.size == st.Size && h.mtime == st.Mtim && h.ctime == st.Ctim {
-		hc.mu.Unlock()
-		return h.hash, h.size, nil
-	}
-	hc.hashes++
-	hc.mu.Unlock()
 	began := time.Now()
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
 		return "", 0, fmt.Errorf("read %s: %w", f.Name(), err)
 	}
-	sum := hex.EncodeToString(h.Sum(nil))
+	sum = hex.EncodeToString(h.Sum(nil))
+	hc.remember(f, st, began, n, sum)
+	return sum, n, nil
+}
+
+// lookup returns what fstat(2) says of f and, if f has not changed since
+// it was hashed, its kept hash and size (known). Otherwise it counts f as
+// hashed: its caller hashes it, and gives the hash to remember.
+func (hc *hashCache) lookup(f *os.File) (st *syscall.Stat_t, hash string, size int64, known bool, err error) {
+	if st, err = statOf(f); err != nil {
+		return nil, "", 0, false, err
+	}
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if h, ok := hc.m[fileID{uint64(st.Dev), st.Ino}]; ok && h.size == st.Size && h.mtime == st.Mtim && h.ctime == st.Ctim {
+		return st, h.hash, h.size, true, nil
+	}
+	hc.hashes++
+	return st, "", 0, false, nil
+}
+
+// remember keeps hash, the SHA-256 of the n bytes of f read from its
+// start after began, f being as st says before: if f is as it was and
+// had not changed for racyWindow before began.
+func (hc *hashCache) remember(f *os.File, st *syscall.Stat_t, began time.Time, n int64, hash string) {
 	after, err := statOf(f)
 	if err != nil {
-		return "", 0, err
+		return
 	}
 	changed := time.Unix(st.Ctim.Unix())
-	if after.Size == st.Size && after.Mtim == st.Mtim && after.Ctim == st.Ctim && n == st.Size && changed.Before(began.Add(-racyWindow)) {
-		hc.mu.Lock()
-		if hc.m == nil || len(hc.m) >= hc.max {
-			hc.m = make(map[fileID]hashedFile)
-		}
-		hc.m[id] = hashedFile{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, hash: sum}
-		hc.mu.Unlock()
+	if after.Size != st.Size || after.Mtim != st.Mtim || after.Ctim != st.Ctim || n != st.Size || !changed.Before(began.Add(-racyWindow)) {
+		return
 	}
-	return sum, n, nil
+	hc.mu.Lock()
+	defer hc.mu.Unlock()
+	if hc.m == nil || len(hc.m) >= hc.max {
+		hc.m = make(map[fileID]hashedFile)
+	}
+	hc.m[fileID{uint64(st.Dev), st.Ino}] = hashedFile{size: st.Size, mtime: st.Mtim, ctime: st.Ctim, hash: hash}
 }
 
 // Upload sends the size bytes that r gives into the cache under hash,

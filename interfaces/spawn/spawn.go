@@ -28,7 +28,7 @@ const MaxFrameSize = 65573
 
 // Fingerprint is the hash of the interface's normalised definition: a
 // client binds an export only if their fingerprints agree (docs/idl.md).
-const Fingerprint uint64 = 0xb25c85069f61c0eb
+const Fingerprint uint64 = 0xa7ec4c88dbb5ba11
 
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
@@ -43,6 +43,8 @@ const (
 	MsgPutData      uint16 = 8  // put_data
 	MsgPutEnd       uint16 = 9  // put_end
 	MsgSpawnShipped uint16 = 10 // spawn_shipped
+	MsgPutOpen      uint16 = 11 // put_open
+	MsgPutClose     uint16 = 12 // put_close
 )
 
 // Bounds of Strings (in bytes) and dynamic arrays (in elements), enforced
@@ -70,6 +72,9 @@ const (
 	MaxSpawnShippedCpusLen    = 256   // spawn_shipped: in String cpus[256]
 	MaxSpawnShippedNameLen    = 256   // spawn_shipped: in String name[256]
 	MaxSpawnShippedDetailLen  = 1024  // spawn_shipped: out uint8 detail[detail_len, 1024]
+	MaxPutOpenDetailLen       = 1024  // put_open: out uint8 detail[detail_len, 1024]
+	MaxPutCloseHashLen        = 64    // put_close: in String hash[64]
+	MaxPutCloseDetailLen      = 1024  // put_close: out uint8 detail[detail_len, 1024]
 )
 
 // Msg is a message, rpc call or rpc reply of spawn. Only the types of this
@@ -1112,6 +1117,202 @@ func (m *SpawnShippedReply) decode(frame []byte, caps []wire.Cap, take wire.Take
 	return nil
 }
 
+// PutOpenCall holds the in arguments of the rpc put_open, number 11:
+//
+//	rpc put_open(
+//		in uint64 size,
+//		out uint64 upload,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutOpenCall struct {
+	// Size is the in argument size (uint64).
+	Size uint64
+}
+
+func (*PutOpenCall) MsgNumber() uint16  { return MsgPutOpen }
+func (*PutOpenCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*PutOpenCall) MsgName() string    { return "spawn.put_open" }
+func (*PutOpenCall) isMsg()             {}
+func (m *PutOpenCall) Encode(buf *wire.Buffer) error {
+	m.put(wire.AppendFixed(buf, MsgPutOpen, wire.KindCall, 8))
+	return nil
+}
+func (m *PutOpenCall) Decode(frame []byte, caps []wire.Cap) error {
+	if b, ok := wire.FixedBody(frame, caps, MsgPutOpen, wire.KindCall, 8); ok {
+		m.Size = wire.Uint64(b[0:])
+		return nil
+	}
+	return wire.FixedError(frame, caps, "spawn.put_open call", MsgPutOpen, wire.KindCall, 8)
+}
+
+// put writes m into b, the body of its frame.
+func (m *PutOpenCall) put(b []byte) {
+	wire.PutUint64(b[0:], m.Size)
+}
+
+// PutOpenReply holds the out arguments of the rpc put_open, number 11:
+//
+//	rpc put_open(
+//		in uint64 size,
+//		out uint64 upload,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutOpenReply struct {
+	// Upload is the out argument upload (uint64).
+	Upload uint64
+	// Err is the out argument err (errval).
+	Err wire.Errval
+	// Detail is the out argument detail: at most MaxPutOpenDetailLen bytes (its
+	// length is detail_len in the IDL).
+	Detail []byte
+}
+
+func (*PutOpenReply) MsgNumber() uint16  { return MsgPutOpen }
+func (*PutOpenReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*PutOpenReply) MsgName() string    { return "spawn.put_open" }
+func (*PutOpenReply) isMsg()             {}
+func (m *PutOpenReply) Encode(buf *wire.Buffer) error {
+	var f [wire.HeaderSize + 20]byte
+	head, tail, err := m.parts(&f)
+	if err == nil {
+		buf.B = append(append(append(buf.B, head...), m.Detail...), tail...)
+	}
+	return err
+}
+
+func (m *PutOpenReply) Decode(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeCopy)
+}
+
+// decodeAppend is Decode for PutOpenAppend: the reply's detail is
+// appended to the slice m.Detail holds.
+func (m *PutOpenReply) decodeAppend(frame []byte, caps []wire.Cap) error {
+	return m.decode(frame, caps, wire.TakeAppend)
+}
+
+// parts writes the frame's header and the fields around m.Detail, checked
+// against its bound, into f: the frame is head, m.Detail, tail.
+func (m *PutOpenReply) parts(f *[wire.HeaderSize + 20]byte) (head, tail []byte, err error) {
+	n := len(m.Detail)
+	if err := wire.CheckCount("spawn.put_open reply", "detail", n, MaxPutOpenDetailLen); err != nil {
+		return nil, nil, err
+	}
+	wire.PutHead(f[:], MsgPutOpen, wire.KindReply, 20+n)
+	wire.PutUint64(f[wire.HeaderSize:], m.Upload)
+	wire.PutUint64(f[wire.HeaderSize+8:], uint64(m.Err))
+	wire.PutUint32(f[wire.HeaderSize+16:], uint32(n))
+	return f[:wire.HeaderSize+20], f[wire.HeaderSize+20:], nil
+}
+
+// decode is Decode taking the frame's detail as take says.
+func (m *PutOpenReply) decode(frame []byte, caps []wire.Cap, take wire.Take) error {
+	if b, ok := wire.TailBody(frame, caps, MsgPutOpen, wire.KindReply, 20); ok {
+		if n := wire.Uint32(b[16:]); n <= MaxPutOpenDetailLen && uint64(n) == uint64(len(b)-20) {
+			m.Upload = wire.Uint64(b[0:])
+			m.Err = wire.Errval(wire.Uint64(b[8:]))
+			m.Detail = take.Bytes(m.Detail, b[20:])
+			return nil
+		}
+	}
+	// The frame is malformed: decode it field by field to say where.
+	dst := m.Detail
+	*m = PutOpenReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_open reply", MsgPutOpen, wire.KindReply)
+	m.Upload = d.Uint64("upload")
+	m.Err = wire.Errval(d.Uint64("err"))
+	m.Detail = d.BytesAs("detail", MaxPutOpenDetailLen, take, dst)
+	if err := d.Finish(); err != nil {
+		*m = PutOpenReply{}
+		return err
+	}
+	return nil
+}
+
+// PutCloseCall holds the in arguments of the rpc put_close, number 12:
+//
+//	rpc put_close(
+//		in uint64 upload,
+//		in String hash[64],
+//		out bool present,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutCloseCall struct {
+	// Upload is the in argument upload (uint64).
+	Upload uint64
+	// Hash is the in argument hash: at most MaxPutCloseHashLen bytes, without NUL.
+	Hash string
+}
+
+func (*PutCloseCall) MsgNumber() uint16  { return MsgPutClose }
+func (*PutCloseCall) MsgKind() wire.Kind { return wire.KindCall }
+func (*PutCloseCall) MsgName() string    { return "spawn.put_close" }
+func (*PutCloseCall) isMsg()             {}
+func (m *PutCloseCall) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.put_close call", MsgPutClose, wire.KindCall, 12)
+	e.Uint64(m.Upload)
+	e.String("hash", m.Hash, MaxPutCloseHashLen)
+	return e.Finish()
+}
+
+func (m *PutCloseCall) Decode(frame []byte, caps []wire.Cap) error {
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_close call", MsgPutClose, wire.KindCall)
+	m.Upload = d.Uint64("upload")
+	m.Hash = d.String("hash", MaxPutCloseHashLen)
+	if err := d.Finish(); err != nil {
+		*m = PutCloseCall{}
+		return err
+	}
+	return nil
+}
+
+// PutCloseReply holds the out arguments of the rpc put_close, number 12:
+//
+//	rpc put_close(
+//		in uint64 upload,
+//		in String hash[64],
+//		out bool present,
+//		out errval err,
+//		out uint8 detail[detail_len, 1024]);
+type PutCloseReply struct {
+	// Present is the out argument present (bool).
+	Present bool
+	// Err is the out argument err (errval).
+	Err wire.Errval
+	// Detail is the out argument detail: at most MaxPutCloseDetailLen bytes (its
+	// length is detail_len in the IDL).
+	Detail []byte
+}
+
+func (*PutCloseReply) MsgNumber() uint16  { return MsgPutClose }
+func (*PutCloseReply) MsgKind() wire.Kind { return wire.KindReply }
+func (*PutCloseReply) MsgName() string    { return "spawn.put_close" }
+func (*PutCloseReply) isMsg()             {}
+func (m *PutCloseReply) Encode(buf *wire.Buffer) error {
+	var e wire.Encoder
+	e.Begin(buf, "spawn.put_close reply", MsgPutClose, wire.KindReply, 13)
+	e.Bool(m.Present)
+	e.Uint64(uint64(m.Err))
+	e.Bytes("detail", m.Detail, MaxPutCloseDetailLen)
+	return e.Finish()
+}
+
+func (m *PutCloseReply) Decode(frame []byte, caps []wire.Cap) error {
+	*m = PutCloseReply{}
+	var d wire.Decoder
+	d.Begin(frame, caps, "spawn.put_close reply", MsgPutClose, wire.KindReply)
+	m.Present = d.Bool("present")
+	m.Err = wire.Errval(d.Uint64("err"))
+	m.Detail = d.Bytes("detail", MaxPutCloseDetailLen)
+	if err := d.Finish(); err != nil {
+		*m = PutCloseReply{}
+		return err
+	}
+	return nil
+}
+
 // New returns a new zero message, call or reply of number msg and kind
 // kind, or nil if spawn has none.
 func New(msg uint16, kind wire.Kind) Msg {
@@ -1154,6 +1355,14 @@ func New(msg uint16, kind wire.Kind) Msg {
 		return new(SpawnShippedCall)
 	case msg == MsgSpawnShipped && kind == wire.KindReply:
 		return new(SpawnShippedReply)
+	case msg == MsgPutOpen && kind == wire.KindCall:
+		return new(PutOpenCall)
+	case msg == MsgPutOpen && kind == wire.KindReply:
+		return new(PutOpenReply)
+	case msg == MsgPutClose && kind == wire.KindCall:
+		return new(PutCloseCall)
+	case msg == MsgPutClose && kind == wire.KindReply:
+		return new(PutCloseReply)
 	}
 	return nil
 }
@@ -1212,6 +1421,10 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 		return errors.New("spawn: Send of a call or reply of the rpc put_end: use Client.PutEnd")
 	case *SpawnShippedCall, *SpawnShippedReply:
 		return errors.New("spawn: Send of a call or reply of the rpc spawn_shipped: use Client.SpawnShipped")
+	case *PutOpenCall, *PutOpenReply:
+		return errors.New("spawn: Send of a call or reply of the rpc put_open: use Client.PutOpen")
+	case *PutCloseCall, *PutCloseReply:
+		return errors.New("spawn: Send of a call or reply of the rpc put_close: use Client.PutClose")
 	}
 	return fmt.Errorf("%s: Send of a nil message", InterfaceName)
 }
@@ -1358,6 +1571,39 @@ func (c *Client) SpawnShippedAppend(ctx context.Context, hash string, program st
 	return r.ID, r.PID, r.Err, r.Detail, nil
 }
 
+// PutOpen calls the rpc put_open and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) PutOpen(ctx context.Context, size uint64) (upload uint64, err_ wire.Errval, detail []byte, err error) {
+	var r PutOpenReply
+	var call [wire.HeaderSize + 8]byte
+	(&PutOpenCall{Size: size}).put(wire.PutFixed(call[:], MsgPutOpen, wire.KindCall))
+	err = c.c.CallFrameDecode(ctx, "spawn.put_open", call[:], r.Decode)
+	return r.Upload, r.Err, r.Detail, err
+}
+
+// PutOpenAppend is PutOpen with the reply's detail appended to dst rather than
+// copied into a new slice: a caller that passes the last result back as
+// dst[:0] allocates nothing once dst has grown. On error it returns dst
+// as it was.
+func (c *Client) PutOpenAppend(ctx context.Context, size uint64, dst []byte) (upload uint64, err_ wire.Errval, detail []byte, err error) {
+	r := PutOpenReply{Detail: dst}
+	var call [wire.HeaderSize + 8]byte
+	(&PutOpenCall{Size: size}).put(wire.PutFixed(call[:], MsgPutOpen, wire.KindCall))
+	err = c.c.CallFrameDecode(ctx, "spawn.put_open", call[:], r.decodeAppend)
+	if err != nil {
+		return upload, err_, dst, err
+	}
+	return r.Upload, r.Err, r.Detail, nil
+}
+
+// PutClose calls the rpc put_close and returns its out arguments. An error reply
+// from the server comes back as a *chanos.RemoteError.
+func (c *Client) PutClose(ctx context.Context, upload uint64, hash string) (present bool, err_ wire.Errval, detail []byte, err error) {
+	var r PutCloseReply
+	err = c.c.CallEncoded(ctx, "spawn.put_close", MsgPutClose, (&PutCloseCall{Upload: upload, Hash: hash}).Encode, r.Decode)
+	return r.Present, r.Err, r.Detail, err
+}
+
 // Server is the server side of spawn: a method per message, called for each
 // message received from the peer from, and a method per rpc, whose results
 // (or error) are the reply. Embed UnimplementedServer to keep compiling
@@ -1386,6 +1632,10 @@ type Server interface {
 	PutEnd(ctx context.Context, upload uint64) (err_ wire.Errval, detail []byte, err error)
 	// SpawnShipped handles the rpc spawn_shipped.
 	SpawnShipped(ctx context.Context, hash string, program string, args []byte, env []byte, dir string, cpus string, memLimit uint64, cpuLimit uint64, cpuRateMilli uint32, name string) (id uint64, pid int32, err_ wire.Errval, detail []byte, err error)
+	// PutOpen handles the rpc put_open.
+	PutOpen(ctx context.Context, size uint64) (upload uint64, err_ wire.Errval, detail []byte, err error)
+	// PutClose handles the rpc put_close.
+	PutClose(ctx context.Context, upload uint64, hash string) (present bool, err_ wire.Errval, detail []byte, err error)
 }
 
 // Dispatch calls the method of srv that handles m, from the peer from, as
@@ -1448,6 +1698,16 @@ func (UnimplementedServer) PutEnd(context.Context, uint64) (wire.Errval, []byte,
 // SpawnShipped fails with errors.ErrUnsupported.
 func (UnimplementedServer) SpawnShipped(context.Context, string, string, []byte, []byte, string, string, uint64, uint64, uint32, string) (uint64, int32, wire.Errval, []byte, error) {
 	return 0, 0, 0, nil, unsupported("spawn_shipped")
+}
+
+// PutOpen fails with errors.ErrUnsupported.
+func (UnimplementedServer) PutOpen(context.Context, uint64) (uint64, wire.Errval, []byte, error) {
+	return 0, 0, nil, unsupported("put_open")
+}
+
+// PutClose fails with errors.ErrUnsupported.
+func (UnimplementedServer) PutClose(context.Context, uint64, string) (bool, wire.Errval, []byte, error) {
+	return false, 0, nil, unsupported("put_close")
 }
 
 // Interface describes spawn to the connection engine.
@@ -1662,6 +1922,37 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 			return nil, err
 		}
 		return from.c.ReplyParts(ctx, in, head, detail, tail)
+	case in.Header.Msg == MsgPutOpen && in.Kind == wire.KindCall:
+		var m PutOpenCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		upload, err_, detail, err := srv.PutOpen(ctx, m.Size)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &PutOpenReply{Upload: upload, Err: err_, Detail: detail}, nil
+		}
+		var f [wire.HeaderSize + 20]byte
+		head, tail, err := (&PutOpenReply{Upload: upload, Err: err_, Detail: detail}).parts(&f)
+		if err != nil {
+			return nil, err
+		}
+		return from.c.ReplyParts(ctx, in, head, detail, tail)
+	case in.Header.Msg == MsgPutClose && in.Kind == wire.KindCall:
+		var m PutCloseCall
+		if err := genrt.Take(in, &m, m.Decode); err != nil {
+			return nil, from.c.Violation(err)
+		}
+		present, err_, detail, err := srv.PutClose(ctx, m.Upload, m.Hash)
+		if err != nil {
+			return nil, err
+		}
+		if !in.Inline {
+			return &PutCloseReply{Present: present, Err: err_, Detail: detail}, nil
+		}
+		return from.c.ReplyEncoded(ctx, in, (&PutCloseReply{Present: present, Err: err_, Detail: detail}).Encode)
 	}
 	return nil, from.c.Violation(genrt.Unknown(InterfaceName, in))
 }

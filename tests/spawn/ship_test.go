@@ -1,6 +1,8 @@
 package spawn
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"os"
@@ -122,6 +124,49 @@ func TestShip(t *testing.T) {
 	small := shipEnv(t, testkit.ShortDir(t), "--spawn-ship-max", "16")
 	if _, err := small.c.Ship(ctx, prog2); !errors.Is(err, spawnif.ErrExhausted) || !strings.Contains(err.Error(), "--spawn-ship-max") {
 		t.Fatalf("ship of %d bytes to a monitor with --spawn-ship-max 16: %v, want ErrExhausted naming the flag", len(body), err)
+	}
+}
+
+// TestShipHashingWhileSending: a file this process has not hashed is
+// hashed while it is sent (put_open, put_close); the service checks the
+// hash and runs the file. Shipped again before the process can keep its
+// hash (changed within the racy window), it is hashed and sent again
+// until the hash is known, and the cache, which holds it, drops that
+// copy: not uploaded, and no upload's file left behind.
+func TestShipHashingWhileSending(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	e := shipEnv(t, dir)
+	ctx := testkit.Context(t)
+	prog := filepath.Join(t.TempDir(), "big")
+	pad := make([]byte, 3<<20)
+	rand.Read(pad)
+	body := append([]byte("#!/bin/sh\necho big\nexit 0\n# "), hex.EncodeToString(pad)...)
+	if err := os.WriteFile(prog, body, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hash, _, err := spawnif.HashFile(prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []bool{true, false} {
+		sh, err := e.c.Ship(ctx, prog)
+		if err != nil {
+			t.Fatalf("ship %d: %v", i+1, err)
+		}
+		if sh.Hash != hash || sh.Size != int64(len(body)) || sh.Uploaded != want {
+			t.Fatalf("ship %d: %+v; want hash %s, size %d, uploaded %v", i+1, sh, hash, len(body), want)
+		}
+		names, err := os.ReadDir(filepath.Join(dir, "spawn-cache"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(names) != 1 || names[0].Name() != hash {
+			t.Fatalf("after ship %d the cache holds %v; want only %s", i+1, names, hash)
+		}
+	}
+	s := e.start(t, spawnif.Request{Hash: hash, Program: "big"})
+	if got := e.output(t, s.ID); got != "big\n" {
+		t.Fatalf("output %q", got)
 	}
 }
 

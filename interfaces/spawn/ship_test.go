@@ -1,0 +1,119 @@
+package spawn_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	spawnif "github.com/chanos/chanos/interfaces/spawn"
+	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/spawn"
+)
+
+// A ship that learns the hash of a file before it has sent it all, and
+// finds the file in the cache, stops sending and drops its upload: not
+// uploaded, no upload's file left behind, nothing added to the cache,
+// and the connection goes on serving.
+func TestShipStopsWhenCached(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "chanos-ship-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	logged := &records{}
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: quiet, Spawn: spawn.Config{Logger: slog.New(logged)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(mctx) }()
+	defer func() { stop(); <-served }()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	body := make([]byte, 8*spawnif.ShipChunk+100)
+	rand.Read(body)
+	path := filepath.Join(t.TempDir(), "payload")
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	first, err := c.Ship(ctx, path)
+	if err != nil || !first.Uploaded {
+		t.Fatalf("first ship: %+v, %v; want uploaded", first, err)
+	}
+
+	defer spawnif.AwaitHashBeforeSending()()
+	again, err := c.Ship(ctx, path) // changed within the racy window: hashed again
+	if err != nil || again.Uploaded || again.Hash != first.Hash {
+		t.Fatalf("second ship: %+v, %v; want %s, not uploaded", again, err, first.Hash)
+	}
+	// The service saw the second upload given up, not ended: it stopped
+	// before its last chunk.
+	if n := logged.count("upload dropped: given up by its caller"); n != 1 {
+		t.Fatalf("the service logged %d uploads given up, want 1 (%d ended)", n, logged.count("upload ended: in the cache"))
+	}
+	if n := logged.count("upload ended: in the cache"); n != 1 {
+		t.Fatalf("the service logged %d uploads ended, want the first only", n)
+	}
+	// No upload's file is left: the cache directory holds the one file.
+	names, err := os.ReadDir(filepath.Join(dir, "spawn-cache"))
+	if err != nil || len(names) != 1 || names[0].Name() != first.Hash {
+		t.Fatalf("cache directory: %v, %v; want only %s", names, err, first.Hash)
+	}
+
+	// The connection serves on: a ship of other bytes goes through.
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, bytes.Repeat([]byte{7}, 1000), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if sh, err := c.Ship(ctx, other); err != nil || !sh.Uploaded {
+		t.Fatalf("ship after the stopped upload: %+v, %v", sh, err)
+	}
+}
+
+// records counts the messages of the records logged to it, at every
+// level.
+type records struct {
+	mu   sync.Mutex
+	msgs map[string]int
+}
+
+func (r *records) Enabled(context.Context, slog.Level) bool { return true }
+
+func (r *records) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.msgs == nil {
+		r.msgs = make(map[string]int)
+	}
+	r.msgs[rec.Message]++
+	return nil
+}
+
+func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *records) WithGroup(string) slog.Handler      { return r }
+
+func (r *records) count(msg string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.msgs[msg]
+}
