@@ -678,31 +678,34 @@ func (s *Service) Cached(hash string) (int64, bool, error) {
 // add to the upload (PutData) and end it (PutEnd); AbortUploads drops
 // it when owner ends.
 func (s *Service) PutBegin(hash string, size uint64, owner uint64, who Caller) (id uint64, present bool, err error) {
-	if err := checkHash(hash); err != nil {
-		return 0, false, err
-	}
-	return s.putBegin("spawn.put_begin", hash, size, owner, who)
+	return s.putBegin("spawn.put_begin", true, hash, size, owner, who)
 }
 
 // PutOpen starts an upload into the cache of size bytes whose SHA-256 the
 // caller names only when it ends it (PutClose), for the connection owner
 // of domain who, with PutBegin's quotas and policy.
 func (s *Service) PutOpen(size uint64, owner uint64, who Caller) (id uint64, err error) {
-	id, _, err = s.putBegin("spawn.put_open", "", size, owner, who)
+	id, _, err = s.putBegin("spawn.put_open", false, "", size, owner, who)
 	return id, err
 }
 
-// putBegin is PutBegin, and PutOpen with hash "", as call.
-func (s *Service) putBegin(call, hash string, size uint64, owner uint64, who Caller) (id uint64, present bool, err error) {
+// putBegin is PutBegin (named: hash names the file) and PutOpen, as call.
+func (s *Service) putBegin(call string, named bool, hash string, size uint64, owner uint64, who Caller) (id uint64, present bool, err error) {
 	if err := s.shipAllowed(); err != nil {
 		return 0, false, err
 	}
 	if size > uint64(s.cfg.MaxShipBytes) {
 		size = uint64(s.cfg.MaxShipBytes) + 1 // refused by begin, without overflow
 	}
-	id, present, err = s.cache.begin(hash, int64(size), owner, who)
+	if named {
+		// "" would open an upload without a hash.
+		err = checkHash(hash)
+	}
+	if err == nil {
+		id, present, err = s.cache.begin(hash, int64(size), owner, who)
+	}
 	log := s.log.With("call", call, "size", size, "domain", who.Domain, "pid", who.PID, "by", who.Program)
-	if hash != "" {
+	if named {
 		log = log.With("hash", hash)
 	}
 	if who.Machine != "" {

@@ -453,6 +453,11 @@ func TestShipOpenClose(t *testing.T) {
 		return id
 	}
 
+	// put_begin names the hash: without one it is refused, not opened.
+	if _, _, err := s.PutBegin("", uint64(len(prog)), 1, Caller{Domain: 1}); !errors.Is(err, api.ErrInvalid) {
+		t.Fatalf("put_begin without a hash: %v, want ErrInvalid", err)
+	}
+
 	// Each domain has room for one upload in progress, opened or begun.
 	id := open(1, prog)
 	if _, err := s.PutOpen(10, 1, Caller{Domain: 1}); !errors.Is(err, api.ErrExhausted) {
