@@ -284,16 +284,11 @@ func (c *cache) cached(hash string) (int64, bool) {
 	return 0, false
 }
 
-// begin starts an upload of size bytes whose hash is hash, for owner (a
-// connection) of domain who. It returns present when the cache holds
-// the file already. An upload without a hash ("", put_open) learns it at
-// its end.
+// begin starts an upload of size bytes whose hash is hash (checked by
+// the caller), for owner (a connection) of domain who. It returns
+// present when the cache holds the file already. An upload without a
+// hash ("", put_open) learns it at its end.
 func (c *cache) begin(hash string, size int64, owner uint64, who Caller) (uint64, bool, error) {
-	if hash != "" {
-		if err := checkHash(hash); err != nil {
-			return 0, false, err
-		}
-	}
 	if size <= 0 {
 		return 0, false, fmt.Errorf("%w: size %d", api.ErrInvalid, size)
 	}

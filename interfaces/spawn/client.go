@@ -458,23 +458,16 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	// rather than hold its room until it is idle.
 	drop := func() { c.PutClose(ctx, id, "") }
 	out := Shipped{Size: size, Uploaded: true}
-	// take takes the hash and asks whether the cache holds the file; done
-	// (with what Ship returns) if it does, or if the hash or the asking
-	// failed: the upload is dropped.
-	take := func(h hashed) (sh Shipped, done bool, err error) {
+	// known takes the hash, and keeps it for a later Ship of f; an error
+	// drops the upload.
+	known := func(h hashed) error {
 		if h.err != nil {
 			drop()
-			return Shipped{}, true, h.err
+			return h.err
 		}
 		out.Hash = h.sum
 		shipHashes.remember(f, st, began, size, out.Hash)
-		present, err := c.cached(ctx, out.Hash)
-		if err != nil || present {
-			drop()
-			out.Uploaded = false
-			return out, true, err
-		}
-		return out, false, nil
+		return nil
 	}
 	r := io.NewSectionReader(f, 0, size)
 	buf := make([]byte, ShipChunk)
@@ -493,8 +486,15 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 				}
 			}
 			if got {
-				if sh, done, err := take(h); done {
-					return sh, err
+				if err := known(h); err != nil {
+					return Shipped{}, err
+				}
+				// If the cache holds the file, the rest need not go.
+				present, err := c.cached(ctx, out.Hash)
+				if err != nil || present {
+					drop()
+					out.Uploaded = false
+					return out, err
 				}
 			}
 		}
@@ -511,13 +511,9 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	if out.Hash == "" {
 		// Every byte has gone: the service's answer to put_close says
 		// whether it held the file already, without asking first.
-		h := <-result
-		if h.err != nil {
-			drop()
-			return Shipped{}, h.err
+		if err := known(<-result); err != nil {
+			return Shipped{}, err
 		}
-		out.Hash = h.sum
-		shipHashes.remember(f, st, began, size, out.Hash)
 	}
 	present, code, detail, err := c.PutClose(ctx, id, out.Hash)
 	if err == nil {
@@ -593,25 +589,6 @@ func statOf(f *os.File) (*syscall.Stat_t, error) {
 // racyWindow is how long before a hash began a file must have last
 // changed for its hash to be kept: far more than the clock's tick.
 var racyWindow = time.Second
-
-// hash returns the SHA-256 of f, from its start, in lowercase hex, and its
-// size: the kept one if f has not changed since, else computed (and kept
-// if f did not change while it was read either).
-func (hc *hashCache) hash(f *os.File) (string, int64, error) {
-	st, sum, size, ok, err := hc.lookup(f)
-	if err != nil || ok {
-		return sum, size, err
-	}
-	began := time.Now()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
-	if err != nil {
-		return "", 0, fmt.Errorf("read %s: %w", f.Name(), err)
-	}
-	sum = hex.EncodeToString(h.Sum(nil))
-	hc.remember(f, st, began, n, sum)
-	return sum, n, nil
-}
 
 // lookup returns what fstat(2) says of f and, if f has not changed since
 // it was hashed, its kept hash and size (known). Otherwise it counts f as

@@ -3,6 +3,7 @@ package spawn
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -32,7 +33,7 @@ func TestHashCache(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer f.Close()
-		h, n, err := hc.hash(f)
+		h, n, err := hashVia(&hc, f)
 		sum := sha256.Sum256([]byte(content))
 		if err != nil || h != hex.EncodeToString(sum[:]) || n != int64(len(content)) {
 			t.Fatalf("%s: %s, %d, %v; want the hash of %q", what, h, n, err, content)
@@ -68,4 +69,23 @@ func TestHashCache(t *testing.T) {
 	}
 	check("replaced", "third!", 6)
 	check("replaced, kept", "third!", 6)
+}
+
+// hashVia is what Ship does with hc for f: the kept hash if f has not
+// changed since, else the one computed now, kept if f did not change
+// while it was read either.
+func hashVia(hc *hashCache, f *os.File) (string, int64, error) {
+	st, sum, size, ok, err := hc.lookup(f)
+	if err != nil || ok {
+		return sum, size, err
+	}
+	began := time.Now()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	sum = hex.EncodeToString(h.Sum(nil))
+	hc.remember(f, st, began, n, sum)
+	return sum, n, nil
 }
