@@ -454,9 +454,7 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 			result <- hashed{sum: hex.EncodeToString(h.Sum(nil))}
 		}
 	}()
-	// drop ends the upload without a hash: the service drops it now
-	// rather than hold its room until it is idle.
-	drop := func() { c.PutClose(ctx, id, "") }
+	drop := func() { c.abandon(ctx, id, true) }
 	out := Shipped{Size: size, Uploaded: true}
 	// known takes the hash, and keeps it for a later Ship of f; an error
 	// drops the upload.
@@ -504,6 +502,7 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 			return Shipped{}, fmt.Errorf("read at offset %d: %w", off, err)
 		}
 		if err := c.Send(ctx, &PutData{Upload: id, Offset: uint64(off), Data: buf[:n]}); err != nil {
+			drop()
 			return Shipped{}, fmt.Errorf("put_data at offset %d: %w", off, err)
 		}
 		off += int64(n)
@@ -524,6 +523,26 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	}
 	out.Uploaded = !present
 	return out, nil
+}
+
+// abandonWait bounds how long an upload's abandon waits for the service.
+const abandonWait = time.Second
+
+// abandon ends upload id, which its caller gives up, so that the service
+// frees its room and its place in the domain's quota now rather than
+// when the upload has been idle for its timeout: a short put_end fails
+// it, as a put_close without a hash (opened) drops it. The call has a
+// context of its own, as ctx's end may be why the upload is given up;
+// an answer that does not come within abandonWait leaves the upload to
+// the service's timeout, or to the connection's end.
+func (c *Client) abandon(ctx context.Context, id uint64, opened bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonWait)
+	defer cancel()
+	if opened {
+		c.PutClose(ctx, id, "")
+	} else {
+		c.PutEnd(ctx, id)
+	}
 }
 
 // shipAwaitHash makes Ship wait for the hash before the first chunk of an
@@ -647,12 +666,11 @@ func (c *Client) Upload(ctx context.Context, hash string, size int64, r io.Reade
 	for off < size {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
 		if err != nil {
-			// The service drops the upload with the connection, or once
-			// idle; end it now rather than hold its room.
-			c.PutEnd(ctx, id)
+			c.abandon(ctx, id, false)
 			return false, fmt.Errorf("read at offset %d: %w", off, err)
 		}
 		if err := c.Send(ctx, &PutData{Upload: id, Offset: uint64(off), Data: buf[:n]}); err != nil {
+			c.abandon(ctx, id, false)
 			return false, fmt.Errorf("put_data at offset %d: %w", off, err)
 		}
 		off += int64(n)

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -88,6 +92,75 @@ func TestShipStopsWhenCached(t *testing.T) {
 	if sh, err := c.Ship(ctx, other); err != nil || !sh.Uploaded {
 		t.Fatalf("ship after the stopped upload: %+v, %v", sh, err)
 	}
+}
+
+// An upload whose caller's context ends halfway gives its room back at
+// once: three such uploads in a row, and a fourth that goes through, pass
+// the service's quota of two uploads in progress per domain, which an
+// upload left to the service's idle timeout (30 s) would hold.
+func TestUploadCanceledGivesItsPlaceBack(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, err := os.MkdirTemp("", "chanos-ship-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.DiscardHandler)
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: quiet, Spawn: spawn.Config{Logger: quiet, MaxUploadsPerDomain: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(mctx) }()
+	defer func() { stop(); <-served }()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+
+	body := make([]byte, 4*spawnif.ShipChunk)
+	rand.Read(body)
+	sum := sha256.Sum256(body)
+	hash := hex.EncodeToString(sum[:])
+	for i := range 3 {
+		cctx, cancelUpload := context.WithCancel(ctx)
+		r := &cancelAfter{r: bytes.NewReader(body), n: spawnif.ShipChunk, cancel: cancelUpload}
+		_, err := c.Upload(cctx, hash, int64(len(body)), r)
+		cancelUpload()
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("upload %d: %v, want context.Canceled", i, err)
+		}
+	}
+	if up, err := c.Upload(ctx, hash, int64(len(body)), bytes.NewReader(body)); err != nil || !up {
+		t.Fatalf("upload after three canceled: %v, %v", up, err)
+	}
+	names, err := os.ReadDir(filepath.Join(dir, "spawn-cache"))
+	if err != nil || len(names) != 1 || names[0].Name() != hash {
+		t.Fatalf("cache directory: %v, %v; want only %s", names, err, hash)
+	}
+}
+
+// cancelAfter reads r, and calls cancel once n bytes have been read.
+type cancelAfter struct {
+	r      io.Reader
+	n      int
+	cancel func()
+}
+
+func (c *cancelAfter) Read(b []byte) (int, error) {
+	k, err := c.r.Read(b)
+	if c.n -= k; c.n <= 0 {
+		c.cancel()
+	}
+	return k, err
 }
 
 // records counts the messages of the records logged to it, at every
