@@ -392,7 +392,7 @@ func runSpawn(ctx context.Context, args []string) error {
 	defer cancel()
 	d, c, m, err := dialSpawn(callCtx, *dir, "chanos spawn", *on)
 	if err != nil {
-		return fmt.Errorf("spawn --on %q: %w", *on, err)
+		return err // it names the machine --on named if it is not one
 	}
 	defer d.Close()
 	defer c.Close()
