@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"debug/elf"
 	"errors"
 	"flag"
 	"fmt"
@@ -430,6 +431,11 @@ func runSpawn(ctx context.Context, args []string) error {
 		} else {
 			fmt.Fprintf(os.Stderr, "machine %s has %s in its cache (sha256 %s): not uploaded\n", machineLabel(m), local, sh.Hash)
 		}
+		if libs := sharedLibraries(local); len(libs) > 0 && !m.Self {
+			fmt.Fprintf(os.Stderr, "note: %s needs %s, which --ship does not send: machine %s must have them\n",
+				local, strings.Join(libs, ", "), machineLabel(m))
+			out["needs"] = libs
+		}
 		req.Hash, req.Program = sh.Hash, fs.Arg(0)
 		out["sha256"], out["uploaded"] = sh.Hash, sh.Uploaded
 		callCtx, cancel = context.WithTimeout(ctx, cliTimeout)
@@ -716,4 +722,41 @@ func psAll(ctx context.Context, d *chanos.Domain, snap *chanos.Snapshot, asJSON 
 	}
 	fmt.Println()
 	return printSpawned(os.Stdout, procs, names)
+}
+
+// sharedLibraries returns the shared libraries that the ELF program at
+// path names (DT_NEEDED), less the C library's own, which every Linux
+// machine has: the files --ship does not send, that the target must hold.
+// A file that is not a dynamically linked ELF program needs none.
+func sharedLibraries(path string) []string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	needed, err := f.ImportedLibraries()
+	if err != nil {
+		return nil
+	}
+	var libs []string
+	for _, lib := range needed {
+		if !systemLibrary(lib) {
+			libs = append(libs, lib)
+		}
+	}
+	return libs
+}
+
+// systemLibrary reports whether lib, a DT_NEEDED name, is one of the GNU
+// C library's: the loader, libc and the libraries split from it.
+func systemLibrary(lib string) bool {
+	if strings.HasPrefix(lib, "ld-linux") {
+		return true
+	}
+	name, _, _ := strings.Cut(lib, ".so")
+	switch name {
+	case "libc", "libm", "libpthread", "libdl", "librt", "libresolv", "libutil", "libanl", "libcrypt":
+		return true
+	}
+	return false
 }
