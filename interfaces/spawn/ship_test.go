@@ -28,31 +28,8 @@ import (
 func TestShipStopsWhenCached(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "chanos-ship-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	quiet := slog.New(slog.DiscardHandler)
 	logged := &records{}
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: quiet, Spawn: spawn.Config{Logger: slog.New(logged)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(mctx) }()
-	defer func() { stop(); <-served }()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	c, err := spawnif.Dial(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	dir, c := spawnService(ctx, t, spawn.Config{Logger: slog.New(logged)})
 
 	body := make([]byte, 8*spawnif.ShipChunk+100)
 	rand.Read(body)
@@ -101,30 +78,7 @@ func TestShipStopsWhenCached(t *testing.T) {
 func TestUploadCanceledGivesItsPlaceBack(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	dir, err := os.MkdirTemp("", "chanos-ship-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	quiet := slog.New(slog.DiscardHandler)
-	m, err := monitor.New(monitor.Config{Dir: dir, Logger: quiet, Spawn: spawn.Config{Logger: quiet, MaxUploadsPerDomain: 2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mctx, stop := context.WithCancel(ctx)
-	served := make(chan error, 1)
-	go func() { served <- m.Serve(mctx) }()
-	defer func() { stop(); <-served }()
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	c, err := spawnif.Dial(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	dir, c := spawnService(ctx, t, spawn.Config{Logger: slog.New(slog.DiscardHandler), MaxUploadsPerDomain: 2})
 
 	body := make([]byte, 4*spawnif.ShipChunk)
 	rand.Read(body)
@@ -161,6 +115,38 @@ func (c *cancelAfter) Read(b []byte) (int, error) {
 		c.cancel()
 	}
 	return k, err
+}
+
+// spawnService runs a monitor in this process, in a directory of its own,
+// whose spawn service cfg configures, until the test ends, and returns
+// its directory and a connection to its spawn service, of a domain joined
+// to it.
+func spawnService(ctx context.Context, t *testing.T, cfg spawn.Config) (string, *spawnif.Conn) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "chanos-ship-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler), Spawn: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mctx, stop := context.WithCancel(ctx)
+	served := make(chan error, 1)
+	go func() { served <- m.Serve(mctx) }()
+	t.Cleanup(func() { stop(); <-served })
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	c, err := spawnif.Dial(ctx, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return dir, c
 }
 
 // records counts the messages of the records logged to it, at every
