@@ -151,7 +151,26 @@ struct chanos_tasks_opts {
      * to the kernel. $CHANOS_TASKS_NO_PIN set to anything but "" or "0"
      * turns pinning off too. */
     bool no_pin;
+    /* The most task stacks the runtime makes (each its stack_size and a
+     * guard page of address space, two mappings): one for each worker,
+     * and one for each task suspended while it waits (a sync of a stolen
+     * child, the waits below, a connection call). Beyond it, and when the
+     * system refuses a stack, a task that would suspend waits holding its
+     * worker instead, as a blocking call would, until what it waits for
+     * comes; chanos_tasks_get_stats counts those waits. Each worker needs
+     * one, so that a start with fewer fails (-ENOMEM). 0: 8192. */
+    size_t max_stacks;
 };
+
+/* What chanos_tasks_get_stats reports of a runtime. */
+struct chanos_tasks_stats {
+    size_t stacks;           /* task stacks made, at most max_stacks */
+    uint64_t waits_in_place; /* waits that held their worker, no stack
+                              * being left for their task to suspend */
+};
+
+/* chanos_tasks_get_stats fills *st with rt's counts. Any thread. */
+void chanos_tasks_get_stats(chanos_tasks *rt, struct chanos_tasks_stats *st);
 
 /*
  * chanos_tasks_start starts a runtime and returns it in *out, which the

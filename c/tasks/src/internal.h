@@ -86,6 +86,7 @@ struct worker {
                        * 2: leaving (claimed by the worker) */
     struct ctx home;  /* the thread's own stack */
     struct fiber *cur;
+    struct fiber *first; /* the stack its thread starts on, made before */
     enum after after;
     struct fiber *after_fiber;
     struct waitpoint *after_wp;
@@ -129,6 +130,8 @@ struct chanos_tasks {
     struct fiber *pool;
     struct fiber **all; /* every fiber made, freed at stop */
     size_t nall, capall;
+    size_t max_stacks;  /* the most fibers made (nall) */
+    atomic_ullong waits_in_place;
 
     struct poller *poller;
 };

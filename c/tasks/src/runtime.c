@@ -49,6 +49,11 @@
  * of a record. */
 #define RECORD_DEPTH 1024
 
+/* The default of chanos_tasks_opts.max_stacks: 2 GiB of address space
+ * with the default stacks, and 16,384 of the 65,530 mappings a process
+ * may have by default (vm.max_map_count). */
+#define MAX_STACKS 8192
+
 static _Thread_local struct worker *tls_worker;
 
 /* tasks_worker_ reads the worker of the running thread. A task can resume
@@ -142,6 +147,9 @@ static inline struct fiber *fiber_of(chanos_ctx *c)
     return (struct fiber *)(void *)((char *)c - offsetof(struct fiber, cctx));
 }
 
+/* fiber_new makes a fiber, or returns NULL when the runtime has made
+ * max_stacks of them or the system refuses the memory: its callers then
+ * do without (see switch_from). */
 static struct fiber *fiber_new(chanos_tasks *rt)
 {
     struct fiber *f = calloc(1, sizeof(*f));
@@ -149,35 +157,47 @@ static struct fiber *fiber_new(chanos_tasks *rt)
     void *m;
 
     if (f == NULL)
-        abort(); /* a suspended task cannot be refused */
+        return NULL;
     m = mmap(NULL, size, PROT_READ | PROT_WRITE,
              MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-    if (m == MAP_FAILED)
-        abort();
+    if (m == MAP_FAILED) {
+        free(f);
+        return NULL;
+    }
     if (mprotect(m, rt->page, PROT_NONE) != 0) /* the guard page */
-        abort();
+        goto fail;
     f->map = m;
     f->map_size = size;
     f->rt = rt;
     f->ctx.stack_lo = (char *)m + rt->page;
     f->ctx.stack_size = rt->stack_size;
     pthread_mutex_lock(&rt->pool_lock);
+    if (rt->nall >= rt->max_stacks) {
+        pthread_mutex_unlock(&rt->pool_lock);
+        goto fail;
+    }
     if (rt->nall == rt->capall) {
         size_t cap = rt->capall ? rt->capall * 2 : 64;
         struct fiber **all = realloc(rt->all, cap * sizeof(*all));
 
-        if (all == NULL)
-            abort();
+        if (all == NULL) {
+            pthread_mutex_unlock(&rt->pool_lock);
+            goto fail;
+        }
         rt->all = all;
         rt->capall = cap;
     }
     rt->all[rt->nall++] = f;
     pthread_mutex_unlock(&rt->pool_lock);
     return f;
+fail:
+    munmap(m, size);
+    free(f);
+    return NULL;
 }
 
 /* fiber_get returns a fiber that starts a scheduling loop when switched
- * to. */
+ * to, or NULL if the pool has none and none can be made. */
 static struct fiber *fiber_get(chanos_tasks *rt)
 {
     struct fiber *f;
@@ -187,8 +207,8 @@ static struct fiber *fiber_get(chanos_tasks *rt)
     if (f != NULL)
         rt->pool = f->next;
     pthread_mutex_unlock(&rt->pool_lock);
-    if (f == NULL)
-        f = fiber_new(rt);
+    if (f == NULL && (f = fiber_new(rt)) == NULL)
+        return NULL;
     f->next = NULL;
     f->frame = NULL;
 #ifdef CHANOS_TASKS_ASAN
@@ -317,15 +337,16 @@ static void run_after(struct worker *w)
 }
 
 /* switch_from leaves the running fiber self for a ready fiber, or else a
- * fresh scheduling loop, with after to be done on the new stack; it
- * returns when self is resumed. */
-static void switch_from(struct worker *w, struct fiber *self, enum after after,
-                        struct waitpoint *wp)
+ * fresh scheduling loop, with after to be done on the new stack, and
+ * returns 0 when self is resumed; or, with neither to be had (no stack
+ * left: fiber_get), returns -ENOMEM at once, having left nothing. */
+static int switch_from(struct worker *w, struct fiber *self, enum after after,
+                       struct waitpoint *wp)
 {
     struct fiber *next = ready_pop(w->rt);
 
-    if (next == NULL)
-        next = fiber_get(w->rt);
+    if (next == NULL && (next = fiber_get(w->rt)) == NULL)
+        return -ENOMEM;
     w->after = after;
     w->after_fiber = self;
     w->after_wp = wp;
@@ -333,6 +354,30 @@ static void switch_from(struct worker *w, struct fiber *self, enum after after,
     fiber_bind(next, w);
     ctx_switch(&self->ctx, &next->ctx, 0);
     run_after(tasks_worker_());
+    return 0;
+}
+
+/* wait_in_place is tasks_suspend_ without a stack to switch to: the task
+ * keeps its worker until wp's events have all come (the count down to
+ * the worker's token), spinning a moment, then yielding the CPU, then
+ * sleeping a little longer each time, up to a millisecond. */
+static void wait_in_place(chanos_tasks *rt, struct waitpoint *wp)
+{
+    struct timespec nap = { 0, 1000 };
+
+    atomic_fetch_add_explicit(&rt->waits_in_place, 1, memory_order_relaxed);
+    for (int i = 0; atomic_load_explicit(&wp->count, memory_order_acquire) != 1; i++) {
+        if (i < 64) {
+            tasks_relax_();
+        } else if (i < 128) {
+            sched_yield();
+        } else {
+            nanosleep(&nap, NULL);
+            if (nap.tv_nsec < 1000000)
+                nap.tv_nsec *= 2;
+        }
+    }
+    atomic_store_explicit(&wp->count, 0, memory_order_relaxed); /* the token */
 }
 
 void tasks_suspend_(struct worker *w, struct waitpoint *wp)
@@ -340,7 +385,8 @@ void tasks_suspend_(struct worker *w, struct waitpoint *wp)
     struct fiber *self = w->cur;
 
     wp->fiber = self;
-    switch_from(w, self, AFTER_RELEASE, wp);
+    if (switch_from(w, self, AFTER_RELEASE, wp) != 0)
+        wait_in_place(w->rt, wp);
 }
 
 /* leave_claim: whether the worker was asked to leave (leave 1), and, if
@@ -886,6 +932,14 @@ chanos_ctx *chanos_task_ctx(void)
     return &w->cur->cctx;
 }
 
+void chanos_tasks_get_stats(chanos_tasks *rt, struct chanos_tasks_stats *st)
+{
+    pthread_mutex_lock(&rt->pool_lock);
+    st->stacks = rt->nall;
+    pthread_mutex_unlock(&rt->pool_lock);
+    st->waits_in_place = atomic_load_explicit(&rt->waits_in_place, memory_order_relaxed);
+}
+
 int chanos_task_worker(void)
 {
     struct worker *w = tasks_worker_();
@@ -901,7 +955,8 @@ void chanos_task_yield(void)
         sched_yield();
         return;
     }
-    switch_from(w, w->cur, AFTER_READY, NULL);
+    if (switch_from(w, w->cur, AFTER_READY, NULL) != 0)
+        sched_yield(); /* no stack for another scheduling loop */
 }
 
 __attribute__((noinline)) void chanos_task_call(chanos_task *t)
@@ -997,7 +1052,8 @@ static void *worker_main(void *arg)
 #ifdef CHANOS_TASKS_TSAN
     w->home.tsan_fiber = __tsan_get_current_fiber();
 #endif
-    f = fiber_get(rt);
+    f = w->first;
+    w->first = NULL;
     w->cur = f;
     fiber_bind(f, w);
     w->after = AFTER_NONE;
@@ -1024,10 +1080,16 @@ static int worker_start(chanos_tasks *rt, unsigned i)
     atomic_store(&w->leave, 0);
     w->cur = NULL;
     w->after = AFTER_NONE;
+    /* Its first stack is made here, so that a runtime out of stacks
+     * refuses the worker rather than start a thread with none. */
+    if ((w->first = fiber_get(rt)) == NULL)
+        return -ENOMEM;
     atomic_fetch_add(&rt->nthreads, 1);
     err = pthread_create(&w->thread, NULL, worker_main, w);
     if (err != 0) {
         atomic_fetch_sub(&rt->nthreads, 1);
+        fiber_put(rt, w->first);
+        w->first = NULL;
         return -err;
     }
     w->running = 1;
@@ -1182,6 +1244,7 @@ int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
     }
     rt->stack_size = (rt->stack_size + rt->page - 1) & ~(rt->page - 1);
     rt->record_depth = o->record_depth ? o->record_depth : RECORD_DEPTH;
+    rt->max_stacks = o->max_stacks ? o->max_stacks : MAX_STACKS;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0 && CPU_COUNT(&set) > 0) {
         rt->cpus = calloc((size_t)CPU_COUNT(&set), sizeof(int));

@@ -5,6 +5,8 @@
 
 #include <chanos_tasks.h>
 
+#include "workloads.h"
+
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -231,6 +233,56 @@ static void test_limits(void)
     CHECK_EQ(chanos_task_wait_fd(1000, EPOLLIN, 0), -EBADF);
 }
 
+/* A runtime out of stacks: a task that would suspend waits holding its
+ * worker instead, and everything still completes. Two workers and three
+ * stacks leave one for a suspended task: twenty sleepers, each holding
+ * what it takes for 5 ms, cannot all have one; a sync, general and fast,
+ * waits for stolen children the same way. Fewer stacks than workers:
+ * the start is refused. */
+static void *sleepers_root(void *arg)
+{
+    chanos_task t[20];
+    int64_t ok = 0;
+
+    (void)arg;
+    for (int i = 0; i < 20; i++)
+        chanos_spawn(&t[i], sleeper, 5);
+    chanos_task_sync();
+    for (int i = 0; i < 20; i++)
+        ok += chanos_result_i64(&t[i]);
+    CHECK_EQ(ok, 20);
+    return NULL;
+}
+
+static int64_t fib_root(int64_t n)
+{
+    chanos_ctx *c = chanos_task_ctx();
+
+    return fib_task(n) + (c != NULL ? fib_fast(c, n) : -1);
+}
+
+static void test_stack_limit(void)
+{
+    struct chanos_tasks_opts o = { 0 };
+    struct chanos_tasks_stats st;
+    chanos_task t;
+
+    o.workers = 2;
+    o.max_stacks = 3;
+    CHECK_EQ(chanos_tasks_start(&rt, &o), 0);
+    run_root(sleepers_root);
+    chanos_task_set(&t, fib_root, 22);
+    CHECK_EQ(chanos_tasks_run(rt, &t), 0);
+    CHECK_EQ(chanos_result_i64(&t), 2 * 17711);
+    chanos_tasks_get_stats(rt, &st);
+    CHECK(st.stacks <= 3);
+    CHECK(st.waits_in_place >= 1);
+    chanos_tasks_stop(rt);
+
+    o.workers = 4;
+    CHECK_EQ(chanos_tasks_start(&rt, &o), -ENOMEM);
+}
+
 int main(void)
 {
     struct chanos_tasks_opts o = { 0 };
@@ -250,6 +302,7 @@ int main(void)
     }
     test_idle();
     test_limits();
+    test_stack_limit();
     /* Outside a runtime the same calls block the thread. */
     CHECK_EQ(chanos_event_set(ev), 0);
     CHECK_EQ(chanos_task_event_wait(ev, 1000), 0);
