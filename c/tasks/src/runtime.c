@@ -366,11 +366,13 @@ static void wait_in_place(chanos_tasks *rt, struct waitpoint *wp)
     struct timespec nap = { 0, 1000 };
 
     atomic_fetch_add_explicit(&rt->waits_in_place, 1, memory_order_relaxed);
-    for (int i = 0; atomic_load_explicit(&wp->count, memory_order_acquire) != 1; i++) {
+    for (int i = 0; atomic_load_explicit(&wp->count, memory_order_acquire) != 1;) {
         if (i < 64) {
             tasks_relax_();
+            i++;
         } else if (i < 128) {
             sched_yield();
+            i++;
         } else {
             nanosleep(&nap, NULL);
             if (nap.tv_nsec < 1000000)
