@@ -418,8 +418,8 @@ var errGivenUp = errors.New("given up by its caller")
 // end ends owner's upload id: its file enters the cache once all its
 // bytes have come and their SHA-256 is its hash. An upload begun with
 // its hash is ended by put_end; one begun without it, by put_close
-// (closing), which names hash, or drops it with no hash (errGivenUp).
-// The other way round fails the upload.
+// (closing), which names hash. The other way round fails the upload.
+// A put_close with no hash drops either kind (errGivenUp).
 func (c *cache) end(id, owner uint64, closing bool, hash string) (present bool, err error) {
 	u, err := c.get(id, owner)
 	if err != nil {
@@ -431,10 +431,10 @@ func (c *cache) end(id, owner uint64, closing bool, hash string) (present bool, 
 		switch {
 		case !closing && u.hash == "":
 			u.failLocked(fmt.Errorf("%w: upload %d was opened without its hash: put_close ends it, naming the hash", api.ErrInvalid, id))
+		case closing && hash == "":
+			u.failLocked(errGivenUp) // either kind
 		case closing && u.hash != "":
 			u.failLocked(fmt.Errorf("%w: upload %d began with its hash: put_end ends it", api.ErrInvalid, id))
-		case closing && hash == "":
-			u.failLocked(errGivenUp)
 		case closing:
 			if err := checkHash(hash); err != nil {
 				u.failLocked(err)

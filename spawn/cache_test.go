@@ -493,6 +493,18 @@ func TestShipOpenClose(t *testing.T) {
 	if _, err := s.PutClose(bid, 3, h); !errors.Is(err, api.ErrInvalid) || !strings.Contains(err.Error(), "put_end") {
 		t.Fatalf("put_close of a begun upload: %v, want ErrInvalid naming put_end", err)
 	}
+	// But it is given up by put_close without a hash, as an opened one.
+	bid, _, err = s.PutBegin(h, uint64(len(prog)), 3, Caller{Domain: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.PutData(bid, 3, 0, prog[:len(prog)/2])
+	if present, err := s.PutClose(bid, 3, ""); err != nil || present {
+		t.Fatalf("put_close without a hash of a begun upload: %v, %v; want no error", present, err)
+	}
+	if err := s.PutEnd(bid, 3); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("put_end of a dropped upload: %v, want ErrNotFound", err)
+	}
 	if got := temps(t, dir); len(got) != 0 {
 		t.Fatalf("upload files left by the refused uploads: %v", got)
 	}

@@ -454,7 +454,7 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 			result <- hashed{sum: hex.EncodeToString(h.Sum(nil))}
 		}
 	}()
-	drop := func() { c.abandon(ctx, id, true) }
+	drop := func() { c.abandon(ctx, id) }
 	out := Shipped{Size: size, Uploaded: true}
 	// known takes the hash, and keeps it for a later Ship of f; an error
 	// drops the upload.
@@ -528,21 +528,16 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 // abandonWait bounds how long an upload's abandon waits for the service.
 const abandonWait = time.Second
 
-// abandon ends upload id, which its caller gives up, so that the service
-// frees its room and its place in the domain's quota now rather than
-// when the upload has been idle for its timeout: a short put_end fails
-// it, as a put_close without a hash (opened) drops it. The call has a
-// context of its own, as ctx's end may be why the upload is given up;
-// an answer that does not come within abandonWait leaves the upload to
-// the service's timeout, or to the connection's end.
-func (c *Client) abandon(ctx context.Context, id uint64, opened bool) {
+// abandon gives upload id up (put_close without a hash), so that the
+// service drops it and frees its room and its place in the domain's
+// quota now rather than when it has been idle for its timeout. The call
+// has a context of its own, as ctx's end may be why the upload is given
+// up; an answer that does not come within abandonWait leaves the upload
+// to the service's timeout, or to the connection's end.
+func (c *Client) abandon(ctx context.Context, id uint64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abandonWait)
 	defer cancel()
-	if opened {
-		c.PutClose(ctx, id, "")
-	} else {
-		c.PutEnd(ctx, id)
-	}
+	c.PutClose(ctx, id, "")
 }
 
 // shipAwaitHash makes Ship wait for the hash before the first chunk of an
@@ -666,11 +661,11 @@ func (c *Client) Upload(ctx context.Context, hash string, size int64, r io.Reade
 	for off < size {
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
 		if err != nil {
-			c.abandon(ctx, id, false)
+			c.abandon(ctx, id)
 			return false, fmt.Errorf("read at offset %d: %w", off, err)
 		}
 		if err := c.Send(ctx, &PutData{Upload: id, Offset: uint64(off), Data: buf[:n]}); err != nil {
-			c.abandon(ctx, id, false)
+			c.abandon(ctx, id)
 			return false, fmt.Errorf("put_data at offset %d: %w", off, err)
 		}
 		off += int64(n)
