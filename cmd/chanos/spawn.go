@@ -431,10 +431,14 @@ func runSpawn(ctx context.Context, args []string) error {
 		} else {
 			fmt.Fprintf(os.Stderr, "machine %s has %s in its cache (sha256 %s): not uploaded\n", machineLabel(m), local, sh.Hash)
 		}
-		if libs := sharedLibraries(local); len(libs) > 0 && !m.Self {
-			fmt.Fprintf(os.Stderr, "note: %s needs %s, which --ship does not send: machine %s must have them\n",
-				local, strings.Join(libs, ", "), machineLabel(m))
-			out["needs"] = libs
+		if needs := shipNeeds(local); len(needs) > 0 && !m.Self {
+			them := "them"
+			if len(needs) == 1 {
+				them = "it"
+			}
+			fmt.Fprintf(os.Stderr, "note: %s needs %s, which --ship does not send: machine %s must have %s\n",
+				local, strings.Join(needs, ", "), machineLabel(m), them)
+			out["needs"] = needs
 		}
 		req.Hash, req.Program = sh.Hash, fs.Arg(0)
 		out["sha256"], out["uploaded"] = sh.Hash, sh.Uploaded
@@ -722,6 +726,43 @@ func psAll(ctx context.Context, d *chanos.Domain, snap *chanos.Snapshot, asJSON 
 	}
 	fmt.Println()
 	return printSpawned(os.Stdout, procs, names)
+}
+
+// shipNeeds returns what the program at path needs on the machine it is
+// shipped to besides itself: a script's interpreter (and the program
+// that /usr/bin/env is to find), or an ELF program's shared libraries
+// beyond the C library's.
+func shipNeeds(path string) []string {
+	if interp := scriptInterpreter(path); interp != nil {
+		return interp
+	}
+	return sharedLibraries(path)
+}
+
+// scriptInterpreter returns the interpreter that the "#!" line of the
+// script at path names, and the program it runs when that is env; nil
+// for a file that is not such a script.
+func scriptInterpreter(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var head [256]byte
+	n, _ := io.ReadFull(f, head[:])
+	line, _, _ := strings.Cut(string(head[:n]), "\n")
+	rest, ok := strings.CutPrefix(line, "#!")
+	if !ok {
+		return nil
+	}
+	words := strings.Fields(rest)
+	switch {
+	case len(words) == 0:
+		return nil
+	case filepath.Base(words[0]) == "env" && len(words) > 1 && !strings.HasPrefix(words[1], "-"):
+		return []string{words[0], words[1]}
+	}
+	return words[:1]
 }
 
 // sharedLibraries returns the shared libraries that the ELF program at

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -24,6 +25,9 @@ func TestSharedLibraries(t *testing.T) {
 	if libs := sharedLibraries(script); libs != nil {
 		t.Errorf("a script needs %v, want none", libs)
 	}
+	if needs := shipNeeds("/bin/true"); needs != nil {
+		t.Errorf("/bin/true needs %v shipped, want nothing", needs)
+	}
 	prog := filepath.Join(testkit.CBuild(t, "examples/ship_test"), "examples/ship_test")
 	libs := sharedLibraries(prog)
 	for _, want := range []string{"libssl.so.3", "libcrypto.so.3"} {
@@ -43,6 +47,31 @@ func TestSystemLibrary(t *testing.T) {
 	} {
 		if got := systemLibrary(lib); got != want {
 			t.Errorf("systemLibrary(%q) = %v, want %v", lib, got, want)
+		}
+	}
+}
+
+// A script shipped needs its interpreter there, and the program that env
+// is to find.
+func TestShipNeedsInterpreter(t *testing.T) {
+	dir := t.TempDir()
+	for i, c := range []struct {
+		head string
+		want []string
+	}{
+		{"#!/bin/sh\necho hi\n", []string{"/bin/sh"}},
+		{"#! /usr/bin/python3 -u\n", []string{"/usr/bin/python3"}},
+		{"#!/usr/bin/env python3\nprint(1)\n", []string{"/usr/bin/env", "python3"}},
+		{"#!/usr/bin/env -S python3 -u\n", []string{"/usr/bin/env"}},
+		{"#!\n", nil},
+		{"plain text\n", nil},
+	} {
+		path := filepath.Join(dir, fmt.Sprint(i))
+		if err := os.WriteFile(path, []byte(c.head), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if got := shipNeeds(path); !slices.Equal(got, c.want) {
+			t.Errorf("%q needs %q, want %q", c.head, got, c.want)
 		}
 	}
 }
