@@ -167,6 +167,10 @@ struct chanos_tasks_stats {
     size_t stacks;           /* task stacks made, at most max_stacks */
     uint64_t waits_in_place; /* waits that held their worker, no stack
                               * being left for their task to suspend */
+    uint64_t deque_full;     /* spawns whose worker's deque was full and
+                              * could not grow (no memory): the task went
+                              * to the shared queue, or a fast-form task
+                              * ran at once */
 };
 
 /* chanos_tasks_get_stats fills *st with rt's counts. Any thread. */

@@ -99,7 +99,14 @@ struct cl_deque {
      * which requesters also write (cl_ask_limit). */
     _Alignas(64) struct chanos_deq_own_ o;
     struct cl_array *arr;
+    /* After a growth that failed (no memory), how many more times a full
+     * array is taken as full without trying again: a failing malloc
+     * costs system calls, and the spawns meanwhile go elsewhere. */
+    int grow_wait;
 };
+
+/* How many full pushes a failed growth skips before the next try. */
+#define CL_GROW_WAIT 4096
 
 /* The owner's limit once someone asked for a publish: every spawn of the
  * fast path then takes its slow path. */
@@ -108,12 +115,14 @@ struct cl_deque {
 /* What cl_steal returns when it lost a race: try again or elsewhere. */
 #define CL_ABORT ((chanos_task *)(uintptr_t)1)
 
+/* cl_array_new returns an array of size slots, or NULL if malloc
+ * refuses it. */
 static inline struct cl_array *cl_array_new(int64_t size)
 {
     struct cl_array *a = malloc(sizeof(*a) + (size_t)size * sizeof(a->slot[0]));
 
     if (a == NULL)
-        abort(); /* a task cannot be refused once spawned */
+        return NULL;
     a->size = size;
     a->prev = NULL;
     for (int64_t i = 0; i < size; i++)
@@ -146,17 +155,25 @@ static inline void cl_limit(struct cl_deque *q)
                                           __ATOMIC_RELAXED, __ATOMIC_RELAXED);
 }
 
-static inline void cl_init(struct cl_deque *q, int64_t size)
+/* cl_init makes q empty with an array of size slots: 0, or -1 if there
+ * is no memory for it. */
+static inline int cl_init(struct cl_deque *q, int64_t size)
 {
+    struct cl_array *a = cl_array_new(size);
+
+    if (a == NULL)
+        return -1;
     atomic_init(&q->top, 0);
     atomic_init(&q->bottom, 0);
     atomic_init(&q->want, 0);
-    cl_set_arr(q, cl_array_new(size));
+    cl_set_arr(q, a);
     atomic_init(&q->array, q->arr);
     q->o.head = 0;
     q->o.pub = 0;
     q->o.top_low = 0;
     q->o.limit = size;
+    q->grow_wait = 0;
+    return 0;
 }
 
 static inline void cl_destroy(struct cl_deque *q)
@@ -177,12 +194,15 @@ static inline void cl_destroy(struct cl_deque *q)
  * and private. Thieves that loaded the old array still find the public
  * entries there; the release store orders the copy before the array, and
  * the array before any later bottom store (publish), so a thief that sees
- * the later bottom sees this array. */
+ * the later bottom sees this array. NULL, and the deque as it was, if
+ * there is no memory for the new array. */
 static __attribute__((unused)) struct cl_array *cl_grow(struct cl_deque *q, struct cl_array *a,
                                 int64_t t, int64_t h)
 {
     struct cl_array *n = cl_array_new(a->size * 2);
 
+    if (n == NULL)
+        return NULL;
     for (int64_t i = t; i < h; i++)
         atomic_store_explicit(&n->slot[i & (n->size - 1)],
                               atomic_load_explicit(&a->slot[i & (a->size - 1)],
@@ -195,29 +215,37 @@ static __attribute__((unused)) struct cl_array *cl_grow(struct cl_deque *q, stru
 }
 
 /* cl_full_slow: owner only. The array may be full: reload top, and grow
- * if it is. */
+ * if it is; NULL if it is full and cannot grow. */
 static __attribute__((noinline, unused)) struct cl_array *cl_full_slow(struct cl_deque *q)
 {
     struct cl_array *a = q->arr;
 
     q->o.top_low = atomic_load_explicit(&q->top, memory_order_acquire);
-    if (q->o.head - q->o.top_low > a->size - 1)
-        a = cl_grow(q, a, q->o.top_low, q->o.head);
+    if (q->o.head - q->o.top_low > a->size - 1) {
+        if (q->grow_wait > 0) {
+            q->grow_wait--;
+            a = NULL;
+        } else if ((a = cl_grow(q, a, q->o.top_low, q->o.head)) == NULL) {
+            q->grow_wait = CL_GROW_WAIT;
+        }
+    }
     cl_limit(q);
     return a;
 }
 
 /* cl_push: owner only. Pushes x on the private part: no thief can see it
- * until cl_publish. */
-static inline void cl_push(struct cl_deque *q, chanos_task *x)
+ * until cl_publish. 1, or 0 (and nothing pushed) when the array is full
+ * and there is no memory to grow it. */
+static inline int cl_push(struct cl_deque *q, chanos_task *x)
 {
     int64_t h = q->o.head;
     struct cl_array *a = q->arr;
 
-    if (__builtin_expect(h - q->o.top_low > a->size - 1, 0))
-        a = cl_full_slow(q);
+    if (__builtin_expect(h - q->o.top_low > a->size - 1, 0) && (a = cl_full_slow(q)) == NULL)
+        return 0;
     atomic_store_explicit(&a->slot[h & (a->size - 1)], x, CL_SLOT_STORE);
     q->o.head = h + 1;
+    return 1;
 }
 
 /* cl_push_fast: owner only. cl_push when the owner's bound of top shows

@@ -132,6 +132,7 @@ struct chanos_tasks {
     size_t nall, capall;
     size_t max_stacks;  /* the most fibers made (nall) */
     atomic_ullong waits_in_place;
+    atomic_ullong deque_full;
 
     struct poller *poller;
 };

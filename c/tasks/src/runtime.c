@@ -546,7 +546,7 @@ static void sync_frame(struct fiber *f, struct frame *fr)
         if (t == NULL)
             break;
         if ((t->kind_ & CHANOS_TASK_FAST_) || t->frame_ != fr) {
-            cl_push(&w->dq, t);
+            (void)cl_push(&w->dq, t); /* where the take made room */
             break;
         }
         fr->spawned--;
@@ -782,10 +782,18 @@ static void fiber_entry(void *arg)
 
 /* spawn_push_slow pushes when the array may be full (cl_push reloads top
  * and grows it), then publishes as chanos_task_spawn does. Apart, so that
- * the fast path saves no registers. */
+ * the fast path saves no registers. A deque that cannot grow (no memory)
+ * does not refuse the task: it goes to the shared queue, which links
+ * tasks through themselves, and any worker runs it from there; its
+ * parent's sync counts it as run elsewhere, as a stolen one. */
 static __attribute__((noinline)) void spawn_push_slow(struct worker *w, chanos_task *t)
 {
-    cl_push(&w->dq, t);
+    if (!cl_push(&w->dq, t)) {
+        atomic_fetch_add_explicit(&w->rt->deque_full, 1, memory_order_relaxed);
+        inject_push(w->rt, t);
+        wake_for_queue(w->rt);
+        return;
+    }
     if (cl_wanted(&w->dq))
         publish(w, chanos_sp_());
 }
@@ -874,12 +882,20 @@ static void fast_want(chanos_ctx *c, uintptr_t sp)
 
 /* chanos_fpush_slow_: the spawn's index reached the limit: the array may
  * be full (cl_push reloads top, grows it if so, and raises the limit), or
- * someone asked for a publish. sp: the spawner's stack pointer. */
+ * someone asked for a publish. sp: the spawner's stack pointer. A deque
+ * that cannot grow (no memory) does not refuse the task: it runs at once,
+ * as a spawn below the record depth does, and its sync finds it done. */
 void chanos_fpush_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
 {
-    struct cl_deque *q = &fiber_of(c)->w->dq;
+    struct fiber *f = fiber_of(c);
+    struct cl_deque *q = &f->w->dq;
 
-    cl_push(q, t);
+    if (!cl_push(q, t)) {
+        atomic_fetch_add_explicit(&f->rt->deque_full, 1, memory_order_relaxed);
+        call_task(f, t);
+        t->idx_ = CHANOS_FRAN_;
+        return;
+    }
     if (__atomic_load_n(&q->o.limit, __ATOMIC_RELAXED) == CL_LIMIT_ASK ||
         cl_wanted(q))
         fast_want(c, sp);
@@ -909,7 +925,7 @@ int chanos_fsync_slow_(chanos_ctx *c, chanos_task *t, uintptr_t sp)
     if (x == t)
         return 1;
     if (x != NULL) /* another stack's entry, left on this worker */
-        cl_push(&w->dq, x);
+        (void)cl_push(&w->dq, x); /* where the take made room */
     for (int i = 0; i < SYNC_SPIN; i++) {
         if (__atomic_load_n(&t->join_, __ATOMIC_ACQUIRE) == JOIN_DONE)
             return 0;
@@ -940,6 +956,7 @@ void chanos_tasks_get_stats(chanos_tasks *rt, struct chanos_tasks_stats *st)
     st->stacks = rt->nall;
     pthread_mutex_unlock(&rt->pool_lock);
     st->waits_in_place = atomic_load_explicit(&rt->waits_in_place, memory_order_relaxed);
+    st->deque_full = atomic_load_explicit(&rt->deque_full, memory_order_relaxed);
 }
 
 int chanos_task_worker(void)
@@ -1271,8 +1288,16 @@ int chanos_tasks_start(chanos_tasks **out, const struct chanos_tasks_opts *o)
         return -ENOMEM;
     }
     memset(rt->w, 0, (size_t)rt->max_workers * sizeof(struct worker));
-    for (unsigned i = 0; i < rt->max_workers; i++)
-        cl_init(&rt->w[i].dq, 256);
+    for (unsigned i = 0; i < rt->max_workers; i++) {
+        if (cl_init(&rt->w[i].dq, 256) != 0) {
+            for (unsigned j = 0; j < i; j++)
+                cl_destroy(&rt->w[j].dq);
+            free(rt->w);
+            free(rt->cpus);
+            free(rt);
+            return -ENOMEM;
+        }
+    }
     pthread_mutex_init(&rt->set_lock, NULL);
     pthread_mutex_init(&rt->q_lock, NULL);
     pthread_mutex_init(&rt->pool_lock, NULL);
