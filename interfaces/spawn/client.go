@@ -510,7 +510,14 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	if out.Hash == "" {
 		// Every byte has gone: the service's answer to put_close says
 		// whether it held the file already, without asking first.
-		if err := known(<-result); err != nil {
+		var h hashed
+		select {
+		case h = <-result:
+		case <-ctx.Done():
+			drop()
+			return Shipped{}, fmt.Errorf("waiting for the file's hash: %w", ctx.Err())
+		}
+		if err := known(h); err != nil {
 			return Shipped{}, err
 		}
 	}
