@@ -471,6 +471,12 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	buf := make([]byte, ShipChunk)
 	var off int64
 	for off < size {
+		// A send that finds room does not look at ctx: this does, so
+		// that a canceled ship stops between two chunks.
+		if err := ctx.Err(); err != nil {
+			drop()
+			return Shipped{}, fmt.Errorf("put_data at offset %d: %w", off, err)
+		}
 		if out.Hash == "" {
 			var h hashed
 			got := shipAwaitHash
@@ -666,6 +672,10 @@ func (c *Client) Upload(ctx context.Context, hash string, size int64, r io.Reade
 	buf := make([]byte, ShipChunk)
 	var off int64
 	for off < size {
+		if err := ctx.Err(); err != nil { // as in shipHashing
+			c.abandon(ctx, id)
+			return false, fmt.Errorf("put_data at offset %d: %w", off, err)
+		}
 		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
 		if err != nil {
 			c.abandon(ctx, id)
