@@ -10,9 +10,9 @@
  *    system refuses more stacks: they wait holding their worker, and all
  *    wake.
  *
- * Before, both aborted the process. Under AddressSanitizer and
- * ThreadSanitizer, which reserve terabytes of address space, the limit
- * cannot be set: the test then says so and checks nothing. */
+ * Under AddressSanitizer and ThreadSanitizer, which reserve terabytes of
+ * address space, the limit cannot be set: the test then says so and
+ * checks nothing. */
 #include "../../tests/check.h"
 
 #include <chanos_tasks.h>
