@@ -738,7 +738,8 @@ func (s *Service) PutEnd(id, owner uint64) error {
 // PutClose ends owner's upload id, which PutOpen began, naming its
 // SHA-256: as PutEnd, with hash as the upload's. present reports that the
 // cache held the file already, and keeps that copy. With hash "" the
-// caller gives the upload up: it is dropped, and that is no error.
+// caller gives the upload up, one that PutBegin began too: it is
+// dropped, and that is no error.
 func (s *Service) PutClose(id, owner uint64, hash string) (present bool, err error) {
 	return s.putEnd("spawn.put_close", id, owner, true, hash)
 }
