@@ -5,7 +5,8 @@
  * beside the fast path), chanos-one-rt, serial, serial-copies (fib: one
  * and two copies of serial fib at once), openmp, tbb or ump-raw; workers;
  * time_s, or rtt_ns_p50 and rtt_ns_p99 for msg-rtt). Times are medians of
- * --reps runs. Baselines run in the same process run.
+ * --reps runs (fib's C rows: of three times as many rounds, fib_rounds).
+ * Baselines run in the same process run.
  *
  *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
  *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
@@ -144,13 +145,20 @@ static double median(double *v, int n)
     return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static void emit(const char *c, const char *runtime, unsigned workers, double t,
-                 const char *extra)
+/* emit_n prints a row whose time is the median of n runs. */
+static void emit_n(const char *c, const char *runtime, unsigned workers, double t,
+                   int n, const char *extra)
 {
     printf("{\"suite\":\"tasks\",\"case\":\"%s\",\"runtime\":\"%s\",\"workers\":%u,"
            "\"time_s\":%.9g,\"reps\":%d%s}\n",
-           c, runtime, workers, t, reps, extra);
+           c, runtime, workers, t, n, extra);
     fflush(stdout);
+}
+
+static void emit(const char *c, const char *runtime, unsigned workers, double t,
+                 const char *extra)
+{
+    emit_n(c, runtime, workers, t, reps, extra);
 }
 
 /* emit_rounds is emit of the median of the n times in v, with each time
@@ -169,7 +177,17 @@ static void emit_rounds(const char *c, const char *runtime, unsigned workers, co
         len += (size_t)snprintf(runs + len, sizeof(runs) - len, "%s%.9g", i ? "," : "", v[i]);
     if (len < sizeof(runs))
         snprintf(runs + len, sizeof(runs) - len, "]");
-    emit(c, runtime, workers, median(sorted, n), runs);
+    emit_n(c, runtime, workers, median(sorted, n), n, runs);
+}
+
+/* fib_rounds: how many rounds fib's C rows are timed in, three times
+ * --reps (at most 64). A round of them takes about half a second, and the
+ * host's load here comes in spells that slow a thread to half its speed
+ * for a round or two (the serial fib's rounds give 0.013 or 0.025 s):
+ * with five rounds, a median could fall in such a spell. */
+static int fib_rounds(void)
+{
+    return reps > 21 ? 64 : 3 * reps;
 }
 
 static chanos_tasks *start(unsigned workers)
@@ -279,7 +297,7 @@ static double fib_copies_time(int n, int64_t want)
 static void bench_fib_one_runtime(int64_t want, const char *extra)
 {
     double t1[64], t2[64];
-    int have1 = 0, have2 = 0;
+    int have1 = 0, have2 = 0, rounds = fib_rounds();
     chanos_tasks *rt;
 
     for (int k = 0; k < nworkers_list; k++) {
@@ -289,7 +307,7 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
     if (!have1 || !have2)
         return;
     rt = start(2);
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < rounds; r++) {
         for (unsigned n = 1; n <= 2; n++) {
             if (chanos_tasks_set_workers(rt, n) != 0) {
                 fprintf(stderr, "tasks_bench: set_workers failed\n");
@@ -300,8 +318,8 @@ static void bench_fib_one_runtime(int64_t want, const char *extra)
         }
     }
     chanos_tasks_stop(rt);
-    emit_rounds("fib", "chanos-one-rt", 1, t1, reps, extra);
-    emit_rounds("fib", "chanos-one-rt", 2, t2, reps, extra);
+    emit_rounds("fib", "chanos-one-rt", 1, t1, rounds, extra);
+    emit_rounds("fib", "chanos-one-rt", 2, t2, rounds, extra);
 }
 
 static void bench_fib(void)
@@ -309,6 +327,7 @@ static void bench_fib(void)
     double t[64], ts[64], c1[64], c2[64], tf[16][64], tg[16][64];
     chanos_tasks *rts[16];
     int64_t want = fib_serial(fib_n);
+    int rounds = fib_rounds();
     char extra[64];
 
     snprintf(extra, sizeof(extra), ",\"n\":%lld", (long long)fib_n);
@@ -321,7 +340,7 @@ static void bench_fib(void)
      * chanos_spawn, chanos_call, chanos_task_sync), same tree, on each.
      * So every row meets the same spells of the host's load, and the
      * ratios can be taken round by round (run_figures). */
-    for (int r = 0; r < reps; r++) {
+    for (int r = 0; r < rounds; r++) {
         double t0 = now_s();
         volatile int64_t v = fib_serial(fib_n);
 
@@ -334,13 +353,13 @@ static void bench_fib(void)
         for (int k = 0; k < nworkers_list; k++)
             tg[k][r] = fib_root_time(rts[k], 1, want);
     }
-    emit_rounds("fib", "serial", 1, ts, reps, extra);
-    emit_rounds("fib", "serial-copies", 1, c1, reps, extra);
-    emit_rounds("fib", "serial-copies", 2, c2, reps, extra);
+    emit_rounds("fib", "serial", 1, ts, rounds, extra);
+    emit_rounds("fib", "serial-copies", 1, c1, rounds, extra);
+    emit_rounds("fib", "serial-copies", 2, c2, rounds, extra);
     for (int k = 0; k < nworkers_list; k++) {
         chanos_tasks_stop(rts[k]);
-        emit_rounds("fib", "chanos", workers_list[k], tf[k], reps, extra);
-        emit_rounds("fib", "chanos-general", workers_list[k], tg[k], reps, extra);
+        emit_rounds("fib", "chanos", workers_list[k], tf[k], rounds, extra);
+        emit_rounds("fib", "chanos-general", workers_list[k], tg[k], rounds, extra);
     }
     for (int k = 0; k < nworkers_list; k++) {
         unsigned w = workers_list[k];
