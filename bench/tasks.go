@@ -31,7 +31,7 @@ func RunTasks(ctx context.Context, cfg TasksConfig, emit func(Result) error) err
 	if err != nil {
 		return err
 	}
-	fib, msortN, nq, reps := int64(35), 10_000_000, 12, 5
+	fib, msortN, nq, reps := int64(35), 100_000_000, 12, 5
 	if cfg.Quick {
 		fib, msortN, nq, reps = 25, 200_000, 9, 1
 	}

@@ -9,7 +9,7 @@
  * Baselines run in the same process run.
  *
  *   tasks_bench [--case all|fib|mergesort|nqueens|msg-rtt|remove-worker]
- *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 10000000]
+ *               [--workers 1,2] [--reps 5] [--fib 35] [--msort 100000000]
  *               [--nqueens 12] [--rtt-iters 20000] [--no-openmp] [--no-tbb]
  *               [--no-pin]
  */
@@ -39,7 +39,7 @@
 
 static int reps = 5;
 static int64_t fib_n = 35;
-static size_t msort_n = 10000000;
+static size_t msort_n = 100000000;
 static int nq_n = 12;
 static int rtt_iters = 20000;
 static int use_omp = TASKS_BENCH_OPENMP;
