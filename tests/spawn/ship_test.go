@@ -12,7 +12,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/chanos/chanos/chanos"
 	spawnif "github.com/chanos/chanos/interfaces/spawn"
 	"github.com/chanos/chanos/internal/testkit"
 )
@@ -21,19 +20,7 @@ import (
 // process, and that domain's spawn connection.
 func shipEnv(t *testing.T, dir string, flags ...string) *env {
 	t.Helper()
-	mon := testkit.StartMonitorIn(t, dir, flags...)
-	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("ship-test"), chanos.WithoutRejoin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Close() })
-	c, err := spawnif.Dial(ctx, d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return &env{dir: dir, mon: mon, d: d, c: c}
+	return joined(t, dir, testkit.StartMonitorIn(t, dir, flags...), "ship-test")
 }
 
 // TestShip: on one machine (over ump), 'chanos spawn --ship' sends a

@@ -45,8 +45,15 @@ func setup(t *testing.T, flags ...string) *env {
 	srv := testkit.GoProgram(t, serverPkg)
 	flags = append([]string{"--spawn-allow", "/bin", "--spawn-allow", "/usr/bin", "--spawn-allow", filepath.Dir(srv)}, flags...)
 	dir, mon := testkit.StartMonitor(t, flags...)
+	return joined(t, dir, mon, "spawn-test")
+}
+
+// joined is the env of the monitor mon running in dir: a domain of it in
+// this process, called program, and that domain's spawn connection.
+func joined(t *testing.T, dir string, mon *testkit.Child, program string) *env {
+	t.Helper()
 	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("spawn-test"), chanos.WithoutRejoin())
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram(program), chanos.WithoutRejoin())
 	if err != nil {
 		t.Fatal(err)
 	}
