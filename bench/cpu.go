@@ -123,3 +123,64 @@ func cpuTime() time.Duration {
 	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// machineBusy returns the CPU time every CPU of the machine has spent
+// busy since boot, from /proc/stat's first line: user, nice, system, irq
+// and softirq (guests count in user). The kernel's own work for a
+// process, its network stack's softirqs among it, lands here whichever
+// task it interrupted, where a process's rusage may miss it. Idle, I/O
+// wait and steal (another guest of the host running) are not busy. The
+// counters move in USER_HZ ticks (10 ms), so a measure wants many of
+// them.
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	return parseMachineBusy(b)
+}
+
+// parseMachineBusy is machineBusy's reading of /proc/stat's text.
+func parseMachineBusy(b []byte) (time.Duration, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := bytes.Fields(line)
+	if len(f) < 8 || string(f[0]) != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: no cpu line")
+	}
+	var ticks int64
+	for _, i := range []int{1, 2, 3, 6, 7} { // user nice system irq softirq
+		n, err := strconv.ParseInt(string(f[i]), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: field %d: %w", i, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * clockTick, nil
+}
+
+// busyMeter adds up the machine's busy CPU time over the spans between
+// start and stop.
+type busyMeter struct {
+	busy time.Duration
+	at   time.Duration
+	err  error
+}
+
+func (m *busyMeter) start() {
+	b, err := machineBusy()
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	m.at = b
+}
+
+// stop ends the span, adding it if keep is set (a warm-up's is not).
+func (m *busyMeter) stop(keep bool) {
+	b, err := machineBusy()
+	if err != nil && m.err == nil {
+		m.err = err
+	}
+	if keep {
+		m.busy += b - m.at
+	}
+}

@@ -27,6 +27,22 @@ func TestParseStatCPU(t *testing.T) {
 	}
 }
 
+func TestParseMachineBusy(t *testing.T) {
+	// user 100, nice 1, system 50, idle 900, iowait 7, irq 3, softirq 6,
+	// steal 40: busy is 160 ticks.
+	text := []byte("cpu  100 1 50 900 7 3 6 40 0 0\ncpu0 50 0 25 450 3 1 3 20 0 0\n")
+	got, err := parseMachineBusy(text)
+	if err != nil || got != 1600*time.Millisecond {
+		t.Errorf("parseMachineBusy = %v, %v; want 1.6s", got, err)
+	}
+	if _, err := parseMachineBusy([]byte("intr 1 2 3\n")); err == nil {
+		t.Error("parseMachineBusy without a cpu line: no error")
+	}
+	if b, err := machineBusy(); err != nil || b <= 0 {
+		t.Errorf("machineBusy = %v, %v", b, err)
+	}
+}
+
 // TestCPUMeter checks that the meter counts this process's work and the
 // other process's, and gives no figure when a process cannot be read.
 func TestCPUMeter(t *testing.T) {

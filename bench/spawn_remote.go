@@ -12,7 +12,10 @@ package bench
 import (
 	"bufio"
 	"context"
+	"crypto/aes"
+	"crypto/cipher"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -22,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -33,6 +37,10 @@ import (
 
 // ShipBytes is the size of the file the ship cases send.
 const ShipBytes = 10 << 20
+
+// copiesPerShip is how many raw TCP copies of the file the suite times for
+// each ship.
+const copiesPerShip = 3
 
 // SpawnMachines is two machines of a cluster for the spawn suite's
 // remote cases: the cases run from machine 1 (the second) to machine 0.
@@ -273,36 +281,68 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 	path := filepath.Join(dir, "payload")
 	body := make([]byte, ShipBytes)
 	rand.Read(body)
-	var shipS, copyS, hashS []time.Duration
+	var shipS, copyS, hashS, memS, sealS []time.Duration
+	aead, err := newRecordAEAD()
+	if err != nil {
+		return err
+	}
+	sealed := make([]byte, 0, recordBytes+aead.Overhead())
+	// The machine's busy CPU time during the ships and during the copies
+	// (both machines, every process and the kernel's network work): what
+	// each costs the two CPUs, for the least time a ship can take here.
+	var shipBusy, copyBusy busyMeter
 	for i := -1; i < ships; i++ {
 		rand.Read(body[len(body)-32:])
 		if err := os.WriteFile(path, body, 0o600); err != nil {
 			return err
 		}
+		shipBusy.start()
 		t0 := time.Now()
 		sh, err := remote.Ship(ctx, path)
 		ship := time.Since(t0)
+		shipBusy.stop(i >= 0)
 		if err != nil {
 			return fmt.Errorf("ship: %w", err)
 		}
 		if !sh.Uploaded {
 			return errors.New("ship: the target's cache held a fresh file")
 		}
-		t0 = time.Now()
-		if err := tcpCopy(ctx, sinkAddr, path); err != nil {
-			return fmt.Errorf("tcp copy: %w", err)
+		// Three copies to a ship: the machine's counters move in 10-ms
+		// ticks, and a copy takes about one.
+		var cps []time.Duration
+		for range copiesPerShip {
+			copyBusy.start()
+			t0 = time.Now()
+			if err := tcpCopy(ctx, sinkAddr, path); err != nil {
+				return fmt.Errorf("tcp copy: %w", err)
+			}
+			cps = append(cps, time.Since(t0))
+			copyBusy.stop(i >= 0)
 		}
-		cp := time.Since(t0)
 		// The caller's hash of the file alone, which the ship overlaps
-		// with the transfer.
+		// with the transfer; and the hash of the same bytes in memory,
+		// as the target hashes the chunks it receives.
 		t0 = time.Now()
 		if _, _, err := spawnif.HashFile(path); err != nil {
 			return err
 		}
 		hs := time.Since(t0)
+		t0 = time.Now()
+		sha256.Sum256(body)
+		ms := time.Since(t0)
+		// Encrypting the bytes as TLS does, in 16-KiB records; decrypting
+		// them costs about as much.
+		t0 = time.Now()
+		sealRecords(aead, body, sealed)
+		es := time.Since(t0)
 		if i >= 0 { // the first of each is a warm-up
-			shipS, copyS, hashS = append(shipS, ship), append(copyS, cp), append(hashS, hs)
+			shipS, hashS, memS = append(shipS, ship), append(hashS, hs), append(memS, ms)
+			sealS = append(sealS, es)
+			copyS = append(copyS, cps...)
 		}
+	}
+	if err := errors.Join(shipBusy.err, copyBusy.err); err != nil {
+		return err
 	}
 
 	enc := json.NewEncoder(os.Stdout)
@@ -317,12 +357,20 @@ func spawnRemoteDriver(ctx context.Context, sinkAddr string, n, ships int, argv 
 		{"ship-10MB", "spawnd-net", shipS, ShipBytes},
 		{"tcp-copy-10MB", "tcp", copyS, ShipBytes},
 		{"sha256-10MB", "none", hashS, ShipBytes},
+		{"sha256-memory-10MB", "none", memS, ShipBytes},
+		{"aes-gcm-10MB", "none", sealS, ShipBytes},
 	} {
 		r := spawnResult(c.kase, c.transport, c.samples)
 		if c.size > 0 {
 			r.Size = c.size
 			bps := float64(c.size) / (*r.RTTp50 / 1e9)
 			r.BytesPerS = &bps
+		}
+		switch c.kase {
+		case "ship-10MB":
+			r.CPUPercent = cpuPercent(shipBusy.busy, r.TotalNS)
+		case "tcp-copy-10MB":
+			r.CPUPercent = cpuPercent(copyBusy.busy, r.TotalNS)
 		}
 		if err := enc.Encode(r); err != nil {
 			return err
@@ -346,10 +394,59 @@ func spawnRemoteSummary(w io.Writer, results []Result) {
 		if h := by["sha256-10MB"]; h != nil {
 			fmt.Fprintf(w, "  the caller's SHA-256 of the file alone, which the ship overlaps with the transfer: %.1f ms\n", *h.RTTp50/1e6)
 		}
+		shipLeast(w, s, c, by["sha256-memory-10MB"], by["aes-gcm-10MB"], runtime.NumCPU())
 	}
 	if rs, ls, rt := by["remote-spawn-to-first-message"], by["local-spawn-to-first-message-m2"], by["net-round-trip"]; rs != nil && ls != nil && rt != nil {
 		base := *ls.RTTp50 + *rt.RTTp50
 		fmt.Fprintf(w, "remote spawn, end to end / (local spawn + one net round trip) (p50: %.2f ms / (%.2f ms + %.3f ms)): %.2f (report)\n",
 			*rs.RTTp50/1e6, *ls.RTTp50/1e6, *rt.RTTp50/1e6, *rs.RTTp50/base)
+	}
+}
+
+// shipLeast prints what the machine's CPUs spent on a ship and on a copy,
+// and from them the least time a ship can take on ncpu CPUs, all busy
+// (the suite's two machines share this one's CPUs): the copy's work
+// (reading the file, TCP both ways, writing the file) plus the target's
+// SHA-256 of the bytes (hash, timed in memory); and plus what --ship adds
+// to that: the caller's SHA-256 and AES-GCM both ways (seal, timed in
+// memory, for the encryption and again for the decryption).
+func shipLeast(w io.Writer, ship, cp, hash, seal *Result, ncpu int) {
+	if ship.CPUPercent == nil || cp.CPUPercent == nil || hash == nil || seal == nil || ncpu < 1 {
+		return
+	}
+	perOp := func(r *Result) float64 { // ms of busy CPU per op
+		return *r.CPUPercent / 100 * float64(r.TotalNS) / float64(r.Iters) / 1e6
+	}
+	shipCPU, copyCPU := perOp(ship), perOp(cp)
+	hashMS, sealMS, copyMS := *hash.RTTp50/1e6, *seal.RTTp50/1e6, *cp.RTTp50/1e6
+	fmt.Fprintf(w, "  machine CPU: a ship %.1f ms (%.0f %% of one CPU over its time), a TCP copy %.1f ms (%.0f %%); in memory, SHA-256 of 10 MB %.1f ms, AES-GCM %.1f ms\n",
+		shipCPU, *ship.CPUPercent, copyCPU, *cp.CPUPercent, hashMS, sealMS)
+	checked := (copyCPU + hashMS) / float64(ncpu)
+	full := (copyCPU + 2*hashMS + 2*sealMS) / float64(ncpu)
+	fmt.Fprintf(w, "  least a ship takes on %d CPUs, none idle: the copy's work and the target's hash %.1f ms = %.2f x the copy; with the caller's hash and AES-GCM both ways %.1f ms = %.2f x\n",
+		ncpu, checked, checked/copyMS, full, full/copyMS)
+}
+
+// recordBytes is the plaintext of a TLS record at most.
+const recordBytes = 16 << 10
+
+// newRecordAEAD returns AES-256-GCM under a fixed key, the cipher the net
+// interconnect's TLS 1.3 uses here.
+func newRecordAEAD() (cipher.AEAD, error) {
+	block, err := aes.NewCipher(make([]byte, 32))
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+// sealRecords encrypts b in records as TLS does, into buf (reused).
+func sealRecords(aead cipher.AEAD, b, buf []byte) {
+	var nonce [12]byte
+	for i := 0; len(b) > 0; i++ {
+		n := min(len(b), recordBytes)
+		binary.BigEndian.PutUint64(nonce[4:], uint64(i))
+		aead.Seal(buf[:0], nonce[:], b[:n], nil)
+		b = b[n:]
 	}
 }
