@@ -417,8 +417,9 @@ func (c *Client) cached(ctx context.Context, hash string) (bool, error) {
 
 // shipHashing is Ship of f, as st says it is, whose hash is not known: a
 // goroutine hashes f while this one uploads it (put_open), each reading
-// it at its own offsets. Once the hash is known, between two chunks, the
-// cache is asked for it; if it holds the file the upload is dropped.
+// it at its own offsets (of a mapping of f where it maps: shipSource).
+// Once the hash is known, between two chunks, the cache is asked for it;
+// if it holds the file the upload is dropped.
 func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t) (Shipped, error) {
 	size := st.Size
 	id, code, detail, err := c.PutOpen(ctx, uint64(size))
@@ -428,6 +429,8 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	if err != nil {
 		return Shipped{}, fmt.Errorf("put_open: %w", err)
 	}
+	src := openShipSource(f, size)
+	defer src.close() // deferred first, so run after the hashing ends
 	type hashed struct {
 		sum string
 		err error
@@ -443,16 +446,8 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		h := sha256.New()
-		n, err := io.Copy(h, &stoppable{r: io.NewSectionReader(f, 0, size), stop: stop})
-		switch {
-		case err != nil:
-			result <- hashed{err: fmt.Errorf("read: %w", err)}
-		case n != size:
-			result <- hashed{err: fmt.Errorf("read %d bytes of %d: the file changed", n, size)}
-		default:
-			result <- hashed{sum: hex.EncodeToString(h.Sum(nil))}
-		}
+		sum, err := src.hash(stop)
+		result <- hashed{sum: sum, err: err}
 	}()
 	drop := func() { c.abandon(ctx, id) }
 	out := Shipped{Size: size, Uploaded: true}
@@ -467,7 +462,6 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 		shipHashes.remember(f, st, began, size, out.Hash)
 		return nil
 	}
-	r := io.NewSectionReader(f, 0, size)
 	buf := make([]byte, ShipChunk)
 	var off int64
 	for off < size {
@@ -502,8 +496,8 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 				}
 			}
 		}
-		n, err := io.ReadFull(r, buf[:min(int64(len(buf)), size-off)])
-		if err != nil {
+		n := int(min(int64(len(buf)), size-off))
+		if err := src.readAt(buf[:n], off); err != nil {
 			drop()
 			return Shipped{}, fmt.Errorf("read at offset %d: %w", off, err)
 		}
@@ -512,6 +506,9 @@ func (c *Client) shipHashing(ctx context.Context, f *os.File, st *syscall.Stat_t
 			return Shipped{}, fmt.Errorf("put_data at offset %d: %w", off, err)
 		}
 		off += int64(n)
+		if shipAfterChunk != nil {
+			shipAfterChunk(off)
+		}
 	}
 	if out.Hash == "" {
 		// Every byte has gone: the service's answer to put_close says
@@ -556,6 +553,10 @@ func (c *Client) abandon(ctx context.Context, id uint64) {
 // shipAwaitHash makes Ship wait for the hash before the first chunk of an
 // upload, for tests of what it does when the cache holds the file.
 var shipAwaitHash = false
+
+// shipAfterChunk, if set, is called by Ship after each chunk it has sent,
+// with the bytes sent so far: for tests of a file that changes meanwhile.
+var shipAfterChunk func(sent int64)
 
 // stoppable reads r until stop is closed.
 type stoppable struct {

@@ -71,6 +71,46 @@ func TestShipStopsWhenCached(t *testing.T) {
 	}
 }
 
+// A file cut shorter by another process while Ship reads it (the ship
+// reads a mapping of it, where the lost pages fault) fails the ship with
+// an error, not the process; the upload is given up, nothing enters the
+// cache, and the connection serves on. Ship's hash runs while it sends,
+// so it may be the hash that meets the lost pages first: either way the
+// error says the file shrank.
+func TestShipOfAFileCutShorter(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir, c := spawnService(ctx, t, spawn.Config{Logger: slog.New(slog.DiscardHandler)})
+
+	path := filepath.Join(t.TempDir(), "payload")
+	body := make([]byte, 64*spawnif.ShipChunk)
+	rand.Read(body)
+	if err := os.WriteFile(path, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cut := false
+	undo := spawnif.AfterEachChunk(func(sent int64) {
+		if !cut {
+			cut = true
+			if err := os.Truncate(path, 100); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	_, err := c.Ship(ctx, path)
+	undo()
+	if !errors.Is(err, spawnif.ErrFileShrank) {
+		t.Fatalf("ship of a file cut shorter: %v, want %v", err, spawnif.ErrFileShrank)
+	}
+	if names, err := os.ReadDir(filepath.Join(dir, "spawn-cache")); err != nil || len(names) != 0 {
+		t.Fatalf("cache directory: %v, %v; want it empty", names, err)
+	}
+	// The connection serves on: the file as it is now ships.
+	if sh, err := c.Ship(ctx, path); err != nil || !sh.Uploaded || sh.Size != 100 {
+		t.Fatalf("ship after the failed one: %+v, %v", sh, err)
+	}
+}
+
 // An upload whose caller's context ends halfway gives its room back at
 // once: three such uploads in a row, and a fourth that goes through, pass
 // the service's quota of two uploads in progress per domain, which an
