@@ -166,21 +166,20 @@ type busyMeter struct {
 	err  error
 }
 
-func (m *busyMeter) start() {
-	b, err := machineBusy()
-	if err != nil && m.err == nil {
-		m.err = err
-	}
-	m.at = b
-}
+func (m *busyMeter) start() { m.at = m.read() }
 
 // stop ends the span, adding it if keep is set (a warm-up's is not).
 func (m *busyMeter) stop(keep bool) {
+	if b := m.read(); keep {
+		m.busy += b - m.at
+	}
+}
+
+// read returns machineBusy, keeping its first error.
+func (m *busyMeter) read() time.Duration {
 	b, err := machineBusy()
 	if err != nil && m.err == nil {
 		m.err = err
 	}
-	if keep {
-		m.busy += b - m.at
-	}
+	return b
 }

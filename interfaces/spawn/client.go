@@ -558,23 +558,6 @@ var shipAwaitHash = false
 // with the bytes sent so far: for tests of a file that changes meanwhile.
 var shipAfterChunk func(sent int64)
 
-// stoppable reads r until stop is closed.
-type stoppable struct {
-	r    io.Reader
-	stop <-chan struct{}
-}
-
-func (s *stoppable) Read(b []byte) (int, error) {
-	select {
-	case <-s.stop:
-		return 0, errShipEnded
-	default:
-	}
-	return s.r.Read(b)
-}
-
-var errShipEnded = errors.New("the ship has ended")
-
 // shipHashes is the hashes Ship has computed in this process.
 var shipHashes = hashCache{max: 256}
 

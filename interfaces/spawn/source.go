@@ -42,7 +42,7 @@ func openShipSource(f *os.File, size int64) *shipSource {
 			return // not a file that maps (a pipe, a device, /proc): read it
 		}
 		// Read once from start to end, by both readers.
-		syscall.Madvise(m, 0x2) // MADV_SEQUENTIAL
+		syscall.Madvise(m, syscall.MADV_SEQUENTIAL)
 		s.m = m
 	})
 	return s
@@ -111,6 +111,23 @@ func (s *shipSource) readAt(b []byte, off int64) error {
 		return nil
 	})
 }
+
+// stoppable reads r until stop is closed.
+type stoppable struct {
+	r    io.Reader
+	stop <-chan struct{}
+}
+
+func (s *stoppable) Read(b []byte) (int, error) {
+	select {
+	case <-s.stop:
+		return 0, errShipEnded
+	default:
+	}
+	return s.r.Read(b)
+}
+
+var errShipEnded = errors.New("the ship has ended")
 
 // readMapped runs read, which reads a mapping of a file, and turns a
 // fault in it (the file cut shorter by another process meanwhile) into
