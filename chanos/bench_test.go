@@ -314,7 +314,7 @@ func rawRoundTrips(b *testing.B, size int) {
 // BenchmarkRawEchoOneGoroutine echoes the same traffic with bare ring
 // messages, the last of which is 1 byte long.
 func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
-	benchServeOverRing(b, func(last bool) wire.Message {
+	benchServeOverRing(b, 24, func(last bool) wire.Message {
 		if last {
 			return &pingpong.EchoCall{Val: stopVal}
 		}
@@ -325,11 +325,11 @@ func BenchmarkServeEchoOverUMPOneGoroutine(b *testing.B) {
 // benchServeOverRing serves the calls call returns (last: the one that
 // stops the server) with Conn.Serve over a ring pair, in batches, as
 // benchBatches puts them.
-func benchServeOverRing(b *testing.B, call func(last bool) wire.Message) {
+func benchServeOverRing(b *testing.B, size int, call func(last bool) wire.Message) {
 	var frame wire.Buffer
 	id := uint32(0)
 	srv := &stoppingServer{}
-	benchBatches(b, func(y *ump.Conn, last bool) error {
+	benchBatches(b, size, func(y *ump.Conn, last bool) error {
 		frame.Reset()
 		if err := call(last).Encode(&frame); err != nil {
 			return err
@@ -370,7 +370,7 @@ func (s *stoppingServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 
 func BenchmarkRawEchoOneGoroutine(b *testing.B) {
 	msg := make([]byte, 24)
-	benchBatches(b, func(y *ump.Conn, last bool) error {
+	benchBatches(b, 24, func(y *ump.Conn, last bool) error {
 		if last {
 			return y.Send(context.Background(), msg[:1])
 		}
@@ -397,10 +397,16 @@ func BenchmarkRawEchoOneGoroutine(b *testing.B) {
 // is one Serve, and the timer stops and starts around it: with 1,000
 // requests to a batch, their share of that (a Serve's start and end,
 // its peer watch's goroutine among them) was about 40 of ServeEcho's
-// 150 ns a request; 8,000 make it about 5.
-func benchBatches(b *testing.B, put func(y *ump.Conn, last bool) error, serve func(x *ump.Conn) func() error) {
-	const batch = 8000
-	x, y, err := ump.Pipe(&ump.Options{MaxMessageSize: pingpong.MaxFrameSize, RingSlots: 1 << 14})
+// 150 ns a request; 8,000 make it about 5. Requests and answers of up to
+// size bytes a frame; larger than ump.BulkMin, they travel through bulk
+// regions of 64 MiB, and a batch is as many as fit.
+func benchBatches(b *testing.B, size int, put func(y *ump.Conn, last bool) error, serve func(x *ump.Conn) func() error) {
+	batch, o := 8000, &ump.Options{MaxMessageSize: pingpong.MaxFrameSize, RingSlots: 1 << 14}
+	if size > ump.BulkMin {
+		o.BulkSize = 64 << 20
+		batch = min(batch, o.BulkSize/(2*size))
+	}
+	x, y, err := ump.Pipe(o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -467,7 +473,7 @@ func BenchmarkPingOverUMPOneGoroutine(b *testing.B) {
 func BenchmarkServePingOverUMPOneGoroutine(b *testing.B) {
 	var ping wire.Buffer
 	srv := &stoppingServer{}
-	benchBatches(b, func(y *ump.Conn, last bool) error {
+	benchBatches(b, 24, func(y *ump.Conn, last bool) error {
 		ping.Reset()
 		(&pingpong.Ping{ClientID: 1, MsgID: 7}).Encode(&ping)
 		if err := y.Send(context.Background(), ping.B); err != nil || !last {
@@ -517,15 +523,22 @@ func BenchmarkRawBounceOneGoroutine(b *testing.B) {
 }
 
 // BenchmarkServeBounceOverUMPOneGoroutine is
-// BenchmarkServeEchoOverUMPOneGoroutine for the bounce rpc with 8 bytes
-// each way.
+// BenchmarkServeEchoOverUMPOneGoroutine for the bounce rpc, by payload
+// size (each way), as BenchmarkBounceOverUMPOneGoroutine is its calling
+// side.
 func BenchmarkServeBounceOverUMPOneGoroutine(b *testing.B) {
-	benchServeOverRing(b, func(last bool) wire.Message {
-		if last {
-			return &pingpong.EchoCall{Val: stopVal}
-		}
-		return &pingpong.BounceCall{Payload: make([]byte, 8)}
-	})
+	for _, size := range bounceSizes {
+		b.Run(fmt.Sprint(size), func(b *testing.B) {
+			payload := make([]byte, size)
+			b.SetBytes(int64(2 * size))
+			benchServeOverRing(b, size+20, func(last bool) wire.Message {
+				if last {
+					return &pingpong.EchoCall{Val: stopVal}
+				}
+				return &pingpong.BounceCall{Payload: payload}
+			})
+		})
+	}
 }
 
 func (s *stoppingServer) Bounce(ctx context.Context, p []byte) ([]byte, error) { return p, nil }

@@ -583,6 +583,62 @@ func TestBorrowOnlyInline(t *testing.T) {
 	}
 }
 
+// slowFirstServer bounces; the first call's handler waits until release
+// closes, long enough to be handed off, and reads its borrowed payload
+// only after that, as the payload of calls served meanwhile arrived.
+type slowFirstServer struct {
+	pingpong.UnimplementedServer
+	first   sync.Once
+	running chan struct{} // closed once the first call runs
+	release chan struct{}
+}
+
+func (s *slowFirstServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
+	slow := false
+	s.first.Do(func() { slow = true })
+	if slow {
+		close(s.running)
+		<-s.release
+	}
+	return p, nil
+}
+
+// The frame of a call handed off to a goroutine of its own stays the
+// call's: the readers after it, which serve other calls meanwhile, read
+// into other buffers (taken out of the link, not copied), so the slow
+// call's @borrow view still holds its payload when it replies.
+func TestBorrowedPayloadSurvivesHandOff(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &slowFirstServer{running: make(chan struct{}), release: make(chan struct{})}
+		wait := serve(t, s, srv)
+		ctx := testkit.Context(t)
+		first := bytes.Repeat([]byte{0xA5}, 600) // a bulk message over ump
+		done := make(chan error, 1)
+		go func() {
+			out, err := c.Bounce(ctx, first)
+			if err == nil && !bytes.Equal(out, first) {
+				err = fmt.Errorf("the slow call's reply changed: %d bytes, first %#x", len(out), out[0])
+			}
+			done <- err
+		}()
+		<-srv.running
+		for i := range 50 { // served by the readers after the hand-off
+			p := bytes.Repeat([]byte{byte(i)}, 600+i)
+			if out, err := c.Bounce(ctx, p); err != nil || !bytes.Equal(out, p) {
+				t.Fatalf("bounce %d meanwhile: %d bytes, %v", i, len(out), err)
+			}
+		}
+		close(srv.release)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if err := wait(); err != nil {
+			t.Errorf("Serve = %v", err)
+		}
+	})
+}
+
 // servedOverUMP returns a client over a ring pair whose other end
 // Conn.Serve serves with srv until the test ends.
 func servedOverUMP(t *testing.T, srv pingpong.Server) *pingpong.Conn {

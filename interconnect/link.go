@@ -6,9 +6,9 @@
 // process), ump (shared-memory rings between processes), and the control
 // socket between a domain and its monitor. Each implements Link, and may
 // offer more through the optional method sets below (PartsSender,
-// RawReceiver, ValueSender, PeerWatcher), which the engine looks up once,
-// when it takes the link over, rather than branching on interconnect types
-// per message.
+// RawReceiver, ValueSender, PeerWatcher, BufferSwapper), which the engine
+// looks up once, when it takes the link over, rather than branching on
+// interconnect types per message.
 package interconnect
 
 import (
@@ -93,6 +93,22 @@ type RawReceiver interface {
 // side.
 type ValueSender interface {
 	SendValue(ctx context.Context, m wire.Message) error
+}
+
+// BufferSwapper is a Link whose receiver may keep the frame it last
+// received past the next Receive without copying it. SwapReceiveBuffer,
+// called by the goroutine that may call Receive, after a Receive that
+// succeeded and before the next, hands over the buffer that holds the
+// frame that Receive set (the link never touches it again) and takes spare,
+// a buffer the caller no longer uses, or nil, to receive later frames
+// into. The engine's serving reader takes each call's frame this way
+// rather than copying it out of the link, so that the next reader may
+// read on while the call runs.
+//
+// A link whose frames are never reused (each Receive sets a frame of its
+// own) returns nil, and does not take spare.
+type BufferSwapper interface {
+	SwapReceiveBuffer(spare []byte) []byte
 }
 
 // PeerWatcher is a Link that learns of its peer's end without a receive:

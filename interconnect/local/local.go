@@ -98,7 +98,8 @@ func (p *pipe) watch(ctx context.Context, done <-chan struct{}) {
 }
 
 // Link is one end of a connection within one process. It implements
-// interconnect.Link, PartsSender, ValueSender and PeerWatcher.
+// interconnect.Link, PartsSender, ValueSender, PeerWatcher and
+// BufferSwapper.
 type Link struct {
 	in, out *pipe
 }
@@ -272,6 +273,11 @@ func (l *Link) drain() (item, error) {
 	}
 }
 
+// SwapReceiveBuffer implements interconnect.BufferSwapper: every frame
+// Receive sets is one of its own, a copy its sender made, never reused,
+// so there is no buffer to hand over (nil) and spare is not taken.
+func (l *Link) SwapReceiveBuffer(spare []byte) []byte { return nil }
+
 // Close closes both directions.
 func (l *Link) Close() error {
 	l.out.close()
@@ -285,8 +291,9 @@ func (l *Link) Close() error {
 func (l *Link) Gone() <-chan struct{} { return l.in.closed }
 
 var (
-	_ interconnect.Link        = (*Link)(nil)
-	_ interconnect.PartsSender = (*Link)(nil)
-	_ interconnect.ValueSender = (*Link)(nil)
-	_ interconnect.PeerWatcher = (*Link)(nil)
+	_ interconnect.Link          = (*Link)(nil)
+	_ interconnect.PartsSender   = (*Link)(nil)
+	_ interconnect.ValueSender   = (*Link)(nil)
+	_ interconnect.PeerWatcher   = (*Link)(nil)
+	_ interconnect.BufferSwapper = (*Link)(nil)
 )

@@ -525,6 +525,21 @@ func (c *Conn) txSleep() bool {
 // ErrProtocol) only after every message completely sent before it.
 func (c *Conn) Receive(ctx context.Context) ([]byte, error) { return c.receive(ctx, &c.rmu) }
 
+// SwapReceiveBuffer hands over the buffer that holds the message the last
+// Receive or ReceiveExclusive returned, which c then never touches again,
+// and receives later messages into spare instead (nil: a buffer is made
+// when one is needed; spare's contents are overwritten). It must be
+// called between two receives of the caller's, after one that returned
+// a message, and never while another receive runs. A receiver that keeps
+// each message while it reads the next then copies none of them: it
+// passes back the buffer it got two messages before.
+func (c *Conn) SwapReceiveBuffer(spare []byte) []byte {
+	r := &c.rx
+	b := r.buf
+	r.buf = spare[:0]
+	return b
+}
+
 // ReceiveExclusive is Receive for a caller that serializes its receives
 // itself: it must never run while another Receive or ReceiveExclusive
 // runs on c. One that finds another ReceiveExclusive running fails with

@@ -13,7 +13,7 @@ import (
 
 // Link carries chanos frames over a ring pair: it is the ump interconnect
 // as the connection engine sees it (interconnect.Link, PartsSender,
-// RawReceiver and PeerWatcher). The descriptors of frames with
+// RawReceiver, PeerWatcher and BufferSwapper). The descriptors of frames with
 // capabilities travel beside the rings, on the caps socket (fds.go).
 //
 // Its Receive and ReceiveRaw use the ring's exclusive receive: the engine
@@ -141,6 +141,10 @@ func (l *Link) ReceiveRaw(ctx context.Context) ([]byte, error) {
 	return l.c.ReceiveExclusive(ctx)
 }
 
+// SwapReceiveBuffer implements interconnect.BufferSwapper (see
+// Conn.SwapReceiveBuffer).
+func (l *Link) SwapReceiveBuffer(spare []byte) []byte { return l.c.SwapReceiveBuffer(spare) }
+
 // Parse sets *in to frame, a frame ReceiveRaw returned, with the
 // descriptors its header announces (as *os.File capabilities, which the
 // receiver owns). A malformed frame, or descriptors that do not match,
@@ -187,8 +191,9 @@ func (l *Link) Close() error { return l.c.Close() }
 func (l *Link) Gone() <-chan struct{} { return l.c.watchDone }
 
 var (
-	_ interconnect.Link        = (*Link)(nil)
-	_ interconnect.PartsSender = (*Link)(nil)
-	_ interconnect.RawReceiver = (*Link)(nil)
-	_ interconnect.PeerWatcher = (*Link)(nil)
+	_ interconnect.Link          = (*Link)(nil)
+	_ interconnect.BufferSwapper = (*Link)(nil)
+	_ interconnect.PartsSender   = (*Link)(nil)
+	_ interconnect.RawReceiver   = (*Link)(nil)
+	_ interconnect.PeerWatcher   = (*Link)(nil)
 )

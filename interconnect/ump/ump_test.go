@@ -343,6 +343,47 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// TestSwapReceiveBuffer: a message whose buffer was handed over stays as
+// it was while the next is received, in slots and in the bulk region,
+// and a buffer given back is the one a later message lands in: passing
+// back the buffer of the message before, as the connection layer does,
+// two buffers take turns.
+func TestSwapReceiveBuffer(t *testing.T) {
+	a, b, err := Pipe(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	defer b.Close()
+	ctx := context.Background()
+	for _, size := range []int{40, 3000} { // slots; the bulk region
+		msg := func(i int) []byte { return bytes.Repeat([]byte{byte(i)}, size) }
+		var kept [][]byte
+		var spare []byte // the buffer of the message before
+		for i := range 6 {
+			if err := a.Send(ctx, msg(i)); err != nil {
+				t.Fatal(err)
+			}
+			m, err := b.ReceiveExclusive(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i >= 2 && unsafe.SliceData(m) != unsafe.SliceData(kept[i-2]) {
+				t.Errorf("%d bytes, message %d: not received into the buffer given back", size, i)
+			}
+			if i >= 1 && !bytes.Equal(kept[i-1], msg(i-1)) {
+				t.Fatalf("%d bytes: message %d changed while %d was received", size, i-1, i)
+			}
+			got := b.SwapReceiveBuffer(spare)
+			if unsafe.SliceData(got) != unsafe.SliceData(m) || len(got) != len(m) {
+				t.Fatalf("%d bytes, message %d: SwapReceiveBuffer returned another buffer", size, i)
+			}
+			kept = append(kept, got)
+			spare = got
+		}
+	}
+}
+
 // TestReceiveExclusive: it delivers what Receive delivers, refuses to
 // run beside another receive, and Close wakes and waits out a parked one
 // before it unmaps the rings, also when the two race.

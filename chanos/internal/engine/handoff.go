@@ -45,8 +45,10 @@ const (
 // no timer of its own. The old reader finishes its call, sends its reply
 // and ends; the new one reads on, so other calls, and the caller's cancel
 // of the slow one, are read meanwhile. The frame of a call or a message is
-// copied out of the link, and its handler runs once the reading turn is
-// given back: the next reader's reads cannot overwrite what the handler
+// taken out of the link (interconnect.BufferSwapper: the link receives
+// into the buffer of the frame the reader had before) or copied, and its
+// handler runs once the reading turn is given back: the next reader's
+// reads cannot overwrite what the handler
 // still reads (@borrow views included), and a handler may call the peer
 // back on the connection, as the reply is read meanwhile (by the call
 // itself, or a reader). Messages are still handled one at a time, in
@@ -128,14 +130,13 @@ func (h *handOff) loop(r *reader) (err error, off bool) {
 	}
 }
 
-// takeFrame copies the frame, a one-way message or a call, into r, to be
-// handled once the reading turn is given back.
+// takeFrame takes the frame, a one-way message or a call, into r, to be
+// handled once the reading turn is given back: out of the link where it
+// can (Conn.keepFrame), in exchange for the buffer of the frame r handled
+// before, else copied.
 func (r *reader) takeFrame(in *Incoming) error {
 	r.in = *in
-	if in.Frame != nil {
-		r.buf = append(r.buf[:0], in.Frame...)
-		r.in.Frame = r.buf
-	}
+	r.in.Frame, r.buf = r.h.c.keepFrame(in, r.buf)
 	if in.Caps != nil {
 		r.caps = append(r.caps[:0], in.Caps...)
 		r.in.Caps = r.caps
