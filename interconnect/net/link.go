@@ -20,8 +20,8 @@ import (
 // connection's maximum frame size. The link stays open.
 var ErrTooLarge = errors.New("net: frame larger than the connection's maximum frame size")
 
-// Link is one end of a net connection (interconnect.Link, PartsSender and
-// PeerWatcher): chanos frames over TCP, sequenced, acknowledged and kept
+// Link is one end of a net connection (interconnect.Link, PartsSender,
+// PeerWatcher and BufferSwapper): chanos frames over TCP, sequenced, acknowledged and kept
 // until acknowledged, so that a broken TCP connection is resumed on a new
 // one without loss, duplicate or reordering.
 //
@@ -1144,9 +1144,10 @@ func exchange(c stdnet.Conn, br *bufio.Reader, mine []byte) (hello, error) {
 }
 
 var (
-	_ interconnect.Link        = (*Link)(nil)
-	_ interconnect.PartsSender = (*Link)(nil)
-	_ interconnect.PeerWatcher = (*Link)(nil)
+	_ interconnect.Link          = (*Link)(nil)
+	_ interconnect.PartsSender   = (*Link)(nil)
+	_ interconnect.PeerWatcher   = (*Link)(nil)
+	_ interconnect.BufferSwapper = (*Link)(nil)
 )
 
 // splitRefs splits a DATA record's payload into its frame and the RefCaps

@@ -2,6 +2,7 @@ package net_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -14,6 +15,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interconnect"
@@ -924,5 +926,42 @@ func TestDeadlineAndCancelReachHandler(t *testing.T) {
 	}
 	if err := testkit.Await(t, "the handler's end", srv.ended); !errors.Is(err, context.Canceled) {
 		t.Errorf("the handler's context ended with %v, want Canceled", err)
+	}
+}
+
+// A frame whose buffer SwapReceiveBuffer handed over stays as it was
+// while the next frame is received, whether it came through the buffered
+// reader or as a whole record of its own, and giving the buffer back (as
+// the connection engine does, once the frame's handler has returned)
+// disturbs nothing the link reads after. The frames mostly shrink, so
+// that each would fit a buffer the link reuses.
+func TestSwapReceiveBuffer(t *testing.T) {
+	L := listen(t, nil)
+	c, s := connect(t, L, L.Addr().String(), nil)
+	ctx := testkit.Context(t)
+	var prev, prevBuf []byte // the frame before, and the buffer it lies in
+	var prevSent []byte
+	for i, n := range []int{60000, 50000, 3000, 2000, 100, 70000, 200000, 100, 10} {
+		sent := frame(t, &pingpong.Data{Seq: uint64(i), Payload: bytes.Repeat([]byte{byte(i + 1)}, n)})
+		if err := c.SendFrame(ctx, sent, nil); err != nil {
+			t.Fatal(err)
+		}
+		var in interconnect.Incoming
+		if err := s.Receive(ctx, &in); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(in.Frame, sent) {
+			t.Fatalf("frame %d (%d bytes of payload) arrived changed", i, n)
+		}
+		if i > 0 && !bytes.Equal(prev, prevSent) {
+			t.Fatalf("frame %d changed while frame %d was received", i-1, i)
+		}
+		buf := s.SwapReceiveBuffer(prevBuf)
+		start := uintptr(unsafe.Pointer(unsafe.SliceData(buf)))
+		at := uintptr(unsafe.Pointer(unsafe.SliceData(in.Frame)))
+		if at < start || at+uintptr(len(in.Frame)) > start+uintptr(cap(buf)) {
+			t.Fatalf("frame %d does not lie in the buffer handed over", i)
+		}
+		prev, prevBuf, prevSent = in.Frame, buf, sent
 	}
 }

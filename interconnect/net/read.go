@@ -301,6 +301,19 @@ func (l *Link) background(r *connReader) {
 	}
 }
 
+// SwapReceiveBuffer implements interconnect.BufferSwapper: it hands over
+// the buffer of the frame the last Receive set, which the link then
+// neither reuses nor frees, and takes spare among the buffers it reuses
+// for the records it reads.
+func (l *Link) SwapReceiveBuffer(spare []byte) []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.cur
+	l.cur = nil
+	l.putBufLocked(spare)
+	return b
+}
+
 // Receive waits for the next frame and sets *in to it; in.Frame is valid
 // until the next Receive. A malformed frame ends the link with
 // ErrProtocol.
