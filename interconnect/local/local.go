@@ -9,6 +9,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -20,14 +21,15 @@ import (
 // Buffer is how many items a direction holds before a send blocks.
 const Buffer = 64
 
-// An item is what travels on a local connection: a message value (m), or
-// an encoded frame (f). A struct rather than an interface holding either:
-// taking the message out of an interface cost a type assertion, an itab
-// lookup, per message.
-type item struct {
-	m wire.Message
-	f *frame
-}
+// An item is what travels on a local connection: a message value, or an
+// encoded frame (a *frame); nil is a wake-up. One interface, two words:
+// with an element of three (a value and a frame pointer side by side) the
+// channel's copies of it took 8 % of a one-way message's profile, and
+// the message about 2 ns more (BenchmarkLocalSendReceive, 88 against 86
+// ns). A frame is told from a value by its concrete type, one
+// comparison; the values are wire.Messages already, so none needs an
+// assertion.
+type item = wire.Message
 
 // frame is an encoded frame (an rpc call or reply, an error reply, a
 // cancel), parsed once by the sender.
@@ -38,6 +40,16 @@ type frame struct {
 	caps  []wire.Cap
 	meta  wire.Metadata // a call's, taken off frame
 }
+
+// A frame is a wire.Message only to travel as an item; Receive sets it
+// out as a frame, and nothing encodes or decodes it.
+func (f *frame) Encode(*wire.Buffer) error       { return errFrameItem }
+func (f *frame) Decode([]byte, []wire.Cap) error { return errFrameItem }
+func (f *frame) MsgNumber() uint16               { return f.h.Msg }
+func (f *frame) MsgKind() wire.Kind              { return f.k }
+func (f *frame) MsgName() string                 { return "local.frame" }
+
+var errFrameItem = errors.New("local: a frame in transit is not a message")
 
 // pipe is one direction of a local connection.
 //
@@ -79,7 +91,7 @@ func (p *pipe) close() {
 // waiting anyway.
 func (p *pipe) wake() {
 	select {
-	case p.ch <- item{}:
+	case p.ch <- nil:
 	default:
 	}
 }
@@ -154,7 +166,10 @@ func (l *Link) tryPut(it item) (bool, error) {
 // SendValue sends m, which the receiver gets as it is: the caller hands
 // it over.
 func (l *Link) SendValue(ctx context.Context, m wire.Message) error {
-	return l.put(ctx, item{m: m})
+	if m == nil {
+		return errors.New("local: send of a nil message")
+	}
+	return l.put(ctx, m)
 }
 
 // own parses b, which the caller hands over with caps.
@@ -178,7 +193,7 @@ func (l *Link) SendFrame(ctx context.Context, b []byte, caps []wire.Cap) error {
 	if err != nil {
 		return err
 	}
-	return l.put(ctx, item{f: f})
+	return l.put(ctx, f)
 }
 
 // TrySendFrame is SendFrame without the wait.
@@ -187,7 +202,7 @@ func (l *Link) TrySendFrame(b []byte, caps []wire.Cap) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.tryPut(item{f: f})
+	return l.tryPut(f)
 }
 
 // SendParts sends the frame made of head, body and tail, copied once.
@@ -196,7 +211,7 @@ func (l *Link) SendParts(ctx context.Context, head, body, tail []byte) error {
 	if err != nil {
 		return err
 	}
-	return l.put(ctx, item{f: f})
+	return l.put(ctx, f)
 }
 
 // TrySendParts is SendParts without the wait.
@@ -205,7 +220,7 @@ func (l *Link) TrySendParts(head, body, tail []byte) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return l.tryPut(item{f: f})
+	return l.tryPut(f)
 }
 
 // Receive waits for the next item and sets *in to it: a frame, or a
@@ -220,11 +235,11 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	// built in pieces on the stack and copied whole, which stalls on every
 	// message (see wire.ParseFrameInto).
 	in.Inline = false
-	if f := it.f; f != nil {
+	if f, ok := it.(*frame); ok {
 		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = f.k, f.h, f.frame, f.caps, nil, f.meta
 	} else {
-		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = wire.KindMessage, wire.Header{}, nil, nil, it.m, nil
-		in.Header.Msg = it.m.MsgNumber()
+		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = wire.KindMessage, wire.Header{}, nil, nil, it, nil
+		in.Header.Msg = it.MsgNumber()
 	}
 	return nil
 }
@@ -235,7 +250,7 @@ func (l *Link) next(ctx context.Context) (item, error) {
 	for {
 		select {
 		case it := <-p.ch:
-			if it.m != nil || it.f != nil {
+			if it != nil {
 				return it, nil
 			}
 			continue // a wake-up: look again
@@ -247,12 +262,12 @@ func (l *Link) next(ctx context.Context) (item, error) {
 		if done := ctx.Done(); done != nil {
 			select {
 			case <-done:
-				return item{}, ctx.Err()
+				return nil, ctx.Err()
 			default:
 			}
 			p.watch(ctx, done)
 		}
-		if it := <-p.ch; it.m != nil || it.f != nil {
+		if it := <-p.ch; it != nil {
 			return it, nil
 		}
 	}
@@ -264,11 +279,11 @@ func (l *Link) drain() (item, error) {
 	for {
 		select {
 		case it := <-l.in.ch:
-			if it.m != nil || it.f != nil {
+			if it != nil {
 				return it, nil
 			}
 		default:
-			return item{}, errClosed
+			return nil, errClosed
 		}
 	}
 }
