@@ -301,6 +301,48 @@ func TestLocalReceiveWakeUps(t *testing.T) {
 	}
 }
 
+// A Receive whose context has no Done (context.Background) waits on the
+// local interconnect with one plain channel receive: the close, of
+// either end, still ends it, after what was sent before.
+func TestLocalReceiveWithoutDoneEndsOnClose(t *testing.T) {
+	for _, closer := range []string{"peer", "self"} {
+		t.Run(closer, func(t *testing.T) {
+			a, b := chanos.LocalPair(pingpong.Interface)
+			c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+			defer c.Close()
+			defer s.Close()
+			got := make(chan error, 2)
+			go func() {
+				for range 2 {
+					_, err := s.Receive(context.Background())
+					got <- err
+				}
+			}()
+			if err := c.Send(context.Background(), &pingpong.Ping{MsgID: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-got; err != nil {
+				t.Fatalf("Receive of the message = %v", err)
+			}
+			// Most likely asleep in the channel by now; correct either way.
+			time.Sleep(20 * time.Millisecond)
+			if closer == "peer" {
+				c.Close()
+			} else {
+				s.Close()
+			}
+			select {
+			case err := <-got:
+				if !errors.Is(err, chanos.ErrClosed) {
+					t.Fatalf("Receive at the close = %v, want ErrClosed", err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("Receive did not end at the close")
+			}
+		})
+	}
+}
+
 // pongKeeper keeps the last pong Handle gave it, and echoes.
 type pongKeeper struct {
 	pingpong.UnimplementedServer

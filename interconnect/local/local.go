@@ -247,6 +247,19 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 // next waits for the next item.
 func (l *Link) next(ctx context.Context) (item, error) {
 	p := l.in
+	if ctx.Done() == nil {
+		// Nothing but the close ends this wait, and the close puts a
+		// wake-up in ch: one plain receive, as on a Go channel, without
+		// the look that finds ch empty first.
+		for {
+			if p.shut.Load() {
+				return l.drain()
+			}
+			if it := <-p.ch; it != nil {
+				return it, nil
+			}
+		}
+	}
 	for {
 		select {
 		case it := <-p.ch:
