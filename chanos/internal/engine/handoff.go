@@ -48,10 +48,9 @@ const (
 // taken out of the link (interconnect.BufferSwapper: the link receives
 // into the buffer of the frame the reader had before) or copied, and its
 // handler runs once the reading turn is given back: the next reader's
-// reads cannot overwrite what the handler
-// still reads (@borrow views included), and a handler may call the peer
-// back on the connection, as the reply is read meanwhile (by the call
-// itself, or a reader). Messages are still handled one at a time, in
+// reads cannot overwrite what the handler still reads (@borrow views
+// included), and a handler may call the peer back on the connection, as
+// the reply is read meanwhile (by the call itself, or a reader). Messages are still handled one at a time, in
 // order: what other goroutines read meanwhile waits in the inbox.
 type handOff struct {
 	c       *Conn
