@@ -135,7 +135,15 @@ func (h *handOff) loop(r *reader) (err error, off bool) {
 // before, else copied.
 func (r *reader) takeFrame(in *Incoming) error {
 	r.in = *in
-	r.in.Frame, r.buf = r.h.c.keepFrame(in, r.buf)
+	if len(in.Frame) <= keepCopyMax {
+		// Short (most calls): the copy, with no call on the way.
+		if in.Frame != nil {
+			r.buf = append(r.buf[:0], in.Frame...)
+			r.in.Frame = r.buf
+		}
+	} else {
+		r.in.Frame, r.buf = r.h.c.keepFrame(in, r.buf)
+	}
 	if in.Caps != nil {
 		r.caps = append(r.caps[:0], in.Caps...)
 		r.in.Caps = r.caps
