@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	stdnet "net"
 	"runtime"
 	"slices"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
@@ -648,37 +650,64 @@ func (s *slowFirstServer) Bounce(ctx context.Context, p []byte) ([]byte, error) 
 // The frame of a call handed off to a goroutine of its own stays the
 // call's: the readers after it, which serve other calls meanwhile, read
 // into other buffers (taken out of the link, not copied), so the slow
-// call's @borrow view still holds its payload when it replies.
+// call's @borrow view still holds its payload when it replies. Over
+// local, ump and net; the calls meanwhile are shorter than the slow one,
+// so that a link reusing its buffer would put them in it.
 func TestBorrowedPayloadSurvivesHandOff(t *testing.T) {
-	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-		srv := &slowFirstServer{running: make(chan struct{}), release: make(chan struct{})}
-		wait := serve(t, s, srv)
-		ctx := testkit.Context(t)
-		first := bytes.Repeat([]byte{0xA5}, 600) // a bulk message over ump
-		done := make(chan error, 1)
-		go func() {
-			out, err := c.Bounce(ctx, first)
-			if err == nil && !bytes.Equal(out, first) {
-				err = fmt.Errorf("the slow call's reply changed: %d bytes, first %#x", len(out), out[0])
-			}
-			done <- err
-		}()
-		<-srv.running
-		for i := range 50 { // served by the readers after the hand-off
-			p := bytes.Repeat([]byte{byte(i)}, 600+i)
-			if out, err := c.Bounce(ctx, p); err != nil || !bytes.Equal(out, p) {
-				t.Fatalf("bounce %d meanwhile: %d bytes, %v", i, len(out), err)
-			}
-		}
-		close(srv.release)
-		if err := <-done; err != nil {
+	forEach(t, borrowedPayloadSurvivesHandOff)
+	t.Run("net", func(t *testing.T) {
+		ln, err := stdnet.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
 			t.Fatal(err)
 		}
-		c.Close()
-		if err := wait(); err != nil {
-			t.Errorf("Serve = %v", err)
+		L := cnet.Listen(ln, nil)
+		defer L.Close()
+		ctx := testkit.Context(t)
+		cl, err := cnet.Dial(ctx, ln.Addr().String(), nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		sl, err := L.Accept(ctx)
+		if err != nil {
+			cl.Close()
+			t.Fatal(err)
+		}
+		c := pingpong.NewConn(chanos.NewConn(cl, pingpong.Interface))
+		s := pingpong.NewConn(chanos.NewConn(sl, pingpong.Interface))
+		defer c.Close()
+		defer s.Close()
+		borrowedPayloadSurvivesHandOff(t, c, s)
 	})
+}
+
+func borrowedPayloadSurvivesHandOff(t *testing.T, c, s *pingpong.Conn) {
+	srv := &slowFirstServer{running: make(chan struct{}), release: make(chan struct{})}
+	wait := serve(t, s, srv)
+	ctx := testkit.Context(t)
+	first := bytes.Repeat([]byte{0xA5}, 700) // a bulk message over ump
+	done := make(chan error, 1)
+	go func() {
+		out, err := c.Bounce(ctx, first)
+		if err == nil && !bytes.Equal(out, first) {
+			err = fmt.Errorf("the slow call's reply changed: %d bytes, first %#x", len(out), out[0])
+		}
+		done <- err
+	}()
+	<-srv.running
+	for i := range 50 { // served by the readers after the hand-off
+		p := bytes.Repeat([]byte{byte(i)}, 650-i)
+		if out, err := c.Bounce(ctx, p); err != nil || !bytes.Equal(out, p) {
+			t.Fatalf("bounce %d meanwhile: %d bytes, %v", i, len(out), err)
+		}
+	}
+	close(srv.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if err := wait(); err != nil {
+		t.Errorf("Serve = %v", err)
+	}
 }
 
 // servedOverUMP returns a client over a ring pair whose other end
