@@ -221,6 +221,8 @@ type Monitor struct {
 	serving   atomic.Bool
 
 	testMaxPacket int // if set, caps the sessions' packet size (tests)
+	// if set, called as an ended session's cleanup begins (tests)
+	testBeforeCleanup func(*session)
 }
 
 // export is one exported service.

@@ -145,7 +145,7 @@ func (m *Monitor) monitorInfo() chanos.MonitorInfo {
 	defer m.mu.Unlock()
 	unresponsive := 0
 	for _, s := range m.domains {
-		if s.unresponsiveSince.Load() != 0 {
+		if _, live := m.sessions[s]; live && s.unresponsiveSince.Load() != 0 {
 			unresponsive++
 		}
 	}
@@ -215,7 +215,9 @@ func (m *Monitor) domainEntry(id uint64, maxItems int) (psDomain, bool) {
 		}
 	} else {
 		s := m.domains[id]
-		if s == nil {
+		if _, live := m.sessions[s]; s == nil || !live {
+			// Gone, or evicted (out of sessions at once, so that its place
+			// is a newcomer's) while its goroutine still cleans up.
 			return d, false
 		}
 		d.info = chanos.DomainInfo{ID: id, PID: s.pid, UID: s.uid, Program: s.program,

@@ -723,3 +723,50 @@ func TestRefuse(t *testing.T) {
 		peer.Close()
 	}
 }
+
+// An evicted session leaves ps at once, while its goroutine may still be
+// cleaning up: its place is the newcomer's already. Here the squatter's
+// cleanup is held until the test ends.
+func TestPsLeavesOutEvicted(t *testing.T) {
+	release := make(chan struct{})
+	tm := startMonitor(t, Config{MaxDomains: 2, IdleTimeout: 50 * time.Millisecond, PingTimeout: 100 * time.Millisecond}, func(m *Monitor) {
+		m.testBeforeCleanup = func(s *session) {
+			m.mu.Lock()
+			program := s.program
+			m.mu.Unlock()
+			if program == "raw" {
+				<-release
+			}
+		}
+	})
+	defer close(release)
+	ctx := testkit.Context(t)
+	tm.dial(t, "keeper")
+	rawDial(t, SocketPath(tm.dir)).hello() // hello, then nothing read ever
+	var newcomer *Client
+	testkit.Eventually(t, "a newcomer to take the squatter's place", func() bool {
+		c, err := Dial(ctx, tm.dir, "newcomer")
+		if err != nil && !strings.Contains(err.Error(), "monitor full") {
+			t.Fatalf("join: %v", err)
+		}
+		newcomer = c
+		return err == nil
+	})
+	defer newcomer.Close()
+	snap, err := newcomer.Ps(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed := 0
+	for _, d := range snap.Domains {
+		if d.Program == "raw" {
+			t.Fatalf("the evicted squatter is listed: %+v", d)
+		}
+		if d.ID != SelfDomainID {
+			listed++
+		}
+	}
+	if listed != snap.Monitor.Limits.Domains || snap.Monitor.Limits.Unresponsive != 0 {
+		t.Fatalf("%d domains listed, %d sessions counted, %d unresponsive; want 2, 2, 0", listed, snap.Monitor.Limits.Domains, snap.Monitor.Limits.Unresponsive)
+	}
+}

@@ -416,6 +416,9 @@ func (s *session) withdraw(c *proto.WithdrawCall) (wire.Message, error) {
 // shares of the quotas.
 func (s *session) cleanup() {
 	m := s.m
+	if m.testBeforeCleanup != nil {
+		m.testBeforeCleanup(s)
+	}
 	m.mu.Lock()
 	delete(m.sessions, s)
 	var withdrawn []string
