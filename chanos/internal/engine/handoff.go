@@ -50,8 +50,9 @@ const (
 // handler runs once the reading turn is given back: the next reader's
 // reads cannot overwrite what the handler still reads (@borrow views
 // included), and a handler may call the peer back on the connection, as
-// the reply is read meanwhile (by the call itself, or a reader). Messages are still handled one at a time, in
-// order: what other goroutines read meanwhile waits in the inbox.
+// the reply is read meanwhile (by the call itself, or a reader). Messages
+// are still handled one at a time, in order: what other goroutines read
+// meanwhile waits in the inbox.
 type handOff struct {
 	c       *Conn
 	ctx     context.Context // serving
