@@ -1954,6 +1954,30 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
 int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
 
 /*
+ * chanos_conn_status stores in *st the status of the error reply that
+ * ended the last call made on c (by a generated stub, chanos_conn_call or
+ * chanos_conn_call_buf, which returned CHANOS_ERR_REMOTE): its code and a
+ * copy of its detail, valid until the next call on c or
+ * chanos_conn_close. It returns 0, or CHANOS_ERR_NOT_FOUND if that call
+ * did not end in an error reply. From the thread that made the call.
+ */
+int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
+
+/*
+ * chanos_conn_set_detail gives the error reply that the rpc handler
+ * running on c is about to return a positive code for its detail, made
+ * as printf makes a string and cut to CHANOS_STATUS_DETAIL_MAX bytes: the
+ * generated dispatch sends it with that code, and forgets it whatever the
+ * handler returns. From the handler, on the thread that serves c. 0, or
+ * -ENOMEM.
+ */
+int chanos_conn_set_detail(chanos_conn *c, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+
+/*
  * chanos_conn_buf sets *b up (chanos_buf_init, no capabilities) over the
  * connection's own scratch buffer of at least size bytes, allocated on
  * first use and grown as needed, freed by chanos_conn_close: the buffer
@@ -2055,6 +2079,9 @@ int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
 int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc);
 int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
                                 const char *what);
+/* chanos_conn_take_detail_ returns the detail chanos_conn_set_detail
+ * left for the error reply being made, or NULL, and forgets it. */
+const char *chanos_conn_take_detail_(chanos_conn *c);
 
 /* ==== end domains ==== */
 

@@ -14,7 +14,9 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdarg.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,6 +64,17 @@ struct chanos_conn {
      * 0: none */
     uint64_t dkey;
     chanos_export_endpoint_fn_ export_endpoint; /* the domain's; NULL: none */
+    /* the status of the error reply that ended the last call
+     * (chanos_conn_status): its code (0: the last call did not end in
+     * one) and a copy of its detail, whose buffer is allocated at the
+     * first error reply; it outlives the ring slot the reply came in */
+    uint64_t status_code;
+    char *status_detail;
+    size_t status_len;
+    /* the detail a handler gives the error reply it is about to return
+     * (chanos_conn_set_detail), sent and cleared by the dispatch */
+    char *reply_detail;
+    bool has_reply_detail;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -98,6 +111,8 @@ void chanos_conn_close(chanos_conn *c)
     free(c->peer);
     free(c->out_meta);
     free(c->meta_frame);
+    free(c->status_detail);
+    free(c->reply_detail);
     free(c);
 }
 
@@ -960,6 +975,71 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
     return rc;
 }
 
+/* keep_status copies the status of the error reply f, which ended a call,
+ * for chanos_conn_status: the frame's slot in the ring is reused by the
+ * next receive. One that does not decode is kept as CHANOS_CODE_UNKNOWN,
+ * saying so. */
+static void keep_status(chanos_conn *c, const struct chanos_frame *f)
+{
+    static const char bad[] = "the error reply does not decode";
+    struct chanos_status st;
+    const void *detail = bad;
+    size_t len = sizeof bad - 1;
+
+    if (chanos_frame_status(f, &st) == 0) {
+        detail = st.detail.ptr;
+        len = st.detail.len;
+    } else {
+        st.code = CHANOS_CODE_UNKNOWN;
+    }
+    c->status_code = st.code;
+    c->status_len = 0;
+    if (len == 0)
+        return;
+    if (c->status_detail == NULL)
+        c->status_detail = malloc(CHANOS_STATUS_DETAIL_MAX);
+    if (c->status_detail == NULL)
+        return; /* the code alone, then */
+    memcpy(c->status_detail, detail, len);
+    c->status_len = len;
+}
+
+int chanos_conn_status(const chanos_conn *c, struct chanos_status *st)
+{
+    if (c->status_code == 0)
+        return CHANOS_ERR_NOT_FOUND;
+    st->code = c->status_code;
+    st->detail.ptr = c->status_detail;
+    st->detail.len = c->status_len;
+    return 0;
+}
+
+int chanos_conn_set_detail(chanos_conn *c, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+
+    if (c->reply_detail == NULL)
+        c->reply_detail = malloc(CHANOS_STATUS_DETAIL_MAX + 1);
+    if (c->reply_detail == NULL)
+        return -ENOMEM;
+    va_start(ap, fmt);
+    n = vsnprintf(c->reply_detail, CHANOS_STATUS_DETAIL_MAX + 1, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        return -EINVAL;
+    c->has_reply_detail = true; /* cut to the bound if longer */
+    return 0;
+}
+
+const char *chanos_conn_take_detail_(chanos_conn *c)
+{
+    if (!c->has_reply_detail)
+        return NULL;
+    c->has_reply_detail = false;
+    return c->reply_detail;
+}
+
 /* call is chanos_conn_call with descriptors. */
 static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
                 uint32_t nfds, int timeout_ms, struct chanos_frame *reply,
@@ -972,6 +1052,7 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
     int rc;
 
     *sent = false;
+    c->status_code = 0;
     if (len < CHANOS_HEADER_SIZE)
         return CHANOS_ERR_TRUNCATED;
     msg = chanos_load_u16(frame + 4);
@@ -1004,6 +1085,7 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
             }
             if (reply->kind == CHANOS_KIND_ERROR) {
                 chanos_frame_close_fds(reply);
+                keep_status(c, reply);
                 rc = CHANOS_ERR_REMOTE;
             }
             break;

@@ -50,21 +50,24 @@ int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
 int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
                         int rc, const struct chanos_buf *b)
 {
+    /* taken whatever the result: a detail set by a handler that then
+     * succeeded must not reach the next call's error reply */
+    const char *detail = chanos_conn_take_detail_(c);
+
     if (rc == 0)
         return chanos_conn_reply_buf(c, call, b, -1);
     if (rc == CHANOS_SERVE_DEFER)
         return 0;
     if (rc > 0)
-        return chanos_conn_reply_error(c, call, (uint64_t)rc, NULL, -1);
+        return chanos_conn_reply_error(c, call, (uint64_t)rc, detail, -1);
     if (is_wire_error(rc)) {
         /* the handler's reply breaks the interface's bounds: the caller
          * hears of it, and the connection goes on */
-        char detail[96];
+        char why[96];
 
-        snprintf(detail, sizeof detail, "internal: the reply does not encode: %s",
+        snprintf(why, sizeof why, "the reply does not encode: %s",
                  chanos_strerror(rc));
-        return chanos_conn_reply_error(c, call, CHANOS_CODE_INTERNAL, detail,
-                                       -1);
+        return chanos_conn_reply_error(c, call, CHANOS_CODE_INTERNAL, why, -1);
     }
     return rc;
 }
@@ -77,7 +80,8 @@ int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc)
     chanos_frame_close_fds(f);
     if (f->kind != CHANOS_KIND_CALL)
         return rc;
-    snprintf(detail, sizeof detail, "invalid argument: %s", chanos_strerror(rc));
+    snprintf(detail, sizeof detail, "the call does not decode: %s",
+             chanos_strerror(rc));
     return chanos_conn_reply_error(c, f, CHANOS_SERVE_INVALID, detail, -1);
 }
 
@@ -86,7 +90,7 @@ int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
 {
     char detail[192];
 
-    snprintf(detail, sizeof detail, "unimplemented: %s", what);
+    snprintf(detail, sizeof detail, "the server has no handler for %s", what);
     return chanos_conn_reply_error(c, f, CHANOS_SERVE_UNIMPLEMENTED, detail,
                                    -1);
 }

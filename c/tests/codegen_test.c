@@ -797,10 +797,18 @@ static int on_put(void *ctx, chanos_conn *c, const struct ctest_put_call *in,
 {
     struct store *s = ctx;
 
-    (void)c;
     (void)out;
-    if (in->h == 0)
+    if (in->h == 1) {
+        /* a detail left by a handler that then succeeds is dropped */
+        CHECK_EQ(chanos_conn_set_detail(c, "never sent"), 0);
+        return 0;
+    }
+    if (in->h == 0) {
+        CHECK_EQ(chanos_conn_set_detail(c, "no h: %d of %s", 0, "put"), 0);
         return 7; /* an application's own error code */
+    }
+    if (in->h == 2)
+        return CHANOS_CODE_NOT_FOUND; /* with no detail */
     s->h = in->h;
     return 0;
 }
@@ -847,6 +855,11 @@ static void *serve_thread(void *arg)
     return NULL;
 }
 
+static bool str_is(struct chanos_str v, const char *want)
+{
+    return v.len == strlen(want) && memcmp(v.ptr, want, v.len) == 0;
+}
+
 static void test_stubs(void)
 {
     struct chanos_ump_options o = { 0 };
@@ -858,6 +871,7 @@ static void test_stubs(void)
     struct ctest_sync_call sc = { 0 };
     struct ctest_sync_reply sr;
     struct ctest_scalars m;
+    struct chanos_status st;
     chanos_ump *ua, *ub;
     chanos_conn *cli;
     pthread_t th;
@@ -879,9 +893,25 @@ static void test_stubs(void)
     CHECK_EQ(ctest_put(cli, &put, &pr, 2000), 0);
     CHECK_EQ(ctest_get(cli, &gc, &gr, 2000), 0);
     CHECK_EQ(gr.h, 42);
+    CHECK_EQ(chanos_conn_status(cli, &st), CHANOS_ERR_NOT_FOUND);
     put.h = 0;
     CHECK_EQ(ctest_put(cli, &put, &pr, 2000), CHANOS_ERR_REMOTE);
+    /* the error reply's status outlives its slot in the ring */
+    CHECK_EQ(chanos_conn_status(cli, &st), 0);
+    CHECK(st.code == 7);
+    CHECK(str_is(st.detail, "no h: 0 of put"));
     CHECK_EQ(ctest_sync(cli, &sc, &sr, 2000), CHANOS_ERR_REMOTE);
+    CHECK_EQ(chanos_conn_status(cli, &st), 0);
+    CHECK(st.code == CHANOS_CODE_UNIMPLEMENTED);
+    CHECK(str_is(st.detail, "the server has no handler for ctest.sync"));
+    put.h = 1;
+    CHECK_EQ(ctest_put(cli, &put, &pr, 2000), 0);
+    CHECK_EQ(chanos_conn_status(cli, &st), CHANOS_ERR_NOT_FOUND);
+    put.h = 2;
+    CHECK_EQ(ctest_put(cli, &put, &pr, 2000), CHANOS_ERR_REMOTE);
+    CHECK_EQ(chanos_conn_status(cli, &st), 0);
+    CHECK(st.code == CHANOS_CODE_NOT_FOUND);
+    CHECK_EQ(st.detail.len, 0);
     /* messages, handled in order before the next call */
     memset(&m, 0, sizeof m);
     m.u64 = 1234567890123ull;

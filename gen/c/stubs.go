@@ -74,7 +74,8 @@ func (g *generator) stubDecls(p *printer) {
 	p.comment("", "Client stubs. An rpc's stub encodes *in, calls and waits at most "+
 		"timeout_ms (-1: forever) for the reply, and decodes it into *out, whose "+
 		"views point into the connection's ring until its next receive. It returns "+
-		"0, a CHANOS_ERR_* code, or CHANOS_ERR_REMOTE for an error reply. A "+
+		"0, a CHANOS_ERR_* code, or CHANOS_ERR_REMOTE for an error reply, whose "+
+		"code and detail chanos_conn_status gives. A "+
 		"message's stub encodes *m and sends it, waiting at most timeout_ms for "+
 		"ring space. The stubs encode into the connection's buffer "+
 		"(chanos_conn_buf): one thread at a time per connection.")
@@ -87,7 +88,8 @@ func (g *generator) stubDecls(p *printer) {
 		"of it is answered CHANOS_SERVE_UNIMPLEMENTED, a message dropped). ctx is "+
 		"the one given to the dispatch; the arguments' views point into the ring "+
 		"until the handler returns. An rpc's handler fills in *out (zeroed) and "+
-		"returns 0, a positive error code for an error reply, or "+
+		"returns 0, a positive error code for an error reply (whose detail "+
+		"chanos_conn_set_detail sets), or "+
 		"CHANOS_SERVE_DEFER (chanos.h); a message's handler returns 0. Any other "+
 		"negative code ends serving the connection.")
 	p.f("struct %s {", g.opsStruct())
