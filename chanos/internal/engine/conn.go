@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -412,7 +413,10 @@ func timeoutOf(ctx context.Context) uint32 {
 // error reply comes back as a *RemoteError. If ctx ends first, Call tells
 // the peer that the call is abandoned and returns ctx's error.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
-	return c.call(ctx, -1, call, reply)
+	if err := c.call(ctx, -1, call, reply); err != nil {
+		return callError(call.MsgName(), err)
+	}
+	return nil
 }
 
 // CallTimeout is Call with d, rather than what remains of ctx's time, as
@@ -421,7 +425,22 @@ func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 // at that deadline, and so tells a peer that answered "not in time" from
 // one that did not answer at all. d must be positive.
 func (c *Conn) CallTimeout(ctx context.Context, d time.Duration, call, reply wire.Message) error {
-	return c.call(ctx, d, call, reply)
+	if err := c.call(ctx, d, call, reply); err != nil {
+		return callError(call.MsgName(), err)
+	}
+	return nil
+}
+
+// callError names the rpc whose call failed with err (a context's end,
+// the connection's), so that a program that makes many tells which: an
+// error reply names it already (RemoteError), as do the errors that
+// start with the name. err stays matchable (errors.Is, errors.As).
+func callError(name string, err error) error {
+	var re *RemoteError
+	if errors.As(err, &re) || strings.HasPrefix(err.Error(), name) {
+		return err
+	}
+	return fmt.Errorf("%s: %w", name, err)
 }
 
 // callTimeout returns the timeout_us of a call frame: d's, or, if d is

@@ -151,27 +151,33 @@ func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode 
 func (c *Conn) callWith(ctx context.Context, name string, msg uint16, send func(id uint32, wait bool) (bool, error), reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	id, ok, err := c.beginCall()
 	if err != nil {
-		return err
+		return callError(name, err)
 	}
 	if ok {
 		sent, err := send(id, false)
 		if sent && err == nil {
-			return c.finishCall(ctx, id, name, msg, reply, decode)
+			if err := c.finishCall(ctx, id, name, msg, reply, decode); err != nil {
+				return callError(name, err)
+			}
+			return nil
 		}
 		c.release()
 		if err != nil {
-			return err
+			return callError(name, err)
 		}
 	}
 	p, err := c.register(id, name, msg, nil)
 	if err != nil {
-		return err
+		return callError(name, err)
 	}
 	if _, err := send(id, true); err != nil {
 		c.forget(id, p)
-		return err
+		return callError(name, err)
 	}
-	return c.settled(ctx, id, p, reply, decode)
+	if err := c.settled(ctx, id, p, reply, decode); err != nil {
+		return callError(name, err)
+	}
+	return nil
 }
 
 // settled waits for the pending call id, whose reply frame the reader
