@@ -341,7 +341,9 @@ func SendCopy[T any, P interface {
 
 // Unsupported returns the error of a method of a generated
 // UnimplementedServer: the message or rpc name of interface iface is not
-// handled (errors.ErrUnsupported).
+// handled (errors.ErrUnsupported). Its text is the detail of the error
+// reply, which the caller reads after the rpc's name and the code
+// ("kv.get: unimplemented: the server has no handler for kv.get: ...").
 func Unsupported(iface, name string) error {
-	return fmt.Errorf("%s.%s: %w", iface, name, errors.ErrUnsupported)
+	return fmt.Errorf("the server has no handler for %s.%s: %w", iface, name, errors.ErrUnsupported)
 }
