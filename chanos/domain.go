@@ -20,6 +20,7 @@ import (
 	"github.com/chanos/chanos/interconnect/seqpacket"
 	"github.com/chanos/chanos/interconnect/ump"
 	"github.com/chanos/chanos/internal/protocol/monitor"
+	"github.com/chanos/chanos/internal/ratelog"
 	"github.com/chanos/chanos/internal/rundir"
 	"github.com/chanos/chanos/wire"
 )
@@ -163,6 +164,7 @@ type Domain struct {
 	dir     string
 	program string
 	log     *slog.Logger
+	rlog    *ratelog.Log  // what peers can make happen often: a line a second per kind
 	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
 	timeout time.Duration // bounds the calls to the monitor without a deadline
 
@@ -210,6 +212,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		dir:       dir,
 		program:   o.program,
 		log:       o.log,
+		rlog:      ratelog.New(o.log, time.Second),
 		spin:      o.spin,
 		timeout:   o.callTimeout,
 		noRejoin:  o.noRejoin,
@@ -339,6 +342,7 @@ func (d *Domain) Close() error {
 	if ns != nil {
 		ns.close()
 	}
+	d.rlog.Close()
 	return err
 }
 
@@ -904,7 +908,10 @@ func (d *Domain) bindCall(ctx context.Context, call *monitor.BindCall, reply *mo
 // Serve accepts connections until ctx ends or the listener closes, and
 // runs handle for each in a goroutine of its own. It returns nil after a
 // close or ctx's end, once every handler has returned; a handler's error is
-// logged, as it concerns one connection only.
+// logged, as it concerns one connection only: at level Debug, but a
+// protocol violation (ErrProtocol: a client that sent what the interface
+// does not allow, as one built from another version of it does) at Warn,
+// with the client's pid and program, a line a second at most per kind.
 func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c *Conn) error) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -920,7 +927,18 @@ func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c
 		go func() {
 			defer wg.Done()
 			defer c.Close()
-			if err := handle(ctx, c); err != nil && !errors.Is(err, context.Canceled) {
+			err := handle(ctx, c)
+			switch {
+			case err == nil || errors.Is(err, context.Canceled):
+			case errors.Is(err, ErrProtocol):
+				// The client sent what the interface does not allow (one
+				// built from another version of it that bound without a
+				// fingerprint, or a broken one): it only sees its
+				// connection close, so the server says why.
+				peer, _ := c.Peer()
+				l.d.rlog.Log(slog.LevelWarn, ratelog.KindOf("protocol "+l.name, err), "chanos: closed a connection whose client broke the protocol",
+					"name", l.name, "pid", peer.PID, "program", peer.Program, "err", err)
+			default:
 				l.d.log.Debug("chanos: connection ended", "name", l.name, "err", err)
 			}
 		}()

@@ -5,6 +5,7 @@ package chanos_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -686,4 +687,52 @@ func roleListenAsNobody([]string) error {
 	}
 	fmt.Println("ready")
 	select {}
+}
+
+// A client that sends what the interface does not have (here, a call of
+// an rpc number it lacks) sees its connection close; the server says why
+// in its log, with the client's pid and program, and serves on.
+func TestListenerLogsProtocolViolation(t *testing.T) {
+	dir, _ := testkit.StartMonitor(t)
+	ctx := testkit.Context(t)
+	var logs testkit.Output
+	sd, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithLogger(slog.New(slog.NewTextHandler(&logs, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sd.Close()
+	l, err := pingpong.Export(ctx, sd, "violated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go pingpong.Serve(ctx, l, childServer{})
+	cd, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram("broken-client"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close()
+	c, err := pingpong.Connect(ctx, cd, "violated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	var call wire.Buffer
+	if err := (&pingpong.EchoCall{Val: 7}).Encode(&call); err != nil {
+		t.Fatal(err)
+	}
+	wire.SetCallID(call.B, 1)
+	binary.LittleEndian.PutUint16(call.B[4:], 999) // no rpc of pingpong
+	if err := genrt.Engine(c.Raw()).SendFrame(ctx, call.B); err != nil {
+		t.Fatal(err)
+	}
+	logs.Wait(t, "level=WARN", "broke the protocol", "name=violated", "program=broken-client", fmt.Sprintf("pid=%d", os.Getpid()))
+	// The next client is served as ever.
+	c2, err := pingpong.Connect(ctx, cd, "violated")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if v, err := c2.Echo(ctx, 1); err != nil || v != 2 {
+		t.Fatalf("echo from the next client = %d, %v", v, err)
+	}
 }
