@@ -501,6 +501,8 @@ static int mon_recv(struct chanos_domain *d, int64_t deadline,
     ssize_t n;
     int rc;
 
+    bool ended = false;
+
     if (d->err != 0)
         return d->err;
     for (;;) {
@@ -519,6 +521,19 @@ static int mon_recv(struct chanos_domain *d, int64_t deadline,
         n = recvmsg(d->sock, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
         if (n < 0 && (errno == EINTR || errno == EAGAIN))
             continue;
+        /*
+         * The kernel may report the monitor's end before a packet it sent
+         * just before it: a non-blocking read looks at the queue, then at
+         * the end, and the packet and the close may come between the two
+         * looks; and the reset of a monitor that closed with packets of
+         * ours unread comes before the packets it sent. The end stays, and
+         * nothing more can come: one more read finds what it sent.
+         */
+        if (!ended && ((n == 0 && mh.msg_controllen == 0) ||
+                       (n < 0 && errno == ECONNRESET))) {
+            ended = true;
+            continue;
+        }
         break;
     }
     if (n < 0)

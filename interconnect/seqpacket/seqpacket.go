@@ -200,7 +200,7 @@ func capFD(c wire.Cap) (int, error) {
 // caps are new files the caller owns. At the peer's orderly close or death
 // it returns io.EOF.
 func (c *Conn) Receive() (frame []byte, caps []wire.Cap, err error) {
-	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.rbuf, c.oob)
+	n, oobn, flags, err := c.read()
 	if err != nil {
 		// The peer's close and its death look the same to a socket.
 		if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) {
@@ -229,6 +229,36 @@ func (c *Conn) Receive() (frame []byte, caps []wire.Cap, err error) {
 		caps[i] = f
 	}
 	return c.rbuf[:n], caps, nil
+}
+
+// read reads one packet into c.rbuf and its control message into c.oob.
+func (c *Conn) read() (n, oobn, flags int, err error) {
+	n, oobn, flags, _, err = c.uc.ReadMsgUnix(c.rbuf, c.oob)
+	if !(err == nil && n == 0 && oobn == 0) && !errors.Is(err, io.EOF) && !errors.Is(err, syscall.ECONNRESET) {
+		return n, oobn, flags, err
+	}
+	// The kernel may report the peer's end before packets the peer sent
+	// just before it: on a non-blocking socket it looks at the queue,
+	// then at the end, so a packet and the close that come between the
+	// two looks read as the end; and the reset of a peer that closed with
+	// packets of ours unread comes before the packets it sent. Either way
+	// the end is there to stay and nothing more can come, so one more
+	// read, which cannot wait, finds what the peer sent, if anything.
+	// Without it, a monitor's answer sent just before it closed the
+	// connection was lost now and then.
+	rc, rerr := c.uc.SyscallConn()
+	if rerr != nil {
+		return n, oobn, flags, err
+	}
+	var n2, oobn2, flags2 int
+	var err2 error
+	if rerr := rc.Read(func(fd uintptr) bool {
+		n2, oobn2, flags2, _, err2 = syscall.Recvmsg(int(fd), c.rbuf, c.oob, syscall.MSG_DONTWAIT|syscall.MSG_CMSG_CLOEXEC)
+		return true // one try: the end has been seen
+	}); rerr != nil || err2 != nil || (n2 == 0 && oobn2 == 0) {
+		return n, oobn, flags, err
+	}
+	return n2, oobn2, flags2, nil
 }
 
 func parseRights(oob []byte) ([]*os.File, error) {

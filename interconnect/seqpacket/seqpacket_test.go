@@ -205,3 +205,28 @@ func TestListenAppearsReady(t *testing.T) {
 		t.Errorf("after Close, the socket file: %v", err)
 	}
 }
+
+// A peer that answers and closes with a packet of ours unread: the kernel
+// reports the reset before the answer, which Receive still returns, then
+// the end.
+func TestReceiveAnswerBeforeReset(t *testing.T) {
+	for _, unread := range []bool{false, true} {
+		a, b := pair(t, 64)
+		if unread {
+			if err := b.Send([]byte("never read"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.Send([]byte("answer"), nil); err != nil {
+			t.Fatal(err)
+		}
+		a.Close()
+		frame, _, err := b.Receive()
+		if err != nil || string(frame) != "answer" {
+			t.Fatalf("unread %v: Receive = %q, %v; want the answer", unread, frame, err)
+		}
+		if _, _, err := b.Receive(); !errors.Is(err, io.EOF) {
+			t.Fatalf("unread %v: Receive after the answer = %v, want io.EOF", unread, err)
+		}
+	}
+}
