@@ -1270,9 +1270,19 @@ int chanos_ump_recv_fds(chanos_ump *c, int *fds, unsigned n)
         return 0;
     if (n > CHANOS_UMP_MAX_FDS)
         return fail(c, CHANOS_ERR_PROTOCOL);
-    do
+    /* a peer that closed with records of ours unread resets the socket,
+     * which the kernel reports once, before the records the peer sent:
+     * the record is read again after it */
+    bool reset = false;
+    for (;;) {
         r = recvmsg(c->caps, &m, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    while (r < 0 && errno == EINTR);
+        if (r < 0 && errno == ECONNRESET && !reset) {
+            reset = true;
+            continue;
+        }
+        if (!(r < 0 && errno == EINTR))
+            break;
+    }
     if (r < 0)
         return fail(c, CHANOS_ERR_PROTOCOL); /* announced, never sent */
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&m); cm; cm = CMSG_NXTHDR(&m, cm)) {

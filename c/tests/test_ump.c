@@ -7,6 +7,7 @@
 #include "ump_testutil.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/wait.h>
 
@@ -140,6 +141,32 @@ static void test_close(void)
     chanos_ump_close(b);
 }
 
+/* test_caps_after_reset: a peer that sends a message with a descriptor
+ * and closes while a record of ours waits unread on its side. The kernel
+ * reports the reset of the descriptors' socket before the peer's record,
+ * which is still taken. */
+static void test_caps_after_reset(void)
+{
+    chanos_ump *a, *b;
+    const void *m;
+    size_t n;
+    int p[2], got = -1;
+
+    pair(NULL, &a, &b);
+    CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+    CHECK_EQ(chanos_ump_send_fds(b, "1", 1, &p[1], 1, 1000), 0);
+    CHECK_EQ(chanos_ump_send_fds(a, "2", 1, &p[0], 1, 1000), 0);
+    chanos_ump_close(a);
+    CHECK_EQ(chanos_ump_recv(b, &m, &n, 1000), 0);
+    CHECK_EQ(n, 1);
+    CHECK_EQ(chanos_ump_recv_fds(b, &got, 1), 0);
+    CHECK(got >= 0);
+    close(got);
+    close(p[0]);
+    close(p[1]);
+    chanos_ump_close(b);
+}
+
 /* test_handshake: create and attach across fork; the child echoes until
  * the parent closes. */
 static void test_handshake(void)
@@ -241,6 +268,7 @@ int main(void)
     test_too_large();
     test_full_ring_and_fd();
     test_close();
+    test_caps_after_reset();
     test_handshake();
     test_bad_handshake();
     test_args();

@@ -104,8 +104,16 @@ func (c *Conn) recvFDs(n int) ([]int, error) {
 	oob := make([]byte, syscall.CmsgSpace(MaxFDs*4))
 	var got, oobn, flags int
 	var err error
+	reset := false
 	for {
 		got, oobn, flags, _, err = syscall.Recvmsg(c.capsFD, rec[:], oob, syscall.MSG_DONTWAIT|syscall.MSG_CMSG_CLOEXEC)
+		// A peer that closed with records of ours unread resets the
+		// socket, and the kernel reports that once, before the records
+		// the peer sent: the record is read again after it.
+		if err == syscall.ECONNRESET && !reset {
+			reset = true
+			continue
+		}
 		if err != syscall.EINTR {
 			break
 		}

@@ -337,3 +337,35 @@ func capFrame(t *testing.T) []byte {
 	frame[7] = 1 // ncaps
 	return frame
 }
+
+// A peer that sends a message with descriptors and closes while a record
+// of ours waits unread on its side: the kernel reports the reset of the
+// descriptors' socket before the peer's record, which the receiver still
+// takes.
+func TestFDsFromAPeerThatClosedWithOursUnread(t *testing.T) {
+	a, b := pipe(t, &Options{MaxMessageSize: 4096})
+	defer b.Close()
+	ctx := testkit.Context(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if err := b.SendFDs(ctx, []byte{1}, []int{int(w.Fd())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.SendFDs(ctx, []byte{2}, []int{int(r.Fd())}); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	m, err := b.Receive(ctx)
+	if err != nil || len(m) != 1 || m[0] != 2 {
+		t.Fatalf("Receive = %v, %v; want the peer's last message", m, err)
+	}
+	fds, err := b.ReceiveFDs(1)
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("ReceiveFDs = %v, %v; want the descriptor the peer sent", fds, err)
+	}
+	syscall.Close(fds[0])
+}
