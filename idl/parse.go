@@ -275,7 +275,11 @@ func (p *parser) structBody() *TypeDecl {
 			return nil
 		}
 		if p.isPunct("[") {
-			p.fail(p.tok.pos, "struct field %s: declare the array as a type first (typedef %s NAME[N];)", name, t.Name)
+			if t.Name == "String" {
+				p.fail(p.tok.pos, "struct field %s: arrays of String are not supported", name)
+			} else {
+				p.fail(p.tok.pos, "struct field %s: declare the array as a type first (typedef %s NAME[N];)", name, t.Name)
+			}
 			return nil
 		}
 		d.Fields = append(d.Fields, &Field{Pos: pos, Name: name, Type: t})

@@ -172,6 +172,7 @@ func TestErrors(t *testing.T) {
 		{"message with dir", "interface t { message m(in uint8 a); };", "only rpc arguments have one"},
 		{"empty struct", "interface t { typedef struct { } s; };", "struct s has no fields"},
 		{"struct array field", "interface t { typedef struct { uint8 a[4]; } s; };", "declare the array as a type first"},
+		{"struct string array field", "interface t { typedef struct { String a[4]; } s; };", "struct field a: arrays of String are not supported"},
 		{"frame too big", "interface t { message m(uint8 a[n, 4000000000], uint8 b[k, 4000000000]); };", "more than a frame can hold"},
 		{"type too big", "interface t { typedef uint64 a[4294967295]; };", "type a takes 34359738360 bytes on the wire"},
 		{"nested too big", "interface t { typedef uint64 a[4294967295]; typedef a b[4294967295]; };", "an unbounded number of bytes"},
