@@ -218,3 +218,39 @@ func TestMessagesOnly(t *testing.T) {
 		vet(t, files[0].Name, src)
 	}
 }
+
+// The keyword rule's table in docs/codegen-go.md lists the names the
+// generated functions use for themselves, which a parameter of the same
+// name gives way to (name_): every one, and no other.
+func TestDocumentedLocalNames(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "codegen-go.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var row string
+	for _, line := range strings.Split(string(doc), "\n") {
+		if strings.HasPrefix(line, "| parameters |") {
+			row = line
+		}
+	}
+	_, listed, ok := strings.Cut(row, "...) and ")
+	if !ok {
+		t.Fatalf("docs/codegen-go.md has no parameters row of the keyword rule's table: %q", row)
+	}
+	documented := map[string]bool{}
+	for _, part := range strings.Split(listed, "`")[1:] {
+		if part != "" && !strings.ContainsAny(part, " ,|") {
+			documented[part] = true
+		}
+	}
+	for name := range localNames {
+		if !documented[name] {
+			t.Errorf("docs/codegen-go.md does not list %q among the parameters' reserved names", name)
+		}
+	}
+	for name := range documented {
+		if !localNames[name] {
+			t.Errorf("docs/codegen-go.md lists %q among the parameters' reserved names, which the generator does not reserve", name)
+		}
+	}
+}
