@@ -226,7 +226,7 @@ func TestJSONOutput(t *testing.T) {
 	// session of its own; a run's session may still be open when the
 	// next begins, so both are read until they settle on the same count:
 	// the server and the command itself.
-	header := regexp.MustCompile(`(?m)^monitor [0-9a-f]{16}  pid \d+  socket \S+  sessions (\d+) of (\d+)$`)
+	header := regexp.MustCompile(`(?m)^monitor [0-9a-f]{16}  pid \d+  socket \S+  sessions (\d+) of (\d+) \(every domain but the monitor's own\)$`)
 	deadline := time.Now().Add(testkit.Limit)
 	for {
 		var snap chanos.Snapshot

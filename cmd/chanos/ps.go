@@ -96,7 +96,9 @@ func dialMonitor(ctx context.Context, flagDir, program string) (*chanos.Domain, 
 // that the table and --json agree.
 func printPs(w io.Writer, snap *chanos.Snapshot, self uint64) error {
 	mi := snap.Monitor
-	fmt.Fprintf(w, "monitor %s  pid %d  socket %s  sessions %d of %d\n\n",
+	// The monitor's own domain (its services, such as spawnd) is listed
+	// but has no session: a reader counting rows would be one off.
+	fmt.Fprintf(w, "monitor %s  pid %d  socket %s  sessions %d of %d (every domain but the monitor's own)\n\n",
 		mi.MachineID, mi.PID, mi.Socket, mi.Limits.Domains, mi.Limits.MaxDomains)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DOMAIN\tPID\tPROGRAM\tEXPORTS\tCONNECTIONS")
