@@ -1052,12 +1052,12 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
     int rc;
 
     *sent = false;
-    c->status_code = 0;
     if (len < CHANOS_HEADER_SIZE)
         return CHANOS_ERR_TRUNCATED;
     msg = chanos_load_u16(frame + 4);
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
+    c->status_code = 0; /* the receive side's, as keep_status */
     rc = send_call(c, frame, len, fds, nfds, timeout_ms, &id);
     *sent = rc == 0;
     while (rc == 0) {
