@@ -243,9 +243,9 @@ func (c *Conn) read() (n, oobn, flags int, err error) {
 	// two looks read as the end; and the reset of a peer that closed with
 	// packets of ours unread comes before the packets it sent. Either way
 	// the end is there to stay and nothing more can come, so one more
-	// read, which cannot wait, finds what the peer sent, if anything.
-	// Without it, a monitor's answer sent just before it closed the
-	// connection was lost now and then.
+	// read, which cannot wait, finds what the peer sent, if anything: a
+	// monitor's answer to a join it refuses, say, which it sends just
+	// before it closes the connection.
 	rc, rerr := c.uc.SyscallConn()
 	if rerr != nil {
 		return n, oobn, flags, err
