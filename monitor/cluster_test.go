@@ -4,10 +4,12 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/nameservice"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	spawnif "github.com/chanos/chanos/interfaces/spawn"
 	"github.com/chanos/chanos/internal/testkit"
 	"github.com/chanos/chanos/names"
 	"github.com/chanos/chanos/wire"
@@ -110,5 +112,41 @@ func TestMachinesAlone(t *testing.T) {
 	}
 	if list.Cluster != "" || len(list.Machines) != 1 || !list.Machines[0].Self || list.Machines[0].Domains != 1 || list.Machines[0].State != "up" {
 		t.Fatalf("machines of a lone monitor: %+v", list)
+	}
+}
+
+// The store lost the spawn service's name, which the monitor holds (the
+// machine's lease expired): the monitor sets it again once it is free,
+// here after another owner held it a while.
+func TestSpawnNameLostIsSetAgain(t *testing.T) {
+	const self = 0x5a1d
+	store := names.NewMemory()
+	defer store.Close()
+	tm := startMonitor(t, Config{MachineID: self, Store: store, SharedStore: true, Cluster: "lab"})
+	ctx := testkit.Context(t)
+	name := spawnif.ServiceName(self)
+	ref, err := store.Get(ctx, name)
+	if err != nil {
+		t.Fatalf("the spawn service's name at start: %v", err)
+	}
+	if err := store.Remove(ctx, name, names.Owner(SelfDomainID)); err != nil {
+		t.Fatal(err)
+	}
+	// Another owner holds it first (an earlier run of the machine, say).
+	if err := store.Set(ctx, name, wire.Iref{Machine: self, Export: 999}, names.Owner(777)); err != nil {
+		t.Fatal(err)
+	}
+	tm.NameLost(names.Owner(SelfDomainID), name)
+	tm.NameLost(names.Owner(SelfDomainID), name) // once trying is enough
+	time.Sleep(1500 * time.Millisecond)          // a try or two finds it taken
+	if err := store.Remove(ctx, name, names.Owner(777)); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "the spawn service's name set again", func() bool {
+		got, err := store.Get(ctx, name)
+		return err == nil && got == ref
+	})
+	if tm.logs.Count("the store lost the spawn service's name", "name="+name) != 2 {
+		t.Fatalf("the loss is not logged as the spawn service's:\n%s", tm.logs)
 	}
 }

@@ -416,6 +416,10 @@ var errNameLost = errors.New("a name of this domain was lost")
 // meanwhile stops with ErrNameTaken (docs/cluster.md, "Fencing"). It
 // does not block: the store calls it from its own goroutines.
 func (m *Monitor) NameLost(owner names.Owner, name string) {
+	if owner == names.Owner(SelfDomainID) {
+		m.ownNameLost(name)
+		return
+	}
 	m.mu.Lock()
 	s := m.domains[uint64(owner)]
 	m.mu.Unlock()

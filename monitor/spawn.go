@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -91,6 +92,9 @@ type spawnHost struct {
 	svc  *spawn.Service
 	exp  *export
 	name string
+	// registering says that registerSpawndLater runs: it sets the name
+	// once it is free.
+	registering atomic.Bool
 
 	// Under Monitor.mu.
 	conns map[uint64]*spawnConn
@@ -142,10 +146,34 @@ func (m *Monitor) startSpawnd() error {
 	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[spawn.Caller]int{}}
 	if later {
 		m.log.Warn("the spawn service's name is taken, by an earlier run of this machine; it is set once free", "name", name)
+		m.spawnd.registering.Store(true)
 		m.wg.Add(1)
 		go m.registerSpawndLater()
 	}
 	return nil
+}
+
+// ownNameLost handles the loss of a name the monitor itself holds: the
+// machine's lease on the cluster's store expired. The spawn service's
+// name is set again once it is free, as at a start that found it taken;
+// the monitor serves the service meanwhile.
+func (m *Monitor) ownNameLost(name string) {
+	h := m.spawnd
+	if h == nil || name != h.name {
+		m.log.Warn("a name of the monitor's own was lost by the store", "name", name)
+		return
+	}
+	m.log.Warn("the store lost the spawn service's name (the machine's lease expired); it is set again once free", "name", name)
+	if !h.registering.CompareAndSwap(false, true) {
+		return // already trying
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return
+	}
+	m.wg.Add(1)
+	go m.registerSpawndLater()
 }
 
 // registerSpawndLater sets the spawn service's name once it is free,
@@ -153,6 +181,7 @@ func (m *Monitor) startSpawnd() error {
 func (m *Monitor) registerSpawndLater() {
 	defer m.wg.Done()
 	h := m.spawnd
+	defer h.registering.Store(false)
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
