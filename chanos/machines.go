@@ -28,8 +28,11 @@ type MachineInfo struct {
 	Identity string `json:"identity,omitempty"`
 	// Version is the chanos version its monitor runs.
 	Version string `json:"version,omitempty"`
-	// State is "up" for a machine whose lease is alive; the machines
-	// whose lease has expired are not listed.
+	// State is "up" for a machine whose lease is alive, and "revoked"
+	// or "expired" for one whose credential no longer counts (a
+	// revocation list revoked it, or it expired) while its lease is still
+	// alive: the listing machine has ended its connections with it. The
+	// machines whose lease has expired are not listed.
 	State string `json:"state"`
 	// Domains and CPU are its load: the domains joined to its monitor,
 	// and the share of its CPUs' time that was busy (0 to 1), as of its

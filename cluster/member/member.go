@@ -15,6 +15,7 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -69,11 +70,20 @@ type Member struct {
 	lost    atomic.Pointer[func(names.Owner, string)]
 	mon     *monitor.Monitor // set by start, before the links are dialled or accepted
 
+	// revokedSelf, if set, is called once the revocation list revokes
+	// this machine's own credential: Run then ends the monitor.
+	revokedSelf func(error)
+
 	mu       sync.Mutex
 	links    map[uint64]*cluster.Link // outbound links, by machine id
 	accepted map[uint64]*cluster.Link // inbound links, by machine id
-	wg       sync.WaitGroup
-	stop     chan struct{}
+	// creds holds the credential each machine showed on its last control
+	// link, and revoked the machines a revocation list has revoked (or
+	// whose credential expired) since: their connections ended then.
+	creds   map[uint64]*x509.Certificate
+	revoked map[uint64]string
+	wg      sync.WaitGroup
+	stop    chan struct{}
 }
 
 // Config is what a monitor needs to be a machine of a cluster; the
@@ -120,11 +130,17 @@ func Join(ctx context.Context, cf Config, dir string, mcfg *monitor.Config) (*Me
 	if err != nil {
 		return nil, fmt.Errorf("monitor: machine identity: %w", err)
 	}
+	// The other machines refuse a revoked machine's links and end its
+	// connections: it does not take part at all, as with an expired one.
+	if err := id.Revocations.Check(id.Certificate()); err != nil {
+		return nil, fmt.Errorf("monitor: machine identity: %w: %w", cluster.ErrCredential, err)
+	}
 	if id.Cluster() != cf.Cluster {
 		return nil, fmt.Errorf("monitor: this machine joined cluster %q, not %q", id.Cluster(), cf.Cluster)
 	}
 	c := &Member{id: id, self: MachineIDOf(id), log: log, links: map[uint64]*cluster.Link{},
-		accepted: map[uint64]*cluster.Link{}, stop: make(chan struct{})}
+		accepted: map[uint64]*cluster.Link{}, creds: map[uint64]*x509.Certificate{}, revoked: map[uint64]string{},
+		stop: make(chan struct{})}
 	ecfg := etcd.Config{
 		Endpoints: cf.Etcd,
 		TLS:       cf.EtcdTLS,
@@ -203,8 +219,15 @@ func Run(ctx context.Context, cf Config, mcfg monitor.Config) error {
 	if err != nil {
 		return err
 	}
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	member.revokedSelf = stop
 	member.Start(m, m.Dir())
-	return m.Serve(ctx)
+	err = m.Serve(ctx)
+	if cause := context.Cause(ctx); err == nil && errors.Is(cause, cluster.ErrRevoked) {
+		return fmt.Errorf("monitor: %w", cause)
+	}
+	return err
 }
 
 // previousRunWait bounds how long a monitor waits for the record of its
@@ -246,11 +269,12 @@ func (c *Member) Start(m *monitor.Monitor, dir string) {
 	lost := m.NameLost
 	c.lost.Store(&lost)
 	c.mon = m
-	c.wg.Add(4)
+	c.wg.Add(5)
 	go c.keepLoad(m)
 	go c.dialPeers()
 	go c.watchRevocations(filepath.Join(dir, cluster.RevocationsFile))
 	go c.shareRevocations(dir)
+	go c.enforceRevocations()
 	if c.listen != nil {
 		c.wg.Add(1)
 		go c.accept()
@@ -350,6 +374,7 @@ func (c *Member) accept() {
 			continue
 		}
 		peer := machineIDOfKey(pub)
+		c.noteCredential(peer, p.Certificate)
 		// One inbound link per machine: the monitor bounds the binds in
 		// progress per link (MaxPendingBinds), so a machine that opened
 		// more would have more. A machine opens a new one when its old
@@ -537,6 +562,7 @@ func (c *Member) dial(mi etcd.MachineInfo) error {
 		return fmt.Errorf("control link to machine %016x: %w: its key gives another id", mi.ID, cluster.ErrWrongMachine)
 	}
 	c.log.Info("control link up", "peer", p.Machine, "machine", fmt.Sprintf("%016x", mi.ID), "addr", mi.Addr, "key_id", p.KeyID)
+	c.noteCredential(mi.ID, p.Certificate)
 	c.mu.Lock()
 	c.links[mi.ID] = link
 	c.mu.Unlock()
@@ -675,13 +701,89 @@ func (c *Member) shareRevocations(dir string) {
 	}
 }
 
-// machines lists the cluster's machines for the monitor's machines call.
+// noteCredential records the credential machine id showed on a control
+// link: the one a revocation list is checked against. A credential newer
+// than the one the machine was revoked by (it was admitted again) lifts
+// the mark.
+func (c *Member) noteCredential(id uint64, cert *x509.Certificate) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.creds[id] = cert
+	if _, ok := c.revoked[id]; ok && c.id.Revocations.Check(cert) == nil && time.Now().Before(cert.NotAfter) {
+		delete(c.revoked, id)
+	}
+}
+
+// enforceRevocations acts on each revocation list the machine takes, and
+// on credentials that expire: a machine whose credential goes has its
+// connections with this machine's domains ended (its control links end
+// by themselves) and is listed as revoked; this machine's own credential
+// revoked ends its monitor (Run), as a revoked machine refuses to start.
+func (c *Member) enforceRevocations() {
+	defer c.wg.Done()
+	t := time.NewTicker(time.Second) // for expiry
+	defer t.Stop()
+	for {
+		changed := c.id.Revocations.Changed()
+		if err := c.id.Revocations.Check(c.id.Certificate()); err != nil {
+			c.log.Error("cluster: this machine's credential is revoked: the monitor leaves the cluster and stops", "err", err)
+			if c.revokedSelf != nil {
+				c.revokedSelf(err)
+			}
+			return
+		}
+		var gone []uint64
+		c.mu.Lock()
+		for id, cert := range c.creds {
+			if _, ok := c.revoked[id]; ok {
+				continue
+			}
+			why := ""
+			if err := c.id.Revocations.Check(cert); err != nil {
+				why = "revoked"
+			} else if time.Now().After(cert.NotAfter) {
+				why = "expired"
+			}
+			if why != "" {
+				c.revoked[id] = why
+				gone = append(gone, id)
+			}
+		}
+		c.mu.Unlock()
+		for _, id := range gone {
+			c.log.Warn("cluster: a machine's credential is no longer valid: its connections with this machine end",
+				"machine", fmt.Sprintf("%016x", id), "reason", c.revokedReason(id))
+			c.mon.MachineGone(id)
+		}
+		select {
+		case <-c.stop:
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// revokedReason says why machine id's credential no longer counts:
+// "revoked", "expired", or "" while it does.
+func (c *Member) revokedReason(id uint64) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.revoked[id]
+}
+
+// machines lists the cluster's machines for the monitor's machines call:
+// each "up", or "revoked" ("expired") once its credential went.
 func (c *Member) machines() []chanos.MachineInfo {
 	list := c.machine.Registry().Machines()
 	out := make([]chanos.MachineInfo, 0, len(list))
 	for _, mi := range list {
+		state := "up"
+		if why := c.revokedReason(mi.ID); why != "" {
+			state = why
+		}
 		out = append(out, chanos.MachineInfo{ID: fmt.Sprintf("%016x", mi.ID), Name: mi.Name, Addr: mi.Addr,
-			Identity: mi.Identity, Version: mi.Version, State: "up", Domains: mi.Load.Domains, CPU: mi.Load.CPU})
+			Identity: mi.Identity, Version: mi.Version, State: state, Domains: mi.Load.Domains, CPU: mi.Load.CPU})
 	}
 	return out
 }
