@@ -214,7 +214,7 @@ func (d *Domain) peerGone(id uint64, networkLost bool) {
 		return
 	}
 	if networkLost {
-		link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster")))
+		link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster, or its credential was revoked or expired")))
 		return
 	}
 	link.End(interconnect.Ended(interconnect.ErrPeerDied, errors.New("chanos: peer died: its monitor says its domain has ended")))

@@ -392,7 +392,7 @@ func (m *Monitor) endOwnConn(rec *connRec, networkLost bool) {
 		return
 	}
 	if networkLost {
-		c.link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster")))
+		c.link.End(interconnect.Ended(interconnect.ErrNetworkLost, errors.New("chanos: network lost: the peer's machine left the cluster, or its credential was revoked or expired")))
 	} else {
 		c.link.End(interconnect.Ended(interconnect.ErrPeerDied, errors.New("chanos: peer died: its monitor says its domain has ended")))
 	}
