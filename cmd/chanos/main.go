@@ -145,6 +145,10 @@ func report(err error, asJSON bool, stdout, stderr io.Writer) int {
 	if err == nil || errors.Is(err, errHelp) {
 		return 0
 	}
+	var pe *programExit
+	if errors.As(err, &pe) {
+		return pe.status // how the program ended is printed already
+	}
 	status, code, msg := 1, errorCode(err), err.Error()
 	var ue *usageError
 	if errors.As(err, &ue) {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
 
 	"github.com/chanos/chanos/bench"
 	"github.com/chanos/chanos/chanos"
@@ -54,7 +55,8 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
                   cpu-rate=CORES CPU bandwidth, such as 0.5 or 1.5 CPUs:
                                  the cgroup's quota; refused (unavailable)
                                  where the machine offers no cgroups
-  --wait        wait for its end and print how it ended
+  --wait        wait for its end, print how it ended, and exit with its
+                status (128 plus the signal that ended it, as a shell)
   --monitor-dir DIR  the monitor's directory (default: as chanos ps)
 
 --json prints {"id", "pid", "machine"} (and "exit_code", "signal" with --wait;
@@ -65,7 +67,8 @@ const waitUsage = `usage: chanos wait [--on MACHINE] [--timeout D] [--json] [--d
 
 Waits until the spawned program ID has ended and prints its exit status or
 the signal that ended it, and "(out of memory...)" when the kernel killed
-it over its --limit mem= in its cgroup. --json prints {"id", "exit_code",
+it over its --limit mem= in its cgroup. It exits with the program's status
+(128 plus the signal for one that a signal ended, as a shell). --json prints {"id", "exit_code",
 "signal"}, and "oom_killed": true for the latter.
 --on names the machine it was spawned on (default this one).
 `
@@ -260,8 +263,11 @@ func placeOn(ctx context.Context, d *chanos.Domain, on string) (chanos.MachineIn
 	if best != nil {
 		return *best, nil
 	}
-	if on == "" || on == "any" {
-		return chanos.MachineInfo{}, errors.New("the monitor lists no machine")
+	if on == "any" {
+		return chanos.MachineInfo{}, errors.New("no machine of the cluster has a spawn service that answers (each is named above)")
+	}
+	if on == "" {
+		return chanos.MachineInfo{}, errors.New("the monitor does not list this machine")
 	}
 	names := make([]string, 0, len(list.Machines))
 	for _, m := range list.Machines {
@@ -270,15 +276,28 @@ func placeOn(ctx context.Context, d *chanos.Domain, on string) (chanos.MachineIn
 	return chanos.MachineInfo{}, fmt.Errorf("no machine %q in the cluster (machines: %s)", on, strings.Join(names, ", "))
 }
 
-// runningOn counts the programs m's spawn service runs.
-func runningOn(ctx context.Context, d *chanos.Domain, m *chanos.MachineInfo) (int, error) {
+// probeTimeout bounds what a command that asks every machine's spawn
+// service (spawn --on any, ps --all) waits for each: one whose service is
+// missing (its name not set again yet, after its lease expired) or slow
+// must not use up the time the others need.
+const probeTimeout = 3 * time.Second
+
+// procsOf lists the programs m's spawn service runs, within probeTimeout.
+func procsOf(ctx context.Context, d *chanos.Domain, m *chanos.MachineInfo) ([]spawnif.Proc, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
 	id, _ := strconv.ParseUint(m.ID, 16, 64)
 	c, err := spawnif.DialMachine(ctx, d, id)
 	if err != nil {
-		return 0, err
+		return nil, fmt.Errorf("connect to its spawn service: %w", err)
 	}
 	defer c.Close()
-	procs, err := c.Procs(ctx)
+	return c.Procs(ctx)
+}
+
+// runningOn counts the programs m's spawn service runs.
+func runningOn(ctx context.Context, d *chanos.Domain, m *chanos.MachineInfo) (int, error) {
+	procs, err := procsOf(ctx, d, m)
 	if err != nil {
 		return 0, err
 	}
@@ -473,9 +492,35 @@ func runSpawn(ctx context.Context, args []string) error {
 		if !*asJSON {
 			fmt.Println(exitLine(e, oom))
 		}
+		if *asJSON {
+			if err := writeJSON(os.Stdout, out); err != nil {
+				return err
+			}
+		}
+		return exitOf(e)
 	}
 	if *asJSON {
 		return writeJSON(os.Stdout, out)
+	}
+	return nil
+}
+
+// programExit is the end of a program that a command waited for: the
+// command exits with its status, as a shell gives it (128 plus the signal
+// for one that a signal ended), having said how it ended already.
+type programExit struct{ status int }
+
+func (e *programExit) Error() string {
+	return fmt.Sprintf("the program ended with status %d", e.status)
+}
+
+// exitOf returns nil for a program that exited 0, else its programExit.
+func exitOf(e spawnif.Exit) error {
+	switch {
+	case e.Signal != 0:
+		return &programExit{128 + int(e.Signal)}
+	case e.Code != 0:
+		return &programExit{e.Code & 0xff}
 	}
 	return nil
 }
@@ -520,10 +565,14 @@ func runWait(ctx context.Context, args []string) error {
 		if oom {
 			out["oom_killed"] = true
 		}
-		return writeJSON(os.Stdout, out)
+		err = writeJSON(os.Stdout, out)
+	} else {
+		_, err = fmt.Println(exitLine(e, oom))
 	}
-	_, err = fmt.Println(exitLine(e, oom))
-	return err
+	if err != nil {
+		return err
+	}
+	return exitOf(e)
 }
 
 // oomKilled reports whether the kernel's OOM killer ended program id, over
@@ -701,14 +750,11 @@ func psAll(ctx context.Context, d *chanos.Domain, snap *chanos.Snapshot, asJSON 
 	procs := []spawnif.Proc{}
 	for _, m := range list.Machines {
 		names[m.ID] = m.Name
-		id, _ := strconv.ParseUint(m.ID, 16, 64)
-		c, err := spawnif.DialMachine(ctx, d, id)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "ps --all: machine %s: connect to its spawn service: %v\n", machineLabel(m), err)
+		if m.State != "up" {
+			fmt.Fprintf(os.Stderr, "ps --all: machine %s: left out, %s\n", machineLabel(m), m.State)
 			continue
 		}
-		ps, err := c.Procs(ctx)
-		c.Close()
+		ps, err := procsOf(ctx, d, &m)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ps --all: machine %s: %v\n", machineLabel(m), err)
 			continue

@@ -33,9 +33,11 @@ func TestCLILimits(t *testing.T) {
 
 	// tail keeps its one endless line (/dev/zero has no newline) in
 	// memory: it grows until a limit stops it.
+	// It fails, one way or the other: the command's status is the
+	// program's (checked below).
 	out, err := cli("spawn", "--limit", "mem=64M", "--wait", "--json", "--", "tail", "-n", "1", "/dev/zero")
-	if err != nil {
-		t.Fatalf("spawn --limit mem=64M --wait: %v: %s", err, out)
+	if exitStatus(err) <= 0 {
+		t.Fatalf("spawn --limit mem=64M --wait: %v: %s; want the program's failure as the command's status", err, out)
 	}
 	var res struct {
 		ID        uint64 `json:"id"`
@@ -71,13 +73,13 @@ func TestCLILimits(t *testing.T) {
 	if out, err := cli("wait", "--json", "0"); err == nil {
 		t.Fatalf("wait 0: %q", out)
 	}
-	if out, err := cli("wait", itoa(res.ID)); err != nil || out != "signal killed (out of memory: over its memory limit)\n" {
+	if out, err := cli("wait", itoa(res.ID)); exitStatus(err) != 128+9 || out != "signal killed (out of memory: over its memory limit)\n" {
 		t.Fatalf("wait after the OOM kill: %q, %v", out, err)
 	}
 
 	// cpu-rate: the monitor's parent cgroup is there while it runs.
 	out, err = cli("spawn", "--limit", "cpu-rate=0.5,mem=256M,cpu=10", "--wait", "--", "/bin/sh", "-c", "exit 3")
-	if err != nil || !strings.HasSuffix(out, "exit status 3\n") {
+	if exitStatus(err) != 3 || !strings.HasSuffix(out, "exit status 3\n") {
 		t.Fatalf("spawn --limit cpu-rate=0.5: %q, %v", out, err)
 	}
 	id := strings.Fields(out)[0]

@@ -306,8 +306,9 @@ func TestCLI(t *testing.T) {
 		t.Fatalf("spawn: %v: %s", err, out)
 	}
 	id := strings.TrimSpace(out)
-	if out, err := cli("wait", id); err != nil || out != "exit status 4\n" {
-		t.Fatalf("wait: %q, %v", out, err)
+	// wait exits with the program's status.
+	if out, err := cli("wait", id); exitStatus(err) != 4 || out != "exit status 4\n" {
+		t.Fatalf("wait: %q, %v; want exit status 4, and the command's too", out, err)
 	}
 	if out, err := cli("logs", id); err != nil || out != "from-cli\n" {
 		t.Fatalf("logs: %q, %v", out, err)
@@ -335,9 +336,25 @@ func TestCLI(t *testing.T) {
 	if out, err := cli("kill", "--signal", "KILL", id); err != nil {
 		t.Fatalf("kill: %q, %v", out, err)
 	}
-	if out, err := cli("wait", "--json", id); err != nil || !strings.Contains(out, `"signal":9`) {
-		t.Fatalf("wait --json: %q, %v", out, err)
+	if out, err := cli("wait", "--json", id); exitStatus(err) != 128+9 || !strings.Contains(out, `"signal":9`) {
+		t.Fatalf("wait --json: %q, %v; want signal 9, and the command's status 137", out, err)
 	}
+	out, err = cli("spawn", "--wait", "--", "/bin/sh", "-c", "exit 7")
+	if exitStatus(err) != 7 || !strings.HasSuffix(out, "exit status 7\n") {
+		t.Fatalf("spawn --wait of a program that exits 7: %q, %v; want its status", out, err)
+	}
+}
+
+// exitStatus is the exit status of a command whose Output gave err.
+func exitStatus(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err != nil {
+		return -1
+	}
+	return 0
 }
 
 // The spawn service from C: examples/c/spawn_test spawns /bin/echo,
