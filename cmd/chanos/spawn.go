@@ -42,8 +42,11 @@ stdout and stderr go to a bounded buffer that 'chanos logs ID' reads.
                 and run it from there: the target needs no copy of its own
   --name NAME   a label for 'chanos ps --all'
   --env K=V     add to the program's environment (repeatable)
-  --dir DIR     its working directory (default: the monitor's); it and a
-                PROGRAM with a / are taken relative to this directory
+  --dir DIR     its working directory (default: the monitor's); here --dir
+                is not the monitor's directory, as in the other commands
+                (that is --monitor-dir). A relative DIR, and a PROGRAM with
+                a /, are taken relative to this command's working directory
+                (on another machine, as the same path there)
   --cpus LIST   pin it to these CPUs (0-2,5)
   --limit L     comma-separated limits, each optional:
                   mem=SIZE       memory (K/M/G suffixes): the program's
