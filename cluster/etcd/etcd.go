@@ -16,6 +16,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -150,7 +152,14 @@ func Open(ctx context.Context, cfg Config) (*Machine, error) {
 	sess, err := newSession(ctx, client, &cfg)
 	if err != nil {
 		client.Close()
-		return nil, unavailable(ctx, "etcd "+strings.Join(cfg.Endpoints, ","), err)
+		err = unavailable(ctx, "etcd "+strings.Join(cfg.Endpoints, ","), err)
+		if ctx.Err() == nil {
+			// The client says only that its call timed out: what each
+			// endpoint does when dialled tells a wrong address or port
+			// from a wrong scheme.
+			err = fmt.Errorf("%w (%s)", err, diagnose(cfg.Endpoints, cfg.TLS))
+		}
+		return nil, err
 	}
 	store, err := newNames(ctx, client, sess, &cfg)
 	if err != nil {
@@ -171,6 +180,11 @@ func Open(ctx context.Context, cfg Config) (*Machine, error) {
 func (cfg *Config) fill() error {
 	if len(cfg.Endpoints) == 0 {
 		return errors.New("etcd: no endpoints")
+	}
+	for _, e := range cfg.Endpoints {
+		if _, _, err := endpointAddr(e); err != nil {
+			return err
+		}
 	}
 	if err := validCluster(cfg.Cluster); err != nil {
 		return err
@@ -250,6 +264,73 @@ func (m *Machine) Close() error {
 
 // unavailable wraps err, from a request to etcd, as names.ErrUnavailable,
 // unless the caller's own context ended, which is then the cause.
+// endpointAddr checks an etcd endpoint as the client takes it,
+// http://HOST:PORT, https://HOST:PORT or HOST:PORT (plain http), and
+// returns its host:port and whether it is https.
+func endpointAddr(e string) (addr string, secure bool, err error) {
+	hostport := e
+	if scheme, rest, ok := strings.Cut(e, "://"); ok {
+		switch scheme {
+		case "http":
+		case "https":
+			secure = true
+		default:
+			return "", false, fmt.Errorf("etcd: endpoint %q: scheme %q; http or https", e, scheme)
+		}
+		hostport = rest
+	}
+	host, port, err := net.SplitHostPort(hostport)
+	if err == nil && host == "" {
+		err = errors.New("no host")
+	}
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n <= 0 || n > 65535 {
+			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("etcd: endpoint %q: %v; want http://HOST:PORT, https://HOST:PORT or HOST:PORT", e, err)
+	}
+	return hostport, secure, nil
+}
+
+// diagnose dials each endpoint and says what it found: an address that
+// refuses or does not answer, https against a server that speaks plain
+// http (or the reverse), or a server that answers.
+func diagnose(endpoints []string, tlsConfig *tls.Config) string {
+	var out []string
+	for _, e := range endpoints {
+		addr, secure, _ := endpointAddr(e)
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: %v", e, err))
+			continue
+		}
+		if !secure {
+			c.Close()
+			out = append(out, fmt.Sprintf("%s: reachable, but etcd did not answer in time over plain http (an https etcd? no quorum?)", e))
+			continue
+		}
+		cfg := &tls.Config{}
+		if tlsConfig != nil {
+			cfg = tlsConfig.Clone()
+		}
+		if cfg.ServerName == "" {
+			cfg.ServerName, _, _ = net.SplitHostPort(addr)
+		}
+		tc := tls.Client(c, cfg)
+		tc.SetDeadline(time.Now().Add(time.Second))
+		err = tc.Handshake()
+		tc.Close()
+		if err != nil {
+			out = append(out, fmt.Sprintf("%s: TLS: %v", e, err))
+		} else {
+			out = append(out, fmt.Sprintf("%s: TLS handshake done, but etcd did not answer in time (no quorum? a client certificate it refuses?)", e))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
 func unavailable(ctx context.Context, op string, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%s: %w", op, ctx.Err())

@@ -32,8 +32,9 @@ directory).
                         credential's)
   --lease-ttl D         the machine's lease: a dead machine's names go this
                         long after its last renewal (default %v)
-  --keep-alive D        how often the lease is renewed (default %v, at most
-                        a third of the TTL)
+  --keep-alive D        how often the lease is renewed (default %v, or a
+                        third of the TTL when that is less; at most half
+                        the TTL)
   --net-auth-only       connections between this machine's domains and
                         another's are authenticated but not encrypted when
                         that machine sets it too (trusted networks only;
