@@ -15,6 +15,9 @@ command -v make >/dev/null || need+=(make)
 command -v pkg-config >/dev/null || need+=(pkg-config)
 command -v python3 >/dev/null || need+=(python3)
 command -v ip >/dev/null || need+=(iproute2)
+# nsenter runs a machine's programs in its network namespace alone
+# (docs/netns.md); ip netns exec would hide the cgroups from them.
+command -v nsenter >/dev/null || need+=(util-linux)
 # OpenSSL's headers and pkg-config file, for libchanos_net's TLS (c/net)
 [ -e /usr/include/openssl/ssl.h ] || need+=(libssl-dev)
 # oneTBB, a baseline of `chanos bench tasks` (c/tasks/bench/tbb_bench.cpp)

@@ -92,9 +92,10 @@ type Cluster struct {
 	// Machines are the machines, Machines[0] being machine 1.
 	Machines []*Machine
 
-	ip   string
-	log  *slog.Logger
-	lock *idLock
+	ip      string
+	nsenter string // util-linux's nsenter, if there is one (see Command)
+	log     *slog.Logger
+	lock    *idLock
 
 	mu       sync.Mutex
 	closed   bool
@@ -202,6 +203,7 @@ func New(ctx context.Context, opts Options) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{ID: lock.id, Subnet: subnet(lock.id), ip: ip, log: log, lock: lock}
+	c.nsenter, _ = exec.LookPath("nsenter")
 	// The id was free, so whatever bears its names is left from a dead
 	// owner.
 	if _, err := destroy(ctx, ip, lock.id); err != nil {
@@ -344,17 +346,36 @@ func (c *Cluster) SwitchNS() string { return switchNS(c.ID) }
 // empty.
 func (c *Cluster) Leftovers() ([]string, error) { return leftovers(c.ID) }
 
-// Command returns a command that runs name with args inside the machine,
-// through `ip netns exec`: the process is name itself, in the machine's
-// network namespace, with the host's file system. Close kills it if it
+// Command returns a command that runs name with args inside the machine:
+// the process is name itself, in the machine's network namespace, with
+// the host's file system, through `nsenter --net`. Without nsenter it
+// goes through `ip netns exec`, which also gives the process a /sys of
+// the namespace's own, where no cgroup hierarchy is mounted: a monitor
+// started so offers its spawn service no cgroups. Close kills it if it
 // still runs.
 func (m *Machine) Command(name string, args ...string) *exec.Cmd {
-	return exec.Command(m.c.ip, append([]string{"netns", "exec", m.NS, name}, args...)...)
+	return exec.Command(m.c.runner(), append(m.c.runnerArgs(m.NS), append([]string{name}, args...)...)...)
 }
 
 // CommandContext is Command with a context, as exec.CommandContext.
 func (m *Machine) CommandContext(ctx context.Context, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, m.c.ip, append([]string{"netns", "exec", m.NS, name}, args...)...)
+	return exec.CommandContext(ctx, m.c.runner(), append(m.c.runnerArgs(m.NS), append([]string{name}, args...)...)...)
+}
+
+// runner and runnerArgs are the program, and its arguments before the
+// command's, that run a command in the namespace ns.
+func (c *Cluster) runner() string {
+	if c.nsenter != "" {
+		return c.nsenter
+	}
+	return c.ip
+}
+
+func (c *Cluster) runnerArgs(ns string) []string {
+	if c.nsenter != "" {
+		return []string{"--net=/run/netns/" + ns, "--"}
+	}
+	return []string{"netns", "exec", ns}
 }
 
 // Cut cuts the machine off the bridge, as if its cable were pulled at

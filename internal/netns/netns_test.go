@@ -655,3 +655,33 @@ func TestDo(t *testing.T) {
 		}
 	}
 }
+
+// A command in a machine sees the host's mounts, the cgroup hierarchies
+// among them: a monitor started there offers its spawn service cgroups
+// as it would on the host.
+func TestCommandSeesTheHostsMounts(t *testing.T) {
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("no nsenter: a machine's commands get a /sys of their own (ip netns exec)")
+	}
+	host, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tnetns.New(t, 1)
+	out, err := c.Machines[0].Command("cat", "/proc/self/mountinfo").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cgroups := func(mountinfo []byte) []string {
+		var mounts []string
+		for _, l := range strings.Split(string(mountinfo), "\n") {
+			if f := strings.Fields(l); len(f) > 4 && strings.Contains(l, " - cgroup") {
+				mounts = append(mounts, f[4])
+			}
+		}
+		return mounts
+	}
+	if want, got := cgroups(host), cgroups(out); !slices.Equal(want, got) {
+		t.Fatalf("cgroup mounts in the machine %v, on the host %v", got, want)
+	}
+}
