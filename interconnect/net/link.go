@@ -1017,10 +1017,18 @@ func (l *Link) dropConn() {
 func (l *Link) redial() bool {
 	deadline := time.Now().Add(l.o.Grace)
 	delay := l.o.RedialMin
+	var last error // the last try's failure, which says what the peer's side did
 	for {
 		left := time.Until(deadline)
 		if left <= 0 {
-			l.end(interconnect.Ended(interconnect.ErrNetworkLost, fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)), false)
+			err := fmt.Errorf("chanos: network lost: no resume within %v", l.o.Grace)
+			if last != nil {
+				// A refused connection, say, tells a peer whose side of
+				// the connection has gone (its machine ended it when this
+				// one left the cluster) from a network that stays down.
+				err = fmt.Errorf("%w (the last try: %v)", err, last)
+			}
+			l.end(interconnect.Ended(interconnect.ErrNetworkLost, err), false)
 			return false
 		}
 		// Nothing more is taken from the old connection once the hello
@@ -1055,6 +1063,7 @@ func (l *Link) redial() bool {
 			l.fail(err)
 			return false
 		}
+		last = err
 		l.o.Logger.Debug("net: redial failed", "err", err)
 		t := time.NewTimer(min(delay, time.Until(deadline)))
 		select {

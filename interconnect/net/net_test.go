@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	stdnet "net"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -278,8 +279,8 @@ func TestNetworkLost(t *testing.T) {
 	}
 	p.Partition(10 * time.Second)
 	_, err := c.Echo(ctx, 2)
-	if !errors.Is(err, chanos.ErrNetworkLost) {
-		t.Errorf("a call pending across the partition: %v, want ErrNetworkLost", err)
+	if !errors.Is(err, chanos.ErrNetworkLost) || !strings.Contains(err.Error(), "(the last try: ") {
+		t.Errorf("a call pending across the partition: %v, want ErrNetworkLost, saying how the last try failed", err)
 	}
 	if err := <-errc; !errors.Is(err, chanos.ErrNetworkLost) {
 		t.Errorf("the server's Serve ended with %v, want ErrNetworkLost", err)
