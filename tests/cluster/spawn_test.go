@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,6 +20,25 @@ func (w *world) chanosIn(i int, args ...string) string {
 	out, err := w.chanosTry(i, args...)
 	if err != nil {
 		w.t.Fatalf("chanos %s (machine %d): %v\n%s", strings.Join(args, " "), i+1, err, out)
+	}
+	return out
+}
+
+// chanosExiting is chanosIn of a command that exits with status want:
+// wait, whose status is the program's.
+func (w *world) chanosExiting(i, want int, args ...string) string {
+	w.t.Helper()
+	out, err := w.chanosTry(i, args...)
+	status := 0
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) {
+			w.t.Fatalf("chanos %s (machine %d): %v", strings.Join(args, " "), i+1, err)
+		}
+		status = ee.ExitCode()
+	}
+	if status != want {
+		w.t.Fatalf("chanos %s (machine %d): exit status %d, want %d\n%s", strings.Join(args, " "), i+1, status, want, out)
 	}
 	return out
 }
@@ -74,7 +95,7 @@ func TestSpawnAcrossMachines(t *testing.T) {
 		t.Fatalf("spawned on %s, want machine 1 (%s)", s.Machine, id1)
 	}
 	id := strconv.FormatUint(s.ID, 10)
-	if e := decode[spawned](t, w.chanosIn(1, "wait", "--on", "mach1", "--json", id)); e.ExitCode != 3 {
+	if e := decode[spawned](t, w.chanosExiting(1, 3, "wait", "--on", "mach1", "--json", id)); e.ExitCode != 3 {
 		t.Fatalf("wait: %+v, want exit code 3", e)
 	}
 	if out := w.chanosIn(1, "logs", "--on", id1, id); !strings.Contains(out, "hello from "+w.net.Machines[0].Addr.String()) {
@@ -85,7 +106,7 @@ func TestSpawnAcrossMachines(t *testing.T) {
 	s = decode[spawned](t, w.chanosIn(1, "spawn", "--on", "mach1", "--json", "--", "sleep", "30"))
 	id = strconv.FormatUint(s.ID, 10)
 	w.chanosIn(1, "kill", "--on", "mach1", "--signal", "KILL", id)
-	if e := decode[spawned](t, w.chanosIn(1, "wait", "--on", "mach1", "--json", id)); e.Signal != 9 {
+	if e := decode[spawned](t, w.chanosExiting(1, 128+9, "wait", "--on", "mach1", "--json", id)); e.Signal != 9 {
 		t.Fatalf("wait after kill: %+v, want signal 9", e)
 	}
 
