@@ -230,6 +230,26 @@ func Run(ctx context.Context, cf Config, mcfg monitor.Config) error {
 	return err
 }
 
+// heldLive returns the control link's address of the record that holds
+// this machine's id, if a process answers there: a live monitor, not a
+// previous run killed (whose port refuses), and so not worth waiting
+// for. mine is this run's own address, which answers for this run. ""
+// otherwise.
+func (c *Member) heldLive(mine string) string {
+	for _, mi := range c.machine.Registry().Machines() {
+		if mi.ID != c.self || mi.Addr == "" || mi.Addr == mine {
+			continue
+		}
+		conn, err := net.DialTimeout("tcp", mi.Addr, time.Second)
+		if err != nil {
+			return ""
+		}
+		conn.Close()
+		return mi.Addr
+	}
+	return ""
+}
+
 // previousRunWait bounds how long a monitor waits for the record of its
 // machine's previous run to expire.
 const previousRunWait = time.Minute
@@ -247,6 +267,10 @@ func (c *Member) register(ctx context.Context, info etcd.MachineInfo) error {
 		err := c.machine.Registry().Register(ctx, info)
 		if !errors.Is(err, etcd.ErrMachineTaken) || time.Now().After(deadline) {
 			return err
+		}
+		if addr := c.heldLive(info.Addr); addr != "" {
+			return fmt.Errorf("%w: a live monitor holds it, with its control link at %s: a copy of this machine's key? Each machine needs a key of its own ('chanos cluster join' makes one)",
+				etcd.ErrMachineTaken, addr)
 		}
 		if !logged {
 			c.log.Warn("the machine's id is still registered, by its previous run (killed?) or a copy of its key; waiting for that lease to expire",

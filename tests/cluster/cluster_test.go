@@ -535,3 +535,34 @@ func TestRevocationShared(t *testing.T) {
 		t.Fatalf("machine 2 holds a list that revokes %v, want mach3's credential", show.Revoked)
 	}
 }
+
+// TestCopiedKey: a monitor started on machine 2 with a copy of machine
+// 1's key and credential finds machine 1's id held by a live monitor, and
+// says so at once rather than waiting for a lease that never expires.
+func TestCopiedKey(t *testing.T) {
+	w := newWorld(t, 2, 1)
+	w.admit(0, w.root)
+	w.start(0)
+	copied := testkit.ShortDir(t)
+	for _, f := range []string{"machine.key", "machine.crt", "cluster-root.crt"} {
+		b, err := os.ReadFile(filepath.Join(w.dirs[0], f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(copied, f), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	out, err := w.net.Machines[1].Command(w.bin, "monitor", "--dir", copied, "--cluster", w.name,
+		"--etcd", strings.Join(w.etcd.Endpoints(), ","), "--listen", w.net.Machines[1].Addr.String()+":7070",
+		"--lease-ttl", leaseTTL.String(), "--keep-alive", keepAlive.String()).CombinedOutput()
+	took := time.Since(start)
+	if err == nil || !strings.Contains(string(out), "a live monitor holds it") || !strings.Contains(string(out), w.net.Machines[0].Addr.String()+":7070") {
+		t.Fatalf("a monitor with a copied key: %v\n%s", err, out)
+	}
+	if took > 10*time.Second {
+		t.Fatalf("the copied key was refused after %v, want at once", took)
+	}
+	t.Logf("refused after %v: %s", took.Round(time.Millisecond), strings.TrimSpace(string(out)))
+}
