@@ -80,6 +80,7 @@ type Member struct {
 	// creds holds the credential each machine showed on its last control
 	// link, and revoked the machines a revocation list has revoked (or
 	// whose credential expired) since: their connections ended then.
+	// Both are made on first use.
 	creds   map[uint64]*x509.Certificate
 	revoked map[uint64]string
 	wg      sync.WaitGroup
@@ -139,8 +140,7 @@ func Join(ctx context.Context, cf Config, dir string, mcfg *monitor.Config) (*Me
 		return nil, fmt.Errorf("monitor: this machine joined cluster %q, not %q", id.Cluster(), cf.Cluster)
 	}
 	c := &Member{id: id, self: MachineIDOf(id), log: log, links: map[uint64]*cluster.Link{},
-		accepted: map[uint64]*cluster.Link{}, creds: map[uint64]*x509.Certificate{}, revoked: map[uint64]string{},
-		stop: make(chan struct{})}
+		accepted: map[uint64]*cluster.Link{}, stop: make(chan struct{})}
 	ecfg := etcd.Config{
 		Endpoints: cf.Etcd,
 		TLS:       cf.EtcdTLS,
@@ -732,6 +732,9 @@ func (c *Member) shareRevocations(dir string) {
 func (c *Member) noteCredential(id uint64, cert *x509.Certificate) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.creds == nil {
+		c.creds = map[uint64]*x509.Certificate{}
+	}
 	c.creds[id] = cert
 	if _, ok := c.revoked[id]; ok && c.id.Revocations.Check(cert) == nil && time.Now().Before(cert.NotAfter) {
 		delete(c.revoked, id)
@@ -769,6 +772,9 @@ func (c *Member) enforceRevocations() {
 				why = "expired"
 			}
 			if why != "" {
+				if c.revoked == nil {
+					c.revoked = map[uint64]string{}
+				}
 				c.revoked[id] = why
 				gone = append(gone, id)
 			}
