@@ -475,8 +475,12 @@ const (
 func (c *Member) dialPeers() {
 	defer c.wg.Done()
 	reg := c.machine.Registry()
-	next := map[uint64]time.Time{}        // when to try each machine again
-	seen := map[uint64]etcd.MachineInfo{} // its record at the last try
+	next := map[uint64]time.Time{} // when to try each machine again
+	// What of its record the last try dialled: a new address or key
+	// deserves a try at once; its load, which changes every few seconds,
+	// does not.
+	type dialled struct{ addr, identity string }
+	seen := map[uint64]dialled{}
 	results := make(chan dialResult, 16)
 	present := map[uint64]bool{} // the machines of the registry, at the last look
 	for {
@@ -514,10 +518,11 @@ func (c *Member) dialPeers() {
 			c.mu.Lock()
 			up := c.links[mi.ID] != nil
 			c.mu.Unlock()
-			if up || (seen[mi.ID] == mi && time.Now().Before(next[mi.ID])) {
+			key := dialled{mi.Addr, mi.Identity}
+			if up || (seen[mi.ID] == key && time.Now().Before(next[mi.ID])) {
 				continue
 			}
-			seen[mi.ID] = mi
+			seen[mi.ID] = key
 			next[mi.ID] = time.Now().Add(24 * time.Hour) // until the dial says
 			c.wg.Add(1)
 			go func() {

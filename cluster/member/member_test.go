@@ -6,8 +6,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -235,4 +237,63 @@ func TestLeftMachineLinksClosed(t *testing.T) {
 	linkEnded := ended(link)
 	mb.Close() // revokes beta's lease: its record goes
 	testkit.Await(t, "alpha to close its link to beta, which left", linkEnded)
+}
+
+// TestNoRedialOnLoad: a machine whose dial failed is dialled again after
+// the redial interval, or as soon as its address or key changes, but not
+// each time its record's load changes (every few seconds).
+func TestNoRedialOnLoad(t *testing.T) {
+	ec := etcdtest.Start(t, etcdtest.Options{})
+	root, err := cluster.InitRoot(filepath.Join(t.TempDir(), "root"), "lab", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := admitted(t, root, "alpha"), admitted(t, root, "beta")
+	ctx := testkit.Context(t)
+	c := testMember(t, a)
+	open := func(id *cluster.Identity) *etcd.Machine {
+		m, err := etcd.Open(ctx, etcd.Config{Endpoints: ec.Endpoints(), Cluster: "lab", Machine: MachineIDOf(id),
+			TTL: 2 * time.Second, KeepAlive: 500 * time.Millisecond, Logger: c.log})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { m.Close() })
+		return m
+	}
+	c.machine = open(a)
+	// Beta's address takes TCP connections and closes them: every dial
+	// fails, and each is counted.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var dials atomic.Int32
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			dials.Add(1)
+			conn.Close()
+		}
+	}()
+	mb := open(b)
+	if err := mb.Registry().Register(ctx, etcd.MachineInfo{Name: "beta", Addr: ln.Addr().String(), Identity: b.KeyID()}); err != nil {
+		t.Fatal(err)
+	}
+	c.wg.Add(1)
+	go c.dialPeers()
+	defer c.stopLinks()
+	testkit.Eventually(t, "alpha to dial beta", func() bool { return dials.Load() > 0 })
+	for i := range 8 {
+		if err := mb.Registry().SetLoad(ctx, etcd.Load{Domains: i + 1}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+	}
+	if n := dials.Load(); n != 1 {
+		t.Fatalf("beta dialled %d times within %v of its first failure, as its load changed; want once", n, redialInterval)
+	}
 }
