@@ -926,8 +926,12 @@ func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer c.Close()
 			err := handle(ctx, c)
+			// Not deferred: a handler that panics takes the process down,
+			// and its connections must not close in order on the way, or
+			// their clients would take the crash for a close rather than
+			// their peer's death (ErrPeerDied), as after a kill.
+			c.Close()
 			switch {
 			case err == nil || errors.Is(err, context.Canceled):
 			case errors.Is(err, ErrProtocol):

@@ -8,7 +8,9 @@ import "github.com/chanos/chanos/interconnect"
 var (
 	// ErrClosed: the connection was closed, by this side or the peer.
 	ErrClosed = interconnect.ErrClosed
-	// ErrPeerDied: the peer's process ended without closing.
+	// ErrPeerDied: the peer's process ended without closing: it was
+	// killed, exited, or crashed (a handler's panic under Listener.Serve
+	// closes nothing on its way).
 	ErrPeerDied = interconnect.ErrPeerDied
 	// ErrProtocol is matched by the errors of frames that are malformed
 	// or not acceptable where they arrive: a reply to no outstanding call,

@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 type childServer struct{ pingpong.UnimplementedServer }
 
 func (childServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	if v == panicNow {
+		panic("echo of panicNow")
+	}
 	if v == blockForever {
 		fmt.Println("called")
 		select {} // until killed
@@ -136,6 +139,33 @@ func TestServerKilled(t *testing.T) {
 	if v, err := c2.Echo(ctx, 41); err != nil || v != 42 {
 		t.Fatalf("echo on the new server = %d, %v", v, err)
 	}
+}
+
+// panicNow makes childServer's echo panic, with no Recover: the server
+// process dies of it.
+const panicNow = 0xdead
+
+// A server whose handler panics dies: its client sees its peer die, as
+// after a kill -9, not an orderly close.
+func TestServerPanics(t *testing.T) {
+	dir := testmonitor.Start(t)
+	srv := child(t, dir, "server", "panicky", "ready")
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	c, err := pingpong.Connect(ctx, d, "panicky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	err = testkit.Within(t, 10*time.Second, "a call whose handler panics", func() error { _, err := c.Echo(ctx, panicNow); return err })
+	if !errors.Is(err, chanos.ErrPeerDied) || errors.Is(err, chanos.ErrClosed) {
+		t.Fatalf("a call whose handler panicked = %v, want ErrPeerDied", err)
+	}
+	srv.Wait(t)
 }
 
 // heldServer says that an echo call has reached it, then answers once
