@@ -64,7 +64,11 @@ func (c *Conn) Send(ctx context.Context, m wire.Message) error { return eng(c).S
 // deadline, and waits for the reply, which it decodes into reply. An
 // error reply comes back as a *RemoteError. If ctx ends first, Call tells
 // the peer that the call is abandoned and returns ctx's error. Call keeps
-// neither call nor reply once it returns.
+// neither call nor reply once it returns. A reply that comes behind
+// one-way messages this side has not received waits for them to be
+// received once the connection's inbox is full (docs/codegen-go.md, "One
+// order per connection"): a program that calls must also receive what the
+// peer sends it.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
 	return eng(c).Call(ctx, call, reply)
 }

@@ -766,3 +766,40 @@ func TestListenerLogsProtocolViolation(t *testing.T) {
 		t.Fatalf("echo from the next client = %d, %v", v, err)
 	}
 }
+
+// A call whose reply waits behind more one-way messages than the
+// connection's inbox holds fails at its deadline saying so: the caller
+// must also receive what the peer sends it.
+func TestCallBehindAFullInbox(t *testing.T) {
+	x, y, err := chanos.UMPPair(pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	defer y.Close()
+	c, s := pingpong.NewConn(x), pingpong.NewConn(y)
+	ctx := testkit.Context(t)
+	go func() {
+		for i := range 2000 {
+			if s.Send(ctx, &pingpong.Ping{MsgID: uint32(i)}) != nil {
+				return
+			}
+		}
+		s.Serve(ctx, childServer{})
+	}()
+	cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	_, err = c.Echo(cctx, 1)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "fill this connection's inbox: receive them") {
+		t.Fatalf("a call behind 2000 unread messages = %v, want the deadline, saying that the inbox is full", err)
+	}
+	// Once they are received, calls go through.
+	for range 2000 {
+		if _, err := c.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if v, err := c.Echo(ctx, 1); err != nil || v != 2 {
+		t.Fatalf("echo after the messages were received = %d, %v", v, err)
+	}
+}

@@ -42,6 +42,16 @@ const (
 	inboxBytes = 4 << 20
 )
 
+// inboxFullError is err, the end of a call's context while the inbox was
+// full, saying why the call could not read its reply: a program that calls
+// must also take the messages the peer sends it.
+func (c *Conn) inboxFullError(err error) error {
+	c.mu.Lock()
+	n, bytes := len(c.inbox), c.inboxBytes
+	c.mu.Unlock()
+	return fmt.Errorf("%w (the reply waits behind %d one-way messages from the peer, %d bytes, that fill this connection's inbox: receive them, with Recv, Receive or Handle)", err, n, bytes)
+}
+
 // Conn is a bound connection: typed messages in both directions and rpc
 // calls, over the local or ump interconnect. Generated packages wrap it in
 // a typed Conn; most programs use that.
@@ -557,7 +567,7 @@ func (c *Conn) readReply(ctx context.Context, id uint32, msg uint16, fixed []byt
 		if c.ninbox.Load() >= inboxLimit {
 			if err := c.awaitInboxRoom(ctx); err != nil {
 				c.sendCancel(msg, id)
-				return nil, err
+				return nil, c.inboxFullError(err)
 			}
 		}
 		var err error
@@ -727,6 +737,9 @@ func (c *Conn) await(ctx context.Context, id uint32, p *pendingCall) error {
 				// what the reply brought (its descriptors) is the
 				// caller's, not dropped with an error.
 				return p.err
+			}
+			if full {
+				return c.inboxFullError(ctx.Err())
 			}
 			return ctx.Err()
 		}
