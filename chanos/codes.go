@@ -70,7 +70,8 @@ const (
 // RemoteError is an rpc's failure as reported by the server in an error
 // reply: the code and detail of the reply's status (docs/wire.md). Errorf
 // and Error make one for a handler to return. errors.Is(err, code)
-// matches its Code.
+// matches its Code. Its fields: Msg (the rpc, "kv.get"; "" in one a
+// handler made), Code (never 0) and Detail (the server's description).
 type RemoteError = engine.RemoteError
 
 // Error returns an error with code and the detail msg, for an rpc handler

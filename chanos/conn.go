@@ -19,10 +19,20 @@ import (
 type Conn engine.Conn
 
 // Interface describes an interface to the connection engine. Generated
-// packages define one as their variable Interface.
+// packages define one as their variable Interface. Its fields: Name (the
+// interface's name in the IDL, which binding checks), MaxFrameSize (its
+// largest frame, header included) and Fingerprint (the hash of its
+// definition, which binding checks too; 0 declares none).
 type Interface = engine.Interface
 
-// Incoming is a message or rpc call that arrived on a connection.
+// Incoming is a message or rpc call that arrived on a connection. Its
+// fields: Kind (wire.KindMessage or wire.KindCall), Header (the message
+// number Msg, the CallID, the caller's TimeoutUS, ...), Frame (the
+// encoded frame, header included; nil for a message that came as a value
+// within one process, Msg then), Caps (the capabilities that came with
+// it), Meta (a call's metadata) and Inline (set for a call served in the
+// goroutine that reads the connection). Decode decodes it into a message
+// of its type. See interconnect.Incoming.
 type Incoming = interconnect.Incoming
 
 // NewConn returns a Conn speaking iface over l, which it takes over.
@@ -158,17 +168,19 @@ func ConcurrentFor(n int, msgs ...uint16) ServeOption { return engine.Concurrent
 // For servers whose calls must not overlap.
 func Ordered() ServeOption { return engine.Ordered() }
 
-// HandOffAfter is how long Serve lets a call run in the goroutine reading
-// the connection, at least, before another goroutine takes over the
-// reading; at most twice as long.
+// HandOffAfter (100 µs) is how long Serve lets a call run in the
+// goroutine reading the connection, at least, before another goroutine
+// takes over the reading; at most twice as long.
 const HandOffAfter = engine.HandOffAfter
 
-// MaxHandedOff is how many calls of one connection run at a time, handed
-// off, under Serve's default.
+// MaxHandedOff (128) is how many calls of one connection run at a time,
+// handed off, under Serve's default.
 const MaxHandedOff = engine.MaxHandedOff
 
 // Handler handles a message or rpc call that Serve received, as Serve's
-// handle does: for a call, its result is the reply.
+// handle does: for a call, its result is the reply. It is
+//
+//	func(ctx context.Context, in *Incoming) (wire.Message, error)
 type Handler = engine.Handler
 
 // Interceptor wraps the handling of each rpc call Serve runs: it may look
@@ -176,7 +188,13 @@ type Handler = engine.Handler
 // give next another context, answer with an error of its own without
 // calling next, or look at next's reply and error. A handler under an
 // interceptor returns its reply as a value, so that the interceptor sees
-// it (generated handlers otherwise send it themselves).
+// it (generated handlers otherwise send it themselves). It is
+//
+//	func(ctx context.Context, in *Incoming, next Handler) (wire.Message, error)
+//
+// and in.Header.Msg is the rpc's number: the generated package's
+// New(in.Header.Msg, in.Kind), when not nil (a number the interface
+// has), names it with MsgName ("kv.get").
 type Interceptor = engine.Interceptor
 
 // WithInterceptor has Serve run each rpc call through is, the first

@@ -32,8 +32,11 @@ var (
 	// is started on purpose, with `chanos monitor`.
 	ErrNoMonitor = errors.New("chanos: no monitor running")
 	// ErrMonitorLost: the session with the monitor ended (the monitor
-	// stopped or restarted). Bound connections keep working; exporting
-	// and connecting need a new Join.
+	// stopped or restarted). Bound connections keep working. A domain
+	// rejoins the next monitor by itself (unless WithoutRejoin), exporting
+	// its names again: meanwhile, calls to the monitor (Connect, Export,
+	// ...) fail with this error, and work again once it has rejoined
+	// (OnMonitor tells when). Under WithoutRejoin, they need a new Join.
 	ErrMonitorLost = errors.New("chanos: lost the monitor")
 	// ErrNameTaken: Export was given a name that is registered already.
 	ErrNameTaken = errors.New("chanos: name already registered")
@@ -912,6 +915,12 @@ func (d *Domain) bindCall(ctx context.Context, call *monitor.BindCall, reply *mo
 // protocol violation (ErrProtocol: a client that sent what the interface
 // does not allow, as one built from another version of it does) at Warn,
 // with the client's pid and program, a line a second at most per kind.
+//
+// To stop gracefully, as gRPC's GracefulStop does, Close the listener and
+// let ctx live: the name is withdrawn, no new connection comes, the calls
+// in flight finish, and Serve returns once every connection's handler has
+// returned, that is once each client has closed its connection. Ending
+// ctx instead cancels the contexts of the calls in flight at once.
 func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c *Conn) error) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
