@@ -2,6 +2,7 @@ package chanos
 
 import (
 	"context"
+	"strings"
 
 	"github.com/chanos/chanos/chanos/internal/engine"
 	"github.com/chanos/chanos/wire"
@@ -17,10 +18,22 @@ type Metadata = wire.Metadata
 
 // WithMetadata returns a context whose rpc calls carry md, replacing the
 // metadata ctx had for them. The handler of such a call reads it with
-// MetadataFrom. md is not copied: leave it unmodified while calls use it.
+// MetadataFrom. Keys with upper-case ASCII letters are lowered, as gRPC
+// does ("Trace-ID" travels as "trace-id"), into a copy of md; otherwise md
+// is not copied: leave it unmodified while calls use it.
 //
 // Calls of a program that never calls WithMetadata pay nothing for it.
 func WithMetadata(ctx context.Context, md Metadata) context.Context {
+	for k := range md {
+		if k != strings.ToLower(k) {
+			lowered := make(Metadata, len(md))
+			for k, v := range md {
+				lowered[strings.ToLower(k)] = v
+			}
+			md = lowered
+			break
+		}
+	}
 	return engine.WithOutgoingMetadata(ctx, md)
 }
 

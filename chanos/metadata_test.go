@@ -130,9 +130,17 @@ func TestMetadataBounds(t *testing.T) {
 		for i := range wire.MaxMetadataKeys + 1 {
 			many[strings.Repeat("k", i+1)] = "v"
 		}
+		// A key with upper-case letters is lowered, as gRPC does.
+		upper := chanos.Metadata{"Trace-ID": "x"}
+		if _, err := c.Echo(chanos.WithMetadata(ctx, upper), 6); err != nil {
+			t.Fatalf("echo with an upper-case key: %v", err)
+		}
+		if seen, _ := srv.saw(6); !maps.Equal(seen, chanos.Metadata{"trace-id": "x"}) || upper["Trace-ID"] != "x" || len(upper) != 1 {
+			t.Fatalf("an upper-case key: the handler saw %v, the caller's map is %v; want trace-id, and the map untouched", seen, upper)
+		}
 		for name, md := range map[string]chanos.Metadata{
 			"long value": {"k": strings.Repeat("x", wire.MaxMetadataValueLen+1)},
-			"bad key":    {"Trace": "x"},
+			"bad key":    {"trace id": "x"},
 			"empty key":  {"": "x"},
 			"NUL":        {"k": "a\x00b"},
 			"many keys":  many,
