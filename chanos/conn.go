@@ -98,7 +98,8 @@ func (c *Conn) ReceiveFunc(ctx context.Context, fn func(in *Incoming) error) err
 // Reply answers the rpc call in with reply, or with err when err is not
 // nil: the error reply carries CodeOf(err) (CodeUnknown for an error that
 // has no code) and, as its detail, the Detail of a *RemoteError returned
-// as is (see Errorf), else err's text.
+// as is (see Errorf), else err's text, less the text of a Code or of an
+// Errorf that it wraps, which the caller prints before the detail anyway.
 func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err error) error {
 	return eng(c).Reply(ctx, in, reply, err)
 }

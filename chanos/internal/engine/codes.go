@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 
 	"github.com/chanos/chanos/interconnect"
 	"github.com/chanos/chanos/wire"
@@ -145,7 +146,8 @@ func CodeOf(err error) Code {
 
 // statusOf makes the status of the error reply that answers a handler's
 // err: its code as CodeOf says (CodeUnknown for an unknown error), and as
-// detail the detail of a *RemoteError returned as is, or else err's text.
+// detail the detail of a *RemoteError returned as is, or else err's text,
+// less the text of a code (or of a handler's error of a code) it wraps.
 // A Code returned as is has no detail: its name says it all.
 func statusOf(err error) wire.Status {
 	code := CodeOf(err)
@@ -159,6 +161,17 @@ func statusOf(err error) wire.Status {
 	case Code:
 	default:
 		st.Detail = err.Error()
+		// The caller prints the code before the detail: the text of the
+		// code, or of a handler's error of a code, that err wraps is not
+		// said again ("shelf 3: out of range" goes as "shelf 3").
+		var re *RemoteError
+		var c Code
+		switch {
+		case errors.As(err, &re) && re.Msg == "":
+			st.Detail = strings.Replace(st.Detail, re.Error(), re.Detail, 1)
+		case errors.As(err, &c):
+			st.Detail = strings.TrimSuffix(st.Detail, ": "+c.Error())
+		}
 	}
 	return st
 }
