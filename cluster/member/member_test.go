@@ -186,9 +186,12 @@ func TestOneInboundLinkPerMachine(t *testing.T) {
 	}
 }
 
-// TestLeftMachineLinksClosed: when a machine leaves the registry (its
-// lease ends), the control link to it is closed.
-func TestLeftMachineLinksClosed(t *testing.T) {
+// etcdPair starts etcd and admits two machines of one root: alpha, as a
+// member in the registry, and beta, whose identity is returned with the
+// function that opens a machine of the registry for it (closed with the
+// test).
+func etcdPair(t *testing.T) (*Member, *cluster.Identity, func(*cluster.Identity) *etcd.Machine) {
+	t.Helper()
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	root, err := cluster.InitRoot(filepath.Join(t.TempDir(), "root"), "lab", 0)
 	if err != nil {
@@ -207,6 +210,14 @@ func TestLeftMachineLinksClosed(t *testing.T) {
 		return m
 	}
 	c.machine = open(a)
+	return c, b, open
+}
+
+// TestLeftMachineLinksClosed: when a machine leaves the registry (its
+// lease ends), the control link to it is closed.
+func TestLeftMachineLinksClosed(t *testing.T) {
+	c, b, open := etcdPair(t)
+	ctx := testkit.Context(t)
 
 	// b: a listener whose links the test keeps, and its record.
 	ln, err := cluster.Listen("127.0.0.1:0", b, &cluster.Options{Logger: c.log})
@@ -243,24 +254,8 @@ func TestLeftMachineLinksClosed(t *testing.T) {
 // the redial interval, or as soon as its address or key changes, but not
 // each time its record's load changes (every few seconds).
 func TestNoRedialOnLoad(t *testing.T) {
-	ec := etcdtest.Start(t, etcdtest.Options{})
-	root, err := cluster.InitRoot(filepath.Join(t.TempDir(), "root"), "lab", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, b := admitted(t, root, "alpha"), admitted(t, root, "beta")
+	c, b, open := etcdPair(t)
 	ctx := testkit.Context(t)
-	c := testMember(t, a)
-	open := func(id *cluster.Identity) *etcd.Machine {
-		m, err := etcd.Open(ctx, etcd.Config{Endpoints: ec.Endpoints(), Cluster: "lab", Machine: MachineIDOf(id),
-			TTL: 2 * time.Second, KeepAlive: 500 * time.Millisecond, Logger: c.log})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { m.Close() })
-		return m
-	}
-	c.machine = open(a)
 	// Beta's address takes TCP connections and closes them: every dial
 	// fails, and each is counted.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
