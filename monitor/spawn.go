@@ -146,9 +146,7 @@ func (m *Monitor) startSpawnd() error {
 	m.spawnd = &spawnHost{svc: svc, exp: e, name: name, conns: map[uint64]*spawnConn{}, byDom: map[spawn.Caller]int{}}
 	if later {
 		m.log.Warn("the spawn service's name is taken, by an earlier run of this machine; it is set once free", "name", name)
-		m.spawnd.registering.Store(true)
-		m.wg.Add(1)
-		go m.registerSpawndLater()
+		m.setSpawndNameLater()
 	}
 	return nil
 }
@@ -164,8 +162,14 @@ func (m *Monitor) ownNameLost(name string) {
 		return
 	}
 	m.log.Warn("the store lost the spawn service's name (the machine's lease expired); it is set again once free", "name", name)
-	if !h.registering.CompareAndSwap(false, true) {
-		return // already trying
+	m.setSpawndNameLater()
+}
+
+// setSpawndNameLater starts registerSpawndLater, unless it runs already
+// or the monitor is closing.
+func (m *Monitor) setSpawndNameLater() {
+	if !m.spawnd.registering.CompareAndSwap(false, true) {
+		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -71,8 +71,9 @@ const waitUsage = `usage: chanos wait [--on MACHINE] [--timeout D] [--json] [--d
 Waits until the spawned program ID has ended and prints its exit status or
 the signal that ended it, and "(out of memory...)" when the kernel killed
 it over its --limit mem= in its cgroup. It exits with the program's status
-(128 plus the signal for one that a signal ended, as a shell). --json prints {"id", "exit_code",
-"signal"}, and "oom_killed": true for the latter.
+(128 plus the signal for one that a signal ended, as a shell). --json
+prints {"id", "exit_code", "signal"}, and "oom_killed": true for the
+latter.
 --on names the machine it was spawned on (default this one).
 `
 
@@ -492,13 +493,12 @@ func runSpawn(ctx context.Context, args []string) error {
 		if oom {
 			out["oom_killed"] = true
 		}
-		if !*asJSON {
-			fmt.Println(exitLine(e, oom))
-		}
 		if *asJSON {
 			if err := writeJSON(os.Stdout, out); err != nil {
 				return err
 			}
+		} else {
+			fmt.Println(exitLine(e, oom))
 		}
 		return exitOf(e)
 	}
