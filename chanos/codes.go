@@ -93,9 +93,12 @@ func Errorf(code Code, format string, args ...any) error {
 // and CodeDeadlineExceeded for the context's errors (Call returns them when
 // its context ends first); CodeUnimplemented for errors.ErrUnsupported (a
 // generated UnimplementedServer's); CodeUnavailable for the end of the
-// connection (ErrClosed, ErrPeerDied, ErrNetworkLost); CodeInternal for a
-// protocol violation and for a message that does not encode or decode
-// (wire.ErrMalformed: a handler's reply past its bounds, say); CodeUnknown
-// for any other error. A handler's error is sent with the code CodeOf gives
+// connection (ErrClosed, ErrPeerDied, ErrNetworkLost);
+// CodeInvalidArgument for a call or message of this side's that breaks a
+// bound of the interface, refused before it is sent (wire.ErrBound, say,
+// which it still matches); CodeInternal for a protocol violation and for a
+// frame that does not decode (wire.ErrMalformed); CodeUnknown for any
+// other error. A handler's reply past its bounds reaches its caller as
+// CodeInternal: the server broke the interface, not the caller. A handler's error is sent with the code CodeOf gives
 // it.
 func CodeOf(err error) Code { return engine.CodeOf(err) }

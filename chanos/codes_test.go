@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/wire"
 )
 
 // codeServer fails echo with the error errs[val], or echoes val when
@@ -120,6 +122,8 @@ func TestCodeOf(t *testing.T) {
 		{fmt.Errorf("call: %w", context.DeadlineExceeded), chanos.CodeDeadlineExceeded},
 		{chanos.ErrPeerDied, chanos.CodeUnavailable},
 		{chanos.ErrProtocol, chanos.CodeInternal},
+		{fmt.Errorf("x: %w", &wire.Error{Err: wire.ErrBound, Encoding: true}), chanos.CodeInvalidArgument},
+		{&wire.Error{Err: wire.ErrBound}, chanos.CodeInternal},
 		{chanos.CodeAborted, chanos.CodeAborted},
 		{chanos.Errorf(1234, "mine"), 1234},
 	} {
@@ -140,5 +144,45 @@ func TestCodeOf(t *testing.T) {
 	}
 	if errors.Is(chanos.Error(chanos.CodeOK, "x"), chanos.CodeOK) {
 		t.Error("an error matches CodeOK")
+	}
+}
+
+// overServer answers bounce with a reply one byte over its bound.
+type overServer struct{ pingpong.UnimplementedServer }
+
+func (overServer) Bounce(ctx context.Context, payload []byte) ([]byte, error) {
+	return make([]byte, pingpong.MaxBounceReplyLen+1), nil
+}
+
+// A value refused on its way into a frame is the sender's mistake, coded
+// invalid_argument, and still matches its wire code; a reply the server
+// cannot encode reaches the caller as internal, whichever way the server
+// runs the call.
+func TestCodeOfRefusedValues(t *testing.T) {
+	for _, opts := range [][]chanos.ServeOption{nil, {chanos.Concurrent(4)}} {
+		forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+			errc := make(chan error, 1)
+			go func() { errc <- s.Serve(context.Background(), overServer{}, opts...) }()
+			ctx := context.Background()
+			_, err := c.Bounce(ctx, make([]byte, pingpong.MaxBouncePayloadLen+1))
+			if chanos.CodeOf(err) != chanos.CodeInvalidArgument || !errors.Is(err, wire.ErrBound) {
+				t.Errorf("bounce over its bound: %v, code %v; want invalid argument and wire.ErrBound", err, chanos.CodeOf(err))
+			}
+			err = c.Send(ctx, &pingpong.Data{Payload: make([]byte, pingpong.MaxDataPayloadLen+1)})
+			if chanos.CodeOf(err) != chanos.CodeInvalidArgument || !errors.Is(err, wire.ErrBound) {
+				t.Errorf("data over its bound: %v, code %v; want invalid argument and wire.ErrBound", err, chanos.CodeOf(err))
+			}
+			_, err = c.Echo(chanos.WithMetadata(ctx, chanos.Metadata{"bad key": "v"}), 1)
+			if chanos.CodeOf(err) != chanos.CodeInvalidArgument || !errors.Is(err, wire.ErrHeader) {
+				t.Errorf("echo with a bad metadata key: %v, code %v; want invalid argument and wire.ErrHeader", err, chanos.CodeOf(err))
+			}
+			_, err = c.Bounce(ctx, []byte("x"))
+			var re *chanos.RemoteError
+			if !errors.As(err, &re) || chanos.CodeOf(err) != chanos.CodeInternal || !strings.Contains(re.Detail, "exceeds bound") {
+				t.Errorf("a reply over its bound: %#v, want an internal error reply that says why", err)
+			}
+			s.Close()
+			<-errc
+		})
 	}
 }

@@ -15,11 +15,11 @@ import (
 // holding a NUL byte (ErrNUL).
 func CheckString(msg, field, s string, bound uint32) error {
 	if uint64(len(s)) > uint64(bound) {
-		return &Error{Err: ErrBound, Message: msg, Field: field, Offset: -1,
+		return &Error{Err: ErrBound, Message: msg, Field: field, Offset: -1, Encoding: true,
 			Detail: fmt.Sprintf("string length %d exceeds bound %d", len(s), bound)}
 	}
 	if i := strings.IndexByte(s, 0); i >= 0 {
-		return &Error{Err: ErrNUL, Message: msg, Field: field, Offset: -1,
+		return &Error{Err: ErrNUL, Message: msg, Field: field, Offset: -1, Encoding: true,
 			Detail: fmt.Sprintf("string holds a NUL byte at index %d", i)}
 	}
 	return nil
@@ -28,7 +28,7 @@ func CheckString(msg, field, s string, bound uint32) error {
 // CheckCount refuses a dynamic array of more than bound elements.
 func CheckCount(msg, field string, n int, bound uint32) error {
 	if uint64(n) > uint64(bound) {
-		return &Error{Err: ErrBound, Message: msg, Field: field, Offset: -1,
+		return &Error{Err: ErrBound, Message: msg, Field: field, Offset: -1, Encoding: true,
 			Detail: fmt.Sprintf("array count %d exceeds bound %d", n, bound)}
 	}
 	return nil
@@ -38,7 +38,7 @@ func CheckCount(msg, field string, n int, bound uint32) error {
 // out of range.
 func CheckEnum(msg, field string, v, n uint32) error {
 	if v >= n {
-		return &Error{Err: ErrEnum, Message: msg, Field: field, Offset: -1,
+		return &Error{Err: ErrEnum, Message: msg, Field: field, Offset: -1, Encoding: true,
 			Detail: fmt.Sprintf("enum value %d out of range (%d enumerators)", v, n)}
 	}
 	return nil

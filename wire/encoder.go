@@ -32,7 +32,7 @@ type Encoder struct {
 func (e *Encoder) Begin(buf *Buffer, name string, msg uint16, kind Kind, size int) {
 	// Field by field, for the reason given in Decoder.Begin.
 	e.buf, e.start, e.capStart, e.name = buf, len(buf.B), len(buf.Caps), name
-	e.fault = fault{}
+	e.fault = fault{encoding: true}
 	e.b = append(slices.Grow(buf.B, HeaderSize+size), 0, 0, 0, 0, byte(msg), byte(msg>>8), kind.Flags(), 0,
 		0, 0, 0, 0, 0, 0, 0, 0)
 }

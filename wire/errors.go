@@ -91,6 +91,12 @@ type Error struct {
 	// Detail describes the problem, like "string length 300 exceeds bound
 	// 256".
 	Detail string
+	// Encoding is set when a value was refused on its way into a frame (by
+	// an Encoder, a Check function or AppendMetadata): the fault is its
+	// sender's, where a frame refused by a Decoder is whoever made the
+	// frame's. chanos gives the first the status code invalid_argument,
+	// the second internal.
+	Encoding bool
 }
 
 // Error formats e as, for example,
@@ -130,13 +136,14 @@ type fault struct {
 	err      *Error
 	depth    int
 	errDepth int
+	encoding bool // an Encoder's (Error.Encoding)
 }
 
 func (f *fault) fail(code error, name, field string, off int, detail string) {
 	if f.err != nil {
 		return
 	}
-	f.err = &Error{Err: code, Message: name, Field: field, Offset: off, Detail: detail}
+	f.err = &Error{Err: code, Message: name, Field: field, Offset: off, Detail: detail, Encoding: f.encoding}
 	f.errDepth = f.depth
 }
 

@@ -32,12 +32,18 @@ const (
 // for byte in every language.
 func ValidMetadataKey(key string) error {
 	if len(key) == 0 || len(key) > MaxMetadataKeyLen {
-		return fmt.Errorf("metadata key %q is %d bytes; keys are 1 to %d: %w", truncated(key), len(key), MaxMetadataKeyLen, ErrBound)
+		return metadataFault(ErrBound, "metadata key %q is %d bytes; keys are 1 to %d", truncated(key), len(key), MaxMetadataKeyLen)
 	}
 	if i := badKeyByte(key); i >= 0 {
-		return fmt.Errorf("metadata key %q has byte 0x%02x at %d; keys are lower-case letters, digits, '-', '_' and '.': %w", truncated(key), key[i], i, ErrHeader)
+		return metadataFault(ErrHeader, "metadata key %q has byte 0x%02x at %d; keys are lower-case letters, digits, '-', '_' and '.'", truncated(key), key[i], i)
 	}
 	return nil
+}
+
+// metadataFault is a refusal of metadata on its way into a frame: the
+// sender's fault (Error.Encoding).
+func metadataFault(code error, format string, args ...any) error {
+	return &Error{Err: code, Offset: -1, Detail: fmt.Sprintf(format, args...), Encoding: true}
 }
 
 // badKeyByte returns the index of the first byte of key that no key may
@@ -67,10 +73,10 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 		return b, nil
 	}
 	if len(b) < HeaderSize || b[offFlags] != FlagCall {
-		return b, fmt.Errorf("metadata on a frame that is not an rpc call: %w", ErrHeader)
+		return b, metadataFault(ErrHeader, "metadata on a frame that is not an rpc call")
 	}
 	if len(md) > MaxMetadataKeys {
-		return b, fmt.Errorf("metadata of %d keys; at most %d: %w", len(md), MaxMetadataKeys, ErrBound)
+		return b, metadataFault(ErrBound, "metadata of %d keys; at most %d", len(md), MaxMetadataKeys)
 	}
 	keys := make([]string, 0, len(md))
 	n := 0
@@ -79,16 +85,16 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 			return b, err
 		}
 		if len(v) > MaxMetadataValueLen {
-			return b, fmt.Errorf("metadata %q: value of %d bytes; at most %d: %w", k, len(v), MaxMetadataValueLen, ErrBound)
+			return b, metadataFault(ErrBound, "metadata %q: value of %d bytes; at most %d", k, len(v), MaxMetadataValueLen)
 		}
 		if strings.IndexByte(v, 0) >= 0 {
-			return b, fmt.Errorf("metadata %q: the value holds a NUL byte: %w", k, ErrNUL)
+			return b, metadataFault(ErrNUL, "metadata %q: the value holds a NUL byte", k)
 		}
 		keys = append(keys, k)
 		n += 1 + len(k) + 2 + len(v)
 	}
 	if n > MaxMetadataLen {
-		return b, fmt.Errorf("metadata of %d bytes; at most %d: %w", n, MaxMetadataLen, ErrBound)
+		return b, metadataFault(ErrBound, "metadata of %d bytes; at most %d", n, MaxMetadataLen)
 	}
 	slices.Sort(keys) // the same metadata makes the same frame
 	start := len(b)

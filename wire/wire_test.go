@@ -216,8 +216,8 @@ func TestEncodeErrors(t *testing.T) {
 		buf := Buffer{B: []byte("keep"), Caps: []Cap{os.Stderr}, GiveAway: []bool{true}}
 		err := tc.m.Encode(&buf)
 		var we *Error
-		if !errors.Is(err, tc.code) || !errors.As(err, &we) || we.Field != tc.field {
-			t.Errorf("Encode(%+v) = %v; want %v in field %s", tc.m, err, tc.code, tc.field)
+		if !errors.Is(err, tc.code) || !errors.As(err, &we) || we.Field != tc.field || !we.Encoding {
+			t.Errorf("Encode(%+v) = %#v; want %v in field %s, an encoding fault", tc.m, err, tc.code, tc.field)
 		}
 		if string(buf.B) != "keep" || len(buf.Caps) != 1 || len(buf.GiveAway) != 1 {
 			t.Errorf("failed Encode changed the buffer: %q %v", buf.B, buf.Caps)
@@ -279,8 +279,8 @@ func TestDecodeErrors(t *testing.T) {
 		var m testMsg
 		err := m.Decode(tc.frame, tc.caps)
 		var we *Error
-		if !errors.Is(err, tc.code) || !errors.As(err, &we) {
-			t.Errorf("%s: Decode = %v, want %v", tc.name, err, tc.code)
+		if !errors.Is(err, tc.code) || !errors.As(err, &we) || we.Encoding {
+			t.Errorf("%s: Decode = %#v, want %v, not an encoding fault", tc.name, err, tc.code)
 			continue
 		}
 		if tc.name != "truncated count" && (we.Field != tc.field || we.Offset != tc.off) {

@@ -261,7 +261,7 @@ func (g *generator) serve() {
 			g.p("var f [wire.HeaderSize + %d]byte", size)
 			g.p("head, tail, err := (&%s{%s}).parts(&f)", reply.typ, inits)
 			g.p("if err != nil {")
-			g.p("return nil, err")
+			g.p("return from.c.ReplyUnencodable(ctx, in, err)")
 			g.p("}")
 			g.p("return from.c.ReplyParts(ctx, in, head, %s, tail)", reply.args[tail].param)
 			continue

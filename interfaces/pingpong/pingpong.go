@@ -694,7 +694,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 4]byte
 		head, tail, err := (&BounceReply{Reply: reply_}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, reply_, tail)
 	}

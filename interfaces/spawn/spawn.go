@@ -1790,7 +1790,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 24]byte
 		head, tail, err := (&SpawnReply{ID: id, PID: pid, Err: err_, Detail: detail}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, detail, tail)
 	case in.Header.Msg == MsgWait && in.Kind == wire.KindCall:
@@ -1851,7 +1851,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 4]byte
 		head, tail, err := (&ListReply{JSON: json}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, json, tail)
 	case in.Header.Msg == MsgCached && in.Kind == wire.KindCall:
@@ -1901,7 +1901,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 12]byte
 		head, tail, err := (&PutEndReply{Err: err_, Detail: detail}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, detail, tail)
 	case in.Header.Msg == MsgSpawnShipped && in.Kind == wire.KindCall:
@@ -1919,7 +1919,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 24]byte
 		head, tail, err := (&SpawnShippedReply{ID: id, PID: pid, Err: err_, Detail: detail}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, detail, tail)
 	case in.Header.Msg == MsgPutOpen && in.Kind == wire.KindCall:
@@ -1937,7 +1937,7 @@ func serve(ctx context.Context, srv Server, from *Client, in *chanos.Incoming) (
 		var f [wire.HeaderSize + 20]byte
 		head, tail, err := (&PutOpenReply{Upload: upload, Err: err_, Detail: detail}).parts(&f)
 		if err != nil {
-			return nil, err
+			return from.c.ReplyUnencodable(ctx, in, err)
 		}
 		return from.c.ReplyParts(ctx, in, head, detail, tail)
 	case in.Header.Msg == MsgPutClose && in.Kind == wire.KindCall:

@@ -114,9 +114,10 @@ func (e *RemoteError) Is(target error) bool {
 // reply (a *RemoteError) or of a Code that err wraps; CodeCanceled and
 // CodeDeadlineExceeded for the context's errors; CodeUnimplemented for
 // errors.ErrUnsupported; CodeUnavailable for the end of the connection;
-// CodeInternal for a protocol violation and for a frame that does not
-// encode or decode (wire.ErrMalformed); and CodeUnknown for any other
-// error.
+// CodeInternal for a protocol violation; CodeInvalidArgument for a value
+// refused on its way into a frame (a *wire.Error with Encoding set: the
+// sender's mistake); CodeInternal for any other wire.ErrMalformed (a
+// frame that does not decode); and CodeUnknown for any other error.
 func CodeOf(err error) Code {
 	if err == nil {
 		return CodeOK
@@ -136,12 +137,23 @@ func CodeOf(err error) Code {
 		return CodeDeadlineExceeded
 	case errors.Is(err, errors.ErrUnsupported):
 		return CodeUnimplemented
-	case errors.Is(err, interconnect.ErrProtocol), errors.Is(err, wire.ErrMalformed):
+	case errors.Is(err, interconnect.ErrProtocol):
+		return CodeInternal
+	case encodingFault(err):
+		return CodeInvalidArgument
+	case errors.Is(err, wire.ErrMalformed):
 		return CodeInternal
 	case interconnect.IsEnd(err):
 		return CodeUnavailable
 	}
 	return CodeUnknown
+}
+
+// encodingFault reports whether err is a value's refusal on its way into
+// a frame (wire.Error.Encoding).
+func encodingFault(err error) bool {
+	var we *wire.Error
+	return errors.As(err, &we) && we.Encoding
 }
 
 // statusOf makes the status of the error reply that answers a handler's

@@ -297,10 +297,18 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 	}
 	err := c.sendWith(ctx, encode, in.Header.CallID, 0)
 	if err != nil && !interconnect.IsEnd(err) && ctx.Err() == nil {
-		// The reply could not be encoded: the caller still gets an answer.
-		err = c.Reply(ctx, in, nil, &RemoteError{Code: wire.Errval(CodeInternal), Detail: err.Error()})
+		return c.ReplyUnencodable(ctx, in, err)
 	}
 	return Replied, err
+}
+
+// ReplyUnencodable answers the rpc call in, whose reply could not be
+// encoded (err), with an error reply of CodeInternal: the caller still
+// gets an answer, and the code says the server broke the interface, not
+// that the caller gave a bad argument (which the encoder's error alone
+// would say). It returns Replied, as ReplyEncoded does.
+func (c *Conn) ReplyUnencodable(ctx context.Context, in *Incoming, err error) (wire.Message, error) {
+	return Replied, c.Reply(ctx, in, nil, &RemoteError{Code: wire.Errval(CodeInternal), Detail: err.Error()})
 }
 
 // The Send fast paths below are for generated code, which knows the
