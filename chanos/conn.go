@@ -203,3 +203,24 @@ type Interceptor = engine.Interceptor
 // messages go to the handler directly. A Serve without interceptors pays
 // nothing for them.
 func WithInterceptor(is ...Interceptor) ServeOption { return engine.WithInterceptor(is...) }
+
+// CallInterceptor runs before each rpc call a connection makes, for
+// tracing, metrics, metadata every call carries, or a deadline each call
+// gets. It is
+//
+//	func(ctx context.Context, rpc string) (_ context.Context, after func(error) error, err error)
+//
+// and is called with the call's context and the rpc's name ("kv.get").
+// It returns the context to make the call with (ctx, or one from
+// WithMetadata or context.WithTimeout) and after, which, if not nil, is
+// called with the call's error (nil on success) once the call has
+// returned, so that the interceptor may time the call, log or count its
+// code (CodeOf), or replace the error; what after returns is what the
+// caller gets. A non-nil err refuses the call unsent: the interceptors
+// outside this one see err as the call's result in their afters.
+//
+// An interceptor sees the rpc's name and context, not the arguments or
+// the reply, which the generated stubs keep on their stack so that a call
+// allocates nothing; a server's Interceptor sees the frame. Use
+// WithCallInterceptor to run them.
+type CallInterceptor = engine.CallInterceptor

@@ -88,6 +88,7 @@ type options struct {
 	spin        time.Duration
 	spinSet     bool // WithSpinWindow was given: the environment is not read
 	callTimeout time.Duration
+	calls       []CallInterceptor
 	noRejoin    bool
 	onMonitor   func(MonitorEvent)
 }
@@ -111,6 +112,17 @@ func WithProgram(name string) Option { return func(o *options) { o.program = nam
 // d of 0 or less leaves such calls unbounded (Connect then waits for its
 // name as long as it takes).
 func WithCallTimeout(d time.Duration) Option { return func(o *options) { o.callTimeout = d } }
+
+// WithCallInterceptor runs every rpc call made on the domain's
+// connections through is, the first outermost (its context goes to the
+// second, its after sees what the second's after returned): the
+// connections Connect and ConnectRef make, those a Listener accepts, on
+// which a server calls its clients back, and those over the network. The
+// domain's own calls to its monitor do not run through them. A domain
+// without interceptors pays nothing for them.
+func WithCallInterceptor(is ...CallInterceptor) Option {
+	return func(o *options) { o.calls = append(o.calls, is...) }
+}
 
 // WithLogger sets the logger for the domain's diagnostics.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
@@ -167,9 +179,10 @@ type Domain struct {
 	dir     string
 	program string
 	log     *slog.Logger
-	rlog    *ratelog.Log  // what peers can make happen often: a line a second per kind
-	spin    time.Duration // ump.Options.SpinWindow of the domain's connections
-	timeout time.Duration // bounds the calls to the monitor without a deadline
+	rlog    *ratelog.Log      // what peers can make happen often: a line a second per kind
+	spin    time.Duration     // ump.Options.SpinWindow of the domain's connections
+	timeout time.Duration     // bounds the calls to the monitor without a deadline
+	calls   []CallInterceptor // WithCallInterceptor's, for every connection but the monitor's
 
 	noRejoin  bool
 	onMonitor func(MonitorEvent)
@@ -218,6 +231,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		rlog:      ratelog.New(o.log, time.Second),
 		spin:      o.spin,
 		timeout:   o.callTimeout,
+		calls:     o.calls,
 		noRejoin:  o.noRejoin,
 		onMonitor: o.onMonitor,
 		quit:      make(chan struct{}),
@@ -256,7 +270,9 @@ func (d *Domain) open(ctx context.Context) (*Conn, chan error, error) {
 		pc.Close()
 		return nil, nil, fmt.Errorf("chanos: join: %w", err)
 	}
-	conn := newConn(seqpacket.NewLink(pc), monitorInterface, d.log)
+	// The monitor's session is the domain's own: the program's call
+	// interceptors do not see it.
+	conn := (*Conn)(engine.New(seqpacket.NewLink(pc), monitorInterface, d.log))
 	end := make(chan error, 1)
 	go func() { end <- conn.Serve(context.Background(), d.handle) }()
 	var reply monitor.HelloReply
@@ -706,7 +722,7 @@ func (l *Listener) accept(in *monitor.Incoming) {
 		l.relay(ump.NewLink(u))
 		return
 	}
-	c := newConn(ump.NewLink(u), l.iface, l.d.log)
+	c := l.d.newConn(ump.NewLink(u), l.iface)
 	l.connected(c, l.d.incomingPeer(in))
 	l.enqueue(c)
 }
@@ -845,12 +861,12 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 		a, b := local.Pair()
 		if l.relay != nil {
 			l.relay(b)
-			return newConn(a, iface, d.log), nil
+			return d.newConn(a, iface), nil
 		}
-		srv := newConn(b, l.iface, d.log)
+		srv := d.newConn(b, l.iface)
 		l.connected(srv, d.selfPeer())
 		l.enqueue(srv)
-		return newConn(a, iface, d.log), nil
+		return d.newConn(a, iface), nil
 	case monitor.InterconnectUMP:
 		if int(reply.MaxFrame) > iface.MaxFrameSize && iface.MaxFrameSize > 0 {
 			wire.CloseCaps(reply.Fds)
@@ -860,7 +876,7 @@ func (d *Domain) bind(ctx context.Context, label string, call *monitor.BindCall,
 		if err != nil {
 			return nil, fmt.Errorf("chanos: connect %s: %w", label, err)
 		}
-		return newConn(ump.NewLink(u), iface, d.log), nil
+		return d.newConn(ump.NewLink(u), iface), nil
 	case monitor.InterconnectNet:
 		wire.CloseCaps(reply.Fds)
 		return d.dialNet(ctx, label, &reply, iface)
@@ -958,9 +974,14 @@ func (l *Listener) Serve(ctx context.Context, handle func(ctx context.Context, c
 	}
 }
 
-// newConn returns the connection over l, logging to log.
-func newConn(l interconnect.Link, iface Interface, log *slog.Logger) *Conn {
-	return (*Conn)(engine.New(l, iface, log))
+// newConn returns the domain's connection over l: logging to the
+// domain's logger, its calls run through the domain's call interceptors.
+func (d *Domain) newConn(l interconnect.Link, iface Interface) *Conn {
+	c := engine.New(l, iface, d.log)
+	if len(d.calls) > 0 {
+		c.InterceptCalls(d.calls...)
+	}
+	return (*Conn)(c)
 }
 
 // spawnToken is the spawn service's token in this process's environment

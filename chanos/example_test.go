@@ -344,3 +344,54 @@ func ExampleNewEvent() {
 	// false
 	// 1 1 false
 }
+
+// A client's call interceptor: every call its connections make carries
+// the tenant in its metadata (tenantServer adds its length), and a call
+// that fails is reported with its code.
+func ExampleWithCallInterceptor() {
+	dir, _ := os.MkdirTemp("", "chanos-example-")
+	defer os.RemoveAll(dir)
+	stop, err := exampleMonitor(dir)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer stop()
+	tenant := func(ctx context.Context, rpc string) (context.Context, func(error) error, error) {
+		ctx = chanos.WithMetadata(ctx, chanos.Metadata{"tenant": "2"})
+		return ctx, func(err error) error {
+			if err != nil {
+				fmt.Printf("%s failed: %v\n", rpc, chanos.CodeOf(err))
+			}
+			return err
+		}, nil
+	}
+	ctx := context.Background()
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithCallInterceptor(tenant))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer d.Close()
+	l, err := pingpong.Export(ctx, d, "example.tenant")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+	go pingpong.Serve(ctx, l, tenantServer{})
+	c, err := pingpong.Connect(ctx, d, "example.tenant")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	v, err := c.Echo(ctx, 1)
+	fmt.Println(v, err)
+	_, err = c.Bounce(ctx, nil)
+	fmt.Println(errors.Is(err, chanos.CodeUnimplemented))
+	// Output:
+	// 2 <nil>
+	// pingpong.bounce failed: unimplemented
+	// true
+}

@@ -67,7 +67,7 @@ func (d *Domain) dialNet(ctx context.Context, label string, reply *monitor.BindR
 		return nil, fmt.Errorf("chanos: connect %s: dial %s: %w", label, reply.NetAddr, err)
 	}
 	d.trackNet(reply.ConnID, link)
-	return newConn(&netCapsLink{Link: link, d: d}, iface, d.log), nil
+	return d.newConn(&netCapsLink{Link: link, d: d}, iface), nil
 }
 
 // acceptNet records the connection the monitor announced to l from
@@ -161,7 +161,7 @@ func (s *netServer) accept(L *cnet.Listener) {
 			g.l.relay(&netCapsLink{Link: link, d: s.d})
 			continue
 		}
-		c := newConn(&netCapsLink{Link: link, d: s.d}, g.l.iface, s.d.log)
+		c := s.d.newConn(&netCapsLink{Link: link, d: s.d}, g.l.iface)
 		g.l.connected(c, g.who)
 		g.l.enqueue(c)
 	}

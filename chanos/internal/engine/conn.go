@@ -77,6 +77,9 @@ type Conn struct {
 
 	iface Interface
 	log   *slog.Logger
+	// the calls this side makes run through these (InterceptCalls); nil
+	// for most connections, which then pay one test a call
+	calls []CallInterceptor
 
 	sendMu sync.Mutex
 	sbuf   wire.Buffer
@@ -423,18 +426,27 @@ func timeoutOf(ctx context.Context) uint32 {
 // error reply comes back as a *RemoteError. If ctx ends first, Call tells
 // the peer that the call is abandoned and returns ctx's error.
 func (c *Conn) Call(ctx context.Context, call, reply wire.Message) error {
-	if err := c.call(ctx, -1, call, reply); err != nil {
-		return callError(call.MsgName(), err)
-	}
-	return nil
+	return c.CallTimeout(ctx, -1, call, reply)
 }
 
 // CallTimeout is Call with d, rather than what remains of ctx's time, as
 // the timeout the call frame carries: a caller that waits until ctx ends
 // while asking the peer to answer by d (less) gets the peer's own answer
 // at that deadline, and so tells a peer that answered "not in time" from
-// one that did not answer at all. d must be positive.
+// one that did not answer at all. d must be positive (a negative d is
+// Call's: the frame carries what remains of ctx's time).
 func (c *Conn) CallTimeout(ctx context.Context, d time.Duration, call, reply wire.Message) error {
+	if c.calls != nil {
+		ctx, after, err := c.intercept(ctx, call.MsgName())
+		if err != nil {
+			return err
+		}
+		err = c.call(ctx, d, call, reply)
+		if err != nil {
+			err = callError(call.MsgName(), err)
+		}
+		return after.finish(err)
+	}
 	if err := c.call(ctx, d, call, reply); err != nil {
 		return callError(call.MsgName(), err)
 	}

@@ -112,6 +112,18 @@ func (c *Conn) CallParts(ctx context.Context, name string, head, body, tail []by
 // callFrame is CallFrame with a reply of fixed size, or CallParts if reply
 // is nil (see callWith).
 func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
+	if c.calls != nil {
+		ctx, after, err := c.intercept(ctx, name)
+		if err != nil {
+			return err
+		}
+		return after.finish(c.sendFrameCall(ctx, name, call, body, tail, reply, decode))
+	}
+	return c.sendFrameCall(ctx, name, call, body, tail, reply, decode)
+}
+
+// sendFrameCall is callFrame past the interceptors.
+func (c *Conn) sendFrameCall(ctx context.Context, name string, call, body, tail, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	if md := outgoing(ctx); md != nil {
 		frame, err := wire.AppendMetadata(slices.Concat(call, body, tail), md)
 		if err != nil {
@@ -132,6 +144,18 @@ func (c *Conn) callFrame(ctx context.Context, name string, call, body, tail, rep
 // decodes the reply frame into the reply value (its Decode). name is the
 // rpc's name, for errors. Like CallFrame, it keeps neither.
 func (c *Conn) CallEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
+	if c.calls != nil {
+		ctx, after, err := c.intercept(ctx, name)
+		if err != nil {
+			return err
+		}
+		return after.finish(c.callEncoded(ctx, name, msg, encode, decode))
+	}
+	return c.callEncoded(ctx, name, msg, encode, decode)
+}
+
+// callEncoded is CallEncoded past the interceptors.
+func (c *Conn) callEncoded(ctx context.Context, name string, msg uint16, encode func(*wire.Buffer) error, decode func(frame []byte, caps []wire.Cap) error) error {
 	encode = withMetadata(encode, outgoing(ctx))
 	return c.callWith(ctx, name, msg, func(id uint32, wait bool) (bool, error) {
 		if wait {
