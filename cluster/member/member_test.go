@@ -24,6 +24,12 @@ import (
 // admitted returns the identity of a machine name that root admitted.
 func admitted(t *testing.T, root *cluster.Root, name string) *cluster.Identity {
 	t.Helper()
+	return admittedUntil(t, root, name, time.Now().Add(time.Hour))
+}
+
+// admittedUntil is admitted with a credential good until notAfter.
+func admittedUntil(t *testing.T, root *cluster.Root, name string, notAfter time.Time) *cluster.Identity {
+	t.Helper()
 	dir := filepath.Join(testkit.ShortDir(t), "m")
 	if err := monitor.PrepareDir(dir); err != nil {
 		t.Fatal(err)
@@ -32,8 +38,7 @@ func admitted(t *testing.T, root *cluster.Root, name string) *cluster.Identity {
 	if err != nil {
 		t.Fatal(err)
 	}
-	now := time.Now()
-	cred, err := root.Admit(key.Public().(ed25519.PublicKey), name, now.Add(-time.Minute), now.Add(time.Hour))
+	cred, err := root.Admit(key.Public().(ed25519.PublicKey), name, time.Now().Add(-time.Minute), notAfter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,12 +197,20 @@ func TestOneInboundLinkPerMachine(t *testing.T) {
 // test).
 func etcdPair(t *testing.T) (*Member, *cluster.Identity, func(*cluster.Identity) *etcd.Machine) {
 	t.Helper()
+	c, root, open := etcdCluster(t)
+	return c, admitted(t, root, "beta"), open
+}
+
+// etcdCluster is etcdPair with the cluster's root to admit more machines
+// with, rather than beta.
+func etcdCluster(t *testing.T) (*Member, *cluster.Root, func(*cluster.Identity) *etcd.Machine) {
+	t.Helper()
 	ec := etcdtest.Start(t, etcdtest.Options{})
 	root, err := cluster.InitRoot(filepath.Join(t.TempDir(), "root"), "lab", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := admitted(t, root, "alpha"), admitted(t, root, "beta")
+	a := admitted(t, root, "alpha")
 	ctx := testkit.Context(t)
 	c := testMember(t, a)
 	open := func(id *cluster.Identity) *etcd.Machine {
@@ -210,7 +223,52 @@ func etcdPair(t *testing.T) (*Member, *cluster.Identity, func(*cluster.Identity)
 		return m
 	}
 	c.machine = open(a)
-	return c, b, open
+	return c, root, open
+}
+
+// TestMachinesShowRevokedAndExpired: a machine whose credential a
+// revocation list names is listed "revoked" from then on, one whose
+// credential's time is up "expired"; the others stay "up".
+func TestMachinesShowRevokedAndExpired(t *testing.T) {
+	c, root, open := etcdCluster(t)
+	ctx := testkit.Context(t)
+	ids := map[string]*cluster.Identity{
+		"beta":  admitted(t, root, "beta"),
+		"gamma": admittedUntil(t, root, "gamma", time.Now().Add(2*time.Second)),
+		"delta": admitted(t, root, "delta"),
+	}
+	for name, id := range ids {
+		if err := open(id).Registry().Register(ctx, etcd.MachineInfo{Name: name, Addr: "127.0.0.1:1", Identity: id.KeyID()}); err != nil {
+			t.Fatal(err)
+		}
+		// What a control link with the machine would have shown.
+		c.noteCredential(MachineIDOf(id), id.Certificate())
+	}
+	states := func() map[string]string {
+		m := map[string]string{}
+		for _, mi := range c.machines() {
+			m[mi.Name] = mi.State
+		}
+		return m
+	}
+	testkit.Eventually(t, "the three machines listed up", func() bool {
+		s := states()
+		return s["beta"] == "up" && s["gamma"] == "up" && s["delta"] == "up"
+	})
+	c.wg.Add(1)
+	go c.enforceRevocations()
+	defer c.stopLinks()
+	list, err := root.Revoke(ids["beta"].Certificate().SerialNumber)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.id.Revocations.Update(list); err != nil {
+		t.Fatal(err)
+	}
+	testkit.Eventually(t, "beta revoked, gamma expired, delta up", func() bool {
+		s := states()
+		return s["beta"] == "revoked" && s["gamma"] == "expired" && s["delta"] == "up"
+	})
 }
 
 // TestLeftMachineLinksClosed: when a machine leaves the registry (its
