@@ -7,6 +7,7 @@
 //	chanos names [PREFIX]        list names (--json)
 //	chanos ps                    list domains, exports, connections (--json)
 //	chanos spawn -- PROGRAM      start a program through the spawn service (also wait, kill, logs)
+//	chanos health NAME           ask a service's health (exit 0 when serving)
 //	chanos demo                  monitor, server and client as separate processes
 //	chanos cluster COMMAND       machine identity and admission (init, admit, join, revoke, show)
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
@@ -49,6 +50,7 @@ commands:
   bench SUITE [flags]   run a benchmark suite; 'chanos bench -h' lists suites
   spawn -- PROGRAM ARGS  start a program through the spawn service; then
   wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
+  health NAME [SERVICE]  print a service's health; exit 0 when it is serving
   version               print the version (also: chanos --version)
 
 'chanos COMMAND -h' prints a command's usage. With --json, stdout holds one
@@ -106,6 +108,8 @@ func usageText(cmd string) string {
 		return killUsage
 	case "logs":
 		return logsUsage
+	case "health":
+		return healthUsage
 	case "version":
 		return versionUsage
 	}
@@ -242,6 +246,8 @@ func run(ctx context.Context, args []string) error {
 		return runKill(ctx, args[1:])
 	case "logs":
 		return runLogs(ctx, args[1:])
+	case "health":
+		return runHealth(ctx, args[1:])
 	case "version":
 		return runVersion(args[1:], os.Stdout)
 	case "-version", "--version", "-v":

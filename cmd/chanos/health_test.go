@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/health"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// TestHealth: chanos health prints the status of a service, or of the
+// domain, and exits 0 only when it is serving; --json prints one
+// document; a name that nobody exports fails within --timeout; --watch
+// prints each change until interrupted.
+func TestHealth(t *testing.T) {
+	bin := chanosBin(t)
+	dir, _ := testkit.StartMonitor(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st := health.NewStatuses()
+	l, err := health.Export(ctx, d, health.NameOf("svc"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go health.Serve(ctx, l, st)
+	st.Set("svc", health.ServingStatusServing)
+
+	for _, tc := range []struct {
+		args   []string
+		status int
+		out    string
+	}{
+		{[]string{"health", "svc"}, 0, "serving\n"},
+		{[]string{"health", "svc", "svc"}, 0, "serving\n"},
+		{[]string{"health", "svc.health", "svc"}, 0, "serving\n"},
+		{[]string{"health", "svc", "other"}, 1, "service_unknown\n"},
+		{[]string{"health", "--json", "svc", "svc"}, 0, `{"name":"svc","service":"svc","status":"serving"}` + "\n"},
+	} {
+		if r := runCmd(t, bin, dir, tc.args...); r.status != tc.status || r.stdout != tc.out {
+			t.Errorf("chanos %s: status %d, %q (stderr %q); want %d, %q", strings.Join(tc.args, " "), r.status, r.stdout, r.stderr, tc.status, tc.out)
+		}
+	}
+	st.Set("svc", health.ServingStatusNotServing)
+	if r := runCmd(t, bin, dir, "health", "svc", "svc"); r.status != 1 || r.stdout != "not_serving\n" {
+		t.Errorf("chanos health svc svc, not serving: status %d, %q", r.status, r.stdout)
+	}
+	r := runCmd(t, bin, dir, "health", "--timeout", "200ms", "nobody")
+	if r.status != 1 || !strings.Contains(r.stderr, "not found") {
+		t.Errorf("chanos health nobody: status %d, stderr %q; want 1 and not found", r.status, r.stderr)
+	}
+
+	cmd := exec.Command(bin, "health", "--watch", "svc", "svc")
+	cmd.Env = append(os.Environ(), "CHANOS_DIR="+dir)
+	child := testkit.Start(t, cmd)
+	child.Expect(t, "not_serving")
+	st.Set("svc", health.ServingStatusServing)
+	child.Expect(t, "serving")
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Wait(t); err != nil {
+		t.Errorf("chanos health --watch, interrupted: %v; want exit 0", err)
+	}
+}
