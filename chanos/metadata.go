@@ -9,7 +9,8 @@ import (
 )
 
 // Metadata is what an rpc call may carry beside its arguments, as gRPC's
-// metadata: a trace id, a tenant, a token. Keys are 1 to 64 bytes of
+// metadata: a trace id, a tenant, a token; and what its reply may carry
+// back, as gRPC's trailers (SetReplyMetadata, CaptureReplyMetadata). Keys are 1 to 64 bytes of
 // lower-case letters, digits, '-', '_' and '.'; values up to 1024 bytes
 // without NUL; at most 32 keys and 8 KiB in all (docs/wire.md,
 // "Metadata"). A call that breaks a bound fails before it is sent, with an
@@ -24,17 +25,22 @@ type Metadata = wire.Metadata
 //
 // Calls of a program that never calls WithMetadata pay nothing for it.
 func WithMetadata(ctx context.Context, md Metadata) context.Context {
+	return engine.WithOutgoingMetadata(ctx, lowered(md))
+}
+
+// lowered returns md with its keys' upper-case ASCII letters lowered: md
+// itself if it has none, else a copy.
+func lowered(md Metadata) Metadata {
 	for k := range md {
 		if k != strings.ToLower(k) {
-			lowered := make(Metadata, len(md))
+			low := make(Metadata, len(md))
 			for k, v := range md {
-				lowered[strings.ToLower(k)] = v
+				low[strings.ToLower(k)] = v
 			}
-			md = lowered
-			break
+			return low
 		}
 	}
-	return engine.WithOutgoingMetadata(ctx, md)
+	return md
 }
 
 // MetadataFrom returns the metadata of the rpc call whose handler (or
@@ -48,4 +54,30 @@ func MetadataFrom(ctx context.Context) (Metadata, bool) {
 // OutgoingMetadata returns the metadata that rpc calls made with ctx carry.
 func OutgoingMetadata(ctx context.Context) (Metadata, bool) {
 	return engine.OutgoingMetadata(ctx)
+}
+
+// SetReplyMetadata makes the reply to the rpc call whose handler (or
+// interceptor) was given ctx carry md back to the caller, as gRPC's
+// trailers: the reply or, if the handler fails, its error reply (a
+// server's load, a retry-after, the time it spent). A later call replaces
+// what an earlier one set. Keys are lowered as by WithMetadata. It must
+// be called before the handler returns, and fails, leaving the reply
+// without metadata, if md breaks a bound of Metadata (the error matches
+// wire.ErrMalformed) or ctx is no rpc handler's: a one-way message's
+// handler, or a call served by ServeIncoming without a deadline. md is
+// not copied unless lowered: leave it unmodified until the reply is sent.
+func SetReplyMetadata(ctx context.Context, md Metadata) error {
+	return engine.SetReplyMetadata(ctx, lowered(md))
+}
+
+// CaptureReplyMetadata returns a context whose rpc calls give their
+// reply's metadata (SetReplyMetadata's) to dst: each call that gets an
+// answer, a reply or an error reply, sets *dst to its metadata, nil if it
+// carried none, before it returns. Calls made at the same time with the
+// context share dst; give each its own.
+//
+// Calls of a program that never calls CaptureReplyMetadata pay nothing
+// for it but one load when their reply has no metadata.
+func CaptureReplyMetadata(ctx context.Context, dst *Metadata) context.Context {
+	return engine.CaptureReplyMetadata(ctx, dst)
 }

@@ -145,10 +145,14 @@ type Incoming struct {
 	// Msg is the message itself, when it came as a value on a link within
 	// one process; it is the receiver's to keep.
 	Msg wire.Message
-	// Meta is the metadata a call carried (wire.FlagMeta), nil if none:
-	// SetFrame takes it off the frame, so that Frame is the call as it
-	// would have been without it.
+	// Meta is the metadata a call or reply carried (wire.FlagMeta), nil if
+	// none: SetFrame takes it off the frame, so that Frame is the call or
+	// reply as it would have been without it.
 	Meta wire.Metadata
+	// ReplyMeta is the metadata the handler of this rpc call gives its
+	// reply (the engine's SetReplyMetadata), nil if none: the reply, or
+	// error reply, carries it.
+	ReplyMeta wire.Metadata
 	// Inline is set by the engine for an rpc call served in the goroutine
 	// reading the connection: the reply is encoded before the next frame
 	// is read, so a handler may return the same reply value every time.
@@ -177,7 +181,7 @@ func (in *Incoming) Decode(m wire.Message) error {
 func (in *Incoming) SetFrame(frame []byte, caps []wire.Cap) error {
 	k, err := wire.ParseFrameInto(&in.Header, frame)
 	if err != nil {
-		if len(frame) > 6 && frame[6] == wire.FlagCall|wire.FlagMeta {
+		if len(frame) > 6 && wire.CarriesMetadata(frame[6]) {
 			return in.setFrameMeta(frame, caps)
 		}
 		*in = Incoming{}
@@ -186,13 +190,13 @@ func (in *Incoming) SetFrame(frame []byte, caps []wire.Cap) error {
 	// Field by field rather than *in = Incoming{...}: a composite value is
 	// built in pieces on the stack and copied whole, which stalls on every
 	// frame (see wire.ParseFrameInto).
-	in.Kind, in.Frame, in.Caps, in.Msg, in.Meta, in.Inline = k, frame, caps, nil, nil, false
+	in.Kind, in.Frame, in.Caps, in.Msg, in.Meta, in.ReplyMeta, in.Inline = k, frame, caps, nil, nil, nil, false
 	return nil
 }
 
-// setFrameMeta is SetFrame of a call with metadata, which the header
-// check refuses (decoders never see FlagMeta): it takes the trailer off
-// and sets *in to the call as it would have been without it. Out of
+// setFrameMeta is SetFrame of a call or reply with metadata, which the
+// header check refuses (decoders never see FlagMeta): it takes the
+// trailer off and sets *in to the frame as it would have been without it. Out of
 // line, so that calls without metadata pay nothing for it.
 //
 //go:noinline

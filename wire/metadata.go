@@ -7,16 +7,27 @@ import (
 	"strings"
 )
 
-// Metadata is what an rpc call may carry beside its arguments, as gRPC's
-// metadata: keys to values, chosen by the caller (a trace id, a tenant,
-// an authorisation token), which the server's handlers and interceptors
-// read. A call without metadata carries none of it on the wire
+// Metadata is what an rpc call or its reply may carry beside its
+// arguments, as gRPC's metadata: keys to values, chosen by the caller (a
+// trace id, a tenant, an authorisation token), which the server's handlers
+// and interceptors read, or by the handler for its caller (gRPC's
+// trailers). A frame without metadata carries none of it on the wire
 // (docs/wire.md, "Metadata").
 type Metadata map[string]string
 
-// FlagMeta, with FlagCall, marks a call frame whose in arguments are
-// followed by a metadata trailer.
+// FlagMeta, with FlagCall, FlagReply or FlagReply|FlagError, marks a call
+// or reply frame whose body is followed by a metadata trailer.
 const FlagMeta uint8 = 0x10
+
+// CarriesMetadata reports whether flags, a frame header's, are those of a
+// call or reply frame with a metadata trailer.
+func CarriesMetadata(flags uint8) bool {
+	switch flags {
+	case FlagCall | FlagMeta, FlagReply | FlagMeta, FlagReply | FlagError | FlagMeta:
+		return true
+	}
+	return false
+}
 
 // Bounds of a call's metadata, the same in Go and C.
 const (
@@ -64,16 +75,17 @@ func truncated(s string) string {
 	return s
 }
 
-// AppendMetadata appends md, as a metadata trailer, to the call frame at
-// the start of b (its header's size must be len(b)), and sets the frame's
-// FlagMeta and size. Empty metadata appends nothing. It fails, leaving b
-// as it was, if md breaks a bound or a key is invalid.
+// AppendMetadata appends md, as a metadata trailer, to the call or reply
+// frame (an error reply's too) at the start of b (its header's size must
+// be len(b)), and sets the frame's FlagMeta and size. Empty metadata
+// appends nothing. It fails, leaving b as it was, if md breaks a bound or
+// a key is invalid.
 func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 	if len(md) == 0 {
 		return b, nil
 	}
-	if len(b) < HeaderSize || b[offFlags] != FlagCall {
-		return b, metadataFault(ErrHeader, "metadata on a frame that is not an rpc call")
+	if len(b) < HeaderSize || !CarriesMetadata(b[offFlags]|FlagMeta) {
+		return b, metadataFault(ErrHeader, "metadata on a frame that is not an rpc call or reply")
 	}
 	if len(md) > MaxMetadataKeys {
 		return b, metadataFault(ErrBound, "metadata of %d keys; at most %d", len(md), MaxMetadataKeys)
@@ -111,9 +123,9 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 	return b, nil
 }
 
-// SplitMetadata parses the metadata trailer of frame, a call frame with
-// FlagMeta (flags exactly FlagCall|FlagMeta, and its size field its
-// length), and returns the frame without it, in a new buffer with
+// SplitMetadata parses the metadata trailer of frame, a call or reply
+// frame with FlagMeta (CarriesMetadata of its flags, and its size field
+// its length), and returns the frame without it, in a new buffer with
 // FlagMeta cleared and its size set, as the frame would have been without
 // metadata: what the connection layer hands the decoders, which refuse
 // FlagMeta. frame itself is not modified. A malformed trailer fails with
@@ -121,13 +133,13 @@ func AppendMetadata(b []byte, md Metadata) ([]byte, error) {
 // order of docs/wire.md, "Metadata": bound, truncated, header (a key of
 // bytes a key may not hold) or nul (a value with a NUL byte).
 func SplitMetadata(frame []byte) ([]byte, Metadata, error) {
-	if len(frame) < HeaderSize || frame[offFlags] != FlagCall|FlagMeta ||
+	if len(frame) < HeaderSize || !CarriesMetadata(frame[offFlags]) ||
 		binary.LittleEndian.Uint32(frame[offSize:]) != uint32(len(frame)) {
-		return nil, nil, &Error{Err: ErrHeader, Offset: offFlags, Detail: "not a call frame with metadata"}
+		return nil, nil, &Error{Err: ErrHeader, Offset: offFlags, Detail: "not a call or reply frame with metadata"}
 	}
 	n := len(frame)
 	if n < HeaderSize+2 {
-		return nil, nil, &Error{Err: ErrTruncated, Offset: n, Detail: "call frame with metadata ends before the trailer's length"}
+		return nil, nil, &Error{Err: ErrTruncated, Offset: n, Detail: "frame with metadata ends before the trailer's length"}
 	}
 	blockLen := int(binary.LittleEndian.Uint16(frame[n-2:]))
 	if blockLen > MaxMetadataLen || blockLen > n-2-HeaderSize {

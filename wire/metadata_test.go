@@ -94,6 +94,7 @@ type metadataFile struct {
 	DecodeOnly []mdVector `json:"decode_only"`
 	Malformed  []mdVector `json:"malformed"`
 	Unsendable []mdVector `json:"unsendable"`
+	Replies    []mdVector `json:"replies"`
 }
 
 type mdVector struct {
@@ -101,6 +102,7 @@ type mdVector struct {
 	Entries [][2]string `json:"entries"`
 	Hex     string      `json:"hex"`
 	Error   string      `json:"error"`
+	Base    string      `json:"base"` // replies: the frame without its trailer
 }
 
 func loadMetadataVectors(t *testing.T) (metadataFile, []byte) {
@@ -168,6 +170,20 @@ func TestMetadataVectors(t *testing.T) {
 		want := codes[v.Error]
 		if _, _, err := wire.SplitMetadata(unhex(t, v.Hex)); want == nil || !errors.Is(err, want) {
 			t.Errorf("%s: SplitMetadata = %v, want %s", v.Name, err, v.Error)
+		}
+	}
+	if len(f.Replies) == 0 {
+		t.Error("no reply vectors")
+	}
+	for _, v := range f.Replies {
+		md, _ := mdOf(v.Entries)
+		base := unhex(t, v.Base)
+		got, gotMD, err := wire.SplitMetadata(unhex(t, v.Hex))
+		if err != nil || !bytes.Equal(got, base) || !maps.Equal(gotMD, md) {
+			t.Errorf("reply %s: SplitMetadata = %x, %v, %v; want %x, %v", v.Name, got, gotMD, err, base, md)
+		}
+		if got, err := wire.AppendMetadata(slices.Clone(base), md); err != nil || hex.EncodeToString(got) != v.Hex {
+			t.Errorf("reply %s: AppendMetadata = %x, %v; want %s", v.Name, got, err, v.Hex)
 		}
 	}
 	for _, v := range f.Unsendable {

@@ -59,9 +59,10 @@ const char *chanos_strerror(int err);
 #define CHANOS_FLAG_REPLY  0x02
 #define CHANOS_FLAG_ERROR  0x04
 #define CHANOS_FLAG_CANCEL 0x08
-/* With CALL: the call's arguments are followed by a metadata trailer
- * (docs/wire.md, "Metadata"), which libchanos takes off the frame before
- * anyone decodes it (chanos_frame_meta); decoders refuse the flag. */
+/* With CALL, REPLY or REPLY|ERROR: the frame's body is followed by a
+ * metadata trailer (docs/wire.md, "Metadata"), which libchanos takes off
+ * the frame before anyone decodes it (chanos_frame_meta); decoders refuse
+ * the flag. */
 #define CHANOS_FLAG_META   0x10
 
 /* Frame kinds: the flags byte of each valid combination. */
@@ -1604,8 +1605,8 @@ struct chanos_frame {
      * the next receive on the connection, as data is. NULL and 0 without */
     const int *fds;
     uint32_t nfds;
-    /* a call's metadata entries, taken off data (see chanos_frame_meta);
-     * NULL and 0 without */
+    /* a call's or reply's metadata entries, taken off data (see
+     * chanos_frame_meta); NULL and 0 without */
     const uint8_t *meta;
     size_t meta_len;
 };
@@ -1617,11 +1618,13 @@ struct chanos_frame {
 #define CHANOS_META_MAX 8192
 
 /*
- * chanos_frame_meta looks key up in the metadata of the call f: 0 and
- * *value, a view into f's bytes valid as long as they are, or
+ * chanos_frame_meta looks key up in the metadata of the call or reply f:
+ * 0 and *value, a view into f's bytes valid as long as they are, or
  * CHANOS_ERR_NOT_FOUND (also for a frame without metadata).
- * chanos_conn_meta does the same for the call c received last: the one a
- * handler under chanos_serve is serving.
+ * chanos_conn_meta does the same for the frame c received last: the call
+ * a handler under chanos_serve is serving, or, after a call (a generated
+ * stub's too) returns, its reply or error reply (a server's reply
+ * metadata, as gRPC's trailers).
  */
 int chanos_frame_meta(const struct chanos_frame *f, const char *key,
                       struct chanos_str *value);
@@ -1647,6 +1650,18 @@ int chanos_conn_meta(const chanos_conn *c, const char *key,
                      struct chanos_str *value);
 
 /*
+ * chanos_conn_set_reply_meta makes the next reply or error reply sent on
+ * c (a handler's under chanos_serve, chanos_conn_reply's,
+ * chanos_conn_reply_error's) carry the n entries kv, which it copies;
+ * that reply takes them, sent or not, and n 0 clears them. It refuses
+ * what chanos_conn_set_meta refuses, with the same codes, and then leaves
+ * what was set before. Call it on the thread that sends the reply. A
+ * reply with metadata must still fit the connection's largest frame.
+ */
+int chanos_conn_set_reply_meta(chanos_conn *c, const struct chanos_meta *kv,
+                               unsigned n);
+
+/*
  * The trailer itself, as Go's wire.AppendMetadata and wire.SplitMetadata
  * handle it, for tools and tests; connections call these.
  *
@@ -1656,9 +1671,10 @@ int chanos_conn_meta(const chanos_conn *c, const char *key,
  * what chanos_conn_set_meta refuses, with the same codes, and fails with
  * CHANOS_ERR_NOSPACE, *len set to the room needed, when cap is short.
  *
- * chanos_meta_split checks the trailer of frame[0..len), a call with
- * metadata (flags CALL|META, size len; else CHANOS_ERR_HEADER): 0 and
- * *call_len, the length of the call before it, whose entries are then
+ * chanos_meta_split checks the trailer of frame[0..len), a call or reply
+ * with metadata (flags CALL|META, REPLY|META or REPLY|ERROR|META, size
+ * len; else CHANOS_ERR_HEADER): 0 and *call_len, the length of the frame
+ * before it, whose entries are then
  * frame[*call_len..len-2); or the code of the trailer's first fault in
  * the order of docs/wire.md, "Metadata". It only reads frame.
  */

@@ -58,6 +58,10 @@ struct chanos_conn {
     size_t out_meta_len;
     uint8_t *meta_frame;
     size_t meta_frame_cap;
+    /* the trailer the next reply or error reply carries
+     * (chanos_conn_set_reply_meta), taken by that reply's send */
+    uint8_t *reply_meta;
+    size_t reply_meta_len;
     struct chanos_peer *peer; /* chanos_accept's client, or NULL */
     /* the key of the domain whose connection between machines this is
      * (chanos_conn_set_domain_), which binds the endpoints it receives;
@@ -111,6 +115,7 @@ void chanos_conn_close(chanos_conn *c)
     free(c->peer);
     free(c->out_meta);
     free(c->meta_frame);
+    free(c->reply_meta);
     free(c->status_detail);
     free(c->reply_detail);
     free(c);
@@ -329,6 +334,41 @@ static int block_ump_send(void *a, void *unused, int timeout_ms)
     return chanos_ump_send_fds(s->u, s->frame, s->len, s->fds, s->nfds, timeout_ms);
 }
 
+/* carries_meta reports whether flags are those of a call or reply with a
+ * metadata trailer (docs/wire.md, "Metadata"). */
+static bool carries_meta(uint8_t flags)
+{
+    return flags == (CHANOS_KIND_CALL | CHANOS_FLAG_META) ||
+           flags == (CHANOS_KIND_REPLY | CHANOS_FLAG_META) ||
+           flags == (CHANOS_KIND_ERROR | CHANOS_FLAG_META);
+}
+
+/* with_trailer copies frame[0..len) and the trailer t[0..n) into the
+ * connection's meta_frame, META set and the size patched, and points
+ * *frame and *len at it; the caller holds sending. The caller's buffer
+ * has no room to spare for the trailer. */
+static int with_trailer(chanos_conn *c, const uint8_t **frame, size_t *len,
+                        const uint8_t *t, size_t n)
+{
+    size_t total = *len + n;
+
+    if (total > c->meta_frame_cap) {
+        uint8_t *p = realloc(c->meta_frame, total);
+
+        if (p == NULL)
+            return -ENOMEM;
+        c->meta_frame = p;
+        c->meta_frame_cap = total;
+    }
+    memcpy(c->meta_frame, *frame, *len);
+    memcpy(c->meta_frame + *len, t, n);
+    c->meta_frame[6] |= CHANOS_FLAG_META;
+    chanos_store_u32(c->meta_frame, (uint32_t)total);
+    *frame = c->meta_frame;
+    *len = total;
+    return 0;
+}
+
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        const int *fds, uint32_t nfds, int timeout_ms)
 {
@@ -338,8 +378,8 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
 
     if (rc != 0)
         return rc;
-    /* a call may carry metadata, which only decoders refuse */
-    h.flags &= (uint8_t)(h.flags == (CHANOS_KIND_CALL | CHANOS_FLAG_META) ? ~CHANOS_FLAG_META : 0xff);
+    /* a call or reply may carry metadata, which only decoders refuse */
+    h.flags &= (uint8_t)(carries_meta(h.flags) ? ~CHANOS_FLAG_META : 0xff);
     if (chanos_hdr_kind(&h) < 0)
         return CHANOS_ERR_HEADER;
     if (h.ncaps != nfds || nfds > CHANOS_UMP_MAX_FDS)
@@ -364,11 +404,19 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
 static int send_fds(chanos_conn *c, const void *frame, size_t len,
                     const int *fds, uint32_t nfds, int timeout_ms)
 {
-    int rc;
+    const uint8_t *f = frame;
+    int rc = 0;
 
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
-    rc = send_locked(c, frame, len, fds, nfds, timeout_ms);
+    if (c->reply_meta_len != 0 && len >= CHANOS_HEADER_SIZE &&
+        (f[6] == CHANOS_KIND_REPLY || f[6] == CHANOS_KIND_ERROR)) {
+        /* one reply takes the metadata set for it, sent or not */
+        rc = with_trailer(c, &f, &len, c->reply_meta, c->reply_meta_len);
+        c->reply_meta_len = 0;
+    }
+    if (rc == 0)
+        rc = send_locked(c, f, len, fds, nfds, timeout_ms);
     atomic_flag_clear(&c->sending);
     return rc;
 }
@@ -428,26 +476,13 @@ static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
     if (c->out_meta_len != 0 && frame[6] == CHANOS_KIND_CALL) {
-        /* the call and the connection's metadata trailer, in a buffer of
-         * the connection's: the caller's has no room to spare */
-        size_t total = len + c->out_meta_len;
+        const uint8_t *f = frame;
 
-        if (total > c->meta_frame_cap) {
-            uint8_t *p = realloc(c->meta_frame, total);
-
-            if (p == NULL) {
-                atomic_flag_clear(&c->sending);
-                return -ENOMEM;
-            }
-            c->meta_frame = p;
-            c->meta_frame_cap = total;
+        if (with_trailer(c, &f, &len, c->out_meta, c->out_meta_len) != 0) {
+            atomic_flag_clear(&c->sending);
+            return -ENOMEM;
         }
-        memcpy(c->meta_frame, frame, len);
-        memcpy(c->meta_frame + len, c->out_meta, c->out_meta_len);
-        c->meta_frame[6] |= CHANOS_FLAG_META;
-        chanos_store_u32(c->meta_frame, (uint32_t)total);
-        frame = c->meta_frame;
-        len = total;
+        frame = c->meta_frame; /* the copy: the call id goes there */
     }
     id = ++c->next_call;
     if (id == 0) {
@@ -627,8 +662,7 @@ int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
     const uint8_t *m;
     int rc;
 
-    if (len < CHANOS_HEADER_SIZE ||
-        frame[6] != (CHANOS_KIND_CALL | CHANOS_FLAG_META) ||
+    if (len < CHANOS_HEADER_SIZE || !carries_meta(frame[6]) ||
         chanos_load_u32(frame) != len)
         return CHANOS_ERR_HEADER;
     if (len < CHANOS_HEADER_SIZE + 2)
@@ -650,8 +684,8 @@ int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
 }
 
 /*
- * split_meta checks the metadata trailer of the call f and takes it off:
- * the frame becomes the call as it would have been without it, for the
+ * split_meta checks the metadata trailer of the call or reply f and takes
+ * it off: the frame becomes what it would have been without it, for the
  * decoders, and f->meta its entries. The bytes are the connection's own
  * copy of the message (chanos_ump copies each one out of the ring), so
  * the header is patched where it lies.
@@ -769,6 +803,26 @@ int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
     return 0;
 }
 
+int chanos_conn_set_reply_meta(chanos_conn *c, const struct chanos_meta *kv,
+                               unsigned n)
+{
+    size_t len;
+    int rc = chanos_meta_encode(kv, n, NULL, 0, &len);
+
+    if (rc == CHANOS_ERR_NOSPACE) { /* checked, and len is its size */
+        uint8_t *t = realloc(c->reply_meta, len);
+
+        if (t == NULL)
+            return -ENOMEM;
+        c->reply_meta = t;
+        rc = chanos_meta_encode(kv, n, t, len, &len);
+    }
+    if (rc != 0)
+        return rc;
+    c->reply_meta_len = len;
+    return 0;
+}
+
 int chanos_frame_meta(const struct chanos_frame *f, const char *key,
                       struct chanos_str *value)
 {
@@ -852,8 +906,7 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
         f->fds = c->rfds;
         f->nfds = f->hdr.ncaps;
     }
-    if (f->hdr.flags == (CHANOS_KIND_CALL | CHANOS_FLAG_META) &&
-        (rc = split_meta(f)) != 0) {
+    if (carries_meta(f->hdr.flags) && (rc = split_meta(f)) != 0) {
         chanos_frame_close_fds(f);
         return rc;
     }

@@ -567,6 +567,76 @@ static void test_metadata(void)
     }
 }
 
+/* A handler's reply metadata rides on the next reply or error reply it
+ * sends, once: the caller reads it with chanos_conn_meta after the reply
+ * came, and the frame decodes as the reply would without it. Metadata
+ * that breaks a rule is refused and leaves what was set. */
+static void test_reply_metadata(void)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_str v;
+    struct chanos_status st;
+    uint8_t buf[256];
+    size_t n;
+    uint32_t id;
+    static const struct chanos_meta md[] = { { "retry-after", "2" }, { "load", "0.5" } };
+    static const struct chanos_meta bad[] = { { "Retry", "x" } };
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+
+    for (int round = 0; round < 3; round++) {
+        n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, (uint64_t)round);
+        CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+        if (round == 0) {
+            CHECK_EQ(chanos_conn_set_reply_meta(srv, md, 2), 0);
+            CHECK_EQ(chanos_conn_set_reply_meta(srv, bad, 1), CHANOS_ERR_HEADER);
+            n = call_frame(buf, sizeof buf, CHANOS_KIND_REPLY, 7);
+            CHECK_EQ(chanos_conn_reply(srv, &f, buf, n, 1000), 0);
+        } else if (round == 1) { /* taken by the last reply: none */
+            n = call_frame(buf, sizeof buf, CHANOS_KIND_REPLY, 8);
+            CHECK_EQ(chanos_conn_reply(srv, &f, buf, n, 1000), 0);
+        } else {
+            CHECK_EQ(chanos_conn_set_reply_meta(srv, md, 1), 0);
+            CHECK_EQ(chanos_conn_reply_error(srv, &f, CHANOS_CODE_UNAVAILABLE, "busy", 1000), 0);
+        }
+        CHECK_EQ(chanos_conn_recv(cli, 1000, &f), 0);
+        CHECK_EQ(f.hdr.call_id, id);
+        switch (round) {
+        case 0:
+            CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+            CHECK_EQ(f.len, n);
+            CHECK_EQ(f.hdr.flags, CHANOS_KIND_REPLY);
+            CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 7);
+            CHECK_EQ(chanos_conn_meta(cli, "retry-after", &v), 0);
+            CHECK(v.len == 1 && v.ptr[0] == '2');
+            CHECK_EQ(chanos_frame_meta(&f, "load", &v), 0);
+            CHECK(v.len == 3 && memcmp(v.ptr, "0.5", 3) == 0);
+            break;
+        case 1:
+            CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+            CHECK_EQ(chanos_conn_meta(cli, "retry-after", &v), CHANOS_ERR_NOT_FOUND);
+            break;
+        default:
+            CHECK_EQ(f.kind, CHANOS_KIND_ERROR);
+            CHECK_EQ(chanos_frame_status(&f, &st), 0);
+            CHECK_EQ(st.code, CHANOS_CODE_UNAVAILABLE);
+            CHECK(st.detail.len == 4 && memcmp(st.detail.ptr, "busy", 4) == 0);
+            CHECK_EQ(chanos_conn_meta(cli, "retry-after", &v), 0);
+            CHECK(v.len == 1 && v.ptr[0] == '2');
+            CHECK_EQ(chanos_conn_meta(cli, "load", &v), CHANOS_ERR_NOT_FOUND);
+        }
+    }
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
 /* Descriptors travel with frames: a cap is copied, a give_away_cap is
  * closed on the sending side once sent; the receiver gets its own; a frame
  * that announces descriptors it did not send ends the connection. */
@@ -662,6 +732,7 @@ int main(void)
     test_nameservice_error();
     test_join_errors();
     test_metadata();
+    test_reply_metadata();
     test_fds();
     test_endpoints();
     return check_done("test_conn");

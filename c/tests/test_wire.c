@@ -410,10 +410,10 @@ static void test_decode_errors(void)
 
 /*
  * The metadata trailers of testdata/wire/metadata.json, which Go's wire
- * package passes too: a trailer is split off its call and read back by
- * key, and the entries encode to it in any order they are given;
- * malformed ones are refused with their code, as is metadata a sender
- * must not send.
+ * package passes too: a trailer is split off its call (or reply) and
+ * read back by key, and the entries encode to it in any order they are
+ * given; malformed ones are refused with their code, as is metadata a
+ * sender must not send.
  */
 static void test_metadata_vectors(void)
 {
@@ -424,7 +424,11 @@ static void test_metadata_vectors(void)
 
     for (size_t i = 0; i < sizeof md_vectors / sizeof md_vectors[0]; i++) {
         const struct md_vector *v = &md_vectors[i];
-        bool sendable = v->frame == NULL || strcmp(v->section, "trailers") == 0;
+        bool sendable = v->frame == NULL || strcmp(v->section, "trailers") == 0 ||
+                        v->base != NULL;
+        /* what the trailer follows: a reply's own frame, or the call */
+        const uint8_t *before = v->base != NULL ? v->base : md_call;
+        size_t before_len = v->base != NULL ? v->base_len : sizeof md_call;
 
         check_context = v->name;
         if (v->frame != NULL) {
@@ -444,10 +448,10 @@ static void test_metadata_vectors(void)
                 struct chanos_frame fr;
                 struct chanos_str val;
 
-                /* the call before the trailer, its header aside */
-                CHECK_EQ(n, sizeof md_call);
-                CHECK(n >= CHANOS_HEADER_SIZE && n <= v->len &&
-                      memcmp(f + CHANOS_HEADER_SIZE, md_call + CHANOS_HEADER_SIZE,
+                /* the frame before the trailer, its header aside */
+                CHECK_EQ(n, before_len);
+                CHECK(n >= CHANOS_HEADER_SIZE && n <= v->len && n == before_len &&
+                      memcmp(f + CHANOS_HEADER_SIZE, before + CHANOS_HEADER_SIZE,
                              n - CHANOS_HEADER_SIZE) == 0);
                 memset(&fr, 0, sizeof fr);
                 fr.meta = f + n;
@@ -475,9 +479,9 @@ static void test_metadata_vectors(void)
             CHECK_EQ(chanos_meta_encode(kv, v->n, t, sizeof t, &len), v->error);
             sent++;
             if (v->error == 0) {
-                CHECK_EQ(len, v->len - sizeof md_call);
-                CHECK(len == v->len - sizeof md_call &&
-                      memcmp(t, v->frame + sizeof md_call, len) == 0);
+                CHECK_EQ(len, v->len - before_len);
+                CHECK(len == v->len - before_len &&
+                      memcmp(t, v->frame + before_len, len) == 0);
                 /* one byte short: NOSPACE, with the room needed */
                 if (len > 0) {
                     size_t need = 0;
@@ -490,6 +494,7 @@ static void test_metadata_vectors(void)
     }
     check_context = NULL;
     CHECK(splits > 30 && sent > 20);
+    CHECK(strcmp(md_vectors[sizeof md_vectors / sizeof md_vectors[0] - 1].section, "replies") == 0);
 }
 
 int main(void)

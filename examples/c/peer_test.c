@@ -11,12 +11,15 @@
  *                           (a decimal number; 0 without it), and bounce
  *                           answers "domain=D pid=P uid=U program=PROG
  *                           trace=T" of the client and the metadata
- *                           "trace-id" ("-" without it)
+ *                           "trace-id" ("-" without it), its reply
+ *                           carrying the metadata served-by=c
+ *                           (chanos_conn_set_reply_meta)
  *   peer_test call NAME     connects to NAME, and calls bounce with the
  *                           metadata trace-id=c-trace (set on the
  *                           connection: chanos_conn_set_meta), then
- *                           without it, printing each reply: "with X"
- *                           and "without Y"
+ *                           without it, printing each reply and the
+ *                           reply's metadata "echoed" ("-" without it):
+ *                           "with X echoed=E" and "without Y echoed=E"
  *
  * The monitor directory comes from $CHANOS_DIR as usual. Exit status 0 on
  * success; on failure 1, with the reason on stderr.
@@ -54,6 +57,7 @@ static int on_echo(void *ctx, chanos_conn *c,
 }
 
 static char who[512];
+static const struct chanos_meta served_by[] = { { "served-by", "c" } };
 
 static int on_bounce(void *ctx, chanos_conn *c,
                      const struct pingpong_bounce_call *in,
@@ -75,6 +79,8 @@ static int on_bounce(void *ctx, chanos_conn *c,
                  p.domain, p.pid, p.uid, p.program, (int)trace.len, trace.ptr);
     out->reply.ptr = (const uint8_t *)who;
     out->reply.len = n < 0 ? 0 : (uint32_t)n;
+    if (chanos_conn_set_reply_meta(c, served_by, 1) != 0)
+        return CHANOS_CODE_INTERNAL;
     return 0;
 }
 
@@ -88,6 +94,8 @@ static int call(chanos_domain *d, const char *name)
     static const struct chanos_meta md[] = { { "trace-id", "c-trace" } };
     struct pingpong_bounce_call in = { { NULL, 0 } };
     struct pingpong_bounce_reply out;
+    const struct chanos_str dash = { "-", 1 };
+    struct chanos_str echoed;
     chanos_conn *c;
     int rc;
 
@@ -98,12 +106,18 @@ static int call(chanos_domain *d, const char *name)
         return fail("set metadata", rc);
     if ((rc = pingpong_bounce(c, &in, &out, 10000)) != 0)
         return fail("bounce with metadata", rc);
-    printf("with %.*s\n", (int)out.reply.len, (const char *)out.reply.ptr);
+    echoed = dash;
+    (void)chanos_conn_meta(c, "echoed", &echoed);
+    printf("with %.*s echoed=%.*s\n", (int)out.reply.len, (const char *)out.reply.ptr,
+           (int)echoed.len, echoed.ptr);
     if ((rc = chanos_conn_set_meta(c, NULL, 0)) != 0)
         return fail("clear metadata", rc);
     if ((rc = pingpong_bounce(c, &in, &out, 10000)) != 0)
         return fail("bounce without metadata", rc);
-    printf("without %.*s\n", (int)out.reply.len, (const char *)out.reply.ptr);
+    echoed = dash;
+    (void)chanos_conn_meta(c, "echoed", &echoed);
+    printf("without %.*s echoed=%.*s\n", (int)out.reply.len, (const char *)out.reply.ptr,
+           (int)echoed.len, echoed.ptr);
     chanos_conn_close(c);
     return 0;
 }

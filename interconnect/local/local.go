@@ -233,7 +233,7 @@ func (l *Link) Receive(ctx context.Context, in *interconnect.Incoming) error {
 	// Field by field rather than *in = Incoming{...}: a composite value is
 	// built in pieces on the stack and copied whole, which stalls on every
 	// message (see wire.ParseFrameInto).
-	in.Inline = false
+	in.Inline, in.ReplyMeta = false, nil
 	if f, ok := it.(*frame); ok {
 		in.Kind, in.Header, in.Frame, in.Caps, in.Msg, in.Meta = f.k, f.h, f.frame, f.caps, nil, f.meta
 	} else {

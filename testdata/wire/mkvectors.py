@@ -1111,15 +1111,17 @@ def check():
 
 
 # ---------------------------------------------------------------- metadata
-# The metadata trailer of an rpc call (docs/wire.md, "Metadata"), written
-# to metadata.json: trailers taken off a call and put back, trailers a
-# receiver rejects, and metadata a sender refuses. Every frame extends the
-# same call, MD_CALL.
+# The metadata trailer of an rpc call or reply (docs/wire.md, "Metadata"),
+# written to metadata.json: trailers taken off a call and put back,
+# trailers a receiver rejects, and metadata a sender refuses; every frame
+# of those extends the same call, MD_CALL. Then the same trailer on a
+# reply and an error reply (MD_REPLIES).
 
 FLAG_META = 0x10
 MD_KEYS, MD_KEY_LEN, MD_VALUE_LEN, MD_LEN = 32, 64, 1024, 8192
 MD_KEY_BYTES = frozenset(b"abcdefghijklmnopqrstuvwxyz0123456789-_.")
 MD_CALL = frame(3, bytes(range(1, 9)), CALL, call_id=9, timeout=100)
+MD_FLAGS = (CALL | FLAG_META, REPLY | FLAG_META, REPLY | ERROR | FLAG_META)
 
 
 def md_entries(entries):
@@ -1173,8 +1175,8 @@ def md_send(entries):
 def md_split(f):
     """The call and the entries of f, a call with metadata, or WireError,
     in the order of checks of docs/wire.md, "Metadata"."""
-    if len(f) < HEADER_SIZE or f[6] != CALL | FLAG_META or struct.unpack_from("<I", f)[0] != len(f):
-        raise WireError("header", "not a call with metadata")
+    if len(f) < HEADER_SIZE or f[6] not in MD_FLAGS or struct.unpack_from("<I", f)[0] != len(f):
+        raise WireError("header", "not a call or reply with metadata")
     n = len(f)
     if n < HEADER_SIZE + 2:
         raise WireError("truncated", "no entries' length")
@@ -1215,6 +1217,7 @@ MD_TRAILERS = []     # (name, entries): a sender writes them, a receiver reads t
 MD_DECODE_ONLY = []  # (name, frame, entries): a receiver takes them, no sender writes them
 MD_MALFORMED = []    # (name, frame, error)
 MD_UNSENDABLE = []   # (name, entries, error)
+MD_REPLIES = []      # (name, frame without metadata, entries): replies a sender writes, a receiver reads back
 
 
 def kv(*pairs):
@@ -1256,7 +1259,9 @@ def md_raw(klen, key, vlen, value):
 
 GOOD2 = md_entries(kv(("a", "1"), ("b", "2")))
 md_bad("header/no_meta_flag", MD_CALL + md_entries(kv(("k", "v"))) + u16(6), "header")
-md_bad("header/meta_on_reply", hdr(md_frame(md_entries(kv(("k", "v")))), flags=REPLY | FLAG_META), "header")
+md_bad("header/meta_on_message", hdr(md_frame(md_entries(kv(("k", "v")))), flags=FLAG_META), "header")
+md_bad("header/meta_on_cancel", hdr(md_frame(md_entries(kv(("k", "v")))), flags=CANCEL | FLAG_META), "header")
+md_bad("header/meta_on_error_alone", hdr(md_frame(md_entries(kv(("k", "v")))), flags=ERROR | FLAG_META), "header")
 md_bad("truncated/no_entries_length", cut(md_frame(b"", call=frame(3, b"", CALL)), HEADER_SIZE + 1), "truncated")
 md_bad("truncated/header_alone", cut(md_frame(b"", call=frame(3, b"", CALL)), HEADER_SIZE), "truncated")
 md_bad("bound/entries_length_past_frame", md_frame(GOOD2, block_len=len(GOOD2) + len(MD_CALL) - HEADER_SIZE + 1),
@@ -1289,6 +1294,14 @@ md_bad("order/bad_key_out_of_order", md_frame(md_entries(kv(("b", "1"), ("A", "2
 md_bad("order/bad_key_cut_short", md_frame(b"\x06ABC"), "truncated")
 md_bad("order/out_of_order_value_nul", md_frame(md_entries(kv(("b", "1"), ("a", "\u0000")))), "bound")
 md_bad("order/nul_before_later_fault", md_frame(md_entries(kv(("a", "\u0000"), ("A", "")))), "nul")
+
+# A reply's out arguments, and an error reply's status (code 5, detail
+# "gone": docs/wire.md, "Status"), each with a trailer.
+MD_REPLIES += [
+    ("reply", frame(3, bytes(range(1, 9)), REPLY, call_id=9), kv(("retry-after", "2"), ("server-ms", "17"))),
+    ("error_reply", frame(3, u64(5) + u32(4) + b"gone", REPLY | ERROR, call_id=9), kv(("retry-after", "30"))),
+    ("empty_reply", frame(3, b"", REPLY, call_id=9), kv(("k", "v"))),
+]
 
 MD_UNSENDABLE += [
     ("bound/33_entries", kv(*[(k, "") for k in letters(MD_KEYS + 1)]), "bound"),
@@ -1332,6 +1345,9 @@ def check_metadata():
         else:
             raise AssertionError(f"{name}: split as {got}")
     assert codes == {"header", "truncated", "bound", "nul"}, codes
+    for name, base, entries in MD_REPLIES:
+        unique("reply/" + name)
+        assert md_split(md_frame(md_send(entries)[:-2], call=base)) == (base, entries), name
     for name, entries, error in MD_UNSENDABLE:
         unique("unsendable/" + name)
         try:
@@ -1366,7 +1382,10 @@ def render_metadata():
                                    for name, f, entries in MD_DECODE_ONLY])
     lines += block("malformed", [{"name": name, "hex": f.hex(), "error": error} for name, f, error in MD_MALFORMED])
     lines += block("unsendable", [{"name": name, "entries": pairs(entries), "error": error}
-                                  for name, entries, error in MD_UNSENDABLE], last=True)
+                                  for name, entries, error in MD_UNSENDABLE])
+    lines += block("replies", [{"name": name, "base": base.hex(), "entries": pairs(entries),
+                                "hex": md_frame(md_send(entries)[:-2], call=base).hex()}
+                               for name, base, entries in MD_REPLIES], last=True)
     lines.append("}")
     text = "\n".join(lines) + "\n"
     json.loads(text)  # well-formed

@@ -3,6 +3,7 @@ package interop
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"testing"
 
@@ -38,10 +39,14 @@ func TestPeerAndMetadataCServerGoClient(t *testing.T) {
 	if v, err := c.Echo(ctx, 2); err != nil || v != 2 {
 		t.Errorf("echo(2) without metadata = %d, %v; want 2", v, err)
 	}
-	got, err := c.Bounce(chanos.WithMetadata(ctx, chanos.Metadata{"trace-id": "t-123"}), nil)
+	var reply chanos.Metadata
+	got, err := c.Bounce(chanos.CaptureReplyMetadata(chanos.WithMetadata(ctx, chanos.Metadata{"trace-id": "t-123"}), &reply), nil)
 	want := fmt.Sprintf("domain=%d pid=%d uid=%d program=go-metadata-client trace=t-123", d.ID(), os.Getpid(), os.Getuid())
 	if err != nil || string(got) != want {
 		t.Errorf("bounce = %q, %v; want %q", got, err, want)
+	}
+	if !maps.Equal(reply, chanos.Metadata{"served-by": "c"}) {
+		t.Errorf("bounce's reply metadata = %v, want the C handler's served-by=c", reply)
 	}
 	got, err = c.Bounce(ctx, nil)
 	if err != nil || string(got[len(got)-len("trace=-"):]) != "trace=-" {
@@ -54,7 +59,7 @@ func TestPeerAndMetadataCServerGoClient(t *testing.T) {
 }
 
 // traceServer answers bounce with the metadata trace-id of the call, or
-// "-".
+// "-", and gives a call with a trace-id the reply metadata echoed=it.
 type traceServer struct{ pingpong.UnimplementedServer }
 
 func (traceServer) Bounce(ctx context.Context, payload []byte) ([]byte, error) {
@@ -62,11 +67,15 @@ func (traceServer) Bounce(ctx context.Context, payload []byte) ([]byte, error) {
 	if !ok {
 		return []byte("-"), nil
 	}
+	if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"echoed": md["trace-id"]}); err != nil {
+		return nil, err
+	}
 	return []byte(md["trace-id"]), nil
 }
 
 // A C client's metadata (chanos_conn_set_meta) reaches a Go handler, and
-// calls after it is cleared carry none.
+// calls after it is cleared carry none; the Go handler's reply metadata
+// reaches the C client (chanos_conn_meta after the call).
 func TestMetadataCClientGoServer(t *testing.T) {
 	prog := cProg(t, "peer_test")
 	dir := startMonitor(t)
@@ -77,7 +86,7 @@ func TestMetadataCClientGoServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	go pingpong.Serve(ctx, l, traceServer{})
-	if out := run(t, dir, prog, "call", "go.trace"); out != "with c-trace\nwithout -\n" {
+	if out := run(t, dir, prog, "call", "go.trace"); out != "with c-trace echoed=c-trace\nwithout - echoed=-\n" {
 		t.Fatalf("peer_test call printed %q", out)
 	}
 }

@@ -29,6 +29,9 @@ type callContext struct {
 	st          atomic.Int32 // ctxLive, ctxReturned or ctxEnded
 	hasDeadline bool
 	slow        atomic.Pointer[ctxSlow] // made by the first Done or end
+	// the call, for SetReplyMetadata, until it returns: the Incoming is
+	// the serving goroutine's, and holds the next call after this one
+	call *Incoming
 }
 
 // ctxEpoch is the time call contexts count their deadlines from. It holds
@@ -63,8 +66,8 @@ type ctxSlow struct {
 	stop  func() bool   // unregisters the watch of the serving context
 }
 
-func newCallContext(serving context.Context, d time.Duration) *callContext {
-	return &callContext{Context: serving, deadline: deadlineIn(d), hasDeadline: true}
+func newCallContext(serving context.Context, d time.Duration, call *Incoming) *callContext {
+	return &callContext{Context: serving, deadline: deadlineIn(d), hasDeadline: true, call: call}
 }
 
 // ctxBlocks hands out the contexts of the calls one goroutine serves.
@@ -84,16 +87,16 @@ type ctxBlocks struct {
 // ctxBlock is the most call contexts a block holds: 8 KiB of them.
 const ctxBlock = 8 << 10 / int(unsafe.Sizeof(callContext{}))
 
-// next returns the context of a new call under serving, with the
+// next returns the context of call, a new call under serving, with the
 // caller's time d if has.
-func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool) *callContext {
+func (b *ctxBlocks) next(serving context.Context, d time.Duration, has bool, call *Incoming) *callContext {
 	if len(b.free) == 0 {
 		b.size = min(max(2*b.size, 4), ctxBlock)
 		b.free = make([]callContext, b.size)
 	}
 	cc := &b.free[0]
 	b.free = b.free[1:]
-	cc.Context, cc.hasDeadline = serving, has
+	cc.Context, cc.hasDeadline, cc.call = serving, has, call
 	if has {
 		cc.deadline = deadlineIn(d)
 	}
@@ -113,6 +116,18 @@ func (c *callContext) slowPart() *ctxSlow {
 	}
 	c.slow.CompareAndSwap(nil, &ctxSlow{})
 	return c.slow.Load()
+}
+
+// Value returns the call for replyKey, while it runs, and otherwise the
+// serving context's values.
+func (c *callContext) Value(key any) any {
+	if _, ok := key.(replyKey); ok {
+		if c.call == nil {
+			return nil
+		}
+		return c.call
+	}
+	return c.Context.Value(key)
 }
 
 // Deadline returns the earlier of the caller's deadline and the serving
@@ -198,6 +213,7 @@ func (s *ctxSlow) errNow() error {
 // finish ends the context as its call returns: as end does, but without
 // asking the serving context, which the call's end does not concern.
 func (c *callContext) finish() {
+	c.call = nil
 	if c.st.CompareAndSwap(ctxLive, ctxReturned) {
 		return // nobody waits: no timer, no watch to stop
 	}

@@ -29,8 +29,9 @@ func TestCallContextReturned(t *testing.T) {
 	if c.slow.Load() != nil {
 		t.Error("a call that returned untouched made its slow part")
 	}
-	if size := unsafe.Sizeof(callContext{}); size > 40 {
-		t.Errorf("a callContext is %d bytes, more than 40: what each call allocates grew", size)
+	// 40 bytes, and 8 for the call SetReplyMetadata reaches.
+	if size := unsafe.Sizeof(callContext{}); size > 48 {
+		t.Errorf("a callContext is %d bytes, more than 48: what each call allocates grew", size)
 	}
 }
 
@@ -38,7 +39,7 @@ func TestCallContextReturned(t *testing.T) {
 // from the caller ends the context with Canceled, and the return keeps
 // that end.
 func TestCallContextEnds(t *testing.T) {
-	c := newCallContext(context.Background(), 20*time.Millisecond)
+	c := newCallContext(context.Background(), 20*time.Millisecond, nil)
 	select {
 	case <-c.Done():
 	case <-time.After(5 * time.Second):
@@ -113,7 +114,7 @@ func TestCtxBlocks(t *testing.T) {
 		if len(b.free) == 0 {
 			sizes = append(sizes, min(max(2*b.size, 4), ctxBlock))
 		}
-		c := b.next(context.Background(), 0, false)
+		c := b.next(context.Background(), 0, false, nil)
 		if seen[c] || c.st.Load() != ctxLive || c.slow.Load() != nil {
 			t.Fatal("a context handed out twice, or not fresh")
 		}
@@ -129,7 +130,7 @@ func TestCtxBlocks(t *testing.T) {
 // it (the Context contract: successive calls return the same error), and
 // Deadline is the earlier of the caller's and the serving context's.
 func TestCallContextErrIsFinal(t *testing.T) {
-	c := newCallContext(context.Background(), time.Millisecond)
+	c := newCallContext(context.Background(), time.Millisecond, nil)
 	time.Sleep(5 * time.Millisecond)
 	if err := c.Err(); err != context.DeadlineExceeded {
 		t.Fatalf("Err past the deadline = %v", err)
@@ -140,7 +141,7 @@ func TestCallContextErrIsFinal(t *testing.T) {
 	}
 	serving, cancel := context.WithCancel(context.Background())
 	var b ctxBlocks
-	d := b.next(serving, time.Hour, true)
+	d := b.next(serving, time.Hour, true, nil)
 	cancel()
 	if err := d.Err(); err != context.Canceled {
 		t.Fatalf("Err after the serving context's end = %v", err)
@@ -153,11 +154,11 @@ func TestCallContextErrIsFinal(t *testing.T) {
 	soon, stop := context.WithTimeout(context.Background(), time.Minute)
 	defer stop()
 	want, _ := soon.Deadline()
-	e := b.next(soon, time.Hour, true)
+	e := b.next(soon, time.Hour, true, nil)
 	if got, ok := e.Deadline(); !ok || !got.Equal(want) {
 		t.Errorf("Deadline = %v, %v; want the serving context's %v", got, ok, want)
 	}
-	f := b.next(soon, time.Second, true)
+	f := b.next(soon, time.Second, true, nil)
 	if got, _ := f.Deadline(); !got.Before(want) {
 		t.Errorf("Deadline = %v, want the caller's, before %v", got, want)
 	}

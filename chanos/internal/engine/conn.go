@@ -151,8 +151,12 @@ type pendingCall struct {
 	msg   uint16
 	frame []byte        // the reply frame, when reply is nil
 	caps  []wire.Cap    // its capabilities, which the caller takes
-	done  chan struct{} // receives one token when err is set
-	err   error
+	meta  wire.Metadata // the reply's metadata
+	// replied is set when a reply (or error reply) came, as opposed to
+	// the connection's end
+	replied bool
+	done    chan struct{} // receives one token when err is set
+	err     error
 }
 
 var pendingPool = sync.Pool{New: func() any { return &pendingCall{done: make(chan struct{}, 1)} }}
@@ -498,6 +502,9 @@ func (c *Conn) call(ctx context.Context, d time.Duration, call, reply wire.Messa
 		return err
 	}
 	err = c.await(ctx, id, p)
+	if p.replied {
+		captureReply(ctx, p.meta)
+	}
 	c.recycle(p)
 	return err
 }
@@ -538,6 +545,7 @@ func (c *Conn) callDirect(ctx context.Context, d time.Duration, name string, enc
 	}
 	in, err := c.readReply(ctx, id, reply.MsgNumber(), nil)
 	if err == nil {
+		captureReply(ctx, in.Meta)
 		err = c.checkReply(in, id, name, reply.MsgNumber())
 		if err == nil {
 			err = in.Decode(reply)
@@ -666,7 +674,7 @@ func replyResult(in *Incoming, reply wire.Message, name string) error {
 // of pending by deliver or end is always signalled, so whoever gives up a
 // call that is no longer pending first waits for its token (settle).
 func (c *Conn) recycle(p *pendingCall) {
-	p.reply, p.err, p.caps = nil, nil, nil
+	p.reply, p.err, p.caps, p.meta, p.replied = nil, nil, nil, nil, false
 	if cap(p.frame) > maxPooledFrame {
 		p.frame = nil
 	}
@@ -942,6 +950,7 @@ func (c *Conn) deliver(in *Incoming, self *pendingCall) (bool, error) {
 		return false, nil
 	}
 	var bad error
+	p.meta, p.replied = in.Meta, true
 	switch {
 	case p.msg != in.Header.Msg:
 		wire.CloseCaps(in.Caps)
@@ -1124,7 +1133,7 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 	if err == nil {
 		if reply == nil {
 			err = &RemoteError{Code: wire.Errval(CodeInternal), Detail: "handler returned no reply"}
-		} else if err = c.sendEncoded(ctx, reply, id, 0); err == nil || interconnect.IsEnd(err) {
+		} else if err = c.sendWith(ctx, withMetadata(reply.Encode, in.ReplyMeta), id, 0); err == nil || interconnect.IsEnd(err) {
 			return err
 		}
 		// The reply could not be encoded: the caller still gets an answer.
@@ -1139,6 +1148,13 @@ func (c *Conn) Reply(ctx context.Context, in *Incoming, reply wire.Message, err 
 		b.Reset()
 		st.Detail = "error detail not encodable"
 		wire.AppendErrorReply(&b, in.Header.Msg, st)
+	}
+	if in.ReplyMeta != nil {
+		// Checked by SetReplyMetadata; an error reply too long for it
+		// goes without.
+		if withMD, err := wire.AppendMetadata(b.B, in.ReplyMeta); err == nil {
+			b.B = withMD
+		}
 	}
 	wire.SetCallID(b.B, id)
 	return c.sendRaw(ctx, b.B)
@@ -1272,6 +1288,7 @@ func (c *Conn) Serve(ctx context.Context, handle func(ctx context.Context, in *I
 		// The frame is only valid during this function: take it.
 		call := *in
 		call.Frame, _ = c.keepFrame(in, nil)
+		hctx = context.WithValue(hctx, replyKey{}, &call) // SetReplyMetadata's
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
@@ -1375,9 +1392,9 @@ func (c *Conn) serveInline(ctx, callers context.Context, in *Incoming, handle fu
 	d, has := wire.Timeout(in.Header.TimeoutUS)
 	switch {
 	case ctxs != nil:
-		cc = ctxs.next(callers, d, has)
+		cc = ctxs.next(callers, d, has, in)
 	case has:
-		cc = newCallContext(callers, d)
+		cc = newCallContext(callers, d, in)
 	}
 	if cc != nil {
 		hctx = cc

@@ -209,6 +209,9 @@ func (c *Conn) callWith(ctx context.Context, name string, msg uint16, send func(
 // with decode.
 func (c *Conn) settled(ctx context.Context, id uint32, p *pendingCall, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	err := c.await(ctx, id, p)
+	if p.replied {
+		captureReply(ctx, p.meta)
+	}
 	switch {
 	case err != nil:
 	case reply != nil:
@@ -248,6 +251,13 @@ func (c *Conn) beginCall() (id uint32, ok bool, err error) {
 // lands in reply, another is decoded by decode.
 func (c *Conn) finishCall(ctx context.Context, id uint32, name string, msg uint16, reply []byte, decode func(frame []byte, caps []wire.Cap) error) error {
 	in, err := c.readReply(ctx, id, msg, reply)
+	if err == nil {
+		var md wire.Metadata
+		if in != nil {
+			md = in.Meta
+		}
+		captureReply(ctx, md)
+	}
 	switch {
 	case err != nil || in == nil: // failed, or the fixed reply is in reply
 	case reply != nil: // not the reply of the size expected
@@ -306,6 +316,11 @@ func (c *Conn) ReplyParts(ctx context.Context, in *Incoming, head, body, tail []
 		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
 	}
 	wire.SetCallID(head, in.Header.CallID)
+	if in.ReplyMeta != nil {
+		// Checked by SetReplyMetadata: AppendMetadata cannot fail.
+		frame, _ := wire.AppendMetadata(slices.Concat(head, body, tail), in.ReplyMeta)
+		head, body, tail = frame, nil, nil
+	}
 	_, err := c.sendParts(ctx, head, body, tail, true)
 	return Replied, err
 }
@@ -319,7 +334,7 @@ func (c *Conn) ReplyEncoded(ctx context.Context, in *Incoming, encode func(*wire
 	if in.Kind != wire.KindCall {
 		return nil, fmt.Errorf("chanos: Reply to a %s", in.Kind)
 	}
-	err := c.sendWith(ctx, encode, in.Header.CallID, 0)
+	err := c.sendWith(ctx, withMetadata(encode, in.ReplyMeta), in.Header.CallID, 0)
 	if err != nil && !interconnect.IsEnd(err) && ctx.Err() == nil {
 		return c.ReplyUnencodable(ctx, in, err)
 	}

@@ -160,7 +160,7 @@ func (h *handOff) call(r *reader) (bool, error) {
 	in.Inline = true
 	callers := h.callers()
 	d, has := wire.Timeout(in.Header.TimeoutUS)
-	cc := r.newContext(callers, d, has)
+	cc := r.newContext(callers, d, has, in)
 	r.seq.Add(1)
 	r.state.Store(running)
 	if !r.armed.Load() && r.armed.CompareAndSwap(false, true) {
@@ -186,6 +186,7 @@ func (h *handOff) call(r *reader) (bool, error) {
 		runtime.Gosched()
 	}
 	defer h.running.Add(-1)
+	cc.call = nil // returned: SetReplyMetadata no longer reaches it
 	gaveUp := cc.Err() == context.Canceled && h.ctx.Err() == nil
 	cc.end(context.Canceled)
 	if r.inflight {
@@ -209,8 +210,8 @@ func (h *handOff) call(r *reader) (bool, error) {
 
 // newContext returns the context of a new call under serving, with the
 // caller's time d if has, and makes it r's.
-func (r *reader) newContext(serving context.Context, d time.Duration, has bool) *callContext {
-	r.cc = r.ctxs.next(serving, d, has)
+func (r *reader) newContext(serving context.Context, d time.Duration, has bool, call *Incoming) *callContext {
+	r.cc = r.ctxs.next(serving, d, has, call)
 	return r.cc
 }
 

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync/atomic"
 
 	"github.com/chanos/chanos/interconnect"
@@ -15,6 +17,12 @@ import (
 type (
 	outgoingKey struct{}
 	incomingKey struct{}
+	// a handler's context holds its call under replyKey, for
+	// SetReplyMetadata: a *Incoming
+	replyKey struct{}
+	// a caller's context holds where its replies' metadata go under
+	// captureKey: a *wire.Metadata
+	captureKey struct{}
 )
 
 // metadataUsed is set once any context has been given outgoing metadata:
@@ -49,6 +57,58 @@ func outgoing(ctx context.Context) wire.Metadata {
 	}
 	md, _ := ctx.Value(outgoingKey{}).(wire.Metadata)
 	return md
+}
+
+// captureUsed is set once a context has been given a place for reply
+// metadata (CaptureReplyMetadata): until then a reply without metadata
+// costs its call one load.
+var captureUsed atomic.Bool
+
+// SetReplyMetadata makes the reply of the rpc call whose handler was
+// given ctx carry md, replacing what an earlier SetReplyMetadata gave it:
+// the reply or, if the handler fails, the error reply. It must be called
+// before the handler returns. It fails, and the reply carries none, if md
+// breaks a bound of docs/wire.md, "Metadata" (the error matches
+// wire.ErrBound or wire.ErrHeader), or if ctx is no handler's: a
+// message's handler, or a call's after it returned, or one served by
+// ServeIncoming without a deadline. md is not copied: it must not change
+// until the reply is sent.
+func SetReplyMetadata(ctx context.Context, md wire.Metadata) error {
+	in, _ := ctx.Value(replyKey{}).(*interconnect.Incoming)
+	if in == nil || in.Kind != wire.KindCall {
+		return errNoCall
+	}
+	if len(md) > 0 {
+		var probe [wire.HeaderSize]byte
+		wire.PutHead(probe[:], in.Header.Msg, wire.KindReply, 0)
+		if _, err := wire.AppendMetadata(probe[:], md); err != nil {
+			return fmt.Errorf("chanos: reply metadata: %w", err)
+		}
+	}
+	in.ReplyMeta = md
+	return nil
+}
+
+var errNoCall = errors.New("chanos: reply metadata outside the handler of an rpc call")
+
+// CaptureReplyMetadata returns ctx with dst as where the metadata of the
+// replies to the calls made with it go: each call sets *dst to its
+// reply's (or error reply's) metadata, nil if it carried none, once the
+// call has returned. Calls made at once with ctx share dst.
+func CaptureReplyMetadata(ctx context.Context, dst *wire.Metadata) context.Context {
+	captureUsed.Store(true)
+	return context.WithValue(ctx, captureKey{}, dst)
+}
+
+// captureReply gives md, the metadata of the reply to a call made with
+// ctx, to the place CaptureReplyMetadata gave ctx, if any.
+func captureReply(ctx context.Context, md wire.Metadata) {
+	if md == nil && !captureUsed.Load() {
+		return
+	}
+	if dst, ok := ctx.Value(captureKey{}).(*wire.Metadata); ok {
+		*dst = md
+	}
 }
 
 // withIncoming returns the context of the handler of call in: ctx, with

@@ -1,0 +1,168 @@
+package chanos_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/kv"
+	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/internal/testkit"
+	"github.com/chanos/chanos/wire"
+)
+
+// replyMDServer answers echo of v with reply metadata {"v": v} (none for
+// v 0), failing with not found after setting it for v >= 100; bounce with
+// {"len": its length}. Echo of 60 takes a while first. Echo of 50 sets metadata that breaks a bound and
+// records SetReplyMetadata's error.
+type replyMDServer struct {
+	pingpong.UnimplementedServer
+	mu     sync.Mutex
+	badErr error
+}
+
+func (s *replyMDServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	switch {
+	case v == 50:
+		err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"bad key": "x"})
+		s.mu.Lock()
+		s.badErr = err
+		s.mu.Unlock()
+		return v, nil
+	case v == 60:
+		// Long enough for Serve to hand the call off (HandOffAfter).
+		time.Sleep(5 * chanos.HandOffAfter)
+		fallthrough
+	case v != 0:
+		if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"V": fmt.Sprint(v)}); err != nil {
+			return 0, err
+		}
+	}
+	if v >= 100 {
+		return 0, chanos.Errorf(chanos.CodeNotFound, "no %d", v)
+	}
+	return v, nil
+}
+
+func (s *replyMDServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
+	if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"len": fmt.Sprint(len(p))}); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// A handler's reply metadata reaches the caller that asked for it, on
+// every path a reply takes: a fixed reply sent inline or as a value
+// (under an interceptor, or handed off to a goroutine of its own), a
+// reply in parts, an error reply, a reply to a call that waited as a
+// pending one; a reply without metadata sets none. Metadata that breaks
+// a bound is refused by SetReplyMetadata, and the reply goes without.
+func TestReplyMetadata(t *testing.T) {
+	modes := map[string][]chanos.ServeOption{
+		"inline":      nil,
+		"concurrent":  {chanos.Concurrent(4)},
+		"ordered":     {chanos.Ordered()},
+		"intercepted": {chanos.WithInterceptor(func(ctx context.Context, in *chanos.Incoming, next chanos.Handler) (wire.Message, error) { return next(ctx, in) })},
+	}
+	for mode, opts := range modes {
+		t.Run(mode, func(t *testing.T) {
+			forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+				srv := &replyMDServer{}
+				go s.Serve(context.Background(), srv, opts...)
+				ctx := testkit.Context(t)
+				var md chanos.Metadata
+				cctx := chanos.CaptureReplyMetadata(ctx, &md)
+				if v, err := c.Echo(cctx, 7); err != nil || v != 7 || !maps.Equal(md, chanos.Metadata{"v": "7"}) {
+					t.Fatalf("echo 7 = %d, %v, reply metadata %v; want {v: 7}", v, err, md)
+				}
+				if _, err := c.Echo(cctx, 0); err != nil || md != nil {
+					t.Fatalf("echo 0 = %v, reply metadata %v; want none", err, md)
+				}
+				var reply pingpong.EchoReply
+				if err := c.Raw().Call(cctx, &pingpong.EchoCall{Val: 8}, &reply); err != nil || !maps.Equal(md, chanos.Metadata{"v": "8"}) {
+					t.Fatalf("Call echo 8 = %v, reply metadata %v", err, md)
+				}
+				if p, err := c.Bounce(cctx, make([]byte, 3000)); err != nil || len(p) != 3000 || !maps.Equal(md, chanos.Metadata{"len": "3000"}) {
+					t.Fatalf("bounce = %d bytes, %v, reply metadata %v", len(p), err, md)
+				}
+				if _, err := c.Echo(cctx, 100); !errors.Is(err, chanos.CodeNotFound) || !maps.Equal(md, chanos.Metadata{"v": "100"}) {
+					t.Fatalf("echo 100 = %v, reply metadata %v; want not found with {v: 100}", err, md)
+				}
+				if v, err := c.Echo(cctx, 60); err != nil || v != 60 || !maps.Equal(md, chanos.Metadata{"v": "60"}) {
+					t.Fatalf("echo 60, handed off = %d, %v, reply metadata %v", v, err, md)
+				}
+				md = chanos.Metadata{"stale": "x"}
+				if v, err := c.Echo(cctx, 50); err != nil || v != 50 || md != nil {
+					t.Fatalf("echo 50 = %d, %v, reply metadata %v; want none", v, err, md)
+				}
+				srv.mu.Lock()
+				badErr := srv.badErr
+				srv.mu.Unlock()
+				if chanos.CodeOf(badErr) != chanos.CodeInvalidArgument || !errors.Is(badErr, wire.ErrHeader) {
+					t.Errorf("SetReplyMetadata with a bad key = %v, want invalid argument matching wire.ErrHeader", badErr)
+				}
+				// Calls at once: most wait as pending ones, each with its
+				// own place for the metadata.
+				var wg sync.WaitGroup
+				for i := range 8 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						v := uint64(i + 1)
+						var mine chanos.Metadata
+						if got, err := c.Echo(chanos.CaptureReplyMetadata(ctx, &mine), v); err != nil || got != v || !maps.Equal(mine, chanos.Metadata{"v": fmt.Sprint(v)}) {
+							t.Errorf("echo %d at once = %d, %v, reply metadata %v", v, got, err, mine)
+						}
+					}()
+				}
+				wg.Wait()
+			})
+		})
+	}
+	if err := chanos.SetReplyMetadata(context.Background(), chanos.Metadata{"k": "v"}); err == nil {
+		t.Error("SetReplyMetadata outside a handler succeeded")
+	}
+}
+
+// kvReplyServer answers get with a reply of no fixed size (encoded) and
+// reply metadata.
+type kvReplyServer struct{ kv.UnimplementedServer }
+
+func (kvReplyServer) Get(ctx context.Context, key string) (kv.Status, []byte, error) {
+	if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"key": key}); err != nil {
+		return 0, nil, err
+	}
+	return kv.StatusOk, []byte(key + key), nil
+}
+
+// An encoded reply carries its metadata too, over ump and locally.
+func TestReplyMetadataEncoded(t *testing.T) {
+	for name, mk := range map[string]func() (*chanos.Conn, *chanos.Conn, error){
+		"local": func() (*chanos.Conn, *chanos.Conn, error) {
+			a, b := chanos.LocalPair(kv.Interface)
+			return a, b, nil
+		},
+		"ump": func() (*chanos.Conn, *chanos.Conn, error) { return chanos.UMPPair(kv.Interface) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			a, b, err := mk()
+			if err != nil {
+				t.Fatal(err)
+			}
+			c, s := kv.NewConn(a), kv.NewConn(b)
+			defer c.Close()
+			defer s.Close()
+			go s.Serve(context.Background(), kvReplyServer{})
+			var md chanos.Metadata
+			st, v, err := c.Get(chanos.CaptureReplyMetadata(testkit.Context(t), &md), "ab")
+			if err != nil || st != kv.StatusOk || string(v) != "abab" || !maps.Equal(md, chanos.Metadata{"key": "ab"}) {
+				t.Fatalf("get = %v, %q, %v, reply metadata %v", st, v, err, md)
+			}
+		})
+	}
+}
