@@ -62,8 +62,8 @@ type Msg interface {
 //
 //	message ping(uint32 client_id, uint32 msg_id);
 //
-// A client numbers its pings; the server answers each with a pong
-// carrying the same numbers.
+// ping asks for a pong. A client numbers its pings; the server
+// answers each with a pong carrying the same numbers.
 type Ping struct {
 	// ClientID is the argument client_id (uint32).
 	ClientID uint32
@@ -97,6 +97,8 @@ func (m *Ping) put(b []byte) {
 // Pong is the message pong, number 2:
 //
 //	message pong(uint32 client_id, uint32 msg_id);
+//
+// pong answers a ping, with its numbers.
 type Pong struct {
 	// ClientID is the argument client_id (uint32).
 	ClientID uint32
@@ -132,8 +134,8 @@ func (m *Pong) put(b []byte) {
 //	@borrow()
 //	message data(uint64 seq, uint8 payload[payload_len, 1048576]);
 //
-// Payload for throughput and size sweeps; seq orders a stream.
-// Handlers borrow payloads (@borrow): no copy, no allocation.
+// data carries payload for throughput and size sweeps; seq orders a
+// stream. Handlers borrow payloads (@borrow): no copy, no allocation.
 type Data struct {
 	// Seq is the argument seq (uint64).
 	Seq uint64
@@ -495,7 +497,7 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 // Echo calls the rpc echo and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
 //
-// echo returns its argument; bounce returns its payload.
+// echo returns its argument.
 func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error) {
 	var call, reply [wire.HeaderSize + 8]byte
 	(&EchoCall{Val: val}).put(wire.PutFixed(call[:], MsgEcho, wire.KindCall))
@@ -508,6 +510,8 @@ func (c *Client) Echo(ctx context.Context, val uint64) (result uint64, err error
 
 // Bounce calls the rpc bounce and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
+//
+// bounce returns its payload, as reply; handlers borrow it (@borrow).
 func (c *Client) Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error) {
 	var r BounceReply
 	var f [wire.HeaderSize + 4]byte
@@ -542,27 +546,31 @@ func (c *Client) BounceAppend(ctx context.Context, payload []byte, dst []byte) (
 type Server interface {
 	// Ping handles the message ping.
 	//
-	// A client numbers its pings; the server answers each with a pong
-	// carrying the same numbers.
+	// ping asks for a pong. A client numbers its pings; the server
+	// answers each with a pong carrying the same numbers.
 	Ping(ctx context.Context, from *Client, m Ping) error
 	// Pong handles the message pong.
+	//
+	// pong answers a ping, with its numbers.
 	Pong(ctx context.Context, from *Client, m Pong) error
 	// Data handles the message data.
 	// The byte slices of m are borrowed (@borrow): they may point into
 	// the connection's receive buffer, valid until Data returns. Copy what
 	// it keeps.
 	//
-	// Payload for throughput and size sweeps; seq orders a stream.
-	// Handlers borrow payloads (@borrow): no copy, no allocation.
+	// data carries payload for throughput and size sweeps; seq orders a
+	// stream. Handlers borrow payloads (@borrow): no copy, no allocation.
 	Data(ctx context.Context, from *Client, m Data) error
 	// Echo handles the rpc echo.
 	//
-	// echo returns its argument; bounce returns its payload.
+	// echo returns its argument.
 	Echo(ctx context.Context, val uint64) (result uint64, err error)
 	// Bounce handles the rpc bounce.
 	// Its byte slices are borrowed (@borrow): they may point into the
 	// connection's receive buffer, valid until Bounce returns. Copy what it
 	// keeps; it may return them as results.
+	//
+	// bounce returns its payload, as reply; handlers borrow it (@borrow).
 	Bounce(ctx context.Context, payload []byte) (reply_ []byte, err error)
 }
 
