@@ -152,8 +152,6 @@ func (s *Point) decode(d *wire.Decoder) {
 // Word is the IDL alias word:
 //
 //	alias word uint32;
-//
-// ---- type declarations ----
 type Word = uint32
 
 // Status is the IDL alias status:

@@ -391,8 +391,6 @@ func (c *Client) Send(ctx context.Context, m Msg) error {
 
 // Get calls the rpc get and returns its out arguments. An error reply
 // from the server comes back as a *chanos.RemoteError.
-//
-// rpcs for the client stub and Dispatch.
 func (c *Client) Get(ctx context.Context, key string) (value string, found bool, err error) {
 	var r GetReply
 	err = c.c.CallEncoded(ctx, "pingpong.get", MsgGet, (&GetCall{Key: key}).Encode, r.Decode)
@@ -435,8 +433,6 @@ type Server interface {
 	// A string: the 100-byte benchmark.
 	Text(ctx context.Context, from *Client, m Text) error
 	// Get handles the rpc get.
-	//
-	// rpcs for the client stub and Dispatch.
 	Get(ctx context.Context, key string) (value string, found bool, err error)
 	// Add handles the rpc add.
 	Add(ctx context.Context, a int32, b_ int32) (sum int32, err error)
