@@ -27,6 +27,12 @@ type Interface struct {
 	Pos         Pos
 	Name        string
 	Description string // "" when the file gives none
+	// Doc is the doc comment of the interface, "" for none; so for every
+	// Doc below. Its lines are separated by \n, without comment markers,
+	// with no blank line at either end, and hold no control character but
+	// the tab nor any byte that is not UTF-8 (docs/idl.md, "Doc
+	// comments"). Comments do not change the fingerprint.
+	Doc string
 	// Types holds every type declaration in declaration order: those of the
 	// include files first (Included is set on them), then the file's own.
 	Types []*TypeDecl
@@ -73,6 +79,7 @@ type TypeDecl struct {
 	Name     string
 	Kind     TypeDeclKind
 	Included bool // declared in an include file (chanosc -i)
+	Doc      string
 
 	// Elem is the aliased type (DeclAlias, DeclTypedef) or the element
 	// type (DeclArray). Nil for structs and enums.
@@ -90,6 +97,7 @@ type TypeDecl struct {
 type Field struct {
 	Pos  Pos
 	Name string
+	Doc  string
 	Type *TypeRef
 	// Max is the bound of a String field (`String name[MAX];`), else 0.
 	Max uint32
@@ -100,6 +108,7 @@ type Enumerator struct {
 	Pos   Pos
 	Name  string
 	Value uint32
+	Doc   string
 }
 
 // Builtin is one of the language's built-in types.
@@ -358,6 +367,7 @@ type Arg struct {
 	Dir   Direction
 	Type  *TypeRef
 	Name  string
+	Doc   string
 	Shape Shape
 	// LenName is the name of the length of a ShapeDynArray.
 	LenName string
@@ -371,6 +381,7 @@ type Message struct {
 	Name        string
 	RPC         bool
 	Number      uint16 // wire number, from 1, in declaration order
+	Doc         string
 	Annotations []*Annotation
 	Args        []*Arg // all arguments in declaration order
 }

@@ -97,7 +97,7 @@ func Compile(main Source, includes []Source, opts Options) (*Interface, error) {
 		errs.errorf(Pos{File: main.Name, Line: 1, Col: 1}, "expected \"interface NAME { ... };\"")
 		return nil, errs.err()
 	}
-	iface.Pos, iface.Name, iface.Description = f.namePos, f.name, f.description
+	iface.Pos, iface.Name, iface.Description, iface.Doc = f.namePos, f.name, f.description, f.doc
 	iface.Types = append(iface.Types, f.types...)
 	iface.Messages = f.messages
 	c.check(iface)

@@ -28,6 +28,28 @@ func TestFingerprint(t *testing.T) {
 			        out int64 sum); // adds
 			message tick(step s, uint8 data[len, 16]);
 		};`,
+		"doc comments everywhere": `// calc doc
+		interface calc "Sums" {
+			/* step doc */
+			typedef struct {
+				// delta doc
+				int64 delta;
+				/** n doc */
+				uint32 n;
+			} step;
+			// add doc
+			rpc add(
+				// delta doc
+				in int64 delta,
+				// sum doc
+				out int64 sum);
+			// tick doc
+			message tick(
+				// s doc
+				step s,
+				// data doc
+				uint8 data[len, 16]);
+		};`,
 		"description": `interface calc "Other words" {
 			typedef struct { int64 delta; uint32 n; } step;
 			rpc add(in int64 delta, out int64 sum);

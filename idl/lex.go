@@ -24,6 +24,10 @@ type token struct {
 	pos  Pos
 	text string // identifier, punctuation, number as written, or string contents
 	num  uint64 // value of a tokNumber
+	// doc is the text of the doc comment right before the token (see
+	// docComment), "" for none. The parser keeps it only where a
+	// declaration starts.
+	doc string
 }
 
 func (t token) String() string {
@@ -49,6 +53,11 @@ type lexer struct {
 	line int
 	col  int
 	errs *errorSink
+	// lastLine is the line on which the token before ended, 0 before the
+	// first: a comment that starts there trails that token.
+	lastLine int
+	// comments are those skipped since the token before.
+	comments []comment
 }
 
 func newLexer(file string, src []byte, errs *errorSink) *lexer {
@@ -83,13 +92,15 @@ func (l *lexer) skipSpace() bool {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
 			l.advance()
 		case c == '/' && l.peekByte(1) == '/':
+			start, begin := l.pos(), l.off
 			for l.off < len(l.src) && l.src[l.off] != '\n' {
 				l.advance()
 			}
+			l.comments = append(l.comments, comment{start: start.Line, end: l.line, col: start.Col, text: l.src[begin:l.off]})
 		case c == '/' && l.peekByte(1) == '*':
 			// Block comments nest, as in Flounder's lexer (Parsec's
 			// javaStyle): /* a /* b */ c */ is one comment.
-			start := l.pos()
+			start, begin := l.pos(), l.off
 			l.advance()
 			l.advance()
 			for depth := 1; depth > 0; {
@@ -106,6 +117,7 @@ func (l *lexer) skipSpace() bool {
 				}
 				l.advance()
 			}
+			l.comments = append(l.comments, comment{start: start.Line, end: l.line, col: start.Col, text: l.src[begin:l.off]})
 		default:
 			return true
 		}
@@ -119,8 +131,20 @@ func isIdentStart(c byte) bool {
 
 func isIdentChar(c byte) bool { return isIdentStart(c) || ('0' <= c && c <= '9') }
 
-// next returns the next token. After an error it returns tokEOF.
+// next returns the next token, with its doc comment. After an error it
+// returns tokEOF.
 func (l *lexer) next() token {
+	t := l.scan()
+	t.doc = docComment(l.comments, l.lastLine, t.pos.Line)
+	// A fresh slice, not comments[:0]: the parser's peek works on a copy
+	// of the lexer, which must not write into this one's array.
+	l.comments = nil
+	l.lastLine = l.line
+	return t
+}
+
+// scan reads the next token.
+func (l *lexer) scan() token {
 	if !l.skipSpace() || l.off >= len(l.src) {
 		return token{kind: tokEOF, pos: l.pos()}
 	}

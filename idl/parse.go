@@ -12,6 +12,8 @@ package idl
 //	annotation = "@" ident "(" [ param { "," param } ] ")"
 //	param      = ident "=" ( number | ident )
 //	arg        = [ "in" | "out" ] ident ident [ "[" ( number | ident "," number ) "]" ]
+//
+// The first token of a declaration brings its doc comment (doc.go).
 
 // keywords of the IDL itself; they cannot name anything. They are
 // Flounder's reserved names: alias, typedef, struct and enum are keywords
@@ -27,6 +29,7 @@ type syntaxFile struct {
 	namePos      Pos
 	name         string
 	description  string
+	doc          string
 	types        []*TypeDecl
 	messages     []*Message
 }
@@ -131,6 +134,7 @@ func (p *parser) file() *syntaxFile {
 		return f
 	}
 	f.hasInterface = true
+	f.doc = p.tok.doc
 	p.next()
 	var ok bool
 	if f.name, f.namePos, ok = p.ident("interface name"); !ok {
@@ -174,7 +178,7 @@ func (p *parser) file() *syntaxFile {
 
 // typeDecl parses one alias or typedef; false on error.
 func (p *parser) typeDecl(f *syntaxFile) bool {
-	start := p.tok.pos
+	start, doc := p.tok.pos, p.tok.doc
 	switch {
 	case p.isWord("alias"):
 		p.next()
@@ -186,7 +190,7 @@ func (p *parser) typeDecl(f *syntaxFile) bool {
 		if !ok {
 			return false
 		}
-		f.types = append(f.types, &TypeDecl{Pos: pos, Name: name, Kind: DeclAlias, Elem: elem})
+		f.types = append(f.types, &TypeDecl{Pos: pos, Name: name, Kind: DeclAlias, Elem: elem, Doc: doc})
 	case p.isWord("typedef"):
 		p.next()
 		var d *TypeDecl
@@ -211,7 +215,7 @@ func (p *parser) typeDecl(f *syntaxFile) bool {
 		if !ok {
 			return false
 		}
-		d.Name, d.Pos = name, pos
+		d.Name, d.Pos, d.Doc = name, pos, doc
 		if d.Kind == DeclTypedef && p.isPunct("[") {
 			p.next()
 			n, npos, ok := p.number("array length")
@@ -266,6 +270,7 @@ func (p *parser) structBody() *TypeDecl {
 			p.fail(p.tok.pos, "struct is not closed: expected \"}\"")
 			return nil
 		}
+		doc := p.tok.doc
 		t, ok := p.typeRef()
 		if !ok {
 			return nil
@@ -282,7 +287,7 @@ func (p *parser) structBody() *TypeDecl {
 			}
 			return nil
 		}
-		d.Fields = append(d.Fields, &Field{Pos: pos, Name: name, Type: t})
+		d.Fields = append(d.Fields, &Field{Pos: pos, Name: name, Type: t, Doc: doc})
 		if !p.expectPunct(";", "after the struct field") {
 			return nil
 		}
@@ -298,11 +303,12 @@ func (p *parser) enumBody() *TypeDecl {
 	}
 	d := &TypeDecl{Kind: DeclEnum}
 	for {
+		doc := p.tok.doc
 		name, pos, ok := p.ident("enumerator")
 		if !ok {
 			return nil
 		}
-		d.Enumerators = append(d.Enumerators, &Enumerator{Pos: pos, Name: name, Value: uint32(len(d.Enumerators))})
+		d.Enumerators = append(d.Enumerators, &Enumerator{Pos: pos, Name: name, Value: uint32(len(d.Enumerators)), Doc: doc})
 		if p.isPunct(",") {
 			p.next()
 			if p.isPunct("}") {
@@ -319,6 +325,9 @@ func (p *parser) enumBody() *TypeDecl {
 }
 
 func (p *parser) message(f *syntaxFile) {
+	// The doc stands before the annotations, or between them and the
+	// keyword.
+	doc := p.tok.doc
 	var anns []*Annotation
 	for p.isPunct("@") {
 		a := p.annotation()
@@ -331,7 +340,10 @@ func (p *parser) message(f *syntaxFile) {
 		p.fail(p.tok.pos, "expected message or rpc after the annotation, found %s", p.tok)
 		return
 	}
-	m := &Message{RPC: p.tok.text == "rpc", Annotations: anns}
+	if doc == "" {
+		doc = p.tok.doc
+	}
+	m := &Message{RPC: p.tok.text == "rpc", Annotations: anns, Doc: doc}
 	p.next()
 	var ok bool
 	if m.Name, m.Pos, ok = p.ident("message name"); !ok {
@@ -398,7 +410,7 @@ func (p *parser) annotation() *Annotation {
 }
 
 func (p *parser) arg() *Arg {
-	a := &Arg{Pos: p.tok.pos}
+	a := &Arg{Pos: p.tok.pos, Doc: p.tok.doc}
 	if p.isWord("in") || p.isWord("out") {
 		a.Dir = DirIn
 		if p.tok.text == "out" {

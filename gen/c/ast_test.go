@@ -81,6 +81,25 @@ func (b *builder) rpc(name string, args ...*idl.Arg) *idl.Message {
 	return &idl.Message{Pos: b.pos(), Name: name, RPC: true, Args: args}
 }
 
+// doc sets the doc comment of what it is given, and returns it.
+func doc[T interface {
+	*idl.TypeDecl | *idl.Field | *idl.Enumerator | *idl.Arg | *idl.Message
+}](text string, x T) T {
+	switch v := any(x).(type) {
+	case *idl.TypeDecl:
+		v.Doc = text
+	case *idl.Field:
+		v.Doc = text
+	case *idl.Enumerator:
+		v.Doc = text
+	case *idl.Arg:
+		v.Doc = text
+	case *idl.Message:
+		v.Doc = text
+	}
+	return x
+}
+
 func (b *builder) iface(name string, types []*idl.TypeDecl, msgs ...*idl.Message) *idl.Interface {
 	for i, m := range msgs {
 		m.Number = uint16(i + 1)
@@ -103,17 +122,24 @@ func pingpongAST() *idl.Interface {
 // The two must stay in step.
 func ctestAST() *idl.Interface {
 	b := &builder{file: "/x/ctest.if", line: 1}
-	color := b.enum("color", "red", "green", "blue")
+	color := doc("color is an enum whose members have doc comments.", b.enum("color", "red", "green", "blue"))
+	for i, d := range []string{
+		"red ends a C comment: */ here.",
+		"green opens one: /* nested */ here.",
+		"blue holds a trigraph, ??/ at the end of the line ??/",
+	} {
+		color.Enumerators[i].Doc = d
+	}
 	mac := b.array("mac", builtin(idl.Uint8), 6)
 	handle := b.alias("handle", builtin(idl.Uint32))
 	shade := b.typedef("shade", ref(color))
 	vec := b.array("vec", builtin(idl.Int16), 3)
 	mat := b.array("mat", ref(vec), 2)
 	flags := b.array("flags", builtin(idl.Bool), 2)
-	point := b.strct("point",
-		b.field("x", builtin(idl.Int32)),
+	point := doc("point is documented in the style of Javadoc.", b.strct("point",
+		doc("x is across.", b.field("x", builtin(idl.Int32))),
 		b.field("y", builtin(idl.Int32)),
-		b.field("c", ref(color)))
+		b.field("c", ref(color))))
 	rec := b.strct("rec",
 		b.field("p", ref(point)),
 		b.field("addr", ref(mac)),
@@ -136,12 +162,13 @@ func ctestAST() *idl.Interface {
 			b.arg("flag", builtin(idl.Bool)), b.arg("err", builtin(idl.Errval)),
 			b.arg("ref", builtin(idl.Iref)), b.arg("h", ref(handle)),
 			b.arg("s", ref(shade))),
-		b.message("texts",
-			b.str("name", 16),
-			b.dyn("data", builtin(idl.Uint8), "ndata", 8),
-			b.dyn("chars", builtin(idl.Char), "nchars", 4)),
+		doc("texts has a String, a byte array and a char array, each with a doc\ncomment.", b.message("texts",
+			doc("name is at most 16 bytes.", b.str("name", 16)),
+			doc("data is bytes.", b.dyn("data", builtin(idl.Uint8), "ndata", 8)),
+			doc("chars are chars; this comment is long enough that it cannot stay\non one line.",
+				b.dyn("chars", builtin(idl.Char), "nchars", 4)))),
 		b.message("arrays",
-			b.dyn("vals", builtin(idl.Uint32), "nvals", 4),
+			doc("vals is an array with a count, which its doc goes\nbefore.", b.dyn("vals", builtin(idl.Uint32), "nvals", 4)),
 			b.dyn("bits", builtin(idl.Bool), "nbits", 3),
 			b.dyn("colors", ref(color), "ncolors", 2),
 			b.dyn("pairs", ref(pair), "npairs", 2),
@@ -156,16 +183,22 @@ func ctestAST() *idl.Interface {
 			b.arg("register", builtin(idl.Int32)),
 			b.dyn("default", builtin(idl.Uint16), "long", 2),
 			b.arg("errno", builtin(idl.Uint8))),
-		b.rpc("lookup",
+		doc("lookup looks key up, at p.", b.rpc("lookup",
 			in(b.str("key", 32)),
 			in(b.arg("p", ref(point))),
 			out(b.arg("found", builtin(idl.Bool))),
 			out(b.arg("value", builtin(idl.Iref))),
-			out(b.arg("fd", builtin(idl.GiveAwayCap)))),
+			doc("fd is what was found.", out(b.arg("fd", builtin(idl.GiveAwayCap)))))),
 		b.rpc("sync"),
 		b.rpc("put", in(b.arg("h", ref(handle)))),
 		b.rpc("get", out(b.arg("h", ref(handle)))),
 	)
 	iface.Description = "C back-end test"
+	iface.Doc = "ctest: exercises every construct of the C mapping (docs/codegen-c.md).\n" +
+		"c/tests/codegen_test.c tests the code chanosc generates from it, and\n" +
+		"gen/c/ast_test.go builds the same interface by hand: keep them in step.\n" +
+		"Its doc comments hold what a C comment cannot hold as it is: an end of\n" +
+		"comment, an opener and a trigraph, which the header must break up to\n" +
+		"compile with -Wall -Werror."
 	return iface
 }

@@ -402,3 +402,22 @@ func TestBundledInterfaces(t *testing.T) {
 	}
 	compileC(t, ifaces, "")
 }
+
+// ctest's doc comments hold a comment's end, an opener and a trigraph (see
+// c/tests/ctest.if): in the header each comment must still end where
+// chanosc ends it, at the end of its line, and hold no opener or trigraph
+// (-Wcomment, -Wtrigraphs).
+func TestDocCommentsClosed(t *testing.T) {
+	h := string(generate(t, ctestAST())[0].Data)
+	for i, l := range strings.Split(h, "\n") {
+		if strings.Count(l, "/*") > 1 || strings.Count(l, "*/") > 1 ||
+			strings.Contains(l, "*/") && !strings.HasSuffix(l, "*/") || strings.Contains(l, "??") {
+			t.Errorf("ctest.h:%d: %s", i+1, l)
+		}
+	}
+	for _, want := range []string{`/* red ends a C comment: *\/ here. */`, `/\* nested *\/`, `?\?/`} {
+		if !strings.Contains(h, want) {
+			t.Errorf("ctest.h lacks %q", want)
+		}
+	}
+}

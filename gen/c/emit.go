@@ -28,20 +28,76 @@ func (p *printer) String() string { return p.b.String() }
 // it fits, else as a block wrapped at lineWidth. Blank lines in text
 // separate paragraphs.
 func (p *printer) comment(indent, text string) {
-	if !strings.Contains(text, "\n") && len(indent)+len(text)+6 <= lineWidth {
-		p.f("%s/* %s */", indent, text)
+	p.block(indent, paragraphs(text, lineWidth-len(indent)-3))
+}
+
+// commentDoc writes text as comment does, followed by doc, an IDL doc
+// comment, as paragraphs of their own; either may be "".
+func (p *printer) commentDoc(indent, text, doc string) {
+	var lines []string
+	if text != "" {
+		lines = paragraphs(text, lineWidth-len(indent)-3)
+	}
+	p.block(indent, withDoc(lines, doc))
+}
+
+// withDoc returns lines followed by the lines of doc, an IDL doc comment,
+// as they are in the IDL file, after a blank line.
+func withDoc(lines []string, doc string) []string {
+	if doc == "" {
+		return lines
+	}
+	if len(lines) > 0 {
+		lines = append(lines, "")
+	}
+	for _, l := range strings.Split(doc, "\n") {
+		lines = append(lines, commentSafe(l))
+	}
+	return lines
+}
+
+// commentSafe breaks up what would end a block comment early (*\/), open
+// one (/\*, which -Wcomment reports) or form a trigraph (?\?, ??/ is a
+// backslash) in text a comment quotes: an IDL doc comment, whose // lines
+// may hold any of them, or the interface's description.
+func commentSafe(s string) string {
+	return commentEscaper.Replace(s)
+}
+
+var commentEscaper = strings.NewReplacer("*/", "*\\/", "/*", "/\\*", "??", "?\\?")
+
+// block writes lines as a C comment at the given indent: one line on one
+// line if it fits, else a block of " * " lines, "" a blank one.
+func (p *printer) block(indent string, lines []string) {
+	if len(lines) == 0 {
+		return
+	}
+	if len(lines) == 1 && len(indent)+len(lines[0])+6 <= lineWidth {
+		p.f("%s/* %s */", indent, lines[0])
 		return
 	}
 	p.f("%s/*", indent)
-	for i, para := range strings.Split(text, "\n\n") {
-		if i > 0 {
+	for _, l := range lines {
+		if l == "" {
 			p.f("%s *", indent)
-		}
-		for _, l := range wrap(para, lineWidth-len(indent)-3) {
+		} else {
 			p.f("%s * %s", indent, l)
 		}
 	}
 	p.f("%s */", indent)
+}
+
+// paragraphs wraps text at width: its paragraphs, separated by blank
+// lines in text, with a "" line between them.
+func paragraphs(text string, width int) []string {
+	var lines []string
+	for i, para := range strings.Split(text, "\n\n") {
+		if i > 0 {
+			lines = append(lines, "")
+		}
+		lines = append(lines, wrap(para, width)...)
+	}
+	return lines
 }
 
 // wrap splits text into lines of at most width bytes, at spaces. Lines of
@@ -109,10 +165,12 @@ func (p *printer) defines(names, values []string) {
 	}
 }
 
-// member is one line of a struct: a declaration and an optional comment.
+// member is one line of a struct: a declaration and an optional comment,
+// after it, and doc, an IDL doc comment, before it.
 type member struct {
 	decl    string
 	comment string
+	doc     string
 }
 
 // members writes struct members with their comments aligned.
@@ -127,11 +185,14 @@ func (p *printer) members(indent string, ms []member) {
 		d := m.decl + ";"
 		switch {
 		case m.comment == "":
+			p.block(indent, withDoc(nil, m.doc))
 			p.f("%s%s", indent, d)
 		case len(indent)+max(w, len(d))+len(m.comment)+7 <= lineWidth:
+			p.block(indent, withDoc(nil, m.doc))
 			p.f("%s%-*s /* %s */", indent, w, d, m.comment)
 		default:
-			p.comment(indent, m.comment)
+			// One block above the member, not two.
+			p.commentDoc(indent, m.comment, m.doc)
 			p.f("%s%s", indent, d)
 		}
 	}
@@ -201,17 +262,13 @@ func (g *generator) headerDoc(p *printer) {
 	n := g.iface.Name
 	title := fmt.Sprintf("%s.h: the C binding of interface %s", n, n)
 	if g.iface.Description != "" {
-		// Quoted, a description has no line breaks or control characters;
-		// what would end the comment (*/), open one (/*, which -Wcomment
-		// reports) or form a trigraph (??/) is broken up.
-		d := fmt.Sprintf("%q", g.iface.Description)
-		title += ", " + strings.NewReplacer("*/", "*\\/", "/*", "/\\*", "??", "?\\?").Replace(d)
+		// Quoted, a description has no line breaks or control characters.
+		title += ", " + commentSafe(fmt.Sprintf("%q", g.iface.Description))
 	}
 	x := n + "_X"
-	text := title + ".\n\n" +
-		fmt.Sprintf("Each message NAME has a struct %s_NAME, and each rpc NAME a struct "+
-			"%s_NAME_call (its in arguments) and a struct %s_NAME_reply (its out "+
-			"arguments). For each of these structs X:", n, n, n) + "\n\n" +
+	text := fmt.Sprintf("Each message NAME has a struct %s_NAME, and each rpc NAME a struct "+
+		"%s_NAME_call (its in arguments) and a struct %s_NAME_reply (its out "+
+		"arguments). For each of these structs X:", n, n, n) + "\n\n" +
 		docProto(proto("     ", "int "+x+"_encode", []string{"const struct " + x + " *m", "struct chanos_buf *out"}, ";")) + "\n" +
 		"      appends one frame to out, with call_id and timeout_us 0.\n" +
 		"      Returns 0; CHANOS_ERR_BOUND, _NUL, _ENUM or _CAP for a value\n" +
@@ -228,11 +285,13 @@ func (g *generator) headerDoc(p *printer) {
 		"      closes them.\n\n" +
 		fmt.Sprintf("%s_decode decodes any frame of the interface into a struct %s_msg, "+
 			"and %s_encode encodes one, call_id and timeout_us included.", n, n, n)
-	p.comment("", text)
+	width := lineWidth - 3
+	lines := withDoc(paragraphs(title+".", width), g.iface.Doc)
+	p.block("", append(append(lines, ""), paragraphs(text, width)...))
 }
 
 // signature writes the IDL declaration of m as a comment, wrapped at
-// argument boundaries.
+// argument boundaries, and m's doc comment after it.
 func (p *printer) signature(m *idl.Message) {
 	kw := "message "
 	if m.RPC {
@@ -245,19 +304,12 @@ func (p *printer) signature(m *idl.Message) {
 	if len(args) == 0 {
 		args = []string{""}
 	}
-	text := proto(" * ", kw+m.Name, args, ";")
-	if !strings.Contains(text, "\n") && len(text)+3 <= lineWidth {
-		p.f("/*%s */", text[2:])
-		return
+	// Formatted as if at " * ", the block's column, which comes off again.
+	lines := strings.Split(proto(" * ", kw+m.Name, args, ";"), "\n")
+	for i, l := range lines {
+		lines[i] = l[3:]
 	}
-	p.f("/*")
-	for i, l := range strings.Split(text, "\n") {
-		if i > 0 {
-			l = " *" + l[2:]
-		}
-		p.f("%s", l)
-	}
-	p.f(" */")
+	p.block("", withDoc(lines, m.Doc))
 }
 
 // docProto turns a prototype formatted at indent "     " into one for a
@@ -272,9 +324,11 @@ func docProto(s string) string {
 
 func (g *generator) typeDecl(p *printer, d *idl.TypeDecl) {
 	name := g.typeName(d)
+	note := ""
 	if d.Included {
-		p.comment("", fmt.Sprintf("%s %s, from %s.", d.Kind, d.Name, baseName(d.Pos)))
+		note = fmt.Sprintf("%s %s, from %s.", d.Kind, d.Name, baseName(d.Pos))
 	}
+	p.commentDoc("", note, d.Doc)
 	switch d.Kind {
 	case idl.DeclAlias, idl.DeclTypedef:
 		p.f("typedef %s %s;", g.ctype(d.Elem), name)
@@ -292,6 +346,7 @@ func (g *generator) typeDecl(p *printer, d *idl.TypeDecl) {
 			w = max(w, len(n))
 		}
 		for i, n := range names {
+			p.block("    ", withDoc(nil, d.Enumerators[i].Doc))
 			p.f("    %-*s = %s,", w, n, values[i])
 		}
 		p.f("};")
@@ -309,7 +364,7 @@ func (g *generator) typeDecl(p *printer, d *idl.TypeDecl) {
 		}
 		var ms []member
 		for _, f := range d.Fields {
-			m := member{decl: g.ctype(f.Type) + " " + Member(f.Name)}
+			m := member{decl: g.ctype(f.Type) + " " + Member(f.Name), doc: f.Doc}
 			if isString(f.Type) {
 				m.comment = "at most " + g.fieldBound(d, f) + " bytes"
 			} else {
@@ -386,21 +441,22 @@ func (g *generator) frameDecls(p *printer, f *frame) {
 	for _, a := range f.args {
 		name := Member(a.Name)
 		bound := g.argBound(m, a)
+		// An array's doc goes before its count, which comes first.
 		switch {
 		case a.Shape == idl.ShapeString:
-			ms = append(ms, member{"struct chanos_str " + name, "at most " + bound + " bytes"})
+			ms = append(ms, member{"struct chanos_str " + name, "at most " + bound + " bytes", a.Doc})
 		case a.Shape == idl.ShapeDynArray && bytesView(a.Type):
-			ms = append(ms, member{"struct chanos_bytes " + name, "at most " + bound + " bytes"})
+			ms = append(ms, member{"struct chanos_bytes " + name, "at most " + bound + " bytes", a.Doc})
 		case a.Shape == idl.ShapeDynArray:
 			ms = append(ms,
-				member{"uint32_t " + Member(a.LenName), "elements used in " + name},
-				member{fmt.Sprintf("%s %s[%s]", g.ctype(a.Type), name, arrayDim(a.Max, bound)), capComment(a.Type)})
+				member{"uint32_t " + Member(a.LenName), "elements used in " + name, a.Doc},
+				member{fmt.Sprintf("%s %s[%s]", g.ctype(a.Type), name, arrayDim(a.Max, bound)), capComment(a.Type), ""})
 		default:
-			ms = append(ms, member{g.ctype(a.Type) + " " + name, capComment(a.Type)})
+			ms = append(ms, member{g.ctype(a.Type) + " " + name, capComment(a.Type), a.Doc})
 		}
 	}
 	if len(ms) == 0 {
-		ms = append(ms, member{"char unused_", "no arguments; C needs a member"})
+		ms = append(ms, member{decl: "char unused_", comment: "no arguments; C needs a member"})
 	}
 	p.f("struct %s {", f.cname)
 	p.members("    ", ms)
@@ -427,18 +483,18 @@ func (g *generator) unionDecl(p *printer) {
 		"member of u is valid.", n))
 	p.f("struct %s_msg {", n)
 	p.members("    ", []member{
-		{"uint16_t msg", g.upfx + "_MSG_*"},
-		{"uint8_t kind", "CHANOS_KIND_MESSAGE, _CALL or _REPLY"},
-		{"uint32_t call_id", "rpc frames only"},
-		{"uint32_t timeout_us", "rpc calls only"},
+		{decl: "uint16_t msg", comment: g.upfx + "_MSG_*"},
+		{decl: "uint8_t kind", comment: "CHANOS_KIND_MESSAGE, _CALL or _REPLY"},
+		{decl: "uint32_t call_id", comment: "rpc frames only"},
+		{decl: "uint32_t timeout_us", comment: "rpc calls only"},
 	})
 	p.f("    union {")
 	var ms []member
 	for _, f := range g.frames {
-		ms = append(ms, member{"struct " + f.cname + " " + f.member, ""})
+		ms = append(ms, member{decl: "struct " + f.cname + " " + f.member})
 	}
 	if len(ms) == 0 {
-		ms = append(ms, member{"char unused_", "no messages; C needs a member"})
+		ms = append(ms, member{decl: "char unused_", comment: "no messages; C needs a member"})
 	}
 	p.members("        ", ms)
 	p.f("    } u;")

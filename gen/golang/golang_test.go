@@ -3,11 +3,14 @@ package golang
 import (
 	"bytes"
 	"errors"
+	"flag"
+	"go/format"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/chanos/chanos/idl"
 )
@@ -252,5 +255,79 @@ func TestDocumentedLocalNames(t *testing.T) {
 		if !localNames[name] {
 			t.Errorf("docs/codegen-go.md lists %q among the parameters' reserved names, which the generator does not reserve", name)
 		}
+	}
+}
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// TestGoldenDocs compares the Go of testdata/docs.if, which has a doc
+// comment in every place one is carried, with testdata/docs.go.golden;
+// run with -update after an intended change and review the diff. The
+// output must be gofmt's already, and pass go vet (whose buildtag check
+// reads every comment).
+func TestGoldenDocs(t *testing.T) {
+	iface, err := idl.Load(filepath.Join("testdata", "docs.if"), nil, idl.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := New().Generate(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := files[0].Data
+	golden := filepath.Join("testdata", "docs.go.golden")
+	if *update {
+		if err := os.WriteFile(golden, src, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(src, want) {
+		t.Errorf("docs.go differs from %s; run go test ./gen/golang -run GoldenDocs -update and review the diff", golden)
+	}
+	if again, err := format.Source(src); err != nil || !bytes.Equal(again, src) {
+		t.Errorf("docs.go is not as gofmt writes it (%v)", err)
+	}
+	if !testing.Short() {
+		vet(t, files[0].Name, src)
+	}
+}
+
+// Doc comments that hold what a Go file must not (bytes that are not
+// UTF-8, control characters) or what tools would read as theirs (a build
+// constraint for go vet, a directive with a space in it for staticcheck's
+// SA9009) give a file that go vet passes and that has no comment line
+// SA9009 reports.
+func TestDocsSafe(t *testing.T) {
+	// An argument's doc is rewrapped in the stub's list: its go: word
+	// starts a line there.
+	wrapped := strings.Repeat("aaaa ", 14) + "go:generate y"
+	iface := compile(t, "/* bad \xff byte, bell \a, nul \x00,\n * +build ignore\n * go:generate x\n */\n"+
+		"interface edge {\n\t// */ and /* in a line comment\n\tmessage m(\n\t\t//line 1\n\t\tuint8 x);\n"+
+		"\trpc r(\n\t\t// "+wrapped+"\n\t\tin uint8 x);\n};")
+	files, err := New().Generate(iface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := files[0].Data
+	if !utf8.Valid(src) || bytes.ContainsAny(src, "\x00\a") {
+		t.Errorf("generated code holds bytes a Go file must not:\n%s", src)
+	}
+	for _, want := range []string{`// bad \xff byte, bell \a, nul \x00,`, `// \+build ignore`, `// \go:generate x`, "// */ and /* in a line comment", "// line 1", `//     \go:generate y`} {
+		if !bytes.Contains(src, []byte(want)) {
+			t.Errorf("generated code lacks %q", want)
+		}
+	}
+	for i, l := range strings.Split(string(src), "\n") {
+		if text, ok := strings.CutPrefix(strings.TrimSpace(l), "//"); ok && text != strings.TrimLeft(text, " \t") &&
+			strings.HasPrefix(strings.TrimSpace(text), "go:") {
+			t.Errorf("edge.go:%d: %s reads as a directive with a space in it", i+1, l)
+		}
+	}
+	if !testing.Short() {
+		vet(t, files[0].Name, src)
 	}
 }
