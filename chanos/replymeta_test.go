@@ -64,10 +64,12 @@ func (s *replyMDServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
 // a bound is refused by SetReplyMetadata, and the reply goes without.
 func TestReplyMetadata(t *testing.T) {
 	modes := map[string][]chanos.ServeOption{
-		"inline":      nil,
-		"concurrent":  {chanos.Concurrent(4)},
-		"ordered":     {chanos.Ordered()},
-		"intercepted": {chanos.WithInterceptor(func(ctx context.Context, in *chanos.Incoming, next chanos.Handler) (wire.Message, error) { return next(ctx, in) })},
+		"inline":     nil,
+		"concurrent": {chanos.Concurrent(4)},
+		"ordered":    {chanos.Ordered()},
+		"intercepted": {chanos.WithInterceptor(func(ctx context.Context, in *chanos.Incoming, next chanos.Handler) (wire.Message, error) {
+			return next(ctx, in)
+		})},
 	}
 	for mode, opts := range modes {
 		t.Run(mode, func(t *testing.T) {
