@@ -8,6 +8,7 @@
 //	chanos ps                    list domains, exports, connections (--json)
 //	chanos spawn -- PROGRAM      start a program through the spawn service (also wait, kill, logs)
 //	chanos health NAME           ask a service's health (exit 0 when serving)
+//	chanos call FILE.if NAME RPC  call an rpc with JSON arguments, no generated code
 //	chanos demo                  monitor, server and client as separate processes
 //	chanos cluster COMMAND       machine identity and admission (init, admit, join, revoke, show)
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
@@ -51,6 +52,7 @@ commands:
   spawn -- PROGRAM ARGS  start a program through the spawn service; then
   wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
   health NAME [SERVICE]  print a service's health; exit 0 when it is serving
+  call FILE.if NAME RPC [ARGS]  call an rpc, arguments and results in JSON
   version               print the version (also: chanos --version)
 
 'chanos COMMAND -h' prints a command's usage. With --json, stdout holds one
@@ -110,6 +112,8 @@ func usageText(cmd string) string {
 		return logsUsage
 	case "health":
 		return healthUsage
+	case "call":
+		return callUsage
 	case "version":
 		return versionUsage
 	}
@@ -200,6 +204,10 @@ func errorCode(err error) string {
 	case errors.Is(err, context.Canceled):
 		return "interrupted"
 	}
+	var re *chanos.RemoteError
+	if errors.As(err, &re) {
+		return strings.ReplaceAll(chanos.Code(re.Code).String(), " ", "_")
+	}
 	return "failed"
 }
 
@@ -248,6 +256,8 @@ func run(ctx context.Context, args []string) error {
 		return runLogs(ctx, args[1:])
 	case "health":
 		return runHealth(ctx, args[1:])
+	case "call":
+		return runCall(ctx, args[1:])
 	case "version":
 		return runVersion(args[1:], os.Stdout)
 	case "-version", "--version", "-v":

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/gen/dynamic"
+	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/monitor"
+	"github.com/chanos/chanos/wire"
+)
+
+const callUsage = `usage: chanos call [-i INCLUDE.if]... [--meta KEY=VALUE]... [--timeout D] [--dir DIR]
+                   FILE.if NAME RPC [ARGS]
+
+Calls the rpc RPC of the service exported under NAME, whose interface
+FILE.if declares, as curl does for HTTP: no generated code is needed. ARGS
+is a JSON object of the rpc's in arguments ({} if left out; - reads it
+from stdin); the out arguments are printed as one JSON object on one line.
+A one-way message of the interface is sent instead, and nothing printed.
+
+Values: integers as numbers (or strings, for 64-bit ones past what JSON
+numbers hold exactly), enums by name, structs as objects, arrays as
+arrays; an array of uint8 or char as a string of its bytes (or
+{"base64": "..."}, printed so when it is not UTF-8); an iref as
+{"machine", "export", "token"}. An argument left out is its type's zero.
+Capabilities cannot be passed this way. The interface's name and
+fingerprint must match the export's, as for any client.
+
+  -i FILE           an include file of type declarations (as chanosc -i)
+  --meta KEY=VALUE  metadata the call carries (repeatable); the reply's
+                    metadata, if any, is printed on stderr
+  --timeout D       the call's deadline, and how long to wait for NAME
+                    (a Go duration; default 10s)
+  --json            a failure is one JSON object on stdout instead:
+                    {"error": MESSAGE, "code": CODE}; an error reply's
+                    CODE is its status code's name ("not_found")
+`
+
+// runCall runs 'chanos call'.
+func runCall(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("call", flag.ContinueOnError)
+	dir := fs.String("dir", "", "")
+	timeout := fs.Duration("timeout", 10*time.Second, "")
+	fs.Bool("json", false, "") // read by report, through jsonRequested
+	var includes, metas listFlag
+	fs.Var(&includes, "i", "")
+	fs.Var(&metas, "meta", "")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() < 3 || fs.NArg() > 4 {
+		return usagef("call", "give FILE.if, NAME, RPC and at most ARGS")
+	}
+	if *timeout <= 0 {
+		return usagef("call", "--timeout must be positive")
+	}
+	md := chanos.Metadata{}
+	for _, m := range metas {
+		k, v, ok := strings.Cut(m, "=")
+		if !ok {
+			return usagef("call", "--meta %q: want KEY=VALUE", m)
+		}
+		md[k] = v
+	}
+	iface, err := idl.Load(fs.Arg(0), includes, idl.Options{})
+	if err != nil {
+		return fmt.Errorf("call: %w", err)
+	}
+	values, err := callArgs(fs.Arg(3), os.Stdin)
+	if err != nil {
+		return usagef("call", "ARGS: %v", err)
+	}
+	frame, err := dynamic.Call(iface, fs.Arg(2), values)
+	if err != nil {
+		return usagef("call", "%v", err)
+	}
+	// Encoded once here, so that a value that does not fit its type is
+	// the command line's mistake, told before any connection.
+	var scratch wire.Buffer
+	if err := frame.Encode(&scratch); err != nil {
+		return usagef("call", "ARGS: %v", err)
+	}
+	mdir, err := monitor.Dir(*dir)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	// The domain's call timeout is how long Connect waits for NAME.
+	d, err := chanos.Join(ctx, chanos.WithDir(mdir), chanos.WithProgram("chanos call"), chanos.WithCallTimeout(*timeout))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	c, err := chanos.Connect(ctx, d, fs.Arg(1), chanos.Interface{
+		Name: iface.Name, MaxFrameSize: int(iface.MaxFrameSize()), Fingerprint: iface.Fingerprint(),
+	})
+	if err != nil {
+		return fmt.Errorf("call: %w", err)
+	}
+	defer c.Close()
+	if len(md) > 0 {
+		ctx = chanos.WithMetadata(ctx, md)
+	}
+	if !frame.Msg.RPC {
+		if err := c.Send(ctx, frame); err != nil {
+			return fmt.Errorf("call: %w", err)
+		}
+		return nil
+	}
+	var replyMD chanos.Metadata
+	reply := frame.Reply()
+	if err := c.Call(chanos.CaptureReplyMetadata(ctx, &replyMD), frame, reply); err != nil {
+		return fmt.Errorf("call: %w", err)
+	}
+	printMetadata(os.Stderr, replyMD)
+	return writeJSON(os.Stdout, reply.Values)
+}
+
+// callArgs reads ARGS: the JSON object arg, or stdin's for "-", {} for "".
+func callArgs(arg string, stdin io.Reader) (map[string]any, error) {
+	var r io.Reader = strings.NewReader(arg)
+	switch arg {
+	case "":
+		return map[string]any{}, nil
+	case "-":
+		r = stdin
+	}
+	dec := json.NewDecoder(r)
+	dec.UseNumber()
+	var v map[string]any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("not a JSON object: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("more than one JSON value")
+	}
+	if v == nil {
+		v = map[string]any{}
+	}
+	return v, nil
+}
+
+// printMetadata prints md as "reply metadata: KEY=VALUE" lines, by key.
+func printMetadata(w io.Writer, md chanos.Metadata) {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(w, "reply metadata: %s=%s\n", k, printable(md[k]))
+	}
+}

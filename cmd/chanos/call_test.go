@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/interfaces/kv"
+	"github.com/chanos/chanos/internal/testkit"
+)
+
+// callKV is a kv server for TestCall: put stores, get answers not found
+// for a key it lacks and gives its reply the call's metadata "echo" as
+// reply metadata, watch records the prefix.
+type callKV struct {
+	kv.UnimplementedServer
+	mu      sync.Mutex
+	vals    map[string][]byte
+	watched chan string
+}
+
+func (s *callKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.vals[key] = value
+	return uint64(len(s.vals)), nil
+}
+
+func (s *callKV) Get(ctx context.Context, key string) (kv.Status, []byte, error) {
+	md, _ := chanos.MetadataFrom(ctx)
+	if md["echo"] != "" {
+		if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"echo": md["echo"]}); err != nil {
+			return 0, nil, err
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.vals[key]
+	if !ok {
+		return 0, nil, chanos.Errorf(chanos.CodeNotFound, "no key %q", key)
+	}
+	return kv.StatusOk, v, nil
+}
+
+func (s *callKV) Watch(ctx context.Context, from *kv.Client, m kv.Watch) error {
+	s.watched <- m.Prefix
+	return nil
+}
+
+// TestCall: chanos call calls an rpc of a service from its .if file and
+// JSON arguments, and prints the out arguments as JSON; an error reply
+// exits 1 with its code; metadata goes both ways; a one-way message is
+// sent; a changed .if is refused at bind, as any client would be.
+func TestCall(t *testing.T) {
+	bin := chanosBin(t)
+	dir, _ := testkit.StartMonitor(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := kv.Export(ctx, d, "call.kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	srv := &callKV{vals: map[string][]byte{}, watched: make(chan string, 1)}
+	go kv.Serve(ctx, l, srv)
+	ifFile := filepath.Join("..", "..", "interfaces", "kv.if")
+
+	for _, tc := range []struct {
+		args           []string
+		status         int
+		stdout, stderr string
+	}{
+		{[]string{"call", ifFile, "call.kv", "put", `{"key": "a", "value": "hello"}`}, 0, `{"version":1}` + "\n", ""},
+		{[]string{"call", ifFile, "call.kv", "put", `{"key": "b", "value": {"base64": "/wA="}}`}, 0, `{"version":2}` + "\n", ""},
+		{[]string{"call", ifFile, "call.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hello"}` + "\n", ""},
+		{[]string{"call", ifFile, "call.kv", "get", `{"key": "b"}`}, 0, `{"st":"ok","value":{"base64":"/wA="}}` + "\n", ""},
+		{[]string{"call", "--meta", "echo=x1", ifFile, "call.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hello"}` + "\n", "reply metadata: echo=x1\n"},
+		{[]string{"call", "--json", ifFile, "call.kv", "get", `{"key": "zz"}`}, 1, `{"error":"chanos: call: kv.get: not found: no key \"zz\"","code":"not_found"}` + "\n", ""},
+		{[]string{"call", ifFile, "call.kv", "get", `{"key": 7}`}, 2, "", "chanos call: "},
+		{[]string{"call", ifFile, "call.kv", "get", `{"kee": "a"}`}, 2, "", "chanos call: "},
+		{[]string{"call", ifFile, "call.kv", "nope"}, 2, "", "chanos call: dynamic: kv has no message or rpc \"nope\""},
+	} {
+		r := runCmd(t, bin, dir, tc.args...)
+		if r.status != tc.status || r.stdout != tc.stdout || !strings.HasPrefix(r.stderr, tc.stderr) || (tc.stderr == "" && r.stderr != "") {
+			t.Errorf("chanos %s: status %d, stdout %q, stderr %q; want %d, %q, %q", strings.Join(tc.args[1:], " "), r.status, r.stdout, r.stderr, tc.status, tc.stdout, tc.stderr)
+		}
+	}
+
+	if r := runCmd(t, bin, dir, "call", ifFile, "call.kv", "watch", `{"prefix": "p/"}`); r.status != 0 || r.stdout != "" {
+		t.Errorf("chanos call ... watch: status %d, %q, %q", r.status, r.stdout, r.stderr)
+	}
+	if got := testkit.Await(t, "the watch message", srv.watched); got != "p/" {
+		t.Errorf("the server got watch %q, want p/", got)
+	}
+
+	// kv.if with get's key bound changed: another interface, refused.
+	src, err := os.ReadFile(ifFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := filepath.Join(t.TempDir(), "kv.if")
+	if err := os.WriteFile(changed, []byte(strings.Replace(string(src), "rpc get(in String key[256]", "rpc get(in String key[255]", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := runCmd(t, bin, dir, "call", changed, "call.kv", "get", `{"key": "a"}`)
+	if r.status != 1 || !strings.Contains(r.stderr, "fingerprint") {
+		t.Errorf("chanos call with a changed kv.if: status %d, stderr %q; want a fingerprint mismatch", r.status, r.stderr)
+	}
+}
