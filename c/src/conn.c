@@ -1163,7 +1163,7 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
     ds = detail != NULL ? chanos_cstr(detail) : CHANOS_STR("");
     if (ds.len > CHANOS_STATUS_DETAIL_MAX)
         ds.len = CHANOS_STATUS_DETAIL_MAX; /* cut, as the bound demands */
-    chanos_enc_str(&e, ds, CHANOS_STATUS_DETAIL_MAX);
+    chanos_enc_str(&e, "detail", ds, CHANOS_STATUS_DETAIL_MAX);
     rc = chanos_enc_end(&e);
     if (rc != 0)
         return rc;
@@ -1179,9 +1179,9 @@ int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st)
 
     if (rc != 0)
         return rc;
-    st->code = chanos_dec_u64(&d);
+    st->code = chanos_dec_u64(&d, "code");
     if (st->code == 0 && d.err == 0)
         d.err = CHANOS_ERR_HEADER;
-    st->detail = chanos_dec_str(&d, CHANOS_STATUS_DETAIL_MAX);
+    st->detail = chanos_dec_str(&d, "detail", CHANOS_STATUS_DETAIL_MAX);
     return chanos_dec_end(&d);
 }
