@@ -263,7 +263,8 @@ static inline struct chanos_str chanos_cstr(const char *s)
  *
  * Encoders and decoders fill one only when they fail, never on success:
  * the fault record of a chanos_buf (encoding), the fault argument of a
- * generated NAME_decode_fault (decoding). It holds no
+ * generated NAME_decode_fault (decoding), a connection's own record in
+ * the generated stubs and dispatch (chanos_conn_fault). It holds no
  * pointer into the frame, and its message is a static string, so it
  * outlives the frame and the buffer.
  */
@@ -318,7 +319,8 @@ struct chanos_buf {
     /* where an encode into the buffer that fails describes why; NULL (as
      * chanos_buf_init leaves it): nowhere, the code alone. The buffer is
      * the encoder's one state that outlives the encode, so the record's
-     * address travels in it. */
+     * address travels in it; chanos_conn_buf points it at the
+     * connection's own (chanos_conn_fault). */
     struct chanos_wire_fault *fault;
 };
 
@@ -2150,6 +2152,26 @@ int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
 int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
 
 /*
+ * chanos_conn_fault returns the wire fault that ended the last generated
+ * stub call or dispatch on c, if it returned a wire code
+ * (CHANOS_ERR_TRUNCATED to CHANOS_ERR_NOSPACE): an argument that does not
+ * encode (a string over its bound, say), a reply or a peer's frame that
+ * does not decode. It says which frame, field and byte, and why, as Go's
+ * wire.Error does; chanos_wire_fault_describe formats it:
+ *
+ *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
+ *         char why[CHANOS_WIRE_FAULT_TEXT_MAX];
+ *
+ *         chanos_wire_fault_describe(chanos_conn_fault(c), why, sizeof why);
+ *         ... "wire: kv.put call: field key: string length 300 exceeds bound 256 at offset 20"
+ *
+ * NULL when that call or frame met no fault. Valid until the next stub
+ * call or dispatch on c, or chanos_conn_close; from the thread that made
+ * the call.
+ */
+const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c);
+
+/*
  * chanos_conn_set_detail gives the error reply that the rpc handler
  * running on c is about to return a positive code for its detail, made
  * as printf makes a string and cut to CHANOS_STATUS_DETAIL_MAX bytes: the
@@ -2168,8 +2190,9 @@ int chanos_conn_set_detail(chanos_conn *c, const char *fmt, ...)
  * connection's own scratch buffer of at least size bytes, allocated on
  * first use and grown as needed, freed by chanos_conn_close: the buffer
  * the generated stubs and dispatch encode into. -ENOMEM if it cannot grow.
- * It holds one frame at a time: the stubs and the dispatch of one
- * connection must not run on two threads at once.
+ * b->fault is the connection's fault record, cleared: what
+ * chanos_conn_fault gives. It holds one frame at a time: the stubs and the
+ * dispatch of one connection must not run on two threads at once.
  */
 int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size);
 
@@ -2268,6 +2291,9 @@ int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
 /* chanos_conn_take_detail_ returns the detail chanos_conn_set_detail
  * left for the error reply being made, or NULL, and forgets it. */
 const char *chanos_conn_take_detail_(chanos_conn *c);
+/* chanos_conn_fault_ clears the connection's fault record and returns it,
+ * for the generated dispatch's decode to describe its fault in. */
+struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c);
 
 /* ==== end domains ==== */
 

@@ -75,6 +75,12 @@ struct chanos_conn {
      * (chanos_conn_set_detail), sent and cleared by the dispatch */
     char *reply_detail;
     bool has_reply_detail;
+    /* the wire fault that ended the last stub call or dispatch
+     * (chanos_conn_fault), code 0 if none: the generated code encodes
+     * through chanos_conn_buf, whose buffer points here, and decodes
+     * into it. Only that code touches it, under chanos_conn_buf's rule
+     * of one thread at a time. */
+    struct chanos_wire_fault fault;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -127,7 +133,24 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
         c->scratch_len = size;
     }
     chanos_buf_init(b, c->scratch, c->scratch_len, c->sfds, CHANOS_UMP_MAX_FDS);
+    /* a stub's call or a dispatch's reply starts here: an earlier fault
+     * is not this one's */
+    c->fault.code = 0;
+    b->fault = &c->fault;
     return 0;
+}
+
+const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c)
+{
+    return c->fault.code != 0 ? &c->fault : NULL;
+}
+
+struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c)
+{
+    if (c == NULL) /* a dispatch run outside a connection: nowhere */
+        return NULL;
+    c->fault.code = 0;
+    return &c->fault;
 }
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
