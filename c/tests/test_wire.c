@@ -409,6 +409,95 @@ static void test_decode_errors(void)
 }
 
 /*
+ * A fault's description, as Go's wire.Error writes one: each part only if
+ * known, cut as snprintf cuts; and its path, built from the inside out
+ * (chanos_wire_leave_), Go's joins included, a path too long for the
+ * record keeping its innermost part.
+ */
+static void test_fault_text(void)
+{
+    struct chanos_wire_fault f;
+    struct chanos_enc e;
+    struct chanos_dec d;
+    struct chanos_buf b;
+    struct chanos_hdr h;
+    uint8_t mem[64];
+    char out[CHANOS_WIRE_FAULT_TEXT_MAX], inner[80];
+
+    CHECK_EQ(chanos_wire_fault_describe(NULL, out, sizeof out), 0);
+    CHECK_STR(out, "");
+    memset(&f, 0, sizeof f);
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, sizeof out), 0);
+    CHECK_STR(out, "");
+    f.code = CHANOS_ERR_BOUND;
+    f.offset = -1;
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, sizeof out), 11);
+    CHECK_STR(out, "wire: bound");
+    f.message = "kv.put";
+    strcpy(f.detail, "string length 300 exceeds bound 256");
+    strcpy(f.field, "key");
+    f.offset = 20;
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: kv.put: field key: string length 300 exceeds bound 256 at offset 20");
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, 10), 73);
+    CHECK_STR(out, "wire: kv.");
+
+    /* the joins of Go's Leave and LeaveIndex */
+    strcpy(f.field, "x");
+    chanos_wire_leave_(&f, "from");
+    CHECK_STR(f.field, "from.x");
+    chanos_wire_leave_index_(&f, "lines", 1);
+    CHECK_STR(f.field, "lines[1].from.x");
+    f.field[0] = '\0';
+    chanos_wire_leave_index_(&f, "", 3);
+    CHECK_STR(f.field, "[3]");
+    chanos_wire_leave_index_(&f, "", 2);
+    CHECK_STR(f.field, "[2][3]");
+    chanos_wire_leave_(&f, "m");
+    CHECK_STR(f.field, "m[2][3]");
+    chanos_wire_leave_(&f, "");
+    CHECK_STR(f.field, "m[2][3]");
+    chanos_wire_leave_(NULL, "x"); /* no record: nothing */
+
+    /* too long: the innermost part stays, after "..." */
+    memset(inner, 'i', sizeof inner - 1);
+    inner[sizeof inner - 1] = '\0';
+    strcpy(f.field, inner);
+    chanos_wire_leave_(&f, "outer_field_name");
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strncmp(f.field, "...", 3) == 0);
+    CHECK(strcmp(f.field + strlen(f.field) - strlen(inner), inner) == 0);
+    CHECK(strstr(f.field, "name.") != NULL);
+    chanos_wire_leave_index_(&f, "a", 7);
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strcmp(f.field + strlen(f.field) - strlen(inner), inner) == 0);
+    memset(inner, 'n', sizeof inner - 1);
+    chanos_wire_leave_(&f, inner); /* a name longer than what is left */
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strncmp(f.field, "...", 3) == 0);
+
+    /* hand-written coding describes its faults when given a record */
+    chanos_buf_init(&b, mem, sizeof mem, NULL, 0);
+    b.fault = &f;
+    chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
+    chanos_enc_u32(&e, 7);
+    chanos_enc_enum(&e, "c", 3, 3);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: field c: enum value 3 out of range (3 enumerators) at offset 20");
+    chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
+    chanos_enc_u32(&e, 7);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, NULL, 0), 0);
+    d.fault = &f;
+    CHECK(chanos_dec_u64(&d, "v") == 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: field v: frame ends 4 bytes into the field at offset 16");
+}
+
+/*
  * The metadata trailers of testdata/wire/metadata.json, which Go's wire
  * package passes too: a trailer is split off its call and read back by
  * key, and the entries encode to it in any order they are given;
@@ -502,6 +591,7 @@ int main(void)
     test_encode_decode();
     test_encode_errors();
     test_decode_errors();
+    test_fault_text();
     test_metadata_vectors();
     return check_done("test_wire");
 }
