@@ -256,6 +256,50 @@ static inline struct chanos_str chanos_cstr(const char *s)
     ((struct chanos_str){ (lit), (uint32_t)(sizeof(lit) - 1) })
 
 /*
+ * A wire fault: which frame, field and byte a value that does not encode,
+ * or a frame that does not decode, went wrong at, and why, in the words of
+ * Go's wire.Error. chanos_wire_fault_describe formats it as Go does:
+ *
+ *     wire: kv.put call: field key: string length 300 exceeds bound 256 at offset 20
+ *
+ * Encoders and decoders fill one only when they fail, never on success:
+ * the fault record of a chanos_buf (encoding), the fault argument of a
+ * generated NAME_decode_fault (decoding), a connection's own record in
+ * the generated stubs and dispatch (chanos_conn_fault). It holds no
+ * pointer into the frame, and its message is a static string, so it
+ * outlives the frame and the buffer.
+ */
+#define CHANOS_WIRE_FIELD_MAX 96
+#define CHANOS_WIRE_DETAIL_MAX 96
+
+struct chanos_wire_fault {
+    int code; /* the CHANOS_ERR_* code the call returned */
+    /* the frame, "kv.put" or "kv.get call" (a static string); NULL: not
+     * known */
+    const char *message;
+    int64_t offset; /* byte of the frame where the field starts; -1: none */
+    /* the argument, with a path into structs and arrays, as
+     * "lines[1].from.x"; "" for the header and for the frame as a whole.
+     * A longer path keeps its innermost part, after "..." */
+    char field[CHANOS_WIRE_FIELD_MAX];
+    /* what is wrong, as "string length 300 exceeds bound 256"; "": the
+     * name of the code alone ("bound") */
+    char detail[CHANOS_WIRE_DETAIL_MAX];
+};
+
+/*
+ * chanos_wire_fault_describe writes f as Go's wire.Error writes itself,
+ * "wire: MESSAGE: field FIELD: DETAIL at offset N" (each part only if
+ * known), NUL-terminated and cut to fit n bytes as snprintf does, and
+ * returns the length of the whole text. A buffer of
+ * CHANOS_WIRE_FAULT_TEXT_MAX bytes holds any text whose message name is
+ * under 80 bytes. f NULL or with code 0 describes nothing: "".
+ */
+#define CHANOS_WIRE_FAULT_TEXT_MAX 320
+int chanos_wire_fault_describe(const struct chanos_wire_fault *f, char *out,
+                               size_t n);
+
+/*
  * An encode buffer, all caller-owned memory: encoders append whole frames
  * to data[len..cap) and the capabilities (fds) they carry to
  * fds[nfds..fds_cap). They never allocate: a frame that does not fit fails
@@ -273,9 +317,16 @@ struct chanos_buf {
     /* bit i set: fds[i] is a give_away_cap, which the send closes once it
      * has succeeded (chanos_conn_send_buf) */
     uint64_t give[4];
+    /* where an encode into the buffer that fails describes why; NULL (as
+     * chanos_buf_init leaves it): nowhere, the code alone. The buffer is
+     * the encoder's one state that outlives the encode, so the record's
+     * address travels in it; chanos_conn_buf points it at the
+     * connection's own (chanos_conn_fault). */
+    struct chanos_wire_fault *fault;
 };
 
-/* chanos_buf_init makes b an empty buffer over the given memory. */
+/* chanos_buf_init makes b an empty buffer over the given memory, whose
+ * faults are not described (b->fault NULL). */
 static inline void chanos_buf_init(struct chanos_buf *b, void *data, size_t cap,
                                    int *fds, uint32_t fds_cap)
 {
@@ -286,6 +337,7 @@ static inline void chanos_buf_init(struct chanos_buf *b, void *data, size_t cap,
     b->fds_cap = fds_cap;
     b->nfds = 0;
     memset(b->give, 0, sizeof b->give);
+    b->fault = NULL;
 }
 
 /* chanos_buf_reset empties b, keeping its memory. */
@@ -301,6 +353,15 @@ static inline void chanos_buf_reset(struct chanos_buf *b)
  * after the first one every call is a no-op that returns a zero value, and
  * chanos_enc_end / chanos_dec_end report it. Applications normally call
  * the generated functions instead.
+ *
+ * The first error is also described in a fault record, buf->fault for an
+ * encoder and fault for a decoder, if not NULL (see struct
+ * chanos_wire_fault): the helpers take the name of the field they code,
+ * as Go's wire.Encoder and wire.Decoder do (NULL: ""), and generated code
+ * adds the path of structs and arrays around it (chanos_wire_leave_), as
+ * it returns from the fault. The record lives outside the state, in the
+ * caller's hands, because the state is a local of the generated function
+ * that fails; nothing is written to it while all goes well.
  */
 struct chanos_enc {
     struct chanos_buf *buf;
@@ -308,6 +369,7 @@ struct chanos_enc {
     size_t pos;      /* offset of the next byte; may run past buf->cap */
     uint32_t ncaps;  /* capabilities appended so far */
     int err;         /* first value error (BOUND, NUL, ENUM, CAP) */
+    const char *name; /* the frame, for faults (buf->fault); NULL: none */
 };
 
 struct chanos_dec {
@@ -319,9 +381,71 @@ struct chanos_dec {
     uint32_t ncaps;  /* the header's ncaps */
     uint32_t caps;   /* capability values decoded so far */
     int err;         /* first error */
+    const char *name;                /* the frame, for faults; NULL: none */
+    struct chanos_wire_fault *fault; /* where to describe err; NULL: nowhere */
 };
 
-
+/*
+ * The fault path, out of line and with few arguments, so that the inline
+ * helpers stay small enough to be inlined: only a failing frame reaches
+ * it. Each records err (unless an error came first) for field.
+ * chanos_enc_bad_ is for the value about to be written, whose error
+ * e.err is: an enum v of n enumerators (ENUM), a count v over the bound n
+ * (BOUND). It takes a copy of the encoder, whose address is then never
+ * taken, so that the compiler may keep its state in registers while it
+ * writes the frame's bytes (a store through a byte pointer may otherwise
+ * be a store to it).
+ * chanos_dec_short_ is for a field the frame ends in (TRUNCATED);
+ * chanos_dec_bad_ for the value v just read: a bool byte (BOOL), an enum
+ * of n enumerators (ENUM), a count over the bound n (BOUND) or of
+ * elements of n bytes that the bytes left cannot hold (TRUNCATED). The
+ * others are those of generated code.
+ *
+ * The helpers that begin, end or read a frame are CHANOS_INLINE_: their
+ * fault path, small as it is, would otherwise make the compiler call them
+ * instead of inlining them into every generated decoder.
+ */
+#if defined(__GNUC__) || defined(__clang__)
+#define CHANOS_COLD_ __attribute__((cold, noinline))
+#define CHANOS_INLINE_ static inline __attribute__((always_inline))
+#else
+#define CHANOS_COLD_
+#define CHANOS_INLINE_ static inline
+#endif
+CHANOS_COLD_ void chanos_enc_bad_(struct chanos_enc e, const char *field,
+                                  uint32_t v, uint32_t n);
+CHANOS_COLD_ void chanos_dec_short_(struct chanos_dec *d, const char *field);
+CHANOS_COLD_ void chanos_dec_bad_(struct chanos_dec *d, int err,
+                                  const char *field, uint32_t v, uint32_t n);
+/* chanos_enc_end_fault_ and chanos_dec_end_fault_ are the failures of
+ * chanos_enc_end and chanos_dec_end: they record what the end found
+ * wrong (NOSPACE, SIZE; TRAILING, CAP) and return the first error; the
+ * encoder's is a copy, as chanos_enc_bad_'s. */
+CHANOS_COLD_ int chanos_enc_end_fault_(struct chanos_enc e);
+CHANOS_COLD_ int chanos_dec_end_fault_(struct chanos_dec *d);
+/* chanos_dec_header_ describes the first fault of d's frame header in the
+ * order of docs/wire.md: length, size, message number msg (-1: any),
+ * flags for kind (-1: any), ncaps against the fds received; it records it
+ * whatever came before, and returns its code (0: none). */
+CHANOS_COLD_ int chanos_dec_header_(struct chanos_dec *d, int msg, int kind);
+/* chanos_dec_unknown_ records that the frame's message number names no
+ * message of the interface iface, and returns UNKNOWN_MESSAGE. */
+CHANOS_COLD_ int chanos_dec_unknown_(struct chanos_dec *d, const char *iface);
+/* chanos_enc_refuse_ records, in out->fault, that an interface-wide
+ * encoder of iface was given msg (UNKNOWN_MESSAGE, name NULL) or a kind
+ * that the frame name does not have (HEADER; rpc: whether it is an
+ * rpc's), and returns that code. */
+CHANOS_COLD_ int chanos_enc_refuse_(struct chanos_buf *out, int err,
+                                    const char *iface, const char *name,
+                                    unsigned msg, unsigned kind, bool rpc);
+/* chanos_wire_leave_ adds field, the struct field or argument the fault
+ * came out of, to the front of f's path (Go's Decoder.Leave);
+ * chanos_wire_leave_index_ adds element i of the array field ("": of an
+ * array type). f NULL: nothing. */
+CHANOS_COLD_ void chanos_wire_leave_(struct chanos_wire_fault *f,
+                                     const char *field);
+CHANOS_COLD_ void chanos_wire_leave_index_(struct chanos_wire_fault *f,
+                                           const char *field, uint32_t i);
 
 /*
  * chanos_enc_room_ advances the frame by n bytes and returns where to write
@@ -338,16 +462,14 @@ static inline uint8_t *chanos_enc_room_(struct chanos_enc *e, size_t n)
     return e->buf->data + pos;
 }
 
-static inline void chanos_enc_fail_(struct chanos_enc *e, int err)
-{
-    if (e->err == 0)
-        e->err = err;
-}
-
-/* chanos_enc_begin starts a frame of msg and flags at out->len. */
-static inline void chanos_enc_begin(struct chanos_enc *e,
-                                    struct chanos_buf *out, uint16_t msg,
-                                    unsigned flags)
+/*
+ * chanos_enc_begin_ starts a frame of msg and flags at out->len, named
+ * name (as "kv.put", a static string) in its faults, which go to
+ * out->fault; chanos_enc_begin starts one without a name.
+ */
+CHANOS_INLINE_ void chanos_enc_begin_(struct chanos_enc *e,
+                                      struct chanos_buf *out, uint16_t msg,
+                                      unsigned flags, const char *name)
 {
     struct chanos_hdr h = { 0, msg, (uint8_t)flags, 0, 0, 0 };
     uint8_t *p;
@@ -357,9 +479,17 @@ static inline void chanos_enc_begin(struct chanos_enc *e,
     e->pos = out->len;
     e->ncaps = 0;
     e->err = 0;
+    e->name = name;
     p = chanos_enc_room_(e, CHANOS_HEADER_SIZE);
     if (p != NULL)
         chanos_hdr_put(p, &h); /* size and ncaps are patched at the end */
+}
+
+static inline void chanos_enc_begin(struct chanos_enc *e,
+                                    struct chanos_buf *out, uint16_t msg,
+                                    unsigned flags)
+{
+    chanos_enc_begin_(e, out, msg, flags, NULL);
 }
 
 /*
@@ -368,18 +498,15 @@ static inline void chanos_enc_begin(struct chanos_enc *e,
  * the first error (value errors before NOSPACE) and leaves the buffer as
  * it was.
  */
-static inline int chanos_enc_end(struct chanos_enc *e)
+CHANOS_INLINE_ int chanos_enc_end(struct chanos_enc *e)
 {
     struct chanos_buf *b = e->buf;
     size_t size = e->pos - e->start;
     uint8_t *p;
 
-    if (e->err != 0)
-        return e->err;
-    if (e->pos > b->cap || e->ncaps > b->fds_cap - b->nfds)
-        return CHANOS_ERR_NOSPACE;
-    if (size > UINT32_MAX)
-        return CHANOS_ERR_SIZE;
+    if (e->err != 0 || e->pos > b->cap || e->ncaps > b->fds_cap - b->nfds ||
+        size > UINT32_MAX)
+        return chanos_enc_end_fault_(*e);
     p = b->data + e->start;
     chanos_store_u32(p, (uint32_t)size);
     p[7] = (uint8_t)e->ncaps;
@@ -465,11 +592,24 @@ static inline void chanos_enc_bool(struct chanos_enc *e, bool v)
     chanos_enc_u8(e, v ? 1 : 0);
 }
 
-/* chanos_enc_enum writes v, failing with ENUM unless v < n. */
-static inline void chanos_enc_enum(struct chanos_enc *e, uint32_t v, uint32_t n)
+/* chanos_enc_fail_ fails e with err for the value v (of n) of field,
+ * unless an error came first. */
+static inline void chanos_enc_fail_(struct chanos_enc *e, int err,
+                                    const char *field, uint32_t v, uint32_t n)
+{
+    if (e->err == 0) {
+        e->err = err;
+        chanos_enc_bad_(*e, field, v, n);
+    }
+}
+
+/* chanos_enc_enum writes v, the value of field, failing with ENUM unless
+ * v < n. */
+static inline void chanos_enc_enum(struct chanos_enc *e, const char *field,
+                                   uint32_t v, uint32_t n)
 {
     if (v >= n)
-        chanos_enc_fail_(e, CHANOS_ERR_ENUM);
+        chanos_enc_fail_(e, CHANOS_ERR_ENUM, field, v, n);
     chanos_enc_u32(e, v);
 }
 
@@ -483,15 +623,16 @@ static inline void chanos_enc_raw(struct chanos_enc *e, const void *p, size_t n)
 }
 
 /*
- * chanos_enc_count writes a dynamic array's element count n. It returns n,
- * or 0 (after failing with BOUND) if n > max, so that a loop over the
- * returned count never reads past the array.
+ * chanos_enc_count writes the element count n of field, a dynamic array.
+ * It returns n, or 0 (after failing with BOUND) if n > max, so that a
+ * loop over the returned count never reads past the array.
  */
-static inline uint32_t chanos_enc_count(struct chanos_enc *e, uint32_t n,
+static inline uint32_t chanos_enc_count(struct chanos_enc *e,
+                                        const char *field, uint32_t n,
                                         uint32_t max)
 {
     if (n > max) {
-        chanos_enc_fail_(e, CHANOS_ERR_BOUND);
+        chanos_enc_fail_(e, CHANOS_ERR_BOUND, field, n, max);
         n = 0;
     }
     chanos_enc_u32(e, n);
@@ -500,11 +641,12 @@ static inline uint32_t chanos_enc_count(struct chanos_enc *e, uint32_t n,
 
 /* chanos_enc_str writes s, failing with BOUND if longer than max bytes and
  * with NUL if it holds a NUL byte. */
-void chanos_enc_str(struct chanos_enc *e, struct chanos_str s, uint32_t max);
+void chanos_enc_str(struct chanos_enc *e, const char *field,
+                    struct chanos_str s, uint32_t max);
 
 /* chanos_enc_bytes writes b, failing with BOUND if longer than max. */
-void chanos_enc_bytes(struct chanos_enc *e, struct chanos_bytes b,
-                      uint32_t max);
+void chanos_enc_bytes(struct chanos_enc *e, const char *field,
+                      struct chanos_bytes b, uint32_t max);
 
 void chanos_enc_iref(struct chanos_enc *e, const struct chanos_iref *r);
 
@@ -512,28 +654,26 @@ void chanos_enc_iref(struct chanos_enc *e, const struct chanos_iref *r);
  * chanos_enc_cap appends fd to the buffer's fds and writes its index,
  * failing with CAP past CHANOS_MAX_CAPS capabilities in one frame.
  */
-void chanos_enc_cap(struct chanos_enc *e, int fd);
+void chanos_enc_cap(struct chanos_enc *e, const char *field, int fd);
 
 /*
  * chanos_enc_give_away_cap is chanos_enc_cap for a give_away_cap: it also
  * marks fd in the buffer's give set, so that a send of the buffer
  * (chanos_conn_send_buf) closes it once it has succeeded.
  */
-void chanos_enc_give_away_cap(struct chanos_enc *e, int fd);
+void chanos_enc_give_away_cap(struct chanos_enc *e, const char *field, int fd);
 
-
-
-
-/* chanos_dec_take_ consumes n bytes and returns them, or NULL (sticky
- * TRUNCATED) if the frame ends first. */
-static inline const uint8_t *chanos_dec_take_(struct chanos_dec *d, size_t n)
+/* chanos_dec_take_ consumes the n bytes of field and returns them, or
+ * NULL (sticky TRUNCATED) if the frame ends first. */
+CHANOS_INLINE_ const uint8_t *chanos_dec_take_(struct chanos_dec *d,
+                                               const char *field, size_t n)
 {
     const uint8_t *p;
 
     if (d->err != 0)
         return NULL;
     if (d->len - d->pos < n) {
-        d->err = CHANOS_ERR_TRUNCATED;
+        chanos_dec_short_(d, field);
         return NULL;
     }
     p = d->frame + d->pos;
@@ -541,57 +681,101 @@ static inline const uint8_t *chanos_dec_take_(struct chanos_dec *d, size_t n)
     return p;
 }
 
-static inline void chanos_dec_fail_(struct chanos_dec *d, int err)
-{
-    if (d->err == 0)
-        d->err = err;
-}
-
 /*
- * chanos_dec_begin starts decoding the frame in frame[0..len) with the fds
- * received beside it: it parses the header into h (TRUNCATED, SIZE) and
- * positions d at the body. If nfds is not the header's ncaps, d starts
- * with the sticky error CAP: the caller's checks of msg and flags still
- * come first, and the body's faults are never reached (docs/wire.md,
- * "Order of checks" 4), so a decoder that succeeds has handed on every fd.
+ * chanos_dec_begin_ starts decoding the frame in frame[0..len) with the
+ * fds received beside it, named name (NULL: not known yet) in faults it
+ * describes in *fault (NULL: nowhere): it parses the header into h
+ * (TRUNCATED, SIZE) and positions d at the body. If nfds is not the
+ * header's ncaps, d starts with the sticky error CAP: the caller's checks
+ * of msg and flags still come first, and the body's faults are never
+ * reached (docs/wire.md, "Order of checks" 4), so a decoder that succeeds
+ * has handed on every fd. chanos_dec_begin is the same without a name or
+ * a fault record.
  */
-static inline int chanos_dec_begin(struct chanos_dec *d, struct chanos_hdr *h,
-                                   const uint8_t *frame, size_t len,
-                                   const int *fds, uint32_t nfds)
+CHANOS_INLINE_ int chanos_dec_begin_(struct chanos_dec *d, struct chanos_hdr *h,
+                                     const uint8_t *frame, size_t len,
+                                     const int *fds, uint32_t nfds,
+                                     const char *name,
+                                     struct chanos_wire_fault *fault)
 {
-    int rc = chanos_hdr_parse(h, frame, len);
-
-    if (rc != 0)
-        return rc;
     d->frame = frame;
     d->len = len;
     d->pos = CHANOS_HEADER_SIZE;
     d->fds = fds;
     d->nfds = nfds;
-    d->ncaps = h->ncaps;
+    d->ncaps = 0;
     d->caps = 0;
-    d->err = nfds != h->ncaps ? CHANOS_ERR_CAP : 0;
+    d->err = 0;
+    d->name = name;
+    d->fault = fault;
+    if (len < CHANOS_HEADER_SIZE) {
+        chanos_dec_header_(d, -1, -1);
+        return CHANOS_ERR_TRUNCATED;
+    }
+    chanos_hdr_load(h, frame);
+    if (h->size != len) {
+        chanos_dec_header_(d, -1, -1);
+        return CHANOS_ERR_SIZE;
+    }
+    d->ncaps = h->ncaps;
+    if (nfds != h->ncaps)
+        d->err = chanos_dec_header_(d, -1, -1);
     return CHANOS_OK;
 }
 
+static inline int chanos_dec_begin(struct chanos_dec *d, struct chanos_hdr *h,
+                                   const uint8_t *frame, size_t len,
+                                   const int *fds, uint32_t nfds)
+{
+    return chanos_dec_begin_(d, h, frame, len, fds, nfds, NULL, NULL);
+}
+
 /*
- * chanos_dec_begin_msg is chanos_dec_begin for a decoder of one frame kind
- * of one message: it also fails with UNKNOWN_MESSAGE if the header's msg is
- * not msg and with HEADER if the frame is not a valid one of kind.
+ * chanos_dec_begin_msg_ is chanos_dec_begin_ for a decoder of one frame
+ * kind of one message: it also fails with UNKNOWN_MESSAGE if the header's
+ * msg is not msg and with HEADER if the frame is not a valid one of kind.
+ * chanos_dec_begin_msg is the same without a name or a fault record.
  */
+CHANOS_INLINE_ int chanos_dec_begin_msg_(struct chanos_dec *d,
+                                         const uint8_t *frame, size_t len,
+                                         const int *fds, uint32_t nfds,
+                                         uint16_t msg, unsigned kind,
+                                         const char *name,
+                                         struct chanos_wire_fault *fault)
+{
+    struct chanos_hdr h;
+    int rc = chanos_dec_begin_(d, &h, frame, len, fds, nfds, name, fault);
+
+    if (rc != 0)
+        return rc;
+    if (h.msg != msg || chanos_hdr_check(&h, kind) != 0)
+        return chanos_dec_header_(d, msg, (int)kind);
+    return CHANOS_OK;
+}
+
 static inline int chanos_dec_begin_msg(struct chanos_dec *d,
                                        const uint8_t *frame, size_t len,
                                        const int *fds, uint32_t nfds,
                                        uint16_t msg, unsigned kind)
 {
-    struct chanos_hdr h;
-    int rc = chanos_dec_begin(d, &h, frame, len, fds, nfds);
+    return chanos_dec_begin_msg_(d, frame, len, fds, nfds, msg, kind, NULL,
+                                 NULL);
+}
 
-    if (rc != 0)
-        return rc;
-    if (h.msg != msg)
-        return CHANOS_ERR_UNKNOWN_MESSAGE;
-    return chanos_hdr_check(&h, kind);
+/*
+ * chanos_dec_expect_ is, for an interface-wide decoder that has begun h's
+ * frame (chanos_dec_begin_) and found its message, the rest of
+ * chanos_dec_begin_msg_: it names the frame name and fails with HEADER if
+ * it is not a valid one of kind, then with CAP as chanos_dec_begin_ found.
+ */
+CHANOS_INLINE_ int chanos_dec_expect_(struct chanos_dec *d,
+                                      const struct chanos_hdr *h,
+                                      unsigned kind, const char *name)
+{
+    d->name = name;
+    if (chanos_hdr_check(h, kind) != 0 || d->err != 0)
+        return chanos_dec_header_(d, -1, (int)kind);
+    return CHANOS_OK;
 }
 
 /*
@@ -599,84 +783,80 @@ static inline int chanos_dec_begin_msg(struct chanos_dec *d,
  * remain, else CAP if the header's ncaps differs from the number of
  * capability values decoded, else 0.
  */
-static inline int chanos_dec_end(struct chanos_dec *d)
+CHANOS_INLINE_ int chanos_dec_end(struct chanos_dec *d)
 {
-    if (d->err != 0)
-        return d->err;
-    if (d->pos != d->len)
-        return CHANOS_ERR_TRAILING;
-    if (d->caps != d->ncaps)
-        return CHANOS_ERR_CAP;
+    if (d->err != 0 || d->pos != d->len || d->caps != d->ncaps)
+        return chanos_dec_end_fault_(d);
     return CHANOS_OK;
 }
 
-static inline uint8_t chanos_dec_u8(struct chanos_dec *d)
+static inline uint8_t chanos_dec_u8(struct chanos_dec *d, const char *field)
 {
-    const uint8_t *p = chanos_dec_take_(d, 1);
+    const uint8_t *p = chanos_dec_take_(d, field, 1);
 
     return p != NULL ? p[0] : 0;
 }
 
-static inline uint16_t chanos_dec_u16(struct chanos_dec *d)
+static inline uint16_t chanos_dec_u16(struct chanos_dec *d, const char *field)
 {
-    const uint8_t *p = chanos_dec_take_(d, 2);
+    const uint8_t *p = chanos_dec_take_(d, field, 2);
 
     return p != NULL ? chanos_load_u16(p) : 0;
 }
 
-static inline uint32_t chanos_dec_u32(struct chanos_dec *d)
+static inline uint32_t chanos_dec_u32(struct chanos_dec *d, const char *field)
 {
-    const uint8_t *p = chanos_dec_take_(d, 4);
+    const uint8_t *p = chanos_dec_take_(d, field, 4);
 
     return p != NULL ? chanos_load_u32(p) : 0;
 }
 
-static inline uint64_t chanos_dec_u64(struct chanos_dec *d)
+static inline uint64_t chanos_dec_u64(struct chanos_dec *d, const char *field)
 {
-    const uint8_t *p = chanos_dec_take_(d, 8);
+    const uint8_t *p = chanos_dec_take_(d, field, 8);
 
     return p != NULL ? chanos_load_u64(p) : 0;
 }
 
-static inline int8_t chanos_dec_i8(struct chanos_dec *d)
+static inline int8_t chanos_dec_i8(struct chanos_dec *d, const char *field)
 {
-    uint8_t u = chanos_dec_u8(d);
+    uint8_t u = chanos_dec_u8(d, field);
     int8_t v;
 
     memcpy(&v, &u, 1);
     return v;
 }
 
-static inline int16_t chanos_dec_i16(struct chanos_dec *d)
+static inline int16_t chanos_dec_i16(struct chanos_dec *d, const char *field)
 {
-    uint16_t u = chanos_dec_u16(d);
+    uint16_t u = chanos_dec_u16(d, field);
     int16_t v;
 
     memcpy(&v, &u, 2);
     return v;
 }
 
-static inline int32_t chanos_dec_i32(struct chanos_dec *d)
+static inline int32_t chanos_dec_i32(struct chanos_dec *d, const char *field)
 {
-    uint32_t u = chanos_dec_u32(d);
+    uint32_t u = chanos_dec_u32(d, field);
     int32_t v;
 
     memcpy(&v, &u, 4);
     return v;
 }
 
-static inline int64_t chanos_dec_i64(struct chanos_dec *d)
+static inline int64_t chanos_dec_i64(struct chanos_dec *d, const char *field)
 {
-    uint64_t u = chanos_dec_u64(d);
+    uint64_t u = chanos_dec_u64(d, field);
     int64_t v;
 
     memcpy(&v, &u, 8);
     return v;
 }
 
-static inline char chanos_dec_char(struct chanos_dec *d)
+static inline char chanos_dec_char(struct chanos_dec *d, const char *field)
 {
-    uint8_t u = chanos_dec_u8(d);
+    uint8_t u = chanos_dec_u8(d, field);
     char v;
 
     memcpy(&v, &u, 1);
@@ -684,32 +864,34 @@ static inline char chanos_dec_char(struct chanos_dec *d)
 }
 
 /* chanos_dec_bool reads a bool, failing with BOOL unless the byte is 0 or 1. */
-static inline bool chanos_dec_bool(struct chanos_dec *d)
+static inline bool chanos_dec_bool(struct chanos_dec *d, const char *field)
 {
-    uint8_t u = chanos_dec_u8(d);
+    uint8_t u = chanos_dec_u8(d, field);
 
     if (u > 1)
-        chanos_dec_fail_(d, CHANOS_ERR_BOOL);
+        chanos_dec_bad_(d, CHANOS_ERR_BOOL, field, u, 0);
     return u == 1;
 }
 
 /* chanos_dec_enum reads an enum of n enumerators, failing with ENUM (and
  * returning 0) if the value is n or more. */
-static inline uint32_t chanos_dec_enum(struct chanos_dec *d, uint32_t n)
+static inline uint32_t chanos_dec_enum(struct chanos_dec *d, const char *field,
+                                       uint32_t n)
 {
-    uint32_t v = chanos_dec_u32(d);
+    uint32_t v = chanos_dec_u32(d, field);
 
-    if (v >= n) {
-        chanos_dec_fail_(d, CHANOS_ERR_ENUM);
+    if (v >= n && d->err == 0) {
+        chanos_dec_bad_(d, CHANOS_ERR_ENUM, field, v, n);
         return 0;
     }
     return v;
 }
 
 /* chanos_dec_raw copies n bytes to dst (a fixed array of 1-byte elements). */
-static inline void chanos_dec_raw(struct chanos_dec *d, void *dst, size_t n)
+static inline void chanos_dec_raw(struct chanos_dec *d, const char *field,
+                                  void *dst, size_t n)
 {
-    const uint8_t *p = chanos_dec_take_(d, n);
+    const uint8_t *p = chanos_dec_take_(d, field, n);
 
     if (p != NULL && n > 0)
         memcpy(dst, p, n);
@@ -719,18 +901,21 @@ static inline void chanos_dec_raw(struct chanos_dec *d, void *dst, size_t n)
  * returning 0) with BOUND if it exceeds max, then with TRUNCATED if the
  * bytes left cannot hold that many elements of elem_size bytes (0: the
  * elements' size varies, and only their reading tells), as Go's decoder
- * does, before any element is read (docs/wire.md, "Order of checks"). */
-static inline uint32_t chanos_dec_count(struct chanos_dec *d, uint32_t max,
+ * does, before any element is read (docs/wire.md, "Order of checks"). It
+ * returns 0 after any error, so that a loop over the count reads nothing
+ * once one has happened. */
+static inline uint32_t chanos_dec_count(struct chanos_dec *d,
+                                        const char *field, uint32_t max,
                                         size_t elem_size)
 {
-    uint32_t n = chanos_dec_u32(d);
+    uint32_t n = chanos_dec_u32(d, field);
 
     if (n > max) {
-        chanos_dec_fail_(d, CHANOS_ERR_BOUND);
+        chanos_dec_bad_(d, CHANOS_ERR_BOUND, field, n, max);
         return 0;
     }
     if (d->err == 0 && (uint64_t)n * elem_size > (uint64_t)(d->len - d->pos)) {
-        chanos_dec_fail_(d, CHANOS_ERR_TRUNCATED);
+        chanos_dec_bad_(d, CHANOS_ERR_TRUNCATED, field, n, (uint32_t)elem_size);
         return 0;
     }
     return n;
@@ -738,20 +923,23 @@ static inline uint32_t chanos_dec_count(struct chanos_dec *d, uint32_t max,
 
 /* chanos_dec_str reads a string of at most max bytes (BOUND, TRUNCATED,
  * NUL) and returns a view into the frame. */
-struct chanos_str chanos_dec_str(struct chanos_dec *d, uint32_t max);
+struct chanos_str chanos_dec_str(struct chanos_dec *d, const char *field,
+                                 uint32_t max);
 
 /* chanos_dec_bytes reads a byte array of at most max bytes (BOUND,
  * TRUNCATED) and returns a view into the frame. */
-struct chanos_bytes chanos_dec_bytes(struct chanos_dec *d, uint32_t max);
+struct chanos_bytes chanos_dec_bytes(struct chanos_dec *d, const char *field,
+                                     uint32_t max);
 
-void chanos_dec_iref(struct chanos_dec *d, struct chanos_iref *r);
+void chanos_dec_iref(struct chanos_dec *d, const char *field,
+                     struct chanos_iref *r);
 
 /*
  * chanos_dec_cap reads a capability index, which must be the number of
  * capabilities read before it, below both the header's ncaps and nfds
  * (else CAP), and returns that received fd; -1 on error.
  */
-int chanos_dec_cap(struct chanos_dec *d);
+int chanos_dec_cap(struct chanos_dec *d, const char *field);
 
 /* ==== end wire format ==== */
 
@@ -1980,6 +2168,26 @@ int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st);
 int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
 
 /*
+ * chanos_conn_fault returns the wire fault that ended the last generated
+ * stub call or dispatch on c, if it returned a wire code
+ * (CHANOS_ERR_TRUNCATED to CHANOS_ERR_NOSPACE): an argument that does not
+ * encode (a string over its bound, say), a reply or a peer's frame that
+ * does not decode. It says which frame, field and byte, and why, as Go's
+ * wire.Error does; chanos_wire_fault_describe formats it:
+ *
+ *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
+ *         char why[CHANOS_WIRE_FAULT_TEXT_MAX];
+ *
+ *         chanos_wire_fault_describe(chanos_conn_fault(c), why, sizeof why);
+ *         ... "wire: kv.put call: field key: string length 300 exceeds bound 256 at offset 20"
+ *
+ * NULL when that call or frame met no fault. Valid until the next stub
+ * call or dispatch on c, or chanos_conn_close; from the thread that made
+ * the call.
+ */
+const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c);
+
+/*
  * chanos_conn_set_detail gives the error reply that the rpc handler
  * running on c is about to return a positive code for its detail, made
  * as printf makes a string and cut to CHANOS_STATUS_DETAIL_MAX bytes: the
@@ -1998,8 +2206,9 @@ int chanos_conn_set_detail(chanos_conn *c, const char *fmt, ...)
  * connection's own scratch buffer of at least size bytes, allocated on
  * first use and grown as needed, freed by chanos_conn_close: the buffer
  * the generated stubs and dispatch encode into. -ENOMEM if it cannot grow.
- * It holds one frame at a time: the stubs and the dispatch of one
- * connection must not run on two threads at once.
+ * b->fault is the connection's fault record, cleared: what
+ * chanos_conn_fault gives. It holds one frame at a time: the stubs and the
+ * dispatch of one connection must not run on two threads at once.
  */
 int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size);
 
@@ -2098,6 +2307,9 @@ int chanos_serve_unimplemented_(chanos_conn *c, const struct chanos_frame *f,
 /* chanos_conn_take_detail_ returns the detail chanos_conn_set_detail
  * left for the error reply being made, or NULL, and forgets it. */
 const char *chanos_conn_take_detail_(chanos_conn *c);
+/* chanos_conn_fault_ clears the connection's fault record and returns it,
+ * for the generated dispatch's decode to describe its fault in. */
+struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c);
 
 /* ==== end domains ==== */
 

@@ -79,6 +79,12 @@ struct chanos_conn {
      * (chanos_conn_set_detail), sent and cleared by the dispatch */
     char *reply_detail;
     bool has_reply_detail;
+    /* the wire fault that ended the last stub call or dispatch
+     * (chanos_conn_fault), code 0 if none: the generated code encodes
+     * through chanos_conn_buf, whose buffer points here, and decodes
+     * into it. Only that code touches it, under chanos_conn_buf's rule
+     * of one thread at a time. */
+    struct chanos_wire_fault fault;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -132,7 +138,24 @@ int chanos_conn_buf(chanos_conn *c, struct chanos_buf *b, size_t size)
         c->scratch_len = size;
     }
     chanos_buf_init(b, c->scratch, c->scratch_len, c->sfds, CHANOS_UMP_MAX_FDS);
+    /* a stub's call or a dispatch's reply starts here: an earlier fault
+     * is not this one's */
+    c->fault.code = 0;
+    b->fault = &c->fault;
     return 0;
+}
+
+const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c)
+{
+    return c->fault.code != 0 ? &c->fault : NULL;
+}
+
+struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c)
+{
+    if (c == NULL) /* a dispatch run outside a connection: nowhere */
+        return NULL;
+    c->fault.code = 0;
+    return &c->fault;
 }
 
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
@@ -1216,7 +1239,7 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
     ds = detail != NULL ? chanos_cstr(detail) : CHANOS_STR("");
     if (ds.len > CHANOS_STATUS_DETAIL_MAX)
         ds.len = CHANOS_STATUS_DETAIL_MAX; /* cut, as the bound demands */
-    chanos_enc_str(&e, ds, CHANOS_STATUS_DETAIL_MAX);
+    chanos_enc_str(&e, "detail", ds, CHANOS_STATUS_DETAIL_MAX);
     rc = chanos_enc_end(&e);
     if (rc != 0)
         return rc;
@@ -1232,9 +1255,9 @@ int chanos_frame_status(const struct chanos_frame *f, struct chanos_status *st)
 
     if (rc != 0)
         return rc;
-    st->code = chanos_dec_u64(&d);
+    st->code = chanos_dec_u64(&d, "code");
     if (st->code == 0 && d.err == 0)
         d.err = CHANOS_ERR_HEADER;
-    st->detail = chanos_dec_str(&d, CHANOS_STATUS_DETAIL_MAX);
+    st->detail = chanos_dec_str(&d, "detail", CHANOS_STATUS_DETAIL_MAX);
     return chanos_dec_end(&d);
 }

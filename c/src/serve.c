@@ -14,6 +14,22 @@ static int is_wire_error(int rc)
     return rc <= CHANOS_ERR_TRUNCATED && rc >= CHANOS_ERR_NOSPACE;
 }
 
+/* describe writes what, then the fault f that made rc, as Go's wire.Error
+ * says it (or the code's description, if nothing recorded it), which the
+ * peer's error reply carries as its detail. */
+static void describe(char *out, size_t n, const char *what,
+                     const struct chanos_wire_fault *f, int rc)
+{
+    int k = snprintf(out, n, "%s: ", what);
+
+    if (k < 0 || (size_t)k >= n)
+        return;
+    if (f != NULL && f->code == rc)
+        chanos_wire_fault_describe(f, out + k, n - (size_t)k);
+    else
+        snprintf(out + k, n - (size_t)k, "%s", chanos_strerror(rc));
+}
+
 int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
                        chanos_dispatch_fn dispatch, const void *ops,
                        void *ctx)
@@ -40,8 +56,13 @@ int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
          * one that does not decode does: the peer is broken or hostile */
         if (rc == CHANOS_ERR_CLOSED)
             return 0;
-        if (rc == 0)
-            rc = chanos_serve_frame(c, &f, dispatch, ops, ctx);
+        if (rc != 0) {
+            /* no dispatch's fault: the one of an answered call before
+             * is not why serving ends */
+            chanos_conn_fault_(c);
+            return rc;
+        }
+        rc = chanos_serve_frame(c, &f, dispatch, ops, ctx);
         if (rc != 0)
             return rc;
     }
@@ -63,10 +84,10 @@ int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
     if (is_wire_error(rc)) {
         /* the handler's reply breaks the interface's bounds: the caller
          * hears of it, and the connection goes on */
-        char why[96];
+        char why[64 + CHANOS_WIRE_FAULT_TEXT_MAX];
 
-        snprintf(why, sizeof why, "the reply does not encode: %s",
-                 chanos_strerror(rc));
+        describe(why, sizeof why, "the reply does not encode",
+                 b != NULL ? b->fault : NULL, rc);
         return chanos_conn_reply_error(c, call, CHANOS_CODE_INTERNAL, why, -1);
     }
     return rc;
@@ -74,14 +95,14 @@ int chanos_serve_reply_(chanos_conn *c, const struct chanos_frame *call,
 
 int chanos_serve_bad_(chanos_conn *c, const struct chanos_frame *f, int rc)
 {
-    char detail[96];
+    char detail[64 + CHANOS_WIRE_FAULT_TEXT_MAX];
 
     /* the frame's descriptors go with it: nobody decoded them */
     chanos_frame_close_fds(f);
     if (f->kind != CHANOS_KIND_CALL)
         return rc;
-    snprintf(detail, sizeof detail, "the call does not decode: %s",
-             chanos_strerror(rc));
+    describe(detail, sizeof detail, "the call does not decode",
+             chanos_conn_fault(c), rc);
     return chanos_conn_reply_error(c, f, CHANOS_SERVE_INVALID, detail, -1);
 }
 

@@ -75,6 +75,20 @@ static inline void check_eq_failed_(const char *file, int line,
             check_eq_failed_(__FILE__, __LINE__, #got, got_, want_);         \
     } while (0)
 
+/* CHECK_STR fails unless the string got equals want. Each is evaluated
+ * once. */
+#define CHECK_STR(got, want)                                                 \
+    do {                                                                     \
+        const char *got_ = (got), *want_ = (want);                           \
+        checks++;                                                            \
+        if (strcmp(got_, want_) != 0) {                                      \
+            check_where_(__FILE__, __LINE__);                                \
+            fprintf(stderr, "%s =\n    \"%s\", want\n    \"%s\"\n", #got,    \
+                    got_, want_);                                            \
+            failures++;                                                      \
+        }                                                                    \
+    } while (0)
+
 /* check_rnd returns the next number of a xorshift64 generator with a
  * fixed seed, for a test's random inputs: they are the same on every run,
  * so that a failure reproduces. One generator per program, for one

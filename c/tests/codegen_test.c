@@ -772,7 +772,7 @@ static void test_any(void)
     CHECK(any.msg == CTEST_MSG_CAPS && any.u.caps.r.fd == 4);
     /* Unknown numbers. */
     {
-        struct frame f = frame_make(11, 0, 0, 0, 0, NULL, 0);
+        struct frame f = frame_make(CTEST_MSG_SHAPES + 1, 0, 0, 0, 0, NULL, 0);
 
         CHECK_EQ(ctest_decode(&any, f.p, f.len, NULL, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
         chanos_store_u16(f.p + 4, 0);
@@ -781,6 +781,173 @@ static void test_any(void)
         CHECK_EQ(ctest_decode(&any, NULL, 0, NULL, 0), CHANOS_ERR_TRUNCATED);
         frame_free(f);
     }
+}
+
+/* ---- faults: which message and field, as Go's wire.Error says ---- */
+
+/* text returns f described, as chanos_wire_fault_describe writes it, in a
+ * buffer of its own. */
+static const char *text(const struct chanos_wire_fault *f)
+{
+    static char buf[CHANOS_WIRE_FAULT_TEXT_MAX];
+
+    chanos_wire_fault_describe(f, buf, sizeof buf);
+    return buf;
+}
+
+/* fill_shapes sets two lines: (1,2)-(3,4) red, then (5,6)-(7,8) green. */
+static void fill_shapes(struct ctest_shapes *m)
+{
+    memset(m, 0, sizeof *m);
+    m->nlines = 2;
+    for (int i = 0; i < 2; i++) {
+        m->lines[i].from = (struct ctest_point){ 4 * i + 1, 4 * i + 2, (enum ctest_color)i };
+        m->lines[i].to = (struct ctest_point){ 4 * i + 3, 4 * i + 4, (enum ctest_color)i };
+    }
+}
+
+/*
+ * An argument that does not encode, and a frame that does not decode, are
+ * described with the frame's name, the field's path and its offset, in
+ * Go's words (wire.Error), into the buffer's fault record (encoding) or
+ * the one given to NAME_decode_fault; a success leaves the record alone.
+ */
+static void test_faults(void)
+{
+    struct chanos_wire_fault f;
+    struct chanos_buf b = newbuf();
+    struct ctest_lookup_call lc;
+    struct ctest_arrays a, da;
+    struct ctest_shapes sh, dsh;
+    struct ctest_msg any;
+    struct ctest_texts t;
+    char key[40];
+    struct frame fr;
+
+    /* a string over its bound, a top-level argument */
+    memset(&lc, 0, sizeof lc);
+    memset(key, 'k', sizeof key);
+    lc.key = (struct chanos_str){ key, sizeof key };
+    memset(&f, 0, sizeof f);
+    b.fault = &f;
+    CHECK_EQ(ctest_lookup_call_encode(&lc, &b), CHANOS_ERR_BOUND);
+    CHECK_EQ(f.code, CHANOS_ERR_BOUND);
+    CHECK_STR(f.message, "ctest.lookup call");
+    CHECK_STR(f.field, "key");
+    CHECK_EQ(f.offset, 16);
+    CHECK_STR(f.detail, "string length 40 exceeds bound 32");
+    CHECK_STR(text(&f), "wire: ctest.lookup call: field key: string length 40 "
+                        "exceeds bound 32 at offset 16");
+    CHECK(b.len == 0);
+    /* the record is written on failure only: a success leaves it */
+    lc.key = CHANOS_STR("k");
+    CHECK_EQ(ctest_lookup_call_encode(&lc, &b), 0);
+    CHECK_EQ(f.code, CHANOS_ERR_BOUND);
+    /* a NUL in a string, past the first argument */
+    b = newbuf();
+    b.fault = &f;
+    memset(&t, 0, sizeof t);
+    t.name = CHANOS_STR("ok");
+    t.data = (struct chanos_bytes){ (const uint8_t *)"abcdefghi", 9 };
+    CHECK_EQ(ctest_texts_encode(&t, &b), CHANOS_ERR_BOUND);
+    CHECK_STR(text(&f), "wire: ctest.texts: field data: array count 9 exceeds "
+                        "bound 8 at offset 22");
+    t.data.len = 0;
+    t.name = CHANOS_STR("a\0b");
+    CHECK_EQ(ctest_texts_encode(&t, &b), CHANOS_ERR_NUL);
+    CHECK_STR(text(&f), "wire: ctest.texts: field name: string holds a NUL byte "
+                        "at index 1 at offset 16");
+
+    /* an array over its bound */
+    fill_arrays(&a);
+    a.nvals = CTEST_ARRAYS_VALS_MAX + 1;
+    CHECK_EQ(ctest_arrays_encode(&a, &b), CHANOS_ERR_BOUND);
+    CHECK_STR(text(&f), "wire: ctest.arrays: field vals: array count 5 exceeds "
+                        "bound 4 at offset 16");
+    /* an element whose index the path holds */
+    a.nvals = 2;
+    a.colors[0] = (enum ctest_color)7;
+    CHECK_EQ(ctest_arrays_encode(&a, &b), CHANOS_ERR_ENUM);
+    CHECK_STR(text(&f), "wire: ctest.arrays: field colors[0]: enum value 7 out "
+                        "of range (3 enumerators) at offset 39");
+
+    /* a struct in a struct in an array: lines[1] starts at 20 + 24 */
+    fill_shapes(&sh);
+    sh.lines[1].to.c = (enum ctest_color)9;
+    CHECK_EQ(ctest_shapes_encode(&sh, &b), CHANOS_ERR_ENUM);
+    CHECK_STR(f.field, "lines[1].to.c");
+    CHECK_STR(text(&f), "wire: ctest.shapes: field lines[1].to.c: enum value 9 "
+                        "out of range (3 enumerators) at offset 64");
+    /* the interface-wide encoder says the same */
+    memset(&any, 0, sizeof any);
+    any.msg = CTEST_MSG_SHAPES;
+    any.u.shapes = sh;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_ENUM);
+    CHECK_STR(text(&f), "wire: ctest.shapes: field lines[1].to.c: enum value 9 "
+                        "out of range (3 enumerators) at offset 64");
+    any.kind = CHANOS_KIND_CALL;
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_HEADER);
+    CHECK_STR(text(&f), "wire: ctest.shapes: kind 0x01, expected a message");
+    any.msg = 99;
+    CHECK_EQ(ctest_encode(&any, &b), CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_STR(text(&f), "wire: ctest: message number 99 names no message of ctest");
+    /* a buffer too small, which Go's encoder does not know */
+    {
+        uint8_t small[40];
+
+        chanos_buf_init(&b, small, sizeof small, NULL, 0);
+        b.fault = &f;
+        fill_shapes(&sh);
+        CHECK_EQ(ctest_shapes_encode(&sh, &b), CHANOS_ERR_NOSPACE);
+        CHECK_STR(text(&f), "wire: ctest.shapes: frame of 68 bytes does not fit "
+                            "the 40 bytes left in the buffer");
+    }
+
+    /* decode faults of crafted frames: the same lines, lines[1].from.c
+     * (at 44 + 8) made 3, past the enumerators */
+    b = newbuf();
+    fill_shapes(&sh);
+    CHECK_EQ(ctest_shapes_encode(&sh, &b), 0);
+    fr = frame_dup(b.data, b.len);
+    CHECK_EQ(ctest_shapes_decode_fault(&dsh, fr.p, fr.len, NULL, 0, &f), 0);
+    CHECK(dsh.nlines == 2 && dsh.lines[1].to.x == 7);
+    fr.p[52] = 3;
+    memset(&f, 0, sizeof f);
+    CHECK_EQ(ctest_shapes_decode_fault(&dsh, fr.p, fr.len, NULL, 0, &f), CHANOS_ERR_ENUM);
+    CHECK_STR(text(&f), "wire: ctest.shapes: field lines[1].from.c: enum value 3 "
+                        "out of range (3 enumerators) at offset 52");
+    memset(&f, 0, sizeof f);
+    CHECK_EQ(ctest_decode_fault(&any, fr.p, fr.len, NULL, 0, &f), CHANOS_ERR_ENUM);
+    CHECK_STR(text(&f), "wire: ctest.shapes: field lines[1].from.c: enum value 3 "
+                        "out of range (3 enumerators) at offset 52");
+    /* the plain decoder fails the same, describing nothing */
+    CHECK_EQ(ctest_shapes_decode(&dsh, fr.p, fr.len, NULL, 0), CHANOS_ERR_ENUM);
+    /* the header: another message's frame, a count past the bytes left */
+    fr.p[52] = 1;
+    chanos_store_u16(fr.p + 4, CTEST_MSG_TEXTS);
+    CHECK_EQ(ctest_shapes_decode_fault(&dsh, fr.p, fr.len, NULL, 0, &f),
+             CHANOS_ERR_UNKNOWN_MESSAGE);
+    CHECK_STR(text(&f), "wire: ctest.shapes: message number 3, expected 11 at "
+                        "offset 4");
+    chanos_store_u16(fr.p + 4, CTEST_MSG_SHAPES);
+    fr.p[16] = 3;
+    CHECK_EQ(ctest_shapes_decode_fault(&dsh, fr.p, fr.len, NULL, 0, &f),
+             CHANOS_ERR_TRUNCATED);
+    CHECK_STR(text(&f), "wire: ctest.shapes: field lines: array count 3 needs "
+                        "72 bytes, 48 left at offset 16");
+    frame_free(fr);
+
+    /* a bool in an array, and a fixed array in a struct */
+    fill_arrays(&a);
+    b = newbuf();
+    CHECK_EQ(ctest_arrays_encode(&a, &b), 0);
+    fr = frame_dup(b.data, b.len);
+    fr.p[33] = 2; /* bits[1]: after vals (16 + 4 + 8) and the count */
+    CHECK_EQ(ctest_arrays_decode_fault(&da, fr.p, fr.len, NULL, 0, &f), CHANOS_ERR_BOOL);
+    CHECK_STR(text(&f), "wire: ctest.arrays: field bits[1]: bool byte 2 is "
+                        "neither 0 nor 1 at offset 33");
+    frame_free(fr);
 }
 
 /* ---- stubs and dispatch ---- */
@@ -855,6 +1022,19 @@ static void *serve_thread(void *arg)
     return NULL;
 }
 
+/* conn_pair connects *srv and *cli over a fresh ring pair sized for
+ * ctest's frames. */
+static void conn_pair(chanos_conn **srv, chanos_conn **cli)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+
+    o.max_msg = CTEST_MAX_FRAME_SIZE;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, cli), 0);
+}
+
 static bool str_is(struct chanos_str v, const char *want)
 {
     return v.len == strlen(want) && memcmp(v.ptr, want, v.len) == 0;
@@ -862,7 +1042,6 @@ static bool str_is(struct chanos_str v, const char *want)
 
 static void test_stubs(void)
 {
-    struct chanos_ump_options o = { 0 };
     struct server_thread t = { 0 };
     struct ctest_put_call put = { 42 };
     struct ctest_put_reply pr;
@@ -872,7 +1051,6 @@ static void test_stubs(void)
     struct ctest_sync_reply sr;
     struct ctest_scalars m;
     struct chanos_status st;
-    chanos_ump *ua, *ub;
     chanos_conn *cli;
     pthread_t th;
 
@@ -883,10 +1061,7 @@ static void test_stubs(void)
     CHECK_EQ(ctest_interface.max_frame, CTEST_MAX_FRAME_SIZE);
     CHECK(ctest_interface.fingerprint == CTEST_FINGERPRINT);
 
-    o.max_msg = CTEST_MAX_FRAME_SIZE;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &t.c), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair(&t.c, &cli);
     CHECK_EQ(pthread_create(&th, NULL, serve_thread, &t), 0);
 
     /* rpcs: a reply, the handler's own error code, unimplemented */
@@ -912,6 +1087,44 @@ static void test_stubs(void)
     CHECK_EQ(chanos_conn_status(cli, &st), 0);
     CHECK(st.code == CHANOS_CODE_NOT_FOUND);
     CHECK_EQ(st.detail.len, 0);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    /* an argument over its bound: nothing is sent, and the connection
+     * says which frame and field, until its next call */
+    {
+        char key[40];
+        struct ctest_lookup_call lc = { 0 };
+        struct ctest_lookup_reply lr;
+
+        memset(key, 'k', sizeof key);
+        lc.key = (struct chanos_str){ key, sizeof key };
+        CHECK_EQ(ctest_lookup(cli, &lc, &lr, 2000), CHANOS_ERR_BOUND);
+        CHECK(chanos_conn_fault(cli) != NULL);
+        CHECK_STR(text(chanos_conn_fault(cli)),
+                  "wire: ctest.lookup call: field key: string length 40 "
+                  "exceeds bound 32 at offset 16");
+        put.h = 42;
+        CHECK_EQ(ctest_put(cli, &put, &pr, 2000), 0);
+        CHECK(chanos_conn_fault(cli) == NULL);
+    }
+    /* a call that does not decode is answered with why, in Go's words */
+    {
+        uint8_t mem[CTEST_LOOKUP_CALL_MAX_FRAME_SIZE];
+        struct ctest_lookup_call lc = { 0 };
+        struct chanos_frame reply;
+        struct chanos_buf cb;
+
+        chanos_buf_init(&cb, mem, sizeof mem, NULL, 0);
+        lc.key = CHANOS_STR("k");
+        CHECK_EQ(ctest_lookup_call_encode(&lc, &cb), 0);
+        mem[16 + 5 + 8] = 5; /* p.c, after key and p.x, p.y */
+        CHECK_EQ(chanos_conn_call(cli, mem, cb.len, 2000, &reply, NULL, NULL),
+                 CHANOS_ERR_REMOTE);
+        CHECK_EQ(chanos_conn_status(cli, &st), 0);
+        CHECK(st.code == CHANOS_SERVE_INVALID);
+        CHECK(str_is(st.detail, "the call does not decode: wire: ctest.lookup "
+                                "call: field p.c: enum value 5 out of range (3 "
+                                "enumerators) at offset 29"));
+    }
     /* messages, handled in order before the next call */
     memset(&m, 0, sizeof m);
     m.u64 = 1234567890123ull;
@@ -935,19 +1148,14 @@ static void test_stubs(void)
  * has id 1. */
 static void test_stub_closes_stray_fds(void)
 {
-    struct chanos_ump_options o = { 0 };
     struct ctest_put_call put = { 42 };
     struct ctest_put_reply pr;
     struct chanos_hdr h = { CHANOS_HEADER_SIZE, CTEST_MSG_PUT, CHANOS_KIND_REPLY, 2, 1, 0 };
     uint8_t frame[CHANOS_HEADER_SIZE];
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     int before = count_fds(), fds[2];
 
-    o.max_msg = CTEST_MAX_FRAME_SIZE;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair(&srv, &cli);
     chanos_hdr_put(frame, &h);
     fds[0] = open("/dev/null", O_RDONLY | O_CLOEXEC);
     fds[1] = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -959,6 +1167,46 @@ static void test_stub_closes_stray_fds(void)
     chanos_conn_close(cli);
     chanos_conn_close(srv);
     CHECK_EQ(count_fds(), before);
+}
+
+/*
+ * A peer's frame that does not decode: a reply in a stub, and a message
+ * that ends serving. The connection's fault says which field, in Go's
+ * words. The frames are in the ring before the call and the serve.
+ */
+static void test_stub_decode_faults(void)
+{
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr;
+    struct chanos_hdr h = { CHANOS_HEADER_SIZE, CTEST_MSG_GET, CHANOS_KIND_REPLY, 0, 1, 0 };
+    uint8_t frame[CHANOS_HEADER_SIZE];
+    struct ctest_scalars m;
+    struct chanos_buf b = newbuf();
+    struct store st = { 0 };
+    chanos_conn *srv, *cli;
+
+    conn_pair(&srv, &cli);
+    /* get's reply, call id 1, without the handle it must carry */
+    chanos_hdr_put(frame, &h);
+    CHECK_EQ(chanos_conn_send(srv, frame, sizeof frame, 1000), 0);
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 2000), CHANOS_ERR_TRUNCATED);
+    CHECK(chanos_conn_fault(cli) != NULL);
+    CHECK_STR(text(chanos_conn_fault(cli)),
+              "wire: ctest.get reply: field h: frame ends 0 bytes into the "
+              "field at offset 16");
+    /* a message whose bool is 2: serving ends with why */
+    fill_scalars(&m);
+    CHECK_EQ(ctest_scalars_encode(&m, &b), 0);
+    b.data[16 + 55] = 2; /* flag, after u8 ... ch */
+    CHECK_EQ(chanos_conn_send(cli, b.data, b.len, 1000), 0);
+    CHECK_EQ(ctest_serve(srv, &store_ops, &st, 1000), CHANOS_ERR_BOOL);
+    CHECK(chanos_conn_fault(srv) != NULL);
+    CHECK_STR(text(chanos_conn_fault(srv)),
+              "wire: ctest.scalars: field flag: bool byte 2 is neither 0 nor 1 "
+              "at offset 71");
+    CHECK_EQ(st.scalars, 0);
+    chanos_conn_close(cli);
+    chanos_conn_close(srv);
 }
 
 /* test_mutations decodes many corrupted copies of valid frames of every
@@ -1089,7 +1337,9 @@ int main(void)
     test_rpc();
     test_any();
     test_mutations();
+    test_faults();
     test_stubs();
     test_stub_closes_stray_fds();
+    test_stub_decode_faults();
     return check_done("codegen_test");
 }

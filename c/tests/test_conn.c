@@ -661,8 +661,8 @@ static void test_fds(void)
     /* a frame with two descriptors: q[1] copied, p[1] given away */
     CHECK_EQ(chanos_conn_buf(cli, &b, 256), 0);
     chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
-    chanos_enc_cap(&e, q[1]);
-    chanos_enc_give_away_cap(&e, p[1]);
+    chanos_enc_cap(&e, NULL, q[1]);
+    chanos_enc_give_away_cap(&e, NULL, p[1]);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK_EQ(b.nfds, 2);
     CHECK_EQ(chanos_conn_send_buf(cli, &b, 1000), 0);

@@ -98,7 +98,7 @@ static void test_failed_encode_gives_nothing_away(void)
     conn_pair(&srv, &cli);
     chanos_buf_init(&b, data, sizeof data, fds, 4);
     chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
-    chanos_enc_give_away_cap(&e, given);
+    chanos_enc_give_away_cap(&e, NULL, given);
     chanos_enc_u64(&e, 1);
     chanos_enc_u64(&e, 2); /* past the buffer */
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
@@ -106,7 +106,7 @@ static void test_failed_encode_gives_nothing_away(void)
     CHECK_EQ(b.nfds, 0);
 
     chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
-    chanos_enc_cap(&e, mine);
+    chanos_enc_cap(&e, NULL, mine);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK_EQ(chanos_conn_send_buf(cli, &b, 1000), 0);
     CHECK(is_open(mine));  /* a plain cap: the caller's still */
@@ -137,7 +137,7 @@ static void call_while_busy(void *arg, const struct chanos_frame *f)
     chanos_frame_close_fds(f);
     chanos_buf_init(&b, data, sizeof data, fds, 1);
     chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_CALL);
-    chanos_enc_give_away_cap(&e, busy_given);
+    chanos_enc_give_away_cap(&e, NULL, busy_given);
     chanos_enc_u64(&e, 1);
     CHECK_EQ(chanos_enc_end(&e), 0);
     busy_rc = chanos_conn_call_buf(busy, &b, 1000, &r, NULL, NULL);

@@ -171,14 +171,14 @@ static void test_encode_decode(void)
     chanos_enc_i64(&e, INT64_MIN);
     chanos_enc_char(&e, 'z');
     chanos_enc_bool(&e, true);
-    chanos_enc_enum(&e, 2, 3);
+    chanos_enc_enum(&e, NULL, 2, 3);
     chanos_enc_raw(&e, "xyz", 3);
-    CHECK(chanos_enc_count(&e, 2, 2) == 2);
-    chanos_enc_str(&e, CHANOS_STR("hi"), 2);
-    chanos_enc_bytes(&e, (struct chanos_bytes){ (const uint8_t *)"\0\1", 2 }, 4);
+    CHECK(chanos_enc_count(&e, NULL, 2, 2) == 2);
+    chanos_enc_str(&e, NULL, CHANOS_STR("hi"), 2);
+    chanos_enc_bytes(&e, NULL, (struct chanos_bytes){ (const uint8_t *)"\0\1", 2 }, 4);
     chanos_enc_iref(&e, &r);
-    chanos_enc_cap(&e, 30);
-    chanos_enc_cap(&e, 31);
+    chanos_enc_cap(&e, NULL, 30);
+    chanos_enc_cap(&e, NULL, 31);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 16 + 1 + 1 + 2 + 2 + 4 + 4 + 8 + 8 + 1 + 1 + 4 + 3 + 4 + 6 + 6 + 32 + 8);
     CHECK(b.nfds == 2 && fds[0] == 30 && fds[1] == 31);
@@ -186,38 +186,38 @@ static void test_encode_decode(void)
 
     CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
     CHECK(h.msg == 7 && h.ncaps == 2);
-    CHECK(chanos_dec_u8(&d) == 0xab);
-    CHECK(chanos_dec_i8(&d) == -2);
-    CHECK(chanos_dec_u16(&d) == 0xbeef);
-    CHECK(chanos_dec_i16(&d) == -3);
-    CHECK(chanos_dec_u32(&d) == 0xdeadbeef);
-    CHECK(chanos_dec_i32(&d) == INT32_MIN);
-    CHECK(chanos_dec_u64(&d) == UINT64_MAX);
-    CHECK(chanos_dec_i64(&d) == INT64_MIN);
-    CHECK(chanos_dec_char(&d) == 'z');
-    CHECK(chanos_dec_bool(&d) == true);
-    CHECK(chanos_dec_enum(&d, 3) == 2);
-    chanos_dec_raw(&d, raw, 3);
+    CHECK(chanos_dec_u8(&d, NULL) == 0xab);
+    CHECK(chanos_dec_i8(&d, NULL) == -2);
+    CHECK(chanos_dec_u16(&d, NULL) == 0xbeef);
+    CHECK(chanos_dec_i16(&d, NULL) == -3);
+    CHECK(chanos_dec_u32(&d, NULL) == 0xdeadbeef);
+    CHECK(chanos_dec_i32(&d, NULL) == INT32_MIN);
+    CHECK(chanos_dec_u64(&d, NULL) == UINT64_MAX);
+    CHECK(chanos_dec_i64(&d, NULL) == INT64_MIN);
+    CHECK(chanos_dec_char(&d, NULL) == 'z');
+    CHECK(chanos_dec_bool(&d, NULL) == true);
+    CHECK(chanos_dec_enum(&d, NULL, 3) == 2);
+    chanos_dec_raw(&d, NULL, raw, 3);
     CHECK(memcmp(raw, "xyz", 3) == 0);
-    CHECK(chanos_dec_count(&d, 2, 1) == 2);
-    s = chanos_dec_str(&d, 2);
+    CHECK(chanos_dec_count(&d, NULL, 2, 1) == 2);
+    s = chanos_dec_str(&d, NULL, 2);
     CHECK(s.len == 2 && memcmp(s.ptr, "hi", 2) == 0);
-    by = chanos_dec_bytes(&d, 4);
+    by = chanos_dec_bytes(&d, NULL, 4);
     CHECK(by.len == 2 && by.ptr[0] == 0 && by.ptr[1] == 1);
-    chanos_dec_iref(&d, &r2);
+    chanos_dec_iref(&d, NULL, &r2);
     CHECK(memcmp(&r, &r2, sizeof r) == 0);
-    CHECK(chanos_dec_cap(&d) == 40);
-    CHECK(chanos_dec_cap(&d) == 41);
+    CHECK(chanos_dec_cap(&d, NULL) == 40);
+    CHECK(chanos_dec_cap(&d, NULL) == 41);
     CHECK_EQ(chanos_dec_end(&d), 0);
 
     /* Sticky errors: after the first, reads return zero values. */
     CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, in, 2), 0);
     d.len = 18; /* pretend the frame ends after two bytes of body */
-    CHECK(chanos_dec_u16(&d) == 0xfeab);
-    CHECK(chanos_dec_u32(&d) == 0);
-    CHECK(chanos_dec_u8(&d) == 0); /* even though one byte would fit */
-    CHECK(chanos_dec_cap(&d) == -1);
-    s = chanos_dec_str(&d, 10);
+    CHECK(chanos_dec_u16(&d, NULL) == 0xfeab);
+    CHECK(chanos_dec_u32(&d, NULL) == 0);
+    CHECK(chanos_dec_u8(&d, NULL) == 0); /* even though one byte would fit */
+    CHECK(chanos_dec_cap(&d, NULL) == -1);
+    s = chanos_dec_str(&d, NULL, 10);
     CHECK(s.ptr == NULL && s.len == 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
 }
@@ -234,41 +234,41 @@ static void test_encode_errors(void)
     /* 255 capabilities fit in a frame, 256 do not. */
     chanos_enc_begin(&e, &b, 1, 0);
     for (i = 0; i < CHANOS_MAX_CAPS; i++)
-        chanos_enc_cap(&e, i);
+        chanos_enc_cap(&e, NULL, i);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.nfds == 255 && mem[7] == 255);
     chanos_buf_reset(&b);
     chanos_enc_begin(&e, &b, 1, 0);
     for (i = 0; i <= CHANOS_MAX_CAPS; i++)
-        chanos_enc_cap(&e, i);
+        chanos_enc_cap(&e, NULL, i);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_CAP);
     CHECK(b.len == 0 && b.nfds == 0);
 
     /* Bounds, NUL and enums. */
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_str(&e, CHANOS_STR("abc"), 2);
+    chanos_enc_str(&e, NULL, CHANOS_STR("abc"), 2);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_str(&e, CHANOS_STR("a\0"), 2);
+    chanos_enc_str(&e, NULL, CHANOS_STR("a\0"), 2);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NUL);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_str(&e, (struct chanos_str){ NULL, 0 }, 2);
-    chanos_enc_bytes(&e, (struct chanos_bytes){ NULL, 0 }, 0);
+    chanos_enc_str(&e, NULL, (struct chanos_str){ NULL, 0 }, 2);
+    chanos_enc_bytes(&e, NULL, (struct chanos_bytes){ NULL, 0 }, 0);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 24);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_bytes(&e, (struct chanos_bytes){ mem, 3 }, 2);
+    chanos_enc_bytes(&e, NULL, (struct chanos_bytes){ mem, 3 }, 2);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
-    CHECK(chanos_enc_count(&e, 5, 4) == 0);
+    CHECK(chanos_enc_count(&e, NULL, 5, 4) == 0);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_enum(&e, 3, 3);
+    chanos_enc_enum(&e, NULL, 3, 3);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
     /* The first value error is the one reported. */
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_enum(&e, 9, 3);
-    chanos_enc_str(&e, CHANOS_STR("abc"), 1);
+    chanos_enc_enum(&e, NULL, 9, 3);
+    chanos_enc_str(&e, NULL, CHANOS_STR("abc"), 1);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
     CHECK(b.len == 24 && b.nfds == 0);
 
@@ -282,19 +282,19 @@ static void test_encode_errors(void)
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     chanos_enc_begin(&e, &b, 1, 0);
     chanos_enc_u64(&e, 1);
-    chanos_enc_str(&e, CHANOS_STR("toolong"), 3);
+    chanos_enc_str(&e, NULL, CHANOS_STR("toolong"), 3);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_BOUND);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_cap(&e, 5);
+    chanos_enc_cap(&e, NULL, 5);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     CHECK(b.len == 0 && b.nfds == 0);
     chanos_buf_init(&b, mem, 20, NULL, 0);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_cap(&e, 5);
+    chanos_enc_cap(&e, NULL, 5);
     CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_NOSPACE);
     chanos_buf_init(&b, mem, 20, fds, 1);
     chanos_enc_begin(&e, &b, 1, 0);
-    chanos_enc_cap(&e, 5);
+    chanos_enc_cap(&e, NULL, 5);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK(b.len == 20 && b.nfds == 1 && fds[0] == 5);
 }
@@ -320,46 +320,46 @@ static void test_decode_errors(void)
     chanos_store_u32(f + 16, 3);
     memcpy(f + 20, "ab\0c", 4);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_str(&d, 2);
+    (void)chanos_dec_str(&d, NULL, 2);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
     chanos_store_u32(f + 16, 5);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_str(&d, 8);
+    (void)chanos_dec_str(&d, NULL, 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
     chanos_store_u32(f + 16, 4);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_str(&d, 8);
+    (void)chanos_dec_str(&d, NULL, 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_NUL);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_bytes(&d, 8); /* a NUL is fine in bytes */
+    (void)chanos_dec_bytes(&d, NULL, 8); /* a NUL is fine in bytes */
     CHECK_EQ(chanos_dec_end(&d), 0);
     chanos_store_u32(f + 16, 0xffffffff);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_bytes(&d, 8);
+    (void)chanos_dec_bytes(&d, NULL, 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_count(&d, 0xfffffffe, 1) == 0);
+    CHECK(chanos_dec_count(&d, NULL, 0xfffffffe, 1) == 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOUND);
     /* A count within its bound whose elements the bytes left cannot
      * hold is TRUNCATED before any element is read, as in Go. */
     chanos_store_u32(f + 16, 2);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_count(&d, 4, 4) == 0);
+    CHECK(chanos_dec_count(&d, NULL, 4, 4) == 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_count(&d, 4, 2) == 2);
+    CHECK(chanos_dec_count(&d, NULL, 4, 2) == 2);
 
     /* Bool and enum values. */
     f[16] = 2;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    (void)chanos_dec_bool(&d);
+    (void)chanos_dec_bool(&d, NULL);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOOL);
     chanos_store_u32(f + 16, 1);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_enum(&d, 1) == 0);
+    CHECK(chanos_dec_enum(&d, NULL, 1) == 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_ENUM);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, NULL, 0, 3, 0), 0);
-    CHECK(chanos_dec_enum(&d, 2) == 1);
+    CHECK(chanos_dec_enum(&d, NULL, 2) == 1);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRAILING);
 
     /* Capabilities: index, ncaps and nfds. */
@@ -367,25 +367,25 @@ static void test_decode_errors(void)
     chanos_store_u32(f + 20, 1);
     f[7] = 2;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
-    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
+    CHECK(chanos_dec_cap(&d, NULL) == 7 && chanos_dec_cap(&d, NULL) == 8);
     CHECK_EQ(chanos_dec_end(&d), 0);
     /* one fd for an ncaps of 2: no capability is handed out */
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
-    CHECK(chanos_dec_cap(&d) == -1);
+    CHECK(chanos_dec_cap(&d, NULL) == -1);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     /* more capability values than ncaps, and fewer */
     f[7] = 1;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
-    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == -1);
+    CHECK(chanos_dec_cap(&d, NULL) == 7 && chanos_dec_cap(&d, NULL) == -1);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 3;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 3, 3, 0), 0);
-    CHECK(chanos_dec_cap(&d) == 7 && chanos_dec_cap(&d) == 8);
+    CHECK(chanos_dec_cap(&d, NULL) == 7 && chanos_dec_cap(&d, NULL) == 8);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 2;
     chanos_store_u32(f + 16, 1);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
-    (void)chanos_dec_cap(&d);
+    (void)chanos_dec_cap(&d, NULL);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
 
     /* More fds than ncaps, or fewer, is CAP before any fault of the body
@@ -393,19 +393,108 @@ static void test_decode_errors(void)
     f[7] = 1;
     f[16] = 2; /* a bad bool */
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
-    (void)chanos_dec_bool(&d);
+    (void)chanos_dec_bool(&d, NULL);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_BOOL);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 2, 3, 0), 0);
-    (void)chanos_dec_bool(&d);
+    (void)chanos_dec_bool(&d, NULL);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     CHECK_EQ(chanos_dec_begin(&d, &h, f, 24, NULL, 0), 0);
-    (void)chanos_dec_bool(&d);
+    (void)chanos_dec_bool(&d, NULL);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     f[7] = 0;
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, 0), 0);
     CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_CAP);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 4, 0), CHANOS_ERR_UNKNOWN_MESSAGE);
     CHECK_EQ(chanos_dec_begin_msg(&d, f, 24, fds, 1, 3, CHANOS_KIND_CALL), CHANOS_ERR_HEADER);
+}
+
+/*
+ * A fault's description, as Go's wire.Error writes one: each part only if
+ * known, cut as snprintf cuts; and its path, built from the inside out
+ * (chanos_wire_leave_), Go's joins included, a path too long for the
+ * record keeping its innermost part.
+ */
+static void test_fault_text(void)
+{
+    struct chanos_wire_fault f;
+    struct chanos_enc e;
+    struct chanos_dec d;
+    struct chanos_buf b;
+    struct chanos_hdr h;
+    uint8_t mem[64];
+    char out[CHANOS_WIRE_FAULT_TEXT_MAX], inner[80];
+
+    CHECK_EQ(chanos_wire_fault_describe(NULL, out, sizeof out), 0);
+    CHECK_STR(out, "");
+    memset(&f, 0, sizeof f);
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, sizeof out), 0);
+    CHECK_STR(out, "");
+    f.code = CHANOS_ERR_BOUND;
+    f.offset = -1;
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, sizeof out), 11);
+    CHECK_STR(out, "wire: bound");
+    f.message = "kv.put";
+    strcpy(f.detail, "string length 300 exceeds bound 256");
+    strcpy(f.field, "key");
+    f.offset = 20;
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: kv.put: field key: string length 300 exceeds bound 256 at offset 20");
+    CHECK_EQ(chanos_wire_fault_describe(&f, out, 10), 73);
+    CHECK_STR(out, "wire: kv.");
+
+    /* the joins of Go's Leave and LeaveIndex */
+    strcpy(f.field, "x");
+    chanos_wire_leave_(&f, "from");
+    CHECK_STR(f.field, "from.x");
+    chanos_wire_leave_index_(&f, "lines", 1);
+    CHECK_STR(f.field, "lines[1].from.x");
+    f.field[0] = '\0';
+    chanos_wire_leave_index_(&f, "", 3);
+    CHECK_STR(f.field, "[3]");
+    chanos_wire_leave_index_(&f, "", 2);
+    CHECK_STR(f.field, "[2][3]");
+    chanos_wire_leave_(&f, "m");
+    CHECK_STR(f.field, "m[2][3]");
+    chanos_wire_leave_(&f, "");
+    CHECK_STR(f.field, "m[2][3]");
+    chanos_wire_leave_(NULL, "x"); /* no record: nothing */
+
+    /* too long: the innermost part stays, after "..." */
+    memset(inner, 'i', sizeof inner - 1);
+    inner[sizeof inner - 1] = '\0';
+    strcpy(f.field, inner);
+    chanos_wire_leave_(&f, "outer_field_name");
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strncmp(f.field, "...", 3) == 0);
+    CHECK(strcmp(f.field + strlen(f.field) - strlen(inner), inner) == 0);
+    CHECK(strstr(f.field, "name.") != NULL);
+    chanos_wire_leave_index_(&f, "a", 7);
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strcmp(f.field + strlen(f.field) - strlen(inner), inner) == 0);
+    memset(inner, 'n', sizeof inner - 1);
+    chanos_wire_leave_(&f, inner); /* a name longer than what is left */
+    CHECK_EQ(strlen(f.field), CHANOS_WIRE_FIELD_MAX - 1);
+    CHECK(strncmp(f.field, "...", 3) == 0);
+
+    /* hand-written coding describes its faults when given a record */
+    chanos_buf_init(&b, mem, sizeof mem, NULL, 0);
+    b.fault = &f;
+    chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
+    chanos_enc_u32(&e, 7);
+    chanos_enc_enum(&e, "c", 3, 3);
+    CHECK_EQ(chanos_enc_end(&e), CHANOS_ERR_ENUM);
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: field c: enum value 3 out of range (3 enumerators) at offset 20");
+    chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
+    chanos_enc_u32(&e, 7);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len - 1, NULL, 0), CHANOS_ERR_SIZE);
+    CHECK_EQ(chanos_dec_begin(&d, &h, mem, b.len, NULL, 0), 0);
+    d.fault = &f;
+    CHECK(chanos_dec_u64(&d, "v") == 0);
+    CHECK_EQ(chanos_dec_end(&d), CHANOS_ERR_TRUNCATED);
+    CHECK_STR((chanos_wire_fault_describe(&f, out, sizeof out), out),
+              "wire: field v: frame ends 4 bytes into the field at offset 16");
 }
 
 /*
@@ -507,6 +596,7 @@ int main(void)
     test_encode_decode();
     test_encode_errors();
     test_decode_errors();
+    test_fault_text();
     test_metadata_vectors();
     return check_done("test_wire");
 }

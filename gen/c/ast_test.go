@@ -148,7 +148,8 @@ func ctestAST() *idl.Interface {
 		b.field("fd", builtin(idl.Cap)))
 	pair := b.strct("pair", b.field("a", builtin(idl.Uint8)), b.field("b", builtin(idl.Uint64)))
 	unused := b.strct("unused", b.field("z", builtin(idl.Uint16)))
-	types := []*idl.TypeDecl{color, mac, handle, shade, vec, mat, flags, point, rec, pair, unused}
+	line := b.strct("line", b.field("from", ref(point)), b.field("to", ref(point)))
+	types := []*idl.TypeDecl{color, mac, handle, shade, vec, mat, flags, point, rec, pair, unused, line}
 
 	iface := b.iface("ctest", types,
 		b.message("empty"),
@@ -192,6 +193,7 @@ func ctestAST() *idl.Interface {
 		b.rpc("sync"),
 		b.rpc("put", in(b.arg("h", ref(handle)))),
 		b.rpc("get", out(b.arg("h", ref(handle)))),
+		b.message("shapes", b.dyn("lines", ref(line), "nlines", 3)),
 	)
 	iface.Description = "C back-end test"
 	iface.Doc = "ctest: exercises every construct of the C mapping (docs/codegen-c.md).\n" +

@@ -273,10 +273,13 @@ func (g *generator) checkFrames() error {
 			add(f.cname, f.msg.Pos, what),
 			add(f.cname+"_encode", f.msg.Pos, "the encoder of "+what),
 			add(f.cname+"_decode", f.msg.Pos, "the decoder of "+what),
+			add(f.cname+"_decode_fault", f.msg.Pos, "the decoder with faults of "+what),
 			add(upper(f.cname)+"_MAX_FRAME_SIZE", f.msg.Pos, "the frame size of "+what),
 			union.add(f.member, f.msg.Pos, "the member for "+what+" of union "+g.pfx+"_msg"))
 		if len(f.args) > 0 {
-			errs = append(errs, add("dec_"+f.base, f.msg.Pos, "the body decoder of "+what))
+			errs = append(errs,
+				add("enc_"+f.base, f.msg.Pos, "the body encoder of "+what),
+				add("dec_"+f.base, f.msg.Pos, "the body decoder of "+what))
 		}
 		members := newScope()
 		for _, a := range f.args {
@@ -290,6 +293,7 @@ func (g *generator) checkFrames() error {
 	errs = append(errs,
 		add(g.pfx+"_msg", pos, "the tagged union of interface "+g.iface.Name),
 		add(g.pfx+"_decode", pos, "the decoder of interface "+g.iface.Name),
+		add(g.pfx+"_decode_fault", pos, "the decoder with faults of interface "+g.iface.Name),
 		add(g.pfx+"_encode", pos, "the encoder of interface "+g.iface.Name),
 		add(g.upfx+"_MAX_FRAME_SIZE", pos, "the frame size of interface "+g.iface.Name),
 		add(g.upfx+"_MAX_CAPS", pos, "the capability count of interface "+g.iface.Name))

@@ -2,6 +2,7 @@ package c
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/chanos/chanos/idl"
@@ -273,18 +274,23 @@ func (g *generator) headerDoc(p *printer) {
 		"      appends one frame to out, with call_id and timeout_us 0.\n" +
 		"      Returns 0; CHANOS_ERR_BOUND, _NUL, _ENUM or _CAP for a value\n" +
 		"      that cannot be encoded; or CHANOS_ERR_NOSPACE. out is unchanged\n" +
-		"      on failure. Capabilities (fds) are copied to out->fds, not\n" +
-		"      duplicated or closed.\n" +
-		docProto(proto("     ", "int "+x+"_decode", []string{"struct " + x + " *m", "const uint8_t *frame",
-			"size_t len", "const int *fds", "uint32_t nfds"}, ";")) + "\n" +
+		"      on failure, which is described in *out->fault if it is set:\n" +
+		"      which field, and why (chanos_wire_fault_describe).\n" +
+		"      Capabilities (fds) are copied to out->fds, not duplicated or\n" +
+		"      closed.\n" +
+		docProto(proto("     ", "int "+x+"_decode", decodeParams(x, false), ";")) + "\n" +
 		"      decodes the one frame in frame[0..len), whose capabilities came\n" +
 		"      with it as fds[0..nfds). Returns 0 or a CHANOS_ERR_* code (see\n" +
 		"      docs/wire.md); *m is unspecified on failure. Strings and byte\n" +
 		"      arrays in *m are views into frame, valid while it is. Capability\n" +
 		"      fields are fds copied from fds: decoding neither duplicates nor\n" +
-		"      closes them.\n\n" +
-		fmt.Sprintf("%s_decode decodes any frame of the interface into a struct %s_msg, "+
-			"and %s_encode encodes one, call_id and timeout_us included.", n, n, n)
+		"      closes them.\n" +
+		docProto(proto("     ", "int "+x+"_decode_fault", decodeParams(x, true), ";")) + "\n" +
+		"      is " + x + "_decode that also describes a failure in *fault (NULL:\n" +
+		"      nowhere). It writes *fault only when it fails.\n\n" +
+		fmt.Sprintf("%s_decode decodes any frame of the interface into a struct %s_msg "+
+			"(%s_decode_fault too), and %s_encode encodes one, call_id and timeout_us "+
+			"included.", n, n, n, n)
 	width := lineWidth - 3
 	lines := withDoc(paragraphs(title+".", width), g.iface.Doc)
 	p.block("", append(append(lines, ""), paragraphs(text, width)...))
@@ -463,8 +469,8 @@ func (g *generator) frameDecls(p *printer, f *frame) {
 	p.f("};")
 	p.blank()
 	p.f("%s", proto("", "int "+f.cname+"_encode", []string{"const struct " + f.cname + " *m", "struct chanos_buf *out"}, ";"))
-	p.f("%s", proto("", "int "+f.cname+"_decode", []string{"struct " + f.cname + " *m", "const uint8_t *frame",
-		"size_t len", "const int *fds", "uint32_t nfds"}, ";"))
+	p.f("%s", proto("", "int "+f.cname+"_decode", decodeParams(f.cname, false), ";"))
+	p.f("%s", proto("", "int "+f.cname+"_decode_fault", decodeParams(f.cname, true), ";"))
 	p.blank()
 }
 
@@ -500,8 +506,8 @@ func (g *generator) unionDecl(p *printer) {
 	p.f("    } u;")
 	p.f("};")
 	p.blank()
-	p.f("%s", proto("", "int "+n+"_decode", []string{"struct " + n + "_msg *m", "const uint8_t *frame",
-		"size_t len", "const int *fds", "uint32_t nfds"}, ";"))
+	p.f("%s", proto("", "int "+n+"_decode", decodeParams(n+"_msg", false), ";"))
+	p.f("%s", proto("", "int "+n+"_decode_fault", decodeParams(n+"_msg", true), ";"))
 	p.f("%s", proto("", "int "+n+"_encode", []string{"const struct " + n + "_msg *m", "struct chanos_buf *out"}, ";"))
 	p.blank()
 }
@@ -560,72 +566,6 @@ func (b *body) locals() string {
 
 func ind(n int) string { return strings.Repeat("    ", n) }
 
-// encValue emits one statement that encodes expr, of type t, with the
-// encoder e. depth is the loop nesting.
-func (g *generator) encValue(b *body, level int, e, expr string, t *idl.TypeRef, depth int) {
-	bt, d := t.Underlying()
-	if d == nil {
-		switch bt {
-		case idl.Iref:
-			b.p.f("%schanos_enc_iref(%s, &%s);", ind(level), e, expr)
-		case idl.Cap:
-			b.p.f("%schanos_enc_cap(%s, %s);", ind(level), e, expr)
-		case idl.GiveAwayCap:
-			b.p.f("%schanos_enc_give_away_cap(%s, %s);", ind(level), e, expr)
-		default:
-			b.p.f("%schanos_enc_%s(%s, %s);", ind(level), wireFunc[bt], e, expr)
-		}
-		return
-	}
-	switch d.Kind {
-	case idl.DeclStruct:
-		b.p.f("%senc_%s(%s, &%s);", ind(level), g.tname(d), e, expr)
-	case idl.DeclEnum:
-		b.p.f("%schanos_enc_enum(%s, (uint32_t)%s, %d);", ind(level), e, expr, len(d.Enumerators))
-	case idl.DeclArray:
-		if isByte(d.Elem) {
-			b.p.f("%schanos_enc_raw(%s, %s, %d);", ind(level), e, expr, d.Len)
-			return
-		}
-		v := loopVar(depth)
-		b.loops = max(b.loops, depth+1)
-		b.p.f("%sfor (%s = 0; %s < %d; %s++)", ind(level), v, v, d.Len, v)
-		g.encValue(b, level+1, e, expr+"["+v+"]", d.Elem, depth+1)
-	}
-}
-
-// decValue emits one statement that decodes into expr, of type t, with
-// the decoder d.
-func (g *generator) decValue(b *body, level int, dec, expr string, t *idl.TypeRef, depth int) {
-	bt, d := t.Underlying()
-	if d == nil {
-		switch bt {
-		case idl.Iref:
-			b.p.f("%schanos_dec_iref(%s, &%s);", ind(level), dec, expr)
-		case idl.Cap, idl.GiveAwayCap:
-			b.p.f("%s%s = chanos_dec_cap(%s);", ind(level), expr, dec)
-		default:
-			b.p.f("%s%s = chanos_dec_%s(%s);", ind(level), expr, wireFunc[bt], dec)
-		}
-		return
-	}
-	switch d.Kind {
-	case idl.DeclStruct:
-		b.p.f("%sdec_%s(%s, &%s);", ind(level), g.tname(d), dec, expr)
-	case idl.DeclEnum:
-		b.p.f("%s%s = (%s)chanos_dec_enum(%s, %d);", ind(level), expr, g.ctype(t), dec, len(d.Enumerators))
-	case idl.DeclArray:
-		if isByte(d.Elem) {
-			b.p.f("%schanos_dec_raw(%s, %s, %d);", ind(level), dec, expr, d.Len)
-			return
-		}
-		v := loopVar(depth)
-		b.loops = max(b.loops, depth+1)
-		b.p.f("%sfor (%s = 0; %s < %d; %s++)", ind(level), v, v, d.Len, v)
-		g.decValue(b, level+1, dec, expr+"["+v+"]", d.Elem, depth+1)
-	}
-}
-
 // wireFunc names the chanos_enc_* / chanos_dec_* function of a builtin.
 var wireFunc = map[idl.Builtin]string{
 	idl.Uint8:   "u8",
@@ -665,15 +605,19 @@ func (p *printer) function(head string, locals []string, b *body) {
 func (g *generator) structHelpers(p *printer, d *idl.TypeDecl) {
 	name := g.typeName(d)
 	var enc, dec body
+	// A helper runs only while the error is clear (see codec.go).
+	ce, cd := newCoder(g, &enc, false, true), newCoder(g, &dec, true, true)
 	for _, f := range d.Fields {
 		expr := "v->" + Member(f.Name)
 		if isString(f.Type) {
-			enc.p.f("    chanos_enc_str(e, %s, %s);", expr, g.fieldBound(d, f))
-			dec.p.f("    %s = chanos_dec_str(d, %s);", expr, g.fieldBound(d, f))
+			q := strconv.Quote(f.Name)
+			ce.stmt(1, "chanos_enc_str(e, %s, %s, %s);", q, expr, g.fieldBound(d, f))
+			cd.stmt(1, "%s = chanos_dec_str(d, %s, %s);", expr, q, g.fieldBound(d, f))
+			ce.clean, cd.clean = false, false
 			continue
 		}
-		g.encValue(&enc, 1, "e", expr, f.Type, 0)
-		g.decValue(&dec, 1, "d", expr, f.Type, 0)
+		ce.value(1, expr, f.Type, f.Name, nil, 0)
+		cd.value(1, expr, f.Type, f.Name, nil, 0)
 	}
 	if len(d.Fields) == 0 {
 		enc.p.f("    (void)e;")
@@ -681,75 +625,75 @@ func (g *generator) structHelpers(p *printer, d *idl.TypeDecl) {
 		dec.p.f("    (void)d;")
 		dec.p.f("    (void)v;")
 	}
-	p.function(proto("", "static void enc_"+g.tname(d), []string{"struct chanos_enc *e", "const struct " + name + " *v"}, ""), nil, &enc)
-	p.function(proto("", "static void dec_"+g.tname(d), []string{"struct chanos_dec *d", "struct " + name + " *v"}, ""), nil, &dec)
+	p.function(proto("", "static inline void enc_"+g.tname(d), []string{"struct chanos_enc *e", "const struct " + name + " *v"}, ""), nil, &enc)
+	p.function(proto("", "static inline void dec_"+g.tname(d), []string{"struct chanos_dec *d", "struct " + name + " *v"}, ""), nil, &dec)
 }
 
-func (g *generator) encArg(b *body, e string, m *idl.Message, a *idl.Arg) {
-	expr := "m->" + Member(a.Name)
-	bound := g.argBound(m, a)
-	switch {
-	case a.Shape == idl.ShapeString:
-		b.p.f("    chanos_enc_str(%s, %s, %s);", e, expr, bound)
-	case a.Shape == idl.ShapeDynArray && bytesView(a.Type):
-		b.p.f("    chanos_enc_bytes(%s, %s, %s);", e, expr, bound)
-	case a.Shape == idl.ShapeDynArray:
-		b.count = true
-		b.loops = max(b.loops, 1)
-		b.p.f("    n = chanos_enc_count(%s, m->%s, %s);", e, Member(a.LenName), bound)
-		b.p.f("    for (i = 0; i < n; i++)")
-		g.encValue(b, 2, e, expr+"[i]", a.Type, 1)
-	default:
-		g.encValue(b, 1, e, expr, a.Type, 0)
+// errName is the name of f in faults, as Go's: "kv.put", "kv.get call".
+func (g *generator) errName(f *frame) string {
+	if f.kind == kindMessage {
+		return g.iface.Name + "." + f.msg.Name
 	}
+	return g.iface.Name + "." + f.msg.Name + " " + f.kind
 }
 
-func (g *generator) decArg(b *body, m *idl.Message, a *idl.Arg) {
-	expr := "m->" + Member(a.Name)
-	bound := g.argBound(m, a)
-	switch {
-	case a.Shape == idl.ShapeString:
-		b.p.f("    %s = chanos_dec_str(d, %s);", expr, bound)
-	case a.Shape == idl.ShapeDynArray && bytesView(a.Type):
-		b.p.f("    %s = chanos_dec_bytes(d, %s);", expr, bound)
-	case a.Shape == idl.ShapeDynArray:
-		n := "m->" + Member(a.LenName)
-		b.loops = max(b.loops, 1)
-		size, _ := a.Type.FixedSize() // 0 when it varies, as Go's
-		b.p.f("    %s = chanos_dec_count(d, %s, %d);", n, bound, size)
-		b.p.f("    for (i = 0; i < %s; i++)", n)
-		g.decValue(b, 2, "d", expr+"[i]", a.Type, 1)
-	default:
-		g.decValue(b, 1, "d", expr, a.Type, 0)
+// decodeParams are the parameters of a frame's decoder, with the fault
+// record of its _decode_fault form.
+func decodeParams(m string, fault bool) []string {
+	ps := []string{"struct " + m + " *m", "const uint8_t *frame", "size_t len", "const int *fds", "uint32_t nfds"}
+	if fault {
+		ps = append(ps, "struct chanos_wire_fault *fault")
 	}
+	return ps
+}
+
+// bodyFunc writes enc_BASE or dec_BASE, which code the arguments of f.
+func (g *generator) bodyFunc(p *printer, f *frame, dec bool) {
+	var b body
+	// An encoder's error is clear where its body starts
+	// (chanos_enc_begin_); a decoder's may be the sticky CAP of a header
+	// whose ncaps are not the descriptors received (chanos_dec_begin_msg_).
+	c := newCoder(g, &b, dec, !dec)
+	for _, a := range f.args {
+		c.arg(f.msg, a)
+	}
+	head := proto("", "static void enc_"+f.base, []string{"struct chanos_enc *e", "const struct " + f.cname + " *m"}, "")
+	if dec {
+		head = proto("", "static void dec_"+f.base, []string{"struct chanos_dec *d", "struct " + f.cname + " *m"}, "")
+	}
+	p.function(head, nil, &b)
 }
 
 func (g *generator) frameFuncs(p *printer, f *frame) {
 	m := f.msg
 	number := g.msgNumber(m)
+	name := strconv.Quote(g.errName(f))
 
+	if len(f.args) > 0 {
+		g.bodyFunc(p, f, false)
+	}
 	var enc body
 	if len(f.args) == 0 {
 		enc.p.f("    (void)m;")
 	}
-	enc.p.f("    chanos_enc_begin(&e, out, %s, %s);", number, f.kindMacro())
-	for _, a := range f.args {
-		g.encArg(&enc, "&e", m, a)
+	enc.p.f("%s", proto("    ", "chanos_enc_begin_", []string{"&e", "out", number, f.kindMacro(), name}, ";"))
+	if len(f.args) > 0 {
+		enc.p.f("    enc_%s(&e, m);", f.base)
 	}
 	enc.p.f("    return chanos_enc_end(&e);")
 	p.function(proto("", "int "+f.cname+"_encode", []string{"const struct " + f.cname + " *m", "struct chanos_buf *out"}, ""),
 		[]string{"struct chanos_enc e;"}, &enc)
 
 	if len(f.args) > 0 {
-		var dec body
-		for _, a := range f.args {
-			g.decArg(&dec, m, a)
-		}
-		p.function(proto("", "static void dec_"+f.base, []string{"struct chanos_dec *d", "struct " + f.cname + " *m"}, ""), nil, &dec)
+		g.bodyFunc(p, f, true)
 	}
 
+	var plain body
+	plain.p.f("%s", proto("    ", "return "+f.cname+"_decode_fault", []string{"m", "frame", "len", "fds", "nfds", "NULL"}, ";"))
+	p.function(proto("", "int "+f.cname+"_decode", decodeParams(f.cname, false), ""), nil, &plain)
+
 	var dec body
-	dec.p.f("%s", proto("    ", "rc = chanos_dec_begin_msg", []string{"&d", "frame", "len", "fds", "nfds", number, f.kindMacro()}, ";"))
+	dec.p.f("%s", proto("    ", "rc = chanos_dec_begin_msg_", []string{"&d", "frame", "len", "fds", "nfds", number, f.kindMacro(), name, "fault"}, ";"))
 	dec.p.f("    if (rc != 0)")
 	dec.p.f("        return rc;")
 	if len(f.args) > 0 {
@@ -758,9 +702,8 @@ func (g *generator) frameFuncs(p *printer, f *frame) {
 		dec.p.f("    (void)m;")
 	}
 	dec.p.f("    return chanos_dec_end(&d);")
-	head := proto("", "int "+f.cname+"_decode", []string{"struct " + f.cname + " *m", "const uint8_t *frame",
-		"size_t len", "const int *fds", "uint32_t nfds"}, "")
-	p.function(head, []string{"struct chanos_dec d;", "int rc;"}, &dec)
+	p.function(proto("", "int "+f.cname+"_decode_fault", decodeParams(f.cname, true), ""),
+		[]string{"struct chanos_dec d;", "int rc;"}, &dec)
 }
 
 // byMessage returns the frames of m: one for a message, call and reply for
@@ -777,55 +720,52 @@ func (g *generator) byMessage(m *idl.Message) []*frame {
 
 func (g *generator) ifaceDecode(p *printer) {
 	n := g.pfx
+	var plain body
+	plain.p.f("%s", proto("    ", "return "+n+"_decode_fault", []string{"m", "frame", "len", "fds", "nfds", "NULL"}, ";"))
+	p.function(proto("", "int "+n+"_decode", decodeParams(n+"_msg", false), ""), nil, &plain)
+
 	var b body
-	b.p.f("    rc = chanos_dec_begin(&d, &h, frame, len, fds, nfds);")
+	b.p.f("    rc = chanos_dec_begin_(&d, &h, frame, len, fds, nfds, NULL, fault);")
 	b.p.f("    if (rc != 0)")
 	b.p.f("        return rc;")
 	b.p.f("    switch (h.msg) {")
+	// expect writes the checks of frame f's kind and the decoding of its
+	// body, at indent lv.
+	expect := func(lv int, f *frame) {
+		b.p.f("%s", proto(ind(lv), "rc = chanos_dec_expect_", []string{"&d", "&h", f.kindMacro(), strconv.Quote(g.errName(f))}, ";"))
+		b.p.f("%sif (rc != 0)", ind(lv))
+		b.p.f("%sreturn rc;", ind(lv+1))
+		if len(f.args) > 0 {
+			b.p.f("%sdec_%s(&d, &m->u.%s);", ind(lv), f.base, f.member)
+		}
+	}
 	for _, m := range g.iface.Messages {
 		b.p.f("    case %s:", g.msgNumber(m))
 		fs := g.byMessage(m)
 		if !m.RPC {
-			f := fs[0]
-			b.p.f("        rc = chanos_hdr_check(&h, CHANOS_KIND_MESSAGE);")
-			b.p.f("        if (rc != 0)")
-			b.p.f("            return rc;")
-			if len(f.args) > 0 {
-				b.p.f("        dec_%s(&d, &m->u.%s);", f.base, f.member)
-			}
+			expect(2, fs[0])
 			b.p.f("        break;")
 			continue
 		}
-		call, reply := fs[0], fs[1]
-		b.p.f("        rc = chanos_hdr_kind(&h);")
-		b.p.f("        if (rc != CHANOS_KIND_CALL && rc != CHANOS_KIND_REPLY)")
-		b.p.f("            return CHANOS_ERR_HEADER;")
-		switch {
-		case len(call.args) > 0 && len(reply.args) > 0:
-			b.p.f("        if (rc == CHANOS_KIND_CALL)")
-			b.p.f("            dec_%s(&d, &m->u.%s);", call.base, call.member)
-			b.p.f("        else")
-			b.p.f("            dec_%s(&d, &m->u.%s);", reply.base, reply.member)
-		case len(call.args) > 0:
-			b.p.f("        if (rc == CHANOS_KIND_CALL)")
-			b.p.f("            dec_%s(&d, &m->u.%s);", call.base, call.member)
-		case len(reply.args) > 0:
-			b.p.f("        if (rc == CHANOS_KIND_REPLY)")
-			b.p.f("            dec_%s(&d, &m->u.%s);", reply.base, reply.member)
-		}
+		// As Go's: a frame with the reply flag is taken for the reply,
+		// any other for the call, and the kind checked against that.
+		b.p.f("        if ((h.flags & CHANOS_FLAG_REPLY) == 0) {")
+		expect(3, fs[0])
+		b.p.f("        } else {")
+		expect(3, fs[1])
+		b.p.f("        }")
 		b.p.f("        break;")
 	}
 	b.p.f("    default:")
-	b.p.f("        return CHANOS_ERR_UNKNOWN_MESSAGE;")
+	b.p.f("        return chanos_dec_unknown_(&d, %s);", strconv.Quote(g.iface.Name))
 	b.p.f("    }")
 	b.p.f("    m->msg = h.msg;")
 	b.p.f("    m->kind = h.flags;")
 	b.p.f("    m->call_id = h.call_id;")
 	b.p.f("    m->timeout_us = h.timeout_us;")
 	b.p.f("    return chanos_dec_end(&d);")
-	head := proto("", "int "+n+"_decode", []string{"struct " + n + "_msg *m", "const uint8_t *frame",
-		"size_t len", "const int *fds", "uint32_t nfds"}, "")
-	p.function(head, []string{"struct chanos_dec d;", "struct chanos_hdr h;", "int rc;"}, &b)
+	p.function(proto("", "int "+n+"_decode_fault", decodeParams(n+"_msg", true), ""),
+		[]string{"struct chanos_dec d;", "struct chanos_hdr h;", "int rc;"}, &b)
 }
 
 func (g *generator) ifaceEncode(p *printer) {
@@ -835,16 +775,14 @@ func (g *generator) ifaceEncode(p *printer) {
 	if g.hasRPC {
 		locals = []string{"size_t start = out->len;", "int rc;"}
 	}
-	if len(g.iface.Messages) == 0 {
-		b.p.f("    (void)out;")
-	}
 	b.p.f("    switch (m->msg) {")
 	for _, m := range g.iface.Messages {
 		b.p.f("    case %s:", g.msgNumber(m))
 		fs := g.byMessage(m)
 		if !m.RPC {
 			b.p.f("        if (m->kind != CHANOS_KIND_MESSAGE)")
-			b.p.f("            return CHANOS_ERR_HEADER;")
+			b.p.f("%s", proto("            ", "return chanos_enc_refuse_", []string{"out", "CHANOS_ERR_HEADER", strconv.Quote(n),
+				strconv.Quote(g.errName(fs[0])), "m->msg", "m->kind", "false"}, ";"))
 			b.p.f("        return %s_encode(&m->u.%s, out);", fs[0].cname, fs[0].member)
 			continue
 		}
@@ -854,11 +792,13 @@ func (g *generator) ifaceEncode(p *printer) {
 		b.p.f("        else if (m->kind == CHANOS_KIND_REPLY)")
 		b.p.f("            rc = %s_encode(&m->u.%s, out);", reply.cname, reply.member)
 		b.p.f("        else")
-		b.p.f("            return CHANOS_ERR_HEADER;")
+		b.p.f("%s", proto("            ", "return chanos_enc_refuse_", []string{"out", "CHANOS_ERR_HEADER", strconv.Quote(n),
+			strconv.Quote(g.iface.Name + "." + m.Name), "m->msg", "m->kind", "true"}, ";"))
 		b.p.f("        break;")
 	}
 	b.p.f("    default:")
-	b.p.f("        return CHANOS_ERR_UNKNOWN_MESSAGE;")
+	b.p.f("%s", proto("        ", "return chanos_enc_refuse_", []string{"out", "CHANOS_ERR_UNKNOWN_MESSAGE", strconv.Quote(n),
+		"NULL", "m->msg", "m->kind", "false"}, ";"))
 	b.p.f("    }")
 	if g.hasRPC {
 		b.p.f("    if (rc == 0)")

@@ -75,7 +75,9 @@ func (g *generator) stubDecls(p *printer) {
 		"timeout_ms (-1: forever) for the reply, and decodes it into *out, whose "+
 		"views point into the connection's ring until its next receive. It returns "+
 		"0, a CHANOS_ERR_* code, or CHANOS_ERR_REMOTE for an error reply, whose "+
-		"code and detail chanos_conn_status gives. A "+
+		"code and detail chanos_conn_status gives; after a wire code (an argument "+
+		"over its bound, a reply that does not decode), chanos_conn_fault says "+
+		"which frame and field, and why. A "+
 		"message's stub encodes *m and sends it, waiting at most timeout_ms for "+
 		"ring space. The stubs encode into the connection's buffer "+
 		"(chanos_conn_buf): one thread at a time per connection.")
@@ -125,7 +127,10 @@ func (g *generator) stubDefs(p *printer) {
 			// Also for a reply type without descriptors: a broken peer
 			// may send some with it, and its decode then fails.
 			b.p.f("    if (rc == 0) {")
-			b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode", []string{"out", "f.data", "f.len", "f.fds", "f.nfds"}, ";"))
+			// b.fault is the connection's (chanos_conn_buf), as is
+			// the encoder's: chanos_conn_fault then tells either.
+			b.p.f("%s", proto("        ", "rc = "+fs[1].cname+"_decode_fault", []string{"out", "f.data", "f.len", "f.fds", "f.nfds",
+				"b.fault"}, ";"))
 			b.p.f("        if (rc != 0) /* the reply's descriptors go with it */")
 			b.p.f("            chanos_frame_close_fds(&f);")
 			b.p.f("    }")
@@ -151,7 +156,8 @@ func (g *generator) stubDefs(p *printer) {
 
 func (g *generator) dispatchDef(p *printer) {
 	var b body
-	b.p.f("    rc = %s_decode(&m, f->data, f->len, f->fds, f->nfds);", g.pfx)
+	b.p.f("%s", proto("    ", "rc = "+g.pfx+"_decode_fault", []string{"&m", "f->data", "f->len", "f->fds", "f->nfds",
+		"chanos_conn_fault_(c)"}, ";"))
 	b.p.f("    if (rc != 0)")
 	b.p.f("        return chanos_serve_bad_(c, f, rc);")
 	b.p.f("    switch (m.msg) {")

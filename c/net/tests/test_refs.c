@@ -126,7 +126,7 @@ static void test_conn(chanos_net_link *a, chanos_conn *cb)
     struct chanos_enc e;
     chanos_buf_init(&b, out, sizeof out, fds, 2);
     chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
-    chanos_enc_give_away_cap(&e, e2);
+    chanos_enc_give_away_cap(&e, NULL, e2);
     chanos_enc_u64(&e, 43);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK_EQ(chanos_conn_send_buf(cb, &b, 1000), 0);
@@ -143,7 +143,7 @@ static void test_conn(chanos_net_link *a, chanos_conn *cb)
     CHECK_EQ(pipe(p), 0);
     chanos_buf_init(&b, out, sizeof out, fds, 2);
     chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
-    chanos_enc_give_away_cap(&e, p[0]);
+    chanos_enc_give_away_cap(&e, NULL, p[0]);
     chanos_enc_u64(&e, 44);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK_EQ(chanos_conn_send_buf(cb, &b, 1000), CHANOS_ERR_CAP);
@@ -158,7 +158,7 @@ static void test_conn(chanos_net_link *a, chanos_conn *cb)
     CHECK_EQ(chanos_endpoint_ref(ep, &r), -EINVAL); /* of this machine */
     chanos_buf_init(&b, out, sizeof out, fds, 2);
     chanos_enc_begin(&e, &b, 1, CHANOS_KIND_MESSAGE);
-    chanos_enc_give_away_cap(&e, ep);
+    chanos_enc_give_away_cap(&e, NULL, ep);
     chanos_enc_u64(&e, 45);
     CHECK_EQ(chanos_enc_end(&e), 0);
     CHECK_EQ(chanos_conn_send_buf(cb, &b, 1000), CHANOS_ERR_CAP);

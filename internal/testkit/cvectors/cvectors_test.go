@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"math/big"
 	"os"
 	"os/exec"
@@ -10,6 +11,8 @@ import (
 
 	cgen "github.com/chanos/chanos/gen/c"
 	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/internal/testkit/wiretest/alltypes"
+	"github.com/chanos/chanos/wire"
 )
 
 func TestIntLiteral(t *testing.T) {
@@ -109,10 +112,88 @@ func TestAlltypes(t *testing.T) {
 		t.Fatalf("compiling: %v\n%s", err, out)
 	}
 	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), "CHANOS_MUTATIONS=500")
-	out, err := cmd.CombinedOutput()
+	cmd.Env = append(os.Environ(), "CHANOS_MUTATIONS=500", "CHANOS_VECTOR_FAULTS=1")
+	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("vector test failed: %v\n%s", err, out)
 	}
-	t.Logf("%s", out)
+	checkFaultTexts(t, iface, out)
+}
+
+// placeholder is a capability passed beside a frame to Go's decoders.
+type placeholder struct{}
+
+func (placeholder) Close() error { return nil }
+
+// checkFaultTexts compares the descriptions C gives the faults of the
+// malformed vectors (the vector test's "fault" lines, with
+// CHANOS_VECTOR_FAULTS set) with Go's errors for the same frames, which
+// they must match word for word. Where Go's fast path for a frame of fixed
+// size refuses it as a whole (wire.FixedError names its field "body"), C
+// names the field at fault instead: there only the message and the code
+// must agree.
+func checkFaultTexts(t *testing.T, iface *idl.Interface, out []byte) {
+	texts := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.SplitN(line, "\t", 3); len(f) == 3 && f[0] == "fault" {
+			texts[f[1]] = f[2]
+		}
+	}
+	vf, err := readVectors("../../../testdata/wire/alltypes.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]wire.Kind{"message": wire.KindMessage, "call": wire.KindCall, "reply": wire.KindReply}
+	for _, v := range vf.Malformed {
+		frame, err := parseHex(v.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		caps := make([]wire.Cap, v.NCaps)
+		for i := range caps {
+			caps[i] = placeholder{}
+		}
+		if v.Message == "" {
+			_, err = alltypes.Decode(frame, caps)
+		} else {
+			var m *idl.Message
+			for _, im := range iface.Messages {
+				if im.Name == v.Message {
+					m = im
+				}
+			}
+			if m == nil {
+				t.Fatalf("%s: no message %s", v.Name, v.Message)
+			}
+			err = alltypes.New(m.Number, kinds[v.Kind]).Decode(frame, caps)
+		}
+		var we *wire.Error
+		if !errors.As(err, &we) {
+			t.Errorf("%s: Go's error %v is no *wire.Error", v.Name, err)
+			continue
+		}
+		got, ok := texts[v.Name]
+		switch {
+		case !ok:
+			t.Errorf("%s: C described no fault", v.Name)
+		case we.Field == "body" && we.Offset == wire.HeaderSize && !hasArg(iface, v.Message, "body"):
+			if prefix := "wire: " + we.Message + ": field "; !strings.HasPrefix(got, prefix) {
+				t.Errorf("%s: C says\n\t%s\nGo (a fixed frame's fast path) says\n\t%s", v.Name, got, we)
+			}
+		case got != we.Error():
+			t.Errorf("%s: C says\n\t%s\nGo says\n\t%s", v.Name, got, we)
+		}
+	}
+}
+
+// hasArg reports whether message msg of iface has an argument name.
+func hasArg(iface *idl.Interface, msg, name string) bool {
+	for _, m := range iface.Messages {
+		for _, a := range m.Args {
+			if m.Name == msg && a.Name == name {
+				return true
+			}
+		}
+	}
+	return false
 }

@@ -9,10 +9,14 @@
 // values, encodes it and compares the bytes, then decodes the bytes with
 // the typed and the interface-wide decoder and compares every field. Every
 // malformed vector must fail with its error code, every unencodable one
-// must fail to encode. A mutation test then decodes random corruptions of
-// every good frame: decoding must return 0 or an error code, never crash
-// (run it under AddressSanitizer and UndefinedBehaviorSanitizer), and a
-// frame that decodes must encode back to the same bytes.
+// must fail to encode, each describing its fault (struct
+// chanos_wire_fault); with CHANOS_VECTOR_FAULTS set the program prints
+// the descriptions, "fault<TAB>NAME<TAB>TEXT", which cvectors_test.go
+// compares with Go's. A mutation test then decodes random corruptions of
+// every good frame: decoding must return 0 or an error code with its fault
+// described, never crash (run it under AddressSanitizer and
+// UndefinedBehaviorSanitizer), and a frame that decodes must encode back
+// to the same bytes.
 //
 // The C build (c/tests/CMakeLists.txt) runs it for each vector file.
 package main
