@@ -24,6 +24,12 @@ type Grants struct {
 	grants  map[string]*grant
 	taken   map[string]*grant // accepted connections' grants, for their resumes, until Forget
 	order   []string          // names, oldest first
+	// forgotten connections' grants, names oldest first: their identity
+	// still completes a resume's handshake for a while (ttl), so that the
+	// dialing side is told in TLS that the connection is unknown and ends
+	// it at once, rather than redial until its grace passes
+	ended      map[string]*grant
+	endedOrder []string
 	arrived chan struct{}     // closed, and replaced, when a grant is added
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -44,7 +50,8 @@ type grant struct {
 // connection before the accepting side is.
 func NewGrants(ttl time.Duration, max int, wait time.Duration) *Grants {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, taken: map[string]*grant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
+	return &Grants{ttl: ttl, max: max, wait: wait, grants: map[string]*grant{}, taken: map[string]*grant{},
+		ended: map[string]*grant{}, arrived: make(chan struct{}), ctx: ctx, cancel: cancel}
 }
 
 // Add grants the connection under name: present id, admit the client
@@ -86,11 +93,36 @@ func (g *Grants) Take(name string) (any, bool) {
 }
 
 // Forget drops the identity of a connection Take returned, once it can no
-// longer resume (it ended, or its peer closed it: Link.Gone).
+// longer resume (it ended, or its peer closed it: Link.Gone). The
+// identity still answers a resume's handshake for the grants' time to
+// live, at most max of them at once, the oldest going first: the
+// listener then tells the dialing side, inside TLS, that the connection
+// is unknown, and it ends the connection at once. A machine cut off
+// while the other side ended its connections learns so as soon as the
+// network is back, not when its grace runs out; without the identity
+// its redials would fail the handshake, which says nothing.
 func (g *Grants) Forget(name string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	gr := g.taken[name]
 	delete(g.taken, name)
+	if gr == nil {
+		return
+	}
+	now := time.Now()
+	for len(g.endedOrder) > 0 {
+		old := g.ended[g.endedOrder[0]]
+		if old != nil && now.Before(old.expires) && len(g.endedOrder) < g.max {
+			break
+		}
+		delete(g.ended, g.endedOrder[0])
+		g.endedOrder = g.endedOrder[1:]
+	}
+	if _, dup := g.ended[name]; !dup {
+		gr.expires = now.Add(g.ttl)
+		g.ended[name] = gr
+		g.endedOrder = append(g.endedOrder, name)
+	}
 }
 
 // ForgetWhenGone calls Forget(link.ServerName()) once link is gone.
@@ -115,6 +147,9 @@ func (g *Grants) authOnly(name string) bool {
 	if gr := g.taken[name]; gr != nil {
 		return gr.authOnly
 	}
+	if gr := g.ended[name]; gr != nil {
+		return gr.authOnly
+	}
 	return false
 }
 
@@ -130,12 +165,16 @@ func (g *Grants) identity(name string) *Identity {
 		g.mu.Lock()
 		gr, arrived := g.grants[name], g.arrived
 		live := g.taken[name]
+		gone := g.ended[name]
 		g.mu.Unlock()
 		if gr != nil {
 			return gr.id
 		}
 		if live != nil {
 			return live.id
+		}
+		if gone != nil && time.Now().Before(gone.expires) {
+			return gone.id
 		}
 		select {
 		case <-arrived:

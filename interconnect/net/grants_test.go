@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chanos/chanos/interconnect"
 	cnet "github.com/chanos/chanos/interconnect/net"
 	"github.com/chanos/chanos/internal/testkit"
 )
@@ -129,4 +130,51 @@ func TestGrantsResume(t *testing.T) {
 	t.Logf("%d resumes, %d cuts, err %v %v", cl.Resumes(), p.Cuts(), cl.Err(), sl.Err())
 	cl.Close()
 	sl.Close()
+}
+
+// A connection the accepting side ended while the dialing side could not
+// hear of it (the network stalled) is refused as unknown at the dialing
+// side's first redial once the network is back: the forgotten grant's
+// identity still completes the handshake, so the refusal comes inside
+// TLS, and the link ends at once rather than when its grace runs out.
+func TestGrantsForgottenResumeRefused(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := testkit.Context(t)
+	g := cnet.NewGrants(time.Hour, 16, time.Second)
+	defer g.Close()
+	L := listen(t, &cnet.Options{TLS: g.TLS()})
+	p := proxy(t, L)
+	srv, _ := cnet.NewIdentity()
+	cli, _ := cnet.NewIdentity()
+	g.Add("f", srv, cli.Fingerprint, false, nil)
+	const grace = time.Minute
+	cl, err := cnet.Dial(ctx, p.Addr(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, ServerName: "f"},
+		Grace: grace, RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	sl, err := L.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := g.Take(sl.ServerName()); !ok {
+		t.Fatal("no grant")
+	}
+	p.Stall()
+	sl.End(errors.New("the dialing machine left the cluster"))
+	<-sl.Gone()
+	g.Forget(sl.ServerName())
+	p.Resume()
+	start := time.Now()
+	p.Cut()
+	select {
+	case <-cl.Gone():
+	case <-time.After(grace / 2):
+		t.Fatalf("the dialing side still redials %v after the cut (err %v)", time.Since(start), cl.Err())
+	}
+	if err := cl.Err(); !errors.Is(err, interconnect.ErrPeerDied) {
+		t.Errorf("the dialing side ended with %v, want peer died", err)
+	}
+	t.Logf("ended %v after the cut: %v", time.Since(start), cl.Err())
 }
