@@ -20,19 +20,19 @@ type Grants struct {
 	max  int
 	wait time.Duration
 
-	mu      sync.Mutex
-	grants  map[string]*grant
-	taken   map[string]*grant // accepted connections' grants, for their resumes, until Forget
-	order   []string          // names, oldest first
+	mu     sync.Mutex
+	grants map[string]*grant
+	taken  map[string]*grant // accepted connections' grants, for their resumes, until Forget
+	order  []string          // names, oldest first
 	// forgotten connections' grants, names oldest first: their identity
 	// still completes a resume's handshake for a while (ttl), so that the
 	// dialing side is told in TLS that the connection is unknown and ends
 	// it at once, rather than redial until its grace passes
 	ended      map[string]*grant
 	endedOrder []string
-	arrived chan struct{}     // closed, and replaced, when a grant is added
-	ctx     context.Context
-	cancel  context.CancelFunc
+	arrived    chan struct{} // closed, and replaced, when a grant is added
+	ctx        context.Context
+	cancel     context.CancelFunc
 }
 
 type grant struct {
