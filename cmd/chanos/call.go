@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sort"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/gen/dynamic"
 	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/interfaces"
 	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
 )
@@ -23,7 +25,9 @@ const callUsage = `usage: chanos call [-i INCLUDE.if]... [--meta KEY=VALUE]... [
                    FILE.if NAME RPC [ARGS]
 
 Calls the rpc RPC of the service exported under NAME, whose interface
-FILE.if declares, as curl does for HTTP: no generated code is needed. ARGS
+FILE.if declares, as curl does for HTTP: no generated code is needed (a
+bare name of a bundled interface, as health.if or kv.if, needs no file
+either). ARGS
 is a JSON object of the rpc's in arguments ({} if left out; - reads it
 from stdin); the out arguments are printed as one JSON object on one line.
 A one-way message of the interface is sent instead, and nothing printed.
@@ -72,7 +76,7 @@ func runCall(ctx context.Context, args []string) error {
 		}
 		md[k] = v
 	}
-	iface, err := idl.Load(fs.Arg(0), includes, idl.Options{})
+	iface, err := loadInterface(fs.Arg(0), includes)
 	if err != nil {
 		return fmt.Errorf("call: %w", err)
 	}
@@ -125,6 +129,26 @@ func runCall(ctx context.Context, args []string) error {
 	}
 	printMetadata(os.Stderr, replyMD)
 	return writeJSON(os.Stdout, reply.Values)
+}
+
+// loadInterface compiles the interface file at path, with includes; a
+// bare file name that is no file here, but one of the bundled interfaces
+// ("kv.if"), is the bundled one.
+func loadInterface(path string, includes []string) (*idl.Interface, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(path, '/') {
+		if data, err := interfaces.Files.ReadFile(path); err == nil {
+			var incs []idl.Source
+			for _, p := range includes {
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return nil, err
+				}
+				incs = append(incs, idl.Source{Name: p, Data: b})
+			}
+			return idl.Compile(idl.Source{Name: path, Data: data}, incs, idl.Options{})
+		}
+	}
+	return idl.Load(path, includes, idl.Options{})
 }
 
 // callArgs reads ARGS: the JSON object arg, or stdin's for "-", {} for "".

@@ -81,6 +81,7 @@ func TestCall(t *testing.T) {
 		{[]string{"call", ifFile, "call.kv", "put", `{"key": "a", "value": "hello"}`}, 0, `{"version":1}` + "\n", ""},
 		{[]string{"call", ifFile, "call.kv", "put", `{"key": "b", "value": {"base64": "/wA="}}`}, 0, `{"version":2}` + "\n", ""},
 		{[]string{"call", ifFile, "call.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hello"}` + "\n", ""},
+		{[]string{"call", "kv.if", "call.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hello"}` + "\n", ""}, // the bundled kv.if
 		{[]string{"call", ifFile, "call.kv", "get", `{"key": "b"}`}, 0, `{"st":"ok","value":{"base64":"/wA="}}` + "\n", ""},
 		{[]string{"call", "--meta", "echo=x1", ifFile, "call.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hello"}` + "\n", "reply metadata: echo=x1\n"},
 		{[]string{"call", "--json", ifFile, "call.kv", "get", `{"key": "zz"}`}, 1, `{"error":"chanos: call: kv.get: not found: no key \"zz\"","code":"not_found"}` + "\n", ""},

@@ -23,7 +23,8 @@ const demoUsage = `usage: chanos demo [-n N]
 
 Starts a monitor (in a private directory unless CHANOS_DIR is set), the
 pingpong example server and client as separate processes, shows what they
-print, runs chanos names, and stops everything. The examples must be
+print, runs chanos names and a chanos call of the server's echo, and stops
+everything. The examples must be
 beside this executable (make builds them into bin/).
 
   -n N   round trips of each kind the client makes (default 20000)
@@ -121,12 +122,19 @@ func runDemo(ctx context.Context, args []string) error {
 	names := exec.Command(self, "names", "--dir", dir)
 	pipe(names, "chanos names", &out)
 	namesErr := names.Run()
+	// The same service from the shell, from its IDL alone.
+	call := exec.Command(self, "call", "--dir", dir, "pingpong.if", "demo.pingpong", "echo", `{"val": 7}`)
+	pipe(call, "chanos call pingpong.if demo.pingpong echo {\"val\": 7}", &out)
+	callErr := call.Run()
 	errs := []error{}
 	if cliErr != nil {
 		errs = append(errs, fmt.Errorf("demo: client failed: %w", cliErr))
 	}
 	if namesErr != nil {
 		errs = append(errs, fmt.Errorf("demo: chanos names failed: %w", namesErr))
+	}
+	if callErr != nil {
+		errs = append(errs, fmt.Errorf("demo: chanos call failed: %w", callErr))
 	}
 	errs = append(errs, stop(srv, "server"))
 	monStopped = true

@@ -39,6 +39,7 @@ func TestDemo(t *testing.T) {
 		"ping/pong messages: 500 round trips",
 		"echo rpcs: 500 round trips",
 		"bounce: 64 KiB payload returned intact",
+		`demo.pingpong echo {"val": 7}] {"result":7}`,
 		"demo: everything stopped cleanly",
 	} {
 		if !strings.Contains(string(out), want) {
