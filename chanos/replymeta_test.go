@@ -5,11 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
+	"github.com/chanos/chanos/chanos/genrt"
 	"github.com/chanos/chanos/interfaces/kv"
 	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/internal/testkit"
@@ -167,4 +169,44 @@ func TestReplyMetadataEncoded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A reply whose metadata trailer is malformed is the server's protocol
+// violation: the call fails, coded internal, and the connection ends;
+// nothing panics and nothing is left running.
+func TestReplyMetadataMalformed(t *testing.T) {
+	before := runtime.NumGoroutine()
+	a, b, err := chanos.UMPPair(pingpong.Interface)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, s := pingpong.NewConn(a), pingpong.NewConn(b)
+	defer c.Close()
+	defer s.Close()
+	ctx := testkit.Context(t)
+	go func() {
+		var id uint32
+		if genrt.Engine(s.Raw()).ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+			id = in.Header.CallID
+			return nil
+		}) != nil {
+			return
+		}
+		var buf wire.Buffer
+		(&pingpong.EchoReply{Result: 1}).Encode(&buf)
+		frame, err := wire.AppendMetadata(buf.B, chanos.Metadata{"k": "v"})
+		if err != nil {
+			panic(err)
+		}
+		frame[len(frame)-2] = 0xff // the entries' length past the frame
+		wire.SetCallID(frame, id)
+		genrt.Engine(s.Raw()).SendFrame(ctx, frame)
+	}()
+	_, err = c.Echo(ctx, 1)
+	if !errors.Is(err, chanos.ErrProtocol) || chanos.CodeOf(err) != chanos.CodeInternal {
+		t.Fatalf("a reply with a malformed trailer: %v (code %v), want a protocol violation", err, chanos.CodeOf(err))
+	}
+	c.Close()
+	s.Close()
+	waitGoroutines(t, before)
 }
