@@ -43,31 +43,40 @@ type Source struct {
 // Errors about the files' content are an ErrorList, which matches
 // ErrInvalid; failures to read a file are returned as they are.
 func Load(path string, includes []string, opts Options) (*Interface, error) {
-	read := func(p string) (Source, error) {
-		st, err := os.Stat(p)
-		if err != nil {
-			return Source{}, err
-		}
-		if st.Size() > maxSourceSize {
-			return Source{}, &Error{Pos: Pos{File: p, Line: 1, Col: 1},
-				Msg: fmt.Sprintf("file is %d bytes; interface files are limited to %d", st.Size(), maxSourceSize)}
-		}
-		data, err := os.ReadFile(p)
-		return Source{Name: p, Data: data}, err
-	}
-	main, err := read(path)
+	main, err := ReadSource(path)
 	if err != nil {
 		return nil, err
 	}
+	return LoadIncluding(main, includes, opts)
+}
+
+// LoadIncluding is Load of an interface already in memory, main, with
+// the include files at the paths includes.
+func LoadIncluding(main Source, includes []string, opts Options) (*Interface, error) {
 	var incs []Source
 	for _, p := range includes {
-		s, err := read(p)
+		s, err := ReadSource(p)
 		if err != nil {
 			return nil, err
 		}
 		incs = append(incs, s)
 	}
 	return Compile(main, incs, opts)
+}
+
+// ReadSource reads the interface file at path, refusing one larger than
+// interface files may be (an *Error).
+func ReadSource(path string) (Source, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return Source{}, err
+	}
+	if st.Size() > maxSourceSize {
+		return Source{}, &Error{Pos: Pos{File: path, Line: 1, Col: 1},
+			Msg: fmt.Sprintf("file is %d bytes; interface files are limited to %d", st.Size(), maxSourceSize)}
+	}
+	data, err := os.ReadFile(path)
+	return Source{Name: path, Data: data}, err
 }
 
 // Compile parses and checks an interface from memory. It never panics,

@@ -17,7 +17,6 @@ import (
 	"github.com/chanos/chanos/gen/dynamic"
 	"github.com/chanos/chanos/idl"
 	"github.com/chanos/chanos/interfaces"
-	"github.com/chanos/chanos/monitor"
 	"github.com/chanos/chanos/wire"
 )
 
@@ -94,14 +93,10 @@ func runCall(ctx context.Context, args []string) error {
 	if err := frame.Encode(&scratch); err != nil {
 		return usagef("call", "ARGS: %v", err)
 	}
-	mdir, err := monitor.Dir(*dir)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	// The domain's call timeout is how long Connect waits for NAME.
-	d, err := chanos.Join(ctx, chanos.WithDir(mdir), chanos.WithProgram("chanos call"), chanos.WithCallTimeout(*timeout))
+	d, err := dialMonitor(ctx, *dir, "chanos call", chanos.WithCallTimeout(*timeout))
 	if err != nil {
 		return err
 	}
@@ -137,15 +132,7 @@ func runCall(ctx context.Context, args []string) error {
 func loadInterface(path string, includes []string) (*idl.Interface, error) {
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !strings.ContainsRune(path, '/') {
 		if data, err := interfaces.Files.ReadFile(path); err == nil {
-			var incs []idl.Source
-			for _, p := range includes {
-				b, err := os.ReadFile(p)
-				if err != nil {
-					return nil, err
-				}
-				incs = append(incs, idl.Source{Name: p, Data: b})
-			}
-			return idl.Compile(idl.Source{Name: path, Data: data}, incs, idl.Options{})
+			return idl.LoadIncluding(idl.Source{Name: path, Data: data}, includes, idl.Options{})
 		}
 	}
 	return idl.Load(path, includes, idl.Options{})

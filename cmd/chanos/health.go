@@ -11,7 +11,6 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/health"
-	"github.com/chanos/chanos/monitor"
 )
 
 const healthUsage = `usage: chanos health [--watch] [--json] [--timeout D] [--dir DIR] NAME [SERVICE]
@@ -51,16 +50,12 @@ func runHealth(ctx context.Context, args []string) error {
 	if *timeout <= 0 {
 		return usagef("health", "--timeout must be positive")
 	}
-	mdir, err := monitor.Dir(*dir)
-	if err != nil {
-		return err
-	}
 	// The domain's call timeout is how long Connect waits for the name:
 	// a probe of a service that is not there fails at once with "not
 	// found", rather than when the context ends.
 	cctx, cancel := context.WithTimeout(ctx, *timeout+time.Second)
 	defer cancel()
-	d, err := chanos.Join(cctx, chanos.WithDir(mdir), chanos.WithProgram("chanos health"), chanos.WithCallTimeout(*timeout))
+	d, err := dialMonitor(cctx, *dir, "chanos health", chanos.WithCallTimeout(*timeout))
 	if err != nil {
 		return err
 	}

@@ -82,13 +82,13 @@ func runPs(ctx context.Context, args []string) error {
 }
 
 // dialMonitor joins the monitor of the directory given by flagDir (see
-// monitor.Dir) as program.
-func dialMonitor(ctx context.Context, flagDir, program string) (*chanos.Domain, error) {
+// monitor.Dir) as program, with opts.
+func dialMonitor(ctx context.Context, flagDir, program string, opts ...chanos.Option) (*chanos.Domain, error) {
 	dir, err := monitor.Dir(flagDir)
 	if err != nil {
 		return nil, err
 	}
-	return chanos.Join(ctx, chanos.WithDir(dir), chanos.WithProgram(program))
+	return chanos.Join(ctx, append([]chanos.Option{chanos.WithDir(dir), chanos.WithProgram(program)}, opts...)...)
 }
 
 // printPs prints snap as a table, every domain of it, self (the session

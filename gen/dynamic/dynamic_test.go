@@ -5,46 +5,26 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"os"
 	"testing"
 
 	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/internal/testkit/wirevectors"
 	"github.com/chanos/chanos/wire"
 )
 
-// vectorFile is testdata/wire/alltypes.json: the frames generated code
-// makes and takes, which the dynamic codec must make and take the same.
-type vectorFile struct {
-	Vectors     []vector `json:"vectors"`
-	DecodeOnly  []vector `json:"decode_only"`
-	Malformed   []vector `json:"malformed"`
-	Unencodable []vector `json:"unencodable"`
-}
+// vector is a frame of testdata/wire/alltypes.json: the frames generated
+// code makes and takes, which the dynamic codec must make and take the
+// same.
+type vector = wirevectors.Vector
 
-type vector struct {
-	Name    string         `json:"name"`
-	Message string         `json:"message"`
-	Kind    string         `json:"kind"`
-	NCaps   int            `json:"ncaps"`
-	Fields  map[string]any `json:"fields"`
-	Hex     string         `json:"hex"`
-	Error   string         `json:"error"`
-}
-
-func load(t *testing.T) (*idl.Interface, vectorFile) {
+func load(t *testing.T) (*idl.Interface, *wirevectors.File) {
 	t.Helper()
 	iface, err := idl.Load("../../testdata/wire/alltypes.if", []string{"../../testdata/wire/types.if"}, idl.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	data, err := os.ReadFile("../../testdata/wire/alltypes.json")
+	f, err := wirevectors.Read("../../testdata/wire/alltypes.json")
 	if err != nil {
-		t.Fatal(err)
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	var f vectorFile
-	if err := dec.Decode(&f); err != nil {
 		t.Fatal(err)
 	}
 	return iface, f

@@ -61,14 +61,7 @@ func (g *Grants) Add(name string, id *Identity, client [32]byte, authOnly bool, 
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	now := time.Now()
-	for len(g.order) > 0 {
-		old := g.grants[g.order[0]]
-		if old != nil && now.Before(old.expires) && len(g.order) < g.max {
-			break
-		}
-		delete(g.grants, g.order[0])
-		g.order = g.order[1:]
-	}
+	g.order = prune(g.grants, g.order, now, g.max)
 	g.grants[name] = &grant{id: id, client: client, authOnly: authOnly, value: value, expires: now.Add(g.ttl)}
 	g.order = append(g.order, name)
 	close(g.arrived)
@@ -110,19 +103,27 @@ func (g *Grants) Forget(name string) {
 		return
 	}
 	now := time.Now()
-	for len(g.endedOrder) > 0 {
-		old := g.ended[g.endedOrder[0]]
-		if old != nil && now.Before(old.expires) && len(g.endedOrder) < g.max {
-			break
-		}
-		delete(g.ended, g.endedOrder[0])
-		g.endedOrder = g.endedOrder[1:]
-	}
+	g.endedOrder = prune(g.ended, g.endedOrder, now, g.max)
 	if _, dup := g.ended[name]; !dup {
 		gr.expires = now.Add(g.ttl)
 		g.ended[name] = gr
 		g.endedOrder = append(g.endedOrder, name)
 	}
+}
+
+// prune drops from m, whose names order holds oldest first, the grants
+// that have expired by now, those already gone from m, and the oldest
+// beyond max-1, so that one more fits; it returns what is left of order.
+func prune(m map[string]*grant, order []string, now time.Time, max int) []string {
+	for len(order) > 0 {
+		old := m[order[0]]
+		if old != nil && now.Before(old.expires) && len(order) < max {
+			break
+		}
+		delete(m, order[0])
+		order = order[1:]
+	}
+	return order
 }
 
 // ForgetWhenGone calls Forget(link.ServerName()) once link is gone.

@@ -1,54 +1,24 @@
 package main
 
 import (
-	"bytes"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math/big"
-	"os"
 	"strings"
 
 	cgen "github.com/chanos/chanos/gen/c"
 	"github.com/chanos/chanos/idl"
+	"github.com/chanos/chanos/internal/testkit/wirevectors"
 )
 
-// vectorFile is the content of testdata/wire/NAME.json.
-type vectorFile struct {
-	Interface   string   `json:"interface"`
-	Includes    []string `json:"includes"`
-	Vectors     []vector `json:"vectors"`
-	Malformed   []vector `json:"malformed"`
-	DecodeOnly  []vector `json:"decode_only"`
-	Unencodable []vector `json:"unencodable"`
-}
+// vectorFile and vector are the vector files' (wirevectors).
+type (
+	vectorFile = wirevectors.File
+	vector     = wirevectors.Vector
+)
 
-type vector struct {
-	Name    string         `json:"name"`
-	Message string         `json:"message"`
-	Kind    string         `json:"kind"`
-	NCaps   int            `json:"ncaps"`
-	Fields  map[string]any `json:"fields"`
-	Hex     string         `json:"hex"`
-	Error   string         `json:"error"`
-}
-
-func readVectors(path string) (*vectorFile, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber() // 64-bit integers stay exact
-	var vf vectorFile
-	if err := dec.Decode(&vf); err != nil {
-		return nil, fmt.Errorf("%s: %v", path, err)
-	}
-	if vf.Interface == "" {
-		return nil, fmt.Errorf("%s: no interface named", path)
-	}
-	return &vf, nil
-}
+func readVectors(path string) (*vectorFile, error) { return wirevectors.Read(path) }
 
 // errorMacros maps the error codes of docs/wire.md to libchanos's.
 var errorMacros = map[string]string{
