@@ -121,7 +121,7 @@ func (g *generator) copyMethod(f *frameInfo) {
 func (g *generator) connection() {
 	name := g.iface.Name
 	g.p("// Interface describes %s to the connection engine.", name)
-	g.p("var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}")
+	g.p("var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}")
 	g.p("")
 	g.p("// binding is %s's table for the runtime.", name)
 	g.p("var binding = genrt.Binding[Msg, Server, *Client]{")

@@ -235,6 +235,11 @@ func (g *generator) constants() {
 	g.p("// Fingerprint is the hash of the interface's normalised definition: a")
 	g.p("// client binds an export only if their fingerprints agree (docs/idl.md).")
 	g.p("const Fingerprint uint64 = 0x%016x", g.iface.Fingerprint())
+	g.p("")
+	g.p("// Definition is the interface as an IDL file of its own, the types of its")
+	g.p("// include files written in: what a domain's reflection service answers")
+	g.p("// for an export of it (docs/reflection.md).")
+	g.p("const Definition = %s", goStringLiteral(g.iface.Format()))
 	if len(g.msgs) > 0 {
 		g.p("")
 		g.p("// Message numbers: the position of each message and rpc in the interface.")
@@ -1300,4 +1305,14 @@ func (g *generator) unimplemented() {
 		g.p("func (UnimplementedServer) %s(%s) %s { return %s }", m.name, g.params(m, idl.DirIn, false), results(g.params(m, idl.DirOut, false)), strings.Join(append(zeros, err), ", "))
 		g.p("")
 	}
+}
+
+// goStringLiteral is s as a Go string literal: a raw one, which keeps a
+// multi-line text readable, unless s holds a backquote or a carriage
+// return, which a raw literal cannot.
+func goStringLiteral(s string) string {
+	if strings.ContainsAny(s, "`\r") {
+		return strconv.Quote(s)
+	}
+	return "`" + s + "`"
 }

@@ -53,7 +53,7 @@ var localNames = map[string]bool{
 // packageNames are the exported package-level names every generated
 // package declares.
 var packageNames = map[string]bool{
-	"InterfaceName": true, "MaxFrameSize": true, "Fingerprint": true, "Msg": true,
+	"InterfaceName": true, "MaxFrameSize": true, "Fingerprint": true, "Definition": true, "Msg": true,
 	"Decode": true, "New": true, "Client": true, "Server": true,
 	"Dispatch": true, "UnimplementedServer": true,
 	"Interface": true, "Conn": true, "NewConn": true, "Connect": true, "ConnectRef": true,

@@ -38,6 +38,27 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x7a3394b6aa5d4581
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// grant: passes irefs, the capabilities to bind exports
+// (docs/security.md). An iref's token is what lets a domain bind an
+// export by iref (chanos.ConnectRef, chanos_connect_ref), which is the
+// only way to bind a private export; the nameservice never shows it. A
+// domain that holds an iref (its own export's, or one it was given)
+// grants access by sending it in a message; this interface is the
+// smallest such, and any interface with an iref field will do.
+interface grant "Passes irefs: capabilities to bind exports" {
+	// give hands the receiver the iref of the export it calls what.
+	message give(String what[256], iref ref);
+
+	// request asks the granter for the iref of the export it calls
+	// what; err is 0 with the iref, else the granter's refusal (1: no
+	// such export, 2: not for you).
+	rpc request(in String what[256], out iref ref, out errval err);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -271,7 +292,7 @@ func (UnimplementedServer) Request(context.Context, string) (wire.Iref, wire.Err
 }
 
 // Interface describes grant to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is grant's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -36,6 +36,35 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x063dbe8130eb8903
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// health: whether a domain's services are serving, for probes and load
+// balancers, as gRPC's health checking protocol (grpc.health.v1). A
+// domain exports it under NAME.health beside the service NAME
+// (docs/health.md).
+interface health "Serving status of a domain's services" {
+	// service_unknown: watch's answer for a service that has no status
+	// (check fails with the status code not found instead).
+	typedef enum {
+		unknown,
+		serving,
+		not_serving,
+		service_unknown
+	} serving_status;
+
+	// check returns the status of service ("" asks about the domain as a
+	// whole), or fails with not found if it has none.
+	rpc check(in String service[256], out serving_status status);
+
+	// watch asks for a changed message at once, and again at each change
+	// of service's status, until the connection ends.
+	message watch(String service[256]);
+
+	message changed(String service[256], serving_status status);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -364,7 +393,7 @@ func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 }
 
 // Interface describes health to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is health's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

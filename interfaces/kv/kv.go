@@ -35,6 +35,57 @@ const MaxFrameSize = 65816
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x41afb578536ce587
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// A key-value store, the running example of the chanos docs: keys are
+// strings, values bytes, and every write makes a new version of the
+// store. A client that sends watch is told of later writes by changed
+// messages.
+interface kv "A key-value store" {
+	// status says how a get went.
+	typedef enum {
+		// The key is there: value holds its value.
+		ok,
+		// No value is stored under the key.
+		not_found,
+		// The value is larger than a reply can carry.
+		too_large
+	} status;
+
+	// put stores value under key, replacing any older value; version is
+	// the store's version after the write.
+	rpc put(
+		in String key[256],
+		in uint8 value[value_len, 65536],
+		out uint64 version
+	);
+
+	// get returns the value under key, or status not_found.
+	rpc get(
+		in String key[256],
+		out status st,
+		out uint8 value[value_len, 65536]
+	);
+
+	// delete removes key and says whether it was there.
+	rpc delete(in String key[256], out bool existed);
+
+	// watch asks for a changed message for every later write under prefix.
+	message watch(String prefix[256]);
+
+	// changed tells a watcher of a write under its prefix.
+	message changed(
+		// The key written.
+		String key[256],
+		// The store's version after the write.
+		uint64 version,
+		// Set when the write removed the key.
+		bool deleted
+	);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -568,7 +619,7 @@ func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 }
 
 // Interface describes kv to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is kv's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

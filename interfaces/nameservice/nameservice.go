@@ -39,6 +39,52 @@ const MaxFrameSize = 65557
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xf7f518e6437bed63
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// nameservice: names to irefs, in the manner of the subset of Barrelfish's
+// octopus interface that seed 000's Go nameservice served (Appendix B),
+// with the remove, list and watch operations chanos adds.
+//
+// Names are printable ASCII without spaces or newlines. A name's class is
+// the part before its last '.' when what follows is a number: spawnd.0 and
+// spawnd.1 are of class spawnd. Errors come back as errval codes; 0 is
+// success (see docs/nameservice.md).
+interface nameservice "The chanos nameservice" {
+	// set registers name; a name that is taken is an error, never an
+	// overwrite.
+	rpc set(in String name[256], in iref ref, out errval err);
+
+	// get looks name up.
+	rpc get(in String name[256], out iref ref, out errval err);
+
+	// wait_for blocks until name exists, or the call's deadline passes.
+	rpc wait_for(in String name[256], out iref ref, out errval err);
+
+	// get_count counts the names of a class.
+	rpc get_count(in String class[256], out uint64 count);
+
+	// remove removes name.
+	rpc remove(in String name[256], out errval err);
+
+	// list returns, sorted, the names starting with prefix that come after
+	// the name after ("" for the first page), joined by '\n'; more says
+	// whether another page follows.
+	rpc list(
+		in String prefix[256],
+		in String after[256],
+		out uint8 names[names_len, 65536],
+		out bool more
+	);
+
+	// watch asks for a changed message for every later set or remove of a
+	// name starting with prefix.
+	message watch(String prefix[256]);
+
+	message changed(String name[256], iref ref, bool removed);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -804,7 +850,7 @@ func (UnimplementedServer) Changed(context.Context, *Client, Changed) error {
 }
 
 // Interface describes nameservice to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is nameservice's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -33,6 +33,36 @@ const MaxFrameSize = 1048604
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x9d51914526447ea3
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// pingpong: the messages of seed 000's channel benchmark (Figure 4.13),
+// a payload-carrying message for throughput, and rpcs.
+interface pingpong "Ping-pong between two domains" {
+	// ping asks for a pong. A client numbers its pings; the server
+	// answers each with a pong carrying the same numbers.
+	message ping(uint32 client_id, uint32 msg_id);
+
+	// pong answers a ping, with its numbers.
+	message pong(uint32 client_id, uint32 msg_id);
+
+	// data carries payload for throughput and size sweeps; seq orders a
+	// stream. Handlers borrow payloads (@borrow): no copy, no allocation.
+	@borrow()
+	message data(uint64 seq, uint8 payload[payload_len, 1048576]);
+
+	// echo returns its argument.
+	rpc echo(in uint64 val, out uint64 result);
+
+	// bounce returns its payload, as reply; handlers borrow it (@borrow).
+	@borrow()
+	rpc bounce(
+		in uint8 payload[payload_len, 65536],
+		out uint8 reply[reply_len, 65536]
+	);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -608,7 +638,7 @@ func (UnimplementedServer) Bounce(context.Context, []byte) ([]byte, error) {
 }
 
 // Interface describes pingpong to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is pingpong's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

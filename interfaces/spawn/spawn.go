@@ -43,6 +43,178 @@ const MaxFrameSize = 65573
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xa7ec4c88dbb5ba11
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// spawn: the spawn service every monitor hosts, exported as
+// spawnd.<machine id in decimal> (docs/spawn.md). It starts programs as
+// processes of the monitor's uid that join that monitor, and waits for,
+// stops, lists them and returns their output.
+//
+// Errors come back as errval codes (0 is success): 1 not_found (no such
+// id), 2 denied (the spawn policy refuses the program), 3 invalid (a bad
+// argument), 4 exhausted (a quota is reached: "resource exhausted"),
+// 5 timeout (the call's deadline passed first), 6 failed (the program
+// could not be started), 7 unavailable (the monitor is shutting down,
+// or a limit asks for what the machine does not offer).
+// detail says why, in words, where there is one.
+interface spawn "The chanos spawn service" {
+	// spawn starts program (an absolute path, or a name looked up in the
+	// monitor's PATH) with args (argv[1:]) and env ("K=V" entries added to
+	// the monitor's environment), each list '\0'-separated, in dir ("" for
+	// the monitor's). cpus pins it ("0-2,5"; "" for no pinning);
+	// mem_limit (bytes), cpu_limit (CPU seconds) and cpu_rate_milli (CPU
+	// bandwidth, in thousandths of a CPU) limit it, 0 for none: memory and
+	// CPU rate with a cgroup where the machine offers cgroups (without
+	// them, memory is an address-space rlimit and a CPU rate is refused
+	// with 7 unavailable), CPU seconds with an rlimit. name labels it in
+	// list. id names it in the other calls.
+	rpc spawn(
+		in String program[4096],
+		in uint8 args[args_len, 32768],
+		in uint8 env[env_len, 16384],
+		in String dir[4096],
+		in String cpus[256],
+		in uint64 mem_limit,
+		in uint64 cpu_limit,
+		in uint32 cpu_rate_milli,
+		in String name[256],
+		out uint64 id,
+		out int32 pid,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+
+	// wait returns once the program has ended, or the call's deadline
+	// passes (code 5): exit_code is its exit status, or -1 when signal
+	// (nonzero) ended it.
+	rpc wait(
+		in uint64 id,
+		out int32 exit_code,
+		out int32 signal,
+		out errval err
+	);
+
+	// kill sends signal to the program (a no-op once it has ended).
+	rpc kill(in uint64 id, in int32 signal, out errval err);
+
+	// logs returns the program's output (stdout and stderr, interleaved
+	// as written) from byte offset from: data starts at offset start
+	// (above from when the bounded buffer has dropped older bytes), and
+	// the next call should ask from start+len(data). With follow set and
+	// nothing new yet, it waits for output, the program's end or the
+	// call's deadline. done: the program has ended and everything it
+	// wrote has been returned.
+	rpc logs(
+		in uint64 id,
+		in uint64 from,
+		in bool follow,
+		out uint8 data[data_len, 65536],
+		out uint64 start,
+		out bool done,
+		out errval err
+	);
+
+	// list describes the spawned programs, running and kept after their
+	// end, as a JSON array (docs/spawn.md gives the schema), newest first;
+	// the oldest ended ones are left out when the array would not fit.
+	rpc list(out uint8 json[json_len, 65536]);
+
+	// cached says whether the cache holds the file whose SHA-256 is hash,
+	// and its size: the caller asks before it uploads.
+	rpc cached(
+		in String hash[64],
+		out bool present,
+		out uint64 size,
+		out errval err
+	);
+
+	// put_begin starts an upload of size bytes whose SHA-256 is hash.
+	// present: the cache holds it already, and nothing is to be sent;
+	// otherwise upload names the upload in put_data and put_end. It
+	// answers 4 exhausted beyond the cache's quotas (its size, the
+	// uploads in progress), 2 denied when the policy refuses shipped
+	// programs.
+	rpc put_begin(
+		in String hash[64],
+		in uint64 size,
+		out uint64 upload,
+		out bool present,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+
+	// put_data carries the bytes of upload at offset, in order: each
+	// chunk starts where the one before ended. A chunk out of place, or
+	// past the size, fails the upload, which put_end then reports.
+	@borrow()
+	message put_data(
+		uint64 upload,
+		uint64 offset,
+		uint8 data[data_len, 65536]
+	);
+
+	// put_end ends upload: once all its bytes have come and their SHA-256
+	// is its hash, the file enters the cache; otherwise the upload is
+	// dropped and err says why (3 invalid: a short upload, a chunk out of
+	// place or a hash that does not match).
+	rpc put_end(
+		in uint64 upload,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+
+	// spawn_shipped is spawn of the cached file whose SHA-256 is hash
+	// (1 not_found if the cache lacks it); program is the program's
+	// argv[0] and its label in list. The file's bytes are checked against
+	// hash before it runs.
+	rpc spawn_shipped(
+		in String hash[64],
+		in String program[4096],
+		in uint8 args[args_len, 32768],
+		in uint8 env[env_len, 16384],
+		in String dir[4096],
+		in String cpus[256],
+		in uint64 mem_limit,
+		in uint64 cpu_limit,
+		in uint32 cpu_rate_milli,
+		in String name[256],
+		out uint64 id,
+		out int32 pid,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+
+	// put_open starts an upload of size bytes whose SHA-256 the caller
+	// names only at its end, in put_close: a caller that does not know
+	// the hash yet sends the bytes as it hashes them, rather than read
+	// the file twice. The monitor hashes them as they come, as for
+	// put_begin. Its answers are put_begin's, but for present: without
+	// a hash, the monitor cannot know whether it holds the file.
+	rpc put_open(
+		in uint64 size,
+		out uint64 upload,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+
+	// put_close ends an upload that put_open began, naming its hash:
+	// once all its bytes have come and their SHA-256 is hash, the file
+	// enters the cache; present says that the cache held it already
+	// (another upload brought it first), and keeps that copy. Otherwise
+	// the upload is dropped and err says why, as for put_end. An upload
+	// that put_begin began is ended with put_end. An empty hash gives an
+	// upload of either kind up: it is dropped, with err 0.
+	rpc put_close(
+		in uint64 upload,
+		in String hash[64],
+		out bool present,
+		out errval err,
+		out uint8 detail[detail_len, 1024]
+	);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -1860,7 +2032,7 @@ func (UnimplementedServer) PutClose(context.Context, uint64, string) (bool, wire
 }
 
 // Interface describes spawn to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is spawn's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -27,6 +27,10 @@ type Interface struct {
 	// Fingerprint constant); binding refuses an export whose fingerprint
 	// differs. 0 declares none, and is not checked.
 	Fingerprint uint64
+	// Definition is the interface as an IDL file of its own (the generated
+	// Definition constant), which a domain's reflection service answers
+	// for its exports; "" for none.
+	Definition string
 }
 
 // Incoming is a message or rpc call that arrived on a connection.

@@ -36,6 +36,34 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x96b06571bc0fc03c
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// keyboard: a keyboard driver and its client, seed 002's driver
+// experiment (docs/benchmarks.md, "The driver experiment"). The client
+// hands the driver its device; the driver sends a key event for each key
+// it decodes.
+interface keyboard "Key events from a keyboard driver" {
+	// attach gives the driver its device: the page of its registers (a
+	// memfd) and its interrupt (an event object); with spin set the
+	// driver polls the interrupt instead of sleeping on it. The reply
+	// says the driver holds its device and waits for interrupts
+	rpc attach(
+		in give_away_cap(file) regs,
+		in give_away_cap(event) irq,
+		in bool spin
+	);
+
+	// key is one key event: a Linux input key code (KEY_A is 30), press
+	// or release, and the device's clock (CLOCK_MONOTONIC, ns) at the
+	// interrupt that completed it
+	message key(uint16 code, bool pressed, uint64 stamp);
+
+	// gone says the device was removed: the driver's last message
+	message gone();
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -304,7 +332,7 @@ func (UnimplementedServer) Key(context.Context, *Client, Key) error { return uns
 func (UnimplementedServer) Gone(context.Context, *Client, Gone) error { return unsupported("gone") }
 
 // Interface describes keyboard to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is keyboard's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

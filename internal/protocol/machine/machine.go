@@ -35,6 +35,72 @@ const MaxFrameSize = 262164
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xc632a4f42c3aa726
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// machine: the protocol between the monitors of two machines of a
+// cluster, carried over their control link (docs/cluster.md, "The
+// control link"), which has authenticated both machines. Each side calls
+// over the link it dialled and serves the link the other dialled. See
+// docs/net.md, "Binding between machines".
+//
+// Failures come back as rpc error replies whose errval is the monitor
+// protocol's status (interfaces/monitor.if), so that a refusal on the
+// server's machine reaches the client as the same error a local bind
+// gives.
+interface machine "The protocol between two machines' monitors" {
+	typedef uint8 cert_fingerprint[32];
+
+	// bind asks the export's machine to connect a domain of the calling
+	// machine to it over the net interconnect. target is the export's
+	// iref with its token (the name's record, or the caller's iref);
+	// by_name says it was bound by name (a private export refuses that).
+	// The client's identity is for the export's peer info; client_cert is
+	// the fingerprint of the certificate the client will present, which
+	// the server admits once; client_conn is the caller's record of the
+	// connection, which conn_gone names; auth_only_ok says the caller's
+	// machine lets the connection go unencrypted (authenticated only),
+	// which it then is if the export's machine does too (auth_only). The reply names the connection (conn_id,
+	// the exporter's record), the server domain and the export's name, and
+	// says where the server domain accepts (addr), which server name to
+	// ask for, and the fingerprint of the certificate it will present.
+	rpc bind(
+		in iref target,
+		in bool by_name,
+		in String name[256],
+		in String iface[128],
+		in uint64 fingerprint,
+		in uint64 client,
+		in int32 client_pid,
+		in uint32 client_uid,
+		in String client_program[256],
+		in cert_fingerprint client_cert,
+		in uint64 client_conn,
+		in bool auth_only_ok,
+		out uint64 conn_id,
+		out uint64 server,
+		out String export_name[256],
+		out uint32 max_frame,
+		out String addr[256],
+		out String server_name[64],
+		out cert_fingerprint server_cert,
+		out bool auth_only
+	);
+
+	// conn_gone tells the other side's monitor that this side's domain of
+	// a connection between the two machines has ended (its session with
+	// its monitor ended: it exited, was killed, or closed): conn_id is the
+	// receiver's record of it (bind's conn_id or client_conn). The
+	// receiver tells its own domain, whose connection then ends with "peer
+	// died" at once rather than after the net link's grace period.
+	message conn_gone(uint64 conn_id);
+
+	// ps is the monitor protocol's ps of the receiver's machine, at most
+	// 256 KiB of it (docs/monitor-protocol.md gives the schema).
+	rpc ps(out uint8 json[json_len, 262144]);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (

@@ -33,6 +33,194 @@ const MaxFrameSize = 1048596
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x44ed695e46490378
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// monitor: the protocol between a domain and its machine's monitor,
+// carried over the monitor's Unix seqpacket socket, one frame per packet,
+// with descriptors attached by SCM_RIGHTS. See docs/monitor-protocol.md.
+//
+// Failures come back as rpc error replies (docs/wire.md), not as out
+// arguments, so that the out arguments are always meaningful.
+interface monitor "The protocol between a domain and its monitor" {
+	// How a bound connection's data travels.
+	typedef enum {
+		local,
+		ump,
+		net
+	} interconnect;
+	// The SHA-256 fingerprint of a net connection's certificate
+	// (docs/net.md, "Security").
+	typedef uint8 cert_fingerprint[32];
+	// The codes of the monitor's error replies (the errval of the status).
+	// ok is never sent; it keeps the values of the others non-zero.
+	// no_route: the name or iref is of an export on another machine of
+	// the cluster, which this monitor has no route to yet.
+	typedef enum {
+		ok,
+		invalid,
+		exists,
+		not_found,
+		mismatch,
+		limit,
+		denied,
+		no_session,
+		internal,
+		no_route
+	} status;
+
+	// hello opens the session and must be the first call. version is the
+	// protocol version the domain speaks (monitor.ProtocolVersion).
+	// features says what the domain's library can do: bit 0, dial
+	// connections over the net interconnect (bind other machines'
+	// exports); bit 1, accept them (its exports bound from other
+	// machines); other bits 0. spawn_token is $CHANOS_SPAWN_TOKEN, which
+	// the spawn service gives each program it starts: presented once, it
+	// proves which domain that program became (empty: none).
+	rpc hello(
+		in uint32 version,
+		in String program[256],
+		in uint32 features,
+		in String spawn_token[64],
+		out uint32 monitor_version,
+		out uint64 domain_id,
+		out uint64 machine_id
+	);
+
+	// export registers name for a service of interface iface whose largest
+	// frame is max_frame bytes, and returns the export's iref, whose token
+	// is the capability to bind it. Its policy (docs/security.md): with
+	// private set, a bind by name is denied and only a bind by the iref
+	// succeeds; uids and programs, when not empty, list the only uids and
+	// programs (as their hello named them; '\n' between two) that may bind.
+	// fingerprint is the interface's (docs/idl.md), or 0 for none.
+	rpc export(
+		in String name[256],
+		in String iface[128],
+		in uint32 max_frame,
+		in bool private,
+		in uint32 uids[nuids, 16],
+		in uint8 programs[programs_len, 2048],
+		in uint64 fingerprint,
+		out iref ref
+	);
+
+	// withdraw ends the domain's export of name and removes the name.
+	rpc withdraw(in String name[256]);
+
+	// bind connects to the export registered under name or, with name
+	// empty, to the export that target names, whose token must be the
+	// export's (a bind by ref). The export must be of interface iface, of
+	// the same fingerprint where both declare one (not 0), and its policy
+	// must let the caller bind. With wait set, a missing name
+	// is waited for until the call's deadline. ref is the export's iref
+	// without its token. For ump, fds are the ring's memory, this side's
+	// data and space wake-up sockets and its liveness socket, in that
+	// order (docs/ump.md). For net (an export on another machine), fds is
+	// empty and the net_ arguments say how to dial: the server domain's
+	// address, the server name to ask for, the fingerprint its
+	// certificate must have, and this side's certificate and key (DER,
+	// PKCS#8), made for this one connection, and whether it is
+	// authenticated only, not encrypted (docs/net.md, "Binding between
+	// machines"); for local and ump they are empty.
+	rpc bind(
+		in String name[256],
+		in String iface[128],
+		in bool wait,
+		in iref target,
+		in uint64 fingerprint,
+		out interconnect via,
+		out iref ref,
+		out uint64 conn_id,
+		out uint32 max_frame,
+		out give_away_cap fds[nfds, 8],
+		out String net_addr[256],
+		out String net_name[64],
+		out cert_fingerprint net_peer,
+		out uint8 net_cert[net_cert_len, 2048],
+		out uint8 net_key[net_key_len, 512],
+		out bool net_auth_only
+	);
+
+	// incoming tells an exporting domain of a new connection to its export
+	// ref from domain client; fds as for bind, for the other side. The
+	// client's pid and uid are its socket's (SO_PEERCRED), its program the
+	// name its hello gave; client_machine is the machine it runs on.
+	// For net, the client dials the domain: fds holds the TCP listening
+	// socket to accept on, the first time the monitor grants the domain
+	// one (it is the domain's from then on), and is empty after;
+	// net_name is the server name the client will ask for, net_peer the
+	// fingerprint its certificate must have (admitted once), net_cert
+	// and net_key the certificate and key to present to it, and
+	// net_auth_only whether the connection is authenticated only.
+	message incoming(
+		iref ref,
+		uint64 conn_id,
+		uint64 client,
+		interconnect via,
+		uint32 max_frame,
+		give_away_cap fds[nfds, 8],
+		int32 client_pid,
+		uint32 client_uid,
+		String client_program[256],
+		uint64 client_machine,
+		String net_name[64],
+		cert_fingerprint net_peer,
+		uint8 net_cert[net_cert_len, 2048],
+		uint8 net_key[net_key_len, 512],
+		bool net_auth_only
+	);
+
+	// ps describes the monitor's domains, exports and connections as JSON
+	// (docs/monitor-protocol.md gives the schema); with machine not 0 nor
+	// this machine's id, another machine's of the cluster, as that
+	// machine's monitor answers it (at most 256 KiB).
+	rpc ps(in uint64 machine, out uint8 json[json_len, 1048576]);
+
+	// ping is sent by the monitor to a session that has been idle: the
+	// domain's runtime reads it and drops it. A session that leaves it
+	// unread past the monitor's ping timeout is unresponsive, and may be
+	// dropped when the monitor runs short of sessions or reply memory
+	// (docs/quotas.md). seq counts the session's pings.
+	message ping(uint64 seq);
+
+	// machines describes the machines of the monitor's cluster as JSON, or
+	// this machine alone when it is in none (docs/monitor-protocol.md
+	// gives the schema).
+	rpc machines(out uint8 json[json_len, 65536]);
+
+	// peer_gone tells a domain that the peer of its connection conn_id,
+	// over the net interconnect, is gone: its domain ended (network_lost
+	// false: the connection ends with "peer died"), or its machine left
+	// the cluster (network_lost: "network lost"). Only domains whose
+	// hello set FeatureNet are sent it.
+	message peer_gone(uint64 conn_id, bool network_lost);
+
+	// hand_over gives the caller's export away: the monitor detaches it
+	// from the caller (its binds wait for the adopter) and returns a
+	// one-time grant, an iref whose token is not the export's, which the
+	// caller passes to the domain that is to take the export over (in any
+	// message, as an iref). Unadopted within a minute, the export is
+	// withdrawn.
+	rpc hand_over(in uint64 export, out iref grant);
+
+	// adopt takes over the export a hand_over grant names: the caller
+	// becomes its exporting domain, and owner of its name. iface and
+	// fingerprint must be the export's. ref is the export's iref, token
+	// and all; private says whether its policy is private (its allow-lists
+	// stay with it in the monitor).
+	rpc adopt(
+		in iref grant,
+		in String iface[128],
+		in uint64 fingerprint,
+		out iref ref,
+		out String name[256],
+		out uint32 max_frame,
+		out bool private
+	);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (

@@ -34,6 +34,33 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x99a984de4531d163
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// files: descriptors in messages (docs/capabilities.md), for the tests of
+// capabilities between Go and C domains (tests/interop).
+interface files "Descriptors in messages" {
+	// share hands the server a descriptor to write tag into, as text
+	message share(give_away_cap(file) fd, uint64 tag);
+
+	// stat answers the size of the file fd refers to
+	rpc stat(in cap(file) fd, out uint64 size);
+
+	// dup hands the descriptor back: the server's copy, given away
+	rpc dup(in cap(file) fd, out give_away_cap(file) copy);
+
+	// ring signals the event object times times (adds times to its count)
+	message ring(cap(event) event, uint64 times);
+
+	// hand gives the server an endpoint of a fresh connection, of the
+	// interface the name says, to open and serve
+	message hand(give_away_cap(endpoint) endpoint, String iface[64]);
+
+	// pass hands the server any descriptor, untyped, as Flounder's cap
+	message pass(give_away_cap any);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -495,7 +522,7 @@ func (UnimplementedServer) Hand(context.Context, *Client, Hand) error { return u
 func (UnimplementedServer) Pass(context.Context, *Client, Pass) error { return unsupported("pass") }
 
 // Interface describes files to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is files's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -34,6 +34,18 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0x89329480565c2e71
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// calc, version 1: one of two versions of an interface under one name, for
+// the tests of fingerprints (docs/idl.md). Version 2 (../v2/calc.if)
+// narrows add's delta to int32: a client of one version must not bind a
+// server of the other.
+interface calc "A running sum" {
+	rpc add(in int64 delta, out int64 sum);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -181,7 +193,7 @@ func unsupported(name string) error { return genrt.Unsupported(InterfaceName, na
 func (UnimplementedServer) Add(context.Context, int64) (int64, error) { return 0, unsupported("add") }
 
 // Interface describes calc to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is calc's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -32,6 +32,17 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xe7c3d7fe6e58203c
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// calc, version 2: add's delta is int32 here, int64 in version 1
+// (../v1/calc.if). The comments differ too, which the fingerprint ignores.
+interface calc "A running sum" {
+	// add adds delta to the sum and returns it.
+	rpc add(in int32 delta, out int64 sum);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -184,7 +195,7 @@ func unsupported(name string) error { return genrt.Unsupported(InterfaceName, na
 func (UnimplementedServer) Add(context.Context, int32) (int64, error) { return 0, unsupported("add") }
 
 // Interface describes calc to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is calc's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -41,6 +41,210 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xcf67bdb6670dae43
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// alltypes.if: every builtin type, every kind of declaration and every
+// argument shape of chanos IDL, for the shared wire vectors in
+// alltypes.json. Compile it with its include file:
+//
+//     chanosc -i testdata/wire/types.if -lang go|c -o DIR testdata/wire/alltypes.if
+//
+// mkvectors.py holds a hand transcription of these layouts: a change here
+// must be made there too, and the vectors regenerated (see README.md).
+// Message numbers are given in the comments; rpcs take one number each.
+interface alltypes "every type and argument shape, for the shared wire vectors" {
+	// An enum: red = 0, green = 1, blue = 2, a u32 on the wire.
+	typedef enum {
+		red,
+		green,
+		blue
+	} color;
+	// A struct of two signed fields: 8 bytes on the wire.
+	typedef struct {
+		int32 x;
+		int32 y;
+	} point;
+	alias word uint32;
+	alias status errval;
+	typedef word wordref;
+	typedef uint64 genpaddr;
+	typedef point pos;
+	typedef enum {
+		off,
+		on,
+		standby
+	} power;
+	typedef enum {
+		lonely
+	} single;
+	typedef uint8 digest[16];
+	typedef char tag[4];
+	typedef uint16 row[3];
+	typedef row matrix[2];
+	typedef point segment[2];
+	typedef give_away_cap capset[2];
+	// Nested structs (one through a typedef), an enum and a bool.
+	typedef struct {
+		pos from;
+		point to;
+		color colour;
+		bool visible;
+	} line;
+	// Field names that are C or Go keywords, fixed arrays inside a struct.
+	typedef struct {
+		uint8 type;
+		int64 default;
+		uint16 register;
+		digest sum;
+		segment seg;
+		power state;
+	} record;
+	// iref, errval, char and int8 inside a struct.
+	typedef struct {
+		iref target;
+		errval err;
+		char grade;
+		int8 delta;
+	} binding;
+	// Caps inside a struct.
+	typedef struct {
+		cap c;
+		uint16 label;
+		give_away_cap g;
+	} handle;
+
+	@vector(weight=123, tag=focused)
+	message empty();
+
+	rpc ping();
+
+	message uints(
+		uint8 u8,
+		uint16 u16,
+		uint32 u32,
+		uint64 u64,
+		uintptr uptr,
+		size sz
+	);
+
+	message sints(
+		int8 i8,
+		int16 i16,
+		int32 i32,
+		int i,
+		int64 i64,
+		intptr iptr
+	);
+
+	message misc(bool flag, char ch, errval err, bool last);
+
+	message irefs(iref primary, uint8 sep, iref backup);
+
+	message strings(String short[4], uint8 sep, String long[300]);
+
+	message typedefs(word w, wordref wr, genpaddr gp, status st, pos p);
+
+	message enums(color c, power pw, single s);
+
+	message fixed_arrays(digest d, tag t, matrix m, segment seg);
+
+	message structs(point pt, line ln, record rec, binding b);
+
+	message arrays(
+		uint8 bytes[nbytes, 8],
+		uint32 words[nwords, 4],
+		point pts[npts, 3],
+		color colors[ncolors, 4]
+	);
+
+	message more_arrays(
+		bool bits[nbits, 5],
+		char chars[nchars, 6],
+		int64 wide[nwide, 2],
+		digest sums[nsums, 2],
+		line lines[nlines, 2]
+	);
+
+	message caps(
+		cap c,
+		give_away_cap g,
+		uint32 between,
+		capset pair,
+		cap last
+	);
+
+	message cap_arrays(cap fds[nfds, 4], handle hs[nhs, 2], uint8 trailer);
+
+	rpc echo(
+		in uint32 seq,
+		in String text[32],
+		out uint32 ack,
+		out String reply[32]
+	);
+
+	// in and out arguments interleaved; two annotations.
+	@vector(weight=0x1F, tag=rpc)
+	@retry(times=3)
+	rpc mixed(
+		in uint8 a,
+		out int64 b,
+		in bool c,
+		out color d,
+		in point pts[npts, 2],
+		out uint8 data[ndata, 8]
+	);
+
+	rpc notify(in uint32 event, in give_away_cap fd, in cap watch);
+
+	rpc query(
+		out uint64 counter,
+		out String status_text[16],
+		out cap h,
+		out errval err
+	);
+
+	// Argument names that are C or Go keywords (struct is an IDL keyword
+	// and cannot be a name).
+	message keywords(
+		uint32 type,
+		int32 func,
+		bool default,
+		uint8 union,
+		int16 select,
+		uint64 register,
+		String switch[8],
+		uint8 range[go, 4]
+	);
+
+	// Names the generated code is likely to use for itself, or that are
+	// predeclared in Go (len, string, nil, true) or macros in C (true).
+	message shadows(
+		uint8 len,
+		uint16 string,
+		uint32 nil,
+		int8 err,
+		uint8 buf[n, 4],
+		String msg[8],
+		bool ctx,
+		int64 b,
+		uint32 m,
+		uint8 i,
+		cap caps,
+		uint8 off,
+		uint8 p,
+		uint8 true
+	);
+
+	// A message named by a keyword, with keyword arguments.
+	message goto(uint32 case, uint8 break, uint8 continue, uint8 return);
+
+	// Plain arguments around one dynamic array of chars: the shape of
+	// the generated encoders' and decoders' fast path for payloads.
+	message tail(uint32 id, char body[nbody, 16], uint16 after);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -2519,7 +2723,7 @@ func (UnimplementedServer) Goto(context.Context, *Client, Goto) error { return u
 func (UnimplementedServer) Tail(context.Context, *Client, Tail) error { return unsupported("tail") }
 
 // Interface describes alltypes to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is alltypes's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{

@@ -33,6 +33,26 @@ const MaxFrameSize = 1052
 // client binds an export only if their fingerprints agree (docs/idl.md).
 const Fingerprint uint64 = 0xeb35b788681bcd80
 
+// Definition is the interface as an IDL file of its own, the types of its
+// include files written in: what a domain's reflection service answers
+// for an export of it (docs/reflection.md).
+const Definition = `// pingpong.if: the messages of the Go wire benchmarks and of the
+// client/server round-trip test. ping is the example of docs/wire.md.
+interface pingpong "messages for the wire benchmarks and the stub tests" {
+	// Fixed size: 8 bytes of body.
+	message ping(uint32 client_id, uint32 msg_id);
+
+	// A string: the 100-byte benchmark.
+	message text(uint32 seq, String body[256]);
+
+	rpc get(in String key[64], out String value[256], out bool found);
+
+	rpc add(in int32 a, in int32 b, out int32 sum);
+
+	rpc fail(in uint64 code);
+};
+`
+
 // Message numbers: the position of each message and rpc in the interface.
 // An rpc's call and reply share its number.
 const (
@@ -474,7 +494,7 @@ func (UnimplementedServer) Add(context.Context, int32, int32) (int32, error) {
 func (UnimplementedServer) Fail(context.Context, uint64) error { return unsupported("fail") }
 
 // Interface describes pingpong to the connection engine.
-var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint}
+var Interface = chanos.Interface{Name: InterfaceName, MaxFrameSize: MaxFrameSize, Fingerprint: Fingerprint, Definition: Definition}
 
 // binding is pingpong's table for the runtime.
 var binding = genrt.Binding[Msg, Server, *Client]{
