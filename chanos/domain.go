@@ -693,6 +693,31 @@ func (d *Domain) adoptUnlock(l *Listener, export uint64) {
 // Name returns the exported name.
 func (l *Listener) Name() string { return l.name }
 
+// ExportedInterface returns the interface of the domain's export name,
+// and false if the domain has no export of that name that others may
+// bind by name (none, or one made Private). A reflection service answers
+// with it (docs/reflection.md).
+func (d *Domain) ExportedInterface(name string) (Interface, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, l := range d.exports {
+		if l.name == name && l.byName() {
+			return l.iface, true
+		}
+	}
+	return Interface{}, false
+}
+
+// byName reports whether others may bind l by its name: it is not
+// Private, nor an endpoint relayed to another machine.
+func (l *Listener) byName() bool {
+	var o exportOptions
+	for _, opt := range l.opts {
+		opt(&o)
+	}
+	return !o.private && l.relay == nil
+}
+
 // Ref returns the export's iref, token and all: the capability to bind
 // the export (ConnectRef), private or not. Whoever holds it may bind, and
 // may pass it on; hand it only to those who should. Withdrawing the

@@ -12,3 +12,4 @@ package interfaces
 //go:generate go run ../cmd/chanosc -lang go -o grant grant.if
 //go:generate go run ../cmd/chanosc -lang go -o spawn spawn.if
 //go:generate go run ../cmd/chanosc -lang go -o health health.if
+//go:generate go run ../cmd/chanosc -lang go -o reflection reflection.if
