@@ -21,15 +21,16 @@ import (
 )
 
 const callUsage = `usage: chanos call [-i INCLUDE.if]... [--meta KEY=VALUE]... [--timeout D] [--dir DIR]
-                   FILE.if NAME RPC [ARGS]
+                   [FILE.if] NAME RPC [ARGS]
 
-Calls the rpc RPC of the service exported under NAME, whose interface
-FILE.if declares, as curl does for HTTP: no generated code is needed (a
+Calls the rpc RPC of the service exported under NAME, as curl does for
+HTTP: no generated code is needed. The interface comes from FILE.if (a
 bare name of a bundled interface, as health.if or kv.if, needs no file
-either). ARGS
-is a JSON object of the rpc's in arguments ({} if left out; - reads it
-from stdin); the out arguments are printed as one JSON object on one line.
-A one-way message of the interface is sent instead, and nothing printed.
+either), or, without FILE.if, from the reflection service of NAME's
+domain (NAME.reflection, as 'chanos describe NAME' prints it). ARGS is a
+JSON object of the rpc's in arguments ({} if left out; - reads it from
+stdin); the out arguments are printed as one JSON object on one line. A
+one-way message of the interface is sent instead, and nothing printed.
 
 Values: integers as numbers (or strings, for 64-bit ones past what JSON
 numbers hold exactly), enums by name, structs as objects, arrays as
@@ -39,7 +40,8 @@ arrays; an array of uint8 or char as a string of its bytes (or
 Capabilities cannot be passed this way. The interface's name and
 fingerprint must match the export's, as for any client.
 
-  -i FILE           an include file of type declarations (as chanosc -i)
+  -i FILE           an include file of type declarations of FILE.if (as
+                    chanosc -i)
   --meta KEY=VALUE  metadata the call carries (repeatable); the reply's
                     metadata, if any, is printed on stderr
   --timeout D       the call's deadline, and how long to wait for NAME
@@ -61,9 +63,18 @@ func runCall(ctx context.Context, args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if fs.NArg() < 3 || fs.NArg() > 4 {
-		return usagef("call", "give FILE.if, NAME, RPC and at most ARGS")
+	pos := fs.Args()
+	var file string
+	if len(pos) >= 3 && isInterfaceFile(pos[0]) {
+		file, pos = pos[0], pos[1:]
 	}
+	if len(pos) < 2 || len(pos) > 3 {
+		return usagef("call", "give [FILE.if] NAME RPC and at most ARGS")
+	}
+	if file == "" && len(includes) > 0 {
+		return usagef("call", "-i is for FILE.if's include files; give FILE.if")
+	}
+	name, rpc := pos[0], pos[1]
 	if *timeout <= 0 {
 		return usagef("call", "--timeout must be positive")
 	}
@@ -75,23 +86,21 @@ func runCall(ctx context.Context, args []string) error {
 		}
 		md[k] = v
 	}
-	iface, err := loadInterface(fs.Arg(0), includes)
-	if err != nil {
-		return fmt.Errorf("call: %w", err)
-	}
-	values, err := callArgs(fs.Arg(3), os.Stdin)
+	values, err := callArgs(append(pos[2:], "")[0], os.Stdin)
 	if err != nil {
 		return usagef("call", "ARGS: %v", err)
 	}
-	frame, err := dynamic.Call(iface, fs.Arg(2), values)
-	if err != nil {
-		return usagef("call", "%v", err)
-	}
-	// Encoded once here, so that a value that does not fit its type is
-	// the command line's mistake, told before any connection.
-	var scratch wire.Buffer
-	if err := frame.Encode(&scratch); err != nil {
-		return usagef("call", "ARGS: %v", err)
+	var iface *idl.Interface
+	var frame *dynamic.Frame
+	if file != "" {
+		// Built here, so that a value that does not fit its type is the
+		// command line's mistake, told before any connection.
+		if iface, err = loadInterface(file, includes); err != nil {
+			return fmt.Errorf("call: %w", err)
+		}
+		if frame, err = callFrame(iface, rpc, values); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -101,7 +110,17 @@ func runCall(ctx context.Context, args []string) error {
 		return err
 	}
 	defer d.Close()
-	c, err := chanos.Connect(ctx, d, fs.Arg(1), chanos.Interface{
+	if file == "" {
+		desc, err := describeExport(ctx, d, name)
+		if err != nil {
+			return fmt.Errorf("call: %w", err)
+		}
+		iface = desc.iface
+		if frame, err = callFrame(iface, rpc, values); err != nil {
+			return err
+		}
+	}
+	c, err := chanos.Connect(ctx, d, name, chanos.Interface{
 		Name: iface.Name, MaxFrameSize: int(iface.MaxFrameSize()), Fingerprint: iface.Fingerprint(),
 	})
 	if err != nil {
@@ -124,6 +143,20 @@ func runCall(ctx context.Context, args []string) error {
 	}
 	printMetadata(os.Stderr, replyMD)
 	return writeJSON(os.Stdout, reply.Values)
+}
+
+// callFrame is the frame of rpc (or message) of iface with values, or
+// a usage error: the command line's mistake.
+func callFrame(iface *idl.Interface, rpc string, values map[string]any) (*dynamic.Frame, error) {
+	frame, err := dynamic.Call(iface, rpc, values)
+	if err != nil {
+		return nil, usagef("call", "%v", err)
+	}
+	var scratch wire.Buffer
+	if err := frame.Encode(&scratch); err != nil {
+		return nil, usagef("call", "ARGS: %v", err)
+	}
+	return frame, nil
 }
 
 // loadInterface compiles the interface file at path, with includes; a

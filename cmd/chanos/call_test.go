@@ -2,14 +2,18 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/kv"
+	"github.com/chanos/chanos/interfaces/reflection"
 	"github.com/chanos/chanos/internal/testkit"
 )
 
@@ -114,5 +118,69 @@ func TestCall(t *testing.T) {
 	r := runCmd(t, bin, dir, "call", changed, "call.kv", "get", `{"key": "a"}`)
 	if r.status != 1 || !strings.Contains(r.stderr, "fingerprint") {
 		t.Errorf("chanos call with a changed kv.if: status %d, stderr %q; want a fingerprint mismatch", r.status, r.stderr)
+	}
+}
+
+// TestCallByReflection: with the reflection service beside the export,
+// chanos call needs no .if and chanos describe prints the interface,
+// which compiles to the export's; an export whose domain serves no
+// reflection is told at once, not at the timeout.
+func TestCallByReflection(t *testing.T) {
+	bin := chanosBin(t)
+	dir, _ := testkit.StartMonitor(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"refl.kv", "bare.kv"} {
+		l, err := kv.Export(ctx, d, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go kv.Serve(ctx, l, &callKV{vals: map[string][]byte{}, watched: make(chan string, 1)})
+	}
+	rl, err := reflection.Export(ctx, d, reflection.NameOf("refl.kv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rl.Close()
+	go reflection.Serve(ctx, rl, reflection.NewExports(d))
+
+	for _, tc := range []struct {
+		args           []string
+		status         int
+		stdout, stderr string
+	}{
+		{[]string{"call", "refl.kv", "put", `{"key": "a", "value": "hi"}`}, 0, `{"version":1}` + "\n", ""},
+		{[]string{"call", "refl.kv", "get", `{"key": "a"}`}, 0, `{"st":"ok","value":"hi"}` + "\n", ""},
+		{[]string{"call", "--json", "refl.kv", "get", `{"key": "zz"}`}, 1, `{"error":"chanos: call: kv.get: not found: no key \"zz\"","code":"not_found"}` + "\n", ""},
+		{[]string{"call", "refl.kv", "nope"}, 2, "", "chanos call: dynamic: kv has no message or rpc \"nope\""},
+		{[]string{"describe", "refl.kv"}, 0, kv.Definition, ""},
+		{[]string{"describe", "--json", "refl.kv"}, 0, "", ""},
+	} {
+		r := runCmd(t, bin, dir, tc.args...)
+		if tc.args[1] == "--json" && tc.args[0] == "describe" {
+			var got struct{ Name, Iface, Fingerprint, Definition string }
+			if err := json.Unmarshal([]byte(r.stdout), &got); err != nil || r.status != 0 || got.Name != "refl.kv" || got.Iface != "kv" ||
+				got.Fingerprint != fmt.Sprintf("%016x", kv.Fingerprint) || got.Definition != kv.Definition || strings.Count(r.stdout, "\n") != 1 {
+				t.Errorf("chanos describe --json: status %d, %v, %+v, stdout %q", r.status, err, got, r.stdout)
+			}
+			continue
+		}
+		if r.status != tc.status || r.stdout != tc.stdout || !strings.HasPrefix(r.stderr, tc.stderr) || (tc.stderr == "" && r.stderr != "") {
+			t.Errorf("chanos %s: status %d, stdout %q, stderr %q; want %d, %q, %q", strings.Join(tc.args, " "), r.status, r.stdout, r.stderr, tc.status, tc.stdout, tc.stderr)
+		}
+	}
+
+	start := time.Now()
+	r := runCmd(t, bin, dir, "call", "--timeout", "30s", "bare.kv", "get", `{"key": "a"}`)
+	if r.status != 1 || !strings.Contains(r.stderr, `"bare.kv" is exported but "bare.kv.reflection" is not`) {
+		t.Errorf("chanos call of an export without reflection: status %d, stderr %q", r.status, r.stderr)
+	}
+	if el := time.Since(start); el > 15*time.Second {
+		t.Errorf("chanos call of an export without reflection took %v: it waited for the timeout", el)
 	}
 }

@@ -131,6 +131,11 @@ func TestUsage(t *testing.T) {
 		{[]string{"bench", "ump", "--server-cpuprofile", "x.prof"}, "bench", "--server-cpuprofile is for the net suite"},
 		{[]string{"bench", "check"}, "bench", "no results file given"},
 		{[]string{"version", "--no-such-flag"}, "version", "flag provided but not defined"},
+		{[]string{"call", "kv"}, "call", "give [FILE.if] NAME RPC and at most ARGS"},
+		{[]string{"call", "-i", "types.if", "kv", "get"}, "call", "-i is for FILE.if's include files"},
+		{[]string{"call", "kv", "get", "{", "extra"}, "call", "give [FILE.if] NAME RPC and at most ARGS"},
+		{[]string{"describe"}, "describe", "give NAME"},
+		{[]string{"describe", "--timeout", "0", "kv"}, "describe", "--timeout must be positive"},
 		{[]string{"--no-such-flag"}, "", "unknown flag --no-such-flag"},
 		{[]string{"no-such-command"}, "", `unknown command "no-such-command"`},
 		{nil, "", "no command given"},
@@ -150,7 +155,7 @@ func TestUsage(t *testing.T) {
 			t.Errorf("chanos %q: prints chanos's own usage:\n%s", c.args, r.stderr)
 		}
 	}
-	for _, cmd := range []string{"ps", "names", "monitor", "demo", "bench", "version"} {
+	for _, cmd := range []string{"ps", "names", "monitor", "demo", "bench", "version", "call", "describe", "health"} {
 		r := runCmd(t, bin, dir, cmd, "-h")
 		if r.status != 0 || !strings.HasPrefix(r.stdout, "usage: chanos "+cmd+" ") {
 			t.Errorf("chanos %s -h: status %d, stdout %q", cmd, r.status, r.stdout)

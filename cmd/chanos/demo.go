@@ -123,8 +123,8 @@ func runDemo(ctx context.Context, args []string) error {
 	pipe(names, "chanos names", &out)
 	namesErr := names.Run()
 	// The same service from the shell, from its IDL alone.
-	call := exec.Command(self, "call", "--dir", dir, "pingpong.if", "demo.pingpong", "echo", `{"val": 7}`)
-	pipe(call, "chanos call pingpong.if demo.pingpong echo {\"val\": 7}", &out)
+	call := exec.Command(self, "call", "--dir", dir, "demo.pingpong", "echo", `{"val": 7}`)
+	pipe(call, "chanos call demo.pingpong echo {\"val\": 7}", &out)
 	callErr := call.Run()
 	errs := []error{}
 	if cliErr != nil {

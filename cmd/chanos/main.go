@@ -8,7 +8,8 @@
 //	chanos ps                    list domains, exports, connections (--json)
 //	chanos spawn -- PROGRAM      start a program through the spawn service (also wait, kill, logs)
 //	chanos health NAME           ask a service's health (exit 0 when serving)
-//	chanos call FILE.if NAME RPC  call an rpc with JSON arguments, no generated code
+//	chanos call NAME RPC         call an rpc with JSON arguments, no generated code
+//	chanos describe NAME         print a service's interface, from its reflection service
 //	chanos demo                  monitor, server and client as separate processes
 //	chanos cluster COMMAND       machine identity and admission (init, admit, join, revoke, show)
 //	chanos bench SUITE [flags]   run a benchmark suite (see docs/benchmarks.md)
@@ -52,7 +53,8 @@ commands:
   spawn -- PROGRAM ARGS  start a program through the spawn service; then
   wait ID, kill ID, logs ID  wait for it, signal it, read its output (ps --all lists them)
   health NAME [SERVICE]  print a service's health; exit 0 when it is serving
-  call FILE.if NAME RPC [ARGS]  call an rpc, arguments and results in JSON
+  call [FILE.if] NAME RPC [ARGS]  call an rpc, arguments and results in JSON
+  describe NAME         print the interface of a service, as its domain describes it
   version               print the version (also: chanos --version)
 
 'chanos COMMAND -h' prints a command's usage. With --json, stdout holds one
@@ -114,6 +116,8 @@ func usageText(cmd string) string {
 		return healthUsage
 	case "call":
 		return callUsage
+	case "describe":
+		return describeUsage
 	case "version":
 		return versionUsage
 	}
@@ -258,6 +262,8 @@ func run(ctx context.Context, args []string) error {
 		return runHealth(ctx, args[1:])
 	case "call":
 		return runCall(ctx, args[1:])
+	case "describe":
+		return runDescribe(ctx, args[1:])
 	case "version":
 		return runVersion(args[1:], os.Stdout)
 	case "-version", "--version", "-v":

@@ -1,6 +1,8 @@
 // Command pingpong-server exports the bundled pingpong interface under a
 // name and serves it: it answers each ping with a pong, echo with its
-// argument, and bounce with its payload.
+// argument, and bounce with its payload. Beside it, it serves reflection
+// under NAME.reflection, so that tools such as chanos call need no copy
+// of pingpong.if (docs/reflection.md).
 //
 // Run a monitor first (chanos monitor), then:
 //
@@ -18,6 +20,7 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/pingpong"
+	"github.com/chanos/chanos/interfaces/reflection"
 )
 
 // server implements pingpong.Server. Its methods run in the goroutine that
@@ -69,6 +72,12 @@ func run(ctx context.Context, name string) error {
 		return err
 	}
 	defer l.Close()
+	rl, err := reflection.Export(ctx, d, reflection.NameOf(name))
+	if err != nil {
+		return err
+	}
+	defer rl.Close()
+	go reflection.Serve(ctx, rl, reflection.NewExports(d))
 	slog.Info("pingpong-server: serving", "name", name, "domain", d.ID())
 	// Serve returns when ctx ends (SIGINT, SIGTERM).
 	return pingpong.Serve(ctx, l, server{})
