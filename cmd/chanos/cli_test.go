@@ -213,13 +213,17 @@ func TestJSONOutput(t *testing.T) {
 	testkit.Start(t, server)
 
 	var names []nameEntry
-	testkit.Eventually(t, "cli.pingpong in chanos names", func() bool {
+	// The example server exports its reflection service beside it.
+	testkit.Eventually(t, "cli.pingpong and its reflection in chanos names", func() bool {
 		r := runCmd(t, bin, dir, "names", "--json", "cli.")
 		names = nil
 		oneJSON(t, "chanos names --json", r.stdout, &names)
-		return len(names) == 1
+		return len(names) == 2
 	})
 	if n := names[0]; n.Name != "cli.pingpong" || n.Iface != "pingpong" || n.Program != "pingpong-server" {
+		t.Errorf("chanos names --json cli.: %+v", n)
+	}
+	if n := names[1]; n.Name != "cli.pingpong.reflection" || n.Iface != "reflection" || n.Program != "pingpong-server" {
 		t.Errorf("chanos names --json cli.: %+v", n)
 	}
 	r := runCmd(t, bin, dir, "names", "--json", "no.such.prefix")
