@@ -185,10 +185,10 @@ func argText(a *Arg) string {
 	return b.String()
 }
 
-// typeName is a use of a type as written: the builtin's or declaration's
-// name, and a capability's kind.
+// typeName is a use of a type: the declaration's name, or the builtin's
+// own (int32 where the file says int), and a capability's kind.
 func typeName(t *TypeRef) string {
-	name := t.Name
+	name := t.Builtin.String()
 	if t.Decl != nil {
 		name = t.Decl.Name
 	}

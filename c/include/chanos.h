@@ -1524,6 +1524,10 @@ struct chanos_interface {
     const char *name;
     uint32_t max_frame;
     uint64_t fingerprint; /* 0: none declared, not checked */
+    /* The interface as an IDL file of its own, in pieces that join into
+     * it, NULL-terminated (the generated IFACE_definition); NULL for none.
+     * Only a reflection service reads it (docs/reflection.md). */
+    const char *const *definition;
 };
 
 /*

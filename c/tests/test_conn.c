@@ -695,7 +695,8 @@ static void test_fds(void)
  * is not an endpoint. */
 static void test_endpoints(void)
 {
-    static const struct chanos_interface a = { "a", 4096, 1 }, b = { "b", 4096, 2 };
+    static const struct chanos_interface a = { .name = "a", .max_frame = 4096, .fingerprint = 1 },
+                                        b = { .name = "b", .max_frame = 4096, .fingerprint = 2 };
     chanos_conn *mine, *theirs;
     struct chanos_frame f;
     uint8_t buf[64];

@@ -153,7 +153,7 @@ static void test_conn(chanos_net_link *a, chanos_conn *cb)
     close(p[1]);
     chanos_conn *mine;
     int ep;
-    CHECK_EQ(chanos_endpoint_new(&(struct chanos_interface){"pingpong", 1024, 0},
+    CHECK_EQ(chanos_endpoint_new(&(struct chanos_interface){.name = "pingpong", .max_frame = 1024},
                                  &mine, &ep), 0);
     CHECK_EQ(chanos_endpoint_ref(ep, &r), -EINVAL); /* of this machine */
     chanos_buf_init(&b, out, sizeof out, fds, 2);
@@ -171,7 +171,7 @@ static void test_conn(chanos_net_link *a, chanos_conn *cb)
 
     /* Without a domain there is nobody to bind it: refused, and closed. */
     chanos_conn *oc = NULL;
-    CHECK_EQ(chanos_endpoint_open(e1, &(struct chanos_interface){"pingpong", 1024, 0},
+    CHECK_EQ(chanos_endpoint_open(e1, &(struct chanos_interface){.name = "pingpong", .max_frame = 1024},
                                   &oc),
              CHANOS_ERR_NO_ROUTE);
     CHECK(oc == NULL);
