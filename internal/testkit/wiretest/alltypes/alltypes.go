@@ -132,7 +132,7 @@ interface alltypes "every type and argument shape, for the shared wire vectors" 
 		int8 i8,
 		int16 i16,
 		int32 i32,
-		int i,
+		int32 i,
 		int64 i64,
 		intptr iptr
 	);
