@@ -71,13 +71,18 @@ const (
 // reply: the code and detail of the reply's status (docs/wire.md). Errorf
 // and Error make one for a handler to return. errors.Is(err, code)
 // matches its Code. Its fields: Msg (the rpc, "kv.get"; "" in one a
-// handler made), Code (never 0) and Detail (the server's description).
+// handler made), Code (0 is taken as CodeUnknown) and Detail (the
+// server's description).
 type RemoteError = engine.RemoteError
 
 // Error returns an error with code and the detail msg, for an rpc handler
 // to return: its caller receives an error reply with that code and
-// detail. code must not be CodeOK (the reply would carry CodeUnknown).
+// detail. CodeOK, which no failure has, is taken as CodeUnknown, for the
+// handler's interceptors as for its caller.
 func Error(code Code, msg string) error {
+	if code == CodeOK {
+		code = CodeUnknown
+	}
 	return &RemoteError{Code: wire.Errval(code), Detail: msg}
 }
 

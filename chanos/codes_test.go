@@ -126,6 +126,10 @@ func TestCodeOf(t *testing.T) {
 		{&wire.Error{Err: wire.ErrBound}, chanos.CodeInternal},
 		{chanos.CodeAborted, chanos.CodeAborted},
 		{chanos.Errorf(1234, "mine"), 1234},
+		// A failure is never CodeOK, whoever looks at it: an interceptor
+		// on the serving side sees what the caller will.
+		{chanos.Error(chanos.CodeOK, "zero"), chanos.CodeUnknown},
+		{&chanos.RemoteError{Detail: "made by hand"}, chanos.CodeUnknown},
 	} {
 		if got := chanos.CodeOf(c.err); got != c.want {
 			t.Errorf("CodeOf(%v) = %v, want %v", c.err, got, c.want)
@@ -144,6 +148,9 @@ func TestCodeOf(t *testing.T) {
 	}
 	if errors.Is(chanos.Error(chanos.CodeOK, "x"), chanos.CodeOK) {
 		t.Error("an error matches CodeOK")
+	}
+	if err := chanos.Error(chanos.CodeOK, "zero"); err.Error() != "unknown: zero" || !errors.Is(err, chanos.CodeUnknown) {
+		t.Errorf("Error(CodeOK, ...) = %q, matching CodeUnknown %v; want it as the caller gets it, unknown", err, errors.Is(err, chanos.CodeUnknown))
 	}
 }
 

@@ -331,6 +331,42 @@ func TestSendErrors(t *testing.T) {
 	})
 }
 
+// A send that waits for room until its context ends says why the room
+// did not come, a one-way message's and a call's alike, and still
+// matches the context's error; a call that went out and whose reply did
+// not come in time says nothing of the kind.
+func TestSendFullSaysWhy(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		ctx := context.Background()
+		const why = "the peer took no frame while this one waited for room"
+		short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 50*time.Millisecond) }
+		// Nobody serves s: the call goes out, its reply never comes.
+		cctx, cancel := short()
+		_, err := c.Echo(cctx, 1)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || strings.Contains(err.Error(), why) {
+			t.Fatalf("a call sent and not answered = %v, want DeadlineExceeded alone", err)
+		}
+		for i := 0; ; i++ {
+			sctx, cancel := short()
+			err = c.Send(sctx, &pingpong.Ping{MsgID: uint32(i)})
+			cancel()
+			if err != nil {
+				break
+			}
+		}
+		if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), why) {
+			t.Fatalf("a send that found no room = %v, want DeadlineExceeded and why", err)
+		}
+		cctx, cancel = short()
+		_, err = c.Echo(cctx, 2)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || chanos.CodeOf(err) != chanos.CodeDeadlineExceeded || !strings.Contains(err.Error(), why) {
+			t.Fatalf("a call that found no room = %v, want DeadlineExceeded and why", err)
+		}
+	})
+}
+
 // blockingServer's echo waits for its context: only a cancel or deadline
 // ends it.
 type blockingServer struct {

@@ -34,9 +34,10 @@ var (
 	// ErrMonitorLost: the session with the monitor ended (the monitor
 	// stopped or restarted). Bound connections keep working. A domain
 	// rejoins the next monitor by itself (unless WithoutRejoin), exporting
-	// its names again: meanwhile, calls to the monitor (Connect, Export,
+	// its names again: meanwhile, calls to the monitor (Export, ConnectRef,
 	// ...) fail with this error, and work again once it has rejoined
-	// (OnMonitor tells when). Under WithoutRejoin, they need a new Join.
+	// (OnMonitor tells when); Connect, which waits for its name, waits for
+	// the rejoin too. Under WithoutRejoin, they need a new Join.
 	ErrMonitorLost = errors.New("chanos: lost the monitor")
 	// ErrNameTaken: Export was given a name that is registered already.
 	ErrNameTaken = errors.New("chanos: name already registered")
@@ -187,6 +188,10 @@ type Domain struct {
 	noRejoin  bool
 	onMonitor func(MonitorEvent)
 	quit      chan struct{} // closed by Close: a rejoin stops waiting
+	// rejoined is closed once a rejoin has exported the domain's names on
+	// a new session, and then replaced (under mu): a Connect that met the
+	// monitor's loss waits on it, as it would wait for its name.
+	rejoined chan struct{}
 
 	mu       sync.Mutex
 	conn     *Conn                // the session with the monitor, or the last one
@@ -235,6 +240,7 @@ func Join(ctx context.Context, opts ...Option) (*Domain, error) {
 		noRejoin:  o.noRejoin,
 		onMonitor: o.onMonitor,
 		quit:      make(chan struct{}),
+		rejoined:  make(chan struct{}),
 		exports:   map[uint64]*Listener{},
 		early:     map[uint64][]*monitor.Incoming{},
 		netConn:   map[uint64]*cnet.Link{},
@@ -839,6 +845,12 @@ func (l *Listener) Close() error {
 // DefaultCallTimeout: 10 s) for the name, then fails with an error
 // matching ErrNotFound; a monitor that does not answer by then, and a
 // second more, gives ErrMonitorTimeout.
+//
+// A monitor that goes away (it is restarted, say) while Connect waits, or
+// is away when Connect is called, is waited for in the same time: once
+// the domain has rejoined a new one, Connect binds there. If none comes
+// back in time, the error matches ErrMonitorLost and ErrNotFound. Under
+// WithoutRejoin it fails at once with ErrMonitorLost.
 func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Conn, error) {
 	if len(name) > monitor.MaxBindNameLen {
 		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
@@ -846,7 +858,53 @@ func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Con
 	if name == "" {
 		return nil, fmt.Errorf("chanos: connect %q: %w: empty", name, ErrInvalidName)
 	}
-	return d.bind(ctx, fmt.Sprintf("%q", name), &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true, Fingerprint: iface.Fingerprint}, iface)
+	label := fmt.Sprintf("%q", name)
+	call := &monitor.BindCall{Name: name, Iface: iface.Name, Wait: true, Fingerprint: iface.Fingerprint}
+	// Without a deadline, the domain's call timeout bounds the wait for
+	// the name; it bounds the wait for a new monitor as well.
+	until := time.Time{}
+	if _, ok := ctx.Deadline(); !ok && d.timeout > 0 {
+		until = time.Now().Add(d.timeout)
+	}
+	for {
+		next := d.nextSession()
+		c, err := d.bind(ctx, label, call, iface)
+		if err == nil || d.noRejoin || !errors.Is(err, ErrMonitorLost) {
+			return c, err
+		}
+		if werr := d.awaitRejoin(ctx, next, until); werr != nil {
+			return nil, fmt.Errorf("%w; %w (%w)", err, ErrNotFound, werr)
+		}
+	}
+}
+
+// nextSession returns what closes once the domain has rejoined a new
+// monitor after the current (or last) session.
+func (d *Domain) nextSession() <-chan struct{} {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.rejoined
+}
+
+// awaitRejoin waits until next closes, and returns why it stopped waiting
+// first otherwise: ctx's end, until (when not zero) or the domain's.
+func (d *Domain) awaitRejoin(ctx context.Context, next <-chan struct{}, until time.Time) error {
+	var expired <-chan time.Time
+	if !until.IsZero() {
+		t := time.NewTimer(time.Until(until))
+		defer t.Stop()
+		expired = t.C
+	}
+	select {
+	case <-next:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("no monitor came back before the context ended: %w", ctx.Err())
+	case <-expired:
+		return fmt.Errorf("no monitor came back within %v, the domain's call timeout, as the context has no deadline", d.timeout)
+	case <-d.done:
+		return ErrClosed
+	}
 }
 
 // ConnectRef binds to the export that ref names, by its iref rather than

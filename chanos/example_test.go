@@ -346,8 +346,10 @@ func ExampleNewEvent() {
 }
 
 // A client's call interceptor: every call its connections make carries
-// the tenant in its metadata (tenantServer adds its length), and a call
-// that fails is reported with its code.
+// the tenant in its metadata (tenantServer adds its length), added with
+// AppendMetadata so that what a caller gives a call stays (tracedServer
+// tells the caller what it saw in its reply's metadata), and a call that
+// fails is reported with its code.
 func ExampleWithCallInterceptor() {
 	dir, _ := os.MkdirTemp("", "chanos-example-")
 	defer os.RemoveAll(dir)
@@ -358,7 +360,7 @@ func ExampleWithCallInterceptor() {
 	}
 	defer stop()
 	tenant := func(ctx context.Context, rpc string) (context.Context, func(error) error, error) {
-		ctx = chanos.WithMetadata(ctx, chanos.Metadata{"tenant": "2"})
+		ctx = chanos.AppendMetadata(ctx, chanos.Metadata{"tenant": "2"})
 		return ctx, func(err error) error {
 			if err != nil {
 				fmt.Printf("%s failed: %v\n", rpc, chanos.CodeOf(err))
@@ -379,7 +381,7 @@ func ExampleWithCallInterceptor() {
 		return
 	}
 	defer l.Close()
-	go pingpong.Serve(ctx, l, tenantServer{})
+	go pingpong.Serve(ctx, l, tracedServer{})
 	c, err := pingpong.Connect(ctx, d, "example.tenant")
 	if err != nil {
 		fmt.Println(err)
@@ -388,10 +390,28 @@ func ExampleWithCallInterceptor() {
 	defer c.Close()
 	v, err := c.Echo(ctx, 1)
 	fmt.Println(v, err)
+	var reply chanos.Metadata
+	traced := chanos.WithMetadata(ctx, chanos.Metadata{"trace-id": "t-7"})
+	v, err = c.Echo(chanos.CaptureReplyMetadata(traced, &reply), 1)
+	fmt.Println(v, err, reply["saw"])
 	_, err = c.Bounce(ctx, nil)
 	fmt.Println(errors.Is(err, chanos.CodeUnimplemented))
 	// Output:
 	// 2 <nil>
+	// 2 <nil> tenant 2, trace t-7
 	// pingpong.bounce failed: unimplemented
 	// true
+}
+
+// tracedServer is tenantServer that tells its caller, in the reply's
+// metadata (gRPC's trailers), the tenant and trace id its call carried.
+type tracedServer struct{ tenantServer }
+
+func (s tracedServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	md, _ := chanos.MetadataFrom(ctx)
+	saw := fmt.Sprintf("tenant %s, trace %s", md["tenant"], md["trace-id"])
+	if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"saw": saw}); err != nil {
+		return 0, err
+	}
+	return s.tenantServer.Echo(ctx, v)
 }

@@ -598,6 +598,81 @@ func TestMonitorRestartRejoins(t *testing.T) {
 	}
 }
 
+// A Connect that waits for its name waits for the monitor too: one that
+// was waiting when the monitor stopped, and one made while no monitor
+// ran, both bind once the domain has rejoined the next monitor and the
+// name is exported there. One whose deadline passes first fails with
+// ErrMonitorLost and ErrNotFound; under WithoutRejoin, one fails at once.
+func TestConnectWaitsForRejoin(t *testing.T) {
+	dir := testkit.ShortDir(t)
+	stop := testmonitor.Serve(t, dir)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	lone, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithoutRejoin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lone.Close()
+	type result struct {
+		c   *pingpong.Conn
+		err error
+	}
+	connect := func() chan result {
+		ch := make(chan result, 1)
+		go func() {
+			bctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			c, err := pingpong.Connect(bctx, d, "later")
+			ch <- result{c, err}
+		}()
+		return ch
+	}
+	waiting := connect()
+	testkit.Eventually(t, "the bind waiting for its name", func() bool {
+		ps, err := d.Ps(ctx)
+		return err == nil && ps.Monitor.Limits.PendingBinds == 1
+	})
+	stop()
+	testkit.Eventually(t, "the domain without rejoin ending", func() bool { return lone.Err() != nil })
+	if _, err := pingpong.Connect(ctx, lone, "later"); !errors.Is(err, chanos.ErrMonitorLost) {
+		t.Fatalf("connect of a domain without rejoin, no monitor = %v, want ErrMonitorLost", err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	_, err = pingpong.Connect(sctx, d, "later")
+	cancel()
+	if !errors.Is(err, chanos.ErrMonitorLost) || !errors.Is(err, chanos.ErrNotFound) {
+		t.Fatalf("connect with no monitor until its deadline = %v, want ErrMonitorLost and ErrNotFound", err)
+	}
+	unmonitored := connect()
+
+	testmonitor.Serve(t, dir)
+	srv, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	l, err := pingpong.Export(ctx, srv, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go pingpong.Serve(ctx, l, exampleServer{})
+	for what, ch := range map[string]chan result{"waiting when the monitor stopped": waiting, "made with no monitor": unmonitored} {
+		r := testkit.Await(t, "the connect "+what, ch)
+		if r.err != nil {
+			t.Fatalf("the connect %s: %v", what, r.err)
+		}
+		if v, err := r.c.Echo(ctx, 5); err != nil || v != 5 {
+			t.Fatalf("the connect %s: echo = %d, %v", what, v, err)
+		}
+		r.c.Close()
+	}
+}
+
 // A name another domain took while the domain had no monitor is not
 // exported again: the rejoin says so, and the listener stops with why.
 func TestRejoinNameTaken(t *testing.T) {

@@ -2,6 +2,7 @@ package chanos
 
 import (
 	"context"
+	"maps"
 	"strings"
 
 	"github.com/chanos/chanos/chanos/internal/engine"
@@ -18,14 +19,35 @@ import (
 type Metadata = wire.Metadata
 
 // WithMetadata returns a context whose rpc calls carry md, replacing the
-// metadata ctx had for them. The handler of such a call reads it with
-// MetadataFrom. Keys with upper-case ASCII letters are lowered, as gRPC
-// does ("Trace-ID" travels as "trace-id"), into a copy of md; otherwise md
-// is not copied: leave it unmodified while calls use it.
+// metadata ctx had for them (AppendMetadata adds to it). The handler of
+// such a call reads it with MetadataFrom. Keys with upper-case ASCII
+// letters are lowered, as gRPC does ("Trace-ID" travels as "trace-id"),
+// into a copy of md; otherwise md is not copied: leave it unmodified
+// while calls use it.
 //
 // Calls of a program that never calls WithMetadata pay nothing for it.
 func WithMetadata(ctx context.Context, md Metadata) context.Context {
 	return engine.WithOutgoingMetadata(ctx, lowered(md))
+}
+
+// AppendMetadata returns a context whose rpc calls carry the metadata ctx
+// had for them with md's entries added, an entry of md taking the place of
+// one of the same key: gRPC's AppendToOutgoingContext. A call interceptor
+// (WithCallInterceptor) adds a trace id or a tenant this way without
+// dropping what its caller gave the call with WithMetadata, which
+// replaces it all. Keys are lowered as by WithMetadata. The result is a
+// copy: neither md nor the metadata ctx had is modified, or kept.
+func AppendMetadata(ctx context.Context, md Metadata) context.Context {
+	if len(md) == 0 {
+		return ctx
+	}
+	had, _ := engine.OutgoingMetadata(ctx)
+	merged := make(Metadata, len(had)+len(md))
+	maps.Copy(merged, had)
+	for k, v := range md {
+		merged[strings.ToLower(k)] = v
+	}
+	return engine.WithOutgoingMetadata(ctx, merged)
 }
 
 // lowered returns md with its keys' upper-case ASCII letters lowered: md

@@ -119,6 +119,40 @@ func metadataCase(t *testing.T, concurrent bool) {
 	}
 }
 
+// AppendMetadata adds to the metadata a call carries, where WithMetadata
+// replaces it: a key of both takes the added value, the others stay, keys
+// are lowered, and neither map given is changed.
+func TestAppendMetadata(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &mdServer{seen: map[uint64]chanos.Metadata{}, out: map[uint64]bool{}}
+		go s.Serve(context.Background(), srv)
+		ctx := testkit.Context(t)
+		caller := chanos.Metadata{"tenant": "acme", "trace-id": "old"}
+		added := chanos.Metadata{"Trace-ID": "new", "span": "1"}
+		for v, tc := range []struct {
+			ctx  context.Context
+			want chanos.Metadata
+		}{
+			{chanos.AppendMetadata(chanos.WithMetadata(ctx, caller), added), chanos.Metadata{"tenant": "acme", "trace-id": "new", "span": "1"}},
+			{chanos.AppendMetadata(ctx, added), chanos.Metadata{"trace-id": "new", "span": "1"}},
+			{chanos.AppendMetadata(chanos.WithMetadata(ctx, caller), nil), caller},
+		} {
+			if got, err := c.Echo(tc.ctx, uint64(v)); err != nil || got != uint64(v) {
+				t.Fatalf("echo %d = %d, %v", v, got, err)
+			}
+			if seen, _ := srv.saw(uint64(v)); !maps.Equal(seen, tc.want) {
+				t.Errorf("call %d: the handler saw %v, want %v", v, seen, tc.want)
+			}
+		}
+		if want := (chanos.Metadata{"tenant": "acme", "trace-id": "old"}); !maps.Equal(caller, want) {
+			t.Errorf("the caller's metadata became %v", caller)
+		}
+		if want := (chanos.Metadata{"Trace-ID": "new", "span": "1"}); !maps.Equal(added, want) {
+			t.Errorf("the added metadata became %v", added)
+		}
+	})
+}
+
 // Metadata that breaks a bound fails the call before it is sent, and the
 // connection goes on.
 func TestMetadataBounds(t *testing.T) {

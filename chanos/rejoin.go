@@ -140,6 +140,10 @@ func (d *Domain) rejoin() (*Conn, chan error) {
 		}
 		err = d.reexport(conn, listeners)
 		d.log.Info("chanos: rejoined the monitor", "dir", d.dir, "domain", d.ID(), "exports", len(listeners))
+		d.mu.Lock()
+		close(d.rejoined)
+		d.rejoined = make(chan struct{})
+		d.mu.Unlock()
 		d.event(MonitorEvent{Err: err, Domain: d.ID()})
 		return conn, end
 	}

@@ -241,3 +241,24 @@ func TestFlounderCorpusErrors(t *testing.T) {
 		})
 	}
 }
+
+// A mistake on the command line says what it is on its first line, then
+// prints the usage, and exits 2.
+func TestCommandLineMistakes(t *testing.T) {
+	file := filepath.Join(corpus, "sensors.if")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-lang", "go", "-o", t.TempDir()}, "chanosc: give the FILE.if to compile"},
+		{[]string{file, "-lang", "go", "-o", t.TempDir()}, `chanosc: give one FILE.if, after the flags; not ["` + file + `" "-lang"`},
+		{[]string{"-lang", "go", file}, "chanosc: give the output directory: -o OUTDIR"},
+		{[]string{"--version", file}, `chanosc: --version takes no arguments, not ["` + file + `"]`},
+	} {
+		status, errs := chanosc(t, c.args...)
+		first, rest, _ := strings.Cut(errs, "\n")
+		if status != 2 || !strings.HasPrefix(first, c.want) || !strings.HasPrefix(rest, "usage: chanosc") {
+			t.Errorf("chanosc %q: status %d, stderr\n%s\nwant 2, a first line %q, then the usage", c.args, status, errs, c.want)
+		}
+	}
+}

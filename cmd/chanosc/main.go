@@ -74,15 +74,20 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 	}
 	if *showVersion {
 		if fs.NArg() > 0 {
-			fs.Usage()
-			return 2
+			return usage(fs, "--version takes no arguments, not %q", fs.Args())
 		}
 		fmt.Fprintln(stdout, buildinfo.Line("chanosc"))
 		return 0
 	}
-	if fs.NArg() != 1 || *out == "" {
-		fs.Usage()
-		return 2
+	switch {
+	case fs.NArg() == 0:
+		return usage(fs, "give the FILE.if to compile")
+	case fs.NArg() > 1:
+		// The flag package stops at the first argument that is not a
+		// flag, so flags written after the file land here too.
+		return usage(fs, "give one FILE.if, after the flags; not %q", fs.Args())
+	case *out == "":
+		return usage(fs, "give the output directory: -o OUTDIR")
 	}
 	var backend gen.Backend
 	switch *lang {
@@ -109,6 +114,14 @@ func run(args []string, stdout, stderr io.Writer) (status int) {
 		return 1
 	}
 	return 0
+}
+
+// usage says what is wrong with the command line, then how it goes, on
+// fs's output, and returns the status of a command-line mistake.
+func usage(fs *flag.FlagSet, format string, args ...any) int {
+	fmt.Fprintf(fs.Output(), "chanosc: "+format+"\n", args...)
+	fs.Usage()
+	return 2
 }
 
 // describe formats errors: positioned errors stand alone (FILE:LINE:COL:

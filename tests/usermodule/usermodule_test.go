@@ -224,6 +224,11 @@ func TestWalkthrough(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(mod, "counter", "counter.go")); err != nil {
 		t.Fatalf("go generate wrote no counter/counter.go: %v", err)
 	}
+	// The package has one doc comment, the generated one: go doc prints
+	// every file's, one after another.
+	if doc := sh(t, mod, offline, "go doc ./counter", "go doc ./counter"); strings.Count(doc, "Package counter ") != 1 {
+		t.Errorf("go doc ./counter shows %d package doc comments, want the generated one:\n%s", strings.Count(doc, "Package counter "), doc)
+	}
 	// go mod tidy keeps what the tools need, and the module still builds.
 	sh(t, mod, offline, "tidy", "go mod tidy && go build ./... && grep -q 'cmd/chanosc' go.mod")
 

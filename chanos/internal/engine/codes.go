@@ -85,7 +85,8 @@ func (c Code) Error() string { return c.String() }
 type RemoteError struct {
 	// Msg is the rpc, like "kv.get"; "" in an error a handler made.
 	Msg string
-	// Code is the failure's code (a Code); never 0.
+	// Code is the failure's code (a Code). 0, which no reply carries,
+	// is taken as CodeUnknown, as the error reply made of it says.
 	Code wire.Errval
 	// Detail is the server's description of the failure.
 	Detail string
@@ -94,7 +95,7 @@ type RemoteError struct {
 // Error formats e as, for example, "kv.get: not found: no such key", or
 // "kv.get: code 1001: no such shelf" for an application's code.
 func (e *RemoteError) Error() string {
-	s := Code(e.Code).String()
+	s := e.code().String()
 	if e.Msg != "" {
 		s = e.Msg + ": " + s
 	}
@@ -107,7 +108,17 @@ func (e *RemoteError) Error() string {
 // Is reports whether target is the Code of e.
 func (e *RemoteError) Is(target error) bool {
 	c, ok := target.(Code)
-	return ok && c != CodeOK && Code(e.Code) == c
+	return ok && e.code() == c
+}
+
+// code is e's Code: a failure, so never CodeOK, which a handler's error
+// made with that code would otherwise show to the serving side's
+// interceptors while its caller got CodeUnknown.
+func (e *RemoteError) code() Code {
+	if e.Code == 0 {
+		return CodeUnknown
+	}
+	return Code(e.Code)
 }
 
 // CodeOf returns the code of err: CodeOK for nil; the code of an error
@@ -124,7 +135,7 @@ func CodeOf(err error) Code {
 	}
 	var re *RemoteError
 	if errors.As(err, &re) {
-		return Code(re.Code)
+		return re.code()
 	}
 	var c Code
 	if errors.As(err, &c) && c != CodeOK {

@@ -407,17 +407,28 @@ func (c *Conn) closeGiveAway() {
 	}
 }
 
-// wrap turns an interconnect's error into the connection's: if the
-// connection ended, it records why.
+// wrap turns the error of a send on the link into the connection's: if
+// the connection ended, it records why. A link's send ends with its
+// context only while it waits for room, so such an error says that the
+// peer stopped taking frames; the most common cause, two sides each
+// waiting to send while neither receives, is named, since a bare
+// deadline on a one-way send leaves the reader without a clue.
 func (c *Conn) wrap(err error) error {
 	if err == nil {
 		return nil
 	}
 	if interconnect.IsEnd(err) {
 		c.end(err)
+	} else if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return fmt.Errorf("%w (%s)", err, sendFull)
 	}
 	return err
 }
+
+// sendFull explains a send that waited for room until its context ended.
+const sendFull = "the peer took no frame while this one waited for room: " +
+	"a peer that is itself waiting to send to this side takes none until this side " +
+	"receives what it sends (Recv, Receive, Handle or Serve)"
 
 // timeoutOf returns ctx's remaining time in microseconds for a call
 // frame's timeout_us (docs/wire.md): 0 without a deadline.
