@@ -625,14 +625,29 @@ func AllowPrograms(programs ...string) ExportOption {
 	return func(o *exportOptions) { o.programs = append(o.programs, programs...) }
 }
 
+// checkName checks a name given to Export or Connect by the
+// nameservice's rule (printable ASCII without spaces, at most max bytes;
+// docs/nameservice.md), so that a mistake is ErrInvalidName before any
+// call to the monitor, rather than the wire's refusal of a byte it
+// cannot carry.
+func checkName(name string, max int) error {
+	if len(name) > max {
+		return fmt.Errorf("%w: longer than %d bytes", ErrInvalidName, max)
+	}
+	if i := strings.IndexFunc(name, func(r rune) bool { return r <= ' ' || r > '~' }); i >= 0 {
+		return fmt.Errorf("%w: byte 0x%02x at %d; names are printable ASCII without spaces", ErrInvalidName, name[i], i)
+	}
+	return nil
+}
+
 // exportCall builds the monitor's export call of name with opts.
 func exportCall(name string, iface Interface, opts []ExportOption) (*monitor.ExportCall, error) {
 	var o exportOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if len(name) > monitor.MaxExportNameLen {
-		return nil, fmt.Errorf("%w: longer than %d bytes", ErrInvalidName, monitor.MaxExportNameLen)
+	if err := checkName(name, monitor.MaxExportNameLen); err != nil {
+		return nil, err
 	}
 	if len(o.uids) > monitor.MaxExportUidsLen {
 		return nil, fmt.Errorf("%d allowed uids; at most %d", len(o.uids), monitor.MaxExportUidsLen)
@@ -852,8 +867,8 @@ func (l *Listener) Close() error {
 // back in time, the error matches ErrMonitorLost and ErrNotFound. Under
 // WithoutRejoin it fails at once with ErrMonitorLost.
 func Connect(ctx context.Context, d *Domain, name string, iface Interface) (*Conn, error) {
-	if len(name) > monitor.MaxBindNameLen {
-		return nil, fmt.Errorf("chanos: connect %q: %w: longer than %d bytes", name, ErrInvalidName, monitor.MaxBindNameLen)
+	if err := checkName(name, monitor.MaxBindNameLen); err != nil {
+		return nil, fmt.Errorf("chanos: connect %q: %w", name, err)
 	}
 	if name == "" {
 		return nil, fmt.Errorf("chanos: connect %q: %w: empty", name, ErrInvalidName)

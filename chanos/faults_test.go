@@ -878,3 +878,35 @@ func TestCallBehindAFullInbox(t *testing.T) {
 		t.Fatalf("echo after the messages were received = %d, %v", v, err)
 	}
 }
+
+// A name that the nameservice would refuse (a space, a NUL, a byte past
+// ASCII, one byte too many) fails Export and Connect at once with
+// ErrInvalidName, before any call to the monitor; the domain goes on.
+func TestInvalidNames(t *testing.T) {
+	dir := testmonitor.Start(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	for _, name := range []string{"a b", "a\x00b", "caf\u00e9", "tab\there", strings.Repeat("n", 257)} {
+		if l, err := pingpong.Export(ctx, d, name); !errors.Is(err, chanos.ErrInvalidName) {
+			if err == nil {
+				l.Close()
+			}
+			t.Errorf("Export(%q) = %v, want ErrInvalidName", name, err)
+		}
+		if c, err := pingpong.Connect(ctx, d, name); !errors.Is(err, chanos.ErrInvalidName) {
+			if err == nil {
+				c.Close()
+			}
+			t.Errorf("Connect(%q) = %v, want ErrInvalidName", name, err)
+		}
+	}
+	l, err := pingpong.Export(ctx, d, "fine.name-1_2")
+	if err != nil {
+		t.Fatalf("Export of a valid name after the refusals: %v", err)
+	}
+	l.Close()
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -200,6 +201,25 @@ func TestJSONErrors(t *testing.T) {
 	r := runCmd(t, bin, dir, "ps")
 	if r.status != 1 || r.stdout != "" || !strings.HasPrefix(r.stderr, "chanos: no monitor running") {
 		t.Errorf("chanos ps: status %d, stdout %q, stderr %q", r.status, r.stdout, r.stderr)
+	}
+}
+
+// TestErrorCodes: the JSON error's code names what went wrong, an error
+// reply's status code and the command's own deadline as gRPC names them.
+func TestErrorCodes(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("call: %w", context.DeadlineExceeded), "deadline_exceeded"},
+		{fmt.Errorf("call: %w", chanos.Errorf(chanos.CodeResourceExhausted, "full")), "resource_exhausted"},
+		{fmt.Errorf("connect: %w", chanos.ErrNotFound), "not_found"},
+		{fmt.Errorf("x: %w", context.Canceled), "interrupted"},
+		{errors.New("something else"), "failed"},
+	} {
+		if got := errorCode(c.err); got != c.want {
+			t.Errorf("errorCode(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }
 

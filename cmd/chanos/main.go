@@ -207,10 +207,14 @@ func errorCode(err error) string {
 		return "denied"
 	case errors.Is(err, context.Canceled):
 		return "interrupted"
+	case errors.Is(err, chanos.ErrNotFound):
+		return "not_found"
 	}
 	var re *chanos.RemoteError
-	if errors.As(err, &re) {
-		return strings.ReplaceAll(chanos.Code(re.Code).String(), " ", "_")
+	if errors.As(err, &re) || errors.Is(err, context.DeadlineExceeded) {
+		// An error reply's status code, or the command's own deadline
+		// (--timeout), named as gRPC names its codes.
+		return strings.ReplaceAll(chanos.CodeOf(err).String(), " ", "_")
 	}
 	return "failed"
 }
