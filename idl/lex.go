@@ -1,6 +1,7 @@
 package idl
 
 import (
+	"bytes"
 	"fmt"
 	"sort"
 	"strconv"
@@ -61,8 +62,17 @@ type lexer struct {
 }
 
 func newLexer(file string, src []byte, errs *errorSink) *lexer {
-	return &lexer{file: file, src: src, line: 1, col: 1, errs: errs}
+	l := &lexer{file: file, src: src, line: 1, col: 1, errs: errs}
+	// A byte order mark, which some editors write at the start of UTF-8
+	// files, is no part of the text: columns count from after it.
+	if bytes.HasPrefix(src, utf8BOM) {
+		l.off = len(utf8BOM)
+	}
+	return l
 }
+
+// utf8BOM is the byte order mark as UTF-8 encodes it.
+var utf8BOM = []byte{0xef, 0xbb, 0xbf}
 
 func (l *lexer) pos() Pos { return Pos{File: l.file, Line: l.line, Col: l.col} }
 

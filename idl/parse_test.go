@@ -243,3 +243,19 @@ func TestNameCheckOff(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A file that starts with a UTF-8 byte order mark compiles as without
+// it, positions counted from after the mark; a mark anywhere else is
+// still an unexpected byte.
+func TestByteOrderMark(t *testing.T) {
+	iface, err := compile(t, "bom.if", "\xef\xbb\xbfinterface bom { message m(uint8 x); };")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if iface.Pos.Col != 11 || iface.Messages[0].Pos.Col != 25 {
+		t.Errorf("positions %v and %v, want columns 11 and 25", iface.Pos, iface.Messages[0].Pos)
+	}
+	if _, err := compile(t, "bom.if", "interface bom {\xef\xbb\xbf message m(); };"); err == nil || !strings.Contains(err.Error(), "bom.if:1:16") {
+		t.Errorf("a byte order mark inside the file: %v, want an error at 1:16", err)
+	}
+}
