@@ -211,7 +211,15 @@ func asMsg(m wire.Message) (Msg, bool) {
 }
 
 // Conn is a connection that speaks calc: the rpc stubs and Send of Client,
-// and the Stream's Receive, Recv, Handle and Serve for what the peer sends.
+// and for what the peer sends, the methods of genrt.Stream:
+//
+//	Receive(ctx) (Msg, error)  // the next message or call, decoded
+//	Recv() <-chan Msg          // what the peer sends, for select
+//	Handle(ctx, srv) error     // the next one, to srv's method
+//	Serve(ctx, srv, opts...) error  // each one, rpc replies sent, until the end
+//	Err() error                // why the connection ended
+//	Close() error
+//	Raw() *chanos.Conn         // the untyped connection
 type Conn struct {
 	*Client
 	*genrt.Stream[Msg, Server, *Client]
@@ -235,7 +243,15 @@ func ConnectRef(ctx context.Context, d *chanos.Domain, ref wire.Iref) (*Conn, er
 	return genrt.ConnectRef(ctx, d, ref, Interface, NewConn)
 }
 
-// Listener accepts the connections bound to an export of calc.
+// Listener accepts the connections bound to an export of calc. Its
+// methods, genrt.Listener's:
+//
+//	Accept(ctx) (*Conn, error)
+//	Serve(ctx, serve func(ctx, *Conn) error) error  // serve in a goroutine per connection
+//	Close() error              // withdraws the name
+//	Name() string
+//	Ref() wire.Iref            // the capability to bind the export
+//	Raw() *chanos.Listener     // the untyped listener
 type Listener = genrt.Listener[*Conn]
 
 // Export registers name for a calc service on d's machine and returns
