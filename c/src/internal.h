@@ -67,4 +67,30 @@ int chanos_domain_export_endpoint_(uint64_t key, int ep,
                                    struct chanos_iref *ref, void **handle,
                                    const struct chanos_net_binder **net);
 
+/*
+ * What a server inside libchanos (chanos_health_serve) adds to
+ * chanos_serve_export's loop: a descriptor that also wakes it, a turn of
+ * its own on the serving thread, and word of each connection the loop is
+ * about to close. chanos_serve_export_hooked_ is chanos_serve_export with
+ * them (NULL: none).
+ *
+ * fd: polled readable beside the connections while the loop sleeps; -1
+ *   for none.
+ * turn: runs after every round of frames, with woke set after a sleep
+ *   and at the loop's chores (every millisecond while busy); it returns
+ *   the longest the loop may sleep next, in milliseconds (-1: no bound).
+ * closing: runs before the loop closes c (an ended connection, or every
+ *   one at the loop's end).
+ */
+struct chanos_serve_hooks_ {
+    int fd;
+    int (*turn)(void *arg, bool woke);
+    void (*closing)(void *arg, chanos_conn *c);
+    void *arg;
+};
+int chanos_serve_export_hooked_(chanos_domain *d, chanos_listener *l,
+                                chanos_dispatch_fn dispatch, const void *ops,
+                                void *ctx, const struct chanos_serve_opts *o,
+                                const struct chanos_serve_hooks_ *hk);
+
 #endif
