@@ -2173,7 +2173,15 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  * stub call or dispatch on c, if it returned a wire code
  * (CHANOS_ERR_TRUNCATED to CHANOS_ERR_NOSPACE): an argument that does not
  * encode (a string over its bound, say), a reply or a peer's frame that
- * does not decode. It says which frame, field and byte, and why, as Go's
+ * does not decode. The connection's own refusals are described there
+ * too, by whichever call on c returned their wire code: a received frame
+ * whose header, capabilities or metadata trailer break the wire format
+ * (chanos_conn_recv, chanos_conn_spin_recv, chanos_conn_call, the stubs,
+ * chanos_serve, which then ends with it), a frame given to send that the
+ * call does not send (a header that is wrong or announces capabilities
+ * not given, a reply that is no reply, an error reply of code 0), and
+ * metadata that chanos_conn_set_meta or chanos_conn_set_reply_meta
+ * refuses. It says which frame, field and byte, and why, as Go's
  * wire.Error does; chanos_wire_fault_describe formats it:
  *
  *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
@@ -2182,9 +2190,13 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  *         chanos_wire_fault_describe(chanos_conn_fault(c), why, sizeof why);
  *         ... "wire: kv.put call: field key: string length 300 exceeds bound 256 at offset 20"
  *
- * NULL when that call or frame met no fault. Valid until the next stub
- * call or dispatch on c, or chanos_conn_close; from the thread that made
- * the call.
+ * NULL when that call or frame met no fault: a stub call or dispatch
+ * clears it as it starts, other calls write it only when they fail, so
+ * after one of them it is that call's only if it returned a wire code.
+ * Valid until the next call on c that fails or clears it, or
+ * chanos_conn_close; from the thread that made the call. The record is
+ * the connection's one: where a thread sends while another receives,
+ * only one of them may read it, after its own call failed.
  */
 const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c);
 
