@@ -210,3 +210,59 @@ func TestReplyMetadataMalformed(t *testing.T) {
 	s.Close()
 	waitGoroutines(t, before)
 }
+
+// setterServer answers echo after trying SetReplyMetadata, whose result
+// it hands the test.
+type setterServer struct {
+	pingpong.UnimplementedServer
+	set chan error
+}
+
+func (s *setterServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	s.set <- chanos.SetReplyMetadata(ctx, chanos.Metadata{"v": fmt.Sprint(v)})
+	return v, nil
+}
+
+// A call served by ServeIncoming (here through the generated Handle)
+// without a deadline has no handler's context to keep reply metadata in:
+// SetReplyMetadata fails, as documented, and the reply goes without
+// metadata; with a deadline, the same handler's metadata reaches the
+// caller.
+func TestReplyMetadataServeIncomingWithoutDeadline(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &setterServer{set: make(chan error, 1)}
+		for _, tc := range []struct {
+			name     string
+			deadline bool
+		}{{"no deadline", false}, {"a deadline", true}} {
+			ctx := context.Background() // no deadline: the frame's timeout_us is 0
+			if tc.deadline {
+				ctx = testkit.Context(t)
+			}
+			md := chanos.Metadata{"stale": "x"}
+			type result struct {
+				v   uint64
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				v, err := c.Echo(chanos.CaptureReplyMetadata(ctx, &md), 5)
+				done <- result{v, err}
+			}()
+			if err := s.Handle(testkit.Context(t), srv); err != nil {
+				t.Fatalf("%s: Handle = %v", tc.name, err)
+			}
+			setErr := testkit.Await(t, tc.name+": SetReplyMetadata's result", srv.set)
+			r := testkit.Await(t, tc.name+": the echo's reply", done)
+			if r.err != nil || r.v != 5 {
+				t.Fatalf("%s: echo = %d, %v; want 5", tc.name, r.v, r.err)
+			}
+			switch {
+			case !tc.deadline && (setErr == nil || md != nil):
+				t.Errorf("%s: SetReplyMetadata = %v, reply metadata %v; want an error and none", tc.name, setErr, md)
+			case tc.deadline && (setErr != nil || !maps.Equal(md, chanos.Metadata{"v": "5"})):
+				t.Errorf("%s: SetReplyMetadata = %v, reply metadata %v; want {v: 5}", tc.name, setErr, md)
+			}
+		}
+	})
+}
