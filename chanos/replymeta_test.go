@@ -117,15 +117,7 @@ func TestReplyMetadata(t *testing.T) {
 					}
 				} else {
 					var slowMD chanos.Metadata
-					type result struct {
-						v   uint64
-						err error
-					}
-					slow := make(chan result, 1)
-					go func() {
-						v, err := c.Echo(chanos.CaptureReplyMetadata(ctx, &slowMD), 60)
-						slow <- result{v, err}
-					}()
+					slow := echoAsync(ctx, c, 60, &slowMD)
 					testkit.Await(t, "echo 60's start", srv.started)
 					if v, err := c.Echo(cctx, 9); err != nil || v != 9 || !maps.Equal(md, chanos.Metadata{"v": "9"}) {
 						t.Fatalf("echo 9 while echo 60 runs = %d, %v, reply metadata %v: echo 60 was not handed off", v, err, md)
@@ -166,6 +158,23 @@ func TestReplyMetadata(t *testing.T) {
 	if err := chanos.SetReplyMetadata(context.Background(), chanos.Metadata{"k": "v"}); err == nil {
 		t.Error("SetReplyMetadata outside a handler succeeded")
 	}
+}
+
+// echoResult is what an echo call that echoAsync made gave.
+type echoResult struct {
+	v   uint64
+	err error
+}
+
+// echoAsync calls echo(v) on c in a goroutine of its own, with its
+// reply's metadata going to *md, and returns where its result comes.
+func echoAsync(ctx context.Context, c *pingpong.Conn, v uint64, md *chanos.Metadata) <-chan echoResult {
+	done := make(chan echoResult, 1)
+	go func() {
+		got, err := c.Echo(chanos.CaptureReplyMetadata(ctx, md), v)
+		done <- echoResult{got, err}
+	}()
+	return done
 }
 
 // kvReplyServer answers get with a reply of no fixed size (encoded) and
@@ -275,15 +284,7 @@ func TestReplyMetadataServeIncomingWithoutDeadline(t *testing.T) {
 				ctx = testkit.Context(t)
 			}
 			md := chanos.Metadata{"stale": "x"}
-			type result struct {
-				v   uint64
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				v, err := c.Echo(chanos.CaptureReplyMetadata(ctx, &md), 5)
-				done <- result{v, err}
-			}()
+			done := echoAsync(ctx, c, 5, &md)
 			if err := s.Handle(testkit.Context(t), srv); err != nil {
 				t.Fatalf("%s: Handle = %v", tc.name, err)
 			}

@@ -32,10 +32,7 @@ static pid_t monitor_pid = -1;
 
 static void stop_monitor(void)
 {
-    if (monitor_pid > 0) {
-        kill(monitor_pid, SIGTERM);
-        waitpid(monitor_pid, NULL, 0);
-    }
+    monitor_stop(monitor_pid);
     monitor_clean_up(dir, logpath, failures);
 }
 

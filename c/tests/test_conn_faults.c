@@ -247,6 +247,21 @@ static size_t meta_frame(uint8_t *buf, unsigned kind, const void *e, size_t n)
     return len;
 }
 
+/* refused sends frame[0..n) from cli's side of the ring as it is, and
+ * checks that srv's receive refuses it with code, describing why as text.
+ * The connection goes on. */
+static void refused(chanos_conn *srv, chanos_conn *cli, const uint8_t *frame,
+                    size_t n, int code, const char *text)
+{
+    struct chanos_frame f;
+
+    check_context = text;
+    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), frame, n, 1000), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), code);
+    CHECK_STR(fault_text(srv), text);
+    check_context = NULL;
+}
+
 /* Frames the connection refuses on receipt say why, as Go's wire.Error
  * says it for the same frame (the texts are Go's, but for a clause
  * about what keys may hold, which C leaves out of a fault's detail): a
@@ -268,48 +283,29 @@ static void test_refused_frames_say_why(void)
 
     n = raw_frame(buf, CHANOS_KIND_MESSAGE, 0, 0);
     chanos_store_u32(buf, 99);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_SIZE);
-    CHECK_STR(fault_text(srv), "wire: header size 99 differs from frame length 24 at offset 0");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_SIZE,
+            "wire: header size 99 differs from frame length 24 at offset 0");
     n = raw_frame(buf, 0x40, 0, 0);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_HEADER);
-    CHECK_STR(fault_text(srv), "wire: invalid flags 0x40 at offset 6");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_HEADER, "wire: invalid flags 0x40 at offset 6");
     n = raw_frame(buf, CHANOS_KIND_MESSAGE, 0, 5);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_HEADER);
-    CHECK_STR(fault_text(srv), "wire: message with nonzero call_id at offset 8");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_HEADER, "wire: message with nonzero call_id at offset 8");
     n = raw_frame(buf, CHANOS_KIND_REPLY, 0, 1);
     chanos_store_u32(buf + 12, 9);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_HEADER);
-    CHECK_STR(fault_text(srv), "wire: reply with nonzero timeout_us at offset 12");
+    refused(srv, cli, buf, n, CHANOS_ERR_HEADER, "wire: reply with nonzero timeout_us at offset 12");
 
     n = meta_frame(buf, CHANOS_KIND_CALL, upper, sizeof upper);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_HEADER);
-    CHECK_STR(fault_text(srv), "wire: metadata key \"Ab\" has byte 0x41 at offset 25");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_HEADER,
+            "wire: metadata key \"Ab\" has byte 0x41 at offset 25");
     n = meta_frame(buf, CHANOS_KIND_CALL, NULL, 0);
     chanos_store_u16(buf + n - 2, 300);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_BOUND);
-    CHECK_STR(fault_text(srv),
-              "wire: metadata trailer of 300 bytes in a frame of 26 (at most 8192) at offset 24");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_BOUND,
+            "wire: metadata trailer of 300 bytes in a frame of 26 (at most 8192) at offset 24");
     n = meta_frame(buf, CHANOS_KIND_REPLY, unsorted, sizeof unsorted);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_BOUND);
-    CHECK_STR(fault_text(srv),
-              "wire: metadata key \"a\" after \"b\": keys are sorted, each once at offset 29");
-
+    refused(srv, cli, buf, n, CHANOS_ERR_BOUND,
+            "wire: metadata key \"a\" after \"b\": keys are sorted, each once at offset 29");
     n = meta_frame(buf, CHANOS_KIND_REPLY, nul, sizeof nul);
-    CHECK_EQ(chanos_ump_send(chanos_conn_ump(cli), buf, n, 1000), 0);
-    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), CHANOS_ERR_NUL);
-    CHECK_STR(fault_text(srv), "wire: metadata \"k\": value holds a NUL byte at offset 28");
+    refused(srv, cli, buf, n, CHANOS_ERR_NUL,
+            "wire: metadata \"k\": value holds a NUL byte at offset 28");
 
     /* the connection goes on after each refusal */
     n = raw_frame(buf, CHANOS_KIND_MESSAGE, 0, 0);

@@ -197,14 +197,7 @@ func TestGrantsForgottenBounded(t *testing.T) {
 	names := []string{"oldest", "middle", "newest"}
 	conns := map[string]conn{}
 	for _, name := range names {
-		srv, err := cnet.NewIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cli, err := cnet.NewIdentity()
-		if err != nil {
-			t.Fatal(err)
-		}
+		srv, cli, _, _ := identities(t)
 		g.Add(name, srv, cli.Fingerprint, false, nil)
 		// The evicted one's resumes can only fail: a short grace ends
 		// it. The others' is long, so that only their refusal ends them.
