@@ -98,17 +98,19 @@ test-c: bin/chanosc c
 	# network namespaces.
 	$(SANITIZER_ENV) CHANOS_C_BUILD=$(abspath $(BUILD)/c-san) $(GO) test -count=1 -timeout 300s -run '^(TestCAcrossMachines|TestAuthOnlyAcrossMachines|TestCEndpointAcrossMachines|TestCEndpointToOtherMachine)$$' ./tests/cluster/
 
-# The task runtime's tests (c/tasks) and libchanos_net's (c/net) under
-# ThreadSanitizer; test-c runs them under AddressSanitizer and
-# UndefinedBehaviorSanitizer.
+# The task runtime's tests (c/tasks), libchanos_net's (c/net) and the
+# health statuses' (c/tests/health_test.c) under ThreadSanitizer; test-c
+# runs them under AddressSanitizer and UndefinedBehaviorSanitizer.
 test-tasks-tsan: bin/chanosc
 	$(CMAKE) -S c -B $(BUILD)/c-tsan -DCMAKE_BUILD_TYPE=Debug -DCHANOS_TSAN=ON -DCHANOSC=$(abspath bin/chanosc) >/dev/null
 	# Both libraries first: tasks_pkgconfig installs the build, and the
 	# install takes libchanos_net too.
-	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests chanos_net_tests
+	$(CMAKE) --build $(BUILD)/c-tsan -j $(JOBS) --target chanos_tasks_tests chanos_net_tests health_test
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^tasks_' --output-on-failure
 	# libchanos_net (c/net): its links' and listeners' threads.
 	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^net_test_' --output-on-failure
+	# libchanos's health statuses: set on one thread while another serves.
+	TSAN_OPTIONS=halt_on_error=1:exitcode=23 ctest --test-dir $(BUILD)/c-tsan -R '^health_test$$' --output-on-failure
 
 test: all lint check-generated check-vectors test-go test-c test-tasks-tsan bench-smoke
 

@@ -76,6 +76,10 @@ func (l *callLog) take() []string {
 	return lines
 }
 
+// echoDeadline is the deadline TestCallInterceptors's outer interceptor
+// gives echo calls, which one of them waits out.
+const echoDeadline = 2 * time.Second
+
 // A domain's call interceptors see each rpc call its connections make,
 // over ump and locally, on every path the generated stubs take (a fixed
 // frame, a frame in parts, an encoded one) and Call's: the outer one's
@@ -92,7 +96,9 @@ func TestCallInterceptors(t *testing.T) {
 		ctx = chanos.WithMetadata(ctx, chanos.Metadata{"trace-id": "t-" + rpc})
 		cancel := func() {}
 		if rpc == "pingpong.echo" {
-			ctx, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+			// Long enough that the call reaches the server (whose trace
+			// is checked) before it ends, however loaded the machine.
+			ctx, cancel = context.WithTimeout(ctx, echoDeadline)
 		}
 		return ctx, func(err error) error {
 			cancel()

@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/chanos/genrt"
@@ -20,12 +19,19 @@ import (
 
 // replyMDServer answers echo of v with reply metadata {"v": v} (none for
 // v 0), failing with not found after setting it for v >= 100; bounce with
-// {"len": its length}. Echo of 60 takes a while first. Echo of 50 sets metadata that breaks a bound and
+// {"len": its length}. Echo of 60 says it has started, then runs until
+// the test releases it. Echo of 50 sets metadata that breaks a bound and
 // records SetReplyMetadata's error.
 type replyMDServer struct {
 	pingpong.UnimplementedServer
-	mu     sync.Mutex
-	badErr error
+	mu      sync.Mutex
+	badErr  error
+	started chan struct{} // echo of 60 has started; room for one
+	release chan struct{} // closed: echo of 60 may return
+}
+
+func newReplyMDServer() *replyMDServer {
+	return &replyMDServer{started: make(chan struct{}, 1), release: make(chan struct{})}
 }
 
 func (s *replyMDServer) Echo(ctx context.Context, v uint64) (uint64, error) {
@@ -37,8 +43,12 @@ func (s *replyMDServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 		s.mu.Unlock()
 		return v, nil
 	case v == 60:
-		// Long enough for Serve to hand the call off (HandOffAfter).
-		time.Sleep(5 * chanos.HandOffAfter)
+		s.started <- struct{}{}
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
 		fallthrough
 	case v != 0:
 		if err := chanos.SetReplyMetadata(ctx, chanos.Metadata{"V": fmt.Sprint(v)}); err != nil {
@@ -64,6 +74,9 @@ func (s *replyMDServer) Bounce(ctx context.Context, p []byte) ([]byte, error) {
 // reply in parts, an error reply, a reply to a call that waited as a
 // pending one; a reply without metadata sets none. Metadata that breaks
 // a bound is refused by SetReplyMetadata, and the reply goes without.
+// The call handed off is known to be: another call on its connection is
+// answered while it runs, which the connection's reader, were it still
+// running that call, could not do (Ordered runs it inline, in turn).
 func TestReplyMetadata(t *testing.T) {
 	modes := map[string][]chanos.ServeOption{
 		"inline":     nil,
@@ -76,7 +89,7 @@ func TestReplyMetadata(t *testing.T) {
 	for mode, opts := range modes {
 		t.Run(mode, func(t *testing.T) {
 			forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
-				srv := &replyMDServer{}
+				srv := newReplyMDServer()
 				go s.Serve(context.Background(), srv, opts...)
 				ctx := testkit.Context(t)
 				var md chanos.Metadata
@@ -97,8 +110,22 @@ func TestReplyMetadata(t *testing.T) {
 				if _, err := c.Echo(cctx, 100); !errors.Is(err, chanos.CodeNotFound) || !maps.Equal(md, chanos.Metadata{"v": "100"}) {
 					t.Fatalf("echo 100 = %v, reply metadata %v; want not found with {v: 100}", err, md)
 				}
-				if v, err := c.Echo(cctx, 60); err != nil || v != 60 || !maps.Equal(md, chanos.Metadata{"v": "60"}) {
-					t.Fatalf("echo 60, handed off = %d, %v, reply metadata %v", v, err, md)
+				if mode == "ordered" {
+					close(srv.release)
+					if v, err := c.Echo(cctx, 60); err != nil || v != 60 || !maps.Equal(md, chanos.Metadata{"v": "60"}) {
+						t.Fatalf("echo 60 = %d, %v, reply metadata %v", v, err, md)
+					}
+				} else {
+					var slowMD chanos.Metadata
+					slow := echoAsync(ctx, c, 60, &slowMD)
+					testkit.Await(t, "echo 60's start", srv.started)
+					if v, err := c.Echo(cctx, 9); err != nil || v != 9 || !maps.Equal(md, chanos.Metadata{"v": "9"}) {
+						t.Fatalf("echo 9 while echo 60 runs = %d, %v, reply metadata %v: echo 60 was not handed off", v, err, md)
+					}
+					close(srv.release)
+					if r := testkit.Await(t, "echo 60's reply", slow); r.err != nil || r.v != 60 || !maps.Equal(slowMD, chanos.Metadata{"v": "60"}) {
+						t.Fatalf("echo 60, handed off = %d, %v, reply metadata %v", r.v, r.err, slowMD)
+					}
 				}
 				md = chanos.Metadata{"stale": "x"}
 				if v, err := c.Echo(cctx, 50); err != nil || v != 50 || md != nil {
@@ -131,6 +158,23 @@ func TestReplyMetadata(t *testing.T) {
 	if err := chanos.SetReplyMetadata(context.Background(), chanos.Metadata{"k": "v"}); err == nil {
 		t.Error("SetReplyMetadata outside a handler succeeded")
 	}
+}
+
+// echoResult is what an echo call that echoAsync made gave.
+type echoResult struct {
+	v   uint64
+	err error
+}
+
+// echoAsync calls echo(v) on c in a goroutine of its own, with its
+// reply's metadata going to *md, and returns where its result comes.
+func echoAsync(ctx context.Context, c *pingpong.Conn, v uint64, md *chanos.Metadata) <-chan echoResult {
+	done := make(chan echoResult, 1)
+	go func() {
+		got, err := c.Echo(chanos.CaptureReplyMetadata(ctx, md), v)
+		done <- echoResult{got, err}
+	}()
+	return done
 }
 
 // kvReplyServer answers get with a reply of no fixed size (encoded) and
@@ -209,4 +253,52 @@ func TestReplyMetadataMalformed(t *testing.T) {
 	c.Close()
 	s.Close()
 	waitGoroutines(t, before)
+}
+
+// setterServer answers echo after trying SetReplyMetadata, whose result
+// it hands the test.
+type setterServer struct {
+	pingpong.UnimplementedServer
+	set chan error
+}
+
+func (s *setterServer) Echo(ctx context.Context, v uint64) (uint64, error) {
+	s.set <- chanos.SetReplyMetadata(ctx, chanos.Metadata{"v": fmt.Sprint(v)})
+	return v, nil
+}
+
+// A call served by ServeIncoming (here through the generated Handle)
+// without a deadline has no handler's context to keep reply metadata in:
+// SetReplyMetadata fails, as documented, and the reply goes without
+// metadata; with a deadline, the same handler's metadata reaches the
+// caller.
+func TestReplyMetadataServeIncomingWithoutDeadline(t *testing.T) {
+	forEach(t, func(t *testing.T, c, s *pingpong.Conn) {
+		srv := &setterServer{set: make(chan error, 1)}
+		for _, tc := range []struct {
+			name     string
+			deadline bool
+		}{{"no deadline", false}, {"a deadline", true}} {
+			ctx := context.Background() // no deadline: the frame's timeout_us is 0
+			if tc.deadline {
+				ctx = testkit.Context(t)
+			}
+			md := chanos.Metadata{"stale": "x"}
+			done := echoAsync(ctx, c, 5, &md)
+			if err := s.Handle(testkit.Context(t), srv); err != nil {
+				t.Fatalf("%s: Handle = %v", tc.name, err)
+			}
+			setErr := testkit.Await(t, tc.name+": SetReplyMetadata's result", srv.set)
+			r := testkit.Await(t, tc.name+": the echo's reply", done)
+			if r.err != nil || r.v != 5 {
+				t.Fatalf("%s: echo = %d, %v; want 5", tc.name, r.v, r.err)
+			}
+			switch {
+			case !tc.deadline && (setErr == nil || md != nil):
+				t.Errorf("%s: SetReplyMetadata = %v, reply metadata %v; want an error and none", tc.name, setErr, md)
+			case tc.deadline && (setErr != nil || !maps.Equal(md, chanos.Metadata{"v": "5"})):
+				t.Errorf("%s: SetReplyMetadata = %v, reply metadata %v; want {v: 5}", tc.name, setErr, md)
+			}
+		}
+	})
 }

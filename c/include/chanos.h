@@ -1236,6 +1236,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_MONITOR_FULL (-4314) /* join: the monitor has no free session */
 #define CHANOS_ERR_NO_ROUTE     (-4315) /* monitor: the export is on another machine */
 #define CHANOS_ERR_HANDED_OVER  (-4316) /* the listener's export was handed over */
+#define CHANOS_ERR_HEALTH_FULL  (-4317) /* health: the table of statuses is full */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -2176,7 +2177,15 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  * stub call or dispatch on c, if it returned a wire code
  * (CHANOS_ERR_TRUNCATED to CHANOS_ERR_NOSPACE): an argument that does not
  * encode (a string over its bound, say), a reply or a peer's frame that
- * does not decode. It says which frame, field and byte, and why, as Go's
+ * does not decode. The connection's own refusals are described there
+ * too, by whichever call on c returned their wire code: a received frame
+ * whose header, capabilities or metadata trailer break the wire format
+ * (chanos_conn_recv, chanos_conn_spin_recv, chanos_conn_call, the stubs,
+ * chanos_serve, which then ends with it), a frame given to send that the
+ * call does not send (a header that is wrong or announces capabilities
+ * not given, a reply that is no reply, an error reply of code 0), and
+ * metadata that chanos_conn_set_meta or chanos_conn_set_reply_meta
+ * refuses. It says which frame, field and byte, and why, as Go's
  * wire.Error does; chanos_wire_fault_describe formats it:
  *
  *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
@@ -2185,9 +2194,13 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  *         chanos_wire_fault_describe(chanos_conn_fault(c), why, sizeof why);
  *         ... "wire: kv.put call: field key: string length 300 exceeds bound 256 at offset 20"
  *
- * NULL when that call or frame met no fault. Valid until the next stub
- * call or dispatch on c, or chanos_conn_close; from the thread that made
- * the call.
+ * NULL when that call or frame met no fault: a stub call or dispatch
+ * clears it as it starts, other calls write it only when they fail, so
+ * after one of them it is that call's only if it returned a wire code.
+ * Valid until the next call on c that fails or clears it, or
+ * chanos_conn_close; from the thread that made the call. The record is
+ * the connection's one: where a thread sends while another receives,
+ * only one of them may read it, after its own call failed.
  */
 const struct chanos_wire_fault *chanos_conn_fault(const chanos_conn *c);
 
@@ -2314,6 +2327,104 @@ const char *chanos_conn_take_detail_(chanos_conn *c);
 /* chanos_conn_fault_ clears the connection's fault record and returns it,
  * for the generated dispatch's decode to describe its fault in. */
 struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c);
+
+/* ---- health checking (docs/health.md) ---- */
+
+/*
+ * A domain says whether its services are serving through the bundled
+ * interface health (interfaces/health.if), exported under NAME.health
+ * beside the service NAME, so that probes (`chanos health NAME`) and
+ * balancers ask without knowing the service's own interface. A
+ * chanos_health is the C counterpart of Go's health.Statuses: a table of
+ * services, by name, and their statuses, which it serves. The empty
+ * service, "", is the domain as a whole, serving from chanos_health_new
+ * on. The C code chanosc generates for health.if is built into libchanos
+ * (#include <chanos/health.h> for a client's health_check and
+ * health_watch_send); a server needs none of it.
+ *
+ * Threads: every function but chanos_health_free may be called from any
+ * thread, while another serves. A status set is sent to the connections
+ * that watch it by the thread that serves them, never by the setter, so
+ * that a watcher that reads slowly holds up no one.
+ */
+#define CHANOS_HEALTH_SUFFIX ".health" /* NAME.health serves NAME's statuses */
+#define CHANOS_HEALTH_SERVICE_MAX 256  /* bytes of a service's name */
+/* The services one connection may watch at most, as Go's
+ * health.MaxWatched: a watch past them ends that connection, so that no
+ * client makes the server hold a set of any size. */
+#define CHANOS_HEALTH_WATCHED_MAX 64
+/* The table's bound when chanos_health_new is given 0. */
+#define CHANOS_HEALTH_SERVICES_DEFAULT 1024
+
+/* The serving statuses, gRPC's numbers: <chanos/health.h>'s enum
+ * health_serving_status (HEALTH_SERVING_STATUS_SERVING, ...). */
+#define CHANOS_HEALTH_UNKNOWN         0
+#define CHANOS_HEALTH_SERVING         1
+#define CHANOS_HEALTH_NOT_SERVING     2
+#define CHANOS_HEALTH_SERVICE_UNKNOWN 3 /* watch's answer for no status */
+
+typedef struct chanos_health chanos_health; /* opaque */
+
+/*
+ * chanos_health_new makes a table that holds at most max_services
+ * services, the domain's "" among them (0: CHANOS_HEALTH_SERVICES_DEFAULT),
+ * and returns it in *out, which the caller owns: chanos_health_free, once
+ * no chanos_health_serve on it runs. 0, or -ENOMEM.
+ */
+int chanos_health_new(unsigned max_services, chanos_health **out);
+void chanos_health_free(chanos_health *h); /* NULL is allowed */
+
+/*
+ * chanos_health_set sets the status of service, a C string of at most
+ * CHANOS_HEALTH_SERVICE_MAX bytes (else CHANOS_ERR_BOUND), to status, one
+ * of CHANOS_HEALTH_* (else CHANOS_ERR_ENUM), and has the connections that
+ * watch it told. A service new to the table takes a place in it:
+ * CHANOS_ERR_HEALTH_FULL when it holds max_services already (the table
+ * is as it was). After chanos_health_shutdown it does nothing, and
+ * returns 0, until chanos_health_resume. 0, or -ENOMEM.
+ */
+int chanos_health_set(chanos_health *h, const char *service, int status);
+
+/* chanos_health_status stores service's status in *status: 0, or
+ * CHANOS_ERR_NOT_FOUND if it was never set. */
+int chanos_health_status(chanos_health *h, const char *service, int *status);
+
+/*
+ * chanos_health_shutdown sets every service, "" included, not serving and
+ * has chanos_health_set ignored until chanos_health_resume, which sets
+ * every service serving again: a domain that drains turns probes and
+ * balancers away first.
+ */
+void chanos_health_shutdown(chanos_health *h);
+void chanos_health_resume(chanos_health *h);
+
+/*
+ * chanos_health_export exports the health service of the service name,
+ * under name + CHANOS_HEALTH_SUFFIX, with the interface health and its
+ * fingerprint: chanos_export_iface's results, and *out as it gives it.
+ */
+int chanos_health_export(chanos_domain *d, const char *name,
+                         chanos_listener **out);
+
+/*
+ * chanos_health_serve serves h over every connection of l, an export of
+ * interface health of the domain d (chanos_health_export), on the calling
+ * thread, as chanos_serve_export does with the same options o (NULL: the
+ * defaults), and returns as it does. It answers check with a service's
+ * status, or an error reply of CHANOS_CODE_NOT_FOUND for one with none;
+ * and after a watch it sends that connection a changed at once (a service
+ * with no status as CHANOS_HEALTH_SERVICE_UNKNOWN) and at each change of
+ * the service's status, until the connection ends. Two changes before
+ * the first is sent go as one, as the status then is: a watcher whose
+ * ring is full is sent the latest status once it has room, and the
+ * others are served meanwhile. A watch of a service past the
+ * CHANOS_HEALTH_WATCHED_MAX that connection watches ends the connection.
+ * It is a call on d, as chanos_serve_export is: one thread at a time per
+ * domain, so a program that serves its own service on another thread
+ * joins a domain for each. Several may serve one h at once.
+ */
+int chanos_health_serve(chanos_health *h, chanos_domain *d,
+                        chanos_listener *l, const struct chanos_serve_opts *o);
 
 /* ==== end domains ==== */
 

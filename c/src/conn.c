@@ -82,8 +82,9 @@ struct chanos_conn {
     /* the wire fault that ended the last stub call or dispatch
      * (chanos_conn_fault), code 0 if none: the generated code encodes
      * through chanos_conn_buf, whose buffer points here, and decodes
-     * into it. Only that code touches it, under chanos_conn_buf's rule
-     * of one thread at a time. */
+     * into it; and the connection's own refusals of a frame or an
+     * argument are described here (refuse). It is written only when a
+     * call fails, by the thread that made it. */
     struct chanos_wire_fault fault;
 };
 
@@ -158,6 +159,28 @@ struct chanos_wire_fault *chanos_conn_fault_(chanos_conn *c)
     return &c->fault;
 }
 
+/* Offsets of the header's fields (docs/wire.md, "Frame header"). */
+enum { OFF_FLAGS = 6, OFF_NCAPS = 7 };
+
+/* refuse(c, err, off, field, fmt, ...) describes why the connection c
+ * refuses a frame or an argument in its fault record, and returns err. */
+#define refuse(c, ...) chanos_conn_refuse_(&(c)->fault, __VA_ARGS__)
+
+/* not_kind refuses frame[0..len), given to be sent as a frame of kind
+ * (what, "a call", "a reply"), with HEADER. */
+static int not_kind(chanos_conn *c, const uint8_t *frame, size_t len,
+                    const char *what)
+{
+    if (len < CHANOS_HEADER_SIZE)
+        return refuse(c, CHANOS_ERR_HEADER, 0, NULL,
+                      "frame of %zu bytes is shorter than the %d-byte header, "
+                      "not %s",
+                      len, CHANOS_HEADER_SIZE, what);
+    return refuse(c, CHANOS_ERR_HEADER, OFF_FLAGS, NULL,
+                  "flags 0x%02x, not those of %s", (unsigned)frame[OFF_FLAGS],
+                  what);
+}
+
 chanos_ump *chanos_conn_ump(chanos_conn *c) { return c->u; }
 
 void *chanos_conn_link(chanos_conn *c) { return c->link; }
@@ -221,7 +244,9 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
     int rc = 0;
 
     if (c->ops->send_refs == NULL)
-        return CHANOS_ERR_CAP;
+        return refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
+                      "%u capabilities on a link that carries none",
+                      (unsigned)nfds);
     for (i = 0; i < nfds && rc == 0; i++) {
         struct chanos_iref r;
         uint8_t *b = refs + (size_t)i * CHANOS_IREF_WIRE_SIZE;
@@ -234,6 +259,11 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
                      ? CHANOS_ERR_CAP
                      : c->export_endpoint(c->dkey, fds[i], &r, &made[nmade],
                                           &net);
+            if (rc == CHANOS_ERR_CAP)
+                refuse(c, rc, -1, NULL,
+                       "capability %u is not a channel endpoint that can "
+                       "cross machines",
+                       (unsigned)i);
             if (rc != 0)
                 break;
             nmade++;
@@ -254,7 +284,9 @@ static int send_refs(chanos_conn *c, const void *frame, size_t len,
 static int recv_refs(chanos_conn *c, const uint8_t *refs, uint32_t n)
 {
     if (n > CHANOS_UMP_MAX_FDS) /* more than a frame on one machine holds */
-        return CHANOS_ERR_CAP;
+        return refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
+                      "header ncaps %u exceeds the %u capabilities of a frame",
+                      (unsigned)n, (unsigned)CHANOS_UMP_MAX_FDS);
     for (uint32_t i = 0; i < n; i++) {
         int rc = chanos_endpoint_remote_(
             c->dkey, refs + (size_t)i * CHANOS_IREF_WIRE_SIZE, &c->rfds[i]);
@@ -400,13 +432,19 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
     int rc = chanos_hdr_parse(&h, frame, len);
 
     if (rc != 0)
-        return rc;
+        return chanos_frame_fault_(frame, len, NULL, &h, &c->fault);
     /* a call or reply may carry metadata, which only decoders refuse */
     h.flags &= (uint8_t)(carries_meta(h.flags) ? ~CHANOS_FLAG_META : 0xff);
     if (chanos_hdr_kind(&h) < 0)
-        return CHANOS_ERR_HEADER;
-    if (h.ncaps != nfds || nfds > CHANOS_UMP_MAX_FDS)
-        return CHANOS_ERR_CAP;
+        return chanos_kind_fault_(&h, NULL, &c->fault);
+    if (nfds > CHANOS_UMP_MAX_FDS)
+        return refuse(c, CHANOS_ERR_CAP, -1, NULL,
+                      "%u capabilities exceed the %u of a frame",
+                      (unsigned)nfds, (unsigned)CHANOS_UMP_MAX_FDS);
+    if (h.ncaps != nfds)
+        return refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
+                      "header ncaps %u differs from the %u capabilities given",
+                      (unsigned)h.ncaps, (unsigned)nfds);
     if (c->ops != NULL) {
         if (nfds == 0)
             return c->ops->send(c->link, frame, len, timeout_ms);
@@ -495,7 +533,7 @@ static int send_call(chanos_conn *c, uint8_t *frame, size_t len,
     int rc;
 
     if (len < CHANOS_HEADER_SIZE || (frame[6] & ~CHANOS_FLAG_META) != CHANOS_KIND_CALL)
-        return CHANOS_ERR_HEADER;
+        return not_kind(c, frame, len, "a call");
     if (atomic_flag_test_and_set(&c->sending))
         return CHANOS_ERR_BUSY;
     if (c->out_meta_len != 0 && frame[6] == CHANOS_KIND_CALL) {
@@ -619,15 +657,82 @@ static bool key_byte(uint8_t ch)
            ch == '-' || ch == '_' || ch == '.';
 }
 
-/* check_key returns the code that refuses k[0..n) as a metadata key:
- * BOUND for its length, HEADER for a byte; else 0. */
-static int check_key(const uint8_t *k, size_t n)
+/* bad_key_byte returns the index of the first byte of k[0..n) that no
+ * metadata key may hold, or n. */
+static size_t bad_key_byte(const uint8_t *k, size_t n)
 {
+    size_t i = 0;
+
+    while (i < n && key_byte(k[i]))
+        i++;
+    return i;
+}
+
+/* The room quote needs for a key cut to KEY_SHOWN bytes: each byte as
+ * \xNN at worst, the quotes, "..." and the NUL. */
+#define KEY_SHOWN 40
+#define QUOTED_MAX (4 * KEY_SHOWN + 6)
+/* Two keys in one fault are cut shorter, so that the whole of Go's words
+ * fits beside them. */
+#define PAIR_SHOWN 16
+
+/*
+ * quote writes s[0..n), cut to its first max (<= KEY_SHOWN) bytes and
+ * "...", into out[QUOTED_MAX] as Go's %q quotes it, and returns out:
+ * metadata faults show keys as Go's do, cut as Go's ValidMetadataKey
+ * cuts them, so that the text fits a fault's detail. A byte past ASCII is
+ * written \xNN, where Go shows a letter of valid UTF-8 as it is.
+ */
+static const char *quote(char *out, const void *s, size_t n, size_t max)
+{
+    const uint8_t *b = s;
+    size_t o = 0, shown = n > max ? max : n;
+
+    out[o++] = '"';
+    for (size_t i = 0; i < shown; i++) {
+        /* the letters of Go's escapes of bytes 7 (\a) to 13 (\r) */
+        static const char letters[] = "abtnvfr";
+
+        if (b[i] == '"' || b[i] == '\\') {
+            out[o++] = '\\';
+            out[o++] = (char)b[i];
+        } else if (b[i] >= '\a' && b[i] <= '\r') {
+            out[o++] = '\\';
+            out[o++] = letters[b[i] - '\a'];
+        } else if (b[i] < 0x20 || b[i] >= 0x7f) {
+            snprintf(out + o, 5, "\\x%02x", b[i]);
+            o += 4;
+        } else {
+            out[o++] = (char)b[i];
+        }
+    }
+    if (shown < n) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+    }
+    out[o++] = '"';
+    out[o] = '\0';
+    return out;
+}
+
+/* check_key refuses k[0..n) as a metadata key given to be sent, in *f
+ * (NULL: nowhere), as Go's ValidMetadataKey does: BOUND for its length,
+ * HEADER for a byte; else 0. */
+static int check_key(const uint8_t *k, size_t n, struct chanos_wire_fault *f)
+{
+    char q[QUOTED_MAX];
+    size_t i;
+
     if (n == 0 || n > CHANOS_META_KEY_MAX)
-        return CHANOS_ERR_BOUND;
-    for (size_t i = 0; i < n; i++)
-        if (!key_byte(k[i]))
-            return CHANOS_ERR_HEADER;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
+                                   "metadata key %s is %zu bytes; keys are 1 "
+                                   "to %d",
+                                   quote(q, k, n, KEY_SHOWN), n,
+                                   CHANOS_META_KEY_MAX);
+    if ((i = bad_key_byte(k, n)) < n)
+        return chanos_conn_refuse_(f, CHANOS_ERR_HEADER, -1, NULL,
+                                   "metadata key %s has byte 0x%02x at %zu",
+                                   quote(q, k, n, KEY_SHOWN), k[i], i);
     return 0;
 }
 
@@ -644,32 +749,49 @@ static int key_cmp(const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
 
 /* next_entry reads the metadata entry at *off (< n) of the entries
  * m[0..n), whose previous key, if *off is past the first, is
- * prev[0..nprev): 0 and
- * its key and value, or the code of its first fault in the order of
- * docs/wire.md, "Metadata". */
+ * prev[0..nprev): 0 and its key and value, or the code of its first
+ * fault in the order of docs/wire.md, "Metadata", described in *f (NULL:
+ * nowhere) as Go's wire.SplitMetadata says it, at its byte of the frame,
+ * whose entries start at byte base. */
 static int next_entry(const uint8_t *m, size_t n, size_t *off,
                       const uint8_t *prev, size_t nprev,
-                      struct chanos_str *key, struct chanos_str *value)
+                      struct chanos_str *key, struct chanos_str *value,
+                      struct chanos_wire_fault *f, size_t base)
 {
-    size_t o = *off, klen = m[o], vlen;
-    int rc;
+    size_t o = *off, klen = m[o], vlen, i;
+    int64_t at = (int64_t)(base + o);
+    char q[QUOTED_MAX], p[QUOTED_MAX];
 
     if (klen == 0 || klen > CHANOS_META_KEY_MAX)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, at, NULL,
+                                   "metadata key of %zu bytes; keys are 1 to "
+                                   "%d",
+                                   klen, CHANOS_META_KEY_MAX);
     if (o + 1 + klen + 2 > n)
-        return CHANOS_ERR_TRUNCATED;
-    rc = check_key(m + o + 1, klen);
-    if (rc != 0)
-        return rc;
+        return chanos_conn_refuse_(f, CHANOS_ERR_TRUNCATED, at, NULL,
+                                   "metadata key cut short");
+    if ((i = bad_key_byte(m + o + 1, klen)) < klen)
+        return chanos_conn_refuse_(f, CHANOS_ERR_HEADER, at + 1 + (int64_t)i,
+                                   NULL, "metadata key %s has byte 0x%02x",
+                                   quote(q, m + o + 1, klen, KEY_SHOWN),
+                                   m[o + 1 + i]);
     /* strictly increasing: one encoding per metadata, and a key given
      * twice is out of order too */
     if (o > 0 && key_cmp(prev, nprev, m + o + 1, klen) >= 0)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, at + 1, NULL,
+                                   "metadata key %s after %s: keys are "
+                                   "sorted, each once",
+                                   quote(q, m + o + 1, klen, PAIR_SHOWN),
+                                   quote(p, prev, nprev, PAIR_SHOWN));
     vlen = chanos_load_u16(m + o + 1 + klen);
     if (vlen > CHANOS_META_VALUE_MAX || o + 3 + klen + vlen > n)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, at + 1 + (int64_t)klen,
+                                   NULL, "metadata %s: value of %zu bytes",
+                                   quote(q, m + o + 1, klen, KEY_SHOWN), vlen);
     if (memchr(m + o + 3 + klen, 0, vlen) != NULL)
-        return CHANOS_ERR_NUL;
+        return chanos_conn_refuse_(f, CHANOS_ERR_NUL, at + 3 + (int64_t)klen,
+                                   NULL, "metadata %s: value holds a NUL byte",
+                                   quote(q, m + o + 1, klen, KEY_SHOWN));
     key->ptr = (const char *)m + o + 1;
     key->len = (uint32_t)klen;
     value->ptr = (const char *)m + o + 3 + klen;
@@ -678,7 +800,10 @@ static int next_entry(const uint8_t *m, size_t n, size_t *off,
     return 0;
 }
 
-int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
+/* meta_split is chanos_meta_split that describes a fault in *f (NULL:
+ * nowhere) as Go's wire.SplitMetadata does. */
+static int meta_split(const uint8_t *frame, size_t len, size_t *call_len,
+                      struct chanos_wire_fault *f)
 {
     size_t block, start, off = 0, keys = 0;
     struct chanos_str k = { NULL, 0 }, v;
@@ -687,23 +812,38 @@ int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
 
     if (len < CHANOS_HEADER_SIZE || !carries_meta(frame[6]) ||
         chanos_load_u32(frame) != len)
-        return CHANOS_ERR_HEADER;
+        return chanos_conn_refuse_(f, CHANOS_ERR_HEADER, OFF_FLAGS, NULL,
+                                   "not a call or reply frame with metadata");
     if (len < CHANOS_HEADER_SIZE + 2)
-        return CHANOS_ERR_TRUNCATED;
+        return chanos_conn_refuse_(f, CHANOS_ERR_TRUNCATED, (int64_t)len, NULL,
+                                   "frame with metadata ends before the "
+                                   "trailer's length");
     block = chanos_load_u16(frame + len - 2);
     if (block > CHANOS_META_MAX || block > len - 2 - CHANOS_HEADER_SIZE)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, (int64_t)len - 2, NULL,
+                                   "metadata trailer of %zu bytes in a frame "
+                                   "of %zu (at most %d)",
+                                   block, len, CHANOS_META_MAX);
     start = len - 2 - block;
     m = frame + start;
     while (off < block) {
         if (keys++ == CHANOS_META_KEYS_MAX)
-            return CHANOS_ERR_BOUND;
-        rc = next_entry(m, block, &off, (const uint8_t *)k.ptr, k.len, &k, &v);
+            return chanos_conn_refuse_(f, CHANOS_ERR_BOUND,
+                                       (int64_t)(start + off), NULL,
+                                       "more than %d metadata keys",
+                                       CHANOS_META_KEYS_MAX);
+        rc = next_entry(m, block, &off, (const uint8_t *)k.ptr, k.len, &k, &v,
+                        f, start);
         if (rc != 0)
             return rc;
     }
     *call_len = start;
     return 0;
+}
+
+int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
+{
+    return meta_split(frame, len, call_len, NULL);
 }
 
 /*
@@ -713,11 +853,11 @@ int chanos_meta_split(const uint8_t *frame, size_t len, size_t *call_len)
  * copy of the message (chanos_ump copies each one out of the ring), so
  * the header is patched where it lies.
  */
-static int split_meta(struct chanos_frame *f)
+static int split_meta(chanos_conn *c, struct chanos_frame *f)
 {
     uint8_t *d = (uint8_t *)(uintptr_t)f->data;
     size_t start;
-    int rc = chanos_meta_split(d, f->len, &start);
+    int rc = meta_split(d, f->len, &start, &c->fault);
 
     if (rc != 0)
         return rc;
@@ -740,7 +880,7 @@ static int find_meta(const uint8_t *m, size_t n, const char *key,
     struct chanos_str k = { NULL, 0 }, v;
 
     while (off < n && next_entry(m, n, &off, (const uint8_t *)k.ptr, k.len,
-                                 &k, &v) == 0) {
+                                 &k, &v, NULL, 0) == 0) {
         if (k.len == klen && memcmp(k.ptr, key, klen) == 0) {
             *value = v;
             return 0;
@@ -755,31 +895,45 @@ static int key_order(const void *a, const void *b)
                   ((const struct chanos_meta *)b)->key);
 }
 
-int chanos_meta_encode(const struct chanos_meta *kv, unsigned n,
-                       uint8_t *out, size_t cap, size_t *len)
+/* meta_encode is chanos_meta_encode that describes a refusal of the
+ * metadata in *f (NULL: nowhere) as Go's wire.AppendMetadata does; NOSPACE
+ * is the caller's buffer, and no refusal. */
+static int meta_encode(const struct chanos_meta *kv, unsigned n, uint8_t *out,
+                       size_t cap, size_t *len, struct chanos_wire_fault *f)
 {
     struct chanos_meta sorted[CHANOS_META_KEYS_MAX];
     size_t total = 0, off = 0;
+    char q[QUOTED_MAX];
     int rc;
 
     if (n > CHANOS_META_KEYS_MAX)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
+                                   "metadata of %u keys; at most %d", n,
+                                   CHANOS_META_KEYS_MAX);
     for (unsigned i = 0; i < n; i++) {
         size_t kl = strlen(kv[i].key), vl = strlen(kv[i].value);
 
-        rc = check_key((const uint8_t *)kv[i].key, kl);
+        rc = check_key((const uint8_t *)kv[i].key, kl, f);
         if (rc != 0)
             return rc;
         if (vl > CHANOS_META_VALUE_MAX)
-            return CHANOS_ERR_BOUND;
+            return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
+                                       "metadata %s: value of %zu bytes; at "
+                                       "most %d",
+                                       quote(q, kv[i].key, kl, KEY_SHOWN), vl,
+                                       CHANOS_META_VALUE_MAX);
         for (unsigned j = 0; j < i; j++)
             if (strcmp(kv[j].key, kv[i].key) == 0)
-                return CHANOS_ERR_BOUND;
+                return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
+                                           "metadata key %s given twice",
+                                           quote(q, kv[i].key, kl, KEY_SHOWN));
         total += 3 + kl + vl;
         sorted[i] = kv[i];
     }
     if (total > CHANOS_META_MAX)
-        return CHANOS_ERR_BOUND;
+        return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
+                                   "metadata of %zu bytes; at most %d", total,
+                                   CHANOS_META_MAX);
     if (n == 0) {
         *len = 0;
         return 0;
@@ -803,12 +957,18 @@ int chanos_meta_encode(const struct chanos_meta *kv, unsigned n,
     return 0;
 }
 
+int chanos_meta_encode(const struct chanos_meta *kv, unsigned n,
+                       uint8_t *out, size_t cap, size_t *len)
+{
+    return meta_encode(kv, n, out, cap, len, NULL);
+}
+
 int chanos_conn_set_meta(chanos_conn *c, const struct chanos_meta *kv,
                          unsigned n)
 {
     uint8_t *t = NULL;
     size_t len;
-    int rc = chanos_meta_encode(kv, n, NULL, 0, &len);
+    int rc = meta_encode(kv, n, NULL, 0, &len, &c->fault);
 
     if (rc == CHANOS_ERR_NOSPACE) { /* checked, and len is its size */
         t = malloc(len);
@@ -830,7 +990,7 @@ int chanos_conn_set_reply_meta(chanos_conn *c, const struct chanos_meta *kv,
                                unsigned n)
 {
     size_t len;
-    int rc = chanos_meta_encode(kv, n, NULL, 0, &len);
+    int rc = meta_encode(kv, n, NULL, 0, &len, &c->fault);
 
     if (rc == CHANOS_ERR_NOSPACE) { /* checked, and len is its size */
         uint8_t *t = realloc(c->reply_meta, len);
@@ -908,7 +1068,7 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     f->len = len;
     rc = chanos_hdr_parse(&f->hdr, f->data, len);
     if (rc != 0)
-        return rc;
+        return chanos_frame_fault_(f->data, len, NULL, &f->hdr, &c->fault);
     f->meta = NULL;
     f->meta_len = 0;
     f->fds = NULL;
@@ -917,7 +1077,11 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
      * announced leave the caps socket with it, and are closed */
     if (f->hdr.ncaps != 0 && c->ops != NULL) {
         /* a link carries irefs, or no capabilities at all */
-        rc = refs != NULL ? recv_refs(c, refs, f->hdr.ncaps) : CHANOS_ERR_CAP;
+        rc = refs != NULL ? recv_refs(c, refs, f->hdr.ncaps)
+                          : refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
+                                   "header ncaps %u on a link that carries "
+                                   "no capabilities",
+                                   (unsigned)f->hdr.ncaps);
         if (rc != 0)
             return rc;
         f->fds = c->rfds;
@@ -929,7 +1093,7 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
         f->fds = c->rfds;
         f->nfds = f->hdr.ncaps;
     }
-    if (carries_meta(f->hdr.flags) && (rc = split_meta(f)) != 0) {
+    if (carries_meta(f->hdr.flags) && (rc = split_meta(c, f)) != 0) {
         chanos_frame_close_fds(f);
         return rc;
     }
@@ -938,7 +1102,7 @@ static int recv_one(chanos_conn *c, int timeout_ms, bool spin,
     f->kind = chanos_hdr_kind(&f->hdr);
     if (f->kind < 0) {
         chanos_frame_close_fds(f);
-        return f->kind;
+        return chanos_kind_fault_(&f->hdr, NULL, &c->fault);
     }
     return 0;
 }
@@ -1129,7 +1293,8 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
 
     *sent = false;
     if (len < CHANOS_HEADER_SIZE)
-        return CHANOS_ERR_TRUNCATED;
+        return chanos_frame_fault_(frame, len, NULL, &(struct chanos_hdr){ 0 },
+                                   &c->fault);
     msg = chanos_load_u16(frame + 4);
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
@@ -1203,7 +1368,7 @@ int chanos_conn_reply(chanos_conn *c, const struct chanos_frame *call,
                       uint8_t *frame, size_t len, int timeout_ms)
 {
     if (len < CHANOS_HEADER_SIZE || frame[6] != CHANOS_KIND_REPLY)
-        return CHANOS_ERR_HEADER;
+        return not_kind(c, frame, len, "a reply");
     chanos_hdr_set_call(frame, call->hdr.call_id, 0);
     return chanos_conn_send(c, frame, len, timeout_ms);
 }
@@ -1214,7 +1379,7 @@ int chanos_conn_reply_buf(chanos_conn *c, const struct chanos_frame *call,
     int rc;
 
     if (b->len < CHANOS_HEADER_SIZE || b->data[6] != CHANOS_KIND_REPLY)
-        return CHANOS_ERR_HEADER;
+        return not_kind(c, b->data, b->len, "a reply");
     chanos_hdr_set_call(b->data, call->hdr.call_id, 0);
     rc = send_fds(c, b->data, b->len, b->fds, b->nfds, timeout_ms);
     if (rc == 0)
@@ -1231,9 +1396,11 @@ int chanos_conn_reply_error(chanos_conn *c, const struct chanos_frame *call,
     struct chanos_str ds;
     int rc;
 
-    if (code == 0)
-        return CHANOS_ERR_HEADER;
+    if (code == 0) /* Go's words (wire.StatusEncoder) */
+        return refuse(c, CHANOS_ERR_HEADER, CHANOS_HEADER_SIZE, "code",
+                      "status code 0 (an error reply needs a nonzero code)");
     chanos_buf_init(&b, f, sizeof f, NULL, 0);
+    b.fault = &c->fault;
     chanos_enc_begin(&e, &b, call->hdr.msg, CHANOS_KIND_ERROR);
     chanos_enc_u64(&e, code);
     ds = detail != NULL ? chanos_cstr(detail) : CHANOS_STR("");

@@ -59,6 +59,9 @@ const char *chanos_strerror_more_(int err)
                "chanos_join_opts.net)";
     case CHANOS_ERR_HANDED_OVER:
         return "the export was handed over to another domain";
+    case CHANOS_ERR_HEALTH_FULL:
+        return "health: the table of statuses is full (the most services "
+               "chanos_health_new was given)";
     case CHANOS_ERR_MONITOR_FULL:
         return "monitor full: every session is taken (the monitor's "
                "--max-domains cap)";

@@ -67,4 +67,55 @@ int chanos_domain_export_endpoint_(uint64_t key, int ep,
                                    struct chanos_iref *ref, void **handle,
                                    const struct chanos_net_binder **net);
 
+/*
+ * The checks of a frame's header that decoders and the connection layer
+ * share (wire.c), each describing its failure in *f (NULL: nowhere) in
+ * the words of Go's wire.ParseHeader and Header.Kind, for the frame name
+ * (NULL: none). chanos_frame_fault_ loads the header of frame[0..len)
+ * into *h: 0, TRUNCATED or SIZE. chanos_kind_fault_ returns h's kind, or
+ * HEADER. Both are for the path of a failure: chanos_hdr_parse and
+ * chanos_hdr_kind are the quick ones.
+ */
+int chanos_frame_fault_(const uint8_t *frame, size_t len, const char *name,
+                        struct chanos_hdr *h, struct chanos_wire_fault *f);
+int chanos_kind_fault_(const struct chanos_hdr *h, const char *name,
+                       struct chanos_wire_fault *f);
+
+/* chanos_conn_refuse_ records in *f (NULL: nowhere) that the connection
+ * layer refuses a frame or an argument with err, and returns err: at byte
+ * off of the frame (-1: none), in field (NULL: none), for the reason fmt
+ * makes; the frame is not named (Go's wire.Error without a Message). */
+int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
+                        const char *field, const char *fmt, ...)
+#if defined(__GNUC__) || defined(__clang__)
+    __attribute__((format(printf, 5, 6)))
+#endif
+    ;
+
+/*
+ * What a server inside libchanos (chanos_health_serve) adds to
+ * chanos_serve_export's loop: a descriptor that also wakes it, a turn of
+ * its own on the serving thread, and word of each connection the loop is
+ * about to close. chanos_serve_export_hooked_ is chanos_serve_export with
+ * them (NULL: none).
+ *
+ * fd: polled readable beside the connections while the loop sleeps; -1
+ *   for none.
+ * turn: runs after every round of frames, with woke set after a sleep
+ *   and at the loop's chores (every millisecond while busy); it returns
+ *   the longest the loop may sleep next, in milliseconds (-1: no bound).
+ * closing: runs before the loop closes c (an ended connection, or every
+ *   one at the loop's end).
+ */
+struct chanos_serve_hooks_ {
+    int fd;
+    int (*turn)(void *arg, bool woke);
+    void (*closing)(void *arg, chanos_conn *c);
+    void *arg;
+};
+int chanos_serve_export_hooked_(chanos_domain *d, chanos_listener *l,
+                                chanos_dispatch_fn dispatch, const void *ops,
+                                void *ctx, const struct chanos_serve_opts *o,
+                                const struct chanos_serve_hooks_ *hk);
+
 #endif

@@ -57,9 +57,11 @@ int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
         if (rc == CHANOS_ERR_CLOSED)
             return 0;
         if (rc != 0) {
-            /* no dispatch's fault: the one of an answered call before
-             * is not why serving ends */
-            chanos_conn_fault_(c);
+            /* A frame the connection refused (a wire code) is described
+             * in the fault record. Any other end is no frame's fault: the
+             * record of a call answered before is not why serving ends. */
+            if (!is_wire_error(rc))
+                chanos_conn_fault_(c);
             return rc;
         }
         rc = chanos_serve_frame(c, &f, dispatch, ops, ctx);

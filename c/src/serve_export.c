@@ -1,7 +1,9 @@
 /*
  * serve_export.c: chanos_serve_export, every connection of an export
- * served on one thread. It is apart from serve.c, which the generated code
- * links with, because it needs the domain (src/domain.c) as well.
+ * served on one thread, and the same loop with the hooks of a server
+ * inside libchanos (chanos_serve_export_hooked_, for chanos_health_serve).
+ * It is apart from serve.c, which the generated code links with, because
+ * it needs the domain (src/domain.c) as well.
  */
 #include "chanos.h"
 #include "internal.h"
@@ -25,10 +27,30 @@ struct server {
     const void *ops;
     void *ctx;
     chanos_conn **conns;
-    struct pollfd *pfd; /* room for the monitor and every connection */
+    /* room for the monitor, every connection and the hooks' fd */
+    struct pollfd *pfd;
     size_t nconns, cap;
     int lost; /* the last accept found the monitor lost */
+    const struct chanos_serve_hooks_ *hk; /* NULL: none */
+    int bound_ms; /* the hooks' last bound on a sleep; -1: none */
 };
+
+/* turn gives the hooks their turn after a round (woke: after a sleep, or
+ * at the chores). */
+static void turn(struct server *s, bool woke)
+{
+    if (s->hk != NULL)
+        s->bound_ms = s->hk->turn(s->hk->arg, woke);
+}
+
+/* drop closes connection i, which ended, and forgets it. */
+static void drop(struct server *s, size_t i)
+{
+    if (s->hk != NULL)
+        s->hk->closing(s->hk->arg, s->conns[i]);
+    chanos_conn_close(s->conns[i]);
+    s->conns[i] = s->conns[--s->nconns];
+}
 
 /* accept_all takes every connection the monitor has handed over: 0, or
  * why the listener failed. Called before every sleep, whether or not the
@@ -50,7 +72,7 @@ static int accept_all(struct server *s)
                 return -ENOMEM;
             }
             s->conns = conns;
-            pfd = realloc(s->pfd, (cap + 1) * sizeof *pfd);
+            pfd = realloc(s->pfd, (cap + 2) * sizeof *pfd);
             if (pfd == NULL) {
                 chanos_conn_close(nc);
                 return -ENOMEM;
@@ -104,8 +126,7 @@ static long serve_round(struct server *s, bool arm)
             i++;
             continue;
         }
-        chanos_conn_close(c);
-        s->conns[i] = s->conns[--s->nconns];
+        drop(s, i);
     }
     return served;
 }
@@ -114,8 +135,25 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
                         chanos_dispatch_fn dispatch, const void *ops,
                         void *ctx, const struct chanos_serve_opts *o)
 {
+    return chanos_serve_export_hooked_(d, l, dispatch, ops, ctx, o, NULL);
+}
+
+/* sleep_ms is the shorter of two bounds on a sleep in milliseconds, -1
+ * being none. */
+static int sleep_ms(int a, int b)
+{
+    if (a < 0)
+        return b;
+    return b < 0 || a < b ? a : b;
+}
+
+int chanos_serve_export_hooked_(chanos_domain *d, chanos_listener *l,
+                                chanos_dispatch_fn dispatch, const void *ops,
+                                void *ctx, const struct chanos_serve_opts *o,
+                                const struct chanos_serve_hooks_ *hk)
+{
     static const struct chanos_serve_opts defaults = { -1, NULL, NULL };
-    struct server s = { d, l, dispatch, ops, ctx, NULL, NULL, 0, 0, 0 };
+    struct server s = { d, l, dispatch, ops, ctx, NULL, NULL, 0, 0, 0, hk, -1 };
     const sigset_t *mask;
     int64_t spin_ns, last, chores;
     int rc = 0;
@@ -138,6 +176,7 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
         } else {
             t = now_ns();
         }
+        turn(&s, false);
         if (t >= chores) {
             /* a zero wait with the signals unblocked runs the handler of
              * any pending one */
@@ -152,6 +191,7 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
              * (spin_recv does not look); the next spin round disarms */
             if (serve_round(&s, true) > 0)
                 last = now_ns();
+            turn(&s, true);
         }
         if (t - last < spin_ns) {
             cpu_relax();
@@ -166,7 +206,7 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
             last = now_ns();
             continue;
         }
-        if (s.pfd == NULL && (s.pfd = malloc(sizeof *s.pfd)) == NULL) {
+        if (s.pfd == NULL && (s.pfd = malloc(2 * sizeof *s.pfd)) == NULL) {
             rc = -ENOMEM;
             break;
         }
@@ -176,12 +216,15 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
             s.pfd[i + 1].fd = chanos_conn_fd(s.conns[i]);
             s.pfd[i + 1].events = POLLIN;
         }
+        /* a negative fd is skipped by ppoll: no hooks, no slot */
+        s.pfd[s.nconns + 1].fd = hk != NULL ? hk->fd : -1;
+        s.pfd[s.nconns + 1].events = POLLIN;
         /* A rejoin attempt that the new monitor leaves unanswered fails at
          * its deadline, in the next call on the domain, and the next
          * attempt waits on the domain's timer (a wait that doubles): wake
          * for the deadline, since the socket may never say a thing. */
         {
-            int wait_ms = chanos_domain_wait_ms_(d);
+            int wait_ms = sleep_ms(chanos_domain_wait_ms_(d), s.bound_ms);
             struct timespec ts, *tp = NULL;
 
             if (wait_ms >= 0) {
@@ -189,15 +232,16 @@ int chanos_serve_export(chanos_domain *d, chanos_listener *l,
                 ts.tv_nsec = (long)(wait_ms % 1000) * 1000000;
                 tp = &ts;
             }
-            if (ppoll(s.pfd, s.nconns + 1, tp, mask) < 0 && errno != EINTR) {
+            if (ppoll(s.pfd, s.nconns + 2, tp, mask) < 0 && errno != EINTR) {
                 rc = -errno;
                 break;
             }
         }
         last = now_ns();
+        turn(&s, true);
     }
-    for (size_t i = 0; i < s.nconns; i++)
-        chanos_conn_close(s.conns[i]);
+    while (s.nconns > 0)
+        drop(&s, s.nconns - 1);
     free(s.conns);
     free(s.pfd);
     return rc;

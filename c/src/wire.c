@@ -7,6 +7,8 @@
  */
 #include <chanos.h>
 
+#include "internal.h"
+
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -290,48 +292,80 @@ static const char *kind_name(unsigned kind)
 enum { OFF_SIZE = 0, OFF_MSG = 4, OFF_FLAGS = 6, OFF_NCAPS = 7,
        OFF_CALL_ID = 8, OFF_TIMEOUT = 12 };
 
+int chanos_frame_fault_(const uint8_t *frame, size_t len, const char *name,
+                        struct chanos_hdr *h, struct chanos_wire_fault *f)
+{
+    if (len < CHANOS_HEADER_SIZE) {
+        recordf(f, CHANOS_ERR_TRUNCATED, name, NULL, 0,
+                "frame of %zu bytes is shorter than the %d-byte header",
+                len, CHANOS_HEADER_SIZE);
+        return CHANOS_ERR_TRUNCATED;
+    }
+    chanos_hdr_load(h, frame);
+    if (h->size != len) {
+        recordf(f, CHANOS_ERR_SIZE, name, NULL, OFF_SIZE,
+                "header size %u differs from frame length %zu",
+                (unsigned)h->size, len);
+        return CHANOS_ERR_SIZE;
+    }
+    return CHANOS_OK;
+}
+
+int chanos_kind_fault_(const struct chanos_hdr *h, const char *name,
+                       struct chanos_wire_fault *f)
+{
+    struct chanos_hdr bare = { 0, 0, 0, 0, 0, 0 };
+    int k = chanos_hdr_kind(h);
+
+    if (k < 0 && h->flags == CHANOS_KIND_MESSAGE && h->call_id != 0) {
+        recordf(f, CHANOS_ERR_HEADER, name, NULL, OFF_CALL_ID,
+                "message with nonzero call_id");
+        return CHANOS_ERR_HEADER;
+    }
+    bare.flags = h->flags;
+    if (k < 0 && chanos_hdr_kind(&bare) >= 0) {
+        /* a valid kind but for its timeout_us */
+        recordf(f, CHANOS_ERR_HEADER, name, NULL, OFF_TIMEOUT,
+                "%s with nonzero timeout_us", kind_name(h->flags));
+        return CHANOS_ERR_HEADER;
+    }
+    if (k < 0) {
+        recordf(f, CHANOS_ERR_HEADER, name, NULL, OFF_FLAGS,
+                "invalid flags 0x%02x", (unsigned)h->flags);
+        return CHANOS_ERR_HEADER;
+    }
+    return k;
+}
+
+int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
+                        const char *field, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (f == NULL)
+        return err;
+    va_start(ap, fmt);
+    record(f, err, NULL, field, off, fmt, ap);
+    va_end(ap);
+    return err;
+}
+
 int chanos_dec_header_(struct chanos_dec *d, int msg, int kind)
 {
     struct chanos_wire_fault *f = d->fault;
-    struct chanos_hdr h, bare = { 0, 0, 0, 0, 0, 0 };
-    int k;
+    struct chanos_hdr h;
+    int k = chanos_frame_fault_(d->frame, d->len, d->name, &h, f);
 
-    if (d->len < CHANOS_HEADER_SIZE) {
-        recordf(f, CHANOS_ERR_TRUNCATED, d->name, NULL, 0,
-                "frame of %zu bytes is shorter than the %d-byte header",
-                d->len, CHANOS_HEADER_SIZE);
-        return CHANOS_ERR_TRUNCATED;
-    }
-    chanos_hdr_load(&h, d->frame);
-    if (h.size != d->len) {
-        recordf(f, CHANOS_ERR_SIZE, d->name, NULL, OFF_SIZE,
-                "header size %u differs from frame length %zu",
-                (unsigned)h.size, d->len);
-        return CHANOS_ERR_SIZE;
-    }
+    if (k != CHANOS_OK)
+        return k;
     if (msg >= 0 && h.msg != msg) {
         recordf(f, CHANOS_ERR_UNKNOWN_MESSAGE, d->name, NULL, OFF_MSG,
                 "message number %u, expected %d", (unsigned)h.msg, msg);
         return CHANOS_ERR_UNKNOWN_MESSAGE;
     }
-    k = chanos_hdr_kind(&h);
-    if (k < 0 && h.flags == CHANOS_KIND_MESSAGE && h.call_id != 0) {
-        recordf(f, CHANOS_ERR_HEADER, d->name, NULL, OFF_CALL_ID,
-                "message with nonzero call_id");
-        return CHANOS_ERR_HEADER;
-    }
-    bare.flags = h.flags;
-    if (k < 0 && chanos_hdr_kind(&bare) >= 0) {
-        /* a valid kind but for its timeout_us */
-        recordf(f, CHANOS_ERR_HEADER, d->name, NULL, OFF_TIMEOUT,
-                "%s with nonzero timeout_us", kind_name(h.flags));
-        return CHANOS_ERR_HEADER;
-    }
-    if (k < 0) {
-        recordf(f, CHANOS_ERR_HEADER, d->name, NULL, OFF_FLAGS,
-                "invalid flags 0x%02x", (unsigned)h.flags);
-        return CHANOS_ERR_HEADER;
-    }
+    k = chanos_kind_fault_(&h, d->name, f);
+    if (k < 0)
+        return k;
     if (kind >= 0 && k != kind) {
         recordf(f, CHANOS_ERR_HEADER, d->name, NULL, OFF_FLAGS,
                 "%s frame, expected a %s", kind_name((unsigned)k),

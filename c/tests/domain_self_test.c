@@ -58,10 +58,7 @@ static int start_monitor(void)
  * removes its directory. */
 static void stop_monitor(void)
 {
-    if (monitor_pid > 0) {
-        kill(monitor_pid, SIGTERM);
-        waitpid(monitor_pid, NULL, 0);
-    }
+    monitor_stop(monitor_pid);
     monitor_clean_up(dir, logpath, failures);
 }
 

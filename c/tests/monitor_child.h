@@ -92,4 +92,14 @@ static void monitor_clean_up(const char *dir, const char *log, int show)
     nftw(dir, monitor_remove_one, 8, FTW_DEPTH | FTW_PHYS);
 }
 
+/* monitor_stop stops the monitor pid (none if not above 0) with SIGTERM
+ * and waits for it to end. */
+static void monitor_stop(pid_t pid)
+{
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+    }
+}
+
 #endif

@@ -92,10 +92,7 @@ static void kill_monitor(void)
 
 static void stop_monitor(void)
 {
-    if (monitor_pid > 0) {
-        kill(monitor_pid, SIGTERM);
-        waitpid(monitor_pid, NULL, 0);
-    }
+    monitor_stop(monitor_pid);
     monitor_pid = -1;
 }
 

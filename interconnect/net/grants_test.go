@@ -178,3 +178,69 @@ func TestGrantsForgottenResumeRefused(t *testing.T) {
 	}
 	t.Logf("ended %v after the cut: %v", time.Since(start), cl.Err())
 }
+
+// Forgotten grants are kept within the grants' bound, the oldest going
+// first: of three connections forgotten in turn under a bound of two,
+// the two forgotten last are refused as unknown at their first resume,
+// as TestGrantsForgottenResumeRefused's is, while the first, whose
+// identity has gone, fails its resumes' handshakes and redials until its
+// grace runs out: it ends as network lost, the listener goes on serving
+// the others, and nothing breaks.
+func TestGrantsForgottenBounded(t *testing.T) {
+	testkit.NoLeaks(t)
+	ctx := testkit.Context(t)
+	g := cnet.NewGrants(time.Hour, 2, 50*time.Millisecond)
+	defer g.Close()
+	L := listen(t, &cnet.Options{TLS: g.TLS()})
+	p := proxy(t, L)
+	type conn struct{ cl, sl *cnet.Link }
+	names := []string{"oldest", "middle", "newest"}
+	conns := map[string]conn{}
+	for _, name := range names {
+		srv, cli, _, _ := identities(t)
+		g.Add(name, srv, cli.Fingerprint, false, nil)
+		// The evicted one's resumes can only fail: a short grace ends
+		// it. The others' is long, so that only their refusal ends them.
+		grace := time.Minute
+		if name == "oldest" {
+			grace = 500 * time.Millisecond
+		}
+		cl, err := cnet.Dial(ctx, p.Addr(), &cnet.Options{TLS: &cnet.TLS{Identity: cli, Peer: srv.Fingerprint, ServerName: name},
+			Grace: grace, RedialMin: time.Millisecond, RedialMax: 10 * time.Millisecond})
+		if err != nil {
+			t.Fatalf("dial %s: %v", name, err)
+		}
+		defer cl.Close()
+		sl, err := L.Accept(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := g.Take(sl.ServerName()); !ok || sl.ServerName() != name {
+			t.Fatalf("accepted %q, want the grant of %q", sl.ServerName(), name)
+		}
+		conns[name] = conn{cl, sl}
+	}
+	p.Stall()
+	for _, name := range names {
+		sl := conns[name].sl
+		sl.End(errors.New("the dialing machine left the cluster"))
+		<-sl.Gone()
+		g.Forget(name)
+	}
+	p.Resume()
+	p.Cut()
+	for _, c := range []struct {
+		name string
+		want error
+	}{
+		{"newest", interconnect.ErrPeerDied},
+		{"middle", interconnect.ErrPeerDied},
+		{"oldest", interconnect.ErrNetworkLost},
+	} {
+		cl := conns[c.name].cl
+		testkit.Await(t, c.name+"'s end", cl.Gone())
+		if err := cl.Err(); !errors.Is(err, c.want) {
+			t.Errorf("%s ended with %v, want %v", c.name, err, c.want)
+		}
+	}
+}

@@ -3,8 +3,9 @@
 // (`chanos monitor --dir DIR`), with real processes and sockets; it also
 // kills C domains with -9, calls the nameservice from C
 // (examples/c/nameservice_test.c), passes status codes both ways
-// (examples/c/status_test.c) and installs libchanos with its
-// pkg-config file. It holds tests only, so that examples/ keeps only
+// (examples/c/status_test.c), asks a C domain's health statuses with
+// `chanos health` (examples/c/health_server.c) and installs libchanos
+// with its pkg-config file. It holds tests only, so that examples/ keeps only
 // programs to copy.
 //
 // The C programs come from the C build directory named by CHANOS_C_BUILD
@@ -398,7 +399,7 @@ func TestInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
+	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "include/chanos/health.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Fatalf("not installed: %v", err)
 		}
