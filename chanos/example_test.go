@@ -415,3 +415,63 @@ func (s tracedServer) Echo(ctx context.Context, v uint64) (uint64, error) {
 	}
 	return s.tenantServer.Echo(ctx, v)
 }
+
+// A client that outlives its server's restart: the Dialer's next Conn
+// binds the server that exports the name then.
+func ExampleNewDialer() {
+	ctx := context.Background()
+	dir, _ := os.MkdirTemp("", "chanos-example-")
+	defer os.RemoveAll(dir)
+	m, err := monitor.New(monitor.Config{Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mctx, stop := context.WithCancel(ctx)
+	defer stop()
+	go m.Serve(mctx)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer d.Close()
+
+	// start runs a server of "kv.counter"; its stop ends its connections.
+	start := func() (stop func()) {
+		sctx, cancel := context.WithCancel(ctx)
+		l, err := pingpong.Export(sctx, d, "kv.counter")
+		if err != nil {
+			fmt.Println(err)
+			return cancel
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); pingpong.Serve(sctx, l, exampleServer{}) }()
+		return func() { cancel(); l.Close(); <-done }
+	}
+
+	stopServer := start()
+	dl := pingpong.NewDialer(d, "kv.counter")
+	defer dl.Close()
+	c, _ := dl.Conn(ctx)
+	v, err := c.Echo(ctx, 1)
+	fmt.Println(v, err)
+
+	stopServer() // the server restarts
+	_, err = c.Echo(ctx, 2)
+	fmt.Println(chanos.CodeOf(err))
+	stopServer = start()
+	defer stopServer()
+
+	c, err = dl.Conn(ctx) // a new connection, to the new server
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	v, err = c.Echo(ctx, 3)
+	fmt.Println(v, err)
+	// Output:
+	// 1 <nil>
+	// unavailable
+	// 3 <nil>
+}

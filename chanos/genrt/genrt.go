@@ -223,6 +223,41 @@ func Connect[T any](ctx context.Context, d *chanos.Domain, name string, iface ch
 	return conn(c), nil
 }
 
+// Dialer is chanos.Dialer with its connections made typed: the same
+// typed connection for as long as one connection lasts.
+type Dialer[T any] struct {
+	r    *chanos.Dialer
+	conn func(*chanos.Conn) T
+
+	mu    sync.Mutex
+	raw   *chanos.Conn // what typed wraps
+	typed T
+}
+
+// Dial returns a Dialer of the service of iface exported under name,
+// whose connections conn makes typed.
+func Dial[T any](d *chanos.Domain, name string, iface chanos.Interface, conn func(*chanos.Conn) T) *Dialer[T] {
+	return &Dialer[T]{r: chanos.NewDialer(d, name, iface), conn: conn}
+}
+
+// Conn returns the typed connection (see chanos.Dialer.Conn).
+func (t *Dialer[T]) Conn(ctx context.Context) (T, error) {
+	c, err := t.r.Conn(ctx)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.raw != c {
+		t.raw, t.typed = c, t.conn(c)
+	}
+	return t.typed, nil
+}
+
+// Close closes the Dialer (see chanos.Dialer.Close).
+func (t *Dialer[T]) Close() error { return t.r.Close() }
+
 // ConnectRef binds to the service of iface that ref names (see
 // chanos.ConnectRef) and returns the connection made typed by conn.
 func ConnectRef[T any](ctx context.Context, d *chanos.Domain, ref wire.Iref, iface chanos.Interface, conn func(*chanos.Conn) T) (T, error) {

@@ -56,7 +56,7 @@ var packageNames = map[string]bool{
 	"InterfaceName": true, "MaxFrameSize": true, "Fingerprint": true, "Definition": true, "Msg": true,
 	"Decode": true, "New": true, "Client": true, "Server": true,
 	"Dispatch": true, "UnimplementedServer": true,
-	"Interface": true, "Conn": true, "NewConn": true, "Connect": true, "ConnectRef": true,
+	"Interface": true, "Conn": true, "NewConn": true, "Connect": true, "ConnectRef": true, "NewDialer": true, "Dialer": true,
 	"Listener": true, "Export": true, "Serve": true,
 	"binding": true, "asMsg": true, "serve": true, "unsupported": true,
 }

@@ -245,6 +245,18 @@ func ConnectRef(ctx context.Context, d *chanos.Domain, ref wire.Iref) (*Conn, er
 	return genrt.ConnectRef(ctx, d, ref, Interface, NewConn)
 }
 
+// Dialer keeps a connection to an export of calc and connects again once
+// it has ended, for a client that outlives its server's restarts
+// (chanos.Dialer). Its methods: Conn(ctx) (*Conn, error), the connection,
+// new when the last one ended; Close() error.
+type Dialer = genrt.Dialer[*Conn]
+
+// NewDialer returns a Dialer of the calc service exported under name on
+// d's machine. It connects on its first Conn.
+func NewDialer(d *chanos.Domain, name string) *Dialer {
+	return genrt.Dial(d, name, Interface, NewConn)
+}
+
 // Listener accepts the connections bound to an export of calc. Its
 // methods, genrt.Listener's:
 //
