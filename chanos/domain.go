@@ -531,8 +531,20 @@ func monitorError(re *RemoteError) error {
 	if m.kind == nil {
 		return re
 	}
-	return fmt.Errorf("%w: %w", m.kind, re)
+	return &monitorRefusal{kind: m.kind, re: re}
 }
+
+// monitorRefusal is the monitor's refusal of a call: it matches its kind
+// (ErrNotFound, ...) and is its RemoteError (for CodeOf), and reads as the
+// kind and the monitor's detail, which names what was refused, once each:
+// "chanos: name not found: bind "x": the name did not appear ...".
+type monitorRefusal struct {
+	kind error
+	re   *RemoteError
+}
+
+func (e *monitorRefusal) Error() string   { return e.kind.Error() + ": " + e.re.Detail }
+func (e *monitorRefusal) Unwrap() []error { return []error{e.kind, e.re} }
 
 // earlyLimit bounds the connections held for an export whose reply has
 // not been seen yet.

@@ -910,3 +910,23 @@ func TestInvalidNames(t *testing.T) {
 	}
 	l.Close()
 }
+
+// The monitor's refusal reads as its kind and its detail once each, and
+// still matches the kind and gives its code.
+func TestMonitorRefusalText(t *testing.T) {
+	dir := testmonitor.Start(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir), chanos.WithCallTimeout(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	_, err = pingpong.Connect(context.Background(), d, "nobody.here")
+	if !errors.Is(err, chanos.ErrNotFound) || chanos.CodeOf(err) != chanos.CodeNotFound {
+		t.Fatalf("Connect of a name nobody exports = %v (code %v), want ErrNotFound, not found", err, chanos.CodeOf(err))
+	}
+	if want := `name not found: bind "nobody.here": the name did not appear`; !strings.Contains(err.Error(), want) ||
+		strings.Count(err.Error(), "not found") != 1 || strings.Contains(err.Error(), "monitor.bind") {
+		t.Errorf("error text %q, want %q in it and not found said once", err, want)
+	}
+}

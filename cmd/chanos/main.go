@@ -174,8 +174,11 @@ func report(err error, asJSON bool, stdout, stderr io.Writer) int {
 		if !asJSON {
 			return status
 		}
-	} else if !strings.HasPrefix(msg, "chanos") {
-		msg = "chanos: " + msg
+	} else {
+		// One "chanos: " in front: each layer of the library that wraps
+		// the error names its package again, which a person reading the
+		// line needs once.
+		msg = "chanos: " + strings.ReplaceAll(strings.TrimPrefix(msg, "chanos: "), ": chanos: ", ": ")
 	}
 	if asJSON {
 		b, _ := json.Marshal(struct {
