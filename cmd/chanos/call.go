@@ -46,6 +46,12 @@ fingerprint must match the export's, as for any client.
                     metadata, if any, is printed on stderr
   --timeout D       the call's deadline, and how long to wait for NAME
                     (a Go duration; default 10s)
+  --messages N      then print the next N one-way messages the peer sends
+                    (-1: every one), a JSON object a line:
+                    {"message": NAME, "args": {...}}; until they have
+                    come, the peer closes, an interrupt, or --wait
+  --wait D          the longest --messages waits (a Go duration; default
+                    0: until an interrupt)
   --json            a failure is one JSON object on stdout instead:
                     {"error": MESSAGE, "code": CODE}; an error reply's
                     CODE is its status code's name ("not_found")
@@ -60,10 +66,23 @@ func runCall(ctx context.Context, args []string) error {
 	var includes, metas listFlag
 	fs.Var(&includes, "i", "")
 	fs.Var(&metas, "meta", "")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	messages := fs.Int("messages", 0, "")
+	wait := fs.Duration("wait", 0, "")
+	// Flags may come after the arguments too ("-" alone is ARGS, stdin).
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
 	}
-	pos := fs.Args()
+	if *wait < 0 {
+		return usagef("call", "--wait must not be negative")
+	}
 	var file string
 	if len(pos) >= 3 && isInterfaceFile(pos[0]) {
 		file, pos = pos[0], pos[1:]
@@ -102,6 +121,7 @@ func runCall(ctx context.Context, args []string) error {
 			return err
 		}
 	}
+	interrupt := ctx // what ends the wait for --messages
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	// The domain's call timeout is how long Connect waits for NAME.
@@ -134,15 +154,68 @@ func runCall(ctx context.Context, args []string) error {
 		if err := c.Send(ctx, frame); err != nil {
 			return fmt.Errorf("call: %w", err)
 		}
-		return nil
+	} else {
+		var replyMD chanos.Metadata
+		reply := frame.Reply()
+		if err := c.Call(chanos.CaptureReplyMetadata(ctx, &replyMD), frame, reply); err != nil {
+			return fmt.Errorf("call: %w", err)
+		}
+		printMetadata(os.Stderr, replyMD)
+		if err := writeJSON(os.Stdout, reply.Values); err != nil {
+			return err
+		}
 	}
-	var replyMD chanos.Metadata
-	reply := frame.Reply()
-	if err := c.Call(chanos.CaptureReplyMetadata(ctx, &replyMD), frame, reply); err != nil {
-		return fmt.Errorf("call: %w", err)
+	return followMessages(interrupt, c, iface, *messages, *wait)
+}
+
+// followMessages prints the next n one-way messages c's peer sends (n < 0:
+// every one), one JSON object a line, {"message": NAME, "args": {...}},
+// as gRPC's server streams print in grpcurl. It stops early, with no
+// error, when the peer closes, ctx ends (an interrupt) or wait (when not
+// 0) has passed. A call from the peer is answered unimplemented: the
+// command serves nothing.
+func followMessages(ctx context.Context, c *chanos.Conn, iface *idl.Interface, n int, wait time.Duration) error {
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
 	}
-	printMetadata(os.Stderr, replyMD)
-	return writeJSON(os.Stdout, reply.Values)
+	for printed := 0; n < 0 || printed < n; {
+		var msg *dynamic.Frame
+		err := c.ReceiveFunc(ctx, func(in *chanos.Incoming) error {
+			defer wire.CloseCaps(in.Caps) // no value of this command holds one
+			if in.Kind != wire.KindMessage {
+				return c.Reply(ctx, in, nil, chanos.Errorf(chanos.CodeUnimplemented, "chanos call serves no rpcs"))
+			}
+			f, err := dynamic.Message(iface, in.Header.Msg)
+			if err != nil {
+				return err
+			}
+			if err := f.Decode(in.Frame, in.Caps); err != nil {
+				return err
+			}
+			msg = f
+			return nil
+		})
+		switch {
+		case err == nil && msg == nil:
+			continue
+		case err == nil:
+			line := struct {
+				Message string         `json:"message"`
+				Args    map[string]any `json:"args"`
+			}{msg.Msg.Name, msg.Values}
+			if err := writeJSON(os.Stdout, line); err != nil {
+				return err
+			}
+			printed++
+		case ctx.Err() != nil, errors.Is(err, chanos.ErrClosed):
+			return nil
+		default:
+			return fmt.Errorf("call: receive: %w", err)
+		}
+	}
+	return nil
 }
 
 // callFrame is the frame of rpc (or message) of iface with values, or

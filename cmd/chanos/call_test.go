@@ -184,3 +184,47 @@ func TestCallByReflection(t *testing.T) {
 		t.Errorf("chanos call of an export without reflection took %v: it waited for the timeout", el)
 	}
 }
+
+// watchKV answers a watch with two changed messages at once.
+type watchKV struct{ callKV }
+
+func (s *watchKV) Watch(ctx context.Context, from *kv.Client, m kv.Watch) error {
+	for i, key := range []string{m.Prefix + "a", m.Prefix + "b"} {
+		if err := from.Send(ctx, &kv.Changed{Key: key, Version: uint64(i + 1)}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TestCallMessages: --messages N prints the next N one-way messages the
+// peer sends, a JSON object a line; --wait ends the wait for more with
+// status 0.
+func TestCallMessages(t *testing.T) {
+	bin := chanosBin(t)
+	dir, _ := testkit.StartMonitor(t)
+	ctx := testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	l, err := kv.Export(ctx, d, "msgs.kv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go kv.Serve(ctx, l, &watchKV{})
+
+	want := `{"message":"changed","args":{"deleted":false,"key":"p/a","version":1}}` + "\n" +
+		`{"message":"changed","args":{"deleted":false,"key":"p/b","version":2}}` + "\n"
+	r := runCmd(t, bin, dir, "call", "kv.if", "msgs.kv", "watch", `{"prefix": "p/"}`, "--messages", "2")
+	if r.status != 0 || r.stdout != want || r.stderr != "" {
+		t.Errorf("chanos call ... watch --messages 2: status %d, stdout %q, stderr %q; want %q", r.status, r.stdout, r.stderr, want)
+	}
+	start := time.Now()
+	r = runCmd(t, bin, dir, "call", "--messages", "-1", "--wait", "300ms", "kv.if", "msgs.kv", "watch", `{"prefix": "p/"}`)
+	if r.status != 0 || r.stdout != want || time.Since(start) < 300*time.Millisecond {
+		t.Errorf("chanos call ... --messages -1 --wait 300ms: status %d, stdout %q, stderr %q after %v", r.status, r.stdout, r.stderr, time.Since(start))
+	}
+}

@@ -58,6 +58,17 @@ func Call(iface *idl.Interface, name string, values map[string]any) (*Frame, err
 	return nil, fmt.Errorf("dynamic: %s has no message or rpc %q", iface.Name, name)
 }
 
+// Message returns an empty frame of the one-way message numbered num of
+// iface, for Decode: what a peer sends on its own.
+func Message(iface *idl.Interface, num uint16) (*Frame, error) {
+	for _, m := range iface.Messages {
+		if m.Number == num && !m.RPC {
+			return &Frame{Iface: iface, Msg: m, Kind: wire.KindMessage}, nil
+		}
+	}
+	return nil, fmt.Errorf("dynamic: %s has no message number %d", iface.Name, num)
+}
+
 // Reply returns an empty reply frame of f, an rpc call, for Decode.
 func (f *Frame) Reply() *Frame {
 	return &Frame{Iface: f.Iface, Msg: f.Msg, Kind: wire.KindReply}

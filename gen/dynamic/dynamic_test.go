@@ -176,3 +176,21 @@ func TestBadValues(t *testing.T) {
 		t.Error("Call of an unknown message succeeded")
 	}
 }
+
+// Message finds a one-way message by its number, for decoding what a
+// peer sends, and refuses an rpc's number and one the interface lacks.
+func TestMessage(t *testing.T) {
+	iface, _ := load(t)
+	for _, m := range iface.Messages {
+		f, err := Message(iface, m.Number)
+		switch {
+		case m.RPC && err == nil:
+			t.Errorf("Message(%d) found rpc %s", m.Number, m.Name)
+		case !m.RPC && (err != nil || f.Msg != m || f.Kind != wire.KindMessage):
+			t.Errorf("Message(%d) = %v, %v; want message %s", m.Number, f, err, m.Name)
+		}
+	}
+	if _, err := Message(iface, uint16(len(iface.Messages)+1)); err == nil {
+		t.Error("Message of a number past the interface's found one")
+	}
+}
