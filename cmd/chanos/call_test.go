@@ -13,6 +13,7 @@ import (
 
 	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/kv"
+	"github.com/chanos/chanos/interfaces/pingpong"
 	"github.com/chanos/chanos/interfaces/reflection"
 	"github.com/chanos/chanos/internal/testkit"
 )
@@ -121,6 +122,18 @@ func TestCall(t *testing.T) {
 	}
 }
 
+// lyingReflection answers every describe with what it holds.
+type lyingReflection struct {
+	reflection.UnimplementedServer
+	iface string
+	fp    uint64
+	def   string
+}
+
+func (r lyingReflection) Describe(ctx context.Context, name string) (string, uint64, string, error) {
+	return r.iface, r.fp, r.def, nil
+}
+
 // TestCallByReflection: with the reflection service beside the export,
 // chanos call needs no .if and chanos describe prints the interface,
 // which compiles to the export's; an export whose domain serves no
@@ -172,6 +185,34 @@ func TestCallByReflection(t *testing.T) {
 		}
 		if r.status != tc.status || r.stdout != tc.stdout || !strings.HasPrefix(r.stderr, tc.stderr) || (tc.stderr == "" && r.stderr != "") {
 			t.Errorf("chanos %s: status %d, stdout %q, stderr %q; want %d, %q, %q", strings.Join(tc.args, " "), r.status, r.stdout, r.stderr, tc.status, tc.stdout, tc.stderr)
+		}
+	}
+
+	// Reflection services that lie: a definition that does not compile,
+	// and one of another interface than the fingerprint they claim.
+	for name, srv := range map[string]reflection.Server{
+		"garbled.kv": lyingReflection{iface: "kv", fp: kv.Fingerprint, def: "interface kv { rpc"},
+		"swapped.kv": lyingReflection{iface: "kv", fp: kv.Fingerprint, def: pingpong.Definition},
+	} {
+		l, err := kv.Export(ctx, d, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		rl, err := reflection.Export(ctx, d, reflection.NameOf(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rl.Close()
+		go reflection.Serve(ctx, rl, srv)
+	}
+	for name, want := range map[string]string{
+		"garbled.kv": `chanos: call: the definition garbled.kv.reflection gave does not compile: garbled.kv.reflection:1:`,
+		"swapped.kv": `chanos: call: swapped.kv.reflection described kv (fingerprint ` + fmt.Sprintf("%016x", kv.Fingerprint) + `) with a definition of pingpong`,
+	} {
+		r := runCmd(t, bin, dir, "call", name, "get", `{"key": "a"}`)
+		if r.status != 1 || !strings.HasPrefix(r.stderr, want) {
+			t.Errorf("chanos call %s (a lying reflection): status %d, stderr %q; want 1 and %q...", name, r.status, r.stderr, want)
 		}
 	}
 
