@@ -56,26 +56,41 @@ func (s *callKV) Watch(ctx context.Context, from *kv.Client, m kv.Watch) error {
 	return nil
 }
 
+// cliServer starts a monitor and joins a domain to it, for a test that
+// runs chanos commands against what the domain serves: the chanos
+// binary, the monitor's directory, the test's context and the domain.
+func cliServer(t *testing.T) (bin, dir string, ctx context.Context, d *chanos.Domain) {
+	t.Helper()
+	bin = chanosBin(t)
+	dir, _ = testkit.StartMonitor(t)
+	ctx = testkit.Context(t)
+	d, err := chanos.Join(ctx, chanos.WithDir(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	return bin, dir, ctx, d
+}
+
+// serveKV exports srv under name in d and serves it until the test ends.
+func serveKV(t *testing.T, ctx context.Context, d *chanos.Domain, name string, srv kv.Server) {
+	t.Helper()
+	l, err := kv.Export(ctx, d, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go kv.Serve(ctx, l, srv)
+}
+
 // TestCall: chanos call calls an rpc of a service from its .if file and
 // JSON arguments, and prints the out arguments as JSON; an error reply
 // exits 1 with its code; metadata goes both ways; a one-way message is
 // sent; a changed .if is refused at bind, as any client would be.
 func TestCall(t *testing.T) {
-	bin := chanosBin(t)
-	dir, _ := testkit.StartMonitor(t)
-	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	l, err := kv.Export(ctx, d, "call.kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
+	bin, dir, ctx, d := cliServer(t)
 	srv := &callKV{vals: map[string][]byte{}, watched: make(chan string, 1)}
-	go kv.Serve(ctx, l, srv)
+	serveKV(t, ctx, d, "call.kv", srv)
 	ifFile := filepath.Join("..", "..", "interfaces", "kv.if")
 
 	for _, tc := range []struct {
@@ -139,21 +154,9 @@ func (r lyingReflection) Describe(ctx context.Context, name string) (string, uin
 // which compiles to the export's; an export whose domain serves no
 // reflection is told at once, not at the timeout.
 func TestCallByReflection(t *testing.T) {
-	bin := chanosBin(t)
-	dir, _ := testkit.StartMonitor(t)
-	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	bin, dir, ctx, d := cliServer(t)
 	for _, name := range []string{"refl.kv", "bare.kv"} {
-		l, err := kv.Export(ctx, d, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
-		go kv.Serve(ctx, l, &callKV{vals: map[string][]byte{}, watched: make(chan string, 1)})
+		serveKV(t, ctx, d, name, &callKV{vals: map[string][]byte{}, watched: make(chan string, 1)})
 	}
 	rl, err := reflection.Export(ctx, d, reflection.NameOf("refl.kv"))
 	if err != nil {
@@ -194,11 +197,7 @@ func TestCallByReflection(t *testing.T) {
 		"garbled.kv": lyingReflection{iface: "kv", fp: kv.Fingerprint, def: "interface kv { rpc"},
 		"swapped.kv": lyingReflection{iface: "kv", fp: kv.Fingerprint, def: pingpong.Definition},
 	} {
-		l, err := kv.Export(ctx, d, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer l.Close()
+		serveKV(t, ctx, d, name, &callKV{})
 		rl, err := reflection.Export(ctx, d, reflection.NameOf(name))
 		if err != nil {
 			t.Fatal(err)
@@ -242,20 +241,8 @@ func (s *watchKV) Watch(ctx context.Context, from *kv.Client, m kv.Watch) error 
 // peer sends, a JSON object a line; --wait ends the wait for more with
 // status 0.
 func TestCallMessages(t *testing.T) {
-	bin := chanosBin(t)
-	dir, _ := testkit.StartMonitor(t)
-	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
-	l, err := kv.Export(ctx, d, "msgs.kv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go kv.Serve(ctx, l, &watchKV{})
+	bin, dir, ctx, d := cliServer(t)
+	serveKV(t, ctx, d, "msgs.kv", &watchKV{})
 
 	want := `{"message":"changed","args":{"deleted":false,"key":"p/a","version":1}}` + "\n" +
 		`{"message":"changed","args":{"deleted":false,"key":"p/b","version":2}}` + "\n"

@@ -7,7 +7,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/chanos/chanos/chanos"
 	"github.com/chanos/chanos/interfaces/health"
 	"github.com/chanos/chanos/internal/testkit"
 )
@@ -17,14 +16,7 @@ import (
 // document; a name that nobody exports fails within --timeout; --watch
 // prints each change until interrupted.
 func TestHealth(t *testing.T) {
-	bin := chanosBin(t)
-	dir, _ := testkit.StartMonitor(t)
-	ctx := testkit.Context(t)
-	d, err := chanos.Join(ctx, chanos.WithDir(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer d.Close()
+	bin, dir, ctx, d := cliServer(t)
 	st := health.NewStatuses()
 	l, err := health.Export(ctx, d, health.NameOf("svc"))
 	if err != nil {
