@@ -241,6 +241,11 @@ func TestWalkthrough(t *testing.T) {
 	if !strings.Contains(ps, "counter-server") || !strings.Contains(ps, "counter (counter)") {
 		t.Errorf("go tool chanos ps does not show the server and its export:\n%s", ps)
 	}
+	// The README's call from the shell, on the count of 12 the clients left.
+	call := `go tool chanos call counter/counter.if counter add '{"delta": 5}'`
+	if out := sh(t, mod, append(offline, "CHANOS_DIR="+dir), call, call); out != `{"total":17}`+"\n" || !strings.Contains(w.text, call) {
+		t.Errorf("%s: %q, want {\"total\":17}, and the README to show the command", call, out)
+	}
 	if v := sh(t, mod, offline, "go tool chanosc --version", "go tool chanosc --version"); !strings.HasPrefix(v, "chanosc devel go1.") {
 		t.Errorf("go tool chanosc --version: %q, want chanosc devel (a replaced module) and the Go version", v)
 	}
@@ -297,7 +302,7 @@ func TestWalkthrough(t *testing.T) {
 		// The C client adds to the Go server's count, then the C server
 		// serves the C client and the Go client.
 		cClient := filepath.Join(proj, "client")
-		client(t, dir, cClient, totals(12))
+		client(t, dir, cClient, totals(17)) // the shell's call added 5
 		goServer.Cmd.Process.Signal(syscall.SIGTERM)
 		if err := goServer.Wait(t); err != nil {
 			t.Fatalf("the Go server did not end cleanly on SIGTERM: %v", err)
