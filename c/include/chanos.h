@@ -270,7 +270,7 @@ static inline struct chanos_str chanos_cstr(const char *s)
  * outlives the frame and the buffer.
  */
 #define CHANOS_WIRE_FIELD_MAX 96
-#define CHANOS_WIRE_DETAIL_MAX 96
+#define CHANOS_WIRE_DETAIL_MAX 256
 
 struct chanos_wire_fault {
     int code; /* the CHANOS_ERR_* code the call returned */
@@ -293,9 +293,13 @@ struct chanos_wire_fault {
  * known), NUL-terminated and cut to fit n bytes as snprintf does, and
  * returns the length of the whole text. A buffer of
  * CHANOS_WIRE_FAULT_TEXT_MAX bytes holds any text whose message name is
- * under 80 bytes. f NULL or with code 0 describes nothing: "".
+ * under 80 bytes. f NULL or with code 0 describes nothing: "". A fault
+ * whose code is no wire code, a connection's explanation of an end that
+ * is not the wire format's (see chanos_conn_fault), is written as Go
+ * wraps an error with one, "WHAT (DETAIL)", WHAT being
+ * chanos_strerror's text.
  */
-#define CHANOS_WIRE_FAULT_TEXT_MAX 320
+#define CHANOS_WIRE_FAULT_TEXT_MAX 480
 int chanos_wire_fault_describe(const struct chanos_wire_fault *f, char *out,
                                size_t n);
 
@@ -1237,6 +1241,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_NO_ROUTE     (-4315) /* monitor: the export is on another machine */
 #define CHANOS_ERR_HANDED_OVER  (-4316) /* the listener's export was handed over */
 #define CHANOS_ERR_HEALTH_FULL  (-4317) /* health: the table of statuses is full */
+#define CHANOS_ERR_INBOX_FULL   (-4318) /* a call's reply waits behind unread frames */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -1947,6 +1952,14 @@ const char *chanos_code_str(uint64_t code);
 #define CHANOS_CONN_ABANDONED_MAX 64
 
 /*
+ * The bounds of a connection's inbox (see chanos_conn_call), Go's: the
+ * frames a call keeps for the receives to come, and their bytes. When
+ * either is reached the inbox is full.
+ */
+#define CHANOS_CONN_INBOX_MAX   1024
+#define CHANOS_CONN_INBOX_BYTES (4u << 20)
+
+/*
  * chanos_conn_new wraps a ump connection, taking ownership of u (closed on
  * failure too). chanos_accept and chanos_connect use it; it is public for
  * connections set up by other means (chanos_ump_create/attach).
@@ -2112,6 +2125,11 @@ int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
  * frame is dropped); the body is the generated decoder's job. After the
  * peer closed or died: CHANOS_ERR_CLOSED or CHANOS_ERR_PEER_DIED.
  *
+ * The frames a call kept in the connection's inbox (see
+ * chanos_conn_call) come first, in the order they came, before any frame
+ * the link holds; their bytes and descriptors are the receiver's as a
+ * received frame's are, and live as long (until the next receive).
+ *
  * A reply to an abandoned call (one that timed out in chanos_conn_call,
  * or was given up with chanos_conn_cancel) is never returned: it is
  * dropped by its call id, and the wait goes on for the next frame within
@@ -2133,9 +2151,29 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f);
 /*
  * chanos_conn_call sends the encoded call in frame[0..len) and waits at
  * most timeout_ms (-1: forever) for its reply, which it returns in *reply
- * (valid until the next receive). Frames that are not this reply are
- * passed to other(arg, frame) if other is not NULL, else dropped; other
- * replies are dropped. On CHANOS_ERR_TIMEDOUT the call is cancelled
+ * (valid until the next receive).
+ *
+ * One order per connection: the frames the peer sent before the reply
+ * come before it. With other NULL (the generated stubs' way), the call
+ * keeps every one of them that is not its reply in the connection's
+ * inbox, descriptors and all, and the receives that follow
+ * (chanos_conn_recv, chanos_conn_spin_recv, the serve loops) return them
+ * first, in order; chanos_conn_close closes the descriptors of those
+ * never received. Only the frame's copy into the inbox costs: a call
+ * answered before anything else comes allocates and copies nothing. The
+ * inbox holds at most CHANOS_CONN_INBOX_MAX frames or
+ * CHANOS_CONN_INBOX_BYTES bytes: a call that finds it full reads no
+ * further, since no one else may receive while it does, and fails with
+ * CHANOS_ERR_INBOX_FULL, the call abandoned as on a timeout, and
+ * chanos_conn_fault says "the reply waits behind N unread messages from
+ * the peer, B bytes, that fill this connection's inbox: receive them".
+ * Once the program has received them, calls go on. A program that calls
+ * a peer that also sends it messages must receive them.
+ *
+ * With other set, the frames that are not a reply are passed to
+ * other(arg, frame) instead, as they come (the frame is valid while the
+ * callback runs, and its descriptors are the callback's), and the
+ * replies to other calls are dropped. On CHANOS_ERR_TIMEDOUT the call is cancelled
  * (chanos_conn_cancel), and its reply, should it come late, is dropped by
  * whichever receive meets it. If the peer answered with an error reply,
  * the result is CHANOS_ERR_REMOTE and *reply is that frame
@@ -2186,7 +2224,9 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  * not given, a reply that is no reply, an error reply of code 0), and
  * metadata that chanos_conn_set_meta or chanos_conn_set_reply_meta
  * refuses. It says which frame, field and byte, and why, as Go's
- * wire.Error does; chanos_wire_fault_describe formats it:
+ * wire.Error does; chanos_wire_fault_describe formats it. It also
+ * explains, as Go does, a call that failed with CHANOS_ERR_INBOX_FULL
+ * (its reply waits behind unread messages; see chanos_conn_call):
  *
  *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
  *         char why[CHANOS_WIRE_FAULT_TEXT_MAX];
@@ -2196,7 +2236,8 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  *
  * NULL when that call or frame met no fault: a stub call or dispatch
  * clears it as it starts, other calls write it only when they fail, so
- * after one of them it is that call's only if it returned a wire code.
+ * after one of them it is that call's only if it returned a wire code
+ * or one of those explained (the record's code says which).
  * Valid until the next call on c that fails or clears it, or
  * chanos_conn_close; from the thread that made the call. The record is
  * the connection's one: where a thread sends while another receives,

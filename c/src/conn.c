@@ -22,6 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A frame kept in a connection's inbox: its descriptors and its bytes
+ * (the metadata trailer's entries included) follow it, in one
+ * allocation, and f points into them. */
+struct kept {
+    struct kept *next;
+    struct chanos_frame f;
+    size_t size; /* the bytes, as counted against CHANOS_CONN_INBOX_BYTES */
+    int fds[];
+};
+
 struct chanos_conn {
     chanos_ump *u;
     /* or another link (chanos_conn_new_link), u being NULL */
@@ -86,6 +96,18 @@ struct chanos_conn {
      * argument are described here (refuse). It is written only when a
      * call fails, by the thread that made it. */
     struct chanos_wire_fault fault;
+    /*
+     * The inbox: the frames a call read past on its way to its reply
+     * (chanos_conn_call without other), oldest first, which the receives
+     * return before they read the link; nkept and kept_bytes bound it
+     * (CHANOS_CONN_INBOX_MAX, CHANOS_CONN_INBOX_BYTES). given is the
+     * frame the last receive took from it, whose bytes live until the
+     * next receive, as a frame of the ring does. Only the receiving side
+     * touches them.
+     */
+    struct kept *kept_head, *kept_tail, *given;
+    unsigned nkept;
+    size_t kept_bytes;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -114,6 +136,14 @@ void chanos_conn_close(chanos_conn *c)
 {
     if (c == NULL)
         return;
+    free(c->given); /* its descriptors went to whoever received it */
+    while (c->kept_head != NULL) {
+        struct kept *k = c->kept_head;
+
+        c->kept_head = k->next;
+        chanos_frame_close_fds(&k->f); /* never received: still ours */
+        free(k);
+    }
     if (c->ops != NULL)
         c->ops->close(c->link);
     else
@@ -1161,12 +1191,12 @@ static int recv_wait(chanos_conn *c, int timeout_ms, bool spin,
 }
 
 /*
- * recv_locked is recv_one, without the late replies to abandoned calls:
+ * recv_ring is recv_one, without the late replies to abandoned calls:
  * it drops them and waits on for a frame within timeout_ms. The clock is
  * read only when some call is abandoned, so as to cost nothing otherwise.
  */
-static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
-                       struct chanos_frame *f)
+static int recv_ring(chanos_conn *c, int timeout_ms, bool spin,
+                     struct chanos_frame *f)
 {
     int64_t start = -1;
     int wait = timeout_ms;
@@ -1191,6 +1221,101 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
             wait = (int)left;
         }
     }
+}
+
+/* drop_given frees the frame the last receive took from the inbox: the
+ * receive after it has come. Its descriptors are the receiver's. */
+static void drop_given(chanos_conn *c)
+{
+    free(c->given);
+    c->given = NULL;
+}
+
+/*
+ * take_kept drops the frame the last receive took from the inbox and
+ * takes the next one into *f: 0, or CHANOS_ERR_AGAIN when the inbox is
+ * empty. A reply to a call abandoned since it was kept is dropped, as
+ * recv_ring drops it.
+ */
+static int take_kept(chanos_conn *c, struct chanos_frame *f)
+{
+    struct kept *k;
+
+    drop_given(c);
+    while ((k = c->kept_head) != NULL) {
+        c->kept_head = k->next;
+        if (c->kept_head == NULL)
+            c->kept_tail = NULL;
+        c->nkept--;
+        c->kept_bytes -= k->size;
+        if (late(c, &k->f)) {
+            chanos_frame_close_fds(&k->f);
+            free(k);
+            continue;
+        }
+        c->given = k;
+        *f = k->f;
+        c->meta = f->meta;
+        c->meta_len = f->meta_len;
+        return 0;
+    }
+    return CHANOS_ERR_AGAIN;
+}
+
+/* recv_locked is recv_ring after the inbox: the frames a call kept come
+ * first. An inbox that was never used costs one test. */
+static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
+                       struct chanos_frame *f)
+{
+    if ((c->kept_head != NULL || c->given != NULL) && take_kept(c, f) == 0)
+        return 0;
+    return recv_ring(c, timeout_ms, spin, f);
+}
+
+/*
+ * keep copies the frame f, received by a call on its way to its reply,
+ * into the inbox, with its descriptors, which the inbox then owns: 0, or
+ * -ENOMEM (f's descriptors are then closed, and the frame is lost).
+ */
+static int keep(chanos_conn *c, const struct chanos_frame *f)
+{
+    /* the metadata's entries follow the body (split_meta) */
+    size_t size = f->len + f->meta_len;
+    size_t fdb = (size_t)f->nfds * sizeof(int);
+    struct kept *k = malloc(sizeof *k + fdb + size);
+    uint8_t *data;
+
+    if (k == NULL) {
+        chanos_frame_close_fds(f);
+        return -ENOMEM;
+    }
+    data = (uint8_t *)k->fds + fdb;
+    memcpy(data, f->data, size);
+    if (f->nfds > 0)
+        memcpy(k->fds, f->fds, fdb);
+    k->next = NULL;
+    k->size = size;
+    k->f = *f;
+    k->f.data = data;
+    k->f.fds = f->nfds > 0 ? k->fds : NULL;
+    k->f.meta = f->meta != NULL ? data + f->len : NULL;
+    if (c->kept_tail != NULL)
+        c->kept_tail->next = k;
+    else
+        c->kept_head = k;
+    c->kept_tail = k;
+    c->nkept++;
+    c->kept_bytes += size;
+    return 0;
+}
+
+/* inbox_full reports whether the inbox holds as much as it may, as Go's
+ * engine counts it: CHANOS_CONN_INBOX_MAX frames, or
+ * CHANOS_CONN_INBOX_BYTES bytes. */
+static bool inbox_full(const chanos_conn *c)
+{
+    return c->nkept >= CHANOS_CONN_INBOX_MAX ||
+           c->kept_bytes >= CHANOS_CONN_INBOX_BYTES;
 }
 
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
@@ -1280,6 +1405,16 @@ const char *chanos_conn_take_detail_(chanos_conn *c)
     return c->reply_detail;
 }
 
+/* abandon_call gives up on call id of rpc msg, for which c holds
+ * receiving, and returns rc: the peer is told, and the reply dropped
+ * should it come. */
+static int abandon_call(chanos_conn *c, uint16_t msg, uint32_t id, int rc)
+{
+    atomic_flag_clear(&c->receiving);
+    (void)chanos_conn_cancel(c, msg, id);
+    return rc;
+}
+
 /* call is chanos_conn_call with descriptors. */
 static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
                 uint32_t nfds, int timeout_ms, struct chanos_frame *reply,
@@ -1298,6 +1433,10 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
     msg = chanos_load_u16(frame + 4);
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
+    /* a call is a receive: the frame the last one took from the inbox
+     * lives until now */
+    if (c->given != NULL)
+        drop_given(c);
     c->status_code = 0; /* the receive side's, as keep_status */
     rc = send_call(c, frame, len, fds, nfds, timeout_ms, &id);
     *sent = rc == 0;
@@ -1309,32 +1448,45 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
 
             wait = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
         }
-        rc = recv_locked(c, wait, false, reply);
-        if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN) {
-            rc = CHANOS_ERR_TIMEDOUT;
-            atomic_flag_clear(&c->receiving);
-            (void)chanos_conn_cancel(c, msg, id);
-            return CHANOS_ERR_TIMEDOUT;
-        }
+        /* Nobody else may receive while the call does: an inbox that is
+         * full stays full until the call has failed. */
+        if (other == NULL && inbox_full(c))
+            return abandon_call(
+                c, msg, id,
+                refuse(c, CHANOS_ERR_INBOX_FULL, -1, NULL,
+                       "the reply waits behind %u unread messages from the "
+                       "peer, %zu bytes, that fill this connection's inbox: "
+                       "receive them, with chanos_conn_recv or a serve loop",
+                       c->nkept, c->kept_bytes));
+        rc = recv_ring(c, wait, false, reply);
+        if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN)
+            return abandon_call(c, msg, id, CHANOS_ERR_TIMEDOUT);
         if (rc != 0)
             break;
         if (reply->kind == CHANOS_KIND_REPLY ||
             reply->kind == CHANOS_KIND_ERROR) {
-            if (reply->hdr.call_id != id || reply->hdr.msg != msg) {
-                chanos_frame_close_fds(reply);
-                continue; /* a reply to no call of ours */
+            if (reply->hdr.call_id == id && reply->hdr.msg == msg) {
+                if (reply->kind == CHANOS_KIND_ERROR) {
+                    chanos_frame_close_fds(reply);
+                    keep_status(c, reply);
+                    rc = CHANOS_ERR_REMOTE;
+                }
+                break;
             }
-            if (reply->kind == CHANOS_KIND_ERROR) {
+            /* Another call's reply is the program's to match (one sent
+             * with chanos_conn_send_call), unless other takes the
+             * frames; one that says it is this call's, of another
+             * message, answers nothing. */
+            if (other != NULL || reply->hdr.call_id == id) {
                 chanos_frame_close_fds(reply);
-                keep_status(c, reply);
-                rc = CHANOS_ERR_REMOTE;
+                continue;
             }
-            break;
-        }
-        if (other != NULL)
+        } else if (other != NULL) {
             other(arg, reply);
-        else
-            chanos_frame_close_fds(reply);
+            continue;
+        }
+        if ((rc = keep(c, reply)) != 0)
+            return abandon_call(c, msg, id, rc);
     }
     atomic_flag_clear(&c->receiving);
     return rc;

@@ -472,6 +472,63 @@ static size_t with_meta(uint8_t *buf, size_t n, const char *const *kv)
     return n;
 }
 
+/*
+ * A synchronous call without other keeps the frames that come before its
+ * reply for the receives to come, in order: a reply to a call sent with
+ * chanos_conn_send_call (the caller's to match), a message, and the peer's
+ * own call, whose metadata stays readable. With other, messages go to it
+ * and other calls' replies are dropped (test_rpc).
+ */
+static void test_call_keeps(void)
+{
+    static const char *const kv[] = { "trace-id", "t-9", NULL };
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_str v;
+    uint8_t buf[256];
+    size_t n;
+    uint32_t id;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    reply_to(srv, id, false, 10);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 11);
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    n = with_meta(buf, call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 12), kv);
+    CHECK_EQ(chanos_conn_send_call(srv, buf, n, 1000, NULL), 0);
+    reply_to(srv, id + 1, false, 13); /* the next call's */
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL), 0);
+    CHECK_EQ(f.hdr.call_id, id + 1);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 13);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+    CHECK_EQ(f.hdr.call_id, id);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 10);
+    CHECK_EQ(chanos_conn_spin_recv(cli, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_MESSAGE);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 11);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    CHECK_EQ(f.len, CHANOS_HEADER_SIZE + 8);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 12);
+    CHECK_EQ(chanos_frame_meta(&f, "trace-id", &v), 0);
+    CHECK(v.len == 3 && memcmp(v.ptr, "t-9", 3) == 0);
+    CHECK_EQ(chanos_conn_meta(cli, "trace-id", &v), 0);
+    CHECK(v.len == 3 && memcmp(v.ptr, "t-9", 3) == 0);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
 /* A call's metadata is taken off the frame, which decodes as the call
  * would without it, and is read by key; a malformed trailer is refused
  * with the code of what is wrong. */
@@ -728,6 +785,7 @@ int main(void)
 {
     test_rpc();
     test_late_replies();
+    test_call_keeps();
     test_code_str();
     test_spin_recv();
     test_nameservice_error();
