@@ -2337,7 +2337,9 @@ int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
  * CHANOS_ERR_MONITOR_LOST. Connections from other machines (a domain
  * joined with libchanos_net's binder) are served alongside, and slept on
  * through their chanos_conn_fd. The connections are closed on return; l
- * stays the caller's. NULL o: the defaults.
+ * stays the caller's. NULL o: the defaults. It is a call on d: to serve
+ * several exports of d on one thread, use a chanos_server (below).
+ * -EINVAL for an l of another domain.
  */
 struct chanos_serve_opts {
     int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's
@@ -2348,6 +2350,37 @@ struct chanos_serve_opts {
 int chanos_serve_export(chanos_domain *d, chanos_listener *l,
                         chanos_dispatch_fn dispatch, const void *ops,
                         void *ctx, const struct chanos_serve_opts *o);
+
+/*
+ * A server serves several exports of one domain on one thread, in one
+ * loop: a service, its NAME.health and its NAME.reflection, say, each
+ * through its own dispatch. chanos_serve_export is a server of one
+ * export.
+ *
+ * chanos_server_new makes an empty server of the domain d in *out, which
+ * the caller owns: chanos_server_free, once chanos_server_run has
+ * returned (NULL is allowed). 0, -EINVAL or -ENOMEM.
+ *
+ * chanos_server_add adds the export l, of the server's domain (else
+ * -EINVAL; -EEXIST if added already), served through dispatch (a
+ * generated IFACE_dispatch) with ops and ctx, as chanos_serve_export
+ * serves it; chanos_server_add_health (below) adds a health export. Not
+ * while the server runs (CHANOS_ERR_BUSY). l stays the caller's, and
+ * must stay open while the server holds it.
+ *
+ * chanos_server_run serves every connection of every export added, as
+ * chanos_serve_export does with the options o (NULL: the defaults), and
+ * returns as it does: 0 once *o->stop is set, or the code of the first
+ * listener whose accept failed. The connections are closed on return,
+ * and a later run serves the exports again. It is a call on the domain:
+ * no other thread may call into d while it runs.
+ */
+typedef struct chanos_server chanos_server; /* opaque */
+int chanos_server_new(chanos_domain *d, chanos_server **out);
+int chanos_server_add(chanos_server *s, chanos_listener *l,
+                      chanos_dispatch_fn dispatch, const void *ops, void *ctx);
+int chanos_server_run(chanos_server *s, const struct chanos_serve_opts *o);
+void chanos_server_free(chanos_server *s);
 
 /*
  * The generated dispatch's own helpers, not for programs.
@@ -2410,7 +2443,8 @@ typedef struct chanos_health chanos_health; /* opaque */
  * chanos_health_new makes a table that holds at most max_services
  * services, the domain's "" among them (0: CHANOS_HEALTH_SERVICES_DEFAULT),
  * and returns it in *out, which the caller owns: chanos_health_free, once
- * no chanos_health_serve on it runs. 0, or -ENOMEM.
+ * no chanos_health_serve on it runs and every server it was added to is
+ * freed. 0, or -ENOMEM.
  */
 int chanos_health_new(unsigned max_services, chanos_health **out);
 void chanos_health_free(chanos_health *h); /* NULL is allowed */
@@ -2448,22 +2482,27 @@ int chanos_health_export(chanos_domain *d, const char *name,
                          chanos_listener **out);
 
 /*
- * chanos_health_serve serves h over every connection of l, an export of
- * interface health of the domain d (chanos_health_export), on the calling
- * thread, as chanos_serve_export does with the same options o (NULL: the
- * defaults), and returns as it does. It answers check with a service's
- * status, or an error reply of CHANOS_CODE_NOT_FOUND for one with none;
- * and after a watch it sends that connection a changed at once (a service
- * with no status as CHANOS_HEALTH_SERVICE_UNKNOWN) and at each change of
- * the service's status, until the connection ends. Two changes before
- * the first is sent go as one, as the status then is: a watcher whose
- * ring is full is sent the latest status once it has room, and the
- * others are served meanwhile. A watch of a service past the
+ * chanos_server_add_health adds to the server s the export l, of
+ * interface health of the server's domain (chanos_health_export), to
+ * serve h over. The server answers check with a service's status, or an
+ * error reply of CHANOS_CODE_NOT_FOUND for one with none; and after a
+ * watch it sends that connection a changed at once (a service with no
+ * status as CHANOS_HEALTH_SERVICE_UNKNOWN) and at each change of the
+ * service's status, until the connection ends. Two changes before the
+ * first is sent go as one, as the status then is: a watcher whose ring
+ * is full is sent the latest status once it has room, and the others are
+ * served meanwhile. A watch of a service past the
  * CHANOS_HEALTH_WATCHED_MAX that connection watches ends the connection.
- * It is a call on d, as chanos_serve_export is: one thread at a time per
- * domain, so a program that serves its own service on another thread
- * joins a domain for each. Several may serve one h at once.
+ * Returns as chanos_server_add does. Several servers may serve one h at
+ * once; h must outlive the server (chanos_server_free).
+ *
+ * chanos_health_serve serves h over every connection of l on the calling
+ * thread, as a server of that one export does (chanos_server_run, with
+ * the options o), and returns as it does. It is a call on d: a program
+ * that serves its own service too adds both to one chanos_server.
  */
+int chanos_server_add_health(chanos_server *s, chanos_health *h,
+                             chanos_listener *l);
 int chanos_health_serve(chanos_health *h, chanos_domain *d,
                         chanos_listener *l, const struct chanos_serve_opts *o);
 

@@ -1782,6 +1782,8 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
 
 const char *chanos_listener_name(const chanos_listener *l) { return l->name; }
 
+chanos_domain *chanos_listener_domain_(const chanos_listener *l) { return l->d; }
+
 void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out)
 {
     *out = l->ref;

@@ -92,30 +92,36 @@ int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
 #endif
     ;
 
+/* chanos_listener_domain_ returns the domain l exports from. */
+chanos_domain *chanos_listener_domain_(const chanos_listener *l);
+
 /*
- * What a server inside libchanos (chanos_health_serve) adds to
- * chanos_serve_export's loop: a descriptor that also wakes it, a turn of
- * its own on the serving thread, and word of each connection the loop is
- * about to close. chanos_serve_export_hooked_ is chanos_serve_export with
- * them (NULL: none).
+ * What a server inside libchanos (chanos_server_add_health's) adds to a
+ * chanos_server's loop for its export: a descriptor that also wakes it, a
+ * turn of its own on the serving thread, word of each connection the
+ * loop is about to close, and the end of the server.
+ * chanos_server_add_hooked_ is chanos_server_add with them (NULL: none).
  *
  * fd: polled readable beside the connections while the loop sleeps; -1
  *   for none.
  * turn: runs after every round of frames, with woke set after a sleep
  *   and at the loop's chores (every millisecond while busy); it returns
  *   the longest the loop may sleep next, in milliseconds (-1: no bound).
+ *   NULL: no hooks at all.
  * closing: runs before the loop closes c (an ended connection, or every
- *   one at the loop's end).
+ *   one at the loop's end), a connection of this export.
+ * release: runs once, at chanos_server_free (not when the add fails: the
+ *   caller then releases what arg holds); NULL: nothing to release.
  */
 struct chanos_serve_hooks_ {
     int fd;
     int (*turn)(void *arg, bool woke);
     void (*closing)(void *arg, chanos_conn *c);
+    void (*release)(void *arg);
     void *arg;
 };
-int chanos_serve_export_hooked_(chanos_domain *d, chanos_listener *l,
-                                chanos_dispatch_fn dispatch, const void *ops,
-                                void *ctx, const struct chanos_serve_opts *o,
-                                const struct chanos_serve_hooks_ *hk);
+int chanos_server_add_hooked_(chanos_server *s, chanos_listener *l,
+                              chanos_dispatch_fn dispatch, const void *ops,
+                              void *ctx, const struct chanos_serve_hooks_ *hk);
 
 #endif

@@ -6,15 +6,19 @@
  * code of health.if built into libchanos (<chanos/health.h>): check,
  * watch and its changes, statuses set from another thread while it
  * serves, a watcher that does not read, and the bound of services a
- * connection watches. The Makefile runs it under AddressSanitizer and
- * UndefinedBehaviorSanitizer (make test-c) and ThreadSanitizer (make
- * test-tasks-tsan).
+ * connection watches; then a service of its own (c/tests/ctest.if) and
+ * its health served by one chanos_server on one thread. The Makefile
+ * runs it under AddressSanitizer and UndefinedBehaviorSanitizer (make
+ * test-c) and ThreadSanitizer (make test-tasks-tsan).
  */
 #include "check.h"
 #include "monitor_child.h"
 
 #include <chanos/health.h>
 
+#include "ctest.h"
+
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -425,6 +429,109 @@ static void test_watch_bound(void)
     chanos_domain_close(d);
 }
 
+/* ---- several exports on one thread ---- */
+
+/* The service's handlers: put keeps a handle, get returns it. */
+static int on_put(void *ctx, chanos_conn *c, const struct ctest_put_call *in,
+                  struct ctest_put_reply *out)
+{
+    (void)c, (void)out;
+    *(ctest_handle *)ctx = in->h;
+    return 0;
+}
+
+static int on_get(void *ctx, chanos_conn *c, const struct ctest_get_call *in,
+                  struct ctest_get_reply *out)
+{
+    (void)c, (void)in;
+    out->h = *(const ctest_handle *)ctx;
+    return 0;
+}
+
+static const struct ctest_server_ops store_ops = { .put = on_put, .get = on_get };
+
+static chanos_server *multi;
+static int multi_rc = -1;
+
+static void *multi_thread(void *arg)
+{
+    struct chanos_serve_opts o = { 0, NULL, NULL };
+    sigset_t mask;
+
+    (void)arg;
+    pthread_sigmask(SIG_SETMASK, NULL, &mask);
+    sigdelset(&mask, SIGUSR1);
+    o.stop = (const volatile int *)&stopping;
+    o.sigmask = &mask;
+    multi_rc = chanos_server_run(multi, &o);
+    return NULL;
+}
+
+/*
+ * One domain serves its service, "multi" (ctest), and its health,
+ * "multi.health", on one thread, in one chanos_server: a client calls
+ * the one while it watches the other, whose status is set from another
+ * thread meanwhile. A server takes only its domain's exports, each once,
+ * and not while it runs.
+ */
+static void test_one_thread(void)
+{
+    chanos_domain *sd = join(), *cd = join();
+    chanos_listener *svc = NULL, *hl = NULL, *foreign = NULL;
+    chanos_health *h = NULL;
+    chanos_conn *c = NULL, *hc = NULL;
+    ctest_handle store = 0;
+    struct ctest_put_call put = { 42 };
+    struct ctest_put_reply pr;
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr = { 0 };
+    pthread_t t;
+    uint64_t code = 0;
+
+    stopping = 0;
+    CHECK_EQ(chanos_health_new(0, &h), 0);
+    CHECK_EQ(chanos_export_iface(sd, "multi", &ctest_interface, NULL, &svc), 0);
+    CHECK_EQ(chanos_health_export(sd, "multi", &hl), 0);
+    CHECK_EQ(chanos_health_export(cd, "foreign", &foreign), 0);
+    require(h != NULL && svc != NULL && hl != NULL && foreign != NULL);
+    CHECK_EQ(chanos_server_new(sd, &multi), 0);
+    require(multi != NULL);
+    CHECK_EQ(chanos_server_add(multi, svc, ctest_dispatch, &store_ops, &store), 0);
+    CHECK_EQ(chanos_server_add(multi, svc, ctest_dispatch, &store_ops, &store), -EEXIST);
+    CHECK_EQ(chanos_server_add_health(multi, h, foreign), -EINVAL);
+    CHECK_EQ(chanos_server_add_health(multi, h, hl), 0);
+    require(pthread_create(&t, NULL, multi_thread, NULL) == 0);
+
+    CHECK_EQ(chanos_connect_iface(cd, "multi", &ctest_interface, MS, &c), 0);
+    CHECK_EQ(chanos_connect_iface(cd, "multi.health", &health_interface, MS, &hc), 0);
+    require(c != NULL && hc != NULL);
+    CHECK_EQ(check(hc, "", &code), CHANOS_HEALTH_SERVING);
+    watch(hc, "multi");
+    expect(hc, "multi", CHANOS_HEALTH_SERVICE_UNKNOWN);
+    CHECK_EQ(ctest_put(c, &put, &pr, MS), 0);
+    CHECK_EQ(chanos_health_set(h, "multi", CHANOS_HEALTH_SERVING), 0);
+    expect(hc, "multi", CHANOS_HEALTH_SERVING);
+    CHECK_EQ(ctest_get(c, &gc, &gr, MS), 0);
+    CHECK_EQ(gr.h, 42);
+    CHECK_EQ(check(hc, "multi", &code), CHANOS_HEALTH_SERVING);
+
+    pthread_kill(t, SIGUSR1);
+    pthread_join(t, NULL);
+    CHECK_EQ(multi_rc, 0);
+    /* the run closed its connections */
+    CHECK_EQ(ctest_get(c, &gc, &gr, MS), CHANOS_ERR_CLOSED);
+    chanos_conn_close(c);
+    chanos_conn_close(hc);
+    chanos_server_free(multi);
+    chanos_server_free(NULL);
+    CHECK_EQ(chanos_listener_close(svc), 0);
+    CHECK_EQ(chanos_listener_close(hl), 0);
+    CHECK_EQ(chanos_listener_close(foreign), 0);
+    chanos_health_free(h);
+    chanos_domain_close(cd);
+    chanos_domain_close(sd);
+}
+
 int main(void)
 {
     char sock[sizeof dir + 16];
@@ -446,6 +553,7 @@ int main(void)
         test_slow_watcher();
         test_watch_bound();
         stop_serving();
+        test_one_thread();
     }
     stop_monitor();
     return check_done("health_test");
