@@ -1532,7 +1532,10 @@ struct chanos_interface {
     uint64_t fingerprint; /* 0: none declared, not checked */
     /* The interface as an IDL file of its own, in pieces that join into
      * it, NULL-terminated (the generated IFACE_definition); NULL for none.
-     * Only a reflection service reads it (docs/reflection.md). */
+     * Only a reflection service reads it (docs/reflection.md):
+     * chanos_export_iface and chanos_adopt keep the pointer, so the
+     * pieces must live as long as the export (the generated ones are
+     * static). */
     const char *const *definition;
 };
 
@@ -2505,6 +2508,46 @@ int chanos_server_add_health(chanos_server *s, chanos_health *h,
                              chanos_listener *l);
 int chanos_health_serve(chanos_health *h, chanos_domain *d,
                         chanos_listener *l, const struct chanos_serve_opts *o);
+
+/* ---- reflection (docs/reflection.md) ---- */
+
+/*
+ * A domain describes the interfaces of its exports through the bundled
+ * interface reflection (interfaces/reflection.if), exported under
+ * NAME.reflection beside the service NAME, so that a tool calls a service
+ * it has no .if of (`chanos describe NAME`, `chanos call NAME RPC`), as
+ * gRPC's server reflection lets grpcurl. The C counterpart of Go's
+ * reflection.Exports: libchanos keeps, for each export made with
+ * chanos_export_iface or chanos_adopt, the interface's definition (the
+ * generated IFACE_interface's), and a server's reflection export answers
+ * describe(name) from the domain's exports as they are at each call: the
+ * interface's name, its fingerprint and its definition; an error reply of
+ * CHANOS_CODE_NOT_FOUND for a name the domain does not export by name
+ * (none, a private export, one handed over), CHANOS_CODE_UNIMPLEMENTED for
+ * an export without a definition (chanos_export, chanos_export_with),
+ * CHANOS_CODE_RESOURCE_EXHAUSTED for a definition over
+ * CHANOS_REFLECTION_DEFINITION_MAX bytes. The details are Go's. The C code
+ * chanosc generates for reflection.if is built into libchanos
+ * (#include <chanos/reflection.h> for a client's reflection_describe).
+ */
+#define CHANOS_REFLECTION_SUFFIX ".reflection" /* NAME.reflection */
+#define CHANOS_REFLECTION_DEFINITION_MAX 262144 /* describe's bound */
+
+/*
+ * chanos_reflection_export exports the reflection service of the domain
+ * that serves name, under name + CHANOS_REFLECTION_SUFFIX, with the
+ * interface reflection and its fingerprint: chanos_export_iface's
+ * results, and *out as it gives it.
+ *
+ * chanos_server_add_reflection adds to the server s the export l, of
+ * interface reflection of the server's domain
+ * (chanos_reflection_export), which then answers describe for that
+ * domain's exports on the server's thread. Returns as chanos_server_add
+ * does.
+ */
+int chanos_reflection_export(chanos_domain *d, const char *name,
+                             chanos_listener **out);
+int chanos_server_add_reflection(chanos_server *s, chanos_listener *l);
 
 /* ==== end domains ==== */
 

@@ -269,17 +269,8 @@ void chanos_health_resume(chanos_health *h)
 int chanos_health_export(chanos_domain *d, const char *name,
                          chanos_listener **out)
 {
-    size_t n = strlen(name), k = sizeof CHANOS_HEALTH_SUFFIX;
-    char *full = malloc(n + k);
-    int rc;
-
-    if (full == NULL)
-        return -ENOMEM;
-    memcpy(full, name, n);
-    memcpy(full + n, CHANOS_HEALTH_SUFFIX, k);
-    rc = chanos_export_iface(d, full, &health_interface, NULL, out);
-    free(full);
-    return rc;
+    return chanos_export_suffixed_(d, name, CHANOS_HEALTH_SUFFIX,
+                                   &health_interface, out);
 }
 
 /* ---- serving ---- */

@@ -96,6 +96,30 @@ int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
 chanos_domain *chanos_listener_domain_(const chanos_listener *l);
 
 /*
+ * chanos_domain_exported_ finds the export name[0..len) of d for a
+ * reflection service (src/reflection.c), as Go's
+ * Domain.ExportedInterface does: 0 and *out, its interface name (a view
+ * valid while the listener is open), fingerprint and definition (NULL:
+ * none); CHANOS_ERR_NOT_FOUND for a name d does not export by name now
+ * (none, a private export, one handed over or not exported again after
+ * a rejoin); CHANOS_ERR_BUSY while another thread is in d. A call on d.
+ */
+struct chanos_exported_ {
+    struct chanos_str iface;
+    uint64_t fingerprint;
+    const char *const *definition;
+};
+int chanos_domain_exported_(chanos_domain *d, const char *name, size_t len,
+                            struct chanos_exported_ *out);
+
+/* chanos_export_suffixed_ exports name + suffix with the interface
+ * *iface, as chanos_export_iface does: NAME.health, NAME.reflection. */
+int chanos_export_suffixed_(chanos_domain *d, const char *name,
+                            const char *suffix,
+                            const struct chanos_interface *iface,
+                            chanos_listener **out);
+
+/*
  * What a server inside libchanos (chanos_server_add_health's) adds to a
  * chanos_server's loop for its export: a descriptor that also wakes it, a
  * turn of its own on the serving thread, word of each connection the

@@ -6,8 +6,8 @@
  * code of health.if built into libchanos (<chanos/health.h>): check,
  * watch and its changes, statuses set from another thread while it
  * serves, a watcher that does not read, and the bound of services a
- * connection watches; then a service of its own (c/tests/ctest.if) and
- * its health served by one chanos_server on one thread. The Makefile
+ * connection watches; then a service of its own (c/tests/ctest.if), its
+ * health and its reflection served by one chanos_server on one thread. The Makefile
  * runs it under AddressSanitizer and UndefinedBehaviorSanitizer (make
  * test-c) and ThreadSanitizer (make test-tasks-tsan).
  */
@@ -15,6 +15,7 @@
 #include "monitor_child.h"
 
 #include <chanos/health.h>
+#include <chanos/reflection.h>
 
 #include "ctest.h"
 
@@ -453,6 +454,82 @@ static const struct ctest_server_ops store_ops = { .put = on_put, .get = on_get 
 static chanos_server *multi;
 static int multi_rc = -1;
 
+/* describe asks the reflection service c for name: 0 and *out, or the
+ * error reply's code, its detail in detail (CHANOS_STATUS_DETAIL_MAX + 1
+ * bytes). */
+static uint64_t describe(chanos_conn *c, const char *name,
+                         struct reflection_describe_reply *out, char *detail)
+{
+    struct reflection_describe_call in = { chanos_cstr(name) };
+    struct chanos_status st;
+    int rc = reflection_describe(c, &in, out, MS);
+
+    detail[0] = '\0';
+    if (rc != CHANOS_ERR_REMOTE) {
+        CHECK_EQ(rc, 0);
+        return 0;
+    }
+    CHECK_EQ(chanos_conn_status(c, &st), 0);
+    memcpy(detail, st.detail.ptr, st.detail.len);
+    detail[st.detail.len] = '\0';
+    return st.code;
+}
+
+/* is_definition reports whether v is the definition that pieces join
+ * into. */
+static bool is_definition(struct chanos_str v, const char *const *pieces)
+{
+    size_t off = 0;
+
+    for (; *pieces != NULL; pieces++) {
+        size_t k = strlen(*pieces);
+
+        if (off + k > v.len || memcmp(v.ptr + off, *pieces, k) != 0)
+            return false;
+        off += k;
+    }
+    return off == v.len;
+}
+
+/* A definition over describe's bound: 70 pieces of 4000 bytes. */
+static char big_piece[4001];
+static const char *big_pieces[71];
+
+/*
+ * The reflection service of the server's domain: each export named is
+ * described with its interface's name, fingerprint and definition, the
+ * reflection export itself included; a name not exported, or exported
+ * privately, is not found, an export without a definition unimplemented,
+ * and one over the bound resource exhausted, in Go's words.
+ */
+static void test_reflection(chanos_domain *cd)
+{
+    struct reflection_describe_reply r;
+    char detail[CHANOS_STATUS_DETAIL_MAX + 1];
+    chanos_conn *c = NULL;
+
+    CHECK_EQ(chanos_connect_iface(cd, "multi.reflection", &reflection_interface, MS, &c), 0);
+    require(c != NULL);
+    CHECK_EQ(describe(c, "multi", &r, detail), 0);
+    CHECK(r.iface.len == 5 && memcmp(r.iface.ptr, "ctest", 5) == 0);
+    CHECK(r.fingerprint == CTEST_FINGERPRINT);
+    CHECK(is_definition(r.definition, ctest_interface.definition));
+    CHECK_EQ(describe(c, "multi.health", &r, detail), 0);
+    CHECK(r.fingerprint == HEALTH_FINGERPRINT);
+    CHECK(is_definition(r.definition, health_interface.definition));
+    CHECK_EQ(describe(c, "multi.reflection", &r, detail), 0);
+    CHECK(is_definition(r.definition, reflection_interface.definition));
+    CHECK_EQ(describe(c, "secret", &r, detail), CHANOS_CODE_NOT_FOUND);
+    CHECK_STR(detail, "this domain exports no \"secret\"");
+    CHECK_EQ(describe(c, "nowhere", &r, detail), CHANOS_CODE_NOT_FOUND);
+    CHECK_EQ(describe(c, "bare", &r, detail), CHANOS_CODE_UNIMPLEMENTED);
+    CHECK_STR(detail, "the interface ctest of \"bare\" carries no definition");
+    CHECK_EQ(describe(c, "huge", &r, detail), CHANOS_CODE_RESOURCE_EXHAUSTED);
+    CHECK_STR(detail, "the definition of ctest takes 280000 bytes, more than "
+                      "describe carries (262144)");
+    chanos_conn_close(c);
+}
+
 static void *multi_thread(void *arg)
 {
     struct chanos_serve_opts o = { 0, NULL, NULL };
@@ -468,16 +545,20 @@ static void *multi_thread(void *arg)
 }
 
 /*
- * One domain serves its service, "multi" (ctest), and its health,
- * "multi.health", on one thread, in one chanos_server: a client calls
- * the one while it watches the other, whose status is set from another
- * thread meanwhile. A server takes only its domain's exports, each once,
- * and not while it runs.
+ * One domain serves its service, "multi" (ctest), its health,
+ * "multi.health", and its reflection, "multi.reflection", on one thread,
+ * in one chanos_server: a client calls the one while it watches the
+ * other, whose status is set from another thread meanwhile, and asks the
+ * third about the domain's exports. A server takes only its domain's
+ * exports, each once, and not while it runs.
  */
 static void test_one_thread(void)
 {
+    static const struct chanos_export_opts private_ = { CHANOS_EXPORT_PRIVATE, NULL, 0, NULL, 0 };
+    struct chanos_interface huge = ctest_interface;
     chanos_domain *sd = join(), *cd = join();
-    chanos_listener *svc = NULL, *hl = NULL, *foreign = NULL;
+    chanos_listener *svc = NULL, *hl = NULL, *rl = NULL, *foreign = NULL;
+    chanos_listener *secret = NULL, *bare = NULL, *big = NULL;
     chanos_health *h = NULL;
     chanos_conn *c = NULL, *hc = NULL;
     ctest_handle store = 0;
@@ -500,6 +581,17 @@ static void test_one_thread(void)
     CHECK_EQ(chanos_server_add(multi, svc, ctest_dispatch, &store_ops, &store), -EEXIST);
     CHECK_EQ(chanos_server_add_health(multi, h, foreign), -EINVAL);
     CHECK_EQ(chanos_server_add_health(multi, h, hl), 0);
+    CHECK_EQ(chanos_reflection_export(sd, "multi", &rl), 0);
+    require(rl != NULL);
+    CHECK_STR(chanos_listener_name(rl), "multi.reflection");
+    CHECK_EQ(chanos_server_add_reflection(multi, rl), 0);
+    memset(big_piece, 'x', sizeof big_piece - 1);
+    for (int i = 0; i < 70; i++)
+        big_pieces[i] = big_piece;
+    huge.definition = big_pieces;
+    CHECK_EQ(chanos_export_iface(sd, "secret", &ctest_interface, &private_, &secret), 0);
+    CHECK_EQ(chanos_export(sd, "bare", "ctest", CTEST_MAX_FRAME_SIZE, &bare), 0);
+    CHECK_EQ(chanos_export_iface(sd, "huge", &huge, NULL, &big), 0);
     require(pthread_create(&t, NULL, multi_thread, NULL) == 0);
 
     CHECK_EQ(chanos_connect_iface(cd, "multi", &ctest_interface, MS, &c), 0);
@@ -514,6 +606,7 @@ static void test_one_thread(void)
     CHECK_EQ(ctest_get(c, &gc, &gr, MS), 0);
     CHECK_EQ(gr.h, 42);
     CHECK_EQ(check(hc, "multi", &code), CHANOS_HEALTH_SERVING);
+    test_reflection(cd);
 
     pthread_kill(t, SIGUSR1);
     pthread_join(t, NULL);
@@ -526,6 +619,10 @@ static void test_one_thread(void)
     chanos_server_free(NULL);
     CHECK_EQ(chanos_listener_close(svc), 0);
     CHECK_EQ(chanos_listener_close(hl), 0);
+    CHECK_EQ(chanos_listener_close(rl), 0);
+    CHECK_EQ(chanos_listener_close(secret), 0);
+    CHECK_EQ(chanos_listener_close(bare), 0);
+    CHECK_EQ(chanos_listener_close(big), 0);
     CHECK_EQ(chanos_listener_close(foreign), 0);
     chanos_health_free(h);
     chanos_domain_close(cd);

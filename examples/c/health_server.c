@@ -1,9 +1,10 @@
 /*
- * health_server: a C domain that serves a pingpong service NAME and its
+ * health_server: a C domain that serves a pingpong service NAME, its
  * health, NAME.health, with libchanos's health statuses (chanos_health_*,
- * docs/health.md), both on the main thread in one chanos_server, and sets
- * statuses on another thread as commands on its standard input say, one
- * per line:
+ * docs/health.md), and its reflection, NAME.reflection
+ * (docs/reflection.md), all on the main thread in one chanos_server, and
+ * sets statuses on another thread as commands on its standard input say,
+ * one per line:
  *
  *   set SERVICE STATUS   sets SERVICE ("-" for "", the domain as a whole)
  *                        to STATUS: serving, not_serving or unknown
@@ -12,9 +13,10 @@
  *
  * It answers each command with a line, "ok" or "error: WHY", once the
  * status is set. Its pingpong service answers echo (the other messages
- * and rpcs are not handled). It prints "serving NAME NAME.health" once
- * exported, and stops on SIGINT or SIGTERM. The Go tests in
- * tests/interop ask it with `chanos health` and a Go client:
+ * and rpcs are not handled). It prints "serving NAME NAME.health
+ * NAME.reflection" once exported, and stops on SIGINT or SIGTERM. The Go
+ * tests in tests/interop ask it with `chanos health`, `chanos describe`,
+ * `chanos call` and Go clients:
  *
  *   health_server NAME
  *
@@ -109,28 +111,31 @@ static void *commands(void *arg)
     return NULL;
 }
 
-/* serve exports NAME and NAME.health and serves both on this thread
- * until stopping is set: 0, or 1 after saying why not. */
+/* serve exports NAME, NAME.health and NAME.reflection and serves them
+ * on this thread until stopping is set: 0, or 1 after saying why not. */
 static int serve(chanos_domain *d, const char *name, const sigset_t *waitmask)
 {
     struct chanos_serve_opts so = { 0, NULL, NULL };
-    chanos_listener *svc = NULL, *hl = NULL;
+    chanos_listener *svc = NULL, *hl = NULL, *rl = NULL;
     chanos_server *s = NULL;
     int rc;
 
     if ((rc = chanos_export_iface(d, name, &pingpong_interface, NULL, &svc)) != 0 ||
-        (rc = chanos_health_export(d, name, &hl)) != 0) {
+        (rc = chanos_health_export(d, name, &hl)) != 0 ||
+        (rc = chanos_reflection_export(d, name, &rl)) != 0) {
         fprintf(stderr, "health_server: export %s: %s\n", name, chanos_strerror(rc));
+        chanos_listener_close(hl);
         chanos_listener_close(svc);
         return 1;
     }
     if ((rc = chanos_server_new(d, &s)) != 0 ||
         (rc = chanos_server_add(s, svc, pingpong_dispatch, &ops, NULL)) != 0 ||
-        (rc = chanos_server_add_health(s, statuses, hl)) != 0) {
+        (rc = chanos_server_add_health(s, statuses, hl)) != 0 ||
+        (rc = chanos_server_add_reflection(s, rl)) != 0) {
         fprintf(stderr, "health_server: %s\n", chanos_strerror(rc));
     } else {
-        printf("serving %s %s\n", chanos_listener_name(svc),
-               chanos_listener_name(hl));
+        printf("serving %s %s %s\n", chanos_listener_name(svc),
+               chanos_listener_name(hl), chanos_listener_name(rl));
         fflush(stdout);
         so.spin_ns = 0; /* a probe's rare calls need no spinning */
         so.stop = &stopping;
@@ -140,6 +145,7 @@ static int serve(chanos_domain *d, const char *name, const sigset_t *waitmask)
             fprintf(stderr, "health_server: serve: %s\n", chanos_strerror(rc));
     }
     chanos_server_free(s);
+    chanos_listener_close(rl);
     chanos_listener_close(hl);
     chanos_listener_close(svc);
     return rc == 0 ? 0 : 1;

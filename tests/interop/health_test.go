@@ -15,20 +15,26 @@ import (
 	"github.com/chanos/chanos/internal/testkit"
 )
 
-// healthCmd runs `chanos health ARGS` against the monitor in dir and
-// returns its exit status and what it printed on stdout and stderr.
-func healthCmd(t *testing.T, dir string, args ...string) (int, string, string) {
+// chanosCmd runs `chanos ARGS` against the monitor in dir and returns
+// its exit status and what it printed on stdout and stderr.
+func chanosCmd(t *testing.T, dir string, args ...string) (int, string, string) {
 	t.Helper()
-	cmd := exec.Command(goBin(t, "chanos"), append([]string{"health"}, args...)...)
+	cmd := exec.Command(goBin(t, "chanos"), args...)
 	cmd.Env = cEnv(dir)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := testkit.Within(t, testkit.Limit, "chanos health "+strings.Join(args, " "), cmd.Run)
+	err := testkit.Within(t, testkit.Limit, "chanos "+strings.Join(args, " "), cmd.Run)
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
-		t.Fatalf("chanos health %s: %v", strings.Join(args, " "), err)
+		t.Fatalf("chanos %s: %v", strings.Join(args, " "), err)
 	}
 	return exitCode(err), out.String(), errb.String()
+}
+
+// healthCmd runs `chanos health ARGS`, as chanosCmd.
+func healthCmd(t *testing.T, dir string, args ...string) (int, string, string) {
+	t.Helper()
+	return chanosCmd(t, dir, append([]string{"health"}, args...)...)
 }
 
 // A C domain serving libchanos's health statuses beside a service of its
@@ -43,7 +49,7 @@ func healthCmd(t *testing.T, dir string, args ...string) (int, string, string) {
 func TestHealthCServer(t *testing.T) {
 	prog := cProg(t, "health_server")
 	dir := startMonitor(t)
-	srv := start(t, dir, "serving c c.health", prog, "c")
+	srv := start(t, dir, "serving c c.health c.reflection", prog, "c")
 	set := func(cmd string) {
 		t.Helper()
 		if _, err := srv.stdin.Write([]byte(cmd + "\n")); err != nil {
