@@ -2075,6 +2075,36 @@ chanos_ump *chanos_conn_ump(chanos_conn *c);
 int chanos_conn_peer_gone(chanos_conn *c);
 
 /*
+ * What a handler knows of the call it serves: the frame the receives on c
+ * gave last (chanos_conn_recv, chanos_conn_spin_recv, the serve loops), if
+ * it is a call. From the thread that serves c.
+ *
+ * chanos_conn_call_left_ns returns the time left, in nanoseconds, before
+ * the call's deadline: its caller's timeout (the frame's timeout_us)
+ * counted from the call's arrival, as Go gives a handler a context with
+ * that deadline. 0 once it has passed: the caller waits no more, and a
+ * handler that works long gives up (CHANOS_CODE_DEADLINE_EXCEEDED, or
+ * nothing); -1 for a call without a deadline, or when the frame given
+ * last is no call. A call the handler makes on meanwhile may take what is
+ * left: timeout_ms of left / 1000000, at least 1 (-1 for none).
+ *
+ * chanos_conn_call_cancelled returns 1 once the caller has cancelled the
+ * call (its cancel frame for the call's id, sent when the caller gave up
+ * or its call timed out, has come), else 0; 0 too when the frame given
+ * last is no call. It receives nothing: it looks through the frames that
+ * have come and not been received yet, in the ring (no system call, no
+ * copy) and in the inbox, and the call's frame and its views stay valid.
+ * The cancel itself is still received after the handler returns, and
+ * dropped there by the serve loops. Over a link other than ump (a
+ * connection between machines) it sees only the inbox: the link's frames
+ * are not looked at before they are received. CHANOS_ERR_BUSY while
+ * another thread receives on c. A caller gone is told by
+ * chanos_conn_peer_gone instead.
+ */
+int64_t chanos_conn_call_left_ns(const chanos_conn *c);
+int chanos_conn_call_cancelled(chanos_conn *c);
+
+/*
  * chanos_conn_send sends one encoded frame (a message, or a reply already
  * patched) as is, waiting at most timeout_ms for ring space (-1: forever;
  * 0: do not wait: CHANOS_ERR_AGAIN if full, and chanos_ump_fd of
@@ -2309,10 +2339,11 @@ typedef int (*chanos_dispatch_fn)(chanos_conn *c, const struct chanos_frame *f,
  * limit; CHANOS_ERR_TIMEDOUT), or the connection or dispatch fails (that
  * code; a frame that breaks the wire format, or a message that does not
  * decode, fails it, where a call that does not decode is answered with an
- * error reply). Cancels are dropped: a handler runs to its end before the next
- * frame is read. One connection, one thread; to serve several on one
- * thread, receive from each (chanos_conn_recv, chanos_conn_spin_recv) and
- * call chanos_serve_frame.
+ * error reply). Cancels are dropped: a handler runs to its end before
+ * the next frame is read (one that works long sees its call's cancel
+ * with chanos_conn_call_cancelled). One connection, one thread; to serve
+ * several on one thread, receive from each (chanos_conn_recv,
+ * chanos_conn_spin_recv) and call chanos_serve_frame.
  */
 int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
                  void *ctx, int timeout_ms);

@@ -29,6 +29,7 @@ struct kept {
     struct kept *next;
     struct chanos_frame f;
     size_t size; /* the bytes, as counted against CHANOS_CONN_INBOX_BYTES */
+    int64_t deadline; /* a call's, from its arrival (see handling); -1: none */
     int fds[];
 };
 
@@ -108,6 +109,13 @@ struct chanos_conn {
     struct kept *kept_head, *kept_tail, *given;
     unsigned nkept;
     size_t kept_bytes;
+    /* The call a handler is serving, the frame the receives gave last if
+     * it is one: its id (0: that frame is no call), its deadline
+     * (CLOCK_MONOTONIC ns: the call's timeout_us from its arrival; -1:
+     * none), and whether its cancel has been seen. The receiving side's. */
+    uint32_t cur_call;
+    int64_t cur_deadline;
+    bool cur_cancelled;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -1223,6 +1231,25 @@ static int recv_ring(chanos_conn *c, int timeout_ms, bool spin,
     }
 }
 
+/* arrival_deadline is the deadline of f, just arrived, if it is a call
+ * that has one (its timeout_us, from now: docs/wire.md), else -1. */
+static int64_t arrival_deadline(const struct chanos_frame *f)
+{
+    if (f->kind != CHANOS_KIND_CALL || f->hdr.timeout_us == 0)
+        return -1;
+    return now_ns() + (int64_t)f->hdr.timeout_us * 1000;
+}
+
+/* handling notes that f, whose deadline is deadline, is the frame the
+ * receives gave last: the one a handler serves. */
+static void handling(chanos_conn *c, const struct chanos_frame *f,
+                     int64_t deadline)
+{
+    c->cur_call = f->kind == CHANOS_KIND_CALL ? f->hdr.call_id : 0;
+    c->cur_deadline = deadline;
+    c->cur_cancelled = false;
+}
+
 /* drop_given frees the frame the last receive took from the inbox: the
  * receive after it has come. Its descriptors are the receiver's. */
 static void drop_given(chanos_conn *c)
@@ -1257,6 +1284,7 @@ static int take_kept(chanos_conn *c, struct chanos_frame *f)
         *f = k->f;
         c->meta = f->meta;
         c->meta_len = f->meta_len;
+        handling(c, f, k->deadline);
         return 0;
     }
     return CHANOS_ERR_AGAIN;
@@ -1267,9 +1295,14 @@ static int take_kept(chanos_conn *c, struct chanos_frame *f)
 static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
                        struct chanos_frame *f)
 {
+    int rc;
+
     if ((c->kept_head != NULL || c->given != NULL) && take_kept(c, f) == 0)
         return 0;
-    return recv_ring(c, timeout_ms, spin, f);
+    rc = recv_ring(c, timeout_ms, spin, f);
+    if (rc == 0)
+        handling(c, f, arrival_deadline(f));
+    return rc;
 }
 
 /*
@@ -1295,6 +1328,7 @@ static int keep(chanos_conn *c, const struct chanos_frame *f)
         memcpy(k->fds, f->fds, fdb);
     k->next = NULL;
     k->size = size;
+    k->deadline = arrival_deadline(f);
     k->f = *f;
     k->f.data = data;
     k->f.fds = f->nfds > 0 ? k->fds : NULL;
@@ -1316,6 +1350,34 @@ static bool inbox_full(const chanos_conn *c)
 {
     return c->nkept >= CHANOS_CONN_INBOX_MAX ||
            c->kept_bytes >= CHANOS_CONN_INBOX_BYTES;
+}
+
+int64_t chanos_conn_call_left_ns(const chanos_conn *c)
+{
+    int64_t left;
+
+    if (c->cur_call == 0 || c->cur_deadline < 0)
+        return -1;
+    left = c->cur_deadline - now_ns();
+    return left > 0 ? left : 0;
+}
+
+int chanos_conn_call_cancelled(chanos_conn *c)
+{
+    if (c->cur_call == 0)
+        return 0;
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    /* a call the handler made may have kept the cancel; else it is in
+     * the ring, unread, or has not come */
+    for (const struct kept *k = c->kept_head; k != NULL && !c->cur_cancelled;
+         k = k->next)
+        c->cur_cancelled = k->f.kind == CHANOS_KIND_CANCEL &&
+                           k->f.hdr.call_id == c->cur_call;
+    if (!c->cur_cancelled && c->u != NULL)
+        c->cur_cancelled = chanos_ump_peek_cancel_(c->u, c->cur_call) == 1;
+    atomic_flag_clear(&c->receiving);
+    return c->cur_cancelled;
 }
 
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)

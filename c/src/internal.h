@@ -92,6 +92,18 @@ int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
 #endif
     ;
 
+/*
+ * chanos_ump_peek_cancel_ looks through the messages the peer has written
+ * and this side has not received yet for a chanos cancel frame of call
+ * call_id (16 bytes, docs/wire.md), without receiving anything: 1 if one
+ * is there, else 0. It reads the ring and changes nothing in it, nor the
+ * message received last, nor the descriptors, so that a handler may ask
+ * while its call's frame is in use. It stops at the first slot not
+ * written yet, or that no message starts at (the receive that comes to
+ * it judges it). The receiving side's call.
+ */
+int chanos_ump_peek_cancel_(chanos_ump *c, uint32_t call_id);
+
 /* chanos_listener_domain_ returns the domain l exports from. */
 chanos_domain *chanos_listener_domain_(const chanos_listener *l);
 

@@ -1396,6 +1396,64 @@ static void test_inbox_full(void)
     chanos_conn_close(t.c);
 }
 
+/* What the handler of test_handler_gives_up saw of its call: the time
+ * left when it began, and whether it saw the caller cancel. */
+struct patient {
+    chanos_conn *c;
+    int64_t left;
+    int cancelled;
+    int rc;
+};
+
+static int on_sync_patient(void *ctx, chanos_conn *c,
+                           const struct ctest_sync_call *in,
+                           struct ctest_sync_reply *out)
+{
+    struct patient *p = ctx;
+    struct timespec ms = { 0, 1000000 };
+
+    (void)in, (void)out;
+    p->left = chanos_conn_call_left_ns(c);
+    for (int i = 0; i < 5000 && (p->cancelled = chanos_conn_call_cancelled(c)) == 0; i++)
+        nanosleep(&ms, NULL);
+    return CHANOS_SERVE_DEFER; /* nobody waits for the answer */
+}
+
+static const struct ctest_server_ops patient_ops = { .sync = on_sync_patient };
+
+static void *patient_thread(void *arg)
+{
+    struct patient *p = arg;
+
+    p->rc = ctest_serve(p->c, &patient_ops, p, 5000);
+    return NULL;
+}
+
+/*
+ * A handler behind a generated dispatch knows its caller's deadline and
+ * sees its caller give up: a stub's call that times out cancels it, and
+ * the handler, which works until it is cancelled, gives up and answers
+ * nothing.
+ */
+static void test_handler_gives_up(void)
+{
+    struct patient p = { NULL, 0, 0, -1 };
+    struct ctest_sync_call sc = { 0 };
+    struct ctest_sync_reply sr;
+    chanos_conn *cli;
+    pthread_t th;
+
+    conn_pair(&p.c, &cli);
+    CHECK_EQ(pthread_create(&th, NULL, patient_thread, &p), 0);
+    CHECK_EQ(ctest_sync(cli, &sc, &sr, 50), CHANOS_ERR_TIMEDOUT);
+    chanos_conn_close(cli);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(p.rc, 0);
+    CHECK(p.left >= 0 && p.left <= 50000000);
+    CHECK_EQ(p.cancelled, 1);
+    chanos_conn_close(p.c);
+}
+
 /* test_mutations decodes many corrupted copies of valid frames of every
  * kind: bytes flipped or set to the values that matter to a decoder (0,
  * 0xff, lengths past a bound), frames cut short or run long, the header's
@@ -1530,5 +1588,6 @@ int main(void)
     test_stub_decode_faults();
     test_stub_keeps_messages();
     test_inbox_full();
+    test_handler_gives_up();
     return check_done("codegen_test");
 }

@@ -529,6 +529,128 @@ static void test_call_keeps(void)
     chanos_conn_close(cli);
 }
 
+/* long_frame encodes a message of MSG_ECHO of n bytes (n >= 16). */
+static size_t long_frame(uint8_t *buf, size_t n)
+{
+    struct chanos_buf b;
+    struct chanos_enc e;
+
+    chanos_buf_init(&b, buf, n, NULL, 0);
+    chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
+    memset(buf + CHANOS_HEADER_SIZE, 0xab, n - CHANOS_HEADER_SIZE);
+    chanos_enc_raw(&e, buf + CHANOS_HEADER_SIZE, n - CHANOS_HEADER_SIZE);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    return b.len;
+}
+
+/* expect_kind receives the next frame of c, which must be of kind and
+ * call id id. */
+static void expect_kind(chanos_conn *c, int kind, uint32_t id)
+{
+    struct chanos_frame f;
+
+    CHECK_EQ(chanos_conn_recv(c, 1000, &f), 0);
+    CHECK_EQ(f.kind, kind);
+    CHECK_EQ(f.hdr.call_id, id);
+}
+
+/*
+ * What a handler knows of the call it serves, the frame the receives gave
+ * last: the time left before its deadline, counted from its arrival (-1
+ * without one, or for a frame that is no call), and whether its caller
+ * has cancelled it, seen behind other frames in the ring (a message of
+ * several slots and one in the bulk region among them) and in the inbox,
+ * without receiving them: the call's frame stays as it was, and the
+ * frames behind it are received after, the cancel included.
+ */
+static void test_handler_call(void)
+{
+    struct chanos_ump_options o = { 0 };
+    struct timespec ms5 = { 0, 5000000 };
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[1024], big[1024];
+    int64_t left;
+    size_t n;
+    uint32_t id, x;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 2000, &id), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    left = chanos_conn_call_left_ns(srv);
+    CHECK(left > 0 && left <= 2000000000);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 7);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK_EQ(chanos_conn_send(cli, big, long_frame(big, 200), 0), 0);
+    CHECK_EQ(chanos_conn_send(cli, big, long_frame(big, 1000), 0), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id + 100), 0); /* another's */
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+    CHECK_EQ(f.hdr.call_id, id);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 1);
+    CHECK(chanos_conn_call_left_ns(srv) > 0);
+    /* a call the handler makes on the connection leaves the one it
+     * serves as it was (and keeps what comes before its reply) */
+    reply_to(cli, 1, false, 9);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 8);
+    CHECK_EQ(chanos_conn_call(srv, buf, n, 1000, &f, NULL, NULL), 0);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 9);
+    CHECK(chanos_conn_call_left_ns(srv) > 0);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+
+    expect_kind(srv, CHANOS_KIND_MESSAGE, 0);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.len, 200);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.len, 1000);
+    expect_kind(srv, CHANOS_KIND_CANCEL, id + 100);
+    expect_kind(srv, CHANOS_KIND_CANCEL, id);
+
+    /* no deadline; one that passes while the handler works */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, -1, &id), 0);
+    expect_kind(srv, CHANOS_KIND_CALL, id);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 3);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1, &id), 0);
+    expect_kind(srv, CHANOS_KIND_CALL, id);
+    nanosleep(&ms5, NULL);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), 0);
+
+    /* the peer's call, and its cancel, kept in the inbox by a call of
+     * this side's: the deadline counts from its arrival there */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 4);
+    CHECK_EQ(chanos_conn_send_call(srv, buf, n, 2000, &x), 0);
+    CHECK_EQ(chanos_conn_cancel(srv, MSG_ECHO, x), 0);
+    reply_to(srv, id + 1, false, 5); /* cli's next call */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 5);
+    /* srv's call, answered above, first */
+    expect_kind(cli, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL), 0);
+    expect_kind(cli, CHANOS_KIND_CALL, x);
+    left = chanos_conn_call_left_ns(cli);
+    CHECK(left > 0 && left <= 2000000000);
+    CHECK_EQ(chanos_conn_call_cancelled(cli), 1);
+    expect_kind(cli, CHANOS_KIND_CANCEL, x);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
 /* A call's metadata is taken off the frame, which decodes as the call
  * would without it, and is read by key; a malformed trailer is refused
  * with the code of what is wrong. */
@@ -786,6 +908,7 @@ int main(void)
     test_rpc();
     test_late_replies();
     test_call_keeps();
+    test_handler_call();
     test_code_str();
     test_spin_recv();
     test_nameservice_error();
