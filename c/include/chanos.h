@@ -2108,7 +2108,8 @@ int chanos_conn_call_cancelled(chanos_conn *c);
  * chanos_conn_send sends one encoded frame (a message, or a reply already
  * patched) as is, waiting at most timeout_ms for ring space (-1: forever;
  * 0: do not wait: CHANOS_ERR_AGAIN if full, and chanos_ump_fd of
- * chanos_conn_ump(c) polls readable once there may be room). A frame with
+ * chanos_conn_ump(c) polls readable once there may be room); past it,
+ * CHANOS_ERR_TIMEDOUT, which chanos_conn_fault explains. A frame with
  * ncaps != 0 fails with CHANOS_ERR_CAP: send its descriptors with
  * chanos_conn_send_buf. The caller keeps frame.
  */
@@ -2259,7 +2260,13 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  * refuses. It says which frame, field and byte, and why, as Go's
  * wire.Error does; chanos_wire_fault_describe formats it. It also
  * explains, as Go does, a call that failed with CHANOS_ERR_INBOX_FULL
- * (its reply waits behind unread messages; see chanos_conn_call):
+ * (its reply waits behind unread messages; see chanos_conn_call), and a
+ * send (a message's, a reply's, a call's before it goes) that failed
+ * with CHANOS_ERR_TIMEDOUT waiting for room: "timed out (the peer took
+ * no frame while this one waited for room: a peer that is itself
+ * waiting to send to this side takes none until this side receives what
+ * it sends ...)"; a call whose reply did not come in time clears it.
+ * For instance:
  *
  *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
  *         char why[CHANOS_WIRE_FAULT_TEXT_MAX];

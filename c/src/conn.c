@@ -462,10 +462,32 @@ static int with_trailer(chanos_conn *c, const uint8_t **frame, size_t *len,
     return 0;
 }
 
+/* send_link sends a checked frame over the connection's link or ring,
+ * waiting for room at most timeout_ms. */
+static int send_link(chanos_conn *c, const void *frame, size_t len,
+                     const int *fds, uint32_t nfds, int timeout_ms)
+{
+    const struct chanos_waiter *w;
+
+    if (c->ops != NULL) {
+        if (nfds == 0)
+            return c->ops->send(c->link, frame, len, timeout_ms);
+        return send_refs(c, frame, len, fds, nfds, timeout_ms);
+    }
+    if (timeout_ms == 0)
+        return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
+    if ((w = thread_waiter()) != NULL) {
+        struct ump_send s = {c->u, frame, len, fds, nfds};
+
+        return await_fd(w, chanos_ump_fd(c->u), deadline_ns(timeout_ms),
+                        try_ump_send, block_ump_send, &s, NULL);
+    }
+    return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
+}
+
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        const int *fds, uint32_t nfds, int timeout_ms)
 {
-    const struct chanos_waiter *w;
     struct chanos_hdr h;
     int rc = chanos_hdr_parse(&h, frame, len);
 
@@ -483,20 +505,16 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
         return refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
                       "header ncaps %u differs from the %u capabilities given",
                       (unsigned)h.ncaps, (unsigned)nfds);
-    if (c->ops != NULL) {
-        if (nfds == 0)
-            return c->ops->send(c->link, frame, len, timeout_ms);
-        return send_refs(c, frame, len, fds, nfds, timeout_ms);
-    }
-    if (timeout_ms == 0)
-        return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
-    if ((w = thread_waiter()) != NULL) {
-        struct ump_send s = {c->u, frame, len, fds, nfds};
-
-        return await_fd(w, chanos_ump_fd(c->u), deadline_ns(timeout_ms),
-                        try_ump_send, block_ump_send, &s, NULL);
-    }
-    return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
+    rc = send_link(c, frame, len, fds, nfds, timeout_ms);
+    /* A timeout alone leaves the sender without a clue: Go's words
+     * (the engine's sendFull) say what usually holds the peer. */
+    if (rc == CHANOS_ERR_TIMEDOUT)
+        refuse(c, rc, -1, NULL,
+               "the peer took no frame while this one waited for room: a "
+               "peer that is itself waiting to send to this side takes none "
+               "until this side receives what it sends (chanos_conn_recv, "
+               "or a serve loop)");
+    return rc;
 }
 
 /* send_fds is chanos_conn_send with descriptors. */
@@ -1521,8 +1539,12 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
                        "receive them, with chanos_conn_recv or a serve loop",
                        c->nkept, c->kept_bytes));
         rc = recv_ring(c, wait, false, reply);
-        if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN)
+        if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN) {
+            /* the peer took the call, and did not answer in time: no
+             * send's timeout, which the record may hold, explains it */
+            c->fault.code = 0;
             return abandon_call(c, msg, id, CHANOS_ERR_TIMEDOUT);
+        }
         if (rc != 0)
             break;
         if (reply->kind == CHANOS_KIND_REPLY ||

@@ -651,6 +651,60 @@ static void test_handler_call(void)
     chanos_conn_close(cli);
 }
 
+/*
+ * A send that times out waiting for room says why, in Go's words: the
+ * peer took no frame meanwhile. A send that does not wait says nothing
+ * (CHANOS_ERR_AGAIN is no failure to explain), nor does a call whose
+ * reply does not come in time; the connection goes on once the peer
+ * receives.
+ */
+static void test_send_full(void)
+{
+    static const char why[] =
+        "timed out (the peer took no frame while this one waited for room: "
+        "a peer that is itself waiting to send to this side takes none "
+        "until this side receives what it sends (chanos_conn_recv, or a "
+        "serve loop))";
+    struct chanos_ump_options o = { 0 };
+    char text[CHANOS_WIRE_FAULT_TEXT_MAX];
+    chanos_ump *ua, *ub;
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[256];
+    size_t n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+    int sent = 0, rc;
+
+    o.max_msg = 4096;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    while ((rc = chanos_conn_send(cli, buf, n, 0)) == 0)
+        sent++;
+    CHECK_EQ(rc, CHANOS_ERR_AGAIN);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 20), CHANOS_ERR_TIMEDOUT);
+    CHECK(chanos_conn_fault(cli) != NULL);
+    chanos_wire_fault_describe(chanos_conn_fault(cli), text, sizeof text);
+    CHECK_STR(text, why);
+    /* a call's send waits for room too */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 20, &f, NULL, NULL), CHANOS_ERR_TIMEDOUT);
+    chanos_wire_fault_describe(chanos_conn_fault(cli), text, sizeof text);
+    CHECK_STR(text, why);
+
+    for (int i = 0; i < sent; i++)
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 0, &f), CHANOS_ERR_AGAIN);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 3);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 20), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 4);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 20, &f, NULL, NULL), CHANOS_ERR_TIMEDOUT);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
 /* A call's metadata is taken off the frame, which decodes as the call
  * would without it, and is read by key; a malformed trailer is refused
  * with the code of what is wrong. */
@@ -909,6 +963,7 @@ int main(void)
     test_late_replies();
     test_call_keeps();
     test_handler_call();
+    test_send_full();
     test_code_str();
     test_spin_recv();
     test_nameservice_error();
