@@ -1027,13 +1027,7 @@ static void *serve_thread(void *arg)
  * ctest's frames. */
 static void conn_pair(chanos_conn **srv, chanos_conn **cli)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
-
-    o.max_msg = CTEST_MAX_FRAME_SIZE;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, cli), 0);
+    conn_pair_of(CTEST_MAX_FRAME_SIZE, srv, cli);
 }
 
 static bool str_is(struct chanos_str v, const char *want)

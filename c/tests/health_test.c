@@ -133,17 +133,25 @@ static void on_stop(int sig)
     stopping = 1;
 }
 
+/* serving_opts sets *o up for a serving thread: it sleeps at once (a
+ * test on a shared machine) with SIGUSR1 unblocked in *mask, and stops
+ * once stopping is set. */
+static void serving_opts(struct chanos_serve_opts *o, sigset_t *mask)
+{
+    pthread_sigmask(SIG_SETMASK, NULL, mask);
+    sigdelset(mask, SIGUSR1);
+    o->spin_ns = 0;
+    o->stop = (const volatile int *)&stopping;
+    o->sigmask = mask;
+}
+
 static void *serve_thread(void *arg)
 {
-    struct chanos_serve_opts o = { 0, NULL, NULL };
+    struct chanos_serve_opts o;
     sigset_t mask;
 
     (void)arg;
-    pthread_sigmask(SIG_SETMASK, NULL, &mask);
-    sigdelset(&mask, SIGUSR1);
-    o.spin_ns = 0; /* sleep at once: a test on a shared machine */
-    o.stop = (const volatile int *)&stopping;
-    o.sigmask = &mask;
+    serving_opts(&o, &mask);
     serve_rc = chanos_health_serve(served, srv_domain, srv_listener, &o);
     return NULL;
 }
@@ -532,14 +540,11 @@ static void test_reflection(chanos_domain *cd)
 
 static void *multi_thread(void *arg)
 {
-    struct chanos_serve_opts o = { 0, NULL, NULL };
+    struct chanos_serve_opts o;
     sigset_t mask;
 
     (void)arg;
-    pthread_sigmask(SIG_SETMASK, NULL, &mask);
-    sigdelset(&mask, SIGUSR1);
-    o.stop = (const volatile int *)&stopping;
-    o.sigmask = &mask;
+    serving_opts(&o, &mask);
     multi_rc = chanos_server_run(multi, &o);
     return NULL;
 }

@@ -48,8 +48,6 @@ static void on_other(void *arg, const struct chanos_frame *f)
 
 static void test_rpc(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_status st;
@@ -57,10 +55,7 @@ static void test_rpc(void)
     size_t n;
     uint32_t id = 0;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     /* asynchronous: send_call, the server sees the id and deadline */
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 7);
@@ -159,18 +154,13 @@ static void reply_to(chanos_conn *srv, uint32_t id, bool err, uint64_t v)
  */
 static void test_late_replies(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[256];
     size_t n;
     uint32_t id, first = 0;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     /* a call times out; the server answers late, then sends a message */
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
@@ -283,18 +273,13 @@ static bool readable(int fd)
  */
 static void test_spin_recv(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[256];
     size_t n;
     int fd;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     fd = chanos_ump_fd(chanos_conn_ump(srv));
     n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
 
@@ -482,8 +467,6 @@ static size_t with_meta(uint8_t *buf, size_t n, const char *const *kv)
 static void test_call_keeps(void)
 {
     static const char *const kv[] = { "trace-id", "t-9", NULL };
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_str v;
@@ -491,10 +474,7 @@ static void test_call_keeps(void)
     size_t n;
     uint32_t id;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
     CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
@@ -565,9 +545,7 @@ static void expect_kind(chanos_conn *c, int kind, uint32_t id)
  */
 static void test_handler_call(void)
 {
-    struct chanos_ump_options o = { 0 };
     struct timespec ms5 = { 0, 5000000 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[1024], big[1024];
@@ -575,10 +553,7 @@ static void test_handler_call(void)
     size_t n;
     uint32_t id, x;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
     CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
 
@@ -665,19 +640,14 @@ static void test_send_full(void)
         "a peer that is itself waiting to send to this side takes none "
         "until this side receives what it sends (chanos_conn_recv, or a "
         "serve loop))";
-    struct chanos_ump_options o = { 0 };
     char text[CHANOS_WIRE_FAULT_TEXT_MAX];
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[256];
     size_t n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
     int sent = 0, rc;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     while ((rc = chanos_conn_send(cli, buf, n, 0)) == 0)
         sent++;
     CHECK_EQ(rc, CHANOS_ERR_AGAIN);
@@ -728,10 +698,7 @@ static void test_metadata(void)
         { { "k", "v", NULL }, 1, CHANOS_ERR_BOUND },
     };
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     plain = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
     n = with_meta(buf, plain, good);
@@ -806,8 +773,6 @@ static void test_metadata(void)
  * that breaks a rule is refused and leaves what was set. */
 static void test_reply_metadata(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_str v;
@@ -818,10 +783,7 @@ static void test_reply_metadata(void)
     static const struct chanos_meta md[] = { { "retry-after", "2" }, { "load", "0.5" } };
     static const struct chanos_meta bad[] = { { "Retry", "x" } };
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     for (int round = 0; round < 3; round++) {
         n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, (uint64_t)round);
@@ -875,8 +837,6 @@ static void test_reply_metadata(void)
  * that announces descriptors it did not send ends the connection. */
 static void test_fds(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_buf b;
@@ -885,10 +845,7 @@ static void test_fds(void)
     int p[2], q[2];
     char got[4];
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     CHECK(pipe(p) == 0 && pipe(q) == 0);
 
     /* a frame with two descriptors: q[1] copied, p[1] given away */
