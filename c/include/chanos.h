@@ -2082,7 +2082,9 @@ int chanos_conn_peer_gone(chanos_conn *c);
  * chanos_conn_call_left_ns returns the time left, in nanoseconds, before
  * the call's deadline: its caller's timeout (the frame's timeout_us)
  * counted from the call's arrival, as Go gives a handler a context with
- * that deadline. 0 once it has passed: the caller waits no more, and a
+ * that deadline (under chanos_serve_export and a chanos_server, from the
+ * loop's last look before the round that received it, so that serving a
+ * call costs no reading of the clock). 0 once it has passed: the caller waits no more, and a
  * handler that works long gives up (CHANOS_CODE_DEADLINE_EXCEEDED, or
  * nothing); -1 for a call without a deadline, or when the frame given
  * last is no call. A call the handler makes on meanwhile may take what is

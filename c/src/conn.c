@@ -1250,12 +1250,14 @@ static int recv_ring(chanos_conn *c, int timeout_ms, bool spin,
 }
 
 /* arrival_deadline is the deadline of f, just arrived, if it is a call
- * that has one (its timeout_us, from now: docs/wire.md), else -1. */
-static int64_t arrival_deadline(const struct chanos_frame *f)
+ * that has one (its timeout_us from its arrival, docs/wire.md), else -1.
+ * seen is when the receive looked, if its caller read the clock then
+ * (a serve loop: chanos_conn_serve_recv_); -1: now. */
+static int64_t arrival_deadline(const struct chanos_frame *f, int64_t seen)
 {
     if (f->kind != CHANOS_KIND_CALL || f->hdr.timeout_us == 0)
         return -1;
-    return now_ns() + (int64_t)f->hdr.timeout_us * 1000;
+    return (seen >= 0 ? seen : now_ns()) + (int64_t)f->hdr.timeout_us * 1000;
 }
 
 /* handling notes that f, whose deadline is deadline, is the frame the
@@ -1309,9 +1311,10 @@ static int take_kept(chanos_conn *c, struct chanos_frame *f)
 }
 
 /* recv_locked is recv_ring after the inbox: the frames a call kept come
- * first. An inbox that was never used costs one test. */
+ * first. An inbox that was never used costs one test. seen is as
+ * arrival_deadline's. */
 static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
-                       struct chanos_frame *f)
+                       int64_t seen, struct chanos_frame *f)
 {
     int rc;
 
@@ -1319,7 +1322,7 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
         return 0;
     rc = recv_ring(c, timeout_ms, spin, f);
     if (rc == 0)
-        handling(c, f, arrival_deadline(f));
+        handling(c, f, arrival_deadline(f, seen));
     return rc;
 }
 
@@ -1346,7 +1349,7 @@ static int keep(chanos_conn *c, const struct chanos_frame *f)
         memcpy(k->fds, f->fds, fdb);
     k->next = NULL;
     k->size = size;
-    k->deadline = arrival_deadline(f);
+    k->deadline = arrival_deadline(f, -1);
     k->f = *f;
     k->f.data = data;
     k->f.fds = f->nfds > 0 ? k->fds : NULL;
@@ -1404,7 +1407,7 @@ int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = recv_locked(c, timeout_ms, false, f);
+    rc = recv_locked(c, timeout_ms, false, -1, f);
     atomic_flag_clear(&c->receiving);
     return rc;
 }
@@ -1415,7 +1418,19 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
 
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = recv_locked(c, 0, true, f);
+    rc = recv_locked(c, 0, true, -1, f);
+    atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+int chanos_conn_serve_recv_(chanos_conn *c, bool spin, int64_t seen_ns,
+                            struct chanos_frame *f)
+{
+    int rc;
+
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    rc = recv_locked(c, 0, spin, seen_ns, f);
     atomic_flag_clear(&c->receiving);
     return rc;
 }

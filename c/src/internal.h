@@ -104,6 +104,16 @@ int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
  */
 int chanos_ump_peek_cancel_(chanos_ump *c, uint32_t call_id);
 
+/*
+ * chanos_conn_serve_recv_ is chanos_conn_spin_recv (spin) or
+ * chanos_conn_recv(c, 0, f), for a serve loop that read the clock
+ * (CLOCK_MONOTONIC) at seen_ns, before it looked: a call it returns
+ * counts its deadline from then (chanos_conn_call_left_ns), so that the
+ * receive reads no clock of its own on the path of every call.
+ */
+int chanos_conn_serve_recv_(chanos_conn *c, bool spin, int64_t seen_ns,
+                            struct chanos_frame *f);
+
 /* chanos_listener_domain_ returns the domain l exports from. */
 chanos_domain *chanos_listener_domain_(const chanos_listener *l);
 

@@ -207,13 +207,16 @@ static int accept_all(chanos_server *s)
 /*
  * serve_round gives every connection a turn of up to BATCH frames, each
  * through its export's dispatch, and returns how many it served.
- * Spinning (arm false), it receives with chanos_conn_spin_recv. Before a
- * sleep (arm true), with chanos_conn_recv(c, 0, ...): a connection that
- * returns AGAIN is then armed, and its fd will wake ppoll for the next
- * frame; if any frame came meanwhile (a result above 0), the caller must
- * not sleep. A connection that ended is closed.
+ * Spinning (arm false), it receives as chanos_conn_spin_recv does. Before
+ * a sleep (arm true), as chanos_conn_recv(c, 0, ...) does: a connection
+ * that returns AGAIN is then armed, and its fd will wake ppoll for the
+ * next frame; if any frame came meanwhile (a result above 0), the caller
+ * must not sleep. A connection that ended is closed. seen is the loop's
+ * last reading of the clock, before the round: a call's deadline counts
+ * from it (chanos_conn_serve_recv_), early by at most the time the
+ * round took to reach the call, as the call may have waited that long.
  */
-static long serve_round(chanos_server *s, bool arm)
+static long serve_round(chanos_server *s, bool arm, int64_t seen)
 {
     long served = 0;
 
@@ -224,7 +227,7 @@ static long serve_round(chanos_server *s, bool arm)
         int rc, n = 0;
 
         do {
-            rc = arm ? chanos_conn_recv(c, 0, &f) : chanos_conn_spin_recv(c, &f);
+            rc = chanos_conn_serve_recv_(c, !arm, seen, &f);
             if (rc != 0)
                 break;
             served++;
@@ -285,24 +288,27 @@ static int wait_events(chanos_server *s, const sigset_t *mask)
 static int run(chanos_server *s, const struct chanos_serve_opts *o)
 {
     const sigset_t *mask = o->sigmask;
-    int64_t spin_ns, last, chores;
+    int64_t spin_ns, last, chores, seen;
     int rc = 0;
 
     spin_ns = o->spin_ns < 0 ? CHANOS_UMP_DEFAULT_SPIN_NS : o->spin_ns;
     /* last: when a frame was last served (or the thread woke); the spin
      * window runs from there. chores: when to accept and take signals
-     * next while busy. */
+     * next while busy. seen: the last reading of the clock, which the
+     * next round's calls count their deadlines from. */
     last = now_ns();
     chores = last;
+    seen = last;
     while (o->stop == NULL || !*o->stop) {
         int64_t t;
 
-        if (serve_round(s, false) > 0) {
+        if (serve_round(s, false, seen) > 0) {
             last = now_ns();
             t = last;
         } else {
             t = now_ns();
         }
+        seen = t;
         turn(s, false);
         if (t >= chores) {
             /* a zero wait with the signals unblocked runs the handler of
@@ -316,8 +322,8 @@ static int run(chanos_server *s, const struct chanos_serve_opts *o)
                 break;
             /* an arming round notices clients that died without closing
              * (spin_recv does not look); the next spin round disarms */
-            if (serve_round(s, true) > 0)
-                last = now_ns();
+            if (serve_round(s, true, seen) > 0)
+                seen = last = now_ns();
             turn(s, true);
         }
         if (t - last < spin_ns) {
@@ -329,13 +335,13 @@ static int run(chanos_server *s, const struct chanos_serve_opts *o)
          * sleep until a connection, the monitor or a signal wakes us. */
         if ((rc = accept_all(s)) != 0)
             break;
-        if (serve_round(s, true) > 0) {
-            last = now_ns();
+        if (serve_round(s, true, seen) > 0) {
+            seen = last = now_ns();
             continue;
         }
         if ((rc = wait_events(s, mask)) != 0)
             break;
-        last = now_ns();
+        seen = last = now_ns();
         turn(s, true);
     }
     while (s->nconns > 0)
