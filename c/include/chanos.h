@@ -270,7 +270,7 @@ static inline struct chanos_str chanos_cstr(const char *s)
  * outlives the frame and the buffer.
  */
 #define CHANOS_WIRE_FIELD_MAX 96
-#define CHANOS_WIRE_DETAIL_MAX 96
+#define CHANOS_WIRE_DETAIL_MAX 256
 
 struct chanos_wire_fault {
     int code; /* the CHANOS_ERR_* code the call returned */
@@ -293,9 +293,13 @@ struct chanos_wire_fault {
  * known), NUL-terminated and cut to fit n bytes as snprintf does, and
  * returns the length of the whole text. A buffer of
  * CHANOS_WIRE_FAULT_TEXT_MAX bytes holds any text whose message name is
- * under 80 bytes. f NULL or with code 0 describes nothing: "".
+ * under 80 bytes. f NULL or with code 0 describes nothing: "". A fault
+ * whose code is no wire code, a connection's explanation of an end that
+ * is not the wire format's (see chanos_conn_fault), is written as Go
+ * wraps an error with one, "WHAT (DETAIL)", WHAT being
+ * chanos_strerror's text.
  */
-#define CHANOS_WIRE_FAULT_TEXT_MAX 320
+#define CHANOS_WIRE_FAULT_TEXT_MAX 480
 int chanos_wire_fault_describe(const struct chanos_wire_fault *f, char *out,
                                size_t n);
 
@@ -1237,6 +1241,7 @@ const char *chanos_ump_strerror(int err);
 #define CHANOS_ERR_NO_ROUTE     (-4315) /* monitor: the export is on another machine */
 #define CHANOS_ERR_HANDED_OVER  (-4316) /* the listener's export was handed over */
 #define CHANOS_ERR_HEALTH_FULL  (-4317) /* health: the table of statuses is full */
+#define CHANOS_ERR_INBOX_FULL   (-4318) /* a call's reply waits behind unread frames */
 
 typedef struct chanos_domain chanos_domain;     /* opaque */
 typedef struct chanos_listener chanos_listener; /* opaque */
@@ -1527,7 +1532,10 @@ struct chanos_interface {
     uint64_t fingerprint; /* 0: none declared, not checked */
     /* The interface as an IDL file of its own, in pieces that join into
      * it, NULL-terminated (the generated IFACE_definition); NULL for none.
-     * Only a reflection service reads it (docs/reflection.md). */
+     * Only a reflection service reads it (docs/reflection.md):
+     * chanos_export_iface and chanos_adopt keep the pointer, so the
+     * pieces must live as long as the export (the generated ones are
+     * static). */
     const char *const *definition;
 };
 
@@ -1947,6 +1955,14 @@ const char *chanos_code_str(uint64_t code);
 #define CHANOS_CONN_ABANDONED_MAX 64
 
 /*
+ * The bounds of a connection's inbox (see chanos_conn_call), Go's: the
+ * frames a call keeps for the receives to come, and their bytes. When
+ * either is reached the inbox is full.
+ */
+#define CHANOS_CONN_INBOX_MAX   1024
+#define CHANOS_CONN_INBOX_BYTES (4u << 20)
+
+/*
  * chanos_conn_new wraps a ump connection, taking ownership of u (closed on
  * failure too). chanos_accept and chanos_connect use it; it is public for
  * connections set up by other means (chanos_ump_create/attach).
@@ -2059,10 +2075,43 @@ chanos_ump *chanos_conn_ump(chanos_conn *c);
 int chanos_conn_peer_gone(chanos_conn *c);
 
 /*
+ * What a handler knows of the call it serves: the frame the receives on c
+ * gave last (chanos_conn_recv, chanos_conn_spin_recv, the serve loops), if
+ * it is a call. From the thread that serves c.
+ *
+ * chanos_conn_call_left_ns returns the time left, in nanoseconds, before
+ * the call's deadline: its caller's timeout (the frame's timeout_us)
+ * counted from the call's arrival, as Go gives a handler a context with
+ * that deadline (under chanos_serve_export and a chanos_server, from the
+ * loop's last look before the round that received it, so that serving a
+ * call costs no reading of the clock). 0 once it has passed: the caller waits no more, and a
+ * handler that works long gives up (CHANOS_CODE_DEADLINE_EXCEEDED, or
+ * nothing); -1 for a call without a deadline, or when the frame given
+ * last is no call. A call the handler makes on meanwhile may take what is
+ * left: timeout_ms of left / 1000000, at least 1 (-1 for none).
+ *
+ * chanos_conn_call_cancelled returns 1 once the caller has cancelled the
+ * call (its cancel frame for the call's id, sent when the caller gave up
+ * or its call timed out, has come), else 0; 0 too when the frame given
+ * last is no call. It receives nothing: it looks through the frames that
+ * have come and not been received yet, in the ring (no system call, no
+ * copy) and in the inbox, and the call's frame and its views stay valid.
+ * The cancel itself is still received after the handler returns, and
+ * dropped there by the serve loops. Over a link other than ump (a
+ * connection between machines) it sees only the inbox: the link's frames
+ * are not looked at before they are received. CHANOS_ERR_BUSY while
+ * another thread receives on c. A caller gone is told by
+ * chanos_conn_peer_gone instead.
+ */
+int64_t chanos_conn_call_left_ns(const chanos_conn *c);
+int chanos_conn_call_cancelled(chanos_conn *c);
+
+/*
  * chanos_conn_send sends one encoded frame (a message, or a reply already
  * patched) as is, waiting at most timeout_ms for ring space (-1: forever;
  * 0: do not wait: CHANOS_ERR_AGAIN if full, and chanos_ump_fd of
- * chanos_conn_ump(c) polls readable once there may be room). A frame with
+ * chanos_conn_ump(c) polls readable once there may be room); past it,
+ * CHANOS_ERR_TIMEDOUT, which chanos_conn_fault explains. A frame with
  * ncaps != 0 fails with CHANOS_ERR_CAP: send its descriptors with
  * chanos_conn_send_buf. The caller keeps frame.
  */
@@ -2112,6 +2161,11 @@ int chanos_conn_cancel(chanos_conn *c, uint16_t msg, uint32_t call_id);
  * frame is dropped); the body is the generated decoder's job. After the
  * peer closed or died: CHANOS_ERR_CLOSED or CHANOS_ERR_PEER_DIED.
  *
+ * The frames a call kept in the connection's inbox (see
+ * chanos_conn_call) come first, in the order they came, before any frame
+ * the link holds; their bytes and descriptors are the receiver's as a
+ * received frame's are, and live as long (until the next receive).
+ *
  * A reply to an abandoned call (one that timed out in chanos_conn_call,
  * or was given up with chanos_conn_cancel) is never returned: it is
  * dropped by its call id, and the wait goes on for the next frame within
@@ -2133,9 +2187,29 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f);
 /*
  * chanos_conn_call sends the encoded call in frame[0..len) and waits at
  * most timeout_ms (-1: forever) for its reply, which it returns in *reply
- * (valid until the next receive). Frames that are not this reply are
- * passed to other(arg, frame) if other is not NULL, else dropped; other
- * replies are dropped. On CHANOS_ERR_TIMEDOUT the call is cancelled
+ * (valid until the next receive).
+ *
+ * One order per connection: the frames the peer sent before the reply
+ * come before it. With other NULL (the generated stubs' way), the call
+ * keeps every one of them that is not its reply in the connection's
+ * inbox, descriptors and all, and the receives that follow
+ * (chanos_conn_recv, chanos_conn_spin_recv, the serve loops) return them
+ * first, in order; chanos_conn_close closes the descriptors of those
+ * never received. Only the frame's copy into the inbox costs: a call
+ * answered before anything else comes allocates and copies nothing. The
+ * inbox holds at most CHANOS_CONN_INBOX_MAX frames or
+ * CHANOS_CONN_INBOX_BYTES bytes: a call that finds it full reads no
+ * further, since no one else may receive while it does, and fails with
+ * CHANOS_ERR_INBOX_FULL, the call abandoned as on a timeout, and
+ * chanos_conn_fault says "the reply waits behind N unread messages from
+ * the peer, B bytes, that fill this connection's inbox: receive them".
+ * Once the program has received them, calls go on. A program that calls
+ * a peer that also sends it messages must receive them.
+ *
+ * With other set, the frames that are not a reply are passed to
+ * other(arg, frame) instead, as they come (the frame is valid while the
+ * callback runs, and its descriptors are the callback's), and the
+ * replies to other calls are dropped. On CHANOS_ERR_TIMEDOUT the call is cancelled
  * (chanos_conn_cancel), and its reply, should it come late, is dropped by
  * whichever receive meets it. If the peer answered with an error reply,
  * the result is CHANOS_ERR_REMOTE and *reply is that frame
@@ -2186,7 +2260,15 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  * not given, a reply that is no reply, an error reply of code 0), and
  * metadata that chanos_conn_set_meta or chanos_conn_set_reply_meta
  * refuses. It says which frame, field and byte, and why, as Go's
- * wire.Error does; chanos_wire_fault_describe formats it:
+ * wire.Error does; chanos_wire_fault_describe formats it. It also
+ * explains, as Go does, a call that failed with CHANOS_ERR_INBOX_FULL
+ * (its reply waits behind unread messages; see chanos_conn_call), and a
+ * send (a message's, a reply's, a call's before it goes) that failed
+ * with CHANOS_ERR_TIMEDOUT waiting for room: "timed out (the peer took
+ * no frame while this one waited for room: a peer that is itself
+ * waiting to send to this side takes none until this side receives what
+ * it sends ...)"; a call whose reply did not come in time clears it.
+ * For instance:
  *
  *     if (kv_put(c, &in, &out, 1000) == CHANOS_ERR_BOUND) {
  *         char why[CHANOS_WIRE_FAULT_TEXT_MAX];
@@ -2196,7 +2278,8 @@ int chanos_conn_status(const chanos_conn *c, struct chanos_status *st);
  *
  * NULL when that call or frame met no fault: a stub call or dispatch
  * clears it as it starts, other calls write it only when they fail, so
- * after one of them it is that call's only if it returned a wire code.
+ * after one of them it is that call's only if it returned a wire code
+ * or one of those explained (the record's code says which).
  * Valid until the next call on c that fails or clears it, or
  * chanos_conn_close; from the thread that made the call. The record is
  * the connection's one: where a thread sends while another receives,
@@ -2265,10 +2348,11 @@ typedef int (*chanos_dispatch_fn)(chanos_conn *c, const struct chanos_frame *f,
  * limit; CHANOS_ERR_TIMEDOUT), or the connection or dispatch fails (that
  * code; a frame that breaks the wire format, or a message that does not
  * decode, fails it, where a call that does not decode is answered with an
- * error reply). Cancels are dropped: a handler runs to its end before the next
- * frame is read. One connection, one thread; to serve several on one
- * thread, receive from each (chanos_conn_recv, chanos_conn_spin_recv) and
- * call chanos_serve_frame.
+ * error reply). Cancels are dropped: a handler runs to its end before
+ * the next frame is read (one that works long sees its call's cancel
+ * with chanos_conn_call_cancelled). One connection, one thread; to serve
+ * several on one thread, receive from each (chanos_conn_recv,
+ * chanos_conn_spin_recv) and call chanos_serve_frame.
  */
 int chanos_serve(chanos_conn *c, chanos_dispatch_fn dispatch, const void *ops,
                  void *ctx, int timeout_ms);
@@ -2296,7 +2380,9 @@ int chanos_serve_frame(chanos_conn *c, const struct chanos_frame *f,
  * CHANOS_ERR_MONITOR_LOST. Connections from other machines (a domain
  * joined with libchanos_net's binder) are served alongside, and slept on
  * through their chanos_conn_fd. The connections are closed on return; l
- * stays the caller's. NULL o: the defaults.
+ * stays the caller's. NULL o: the defaults. It is a call on d: to serve
+ * several exports of d on one thread, use a chanos_server (below).
+ * -EINVAL for an l of another domain.
  */
 struct chanos_serve_opts {
     int64_t spin_ns; /* the spin window; 0: sleep at once; <0: the ring's
@@ -2307,6 +2393,37 @@ struct chanos_serve_opts {
 int chanos_serve_export(chanos_domain *d, chanos_listener *l,
                         chanos_dispatch_fn dispatch, const void *ops,
                         void *ctx, const struct chanos_serve_opts *o);
+
+/*
+ * A server serves several exports of one domain on one thread, in one
+ * loop: a service, its NAME.health and its NAME.reflection, say, each
+ * through its own dispatch. chanos_serve_export is a server of one
+ * export.
+ *
+ * chanos_server_new makes an empty server of the domain d in *out, which
+ * the caller owns: chanos_server_free, once chanos_server_run has
+ * returned (NULL is allowed). 0, -EINVAL or -ENOMEM.
+ *
+ * chanos_server_add adds the export l, of the server's domain (else
+ * -EINVAL; -EEXIST if added already), served through dispatch (a
+ * generated IFACE_dispatch) with ops and ctx, as chanos_serve_export
+ * serves it; chanos_server_add_health (below) adds a health export. Not
+ * while the server runs (CHANOS_ERR_BUSY). l stays the caller's, and
+ * must stay open while the server holds it.
+ *
+ * chanos_server_run serves every connection of every export added, as
+ * chanos_serve_export does with the options o (NULL: the defaults), and
+ * returns as it does: 0 once *o->stop is set, or the code of the first
+ * listener whose accept failed. The connections are closed on return,
+ * and a later run serves the exports again. It is a call on the domain:
+ * no other thread may call into d while it runs.
+ */
+typedef struct chanos_server chanos_server; /* opaque */
+int chanos_server_new(chanos_domain *d, chanos_server **out);
+int chanos_server_add(chanos_server *s, chanos_listener *l,
+                      chanos_dispatch_fn dispatch, const void *ops, void *ctx);
+int chanos_server_run(chanos_server *s, const struct chanos_serve_opts *o);
+void chanos_server_free(chanos_server *s);
 
 /*
  * The generated dispatch's own helpers, not for programs.
@@ -2369,7 +2486,8 @@ typedef struct chanos_health chanos_health; /* opaque */
  * chanos_health_new makes a table that holds at most max_services
  * services, the domain's "" among them (0: CHANOS_HEALTH_SERVICES_DEFAULT),
  * and returns it in *out, which the caller owns: chanos_health_free, once
- * no chanos_health_serve on it runs. 0, or -ENOMEM.
+ * no chanos_health_serve on it runs and every server it was added to is
+ * freed. 0, or -ENOMEM.
  */
 int chanos_health_new(unsigned max_services, chanos_health **out);
 void chanos_health_free(chanos_health *h); /* NULL is allowed */
@@ -2407,24 +2525,69 @@ int chanos_health_export(chanos_domain *d, const char *name,
                          chanos_listener **out);
 
 /*
- * chanos_health_serve serves h over every connection of l, an export of
- * interface health of the domain d (chanos_health_export), on the calling
- * thread, as chanos_serve_export does with the same options o (NULL: the
- * defaults), and returns as it does. It answers check with a service's
- * status, or an error reply of CHANOS_CODE_NOT_FOUND for one with none;
- * and after a watch it sends that connection a changed at once (a service
- * with no status as CHANOS_HEALTH_SERVICE_UNKNOWN) and at each change of
- * the service's status, until the connection ends. Two changes before
- * the first is sent go as one, as the status then is: a watcher whose
- * ring is full is sent the latest status once it has room, and the
- * others are served meanwhile. A watch of a service past the
+ * chanos_server_add_health adds to the server s the export l, of
+ * interface health of the server's domain (chanos_health_export), to
+ * serve h over. The server answers check with a service's status, or an
+ * error reply of CHANOS_CODE_NOT_FOUND for one with none; and after a
+ * watch it sends that connection a changed at once (a service with no
+ * status as CHANOS_HEALTH_SERVICE_UNKNOWN) and at each change of the
+ * service's status, until the connection ends. Two changes before the
+ * first is sent go as one, as the status then is: a watcher whose ring
+ * is full is sent the latest status once it has room, and the others are
+ * served meanwhile. A watch of a service past the
  * CHANOS_HEALTH_WATCHED_MAX that connection watches ends the connection.
- * It is a call on d, as chanos_serve_export is: one thread at a time per
- * domain, so a program that serves its own service on another thread
- * joins a domain for each. Several may serve one h at once.
+ * Returns as chanos_server_add does. Several servers may serve one h at
+ * once; h must outlive the server (chanos_server_free).
+ *
+ * chanos_health_serve serves h over every connection of l on the calling
+ * thread, as a server of that one export does (chanos_server_run, with
+ * the options o), and returns as it does. It is a call on d: a program
+ * that serves its own service too adds both to one chanos_server.
  */
+int chanos_server_add_health(chanos_server *s, chanos_health *h,
+                             chanos_listener *l);
 int chanos_health_serve(chanos_health *h, chanos_domain *d,
                         chanos_listener *l, const struct chanos_serve_opts *o);
+
+/* ---- reflection (docs/reflection.md) ---- */
+
+/*
+ * A domain describes the interfaces of its exports through the bundled
+ * interface reflection (interfaces/reflection.if), exported under
+ * NAME.reflection beside the service NAME, so that a tool calls a service
+ * it has no .if of (`chanos describe NAME`, `chanos call NAME RPC`), as
+ * gRPC's server reflection lets grpcurl. The C counterpart of Go's
+ * reflection.Exports: libchanos keeps, for each export made with
+ * chanos_export_iface or chanos_adopt, the interface's definition (the
+ * generated IFACE_interface's), and a server's reflection export answers
+ * describe(name) from the domain's exports as they are at each call: the
+ * interface's name, its fingerprint and its definition; an error reply of
+ * CHANOS_CODE_NOT_FOUND for a name the domain does not export by name
+ * (none, a private export, one handed over), CHANOS_CODE_UNIMPLEMENTED for
+ * an export without a definition (chanos_export, chanos_export_with),
+ * CHANOS_CODE_RESOURCE_EXHAUSTED for a definition over
+ * CHANOS_REFLECTION_DEFINITION_MAX bytes. The details are Go's. The C code
+ * chanosc generates for reflection.if is built into libchanos
+ * (#include <chanos/reflection.h> for a client's reflection_describe).
+ */
+#define CHANOS_REFLECTION_SUFFIX ".reflection" /* NAME.reflection */
+#define CHANOS_REFLECTION_DEFINITION_MAX 262144 /* describe's bound */
+
+/*
+ * chanos_reflection_export exports the reflection service of the domain
+ * that serves name, under name + CHANOS_REFLECTION_SUFFIX, with the
+ * interface reflection and its fingerprint: chanos_export_iface's
+ * results, and *out as it gives it.
+ *
+ * chanos_server_add_reflection adds to the server s the export l, of
+ * interface reflection of the server's domain
+ * (chanos_reflection_export), which then answers describe for that
+ * domain's exports on the server's thread. Returns as chanos_server_add
+ * does.
+ */
+int chanos_reflection_export(chanos_domain *d, const char *name,
+                             chanos_listener **out);
+int chanos_server_add_reflection(chanos_server *s, chanos_listener *l);
 
 /* ==== end domains ==== */
 

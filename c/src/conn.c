@@ -22,6 +22,17 @@
 #include <time.h>
 #include <unistd.h>
 
+/* A frame kept in a connection's inbox: its descriptors and its bytes
+ * (the metadata trailer's entries included) follow it, in one
+ * allocation, and f points into them. */
+struct kept {
+    struct kept *next;
+    struct chanos_frame f;
+    size_t size; /* the bytes, as counted against CHANOS_CONN_INBOX_BYTES */
+    int64_t deadline; /* a call's, from its arrival (see handling); -1: none */
+    int fds[];
+};
+
 struct chanos_conn {
     chanos_ump *u;
     /* or another link (chanos_conn_new_link), u being NULL */
@@ -86,6 +97,25 @@ struct chanos_conn {
      * argument are described here (refuse). It is written only when a
      * call fails, by the thread that made it. */
     struct chanos_wire_fault fault;
+    /*
+     * The inbox: the frames a call read past on its way to its reply
+     * (chanos_conn_call without other), oldest first, which the receives
+     * return before they read the link; nkept and kept_bytes bound it
+     * (CHANOS_CONN_INBOX_MAX, CHANOS_CONN_INBOX_BYTES). given is the
+     * frame the last receive took from it, whose bytes live until the
+     * next receive, as a frame of the ring does. Only the receiving side
+     * touches them.
+     */
+    struct kept *kept_head, *kept_tail, *given;
+    unsigned nkept;
+    size_t kept_bytes;
+    /* The call a handler is serving, the frame the receives gave last if
+     * it is one: its id (0: that frame is no call), its deadline
+     * (CLOCK_MONOTONIC ns: the call's timeout_us from its arrival; -1:
+     * none), and whether its cancel has been seen. The receiving side's. */
+    uint32_t cur_call;
+    int64_t cur_deadline;
+    bool cur_cancelled;
 };
 
 /* An error reply: header, code (u64), detail (u32 length and bytes). */
@@ -114,6 +144,14 @@ void chanos_conn_close(chanos_conn *c)
 {
     if (c == NULL)
         return;
+    free(c->given); /* its descriptors went to whoever received it */
+    while (c->kept_head != NULL) {
+        struct kept *k = c->kept_head;
+
+        c->kept_head = k->next;
+        chanos_frame_close_fds(&k->f); /* never received: still ours */
+        free(k);
+    }
     if (c->ops != NULL)
         c->ops->close(c->link);
     else
@@ -424,10 +462,32 @@ static int with_trailer(chanos_conn *c, const uint8_t **frame, size_t *len,
     return 0;
 }
 
+/* send_link sends a checked frame over the connection's link or ring,
+ * waiting for room at most timeout_ms. */
+static int send_link(chanos_conn *c, const void *frame, size_t len,
+                     const int *fds, uint32_t nfds, int timeout_ms)
+{
+    const struct chanos_waiter *w;
+
+    if (c->ops != NULL) {
+        if (nfds == 0)
+            return c->ops->send(c->link, frame, len, timeout_ms);
+        return send_refs(c, frame, len, fds, nfds, timeout_ms);
+    }
+    if (timeout_ms == 0)
+        return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
+    if ((w = thread_waiter()) != NULL) {
+        struct ump_send s = {c->u, frame, len, fds, nfds};
+
+        return await_fd(w, chanos_ump_fd(c->u), deadline_ns(timeout_ms),
+                        try_ump_send, block_ump_send, &s, NULL);
+    }
+    return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
+}
+
 static int send_locked(chanos_conn *c, const void *frame, size_t len,
                        const int *fds, uint32_t nfds, int timeout_ms)
 {
-    const struct chanos_waiter *w;
     struct chanos_hdr h;
     int rc = chanos_hdr_parse(&h, frame, len);
 
@@ -445,20 +505,16 @@ static int send_locked(chanos_conn *c, const void *frame, size_t len,
         return refuse(c, CHANOS_ERR_CAP, OFF_NCAPS, NULL,
                       "header ncaps %u differs from the %u capabilities given",
                       (unsigned)h.ncaps, (unsigned)nfds);
-    if (c->ops != NULL) {
-        if (nfds == 0)
-            return c->ops->send(c->link, frame, len, timeout_ms);
-        return send_refs(c, frame, len, fds, nfds, timeout_ms);
-    }
-    if (timeout_ms == 0)
-        return chanos_ump_try_send_fds(c->u, frame, len, fds, nfds);
-    if ((w = thread_waiter()) != NULL) {
-        struct ump_send s = {c->u, frame, len, fds, nfds};
-
-        return await_fd(w, chanos_ump_fd(c->u), deadline_ns(timeout_ms),
-                        try_ump_send, block_ump_send, &s, NULL);
-    }
-    return chanos_ump_send_fds(c->u, frame, len, fds, nfds, timeout_ms);
+    rc = send_link(c, frame, len, fds, nfds, timeout_ms);
+    /* A timeout alone leaves the sender without a clue: Go's words
+     * (the engine's sendFull) say what usually holds the peer. */
+    if (rc == CHANOS_ERR_TIMEDOUT)
+        refuse(c, rc, -1, NULL,
+               "the peer took no frame while this one waited for room: a "
+               "peer that is itself waiting to send to this side takes none "
+               "until this side receives what it sends (chanos_conn_recv, "
+               "or a serve loop)");
+    return rc;
 }
 
 /* send_fds is chanos_conn_send with descriptors. */
@@ -1161,12 +1217,12 @@ static int recv_wait(chanos_conn *c, int timeout_ms, bool spin,
 }
 
 /*
- * recv_locked is recv_one, without the late replies to abandoned calls:
+ * recv_ring is recv_one, without the late replies to abandoned calls:
  * it drops them and waits on for a frame within timeout_ms. The clock is
  * read only when some call is abandoned, so as to cost nothing otherwise.
  */
-static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
-                       struct chanos_frame *f)
+static int recv_ring(chanos_conn *c, int timeout_ms, bool spin,
+                     struct chanos_frame *f)
 {
     int64_t start = -1;
     int wait = timeout_ms;
@@ -1193,13 +1249,165 @@ static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
     }
 }
 
+/* arrival_deadline is the deadline of f, just arrived, if it is a call
+ * that has one (its timeout_us from its arrival, docs/wire.md), else -1.
+ * seen is when the receive looked, if its caller read the clock then
+ * (a serve loop: chanos_conn_serve_recv_); -1: now. */
+static int64_t arrival_deadline(const struct chanos_frame *f, int64_t seen)
+{
+    if (f->kind != CHANOS_KIND_CALL || f->hdr.timeout_us == 0)
+        return -1;
+    return (seen >= 0 ? seen : now_ns()) + (int64_t)f->hdr.timeout_us * 1000;
+}
+
+/* handling notes that f, whose deadline is deadline, is the frame the
+ * receives gave last: the one a handler serves. */
+static void handling(chanos_conn *c, const struct chanos_frame *f,
+                     int64_t deadline)
+{
+    c->cur_call = f->kind == CHANOS_KIND_CALL ? f->hdr.call_id : 0;
+    c->cur_deadline = deadline;
+    c->cur_cancelled = false;
+}
+
+/* drop_given frees the frame the last receive took from the inbox: the
+ * receive after it has come. Its descriptors are the receiver's. */
+static void drop_given(chanos_conn *c)
+{
+    free(c->given);
+    c->given = NULL;
+}
+
+/*
+ * take_kept drops the frame the last receive took from the inbox and
+ * takes the next one into *f: 0, or CHANOS_ERR_AGAIN when the inbox is
+ * empty. A reply to a call abandoned since it was kept is dropped, as
+ * recv_ring drops it.
+ */
+static int take_kept(chanos_conn *c, struct chanos_frame *f)
+{
+    struct kept *k;
+
+    drop_given(c);
+    while ((k = c->kept_head) != NULL) {
+        c->kept_head = k->next;
+        if (c->kept_head == NULL)
+            c->kept_tail = NULL;
+        c->nkept--;
+        c->kept_bytes -= k->size;
+        if (late(c, &k->f)) {
+            chanos_frame_close_fds(&k->f);
+            free(k);
+            continue;
+        }
+        c->given = k;
+        *f = k->f;
+        c->meta = f->meta;
+        c->meta_len = f->meta_len;
+        handling(c, f, k->deadline);
+        return 0;
+    }
+    return CHANOS_ERR_AGAIN;
+}
+
+/* recv_locked is recv_ring after the inbox: the frames a call kept come
+ * first. An inbox that was never used costs one test. seen is as
+ * arrival_deadline's. */
+static int recv_locked(chanos_conn *c, int timeout_ms, bool spin,
+                       int64_t seen, struct chanos_frame *f)
+{
+    int rc;
+
+    if ((c->kept_head != NULL || c->given != NULL) && take_kept(c, f) == 0)
+        return 0;
+    rc = recv_ring(c, timeout_ms, spin, f);
+    if (rc == 0)
+        handling(c, f, arrival_deadline(f, seen));
+    return rc;
+}
+
+/*
+ * keep copies the frame f, received by a call on its way to its reply,
+ * into the inbox, with its descriptors, which the inbox then owns: 0, or
+ * -ENOMEM (f's descriptors are then closed, and the frame is lost).
+ */
+static int keep(chanos_conn *c, const struct chanos_frame *f)
+{
+    /* the metadata's entries follow the body (split_meta) */
+    size_t size = f->len + f->meta_len;
+    size_t fdb = (size_t)f->nfds * sizeof(int);
+    struct kept *k = malloc(sizeof *k + fdb + size);
+    uint8_t *data;
+
+    if (k == NULL) {
+        chanos_frame_close_fds(f);
+        return -ENOMEM;
+    }
+    data = (uint8_t *)k->fds + fdb;
+    memcpy(data, f->data, size);
+    if (f->nfds > 0)
+        memcpy(k->fds, f->fds, fdb);
+    k->next = NULL;
+    k->size = size;
+    k->deadline = arrival_deadline(f, -1);
+    k->f = *f;
+    k->f.data = data;
+    k->f.fds = f->nfds > 0 ? k->fds : NULL;
+    k->f.meta = f->meta != NULL ? data + f->len : NULL;
+    if (c->kept_tail != NULL)
+        c->kept_tail->next = k;
+    else
+        c->kept_head = k;
+    c->kept_tail = k;
+    c->nkept++;
+    c->kept_bytes += size;
+    return 0;
+}
+
+/* inbox_full reports whether the inbox holds as much as it may, as Go's
+ * engine counts it: CHANOS_CONN_INBOX_MAX frames, or
+ * CHANOS_CONN_INBOX_BYTES bytes. */
+static bool inbox_full(const chanos_conn *c)
+{
+    return c->nkept >= CHANOS_CONN_INBOX_MAX ||
+           c->kept_bytes >= CHANOS_CONN_INBOX_BYTES;
+}
+
+int64_t chanos_conn_call_left_ns(const chanos_conn *c)
+{
+    int64_t left;
+
+    if (c->cur_call == 0 || c->cur_deadline < 0)
+        return -1;
+    left = c->cur_deadline - now_ns();
+    return left > 0 ? left : 0;
+}
+
+int chanos_conn_call_cancelled(chanos_conn *c)
+{
+    if (c->cur_call == 0)
+        return 0;
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    /* a call the handler made may have kept the cancel; else it is in
+     * the ring, unread, or has not come */
+    for (const struct kept *k = c->kept_head; k != NULL && !c->cur_cancelled;
+         k = k->next)
+        c->cur_cancelled = k->f.kind == CHANOS_KIND_CANCEL &&
+                           k->f.hdr.call_id == c->cur_call;
+    if (!c->cur_cancelled && c->u != NULL)
+        c->cur_cancelled = chanos_ump_peek_cancel_(c->u, c->cur_call) == 1;
+    atomic_flag_clear(&c->receiving);
+    return c->cur_cancelled;
+}
+
 int chanos_conn_recv(chanos_conn *c, int timeout_ms, struct chanos_frame *f)
 {
     int rc;
 
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = recv_locked(c, timeout_ms, false, f);
+    rc = recv_locked(c, timeout_ms, false, -1, f);
     atomic_flag_clear(&c->receiving);
     return rc;
 }
@@ -1210,7 +1418,19 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f)
 
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
-    rc = recv_locked(c, 0, true, f);
+    rc = recv_locked(c, 0, true, -1, f);
+    atomic_flag_clear(&c->receiving);
+    return rc;
+}
+
+int chanos_conn_serve_recv_(chanos_conn *c, bool spin, int64_t seen_ns,
+                            struct chanos_frame *f)
+{
+    int rc;
+
+    if (atomic_flag_test_and_set(&c->receiving))
+        return CHANOS_ERR_BUSY;
+    rc = recv_locked(c, 0, spin, seen_ns, f);
     atomic_flag_clear(&c->receiving);
     return rc;
 }
@@ -1280,6 +1500,16 @@ const char *chanos_conn_take_detail_(chanos_conn *c)
     return c->reply_detail;
 }
 
+/* abandon_call gives up on call id of rpc msg, for which c holds
+ * receiving, and returns rc: the peer is told, and the reply dropped
+ * should it come. */
+static int abandon_call(chanos_conn *c, uint16_t msg, uint32_t id, int rc)
+{
+    atomic_flag_clear(&c->receiving);
+    (void)chanos_conn_cancel(c, msg, id);
+    return rc;
+}
+
 /* call is chanos_conn_call with descriptors. */
 static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
                 uint32_t nfds, int timeout_ms, struct chanos_frame *reply,
@@ -1298,6 +1528,10 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
     msg = chanos_load_u16(frame + 4);
     if (atomic_flag_test_and_set(&c->receiving))
         return CHANOS_ERR_BUSY;
+    /* a call is a receive: the frame the last one took from the inbox
+     * lives until now */
+    if (c->given != NULL)
+        drop_given(c);
     c->status_code = 0; /* the receive side's, as keep_status */
     rc = send_call(c, frame, len, fds, nfds, timeout_ms, &id);
     *sent = rc == 0;
@@ -1309,32 +1543,49 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
 
             wait = left <= 0 ? 0 : left > INT_MAX ? INT_MAX : (int)left;
         }
-        rc = recv_locked(c, wait, false, reply);
+        /* Nobody else may receive while the call does: an inbox that is
+         * full stays full until the call has failed. */
+        if (other == NULL && inbox_full(c))
+            return abandon_call(
+                c, msg, id,
+                refuse(c, CHANOS_ERR_INBOX_FULL, -1, NULL,
+                       "the reply waits behind %u unread messages from the "
+                       "peer, %zu bytes, that fill this connection's inbox: "
+                       "receive them, with chanos_conn_recv or a serve loop",
+                       c->nkept, c->kept_bytes));
+        rc = recv_ring(c, wait, false, reply);
         if (rc == CHANOS_ERR_TIMEDOUT || rc == CHANOS_ERR_AGAIN) {
-            rc = CHANOS_ERR_TIMEDOUT;
-            atomic_flag_clear(&c->receiving);
-            (void)chanos_conn_cancel(c, msg, id);
-            return CHANOS_ERR_TIMEDOUT;
+            /* the peer took the call, and did not answer in time: no
+             * send's timeout, which the record may hold, explains it */
+            c->fault.code = 0;
+            return abandon_call(c, msg, id, CHANOS_ERR_TIMEDOUT);
         }
         if (rc != 0)
             break;
         if (reply->kind == CHANOS_KIND_REPLY ||
             reply->kind == CHANOS_KIND_ERROR) {
-            if (reply->hdr.call_id != id || reply->hdr.msg != msg) {
-                chanos_frame_close_fds(reply);
-                continue; /* a reply to no call of ours */
+            if (reply->hdr.call_id == id && reply->hdr.msg == msg) {
+                if (reply->kind == CHANOS_KIND_ERROR) {
+                    chanos_frame_close_fds(reply);
+                    keep_status(c, reply);
+                    rc = CHANOS_ERR_REMOTE;
+                }
+                break;
             }
-            if (reply->kind == CHANOS_KIND_ERROR) {
+            /* Another call's reply is the program's to match (one sent
+             * with chanos_conn_send_call), unless other takes the
+             * frames; one that says it is this call's, of another
+             * message, answers nothing. */
+            if (other != NULL || reply->hdr.call_id == id) {
                 chanos_frame_close_fds(reply);
-                keep_status(c, reply);
-                rc = CHANOS_ERR_REMOTE;
+                continue;
             }
-            break;
-        }
-        if (other != NULL)
+        } else if (other != NULL) {
             other(arg, reply);
-        else
-            chanos_frame_close_fds(reply);
+            continue;
+        }
+        if ((rc = keep(c, reply)) != 0)
+            return abandon_call(c, msg, id, rc);
     }
     atomic_flag_clear(&c->receiving);
     return rc;

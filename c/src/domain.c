@@ -223,6 +223,9 @@ struct chanos_listener {
               * accept fails */
     int handed; /* handed over: neither exported again nor withdrawn */
     int rejoin_pending; /* to be exported again by the attempt under way */
+    /* the interface's definition (struct chanos_interface's), for a
+     * reflection service; NULL: none */
+    const char *const *definition;
 };
 
 /* A frame received from the monitor, in d->rbuf. */
@@ -1522,23 +1525,25 @@ int chanos_domain_poll(chanos_domain *d, int timeout_ms)
     return rc == CHANOS_ERR_TIMEDOUT ? 0 : rc;
 }
 
-/* export_fp makes the export call; fingerprint 0 declares none. */
+/* export_fp makes the export call; fingerprint 0 declares none, and
+ * definition NULL gives a reflection service none. */
 static int export_fp(chanos_domain *d, const char *name, const char *iface,
                      uint32_t max_frame, uint64_t fingerprint,
+                     const char *const *definition,
                      const struct chanos_export_opts *opts,
                      chanos_listener **out);
 
 int chanos_export(chanos_domain *d, const char *name, const char *iface,
                   uint32_t max_frame, chanos_listener **out)
 {
-    return export_fp(d, name, iface, max_frame, 0, NULL, out);
+    return export_fp(d, name, iface, max_frame, 0, NULL, NULL, out);
 }
 
 int chanos_export_with(chanos_domain *d, const char *name, const char *iface,
                        uint32_t max_frame, const struct chanos_export_opts *opts,
                        chanos_listener **out)
 {
-    return export_fp(d, name, iface, max_frame, 0, opts, out);
+    return export_fp(d, name, iface, max_frame, 0, NULL, opts, out);
 }
 
 int chanos_export_iface(chanos_domain *d, const char *name,
@@ -1551,7 +1556,26 @@ int chanos_export_iface(chanos_domain *d, const char *name,
         return -EINVAL;
     }
     return export_fp(d, name, iface->name, iface->max_frame,
-                     iface->fingerprint, opts, out);
+                     iface->fingerprint, iface->definition, opts, out);
+}
+
+int chanos_export_suffixed_(chanos_domain *d, const char *name,
+                            const char *suffix,
+                            const struct chanos_interface *iface,
+                            chanos_listener **out)
+{
+    size_t n = strlen(name), k = strlen(suffix) + 1;
+    char *full = malloc(n + k);
+    int rc;
+
+    *out = NULL;
+    if (full == NULL)
+        return -ENOMEM;
+    memcpy(full, name, n);
+    memcpy(full + n, suffix, k);
+    rc = chanos_export_iface(d, full, iface, NULL, out);
+    free(full);
+    return rc;
 }
 
 const char *chanos_domain_error(const chanos_domain *d)
@@ -1621,6 +1645,7 @@ static int new_listener(const char *name, const struct monitor_export_call *call
 
 static int export_fp(chanos_domain *d, const char *name, const char *iface,
                      uint32_t max_frame, uint64_t fingerprint,
+                     const char *const *definition,
                      const struct chanos_export_opts *opts,
                      chanos_listener **out)
 {
@@ -1660,6 +1685,7 @@ static int export_fp(chanos_domain *d, const char *name, const char *iface,
     rc = new_listener(name, &call, &l);
     if (rc != 0)
         return rc;
+    l->definition = definition;
     chanos_buf_init(&b, cb, sizeof cb, NULL, 0);
     memcpy(cb, l->call, l->call_len);
     b.len = l->call_len;
@@ -1770,6 +1796,7 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
     if (rc == 0) {
         l->d = d;
         l->ref = reply.ref;
+        l->definition = iface->definition;
         l->next = d->listeners;
         d->listeners = l;
         *out = l;
@@ -1781,6 +1808,37 @@ int chanos_adopt(chanos_domain *d, const struct chanos_iref *grant,
 }
 
 const char *chanos_listener_name(const chanos_listener *l) { return l->name; }
+
+chanos_domain *chanos_listener_domain_(const chanos_listener *l) { return l->d; }
+
+int chanos_domain_exported_(chanos_domain *d, const char *name, size_t len,
+                            struct chanos_exported_ *out)
+{
+    struct monitor_export_call call;
+    int rc = enter(d);
+
+    if (rc != 0)
+        return rc;
+    rc = CHANOS_ERR_NOT_FOUND;
+    for (struct chanos_listener *l = d->listeners; l != NULL; l = l->next) {
+        /* an export handed over, or not exported again after a rejoin,
+         * is not this domain's; a private one binds by iref only, and
+         * whoever holds that was handed the interface with it */
+        if (l->err != 0 || strlen(l->name) != len ||
+            memcmp(l->name, name, len) != 0)
+            continue;
+        if (monitor_export_call_decode(&call, l->call, l->call_len, NULL, 0) == 0 &&
+            !call.private_) {
+            out->iface = call.iface; /* a view into l->call */
+            out->fingerprint = call.fingerprint;
+            out->definition = l->definition;
+            rc = 0;
+        }
+        break;
+    }
+    leave(d);
+    return rc;
+}
 
 void chanos_listener_ref(const chanos_listener *l, struct chanos_iref *out)
 {

@@ -62,6 +62,8 @@ const char *chanos_strerror_more_(int err)
     case CHANOS_ERR_HEALTH_FULL:
         return "health: the table of statuses is full (the most services "
                "chanos_health_new was given)";
+    case CHANOS_ERR_INBOX_FULL:
+        return "connection inbox full";
     case CHANOS_ERR_MONITOR_FULL:
         return "monitor full: every session is taken (the monitor's "
                "--max-domains cap)";

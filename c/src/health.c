@@ -7,8 +7,8 @@
  * One mutex guards the table and every serving loop's watchers. A status
  * set on any thread marks the watchers of its service and wakes their
  * loop through an eventfd; the loop, on its own thread, sends them the
- * latest status (chanos_serve_export_hooked_'s turn), without waiting for
- * ring space: a watcher whose ring is full stays marked and is sent to
+ * latest status (the turn of its chanos_server_add_hooked_ hooks),
+ * without waiting for ring space: a watcher whose ring is full stays marked and is sent to
  * once its ring has room, so that no watcher holds up the setter, the
  * loop or the other watchers.
  */
@@ -69,7 +69,8 @@ struct watcher {
     struct watcher *next;
 };
 
-/* One chanos_health_serve: its watchers and what wakes its loop. */
+/* One export of the table served by a chanos_server
+ * (chanos_server_add_health): its watchers and what wakes its loop. */
 struct loop {
     chanos_health *h;
     int efd;             /* written when pending is set from another thread */
@@ -268,17 +269,8 @@ void chanos_health_resume(chanos_health *h)
 int chanos_health_export(chanos_domain *d, const char *name,
                          chanos_listener **out)
 {
-    size_t n = strlen(name), k = sizeof CHANOS_HEALTH_SUFFIX;
-    char *full = malloc(n + k);
-    int rc;
-
-    if (full == NULL)
-        return -ENOMEM;
-    memcpy(full, name, n);
-    memcpy(full + n, CHANOS_HEALTH_SUFFIX, k);
-    rc = chanos_export_iface(d, full, &health_interface, NULL, out);
-    free(full);
-    return rc;
+    return chanos_export_suffixed_(d, name, CHANOS_HEALTH_SUFFIX,
+                                   &health_interface, out);
 }
 
 /* ---- serving ---- */
@@ -469,36 +461,70 @@ static void loop_closing(void *arg, chanos_conn *c)
         free_watcher(w);
 }
 
+/* loop_release ends a loop, whose server is being freed: its
+ * connections are closed already, and their watchers with them. */
+static void loop_release(void *arg)
+{
+    struct loop *lp = arg;
+    struct loop **p;
+
+    pthread_mutex_lock(&lp->h->mu);
+    for (p = &lp->h->loops; *p != lp; p = &(*p)->next)
+        ;
+    *p = lp->next;
+    pthread_mutex_unlock(&lp->h->mu);
+    close(lp->efd);
+    free(lp);
+}
+
+int chanos_server_add_health(chanos_server *s, chanos_health *h,
+                             chanos_listener *l)
+{
+    struct chanos_serve_hooks_ hk;
+    struct loop *lp;
+    int rc;
+
+    if (s == NULL || h == NULL || l == NULL)
+        return -EINVAL;
+    lp = calloc(1, sizeof *lp);
+    if (lp == NULL)
+        return -ENOMEM;
+    lp->h = h;
+    atomic_init(&lp->pending, 0);
+    lp->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (lp->efd < 0) {
+        rc = -errno;
+        free(lp);
+        return rc;
+    }
+    pthread_mutex_lock(&h->mu);
+    lp->next = h->loops;
+    h->loops = lp;
+    pthread_mutex_unlock(&h->mu);
+    hk.fd = lp->efd;
+    hk.turn = loop_turn;
+    hk.closing = loop_closing;
+    hk.release = loop_release;
+    hk.arg = lp;
+    rc = chanos_server_add_hooked_(s, l, health_dispatch, &ops, lp, &hk);
+    if (rc != 0)
+        loop_release(lp);
+    return rc;
+}
+
 int chanos_health_serve(chanos_health *h, chanos_domain *d,
                         chanos_listener *l, const struct chanos_serve_opts *o)
 {
-    struct loop lp = { 0 };
-    struct chanos_serve_hooks_ hk;
-    struct loop **p;
+    chanos_server *s;
     int rc;
 
     if (h == NULL || d == NULL || l == NULL)
         return -EINVAL;
-    lp.h = h;
-    atomic_init(&lp.pending, 0);
-    lp.efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (lp.efd < 0)
-        return -errno;
-    hk.fd = lp.efd;
-    hk.turn = loop_turn;
-    hk.closing = loop_closing;
-    hk.arg = &lp;
-    pthread_mutex_lock(&h->mu);
-    lp.next = h->loops;
-    h->loops = &lp;
-    pthread_mutex_unlock(&h->mu);
-    rc = chanos_serve_export_hooked_(d, l, health_dispatch, &ops, &lp, o, &hk);
-    /* the loop closed every connection, and closing freed its watcher */
-    pthread_mutex_lock(&h->mu);
-    for (p = &h->loops; *p != &lp; p = &(*p)->next)
-        ;
-    *p = lp.next;
-    pthread_mutex_unlock(&h->mu);
-    close(lp.efd);
+    rc = chanos_server_new(d, &s);
+    if (rc == 0)
+        rc = chanos_server_add_health(s, h, l);
+    if (rc == 0)
+        rc = chanos_server_run(s, o);
+    chanos_server_free(s);
     return rc;
 }

@@ -93,29 +93,81 @@ int chanos_conn_refuse_(struct chanos_wire_fault *f, int err, int64_t off,
     ;
 
 /*
- * What a server inside libchanos (chanos_health_serve) adds to
- * chanos_serve_export's loop: a descriptor that also wakes it, a turn of
- * its own on the serving thread, and word of each connection the loop is
- * about to close. chanos_serve_export_hooked_ is chanos_serve_export with
- * them (NULL: none).
+ * chanos_ump_peek_cancel_ looks through the messages the peer has written
+ * and this side has not received yet for a chanos cancel frame of call
+ * call_id (16 bytes, docs/wire.md), without receiving anything: 1 if one
+ * is there, else 0. It reads the ring and changes nothing in it, nor the
+ * message received last, nor the descriptors, so that a handler may ask
+ * while its call's frame is in use. It stops at the first slot not
+ * written yet, or that no message starts at (the receive that comes to
+ * it judges it). The receiving side's call.
+ */
+int chanos_ump_peek_cancel_(chanos_ump *c, uint32_t call_id);
+
+/*
+ * chanos_conn_serve_recv_ is chanos_conn_spin_recv (spin) or
+ * chanos_conn_recv(c, 0, f), for a serve loop that read the clock
+ * (CLOCK_MONOTONIC) at seen_ns, before it looked: a call it returns
+ * counts its deadline from then (chanos_conn_call_left_ns), so that the
+ * receive reads no clock of its own on the path of every call.
+ */
+int chanos_conn_serve_recv_(chanos_conn *c, bool spin, int64_t seen_ns,
+                            struct chanos_frame *f);
+
+/* chanos_listener_domain_ returns the domain l exports from. */
+chanos_domain *chanos_listener_domain_(const chanos_listener *l);
+
+/*
+ * chanos_domain_exported_ finds the export name[0..len) of d for a
+ * reflection service (src/reflection.c), as Go's
+ * Domain.ExportedInterface does: 0 and *out, its interface name (a view
+ * valid while the listener is open), fingerprint and definition (NULL:
+ * none); CHANOS_ERR_NOT_FOUND for a name d does not export by name now
+ * (none, a private export, one handed over or not exported again after
+ * a rejoin); CHANOS_ERR_BUSY while another thread is in d. A call on d.
+ */
+struct chanos_exported_ {
+    struct chanos_str iface;
+    uint64_t fingerprint;
+    const char *const *definition;
+};
+int chanos_domain_exported_(chanos_domain *d, const char *name, size_t len,
+                            struct chanos_exported_ *out);
+
+/* chanos_export_suffixed_ exports name + suffix with the interface
+ * *iface, as chanos_export_iface does: NAME.health, NAME.reflection. */
+int chanos_export_suffixed_(chanos_domain *d, const char *name,
+                            const char *suffix,
+                            const struct chanos_interface *iface,
+                            chanos_listener **out);
+
+/*
+ * What a server inside libchanos (chanos_server_add_health's) adds to a
+ * chanos_server's loop for its export: a descriptor that also wakes it, a
+ * turn of its own on the serving thread, word of each connection the
+ * loop is about to close, and the end of the server.
+ * chanos_server_add_hooked_ is chanos_server_add with them (NULL: none).
  *
  * fd: polled readable beside the connections while the loop sleeps; -1
  *   for none.
  * turn: runs after every round of frames, with woke set after a sleep
  *   and at the loop's chores (every millisecond while busy); it returns
  *   the longest the loop may sleep next, in milliseconds (-1: no bound).
+ *   NULL: no hooks at all.
  * closing: runs before the loop closes c (an ended connection, or every
- *   one at the loop's end).
+ *   one at the loop's end), a connection of this export.
+ * release: runs once, at chanos_server_free (not when the add fails: the
+ *   caller then releases what arg holds); NULL: nothing to release.
  */
 struct chanos_serve_hooks_ {
     int fd;
     int (*turn)(void *arg, bool woke);
     void (*closing)(void *arg, chanos_conn *c);
+    void (*release)(void *arg);
     void *arg;
 };
-int chanos_serve_export_hooked_(chanos_domain *d, chanos_listener *l,
-                                chanos_dispatch_fn dispatch, const void *ops,
-                                void *ctx, const struct chanos_serve_opts *o,
-                                const struct chanos_serve_hooks_ *hk);
+int chanos_server_add_hooked_(chanos_server *s, chanos_listener *l,
+                              chanos_dispatch_fn dispatch, const void *ops,
+                              void *ctx, const struct chanos_serve_hooks_ *hk);
 
 #endif

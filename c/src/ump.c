@@ -7,6 +7,7 @@
  * every length and index before using it.
  */
 #include "chanos.h"
+#include "internal.h"
 #include "spin.h"
 
 #include <errno.h>
@@ -1670,6 +1671,40 @@ int chanos_ump_spin_recv(chanos_ump *c, const void **msg, size_t *len)
         return -EINVAL;
     rx_unannounce(c);
     return rx_try(c, msg, len, 0);
+}
+
+int chanos_ump_peek_cancel_(chanos_ump *c, uint32_t call_id)
+{
+    uint64_t p = c->rx_pos, end = c->rx_pos + c->n;
+
+    /* the rest of a message whose first fragments were read */
+    if (c->msg_len >= 0)
+        p += slots_for((size_t)c->msg_len - c->got);
+    while (p < end) {
+        uint8_t *slot = c->rx_slots + (p & c->mask) * SLOT;
+        uint64_t w = atomic_load_explicit(word(slot, CTRL_OFF), memory_order_acquire);
+        uint32_t seq = (uint32_t)w, info = (uint32_t)(w >> 32);
+        uint32_t n = info & INFO_LEN;
+        uint8_t h[CHANOS_HEADER_SIZE];
+
+        /* not written yet, or not a message's first slot: what rx_poll
+         * reads and judges, when the receives come to it */
+        if (seq != (uint32_t)(p + 1) || !(info & INFO_FIRST) || n > c->max_msg)
+            return 0;
+        if (info & INFO_BULK) {
+            p++;
+            continue;
+        }
+        if (n == CHANOS_HEADER_SIZE) {
+            copy_payload(h, slot, sizeof h);
+            if (h[6] == CHANOS_KIND_CANCEL && h[7] == 0 &&
+                chanos_load_u32(h) == CHANOS_HEADER_SIZE &&
+                chanos_load_u32(h + 8) == call_id)
+                return 1;
+        }
+        p += slots_for(n);
+    }
+    return 0;
 }
 
 int chanos_ump_recv(chanos_ump *c, const void **msg, size_t *len, int timeout_ms)

@@ -92,6 +92,12 @@ int chanos_wire_fault_describe(const struct chanos_wire_fault *f, char *out,
             out[0] = '\0';
         return 0;
     }
+    /* not the wire format's: a connection's explanation of an end, as Go
+     * wraps one */
+    if (f->code > CHANOS_ERR_TRUNCATED || f->code < CHANOS_ERR_NOSPACE) {
+        len = snprintf(out, n, "%s (%s)", chanos_strerror(f->code), f->detail);
+        return len < 0 ? 0 : len;
+    }
     detail = f->detail;
     if (detail[0] == '\0' && (detail = code_name(f->code)) == NULL)
         detail = chanos_strerror(f->code);

@@ -16,6 +16,7 @@
 #include "ctest.h"
 #include "ump_testutil.h"
 
+#include <errno.h>
 #include <pthread.h>
 
 #include <stdio.h>
@@ -1026,13 +1027,7 @@ static void *serve_thread(void *arg)
  * ctest's frames. */
 static void conn_pair(chanos_conn **srv, chanos_conn **cli)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
-
-    o.max_msg = CTEST_MAX_FRAME_SIZE;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, cli), 0);
+    conn_pair_of(CTEST_MAX_FRAME_SIZE, srv, cli);
 }
 
 static bool str_is(struct chanos_str v, const char *want)
@@ -1209,6 +1204,250 @@ static void test_stub_decode_faults(void)
     chanos_conn_close(srv);
 }
 
+/* reply_get sends srv's reply to call id of get, carrying h. */
+static void reply_get(chanos_conn *srv, uint32_t id, ctest_handle h)
+{
+    struct ctest_get_reply r = { h };
+    struct chanos_frame call = { .hdr = { .msg = CTEST_MSG_GET, .call_id = id } };
+    uint8_t mem[CTEST_GET_REPLY_MAX_FRAME_SIZE];
+    struct chanos_buf b;
+
+    chanos_buf_init(&b, mem, sizeof mem, NULL, 0);
+    CHECK_EQ(ctest_get_reply_encode(&r, &b), 0);
+    CHECK_EQ(chanos_conn_reply_buf(srv, &call, &b, 1000), 0);
+}
+
+/* expect_scalars receives the next frame of cli, which must be scalars
+ * carrying u64: false if none came. */
+static bool expect_scalars(chanos_conn *cli, uint64_t u64)
+{
+    struct chanos_frame f;
+    struct ctest_msg m;
+    int rc = chanos_conn_recv(cli, 5000, &f);
+
+    CHECK_EQ(rc, 0);
+    if (rc != 0)
+        return false;
+    CHECK_EQ(ctest_decode(&m, f.data, f.len, f.fds, f.nfds), 0);
+    CHECK_EQ(m.msg, CTEST_MSG_SCALARS);
+    CHECK(m.u.scalars.u64 == u64);
+    return true;
+}
+
+/*
+ * One order per connection: the messages a server sends while a client's
+ * stub waits for its reply are kept for the client's receives, which get
+ * them after the call, in the order they came, with their descriptors; a
+ * kept message never received has its descriptors closed with the
+ * connection. The frames are in the ring before the call: a fresh
+ * connection's first call has id 1.
+ */
+static void test_stub_keeps_messages(void)
+{
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr;
+    struct ctest_scalars m;
+    struct ctest_caps cm;
+    struct ctest_msg got;
+    struct chanos_frame f;
+    chanos_conn *srv, *cli;
+    int before = count_fds(), fds[4];
+
+    conn_pair(&srv, &cli);
+    for (int i = 0; i < 4; i++)
+        CHECK((fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+    fill_scalars(&m);
+    m.u64 = 1;
+    CHECK_EQ(ctest_scalars_send(srv, &m, 1000), 0);
+    fill_caps(&cm);
+    cm.a = fds[0];
+    cm.more[0] = fds[1]; /* give_away_caps: the send closes them */
+    cm.more[1] = fds[2];
+    cm.r.fd = fds[3];
+    CHECK_EQ(ctest_caps_send(srv, &cm, 1000), 0);
+    close(fds[0]);
+    close(fds[3]);
+    m.u64 = 2;
+    CHECK_EQ(ctest_scalars_send(srv, &m, 1000), 0);
+    reply_get(srv, 1, 7);
+
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 1000), 0);
+    CHECK_EQ(gr.h, 7);
+    if (expect_scalars(cli, 1) && chanos_conn_recv(cli, 0, &f) == 0) {
+        CHECK_EQ(ctest_decode(&got, f.data, f.len, f.fds, f.nfds), 0);
+        CHECK_EQ(got.msg, CTEST_MSG_CAPS);
+        CHECK_EQ(f.nfds, 4);
+        CHECK(got.u.caps.nmore == 2 && got.u.caps.r.p.x == -7);
+        for (uint32_t i = 0; i < f.nfds; i++)
+            CHECK(fd_open(f.fds[i]));
+        chanos_frame_close_fds(&f);
+        expect_scalars(cli, 2);
+    } else {
+        CHECK(!"the messages sent before the reply are received after it");
+    }
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+
+    /* kept, and never received: the close closes its descriptors */
+    for (int i = 0; i < 4; i++)
+        CHECK((fds[i] = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0);
+    cm.a = fds[0];
+    cm.more[0] = fds[1];
+    cm.more[1] = fds[2];
+    cm.r.fd = fds[3];
+    CHECK_EQ(ctest_caps_send(srv, &cm, 1000), 0);
+    close(fds[0]);
+    close(fds[3]);
+    reply_get(srv, 2, 8);
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 1000), 0);
+    CHECK_EQ(gr.h, 8);
+    chanos_conn_close(cli);
+    chanos_conn_close(srv);
+    CHECK_EQ(count_fds(), before);
+}
+
+/* The server of test_inbox_full: it takes a get call, sends n scalars
+ * before the reply, then takes the cancel of the call the client gave up
+ * and answers its next get with handle 8. rc is the first failure. */
+struct flood {
+    chanos_conn *c;
+    int n;
+    int rc;
+};
+
+static void *flood_thread(void *arg)
+{
+    struct flood *t = arg;
+    struct ctest_scalars m;
+    struct ctest_get_reply r = { 7 };
+    uint8_t mem[CTEST_GET_REPLY_MAX_FRAME_SIZE];
+    struct chanos_frame f;
+    struct chanos_buf b;
+    int rc;
+
+    if ((rc = chanos_conn_recv(t->c, 5000, &f)) != 0 ||
+        (rc = f.kind == CHANOS_KIND_CALL ? 0 : -EPROTO) != 0)
+        goto out;
+    fill_scalars(&m);
+    for (int i = 0; i < t->n && rc == 0; i++) {
+        m.u64 = (uint64_t)i;
+        rc = ctest_scalars_send(t->c, &m, 5000);
+    }
+    chanos_buf_init(&b, mem, sizeof mem, NULL, 0);
+    if (rc != 0 || (rc = ctest_get_reply_encode(&r, &b)) != 0 ||
+        (rc = chanos_conn_reply_buf(t->c, &f, &b, 5000)) != 0)
+        goto out;
+    if ((rc = chanos_conn_recv(t->c, 5000, &f)) != 0 ||
+        (rc = f.kind == CHANOS_KIND_CANCEL ? 0 : -EPROTO) != 0 ||
+        (rc = chanos_conn_recv(t->c, 5000, &f)) != 0 ||
+        (rc = f.kind == CHANOS_KIND_CALL ? 0 : -EPROTO) != 0)
+        goto out;
+    r.h = 8;
+    chanos_buf_reset(&b);
+    if ((rc = ctest_get_reply_encode(&r, &b)) == 0)
+        rc = chanos_conn_reply_buf(t->c, &f, &b, 5000);
+out:
+    t->rc = rc;
+    return NULL;
+}
+
+/*
+ * A client's inbox holds CHANOS_CONN_INBOX_MAX messages: a call whose
+ * reply comes behind more fails once it is full, saying so, and the
+ * connection goes on once the client has received them: the messages in
+ * order, those the call kept and those it left in the ring, then a new
+ * call (the reply of the one given up is dropped on the way).
+ */
+static void test_inbox_full(void)
+{
+    struct flood t = { NULL, CHANOS_CONN_INBOX_MAX + 10, 0 };
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr;
+    struct chanos_frame f;
+    chanos_conn *cli;
+    char want[CHANOS_WIRE_FAULT_TEXT_MAX];
+    pthread_t th;
+
+    conn_pair(&t.c, &cli);
+    CHECK_EQ(pthread_create(&th, NULL, flood_thread, &t), 0);
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 5000), CHANOS_ERR_INBOX_FULL);
+    snprintf(want, sizeof want,
+             "connection inbox full (the reply waits behind %d unread "
+             "messages from the peer, %d bytes, that fill this connection's "
+             "inbox: receive them, with chanos_conn_recv or a serve loop)",
+             CHANOS_CONN_INBOX_MAX,
+             CHANOS_CONN_INBOX_MAX * CTEST_SCALARS_MAX_FRAME_SIZE);
+    CHECK(chanos_conn_fault(cli) != NULL);
+    CHECK_STR(text(chanos_conn_fault(cli)), want);
+    for (int i = 0; i < t.n && expect_scalars(cli, (uint64_t)i); i++)
+        ;
+    CHECK_EQ(ctest_get(cli, &gc, &gr, 5000), 0);
+    CHECK_EQ(gr.h, 8);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(t.rc, 0);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+    chanos_conn_close(cli);
+    chanos_conn_close(t.c);
+}
+
+/* What the handler of test_handler_gives_up saw of its call: the time
+ * left when it began, and whether it saw the caller cancel. */
+struct patient {
+    chanos_conn *c;
+    int64_t left;
+    int cancelled;
+    int rc;
+};
+
+static int on_sync_patient(void *ctx, chanos_conn *c,
+                           const struct ctest_sync_call *in,
+                           struct ctest_sync_reply *out)
+{
+    struct patient *p = ctx;
+    struct timespec ms = { 0, 1000000 };
+
+    (void)in, (void)out;
+    p->left = chanos_conn_call_left_ns(c);
+    for (int i = 0; i < 5000 && (p->cancelled = chanos_conn_call_cancelled(c)) == 0; i++)
+        nanosleep(&ms, NULL);
+    return CHANOS_SERVE_DEFER; /* nobody waits for the answer */
+}
+
+static const struct ctest_server_ops patient_ops = { .sync = on_sync_patient };
+
+static void *patient_thread(void *arg)
+{
+    struct patient *p = arg;
+
+    p->rc = ctest_serve(p->c, &patient_ops, p, 5000);
+    return NULL;
+}
+
+/*
+ * A handler behind a generated dispatch knows its caller's deadline and
+ * sees its caller give up: a stub's call that times out cancels it, and
+ * the handler, which works until it is cancelled, gives up and answers
+ * nothing.
+ */
+static void test_handler_gives_up(void)
+{
+    struct patient p = { NULL, 0, 0, -1 };
+    struct ctest_sync_call sc = { 0 };
+    struct ctest_sync_reply sr;
+    chanos_conn *cli;
+    pthread_t th;
+
+    conn_pair(&p.c, &cli);
+    CHECK_EQ(pthread_create(&th, NULL, patient_thread, &p), 0);
+    CHECK_EQ(ctest_sync(cli, &sc, &sr, 50), CHANOS_ERR_TIMEDOUT);
+    chanos_conn_close(cli);
+    CHECK_EQ(pthread_join(th, NULL), 0);
+    CHECK_EQ(p.rc, 0);
+    CHECK(p.left >= 0 && p.left <= 50000000);
+    CHECK_EQ(p.cancelled, 1);
+    chanos_conn_close(p.c);
+}
+
 /* test_mutations decodes many corrupted copies of valid frames of every
  * kind: bytes flipped or set to the values that matter to a decoder (0,
  * 0xff, lengths past a bound), frames cut short or run long, the header's
@@ -1341,5 +1580,8 @@ int main(void)
     test_stubs();
     test_stub_closes_stray_fds();
     test_stub_decode_faults();
+    test_stub_keeps_messages();
+    test_inbox_full();
+    test_handler_gives_up();
     return check_done("codegen_test");
 }

@@ -6,17 +6,23 @@
  * code of health.if built into libchanos (<chanos/health.h>): check,
  * watch and its changes, statuses set from another thread while it
  * serves, a watcher that does not read, and the bound of services a
- * connection watches. The Makefile runs it under AddressSanitizer and
- * UndefinedBehaviorSanitizer (make test-c) and ThreadSanitizer (make
- * test-tasks-tsan).
+ * connection watches; then a service of its own (c/tests/ctest.if), its
+ * health and its reflection served by one chanos_server on one thread. The Makefile
+ * runs it under AddressSanitizer and UndefinedBehaviorSanitizer (make
+ * test-c) and ThreadSanitizer (make test-tasks-tsan).
  */
 #include "check.h"
 #include "monitor_child.h"
 
 #include <chanos/health.h>
+#include <chanos/reflection.h>
 
+#include "ctest.h"
+
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -128,17 +134,25 @@ static void on_stop(int sig)
     stopping = 1;
 }
 
+/* serving_opts sets *o up for a serving thread: it sleeps at once (a
+ * test on a shared machine) with SIGUSR1 unblocked in *mask, and stops
+ * once stopping is set. */
+static void serving_opts(struct chanos_serve_opts *o, sigset_t *mask)
+{
+    pthread_sigmask(SIG_SETMASK, NULL, mask);
+    sigdelset(mask, SIGUSR1);
+    o->spin_ns = 0;
+    o->stop = (const volatile int *)&stopping;
+    o->sigmask = mask;
+}
+
 static void *serve_thread(void *arg)
 {
-    struct chanos_serve_opts o = { 0, NULL, NULL };
+    struct chanos_serve_opts o;
     sigset_t mask;
 
     (void)arg;
-    pthread_sigmask(SIG_SETMASK, NULL, &mask);
-    sigdelset(&mask, SIGUSR1);
-    o.spin_ns = 0; /* sleep at once: a test on a shared machine */
-    o.stop = (const volatile int *)&stopping;
-    o.sigmask = &mask;
+    serving_opts(&o, &mask);
     serve_rc = chanos_health_serve(served, srv_domain, srv_listener, &o);
     return NULL;
 }
@@ -425,6 +439,211 @@ static void test_watch_bound(void)
     chanos_domain_close(d);
 }
 
+/* ---- several exports on one thread ---- */
+
+/* The time left of the last put's call, as its handler saw it; atomic,
+ * as the ring that orders it is mapped twice in this process, where
+ * ThreadSanitizer sees no order. */
+static _Atomic int64_t put_left;
+
+/* The service's handlers: put keeps a handle, get returns it. */
+static int on_put(void *ctx, chanos_conn *c, const struct ctest_put_call *in,
+                  struct ctest_put_reply *out)
+{
+    (void)out;
+    *(ctest_handle *)ctx = in->h;
+    atomic_store(&put_left, chanos_conn_call_left_ns(c));
+    return 0;
+}
+
+static int on_get(void *ctx, chanos_conn *c, const struct ctest_get_call *in,
+                  struct ctest_get_reply *out)
+{
+    (void)c, (void)in;
+    out->h = *(const ctest_handle *)ctx;
+    return 0;
+}
+
+static const struct ctest_server_ops store_ops = { .put = on_put, .get = on_get };
+
+static chanos_server *multi;
+static int multi_rc = -1;
+
+/* describe asks the reflection service c for name: 0 and *out, or the
+ * error reply's code, its detail in detail (CHANOS_STATUS_DETAIL_MAX + 1
+ * bytes). */
+static uint64_t describe(chanos_conn *c, const char *name,
+                         struct reflection_describe_reply *out, char *detail)
+{
+    struct reflection_describe_call in = { chanos_cstr(name) };
+    struct chanos_status st;
+    int rc = reflection_describe(c, &in, out, MS);
+
+    detail[0] = '\0';
+    if (rc != CHANOS_ERR_REMOTE) {
+        CHECK_EQ(rc, 0);
+        return 0;
+    }
+    CHECK_EQ(chanos_conn_status(c, &st), 0);
+    memcpy(detail, st.detail.ptr, st.detail.len);
+    detail[st.detail.len] = '\0';
+    return st.code;
+}
+
+/* is_definition reports whether v is the definition that pieces join
+ * into. */
+static bool is_definition(struct chanos_str v, const char *const *pieces)
+{
+    size_t off = 0;
+
+    for (; *pieces != NULL; pieces++) {
+        size_t k = strlen(*pieces);
+
+        if (off + k > v.len || memcmp(v.ptr + off, *pieces, k) != 0)
+            return false;
+        off += k;
+    }
+    return off == v.len;
+}
+
+/* A definition over describe's bound: 70 pieces of 4000 bytes. */
+static char big_piece[4001];
+static const char *big_pieces[71];
+
+/*
+ * The reflection service of the server's domain: each export named is
+ * described with its interface's name, fingerprint and definition, the
+ * reflection export itself included; a name not exported, or exported
+ * privately, is not found, an export without a definition unimplemented,
+ * and one over the bound resource exhausted, in Go's words.
+ */
+static void test_reflection(chanos_domain *cd)
+{
+    struct reflection_describe_reply r;
+    char detail[CHANOS_STATUS_DETAIL_MAX + 1];
+    chanos_conn *c = NULL;
+
+    CHECK_EQ(chanos_connect_iface(cd, "multi.reflection", &reflection_interface, MS, &c), 0);
+    require(c != NULL);
+    CHECK_EQ(describe(c, "multi", &r, detail), 0);
+    CHECK(r.iface.len == 5 && memcmp(r.iface.ptr, "ctest", 5) == 0);
+    CHECK(r.fingerprint == CTEST_FINGERPRINT);
+    CHECK(is_definition(r.definition, ctest_interface.definition));
+    CHECK_EQ(describe(c, "multi.health", &r, detail), 0);
+    CHECK(r.fingerprint == HEALTH_FINGERPRINT);
+    CHECK(is_definition(r.definition, health_interface.definition));
+    CHECK_EQ(describe(c, "multi.reflection", &r, detail), 0);
+    CHECK(is_definition(r.definition, reflection_interface.definition));
+    CHECK_EQ(describe(c, "secret", &r, detail), CHANOS_CODE_NOT_FOUND);
+    CHECK_STR(detail, "this domain exports no \"secret\"");
+    CHECK_EQ(describe(c, "nowhere", &r, detail), CHANOS_CODE_NOT_FOUND);
+    CHECK_EQ(describe(c, "bare", &r, detail), CHANOS_CODE_UNIMPLEMENTED);
+    CHECK_STR(detail, "the interface ctest of \"bare\" carries no definition");
+    CHECK_EQ(describe(c, "huge", &r, detail), CHANOS_CODE_RESOURCE_EXHAUSTED);
+    CHECK_STR(detail, "the definition of ctest takes 280000 bytes, more than "
+                      "describe carries (262144)");
+    chanos_conn_close(c);
+}
+
+static void *multi_thread(void *arg)
+{
+    struct chanos_serve_opts o;
+    sigset_t mask;
+
+    (void)arg;
+    serving_opts(&o, &mask);
+    multi_rc = chanos_server_run(multi, &o);
+    return NULL;
+}
+
+/*
+ * One domain serves its service, "multi" (ctest), its health,
+ * "multi.health", and its reflection, "multi.reflection", on one thread,
+ * in one chanos_server: a client calls the one while it watches the
+ * other, whose status is set from another thread meanwhile, and asks the
+ * third about the domain's exports. A server takes only its domain's
+ * exports, each once, and not while it runs.
+ */
+static void test_one_thread(void)
+{
+    static const struct chanos_export_opts private_ = { CHANOS_EXPORT_PRIVATE, NULL, 0, NULL, 0 };
+    struct chanos_interface huge = ctest_interface;
+    chanos_domain *sd = join(), *cd = join();
+    chanos_listener *svc = NULL, *hl = NULL, *rl = NULL, *foreign = NULL;
+    chanos_listener *secret = NULL, *bare = NULL, *big = NULL;
+    chanos_health *h = NULL;
+    chanos_conn *c = NULL, *hc = NULL;
+    ctest_handle store = 0;
+    struct ctest_put_call put = { 42 };
+    struct ctest_put_reply pr;
+    struct ctest_get_call gc = { 0 };
+    struct ctest_get_reply gr = { 0 };
+    pthread_t t;
+    uint64_t code = 0;
+
+    stopping = 0;
+    CHECK_EQ(chanos_health_new(0, &h), 0);
+    CHECK_EQ(chanos_export_iface(sd, "multi", &ctest_interface, NULL, &svc), 0);
+    CHECK_EQ(chanos_health_export(sd, "multi", &hl), 0);
+    CHECK_EQ(chanos_health_export(cd, "foreign", &foreign), 0);
+    require(h != NULL && svc != NULL && hl != NULL && foreign != NULL);
+    CHECK_EQ(chanos_server_new(sd, &multi), 0);
+    require(multi != NULL);
+    CHECK_EQ(chanos_server_add(multi, svc, ctest_dispatch, &store_ops, &store), 0);
+    CHECK_EQ(chanos_server_add(multi, svc, ctest_dispatch, &store_ops, &store), -EEXIST);
+    CHECK_EQ(chanos_server_add_health(multi, h, foreign), -EINVAL);
+    CHECK_EQ(chanos_server_add_health(multi, h, hl), 0);
+    CHECK_EQ(chanos_reflection_export(sd, "multi", &rl), 0);
+    require(rl != NULL);
+    CHECK_STR(chanos_listener_name(rl), "multi.reflection");
+    CHECK_EQ(chanos_server_add_reflection(multi, rl), 0);
+    memset(big_piece, 'x', sizeof big_piece - 1);
+    for (int i = 0; i < 70; i++)
+        big_pieces[i] = big_piece;
+    huge.definition = big_pieces;
+    CHECK_EQ(chanos_export_iface(sd, "secret", &ctest_interface, &private_, &secret), 0);
+    CHECK_EQ(chanos_export(sd, "bare", "ctest", CTEST_MAX_FRAME_SIZE, &bare), 0);
+    CHECK_EQ(chanos_export_iface(sd, "huge", &huge, NULL, &big), 0);
+    require(pthread_create(&t, NULL, multi_thread, NULL) == 0);
+
+    CHECK_EQ(chanos_connect_iface(cd, "multi", &ctest_interface, MS, &c), 0);
+    CHECK_EQ(chanos_connect_iface(cd, "multi.health", &health_interface, MS, &hc), 0);
+    require(c != NULL && hc != NULL);
+    CHECK_EQ(check(hc, "", &code), CHANOS_HEALTH_SERVING);
+    watch(hc, "multi");
+    expect(hc, "multi", CHANOS_HEALTH_SERVICE_UNKNOWN);
+    CHECK_EQ(ctest_put(c, &put, &pr, MS), 0);
+    /* the server's loop counts the call's deadline from its look */
+    CHECK(atomic_load(&put_left) > 0 &&
+          atomic_load(&put_left) <= (int64_t)MS * 1000000);
+    CHECK_EQ(chanos_health_set(h, "multi", CHANOS_HEALTH_SERVING), 0);
+    expect(hc, "multi", CHANOS_HEALTH_SERVING);
+    CHECK_EQ(ctest_get(c, &gc, &gr, MS), 0);
+    CHECK_EQ(gr.h, 42);
+    CHECK_EQ(check(hc, "multi", &code), CHANOS_HEALTH_SERVING);
+    test_reflection(cd);
+
+    pthread_kill(t, SIGUSR1);
+    pthread_join(t, NULL);
+    CHECK_EQ(multi_rc, 0);
+    /* the run closed its connections */
+    CHECK_EQ(ctest_get(c, &gc, &gr, MS), CHANOS_ERR_CLOSED);
+    chanos_conn_close(c);
+    chanos_conn_close(hc);
+    chanos_server_free(multi);
+    chanos_server_free(NULL);
+    CHECK_EQ(chanos_listener_close(svc), 0);
+    CHECK_EQ(chanos_listener_close(hl), 0);
+    CHECK_EQ(chanos_listener_close(rl), 0);
+    CHECK_EQ(chanos_listener_close(secret), 0);
+    CHECK_EQ(chanos_listener_close(bare), 0);
+    CHECK_EQ(chanos_listener_close(big), 0);
+    CHECK_EQ(chanos_listener_close(foreign), 0);
+    chanos_health_free(h);
+    chanos_domain_close(cd);
+    chanos_domain_close(sd);
+}
+
 int main(void)
 {
     char sock[sizeof dir + 16];
@@ -446,6 +665,7 @@ int main(void)
         test_slow_watcher();
         test_watch_bound();
         stop_serving();
+        test_one_thread();
     }
     stop_monitor();
     return check_done("health_test");

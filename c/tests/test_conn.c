@@ -48,8 +48,6 @@ static void on_other(void *arg, const struct chanos_frame *f)
 
 static void test_rpc(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_status st;
@@ -57,10 +55,7 @@ static void test_rpc(void)
     size_t n;
     uint32_t id = 0;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     /* asynchronous: send_call, the server sees the id and deadline */
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 7);
@@ -159,18 +154,13 @@ static void reply_to(chanos_conn *srv, uint32_t id, bool err, uint64_t v)
  */
 static void test_late_replies(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[256];
     size_t n;
     uint32_t id, first = 0;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     /* a call times out; the server answers late, then sends a message */
     n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
@@ -283,18 +273,13 @@ static bool readable(int fd)
  */
 static void test_spin_recv(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     uint8_t buf[256];
     size_t n;
     int fd;
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     fd = chanos_ump_fd(chanos_conn_ump(srv));
     n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
 
@@ -472,6 +457,224 @@ static size_t with_meta(uint8_t *buf, size_t n, const char *const *kv)
     return n;
 }
 
+/*
+ * A synchronous call without other keeps the frames that come before its
+ * reply for the receives to come, in order: a reply to a call sent with
+ * chanos_conn_send_call (the caller's to match), a message, and the peer's
+ * own call, whose metadata stays readable. With other, messages go to it
+ * and other calls' replies are dropped (test_rpc).
+ */
+static void test_call_keeps(void)
+{
+    static const char *const kv[] = { "trace-id", "t-9", NULL };
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    struct chanos_str v;
+    uint8_t buf[256];
+    size_t n;
+    uint32_t id;
+
+    conn_pair_of(4096, &srv, &cli);
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
+    reply_to(srv, id, false, 10);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 11);
+    CHECK_EQ(chanos_conn_send(srv, buf, n, 0), 0);
+    n = with_meta(buf, call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 12), kv);
+    CHECK_EQ(chanos_conn_send_call(srv, buf, n, 1000, NULL), 0);
+    reply_to(srv, id + 1, false, 13); /* the next call's */
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL), 0);
+    CHECK_EQ(f.hdr.call_id, id + 1);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 13);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_REPLY);
+    CHECK_EQ(f.hdr.call_id, id);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 10);
+    CHECK_EQ(chanos_conn_spin_recv(cli, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_MESSAGE);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 11);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    CHECK_EQ(f.len, CHANOS_HEADER_SIZE + 8);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 12);
+    CHECK_EQ(chanos_frame_meta(&f, "trace-id", &v), 0);
+    CHECK(v.len == 3 && memcmp(v.ptr, "t-9", 3) == 0);
+    CHECK_EQ(chanos_conn_meta(cli, "trace-id", &v), 0);
+    CHECK(v.len == 3 && memcmp(v.ptr, "t-9", 3) == 0);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
+/* long_frame encodes a message of MSG_ECHO of n bytes (n >= 16). */
+static size_t long_frame(uint8_t *buf, size_t n)
+{
+    struct chanos_buf b;
+    struct chanos_enc e;
+
+    chanos_buf_init(&b, buf, n, NULL, 0);
+    chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
+    memset(buf + CHANOS_HEADER_SIZE, 0xab, n - CHANOS_HEADER_SIZE);
+    chanos_enc_raw(&e, buf + CHANOS_HEADER_SIZE, n - CHANOS_HEADER_SIZE);
+    CHECK_EQ(chanos_enc_end(&e), 0);
+    return b.len;
+}
+
+/* expect_kind receives the next frame of c, which must be of kind and
+ * call id id. */
+static void expect_kind(chanos_conn *c, int kind, uint32_t id)
+{
+    struct chanos_frame f;
+
+    CHECK_EQ(chanos_conn_recv(c, 1000, &f), 0);
+    CHECK_EQ(f.kind, kind);
+    CHECK_EQ(f.hdr.call_id, id);
+}
+
+/*
+ * What a handler knows of the call it serves, the frame the receives gave
+ * last: the time left before its deadline, counted from its arrival (-1
+ * without one, or for a frame that is no call), and whether its caller
+ * has cancelled it, seen behind other frames in the ring (a message of
+ * several slots and one in the bulk region among them) and in the inbox,
+ * without receiving them: the call's frame stays as it was, and the
+ * frames behind it are received after, the cancel included.
+ */
+static void test_handler_call(void)
+{
+    struct timespec ms5 = { 0, 5000000 };
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[1024], big[1024];
+    int64_t left;
+    size_t n;
+    uint32_t id, x;
+
+    conn_pair_of(4096, &srv, &cli);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 2000, &id), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.kind, CHANOS_KIND_CALL);
+    left = chanos_conn_call_left_ns(srv);
+    CHECK(left > 0 && left <= 2000000000);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 7);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 0), 0);
+    CHECK_EQ(chanos_conn_send(cli, big, long_frame(big, 200), 0), 0);
+    CHECK_EQ(chanos_conn_send(cli, big, long_frame(big, 1000), 0), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id + 100), 0); /* another's */
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+    CHECK_EQ(f.hdr.call_id, id);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 1);
+    CHECK(chanos_conn_call_left_ns(srv) > 0);
+    /* a call the handler makes on the connection leaves the one it
+     * serves as it was (and keeps what comes before its reply) */
+    reply_to(cli, 1, false, 9);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 8);
+    CHECK_EQ(chanos_conn_call(srv, buf, n, 1000, &f, NULL, NULL), 0);
+    CHECK_EQ(chanos_load_u64(f.data + CHANOS_HEADER_SIZE), 9);
+    CHECK(chanos_conn_call_left_ns(srv) > 0);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 1);
+
+    expect_kind(srv, CHANOS_KIND_MESSAGE, 0);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    CHECK_EQ(chanos_conn_call_cancelled(srv), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.len, 200);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(f.len, 1000);
+    expect_kind(srv, CHANOS_KIND_CANCEL, id + 100);
+    expect_kind(srv, CHANOS_KIND_CANCEL, id);
+
+    /* no deadline; one that passes while the handler works */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, -1, &id), 0);
+    expect_kind(srv, CHANOS_KIND_CALL, id);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), -1);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 3);
+    CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1, &id), 0);
+    expect_kind(srv, CHANOS_KIND_CALL, id);
+    nanosleep(&ms5, NULL);
+    CHECK_EQ(chanos_conn_call_left_ns(srv), 0);
+
+    /* the peer's call, and its cancel, kept in the inbox by a call of
+     * this side's: the deadline counts from its arrival there */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 4);
+    CHECK_EQ(chanos_conn_send_call(srv, buf, n, 2000, &x), 0);
+    CHECK_EQ(chanos_conn_cancel(srv, MSG_ECHO, x), 0);
+    reply_to(srv, id + 1, false, 5); /* cli's next call */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 5);
+    /* srv's call, answered above, first */
+    expect_kind(cli, CHANOS_KIND_CALL, 1);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 1000, &f, NULL, NULL), 0);
+    expect_kind(cli, CHANOS_KIND_CALL, x);
+    left = chanos_conn_call_left_ns(cli);
+    CHECK(left > 0 && left <= 2000000000);
+    CHECK_EQ(chanos_conn_call_cancelled(cli), 1);
+    expect_kind(cli, CHANOS_KIND_CANCEL, x);
+    CHECK_EQ(chanos_conn_recv(cli, 0, &f), CHANOS_ERR_AGAIN);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
+/*
+ * A send that times out waiting for room says why, in Go's words: the
+ * peer took no frame meanwhile. A send that does not wait says nothing
+ * (CHANOS_ERR_AGAIN is no failure to explain), nor does a call whose
+ * reply does not come in time; the connection goes on once the peer
+ * receives.
+ */
+static void test_send_full(void)
+{
+    static const char why[] =
+        "timed out (the peer took no frame while this one waited for room: "
+        "a peer that is itself waiting to send to this side takes none "
+        "until this side receives what it sends (chanos_conn_recv, or a "
+        "serve loop))";
+    char text[CHANOS_WIRE_FAULT_TEXT_MAX];
+    chanos_conn *srv, *cli;
+    struct chanos_frame f;
+    uint8_t buf[256];
+    size_t n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 1);
+    int sent = 0, rc;
+
+    conn_pair_of(4096, &srv, &cli);
+    while ((rc = chanos_conn_send(cli, buf, n, 0)) == 0)
+        sent++;
+    CHECK_EQ(rc, CHANOS_ERR_AGAIN);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 20), CHANOS_ERR_TIMEDOUT);
+    CHECK(chanos_conn_fault(cli) != NULL);
+    chanos_wire_fault_describe(chanos_conn_fault(cli), text, sizeof text);
+    CHECK_STR(text, why);
+    /* a call's send waits for room too */
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 20, &f, NULL, NULL), CHANOS_ERR_TIMEDOUT);
+    chanos_wire_fault_describe(chanos_conn_fault(cli), text, sizeof text);
+    CHECK_STR(text, why);
+
+    for (int i = 0; i < sent; i++)
+        CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 0, &f), CHANOS_ERR_AGAIN);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_MESSAGE, 3);
+    CHECK_EQ(chanos_conn_send(cli, buf, n, 20), 0);
+    CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
+    n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 4);
+    CHECK_EQ(chanos_conn_call(cli, buf, n, 20, &f, NULL, NULL), CHANOS_ERR_TIMEDOUT);
+    CHECK(chanos_conn_fault(cli) == NULL);
+    chanos_conn_close(srv);
+    chanos_conn_close(cli);
+}
+
 /* A call's metadata is taken off the frame, which decodes as the call
  * would without it, and is read by key; a malformed trailer is refused
  * with the code of what is wrong. */
@@ -495,10 +698,7 @@ static void test_metadata(void)
         { { "k", "v", NULL }, 1, CHANOS_ERR_BOUND },
     };
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     plain = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, 2);
     n = with_meta(buf, plain, good);
@@ -573,8 +773,6 @@ static void test_metadata(void)
  * that breaks a rule is refused and leaves what was set. */
 static void test_reply_metadata(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_str v;
@@ -585,10 +783,7 @@ static void test_reply_metadata(void)
     static const struct chanos_meta md[] = { { "retry-after", "2" }, { "load", "0.5" } };
     static const struct chanos_meta bad[] = { { "Retry", "x" } };
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
 
     for (int round = 0; round < 3; round++) {
         n = call_frame(buf, sizeof buf, CHANOS_KIND_CALL, (uint64_t)round);
@@ -642,8 +837,6 @@ static void test_reply_metadata(void)
  * that announces descriptors it did not send ends the connection. */
 static void test_fds(void)
 {
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
     chanos_conn *srv, *cli;
     struct chanos_frame f;
     struct chanos_buf b;
@@ -652,10 +845,7 @@ static void test_fds(void)
     int p[2], q[2];
     char got[4];
 
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, &srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, &cli), 0);
+    conn_pair_of(4096, &srv, &cli);
     CHECK(pipe(p) == 0 && pipe(q) == 0);
 
     /* a frame with two descriptors: q[1] copied, p[1] given away */
@@ -728,6 +918,9 @@ int main(void)
 {
     test_rpc();
     test_late_replies();
+    test_call_keeps();
+    test_handler_call();
+    test_send_full();
     test_code_str();
     test_spin_recv();
     test_nameservice_error();

@@ -12,17 +12,6 @@
 
 #define MSG_ECHO 4
 
-static void conn_pair(chanos_conn **srv, chanos_conn **cli)
-{
-    struct chanos_ump_options o = { 0 };
-    chanos_ump *ua, *ub;
-
-    o.max_msg = 4096;
-    pair(&o, &ua, &ub);
-    CHECK_EQ(chanos_conn_new(ua, srv), 0);
-    CHECK_EQ(chanos_conn_new(ub, cli), 0);
-}
-
 /* raw_frame writes a header of kind, with ncaps and call_id, and an
  * 8-byte body. */
 static size_t raw_frame(uint8_t *buf, unsigned kind, uint8_t ncaps, uint32_t call_id)
@@ -67,7 +56,7 @@ static void test_cancel_with_fds(void)
     uint8_t buf[64];
     int before = count_fds();
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     for (int i = 0; i < 10; i++) {
         int fds[3] = { open_null(), open_null(), open_null() };
         size_t n = raw_frame(buf, CHANOS_KIND_CANCEL, 3, 7);
@@ -95,7 +84,7 @@ static void test_failed_encode_gives_nothing_away(void)
     uint8_t data[CHANOS_HEADER_SIZE + 8];
     int fds[4], mine = open_null(), given = open_null();
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     chanos_buf_init(&b, data, sizeof data, fds, 4);
     chanos_enc_begin(&e, &b, MSG_ECHO, CHANOS_KIND_MESSAGE);
     chanos_enc_give_away_cap(&e, NULL, given);
@@ -152,7 +141,7 @@ static void test_refused_call_keeps_fds(void)
     uint8_t buf[64];
     size_t n;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     busy = cli;
     busy_given = open_null();
     /* a message, which the call below hands to call_while_busy; the
@@ -178,7 +167,7 @@ static void test_call_id_zero_is_not_late(void)
     size_t n;
     uint32_t id;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     n = raw_frame(buf, CHANOS_KIND_CALL, 0, 0);
     CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
     CHECK_EQ(chanos_conn_cancel(cli, MSG_ECHO, id), 0);
@@ -208,7 +197,7 @@ static void test_reply_that_does_not_encode(void)
     size_t n;
     uint32_t id;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     n = raw_frame(buf, CHANOS_KIND_CALL, 0, 0);
     CHECK_EQ(chanos_conn_send_call(cli, buf, n, 1000, &id), 0);
     CHECK_EQ(chanos_conn_recv(srv, 1000, &f), 0);
@@ -278,7 +267,7 @@ static void test_refused_frames_say_why(void)
     uint8_t buf[64];
     size_t n;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     CHECK(chanos_conn_fault(srv) == NULL);
 
     n = raw_frame(buf, CHANOS_KIND_MESSAGE, 0, 0);
@@ -325,7 +314,7 @@ static void test_refusals_in_calls_and_serving(void)
     uint8_t buf[64], call[64];
     size_t n;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     /* the reply to the connection's first call, id 1, waits in the ring */
     n = meta_frame(buf, CHANOS_KIND_REPLY, upper, sizeof upper);
     CHECK_EQ(chanos_ump_send(chanos_conn_ump(srv), buf, n, 1000), 0);
@@ -357,7 +346,7 @@ static void test_refused_sends_say_why(void)
     uint8_t buf[64];
     size_t n;
 
-    conn_pair(&srv, &cli);
+    conn_pair_of(4096, &srv, &cli);
     n = raw_frame(buf, CHANOS_KIND_MESSAGE, 1, 0);
     CHECK_EQ(chanos_conn_send(cli, buf, n, 1000), CHANOS_ERR_CAP);
     CHECK_STR(fault_text(cli), "wire: header ncaps 1 differs from the 0 capabilities given at offset 7");

@@ -72,4 +72,18 @@ static inline void pair(const struct chanos_ump_options *o, chanos_ump **a, chan
     CHECK_EQ(chanos_ump_open(CHANOS_UMP_ATTACHER, &g, sv[1], o, b), 0);
 }
 
+/* conn_pair_of connects *srv and *cli, libchanos connections, over a
+ * fresh ring pair for frames of up to max_msg bytes. */
+static inline void conn_pair_of(uint32_t max_msg, chanos_conn **srv,
+                                chanos_conn **cli)
+{
+    struct chanos_ump_options o = { 0 };
+    chanos_ump *ua, *ub;
+
+    o.max_msg = max_msg;
+    pair(&o, &ua, &ub);
+    CHECK_EQ(chanos_conn_new(ua, srv), 0);
+    CHECK_EQ(chanos_conn_new(ub, cli), 0);
+}
+
 #endif

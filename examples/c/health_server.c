@@ -1,8 +1,10 @@
 /*
- * health_server: a C domain that serves the health of a service NAME with
- * libchanos's health statuses (chanos_health_*, docs/health.md): it
- * exports NAME.health, serves it on the main thread, and sets statuses
- * on another thread as commands on its standard input say, one per line:
+ * health_server: a C domain that serves a pingpong service NAME, its
+ * health, NAME.health, with libchanos's health statuses (chanos_health_*,
+ * docs/health.md), and its reflection, NAME.reflection
+ * (docs/reflection.md), all on the main thread in one chanos_server, and
+ * sets statuses on another thread as commands on its standard input say,
+ * one per line:
  *
  *   set SERVICE STATUS   sets SERVICE ("-" for "", the domain as a whole)
  *                        to STATUS: serving, not_serving or unknown
@@ -10,9 +12,11 @@
  *   resume               every service serving again
  *
  * It answers each command with a line, "ok" or "error: WHY", once the
- * status is set. It prints "serving NAME.health" once exported, and stops
- * on SIGINT or SIGTERM. The Go tests in tests/interop ask it with
- * `chanos health`:
+ * status is set. Its pingpong service answers echo (the other messages
+ * and rpcs are not handled). It prints "serving NAME NAME.health
+ * NAME.reflection" once exported, and stops on SIGINT or SIGTERM. The Go
+ * tests in tests/interop ask it with `chanos health`, `chanos describe`,
+ * `chanos call` and Go clients:
  *
  *   health_server NAME
  *
@@ -23,6 +27,8 @@
 #endif
 
 #include <chanos.h>
+
+#include "pingpong.h"
 
 #include <pthread.h>
 #include <signal.h>
@@ -40,6 +46,17 @@ static void on_signal(int sig)
     (void)sig;
     stopping = 1;
 }
+
+static int on_echo(void *ctx, chanos_conn *c,
+                   const struct pingpong_echo_call *in,
+                   struct pingpong_echo_reply *out)
+{
+    (void)ctx, (void)c;
+    out->result = in->val;
+    return 0;
+}
+
+static const struct pingpong_server_ops ops = { .echo = on_echo };
 
 /* command runs one command line: 0, or a chanos code. */
 static int command(char *line)
@@ -94,13 +111,51 @@ static void *commands(void *arg)
     return NULL;
 }
 
-int main(int argc, char **argv)
+/* serve exports NAME, NAME.health and NAME.reflection and serves them
+ * on this thread until stopping is set: 0, or 1 after saying why not. */
+static int serve(chanos_domain *d, const char *name, const sigset_t *waitmask)
 {
     struct chanos_serve_opts so = { 0, NULL, NULL };
+    chanos_listener *svc = NULL, *hl = NULL, *rl = NULL;
+    chanos_server *s = NULL;
+    int rc;
+
+    if ((rc = chanos_export_iface(d, name, &pingpong_interface, NULL, &svc)) != 0 ||
+        (rc = chanos_health_export(d, name, &hl)) != 0 ||
+        (rc = chanos_reflection_export(d, name, &rl)) != 0) {
+        fprintf(stderr, "health_server: export %s: %s\n", name, chanos_strerror(rc));
+        chanos_listener_close(hl);
+        chanos_listener_close(svc);
+        return 1;
+    }
+    if ((rc = chanos_server_new(d, &s)) != 0 ||
+        (rc = chanos_server_add(s, svc, pingpong_dispatch, &ops, NULL)) != 0 ||
+        (rc = chanos_server_add_health(s, statuses, hl)) != 0 ||
+        (rc = chanos_server_add_reflection(s, rl)) != 0) {
+        fprintf(stderr, "health_server: %s\n", chanos_strerror(rc));
+    } else {
+        printf("serving %s %s %s\n", chanos_listener_name(svc),
+               chanos_listener_name(hl), chanos_listener_name(rl));
+        fflush(stdout);
+        so.spin_ns = 0; /* a probe's rare calls need no spinning */
+        so.stop = &stopping;
+        so.sigmask = waitmask;
+        rc = chanos_server_run(s, &so);
+        if (rc != 0)
+            fprintf(stderr, "health_server: serve: %s\n", chanos_strerror(rc));
+    }
+    chanos_server_free(s);
+    chanos_listener_close(rl);
+    chanos_listener_close(hl);
+    chanos_listener_close(svc);
+    return rc == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv)
+{
     struct chanos_join_opts jo = { 0 };
     sigset_t block, waitmask;
     struct sigaction sa;
-    chanos_listener *l;
     chanos_domain *d;
     pthread_t t;
     int rc;
@@ -113,8 +168,8 @@ int main(int argc, char **argv)
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    /* Blocked but while chanos_health_serve waits, on this thread only:
-     * the command thread inherits the mask and never takes them. */
+    /* Blocked but while the server waits, on this thread only: the
+     * command thread inherits the mask and never takes them. */
     sigemptyset(&block);
     sigaddset(&block, SIGINT);
     sigaddset(&block, SIGTERM);
@@ -129,26 +184,11 @@ int main(int argc, char **argv)
         fprintf(stderr, "health_server: join: %s\n", chanos_strerror(rc));
         return 1;
     }
-    if ((rc = chanos_health_export(d, argv[1], &l)) != 0) {
-        fprintf(stderr, "health_server: export %s%s: %s\n", argv[1],
-                CHANOS_HEALTH_SUFFIX, chanos_strerror(rc));
-        chanos_domain_close(d);
-        return 1;
-    }
-    printf("serving %s\n", chanos_listener_name(l));
-    fflush(stdout);
     if (pthread_create(&t, NULL, commands, NULL) != 0) {
         fprintf(stderr, "health_server: no thread for the commands\n");
         return 1;
     }
-
-    so.spin_ns = 0; /* a probe's rare calls need no spinning */
-    so.stop = &stopping;
-    so.sigmask = &waitmask;
-    rc = chanos_health_serve(statuses, d, l, &so);
-    if (rc != 0)
-        fprintf(stderr, "health_server: serve: %s\n", chanos_strerror(rc));
-    chanos_listener_close(l);
+    rc = serve(d, argv[1], &waitmask);
     chanos_domain_close(d);
     /* A command thread still waiting for input may still set a status:
      * the table stays until the process ends, then. */
@@ -156,5 +196,5 @@ int main(int argc, char **argv)
         pthread_join(t, NULL);
         chanos_health_free(statuses);
     }
-    return rc == 0 ? 0 : 1;
+    return rc;
 }

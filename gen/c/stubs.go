@@ -77,7 +77,9 @@ func (g *generator) stubDecls(p *printer) {
 		"0, a CHANOS_ERR_* code, or CHANOS_ERR_REMOTE for an error reply, whose "+
 		"code and detail chanos_conn_status gives; after a wire code (an argument "+
 		"over its bound, a reply that does not decode), chanos_conn_fault says "+
-		"which frame and field, and why. A "+
+		"which frame and field, and why. What the peer sends before the reply "+
+		"is kept for the connection's next receives, in order (chanos_conn_call), "+
+		"so a client whose server also sends it messages receives them. A "+
 		"message's stub encodes *m and sends it, waiting at most timeout_ms for "+
 		"ring space. The stubs encode into the connection's buffer "+
 		"(chanos_conn_buf): one thread at a time per connection.")

@@ -399,7 +399,7 @@ func TestInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "include/chanos/health.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
+	for _, f := range []string{"include/chanos.h", "include/chanos/nameservice.h", "include/chanos/health.h", "include/chanos/reflection.h", "lib/libchanos.a", "lib/pkgconfig/chanos.pc", "share/chanos/interfaces/pingpong.if"} {
 		if _, err := os.Stat(filepath.Join(prefix, f)); err != nil {
 			t.Fatalf("not installed: %v", err)
 		}
