@@ -2191,8 +2191,9 @@ int chanos_conn_spin_recv(chanos_conn *c, struct chanos_frame *f);
  *
  * One order per connection: the frames the peer sent before the reply
  * come before it. With other NULL (the generated stubs' way), the call
- * keeps every one of them that is not its reply in the connection's
- * inbox, descriptors and all, and the receives that follow
+ * keeps every one of them that is no reply in the connection's inbox,
+ * descriptors and all (replies to other calls are dropped: one may answer
+ * a call abandoned longer ago than CHANOS_CONN_ABANDONED_MAX calls), and the receives that follow
  * (chanos_conn_recv, chanos_conn_spin_recv, the serve loops) return them
  * first, in order; chanos_conn_close closes the descriptors of those
  * never received. Only the frame's copy into the inbox costs: a call

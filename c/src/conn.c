@@ -1572,14 +1572,13 @@ static int call(chanos_conn *c, uint8_t *frame, size_t len, const int *fds,
                 }
                 break;
             }
-            /* Another call's reply is the program's to match (one sent
-             * with chanos_conn_send_call), unless other takes the
-             * frames; one that says it is this call's, of another
-             * message, answers nothing. */
-            if (other != NULL || reply->hdr.call_id == id) {
-                chanos_frame_close_fds(reply);
-                continue;
-            }
+            /* Another call's reply is dropped, as one that says it is
+             * this call's but of another message: it may answer a call
+             * abandoned longer ago than the connection remembers, and a
+             * client that only calls, never receiving, would otherwise
+             * fill its inbox with such replies under a slow server. */
+            chanos_frame_close_fds(reply);
+            continue;
         } else if (other != NULL) {
             other(arg, reply);
             continue;
