@@ -537,6 +537,9 @@ static void test_reflection(chanos_domain *cd)
     CHECK_EQ(describe(c, "secret", &r, detail), CHANOS_CODE_NOT_FOUND);
     CHECK_STR(detail, "this domain exports no \"secret\"");
     CHECK_EQ(describe(c, "nowhere", &r, detail), CHANOS_CODE_NOT_FOUND);
+    /* a client's name puts no control byte into the detail: Go's %q */
+    CHECK_EQ(describe(c, "a\nb\"\x01\xc3", &r, detail), CHANOS_CODE_NOT_FOUND);
+    CHECK_STR(detail, "this domain exports no \"a\\nb\\\"\\x01\\xc3\"");
     CHECK_EQ(describe(c, "bare", &r, detail), CHANOS_CODE_UNIMPLEMENTED);
     CHECK_STR(detail, "the interface ctest of \"bare\" carries no definition");
     CHECK_EQ(describe(c, "huge", &r, detail), CHANOS_CODE_RESOURCE_EXHAUSTED);
