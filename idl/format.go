@@ -88,6 +88,21 @@ func (f *formatter) doc(indent, doc string) {
 	}
 }
 
+// list writes items a line each, after the doc of each, separated by
+// commas: an enum's members, or a message's arguments.
+func (f *formatter) list(items, docs []string) {
+	for i, item := range items {
+		if docs[i] != "" {
+			f.doc("\t\t", docs[i])
+		}
+		sep := ","
+		if i == len(items)-1 {
+			sep = ""
+		}
+		f.printf("\t\t%s%s\n", item, sep)
+	}
+}
+
 func (f *formatter) typeDecl(d *TypeDecl) {
 	if d.Doc != "" {
 		f.doc("\t", d.Doc)
@@ -101,16 +116,11 @@ func (f *formatter) typeDecl(d *TypeDecl) {
 		f.printf("\ttypedef %s %s[%d];\n", typeName(d.Elem), d.Name, d.Len)
 	case DeclEnum:
 		f.printf("\ttypedef enum {\n")
+		names, docs := make([]string, len(d.Enumerators)), make([]string, len(d.Enumerators))
 		for i, e := range d.Enumerators {
-			if e.Doc != "" {
-				f.doc("\t\t", e.Doc)
-			}
-			sep := ","
-			if i == len(d.Enumerators)-1 {
-				sep = ""
-			}
-			f.printf("\t\t%s%s\n", e.Name, sep)
+			names[i], docs[i] = e.Name, e.Doc
 		}
+		f.list(names, docs)
 		f.printf("\t} %s;\n", d.Name)
 	case DeclStruct:
 		f.printf("\ttypedef struct {\n")
@@ -155,16 +165,11 @@ func (f *formatter) message(m *Message) {
 		return
 	}
 	f.printf("\t%s %s(\n", kind, m.Name)
+	docs := make([]string, len(m.Args))
 	for i, a := range m.Args {
-		if a.Doc != "" {
-			f.doc("\t\t", a.Doc)
-		}
-		sep := ","
-		if i == len(m.Args)-1 {
-			sep = ""
-		}
-		f.printf("\t\t%s%s\n", args[i], sep)
+		docs[i] = a.Doc
 	}
+	f.list(args, docs)
 	f.printf("\t);\n")
 }
 
