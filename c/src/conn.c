@@ -724,22 +724,18 @@ static size_t bad_key_byte(const uint8_t *k, size_t n)
     return i;
 }
 
-/* The room quote needs for a key cut to KEY_SHOWN bytes: each byte as
+/* The room chanos_quote_ needs for a key cut to KEY_SHOWN bytes: each byte as
  * \xNN at worst, the quotes, "..." and the NUL. */
 #define KEY_SHOWN 40
-#define QUOTED_MAX (4 * KEY_SHOWN + 6)
+#define QUOTED_MAX CHANOS_QUOTED_SIZE_(KEY_SHOWN)
 /* Two keys in one fault are cut shorter, so that the whole of Go's words
  * fits beside them. */
 #define PAIR_SHOWN 16
 
-/*
- * quote writes s[0..n), cut to its first max (<= KEY_SHOWN) bytes and
- * "...", into out[QUOTED_MAX] as Go's %q quotes it, and returns out:
- * metadata faults show keys as Go's do, cut as Go's ValidMetadataKey
- * cuts them, so that the text fits a fault's detail. A byte past ASCII is
- * written \xNN, where Go shows a letter of valid UTF-8 as it is.
- */
-static const char *quote(char *out, const void *s, size_t n, size_t max)
+/* chanos_quote_ (internal.h): metadata faults show keys as Go's do, cut
+ * as Go's ValidMetadataKey cuts them, so that the text fits a fault's
+ * detail. */
+const char *chanos_quote_(char *out, const void *s, size_t n, size_t max)
 {
     const uint8_t *b = s;
     size_t o = 0, shown = n > max ? max : n;
@@ -783,12 +779,12 @@ static int check_key(const uint8_t *k, size_t n, struct chanos_wire_fault *f)
         return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
                                    "metadata key %s is %zu bytes; keys are 1 "
                                    "to %d",
-                                   quote(q, k, n, KEY_SHOWN), n,
+                                   chanos_quote_(q, k, n, KEY_SHOWN), n,
                                    CHANOS_META_KEY_MAX);
     if ((i = bad_key_byte(k, n)) < n)
         return chanos_conn_refuse_(f, CHANOS_ERR_HEADER, -1, NULL,
                                    "metadata key %s has byte 0x%02x at %zu",
-                                   quote(q, k, n, KEY_SHOWN), k[i], i);
+                                   chanos_quote_(q, k, n, KEY_SHOWN), k[i], i);
     return 0;
 }
 
@@ -829,7 +825,7 @@ static int next_entry(const uint8_t *m, size_t n, size_t *off,
     if ((i = bad_key_byte(m + o + 1, klen)) < klen)
         return chanos_conn_refuse_(f, CHANOS_ERR_HEADER, at + 1 + (int64_t)i,
                                    NULL, "metadata key %s has byte 0x%02x",
-                                   quote(q, m + o + 1, klen, KEY_SHOWN),
+                                   chanos_quote_(q, m + o + 1, klen, KEY_SHOWN),
                                    m[o + 1 + i]);
     /* strictly increasing: one encoding per metadata, and a key given
      * twice is out of order too */
@@ -837,17 +833,21 @@ static int next_entry(const uint8_t *m, size_t n, size_t *off,
         return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, at + 1, NULL,
                                    "metadata key %s after %s: keys are "
                                    "sorted, each once",
-                                   quote(q, m + o + 1, klen, PAIR_SHOWN),
-                                   quote(p, prev, nprev, PAIR_SHOWN));
+                                   chanos_quote_(q, m + o + 1, klen,
+                                                 PAIR_SHOWN),
+                                   chanos_quote_(p, prev, nprev, PAIR_SHOWN));
     vlen = chanos_load_u16(m + o + 1 + klen);
     if (vlen > CHANOS_META_VALUE_MAX || o + 3 + klen + vlen > n)
         return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, at + 1 + (int64_t)klen,
                                    NULL, "metadata %s: value of %zu bytes",
-                                   quote(q, m + o + 1, klen, KEY_SHOWN), vlen);
+                                   chanos_quote_(q, m + o + 1, klen,
+                                                 KEY_SHOWN),
+                                   vlen);
     if (memchr(m + o + 3 + klen, 0, vlen) != NULL)
         return chanos_conn_refuse_(f, CHANOS_ERR_NUL, at + 3 + (int64_t)klen,
                                    NULL, "metadata %s: value holds a NUL byte",
-                                   quote(q, m + o + 1, klen, KEY_SHOWN));
+                                   chanos_quote_(q, m + o + 1, klen,
+                                                 KEY_SHOWN));
     key->ptr = (const char *)m + o + 1;
     key->len = (uint32_t)klen;
     value->ptr = (const char *)m + o + 3 + klen;
@@ -976,13 +976,16 @@ static int meta_encode(const struct chanos_meta *kv, unsigned n, uint8_t *out,
             return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
                                        "metadata %s: value of %zu bytes; at "
                                        "most %d",
-                                       quote(q, kv[i].key, kl, KEY_SHOWN), vl,
+                                       chanos_quote_(q, kv[i].key, kl,
+                                                     KEY_SHOWN),
+                                       vl,
                                        CHANOS_META_VALUE_MAX);
         for (unsigned j = 0; j < i; j++)
             if (strcmp(kv[j].key, kv[i].key) == 0)
                 return chanos_conn_refuse_(f, CHANOS_ERR_BOUND, -1, NULL,
                                            "metadata key %s given twice",
-                                           quote(q, kv[i].key, kl, KEY_SHOWN));
+                                           chanos_quote_(q, kv[i].key, kl,
+                                                         KEY_SHOWN));
         total += 3 + kl + vl;
         sorted[i] = kv[i];
     }

@@ -170,4 +170,14 @@ int chanos_server_add_hooked_(chanos_server *s, chanos_listener *l,
                               chanos_dispatch_fn dispatch, const void *ops,
                               void *ctx, const struct chanos_serve_hooks_ *hk);
 
+/*
+ * chanos_quote_ writes s[0..n), cut to its first max bytes and "...", into
+ * out, of CHANOS_QUOTED_SIZE_(max) bytes, as Go's %q quotes it, and
+ * returns out: so that a peer's bytes put no control byte into a text a
+ * tool prints. A byte past ASCII is written \xNN, where Go shows a letter
+ * of valid UTF-8 as it is.
+ */
+#define CHANOS_QUOTED_SIZE_(max) (4 * (max) + 6)
+const char *chanos_quote_(char *out, const void *s, size_t n, size_t max);
+
 #endif

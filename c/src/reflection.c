@@ -45,40 +45,6 @@ static size_t definition_len(const char *const *pieces)
     return n;
 }
 
-/* quote writes the name p[0..len) into out (of QUOTED_MAX bytes) as a
- * quoted string, as Go's %q does for ASCII: a quote and a backslash
- * escaped, a newline, tab and carriage return as \n \t \r, and any other
- * byte outside printable ASCII as \xHH, so that a client's name can put
- * no control byte into the detail a tool prints. */
-#define QUOTED_MAX (4 * REFLECTION_DESCRIBE_NAME_MAX + 3)
-static void quote(char *out, const char *p, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t o = 0;
-
-    out[o++] = '"';
-    for (size_t i = 0; i < len && i < REFLECTION_DESCRIBE_NAME_MAX; i++) {
-        unsigned char b = (unsigned char)p[i];
-
-        if (b == '"' || b == '\\') {
-            out[o++] = '\\';
-            out[o++] = (char)b;
-        } else if (b == '\n' || b == '\t' || b == '\r') {
-            out[o++] = '\\';
-            out[o++] = b == '\n' ? 'n' : b == '\t' ? 't' : 'r';
-        } else if (b < 0x20 || b >= 0x7f) {
-            out[o++] = '\\';
-            out[o++] = 'x';
-            out[o++] = hex[b >> 4];
-            out[o++] = hex[b & 15];
-        } else {
-            out[o++] = (char)b;
-        }
-    }
-    out[o++] = '"';
-    out[o] = '\0';
-}
-
 static int on_describe(void *ctx, chanos_conn *c,
                        const struct reflection_describe_call *in,
                        struct reflection_describe_reply *out)
@@ -90,9 +56,11 @@ static int on_describe(void *ctx, chanos_conn *c,
 
     /* The details are Go's (reflection.Exports.Describe), so that a tool
      * hears the same from either. */
-    char name[QUOTED_MAX];
+    char name[CHANOS_QUOTED_SIZE_(REFLECTION_DESCRIBE_NAME_MAX)];
 
-    quote(name, in->name.ptr, in->name.len);
+    /* as Go's %q: a client's name puts no control byte into the detail */
+    chanos_quote_(name, in->name.ptr, in->name.len,
+                  REFLECTION_DESCRIBE_NAME_MAX);
     if (rc == CHANOS_ERR_NOT_FOUND) {
         chanos_conn_set_detail(c, "this domain exports no %s", name);
         return CHANOS_CODE_NOT_FOUND;
