@@ -69,16 +69,9 @@ func runCall(ctx context.Context, args []string) error {
 	messages := fs.Int("messages", 0, "")
 	wait := fs.Duration("wait", 0, "")
 	// Flags may come after the arguments too ("-" alone is ARGS, stdin).
-	var pos []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		pos = append(pos, fs.Arg(0))
-		args = fs.Args()[1:]
+	pos, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
 	if *wait < 0 {
 		return usagef("call", "--wait must not be negative")
@@ -217,6 +210,10 @@ func followMessages(ctx context.Context, c *chanos.Conn, iface *idl.Interface, n
 	}
 	return nil
 }
+
+// isInterfaceFile reports whether a command-line argument names an
+// interface file rather than a service: it ends in .if.
+func isInterfaceFile(arg string) bool { return strings.HasSuffix(arg, ".if") }
 
 // callFrame is the frame of rpc (or message) of iface with values, or
 // a usage error: the command line's mistake.

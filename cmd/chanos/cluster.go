@@ -219,16 +219,9 @@ func runClusterAdmit(args []string, stdout io.Writer) error {
 	outPath := fs.String("out", "", "")
 	validity := fs.Duration("validity", cluster.DefaultCredentialValidity, "")
 	asJSON := fs.Bool("json", false, "")
-	var reqs []string
-	for { // flags may come before or after the request file
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		reqs = append(reqs, fs.Arg(0))
-		args = fs.Args()[1:]
+	reqs, err := parseArgs(fs, args) // flags before or after the request file
+	if err != nil {
+		return err
 	}
 	if len(reqs) != 1 {
 		return usagef("cluster admit", "want one REQUEST file, got %d", len(reqs))
@@ -302,16 +295,9 @@ func runClusterJoin(args []string, stdout io.Writer) error {
 	rootCert := fs.String("root-cert", "", "")
 	revocations := fs.String("revocations", "", "")
 	asJSON := fs.Bool("json", false, "")
-	var creds []string
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		creds = append(creds, fs.Arg(0))
-		args = fs.Args()[1:]
+	creds, err := parseArgs(fs, args)
+	if err != nil {
+		return err
 	}
 	switch {
 	case *revocations != "" && (len(creds) > 0 || *rootCert != ""):

@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/chanos/chanos/chanos"
@@ -124,7 +123,3 @@ func reflectionExists(ctx context.Context, d *chanos.Domain, name string) error 
 	}
 	return fmt.Errorf("%w: %q is exported but %q is not (its domain must serve reflection: docs/reflection.md); give the interface file instead", errNoReflection, name, reflection.NameOf(name))
 }
-
-// isInterfaceFile reports whether a command-line argument names an
-// interface file rather than a service: it ends in .if.
-func isInterfaceFile(arg string) bool { return strings.HasSuffix(arg, ".if") }

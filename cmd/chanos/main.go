@@ -124,6 +124,22 @@ func usageText(cmd string) string {
 	return usage
 }
 
+// parseArgs is parseFlags for a command whose flags may come before,
+// between or after its arguments, which it returns in order.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // parseFlags parses args with fs, a command's flags: -h prints the
 // command's usage on stdout (errHelp: exit 0), a bad flag returns a
 // usageError of the command.

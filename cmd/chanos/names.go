@@ -45,17 +45,9 @@ func runNames(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("names", flag.ContinueOnError)
 	dir := fs.String("dir", "", "")
 	asJSON := fs.Bool("json", false, "")
-	var prefix []string
-	// Flags may come before or after the prefix.
-	for {
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		prefix = append(prefix, fs.Arg(0))
-		args = fs.Args()[1:]
+	prefix, err := parseArgs(fs, args) // flags before or after the prefix
+	if err != nil {
+		return err
 	}
 	if len(prefix) > 1 {
 		return usagef("names", "one prefix at most, got %q", prefix)
